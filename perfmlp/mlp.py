@@ -1,0 +1,173 @@
+"""The network math, generic over the array module (NumPy or CuPy).
+
+Samples are columns: X is D x b, W_l is n_l x n_{l-1}, b_l has n_l entries.
+Hidden layers are sigmoid, the output layer softmax; the loss is
+J = (1/B) sum_i CE_i + (lambda/2) sum_l ||W_l||^2 (biases not penalised).
+Formulas: the final-project text, sections 3.3-3.6.
+
+Parameters and gradients each live in one flat buffer laid out as
+[W_1, ..., W_L, b_1, ..., b_L]; the gradient buffer has one more element,
+the rank's cross-entropy sum, so that the loss is reduced in the same
+collective as the gradients. Weights first means that the update is two
+elementwise passes (weights with the regularisation term, biases without)
+whatever the depth.
+
+Every operation is recorded into `ops` (when it is a list) as the name and
+shape that the model package's cost registry prices: the counters are the
+shapes actually launched, priced by the same formulas the model uses.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LOSS_SLOTS = 1  # trailing elements of the gradient buffer: the cross-entropy sum
+
+
+class FlatParams:
+    """Views W[l], b[l] into one contiguous buffer `flat` (plus `extra` slots)."""
+
+    def __init__(self, xp, layer_sizes, dtype, extra: int = 0):
+        self.layer_sizes = tuple(layer_sizes)
+        shapes_w = [(layer_sizes[i + 1], layer_sizes[i]) for i in range(len(layer_sizes) - 1)]
+        self.n_weights = sum(m * n for m, n in shapes_w)
+        self.n_biases = sum(layer_sizes[1:])
+        self.n_params = self.n_weights + self.n_biases
+        self.flat = xp.zeros(self.n_params + extra, dtype=dtype)
+        self.W, self.b = [], []
+        off = 0
+        for m, n in shapes_w:
+            self.W.append(self.flat[off:off + m * n].reshape(m, n))
+            off += m * n
+        for m, _ in shapes_w:
+            self.b.append(self.flat[off:off + m])
+            off += m
+        self.weights = self.flat[:self.n_weights]
+        self.biases = self.flat[self.n_weights:self.n_params]
+        self.params = self.flat[:self.n_params]
+        self.extra = self.flat[self.n_params:]
+
+
+def init_weights(layer_sizes, seed: int) -> list[np.ndarray]:
+    """Host float64 initial weights, W_l ~ N(0, 1/n_{l-1}); biases start at zero.
+    Drawn on the host so that every backend and every rank starts identically."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((layer_sizes[i + 1], layer_sizes[i])) / np.sqrt(layer_sizes[i])
+            for i in range(len(layer_sizes) - 1)]
+
+
+def sigmoid(xp, z):
+    return 1 / (1 + xp.exp(-z))
+
+
+class Network:
+    """Forward, loss, backward and update on flat buffers, for any array module.
+
+    `forward(x)`: x is D x b; returns nothing, keeps the activations.
+    `loss(y)`: y is C x b one-hot; writes the cross-entropy sum into the
+    gradient buffer's loss slot and the output delta (P - Y) / B.
+    `backward()`: fills every weight and bias gradient.
+    `update()`: p <- p - lr * (g + reg * p) on weights, p <- p - lr * g on biases.
+    """
+
+    def __init__(self, xp, layer_sizes, dtype, lr: float, reg: float, global_batch: int):
+        self.xp = xp
+        self.dtype = np.dtype(dtype)
+        self.p = FlatParams(xp, layer_sizes, dtype)
+        self.g = FlatParams(xp, layer_sizes, dtype, extra=LOSS_SLOTS)
+        self.lr, self.reg = lr, reg
+        self.global_batch = global_batch
+        self.acts: list = []
+        self.delta = None
+        self.ops: list | None = None
+
+    # -- bookkeeping ------------------------------------------------------------
+    def _op(self, name: str, *shape: int) -> None:
+        if self.ops is not None:
+            self.ops.append((name, shape))
+
+    def set_params(self, weights, biases=None) -> None:
+        for l, w in enumerate(weights):
+            self.p.W[l][...] = self.xp.asarray(w, dtype=self.dtype)
+        for l, bias in enumerate(biases or []):
+            self.p.b[l][...] = self.xp.asarray(bias, dtype=self.dtype)
+
+    def get_params(self) -> dict[str, np.ndarray]:
+        """Host copies: W1, b1, W2, b2, ..."""
+        out = {}
+        for l, (w, b) in enumerate(zip(self.p.W, self.p.b), start=1):
+            out[f"W{l}"] = _to_host(w)
+            out[f"b{l}"] = _to_host(b)
+        return out
+
+    # -- the step -----------------------------------------------------------------
+    def gemm(self, a, b, out=None, trans_a=False, trans_b=False):
+        """out = op(a) @ op(b); recorded as an (M, N, K) GEMM."""
+        aa = a.T if trans_a else a
+        bb = b.T if trans_b else b
+        self._op("gemm", aa.shape[0], bb.shape[1], aa.shape[1])
+        return self.xp.matmul(aa, bb, out=out)
+
+    def forward(self, x) -> None:
+        xp, L = self.xp, len(self.p.W)
+        a = x
+        self.acts = [x]
+        for l in range(L):
+            z = self.gemm(self.p.W[l], a)
+            if l < L - 1:
+                self._op("bias_sigmoid", z.shape[0], z.shape[1])
+                a = sigmoid(xp, z + self.p.b[l][:, None])
+            else:
+                self._op("bias_add", z.shape[0], z.shape[1])
+                a = z + self.p.b[l][:, None]  # logits
+            self.acts.append(a)
+
+    def loss(self, y) -> None:
+        """Softmax, cross-entropy sum (stable: log sum exp(z - max) - (z_c - max))
+        and the output delta (P - Y) / B, all from the logits."""
+        xp = self.xp
+        z = self.acts[-1]
+        C, b = z.shape
+        self._op("softmax_ce_grad", C, b)
+        zs = z - z.max(axis=0, keepdims=True)
+        e = xp.exp(zs)
+        s = e.sum(axis=0, keepdims=True)
+        ce = xp.log(s[0]) - (zs * y).sum(axis=0)
+        self.g.extra[0] = ce.sum()
+        self.delta = (e / s - y) * self.dtype.type(1.0 / self.global_batch)
+
+    def backward(self) -> None:
+        xp, L = self.xp, len(self.p.W)
+        d = self.delta
+        for l in range(L - 1, -1, -1):
+            self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
+            self._op("row_sum", d.shape[0], d.shape[1])
+            xp.sum(d, axis=1, out=self.g.b[l])
+            if l > 0:
+                da = self.gemm(self.p.W[l], d, trans_a=True)
+                a = self.acts[l]
+                self._op("sigmoid_grad", a.shape[0], a.shape[1])
+                d = da * a * (1 - a)
+
+    def update(self) -> None:
+        p, g = self.p, self.g
+        self._op("update_weights", p.n_weights)
+        p.weights -= self.dtype.type(self.lr) * (g.weights + self.dtype.type(self.reg) * p.weights)
+        self._op("update_biases", p.n_biases)
+        p.biases -= self.dtype.type(self.lr) * g.biases
+
+    def weight_penalty(self) -> float:
+        """(lambda/2) sum ||W||^2 on the current weights (host scalar)."""
+        w = self.p.weights
+        return 0.5 * self.reg * float((w.astype(np.float64) ** 2).sum())
+
+    def predict(self, x):
+        """Class indices for the columns of x (no recording, no state kept)."""
+        xp, a = self.xp, x
+        for l in range(len(self.p.W)):
+            z = self.p.W[l] @ a + self.p.b[l][:, None]
+            a = sigmoid(xp, z) if l < len(self.p.W) - 1 else z
+        return a.argmax(axis=0)
+
+
+def _to_host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.array(a, copy=True)

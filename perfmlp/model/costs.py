@@ -1,0 +1,215 @@
+"""One registry from operation to cost: FLOPs and device-memory bytes as
+formulas of shapes and element size.
+
+Counting rule
+- A multiply-add is 2 FLOPs (one multiply, one add): a GEMM of an M x K by a
+  K x N matrix is 2*M*N*K FLOPs.
+- Each add, subtract, multiply, division, comparison (max), exp and log
+  counts 1 FLOP. The sigmoid 1 / (1 + exp(-z)) is 3 (exp, add, division);
+  negation is not counted.
+- A reduction of n values (sum, max) is n - 1 FLOPs per output.
+- Not counted: index arithmetic, copies, casts, argmax for accuracy, and
+  the held-out evaluation (it is not part of a training step).
+- Bytes are the fewest a kernel must move through device memory: every
+  input read once, every output written once, at the element size given.
+  Copies (`h2d`, `d2h`) count the bytes handed to cudaMemcpy; collectives
+  count the bytes of the buffer handed to MPI or NCCL.
+
+The trainer records every operation it launches as (name, shape); its
+counters are these same formulas applied to those shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+OPS: dict[str, Callable[..., tuple[int, int]]] = {}
+
+
+def register(name: str):
+    """Register the cost formula of operation `name` (twice is an error)."""
+    def deco(fn):
+        if name in OPS:
+            raise ValueError(f"operation {name!r} is already registered")
+        OPS[name] = fn
+        return fn
+    return deco
+
+
+@lru_cache(maxsize=4096)
+def op_cost(name: str, shape: tuple, itemsize: int) -> tuple[int, int]:
+    """(FLOPs, bytes) of operation `name` at `shape` with `itemsize`-byte elements."""
+    try:
+        fn = OPS[name]
+    except KeyError:
+        raise KeyError(f"no cost formula for operation {name!r}") from None
+    return fn(*shape, s=itemsize)
+
+
+@register("gemm")
+def _gemm(m, n, k, s):
+    # C (m x n) = A (m x k) @ B (k x n): m*n dot products of length k
+    return 2 * m * n * k, s * (m * k + k * n + m * n)
+
+
+@register("bias_sigmoid")
+def _bias_sigmoid(m, n, s):
+    # a = 1 / (1 + exp(-(z + b))): add 1 + exp 1 + add 1 + div 1 per element
+    return 4 * m * n, s * (2 * m * n + m)
+
+
+@register("bias_add")
+def _bias_add(m, n, s):
+    return m * n, s * (2 * m * n + m)
+
+
+@register("softmax_ce_grad")
+def _softmax_ce_grad(c, b, s):
+    # per column: max (c-1), subtract c, exp c, sum (c-1), divide c -> 5c - 2;
+    # cross-entropy log(sum) - (z_y - max): 2; delta (p - y) * (1/B): 2c.
+    # Then the sum of b column losses: b - 1.
+    return b * (5 * c - 2 + 2 + 2 * c) + (b - 1), s * (3 * c * b + 1)
+
+
+@register("row_sum")
+def _row_sum(m, n, s):
+    # bias gradient: m sums of n values
+    return m * (n - 1), s * (m * n + m)
+
+
+@register("sigmoid_grad")
+def _sigmoid_grad(m, n, s):
+    # dz = da * a * (1 - a): subtract, two multiplies
+    return 3 * m * n, s * 3 * m * n
+
+
+@register("update_weights")
+def _update_weights(n, s):
+    # w -= lr * (g + reg * w): multiply, add, multiply, subtract
+    return 4 * n, s * 3 * n
+
+
+@register("update_biases")
+def _update_biases(n, s):
+    # b -= lr * g
+    return 2 * n, s * 3 * n
+
+
+@register("h2d")
+def _h2d(nbytes, s):
+    return 0, nbytes
+
+
+@register("d2h")
+def _d2h(nbytes, s):
+    return 0, nbytes
+
+
+# ---- a whole step from shapes ---------------------------------------------------
+
+def step_ops(layer_sizes, b: int) -> dict[str, list[tuple[str, tuple]]]:
+    """The operations of one training step on a piece of b samples, per phase,
+    in the order the trainer launches them (layer_sizes = D, H1, ..., C)."""
+    L = len(layer_sizes) - 1
+    fwd, bwd = [], []
+    for l in range(1, L + 1):
+        n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
+        fwd.append(("gemm", (n_out, b, n_in)))
+        fwd.append(("bias_sigmoid" if l < L else "bias_add", (n_out, b)))
+    for l in range(L, 0, -1):
+        n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
+        bwd.append(("gemm", (n_out, n_in, b)))            # dW = delta @ a^T
+        bwd.append(("row_sum", (n_out, b)))               # db
+        if l > 1:
+            bwd.append(("gemm", (n_in, b, n_out)))        # da = W^T @ delta (none for the input)
+            bwd.append(("sigmoid_grad", (n_in, b)))
+    n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, L + 1))
+    n_b = sum(layer_sizes[1:])
+    return {
+        "forward": fwd,
+        "loss": [("softmax_ce_grad", (layer_sizes[-1], b))],
+        "backward": bwd,
+        "update": [("update_weights", (n_w,)), ("update_biases", (n_b,))],
+    }
+
+
+def n_params(layer_sizes) -> int:
+    return sum(layer_sizes[l] * layer_sizes[l - 1] + layer_sizes[l] for l in range(1, len(layer_sizes)))
+
+
+LOSS_SLOTS = 1  # the gradient buffer also carries the rank's cross-entropy sum
+
+
+def grad_buffer_bytes(layer_sizes, itemsize: int) -> int:
+    return itemsize * (n_params(layer_sizes) + LOSS_SLOTS)
+
+
+def pieces(batch: int, procs: int) -> list[int]:
+    """Sizes of the ranks' pieces of one batch (differ by at most one)."""
+    q, r = divmod(batch, procs)
+    return [q + (1 if i < r else 0) for i in range(procs)]
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """Exact counts for one batch on one rank (piece of `b` samples)."""
+
+    b: int
+    flops: dict            # phase -> FLOPs
+    mem_bytes: dict        # phase -> device-memory bytes
+    kernels: dict          # phase -> operations launched
+    bytes_h2d: int
+    bytes_d2h: int
+    bytes_mpi: int
+    bytes_nccl: int
+
+    @property
+    def flops_total(self) -> int:
+        return sum(self.flops.values())
+
+    @property
+    def bytes_copied(self) -> int:
+        return self.bytes_h2d + self.bytes_d2h
+
+
+def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
+                 batch_transfer: str = "pageable", procs: int = 1) -> BatchCounts:
+    """Counts for one rank's piece of b samples.
+
+    comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
+    `mpi-host` (NumPy backend: the buffer is already on the host).
+    batch_transfer: `pageable`/`pinned` copy X and Y each batch; `resident` none.
+    MPI and NCCL bytes are counted even on one process, as the trainer hands
+    the buffer to the collective there too.
+    """
+    ops = step_ops(layer_sizes, b)
+    flops, mem, kern = {}, {}, {}
+    for phase, lst in ops.items():
+        f = m = 0
+        for name, shape in lst:
+            fo, by = op_cost(name, shape, itemsize)
+            f, m = f + fo, m + by
+        flops[phase], mem[phase], kern[phase] = f, m, len(lst)
+    D, C = layer_sizes[0], layer_sizes[-1]
+    h2d = 0 if batch_transfer == "resident" else itemsize * b * (D + C)
+    g = grad_buffer_bytes(layer_sizes, itemsize)
+    staged = comm == "mpi-staged"
+    return BatchCounts(
+        b=b, flops=flops, mem_bytes=mem, kernels=kern,
+        bytes_h2d=h2d + (g if staged else 0),
+        bytes_d2h=g if staged else 0,
+        bytes_mpi=g if comm in ("mpi-staged", "mpi-host") else 0,
+        bytes_nccl=g if comm == "nccl" else 0,
+    )
+
+
+def job_counts(layer_sizes, batch: int, procs: int, itemsize: int, comm: str = "mpi-staged",
+               batch_transfer: str = "pageable") -> list[BatchCounts]:
+    """One BatchCounts per rank for a batch of `batch` samples split over `procs`."""
+    return [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, procs) for b in pieces(batch, procs)]
+
+
+def reference_approx(D: int, H: int, B: int) -> dict[str, int]:
+    """The reference's Question 2.1 approximations (one dominant GEMM each)."""
+    return {"forward": 2 * B * H * D, "backward": 2 * B * H * D, "batch": 4 * B * H * D}

@@ -1,0 +1,25 @@
+"""Rooflines as closed forms of arithmetic intensity AI = FLOPs / bytes.
+
+standard:  y = min(P, AI * BW)                     ridge at AI = P / BW
+modified:  y = AI / (AI / P + 1 / BW)              (copies and compute serialised)
+
+The modified form follows from time = FLOPs / P + bytes / BW: divide FLOPs
+by that time and by bytes. It tends to P as AI grows, equals P / 2 at the
+ridge AI = P / BW, and never exceeds the standard roofline
+(docs/model.md derives it).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def standard_roofline(ai, peak_flops_per_s: float, bw_bytes_per_s: float):
+    return np.minimum(peak_flops_per_s, np.asarray(ai, dtype=float) * bw_bytes_per_s)
+
+
+def modified_roofline(ai, peak_flops_per_s: float, bw_bytes_per_s: float):
+    return ai / (ai / peak_flops_per_s + 1.0 / bw_bytes_per_s)
+
+
+def ridge_point(peak_flops_per_s: float, bw_bytes_per_s: float) -> float:
+    return peak_flops_per_s / bw_bytes_per_s

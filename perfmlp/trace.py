@@ -1,0 +1,295 @@
+"""Per-rank traces: the only contract between a run and its report.
+
+A run writes `traces/<run-id>/manifest.json` (rank 0; rewritten at the end
+with the status) and `rank-<r>.jsonl` per rank: a header line, one line per
+batch (flushed as written, so a killed run keeps every finished batch), one
+line per epoch and an end line. docs/trace-format.md describes every field.
+
+Timing per phase: CUDA events on the GPU (read when they have completed,
+never by synchronising the device), a monotonic clock on the CPU. FLOPs per
+phase are the model package's prices of the operations the network
+recorded with their launched shapes; bytes are counted where the copies and
+collectives are issued.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__
+from . import nvtx_range as nv
+from .errors import PerfmlpError
+from .model.costs import op_cost
+
+SCHEMA = "perfmlp.trace/1"
+PHASES = ("h2d", "forward", "loss", "backward", "d2h", "allreduce", "h2d_grad", "update")
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def versions() -> dict:
+    v = {"perfmlp": __version__, "python": platform.python_version()}
+    import numpy
+    v["numpy"] = numpy.__version__
+    for mod in ("cupy", "mpi4py", "nvtx"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            v[mod] = getattr(m, "__version__", "?")
+    if "cupy" in sys.modules:
+        try:
+            import cupy
+            v["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+            v["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+        except Exception:  # pragma: no cover - no device
+            pass
+    return v
+
+
+def machine_seen(world, backend: str) -> dict:
+    """Host, GPU name and count per node, gathered from every rank."""
+    me = {"host": socket.gethostname(), "gpu": None, "gpus_on_node": 0, "device": None}
+    if backend == "cupy":
+        import cupy
+        dev = cupy.cuda.Device()
+        me["device"] = dev.id
+        me["gpus_on_node"] = cupy.cuda.runtime.getDeviceCount()
+        me["gpu"] = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
+    ranks = world.allgather(me)
+    nodes: dict = {}
+    for r, m in enumerate(ranks):
+        n = nodes.setdefault(m["host"], {"gpu": m["gpu"], "gpu_count": m["gpus_on_node"], "ranks": []})
+        n["ranks"].append(r)
+    return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks], "cpu": platform.processor() or platform.machine()}
+
+
+class Tracer:
+    """Writes one rank's trace. `phase(name)` times and NVTX-marks a phase."""
+
+    def __init__(self, run_dir: Path, rank: int, world, cfg):
+        self.run_dir = run_dir
+        self.rank, self.world, self.cfg = rank, world, cfg
+        self.backend = "numpy"
+        self.itemsize = 4 if cfg.precision == "float32" else 8
+        self._f = open(run_dir / f"rank-{rank}.jsonl", "w")
+        self._write({"kind": "header", "schema": SCHEMA, "rank": rank, "size": world.size,
+                     "start": _now_iso(), "pid": os.getpid()})
+        self.t_start = time.perf_counter()
+        self.ops: list | None = []
+        self._phases: list = []
+        self._pending: list = []
+        self._phase_ops: list = []
+        self._batch_no = None
+        self._events = None
+        self._closed = False
+
+    # -- the hooks the training loop calls -----------------------------------------
+    def attach_gpu(self, cupy) -> None:
+        """Time phases with CUDA events from here on (pool reused batch after batch)."""
+        self._cupy = cupy
+        self._events = []
+
+    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
+        self._cur = {"kind": "batch", "epoch": epoch, "batch": batch, "samples": samples,
+                     "local_samples": local, "t0_s": time.perf_counter() - self.t_start}
+        self._phases = []
+        self._phase_ops = []
+        self.ops = []
+        nv.push("batch", batch)
+        if self._events is not None:
+            self._cur_events = [self._event()]
+        self._batch_no = batch
+
+    def phase(self, name: str):
+        return _Phase(self, name)
+
+    def end_batch(self, loss=None, reducer=None, batches=None) -> None:
+        nv.pop()
+        rec = self._cur
+        rec["loss"] = loss
+        flops: dict = {}
+        for name, i0, i1 in self._phase_ops:
+            flops[name] = flops.get(name, 0) + sum(op_cost(op, shape, self.itemsize)[0] for op, shape in self.ops[i0:i1])
+        rec["flops"] = flops
+        rec["ops"] = {name: i1 - i0 for name, i0, i1 in self._phase_ops if i1 > i0}
+        c = reducer.counts if reducer is not None else None
+        bsrc = getattr(batches, "bytes_h2d", 0)
+        rec["bytes_h2d"] = bsrc + (c.bytes_h2d if c else 0)
+        rec["bytes_d2h"] = c.bytes_d2h if c else 0
+        rec["bytes_mpi"] = c.bytes_mpi if c else 0
+        rec["bytes_nccl"] = c.bytes_nccl if c else 0
+        rec["collectives"] = [list(x) for x in c.collectives] if c else []
+        if c:
+            c.reset()
+        if batches is not None and hasattr(batches, "bytes_h2d"):
+            batches.bytes_h2d = 0
+        rec["wall_ms"] = (time.perf_counter() - self.t_start - rec["t0_s"]) * 1e3
+        if self._events is None:
+            rec["t_ms"] = {n: [round(o, 6), round(d, 6)] for n, o, d in self._phases}
+            rec["clock"] = "host"
+            self._write(rec)
+        else:
+            self._pending.append((rec, self._cur_events, self._phases))
+            self._drain(block=False)
+
+    def end_epoch(self, **values) -> None:
+        self._drain(block=True)
+        self._write({"kind": "epoch", **{k: _jsonable(v) for k, v in values.items()}})
+
+    def close(self, status: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._drain(block=True)
+        except Exception:  # a failed device: keep what was written
+            pass
+        self._write({"kind": "end", "status": status, "end": _now_iso()})
+        self._f.close()
+        if self.rank == 0:
+            _finish_manifest(self.run_dir, status)
+
+    # -- internals ------------------------------------------------------------------
+    def _event(self):
+        if self._events:
+            ev = self._events.pop()
+        else:
+            ev = self._cupy.cuda.Event()
+        ev.record()
+        return ev
+
+    def _drain(self, block: bool) -> None:
+        """Write the GPU batches whose events have completed (all if block)."""
+        cupy = getattr(self, "_cupy", None)
+        while self._pending:
+            rec, events, phases = self._pending[0]
+            last = events[-1]
+            if block:
+                last.synchronize()
+            elif not last.done:
+                return
+            self._pending.pop(0)
+            t0 = events[0]
+            rec["t_ms"] = {}
+            for (name, i_start, i_end) in phases:
+                off = cupy.cuda.get_elapsed_time(t0, events[i_start])
+                dur = cupy.cuda.get_elapsed_time(events[i_start], events[i_end])
+                rec["t_ms"][name] = [round(off, 6), round(dur, 6)]
+            rec["t_ms_total"] = round(cupy.cuda.get_elapsed_time(t0, last), 6)
+            rec["clock"] = "cuda-events"
+            self._write(rec)
+            self._events.extend(events)
+
+    def _write(self, obj: dict) -> None:
+        self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._f.flush()
+
+
+class _Phase:
+    __slots__ = ("t", "name", "t0", "i0", "e0")
+
+    def __init__(self, tracer: Tracer, name: str):
+        self.t, self.name = tracer, name
+
+    def __enter__(self):
+        t = self.t
+        nv.push(self.name, t._batch_no)
+        self.i0 = len(t.ops) if t.ops is not None else 0
+        if t._events is not None:
+            self.e0 = len(t._cur_events) - 1  # this phase starts at the last recorded event
+        else:
+            self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        t = self.t
+        if t._events is not None:
+            t._cur_events.append(t._event())
+            t._phases.append((self.name, self.e0, len(t._cur_events) - 1))
+        else:
+            now = time.perf_counter()
+            t._phases.append((self.name, (self.t0 - t.t_start - t._cur["t0_s"]) * 1e3, (now - self.t0) * 1e3))
+        t._phase_ops.append((self.name, self.i0, len(t.ops) if t.ops is not None else 0))
+        nv.pop()
+        return False
+
+
+def _jsonable(v):
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def new_run_id(cfg, world) -> str:
+    if cfg.run_id:
+        return cfg.run_id
+    rid = None
+    if world.rank == 0:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        h = "x".join(str(h) for h in cfg.hidden_sizes)
+        rid = f"{stamp}-h{h}-b{cfg.batch_size}-p{world.size}-{os.getpid()}"
+    return world.bcast(rid)
+
+
+def make_tracer(cfg, world):
+    """A Tracer writing under cfg.trace_dir, or the no-op tracer with --no-trace."""
+    from .train import NullTracer
+    if not cfg.trace:
+        t = NullTracer()
+        t.run_dir = None
+        t.close = lambda status: None
+        return t
+    run_id = new_run_id(cfg, world)
+    run_dir = Path(cfg.trace_dir) / run_id
+    if world.rank == 0:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise PerfmlpError(f"trace folder {run_dir} already exists (choose another --run-id)") from None
+        except OSError as e:
+            raise PerfmlpError(f"cannot create trace folder {run_dir}: {e.strerror}") from None
+        manifest = {"schema": SCHEMA, "run_id": run_id, "config": cfg.to_dict(), "procs": world.size,
+                    "mpi_library": world.library, "start": _now_iso(), "end": None, "status": "running",
+                    "versions": versions(), "argv": sys.argv}
+        _write_json(run_dir / "manifest.json", manifest)
+    world.barrier()
+    return Tracer(run_dir, world.rank, world, cfg)
+
+
+def record_machine(tracer, world, backend: str) -> None:
+    """Add what the run saw (GPUs per node, library versions) to the manifest."""
+    if getattr(tracer, "run_dir", None) is None:
+        return
+    seen = machine_seen(world, backend)
+    if world.rank == 0:
+        path = tracer.run_dir / "manifest.json"
+        m = json.loads(path.read_text())
+        m["machine"] = seen
+        m["backend"] = backend
+        m["versions"] = versions()
+        m["mpi_library"] = world.library
+        _write_json(path, m)
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
+def _finish_manifest(run_dir: Path, status: str) -> None:
+    path = run_dir / "manifest.json"
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    m["status"], m["end"] = status, _now_iso()
+    _write_json(path, m)

@@ -1,0 +1,48 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mpiexec():
+    exe = shutil.which("mpiexec") or shutil.which("mpirun")
+    if exe is None:
+        pytest.skip("no mpiexec on PATH (pip install mpi4py mpich)")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed")
+    return exe
+
+
+def run_cmd(args, timeout=120, env=None, cwd=None):
+    """Run a command; return CompletedProcess (text)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e.pop("PERFMLP_FAULT", None)
+    if env:
+        e.update(env)
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or ROOT)
+
+
+def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):
+    cmd = [sys.executable, "-m", "perfmlp.run", *args]
+    if procs is not None:
+        cmd = [mpiexec(), "-n", str(procs), *cmd]
+    return run_cmd(cmd, timeout=timeout, env=env, cwd=cwd)
+
+
+def has_gpu():
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+gpu = pytest.mark.skipif(not has_gpu(), reason="needs CuPy and a CUDA GPU")

@@ -1,0 +1,84 @@
+import argparse
+
+import pytest
+
+from perfmlp import config as C
+from perfmlp.errors import PerfmlpError
+
+from conftest import run_perfmlp
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser()
+    C.add_arguments(ap)
+    return C.from_args(ap.parse_args(argv))
+
+
+def test_reference_defaults():
+    c = C.Config()
+    assert (c.input_size, c.hidden_sizes, c.num_classes) == (784, (512,), 10)
+    assert (c.reg, c.learning_rate, c.n_train, c.epochs, c.batch_size) == (1e-4, 1e-4, 38400, 1, 3200)
+    assert c.precision == "float32"
+    assert c.layer_sizes == (784, 512, 10)
+
+
+def test_yaml_then_flags(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("hidden_sizes: [1024, 1024]\nbatch_size: 100\nlearning_rate: 0.1\n")
+    c = parse(["--config", str(f), "--batch-size", "200", "--precision", "float64"])
+    assert c.hidden_sizes == (1024, 1024)
+    assert c.batch_size == 200 and c.learning_rate == 0.1 and c.precision == "float64"
+    assert parse(["--hidden-size", "1024"]).hidden_sizes == (1024,)
+    assert parse(["--hidden-sizes", "64,32"]).hidden_sizes == (64, 32)
+    assert parse(["--no-trace"]).trace is False
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"hidden_size": 3}, "unknown configuration key: hidden_size"),
+    ({"batch_size": 0}, "batch_size must be positive"),
+    ({"batch_size": -5}, "batch_size must be positive"),
+    ({"batch_size": 2.5}, "batch_size must be an integer"),
+    ({"epochs": True}, "epochs must be an integer"),
+    ({"learning_rate": "fast"}, "learning_rate must be a number"),
+    ({"reg": -1.0}, "reg must not be negative"),
+    ({"precision": "float16"}, "precision must be one of"),
+    ({"hidden_sizes": [512, 0]}, "hidden_sizes must all be positive"),
+    ({"hidden_sizes": []}, "hidden_sizes must be a non-empty list"),
+    ({"batch_size": 500, "n_train": 100}, "batch_size (500) is larger than n_train (100)"),
+])
+def test_bad_values_named(values, words):
+    with pytest.raises(PerfmlpError) as e:
+        C.from_mapping(values, where="x.yaml: ")
+    assert words in str(e.value)
+
+
+def test_yaml_is_safe_loaded(tmp_path):
+    f = tmp_path / "evil.yaml"
+    f.write_text("!!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(PerfmlpError, match="not valid YAML"):
+        C.load_yaml(f)
+
+
+def test_more_ranks_than_samples():
+    c = C.from_mapping({"n_train": 10, "batch_size": 4})  # batches 4, 4, 2
+    C.check_procs(c, 2)
+    with pytest.raises(PerfmlpError, match="last batch holds only 2 samples"):
+        C.check_procs(c, 3)
+    with pytest.raises(PerfmlpError, match="a batch holds only 4"):
+        C.check_procs(C.from_mapping({"n_train": 8, "batch_size": 4}), 5)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--batch-size", "abc"], "--batch-size must be an integer"),
+    (["--hidden-size", "0"], "hidden_sizes must all be positive"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--config", "/nonexistent.yaml"], "cannot read configuration file"),
+    (["--batch-size", "20000", "--n-train", "100"], "larger than n_train"),
+])
+def test_cli_errors_are_one_line(args, words):
+    r = run_perfmlp(*args, "--no-trace")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert words in lines[0]
+    assert "Traceback" not in r.stderr

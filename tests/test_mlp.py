@@ -1,0 +1,71 @@
+import numpy as np
+import pytest
+
+from perfmlp.mlp import Network, init_weights
+from perfmlp.model.costs import step_ops
+
+
+def loss_J(net, x, y, B):
+    net.forward(x)
+    net.loss(y)
+    return float(net.g.extra[0]) / B + net.weight_penalty()
+
+
+@pytest.mark.parametrize("sizes", [(6, 5, 3), (6, 5, 4, 3)])
+def test_gradient_matches_finite_differences(sizes):
+    rng = np.random.default_rng(1)
+    B = 7
+    net = Network(np, sizes, np.float64, lr=0.1, reg=0.05, global_batch=B)
+    net.set_params(init_weights(sizes, 2), [rng.standard_normal(n) for n in sizes[1:]])
+    x = rng.random((sizes[0], B))
+    y = np.eye(sizes[-1])[:, rng.integers(0, sizes[-1], B)]
+    net.forward(x)
+    net.loss(y)
+    net.backward()
+    analytic = net.g.params.copy()
+    analytic[:net.p.n_weights] += net.reg * net.p.weights  # the update adds the penalty's gradient
+    numeric = np.zeros_like(analytic)
+    eps = 1e-6
+    for i in range(net.p.n_params):
+        old = net.p.flat[i]
+        net.p.flat[i] = old + eps
+        jp = loss_J(net, x, y, B)
+        net.p.flat[i] = old - eps
+        jm = loss_J(net, x, y, B)
+        net.p.flat[i] = old
+        numeric[i] = (jp - jm) / (2 * eps)
+    rel = np.abs(analytic - numeric).max() / np.abs(numeric).max()
+    assert rel < 1e-7, rel
+
+
+def test_update_is_sgd_with_penalty_on_weights_only():
+    sizes = (3, 2, 2)
+    net = Network(np, sizes, np.float64, lr=0.5, reg=0.1, global_batch=1)
+    net.p.flat[:] = 1.0
+    net.g.flat[:] = 2.0
+    net.update()
+    # weights: 1 - 0.5 * (2 + 0.1 * 1) = -0.05 ; biases: 1 - 0.5 * 2 = 0
+    assert np.allclose(net.p.weights, -0.05) and np.allclose(net.p.biases, 0.0)
+
+
+def test_recorded_ops_are_the_models_step():
+    sizes = (8, 6, 5, 3)
+    net = Network(np, sizes, np.float32, lr=0.1, reg=0.0, global_batch=4)
+    net.set_params(init_weights(sizes, 0))
+    net.ops = []
+    net.forward(np.ones((8, 4), np.float32))
+    net.loss(np.eye(3, 4, dtype=np.float32))
+    net.backward()
+    net.update()
+    expected = [op for phase in step_ops(sizes, 4).values() for op in phase]
+    assert net.ops == expected
+
+
+def test_loss_is_stable_for_large_logits():
+    sizes = (2, 2, 2)
+    net = Network(np, sizes, np.float32, lr=0.1, reg=0.0, global_batch=1)
+    net.p.flat[:] = 0
+    net.p.b[1][...] = [500.0, -500.0]  # softmax(z) would underflow naively
+    net.forward(np.zeros((2, 1), np.float32))
+    net.loss(np.array([[0.0], [1.0]], np.float32))
+    assert np.isclose(float(net.g.extra[0]), 1000.0, rtol=1e-5)
