@@ -119,6 +119,20 @@ class HostBatches:
             return self.x[lo:hi].T, self.y[lo:hi].T
 
 
+def step(net, batches, reducer, lo: int, hi: int, phase) -> None:
+    """One training step on samples [lo, hi) of the (current) dataset order."""
+    x, y = batches.get(lo, hi, phase)
+    with phase("forward"):
+        net.forward(x)
+    with phase("loss"):
+        net.loss(y)
+    with phase("backward"):
+        net.backward()
+    reducer.reduce(net.g.flat, phase)
+    with phase("update"):
+        net.update()
+
+
 def build_backend(cfg: Config, world, xtrain, ytrain, tracer):
     """(array module, network, batch source, reducer, sync) for the configured backend."""
     dtype = np.dtype(cfg.precision)
@@ -194,16 +208,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
                 tracer.begin_batch(epoch, k, Bk, hi - lo)
                 net.ops = tracer.ops
                 t0 = time.perf_counter()
-                x, y = batches.get(start + lo, start + hi, tracer.phase)
-                with tracer.phase("forward"):
-                    net.forward(x)
-                with tracer.phase("loss"):
-                    net.loss(y)
-                with tracer.phase("backward"):
-                    net.backward()
-                reducer.reduce(net.g.flat, tracer.phase)
-                with tracer.phase("update"):
-                    net.update()
+                step(net, batches, reducer, start + lo, start + hi, tracer.phase)
                 ce = reducer.host_value(net.g.flat, net.g.n_params)  # None when it would cost a sync
                 if ce is not None:
                     if not np.isfinite(ce):

@@ -1,0 +1,98 @@
+"""`python -m perfmlp.model`: counts, AI, rooflines and predicted time per batch."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .machine import MachineError, load_machine
+from .summary import summary
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"perfmlp.model: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _hidden(text: str) -> list[int]:
+    return [_positive(t) for t in text.split(",")]
+
+
+def format_table(s: dict) -> str:
+    c, r, p = s["counts"], s["roofline"], s["prediction"]
+    per = c["per_rank"]
+    cfg = s["config"]
+    lines = [
+        f"machine: {s['machine']['name']} ({s['machine']['path']}{', calibrated' if s['machine']['calibrated'] else ''})",
+        f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']} over {cfg['procs']} "
+        f"process(es) ({per['b']} per rank), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}",
+        "",
+        f"{'FLOPs per rank':<28}{'exact':>16}{'approx (job)':>16}",
+    ]
+    ap = c["approx"]
+    for phase in ("forward", "loss", "backward", "update"):
+        approx = ap.get(phase, None)
+        lines.append(f"  {phase:<26}{per['flops'][phase]:>16,}{(f'{approx:,}' if approx else ''):>16}")
+    lines.append(f"  {'batch':<26}{per['flops_total']:>16,}{ap['batch']:>16,}")
+    lines += [
+        f"{'bytes H2D / D2H per rank':<28}{per['bytes_h2d']:>16,} / {per['bytes_d2h']:,}",
+        f"{'bytes to MPI / NCCL':<28}{per['bytes_mpi']:>16,} / {per['bytes_nccl']:,}",
+        f"{'job FLOPs / bytes copied':<28}{c['job']['flops_total']:>16,} / {c['job']['bytes_copied']:,}",
+        "",
+        f"AI (FLOPs per cudaMemcpy byte): {s['ai_flops_per_byte'] if s['ai_flops_per_byte'] is not None else 'inf (no copies)'}",
+        f"peak {r['peak_flops_per_s'] / 1e12:.2f} TFLOP/s, PCIe {r['pcie_bytes_per_s'] / 1e9:.1f} GB/s, "
+        f"ridge {r['ridge_flops_per_byte']:.0f} FLOP/B",
+        f"roofline per GPU: standard {r['standard_flops_per_s'] / 1e12:.3f} TFLOP/s, "
+        f"modified {r['modified_flops_per_s'] / 1e12:.3f} TFLOP/s",
+        "",
+        "predicted time per batch (us):",
+    ]
+    for k, v in p["terms_s"].items():
+        lines.append(f"  {k:<26}{v * 1e6:>12.1f}")
+    lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
+    lines.append(f"  {'overlapped lower bound':<26}{p['overlapped_s'] * 1e6:>12.1f}")
+    lines.append(f"predicted {p['job_flops_per_s'] / 1e12:.3f} TFLOP/s for the job, "
+                 f"{100 * p['utilisation']:.2f}% of {cfg['procs']} x peak")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = _Parser(prog="python -m perfmlp.model", description=__doc__)
+    ap.add_argument("--machine", default=None, help="machine file or name in models/ (default: quadro-rtx-6000)")
+    ap.add_argument("--input-size", type=_positive, default=784)
+    ap.add_argument("--hidden-size", "--hidden-sizes", dest="hidden", type=_hidden, default=[512])
+    ap.add_argument("--num-classes", type=_positive, default=10)
+    ap.add_argument("--batch-size", type=_positive, default=3200)
+    ap.add_argument("--procs", type=_positive, default=1)
+    ap.add_argument("--precision", choices=("float32", "float64"), default="float32")
+    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi-host"), default="mpi-staged")
+    ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable")
+    ap.add_argument("--json", action="store_true", help="print JSON (schema: docs/model.md)")
+    a = ap.parse_args(argv)
+    if a.procs > a.batch_size:
+        print(f"perfmlp.model: error: {a.procs} processes but a batch of {a.batch_size}", file=sys.stderr)
+        return 2
+    try:
+        m = load_machine(a.machine)
+    except MachineError as e:
+        print(f"perfmlp.model: error: {e}", file=sys.stderr)
+        return 2
+    s = summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.precision, a.comm,
+                a.batch_transfer)
+    print(json.dumps(s, indent=1) if a.json else format_table(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

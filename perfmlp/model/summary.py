@@ -1,0 +1,64 @@
+"""Counts, arithmetic intensity, roofline values and the predicted time of
+one configuration on one machine, as one JSON-ready dict (schema in
+docs/model.md)."""
+from __future__ import annotations
+
+import math
+
+from .costs import batch_counts, pieces, reference_approx
+from .machine import Machine
+from .predict import predict_batch, staging_memory
+from .roofline import modified_roofline, ridge_point, standard_roofline
+
+SCHEMA = "perfmlp.model/1"
+
+
+def pcie_bw(machine: Machine, batch_transfer: str) -> float:
+    """The host-device bandwidth the run's copies see (H2D, its memory kind)."""
+    return machine.copy_bw("h2d", "pageable" if batch_transfer == "pageable" else "pinned")
+
+
+def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
+            comm: str = "mpi-staged", batch_transfer: str = "pageable") -> dict:
+    itemsize = 4 if precision == "float32" else 8
+    per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, procs) for b in pieces(batch, procs)]
+    big = per[0]  # the largest piece (the first ranks get the extra sample)
+    pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer)
+    P = machine.peak_flops_per_s(precision)
+    bw = pcie_bw(machine, batch_transfer)
+    ai = big.flops_total / big.bytes_copied if big.bytes_copied else math.inf
+    job_flops = sum(c.flops_total for c in per)
+    job_bytes = sum(c.bytes_copied for c in per)
+    D, H = layer_sizes[0], layer_sizes[1]
+    fin = (lambda v: None if v is None or not math.isfinite(v) else float(v))
+    return {
+        "schema": SCHEMA,
+        "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
+        "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
+                   "comm": comm, "batch_transfer": batch_transfer},
+        "counts": {
+            "per_rank": {"b": big.b, "flops": big.flops, "flops_total": big.flops_total,
+                         "kernels": big.kernels, "mem_bytes": big.mem_bytes,
+                         "bytes_h2d": big.bytes_h2d, "bytes_d2h": big.bytes_d2h,
+                         "bytes_mpi": big.bytes_mpi, "bytes_nccl": big.bytes_nccl},
+            "job": {"flops_total": job_flops, "bytes_copied": job_bytes},
+            "approx": reference_approx(D, H, batch),
+        },
+        "ai_flops_per_byte": fin(ai),
+        "roofline": {
+            "peak_flops_per_s": P,
+            "pcie_bytes_per_s": bw,
+            "ridge_flops_per_byte": ridge_point(P, bw),
+            "standard_flops_per_s": float(standard_roofline(ai, P, bw)) if math.isfinite(ai) else P,
+            "modified_flops_per_s": float(modified_roofline(ai, P, bw)) if math.isfinite(ai) else P,
+            "job_peak_flops_per_s": procs * P,
+        },
+        "prediction": {
+            "terms_s": pred.terms,
+            "total_s": pred.total_s,
+            "overlapped_s": pred.overlapped_s,
+            "staging_memory": staging_memory(batch_transfer) if comm == "mpi-staged" else None,
+            "job_flops_per_s": job_flops / pred.total_s,
+            "utilisation": job_flops / pred.total_s / (procs * P),
+        },
+    }

@@ -1,0 +1,82 @@
+"""GPU tests: skipped without CuPy and a GPU; run on the GPU machine."""
+import numpy as np
+import pytest
+
+from conftest import gpu, run_perfmlp, has_gpu
+from perfmlp.mlp import Network, init_weights
+
+
+def test_cupy_without_gpu_is_one_line_error():
+    if has_gpu():
+        pytest.skip("a GPU is present")
+    r = run_perfmlp("--backend", "cupy", "--no-trace", "--data", "synthetic", "--n-train", "40",
+                    "--batch-size", "20", "--input-size", "10", "--hidden-size", "4")
+    assert r.returncode == 2
+    assert "--backend cupy:" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["cublas", "naive", "tiled", "regblock"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
+def test_gemm_kernels_match_float64_reference(kind, dtype, trans_a, trans_b):
+    import cupy as cp
+    from perfmlp.gpu import gemm
+    rng = np.random.default_rng(hash((kind, trans_a, trans_b)) % 2**32)
+    M, N, K = 67, 131, 45  # odd sizes: partial tiles everywhere
+    a = rng.standard_normal((K, M) if trans_a else (M, K))
+    b = rng.standard_normal((N, K) if trans_b else (K, N))
+    da, db = cp.asarray(a.astype(dtype)), cp.asarray(b.astype(dtype))
+    da = da.T if trans_a else da
+    db = db.T if trans_b else db
+    out = cp.full((M, N), np.nan, dtype)  # poisoned: every element must be written
+    gemm(cp, kind, da, db, out=out)
+    ref = (a.T if trans_a else a) @ (b.T if trans_b else b)
+    err = np.linalg.norm(out.get() - ref) / np.linalg.norm(ref)
+    assert err < (1e-5 if dtype == np.float32 else 1e-12), err
+
+
+@gpu
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("gemm_kind", ["cublas", "regblock"])
+def test_gpu_step_matches_numpy(dtype, tol, gemm_kind):
+    import cupy as cp
+    from perfmlp.gpu import GpuNetwork
+    sizes, b = (33, 17, 10), 23
+    rng = np.random.default_rng(5)
+    w = init_weights(sizes, 1)
+    bs = [rng.standard_normal(n) * 0.1 for n in sizes[1:]]
+    xrows = rng.random((b, sizes[0])).astype(dtype)
+    yrows = np.eye(10, dtype=dtype)[rng.integers(0, 10, b)]
+    cpu = Network(np, sizes, dtype, lr=0.3, reg=0.01, global_batch=40)
+    gpu_net = GpuNetwork(cp, sizes, dtype, 0.3, 0.01, 40, max_local=b + 5, gemm_kind=gemm_kind)
+    for net in (cpu, gpu_net):
+        net.set_params(w, bs)
+    cpu.forward(xrows.T); cpu.loss(yrows.T); cpu.backward()
+    xd, yd = cp.asarray(xrows), cp.asarray(yrows)
+    gpu_net.forward(xd.T); gpu_net.loss(yd.T); gpu_net.backward()
+    g_cpu, g_gpu = cpu.g.flat, gpu_net.g.flat.get()
+    assert np.abs(g_gpu - g_cpu).max() / np.abs(g_cpu).max() < tol
+    cpu.update(); gpu_net.update()
+    assert np.abs(gpu_net.p.flat.get() - cpu.p.flat).max() < tol
+    # the update moved the loss slot into the epoch sum and cleared it
+    assert float(gpu_net.g.extra.get()[0]) == 0.0
+    assert np.isclose(gpu_net.take_epoch_loss_sum(), float(g_cpu[-1]), rtol=10 * tol)
+
+
+@gpu
+@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
+@pytest.mark.parametrize("comm", ["mpi-staged", "nccl"])
+def test_gpu_training_matches_cpu(tmp_path, transfer, comm):
+    base = ["--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64",
+            "--hidden-size", "32", "--learning-rate", "0.5", "--epochs", "2", "--precision", "float64",
+            "--no-trace"]
+    r = run_perfmlp(*base, "--backend", "numpy", "--save-params", str(tmp_path / "cpu"))
+    assert r.returncode == 0, r.stderr
+    r = run_perfmlp(*base, "--backend", "cupy", "--batch-transfer", transfer, "--comm", comm,
+                    "--save-params", str(tmp_path / "gpu"))
+    assert r.returncode == 0, r.stderr
+    a = np.load(tmp_path / "cpu" / "final.npz")
+    b = np.load(tmp_path / "gpu" / "final.npz")
+    for k in a.files:
+        assert np.abs(a[k] - b[k]).max() < 1e-10, k
