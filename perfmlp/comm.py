@@ -57,7 +57,7 @@ class MPIWorld:
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.library = MPI.Get_library_version().strip().splitlines()[0]
+        self.library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")
 
     def allreduce_sum(self, buf: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)

@@ -117,7 +117,7 @@ def synthetic(n: int, input_size: int = 784, num_classes: int = 10, seed: int = 
         for axis in (1, 2):
             p = (p + np.roll(p, 1, axis) + np.roll(p, -1, axis)) / 3
         protos = p.reshape(num_classes, input_size)
-    protos = protos / protos.max(axis=1, keepdims=True)
+    protos = (protos / protos.max(axis=1, keepdims=True)).astype(np.float32)
     labels = rng.integers(0, num_classes, size=n).astype(np.uint8)
     x = protos[labels]
     if square:
@@ -129,8 +129,9 @@ def synthetic(n: int, input_size: int = 784, num_classes: int = 10, seed: int = 
                 if s and sel.any():
                     x[sel] = np.roll(x[sel], s, axis=axis)
         x = x.reshape(n, input_size)
-    x = x * 255 * rng.uniform(0.6, 1.0, size=(n, 1)) + rng.normal(0, 20, size=x.shape)
-    images = np.clip(x, 0, 255).astype(np.uint8)
+    x *= (255 * rng.uniform(0.6, 1.0, size=(n, 1))).astype(np.float32)
+    x += rng.standard_normal(size=x.shape, dtype=np.float32) * np.float32(20)
+    images = np.clip(x, 0, 255, out=x).astype(np.uint8)
     return Dataset(images, labels, f"synthetic ({n} samples, seed {seed})")
 
 

@@ -87,6 +87,7 @@ class Tracer:
         self._phases: list = []
         self._pending: list = []
         self._phase_ops: list = []
+        self._counts_cache: dict = {}
         self._batch_no = None
         self._events = None
         self._closed = False
@@ -115,30 +116,57 @@ class Tracer:
         nv.pop()
         rec = self._cur
         rec["loss"] = loss
-        flops: dict = {}
-        for name, i0, i1 in self._phase_ops:
-            flops[name] = flops.get(name, 0) + sum(op_cost(op, shape, self.itemsize)[0] for op, shape in self.ops[i0:i1])
-        rec["flops"] = flops
-        rec["ops"] = {name: i1 - i0 for name, i0, i1 in self._phase_ops if i1 > i0}
+        rec["counts"] = self._counts_json()
         c = reducer.counts if reducer is not None else None
         bsrc = getattr(batches, "bytes_h2d", 0)
-        rec["bytes_h2d"] = bsrc + (c.bytes_h2d if c else 0)
-        rec["bytes_d2h"] = c.bytes_d2h if c else 0
-        rec["bytes_mpi"] = c.bytes_mpi if c else 0
-        rec["bytes_nccl"] = c.bytes_nccl if c else 0
-        rec["collectives"] = [list(x) for x in c.collectives] if c else []
+        rec["bytes"] = (bsrc + (c.bytes_h2d if c else 0), c.bytes_d2h if c else 0,
+                        c.bytes_mpi if c else 0, c.bytes_nccl if c else 0)
+        rec["collectives"] = json.dumps(c.collectives, separators=(",", ":")) if c else "[]"
         if c:
             c.reset()
-        if batches is not None and hasattr(batches, "bytes_h2d"):
+        if bsrc:
             batches.bytes_h2d = 0
         rec["wall_ms"] = (time.perf_counter() - self.t_start - rec["t0_s"]) * 1e3
         if self._events is None:
-            rec["t_ms"] = {n: [round(o, 6), round(d, 6)] for n, o, d in self._phases}
+            rec["t_ms"] = self._phases
             rec["clock"] = "host"
-            self._write(rec)
+            self._write_batch(rec)
         else:
             self._pending.append((rec, self._cur_events, self._phases))
             self._drain(block=False)
+
+    def _counts_json(self) -> str:
+        """FLOPs and operations per phase as a JSON fragment, priced once per
+        distinct list of launched shapes (the model's formulas, cached)."""
+        key = (tuple(self.ops), tuple(self._phase_ops))
+        frag = self._counts_cache.get(key)
+        if frag is None:
+            flops: dict = {}
+            ops: dict = {}
+            for name, i0, i1 in self._phase_ops:
+                flops[name] = flops.get(name, 0) + sum(op_cost(op, shape, self.itemsize)[0]
+                                                       for op, shape in self.ops[i0:i1])
+                if i1 > i0:
+                    ops[name] = ops.get(name, 0) + i1 - i0
+            frag = ('"flops":' + json.dumps(flops, separators=(",", ":")) +
+                    ',"ops":' + json.dumps(ops, separators=(",", ":")))
+            self._counts_cache[key] = frag
+        return frag
+
+    def _write_batch(self, rec: dict) -> None:
+        """One batch line, composed by hand: json.dumps of the whole record
+        costs more host time than the step's kernel launches."""
+        t = ",".join(f'"{n}":[{o:.6f},{d:.6f}]' for n, o, d in rec["t_ms"])
+        h2d, d2h, mpi, nccl = rec["bytes"]
+        loss = "null" if rec["loss"] is None else repr(float(rec["loss"]))
+        total = f',"t_ms_total":{rec["t_ms_total"]:.6f}' if "t_ms_total" in rec else ""
+        self._f.write(
+            f'{{"kind":"batch","epoch":{rec["epoch"]},"batch":{rec["batch"]},"samples":{rec["samples"]},'
+            f'"local_samples":{rec["local_samples"]},"t0_s":{rec["t0_s"]:.6f},"loss":{loss},{rec["counts"]},'
+            f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
+            f'"collectives":{rec["collectives"]},"wall_ms":{rec["wall_ms"]:.6f},"t_ms":{{{t}}}{total},'
+            f'"clock":"{rec["clock"]}"}}\n')
+        self._f.flush()
 
     def end_epoch(self, **values) -> None:
         self._drain(block=True)
@@ -177,15 +205,13 @@ class Tracer:
             elif not last.done:
                 return
             self._pending.pop(0)
+            el = cupy.cuda.get_elapsed_time
             t0 = events[0]
-            rec["t_ms"] = {}
-            for (name, i_start, i_end) in phases:
-                off = cupy.cuda.get_elapsed_time(t0, events[i_start])
-                dur = cupy.cuda.get_elapsed_time(events[i_start], events[i_end])
-                rec["t_ms"][name] = [round(off, 6), round(dur, 6)]
-            rec["t_ms_total"] = round(cupy.cuda.get_elapsed_time(t0, last), 6)
+            offs = [0.0] + [el(t0, e) for e in events[1:]]
+            rec["t_ms"] = [(name, offs[i0], offs[i1] - offs[i0]) for name, i0, i1 in phases]
+            rec["t_ms_total"] = offs[-1]
             rec["clock"] = "cuda-events"
-            self._write(rec)
+            self._write_batch(rec)
             self._events.extend(events)
 
     def _write(self, obj: dict) -> None:
