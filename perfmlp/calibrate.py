@@ -72,24 +72,40 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     res["mem_bw_bytes_per_s"] = 2 * src.nbytes / t
     del src, dst
     log(f"device copy: {res['mem_bw_bytes_per_s'] / 1e12:.2f} TB/s (read + write)")
-    # host <-> device copies
+    # host <-> device copies, 10 MB (a batch's size) at rotating offsets of a
+    # 256 MB host array, as the trainer copies a new slice every batch
     import cupyx
-    n = 10 * 1000 * 1000
+    n, big = 10 * 1000 * 1000, 256 * 1000 * 1000
     d = cp.empty(n, dtype=cp.uint8)
-    hp = np.ones(n, dtype=np.uint8)
-    hpin = cupyx.empty_pinned(n, dtype=np.uint8)
+    hp = np.ones(big, dtype=np.uint8)
+    hpin = cupyx.empty_pinned(big, dtype=np.uint8)
     hpin[...] = 1
     s = cp.cuda.get_current_stream()
     for direction in ("h2d", "d2h"):
         for mem, h in (("pageable", hp), ("pinned", hpin)):
-            fn = (lambda h=h: d.set(h, stream=s)) if direction == "h2d" else (lambda h=h: d.get(out=h, stream=s))
-            ts = _host_times(cp, fn, reps=20)
+            k = [0]
+
+            def fn(h=h, direction=direction):
+                off = (k[0] % (big // n)) * n
+                k[0] += 1
+                if direction == "h2d":
+                    d.set(h[off:off + n], stream=s)
+                else:
+                    d.get(out=h[off:off + n], stream=s)
+            ts = _host_times(cp, fn, reps=25)
             res[f"{direction}_{mem}_bytes_per_s"] = n / median(ts)
-            log(f"{direction} {mem} 10 MB: {res[f'{direction}_{mem}_bytes_per_s'] / 1e9:.1f} GB/s")
+            log(f"{direction} {mem} 10 MB (rotating over 256 MB): {res[f'{direction}_{mem}_bytes_per_s'] / 1e9:.1f} GB/s")
     d4, h4 = cp.empty(1, dtype=cp.float32), np.ones(1, dtype=np.float32)
     res["copy_latency_s"] = median(_host_times(cp, lambda: d4.set(h4), reps=200))
     log(f"4-byte H2D: {res['copy_latency_s'] * 1e6:.1f} us")
-    # host time per launched operation of the trainer's step, at a size where the GPU work is negligible
+    # host time per launched operation of the trainer's step, at a size where
+    # the GPU work is negligible: untraced, and with the tracer's hooks (the
+    # sweeps' runs are traced)
+    import tempfile
+    from .config import Config
+    from .comm import SingleWorld
+    from .trace import Tracer
+    from .train import NullTracer
     sizes, bl = (16, 16, 10), 16
     net = GpuNetwork(cp, sizes, "float32", 0.1, 0.0, bl, bl, "cublas")
     net.set_params(init_weights(sizes, 0))
@@ -99,20 +115,28 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     net.ops = []
     net.forward(x.T); net.loss(y.T); net.backward(); net.update()
     n_ops = len(net.ops)
-    net.ops = None
-
-    def tiny_step():
-        net.forward(x.T); net.loss(y.T); net.backward(); net.update()
-    for _ in range(20):
-        tiny_step()
-    s.synchronize()
-    t0 = time.perf_counter()
-    reps = 500
-    for _ in range(reps):
-        tiny_step()
-    s.synchronize()
-    res["launch_overhead_s"] = (time.perf_counter() - t0) / reps / n_ops
-    log(f"host time per launched operation: {res['launch_overhead_s'] * 1e6:.2f} us ({n_ops} per step)")
+    tracer = Tracer(Path(tempfile.mkdtemp()), 0, SingleWorld(), Config(precision="float32"))
+    tracer.attach_gpu(cp)
+    for key, tr in (("launch_overhead_s", NullTracer()), ("traced_launch_overhead_s", tracer)):
+        def tiny_step(tr=tr):
+            tr.begin_batch(0, 0, bl, bl)
+            net.ops = tr.ops
+            for name, fn in (("h2d", lambda: None), ("forward", lambda: net.forward(x.T)),
+                             ("loss", lambda: net.loss(y.T)), ("backward", net.backward), ("update", net.update)):
+                with tr.phase(name):
+                    fn()
+            tr.end_batch()
+        for _ in range(20):
+            tiny_step()
+        s.synchronize()
+        t0 = time.perf_counter()
+        reps = 500
+        for _ in range(reps):
+            tiny_step()
+        s.synchronize()
+        res[key] = (time.perf_counter() - t0) / reps / n_ops
+        log(f"host time per launched operation ({key}): {res[key] * 1e6:.2f} us ({n_ops} per step)")
+    tracer.close("complete")
     return res
 
 
@@ -227,10 +251,10 @@ def main(argv=None) -> int:
     points = coll.pop("points", None)
     res.update(coll)
     date = dt.date.today().isoformat()
-    measured = sorted(k for k in res if k != "gemm_flops_per_s")
+    measured = sorted(k for k in res if k not in ("gemm_flops_per_s", "traced_launch_overhead_s"))
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate on {gpu_name} x {world.size}, {date}: "
-                         f"{', '.join(measured)}, gemm_flops_per_s; the rest from {base.path} ({base.name}); "
+                         f"{', '.join(measured)}, gemm_flops_per_s; the rest from {Path(base.path).name} ({base.name}); "
                          f"peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
               "date": date, "gpus": world.size}
     for k in ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s",
@@ -239,6 +263,8 @@ def main(argv=None) -> int:
               "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"):
         values[k] = float(res.get(k, getattr(base, k)))
     values["gemm_flops_per_s"] = res.get("gemm_flops_per_s", [])
+    if "traced_launch_overhead_s" in res:
+        values["traced_launch_overhead_s"] = float(res["traced_launch_overhead_s"])
     machine_from_mapping(values, a.out)  # the file we write must load
     text = "# Written by python -m perfmlp.calibrate; do not edit by hand.\n" + machine_to_yaml(values)
     if points:

@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(runs)}] {rid}: {'ok' if ok else 'FAILED: ' + why}", flush=True)
         failed += not ok
     if not a.no_report:
-        from .report import main as report_main
+        from .report.__main__ import main as report_main
         rargs = [a.trace_dir] + (["--out", a.report_out] if a.report_out else []) + \
                 (["--machine", a.machine] if a.machine else [])
         report_main(rargs)

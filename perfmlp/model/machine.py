@@ -47,6 +47,7 @@ class Machine:
     nccl_alpha_s: float
     nccl_bw_bytes_per_s: float
     gemm_flops_per_s: tuple[GemmRate, ...] = ()
+    traced_launch_overhead_s: float = 0.0   # host time per operation with perfmlp's tracer on (0: as untraced)
     gpus: int = 1
     date: str = ""
     path: str = ""
@@ -73,7 +74,7 @@ class Machine:
         return min(rates, key=dist).flops_per_s
 
 
-_OPTIONAL = {"gemm_flops_per_s", "gpus", "date", "path"}
+_OPTIONAL = {"gemm_flops_per_s", "gpus", "date", "path", "traced_launch_overhead_s"}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 
@@ -120,6 +121,10 @@ def machine_from_mapping(data, where: str) -> Machine:
             raise MachineError(f"{where}: gpus must be a positive integer")
         values["gpus"] = data["gpus"]
     values["date"] = str(data.get("date", ""))
+    t = data.get("traced_launch_overhead_s", 0.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise MachineError(f"{where}: traced_launch_overhead_s must be a non-negative number, got {t!r}")
+    values["traced_launch_overhead_s"] = float(t)
     return Machine(**values)
 
 

@@ -4,15 +4,19 @@ Terms (seconds, for the slowest rank, i.e. the one with the largest piece):
 - gemm: each GEMM's FLOPs over the machine's rate for its shape (calibrated
   table when the file has one, else the peak);
 - elementwise: the other kernels' device-memory bytes over memory bandwidth;
-- launches: operations launched times the launch overhead;
+- launches: the host time to launch the step's operations (count times the
+  launch overhead) that the GPU work does not hide: the host enqueues kernels
+  while earlier ones run, so only max(0, launch time - GPU compute time)
+  adds to the batch;
 - h2d_batch: X and Y copied (two copies: latency + bytes / bandwidth each),
   zero when the data is resident;
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only);
 - allreduce: host MPI (alpha-beta, ring: 2(p-1) alpha + 2(p-1)/p n / bw) or
   NCCL (alpha + 2(p-1)/p n / bw); zero on one process.
 
-The serialised total is their sum; the overlapped lower bound is the max of
-the compute (gemm + elementwise + launches) and the copy/communication terms.
+The total is their sum (copies, communication and compute serialised, as the
+trainer runs them); the overlapped lower bound is the max of the compute
+(gemm + elementwise + launches) and the copy/communication terms.
 """
 from __future__ import annotations
 
@@ -49,7 +53,10 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
 
 
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-                  comm: str = "mpi-staged", batch_transfer: str = "pageable") -> Prediction:
+                  comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False) -> Prediction:
+    """Predicted time per batch. `traced`: the run has perfmlp's tracer on
+    (its host time per operation is the machine's traced_launch_overhead_s
+    where the file has one)."""
     itemsize = 4 if precision == "float32" else 8
     b = max(pieces(batch, procs))
     counts = batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, procs)
@@ -65,7 +72,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                 elem_s += nbytes / machine.mem_bw_bytes_per_s
     terms = dict.fromkeys(TERMS, 0.0)
     terms["gemm"], terms["elementwise"] = gemm_s, elem_s
-    terms["launches"] = n_ops * machine.launch_overhead_s
+    per_op = machine.traced_launch_overhead_s if traced and machine.traced_launch_overhead_s else \
+        machine.launch_overhead_s
+    host_s = n_ops * per_op
     if batch_transfer != "resident":
         mem = "pinned" if batch_transfer == "pinned" else "pageable"
         bw = machine.copy_bw("h2d", mem)
@@ -79,6 +88,13 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         terms["allreduce"] = ring_allreduce_s(g, procs, machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
     elif comm == "nccl":
         terms["allreduce"] = ring_allreduce_s(g, procs, machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s, steps_alpha=False)
+    # Without a synchronisation in the step (resident data, NCCL) the host
+    # enqueues the next step while the GPU runs this one: the launches hide
+    # behind everything the GPU does. Otherwise only behind the compute.
+    hidden_by = gemm_s + elem_s
+    if batch_transfer == "resident" and comm == "nccl":
+        hidden_by += terms["allreduce"]
+    terms["launches"] = max(0.0, host_s - hidden_by)
     total = sum(terms.values())
     compute = terms["gemm"] + terms["elementwise"] + terms["launches"]
     overlapped = max(compute, total - compute)

@@ -1,0 +1,210 @@
+"""The one reader of the trace format (docs/trace-format.md), plus a
+constructor from in-memory records for tests.
+
+`read_traces(folder)` reads every run under a folder and returns the runs it
+could read and one line per thing it skipped; `read_run(folder)` reads one.
+A run whose manifest or rank files lack their end (a killed run) is read
+with every finished batch and marked incomplete; a malformed line is
+reported by file and line and skipped.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = "perfmlp.trace/1"
+WARMUP_BATCHES = 1  # the first batch of the first epoch: JIT compilation, allocations
+
+
+class TraceError(ValueError):
+    """A run folder that cannot be read at all (one-line message)."""
+
+
+@dataclass
+class RankTrace:
+    rank: int
+    batches: list[dict] = field(default_factory=list)
+    epochs: list[dict] = field(default_factory=list)
+    end: dict | None = None
+
+
+@dataclass
+class Run:
+    run_id: str
+    manifest: dict
+    ranks: dict[int, RankTrace]
+    path: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    # -- what the manifest says ----------------------------------------------------
+    @property
+    def config(self) -> dict:
+        return self.manifest.get("config", {})
+
+    @property
+    def procs(self) -> int:
+        return int(self.manifest.get("procs", len(self.ranks)))
+
+    @property
+    def complete(self) -> bool:
+        return (self.manifest.get("status") == "complete" and len(self.ranks) == self.procs
+                and all(r.end is not None and r.end.get("status") == "complete" for r in self.ranks.values()))
+
+    @property
+    def status(self) -> str:
+        return "complete" if self.complete else f"incomplete ({self.manifest.get('status', '?')})"
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        c = self.config
+        return (c["input_size"], *c["hidden_sizes"], c["num_classes"])
+
+    @property
+    def comm(self) -> str:
+        c = self.config.get("comm", "auto")
+        if c != "auto":
+            return c
+        return "mpi-staged" if self.manifest.get("backend") == "cupy" else "mpi-host"
+
+    @property
+    def gpu(self) -> str | None:
+        nodes = (self.manifest.get("machine") or {}).get("nodes") or {}
+        names = {n.get("gpu") for n in nodes.values() if n.get("gpu")}
+        return sorted(names)[0] if names else None
+
+    # -- per batch ---------------------------------------------------------------------
+    def steady_batches(self) -> dict[tuple[int, int], dict[int, dict]]:
+        """(epoch, batch) -> {rank: record}, without the warm-up batch, only
+        batches that every rank finished."""
+        out: dict = {}
+        for r, rt in self.ranks.items():
+            for b in rt.batches:
+                if b["epoch"] == 0 and b["batch"] < WARMUP_BATCHES:
+                    continue
+                out.setdefault((b["epoch"], b["batch"]), {})[r] = b
+        return {k: v for k, v in out.items() if len(v) == len(self.ranks)}
+
+    def batch_time_ms(self, rec: dict) -> float:
+        return rec.get("t_ms_total") or rec["wall_ms"]
+
+    def batch_times_ms(self) -> list[float]:
+        """Time per batch of the job: the slowest rank's, per steady batch."""
+        return [max(self.batch_time_ms(rec) for rec in recs.values()) for recs in self.steady_batches().values()]
+
+    def median_batch_ms(self) -> float | None:
+        t = self.batch_times_ms()
+        return statistics.median(t) if t else None
+
+    def phase_ms(self, rank: int) -> dict[str, float]:
+        """Median duration of each phase on one rank over the steady batches."""
+        acc: dict[str, list] = {}
+        for recs in self.steady_batches().values():
+            for name, (_, dur) in recs[rank]["t_ms"].items():
+                acc.setdefault(name, []).append(dur)
+        return {k: statistics.median(v) for k, v in acc.items()}
+
+    def counters(self, rank: int) -> dict:
+        """FLOPs and bytes of one steady full-size batch on `rank` (the first one)."""
+        for recs in self.steady_batches().values():
+            rec = recs[rank]
+            if rec["samples"] == self.config.get("batch_size"):
+                return rec
+        return {}
+
+    @classmethod
+    def from_records(cls, manifest: dict, ranks: dict[int, list[dict]], run_id: str | None = None) -> "Run":
+        """A Run from in-memory records (the lines a run would write)."""
+        rts = {}
+        for r, recs in ranks.items():
+            rt = RankTrace(r)
+            for rec in recs:
+                _take(rt, rec)
+            rts[r] = rt
+        return cls(run_id or manifest.get("run_id", "run"), manifest, rts)
+
+
+def _take(rt: RankTrace, rec: dict) -> None:
+    kind = rec.get("kind")
+    if kind == "batch":
+        rt.batches.append(rec)
+    elif kind == "epoch":
+        rt.epochs.append(rec)
+    elif kind == "end":
+        rt.end = rec
+
+
+_BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "bytes_h2d", "bytes_d2h",
+               "bytes_mpi", "bytes_nccl")
+
+
+def read_run(folder: str | Path) -> Run:
+    folder = Path(folder)
+    mpath = folder / "manifest.json"
+    try:
+        manifest = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise TraceError(f"{folder}: no manifest.json") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{mpath}: unreadable manifest ({e.__class__.__name__})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise TraceError(f"{mpath}: not a perfmlp trace (schema {manifest.get('schema') if isinstance(manifest, dict) else '?'!r})")
+    if not isinstance(manifest.get("config"), dict):
+        raise TraceError(f"{mpath}: manifest has no configuration")
+    run = Run(manifest.get("run_id", folder.name), manifest, {}, str(folder))
+    for p in sorted(folder.glob("rank-*.jsonl")):
+        try:
+            rank = int(p.stem.split("-", 1)[1])
+        except ValueError:
+            run.problems.append(f"{p}: not a rank file name")
+            continue
+        rt = RankTrace(rank)
+        lines = p.read_text(errors="replace").split("\n")
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if not isinstance(rec, dict) or "kind" not in rec:
+                    raise ValueError("no kind")
+                if rec["kind"] == "header" and rec.get("schema") != SCHEMA:
+                    raise ValueError(f"schema {rec.get('schema')!r}")
+                if rec["kind"] == "batch":
+                    missing = [k for k in _BATCH_KEYS if k not in rec]
+                    if missing:
+                        raise ValueError(f"batch line without {missing[0]}")
+            except ValueError as e:
+                last = i == len(lines) or (i == len(lines) - 1 and not lines[-1])
+                what = "truncated last line (the run was cut off)" if last else f"malformed line ({e})"
+                run.problems.append(f"{p}:{i}: {what}")
+                continue
+            _take(rt, rec)
+        run.ranks[rank] = rt
+    if not run.ranks:
+        raise TraceError(f"{folder}: no rank-<r>.jsonl files")
+    missing = sorted(set(range(run.procs)) - set(run.ranks))
+    if missing:
+        run.problems.append(f"{folder}: rank file(s) missing for rank {', '.join(map(str, missing))}")
+    return run
+
+
+def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
+    """Every run under `folder` (any depth), and one line per skipped thing."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TraceError(f"{folder}: no such folder")
+    runs, skipped = [], []
+    dirs = sorted({p.parent for p in folder.rglob("manifest.json")} | {p.parent for p in folder.rglob("rank-*.jsonl")})
+    for d in dirs:
+        try:
+            run = read_run(d)
+        except TraceError as e:
+            skipped.append(str(e))
+            continue
+        skipped.extend(run.problems)
+        if not run.steady_batches():
+            skipped.append(f"{d}: no finished batch past the warm-up; not reported")
+            continue
+        runs.append(run)
+    return runs, skipped

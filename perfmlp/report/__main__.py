@@ -1,0 +1,28 @@
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import PerfmlpError
+from ..model.machine import MachineError
+from ..reader import TraceError
+from . import build
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.report", description="Roofline report from traces")
+    ap.add_argument("traces", help="folder holding run folders (any depth)")
+    ap.add_argument("--out", default=None, help="report folder (default reports/<name of the traces folder>)")
+    ap.add_argument("--machine", default=None, help="machine file (default: the calibrated file for the traces' GPU)")
+    a = ap.parse_args(argv)
+    out = a.out or str(Path("reports") / (Path(a.traces).resolve().name or "report"))
+    try:
+        path = build(a.traces, out, a.machine, log=lambda m: print(m, file=sys.stderr))
+    except (PerfmlpError, TraceError, MachineError) as e:
+        print(f"perfmlp.report: error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {path / 'report.md'} and {path / 'report.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The report's figures (matplotlib, Agg): each written as PNG and SVG."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..model.roofline import modified_roofline, standard_roofline
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, out: Path, name: str) -> list[Path]:
+    paths = []
+    for ext in ("png", "svg"):
+        p = out / f"{name}.{ext}"
+        fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
+        paths.append(p)
+    _plt().close(fig)
+    return paths
+
+
+MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}
+COLORS = {512: "tab:blue", 1024: "tab:orange", 2048: "tab:green"}
+
+
+def roofline(points, peak, bws: dict, kind: str, title: str, out: Path, name: str):
+    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs, label.
+    bws: label -> bytes/s. kind: 'modified' or 'standard'."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    ais = [p["ai"] for p in points] or [100.0]
+    lo, hi = min(ais) / 4, max(max(ais) * 8, max(peak / bw for bw in bws.values()) * 4)
+    x = np.logspace(np.log10(lo), np.log10(hi), 300)
+    styles = ["-", "--", ":", "-."]
+    for (label, bw), ls in zip(bws.items(), styles):
+        y = modified_roofline(x, peak, bw) if kind == "modified" else standard_roofline(x, peak, bw)
+        ax.plot(x, y, ls, color="black", lw=1.2, label=f"{kind} roofline, {label} {bw / 1e9:.1f} GB/s")
+        ridge = peak / bw
+        ax.axvline(ridge, color="grey", lw=0.6, ls=ls)
+        ax.annotate(f"ridge {ridge:.0f}", (ridge, peak * 0.03), rotation=90, fontsize=7, color="grey")
+    ax.axhline(peak, color="tab:red", lw=0.8)
+    ax.annotate(f"peak {peak / 1e12:.1f} TFLOP/s", (lo * 1.1, peak * 1.08), fontsize=8, color="tab:red")
+    seen = set()
+    for p in points:
+        c = COLORS.get(p["H"], "tab:purple")
+        m = MARKERS.get(p["procs"], "x")
+        lab = f"H={p['H']}, p={p['procs']}"
+        ax.scatter([p["ai"]], [p["measured"]], color=c, marker=m, s=40, zorder=3,
+                   label=(lab + " measured") if lab not in seen else None)
+        if p.get("predicted"):
+            ax.scatter([p["ai"]], [p["predicted"]], facecolors="none", edgecolors=c, marker=m, s=70, zorder=3)
+            ax.plot([p["ai"], p["ai"]], [p["measured"], p["predicted"]], color=c, lw=0.6, alpha=0.6)
+        seen.add(lab)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per cudaMemcpy byte)")
+    ax.set_ylabel("FLOP/s per GPU")
+    ax.set_title(title + "\nfilled: measured, hollow: predicted (calibrated model)", fontsize=10)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(fontsize=7, loc="lower right")
+    return save(fig, out, name)
+
+
+def scaling(groups, out: Path, name: str, title: str):
+    """groups: label -> list of (procs, time_ms, efficiency)."""
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, pts in groups.items():
+        pts = sorted(pts)
+        a1.plot([p for p, _, _ in pts], [t for _, t, _ in pts], "o-", label=label)
+        a2.plot([p for p, _, _ in pts], [100 * e for _, _, e in pts], "o-", label=label)
+    for a in (a1, a2):
+        a.set_xlabel("processes (GPUs)")
+        a.set_xticks([1, 2, 4])
+        a.grid(True, lw=0.3)
+    a1.set_ylabel("time per batch (ms)")
+    a1.set_yscale("log")
+    a2.set_ylabel("efficiency (%)")
+    a2.axhline(100, color="grey", lw=0.6)
+    a1.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return save(fig, out, name)
+
+
+PHASE_COLORS = {"h2d": "tab:red", "forward": "tab:blue", "loss": "tab:cyan", "backward": "tab:green",
+                "d2h": "tab:pink", "allreduce": "tab:purple", "h2d_grad": "tab:orange", "update": "tab:olive"}
+
+
+def phases(runs_phases, out: Path, name: str, title: str):
+    """runs_phases: list of (run label, {rank: {phase: ms}})."""
+    plt = _plt()
+    rows = [(f"{lab} r{r}", ph) for lab, per in runs_phases for r, ph in sorted(per.items())]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
+    for i, (lab, ph) in enumerate(rows):
+        left = 0.0
+        for name_, c in PHASE_COLORS.items():
+            v = ph.get(name_, 0.0)
+            if v:
+                ax.barh(i, v, left=left, color=c, label=name_ if i == 0 or name_ not in rows[0][1] else None)
+                left += v
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r[0] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("median time per batch (ms)")
+    ax.set_title(title, fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7, ncol=4, loc="lower right")
+    return save(fig, out, name)
+
+
+def measured_vs_predicted(rows, out: Path, name: str):
+    """rows: dicts with label, measured_ms, predicted_ms, datasheet_ms."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    m = np.array([r["measured_ms"] for r in rows])
+    for key, mk, lab in (("predicted_ms", "o", "calibrated"), ("datasheet_ms", "x", "datasheet")):
+        v = np.array([r[key] or np.nan for r in rows])
+        ax.scatter(m, v, marker=mk, label=lab, s=25)
+    lo, hi = m.min() / 2, m.max() * 2
+    x = np.array([lo, hi])
+    ax.plot(x, x, color="black", lw=0.8)
+    ax.fill_between(x, x * 0.95, x * 1.05, color="grey", alpha=0.2, label="±5%")
+    ax.plot(x, x * 0.85, ":", color="grey", lw=0.6)
+    ax.plot(x, x * 1.15, ":", color="grey", lw=0.6, label="±15%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured time per batch (ms)")
+    ax.set_ylabel("predicted time per batch (ms)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    return save(fig, out, name)
