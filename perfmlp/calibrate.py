@@ -256,7 +256,7 @@ def main(argv=None) -> int:
               "source": (f"measured by perfmlp.calibrate on {gpu_name} x {world.size}, {date}: "
                          f"{', '.join(measured)}, gemm_flops_per_s; the rest from {Path(base.path).name} ({base.name}); "
                          f"peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
-              "date": date, "gpus": world.size}
+              "date": date, "gpus": world.size if coll else max(world.size, base.gpus)}
     for k in ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s",
               "h2d_pageable_bytes_per_s", "h2d_pinned_bytes_per_s", "d2h_pageable_bytes_per_s",
               "d2h_pinned_bytes_per_s", "copy_latency_s", "launch_overhead_s", "mpi_alpha_s",

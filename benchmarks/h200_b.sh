@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Part B on a 4 x H200 machine: GPU tests, Nsight Systems run (2 ranks) with
+# Part B (2 or 4 x H200): GPU tests, Nsight Systems run (2 ranks) with
 # its SQLite export beside the trace, a cProfile run, the tracing-overhead
 # benchmark, the step benchmark (one GPU) and the calibration (4 GPUs).
 source benchmarks/gpu_env.sh
@@ -16,6 +16,7 @@ timeout 60 $MPIRUN -n 2 python3 -m perfmlp.run --backend cupy --data synthetic -
   --batch-transfer resident --comm nccl --cprofile --trace-dir $R/traces --run-id cprofile-p2-resident-nccl 2>&1 | tail -2
 echo "== tracing overhead"; timeout 120 python3 benchmarks/trace_overhead.py --out $R/trace_overhead.json 2>&1 | tail -4
 echo "== step benchmark"; timeout 200 python3 benchmarks/gpu_step.py --out $R --reps 50 2>&1 | tail -40
-echo "== calibrate"; timeout 150 $MPIRUN -n 4 python3 -m perfmlp.calibrate --base h200 \
+# one process: the single-GPU figures anew; MPI and NCCL from the 4-GPU calibration (--base)
+echo "== calibrate"; timeout 150 python3 -m perfmlp.calibrate --base models/h200-calibrated.yaml \
   --out $R/h200-calibrated.yaml 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -14
 tar czf $OUT/b.tgz -C $OUT b && ls -la $OUT/b.tgz
