@@ -415,7 +415,7 @@ def section_correctness(folder: Path) -> Section | None:
 
 def section_profiles(runs) -> Section | None:
     import pstats
-    profs = [(run, p) for run in runs for p in sorted(Path(run.path).glob("rank-*.prof"))] if runs else []
+    profs = [(run, p) for run in runs if run.path for p in sorted(Path(run.path).glob("rank-*.prof"))]
     if not profs:
         return None
     s = Section("Top Python functions (cProfile)")
@@ -506,13 +506,21 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
 
 
 def build(folder: str | Path, out: str | Path, machine: str | None = None, log=print) -> Path:
-    folder, out = Path(folder), Path(out)
+    """The report of every run under `folder`, written to `out`."""
+    folder = Path(folder)
     runs, skipped = read_traces(folder)
     for line in skipped:
         log(f"skipped: {line}")
     if not runs:
         from ..errors import PerfmlpError
         raise PerfmlpError(f"{folder}: no readable run" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    return build_from_runs(runs, skipped, out, machine, folder)
+
+
+def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machine: str | None = None,
+                    folder: Path | None = None) -> Path:
+    """The report of runs already read (or made with Run.from_records)."""
+    out = Path(out)
     ds, cal, primary = pick_machines(runs, machine)
     out.mkdir(parents=True, exist_ok=True)
     rows = [run_row(r, ds, cal) for r in runs]
@@ -527,10 +535,11 @@ def build(folder: str | Path, out: str | Path, machine: str | None = None, log=p
     sections.append(section_model(runs, rows, ds, cal, out))
     sections.append(section_scaling(rows, out))
     sections.append(section_phases(runs, rows, out))
-    for extra in (section_correctness(folder), section_profiles(runs), section_nsys(folder, runs)):
+    extras = (section_correctness(folder), section_profiles(runs), section_nsys(folder, runs)) if folder else ()
+    for extra in extras:
         if extra is not None:
             sections.append(extra)
-    header = [f"Traces: {folder} ({len(runs)} runs). Machine files: datasheet {ds.name} ({Path(ds.path).name})"
+    header = [f"Traces: {folder or 'in memory'} ({len(runs)} runs). Machine files: datasheet {ds.name} ({Path(ds.path).name})"
               + (f", calibrated {cal.name} ({Path(cal.path).name})" if cal else ", no calibrated file for this GPU")
               + ".", "Made by `python -m perfmlp.report` from the trace files alone."]
     render(sections, out, "perfmlp report", header)

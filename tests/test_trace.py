@@ -1,0 +1,124 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perfmlp.chrome import chrome_events
+from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
+from perfmlp.reader import read_run, read_traces
+
+from conftest import ROOT, mpiexec, run_perfmlp
+
+TINY = ["--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
+        "--n-train", "13", "--batch-size", "5"]
+
+
+def test_counters_match_hand_counts(tmp_path):
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "tiny")
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "tiny")
+    assert run.complete and [b["samples"] for b in run.ranks[0].batches] == [5, 5, 3]
+    b0 = run.ranks[0].batches[0]
+    # forward, b=5: W1 (3x4) @ X (4x5): 2*3*5*4 = 120; bias+sigmoid 4*3*5 = 60;
+    #               W2 (2x3) @ A1 (3x5): 2*2*5*3 = 60; bias 2*5 = 10  -> 250
+    assert b0["flops"]["forward"] == 250
+    # backward: dW2 2*2*3*5 = 60, db2 2*4 = 8, dA1 2*3*5*2 = 60, sigmoid' 3*3*5 = 45,
+    #           dW1 2*3*4*5 = 120, db1 3*4 = 12 -> 305
+    assert b0["flops"]["backward"] == 305
+    # update: 4 * (12 + 6) + 2 * (3 + 2) = 82
+    assert b0["flops"]["update"] == 82
+    # gradient buffer: 12 + 3 + 6 + 2 params + 1 loss slot = 24 float32 = 96 bytes, to MPI
+    assert b0["bytes_mpi"] == 96 and b0["collectives"] == [["MPI_Allreduce", 24]]
+    assert b0["bytes_h2d"] == b0["bytes_d2h"] == 0  # NumPy: nothing crosses PCIe
+
+
+def test_counters_match_the_model_on_three_ranks(tmp_path):
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "p3", procs=3)
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "p3")
+    assert run.complete and sorted(run.ranks) == [0, 1, 2]
+    sizes = (4, 3, 2)
+    for rank, rt in run.ranks.items():
+        for b in rt.batches:
+            local = pieces(b["samples"], 3)[rank]
+            assert b["local_samples"] == local
+            want = batch_counts(sizes, local, 4, "mpi-host", "resident")
+            for phase in ("forward", "loss", "backward", "update"):
+                assert b["flops"][phase] == want.flops[phase], (rank, b["batch"], phase)
+            assert b["bytes_mpi"] == grad_buffer_bytes(sizes, 4)
+
+
+def test_killed_run_is_read_and_marked_incomplete(tmp_path):
+    args = [sys.executable, "-m", "perfmlp.run", "--data", "synthetic", "--input-size", "200", "--hidden-size",
+            "300", "--n-train", "4000", "--batch-size", "10", "--epochs", "50", "--trace-dir", str(tmp_path),
+            "--run-id", "killed"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    f = tmp_path / "killed" / "rank-0.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not f.exists() or f.read_text().count("\n") < 6):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    run = read_run(tmp_path / "killed")
+    assert not run.complete and "incomplete" in run.status
+    assert len(run.ranks[0].batches) >= 5
+    runs, skipped = read_traces(tmp_path)
+    assert [r.run_id for r in runs] == ["killed"]
+
+
+def test_malformed_lines_are_reported_by_file_and_line(tmp_path):
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "m")
+    assert r.returncode == 0
+    f = tmp_path / "m" / "rank-0.jsonl"
+    lines = f.read_text().splitlines()
+    lines[2] = "{not json"
+    lines.insert(3, '{"kind": "batch", "epoch": 0}')
+    f.write_text("\n".join(lines) + "\n")
+    run = read_run(tmp_path / "m")
+    assert any(p.startswith(f"{f}:3: malformed line") for p in run.problems)
+    assert any(p.startswith(f"{f}:4: malformed line (batch line without batch)") for p in run.problems)
+    assert len(run.ranks[0].batches) == 2
+
+
+def test_chrome_export_has_one_event_per_range(tmp_path):
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "c")
+    assert r.returncode == 0
+    out = tmp_path / "c.json"
+    r = subprocess.run([sys.executable, "-m", "perfmlp.chrome", str(tmp_path / "c"), "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    run = read_run(tmp_path / "c")
+    ranges = sum(1 + len(b["t_ms"]) for b in run.ranks[0].batches)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == ranges == 3 * (1 + 6)  # 3 batches, each a batch range and 6 phases (NumPy: no copies)
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in xs)
+
+
+def test_no_trace_writes_nothing(tmp_path):
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--no-trace")
+    assert r.returncode == 0 and not any(tmp_path.iterdir())
+
+
+def test_cprofile_writes_rank_profiles(tmp_path):
+    import pstats
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "prof", "--cprofile")
+    assert r.returncode == 0, r.stderr
+    st = pstats.Stats(str(tmp_path / "prof" / "rank-0.prof"))
+    assert any(fn[2] == "_train" for fn in st.stats)
+
+
+def test_nvtx_range_is_free_without_a_profiler():
+    from perfmlp.nvtx_range import enabled, nvtx_range
+
+    @nvtx_range("decorated")
+    def f(x):
+        return x + 1
+    with nvtx_range("forward", payload=3):
+        assert f(1) == 2
+    assert enabled() is False
