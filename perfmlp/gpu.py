@@ -230,10 +230,59 @@ def _elem_strides(a):
 GEMMS = ("cublas", "naive", "tiled", "regblock")
 
 
+class CublasGemm:
+    """out = a @ b through cublas<S|D>gemm directly: cupy.matmul's dispatch
+    costs more host time than the launch itself at the trainer's sizes.
+
+    Row-major C (M x N) is column-major C^T, so C^T = B^T A^T: a C-ordered
+    operand is passed as it lies (op N), an F-ordered one (a transposed view)
+    with op T. Other layouts fall back to cupy.matmul."""
+
+    def __init__(self, cupy, dtype):
+        try:
+            from cupy_backends.cuda.libs import cublas
+        except ImportError:  # pragma: no cover - older CuPy
+            from cupy.cuda import cublas
+        self.cupy = cupy
+        self.fn = cublas.sgemm if np.dtype(dtype) == np.float32 else cublas.dgemm
+        self.handle = cupy.cuda.device.get_cublas_handle()
+        self._scalars = np.array([1.0, 0.0], dtype=dtype)  # alpha, beta (host pointer mode)
+        self.p_one = self._scalars.ctypes.data
+        self.p_zero = self.p_one + self._scalars.itemsize
+
+    def __call__(self, a, b, out):
+        M, K = a.shape
+        N = b.shape[1]
+        if b.flags.c_contiguous:
+            opb, ldb = 0, N
+        elif b.flags.f_contiguous:
+            opb, ldb = 1, K
+        else:
+            return self.cupy.matmul(a, b, out=out)
+        if a.flags.c_contiguous:
+            opa, lda = 0, K
+        elif a.flags.f_contiguous:
+            opa, lda = 1, M
+        else:
+            return self.cupy.matmul(a, b, out=out)
+        self.fn(self.handle, opb, opa, N, M, K, self.p_one, b.data.ptr, max(ldb, 1), a.data.ptr, max(lda, 1),
+                self.p_zero, out.data.ptr, max(N, 1))
+        return out
+
+
+_cublas_gemms: dict = {}
+
+
 def gemm(cupy, kind: str, a, b, out=None):
     """out = a @ b (2-D, any strides) with cuBLAS or one of the reference's kernels."""
     if kind == "cublas":
-        return cupy.matmul(a, b, out=out)
+        if out is None or not out.flags.c_contiguous:
+            return cupy.matmul(a, b, out=out)
+        key = (cupy.cuda.Device().id, a.dtype.char)
+        g = _cublas_gemms.get(key)
+        if g is None:
+            g = _cublas_gemms[key] = CublasGemm(cupy, a.dtype)
+        return g(a, b, out)
     M, K = a.shape
     K2, N = b.shape
     assert K == K2, (a.shape, b.shape)
@@ -267,6 +316,9 @@ class GpuNetwork(Network):
         self.k = {n: self.mod.get_function(n) for n in
                   ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")}
         self.gemm_kind = gemm_kind
+        self._cublas = CublasGemm(cupy, dtype) if gemm_kind == "cublas" else None
+        self._views: dict = {}
+        self._ints: dict = {}
         self.T = self.dtype.type
         self.ce_acc = cupy.zeros(1, dtype=dtype)
         L = len(layer_sizes) - 1
@@ -282,6 +334,8 @@ class GpuNetwork(Network):
         self._op("gemm", aa.shape[0], bb.shape[1], aa.shape[1])
         if self.capture is not None:
             self.capture.append((aa, bb, out))
+        if self._cublas is not None and out is not None:
+            return self._cublas(aa, bb, out)
         return gemm(self.cp, self.gemm_kind, aa, bb, out=out)
 
     @staticmethod
@@ -300,17 +354,33 @@ class GpuNetwork(Network):
             g, blk = self._grid(n)
             if l < L - 1:
                 self._op("bias_sigmoid", z.shape[0], b)
-                self.k["bias_sigmoid"](g, blk, (z, self.p.b[l], np.int64(n), np.int32(b)))
+                self.k["bias_sigmoid"](g, blk, (z, self.p.b[l], self._i64(n), self._i32(b)))
             else:
                 self._op("bias_add", z.shape[0], b)
-                self.k["bias_add"](g, blk, (z, self.p.b[l], np.int64(n), np.int32(b)))
+                self.k["bias_add"](g, blk, (z, self.p.b[l], self._i64(n), self._i32(b)))
             a = z
             self.acts.append(z)
 
-    @staticmethod
-    def _view(buf, b):
-        """A C-contiguous rows x b array on the front of a rows x max buffer."""
-        return buf.ravel()[: buf.shape[0] * b].reshape(buf.shape[0], b)
+    def _view(self, buf, b):
+        """A C-contiguous rows x b array on the front of a rows x max buffer
+        (made once per buffer and piece size)."""
+        key = (id(buf), b)
+        v = self._views.get(key)
+        if v is None:
+            v = self._views[key] = buf.ravel()[: buf.shape[0] * b].reshape(buf.shape[0], b)
+        return v
+
+    def _i32(self, v):
+        r = self._ints.get(("i", v))
+        if r is None:
+            r = self._ints[("i", v)] = np.int32(v)
+        return r
+
+    def _i64(self, v):
+        r = self._ints.get(("l", v))
+        if r is None:
+            r = self._ints[("l", v)] = np.int64(v)
+        return r
 
     def loss(self, y) -> None:
         """y: the C x b transposed view of the b x C one-hot rows."""
@@ -320,8 +390,8 @@ class GpuNetwork(Network):
         self._op("softmax_ce_grad", C, b)
         d = self._view(self.d[-1], b)
         g, blk = self._grid(b)
-        self.k["softmax_ce_grad"](g, blk, (z, y, d, self.g.extra, np.int32(C), np.int32(b),
-                                           self.T(1.0 / self.global_batch)))
+        self.k["softmax_ce_grad"](g, blk, (z, y, d, self.g.extra, self._i32(C), self._i32(b),
+                                           self._scale(self.global_batch)))
         self.delta = d
 
     def backward(self) -> None:
@@ -332,24 +402,33 @@ class GpuNetwork(Network):
             self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
             if l == L - 1:
                 self._op("row_sum", d.shape[0], b)
-                self.k["row_sum"]((d.shape[0],), (256,), (d, self.g.b[l], np.int32(b)))
+                self.k["row_sum"]((d.shape[0],), (256,), (d, self.g.b[l], self._i32(b)))
             if l > 0:
                 da = self._view(self.d[l - 1], b)
                 self.gemm(self.p.W[l], d, out=da, trans_a=True)
                 a = self.acts[l]
                 self._op("sigmoid_grad", a.shape[0], b)
                 self._op("row_sum", a.shape[0], b)
-                self.k["sigmoid_grad_row_sum"]((a.shape[0],), (256,), (da, a, self.g.b[l - 1], np.int32(b)))
+                self.k["sigmoid_grad_row_sum"]((a.shape[0],), (256,), (da, a, self.g.b[l - 1], self._i32(b)))
                 d = da
 
     def update(self) -> None:
         p, g = self.p, self.g
         self._op("update_weights", p.n_weights)
         self._op("update_biases", p.n_biases)
-        n = p.n_params
-        grid, blk = self._grid(n)
-        self.k["sgd_update"](grid, blk, (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
-                                         self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc))
+        args = self._ints.get("update")
+        if args is None:
+            n = p.n_params
+            args = self._ints["update"] = (self._grid(n), (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
+                                                           self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc))
+        (grid, blk), a = args
+        self.k["sgd_update"](grid, blk, a)
+
+    def _scale(self, batch):
+        r = self._ints.get(("s", batch))
+        if r is None:
+            r = self._ints[("s", batch)] = self.T(1.0 / batch)
+        return r
 
     def take_epoch_loss_sum(self) -> float:
         v = float(self.ce_acc.get()[0])  # a sync, once per epoch
@@ -460,11 +539,12 @@ class NcclReducer:
         self.comm = nccl.NcclCommunicator(world.size, uid, world.rank)
         self.counts = Counts()
         self._dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
+        self._stream_ptr = cupy.cuda.get_current_stream().ptr
 
     def reduce(self, flat, phase) -> None:
-        stream = self.cp.cuda.get_current_stream()
         with phase("allreduce"):
-            self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM, stream.ptr)
+            self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM,
+                                self._stream_ptr)
         self.counts.bytes_nccl += flat.nbytes
         self.counts.collectives.append(("ncclAllReduce", int(flat.size)))
 

@@ -36,8 +36,18 @@ def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _git_commit() -> str | None:
+    import subprocess
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                           cwd=Path(__file__).resolve().parent)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def versions() -> dict:
-    v = {"perfmlp": __version__, "python": platform.python_version()}
+    v = {"perfmlp": __version__, "perfmlp_git": _git_commit(), "python": platform.python_version()}
     import numpy
     v["numpy"] = numpy.__version__
     for mod in ("cupy", "mpi4py", "nvtx"):
@@ -88,14 +98,20 @@ class Tracer:
         self._pending: list = []
         self._phase_ops: list = []
         self._counts_cache: dict = {}
+        self._phase_objs: dict = {}
+        self._coll_cache: dict = {}
         self._batch_no = None
         self._events = None
         self._closed = False
 
     # -- the hooks the training loop calls -----------------------------------------
     def attach_gpu(self, cupy) -> None:
-        """Time phases with CUDA events from here on (pool reused batch after batch)."""
+        """Time phases with CUDA events from here on (pool reused batch after
+        batch; recorded and read through the runtime directly, as the Event
+        wrappers cost host time on every phase)."""
         self._cupy = cupy
+        self._rt = cupy.cuda.runtime
+        self._stream_ptr = cupy.cuda.get_current_stream().ptr
         self._events = []
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
@@ -110,7 +126,10 @@ class Tracer:
         self._batch_no = batch
 
     def phase(self, name: str):
-        return _Phase(self, name)
+        p = self._phase_objs.get(name)
+        if p is None:
+            p = self._phase_objs[name] = _Phase(self, name)
+        return p
 
     def end_batch(self, loss=None, reducer=None, batches=None) -> None:
         nv.pop()
@@ -121,7 +140,7 @@ class Tracer:
         bsrc = getattr(batches, "bytes_h2d", 0)
         rec["bytes"] = (bsrc + (c.bytes_h2d if c else 0), c.bytes_d2h if c else 0,
                         c.bytes_mpi if c else 0, c.bytes_nccl if c else 0)
-        rec["collectives"] = json.dumps(c.collectives, separators=(",", ":")) if c else "[]"
+        rec["collectives"] = self._collectives_json(c.collectives) if c else "[]"
         if c:
             c.reset()
         if bsrc:
@@ -134,6 +153,13 @@ class Tracer:
         else:
             self._pending.append((rec, self._cur_events, self._phases))
             self._drain(block=False)
+
+    def _collectives_json(self, coll: list) -> str:
+        key = tuple(coll)
+        j = self._coll_cache.get(key)
+        if j is None:
+            j = self._coll_cache[key] = json.dumps(coll, separators=(",", ":"))
+        return j
 
     def _counts_json(self) -> str:
         """FLOPs and operations per phase as a JSON fragment, priced once per
@@ -187,16 +213,12 @@ class Tracer:
 
     # -- internals ------------------------------------------------------------------
     def _event(self):
-        if self._events:
-            ev = self._events.pop()
-        else:
-            ev = self._cupy.cuda.Event()
-        ev.record()
+        ev = self._events.pop() if self._events else self._cupy.cuda.Event()
+        self._rt.eventRecord(ev.ptr, self._stream_ptr)
         return ev
 
     def _drain(self, block: bool) -> None:
         """Write the GPU batches whose events have completed (all if block)."""
-        cupy = getattr(self, "_cupy", None)
         while self._pending:
             rec, events, phases = self._pending[0]
             last = events[-1]
@@ -205,9 +227,9 @@ class Tracer:
             elif not last.done:
                 return
             self._pending.pop(0)
-            el = cupy.cuda.get_elapsed_time
-            t0 = events[0]
-            offs = [0.0] + [el(t0, e) for e in events[1:]]
+            el = self._rt.eventElapsedTime
+            t0 = events[0].ptr
+            offs = [0.0] + [el(t0, e.ptr) for e in events[1:]]
             rec["t_ms"] = [(name, offs[i0], offs[i1] - offs[i0]) for name, i0, i1 in phases]
             rec["t_ms_total"] = offs[-1]
             rec["clock"] = "cuda-events"
@@ -227,7 +249,8 @@ class _Phase:
 
     def __enter__(self):
         t = self.t
-        nv.push(self.name, t._batch_no)
+        if nv._ENABLED:
+            nv.push(self.name, t._batch_no)
         self.i0 = len(t.ops) if t.ops is not None else 0
         if t._events is not None:
             self.e0 = len(t._cur_events) - 1  # this phase starts at the last recorded event
@@ -244,7 +267,8 @@ class _Phase:
             now = time.perf_counter()
             t._phases.append((self.name, (self.t0 - t.t_start - t._cur["t0_s"]) * 1e3, (now - self.t0) * 1e3))
         t._phase_ops.append((self.name, self.i0, len(t.ops) if t.ops is not None else 0))
-        nv.pop()
+        if nv._ENABLED:
+            nv.pop()
         return False
 
 

@@ -66,12 +66,14 @@ class Result:
     batches: int = 0
 
 
+_FAULT = os.environ.get("PERFMLP_FAULT")
+
+
 def fault_hook(rank: int, batch: int) -> None:
     """Testing hook: PERFMLP_FAULT=RANK:BATCH makes that rank raise there, so
     tests can show that one rank's failure ends the whole job."""
-    spec = os.environ.get("PERFMLP_FAULT")
-    if spec:
-        r, b = (int(t) for t in spec.split(":"))
+    if _FAULT:
+        r, b = (int(t) for t in _FAULT.split(":"))
         if r == rank and b == batch:
             raise RuntimeError(f"injected fault at batch {batch}")
 
