@@ -30,6 +30,7 @@ from .model.costs import op_cost
 
 SCHEMA = "perfmlp.trace/1"
 PHASES = ("h2d", "forward", "loss", "backward", "d2h", "allreduce", "h2d_grad", "update")
+DRAIN_AT = "backward"  # finished batches are written as this phase starts (the host is ahead of the GPU)
 
 
 def _now_iso() -> str:
@@ -151,8 +152,9 @@ class Tracer:
             rec["clock"] = "host"
             self._write_batch(rec)
         else:
+            # written later, when the next batch's backward phase starts: the
+            # host then waits on the GPU anyway, so the writing costs no time
             self._pending.append((rec, self._cur_events, self._phases))
-            self._drain(block=False)
 
     def _collectives_json(self, coll: list) -> str:
         key = tuple(coll)
@@ -249,6 +251,8 @@ class _Phase:
 
     def __enter__(self):
         t = self.t
+        if t._pending and self.name == DRAIN_AT:
+            t._drain(block=False)
         if nv._ENABLED:
             nv.push(self.name, t._batch_no)
         self.i0 = len(t.ops) if t.ops is not None else 0
