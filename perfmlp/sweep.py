@@ -78,6 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--report-out", default=None)
     ap.add_argument("--machine", default=None, help="machine file for the report")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    ap.add_argument("--max-procs", type=int, default=None, help="skip runs that need more processes")
     a = ap.parse_args(argv)
     try:
         runs = expand(load_yaml(a.file), a.file)
@@ -89,6 +90,9 @@ def main(argv=None) -> int:
     cfg_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     for i, (rid, procs, values) in enumerate(runs, 1):
+        if a.max_procs and procs > a.max_procs:
+            print(f"[{i}/{len(runs)}] {rid}: needs {procs} processes (--max-procs {a.max_procs}), skipped", flush=True)
+            continue
         if (Path(a.trace_dir) / rid / "manifest.json").exists():
             print(f"[{i}/{len(runs)}] {rid}: already traced, skipped", flush=True)
             continue
