@@ -72,29 +72,53 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     res["mem_bw_bytes_per_s"] = 2 * src.nbytes / t
     del src, dst
     log(f"device copy: {res['mem_bw_bytes_per_s'] / 1e12:.2f} TB/s (read + write)")
-    # host <-> device copies, 10 MB (a batch's size) at rotating offsets of a
-    # 256 MB host array, as the trainer copies a new slice every batch
+    # host <-> device copies at the trainer's two sizes (the gradient buffer,
+    # the X of a batch), at rotating offsets of a 256 MB host array as the
+    # trainer copies a new slice every batch; t = latency + bytes / bandwidth
     import cupyx
-    n, big = 10 * 1000 * 1000, 256 * 1000 * 1000
-    d = cp.empty(n, dtype=cp.uint8)
+    sizes = (1_628_204, 10_035_200)
+    big = 256 * 1000 * 1000
+    d = cp.empty(max(sizes), dtype=cp.uint8)
     hp = np.ones(big, dtype=np.uint8)
     hpin = cupyx.empty_pinned(big, dtype=np.uint8)
     hpin[...] = 1
     s = cp.cuda.get_current_stream()
     for direction in ("h2d", "d2h"):
         for mem, h in (("pageable", hp), ("pinned", hpin)):
-            k = [0]
+            ts = []
+            for n in sizes:
+                k = [0]
 
-            def fn(h=h, direction=direction):
-                off = (k[0] % (big // n)) * n
-                k[0] += 1
-                if direction == "h2d":
-                    d.set(h[off:off + n], stream=s)
-                else:
-                    d.get(out=h[off:off + n], stream=s)
-            ts = _host_times(cp, fn, reps=25)
-            res[f"{direction}_{mem}_bytes_per_s"] = n / median(ts)
-            log(f"{direction} {mem} 10 MB (rotating over 256 MB): {res[f'{direction}_{mem}_bytes_per_s'] / 1e9:.1f} GB/s")
+                def fn(h=h, n=n, direction=direction):
+                    off = (k[0] % (big // n)) * n
+                    k[0] += 1
+                    if direction == "h2d":
+                        d[:n].set(h[off:off + n], stream=s)
+                    else:
+                        d[:n].get(out=h[off:off + n], stream=s)
+                ts.append(median(_host_times(cp, fn, reps=25)))
+            bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
+            lat = max(ts[0] - sizes[0] / bw, 0.0)
+            res[f"{direction}_{mem}_bytes_per_s"] = bw
+            res[f"{direction}_{mem}_latency_s"] = lat
+            log(f"{direction} {mem}: {sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
+                f"-> {bw / 1e9:.1f} GB/s + {lat * 1e6:.1f} us")
+    # GPU time a CUDA event adds between kernels: a chain of GPU-bound copies
+    # (the host stays ahead) with and without an event recorded after each
+    src = cp.empty(64 << 20, dtype=cp.uint8)
+    dst = cp.empty_like(src)
+    evs = [cp.cuda.Event() for _ in range(100)]
+
+    def chain(with_events):
+        for e in evs:
+            cp.copyto(dst, src)
+            if with_events:
+                cp.cuda.runtime.eventRecord(e.ptr, s.ptr)
+    t_plain = median(time_ms(cp, lambda: chain(False), warmup=2, reps=15))
+    t_events = median(time_ms(cp, lambda: chain(True), warmup=2, reps=15))
+    res["trace_event_s"] = max((t_events - t_plain) * 1e-3 / len(evs), 0.0)
+    log(f"a CUDA event between GPU-bound kernels: {res['trace_event_s'] * 1e6:.2f} us of GPU time")
+    del src, dst
     d4, h4 = cp.empty(1, dtype=cp.float32), np.ones(1, dtype=np.float32)
     res["copy_latency_s"] = median(_host_times(cp, lambda: d4.set(h4), reps=200))
     log(f"4-byte H2D: {res['copy_latency_s'] * 1e6:.1f} us")
@@ -251,7 +275,7 @@ def main(argv=None) -> int:
     points = coll.pop("points", None)
     res.update(coll)
     date = dt.date.today().isoformat()
-    measured = sorted(k for k in res if k not in ("gemm_flops_per_s", "traced_launch_overhead_s"))
+    measured = sorted(k for k in res if k != "gemm_flops_per_s")
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate on {gpu_name} x {world.size}, {date}: "
                          f"{', '.join(measured)}, gemm_flops_per_s; the rest from {Path(base.path).name} ({base.name}); "
@@ -263,8 +287,10 @@ def main(argv=None) -> int:
               "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"):
         values[k] = float(res.get(k, getattr(base, k)))
     values["gemm_flops_per_s"] = res.get("gemm_flops_per_s", [])
-    if "traced_launch_overhead_s" in res:
-        values["traced_launch_overhead_s"] = float(res["traced_launch_overhead_s"])
+    for k in ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
+              "d2h_pageable_latency_s", "d2h_pinned_latency_s"):
+        if k in res:
+            values[k] = float(res[k])
     machine_from_mapping(values, a.out)  # the file we write must load
     text = "# Written by python -m perfmlp.calibrate; do not edit by hand.\n" + machine_to_yaml(values)
     if points:

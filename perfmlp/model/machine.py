@@ -48,6 +48,11 @@ class Machine:
     nccl_bw_bytes_per_s: float
     gemm_flops_per_s: tuple[GemmRate, ...] = ()
     traced_launch_overhead_s: float = 0.0   # host time per operation with perfmlp's tracer on (0: as untraced)
+    trace_event_s: float = 0.0              # GPU time one CUDA event recorded between kernels adds
+    h2d_pageable_latency_s: float = 0.0     # per-kind copy latency (0: copy_latency_s)
+    h2d_pinned_latency_s: float = 0.0
+    d2h_pageable_latency_s: float = 0.0
+    d2h_pinned_latency_s: float = 0.0
     gpus: int = 1
     date: str = ""
     path: str = ""
@@ -57,6 +62,11 @@ class Machine:
 
     def copy_bw(self, direction: str, memory: str) -> float:
         return getattr(self, f"{direction}_{memory}_bytes_per_s")
+
+    def copy_s(self, direction: str, memory: str, nbytes: int) -> float:
+        """One cudaMemcpy of nbytes: latency (its kind's, else copy_latency_s) + bytes / bandwidth."""
+        lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
+        return lat + nbytes / self.copy_bw(direction, memory)
 
     @property
     def calibrated(self) -> bool:
@@ -74,7 +84,9 @@ class Machine:
         return min(rates, key=dist).flops_per_s
 
 
-_OPTIONAL = {"gemm_flops_per_s", "gpus", "date", "path", "traced_launch_overhead_s"}
+_OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
+                     "d2h_pageable_latency_s", "d2h_pinned_latency_s")
+_OPTIONAL = {"gemm_flops_per_s", "gpus", "date", "path", *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 
@@ -121,10 +133,11 @@ def machine_from_mapping(data, where: str) -> Machine:
             raise MachineError(f"{where}: gpus must be a positive integer")
         values["gpus"] = data["gpus"]
     values["date"] = str(data.get("date", ""))
-    t = data.get("traced_launch_overhead_s", 0.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        raise MachineError(f"{where}: traced_launch_overhead_s must be a non-negative number, got {t!r}")
-    values["traced_launch_overhead_s"] = float(t)
+    for key in _OPTIONAL_NUMBERS:
+        t = data.get(key, 0.0)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise MachineError(f"{where}: {key} must be a non-negative number, got {t!r}")
+        values[key] = float(t)
     return Machine(**values)
 
 

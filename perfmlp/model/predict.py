@@ -12,7 +12,9 @@ Terms (seconds, for the slowest rank, i.e. the one with the largest piece):
   zero when the data is resident;
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only);
 - allreduce: host MPI (alpha-beta, ring: 2(p-1) alpha + 2(p-1)/p n / bw) or
-  NCCL (alpha + 2(p-1)/p n / bw); zero on one process.
+  NCCL (alpha + 2(p-1)/p n / bw); zero on one process;
+- tracing (traced runs only): the GPU time of the CUDA events the tracer
+  records at every phase boundary (events x trace_event_s).
 
 The total is their sum (copies, communication and compute serialised, as the
 trainer runs them); the overlapped lower bound is the max of the compute
@@ -25,7 +27,12 @@ from dataclasses import dataclass
 from .costs import batch_counts, pieces, step_ops, op_cost
 from .machine import Machine
 
-TERMS = ("gemm", "elementwise", "launches", "h2d_batch", "d2h_grad", "allreduce", "h2d_grad")
+TERMS = ("gemm", "elementwise", "launches", "h2d_batch", "d2h_grad", "allreduce", "h2d_grad", "tracing")
+
+
+def traced_phases(comm: str, batch_transfer: str) -> int:
+    """Phases a traced step records a CUDA event after (one more starts the batch)."""
+    return 6 + (2 if comm == "mpi-staged" else 0)  # h2d forward loss backward allreduce update (+ d2h h2d_grad)
 
 
 @dataclass(frozen=True)
@@ -77,13 +84,13 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     host_s = n_ops * per_op
     if batch_transfer != "resident":
         mem = "pinned" if batch_transfer == "pinned" else "pageable"
-        bw = machine.copy_bw("h2d", mem)
-        terms["h2d_batch"] = 2 * machine.copy_latency_s + (counts.bytes_h2d - (counts.bytes_d2h if comm == "mpi-staged" else 0)) / bw
+        D, C = layer_sizes[0], layer_sizes[-1]
+        terms["h2d_batch"] = machine.copy_s("h2d", mem, itemsize * b * D) + machine.copy_s("h2d", mem, itemsize * b * C)
     g = counts.bytes_mpi or counts.bytes_nccl
     if comm == "mpi-staged":
         mem = staging_memory(batch_transfer)
-        terms["d2h_grad"] = machine.copy_latency_s + g / machine.copy_bw("d2h", mem)
-        terms["h2d_grad"] = machine.copy_latency_s + g / machine.copy_bw("h2d", mem)
+        terms["d2h_grad"] = machine.copy_s("d2h", mem, g)
+        terms["h2d_grad"] = machine.copy_s("h2d", mem, g)
     if comm in ("mpi-staged", "mpi-host"):
         terms["allreduce"] = ring_allreduce_s(g, procs, machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
     elif comm == "nccl":
@@ -95,6 +102,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     if batch_transfer == "resident" and comm == "nccl":
         hidden_by += terms["allreduce"]
     terms["launches"] = max(0.0, host_s - hidden_by)
+    if traced and machine.trace_event_s and comm != "mpi-host":
+        terms["tracing"] = (traced_phases(comm, batch_transfer) + 1) * machine.trace_event_s
     total = sum(terms.values())
     compute = terms["gemm"] + terms["elementwise"] + terms["launches"]
     overlapped = max(compute, total - compute)
