@@ -57,6 +57,16 @@ class Run:
         return "complete" if self.complete else f"incomplete ({self.manifest.get('status', '?')})"
 
     @property
+    def profiled(self) -> bool:
+        """Ran under a profiler (its times include the profiler's cost): the
+        manifest says an NVTX tool was attached, or an Nsight Systems export
+        sits beside the trace."""
+        if self.manifest.get("profiler_attached"):
+            return True
+        return bool(self.path) and any(Path(self.path).glob("*.sqlite")) or \
+            bool(self.path) and any(Path(self.path).glob("*.nsys-rep"))
+
+    @property
     def layer_sizes(self) -> tuple[int, ...]:
         c = self.config
         return (c["input_size"], *c["hidden_sizes"], c["num_classes"])

@@ -312,7 +312,8 @@ def make_tracer(cfg, world):
             raise PerfmlpError(f"cannot create trace folder {run_dir}: {e.strerror}") from None
         manifest = {"schema": SCHEMA, "run_id": run_id, "config": cfg.to_dict(), "procs": world.size,
                     "mpi_library": world.library, "start": _now_iso(), "end": None, "status": "running",
-                    "versions": versions(), "argv": sys.argv}
+                    "versions": versions(), "argv": sys.argv,
+                    "profiler_attached": nv.enabled()}  # an NVTX tool (Nsight Systems) was attached
         _write_json(run_dir / "manifest.json", manifest)
     world.barrier()
     return Tracer(run_dir, world.rank, world, cfg)

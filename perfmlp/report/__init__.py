@@ -97,7 +97,7 @@ def run_row(run: Run, ds: Machine, cal: Machine | None) -> dict:
     row = {
         "run": run.run_id, "H": "x".join(map(str, c["hidden_sizes"])), "B": c["batch_size"], "procs": run.procs,
         "precision": c["precision"], "transfer": c["batch_transfer"], "comm": run.comm, "gemm": c["gemm"],
-        "backend": run.manifest.get("backend", "?"), "status": run.status,
+        "backend": run.manifest.get("backend", "?"), "status": run.status + (", profiled" if run.profiled else ""),
         "batches": len(run.steady_batches()), "t_ms": t_ms,
         "flops_job": flops_job, "flops_rank0": flops_rank, "bytes_copied_rank": bytes_rank,
         "ai": ai, "tflops_job": flops_job / t_s / 1e12,
@@ -161,7 +161,7 @@ def fmt(v, nd=3):
 
 
 def _is(run_row, **kw):
-    return all(run_row.get(k) == v for k, v in kw.items())
+    return "profiled" not in run_row["status"] and all(run_row.get(k) == v for k, v in kw.items())
 
 
 def section_runs(rows, skipped, ds, cal) -> Section:
@@ -239,7 +239,8 @@ def section_modes(rows) -> Section:
 def section_q22(runs, rows, primary, cal, out) -> Section:
     s = Section("Question 2.2: the modified and the standard roofline")
     sel = [(run, row) for run, row in zip(runs, rows)
-           if row["B"] == 3200 * row["procs"] and row["gemm"] == "cublas" and row["precision"] == "float32"]
+           if row["B"] == 3200 * row["procs"] and row["gemm"] == "cublas" and row["precision"] == "float32"
+           and not run.profiled]
     pts, inf_pts = [], []
     for run, row in sel:
         t_s = row["t_ms"] * 1e-3
@@ -303,7 +304,7 @@ def section_model(runs, rows, ds, cal, out) -> Section:
         table.append(entry)
         acc.append({"label": row["run"], "measured_ms": row["t_ms"], "predicted_ms": pred.total_s * 1e3,
                     "datasheet_ms": row["pred_datasheet_ms"]})
-    cuda = [r for r in rows if r["backend"] == "cupy" and r["gemm"] == "cublas"]
+    cuda = [r for r in rows if r["backend"] == "cupy" and r["gemm"] == "cublas" and "profiled" not in r["status"]]
     q22 = [r for r in cuda if r["B"] == 3200 * r["procs"] and r["precision"] == "float32"]
     lines = []
     for name, sel in (("Question 2.2 sweep and its pinned, resident and NCCL variants", q22),
@@ -322,7 +323,7 @@ def section_model(runs, rows, ds, cal, out) -> Section:
         "times: compute = forward + loss + backward + update (the predicted compute includes the GPU time of "
         "the tracer's own CUDA events). Targets (SPEC section 6): 5% median, 15% worst, after calibration. "
         "The machine files hold cuBLAS rates only: runs with the reference's own GEMM kernels are predicted "
-        "as if they used cuBLAS, and are left out of the accuracy figures.")
+        "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler.")
     s.tables.append(("model_accuracy", "Model accuracy", lines))
     s.tables.append(("terms", "Term by term, calibrated model (datasheet total beside it)", table))
     import perfmlp.report.figures as F
@@ -335,7 +336,7 @@ def section_scaling(rows, out) -> Section:
     s = Section("Scaling")
     groups: dict = {}
     for r in rows:
-        if r["backend"] != "cupy":
+        if r["backend"] != "cupy" or "profiled" in r["status"]:
             continue
         per_proc = r["B"] // r["procs"]
         for kind, key_b in (("strong", r["B"]), ("weak", per_proc)):
