@@ -324,6 +324,9 @@ def section_model(runs, rows, ds, cal, out) -> Section:
         "the tracer's own CUDA events). Targets (SPEC section 6): 5% median, 15% worst, after calibration. "
         "The machine files hold cuBLAS rates only: runs with the reference's own GEMM kernels are predicted "
         "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler.")
+    if any(r["backend"] != "cupy" for r in rows):
+        s.paragraphs.append("NumPy-backend runs are set beside a GPU machine's prediction only for form: the model "
+                            "describes a GPU, so their errors say nothing about it.")
     s.tables.append(("model_accuracy", "Model accuracy", lines))
     s.tables.append(("terms", "Term by term, calibrated model (datasheet total beside it)", table))
     import perfmlp.report.figures as F
