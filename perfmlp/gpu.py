@@ -43,6 +43,20 @@ def _cupy():
 # ---- kernels --------------------------------------------------------------------
 
 _KERNELS_SRC = r"""
+// Sum of v over a block of 256 threads (every thread gets the total).
+__device__ T block_sum(T v) {
+    __shared__ T part[256];
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    T total = part[0];
+    __syncthreads();
+    return total;
+}
+
 extern "C" {
 
 // a = sigmoid(z + b[row]) in place; z is rows x cols, C order
@@ -77,15 +91,8 @@ __global__ void softmax_ce_grad(const T* z, const T* y, T* delta, T* ce_sum, int
             delta[c * cols + j] = (exp(z[c * cols + j] - m) / s - y[j * C + c]) * scale;
         ce = log(s) - zy;
     }
-    // block reduction of the column losses, one atomic per block
-    __shared__ T part[256];
-    part[threadIdx.x] = ce;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicAdd(ce_sum, part[0]);
+    T total = block_sum(ce);  // one atomic per block
+    if (threadIdx.x == 0) atomicAdd(ce_sum, total);
 }
 
 // One block per row: out[r] = sum_j d[r, j]
@@ -93,14 +100,8 @@ __global__ void row_sum(const T* d, T* out, int cols) {
     int r = blockIdx.x;
     T s = 0;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) s += d[(long long)r * cols + j];
-    __shared__ T part[256];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[r] = part[0];
+    T total = block_sum(s);
+    if (threadIdx.x == 0) out[r] = total;
 }
 
 // One block per row: dz = da * a * (1 - a) (in place in da), db[r] = sum_j dz[r, j]
@@ -114,14 +115,8 @@ __global__ void sigmoid_grad_row_sum(T* da, const T* a, T* db, int cols) {
         da[i] = dz;
         s += dz;
     }
-    __shared__ T part[256];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) db[r] = part[0];
+    T total = block_sum(s);
+    if (threadIdx.x == 0) db[r] = total;
 }
 
 // p -= lr * (g + reg * p) for i < n_weights, p -= lr * g after; thread 0
