@@ -467,9 +467,9 @@ class DeviceBatches:
     def get(self, lo: int, hi: int, phase):
         """x as D x b and y as C x b views (samples are columns)."""
         b = hi - lo
+        if self.mode == "resident":
+            return self.xr[lo:hi].T, self.yr[lo:hi].T  # no copy, so no h2d phase (and no CUDA event)
         with phase("h2d"):
-            if self.mode == "resident":
-                return self.xr[lo:hi].T, self.yr[lo:hi].T
             xd, yd = self.xd[:b], self.yd[:b]
             if self.mode == "pageable":
                 xd.set(self.xh[lo:hi])  # cudaMemcpy from pageable memory: blocks the host

@@ -102,6 +102,7 @@ class Tracer:
         self._phase_objs: dict = {}
         self._coll_cache: dict = {}
         self._batch_no = None
+        self._last_event = None
         self._events = None
         self._closed = False
 
@@ -123,7 +124,10 @@ class Tracer:
         self.ops = []
         nv.push("batch", batch)
         if self._events is not None:
-            self._cur_events = [self._event()]
+            # the batch starts where the previous one ended (same point in the
+            # stream): one CUDA event fewer per batch; a new one after an epoch
+            start = self._last_event if self._last_event is not None else self._event()
+            self._cur_events = [start]
         self._batch_no = batch
 
     def phase(self, name: str):
@@ -155,6 +159,7 @@ class Tracer:
             # written later, when the next batch's backward phase starts: the
             # host then waits on the GPU anyway, so the writing costs no time
             self._pending.append((rec, self._cur_events, self._phases))
+            self._last_event = self._cur_events[-1]
 
     def _collectives_json(self, coll: list) -> str:
         key = tuple(coll)
@@ -198,6 +203,7 @@ class Tracer:
 
     def end_epoch(self, **values) -> None:
         self._drain(block=True)
+        self._last_event = None  # the held-out evaluation runs between epochs
         self._write({"kind": "epoch", **{k: _jsonable(v) for k, v in values.items()}})
 
     def close(self, status: str) -> None:
@@ -236,7 +242,9 @@ class Tracer:
             rec["t_ms_total"] = offs[-1]
             rec["clock"] = "cuda-events"
             self._write_batch(rec)
-            self._events.extend(events)
+            # back to the pool, but for the last event: the next batch starts at it
+            # (it goes back with that batch's events, as their first)
+            self._events.extend(events[:-1])
 
     def _write(self, obj: dict) -> None:
         self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")

@@ -80,3 +80,25 @@ def test_gpu_training_matches_cpu(tmp_path, transfer, comm):
     b = np.load(tmp_path / "gpu" / "final.npz")
     for k in a.files:
         assert np.abs(a[k] - b[k]).max() < 1e-10, k
+
+
+@gpu
+@pytest.mark.parametrize("transfer, comm", [("pageable", "mpi-staged"), ("resident", "nccl")])
+def test_gpu_trace_counters_and_event_times(tmp_path, transfer, comm):
+    from perfmlp.model.costs import batch_counts
+    from perfmlp.reader import read_run
+    r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "230", "--batch-size", "50",
+                    "--input-size", "64", "--hidden-size", "32", "--epochs", "2", "--batch-transfer", transfer,
+                    "--comm", comm, "--trace-dir", str(tmp_path), "--run-id", "g")
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "g")
+    assert run.complete
+    batches = run.ranks[0].batches
+    assert len(batches) == 10  # 5 a epoch (50 50 50 50 30), 2 epochs, none lost
+    for b in batches:
+        want = batch_counts((64, 32, 10), b["local_samples"], 4, comm, transfer)
+        assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_nccl"]) == (want.bytes_h2d, want.bytes_d2h, want.bytes_nccl)
+        assert b["clock"] == "cuda-events"
+        assert ("h2d" in b["t_ms"]) == (transfer != "resident")
+        # phases are contiguous: their durations add up to the batch's time
+        assert sum(d for _, d in b["t_ms"].values()) == pytest.approx(b["t_ms_total"], rel=1e-3, abs=1e-3)

@@ -31,8 +31,11 @@ TERMS = ("gemm", "elementwise", "launches", "h2d_batch", "d2h_grad", "allreduce"
 
 
 def traced_phases(comm: str, batch_transfer: str) -> int:
-    """Phases a traced step records a CUDA event after (one more starts the batch)."""
-    return 6 + (2 if comm == "mpi-staged" else 0)  # h2d forward loss backward allreduce update (+ d2h h2d_grad)
+    """CUDA events a traced batch records: one at the end of each phase (the
+    batch starts at the previous batch's last event): forward, loss,
+    backward, allreduce, update, and h2d unless the data is resident, d2h and
+    h2d_grad with mpi-staged."""
+    return 5 + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         hidden_by += terms["allreduce"]
     terms["launches"] = max(0.0, host_s - hidden_by)
     if traced and machine.trace_event_s and comm != "mpi-host":
-        terms["tracing"] = (traced_phases(comm, batch_transfer) + 1) * machine.trace_event_s
+        terms["tracing"] = traced_phases(comm, batch_transfer) * machine.trace_event_s
     total = sum(terms.values())
     compute = terms["gemm"] + terms["elementwise"] + terms["launches"]
     overlapped = max(compute, total - compute)
