@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfmlp.comm import SingleWorld, make_world  # noqa: E402
+from perfmlp.comm import make_world  # noqa: E402
 from perfmlp.config import from_mapping  # noqa: E402
-from perfmlp.gpu import GpuNetwork, build, gemm, median, time_ms  # noqa: E402
+from perfmlp.gpu import build, gemm, median, time_ms  # noqa: E402
 from perfmlp.mlp import Network, init_weights  # noqa: E402
 from perfmlp.model.costs import batch_counts  # noqa: E402
 from perfmlp.model.machine import load_machine  # noqa: E402

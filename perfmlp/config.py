@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 

@@ -20,7 +20,6 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__

@@ -5,7 +5,7 @@ import pytest
 from perfmlp.errors import PerfmlpError
 from perfmlp.sweep import expand
 
-from conftest import ROOT, mpiexec, run_cmd
+from conftest import mpiexec, run_cmd
 
 
 def test_expand_matrix_and_batch_per_proc():

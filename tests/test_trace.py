@@ -5,13 +5,11 @@ import subprocess
 import sys
 import time
 
-import pytest
 
-from perfmlp.chrome import chrome_events
 from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
 from perfmlp.reader import read_run, read_traces
 
-from conftest import ROOT, mpiexec, run_perfmlp
+from conftest import ROOT, run_perfmlp
 
 TINY = ["--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
         "--n-train", "13", "--batch-size", "5"]

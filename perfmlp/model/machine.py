@@ -7,7 +7,7 @@ negative or non-numeric values are one-line errors naming the file and key.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import base64
 import csv
-import glob
 import html
-import io
 import json
 import math
 import statistics
