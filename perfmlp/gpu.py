@@ -245,22 +245,22 @@ class CublasGemm:
         self.p_one = self._scalars.ctypes.data
         self.p_zero = self.p_one + self._scalars.itemsize
 
+    @staticmethod
+    def _op(x):
+        """(cuBLAS op, leading dimension) of a 2-D operand as it lies, or None."""
+        if x.flags.c_contiguous:
+            return 0, max(x.shape[1], 1)
+        if x.flags.f_contiguous:
+            return 1, max(x.shape[0], 1)
+        return None
+
     def __call__(self, a, b, out):
+        opa, opb = self._op(a), self._op(b)
+        if opa is None or opb is None:
+            return self.cupy.matmul(a, b, out=out)
         M, K = a.shape
         N = b.shape[1]
-        if b.flags.c_contiguous:
-            opb, ldb = 0, N
-        elif b.flags.f_contiguous:
-            opb, ldb = 1, K
-        else:
-            return self.cupy.matmul(a, b, out=out)
-        if a.flags.c_contiguous:
-            opa, lda = 0, K
-        elif a.flags.f_contiguous:
-            opa, lda = 1, M
-        else:
-            return self.cupy.matmul(a, b, out=out)
-        self.fn(self.handle, opb, opa, N, M, K, self.p_one, b.data.ptr, max(ldb, 1), a.data.ptr, max(lda, 1),
+        self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
                 self.p_zero, out.data.ptr, max(N, 1))
         return out
 
