@@ -268,16 +268,21 @@ class CublasGemm:
 _cublas_gemms: dict = {}
 
 
+def cublas_gemm(cupy, dtype) -> CublasGemm:
+    """The CublasGemm of the current device and dtype (one per process)."""
+    key = (cupy.cuda.Device().id, np.dtype(dtype).char)
+    g = _cublas_gemms.get(key)
+    if g is None:
+        g = _cublas_gemms[key] = CublasGemm(cupy, dtype)
+    return g
+
+
 def gemm(cupy, kind: str, a, b, out=None):
     """out = a @ b (2-D, any strides) with cuBLAS or one of the reference's kernels."""
     if kind == "cublas":
         if out is None or not out.flags.c_contiguous:
             return cupy.matmul(a, b, out=out)
-        key = (cupy.cuda.Device().id, a.dtype.char)
-        g = _cublas_gemms.get(key)
-        if g is None:
-            g = _cublas_gemms[key] = CublasGemm(cupy, a.dtype)
-        return g(a, b, out)
+        return cublas_gemm(cupy, a.dtype)(a, b, out)
     M, K = a.shape
     K2, N = b.shape
     assert K == K2, (a.shape, b.shape)
@@ -311,7 +316,7 @@ class GpuNetwork(Network):
         self.k = {n: self.mod.get_function(n) for n in
                   ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")}
         self.gemm_kind = gemm_kind
-        self._cublas = CublasGemm(cupy, dtype) if gemm_kind == "cublas" else None
+        self._cublas = cublas_gemm(cupy, dtype) if gemm_kind == "cublas" else None
         self._views: dict = {}
         self._ints: dict = {}
         self.T = self.dtype.type

@@ -63,8 +63,7 @@ class Run:
         sits beside the trace."""
         if self.manifest.get("profiler_attached"):
             return True
-        return bool(self.path) and any(Path(self.path).glob("*.sqlite")) or \
-            bool(self.path) and any(Path(self.path).glob("*.nsys-rep"))
+        return bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir())
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ on the whole batch would, up to rounding.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -166,7 +167,6 @@ def _train(cfg: Config, world, tracer, log) -> Result:
         log(split.note)
     N = len(split.train)
     if N != cfg.n_train:
-        import dataclasses
         cfg = dataclasses.replace(cfg, n_train=N)
         if cfg.batch_size > N:
             raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than the {N} training samples available")

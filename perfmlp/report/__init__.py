@@ -20,7 +20,9 @@ from pathlib import Path
 from ..model.costs import batch_counts, reference_approx
 from ..model.machine import MODELS_DIR, DEFAULT_MACHINE, Machine, MachineError, load_machine
 from ..model.predict import predict_batch
+from ..model.roofline import modified_roofline
 from ..reader import Run, read_traces
+from . import figures as F  # matplotlib itself is imported when a figure is drawn
 
 # The reference course's published solution (Quadro RTX 6000, D=784, H=512, B=3200)
 REFERENCE_UTIL = {1: 0.0645, 2: 0.0224, 4: 0.0096}
@@ -260,7 +262,6 @@ def section_q22(runs, rows, primary, cal, out) -> Section:
     if pts:
         for kind in ("modified", "standard"):
             figure = f"roofline_{kind}"
-            import perfmlp.report.figures as F
             F.roofline(pts, P, bws, kind, f"{kind.capitalize()} roofline per GPU, {primary.name}", out, figure)
             s.figures.append((figure, f"{kind.capitalize()} roofline per GPU with the Question 2.2 runs"))
     s.tables.append(("q2_2_points", "The Question 2.2 points", [
@@ -274,7 +275,6 @@ def section_q22(runs, rows, primary, cal, out) -> Section:
 
 
 def _mod(ai, P, bw):
-    from ..model.roofline import modified_roofline
     return P if not math.isfinite(ai) else modified_roofline(ai, P, bw)
 
 
@@ -327,7 +327,6 @@ def section_model(runs, rows, ds, cal, out) -> Section:
                             "describes a GPU, so their errors say nothing about it.")
     s.tables.append(("model_accuracy", "Model accuracy", lines))
     s.tables.append(("terms", "Term by term, calibrated model (datasheet total beside it)", table))
-    import perfmlp.report.figures as F
     F.measured_vs_predicted(acc, out, "measured_vs_predicted")
     s.figures.append(("measured_vs_predicted", "Predicted against measured time per batch"))
     return s
@@ -359,7 +358,6 @@ def section_scaling(rows, out) -> Section:
     s.paragraphs.append("Strong scaling: B fixed and split over p GPUs, efficiency T1 / (p Tp). Weak scaling: "
                         "B / p fixed, efficiency T1 / Tp. Targets (SPEC section 6, NCCL and resident data): weak "
                         ">= 90% at 4 GPUs; strong: 4 GPUs at least 2x faster than 1.")
-    import perfmlp.report.figures as F
     for kind in ("strong", "weak"):
         if fig.get(kind):
             F.scaling(fig[kind], out, f"scaling_{kind}", f"{kind.capitalize()} scaling, H=512")
@@ -389,7 +387,6 @@ def section_phases(runs, rows, out) -> Section:
     s.paragraphs.append("A rank that finishes its compute early waits inside the allreduce for the others: "
                         "the spread of the allreduce phase across ranks is that waiting.")
     if fig:
-        import perfmlp.report.figures as F
         F.phases(fig, out, "phases_per_rank", "Median phase times per rank, 4 GPUs, H=512, B=3200")
         s.figures.append(("phases_per_rank", "Phase breakdown per rank (4 GPUs)"))
     s.tables.append(("imbalance", "Imbalance and waiting across ranks", table))
