@@ -24,7 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfmlp.comm import make_world  # noqa: E402
 from perfmlp.config import from_mapping  # noqa: E402
-from perfmlp.gpu import build, gemm, median, time_ms  # noqa: E402
+from statistics import median  # noqa: E402
+
+from perfmlp.backend import build  # noqa: E402
+from perfmlp.gpu.gemm import gemm  # noqa: E402
+from perfmlp.gpu.timing import time_ms  # noqa: E402
+from perfmlp.trace.format import Counts  # noqa: E402
 from perfmlp.mlp import Network, init_weights  # noqa: E402
 from perfmlp.model.costs import batch_counts  # noqa: E402
 from perfmlp.model.machine import load_machine  # noqa: E402
@@ -39,14 +44,17 @@ def trainer_step_ms(cp, world, H, B, gemm_kind, transfer, comm, reps, nbatches=4
     rng = np.random.default_rng(0)
     x = rng.random((cfg.n_train, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, cfg.n_train)]
-    _, net, batches, reducer, _, _ = build(cfg, world, x, y, tracer=None)
+    be = build(cfg, world, x, y)
+    net, batches, reducer = be.net, be.batches, be.reducer
     net.set_params(init_weights(cfg.layer_sizes, 0))
     k = [0]
+    counts = Counts()
 
     def one():
         lo = (k[0] % nbatches) * B
         k[0] += 1
-        step(net, batches, reducer, lo, lo + B, NOPHASE)
+        step(net, batches, reducer, lo, lo + B, NOPHASE, counts)
+        counts.reset()
     ts = time_ms(cp, one, warmup=5, reps=reps)
     gemms = None
     if transfer == "resident":

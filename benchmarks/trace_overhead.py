@@ -24,22 +24,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfmlp.comm import make_world  # noqa: E402
 from perfmlp.config import from_mapping  # noqa: E402
-from perfmlp.gpu import build, median  # noqa: E402
+from statistics import median  # noqa: E402
+
+from perfmlp.backend import build  # noqa: E402
 from perfmlp.mlp import init_weights  # noqa: E402
-from perfmlp.trace import Tracer  # noqa: E402
-from perfmlp.train import NullTracer, step  # noqa: E402
+from perfmlp.trace.format import Counts  # noqa: E402
+from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
+from perfmlp.train import step  # noqa: E402
 
 
 def block(cp, net, batches, reducer, tracer, nsteps, B, nb):
     s = cp.cuda.get_current_stream()
     s.synchronize()
+    net.ops = tracer.ops
+    counts = Counts()
     t0 = time.perf_counter()
     for k in range(nsteps):
         lo = (k % nb) * B
         tracer.begin_batch(0, k, B, B)
-        net.ops = tracer.ops
-        step(net, batches, reducer, lo, lo + B, tracer.phase)
-        tracer.end_batch(loss=None, reducer=reducer, batches=batches)
+        step(net, batches, reducer, lo, lo + B, tracer.phase, counts)
+        tracer.end_batch(None, counts)
+        counts.reset()
     s.synchronize()
     return (time.perf_counter() - t0) / nsteps
 
@@ -55,14 +60,16 @@ def main():
     rows = []
     for transfer, comm in (("resident", "nccl"), ("resident", "mpi-staged"), ("pageable", "mpi-staged")):
         B, nb = 3200, 4
+        tdir = Path(tempfile.mkdtemp())
         cfg = from_mapping(dict(batch_size=B, n_train=B * nb, batch_transfer=transfer, comm=comm,
-                                backend="cupy", trace=True))
+                                backend="cupy", trace=True, trace_dir=str(tdir), run_id="overhead"))
         rng = np.random.default_rng(0)
         x = rng.random((cfg.n_train, 784)).astype(np.float32)
         y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, cfg.n_train)]
-        tdir = Path(tempfile.mkdtemp())
-        tracer = Tracer(tdir, 0, world, cfg)
-        _, net, batches, reducer, _, _ = build(cfg, world, x, y, tracer)
+        tracer = make_tracer(cfg, world)
+        be = build(cfg, world, x, y)
+        tracer.attach(world, be)
+        net, batches, reducer = be.net, be.batches, be.reducer
         net.set_params(init_weights(cfg.layer_sizes, 0))
         null = NullTracer()
         off, on = [], []
@@ -72,7 +79,7 @@ def main():
             off.append(block(cp, net, batches, reducer, null, a.steps, B, nb))
             on.append(block(cp, net, batches, reducer, tracer, a.steps, B, nb))
         tracer.close("complete")
-        lines = sum(1 for _ in open(tdir / "rank-0.jsonl"))
+        lines = sum(1 for _ in open(tdir / "overhead" / "rank-0.jsonl"))
         row = {"transfer": transfer, "comm": comm, "off_us": median(off) * 1e6, "on_us": median(on) * 1e6,
                "overhead_pct": 100 * (median(on) / median(off) - 1), "blocks": a.blocks, "steps": a.steps,
                "off_all_us": [t * 1e6 for t in off], "on_all_us": [t * 1e6 for t in on], "trace_lines": lines}

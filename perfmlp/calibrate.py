@@ -19,22 +19,27 @@ import datetime as dt
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 import numpy as np
 
+from .config import Config
+from .model.costs import grad_buffer_bytes, itemsize
 from .model.machine import load_machine, machine_from_mapping, machine_to_yaml
 
 
 def _gemm_rate(cp, a, b, out, reps=20):
-    from .gpu import median, time_ms
+    from .gpu.timing import time_ms
     t = median(time_ms(cp, lambda: cp.matmul(a, b, out=out), warmup=3, reps=reps)) * 1e-3
     m, k = a.shape
     return 2 * m * b.shape[1] * k / t
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log):
-    from .gpu import GpuNetwork, median, time_ms
+    from .gpu.network import GpuNetwork
+    from .gpu.timing import time_ms
     from .mlp import init_weights
+    D, C = Config.input_size, Config.num_classes
     res = {}
     # large GEMM: the empirical compute roof
     for prec, n in (("float32", 8192), ("float64", 4096)):
@@ -50,12 +55,12 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     for prec in precisions:
         for H in hidden:
             for bl in local_batches:
-                sizes = (784, H, 10)
+                sizes = (D, H, C)
                 net = GpuNetwork(cp, sizes, prec, 0.1, 0.0, bl, bl, "cublas")
                 net.set_params(init_weights(sizes, 0))
-                x = cp.random.random((bl, 784), dtype=prec)
-                y = cp.zeros((bl, 10), dtype=prec)
-                y[cp.arange(bl), cp.arange(bl) % 10] = 1
+                x = cp.random.random((bl, D), dtype=prec)
+                y = cp.zeros((bl, C), dtype=prec)
+                y[cp.arange(bl), cp.arange(bl) % C] = 1
                 net.capture = []
                 net.forward(x.T); net.loss(y.T); net.backward()
                 for a, b, out in net.capture:
@@ -72,11 +77,13 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     res["mem_bw_bytes_per_s"] = 2 * src.nbytes / t
     del src, dst
     log(f"device copy: {res['mem_bw_bytes_per_s'] / 1e12:.2f} TB/s (read + write)")
-    # host <-> device copies at the trainer's two sizes (the gradient buffer,
-    # the X of a batch), at rotating offsets of a 256 MB host array as the
-    # trainer copies a new slice every batch; t = latency + bytes / bandwidth
+    # host <-> device copies at the trainer's two sizes (the fp32 gradient
+    # buffer of the first hidden size, the X of the largest piece), at rotating
+    # offsets of a 256 MB host array as the trainer copies a new slice every
+    # batch; t = latency + bytes / bandwidth
     import cupyx
-    sizes = (1_628_204, 10_035_200)
+    fp32 = itemsize("float32")
+    sizes = (grad_buffer_bytes((D, hidden[0], C), fp32), fp32 * max(local_batches) * D)
     big = 256 * 1000 * 1000
     d = cp.empty(max(sizes), dtype=cp.uint8)
     hp = np.ones(big, dtype=np.uint8)
@@ -126,10 +133,10 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     # the GPU work is negligible: untraced, and with the tracer's hooks (the
     # sweeps' runs are traced)
     import tempfile
-    from .config import Config
+    from types import SimpleNamespace
     from .comm import SingleWorld
-    from .trace import Tracer
-    from .train import NullTracer
+    from .trace.format import Counts
+    from .trace.writer import NullTracer, make_tracer
     sizes, bl = (16, 16, 10), 16
     net = GpuNetwork(cp, sizes, "float32", 0.1, 0.0, bl, bl, "cublas")
     net.set_params(init_weights(sizes, 0))
@@ -139,17 +146,20 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     net.ops = []
     net.forward(x.T); net.loss(y.T); net.backward(); net.update()
     n_ops = len(net.ops)
-    tracer = Tracer(Path(tempfile.mkdtemp()), 0, SingleWorld(), Config(precision="float32"))
-    tracer.attach_gpu(cp)
+    world = SingleWorld()
+    tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world)
+    tracer.attach(world, SimpleNamespace(name="cupy", xp=cp))
+    counts = Counts()
     for key, tr in (("launch_overhead_s", NullTracer()), ("traced_launch_overhead_s", tracer)):
+        net.ops = tr.ops
+
         def tiny_step(tr=tr):
             tr.begin_batch(0, 0, bl, bl)
-            net.ops = tr.ops
             for name, fn in (("h2d", lambda: None), ("forward", lambda: net.forward(x.T)),
                              ("loss", lambda: net.loss(y.T)), ("backward", net.backward), ("update", net.update)):
                 with tr.phase(name):
                     fn()
-            tr.end_batch()
+            tr.end_batch(None, counts)
         for _ in range(20):
             tiny_step()
         s.synchronize()
@@ -252,10 +262,10 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default="float32,float64")
     a = ap.parse_args(argv)
     from .comm import make_world
-    from .gpu import _cupy
+    from .gpu import require_cupy
     from .errors import PerfmlpError
     try:
-        cp = _cupy()
+        cp = require_cupy()
         base = load_machine(a.base)
     except (PerfmlpError, ValueError) as e:
         print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)

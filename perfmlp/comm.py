@@ -4,19 +4,23 @@
 barrier and abort. `SingleWorld` is one process without MPI; `MPIWorld`
 wraps mpi4py's COMM_WORLD.
 
-A gradient reducer sums the flat gradient buffer across ranks in place and
-says which phases it went through:
-- `HostReducer`: the buffer already lives on the host (NumPy backend):
-  one MPI_Allreduce.
-- `StagedReducer` (GPU, the reference scheme, `mpi-staged`): one D2H copy,
-  MPI_Allreduce on the host buffer, one H2D copy back.
-- `NcclReducer` (GPU, `nccl`): a device-side allreduce through cupy.cuda.nccl.
-Each reducer counts the bytes it copies and hands to MPI or NCCL where it
-issues them.
+A gradient reducer sums the flat gradient buffer across ranks in place,
+`reduce(flat, phase, counts)`, timing each of its phases with `phase` and
+adding the bytes it copies and hands to MPI or NCCL to `counts` (a
+trace.format.Counts) where it issues them. `name` is the --comm value.
+- `HostReducer` (`mpi`, NumPy backend): the buffer already lives on the
+  host: one MPI_Allreduce.
+- `StagedReducer` (`mpi-staged`, GPU, the reference scheme): one D2H copy,
+  MPI_Allreduce on the host buffer, one H2D copy back; Open MPI on the GPU
+  machine is not CUDA-aware, so device buffers never go to MPI.
+- `NcclReducer` (`nccl`, GPU): a device-side allreduce through
+  cupy.cuda.nccl.
+`host_value(flat, i)` reads one element of the reduced buffer (the loss
+slot) when that costs no synchronisation (`loss_per_batch`), else None;
+then `epoch_loss_sum()` gives the epoch's sum once, at its end.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -91,42 +95,87 @@ def make_world():
     return MPIWorld()
 
 
-def piece(batch: int, nprocs: int, rank: int) -> tuple[int, int]:
-    """[lo, hi) of rank's contiguous piece of a batch: sizes differ by at most one."""
-    q, r = divmod(batch, nprocs)
-    lo = rank * q + min(rank, r)
-    return lo, lo + q + (1 if rank < r else 0)
-
-
-class Counts:
-    """Bytes and elements issued by a reducer during one batch."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.bytes_d2h = self.bytes_h2d = self.bytes_mpi = self.bytes_nccl = 0
-        self.collectives: list[tuple[str, int]] = []
-
-
-_null_phase = contextlib.nullcontext
-
-
 class HostReducer:
     """Gradients already on the host: one in-place MPI_Allreduce."""
 
-    name = "mpi-host"
+    name = "mpi"
+    loss_per_batch = True
 
     def __init__(self, world):
         self.world = world
-        self.counts = Counts()
 
-    def reduce(self, flat: np.ndarray, phase=lambda name: _null_phase()) -> None:
+    def reduce(self, flat: np.ndarray, phase, counts) -> None:
         with phase("allreduce"):
             self.world.allreduce_sum(flat)
         if self.world.library != "none":
-            self.counts.bytes_mpi += flat.nbytes
-            self.counts.collectives.append(("MPI_Allreduce", int(flat.size)))
+            counts.bytes_mpi += flat.nbytes
+            counts.collectives.append(("MPI_Allreduce", int(flat.size)))
 
     def host_value(self, flat, index: int) -> float | None:
         return float(flat[index])
+
+
+class StagedReducer:
+    """The reference scheme: D2H of the one gradient buffer, MPI_Allreduce on
+    the host copy, H2D back (through pageable or pinned host memory)."""
+
+    name = "mpi-staged"
+    loss_per_batch = True
+
+    def __init__(self, cupy, world, net, memory: str):
+        self.cp, self.world, self.net = cupy, world, net
+        n, dtype = net.g.flat.size, net.dtype
+        if memory == "pinned":
+            import cupyx
+            self.host = cupyx.empty_pinned((n,), dtype)
+        else:
+            self.host = np.empty(n, dtype)
+
+    def reduce(self, flat, phase, counts) -> None:
+        stream = self.cp.cuda.get_current_stream()
+        with phase("d2h"):
+            flat.get(out=self.host, stream=stream)
+            stream.synchronize()  # MPI reads the host buffer the GPU just wrote
+        counts.bytes_d2h += flat.nbytes
+        with phase("allreduce"):
+            self.world.allreduce_sum(self.host)
+        counts.bytes_mpi += self.host.nbytes
+        counts.collectives.append(("MPI_Allreduce", int(self.host.size)))
+        with phase("h2d_grad"):
+            flat.set(self.host, stream=stream)
+        counts.bytes_h2d += flat.nbytes
+
+    def host_value(self, flat, index: int) -> float:
+        return float(self.host[index])
+
+
+class NcclReducer:
+    """Device-side allreduce through cupy.cuda.nccl; the unique id is
+    broadcast over MPI."""
+
+    name = "nccl"
+    loss_per_batch = False
+
+    def __init__(self, cupy, world, net):
+        from cupy.cuda import nccl
+        if not nccl.available:
+            raise PerfmlpError("--comm nccl: CuPy was built without NCCL")
+        self.nccl, self.net = nccl, net
+        uid = nccl.get_unique_id() if world.rank == 0 else None
+        uid = world.bcast(uid)
+        self.comm = nccl.NcclCommunicator(world.size, uid, world.rank)
+        self._dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
+        self._stream_ptr = cupy.cuda.get_current_stream().ptr
+
+    def reduce(self, flat, phase, counts) -> None:
+        with phase("allreduce"):
+            self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM,
+                                self._stream_ptr)
+        counts.bytes_nccl += flat.nbytes
+        counts.collectives.append(("ncclAllReduce", int(flat.size)))
+
+    def host_value(self, flat, index: int):
+        return None  # reading it would synchronise the device every batch
+
+    def epoch_loss_sum(self) -> float:
+        return self.net.take_epoch_loss_sum()

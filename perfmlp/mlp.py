@@ -12,15 +12,19 @@ collective as the gradients. Weights first means that the update is two
 elementwise passes (weights with the regularisation term, biases without)
 whatever the depth.
 
-Every operation is recorded into `ops` (when it is a list) as the name and
-shape that the model package's cost registry prices: the counters are the
-shapes actually launched, priced by the same formulas the model uses.
+The step (forward, loss, backward, update) is written once, in `Network`,
+as a sequence of kernel calls; each kernel method records the operations it
+computes (name and launched shape, which the model package's cost registry
+prices) into `ops` when that is a list, then runs `_<kernel>`, the only
+part a backend overrides (perfmlp/gpu/network.py). So the recorded
+operations are the launched ones by construction, and the model's
+`step_kernels` lists the same kernels in the same order (tested).
 """
 from __future__ import annotations
 
 import numpy as np
 
-LOSS_SLOTS = 1  # trailing elements of the gradient buffer: the cross-entropy sum
+from .model.costs import LOSS_SLOTS
 
 
 class FlatParams:
@@ -62,7 +66,7 @@ def sigmoid(xp, z):
 class Network:
     """Forward, loss, backward and update on flat buffers, for any array module.
 
-    `forward(x)`: x is D x b; returns nothing, keeps the activations.
+    `forward(x)`: x is D x b; keeps the activations.
     `loss(y)`: y is C x b one-hot; writes the cross-entropy sum into the
     gradient buffer's loss slot and the output delta (P - Y) / B.
     `backward()`: fills every weight and bias gradient.
@@ -78,12 +82,9 @@ class Network:
         self.global_batch = global_batch
         self.acts: list = []
         self.delta = None
-        self.ops: list | None = None
-
-    # -- bookkeeping ------------------------------------------------------------
-    def _op(self, name: str, *shape: int) -> None:
-        if self.ops is not None:
-            self.ops.append((name, shape))
+        self.ops: list | None = None   # (name, shape) of every operation computed, when a list
+        self.kernels_launched = 0      # kernels launched (a fused kernel computes several operations)
+        self._update_ops = (("update_weights", (self.p.n_weights,)), ("update_biases", (self.p.n_biases,)))
 
     def set_params(self, weights, biases=None) -> None:
         for l, w in enumerate(weights):
@@ -99,62 +100,110 @@ class Network:
             out[f"b{l}"] = _to_host(b)
         return out
 
-    # -- the step -----------------------------------------------------------------
-    def gemm(self, a, b, out=None, trans_a=False, trans_b=False):
-        """out = op(a) @ op(b); recorded as an (M, N, K) GEMM."""
-        aa = a.T if trans_a else a
-        bb = b.T if trans_b else b
-        self._op("gemm", aa.shape[0], bb.shape[1], aa.shape[1])
-        return self.xp.matmul(aa, bb, out=out)
-
+    # -- the step: the same sequence of kernels on every backend -------------------
     def forward(self, x) -> None:
-        xp, L = self.xp, len(self.p.W)
+        L = len(self.p.W)
+        b = x.shape[1]
         a = x
         self.acts = [x]
         for l in range(L):
-            z = self.gemm(self.p.W[l], a)
-            if l < L - 1:
-                self._op("bias_sigmoid", z.shape[0], z.shape[1])
-                a = sigmoid(xp, z + self.p.b[l][:, None])
-            else:
-                self._op("bias_add", z.shape[0], z.shape[1])
-                a = z + self.p.b[l][:, None]  # logits
+            z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
+            a = self.bias_sigmoid(z, self.p.b[l]) if l < L - 1 else self.bias_add(z, self.p.b[l])  # logits last
             self.acts.append(a)
 
     def loss(self, y) -> None:
-        """Softmax, cross-entropy sum (stable: log sum exp(z - max) - (z_c - max))
-        and the output delta (P - Y) / B, all from the logits."""
-        xp = self.xp
         z = self.acts[-1]
-        C, b = z.shape
-        self._op("softmax_ce_grad", C, b)
+        self.delta = self.softmax_ce_grad(z, y, self.buffer("d", len(self.p.W) - 1, z.shape[1]))
+
+    def backward(self) -> None:
+        L = len(self.p.W)
+        d = self.delta
+        b = d.shape[1]
+        for l in range(L - 1, -1, -1):
+            self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)       # dW = delta a^T
+            if l == L - 1:
+                self.row_sum(d, self.g.b[l])                                # the output layer's db
+            if l > 0:
+                da = self.gemm(self.p.W[l], d, out=self.buffer("d", l - 1, b), trans_a=True)
+                d = self.sigmoid_grad_row_sum(da, self.acts[l], self.g.b[l - 1])  # dz and the layer's db
+
+    def update(self) -> None:
+        self._record(*self._update_ops)
+        self._sgd_update()
+
+    # -- kernels: record what each computes, then compute it --------------------------
+    def _record(self, *ops) -> None:
+        if self.ops is not None:
+            self.ops.extend(ops)
+            self.kernels_launched += 1
+
+    def gemm(self, a, b, out=None, trans_a=False, trans_b=False):
+        """out = op(a) @ op(b), recorded as an (M, N, K) GEMM."""
+        aa = a.T if trans_a else a
+        bb = b.T if trans_b else b
+        self._record(("gemm", (aa.shape[0], bb.shape[1], aa.shape[1])))
+        return self._gemm(aa, bb, out)
+
+    def bias_sigmoid(self, z, bias):
+        self._record(("bias_sigmoid", z.shape))
+        return self._bias_sigmoid(z, bias)
+
+    def bias_add(self, z, bias):
+        self._record(("bias_add", z.shape))
+        return self._bias_add(z, bias)
+
+    def softmax_ce_grad(self, z, y, out):
+        """Softmax, the cross-entropy sum into the loss slot, delta = (P - Y) / B."""
+        self._record(("softmax_ce_grad", z.shape))
+        return self._softmax_ce_grad(z, y, out)
+
+    def row_sum(self, d, out):
+        self._record(("row_sum", d.shape))
+        return self._row_sum(d, out)
+
+    def sigmoid_grad_row_sum(self, da, a, db):
+        """dz = da * a * (1 - a), and db = the row sums of dz."""
+        self._record(("sigmoid_grad", a.shape), ("row_sum", a.shape))
+        return self._sigmoid_grad_row_sum(da, a, db)
+
+    # -- the NumPy (array-generic) implementations ------------------------------------
+    def buffer(self, kind: str, layer: int, b: int):
+        """A preallocated output for a kernel, or None (allocate)."""
+        return None
+
+    def _gemm(self, a, b, out):
+        return self.xp.matmul(a, b, out=out)
+
+    def _bias_sigmoid(self, z, bias):
+        return sigmoid(self.xp, z + bias[:, None])
+
+    def _bias_add(self, z, bias):
+        return z + bias[:, None]
+
+    def _softmax_ce_grad(self, z, y, out):
+        # stable: log sum exp(z - max) - (z_y - max)
+        xp = self.xp
         zs = z - z.max(axis=0, keepdims=True)
         e = xp.exp(zs)
         s = e.sum(axis=0, keepdims=True)
         ce = xp.log(s[0]) - (zs * y).sum(axis=0)
         self.g.extra[0] = ce.sum()
-        self.delta = (e / s - y) * self.dtype.type(1.0 / self.global_batch)
+        return (e / s - y) * self.dtype.type(1.0 / self.global_batch)
 
-    def backward(self) -> None:
-        xp, L = self.xp, len(self.p.W)
-        d = self.delta
-        for l in range(L - 1, -1, -1):
-            self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
-            self._op("row_sum", d.shape[0], d.shape[1])
-            xp.sum(d, axis=1, out=self.g.b[l])
-            if l > 0:
-                da = self.gemm(self.p.W[l], d, trans_a=True)
-                a = self.acts[l]
-                self._op("sigmoid_grad", a.shape[0], a.shape[1])
-                d = da * a * (1 - a)
+    def _row_sum(self, d, out):
+        return self.xp.sum(d, axis=1, out=out)
 
-    def update(self) -> None:
+    def _sigmoid_grad_row_sum(self, da, a, db):
+        dz = da * a * (1 - a)
+        self.xp.sum(dz, axis=1, out=db)
+        return dz
+
+    def _sgd_update(self) -> None:
         p, g = self.p, self.g
-        self._op("update_weights", p.n_weights)
         p.weights -= self.dtype.type(self.lr) * (g.weights + self.dtype.type(self.reg) * p.weights)
-        self._op("update_biases", p.n_biases)
         p.biases -= self.dtype.type(self.lr) * g.biases
 
+    # -- outside the step ------------------------------------------------------------------
     def weight_penalty(self) -> float:
         """(lambda/2) sum ||W||^2 on the current weights (host scalar)."""
         w = self.p.weights

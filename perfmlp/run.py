@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import traceback
 from pathlib import Path
@@ -40,11 +41,6 @@ def interpreter_warning() -> str | None:
     return None
 
 
-def _median(xs):
-    s = sorted(xs)
-    return s[len(s) // 2] if s else float("nan")
-
-
 def main(argv: list[str] | None = None) -> int:
     world = None
     rank = 0
@@ -55,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         world = make_world()
         rank = world.rank
         from . import train as train_mod
-        from .trace import make_tracer
+        from .trace.writer import make_tracer
         tracer = make_tracer(cfg, world)
         if rank == 0 and not cfg.quiet:
             w = interpreter_warning()
@@ -85,12 +81,13 @@ def main(argv: list[str] | None = None) -> int:
             return e.exit_code
         tracer.close("complete")
         if rank == 0 and not cfg.quiet:
-            med = _median(res.batch_seconds[1:] or res.batch_seconds)
+            ms = statistics.median(e.ms_per_batch for e in res.epochs)
             last = res.epochs[-1] if res.epochs else None
             acc = f", final held-out accuracy {last.accuracy:.4f}" if last else ""
             trace = f", trace {tracer.run_dir}" if tracer.run_dir else ""
             print(f"done: {res.batches} batches on {world.size} rank{'s' if world.size > 1 else ''} "
-                  f"({tracer.backend}), {med * 1e3:.3f} ms/batch median{acc}{trace}")
+                  f"({res.backend}), {ms:.4g} ms/batch (synchronised wall time per epoch after its first "
+                  f"batch, median over epochs){acc}{trace}")
         return 0
     except (PerfmlpError, KeyboardInterrupt, Exception) as e:  # one line, then end the whole job
         if isinstance(e, PerfmlpError):

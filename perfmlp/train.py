@@ -11,7 +11,6 @@ on the whole batch would, up to rounding.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -21,34 +20,21 @@ from pathlib import Path
 import numpy as np
 
 from . import data as data_mod
-from .comm import HostReducer, piece
+from .backend import build
 from .config import Config, check_procs
 from .errors import PerfmlpError, RunFailure
-from .mlp import Network, init_weights
+from .mlp import init_weights
+from .model.costs import piece
+from .trace.format import Counts
+from .trace.writer import NullTracer
 
 
 class NonFiniteLoss(RunFailure):
-    """Seen on every rank at once (the loss is reduced with the gradients)."""
+    """Seen on every rank at once (the loss is reduced with the gradients).
+    `params`: the last finite parameters, `where`: which they are."""
 
-
-class NullTracer:
-    """No tracing: every hook costs one attribute lookup and a no-op."""
-
-    def phase(self, name: str):
-        return contextlib.nullcontext()
-
-    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
-        pass
-
-    def end_batch(self, **values) -> None:
-        pass
-
-    def end_epoch(self, **values) -> None:
-        pass
-
-    @property
-    def ops(self):
-        return None
+    params: dict | None = None
+    where: str = ""
 
 
 @dataclass
@@ -57,14 +43,23 @@ class EpochResult:
     loss: float
     accuracy: float
     seconds: float
+    batches: int
+    steady_seconds: float   # from the end of the epoch's first batch to its end, synchronised
+    steady_batches: int     # the batches in that window
+
+    @property
+    def ms_per_batch(self) -> float:
+        if self.steady_batches:
+            return 1e3 * self.steady_seconds / self.steady_batches
+        return 1e3 * self.seconds / self.batches
 
 
 @dataclass
 class Result:
     epochs: list[EpochResult] = field(default_factory=list)
-    batch_seconds: list[float] = field(default_factory=list)
     params: dict | None = None
     batches: int = 0
+    backend: str = ""
 
 
 _FAULT = os.environ.get("PERFMLP_FAULT")
@@ -107,51 +102,6 @@ def save_params(path: Path, params: dict[str, np.ndarray]) -> None:
     tmp.replace(path)
 
 
-class HostBatches:
-    """The NumPy backend's batch source: views into host arrays, no copy."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray):
-        self.x0, self.y0 = x, y
-        self.x, self.y = x, y
-
-    def reorder(self, order: np.ndarray) -> None:
-        self.x, self.y = self.x0[order], self.y0[order]
-
-    def get(self, lo: int, hi: int, phase):
-        with phase("h2d"):
-            return self.x[lo:hi].T, self.y[lo:hi].T
-
-
-def step(net, batches, reducer, lo: int, hi: int, phase) -> None:
-    """One training step on samples [lo, hi) of the (current) dataset order."""
-    x, y = batches.get(lo, hi, phase)
-    with phase("forward"):
-        net.forward(x)
-    with phase("loss"):
-        net.loss(y)
-    with phase("backward"):
-        net.backward()
-    reducer.reduce(net.g.flat, phase)
-    with phase("update"):
-        net.update()
-
-
-def build_backend(cfg: Config, world, xtrain, ytrain, tracer):
-    """(array module, network, batch source, reducer, sync) for the configured backend."""
-    dtype = np.dtype(cfg.precision)
-    backend = cfg.backend
-    if backend == "auto":
-        from . import gpu
-        backend = "cupy" if gpu.available() else "numpy"
-    if backend == "cupy":
-        from . import gpu
-        return gpu.build(cfg, world, xtrain, ytrain, tracer)
-    if cfg.comm == "nccl":
-        raise PerfmlpError("--comm nccl needs the cupy backend")
-    net = Network(np, cfg.layer_sizes, dtype, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    return np, net, HostBatches(xtrain, ytrain), HostReducer(world), (lambda: None), "numpy"
-
-
 def train(cfg: Config, world, tracer=None, log=print) -> Result:
     # exp overflow in the sigmoid is expected (it saturates to 0); a loss that
     # is not finite is caught below, so NumPy's warnings are only noise
@@ -174,10 +124,10 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     dtype = np.dtype(cfg.precision)
     xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, dtype)
     xheld, yheld = data_mod.to_arrays(split.heldout, cfg.num_classes, dtype)
-    xp, net, batches, reducer, sync, backend = build_backend(cfg, world, xtrain, ytrain, tracer)
-    tracer.backend = backend
-    from .trace import record_machine
-    record_machine(tracer, world, backend)
+    be = build(cfg, world, xtrain, ytrain)
+    net, batches, reducer = be.net, be.batches, be.reducer
+    tracer.attach(world, be)
+    net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
 
     if cfg.resume:
         init = load_resume(cfg.resume, cfg.layer_sizes)
@@ -188,60 +138,84 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     if cfg.save_params and rank == 0:
         save_params(Path(cfg.save_params) / "initial.npz", net.get_params())
 
-    x_held = xp.asarray(xheld.T) if len(xheld) else None
-    labels_held = split.heldout.labels
-    result = Result()
+    x_held = be.xp.asarray(xheld.T) if len(xheld) else None
+    result = Result(backend=be.name)
+    counts = Counts()
     B = cfg.batch_size
     nbatches = -(-N // B)
-    order = np.arange(N)
-    try:
-        for epoch in range(cfg.epochs):
-            if cfg.shuffle:
-                order = np.random.default_rng(cfg.seed + 1 + epoch).permutation(N)
-                batches.reorder(order)
-            t_epoch = time.perf_counter()
-            ce_total, ce_known = 0.0, True
-            for k in range(nbatches):
-                fault_hook(rank, k)
-                start = k * B
-                Bk = min(B, N - start)
-                lo, hi = piece(Bk, P, rank)
-                net.global_batch = Bk
-                tracer.begin_batch(epoch, k, Bk, hi - lo)
-                net.ops = tracer.ops
-                t0 = time.perf_counter()
-                step(net, batches, reducer, start + lo, start + hi, tracer.phase)
-                ce = reducer.host_value(net.g.flat, net.g.n_params)  # None when it would cost a sync
-                if ce is not None:
-                    if not np.isfinite(ce):
-                        raise NonFiniteLoss(f"loss is {ce} at epoch {epoch + 1}, batch {k}: stopping")
-                    ce_total += ce
-                else:
-                    ce_known = False
-                result.batch_seconds.append(time.perf_counter() - t0)
-                tracer.end_batch(loss=None if ce is None else ce / Bk, reducer=reducer, batches=batches)
-                result.batches += 1
-            if not ce_known:
-                ce_total = reducer.epoch_loss_sum()
-                if not np.isfinite(ce_total):
-                    raise NonFiniteLoss(f"loss is {ce_total} in epoch {epoch + 1}: stopping")
-            sync()  # the epoch's time includes its queued device work
-            seconds = time.perf_counter() - t_epoch
-            loss = ce_total / N + net.weight_penalty()
-            acc = float("nan")
-            if rank == 0 and x_held is not None:
-                pred = net.predict(x_held)
-                acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == labels_held).mean())
-            ep = EpochResult(epoch + 1, loss, acc, seconds)
-            result.epochs.append(ep)
-            tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=seconds)
-            if rank == 0 and not cfg.quiet:
-                log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, {seconds:.3f} s")
-    except NonFiniteLoss as e:
-        e.params = net.get_params()  # the caller saves them
-        raise
+    for epoch in range(cfg.epochs):
+        if cfg.shuffle:
+            batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
+        if not reducer.loss_per_batch:
+            start_params = net.p.flat.copy()  # the last finite parameters if this epoch's loss is not (a device copy)
+        t_epoch = time.perf_counter()
+        t_steady = None
+        ce_total, ce_known = 0.0, True
+        for k in range(nbatches):
+            fault_hook(rank, k)
+            start = k * B
+            Bk = min(B, N - start)
+            lo, hi = piece(Bk, P, rank)
+            net.global_batch = Bk
+            tracer.begin_batch(epoch, k, Bk, hi - lo)
+            try:
+                ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts)
+            except NonFiniteLoss as e:
+                e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
+                e.params, e.where = net.get_params(), f"before batch {k} of epoch {epoch + 1}"
+                raise
+            if ce is not None:
+                ce_total += ce
+            else:
+                ce_known = False
+            tracer.end_batch(None if ce is None else ce / Bk, counts)
+            counts.reset()
+            result.batches += 1
+            if k == 0 and nbatches > 1:
+                be.sync()  # once per epoch: the steady window starts after the first batch (JIT, allocations)
+                t_steady = time.perf_counter()
+        if not ce_known:
+            ce_total = reducer.epoch_loss_sum()  # the device's running sum: one sync per epoch
+            if not np.isfinite(ce_total):
+                e = NonFiniteLoss(f"loss is {ce_total} in epoch {epoch + 1}: stopping")
+                net.p.flat[...] = start_params
+                e.params, e.where = net.get_params(), f"from the start of epoch {epoch + 1}"
+                raise e
+        be.sync()  # the epoch's time includes its queued device work
+        t_end = time.perf_counter()
+        loss = ce_total / N + net.weight_penalty()
+        acc = float("nan")
+        if rank == 0 and x_held is not None:
+            pred = net.predict(x_held)
+            acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == split.heldout.labels).mean())
+        ep = EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
+                         t_end - t_steady if t_steady else 0.0, nbatches - 1 if t_steady else 0)
+        result.epochs.append(ep)
+        tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=ep.seconds)
+        if rank == 0 and not cfg.quiet:
+            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, "
+                f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")
     result.params = net.get_params()
     if cfg.save_params and rank == 0:
         save_params(Path(cfg.save_params) / "final.npz", result.params)
-    result.net = net
     return result
+
+
+def step(net, batches, reducer, lo: int, hi: int, phase, counts) -> float | None:
+    """One training step on samples [lo, hi) of the (current) dataset order;
+    returns the batch's reduced cross-entropy sum where reading it costs no
+    device synchronisation, else None."""
+    x, y = batches.get(lo, hi, phase, counts)
+    with phase("forward"):
+        net.forward(x)
+    with phase("loss"):
+        net.loss(y)
+    with phase("backward"):
+        net.backward()
+    reducer.reduce(net.g.flat, phase, counts)
+    ce = reducer.host_value(net.g.flat, net.g.n_params)
+    if ce is not None and not np.isfinite(ce):
+        raise NonFiniteLoss(ce)  # before the update: the parameters are still the last finite ones
+    with phase("update"):
+        net.update()
+    return ce

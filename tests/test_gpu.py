@@ -21,7 +21,7 @@ def test_cupy_without_gpu_is_one_line_error():
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
 def test_gemm_kernels_match_float64_reference(kind, dtype, trans_a, trans_b):
     import cupy as cp
-    from perfmlp.gpu import gemm
+    from perfmlp.gpu.gemm import gemm
     rng = np.random.default_rng(hash((kind, trans_a, trans_b)) % 2**32)
     M, N, K = 67, 131, 45  # odd sizes: partial tiles everywhere
     a = rng.standard_normal((K, M) if trans_a else (M, K))
@@ -41,7 +41,7 @@ def test_gemm_kernels_match_float64_reference(kind, dtype, trans_a, trans_b):
 @pytest.mark.parametrize("gemm_kind", ["cublas", "regblock"])
 def test_gpu_step_matches_numpy(dtype, tol, gemm_kind):
     import cupy as cp
-    from perfmlp.gpu import GpuNetwork
+    from perfmlp.gpu.network import GpuNetwork
     sizes, b = (33, 17, 10), 23
     rng = np.random.default_rng(5)
     w = init_weights(sizes, 1)
@@ -86,7 +86,7 @@ def test_gpu_training_matches_cpu(tmp_path, transfer, comm):
 @pytest.mark.parametrize("transfer, comm", [("pageable", "mpi-staged"), ("resident", "nccl")])
 def test_gpu_trace_counters_and_event_times(tmp_path, transfer, comm):
     from perfmlp.model.costs import batch_counts
-    from perfmlp.reader import read_run
+    from perfmlp.trace.reader import read_run
     r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "230", "--batch-size", "50",
                     "--input-size", "64", "--hidden-size", "32", "--epochs", "2", "--batch-transfer", transfer,
                     "--comm", comm, "--trace-dir", str(tmp_path), "--run-id", "g")

@@ -9,7 +9,7 @@ import pytest
 from perfmlp.model.costs import batch_counts
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
-from perfmlp.reader import Run
+from perfmlp.trace.reader import Run
 from perfmlp.report import build_from_runs
 
 from conftest import ROOT, run_perfmlp

@@ -7,12 +7,12 @@ import time
 
 
 from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
-from perfmlp.reader import read_run, read_traces
+from perfmlp.trace.reader import read_run, read_traces
 
 from conftest import ROOT, run_perfmlp
 
 TINY = ["--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
-        "--n-train", "13", "--batch-size", "5"]
+        "--n-train", "13", "--batch-size", "5", "--epochs", "1", "--learning-rate", "1e-4"]
 
 
 def test_counters_match_hand_counts(tmp_path):
@@ -44,7 +44,7 @@ def test_counters_match_the_model_on_three_ranks(tmp_path):
         for b in rt.batches:
             local = pieces(b["samples"], 3)[rank]
             assert b["local_samples"] == local
-            want = batch_counts(sizes, local, 4, "mpi-host", "resident")
+            want = batch_counts(sizes, local, 4, "mpi", "resident")
             for phase in ("forward", "loss", "backward", "update"):
                 assert b["flops"][phase] == want.flops[phase], (rank, b["batch"], phase)
             assert b["bytes_mpi"] == grad_buffer_bytes(sizes, 4)
@@ -87,7 +87,7 @@ def test_chrome_export_has_one_event_per_range(tmp_path):
     r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "c")
     assert r.returncode == 0
     out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, "-m", "perfmlp.chrome", str(tmp_path / "c"), "-o", str(out)],
+    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(tmp_path / "c"), "-o", str(out)],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
@@ -112,7 +112,7 @@ def test_cprofile_writes_rank_profiles(tmp_path):
 
 
 def test_nvtx_range_is_free_without_a_profiler():
-    from perfmlp.nvtx_range import enabled, nvtx_range
+    from perfmlp.trace.nvtx import enabled, nvtx_range
 
     @nvtx_range("decorated")
     def f(x):

@@ -12,8 +12,8 @@ Counting rule
   the held-out evaluation (it is not part of a training step).
 - Bytes are the fewest a kernel must move through device memory: every
   input read once, every output written once, at the element size given.
-  Copies (`h2d`, `d2h`) count the bytes handed to cudaMemcpy; collectives
-  count the bytes of the buffer handed to MPI or NCCL.
+  Copies count the bytes handed to cudaMemcpy and collectives the bytes of
+  the buffer handed to MPI or NCCL (`batch_counts`).
 
 The trainer records every operation it launches as (name, shape); its
 counters are these same formulas applied to those shapes.
@@ -96,42 +96,47 @@ def _update_biases(n, s):
     return 2 * n, s * 3 * n
 
 
-@register("h2d")
-def _h2d(nbytes, s):
-    return 0, nbytes
-
-
-@register("d2h")
-def _d2h(nbytes, s):
-    return 0, nbytes
-
-
 # ---- a whole step from shapes ---------------------------------------------------
 
-def step_ops(layer_sizes, b: int) -> dict[str, list[tuple[str, tuple]]]:
-    """The operations of one training step on a piece of b samples, per phase,
-    in the order the trainer launches them (layer_sizes = D, H1, ..., C)."""
+def itemsize(precision: str) -> int:
+    """Bytes per element of a precision ("float32" or "float64")."""
+    return {"float32": 4, "float64": 8}[precision]
+
+
+def step_kernels(layer_sizes, b: int) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
+    """The kernels of one training step on a piece of b samples, per phase, in
+    the order the trainer launches them (layer_sizes = D, H1, ..., C); each
+    kernel is the tuple of operations it computes (fused kernels compute two).
+    perfmlp/mlp.py's Network launches exactly these (tested)."""
     L = len(layer_sizes) - 1
     fwd, bwd = [], []
     for l in range(1, L + 1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
-        fwd.append(("gemm", (n_out, b, n_in)))
-        fwd.append(("bias_sigmoid" if l < L else "bias_add", (n_out, b)))
+        fwd.append((("gemm", (n_out, b, n_in)),))
+        fwd.append(((("bias_sigmoid" if l < L else "bias_add"), (n_out, b)),))
     for l in range(L, 0, -1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
-        bwd.append(("gemm", (n_out, n_in, b)))            # dW = delta @ a^T
-        bwd.append(("row_sum", (n_out, b)))               # db
+        bwd.append((("gemm", (n_out, n_in, b)),))            # dW = delta @ a^T
+        if l == L:
+            bwd.append((("row_sum", (n_out, b)),))           # the output layer's db
         if l > 1:
-            bwd.append(("gemm", (n_in, b, n_out)))        # da = W^T @ delta (none for the input)
-            bwd.append(("sigmoid_grad", (n_in, b)))
+            bwd.append((("gemm", (n_in, b, n_out)),))        # da = W^T @ delta (none for the input)
+            # dz = da * a * (1 - a) and the layer below's db, in one kernel
+            bwd.append((("sigmoid_grad", (n_in, b)), ("row_sum", (n_in, b))))
     n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, L + 1))
     n_b = sum(layer_sizes[1:])
     return {
         "forward": fwd,
-        "loss": [("softmax_ce_grad", (layer_sizes[-1], b))],
+        "loss": [(("softmax_ce_grad", (layer_sizes[-1], b)),)],
         "backward": bwd,
-        "update": [("update_weights", (n_w,)), ("update_biases", (n_b,))],
+        "update": [(("update_weights", (n_w,)), ("update_biases", (n_b,)))],  # one pass over the flat buffer
     }
+
+
+def step_ops(layer_sizes, b: int) -> dict[str, list[tuple[str, tuple]]]:
+    """The operations of one training step, per phase, in launch order."""
+    return {phase: [op for kernel in kernels for op in kernel]
+            for phase, kernels in step_kernels(layer_sizes, b).items()}
 
 
 def n_params(layer_sizes) -> int:
@@ -145,10 +150,16 @@ def grad_buffer_bytes(layer_sizes, itemsize: int) -> int:
     return itemsize * (n_params(layer_sizes) + LOSS_SLOTS)
 
 
-def pieces(batch: int, procs: int) -> list[int]:
-    """Sizes of the ranks' pieces of one batch (differ by at most one)."""
+def piece(batch: int, procs: int, rank: int) -> tuple[int, int]:
+    """[lo, hi) of rank's contiguous piece of a batch: sizes differ by at most one."""
     q, r = divmod(batch, procs)
-    return [q + (1 if i < r else 0) for i in range(procs)]
+    lo = rank * q + min(rank, r)
+    return lo, lo + q + (1 if rank < r else 0)
+
+
+def pieces(batch: int, procs: int) -> list[int]:
+    """Sizes of the ranks' pieces of one batch."""
+    return [hi - lo for lo, hi in (piece(batch, procs, r) for r in range(procs))]
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,8 @@ class BatchCounts:
     b: int
     flops: dict            # phase -> FLOPs
     mem_bytes: dict        # phase -> device-memory bytes
-    kernels: dict          # phase -> operations launched
+    operations: dict       # phase -> operations computed (priced one by one)
+    kernels: dict          # phase -> kernels launched (a fused kernel computes several operations)
     bytes_h2d: int
     bytes_d2h: int
     bytes_mpi: int
@@ -174,40 +186,34 @@ class BatchCounts:
 
 
 def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
-                 batch_transfer: str = "pageable", procs: int = 1) -> BatchCounts:
+                 batch_transfer: str = "pageable") -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
-    `mpi-host` (NumPy backend: the buffer is already on the host).
+    `mpi` (NumPy backend: the buffer is already on the host).
     batch_transfer: `pageable`/`pinned` copy X and Y each batch; `resident` none.
     MPI and NCCL bytes are counted even on one process, as the trainer hands
     the buffer to the collective there too.
     """
-    ops = step_ops(layer_sizes, b)
-    flops, mem, kern = {}, {}, {}
-    for phase, lst in ops.items():
-        f = m = 0
-        for name, shape in lst:
-            fo, by = op_cost(name, shape, itemsize)
-            f, m = f + fo, m + by
-        flops[phase], mem[phase], kern[phase] = f, m, len(lst)
+    flops, mem, ops, kern = {}, {}, {}, {}
+    for phase, kernels in step_kernels(layer_sizes, b).items():
+        f = m = n = 0
+        for kernel in kernels:
+            for name, shape in kernel:
+                fo, by = op_cost(name, shape, itemsize)
+                f, m, n = f + fo, m + by, n + 1
+        flops[phase], mem[phase], ops[phase], kern[phase] = f, m, n, len(kernels)
     D, C = layer_sizes[0], layer_sizes[-1]
     h2d = 0 if batch_transfer == "resident" else itemsize * b * (D + C)
     g = grad_buffer_bytes(layer_sizes, itemsize)
     staged = comm == "mpi-staged"
     return BatchCounts(
-        b=b, flops=flops, mem_bytes=mem, kernels=kern,
+        b=b, flops=flops, mem_bytes=mem, operations=ops, kernels=kern,
         bytes_h2d=h2d + (g if staged else 0),
         bytes_d2h=g if staged else 0,
-        bytes_mpi=g if comm in ("mpi-staged", "mpi-host") else 0,
+        bytes_mpi=g if comm in ("mpi-staged", "mpi") else 0,
         bytes_nccl=g if comm == "nccl" else 0,
     )
-
-
-def job_counts(layer_sizes, batch: int, procs: int, itemsize: int, comm: str = "mpi-staged",
-               batch_transfer: str = "pageable") -> list[BatchCounts]:
-    """One BatchCounts per rank for a batch of `batch` samples split over `procs`."""
-    return [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, procs) for b in pieces(batch, procs)]
 
 
 def reference_approx(D: int, H: int, B: int) -> dict[str, int]:

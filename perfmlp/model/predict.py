@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .costs import batch_counts, pieces, step_ops, op_cost
+from .costs import batch_counts, itemsize as itemsize_of, op_cost, pieces, step_ops
 from .machine import Machine
 
 TERMS = ("gemm", "elementwise", "launches", "h2d_batch", "d2h_grad", "allreduce", "h2d_grad", "tracing")
@@ -34,7 +34,8 @@ def traced_phases(comm: str, batch_transfer: str) -> int:
     """CUDA events a traced batch records: one at the end of each phase (the
     batch starts at the previous batch's last event): forward, loss,
     backward, allreduce, update, and h2d unless the data is resident, d2h and
-    h2d_grad with mpi-staged."""
+    h2d_grad with mpi-staged (perfmlp/trace/format.py: batch_phases; a test
+    holds the two equal)."""
     return 5 + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
 
 
@@ -67,9 +68,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     """Predicted time per batch. `traced`: the run has perfmlp's tracer on
     (its host time per operation is the machine's traced_launch_overhead_s
     where the file has one)."""
-    itemsize = 4 if precision == "float32" else 8
+    itemsize = itemsize_of(precision)
     b = max(pieces(batch, procs))
-    counts = batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, procs)
+    counts = batch_counts(layer_sizes, b, itemsize, comm, batch_transfer)
     gemm_s = elem_s = 0.0
     n_ops = 0
     for phase, ops in step_ops(layer_sizes, b).items():
@@ -94,7 +95,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         mem = staging_memory(batch_transfer)
         terms["d2h_grad"] = machine.copy_s("d2h", mem, g)
         terms["h2d_grad"] = machine.copy_s("h2d", mem, g)
-    if comm in ("mpi-staged", "mpi-host"):
+    if comm in ("mpi-staged", "mpi"):
         terms["allreduce"] = ring_allreduce_s(g, procs, machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
     elif comm == "nccl":
         terms["allreduce"] = ring_allreduce_s(g, procs, machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s, steps_alpha=False)
@@ -105,11 +106,11 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     if batch_transfer == "resident" and comm == "nccl":
         hidden_by += terms["allreduce"]
     terms["launches"] = max(0.0, host_s - hidden_by)
-    if traced and machine.trace_event_s and comm != "mpi-host":
+    if traced and machine.trace_event_s and comm != "mpi":
         terms["tracing"] = traced_phases(comm, batch_transfer) * machine.trace_event_s
     total = sum(terms.values())
     compute = terms["gemm"] + terms["elementwise"] + terms["launches"]
     overlapped = max(compute, total - compute)
-    job = sum(batch_counts(layer_sizes, p, itemsize, comm, batch_transfer, procs).flops_total
+    job = sum(batch_counts(layer_sizes, p, itemsize, comm, batch_transfer).flops_total
               for p in pieces(batch, procs))
     return Prediction(terms, total, overlapped, counts.flops_total, job, counts.bytes_copied, machine.name)

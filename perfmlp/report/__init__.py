@@ -21,7 +21,7 @@ from ..model.costs import batch_counts, reference_approx
 from ..model.machine import MODELS_DIR, DEFAULT_MACHINE, Machine, MachineError, load_machine
 from ..model.predict import predict_batch
 from ..model.roofline import modified_roofline
-from ..reader import Run, read_traces
+from ..trace.reader import Run, read_traces
 from . import figures as F  # matplotlib itself is imported when a figure is drawn
 
 # The reference course's published solution (Quadro RTX 6000, D=784, H=512, B=3200)
@@ -434,7 +434,7 @@ def section_nsys(folder: Path, runs) -> Section | None:
     dbs = sorted(folder.rglob("*.sqlite"))
     if not dbs:
         return None
-    from ..nsys import cross_check
+    from ..trace.nsys import cross_check
     s = Section("Nsight Systems cross-check")
     by_id = {r.run_id: r for r in runs}
     for db in dbs:

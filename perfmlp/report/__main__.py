@@ -4,7 +4,7 @@ from pathlib import Path
 
 from ..errors import PerfmlpError
 from ..model.machine import MachineError
-from ..reader import TraceError
+from ..trace.reader import TraceError
 from . import build
 
 

@@ -1,9 +1,11 @@
-"""Per-rank traces: the only contract between a run and its report.
+"""Writing a run's trace (its format: perfmlp/trace/format.py).
 
-A run writes `traces/<run-id>/manifest.json` (rank 0; rewritten at the end
-with the status) and `rank-<r>.jsonl` per rank: a header line, one line per
-batch (flushed as written, so a killed run keeps every finished batch), one
-line per epoch and an end line. docs/trace-format.md describes every field.
+Two tracers with one interface, which the training loop calls:
+`attach(world, backend)` once the backend is built, `begin_batch`,
+`phase(name)` (a context manager), `end_batch(loss, counts)`, `end_epoch`
+and `close(status)`; `ops` is the list the network records its operations
+into (None: nothing is recorded). `NullTracer` does nothing, at the cost of
+an attribute lookup per hook; `Tracer` writes the trace.
 
 Timing per phase: CUDA events on the GPU (read when they have completed,
 never by synchronising the device), a monotonic clock on the CPU. FLOPs per
@@ -13,6 +15,7 @@ collectives are issued.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -22,14 +25,39 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
-from . import nvtx_range as nv
-from .errors import PerfmlpError
-from .model.costs import op_cost
+from .. import __version__
+from ..errors import PerfmlpError
+from ..model.costs import itemsize, op_cost
+from . import nvtx as nv
+from .format import MANIFEST, SCHEMA, rank_file
 
-SCHEMA = "perfmlp.trace/1"
-PHASES = ("h2d", "forward", "loss", "backward", "d2h", "allreduce", "h2d_grad", "update")
 DRAIN_AT = "backward"  # finished batches are written as this phase starts (the host is ahead of the GPU)
+
+
+class NullTracer:
+    """No tracing: every hook is a no-op."""
+
+    run_dir = None
+    ops = None  # the network records nothing
+    backend = None
+
+    def attach(self, world, backend) -> None:
+        self.backend = backend.name
+
+    def phase(self, name: str):
+        return contextlib.nullcontext()
+
+    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
+        pass
+
+    def end_batch(self, loss, counts) -> None:
+        pass
+
+    def end_epoch(self, **values) -> None:
+        pass
+
+    def close(self, status: str) -> None:
+        pass
 
 
 def _now_iso() -> str:
@@ -87,9 +115,9 @@ class Tracer:
     def __init__(self, run_dir: Path, rank: int, world, cfg):
         self.run_dir = run_dir
         self.rank, self.world, self.cfg = rank, world, cfg
-        self.backend = "numpy"
-        self.itemsize = 4 if cfg.precision == "float32" else 8
-        self._f = open(run_dir / f"rank-{rank}.jsonl", "w")
+        self.backend = None
+        self.itemsize = itemsize(cfg.precision)
+        self._f = open(run_dir / rank_file(rank), "w")
         self._write({"kind": "header", "schema": SCHEMA, "rank": rank, "size": world.size,
                      "start": _now_iso(), "pid": os.getpid()})
         self.t_start = time.perf_counter()
@@ -106,21 +134,26 @@ class Tracer:
         self._closed = False
 
     # -- the hooks the training loop calls -----------------------------------------
-    def attach_gpu(self, cupy) -> None:
-        """Time phases with CUDA events from here on (pool reused batch after
-        batch; recorded and read through the runtime directly, as the Event
-        wrappers cost host time on every phase)."""
-        self._cupy = cupy
-        self._rt = cupy.cuda.runtime
-        self._stream_ptr = cupy.cuda.get_current_stream().ptr
-        self._events = []
+    def attach(self, world, backend) -> None:
+        """Record what the run sees (GPUs, library versions) in the manifest;
+        on the GPU, time phases with CUDA events from here on (a pool reused
+        batch after batch, recorded and read through the runtime directly, as
+        the Event wrappers cost host time on every phase)."""
+        self.backend = backend.name
+        record_machine(self.run_dir, world, backend.name)
+        if backend.name == "cupy":
+            cupy = backend.xp
+            self._cupy = cupy
+            self._rt = cupy.cuda.runtime
+            self._stream_ptr = cupy.cuda.get_current_stream().ptr
+            self._events = []
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
         self._cur = {"kind": "batch", "epoch": epoch, "batch": batch, "samples": samples,
                      "local_samples": local, "t0_s": time.perf_counter() - self.t_start}
         self._phases = []
         self._phase_ops = []
-        self.ops = []
+        self.ops.clear()  # the network appends to this list (given to it once)
         nv.push("batch", batch)
         if self._events is not None:
             # the batch starts where the previous one ended (same point in the
@@ -135,20 +168,14 @@ class Tracer:
             p = self._phase_objs[name] = _Phase(self, name)
         return p
 
-    def end_batch(self, loss=None, reducer=None, batches=None) -> None:
+    def end_batch(self, loss, counts) -> None:
+        """`counts`: the batch's trace.format.Counts (read here, not kept)."""
         nv.pop()
         rec = self._cur
         rec["loss"] = loss
         rec["counts"] = self._counts_json()
-        c = reducer.counts if reducer is not None else None
-        bsrc = getattr(batches, "bytes_h2d", 0)
-        rec["bytes"] = (bsrc + (c.bytes_h2d if c else 0), c.bytes_d2h if c else 0,
-                        c.bytes_mpi if c else 0, c.bytes_nccl if c else 0)
-        rec["collectives"] = self._collectives_json(c.collectives) if c else "[]"
-        if c:
-            c.reset()
-        if bsrc:
-            batches.bytes_h2d = 0
+        rec["bytes"] = (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_mpi, counts.bytes_nccl)
+        rec["collectives"] = self._collectives_json(counts.collectives)
         rec["wall_ms"] = (time.perf_counter() - self.t_start - rec["t0_s"]) * 1e3
         if self._events is None:
             rec["t_ms"] = self._phases
@@ -262,7 +289,7 @@ class _Phase:
             t._drain(block=False)
         if nv._ENABLED:
             nv.push(self.name, t._batch_no)
-        self.i0 = len(t.ops) if t.ops is not None else 0
+        self.i0 = len(t.ops)
         if t._events is not None:
             self.e0 = len(t._cur_events) - 1  # this phase starts at the last recorded event
         else:
@@ -277,7 +304,7 @@ class _Phase:
         else:
             now = time.perf_counter()
             t._phases.append((self.name, (self.t0 - t.t_start - t._cur["t0_s"]) * 1e3, (now - self.t0) * 1e3))
-        t._phase_ops.append((self.name, self.i0, len(t.ops) if t.ops is not None else 0))
+        t._phase_ops.append((self.name, self.i0, len(t.ops)))
         if nv._ENABLED:
             nv.pop()
         return False
@@ -302,12 +329,8 @@ def new_run_id(cfg, world) -> str:
 
 def make_tracer(cfg, world):
     """A Tracer writing under cfg.trace_dir, or the no-op tracer with --no-trace."""
-    from .train import NullTracer
     if not cfg.trace:
-        t = NullTracer()
-        t.run_dir = None
-        t.close = lambda status: None
-        return t
+        return NullTracer()
     run_id = new_run_id(cfg, world)
     run_dir = Path(cfg.trace_dir) / run_id
     if world.rank == 0:
@@ -321,18 +344,17 @@ def make_tracer(cfg, world):
                     "mpi_library": world.library, "start": _now_iso(), "end": None, "status": "running",
                     "versions": versions(), "argv": sys.argv,
                     "profiler_attached": nv.enabled()}  # an NVTX tool (Nsight Systems) was attached
-        _write_json(run_dir / "manifest.json", manifest)
+        _write_json(run_dir / MANIFEST, manifest)
     world.barrier()
     return Tracer(run_dir, world.rank, world, cfg)
 
 
-def record_machine(tracer, world, backend: str) -> None:
-    """Add what the run saw (GPUs per node, library versions) to the manifest."""
-    if getattr(tracer, "run_dir", None) is None:
-        return
+def record_machine(run_dir: Path, world, backend: str) -> None:
+    """Add what the run saw (GPUs per node, library versions) to the manifest
+    (a collective: every rank calls it)."""
     seen = machine_seen(world, backend)
     if world.rank == 0:
-        path = tracer.run_dir / "manifest.json"
+        path = run_dir / MANIFEST
         m = json.loads(path.read_text())
         m["machine"] = seen
         m["backend"] = backend
@@ -348,7 +370,7 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _finish_manifest(run_dir: Path, status: str) -> None:
-    path = run_dir / "manifest.json"
+    path = run_dir / MANIFEST
     try:
         m = json.loads(path.read_text())
     except (OSError, ValueError):

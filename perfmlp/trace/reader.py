@@ -14,7 +14,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA = "perfmlp.trace/1"
+from .format import BATCH_KEYS, MANIFEST, SCHEMA
+
 WARMUP_BATCHES = 1  # the first batch of the first epoch: JIT compilation, allocations
 
 
@@ -144,17 +145,13 @@ def _take(rt: RankTrace, rec: dict) -> None:
         rt.end = rec
 
 
-_BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "bytes_h2d", "bytes_d2h",
-               "bytes_mpi", "bytes_nccl")
-
-
 def read_run(folder: str | Path) -> Run:
     folder = Path(folder)
-    mpath = folder / "manifest.json"
+    mpath = folder / MANIFEST
     try:
         manifest = json.loads(mpath.read_text())
     except FileNotFoundError:
-        raise TraceError(f"{folder}: no manifest.json") from None
+        raise TraceError(f"{folder}: no {MANIFEST}") from None
     except (OSError, ValueError) as e:
         raise TraceError(f"{mpath}: unreadable manifest ({e.__class__.__name__})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
@@ -180,7 +177,7 @@ def read_run(folder: str | Path) -> Run:
                 if rec["kind"] == "header" and rec.get("schema") != SCHEMA:
                     raise ValueError(f"schema {rec.get('schema')!r}")
                 if rec["kind"] == "batch":
-                    missing = [k for k in _BATCH_KEYS if k not in rec]
+                    missing = [k for k in BATCH_KEYS if k not in rec]
                     if missing:
                         raise ValueError(f"batch line without {missing[0]}")
             except ValueError as e:
@@ -204,7 +201,7 @@ def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
     if not folder.is_dir():
         raise TraceError(f"{folder}: no such folder")
     runs, skipped = [], []
-    dirs = sorted({p.parent for p in folder.rglob("manifest.json")} | {p.parent for p in folder.rglob("rank-*.jsonl")})
+    dirs = sorted({p.parent for p in folder.rglob(MANIFEST)} | {p.parent for p in folder.rglob("rank-*.jsonl")})
     for d in dirs:
         try:
             run = read_run(d)

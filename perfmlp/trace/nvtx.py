@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 
+from .format import NVTX_RANGES
+
 DOMAIN = "perfmlp"
-CATEGORIES = ("h2d", "forward", "loss", "backward", "d2h", "allreduce", "h2d_grad", "update", "epoch", "batch")
 
 try:
     if os.environ.get("NVTX_DISABLE"):
@@ -30,7 +31,7 @@ def enabled() -> bool:
 
 def push(name: str, payload: int | None = None) -> None:
     if _ENABLED:
-        cat = name if name in CATEGORIES else None
+        cat = name if name in NVTX_RANGES else None
         _domain.push_range(_domain.get_event_attributes(message=name, category=cat, payload=payload))
 
 

@@ -2,7 +2,7 @@
 chrome://tracing open: one complete ("X") event per batch and per phase,
 a process per rank.
 
-    python -m perfmlp.chrome traces/<run-id> -o run.json
+    python -m perfmlp.trace.chrome traces/<run-id> -o run.json
 """
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ def chrome_events(run: Run) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.chrome", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.trace.chrome", description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a run folder (traces/<run-id>)")
     ap.add_argument("-o", "--out", required=True, help="JSON file to write")
     a = ap.parse_args(argv)
     try:
         run = read_run(a.run)
     except TraceError as e:
-        print(f"perfmlp.chrome: error: {e}", file=sys.stderr)
+        print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2
     Path(a.out).write_text(json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"}))
     print(f"wrote {a.out} ({run.run_id}, {run.status})")

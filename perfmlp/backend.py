@@ -1,0 +1,66 @@
+"""Where the backend is assembled: the array module, the network, the batch
+source, the gradient reducer and the device synchronisation for one rank."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .batches import DeviceBatches, HostBatches
+from .comm import HostReducer, NcclReducer, StagedReducer
+from .config import Config
+from .errors import PerfmlpError
+from .mlp import Network
+from .model.costs import pieces
+from .model.predict import staging_memory
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str                  # "numpy" or "cupy"
+    xp: object                 # the array module
+    net: Network
+    batches: object            # batches.HostBatches or batches.DeviceBatches
+    reducer: object            # one of comm's reducers
+    sync: Callable[[], None]   # waits for the device's queued work (a no-op on the host)
+
+
+def resolve(cfg: Config) -> str:
+    """The backend a configuration runs on ("auto": CuPy where a GPU is present)."""
+    if cfg.backend != "auto":
+        return cfg.backend
+    from . import gpu
+    return "cupy" if gpu.available() else "numpy"
+
+
+def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
+    name = resolve(cfg)
+    if name == "cupy":
+        return _build_cupy(cfg, world, xtrain, ytrain)
+    gpu_only = [f"--{flag} {value}" for flag, value, host in (
+        ("comm", cfg.comm, ("auto", "mpi")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
+        ("gemm", cfg.gemm, ("cublas",))) if value not in host]
+    if gpu_only:
+        raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
+    net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
+    return Backend("numpy", np, net, HostBatches(xtrain, ytrain), HostReducer(world), lambda: None)
+
+
+def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
+    from .gpu import require_cupy
+    from .gpu.network import GpuNetwork
+    cupy = require_cupy()
+    if cfg.comm == "mpi":
+        raise PerfmlpError("--comm mpi reduces host buffers (the numpy backend); on the GPU use mpi-staged or nccl")
+    ndev = cupy.cuda.runtime.getDeviceCount()
+    cupy.cuda.Device(world.rank % ndev).use()  # rank r on GPU r mod (GPUs on its node), before any stream
+    max_local = max(pieces(cfg.batch_size, world.size))
+    net = GpuNetwork(cupy, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size,
+                     max_local, cfg.gemm)
+    batches = DeviceBatches(cupy, xtrain, ytrain, cfg.batch_transfer, max_local)
+    if cfg.comm == "nccl":
+        reducer = NcclReducer(cupy, world, net)
+    else:
+        reducer = StagedReducer(cupy, world, net, staging_memory(cfg.batch_transfer))
+    return Backend("cupy", cupy, net, batches, reducer, cupy.cuda.get_current_stream().synchronize)

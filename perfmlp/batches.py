@@ -1,0 +1,70 @@
+"""Where a rank's piece of a batch comes from.
+
+`get(lo, hi, phase, counts)` returns x as D x b and y as C x b (samples are
+columns: transposed views of the row-per-sample arrays, no copy) and adds
+the bytes it copied to `counts.bytes_h2d`.
+
+- `HostBatches` (NumPy): views into the host arrays.
+- `DeviceBatches` (CuPy): copied each batch from pageable host memory (the
+  reference scheme) or from pinned memory, or resident (uploaded once).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class HostBatches:
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x0, self.y0 = x, y
+        self.x, self.y = x, y
+
+    def reorder(self, order: np.ndarray) -> None:
+        self.x, self.y = self.x0[order], self.y0[order]
+
+    def get(self, lo: int, hi: int, phase, counts):
+        with phase("h2d"):
+            return self.x[lo:hi].T, self.y[lo:hi].T
+
+
+class DeviceBatches:
+    def __init__(self, cupy, x, y, mode: str, max_local: int):
+        self.cp, self.mode = cupy, mode
+        self.stream = cupy.cuda.get_current_stream()
+        self._set_host(x, y)
+        if mode != "resident":
+            self.xd = cupy.empty((max_local, x.shape[1]), x.dtype)
+            self.yd = cupy.empty((max_local, y.shape[1]), y.dtype)
+
+    def _set_host(self, x, y):
+        if self.mode == "pinned":
+            import cupyx
+            self.xh = cupyx.empty_pinned(x.shape, x.dtype)
+            self.yh = cupyx.empty_pinned(y.shape, y.dtype)
+            self.xh[...] = x
+            self.yh[...] = y
+        elif self.mode == "pageable":
+            self.xh, self.yh = np.ascontiguousarray(x), np.ascontiguousarray(y)
+        else:
+            self.xr, self.yr = self.cp.asarray(x), self.cp.asarray(y)
+
+    def reorder(self, order: np.ndarray) -> None:
+        if self.mode == "resident":
+            idx = self.cp.asarray(order)
+            self.xr, self.yr = self.xr[idx], self.yr[idx]
+        else:
+            self._set_host(self.xh[order], self.yh[order])
+
+    def get(self, lo: int, hi: int, phase, counts):
+        if self.mode == "resident":
+            return self.xr[lo:hi].T, self.yr[lo:hi].T  # no copy, so no h2d phase (and no CUDA event)
+        b = hi - lo
+        with phase("h2d"):
+            xd, yd = self.xd[:b], self.yd[:b]
+            if self.mode == "pageable":
+                xd.set(self.xh[lo:hi])  # cudaMemcpy from pageable memory: blocks the host
+                yd.set(self.yh[lo:hi])
+            else:
+                xd.set(self.xh[lo:hi], stream=self.stream)  # async from pinned memory
+                yd.set(self.yh[lo:hi], stream=self.stream)
+            counts.bytes_h2d += xd.nbytes + yd.nbytes
+            return xd.T, yd.T  # views: the kernels read the rows as they lie

@@ -1,0 +1,35 @@
+"""The CuPy backend: CUDA kernels (kernels.cu, loaded by kernels.py), the
+GEMMs (gemm.py: cuBLAS called directly, and the reference's own kernels), the
+network on one GPU (network.py) and CUDA-event timing (timing.py). The batch
+source lives in perfmlp/batches.py, the GPU reducers in perfmlp/comm.py.
+
+Nothing here imports CuPy at import time: `require_cupy()` does, with a
+one-line error when CuPy or a GPU is missing.
+"""
+from __future__ import annotations
+
+from ..errors import PerfmlpError
+
+
+def available() -> bool:
+    """CuPy imports and sees at least one GPU."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def require_cupy():
+    """The cupy module, or a one-line error saying what is missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise PerfmlpError("--backend cupy: CuPy is not installed (pip install 'perfmlp[gpu]')") from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no driver, no device
+        raise PerfmlpError(f"--backend cupy: no CUDA GPU ({type(e).__name__}: {e})") from None
+    if n == 0:
+        raise PerfmlpError("--backend cupy: no CUDA GPU found")
+    return cupy

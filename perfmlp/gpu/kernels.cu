@@ -1,0 +1,162 @@
+// perfmlp's CUDA kernels, compiled by perfmlp/gpu/kernels.py for T = float and
+// T = double (RawModule, -DT=...). Samples are columns; matrices are C order.
+
+// Sum of v over a block of 256 threads (every thread gets the total).
+__device__ T block_sum(T v) {
+    __shared__ T part[256];
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    T total = part[0];
+    __syncthreads();
+    return total;
+}
+
+extern "C" {
+
+// a = sigmoid(z + b[row]) in place; z is rows x cols, C order
+__global__ void bias_sigmoid(T* z, const T* b, long long n, int cols) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = (T)1 / ((T)1 + exp(-(z[i] + b[i / cols])));
+}
+
+// z += b[row]
+__global__ void bias_add(T* z, const T* b, long long n, int cols) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] += b[i / cols];
+}
+
+// One thread per column of the C x cols logits: softmax, cross-entropy
+// log(sum exp(z - max)) - (z_y - max), delta = (p - y) * scale; the column
+// losses are added into *ce_sum (atomically). The one-hot labels y are read
+// as they lie in the batch, one sample a row: y(c, j) = y[j * C + c].
+__global__ void softmax_ce_grad(const T* z, const T* y, T* delta, T* ce_sum, int C, int cols, T scale) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    T ce = 0;
+    if (j < cols) {
+        T m = z[j];
+        for (int c = 1; c < C; ++c) m = max(m, z[c * cols + j]);
+        T s = 0, zy = 0;
+        for (int c = 0; c < C; ++c) {
+            T zc = z[c * cols + j] - m;
+            s += exp(zc);
+            zy += y[j * C + c] * zc;
+        }
+        for (int c = 0; c < C; ++c)
+            delta[c * cols + j] = (exp(z[c * cols + j] - m) / s - y[j * C + c]) * scale;
+        ce = log(s) - zy;
+    }
+    T total = block_sum(ce);  // one atomic per block
+    if (threadIdx.x == 0) atomicAdd(ce_sum, total);
+}
+
+// One block per row: out[r] = sum_j d[r, j]
+__global__ void row_sum(const T* d, T* out, int cols) {
+    int r = blockIdx.x;
+    T s = 0;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += d[(long long)r * cols + j];
+    T total = block_sum(s);
+    if (threadIdx.x == 0) out[r] = total;
+}
+
+// One block per row: dz = da * a * (1 - a) (in place in da), db[r] = sum_j dz[r, j]
+__global__ void sigmoid_grad_row_sum(T* da, const T* a, T* db, int cols) {
+    int r = blockIdx.x;
+    T s = 0;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        long long i = (long long)r * cols + j;
+        T v = a[i];
+        T dz = da[i] * v * ((T)1 - v);
+        da[i] = dz;
+        s += dz;
+    }
+    T total = block_sum(s);
+    if (threadIdx.x == 0) db[r] = total;
+}
+
+// p -= lr * (g + reg * p) for i < n_weights, p -= lr * g after; thread 0
+// also moves the loss slot into the running sum and clears it.
+__global__ void sgd_update(T* p, const T* g, long long n, long long n_weights, T lr, T reg,
+                           T* slot, T* ce_acc) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        T gi = g[i];
+        if (i < n_weights) gi += reg * p[i];
+        p[i] -= lr * gi;
+    }
+    if (i == 0) { ce_acc[0] += slot[0]; slot[0] = 0; }
+}
+
+// ---- the reference's GEMM kernels: C (M x N, C order) = A @ B, where
+// A(i, k) = A[i * sa0 + k * sa1] and B(k, j) = B[k * sb0 + j * sb1]
+// (strides in elements, so transposed views need no copy).
+
+// Algorithm 1: one thread per output element
+__global__ void gemm_naive(const T* A, const T* B, T* Cm, int M, int N, int K,
+                           long long sa0, long long sa1, long long sb0, long long sb1) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i < M && j < N) {
+        T s = 0;
+        for (int k = 0; k < K; ++k) s += A[i * sa0 + k * sa1] * B[k * sb0 + j * sb1];
+        Cm[(long long)i * N + j] = s;
+    }
+}
+
+// Algorithm 2: 16 x 16 shared-memory tiles
+#define TS 16
+__global__ void gemm_tiled(const T* A, const T* B, T* Cm, int M, int N, int K,
+                           long long sa0, long long sa1, long long sb0, long long sb1) {
+    __shared__ T As[TS][TS + 1];
+    __shared__ T Bs[TS][TS + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int i = blockIdx.y * TS + ty, j = blockIdx.x * TS + tx;
+    T s = 0;
+    for (int k0 = 0; k0 < K; k0 += TS) {
+        As[ty][tx] = (i < M && k0 + tx < K) ? A[i * sa0 + (k0 + tx) * sa1] : (T)0;
+        Bs[ty][tx] = (k0 + ty < K && j < N) ? B[(k0 + ty) * sb0 + j * sb1] : (T)0;
+        __syncthreads();
+        for (int k = 0; k < TS; ++k) s += As[ty][k] * Bs[k][tx];
+        __syncthreads();
+    }
+    if (i < M && j < N) Cm[(long long)i * N + j] = s;
+}
+
+// Section 4.2 of the final-project text: a 16 x 4 thread block computes a
+// 64 x 16 block of C; each step loads a 4 x 16 piece of B into shared
+// memory (one element per thread) and each thread keeps its 1 x 4 piece of A
+// in registers and its 1 x 16 row of C in registers.
+__global__ void gemm_regblock(const T* A, const T* B, T* Cm, int M, int N, int K,
+                              long long sa0, long long sa1, long long sb0, long long sb1) {
+    __shared__ T Bs[4][16];
+    int t = threadIdx.y * 16 + threadIdx.x;     // 0..63
+    int i = blockIdx.y * 64 + t;                // this thread's row of C
+    int j0 = blockIdx.x * 16;                   // first column of the block
+    T acc[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) acc[c] = 0;
+    for (int k0 = 0; k0 < K; k0 += 4) {
+        int bk = k0 + threadIdx.y, bj = j0 + threadIdx.x;
+        Bs[threadIdx.y][threadIdx.x] = (bk < K && bj < N) ? B[bk * sb0 + bj * sb1] : (T)0;
+        T a[4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            a[kk] = (i < M && k0 + kk < K) ? A[i * sa0 + (k0 + kk) * sa1] : (T)0;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int c = 0; c < 16; ++c) acc[c] += a[kk] * Bs[kk][c];
+        __syncthreads();
+    }
+    if (i < M) {
+#pragma unroll
+        for (int c = 0; c < 16; ++c)
+            if (j0 + c < N) Cm[(long long)i * N + j0 + c] = acc[c];
+    }
+}
+
+}

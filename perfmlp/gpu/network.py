@@ -1,0 +1,129 @@
+"""The network on one GPU: the Network's step (perfmlp/mlp.py) with each
+kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py).
+
+A step launches 11 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
+bias+sigmoid, bias add), loss 1 (softmax + cross-entropy + output delta,
+the loss summed into the gradient buffer's slot), backward 5 (3 GEMMs, the
+output bias gradient, sigmoid derivative fused with the hidden bias
+gradient), update 1 (weights and biases in one pass, which also moves the
+loss slot into the epoch's running sum and clears it).
+
+Buffers are allocated once for the largest piece and sliced for a shorter
+one; kernel arguments (scalars, views) are made once and cached, as their
+construction costs host time comparable to a launch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..mlp import Network
+from .gemm import cublas_gemm, gemm
+from .kernels import kernels
+
+_BLOCK = 256
+
+
+def _grid(n):
+    return ((n + _BLOCK - 1) // _BLOCK,), (_BLOCK,)
+
+
+class GpuNetwork(Network):
+
+    def __init__(self, cupy, layer_sizes, dtype, lr, reg, global_batch, max_local: int, gemm_kind: str):
+        super().__init__(cupy, layer_sizes, dtype, lr, reg, global_batch)
+        self.cp = cupy
+        mod = kernels(cupy, dtype)
+        self.k = {n: mod.get_function(n) for n in
+                  ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")}
+        self.gemm_kind = gemm_kind
+        self._cublas = cublas_gemm(cupy, dtype) if gemm_kind == "cublas" else None
+        self._views: dict = {}
+        self._ints: dict = {}
+        self.T = self.dtype.type
+        self.ce_acc = cupy.zeros(1, dtype=dtype)
+        L = len(layer_sizes) - 1
+        # pre-activations/activations z and deltas d per layer (n_l x max_local)
+        self._bufs = {"z": [cupy.empty((layer_sizes[l + 1], max_local), dtype) for l in range(L)],
+                      "d": [cupy.empty((layer_sizes[l + 1], max_local), dtype) for l in range(L)]}
+
+    capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
+
+    def buffer(self, kind: str, layer: int, b: int):
+        """A C-contiguous rows x b array on the front of a rows x max buffer
+        (made once per buffer and piece size)."""
+        key = (kind, layer, b)
+        v = self._views.get(key)
+        if v is None:
+            buf = self._bufs[kind][layer]
+            v = self._views[key] = buf.ravel()[: buf.shape[0] * b].reshape(buf.shape[0], b)
+        return v
+
+    def _i32(self, v):
+        r = self._ints.get(("i", v))
+        if r is None:
+            r = self._ints[("i", v)] = np.int32(v)
+        return r
+
+    def _i64(self, v):
+        r = self._ints.get(("l", v))
+        if r is None:
+            r = self._ints[("l", v)] = np.int64(v)
+        return r
+
+    def _scale(self, batch):
+        r = self._ints.get(("s", batch))
+        if r is None:
+            r = self._ints[("s", batch)] = self.T(1.0 / batch)
+        return r
+
+    # -- the kernels ----------------------------------------------------------------------
+    def _gemm(self, a, b, out):
+        if self.capture is not None:
+            self.capture.append((a, b, out))
+        if self._cublas is not None and out is not None:
+            return self._cublas(a, b, out)
+        return gemm(self.cp, self.gemm_kind, a, b, out=out)
+
+    def _bias_sigmoid(self, z, bias):
+        n = z.size
+        g, blk = _grid(n)
+        self.k["bias_sigmoid"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
+        return z
+
+    def _bias_add(self, z, bias):
+        n = z.size
+        g, blk = _grid(n)
+        self.k["bias_add"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
+        return z
+
+    def _softmax_ce_grad(self, z, y, out):
+        """y: the C x b transposed view of the b x C one-hot rows."""
+        assert y.T.flags.c_contiguous, "labels must be the transposed view of b x C rows"
+        C, b = z.shape
+        g, blk = _grid(b)
+        self.k["softmax_ce_grad"](g, blk, (z, y, out, self.g.extra, self._i32(C), self._i32(b),
+                                           self._scale(self.global_batch)))
+        return out
+
+    def _row_sum(self, d, out):
+        self.k["row_sum"]((d.shape[0],), (_BLOCK,), (d, out, self._i32(d.shape[1])))
+        return out
+
+    def _sigmoid_grad_row_sum(self, da, a, db):
+        self.k["sigmoid_grad_row_sum"]((a.shape[0],), (_BLOCK,), (da, a, db, self._i32(a.shape[1])))
+        return da  # dz, in place
+
+    def _sgd_update(self) -> None:
+        args = self._ints.get("update")
+        if args is None:
+            p, g = self.p, self.g
+            n = p.n_params
+            args = self._ints["update"] = (_grid(n), (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
+                                                      self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc))
+        (grid, blk), a = args
+        self.k["sgd_update"](grid, blk, a)
+
+    def take_epoch_loss_sum(self) -> float:
+        v = float(self.ce_acc.get()[0])  # a sync, once per epoch
+        self.ce_acc.fill(0)
+        return v
