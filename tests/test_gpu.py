@@ -65,6 +65,23 @@ def test_gpu_step_matches_numpy(dtype, tol, gemm_kind):
 
 
 @gpu
+@pytest.mark.parametrize("sizes", [(33, 17, 10), (33, 17, 12, 10), (33, 17, 12, 11, 10)])
+def test_gpu_network_launches_the_models_step(sizes):
+    import cupy as cp
+    from perfmlp.gpu.network import GpuNetwork
+    from perfmlp.model.costs import step_kernels, step_ops
+    from test_mlp import recorded_step
+    b = 23
+    net = GpuNetwork(cp, sizes, np.float32, 0.3, 0.01, b, max_local=b, gemm_kind="cublas")
+    net.set_params(init_weights(sizes, 1))
+    x = cp.random.random((b, sizes[0]), dtype=cp.float32)
+    y = cp.asarray(np.eye(10, dtype=np.float32)[np.arange(b) % 10])
+    ops, kernels = recorded_step(net, x.T, y.T)
+    assert ops == step_ops(sizes, b)
+    assert kernels == sum(len(k) for k in step_kernels(sizes, b).values())
+
+
+@gpu
 @pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
 @pytest.mark.parametrize("comm", ["mpi-staged", "nccl"])
 def test_gpu_training_matches_cpu(tmp_path, transfer, comm):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from perfmlp.mlp import Network, init_weights
-from perfmlp.model.costs import step_ops
+from perfmlp.model.costs import step_kernels, step_ops
 
 
 def loss_J(net, x, y, B):
@@ -48,17 +48,27 @@ def test_update_is_sgd_with_penalty_on_weights_only():
     assert np.allclose(net.p.weights, -0.05) and np.allclose(net.p.biases, 0.0)
 
 
-def test_recorded_ops_are_the_models_step():
-    sizes = (8, 6, 5, 3)
+def recorded_step(net, x, y):
+    """(operations recorded per phase, kernels launched) of one step."""
+    net.ops, net.kernels_launched = [], 0
+    per_phase = {}
+    for phase, run in (("forward", lambda: net.forward(x)), ("loss", lambda: net.loss(y)),
+                       ("backward", net.backward), ("update", net.update)):
+        i0 = len(net.ops)
+        run()
+        per_phase[phase] = net.ops[i0:]
+    return per_phase, net.kernels_launched
+
+
+@pytest.mark.parametrize("sizes", [(8, 6, 3), (8, 6, 5, 3), (8, 6, 5, 4, 3)])
+def test_recorded_ops_are_the_models_step(sizes):
     net = Network(np, sizes, np.float32, lr=0.1, reg=0.0, global_batch=4)
     net.set_params(init_weights(sizes, 0))
-    net.ops = []
-    net.forward(np.ones((8, 4), np.float32))
-    net.loss(np.eye(3, 4, dtype=np.float32))
-    net.backward()
-    net.update()
-    expected = [op for phase in step_ops(sizes, 4).values() for op in phase]
-    assert net.ops == expected
+    ops, kernels = recorded_step(net, np.ones((8, 4), np.float32), np.eye(3, 4, dtype=np.float32))
+    assert ops == step_ops(sizes, 4)
+    # L layers: forward 2L, loss 1, backward L + (L - 1) GEMMs + 1 row_sum + (L - 1) fused, update 1
+    L = len(sizes) - 1
+    assert kernels == sum(len(k) for k in step_kernels(sizes, 4).values()) == 2 * L + 1 + 3 * L - 1 + 1
 
 
 def test_loss_is_stable_for_large_logits():

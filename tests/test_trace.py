@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 
 from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
 from perfmlp.trace.reader import read_run, read_traces
@@ -120,3 +121,25 @@ def test_nvtx_range_is_free_without_a_profiler():
     with nvtx_range("forward", payload=3):
         assert f(1) == 2
     assert enabled() is False
+
+
+def test_a_batch_line_round_trips_through_the_reader():
+    from perfmlp.trace.format import BATCH_KEYS
+    from perfmlp.trace.reader import parse_line
+    from perfmlp.trace.writer import batch_line
+    rec = {"epoch": 1, "batch": 7, "samples": 3200, "local_samples": 1600, "t0_s": 0.25, "loss": 2.5,
+           "counts": '"flops":{"forward":100,"update":8},"ops":{"forward":4,"update":2}',
+           "bytes": (10, 20, 30, 0), "collectives": '[["MPI_Allreduce",24]]', "wall_ms": 1.5,
+           "t_ms": [("forward", 0.0, 0.75), ("update", 0.75, 0.25)], "t_ms_total": 1.0, "clock": "cuda-events"}
+    line = batch_line(rec)
+    assert line.endswith("\n") and line.count("\n") == 1
+    back = parse_line(line)
+    assert set(BATCH_KEYS) <= set(back)
+    assert (back["epoch"], back["batch"], back["samples"], back["local_samples"]) == (1, 7, 3200, 1600)
+    assert back["flops"] == {"forward": 100, "update": 8} and back["ops"] == {"forward": 4, "update": 2}
+    assert (back["bytes_h2d"], back["bytes_d2h"], back["bytes_mpi"], back["bytes_nccl"]) == (10, 20, 30, 0)
+    assert back["collectives"] == [["MPI_Allreduce", 24]]
+    assert back["t_ms"] == {"forward": [0.0, 0.75], "update": [0.75, 0.25]} and back["t_ms_total"] == 1.0
+    assert back["loss"] == 2.5 and back["clock"] == "cuda-events"
+    with pytest.raises(ValueError, match="without bytes_nccl"):
+        parse_line(line.replace('"bytes_nccl"', '"other"'))

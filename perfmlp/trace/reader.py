@@ -145,6 +145,20 @@ def _take(rt: RankTrace, rec: dict) -> None:
         rt.end = rec
 
 
+def parse_line(line: str) -> dict:
+    """One line of a rank file as a record, or ValueError saying what is wrong."""
+    rec = json.loads(line)
+    if not isinstance(rec, dict) or "kind" not in rec:
+        raise ValueError("no kind")
+    if rec["kind"] == "header" and rec.get("schema") != SCHEMA:
+        raise ValueError(f"schema {rec.get('schema')!r}")
+    if rec["kind"] == "batch":
+        missing = [k for k in BATCH_KEYS if k not in rec]
+        if missing:
+            raise ValueError(f"batch line without {missing[0]}")
+    return rec
+
+
 def read_run(folder: str | Path) -> Run:
     folder = Path(folder)
     mpath = folder / MANIFEST
@@ -171,15 +185,7 @@ def read_run(folder: str | Path) -> Run:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict) or "kind" not in rec:
-                    raise ValueError("no kind")
-                if rec["kind"] == "header" and rec.get("schema") != SCHEMA:
-                    raise ValueError(f"schema {rec.get('schema')!r}")
-                if rec["kind"] == "batch":
-                    missing = [k for k in BATCH_KEYS if k not in rec]
-                    if missing:
-                        raise ValueError(f"batch line without {missing[0]}")
+                rec = parse_line(line)
             except ValueError as e:
                 last = i == len(lines) or (i == len(lines) - 1 and not lines[-1])
                 what = "truncated last line (the run was cut off)" if last else f"malformed line ({e})"

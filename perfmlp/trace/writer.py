@@ -213,18 +213,7 @@ class Tracer:
         return frag
 
     def _write_batch(self, rec: dict) -> None:
-        """One batch line, composed by hand: json.dumps of the whole record
-        costs more host time than the step's kernel launches."""
-        t = ",".join(f'"{n}":[{o:.6f},{d:.6f}]' for n, o, d in rec["t_ms"])
-        h2d, d2h, mpi, nccl = rec["bytes"]
-        loss = "null" if rec["loss"] is None else repr(float(rec["loss"]))
-        total = f',"t_ms_total":{rec["t_ms_total"]:.6f}' if "t_ms_total" in rec else ""
-        self._f.write(
-            f'{{"kind":"batch","epoch":{rec["epoch"]},"batch":{rec["batch"]},"samples":{rec["samples"]},'
-            f'"local_samples":{rec["local_samples"]},"t0_s":{rec["t0_s"]:.6f},"loss":{loss},{rec["counts"]},'
-            f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
-            f'"collectives":{rec["collectives"]},"wall_ms":{rec["wall_ms"]:.6f},"t_ms":{{{t}}}{total},'
-            f'"clock":"{rec["clock"]}"}}\n')
+        self._f.write(batch_line(rec))
         self._f.flush()
 
     def end_epoch(self, **values) -> None:
@@ -308,6 +297,22 @@ class _Phase:
         if nv._ENABLED:
             nv.pop()
         return False
+
+
+def batch_line(rec: dict) -> str:
+    """One batch line, composed by hand: json.dumps of the whole record costs
+    more host time than the step's kernel launches. `rec["counts"]` is the
+    FLOPs/ops JSON fragment, `rec["collectives"]` JSON, `rec["t_ms"]` a list of
+    (phase, offset ms, duration ms)."""
+    t = ",".join(f'"{n}":[{o:.6f},{d:.6f}]' for n, o, d in rec["t_ms"])
+    h2d, d2h, mpi, nccl = rec["bytes"]
+    loss = "null" if rec["loss"] is None else repr(float(rec["loss"]))
+    total = f',"t_ms_total":{rec["t_ms_total"]:.6f}' if "t_ms_total" in rec else ""
+    return (f'{{"kind":"batch","epoch":{rec["epoch"]},"batch":{rec["batch"]},"samples":{rec["samples"]},'
+            f'"local_samples":{rec["local_samples"]},"t0_s":{rec["t0_s"]:.6f},"loss":{loss},{rec["counts"]},'
+            f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
+            f'"collectives":{rec["collectives"]},"wall_ms":{rec["wall_ms"]:.6f},"t_ms":{{{t}}}{total},'
+            f'"clock":"{rec["clock"]}"}}\n')
 
 
 def _jsonable(v):
