@@ -34,15 +34,24 @@ def resolve(cfg: Config) -> str:
     return "cupy" if gpu.available() else "numpy"
 
 
-def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
+def check_options(cfg: Config) -> str:
+    """The backend the configuration runs on, after refusing the options
+    that backend does not have (before anything is written)."""
     name = resolve(cfg)
-    if name == "cupy":
+    if name == "numpy":
+        gpu_only = [f"--{flag} {value}" for flag, value, host in (
+            ("comm", cfg.comm, ("auto", "mpi")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
+            ("gemm", cfg.gemm, ("cublas",))) if value not in host]
+        if gpu_only:
+            raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
+    elif cfg.comm == "mpi":
+        raise PerfmlpError("--comm mpi reduces host buffers (the numpy backend); on the GPU use mpi-staged or nccl")
+    return name
+
+
+def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
+    if check_options(cfg) == "cupy":
         return _build_cupy(cfg, world, xtrain, ytrain)
-    gpu_only = [f"--{flag} {value}" for flag, value, host in (
-        ("comm", cfg.comm, ("auto", "mpi")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
-        ("gemm", cfg.gemm, ("cublas",))) if value not in host]
-    if gpu_only:
-        raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     return Backend("numpy", np, net, HostBatches(xtrain, ytrain), HostReducer(world), lambda: None)
 
@@ -51,8 +60,6 @@ def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
     from .gpu import require_cupy
     from .gpu.network import GpuNetwork
     cupy = require_cupy()
-    if cfg.comm == "mpi":
-        raise PerfmlpError("--comm mpi reduces host buffers (the numpy backend); on the GPU use mpi-staged or nccl")
     ndev = cupy.cuda.runtime.getDeviceCount()
     cupy.cuda.Device(world.rank % ndev).use()  # rank r on GPU r mod (GPUs on its node), before any stream
     max_local = max(pieces(cfg.batch_size, world.size))

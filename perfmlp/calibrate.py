@@ -148,7 +148,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     n_ops = len(net.ops)
     world = SingleWorld()
     tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world)
-    tracer.attach(world, SimpleNamespace(name="cupy", xp=cp))
+    tracer.attach(world, SimpleNamespace(name="cupy", xp=cp, reducer=None))
     counts = Counts()
     for key, tr in (("launch_overhead_s", NullTracer()), ("traced_launch_overhead_s", tracer)):
         net.ops = tr.ops

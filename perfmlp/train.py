@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,25 +64,44 @@ class Result:
 
 
 _FAULT = os.environ.get("PERFMLP_FAULT")
+FAULTS = ("raise", "disk", "kill", "term", "int")
 
 
-def fault_hook(rank: int, batch: int) -> None:
-    """Testing hook: PERFMLP_FAULT=RANK:BATCH makes that rank raise there, so
-    tests can show that one rank's failure ends the whole job."""
-    if _FAULT:
-        r, b = (int(t) for t in _FAULT.split(":"))
-        if r == rank and b == batch:
-            raise RuntimeError(f"injected fault at batch {batch}")
+def fault_hook(rank: int, batch: int, tracer) -> None:
+    """Testing hook: PERFMLP_FAULT=RANK:BATCH[:KIND] makes that rank fail as
+    batch BATCH starts, so tests can show how the whole job ends: `raise` an
+    exception (the default), `disk` (the rank's trace writes go to /dev/full
+    from here: ENOSPC, as on a full disk), `kill` (SIGKILL: no cleanup at
+    all), `term` (SIGTERM), `int` (SIGINT)."""
+    if not _FAULT:
+        return
+    r, b, *kind = _FAULT.split(":")
+    if int(r) != rank or int(b) != batch:
+        return
+    kind = kind[0] if kind else "raise"
+    if kind == "raise":
+        raise RuntimeError(f"injected fault at batch {batch}")
+    if kind == "disk":
+        tracer.redirect_writes("/dev/full")
+    else:
+        import signal
+        os.kill(os.getpid(), {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}[kind])
 
 
 def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):  # a bare .npy array
+                raise ValueError("not an .npz archive")
             params = {k: f[k] for k in f.files}
     except FileNotFoundError:
         raise PerfmlpError(f"--resume: no such file {path}") from None
-    except (OSError, ValueError) as e:
-        raise PerfmlpError(f"--resume: {path} is not a readable .npz file ({e})") from None
+    except IsADirectoryError:
+        raise PerfmlpError(f"--resume: {path} is a folder, not an .npz file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        # numpy says "pickled data" of any file that is not .npy/.npz
+        why = "not an .npz archive" if "pickle" in str(e) else f"{type(e).__name__}: {e}"
+        raise PerfmlpError(f"--resume: {path} is not a readable .npz file ({why})") from None
     L = len(layer_sizes) - 1
     for l in range(1, L + 1):
         for name, shape in ((f"W{l}", (layer_sizes[l], layer_sizes[l - 1])), (f"b{l}", (layer_sizes[l],))):
@@ -92,6 +112,9 @@ def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
     extra = sorted(set(params) - {f"{k}{l}" for l in range(1, L + 1) for k in "Wb"})
     if extra:
         raise PerfmlpError(f"--resume: {path} has arrays this network lacks: {', '.join(extra)}")
+    for name, a in params.items():
+        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
+            raise PerfmlpError(f"--resume: {path}: {name} is not all finite numbers")
     return params
 
 
@@ -146,13 +169,13 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     for epoch in range(cfg.epochs):
         if cfg.shuffle:
             batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
-        if not reducer.loss_per_batch:
-            start_params = net.p.flat.copy()  # the last finite parameters if this epoch's loss is not (a device copy)
+        if epoch == 0 or bool(be.xp.isfinite(net.p.flat).all()):  # one check (a device sync) per epoch
+            last_finite = (net.p.flat.copy(), f"from the start of epoch {epoch + 1}")
         t_epoch = time.perf_counter()
         t_steady = None
         ce_total, ce_known = 0.0, True
         for k in range(nbatches):
-            fault_hook(rank, k)
+            fault_hook(rank, k, tracer)
             start = k * B
             Bk = min(B, N - start)
             lo, hi = piece(Bk, P, rank)
@@ -162,7 +185,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
                 ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts)
             except NonFiniteLoss as e:
                 e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
-                e.params, e.where = net.get_params(), f"before batch {k} of epoch {epoch + 1}"
+                e.params, e.where = _last_finite(net, last_finite, f"before batch {k} of epoch {epoch + 1}")
                 raise
             if ce is not None:
                 ce_total += ce
@@ -178,8 +201,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             ce_total = reducer.epoch_loss_sum()  # the device's running sum: one sync per epoch
             if not np.isfinite(ce_total):
                 e = NonFiniteLoss(f"loss is {ce_total} in epoch {epoch + 1}: stopping")
-                net.p.flat[...] = start_params
-                e.params, e.where = net.get_params(), f"from the start of epoch {epoch + 1}"
+                e.params, e.where = _last_finite(net, last_finite, None)
                 raise e
         be.sync()  # the epoch's time includes its queued device work
         t_end = time.perf_counter()
@@ -199,6 +221,17 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     if cfg.save_params and rank == 0:
         save_params(Path(cfg.save_params) / "final.npz", result.params)
     return result
+
+
+def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:
+    """(parameters, which they are): the current ones if they are finite and
+    `now` names them, else the latest epoch-start copy that was finite."""
+    if now is not None:
+        params = net.get_params()
+        if all(np.isfinite(a).all() for a in params.values()):
+            return params, now
+    net.p.flat[...] = snapshot[0]
+    return net.get_params(), snapshot[1]
 
 
 def step(net, batches, reducer, lo: int, hi: int, phase, counts) -> float | None:

@@ -53,7 +53,7 @@ def test_non_finite_loss_stops_and_saves(tmp_path):
     line = r.stderr.strip()
     assert "\n" not in line and "loss is" in line and "stopping" in line
     saved = tmp_path / "t" / "nan" / "at-failure.npz"
-    assert saved.is_file() and f"parameters saved to {saved}" in line
+    assert saved.is_file() and f"saved to {saved}" in line
     m = json.loads((tmp_path / "t" / "nan" / "manifest.json").read_text())
     assert m["status"] == "failed"
 

@@ -73,10 +73,13 @@ class Run:
 
     @property
     def comm(self) -> str:
+        """The gradient exchange that ran, named as `run --comm` names it."""
+        if self.manifest.get("comm"):
+            return self.manifest["comm"]
         c = self.config.get("comm", "auto")
-        if c != "auto":
+        if c not in ("auto", "mpi-host"):  # traces made before the manifest said which ran
             return c
-        return "mpi-staged" if self.manifest.get("backend") == "cupy" else "mpi-host"
+        return "mpi-staged" if self.manifest.get("backend") == "cupy" else "mpi"
 
     @property
     def gpu(self) -> str | None:

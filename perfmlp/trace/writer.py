@@ -59,12 +59,19 @@ class NullTracer:
     def close(self, status: str) -> None:
         pass
 
+    def redirect_writes(self, path: str) -> None:
+        pass
+
 
 def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _git_commit() -> str | None:
+    """The commit of the code that runs: PERFMLP_GIT_COMMIT where the copy has
+    no .git (the GPU machine's), else git's answer."""
+    if os.environ.get("PERFMLP_GIT_COMMIT"):
+        return os.environ["PERFMLP_GIT_COMMIT"]
     import subprocess
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -140,7 +147,7 @@ class Tracer:
         batch after batch, recorded and read through the runtime directly, as
         the Event wrappers cost host time on every phase)."""
         self.backend = backend.name
-        record_machine(self.run_dir, world, backend.name)
+        record_machine(self.run_dir, world, backend)
         if backend.name == "cupy":
             cupy = backend.xp
             self._cupy = cupy
@@ -222,17 +229,27 @@ class Tracer:
         self._write({"kind": "epoch", **{k: _jsonable(v) for k, v in values.items()}})
 
     def close(self, status: str) -> None:
+        """Write what is pending, the end line and (rank 0) the manifest's
+        status. Each step is tried even when an earlier one failed; the first
+        failure is raised at the end."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._drain(block=True)
-        except Exception:  # a failed device: keep what was written
-            pass
-        self._write({"kind": "end", "status": status, "end": _now_iso()})
-        self._f.close()
-        if self.rank == 0:
-            _finish_manifest(self.run_dir, status)
+        first = None
+        for what in (lambda: self._drain(block=True),
+                     lambda: self._write({"kind": "end", "status": status, "end": _now_iso()}),
+                     self._f.close,
+                     lambda: _finish_manifest(self.run_dir, status) if self.rank == 0 else None):
+            try:
+                what()
+            except Exception as e:  # a failed device, a full disk: keep what was written
+                first = first or e
+        if first is not None:
+            raise first
+
+    def redirect_writes(self, path: str) -> None:
+        """From now on, write this rank's lines to `path` (fault tests)."""
+        self._f = open(path, "w")
 
     # -- internals ------------------------------------------------------------------
     def _event(self):
@@ -354,15 +371,17 @@ def make_tracer(cfg, world):
     return Tracer(run_dir, world.rank, world, cfg)
 
 
-def record_machine(run_dir: Path, world, backend: str) -> None:
-    """Add what the run saw (GPUs per node, library versions) to the manifest
-    (a collective: every rank calls it)."""
-    seen = machine_seen(world, backend)
+def record_machine(run_dir: Path, world, backend) -> None:
+    """Add what the run saw (GPUs per node, library versions) and what ran
+    (the backend, the gradient reducer) to the manifest (a collective: every
+    rank calls it)."""
+    seen = machine_seen(world, backend.name)
     if world.rank == 0:
         path = run_dir / MANIFEST
         m = json.loads(path.read_text())
         m["machine"] = seen
-        m["backend"] = backend
+        m["backend"] = backend.name
+        m["comm"] = backend.reducer.name if backend.reducer is not None else None
         m["versions"] = versions()
         m["mpi_library"] = world.library
         _write_json(path, m)
