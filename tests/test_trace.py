@@ -143,3 +143,13 @@ def test_a_batch_line_round_trips_through_the_reader():
     assert back["loss"] == 2.5 and back["clock"] == "cuda-events"
     with pytest.raises(ValueError, match="without bytes_nccl"):
         parse_line(line.replace('"bytes_nccl"', '"other"'))
+
+
+def test_chrome_export_to_an_unwritable_path_is_one_line(tmp_path):
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "c")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "no-such-folder" / "run.json"
+    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(tmp_path / "c"), "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"perfmlp.trace.chrome: error: cannot write {out}: No such file or directory"
