@@ -34,16 +34,22 @@ def chrome_events(run: Run) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.trace.chrome", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.trace.chrome",
+                                 description="Export a run's trace to Chrome trace-event JSON (Perfetto, "
+                                             "chrome://tracing): one event per batch and per phase, a process per rank.")
     ap.add_argument("run", help="a run folder (traces/<run-id>)")
-    ap.add_argument("-o", "--out", required=True, help="JSON file to write")
+    ap.add_argument("-o", "--out", required=True, help="the JSON file to write (required)")
     a = ap.parse_args(argv)
     try:
         run = read_run(a.run)
     except TraceError as e:
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2
-    Path(a.out).write_text(json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"}))
+    try:
+        Path(a.out).write_text(json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"}))
+    except OSError as e:
+        print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+        return 2
     print(f"wrote {a.out} ({run.run_id}, {run.status})")
     return 0
 
