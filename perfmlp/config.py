@@ -1,25 +1,32 @@
 """The one configuration object: defaults, then a YAML file, then flags.
 
-Every value is type- and range-checked; unknown keys are rejected by name.
-The resolved configuration is written into every trace manifest.
+The defaults are a job that visibly learns: about 94% held-out accuracy on
+the 8,000 shipped MNIST digits within a minute on 2 CPU cores. The
+reference configuration (the course's sizes and hyperparameters) is
+configs/reference.yaml, one `--config` away; the sweeps that reproduce the
+reference questions start from it.
+
+Every value is converted and checked by perfmlp.checks; unknown keys are
+rejected by name. The resolved configuration is written into every trace
+manifest.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import checks
 from .errors import PerfmlpError
 
 CHOICES = {
     "precision": ("float32", "float64"),
     "backend": ("auto", "numpy", "cupy"),
-    "comm": ("auto", "mpi-staged", "nccl"),
+    "comm": ("auto", "mpi", "mpi-staged", "nccl"),
     "batch_transfer": ("pageable", "pinned", "resident"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "data": ("auto", "mnist", "synthetic"),
@@ -28,16 +35,16 @@ CHOICES = {
 
 @dataclass(frozen=True)
 class Config:
-    """Hyperparameters (reference defaults) and run options."""
+    """Hyperparameters and run options (defaults: the job that learns)."""
 
     input_size: int = 784            # D
     hidden_sizes: tuple[int, ...] = (512,)  # H (one entry per hidden layer)
     num_classes: int = 10            # C
     reg: float = 1e-4                # lambda
-    learning_rate: float = 1e-4
-    n_train: int = 38400             # N
-    epochs: int = 1
-    batch_size: int = 3200           # B
+    learning_rate: float = 1.0
+    n_train: int = 8000              # N
+    epochs: int = 10
+    batch_size: int = 100            # B
     precision: str = "float32"
     seed: int = 0
     shuffle: bool = False
@@ -66,51 +73,73 @@ class Config:
         return d
 
 
+# What each field is, for --help (the default is added from the dataclass).
+HELP = {
+    "input_size": "input features per sample, D",
+    "hidden_sizes": "hidden layer sizes, comma separated, H1,H2,...",
+    "num_classes": "output classes, C",
+    "reg": "L2 regularisation strength, lambda",
+    "learning_rate": "SGD step size",
+    "n_train": "training samples, N; cut to those available",
+    "epochs": "passes over the training samples",
+    "batch_size": "samples per batch, B, split over the ranks",
+    "precision": "floating-point type of the network",
+    "seed": "seed of the initial weights, the synthetic data and the shuffle",
+    "shuffle": "shuffle the samples each epoch",
+    "data": "training data: auto (MNIST in --data-dir, else the shipped digits), mnist or synthetic",
+    "data_dir": "folder of the MNIST files, as python -m perfmlp.fetch writes them",
+    "n_heldout": "held-out samples for the accuracy",
+    "backend": "array library: auto (cupy when a GPU is usable), numpy or cupy",
+    "comm": "gradient all-reduce: auto (mpi-staged on the GPU, mpi on NumPy), mpi (host buffers), "
+            "mpi-staged (GPU buffers through the host) or nccl",
+    "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
+    "gemm": "GEMM implementation on the GPU",
+    "trace": "write a trace folder for the report",
+    "trace_dir": "folder the trace folders go under",
+    "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
+    "save_params": "folder to save initial.npz and final.npz in",
+    "resume": "start from the parameters in this .npz file",
+    "cprofile": "profile each rank with cProfile, into rank-<r>.prof in the trace folder",
+    "quiet": "print nothing but errors",
+}
+METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
+           "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
+           "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz"}
+_DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights"}
 _FIELDS = {f.name: f for f in fields(Config)}
-_POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size"}
+_POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate"}
 _NON_NEGATIVE = {"reg", "seed", "n_heldout"}
 
 
-def _check_value(name: str, value: Any, where: str) -> Any:
-    """Return `value` converted to the field's type, or raise a one-line error."""
+def _convert(name: str, value: Any, label: str) -> Any:
+    """`value` converted to field `name`'s type and range-checked; `label`
+    is what a message calls it (the key or the flag)."""
     default = _FIELDS[name].default
-    if default is dataclasses.MISSING:
-        default = _FIELDS[name].default_factory()  # pragma: no cover
     if name == "hidden_sizes":
-        if isinstance(value, int) and not isinstance(value, bool):
+        if not isinstance(value, (list, tuple)):
             value = [value]
-        if not isinstance(value, (list, tuple)) or not value or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise PerfmlpError(f"{where}hidden_sizes must be a non-empty list of integers, got {value!r}")
-        if any(v <= 0 for v in value):
-            raise PerfmlpError(f"{where}hidden_sizes must all be positive, got {list(value)}")
-        return tuple(value)
+        if not value:
+            raise checks.CheckError(f"{label} must be a non-empty list of integers, got {value!r}")
+        sizes = tuple(checks.integer(label, v) for v in value)
+        if any(v <= 0 for v in sizes):
+            raise checks.CheckError(f"{label} must all be positive, got {list(sizes)}")
+        return sizes
     if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise PerfmlpError(f"{where}{name} must be true or false, got {value!r}")
+        value = checks.boolean(label, value)
     elif isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PerfmlpError(f"{where}{name} must be an integer, got {value!r}")
+        value = checks.integer(label, value)
     elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PerfmlpError(f"{where}{name} must be a number, got {value!r}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise PerfmlpError(f"{where}{name} must be finite, got {value!r}")
-    elif isinstance(default, str):
-        if not isinstance(value, str):
-            raise PerfmlpError(f"{where}{name} must be a string, got {value!r}")
-        if name in CHOICES and value not in CHOICES[name]:
-            raise PerfmlpError(f"{where}{name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
-    if name in _POSITIVE and value <= 0:
-        raise PerfmlpError(f"{where}{name} must be positive, got {value!r}")
-    if name in _NON_NEGATIVE and value < 0:
-        raise PerfmlpError(f"{where}{name} must not be negative, got {value!r}")
-    if name == "learning_rate" and value <= 0:
-        raise PerfmlpError(f"{where}learning_rate must be positive, got {value!r}")
+        value = checks.number(label, value)
+    else:
+        value = checks.string(label, value)
+        if name in CHOICES:
+            value = checks.choice(label, value, CHOICES[name])
+    if name in _POSITIVE:
+        checks.positive(label, value)
+    if name in _NON_NEGATIVE:
+        checks.non_negative(label, value)
     if name == "run_id" and value and not all(c.isalnum() or c in "-_." for c in value):
-        raise PerfmlpError(f"{where}run_id may hold only letters, digits, '-', '_' and '.', got {value!r}")
+        raise checks.CheckError(f"{label} may hold only letters, digits, '-', '_' and '.', got {value!r}")
     return value
 
 
@@ -120,8 +149,11 @@ def from_mapping(values: dict[str, Any], where: str = "", base: Config | None = 
     unknown = sorted(set(values) - set(_FIELDS))
     if unknown:
         raise PerfmlpError(f"{where}unknown configuration key{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}")
-    checked = {k: _check_value(k, v, where) for k, v in values.items()}
-    cfg = dataclasses.replace(base or Config(), **checked)
+    try:
+        converted = {k: _convert(k, v, k) for k, v in values.items()}
+    except checks.CheckError as e:
+        raise PerfmlpError(f"{where}{e}") from None
+    cfg = dataclasses.replace(base or Config(), **converted)
     if check:
         check_consistent(cfg)
     return cfg
@@ -134,6 +166,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         text = p.read_text()
     except OSError as e:
         raise PerfmlpError(f"cannot read configuration file {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise PerfmlpError(f"{p}: not a text file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -170,37 +204,33 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One --flag per configuration field (values parsed and checked later)."""
-    parser.add_argument("--config", metavar="FILE.yaml", help="configuration file (YAML)")
-    for f in fields(Config):
-        default = f.default
-        if f.name == "hidden_sizes":
-            parser.add_argument("--hidden-sizes", dest="hidden_sizes", metavar="H1,H2,...",
-                                help="hidden layer sizes, comma separated (default 512)")
-            parser.add_argument("--hidden-size", dest="hidden_size", metavar="H",
-                                help="one hidden layer of H units")
-        elif isinstance(default, bool):
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None)
-        else:
-            kw = {"choices": CHOICES[f.name]} if f.name in CHOICES else {}
-            parser.add_argument(_flag(f.name), dest=f.name, metavar=f.name.upper() if not kw else None,
-                                default=None, **kw)
-
-
-def _parse_scalar(name: str, text: str) -> Any:
+def _help(name: str) -> str:
     default = _FIELDS[name].default
-    try:
-        if isinstance(default, bool):
-            return text
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-    except ValueError:
-        kind = "an integer" if isinstance(default, int) else "a number"
-        raise PerfmlpError(f"{_flag(name)} must be {kind}, got {text!r}") from None
-    return text
+    if name == "hidden_sizes":
+        shown = ",".join(map(str, default))
+    elif isinstance(default, bool):
+        shown = "on" if default else "off"
+    else:
+        shown = _DEFAULT_TEXT.get(name, default)
+    return f"{HELP[name]} (default: {shown})"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One --flag per configuration field (values converted and checked later)."""
+    parser.add_argument("--config", metavar="FILE.yaml",
+                        help="configuration file (YAML) applied over the defaults, before the flags "
+                             "(default: none; configs/reference.yaml is the reference configuration)")
+    for f in fields(Config):
+        if f.name == "hidden_sizes":
+            parser.add_argument("--hidden-sizes", dest="hidden_sizes", metavar="H1,H2,...", help=_help(f.name))
+            parser.add_argument("--hidden-size", dest="hidden_size", metavar="H",
+                                help="one hidden layer of H units (default: 512)")
+        elif isinstance(f.default, bool):
+            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=_help(f.name))
+        else:
+            kw = {"choices": CHOICES[f.name]} if f.name in CHOICES else {"metavar": METAVAR[f.name]}
+            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=_help(f.name), **kw)
 
 
 def from_args(args: argparse.Namespace) -> Config:
@@ -209,22 +239,19 @@ def from_args(args: argparse.Namespace) -> Config:
     if getattr(args, "config", None):
         cfg = from_mapping(load_yaml(args.config), where=f"{args.config}: ", check=False)
     overrides: dict[str, Any] = {}
-    for f in fields(Config):
-        if f.name == "hidden_sizes":
-            continue
-        v = getattr(args, f.name, None)
-        if v is not None:
-            overrides[f.name] = _parse_scalar(f.name, v) if isinstance(v, str) else v
-    hs = getattr(args, "hidden_size", None)
-    hss = getattr(args, "hidden_sizes", None)
-    if hs is not None and hss is not None:
-        raise PerfmlpError("give --hidden-size or --hidden-sizes, not both")
-    if hs is not None or hss is not None:
-        text = hs if hs is not None else hss
-        try:
-            overrides["hidden_sizes"] = [int(t) for t in text.split(",")]
-        except ValueError:
-            raise PerfmlpError(f"hidden sizes must be integers, got {text!r}") from None
-        if hs is not None and len(overrides["hidden_sizes"]) != 1:
-            raise PerfmlpError(f"--hidden-size takes one integer, got {hs!r}")
+    try:
+        for f in fields(Config):
+            v = getattr(args, f.name, None)
+            if f.name != "hidden_sizes" and v is not None:
+                overrides[f.name] = _convert(f.name, v, _flag(f.name))
+        hs = getattr(args, "hidden_size", None)
+        hss = getattr(args, "hidden_sizes", None)
+        if hs is not None and hss is not None:
+            raise PerfmlpError("give --hidden-size or --hidden-sizes, not both")
+        if hs is not None:
+            overrides["hidden_sizes"] = (checks.integer("--hidden-size", hs),)
+        elif hss is not None:
+            overrides["hidden_sizes"] = tuple(checks.integer("--hidden-sizes", t) for t in hss.split(","))
+    except checks.CheckError as e:
+        raise PerfmlpError(str(e)) from None
     return from_mapping(overrides, where="", base=cfg)

@@ -8,7 +8,9 @@ turns it into the trainer's float inputs (pixel / 255) and one-hot labels.
 from __future__ import annotations
 
 import gzip
+import math
 import struct
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -41,7 +43,7 @@ def _open_idx(path: Path) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:  # bad CRC or length, cut short, bad deflate data
             raise PerfmlpError(f"{path}: damaged gzip file ({e})") from None
     return raw
 
@@ -64,10 +66,12 @@ def read_idx(path: str | Path, expect_magic: int) -> np.ndarray:
         shape = (count, rows * cols)
     else:
         shape = (count,)
-    need = header_len + int(np.prod(shape))
+    need = header_len + math.prod(shape)  # Python ints: a huge header cannot overflow
     if len(raw) < need:
         raise PerfmlpError(f"{path}: truncated IDX file ({len(raw)} bytes, header announces {need})")
-    arr = np.frombuffer(raw, dtype=np.uint8, count=need - header_len, offset=header_len).reshape(shape)
+    if len(raw) > need:
+        raise PerfmlpError(f"{path}: {len(raw)} bytes, but its IDX header announces {need}")
+    arr = np.frombuffer(raw, dtype=np.uint8, offset=header_len).reshape(shape)
     if expect_magic == LABELS_MAGIC and arr.size and arr.max() > 9:
         raise PerfmlpError(f"{path}: label {int(arr.max())} out of range 0-9")
     return arr
@@ -163,6 +167,8 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
     if train_full is not None:
         test = read_mnist_pair(folder, TEST_FILES, "MNIST test set") or shipped_test_set()
         _check_width(train_full, input_size)
+        for ds in (train_full, test):
+            _check_labels(ds, num_classes)
         n = min(n_train, len(train_full))
         held_n = min(n_heldout, len(test))
         note = f"data: MNIST training set from {folder}, {n} training samples, {held_n} held out from the test set"
@@ -173,6 +179,7 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
         raise PerfmlpError(f"{folder}: no MNIST training files (train-images-idx3-ubyte[.gz])")
     test = shipped_test_set()
     _check_width(test, input_size)
+    _check_labels(test, num_classes)
     held_n = min(n_heldout, len(test) - 1)
     avail = len(test) - held_n
     n = min(n_train, avail)
@@ -190,6 +197,13 @@ def _take(ds: Dataset, start: int, n: int) -> Dataset:
 def _check_width(ds: Dataset, input_size: int) -> None:
     if ds.images.shape[1] != input_size:
         raise PerfmlpError(f"input_size is {input_size} but the MNIST images have {ds.images.shape[1]} pixels")
+
+
+def _check_labels(ds: Dataset, num_classes: int) -> None:
+    top = int(ds.labels.max()) if len(ds) else -1
+    if top >= num_classes:
+        raise PerfmlpError(f"num_classes is {num_classes} but the MNIST labels go up to {top} "
+                           f"(MNIST has 10 classes: use --num-classes 10)")
 
 
 def to_arrays(ds: Dataset, num_classes: int, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,10 @@ def md5_of(path: Path) -> str:
 
 def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: float = 30.0,
           log=print) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PerfmlpError(f"cannot create {out}: {e.strerror}") from None
     done = []
     for name, digest in FILES.items():
         dest = out / name
@@ -74,10 +77,15 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.fetch", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="data/mnist", help="folder to write the files to (default data/mnist)")
-    ap.add_argument("--mirror", action="append", help="base URL to fetch from (repeatable; default: the official mirrors)")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per connection attempt")
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.fetch",
+                                 description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--out", default="data/mnist", metavar="DIR",
+                    help="folder to write the files to (default: data/mnist, where perfmlp.run looks)")
+    ap.add_argument("--mirror", action="append", metavar="URL",
+                    help="base URL to fetch from, tried in the order given; repeatable "
+                         f"(default: {', '.join(DEFAULT_MIRRORS)})")
+    ap.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="seconds to wait for each connection (default: 30)")
     args = ap.parse_args(argv)
     try:
         fetch(Path(args.out), tuple(args.mirror) if args.mirror else DEFAULT_MIRRORS, args.timeout)

@@ -1,44 +1,109 @@
-"""`python -m perfmlp.sweep FILE.yaml`: run a set of configurations (each
-with its own process count, through mpirun), then the report.
+"""`python -m perfmlp.sweep FILE.yaml`: run a set of configurations, each
+with its own process count through mpiexec, then make the report.
 
 The file:
 
-    name: q2_2                      # prefix of every run id
-    base: {data: synthetic, epochs: 2}       # configuration keys for every run
+    name: q2_2                       # prefix of every run id
+    config: ../configs/reference.yaml   # optional: the configuration every run
+                                     #   starts from (relative to this file)
+    base: {data: synthetic, epochs: 2}  # configuration keys for every run
     matrix:                          # the cartesian product of these lists
       hidden_sizes: [[512], [1024], [2048]]
       procs: [1, 2, 4]
     batch_per_proc: 3200             # optional: batch_size = batch_per_proc * procs
     runs: [{procs: 1, batch_transfer: pinned}]   # optional: more runs, each over base
 
+A run's configuration is the defaults, then `config`, then `base`, then its
+matrix entry or `runs` entry. The sweeps that reproduce the reference
+questions name configs/reference.yaml, so they run the reference
+hyperparameters whatever perfmlp.run's defaults are.
+
+A run's id (sweep_run_id) is the sweep's name, the values a reader looks for
+(H, B, procs, precision, transfer, comm, GEMM) and a hash of the whole
+configuration and process count, so epochs, n_train, learning rate, data,
+seed... count too: two runs that differ in anything but where their output
+goes never share an id.
+
+A trace folder is reused only when its manifest records the same
+configuration and process count and the run completed on every rank
+("already traced"). A folder of the same id holding another configuration
+(made by hand with --run-id, or by another perfmlp version) is left alone
+and that run is refused: it is a result of something else, which the sweep
+neither reuses nor buries. A failed, timed-out or cut-off run is moved aside
+to `<id>.failed-<n>` (nothing is lost) and run again. The sweep exits 1 if
+any run failed or was refused, else 0.
+
 The launcher is `mpiexec -n P` unless PERFMLP_MPIRUN names another
-(e.g. "mpirun --allow-run-as-root --noprefix"). A run that fails is reported
-in one line and the sweep goes on.
+(e.g. "mpirun --allow-run-as-root --noprefix").
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from .config import from_mapping, load_yaml
+from .config import Config, from_mapping, load_yaml
 from .errors import PerfmlpError
+from .trace.reader import TraceError, read_run
 
-SWEEP_KEYS = {"name", "base", "matrix", "runs", "batch_per_proc"}
+SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc"}
+# Configuration keys that say where a run's output goes, not what it runs.
+OUTPUT_ONLY = ("trace_dir", "run_id", "quiet", "save_params")
+FAILED_SUFFIX = ".failed-"
 
 
-def expand(spec: dict, where: str) -> list[tuple[str, int, dict]]:
-    """(run id, procs, configuration mapping) for every run of a sweep file."""
+@dataclass(frozen=True)
+class SweepRun:
+    run_id: str
+    procs: int
+    values: dict      # the configuration keys handed to perfmlp.run
+    config: Config    # what they resolve to
+
+
+def run_identity(cfg: Config, procs: int) -> dict:
+    """What a run computes and measures: its configuration without the
+    output-only keys, and its process count."""
+    ident = {k: v for k, v in cfg.to_dict().items() if k not in OUTPUT_ONLY}
+    ident["procs"] = procs
+    return ident
+
+
+def sweep_run_id(name: str, cfg: Config, procs: int) -> str:
+    """The id of a sweep's run: readable fields, then a stable hash of the
+    whole identity (so epochs, n_train, learning rate, data, seed... count)."""
+    text = json.dumps(run_identity(cfg, procs), sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    hs = "x".join(str(h) for h in cfg.hidden_sizes)
+    return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
+            f"{cfg.gemm}-{digest}")
+
+
+def expand(spec: dict, where: str) -> list[SweepRun]:
+    """Every run of a sweep file, each configuration checked."""
     unknown = sorted(set(spec) - SWEEP_KEYS)
     if unknown:
         raise PerfmlpError(f"{where}: unknown sweep key {unknown[0]} (known: {', '.join(sorted(SWEEP_KEYS))})")
     name = str(spec.get("name") or Path(where).stem)
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise PerfmlpError(f"{where}: name may hold only letters, digits, '-', '_' and '.', got {name!r}")
+    start = {}
+    if spec.get("config") is not None:
+        if not isinstance(spec["config"], str):
+            raise PerfmlpError(f"{where}: config must be the path of a configuration file")
+        cfile = Path(where).parent / spec["config"]
+        start = load_yaml(cfile)
+        from_mapping(start, where=f"{cfile}: ", check=False)  # its own errors name it
     base = spec.get("base") or {}
     matrix = spec.get("matrix") or {}
     if not isinstance(base, dict) or not isinstance(matrix, dict):
@@ -52,65 +117,165 @@ def expand(spec: dict, where: str) -> list[tuple[str, int, dict]]:
         raise PerfmlpError(f"{where}: runs must be a list of mappings")
     runs = []
     for combo in combos + extra:
-        values = {**base, **combo}
+        values = {**start, **base, **combo}
         procs = values.pop("procs", 1)
-        if not isinstance(procs, int) or procs <= 0:
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs <= 0:
             raise PerfmlpError(f"{where}: procs must be a positive integer, got {procs!r}")
         if spec.get("batch_per_proc") and "batch_size" not in combo:
             values["batch_size"] = int(spec["batch_per_proc"]) * procs
         cfg = from_mapping(values, where=f"{where}: ")  # checked before anything runs
-        hs = "x".join(str(h) for h in cfg.hidden_sizes)
-        comm = cfg.comm if cfg.comm != "auto" else "staged"
-        rid = f"{name}-h{hs}-b{cfg.batch_size}-p{procs}-{cfg.precision}-{cfg.batch_transfer}-{comm}-{cfg.gemm}"
-        runs.append((rid, procs, values))
-    ids = [r[0] for r in runs]
+        runs.append(SweepRun(sweep_run_id(name, cfg, procs), procs, values, cfg))
+    ids = [r.run_id for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise PerfmlpError(f"{where}: two runs would share the id {dup[0]}")
     return runs
 
 
+# ---- what is already on disk ---------------------------------------------------
+
+def _first_difference(recorded: dict, wanted: dict) -> str:
+    for k in sorted(set(recorded) | set(wanted)):
+        if recorded.get(k) != wanted.get(k):
+            return f"{k} {recorded.get(k)!r} there, {wanted.get(k)!r} here"
+    return ""
+
+
+def trace_state(folder: Path, run: SweepRun) -> tuple[str, str]:
+    """("absent" | "complete" | "different" | "incomplete", one-line detail)."""
+    if not folder.exists():
+        return "absent", ""
+    try:
+        trace = read_run(folder)
+    except TraceError as e:
+        return "incomplete", str(e)
+    recorded = {k: v for k, v in trace.config.items() if k not in OUTPUT_ONLY}
+    recorded["procs"] = trace.procs
+    diff = _first_difference(recorded, run_identity(run.config, run.procs))
+    if diff:
+        return "different", diff
+    if not trace.complete:
+        return "incomplete", trace.status
+    if trace.problems:
+        return "incomplete", trace.problems[0]
+    return "complete", ""
+
+
+def set_aside(folder: Path) -> Path:
+    """Rename a failed run's folder to the first free `<id>.failed-<n>`."""
+    n = 1
+    while (aside := folder.with_name(f"{folder.name}{FAILED_SUFFIX}{n}")).exists():
+        n += 1
+    folder.rename(aside)
+    return aside
+
+
+# ---- running -------------------------------------------------------------------
+
+def launch(cmd: list[str], timeout_s: float) -> tuple[bool, str]:
+    """Run one job in a process group of its own; (ok, the last line of its
+    stderr or why it was stopped)."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as e:
+        return False, f"cannot start {cmd[0]}: {e.strerror}"
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        return False, f"timed out after {timeout_s:g} s"
+    if proc.returncode == 0:
+        return True, ""
+    return False, (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+
+
+def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM to the job's whole group (mpiexec and its ranks, which then
+    close their traces), SIGKILL to whatever is left of it after grace_s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reap mpiexec, or the group never looks empty
+            os.killpg(proc.pid, 0)  # raises once every member is gone
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()  # mpiexec is gone by now; its pipes close with proc
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.sweep", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file", metavar="FILE.yaml", help="the sweep file (see above)")
+    ap.add_argument("--trace-dir", default="traces", metavar="DIR",
+                    help="folder the runs' trace folders go under (default: traces)")
+    ap.add_argument("--no-report", action="store_true",
+                    help="do not make the report after the runs (default: make it)")
+    ap.add_argument("--report-out", default=None, metavar="DIR",
+                    help="folder for the report (default: reports/<name of the trace folder>)")
+    ap.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
+                    help="machine file for the report (default: the calibrated file for the traces' GPU)")
+    ap.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
+                    help="seconds a run may take before it is stopped and counted as failed (default: 600)")
+    ap.add_argument("--max-procs", type=int, default=None, metavar="P",
+                    help="skip the runs that need more than P processes (default: run them all)")
+    return ap
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.sweep", description=__doc__.splitlines()[0])
-    ap.add_argument("file")
-    ap.add_argument("--trace-dir", default="traces")
-    ap.add_argument("--no-report", action="store_true")
-    ap.add_argument("--report-out", default=None)
-    ap.add_argument("--machine", default=None, help="machine file for the report")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds per run")
-    ap.add_argument("--max-procs", type=int, default=None, help="skip runs that need more processes")
-    a = ap.parse_args(argv)
+    a = _parser().parse_args(argv)
     try:
         runs = expand(load_yaml(a.file), a.file)
     except PerfmlpError as e:
         print(f"perfmlp.sweep: error: {e}", file=sys.stderr)
         return 2
     launcher = shlex.split(os.environ.get("PERFMLP_MPIRUN", "mpiexec"))
-    cfg_dir = Path(a.trace_dir) / ".sweep-configs"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
+    trace_dir = Path(a.trace_dir)
+    cfg_dir = trace_dir / ".sweep-configs"
+    try:
+        cfg_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"perfmlp.sweep: error: cannot create {cfg_dir}: {e.strerror}", file=sys.stderr)
+        return 2
     failed = 0
-    for i, (rid, procs, values) in enumerate(runs, 1):
-        if a.max_procs and procs > a.max_procs:
-            print(f"[{i}/{len(runs)}] {rid}: needs {procs} processes (--max-procs {a.max_procs}), skipped", flush=True)
+    for i, run in enumerate(runs, 1):
+        head = f"[{i}/{len(runs)}] {run.run_id}:"
+        if a.max_procs and run.procs > a.max_procs:
+            print(f"{head} needs {run.procs} processes (--max-procs {a.max_procs}), skipped", flush=True)
             continue
-        if (Path(a.trace_dir) / rid / "manifest.json").exists():
-            print(f"[{i}/{len(runs)}] {rid}: already traced, skipped", flush=True)
+        folder = trace_dir / run.run_id
+        state, detail = trace_state(folder, run)
+        if state == "complete":
+            print(f"{head} already traced, skipped", flush=True)
             continue
-        cfile = cfg_dir / f"{rid}.yaml"
-        cfile.write_text(yaml.safe_dump({**values, "trace_dir": a.trace_dir, "run_id": rid, "quiet": True}))
-        cmd = [*launcher, "-n", str(procs), sys.executable, "-m", "perfmlp.run", "--config", str(cfile)]
+        if state == "different":
+            print(f"{head} REFUSED: {folder} holds a run of another configuration ({detail}); move it away",
+                  flush=True)
+            failed += 1
+            continue
+        cfile = cfg_dir / f"{run.run_id}.yaml"
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-            ok, why = r.returncode == 0, (r.stderr.strip().splitlines() or ["?"])[-1]
-        except subprocess.TimeoutExpired:
-            ok, why = False, f"timed out after {a.timeout:.0f} s"
+            if state == "incomplete":
+                aside = set_aside(folder)
+                print(f"{head} the earlier run did not complete ({detail}); moved to {aside.name}", flush=True)
+            cfile.write_text(yaml.safe_dump({**run.values, "trace_dir": str(trace_dir), "run_id": run.run_id,
+                                             "quiet": True}))
         except OSError as e:
-            ok, why = False, f"cannot start {launcher[0]}: {e.strerror}"
-        print(f"[{i}/{len(runs)}] {rid}: {'ok' if ok else 'FAILED: ' + why}", flush=True)
+            print(f"{head} FAILED: {e.filename}: {e.strerror}", flush=True)
+            failed += 1
+            continue
+        cmd = [*launcher, "-n", str(run.procs), sys.executable, "-m", "perfmlp.run", "--config", str(cfile)]
+        ok, why = launch(cmd, a.timeout)
+        print(f"{head} {'ok' if ok else 'FAILED: ' + why}", flush=True)
         failed += not ok
+    if failed:
+        print(f"perfmlp.sweep: {failed} of {len(runs)} runs failed or were refused", file=sys.stderr)
     if not a.no_report:
         from .report.__main__ import main as report_main
-        rargs = [a.trace_dir] + (["--out", a.report_out] if a.report_out else []) + \
+        rargs = [str(trace_dir)] + (["--out", a.report_out] if a.report_out else []) + \
                 (["--machine", a.machine] if a.machine else [])
         report_main(rargs)
     return 1 if failed else 0

@@ -5,7 +5,7 @@ import pytest
 from perfmlp import config as C
 from perfmlp.errors import PerfmlpError
 
-from conftest import run_perfmlp
+from conftest import ROOT, run_perfmlp
 
 
 def parse(argv):
@@ -14,12 +14,38 @@ def parse(argv):
     return C.from_args(ap.parse_args(argv))
 
 
-def test_reference_defaults():
+def test_defaults_are_the_job_that_learns():
     c = C.Config()
+    assert (c.input_size, c.hidden_sizes, c.num_classes) == (784, (512,), 10)
+    assert (c.reg, c.learning_rate, c.n_train, c.epochs, c.batch_size) == (1e-4, 1.0, 8000, 10, 100)
+    assert c.precision == "float32"
+    assert c.layer_sizes == (784, 512, 10)
+    assert (c.backend, c.comm, c.batch_transfer, c.gemm) == ("auto", "auto", "pageable", "cublas")
+
+
+def test_reference_configuration_is_one_flag_away():
+    c = parse(["--config", str(ROOT / "configs" / "reference.yaml")])
     assert (c.input_size, c.hidden_sizes, c.num_classes) == (784, (512,), 10)
     assert (c.reg, c.learning_rate, c.n_train, c.epochs, c.batch_size) == (1e-4, 1e-4, 38400, 1, 3200)
     assert c.precision == "float32"
-    assert c.layer_sizes == (784, 512, 10)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1e-3", 1e-3), ("1E-3", 1e-3), (".5", 0.5), ("5.", 5.0), ("+1e-4", 1e-4), ("1.5e3", 1500.0),
+    ("0.001", 1e-3), ("2", 2.0), ("'1e-3'", 1e-3),
+])
+def test_every_spelling_of_a_number(tmp_path, text, value):
+    # PyYAML reads 1e-3, 1E-3, +1e-4 and 1.5e3 as strings (its float needs a dot and a signed exponent)
+    f = tmp_path / "c.yaml"
+    f.write_text(f"learning_rate: {text}\n")
+    assert parse(["--config", str(f)]).learning_rate == value
+    assert parse(["--learning-rate", text.strip("'")]).learning_rate == value
+
+
+def test_whole_numbers_in_any_spelling():
+    c = C.from_mapping({"n_train": "6e4", "batch_size": 3.2e3, "epochs": "2", "hidden_sizes": ["1_024"]})
+    assert (c.n_train, c.batch_size, c.epochs, c.hidden_sizes) == (60000, 3200, 2, (1024,))
+    assert parse(["--n-train", "1e3"]).n_train == 1000
 
 
 def test_yaml_then_flags(tmp_path):
@@ -40,6 +66,12 @@ def test_yaml_then_flags(tmp_path):
     ({"batch_size": 2.5}, "batch_size must be an integer"),
     ({"epochs": True}, "epochs must be an integer"),
     ({"learning_rate": "fast"}, "learning_rate must be a number"),
+    ({"learning_rate": "nan"}, "learning_rate must be finite"),
+    ({"learning_rate": 0}, "learning_rate must be positive"),
+    ({"n_train": "1e3.5"}, "n_train must be an integer"),
+    ({"n_train": 1.5e3 + 0.5}, "n_train must be an integer"),
+    ({"comm": "mpi-host"}, "comm must be one of auto, mpi, mpi-staged, nccl"),
+    ({"shuffle": "yes"}, "shuffle must be true or false"),
     ({"reg": -1.0}, "reg must not be negative"),
     ({"precision": "float16"}, "precision must be one of"),
     ({"hidden_sizes": [512, 0]}, "hidden_sizes must all be positive"),
@@ -82,3 +114,9 @@ def test_cli_errors_are_one_line(args, words):
     assert len(lines) == 1, r.stderr
     assert words in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_comm_names_match_run():
+    assert C.CHOICES["comm"] == ("auto", "mpi", "mpi-staged", "nccl")
+    assert C.from_mapping({"comm": "mpi"}).comm == "mpi"
+

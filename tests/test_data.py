@@ -14,6 +14,8 @@ from perfmlp import data as D
 from perfmlp import fetch as F
 from perfmlp.errors import PerfmlpError
 
+from conftest import run_perfmlp
+
 SHIPPED = Path(D.__file__).parent / "mnist"
 
 
@@ -145,3 +147,50 @@ def test_fetch_real_digests_against_shipped_files(http_dir, tmp_path):
     with pytest.raises(PerfmlpError, match="could not fetch train-images"):
         F.fetch(tmp_path / "o", (url,), log=lambda *a: None)
     assert F.main(["--out", str(tmp_path / "o2"), "--mirror", url]) == 2
+
+
+def test_corrupted_gzip_names_the_file(tmp_path):
+    # bytes flipped inside the deflate stream: zlib's "Error -3", which escaped before
+    raw = bytearray((SHIPPED / "t10k-labels-idx1-ubyte.gz").read_bytes())
+    for i in range(200, 216):
+        raw[i] ^= 0xFF
+    bad = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(PerfmlpError) as e:
+        D.read_idx(bad, D.LABELS_MAGIC)
+    assert str(e.value).startswith(f"{bad}: damaged gzip file")
+
+
+def test_corrupted_training_file_is_one_line(tmp_path):
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(20) % 10, D.LABELS_MAGIC, gz=True)
+    raw = bytearray((SHIPPED / "t10k-images-idx3-ubyte.gz").read_bytes())
+    for i in range(5000, 5016):
+        raw[i] ^= 0xFF
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(bytes(raw))
+    r = run_perfmlp("--data", "mnist", "--data-dir", str(tmp_path), "--no-trace", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert "train-images-idx3-ubyte.gz: damaged gzip file" in r.stderr and "error: error" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]
+
+
+def test_idx_header_that_disagrees_with_the_file(tmp_path):
+    # 2^31 images of 2^16 x 2^16 pixels: 2^63 bytes, which overflowed int64 before
+    (tmp_path / "big").write_bytes(struct.pack(">IIII", D.IMAGES_MAGIC, 2**31, 2**16, 2**16) + bytes(100))
+    with pytest.raises(PerfmlpError, match=r"big: truncated IDX file \(116 bytes, header announces 9223372036854775824\)"):
+        D.read_idx(tmp_path / "big", D.IMAGES_MAGIC)
+    # 3 labels announced, 5 present: 8 + 3 = 11 bytes expected, 13 found
+    (tmp_path / "long").write_bytes(struct.pack(">II", D.LABELS_MAGIC, 3) + bytes(5))
+    with pytest.raises(PerfmlpError, match="long: 13 bytes, but its IDX header announces 11"):
+        D.read_idx(tmp_path / "long", D.LABELS_MAGIC)
+
+
+def test_fewer_classes_than_the_labels(tmp_path):
+    with pytest.raises(PerfmlpError, match="num_classes is 5 but the MNIST labels go up to 9"):
+        D.load("auto", str(tmp_path / "nothing"), 100, 10, 784, 5, 0)
+    write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((4, 784)), D.IMAGES_MAGIC)
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([0, 1, 2, 7]), D.LABELS_MAGIC)
+    with pytest.raises(PerfmlpError, match="num_classes is 5 but the MNIST labels go up to 7"):
+        D.load("mnist", str(tmp_path), 4, 10, 784, 5, 0)
+    assert len(D.load("synthetic", "", 40, 10, 784, 5, 0).train) == 40  # its labels are drawn below 5
+

@@ -1,5 +1,6 @@
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import pytest
 
 from perfmlp.model import costs
 from perfmlp.model.costs import batch_counts, op_cost, reference_approx, step_ops
-from perfmlp.model.machine import MachineError, load_machine, machine_from_mapping, MODELS_DIR
+from perfmlp.model.machine import MachineError, load_machine, machine_files, machine_from_mapping
 from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
 from perfmlp.model.roofline import modified_roofline, ridge_point, standard_roofline
 
@@ -60,10 +61,24 @@ def test_reference_configuration_numbers():
     assert r.bytes_copied == 0 and r.bytes_nccl == 4 * 407_051
 
 
-def test_pieces_and_job_counts():
+def test_pieces_cover_the_batch_contiguously():
     assert costs.pieces(10, 4) == [3, 3, 2, 2]
-    job = costs.job_counts((4, 3, 2), 10, 4, 4)
-    assert sum(c.b for c in job) == 10
+    # rank r's [lo, hi) starts where rank r-1's ends: 0-3, 3-6, 6-8, 8-10
+    assert [costs.piece(10, 4, r) for r in range(4)] == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    for batch in range(1, 30):
+        for procs in range(1, 6):
+            sizes = costs.pieces(batch, procs)
+            assert sum(sizes) == batch and max(sizes) - min(sizes) <= 1
+
+
+def test_kernels_group_the_operations():
+    # 784-512-10: 13 operations in 11 kernels (sigmoid_grad + row_sum and the
+    # two updates are fused); backward GEMMs: dW2, da1, dW1
+    c = batch_counts((784, 512, 10), 100, 4)
+    assert sum(c.operations.values()) == 13 and sum(c.kernels.values()) == 11
+    assert c.kernels == {"forward": 4, "loss": 1, "backward": 5, "update": 1}
+    ops = step_ops((784, 512, 10), 100)["backward"]
+    assert [name for name, _ in ops] == ["gemm", "row_sum", "gemm", "sigmoid_grad", "row_sum", "gemm"]
 
 
 def test_rooflines():
@@ -91,7 +106,7 @@ def test_prediction_terms_add_up():
 
 
 def test_shipped_machine_files_load():
-    names = sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
+    names = [p.name.removesuffix(".yaml") for p in machine_files()]
     assert {"quadro-rtx-6000", "h100-sxm", "h200", "h200-calibrated"} <= set(names)
     for n in names:
         m = load_machine(n)
@@ -115,6 +130,16 @@ def _good():
     (lambda d: d.update(mpi_alpha_s="fast"), "x.yaml: mpi_alpha_s must be a number"),
     (lambda d: d.update(h2d_pinned_bytes_per_s=0), "x.yaml: h2d_pinned_bytes_per_s must be positive"),
     (lambda d: d.update(source=""), "x.yaml: source must be a non-empty string"),
+    # a peak of 0 divided by zero in the roofline before
+    (lambda d: d.update(peak_flops_per_s_float32=0), "x.yaml: peak_flops_per_s_float32 must be positive"),
+    (lambda d: d.update(peak_flops_per_s_float64=-1e12), "x.yaml: peak_flops_per_s_float64 must be positive"),
+    (lambda d: d.update(nccl_bw_bytes_per_s=float("inf")), "x.yaml: nccl_bw_bytes_per_s must be finite"),
+    (lambda d: d.update(gpus=0), "x.yaml: gpus must be positive"),
+    (lambda d: d.update(trace_event_s=-1e-6), "x.yaml: trace_event_s must not be negative"),
+    (lambda d: d.update(gemm_flops_per_s=[{"m": 1, "n": 2, "k": 3, "precision": "float16", "flops_per_s": 1.0}]),
+     "x.yaml: gemm_flops_per_s[0] precision must be one of float32, float64"),
+    (lambda d: d.update(gemm_flops_per_s=[{"m": 1, "n": 2, "k": 3, "precision": "float32", "flops_per_s": 0}]),
+     "x.yaml: gemm_flops_per_s[0] flops_per_s must be positive"),
 ])
 def test_machine_validation(change, words):
     d = _good()
@@ -122,6 +147,15 @@ def test_machine_validation(change, words):
     with pytest.raises(MachineError) as e:
         machine_from_mapping(d, "x.yaml")
     assert str(e.value) == words or words in str(e.value)
+
+
+def test_machine_numbers_in_any_spelling():
+    # PyYAML reads 16.3e12 and 5E-6 as strings (its float needs a signed exponent)
+    d = _good()
+    d["peak_flops_per_s_float32"] = "16.3e12"
+    d["mpi_alpha_s"] = "5E-6"
+    m = machine_from_mapping(d, "x.yaml")
+    assert m.peak_flops_per_s_float32 == 16.3e12 and m.mpi_alpha_s == 5e-6
 
 
 def test_gemm_rate_uses_nearest_calibrated_shape():
@@ -150,3 +184,43 @@ def test_cli_table_and_json(tmp_path):
     r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", str(bad)], capture_output=True,
                        text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "missing key source" in r.stderr
+
+
+def test_cli_stops_quietly_when_the_reader_goes_away():
+    # `python -m perfmlp.model --json | head -1`, made deterministic: the pipe's
+    # read end is closed before the command writes anything
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--json"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    finally:
+        os.close(write_end)
+    assert "BrokenPipeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr == ""
+
+
+def test_cli_machine_by_name_and_by_path(tmp_path):
+    by_name = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", "h200", "--json"],
+                             capture_output=True, text=True, cwd=tmp_path)
+    path = str(ROOT / "models" / "h200.yaml")
+    by_path = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", path, "--json"],
+                             capture_output=True, text=True, cwd=tmp_path)
+    assert by_name.returncode == 0 and by_path.returncode == 0, by_name.stderr + by_path.stderr
+    a, b = json.loads(by_name.stdout), json.loads(by_path.stdout)
+    assert a["machine"]["name"] == b["machine"]["name"] == "NVIDIA H200"
+    assert a["prediction"] == b["prediction"]
+    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", "h300"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no machine named 'h300'" in r.stderr
+
+
+def test_peak_of_zero_is_one_line(tmp_path):
+    text = (ROOT / "models" / "h200.yaml").read_text().replace("peak_flops_per_s_float32: 67.0e+12",
+                                                               "peak_flops_per_s_float32: 0")
+    bad = tmp_path / "zero.yaml"
+    bad.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", str(bad)], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{bad}: peak_flops_per_s_float32 must be positive" in r.stderr

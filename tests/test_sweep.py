@@ -1,21 +1,27 @@
+import json
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from perfmlp.config import from_mapping, load_yaml
 from perfmlp.errors import PerfmlpError
-from perfmlp.sweep import expand
+from perfmlp.sweep import expand, sweep_run_id
 
-from conftest import mpiexec, run_cmd
+from conftest import ROOT, mpiexec, run_cmd
+
+TINY = {"data": "synthetic", "input_size": 20, "hidden_sizes": [8], "n_train": 60, "batch_size": 20, "epochs": 1}
 
 
 def test_expand_matrix_and_batch_per_proc():
     runs = expand({"name": "s", "base": {"hidden_sizes": [8]}, "batch_per_proc": 100,
                    "matrix": {"procs": [1, 2], "batch_transfer": ["pinned", "resident"]},
                    "runs": [{"procs": 4, "batch_size": 40}]}, "s.yaml")
-    assert len(runs) == 5
-    assert runs[1][1] == 1 and runs[1][2]["batch_size"] == 100
-    assert runs[2][1] == 2 and runs[2][2]["batch_size"] == 200
-    assert runs[-1][2]["batch_size"] == 40
+    assert len(runs) == 5  # 2 x 2 + 1
+    assert runs[1].procs == 1 and runs[1].values["batch_size"] == 100
+    assert runs[2].procs == 2 and runs[2].values["batch_size"] == 200
+    assert runs[-1].values["batch_size"] == 40 and runs[-1].config.batch_size == 40
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -24,22 +30,150 @@ def test_expand_matrix_and_batch_per_proc():
     ({"runs": [{"procs": 0}]}, "procs must be a positive integer"),
     ({"matric": {}}, "unknown sweep key matric"),
     ({"runs": [{"procs": 1}, {"procs": 1}]}, "two runs would share the id"),
+    ({"name": "a b", "runs": [{"procs": 1}]}, "name may hold only"),
 ])
 def test_bad_sweeps(spec, words):
     with pytest.raises(PerfmlpError, match=words):
         expand(spec, "s.yaml")
 
 
-def test_sweep_runs_then_reports(tmp_path):
-    mpiexec()
+@pytest.mark.parametrize("change", [
+    {"epochs": 2}, {"n_train": 61}, {"learning_rate": 0.5}, {"data": "auto"}, {"seed": 1}, {"reg": 0.0},
+    {"shuffle": True}, {"n_heldout": 10}, {"precision": "float64"}, {"comm": "mpi"},
+])
+def test_run_ids_differ_in_anything_a_run_computes(change):
+    a = from_mapping(TINY)
+    b = from_mapping({**TINY, **change})
+    assert sweep_run_id("s", a, 1) != sweep_run_id("s", b, 1)
+
+
+def test_run_ids_are_stable_and_ignore_where_output_goes():
+    a = from_mapping(TINY)
+    b = from_mapping({**TINY, "trace_dir": "elsewhere", "run_id": "x", "quiet": True, "save_params": "p"})
+    assert sweep_run_id("s", a, 2) == sweep_run_id("s", b, 2) != sweep_run_id("s", a, 1)
+    # the readable part, then a hash of the configuration
+    assert sweep_run_id("s", a, 2).startswith("s-h8-b20-p2-float32-pageable-auto-cublas-")
+
+
+def test_reference_sweeps_run_the_reference_hyperparameters():
+    reference = load_yaml(ROOT / "configs" / "reference.yaml")
+    for f in sorted((ROOT / "sweeps").glob("*.yaml")):
+        spec = load_yaml(f)
+        assert spec.get("config") == "../configs/reference.yaml", f
+        for run in expand(spec, str(f)):
+            c = run.config
+            assert (c.learning_rate, c.reg, c.n_train, c.input_size, c.num_classes) == (1e-4, 1e-4, 38400, 784, 10)
+            assert c.batch_size == 3200 * (run.procs if "batch_per_proc" in spec else 1)
+            assert c.learning_rate == reference["learning_rate"] or str(reference["learning_rate"]) == "1e-4"
+
+
+def test_config_key_is_relative_to_the_sweep_file(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "start.yaml").write_text("learning_rate: 1e-2\nepochs: 3\n")
+    runs = expand({"name": "s", "config": "c/start.yaml", "base": {"epochs": 4}, "runs": [{"procs": 1}]},
+                  str(tmp_path / "s.yaml"))
+    assert (runs[0].config.learning_rate, runs[0].config.epochs) == (1e-2, 4)  # base over config
+    (tmp_path / "c" / "start.yaml").write_text("learning_rate: fast\n")
+    with pytest.raises(PerfmlpError, match=r"start.yaml: learning_rate must be a number"):
+        expand({"config": "c/start.yaml", "runs": [{"procs": 1}]}, str(tmp_path / "s.yaml"))
+
+
+# ---- the sweep command, under mpiexec -------------------------------------------------
+
+def sweep(f, trace_dir, *extra, timeout=300):
+    return run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(trace_dir), *extra],
+                   timeout=timeout)
+
+
+def write_sweep(tmp_path, **base) -> Path:
     f = tmp_path / "s.yaml"
-    f.write_text("name: t\nbase: {data: synthetic, input_size: 20, hidden_sizes: [8], n_train: 60, epochs: 1}\n"
-                 "batch_per_proc: 10\nmatrix: {procs: [1, 2]}\n")
-    r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "tr"),
-                 "--report-out", str(tmp_path / "rep")], timeout=300)
+    base = {**TINY, **base}
+    f.write_text("name: t\nbase: " + json.dumps(base) + "\nbatch_per_proc: 10\nmatrix: {procs: [1, 2]}\n")
+    return f
+
+
+def test_sweep_runs_then_reports_then_reuses(tmp_path):
+    mpiexec()
+    f = write_sweep(tmp_path)
+    r = sweep(f, tmp_path / "tr", "--report-out", str(tmp_path / "rep"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(": ok") == 2
-    assert (tmp_path / "tr" / "t-h8-b20-p2-float32-pageable-staged-cublas" / "rank-1.jsonl").is_file()
+    ids = [run.run_id for run in expand(load_yaml(f), str(f))]
+    assert ids[1].startswith("t-h8-b20-p2-float32-pageable-auto-cublas-")
+    assert (tmp_path / "tr" / ids[1] / "rank-1.jsonl").is_file()
     assert (tmp_path / "rep" / "report.md").is_file()
-    r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "tr"), "--no-report"])
-    assert r.stdout.count("already traced, skipped") == 2
+    r = sweep(f, tmp_path / "tr", "--no-report")
+    assert r.returncode == 0 and r.stdout.count("already traced, skipped") == 2, r.stdout + r.stderr
+
+
+def test_sweep_reruns_an_incomplete_run_and_keeps_it(tmp_path):
+    mpiexec()
+    f = write_sweep(tmp_path)
+    ids = [run.run_id for run in expand(load_yaml(f), str(f))]
+    assert sweep(f, tmp_path / "tr", "--no-report").returncode == 0
+    # a run cut off: rank 1 never wrote its end line, the manifest still says running
+    folder = tmp_path / "tr" / ids[1]
+    lines = (folder / "rank-1.jsonl").read_text().splitlines()
+    (folder / "rank-1.jsonl").write_text("\n".join(line for line in lines if '"kind": "end"' not in line
+                                                   and '"kind":"end"' not in line) + "\n")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    r = sweep(f, tmp_path / "tr", "--no-report")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("already traced") == 1 and r.stdout.count(": ok") == 1
+    assert f"moved to {ids[1]}.failed-1" in r.stdout
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "complete"
+    assert (tmp_path / "tr" / f"{ids[1]}.failed-1" / "rank-0.jsonl").is_file()  # nothing lost
+
+
+def test_sweep_refuses_a_folder_of_another_configuration(tmp_path):
+    mpiexec()
+    f = write_sweep(tmp_path)
+    ids = [run.run_id for run in expand(load_yaml(f), str(f))]
+    assert sweep(f, tmp_path / "tr", "--no-report").returncode == 0
+    path = tmp_path / "tr" / ids[0] / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["config"]["learning_rate"] = 0.5  # as if made by hand with --run-id
+    path.write_text(json.dumps(manifest))
+    r = sweep(f, tmp_path / "tr", "--no-report")
+    assert r.returncode == 1
+    refused = [line for line in r.stdout.splitlines() if "REFUSED" in line]
+    assert len(refused) == 1 and "learning_rate 0.5 there, 1.0 here" in refused[0]
+    assert json.loads(path.read_text())["config"]["learning_rate"] == 0.5  # left alone
+    assert r.stdout.count("already traced") == 1
+
+
+def test_sweep_with_a_failed_run_exits_1_and_reruns_it(tmp_path):
+    mpiexec()
+    f = write_sweep(tmp_path, resume=str(tmp_path / "missing.npz"))  # every run fails at start
+    r = sweep(f, tmp_path / "tr", "--no-report")
+    assert r.returncode == 1 and r.stdout.count("FAILED") == 2, r.stdout + r.stderr
+    # the failed runs are not "already traced": a rerun tries again
+    r = sweep(f, tmp_path / "tr", "--no-report")
+    assert r.returncode == 1 and "already traced" not in r.stdout and r.stdout.count("FAILED") == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+def test_sweep_timeout_ends_the_run(tmp_path):
+    mpiexec()
+    f = tmp_path / "s.yaml"
+    f.write_text("name: t\nbase: " + json.dumps({**TINY, "n_train": 600000, "batch_size": 10, "epochs": 100})
+                 + "\nruns: [{procs: 2}]\n")
+    r = sweep(f, tmp_path / "tr", "--no-report", "--timeout", "3", timeout=60)
+    assert r.returncode == 1 and "FAILED: timed out after 3 s" in r.stdout, r.stdout + r.stderr
+    # mpiexec and its ranks are gone (their command lines name the run's configuration file)
+    marker = str(tmp_path / "tr" / ".sweep-configs").encode()
+    left = []
+    for _ in range(50):
+        left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, marker)]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left
+
+
+def _cmdline_has(proc: Path, text: bytes) -> bool:
+    try:
+        return text in (proc / "cmdline").read_bytes()
+    except OSError:  # it ended meanwhile
+        return False

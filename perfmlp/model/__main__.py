@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from .machine import MachineError, load_machine
+from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
 from .summary import summary
 
 
@@ -69,16 +70,24 @@ def format_table(s: dict) -> str:
 
 def main(argv=None) -> int:
     ap = _Parser(prog="python -m perfmlp.model", description=__doc__)
-    ap.add_argument("--machine", default=None, help="machine file or name in models/ (default: quadro-rtx-6000)")
-    ap.add_argument("--input-size", type=_positive, default=784)
-    ap.add_argument("--hidden-size", "--hidden-sizes", dest="hidden", type=_hidden, default=[512])
-    ap.add_argument("--num-classes", type=_positive, default=10)
-    ap.add_argument("--batch-size", type=_positive, default=3200)
-    ap.add_argument("--procs", type=_positive, default=1)
-    ap.add_argument("--precision", choices=("float32", "float64"), default="float32")
-    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi-host"), default="mpi-staged")
-    ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable")
-    ap.add_argument("--json", action="store_true", help="print JSON (schema: docs/model.md)")
+    ap.add_argument("--machine", default=None,
+                    help=f"machine file (a .yaml path) or the name of a shipped one: "
+                         f"{', '.join(f.name.removesuffix('.yaml') for f in _shipped())} (default: {DEFAULT_MACHINE})")
+    ap.add_argument("--input-size", type=_positive, default=784, metavar="D", help="input features (default: 784)")
+    ap.add_argument("--hidden-size", "--hidden-sizes", dest="hidden", type=_hidden, default=[512], metavar="H1,H2,...",
+                    help="hidden layer sizes, comma separated (default: 512)")
+    ap.add_argument("--num-classes", type=_positive, default=10, metavar="C", help="output classes (default: 10)")
+    ap.add_argument("--batch-size", type=_positive, default=3200, metavar="B",
+                    help="samples per batch, split over the processes (default: 3200)")
+    ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
+    ap.add_argument("--precision", choices=("float32", "float64"), default="float32",
+                    help="floating-point type (default: float32)")
+    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi"), default="mpi-staged",
+                    help="gradient all-reduce: mpi-staged (GPU buffers through the host), nccl, or mpi "
+                         "(host buffers, the NumPy backend) (default: mpi-staged)")
+    ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable",
+                    help="how each batch reaches the GPU (default: pageable)")
+    ap.add_argument("--json", action="store_true", help="print JSON, schema in docs/model.md (default: a table)")
     a = ap.parse_args(argv)
     if a.procs > a.batch_size:
         print(f"perfmlp.model: error: {a.procs} processes but a batch of {a.batch_size}", file=sys.stderr)
@@ -90,8 +99,19 @@ def main(argv=None) -> int:
         return 2
     s = summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.precision, a.comm,
                 a.batch_transfer)
-    print(json.dumps(s, indent=1) if a.json else format_table(s))
+    try:
+        print(json.dumps(s, indent=1) if a.json else format_table(s), flush=True)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
+        return 1
     return 0
+
+
+def _shipped():
+    try:
+        return machine_files()
+    except MachineError:
+        return []
 
 
 if __name__ == "__main__":

@@ -1,18 +1,30 @@
 """Machine descriptions: `models/*.yaml` loaded into a frozen dataclass.
 
+The files ship inside the package as `perfmlp.machines` (pyproject.toml maps
+the top-level models/ folder there), so `--machine NAME` finds them after any
+install; `--machine PATH` reads any file.
+
 Every number carries its unit in its key. A file must say where its
-numbers come from (`source:`). Unknown keys, missing required keys, and
-negative or non-numeric values are one-line errors naming the file and key.
+numbers come from (`source:`). Unknown keys, missing required keys, rates
+that are not positive (a peak of 0 would divide by zero), negative times and
+non-numeric values are one-line errors naming the file and key.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+from .. import checks
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+MACHINES_PACKAGE = "perfmlp.machines"
 DEFAULT_MACHINE = "quadro-rtx-6000"
 
 
@@ -90,6 +102,20 @@ _OPTIONAL = {"gemm_flops_per_s", "gpus", "date", "path", *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 
+def _rate_or_time(key: str, value) -> float:
+    """A rate (`..._per_s...`) must be positive, a time must not be negative."""
+    v = checks.number(key, value)
+    return checks.positive(key, v) if "_per_s" in key else checks.non_negative(key, v)
+
+
+def _gemm_rate(entry) -> GemmRate:
+    if not isinstance(entry, dict) or set(entry) != {"m", "n", "k", "precision", "flops_per_s"}:
+        raise checks.CheckError("needs exactly m, n, k, precision, flops_per_s")
+    m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
+    precision = checks.choice("precision", entry["precision"], ("float32", "float64"))
+    return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]))
+
+
 def machine_from_mapping(data, where: str) -> Machine:
     if not isinstance(data, dict):
         raise MachineError(f"{where}: expected a mapping of keys, got {type(data).__name__}")
@@ -100,63 +126,69 @@ def machine_from_mapping(data, where: str) -> Machine:
     for key in ("name", "source", *_NUMERIC):
         if key not in data or data[key] is None:
             raise MachineError(f"{where}: missing key {key}")
-    for key in ("name", "source"):
-        if not isinstance(data[key], str) or not data[key].strip():
-            raise MachineError(f"{where}: {key} must be a non-empty string")
-    values = {"name": data["name"], "source": data["source"], "path": where}
-    for key in _NUMERIC:
-        v = data[key]
-        if isinstance(v, str):
-            try:
-                v = float(v)
-            except ValueError:
-                raise MachineError(f"{where}: {key} must be a number, got {data[key]!r}") from None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise MachineError(f"{where}: {key} must be a number, got {data[key]!r}")
-        if v < 0:
-            raise MachineError(f"{where}: {key} must not be negative, got {v}")
-        if v == 0 and key.endswith("_per_s"):
-            raise MachineError(f"{where}: {key} must be positive")
-        values[key] = float(v)
+    values = {"path": where}
+    try:
+        for key in ("name", "source"):
+            values[key] = checks.string(key, data[key], non_empty=True)
+        for key in _NUMERIC:
+            values[key] = _rate_or_time(key, data[key])
+        for key in _OPTIONAL_NUMBERS:
+            values[key] = _rate_or_time(key, data.get(key, 0.0))
+        if "gpus" in data:
+            values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
+        values["date"] = str(data.get("date", ""))
+        entries = data.get("gemm_flops_per_s") or []
+        if not isinstance(entries, list):
+            raise checks.CheckError("gemm_flops_per_s must be a list")
+    except checks.CheckError as e:
+        raise MachineError(f"{where}: {e}") from None
     rates = []
-    for i, g in enumerate(data.get("gemm_flops_per_s") or []):
+    for i, entry in enumerate(entries):
         try:
-            rate = GemmRate(int(g["m"]), int(g["n"]), int(g["k"]), str(g["precision"]), float(g["flops_per_s"]))
-        except (KeyError, TypeError, ValueError):
-            raise MachineError(f"{where}: gemm_flops_per_s[{i}] needs m, n, k, precision, flops_per_s") from None
-        if min(rate.m, rate.n, rate.k) <= 0 or rate.flops_per_s <= 0:
-            raise MachineError(f"{where}: gemm_flops_per_s[{i}] must be positive")
-        rates.append(rate)
+            rates.append(_gemm_rate(entry))
+        except checks.CheckError as e:
+            raise MachineError(f"{where}: gemm_flops_per_s[{i}] {e}") from None
     values["gemm_flops_per_s"] = tuple(rates)
-    if "gpus" in data:
-        if not isinstance(data["gpus"], int) or data["gpus"] <= 0:
-            raise MachineError(f"{where}: gpus must be a positive integer")
-        values["gpus"] = data["gpus"]
-    values["date"] = str(data.get("date", ""))
-    for key in _OPTIONAL_NUMBERS:
-        t = data.get(key, 0.0)
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise MachineError(f"{where}: {key} must be a non-negative number, got {t!r}")
-        values[key] = float(t)
     return Machine(**values)
 
 
-def resolve_machine_path(name_or_path: str | Path | None) -> Path:
-    """A path as given, or `models/<name>.yaml` for a bare name."""
+def machine_files() -> list[Traversable]:
+    """The machine files shipped with the package (models/*.yaml), by name."""
+    try:
+        folder = resources.files(MACHINES_PACKAGE)
+    except ModuleNotFoundError:
+        raise MachineError(f"the package {MACHINES_PACKAGE} (the machine files) is not installed: "
+                           "run `pip install -e .` again in the project") from None
+    return sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+
+
+def resolve_machine_path(name_or_path) -> Path | Traversable:
+    """A file as given (a path ending in .yaml/.yml or that exists, or one of
+    machine_files()), else the shipped machine file `<name>.yaml`."""
     if name_or_path is None:
         name_or_path = DEFAULT_MACHINE
+    if not isinstance(name_or_path, (str, Path)):
+        return name_or_path  # a Traversable from machine_files()
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
-    return MODELS_DIR / f"{name_or_path}.yaml"
+    shipped = machine_files()
+    for f in shipped:
+        if f.name == f"{name_or_path}.yaml":
+            return f
+    names = ", ".join(f.name.removesuffix(".yaml") for f in shipped)
+    raise MachineError(f"no machine named {str(name_or_path)!r} (shipped: {names}; or give a .yaml file)")
 
 
-def load_machine(name_or_path: str | Path | None = None) -> Machine:
+def load_machine(name_or_path=None) -> Machine:
+    """The machine in a file given by path, or shipped under a name (default: DEFAULT_MACHINE)."""
     path = resolve_machine_path(name_or_path)
     try:
         text = path.read_text()
     except OSError as e:
         raise MachineError(f"{path}: cannot read machine file ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise MachineError(f"{path}: not a text file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .costs import batch_counts, pieces, reference_approx
+from .costs import batch_counts, itemsize as itemsize_of, pieces, reference_approx
 from .machine import Machine
 from .predict import predict_batch, staging_memory
 from .roofline import modified_roofline, ridge_point, standard_roofline
@@ -20,8 +20,8 @@ def pcie_bw(machine: Machine, batch_transfer: str) -> float:
 
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
             comm: str = "mpi-staged", batch_transfer: str = "pageable") -> dict:
-    itemsize = 4 if precision == "float32" else 8
-    per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, procs) for b in pieces(batch, procs)]
+    itemsize = itemsize_of(precision)
+    per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer) for b in pieces(batch, procs)]
     big = per[0]  # the largest piece (the first ranks get the extra sample)
     pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer)
     P = machine.peak_flops_per_s(precision)
@@ -38,7 +38,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
                    "comm": comm, "batch_transfer": batch_transfer},
         "counts": {
             "per_rank": {"b": big.b, "flops": big.flops, "flops_total": big.flops_total,
-                         "kernels": big.kernels, "mem_bytes": big.mem_bytes,
+                         "operations": big.operations, "kernels": big.kernels, "mem_bytes": big.mem_bytes,
                          "bytes_h2d": big.bytes_h2d, "bytes_d2h": big.bytes_d2h,
                          "bytes_mpi": big.bytes_mpi, "bytes_nccl": big.bytes_nccl},
             "job": {"flops_total": job_flops, "bytes_copied": job_bytes},

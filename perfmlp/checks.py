@@ -1,0 +1,97 @@
+"""Typed conversions for values read from YAML files and command-line flags.
+
+Shared by the configuration (`perfmlp.config`) and the machine files
+(`perfmlp.model.machine`). Standard library only, so that the model package
+can use it without importing anything of the trainer.
+
+Each function returns the value converted, or raises `CheckError` whose
+message is one line naming the value: "batch_size must be an integer, got
+2.5". The caller adds its file or flag in front and raises its own type.
+
+Numbers are accepted in every spelling a user writes. PyYAML (YAML 1.1)
+reads `1e-3`, `1E3` and `+1e-4` as strings, since its float needs a dot and
+a signed exponent, so a string that Python's float() reads is a number too.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+
+class CheckError(ValueError):
+    """A value of the wrong kind or out of range (one-line message)."""
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def number(name: str, value: Any) -> float:
+    """A finite float from an int, a float or a string that spells one."""
+    if _is_bool(value):
+        raise CheckError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            converted = float(value.strip())
+        except ValueError:
+            raise CheckError(f"{name} must be a number, got {value!r}") from None
+    elif isinstance(value, (int, float)):
+        converted = float(value)
+    else:
+        raise CheckError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(converted):
+        raise CheckError(f"{name} must be finite, got {value!r}")
+    return converted
+
+
+def integer(name: str, value: Any) -> int:
+    """An int, from an int or a whole number written any way (`3200`, `6e4`, `1_000`)."""
+    if _is_bool(value):
+        raise CheckError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    try:
+        converted = number(name, value)
+    except CheckError:
+        raise CheckError(f"{name} must be an integer, got {value!r}") from None
+    if not converted.is_integer():
+        raise CheckError(f"{name} must be an integer, got {value!r}")
+    return int(converted)
+
+
+def positive(name: str, value: int | float) -> int | float:
+    if value <= 0:
+        raise CheckError(f"{name} must be positive, got {value!r}")
+    return value
+
+
+def non_negative(name: str, value: int | float) -> int | float:
+    if value < 0:
+        raise CheckError(f"{name} must not be negative, got {value!r}")
+    return value
+
+
+def boolean(name: str, value: Any) -> bool:
+    if not _is_bool(value):
+        raise CheckError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def string(name: str, value: Any, non_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise CheckError(f"{name} must be a string, got {value!r}")
+    if non_empty and not value.strip():
+        raise CheckError(f"{name} must be a non-empty string")
+    return value
+
+
+def choice(name: str, value: Any, options: Iterable[str]) -> str:
+    options = tuple(options)
+    if value not in options:
+        raise CheckError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+    return value
