@@ -1,4 +1,5 @@
 import csv
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -6,23 +7,33 @@ import sys
 
 import pytest
 
+from perfmlp.errors import PerfmlpError
 from perfmlp.model.costs import batch_counts
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
+from perfmlp.trace.format import PHASES
 from perfmlp.trace.reader import Run
-from perfmlp.report import build_from_runs
+from perfmlp.report import build_from_runs, figures
+from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
+from perfmlp.report.sections import section_model
+from perfmlp.report.study import load_study
 
 from conftest import ROOT, run_perfmlp
 
 SIZES = (784, 512, 10)
+H200 = "NVIDIA H200"
 
 
-def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None):
+def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None, gemm="cublas", gpu=H200, endings=None,
+             manifest_status="complete"):
+    """A run as its trace files would hold it: 4 batches per rank, the first
+    (warm-up) 50 ms. `endings`: rank -> end-line status, None for no end line."""
     cfg = {"input_size": 784, "hidden_sizes": [512], "num_classes": 10, "batch_size": B, "n_train": 4 * B,
-           "precision": "float32", "batch_transfer": transfer, "comm": comm, "gemm": "cublas"}
-    manifest = {"schema": "perfmlp.trace/1", "run_id": run_id or f"p{procs}-{transfer}-{comm}", "config": cfg,
-                "procs": procs, "status": "complete", "backend": "cupy",
-                "machine": {"nodes": {"h": {"gpu": "NVIDIA H200", "gpu_count": 4, "ranks": list(range(procs))}}}}
+           "precision": "float32", "batch_transfer": transfer, "comm": comm, "gemm": gemm}
+    manifest = {"schema": "perfmlp.trace/1", "run_id": run_id or f"p{procs}-{transfer}-{comm}-{gemm}",
+                "config": cfg, "procs": procs, "status": manifest_status, "backend": "cupy",
+                "machine": {"nodes": {"h": {"gpu": gpu, "gpu_count": 4, "ranks": list(range(procs))}}}}
+    endings = endings or dict.fromkeys(range(procs), "complete")
     ranks = {}
     for r in range(procs):
         b = B // procs
@@ -35,7 +46,8 @@ def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None):
                          "t0_s": k * 0.01, "flops": dict(c.flops), "bytes_h2d": c.bytes_h2d,
                          "bytes_d2h": c.bytes_d2h, "bytes_mpi": c.bytes_mpi, "bytes_nccl": c.bytes_nccl,
                          "t_ms": phases, "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms})
-        recs.append({"kind": "end", "status": "complete"})
+        if endings[r] is not None:
+            recs.append({"kind": "end", "status": endings[r]})
         ranks[r] = recs
     return Run.from_records(manifest, ranks)
 
@@ -44,12 +56,15 @@ def read_csv(path):
     return list(csv.DictReader(open(path)))
 
 
-def test_report_tables_hold_the_known_numbers(tmp_path):
-    runs = [fake_run(1, "pageable", "mpi-staged", 2.0), fake_run(2, "pageable", "mpi-staged", 1.5),
+def four_runs():
+    return [fake_run(1, "pageable", "mpi-staged", 2.0), fake_run(2, "pageable", "mpi-staged", 1.5),
             fake_run(4, "pageable", "mpi-staged", 1.25), fake_run(1, "resident", "nccl", 0.25)]
-    out = build_from_runs(runs, [], tmp_path / "rep")
+
+
+def test_report_tables_hold_the_known_numbers(tmp_path):
+    out = build_from_runs(four_runs(), [], tmp_path / "rep")
     rows = {r["run"]: r for r in read_csv(out / "runs.csv")}
-    r1 = rows["p1-pageable-mpi-staged"]
+    r1 = rows["p1-pageable-mpi-staged-cublas"]
     flops = batch_counts(SIZES, 3200, 4).flops_total
     assert float(r1["t_ms"]) == 2.0  # the warm-up batch (50 ms) is left out
     peak = load_machine("h200").peak_flops_per_s_float32  # the datasheet file for "NVIDIA H200"
@@ -59,13 +74,17 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
     cal = load_machine("h200-calibrated")
     pred = predict_batch(cal, SIZES, 3200, 1, "float32", "mpi-staged", "pageable", traced=True)
     assert float(r1["err_calibrated_pct"]) == pytest.approx(100 * (pred.total_s / 2e-3 - 1))
-    r4 = rows["p4-pageable-mpi-staged"]
+    r4 = rows["p4-pageable-mpi-staged-cublas"]
     assert float(r4["flops_job"]) == pytest.approx(4 * batch_counts(SIZES, 800, 4).flops_total)
     strong = [r for r in read_csv(out / "scaling.csv") if r["scaling"] == "strong" and r["transfer"] == "pageable"]
     eff = {int(r["procs"]): float(r["efficiency %"]) for r in strong}
     assert eff[2] == pytest.approx(100 * 2.0 / (2 * 1.5)) and eff[4] == pytest.approx(100 * 2.0 / (4 * 1.25))
     util = read_csv(out / "q2_1_utilisation.csv")
-    assert util[0]["reference solution (RTX 6000)"] == "6.45%"
+    assert util[0]["reference (Quadro RTX 6000) utilisation"] == "6.45%"
+    assert float(util[0]["reference (Quadro RTX 6000) ms"]) == 4.9
+    # 5 x 6.45% = 32.25%, printed to one place
+    assert util[0]["target (5x) utilisation"] == "32.2%"
+    assert float(util[0]["perfmlp, reference scheme (pageable, mpi-staged) ms"]) == 2.0
     md = (out / "report.md").read_text()
     assert "Question 2.1" in md and "Question 2.2" in md and "Scaling" in md
     for fig in ("roofline_modified", "roofline_standard", "measured_vs_predicted", "scaling_strong"):
@@ -73,6 +92,130 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
             assert (out / f"{fig}.{ext}").stat().st_size > 1000
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 and "<table>" in html
+
+
+def test_every_csv_has_distinct_column_names(tmp_path):
+    # the old q2_1 table had "utilisation" and "utilisation " (a trailing space)
+    out = build_from_runs(four_runs(), [], tmp_path / "rep")
+    for path in out.glob("*.csv"):
+        header = next(csv.reader(open(path)))
+        assert len({h.strip() for h in header}) == len(header), path.name
+        assert all(h == h.strip() for h in header), path.name
+
+
+def test_summaries_are_typed_and_frozen():
+    run = fake_run(2, "pageable", "mpi-staged", 1.5)
+    s = summarise(run, Machines(load_machine("h200"), load_machine("h200-calibrated")))
+    assert s.hidden == (512,) and s.batch == 3200 and s.complete is True and s.profiled is False
+    assert s.calibrated.machine == "NVIDIA H200 (calibrated)" and s.datasheet.machine == "NVIDIA H200"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.t_ms = 0.0
+    with pytest.raises(TypeError):
+        s.phases_ms[0]["forward"] = 0.0
+
+
+def test_terms_come_from_the_trace_format():
+    # every phase of the trace format lands in one of the report's terms
+    # and has a colour in the phase figure
+    phases = {p: float(i + 1) for i, p in enumerate(PHASES)}  # 1 + 2 + ... + 8 = 36
+    assert sum(measured_terms(phases).values()) == 36
+    assert set(figures.PHASE_COLORS) == set(PHASES)
+    # forward + loss + backward + update = 2 + 3 + 4 + 8 = 17 ms of compute
+    assert measured_terms(phases)["compute"] == 17
+    # the model's terms sum into the report's without loss
+    pred = predict_batch(load_machine("h200-calibrated"), SIZES, 3200, 2, "float32", "mpi-staged", "pageable",
+                         traced=True)
+    assert sum(predicted_terms(pred).values()) == pytest.approx(pred.total_s * 1e3)
+    assert tuple(predicted_terms(pred)) == TERMS
+
+
+def test_the_study_is_data(tmp_path):
+    st = load_study()  # shipped: perfmlp/report/studies/cme213.yaml, read through importlib.resources
+    assert (st.input_size, st.hidden_size, st.batch_size) == (784, 512, 3200)
+    assert st.reference_utilisation == {1: 0.0645, 2: 0.0224, 4: 0.0096}
+    assert st.reference_ms_per_batch == {1: 4.9, 2: 7.0, 4: 8.2}
+    assert st.procs == (1, 2, 4) and st.q2_2_hidden_sizes == (512, 1024, 2048)
+    # another study: the report's Question 2.1 follows it
+    text = (ROOT / "perfmlp/report/studies/cme213.yaml").read_text()
+    other = tmp_path / "small.yaml"
+    other.write_text(text.replace("hidden_size: 512", "hidden_size: 256").replace("procs: [1, 2, 4]", "procs: [1, 2]")
+                     .replace("{1: 0.0645, 2: 0.0224, 4: 0.0096}", "{1: 0.5, 2: 0.25}")
+                     .replace("{1: 4.9, 2: 7.0, 4: 8.2}", "{1: 1.0, 2: 2.0}"))
+    out = build_from_runs(four_runs(), [], tmp_path / "rep", study=str(other))
+    flops = {r["part"]: int(r["exact"]) for r in read_csv(out / "q2_1_flops.csv")}
+    assert flops["batch"] == batch_counts((784, 256, 10), 3200, 4).flops_total
+    util = read_csv(out / "q2_1_utilisation.csv")
+    assert [u["GPUs"] for u in util] == ["1", "2"] and util[1]["reference (Quadro RTX 6000) utilisation"] == "25.00%"
+    # no run of H=256: nothing measured to set beside the reference
+    assert util[0]["perfmlp, reference scheme utilisation"] == "-"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("{1: 4.9, 2: 7.0, 4: 8.2}", "{1: 4.9, 2: 7.0}"))
+    with pytest.raises(PerfmlpError, match=r"bad.yaml: reference_ms_per_batch must give a value for each of procs"):
+        load_study(str(bad))
+    with pytest.raises(PerfmlpError, match=r"no study named 'nope' \(shipped: cme213; or give a .yaml file\)"):
+        load_study("nope")
+
+
+def test_rank_endings_are_said_plainly(tmp_path):
+    # rank 0 finished, rank 1 failed, rank 2 was killed (no end line); rank 0
+    # never rewrote the manifest. The old report said "incomplete (running)".
+    run = fake_run(3, "pageable", "mpi-staged", 1.5, run_id="killed",
+                   endings={0: "complete", 1: "failed", 2: None}, manifest_status="running")
+    out = build_from_runs([run, fake_run(1, "pageable", "mpi-staged", 2.0)], [], tmp_path / "rep")
+    rows = {r["run"]: r for r in read_csv(out / "runs.csv")}
+    assert rows["killed"]["status"] == ("rank 0 complete; rank 1 failed; rank 2 killed (no end line); "
+                                        "manifest still says running")
+    assert rows["p1-pageable-mpi-staged-cublas"]["status"] == "complete"
+
+
+def test_no_calibration_is_not_called_calibrated(tmp_path):
+    # an H100: the shipped files hold its datasheet and no calibration
+    runs = [fake_run(1, "pageable", "mpi-staged", 2.0, gpu="NVIDIA H100 SXM5 80GB"),
+            fake_run(2, "pageable", "mpi-staged", 1.5, gpu="NVIDIA H100 SXM5 80GB")]
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    md = (out / "report.md").read_text()
+    assert "calibrated model" not in md and "Term by term, datasheet model" in md
+    assert "predicted (datasheet model)" in (out / "roofline_modified.svg").read_text()
+    assert "No calibrated machine file for this GPU" in md
+    assert "pred_calibrated_ms" not in read_csv(out / "runs.csv")[0]
+    accuracy = read_csv(out / "model_accuracy.csv")
+    assert {r["machine file"] for r in accuracy} == {"NVIDIA H100 SXM5 80GB"}
+
+
+def test_reference_gemm_runs_are_not_accuracy_points():
+    runs = four_runs() + [fake_run(1, "resident", "nccl", 2.3, gemm="naive"),
+                          fake_run(1, "resident", "nccl", 0.3, run_id="profiled")]
+    runs[-1].manifest["profiler_attached"] = True
+    a = analyse(runs, [], load_study())
+    (fig,) = section_model(a).figures
+    labels = {p["label"] for p in fig.args["rows"]}
+    assert labels == {r.run_id for r in four_runs()}  # no naive GEMM, no profiled run
+    # the terms table still lists every GPU run
+    terms = next(t for t in section_model(a).tables if t.name == "terms")
+    assert len(terms.rows) == 6
+
+
+def test_report_cites_nothing_outside_the_repository(tmp_path):
+    md = (build_from_runs(four_runs(), [], tmp_path / "rep") / "report.md").read_text()
+    assert "SPEC" not in md and "cme213.yaml" in md
+
+
+def test_regenerated_report_is_byte_identical(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_from_runs(four_runs(), [], a)
+    stamps = {p.name: p.stat().st_mtime_ns for p in a.iterdir()}
+    build_from_runs(four_runs(), [], b)
+    build_from_runs(four_runs(), [], a)  # over the first: nothing changed, nothing rewritten
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and any(n.endswith(".svg") for n in names)
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+        assert (a / name).stat().st_mtime_ns == stamps[name], name
+
+
+def report_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "perfmlp.report", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT)
 
 
 def test_report_command_on_real_and_bad_folders(tmp_path):
@@ -93,17 +236,47 @@ def test_report_command_on_real_and_bad_folders(tmp_path):
     (traces / "broken" / "manifest.json").write_text("{oops")
     (traces / "broken" / "rank-0.jsonl").write_text("")
     out = tmp_path / "rep"
-    r = subprocess.run([sys.executable, "-m", "perfmlp.report", str(traces), "--out", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = report_cmd(traces, "--out", out)
     assert r.returncode == 0, r.stderr
     assert f"skipped: {traces / 'broken' / 'manifest.json'}: unreadable manifest" in r.stderr
     assert "truncated last line (the run was cut off)" in r.stderr
     rows = {x["run"]: x for x in read_csv(out / "runs.csv")}
     assert set(rows) == {"good", "other", "partial"}
-    assert rows["partial"]["status"].startswith("incomplete") and rows["good"]["status"] == "complete"
+    assert rows["partial"]["status"] == "rank 0 killed (no end line); manifest still says running"
+    assert rows["good"]["status"] == "complete"
+    # CPU runs: the report says why the GPU sections are not there, and names
+    # the communication as `run --comm` does
+    assert {x["comm"] for x in rows.values()} == {"mpi"} and {x["backend"] for x in rows.values()} == {"numpy"}
+    assert "util_datasheet" not in rows["good"] and "pred_datasheet_ms" not in rows["good"]
+    md = (out / "report.md").read_text()
+    assert "## No GPU runs" in md and "None of the 3 runs ran on a GPU (backend numpy)" in md
+    for gpu_section in ("Question 2.2", "Scaling", "Measured against predicted", "Which change"):
+        assert f"## {gpu_section}" not in md
+    assert "calibrated" not in md and "mpi-host" not in md
+    assert not (out / "scaling.csv").exists() and not (out / "q2_1_utilisation.csv").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
     for folder, words in ((empty, "no readable run"), (tmp_path / "missing", "no such folder")):
-        r = subprocess.run([sys.executable, "-m", "perfmlp.report", str(folder), "--out", str(tmp_path / "x")],
-                           capture_output=True, text=True, cwd=ROOT)
+        r = report_cmd(folder, "--out", tmp_path / "x")
         assert r.returncode == 2 and words in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+def test_report_command_cannot_write_its_folder(tmp_path):
+    traces = tmp_path / "traces"
+    assert run_perfmlp("--data", "synthetic", "--input-size", "20", "--hidden-size", "8", "--n-train", "40",
+                       "--batch-size", "10", "--trace-dir", str(traces), "--run-id", "one").returncode == 0
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = report_cmd(traces, "--out", blocker / "rep")  # a folder under a file: no root can make it
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "cannot write the report" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_report_command_without_matplotlib(tmp_path):
+    # matplotlib made unimportable in the child: one line naming the extra, exit 2, nothing written
+    code = ("import sys; sys.modules['matplotlib'] = None; from perfmlp.report.__main__ import main; "
+            f"sys.exit(main([{str(tmp_path)!r}, '--out', {str(tmp_path / 'rep')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "pip install 'perfmlp[report]'" in r.stderr
+    assert not (tmp_path / "rep").exists()

@@ -6,17 +6,25 @@ from ..errors import PerfmlpError
 from ..model.machine import MachineError
 from ..trace.reader import TraceError
 from . import build
+from .study import DEFAULT_STUDY
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.report", description="Roofline report from traces")
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.report",
+                                 description="Roofline report from traces: report.md, a self-contained "
+                                             "report.html, figures (PNG, SVG) and tables (CSV)")
     ap.add_argument("traces", help="folder holding run folders (any depth)")
-    ap.add_argument("--out", default=None, help="report folder (default reports/<name of the traces folder>)")
-    ap.add_argument("--machine", default=None, help="machine file (default: the calibrated file for the traces' GPU)")
+    ap.add_argument("--out", default=None, help="report folder (default: reports/<name of the traces folder>)")
+    ap.add_argument("--machine", default=None,
+                    help="machine file or shipped name (default: the datasheet and calibrated files for the "
+                         "traces' GPU)")
+    ap.add_argument("--study", default=DEFAULT_STUDY,
+                    help="the reference question the tables compare with: a shipped study name "
+                         f"(perfmlp/report/studies/) or a .yaml file (default: {DEFAULT_STUDY})")
     a = ap.parse_args(argv)
     out = a.out or str(Path("reports") / (Path(a.traces).resolve().name or "report"))
     try:
-        path = build(a.traces, out, a.machine, log=lambda m: print(m, file=sys.stderr))
+        path = build(a.traces, out, a.machine, log=lambda m: print(m, file=sys.stderr), study=a.study)
     except (PerfmlpError, TraceError, MachineError) as e:
         print(f"perfmlp.report: error: {e}", file=sys.stderr)
         return 2

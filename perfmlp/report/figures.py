@@ -1,11 +1,36 @@
-"""The report's figures (matplotlib, Agg): each written as PNG and SVG."""
+"""The report's figures (matplotlib, Agg). Each drawing function returns the
+figure as {"png": bytes, "svg": bytes}; the renderer writes them.
+
+The bytes are reproducible: no date or software version in the metadata and
+a fixed salt for the SVG's clip-path ids, so a regenerated report leaves an
+unchanged figure's files as they were. matplotlib is imported when a figure
+is drawn (`require` checks for it up front).
+"""
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 import numpy as np
 
+from ..errors import PerfmlpError
 from ..model.roofline import modified_roofline, standard_roofline
+from ..trace.format import PHASES
+
+MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}
+H_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")   # over the study's H list
+PHASE_COLORS = dict(zip(PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green", "tab:pink", "tab:purple",
+                                 "tab:orange", "tab:olive")))
+_METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
+_SVG_SALT = "perfmlp.report"
+
+
+def require() -> None:
+    """A one-line error naming the extra to install when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PerfmlpError("the report draws its figures with matplotlib, which is not installed: "
+                           "pip install 'perfmlp[report]'") from None
 
 
 def _plt():
@@ -15,24 +40,25 @@ def _plt():
     return plt
 
 
-def save(fig, out: Path, name: str) -> list[Path]:
-    paths = []
-    for ext in ("png", "svg"):
-        p = out / f"{name}.{ext}"
-        fig.savefig(p, dpi=130 if ext == "png" else None, bbox_inches="tight")
-        paths.append(p)
+def encode(fig) -> dict[str, bytes]:
+    import matplotlib
+    out = {}
+    with matplotlib.rc_context({"svg.hashsalt": _SVG_SALT}):
+        for ext in ("png", "svg"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext, dpi=130 if ext == "png" else None, bbox_inches="tight",
+                        metadata=_METADATA[ext])
+            out[ext] = buf.getvalue()
     _plt().close(fig)
-    return paths
+    return out
 
 
-MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}
-COLORS = {512: "tab:blue", 1024: "tab:orange", 2048: "tab:green"}
-
-
-def roofline(points, peak, bws: dict, kind: str, title: str, out: Path, name: str):
-    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs, label.
-    bws: label -> bytes/s. kind: 'modified' or 'standard'."""
+def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=()):
+    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs.
+    bws: label -> bytes/s. kind: 'modified' or 'standard'. model: which
+    machine file predicted ('calibrated' or 'datasheet')."""
     plt = _plt()
+    colors = dict(zip(h_list, H_COLORS))
     fig, ax = plt.subplots(figsize=(7.5, 5))
     ais = [p["ai"] for p in points] or [100.0]
     lo, hi = min(ais) / 4, max(max(ais) * 8, max(peak / bw for bw in bws.values()) * 4)
@@ -48,7 +74,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, out: Path, name: st
     ax.annotate(f"peak {peak / 1e12:.1f} TFLOP/s", (lo * 1.1, peak * 1.08), fontsize=8, color="tab:red")
     seen = set()
     for p in points:
-        c = COLORS.get(p["H"], "tab:purple")
+        c = colors.get(p["H"], "tab:purple")
         m = MARKERS.get(p["procs"], "x")
         lab = f"H={p['H']}, p={p['procs']}"
         ax.scatter([p["ai"]], [p["measured"]], color=c, marker=m, s=40, zorder=3,
@@ -61,13 +87,13 @@ def roofline(points, peak, bws: dict, kind: str, title: str, out: Path, name: st
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per cudaMemcpy byte)")
     ax.set_ylabel("FLOP/s per GPU")
-    ax.set_title(title + "\nfilled: measured, hollow: predicted (calibrated model)", fontsize=10)
+    ax.set_title(title + f"\nfilled: measured, hollow: predicted ({model} model)", fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(fontsize=7, loc="lower right")
-    return save(fig, out, name)
+    return encode(fig)
 
 
-def scaling(groups, out: Path, name: str, title: str):
+def scaling(groups, title: str, ticks=(1, 2, 4)):
     """groups: label -> list of (procs, time_ms, efficiency)."""
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -77,7 +103,7 @@ def scaling(groups, out: Path, name: str, title: str):
         a2.plot([p for p, _, _ in pts], [100 * e for _, _, e in pts], "o-", label=label)
     for a in (a1, a2):
         a.set_xlabel("processes (GPUs)")
-        a.set_xticks([1, 2, 4])
+        a.set_xticks(list(ticks))
         a.grid(True, lw=0.3)
     a1.set_ylabel("time per batch (ms)")
     a1.set_yscale("log")
@@ -85,14 +111,10 @@ def scaling(groups, out: Path, name: str, title: str):
     a2.axhline(100, color="grey", lw=0.6)
     a1.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    return save(fig, out, name)
+    return encode(fig)
 
 
-PHASE_COLORS = {"h2d": "tab:red", "forward": "tab:blue", "loss": "tab:cyan", "backward": "tab:green",
-                "d2h": "tab:pink", "allreduce": "tab:purple", "h2d_grad": "tab:orange", "update": "tab:olive"}
-
-
-def phases(runs_phases, out: Path, name: str, title: str):
+def phases(runs_phases, title: str):
     """runs_phases: list of (run label, {rank: {phase: ms}})."""
     plt = _plt()
     rows = [(f"{lab} r{r}", ph) for lab, per in runs_phases for r, ph in sorted(per.items())]
@@ -112,17 +134,18 @@ def phases(runs_phases, out: Path, name: str, title: str):
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     ax.legend(uniq.values(), uniq.keys(), fontsize=7, ncol=4, loc="lower right")
-    return save(fig, out, name)
+    return encode(fig)
 
 
-def measured_vs_predicted(rows, out: Path, name: str):
-    """rows: dicts with label, measured_ms, predicted_ms, datasheet_ms."""
+def measured_vs_predicted(rows, series: dict[str, str]):
+    """rows: dicts with measured_ms and one key per series; series: key ->
+    label (each machine file's prediction: calibrated, datasheet)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 5))
     m = np.array([r["measured_ms"] for r in rows])
-    for key, mk, lab in (("predicted_ms", "o", "calibrated"), ("datasheet_ms", "x", "datasheet")):
+    for (key, label), mk in zip(series.items(), ("o", "x")):
         v = np.array([r[key] or np.nan for r in rows])
-        ax.scatter(m, v, marker=mk, label=lab, s=25)
+        ax.scatter(m, v, marker=mk, label=label, s=25)
     lo, hi = m.min() / 2, m.max() * 2
     x = np.array([lo, hi])
     ax.plot(x, x, color="black", lw=0.8)
@@ -135,4 +158,4 @@ def measured_vs_predicted(rows, out: Path, name: str):
     ax.set_ylabel("predicted time per batch (ms)")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    return save(fig, out, name)
+    return encode(fig)

@@ -1,0 +1,276 @@
+"""Every run read once into a typed, frozen summary.
+
+`analyse` picks the machine files for the GPU the traces saw, then reduces
+each run to what the sections need: its measured time per batch (the
+slowest rank's, median over the steady batches), each rank's median phase
+times, its counters, and its predictions (datasheet and calibrated machine),
+each computed here once. Sections select on these fields and never go back
+to the trace.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
+from ..model.predict import Prediction, predict_batch
+from ..trace.format import PHASE_TERMS, PHASES
+from ..trace.reader import Run
+from .study import Study
+
+# The report's terms, in the order a batch goes through them: each is the
+# sum of the phases that measure it (perfmlp/trace/format.py). A model term
+# with no phase of its own (gemm, elementwise, launches, the tracer's events)
+# falls inside the compute phases.
+TERMS = tuple(dict.fromkeys(PHASE_TERMS.values()))
+COMPUTE = "compute"
+BUSY_TERMS = ("h2d_batch", COMPUTE)  # a rank's own work before it waits for the others
+COPY_TERMS = ("h2d_batch", "d2h_grad", "h2d_grad")
+
+# Communication names before they were the `--comm` choices.
+_OLD_COMM = {"mpi-host": "mpi"}
+
+
+# ---- machines --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Machines:
+    datasheet: Machine
+    calibrated: Machine | None
+
+    @property
+    def primary(self) -> Machine:
+        """The machine the report predicts with: the calibrated one where there is one."""
+        return self.calibrated or self.datasheet
+
+    @property
+    def primary_kind(self) -> str:
+        return "calibrated" if self.calibrated else "datasheet"
+
+
+def pick_machines(runs: list[Run], machine_arg: str | None) -> Machines:
+    """The datasheet and the calibrated file (if any) for the GPU the traces
+    saw; `machine_arg` replaces the one of its kind."""
+    gpus = [r.gpu for r in runs if r.gpu]
+    gpu = statistics.mode(gpus) if gpus else None
+    files = []
+    for f in machine_files():
+        try:
+            files.append(load_machine(f))
+        except MachineError:
+            continue
+    datasheet = next((m for m in files if gpu and m.name == gpu and not m.calibrated), None)
+    calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
+    if datasheet is None:
+        datasheet = load_machine(DEFAULT_MACHINE)
+    if machine_arg:
+        given = load_machine(machine_arg)
+        if given.calibrated:
+            calibrated = given
+        else:
+            datasheet = given
+    return Machines(datasheet, calibrated)
+
+
+# ---- one run ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    path: str
+    hidden: tuple[int, ...]
+    batch: int                  # samples per batch, all ranks together
+    procs: int
+    precision: str
+    transfer: str
+    comm: str                   # a `python -m perfmlp.run --comm` name
+    gemm: str
+    backend: str
+    complete: bool
+    profiled: bool
+    endings: tuple[tuple[int, str], ...]   # (rank, how it ended)
+    manifest_status: str
+    batches: int                # steady batches every rank finished
+    t_ms: float                 # time per batch: slowest rank, median over steady batches
+    flops_job: int
+    flops_rank0: int
+    bytes_copied_rank: int      # the most any rank copied with cudaMemcpy in a batch
+    phases_ms: Mapping[int, Mapping[str, float]]   # rank -> phase -> median ms
+    slowest_rank: int
+    datasheet: Prediction | None    # GPU runs only
+    calibrated: Prediction | None   # GPU runs with a calibrated machine file
+    util_datasheet: float | None
+    util_calibrated_peak: float | None
+    imbalance_ms: float
+    verdict: str
+
+    @property
+    def gpu(self) -> bool:
+        return self.backend == "cupy"
+
+    @property
+    def hidden_label(self) -> str:
+        return "x".join(map(str, self.hidden))
+
+    @property
+    def predicted(self) -> Prediction | None:
+        """The prediction with the report's primary machine."""
+        return self.calibrated or self.datasheet
+
+    @property
+    def ai(self) -> float:
+        """FLOPs of one rank over the bytes it copied (inf when it copied none)."""
+        return self.flops_rank0 / self.bytes_copied_rank if self.bytes_copied_rank else math.inf
+
+    @property
+    def tflops_job(self) -> float:
+        return self.flops_job / (self.t_ms * 1e-3) / 1e12
+
+    @property
+    def status(self) -> str:
+        """"complete", or which ranks ended how and what the manifest says."""
+        if self.complete:
+            return "complete"
+        by_ending: dict[str, list[int]] = {}
+        for rank, ending in self.endings:
+            by_ending.setdefault(ending, []).append(rank)
+        parts = [f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} {ending}"
+                 for ending, ranks in by_ending.items()]
+        m = self.manifest_status
+        parts.append("manifest still says running" if m == "running" else f"manifest says {m}")
+        return "; ".join(parts)
+
+    def error_pct(self, pred: Prediction | None) -> float | None:
+        return 100 * (pred.total_s / (self.t_ms * 1e-3) - 1) if pred else None
+
+    def measured_terms(self, rank: int) -> dict[str, float]:
+        return measured_terms(self.phases_ms[rank])
+
+    def busy_ms(self, rank: int) -> float:
+        return busy_ms(self.phases_ms[rank])
+
+
+def busy_ms(phases_ms: Mapping[str, float]) -> float:
+    """A rank's copies and compute in a batch, before it waits for the others."""
+    return sum(phases_ms.get(p, 0.0) for p in PHASES if PHASE_TERMS[p] in BUSY_TERMS)
+
+
+def measured_terms(phases_ms: Mapping[str, float]) -> dict[str, float]:
+    """One rank's median phase times summed into the report's terms (ms)."""
+    terms = dict.fromkeys(TERMS, 0)
+    for phase, term in PHASE_TERMS.items():
+        terms[term] += phases_ms.get(phase, 0.0)
+    return terms
+
+
+def predicted_terms(pred: Prediction) -> dict[str, float]:
+    """The model's terms (seconds) summed into the report's (ms)."""
+    terms = dict.fromkeys(TERMS, 0.0)
+    for term, s in pred.terms.items():
+        terms[term if term in terms else COMPUTE] += s
+    return {k: v * 1e3 for k, v in terms.items()}
+
+
+def _endings(run: Run) -> tuple[tuple[int, str], ...]:
+    out = []
+    for rank in range(max(run.procs, len(run.ranks))):
+        rt = run.ranks.get(rank)
+        if rt is None:
+            out.append((rank, "left no trace file"))
+        elif rt.end is None:
+            out.append((rank, "killed (no end line)"))
+        else:
+            out.append((rank, str(rt.end.get("status", "?"))))
+    return tuple(out)
+
+
+def summarise(run: Run, machines: Machines) -> RunSummary:
+    c = run.config
+    steady = run.steady_batches().values()
+    ranks = sorted(run.ranks)
+    per_rank_ms = {r: statistics.median(run.batch_time_ms(recs[r]) for recs in steady) for r in ranks}
+    slowest = max(per_rank_ms, key=per_rank_ms.get)
+    phases = {r: MappingProxyType(run.phase_ms(r)) for r in ranks}
+    counters = {r: run.counters(r) for r in ranks}
+    flops_job = sum(sum(rec.get("flops", {}).values()) for rec in counters.values())
+    flops_rank0 = sum(counters[ranks[0]].get("flops", {}).values())
+    bytes_rank = max(rec.get("bytes_h2d", 0) + rec.get("bytes_d2h", 0) for rec in counters.values())
+    t_ms = run.median_batch_ms()
+    comm = _OLD_COMM.get(run.comm, run.comm)
+    gpu = run.manifest.get("backend") == "cupy"
+
+    def predict(m: Machine | None) -> Prediction | None:
+        if m is None or not gpu:  # the machine files describe GPUs
+            return None
+        return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
+                             c["batch_transfer"], traced=True)
+
+    def util(m: Machine | None) -> float | None:
+        if m is None or not gpu:
+            return None
+        return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
+
+    p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated)
+    busy = [busy_ms(ph) for ph in phases.values()]
+    imbalance = max(busy) - min(busy)
+    return RunSummary(
+        run_id=run.run_id, path=run.path, hidden=tuple(int(h) for h in c["hidden_sizes"]),
+        batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=c["batch_transfer"],
+        comm=comm, gemm=c.get("gemm", "?"), backend=run.manifest.get("backend", "?"), complete=run.complete,
+        profiled=run.profiled, endings=_endings(run), manifest_status=str(run.manifest.get("status", "?")),
+        batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=flops_rank0, bytes_copied_rank=bytes_rank,
+        phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
+        util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
+        imbalance_ms=imbalance,
+        verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
+                        imbalance))
+
+
+def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,
+            imbalance_ms: float) -> str:
+    """What limits a run, from the slowest rank's measured terms (and the model's GPU time)."""
+    total = sum(terms.values()) or 1.0
+    parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
+             "compute": terms[COMPUTE]}
+    top = max(parts, key=parts.get)
+    share = 100 * parts[top] / total
+    if top == "compute" and pred is None:
+        return f"compute {share:.0f}% of the batch (no GPU model for this backend)"
+    if top == "compute":
+        gpu_ms = (pred.terms["gemm"] + pred.terms["elementwise"]) * 1e3
+        if terms[COMPUTE] > 1.5 * gpu_ms:
+            return (f"compute phases {share:.0f}% of the batch, {terms[COMPUTE] / gpu_ms:.1f}x the model's GPU "
+                    f"time: host-bound (kernel launches, synchronisation)")
+        gemm_share = 100 * pred.terms["gemm"] * 1e3 / total
+        return f"compute {share:.0f}% of the batch, GEMMs about {gemm_share:.0f}%: GPU-bound"
+    if top == "the gradient allreduce" and procs > 1:
+        extra = f"; ranks' compute differs by {imbalance_ms:.2f} ms (waiting)" if imbalance_ms > 0.05 * total else ""
+        return f"the gradient allreduce {share:.0f}% of the batch ({comm}){extra}"
+    return f"{top} {share:.0f}% of the batch ({transfer} memory)"
+
+
+# ---- every run ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Analysis:
+    study: Study
+    machines: Machines
+    runs: tuple[RunSummary, ...]     # by H, p, B, run id
+    skipped: tuple[str, ...]
+    traces: tuple[Run, ...]          # as read (the Nsight cross-check reads the batches again)
+    folder: Path | None = None
+
+    @property
+    def gpu_runs(self) -> tuple[RunSummary, ...]:
+        return tuple(s for s in self.runs if s.gpu)
+
+
+def analyse(runs: list[Run], skipped: list[str], study: Study, machine_arg: str | None = None,
+            folder: Path | None = None) -> Analysis:
+    machines = pick_machines(runs, machine_arg)
+    summaries = sorted((summarise(r, machines) for r in runs), key=lambda s: (s.hidden, s.procs, s.batch, s.run_id))
+    return Analysis(study, machines, tuple(summaries), tuple(skipped), tuple(runs), folder)
