@@ -95,3 +95,21 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
     if value not in options:
         raise CheckError(f"{name} must be one of {', '.join(options)}, got {value!r}")
     return value
+
+
+def read_yaml(source, what: str) -> Any:
+    """The data in a YAML file (a path, or a file shipped in the package as an
+    importlib.resources Traversable), read with safe loading only; a
+    CheckError naming the file otherwise. `what` names the kind of file."""
+    import yaml
+    try:
+        text = source.read_text()
+    except OSError as e:
+        raise CheckError(f"cannot read {what} {source}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise CheckError(f"{source}: not a text file") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise CheckError(f"{source}: not valid YAML" + (f" at line {mark.line + 1}" if mark else "")) from None

@@ -18,7 +18,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from . import checks
 from .errors import PerfmlpError
@@ -163,17 +162,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML configuration file (safe loading only)."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise PerfmlpError(f"cannot read configuration file {p}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise PerfmlpError(f"{p}: not a text file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise PerfmlpError(f"{p}: not valid YAML{at}") from None
+        data = checks.read_yaml(p, "configuration file")
+    except checks.CheckError as e:
+        raise PerfmlpError(str(e)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

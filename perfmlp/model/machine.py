@@ -184,15 +184,9 @@ def load_machine(name_or_path=None) -> Machine:
     """The machine in a file given by path, or shipped under a name (default: DEFAULT_MACHINE)."""
     path = resolve_machine_path(name_or_path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise MachineError(f"{path}: cannot read machine file ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise MachineError(f"{path}: not a text file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise MachineError(f"{path}: not valid YAML") from None
+        data = checks.read_yaml(path, "machine file")
+    except checks.CheckError as e:
+        raise MachineError(str(e)) from None
     return machine_from_mapping(data, str(path))
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from .. import checks
 from ..errors import PerfmlpError
 
@@ -107,11 +105,7 @@ def load_study(name_or_path: str | Path | None = None) -> Study:
                                "or give a .yaml file)")
         source = shipped[str(name_or_path)]
     try:
-        text = source.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise PerfmlpError(f"{source}: cannot read study file ({getattr(e, 'strerror', None) or e})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise PerfmlpError(f"{source}: not valid YAML") from None
+        data = checks.read_yaml(source, "study file")
+    except checks.CheckError as e:
+        raise PerfmlpError(str(e)) from None
     return study_from_mapping(data, str(source))
