@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -78,6 +79,9 @@ class MPIWorld:
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        # let the launcher forward this rank's last line before MPI_Abort tears
+        # the job down (seen lost under mpiexec on a loaded 2-core machine)
+        time.sleep(0.2)
         self.comm.Abort(code)
 
 
