@@ -31,9 +31,6 @@ COMPUTE = "compute"
 BUSY_TERMS = ("h2d_batch", COMPUTE)  # a rank's own work before it waits for the others
 COPY_TERMS = ("h2d_batch", "d2h_grad", "h2d_grad")
 
-# Communication names before they were the `--comm` choices.
-_OLD_COMM = {"mpi-host": "mpi"}
-
 
 # ---- machines --------------------------------------------------------------------------
 
@@ -200,7 +197,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     flops_rank0 = sum(counters[ranks[0]].get("flops", {}).values())
     bytes_rank = max(rec.get("bytes_h2d", 0) + rec.get("bytes_d2h", 0) for rec in counters.values())
     t_ms = run.median_batch_ms()
-    comm = _OLD_COMM.get(run.comm, run.comm)
+    comm = run.comm  # the reader names old traces' exchanges as --comm does
     gpu = run.manifest.get("backend") == "cupy"
 
     def predict(m: Machine | None) -> Prediction | None:
