@@ -19,17 +19,15 @@ import contextlib
 import datetime as _dt
 import json
 import os
-import platform
-import socket
 import sys
 import time
 from pathlib import Path
 
-from .. import __version__
 from ..errors import PerfmlpError
 from ..model.costs import itemsize, op_cost
 from . import nvtx as nv
 from .format import MANIFEST, SCHEMA, rank_file
+from .manifest import finish_manifest, now_iso, record_machine, versions, write_json
 
 DRAIN_AT = "backward"  # finished batches are written as this phase starts (the host is ahead of the GPU)
 
@@ -63,59 +61,6 @@ class NullTracer:
         pass
 
 
-def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _git_commit() -> str | None:
-    """The commit of the code that runs: PERFMLP_GIT_COMMIT where the copy has
-    no .git (the GPU machine's), else git's answer."""
-    if os.environ.get("PERFMLP_GIT_COMMIT"):
-        return os.environ["PERFMLP_GIT_COMMIT"]
-    import subprocess
-    try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                           cwd=Path(__file__).resolve().parent)
-        return r.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def versions() -> dict:
-    v = {"perfmlp": __version__, "perfmlp_git": _git_commit(), "python": platform.python_version()}
-    import numpy
-    v["numpy"] = numpy.__version__
-    for mod in ("cupy", "mpi4py", "nvtx"):
-        m = sys.modules.get(mod)
-        if m is not None:
-            v[mod] = getattr(m, "__version__", "?")
-    if "cupy" in sys.modules:
-        try:
-            import cupy
-            v["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
-            v["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-        except Exception:  # pragma: no cover - no device
-            pass
-    return v
-
-
-def machine_seen(world, backend: str) -> dict:
-    """Host, GPU name and count per node, gathered from every rank."""
-    me = {"host": socket.gethostname(), "gpu": None, "gpus_on_node": 0, "device": None}
-    if backend == "cupy":
-        import cupy
-        dev = cupy.cuda.Device()
-        me["device"] = dev.id
-        me["gpus_on_node"] = cupy.cuda.runtime.getDeviceCount()
-        me["gpu"] = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
-    ranks = world.allgather(me)
-    nodes: dict = {}
-    for r, m in enumerate(ranks):
-        n = nodes.setdefault(m["host"], {"gpu": m["gpu"], "gpu_count": m["gpus_on_node"], "ranks": []})
-        n["ranks"].append(r)
-    return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks], "cpu": platform.processor() or platform.machine()}
-
-
 class Tracer:
     """Writes one rank's trace. `phase(name)` times and NVTX-marks a phase."""
 
@@ -126,7 +71,7 @@ class Tracer:
         self.itemsize = itemsize(cfg.precision)
         self._f = open(run_dir / rank_file(rank), "w")
         self._write({"kind": "header", "schema": SCHEMA, "rank": rank, "size": world.size,
-                     "start": _now_iso(), "pid": os.getpid()})
+                     "start": now_iso(), "pid": os.getpid()})
         self.t_start = time.perf_counter()
         self.ops: list | None = []
         self._phases: list = []
@@ -237,9 +182,9 @@ class Tracer:
         self._closed = True
         first = None
         for what in (lambda: self._drain(block=True),
-                     lambda: self._write({"kind": "end", "status": status, "end": _now_iso()}),
+                     lambda: self._write({"kind": "end", "status": status, "end": now_iso()}),
                      self._f.close,
-                     lambda: _finish_manifest(self.run_dir, status) if self.rank == 0 else None):
+                     lambda: finish_manifest(self.run_dir, status) if self.rank == 0 else None):
             try:
                 what()
             except Exception as e:  # a failed device, a full disk: keep what was written
@@ -363,41 +308,12 @@ def make_tracer(cfg, world):
         except OSError as e:
             raise PerfmlpError(f"cannot create trace folder {run_dir}: {e.strerror}") from None
         manifest = {"schema": SCHEMA, "run_id": run_id, "config": cfg.to_dict(), "procs": world.size,
-                    "mpi_library": world.library, "start": _now_iso(), "end": None, "status": "running",
+                    "mpi_library": world.library, "start": now_iso(), "end": None, "status": "running",
                     "versions": versions(), "argv": sys.argv,
                     "profiler_attached": nv.enabled()}  # an NVTX tool (Nsight Systems) was attached
-        _write_json(run_dir / MANIFEST, manifest)
+        write_json(run_dir / MANIFEST, manifest)
     world.barrier()
     return Tracer(run_dir, world.rank, world, cfg)
 
 
-def record_machine(run_dir: Path, world, backend) -> None:
-    """Add what the run saw (GPUs per node, library versions) and what ran
-    (the backend, the gradient reducer) to the manifest (a collective: every
-    rank calls it)."""
-    seen = machine_seen(world, backend.name)
-    if world.rank == 0:
-        path = run_dir / MANIFEST
-        m = json.loads(path.read_text())
-        m["machine"] = seen
-        m["backend"] = backend.name
-        m["comm"] = backend.reducer.name if backend.reducer is not None else None
-        m["versions"] = versions()
-        m["mpi_library"] = world.library
-        _write_json(path, m)
 
-
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
-
-
-def _finish_manifest(run_dir: Path, status: str) -> None:
-    path = run_dir / MANIFEST
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    m["status"], m["end"] = status, _now_iso()
-    _write_json(path, m)
