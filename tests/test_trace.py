@@ -12,7 +12,7 @@ from perfmlp.trace.reader import read_run, read_traces
 
 from conftest import ROOT, run_perfmlp
 
-TINY = ["--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
+TINY = ["--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
         "--n-train", "13", "--batch-size", "5", "--epochs", "1", "--learning-rate", "1e-4"]
 
 
