@@ -153,12 +153,16 @@ def machine_from_mapping(data, where: str) -> Machine:
 
 
 def machine_files() -> list[Traversable]:
-    """The machine files shipped with the package (models/*.yaml), by name."""
+    """The machine files shipped with the package (models/*.yaml), by name;
+    in a source checkout used without installing (PYTHONPATH, as on the GPU
+    machine), the checkout's models/ folder."""
     try:
         folder = resources.files(MACHINES_PACKAGE)
     except ModuleNotFoundError:
-        raise MachineError(f"the package {MACHINES_PACKAGE} (the machine files) is not installed: "
-                           "run `pip install -e .` again in the project") from None
+        folder = Path(__file__).resolve().parents[2] / "models"
+        if not folder.is_dir():
+            raise MachineError(f"the package {MACHINES_PACKAGE} (the machine files) is not installed: "
+                               "run `pip install -e .` again in the project") from None
     return sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
 
 
