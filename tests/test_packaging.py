@@ -58,3 +58,16 @@ def test_pyproject_ships_every_data_file():
         if not any(fnmatch(inside, pattern) for pattern in data.get(package, [])):
             missing.append(f"{package}: {inside}")
     assert not missing
+
+
+def test_a_source_checkout_without_install_finds_models(monkeypatch):
+    # run from a checkout on PYTHONPATH (as on the GPU machine), perfmlp.machines
+    # does not exist: the checkout's models/ folder is used
+    from perfmlp.model import machine
+
+    def not_installed(name):
+        raise ModuleNotFoundError(name)
+    monkeypatch.setattr(machine.resources, "files", not_installed)
+    names = [f.name for f in machine.machine_files()]
+    assert "h200.yaml" in names and "quadro-rtx-6000.yaml" in names
+    assert machine.load_machine("h200").peak_flops_per_s_float32 > 0
