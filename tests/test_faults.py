@@ -154,7 +154,9 @@ def test_reexecutes_under_the_users_interpreter_when_shadowed(tmp_path):
     (bad / "python3").chmod(0o755)
     good = tmp_path / "user-bin"
     good.mkdir()
-    (good / "python3").symlink_to(sys.executable)
+    # a wrapper, not a symlink: a venv's python found through a link elsewhere is not the venv
+    (good / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    (good / "python3").chmod(0o755)
     env = {"PATH": f"{bad}:{good}:/usr/bin:/bin"}
     r = run_cmd([str(bad / "python3"), "-m", "perfmlp.run", *JOB, "--epochs", "1", "--no-trace"], env=env,
                 cwd=ROOT)

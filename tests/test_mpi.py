@@ -27,8 +27,8 @@ def test_one_failing_rank_ends_the_job_fast():
 
 
 def test_only_rank0_prints(tmp_path):
-    r = run_perfmlp("--data", "synthetic", "--n-train", "60", "--batch-size", "20", "--input-size", "30",
-                    "--hidden-size", "8", "--epochs", "2", "--trace-dir", str(tmp_path), procs=2)
+    r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--n-train", "60", "--batch-size", "20",
+                    "--input-size", "30", "--hidden-size", "8", "--epochs", "2", "--trace-dir", str(tmp_path), procs=2)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("data: synthetic")

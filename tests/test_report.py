@@ -220,8 +220,8 @@ def report_cmd(*args):
 
 def test_report_command_on_real_and_bad_folders(tmp_path):
     traces = tmp_path / "traces"
-    args = ["--data", "synthetic", "--input-size", "20", "--hidden-size", "8", "--n-train", "40",
-            "--batch-size", "10", "--trace-dir", str(traces)]
+    args = ["--backend", "numpy", "--data", "synthetic", "--input-size", "20", "--hidden-size", "8",
+            "--n-train", "40", "--batch-size", "10", "--trace-dir", str(traces)]
     assert run_perfmlp(*args, "--run-id", "good").returncode == 0
     assert run_perfmlp(*args, "--run-id", "other", "--hidden-size", "6").returncode == 0  # mixed configurations
     # a partial run: its end lines cut off
