@@ -40,7 +40,11 @@ def test_a_faulty_rank_ends_the_job_and_keeps_what_was_written(tmp_path, fault, 
         assert len(mine) == 1, r.stderr
     run = read_run(tmp_path / "t" / "f")  # readable: every finished batch of rank 0 is there
     assert not run.complete
-    assert len(run.ranks[0].batches) >= 3
+    # the fault is at batch 3: rank 0 finished batches 0-2; on the GPU a batch's
+    # line is written when a later batch starts (docs/trace-format.md), so a
+    # rank torn down by the abort may lack its last one
+    kept = [b["batch"] for b in run.ranks[0].batches]
+    assert kept == list(range(len(kept))) and len(kept) >= (2 if run.manifest.get("backend") == "cupy" else 3)
     assert json.loads((tmp_path / "t" / "f" / "manifest.json").read_text())["config"]["batch_size"] == 30
     with np.load(tmp_path / "p" / "initial.npz", allow_pickle=False) as f:
         assert f["W1"].shape == (8, 50)
