@@ -16,8 +16,8 @@ trace.format.Counts) where it issues them. `name` is the --comm value.
 - `NcclReducer` (`nccl`, GPU): a device-side allreduce through
   cupy.cuda.nccl.
 `host_value(flat, i)` reads one element of the reduced buffer (the loss
-slot) when that costs no synchronisation (`loss_per_batch`), else None;
-then `epoch_loss_sum()` gives the epoch's sum once, at its end.
+slot) when that costs no synchronisation, else None; then
+`epoch_loss_sum()` gives the epoch's sum once, at its end.
 """
 from __future__ import annotations
 
@@ -103,7 +103,6 @@ class HostReducer:
     """Gradients already on the host: one in-place MPI_Allreduce."""
 
     name = "mpi"
-    loss_per_batch = True
 
     def __init__(self, world):
         self.world = world
@@ -124,7 +123,6 @@ class StagedReducer:
     the host copy, H2D back (through pageable or pinned host memory)."""
 
     name = "mpi-staged"
-    loss_per_batch = True
 
     def __init__(self, cupy, world, net, memory: str):
         self.cp, self.world, self.net = cupy, world, net
@@ -158,7 +156,6 @@ class NcclReducer:
     broadcast over MPI."""
 
     name = "nccl"
-    loss_per_batch = False
 
     def __init__(self, cupy, world, net):
         from cupy.cuda import nccl
