@@ -16,6 +16,8 @@
 #   profile      a cProfile run (rank-<r>.prof beside the trace)
 #   overhead     tracing on against off, interleaved (benchmarks/trace_overhead.py)
 #   step         one training step against PyTorch and the GEMMs alone (benchmarks/gpu_step.py)
+#   graph        eager vs CUDA-graph steps, overlapped or not, vs PyTorch eager/DDP/graph, p = 1 and
+#                GPUs (benchmarks/graph_step.py; the two implementations alternate, twice)
 #   calibrate    the machine file (python -m perfmlp.calibrate under mpirun -n GPUs)
 #   sweeps       the modes and Question 2.2 sweeps up to GPUs processes (traces)
 set -u
@@ -55,6 +57,10 @@ for part in "$@"; do
     timeout 200 python3 benchmarks/trace_overhead.py --out $R/trace_overhead.json 2>&1 | tail -4 ;;
   step)
     timeout 300 python3 benchmarks/gpu_step.py --out $R --reps 50 2>&1 | tail -31 ;;
+  graph)
+    for p in $(echo 1 $NGPU | tr ' ' '\n' | sort -u); do for round in 1 2; do for impl in perfmlp torch; do
+      timeout 240 $MPIRUN -n $p python3 benchmarks/graph_step.py --impl $impl --out $R 2>&1 | grep -v "^\[" | tail -14
+    done; done; done ;;
   calibrate)
     timeout 200 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/h200-calibrated.yaml 2>&1 \
       | tee $R/calibrate.log | grep -v "allreduce p=" | tail -16 ;;

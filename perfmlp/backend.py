@@ -1,5 +1,6 @@
 """Where the backend is assembled: the array module, the network, the batch
-source, the gradient reducer and the device synchronisation for one rank."""
+source, the gradient reducer, the execution mode (eager or CUDA graphs) and
+the device synchronisation for one rank."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ class Backend:
     batches: object            # batches.HostBatches or batches.DeviceBatches
     reducer: object            # one of comm's reducers
     sync: Callable[[], None]   # waits for the device's queued work (a no-op on the host)
+    exec: str = "eager"        # "eager" or "graph"
+    graph: object = None       # gpu.graph.GraphStep in graph mode
+    stream: object = None      # the CuPy stream everything of the step is issued on (current once built)
 
 
 def resolve(cfg: Config) -> str:
@@ -44,16 +48,38 @@ def check_options(cfg: Config) -> str:
             ("gemm", cfg.gemm, ("cublas",))) if value not in host]
         if gpu_only:
             raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
+        if cfg.exec == "graph":
+            raise PerfmlpError("--exec graph needs the cupy backend (this run is on numpy)")
+        if cfg.overlap and cfg.comm not in ("auto", "mpi"):
+            raise PerfmlpError(f"--overlap with --comm {cfg.comm}: on numpy the overlapped exchange is mpi")
     elif cfg.comm == "mpi":
         raise PerfmlpError("--comm mpi reduces host buffers (the numpy backend); on the GPU use mpi-staged or nccl")
+    elif cfg.overlap and cfg.comm != "nccl":
+        raise PerfmlpError("--overlap on the GPU needs --comm nccl (the staged exchange needs the host "
+                           "between the backward pass and the update)")
     return name
+
+
+def exec_mode(cfg: Config, backend: str) -> str:
+    """The execution mode that runs ("auto": CUDA graphs on the GPU)."""
+    if cfg.exec != "auto":
+        return cfg.exec
+    return "graph" if backend == "cupy" else "eager"
 
 
 def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
     if check_options(cfg) == "cupy":
         return _build_cupy(cfg, world, xtrain, ytrain)
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    return Backend("numpy", np, net, HostBatches(xtrain, ytrain), HostReducer(world), lambda: None)
+    reducer = HostReducer(world)
+    _overlap(cfg, net, reducer)
+    return Backend("numpy", np, net, HostBatches(xtrain, ytrain), reducer, lambda: None)
+
+
+def _overlap(cfg: Config, net, reducer) -> None:
+    if cfg.overlap:
+        net.set_buckets(cfg.bucket_bytes)
+        reducer.overlap(net)
 
 
 def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
@@ -62,6 +88,10 @@ def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
     cupy = require_cupy()
     ndev = cupy.cuda.runtime.getDeviceCount()
     cupy.cuda.Device(world.rank % ndev).use()  # rank r on GPU r mod (GPUs on its node), before any stream
+    # every kernel, copy and collective of the step on one stream of our own
+    # (a CUDA graph cannot be captured on the legacy default stream)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    stream.use()
     max_local = max(pieces(cfg.batch_size, world.size))
     net = GpuNetwork(cupy, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size,
                      max_local, cfg.gemm)
@@ -70,4 +100,10 @@ def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
         reducer = NcclReducer(cupy, world, net)
     else:
         reducer = StagedReducer(cupy, world, net, staging_memory(cfg.batch_transfer))
-    return Backend("cupy", cupy, net, batches, reducer, cupy.cuda.get_current_stream().synchronize)
+    _overlap(cfg, net, reducer)
+    mode = exec_mode(cfg, "cupy")
+    graph = None
+    if mode == "graph":
+        from .gpu.graph import GraphStep
+        graph = GraphStep(cupy, net, batches, reducer, stream)
+    return Backend("cupy", cupy, net, batches, reducer, stream.synchronize, mode, graph, stream)

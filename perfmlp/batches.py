@@ -50,7 +50,9 @@ class DeviceBatches:
     def reorder(self, order: np.ndarray) -> None:
         if self.mode == "resident":
             idx = self.cp.asarray(order)
-            self.xr, self.yr = self.xr[idx], self.yr[idx]
+            # in place: CUDA graphs captured on these arrays' slices stay valid
+            self.xr[...] = self.xr[idx]
+            self.yr[...] = self.yr[idx]
         else:
             self._set_host(self.xh[order], self.yh[order])
 

@@ -18,6 +18,14 @@ trace.format.Counts) where it issues them. `name` is the --comm value.
 `host_value(flat, i)` reads one element of the reduced buffer (the loss
 slot) when that costs no synchronisation, else None; then
 `epoch_loss_sum()` gives the epoch's sum once, at its end.
+
+Overlap (`--overlap`, `HostReducer` and `NcclReducer`): `overlap(net)`
+makes the network call the reducer as each piece of the gradient is
+written in the backward pass (Network.grad_ready); the reducer starts that
+piece's collective at once (MPI_Iallreduce; ncclAllReduce on a
+communication stream that waits for the piece's GEMM only), and `reduce`
+then only waits for what is still in flight: its "allreduce" phase is the
+communication the backward pass did not hide.
 """
 from __future__ import annotations
 
@@ -38,6 +46,12 @@ class SingleWorld:
 
     def allreduce_sum(self, buf: np.ndarray) -> None:
         pass  # the sum over one rank is the buffer itself
+
+    def iallreduce_sum(self, buf: np.ndarray):
+        return None  # nothing to wait for
+
+    def waitall(self, requests) -> None:
+        pass
 
     def bcast(self, obj, root: int = 0):
         return obj
@@ -66,6 +80,13 @@ class MPIWorld:
 
     def allreduce_sum(self, buf: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def iallreduce_sum(self, buf: np.ndarray):
+        """Start an in-place sum; `waitall` ends it."""
+        return self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def waitall(self, requests) -> None:
+        self.MPI.Request.Waitall(requests)
 
     def bcast(self, obj, root: int = 0):
         return self.comm.bcast(obj, root=root)
@@ -100,19 +121,40 @@ def make_world():
 
 
 class HostReducer:
-    """Gradients already on the host: one in-place MPI_Allreduce."""
+    """Gradients already on the host: one in-place MPI_Allreduce, or with
+    overlap one MPI_Iallreduce per gradient piece as the backward pass
+    writes it."""
 
     name = "mpi"
 
     def __init__(self, world):
         self.world = world
+        self._flat = None
+        self._started: list = []   # (request, elements) of the pieces in flight
+
+    def overlap(self, net) -> None:
+        self._flat = net.g.flat
+        net.grad_ready = self._start
+
+    def _start(self, lo: int, hi: int) -> None:
+        self._started.append((self.world.iallreduce_sum(self._flat[lo:hi]), hi - lo))
 
     def reduce(self, flat: np.ndarray, phase, counts) -> None:
+        mpi = self.world.library != "none"
+        if self._flat is None:
+            with phase("allreduce"):
+                self.world.allreduce_sum(flat)
+            if mpi:
+                counts.bytes_mpi += flat.nbytes
+                counts.collectives.append(("MPI_Allreduce", int(flat.size)))
+            return
         with phase("allreduce"):
-            self.world.allreduce_sum(flat)
-        if self.world.library != "none":
-            counts.bytes_mpi += flat.nbytes
-            counts.collectives.append(("MPI_Allreduce", int(flat.size)))
+            self.world.waitall([r for r, _ in self._started])
+        if mpi:
+            for _, n in self._started:
+                counts.bytes_mpi += n * flat.itemsize
+                counts.collectives.append(("MPI_Iallreduce", n))
+        self._started.clear()
 
     def host_value(self, flat, index: int) -> float | None:
         return float(flat[index])
@@ -151,9 +193,29 @@ class StagedReducer:
         return float(self.host[index])
 
 
+_communicators: dict = {}
+
+
+def _nccl_communicator(nccl, world, device: int):
+    """The process's NCCL communicator over `world` on `device`, made once
+    (a second one in the same process was seen to hang a later capture)."""
+    key = (id(world), device)
+    comm = _communicators.get(key)
+    if comm is None:
+        # connect every peer now, not on a first collective that a CUDA graph captures
+        os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
+        uid = nccl.get_unique_id() if world.rank == 0 else None
+        uid = world.bcast(uid)
+        comm = _communicators[key] = nccl.NcclCommunicator(world.size, uid, world.rank)
+    return comm
+
+
 class NcclReducer:
     """Device-side allreduce through cupy.cuda.nccl; the unique id is
-    broadcast over MPI."""
+    broadcast over MPI. With overlap, each gradient piece is reduced on a
+    communication stream of its own that waits (an event) for the GEMM that
+    wrote the piece; `reduce` makes the compute stream wait for the last.
+    Both patterns capture into a CUDA graph (a fork and a join)."""
 
     name = "nccl"
 
@@ -161,19 +223,55 @@ class NcclReducer:
         from cupy.cuda import nccl
         if not nccl.available:
             raise PerfmlpError("--comm nccl: CuPy was built without NCCL")
-        self.nccl, self.net = nccl, net
-        uid = nccl.get_unique_id() if world.rank == 0 else None
-        uid = world.bcast(uid)
-        self.comm = nccl.NcclCommunicator(world.size, uid, world.rank)
+        self.nccl, self.net, self.cp = nccl, net, cupy
+        self.comm = _nccl_communicator(nccl, world, cupy.cuda.Device().id)
         self._dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
         self._stream_ptr = cupy.cuda.get_current_stream().ptr
+        self._comm_stream = None
+        self._started: list = []   # elements of the pieces in flight
+        # one allreduce of the gradient's size outside any graph, so that what
+        # NCCL sets up on its first use of a size is not inside a capture
+        scratch = cupy.zeros(net.g.flat.size, net.dtype)
+        self.comm.allReduce(scratch.data.ptr, scratch.data.ptr, scratch.size, self._dtype, nccl.NCCL_SUM,
+                            self._stream_ptr)
+        cupy.cuda.get_current_stream().synchronize()
+
+    def overlap(self, net) -> None:
+        cp = self.cp
+        self._comm_stream = cp.cuda.Stream(non_blocking=True)
+        self._comm_ptr = self._comm_stream.ptr
+        self._rt = cp.cuda.runtime
+        self._events: list = []
+        self._done = cp.cuda.Event(disable_timing=True)
+        self._base, self._isz = net.g.flat.data.ptr, net.dtype.itemsize
+        net.grad_ready = self._start
+
+    def _start(self, lo: int, hi: int) -> None:
+        i = len(self._started)
+        if i == len(self._events):
+            self._events.append(self.cp.cuda.Event(disable_timing=True))
+        ev = self._events[i].ptr
+        self._rt.eventRecord(ev, self._stream_ptr)           # the piece is written ...
+        self._rt.streamWaitEvent(self._comm_ptr, ev, 0)     # ... before its allreduce starts
+        p = self._base + lo * self._isz
+        self.comm.allReduce(p, p, hi - lo, self._dtype, self.nccl.NCCL_SUM, self._comm_ptr)
+        self._started.append(hi - lo)
 
     def reduce(self, flat, phase, counts) -> None:
+        if self._comm_stream is None:
+            with phase("allreduce"):
+                self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM,
+                                    self._stream_ptr)
+            counts.bytes_nccl += flat.nbytes
+            counts.collectives.append(("ncclAllReduce", int(flat.size)))
+            return
         with phase("allreduce"):
-            self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM,
-                                self._stream_ptr)
-        counts.bytes_nccl += flat.nbytes
-        counts.collectives.append(("ncclAllReduce", int(flat.size)))
+            self._rt.eventRecord(self._done.ptr, self._comm_ptr)
+            self._rt.streamWaitEvent(self._stream_ptr, self._done.ptr, 0)  # the update waits for the last piece
+        for n in self._started:
+            counts.bytes_nccl += n * flat.itemsize
+            counts.collectives.append(("ncclAllReduce", n))
+        self._started.clear()
 
     def host_value(self, flat, index: int):
         return None  # reading it would synchronise the device every batch

@@ -28,6 +28,7 @@ CHOICES = {
     "comm": ("auto", "mpi", "mpi-staged", "nccl"),
     "batch_transfer": ("pageable", "pinned", "resident"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
+    "exec": ("auto", "eager", "graph"),
     "data": ("auto", "mnist", "synthetic"),
 }
 
@@ -54,6 +55,9 @@ class Config:
     comm: str = "auto"
     batch_transfer: str = "pageable"
     gemm: str = "cublas"
+    exec: str = "auto"
+    overlap: bool = False
+    bucket_bytes: int = 1048576
     trace: bool = True
     trace_dir: str = "traces"
     run_id: str = ""
@@ -93,6 +97,11 @@ HELP = {
             "mpi-staged (GPU buffers through the host) or nccl",
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
     "gemm": "GEMM implementation on the GPU",
+    "exec": "how the GPU step is issued: auto (graph on the cupy backend, eager on numpy), eager (kernel by "
+            "kernel from Python) or graph (captured once per batch position as CUDA graphs and replayed)",
+    "overlap": "reduce each layer's gradient as soon as the backward pass has written it (nccl on the GPU, "
+               "mpi on numpy), overlapping communication with the rest of the backward pass",
+    "bucket_bytes": "with --overlap, the largest piece of a weight gradient reduced as one collective",
     "trace": "write a trace folder for the report",
     "trace_dir": "folder the trace folders go under",
     "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
@@ -103,10 +112,11 @@ HELP = {
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
-           "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz"}
+           "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz",
+           "bucket_bytes": "BYTES"}
 _DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights"}
 _FIELDS = {f.name: f for f in fields(Config)}
-_POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate"}
+_POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate", "bucket_bytes"}
 _NON_NEGATIVE = {"reg", "seed", "n_heldout"}
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model.costs import LOSS_SLOTS
+from .model.costs import LOSS_SLOTS, row_blocks
 
 
 class FlatParams:
@@ -85,6 +85,21 @@ class Network:
         self.ops: list | None = None   # (name, shape) of every operation computed, when a list
         self.kernels_launched = 0      # kernels launched (a fused kernel computes several operations)
         self._update_ops = (("update_weights", (self.p.n_weights,)), ("update_biases", (self.p.n_biases,)))
+        # Overlapped communication: `grad_ready(lo, hi)` is called as soon as
+        # the backward pass has written the flat gradient elements [lo, hi);
+        # each weight gradient is computed in row blocks of `bucket_bytes`.
+        self.grad_ready = None
+        self.set_buckets(None)
+
+    def set_buckets(self, bucket_bytes: int | None) -> None:
+        """Row blocks (and their flat offsets) of each weight gradient."""
+        sizes = self.p.layer_sizes
+        self._blocks, off = [], 0
+        for l in range(len(sizes) - 1):
+            n_out, n_in = sizes[l + 1], sizes[l]
+            self._blocks.append([(r0, r1, off + r0 * n_in, off + r1 * n_in)
+                                 for r0, r1 in row_blocks(n_out, n_in, self.dtype.itemsize, bucket_bytes)])
+            off += n_out * n_in
 
     def set_params(self, weights, biases=None) -> None:
         for l, w in enumerate(weights):
@@ -119,13 +134,23 @@ class Network:
         L = len(self.p.W)
         d = self.delta
         b = d.shape[1]
+        ready = self.grad_ready
         for l in range(L - 1, -1, -1):
-            self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)       # dW = delta a^T
+            blocks = self._blocks[l]
+            for r0, r1, lo, hi in blocks:                                   # dW = delta a^T (in row blocks)
+                if len(blocks) == 1:
+                    self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
+                else:
+                    self.gemm(d[r0:r1], self.acts[l], out=self.g.W[l][r0:r1], trans_b=True)
+                if ready is not None:
+                    ready(lo, hi)
             if l == L - 1:
                 self.row_sum(d, self.g.b[l])                                # the output layer's db
             if l > 0:
                 da = self.gemm(self.p.W[l], d, out=self.buffer("d", l - 1, b), trans_a=True)
                 d = self.sigmoid_grad_row_sum(da, self.acts[l], self.g.b[l - 1])  # dz and the layer's db
+            if ready is not None and l == min(1, L - 1):
+                ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
 
     def update(self) -> None:
         self._record(*self._update_ops)

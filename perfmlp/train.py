@@ -182,7 +182,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             net.global_batch = Bk
             tracer.begin_batch(epoch, k, Bk, hi - lo)
             try:
-                ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts)
+                ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts, be.graph)
             except NonFiniteLoss as e:
                 e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
                 e.params, e.where = _last_finite(net, last_finite, f"before batch {k} of epoch {epoch + 1}")
@@ -234,17 +234,24 @@ def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:
     return net.get_params(), snapshot[1]
 
 
-def step(net, batches, reducer, lo: int, hi: int, phase, counts) -> float | None:
+def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None) -> float | None:
     """One training step on samples [lo, hi) of the (current) dataset order;
     returns the batch's reduced cross-entropy sum where reading it costs no
-    device synchronisation, else None."""
-    x, y = batches.get(lo, hi, phase, counts)
-    with phase("forward"):
-        net.forward(x)
-    with phase("loss"):
-        net.loss(y)
-    with phase("backward"):
-        net.backward()
+    device synchronisation, else None. `graph` (a gpu.graph.GraphStep):
+    forward, loss and backward (and with NCCL the whole step) replayed as a
+    CUDA graph instead of launched kernel by kernel."""
+    if graph is None:
+        x, y = batches.get(lo, hi, phase, counts)
+        with phase("forward"):
+            net.forward(x)
+        with phase("loss"):
+            net.loss(y)
+        with phase("backward"):
+            net.backward()
+    else:
+        graph.replay(lo, hi, phase, counts)
+        if graph.whole_step:
+            return None  # the exchange and the update were in the graph; the loss stays on the device
     reducer.reduce(net.g.flat, phase, counts)
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):

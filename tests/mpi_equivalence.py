@@ -1,6 +1,8 @@
 """Run under `mpiexec -n P`: data-parallel training equals one process on the
 whole batch, on every rank, for several N, B (divisible by P or not, a short
-last batch). Exits non-zero with a one-line reason on any mismatch."""
+last batch), with the exchange after the backward pass and overlapped with it
+(one MPI_Iallreduce per gradient row block as the backward pass writes it).
+Exits non-zero with a one-line reason on any mismatch."""
 import sys
 
 import numpy as np
@@ -20,20 +22,21 @@ CASES = [
 def main():
     world = make_world()
     failures = []
-    for n, b, hidden, prec, tol in CASES:
+    for (n, b, hidden, prec, tol), overlap in [(c, o) for c in CASES for o in (False, True)]:
+        # overlapped: buckets of one or two rows (20 inputs per row), so many collectives
         cfg = from_mapping(dict(data="synthetic", input_size=20, hidden_sizes=hidden, n_train=n, batch_size=b,
                                 n_heldout=0, learning_rate=0.5, reg=0.01, epochs=2, precision=prec,
-                                trace=False, quiet=True, backend="numpy"))
+                                trace=False, quiet=True, backend="numpy", overlap=overlap, bucket_bytes=200))
         par = train(cfg, world).params
         allp = world.allgather(par)
         if world.rank == 0:
-            ref = train(cfg, SingleWorld()).params
+            ref = train(cfg.__class__(**{**cfg.__dict__, "overlap": False}), SingleWorld()).params
             for r, p in enumerate(allp):
                 for k in ref:
                     d = float(np.abs(p[k].astype(np.float64) - ref[k]).max())
                     scale = float(np.abs(ref[k]).max())
                     if not d <= tol * max(1.0, scale):
-                        failures.append(f"N={n} B={b} {prec} rank {r} {k}: max diff {d:.3g}")
+                        failures.append(f"N={n} B={b} {prec} overlap={overlap} rank {r} {k}: max diff {d:.3g}")
                     if not np.array_equal(p[k], allp[0][k]):
                         failures.append(f"N={n} B={b} rank {r} {k} differs from rank 0")
             moved = float(np.abs(ref["W1"] - train(cfg.__class__(**{**cfg.__dict__, "epochs": 0}),
@@ -44,7 +47,7 @@ def main():
         if failures:
             print("FAIL " + "; ".join(failures))
             sys.exit(1)
-        print(f"OK {world.size} ranks, {len(CASES)} cases")
+        print(f"OK {world.size} ranks, {len(CASES)} cases, each with and without overlap")
 
 
 if __name__ == "__main__":

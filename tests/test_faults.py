@@ -138,7 +138,21 @@ def test_the_manifest_says_which_exchange_ran(tmp_path):
     r = run_perfmlp(*JOB, "--epochs", "1", "--backend", "numpy", "--trace-dir", str(tmp_path), "--run-id", "m")
     assert r.returncode == 0, r.stderr
     m = json.loads((tmp_path / "m" / "manifest.json").read_text())
-    assert (m["backend"], m["comm"]) == ("numpy", "mpi")
+    assert (m["backend"], m["comm"], m["exec"]) == ("numpy", "mpi", "eager")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--backend", "numpy", "--exec", "graph"), "--exec graph needs the cupy backend (this run is on numpy)"),
+    (("--backend", "cupy", "--comm", "mpi-staged", "--overlap"),
+     "--overlap on the GPU needs --comm nccl (the staged exchange needs the host between the backward pass "
+     "and the update)"),
+    (("--backend", "numpy", "--overlap", "--bucket-bytes", "0"), "--bucket-bytes must be positive, got 0"),
+])
+def test_exec_and_overlap_options_are_checked_before_anything_is_written(tmp_path, flags, message):
+    r = run_perfmlp(*JOB, "--trace-dir", str(tmp_path), *flags)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"perfmlp.run: error: {message}"
+    assert not any(tmp_path.iterdir())
 
 
 def test_no_warning_under_an_unactivated_interpreter(tmp_path):

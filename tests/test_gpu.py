@@ -119,3 +119,100 @@ def test_gpu_trace_counters_and_event_times(tmp_path, transfer, comm):
         assert ("h2d" in b["t_ms"]) == (transfer != "resident")
         # phases are contiguous: their durations add up to the batch's time
         assert sum(d for _, d in b["t_ms"].values()) == pytest.approx(b["t_ms_total"], rel=1e-3, abs=1e-3)
+
+
+def gpus() -> int:
+    import cupy
+    return cupy.cuda.runtime.getDeviceCount()
+
+
+# float32, a short last batch (230 = 4 x 50 + 30), shuffled every epoch (the
+# resident arrays are reordered in place under their captured graphs)
+GRAPH_JOB = ["--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64",
+             "--hidden-size", "32", "--learning-rate", "0.5", "--epochs", "3", "--shuffle", "--no-trace",
+             "--backend", "cupy"]
+
+
+def _final(tmp_path, name, *flags, procs=None):
+    r = run_perfmlp(*flags, "--save-params", str(tmp_path / name), procs=procs, timeout=180)
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / name / "final.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+@gpu
+@pytest.mark.parametrize("procs", [1, 2])
+@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
+@pytest.mark.parametrize("comm", ["mpi-staged", "nccl"])
+def test_graph_mode_is_bit_identical_to_eager(tmp_path, procs, transfer, comm):
+    if procs > gpus():
+        pytest.skip(f"needs {procs} GPUs")
+    flags = (*GRAPH_JOB, "--batch-transfer", transfer, "--comm", comm)
+    p = procs if procs > 1 else None
+    eager = _final(tmp_path, "eager", *flags, "--exec", "eager", procs=p)
+    graph = _final(tmp_path, "graph", *flags, "--exec", "graph", procs=p)
+    for k in eager:
+        assert np.array_equal(eager[k], graph[k]), k
+
+
+@gpu
+@pytest.mark.parametrize("gemm_kind", ["naive", "regblock"])
+def test_graph_mode_runs_the_reference_gemms(tmp_path, gemm_kind):
+    flags = (*GRAPH_JOB, "--batch-transfer", "resident", "--comm", "nccl", "--gemm", gemm_kind)
+    eager = _final(tmp_path, "eager", *flags, "--exec", "eager")
+    graph = _final(tmp_path, "graph", *flags, "--exec", "graph")
+    for k in eager:
+        assert np.array_equal(eager[k], graph[k]), k
+
+
+@gpu
+@pytest.mark.parametrize("procs", [1, 2])
+def test_overlapped_exchange_equals_the_plain_one(tmp_path, procs):
+    # float64, three hidden layers, buckets of 2 KiB (4 rows of W1): many
+    # collectives in flight on the communication stream. The overlapped step
+    # differs from the plain one only in how the weight-gradient GEMMs are
+    # split into row blocks (cuBLAS may sum the b products of a block in
+    # another order) and in which pieces NCCL sums together; on 2 ranks a
+    # sum of two values does not depend on order. Bound: 1e-12 relative.
+    if procs > gpus():
+        pytest.skip(f"needs {procs} GPUs")
+    flags = ("--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64",
+             "--hidden-sizes", "48,40,32", "--learning-rate", "0.5", "--epochs", "2", "--precision", "float64",
+             "--no-trace", "--backend", "cupy", "--batch-transfer", "resident", "--comm", "nccl")
+    p = procs if procs > 1 else None
+    plain = _final(tmp_path, "plain", *flags, "--exec", "eager", procs=p)
+    eager = _final(tmp_path, "eager", *flags, "--exec", "eager", "--overlap", "--bucket-bytes", "2048", procs=p)
+    graph = _final(tmp_path, "graph", *flags, "--exec", "graph", "--overlap", "--bucket-bytes", "2048", procs=p)
+    for k in plain:
+        assert np.array_equal(eager[k], graph[k]), k
+        scale = np.abs(plain[k]).max()
+        assert np.abs(eager[k] - plain[k]).max() <= 1e-12 * max(1.0, scale), k
+
+
+@gpu
+@pytest.mark.parametrize("transfer, comm, overlap", [("pageable", "mpi-staged", False), ("resident", "nccl", False),
+                                                     ("pinned", "nccl", True)])
+def test_graph_mode_trace_counts_every_batch(tmp_path, transfer, comm, overlap):
+    from perfmlp.model.costs import batch_counts
+    from perfmlp.trace.format import batch_phases
+    from perfmlp.trace.reader import read_run
+    bucket = 4096
+    r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "230", "--batch-size", "50",
+                    "--input-size", "64", "--hidden-size", "32", "--epochs", "2", "--batch-transfer", transfer,
+                    "--comm", comm, "--exec", "graph", "--trace-dir", str(tmp_path), "--run-id", "g",
+                    *(("--overlap", "--bucket-bytes", str(bucket)) if overlap else ()))
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "g")
+    assert run.complete and run.exec == "graph"
+    assert "graph mode" in run.manifest["phase_timing"]
+    batches = run.ranks[0].batches
+    assert len(batches) == 10
+    for b in batches:
+        want = batch_counts((64, 32, 10), b["local_samples"], 4, comm, transfer, bucket if overlap else None)
+        assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_nccl"]) == (want.bytes_h2d, want.bytes_d2h, want.bytes_nccl)
+        assert sum(b["flops"].values()) == want.flops_total
+        assert sum(b["ops"].values()) == sum(want.operations.values())
+        assert tuple(b["t_ms"]) == batch_phases(comm, transfer, "graph")
+        assert sum(d for _, d in b["t_ms"].values()) == pytest.approx(b["t_ms_total"], rel=1e-3, abs=1e-3)
+    if overlap:  # W2 (10 x 32), the biases and the loss slot (written before dW1), W1 (8 KiB) in two buckets
+        assert [n for _, n in batches[0]["collectives"]] == [320, 43, 1024, 1024]

@@ -79,3 +79,35 @@ def test_loss_is_stable_for_large_logits():
     net.forward(np.zeros((2, 1), np.float32))
     net.loss(np.array([[0.0], [1.0]], np.float32))
     assert np.isclose(float(net.g.extra[0]), 1000.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sizes", [(8, 6, 3), (8, 6, 5, 3), (8, 6, 5, 4, 3)])
+@pytest.mark.parametrize("bucket_bytes", [None, 40, 100])
+def test_overlapped_backward_announces_every_piece_once_complete(sizes, bucket_bytes):
+    # with buckets, each weight gradient is computed in row blocks (the
+    # model's step lists the same GEMMs) and every flat gradient element is
+    # announced exactly once, after its final value is written
+    from perfmlp.model.costs import step_ops
+    rng = np.random.default_rng(2)
+    b = 5
+    x = rng.random((sizes[0], b))
+    y = np.eye(sizes[-1])[:, rng.integers(0, sizes[-1], b)]
+    plain = Network(np, sizes, np.float64, lr=0.1, reg=0.01, global_batch=b)
+    net = Network(np, sizes, np.float64, lr=0.1, reg=0.01, global_batch=b)
+    for n in (plain, net):
+        n.set_params(init_weights(sizes, 0))
+    plain.forward(x); plain.loss(y); plain.backward()
+    net.set_buckets(bucket_bytes)
+    seen = []
+    net.grad_ready = lambda lo, hi: seen.append((lo, hi, net.g.flat[lo:hi].copy()))
+    ops, _ = recorded_step(net, x, y)
+    assert ops == step_ops(sizes, b, bucket_bytes, itemsize=8)
+    covered = np.zeros(net.g.flat.size, int)
+    for lo, hi, values in seen:
+        covered[lo:hi] += 1
+        assert np.allclose(values, plain.g.flat[lo:hi], rtol=1e-13, atol=1e-15)
+    assert (covered == 1).all()
+    n_blocks = sum(len(blocks) for blocks in net._blocks)
+    assert len(seen) == n_blocks + 1  # the weight row blocks, then the biases and the loss slot together
+    if bucket_bytes == 40:
+        assert n_blocks > len(sizes) - 1  # 40 bytes is under one row of W1: every row its own block

@@ -117,11 +117,11 @@ def test_summaries_are_typed_and_frozen():
 def test_terms_come_from_the_trace_format():
     # every phase of the trace format lands in one of the report's terms
     # and has a colour in the phase figure
-    phases = {p: float(i + 1) for i, p in enumerate(PHASES)}  # 1 + 2 + ... + 8 = 36
-    assert sum(measured_terms(phases).values()) == 36
+    phases = {p: float(i + 1) for i, p in enumerate(PHASES)}  # 1 + 2 + ... + 9 = 45
+    assert sum(measured_terms(phases).values()) == 45
     assert set(figures.PHASE_COLORS) == set(PHASES)
-    # forward + loss + backward + update = 2 + 3 + 4 + 8 = 17 ms of compute
-    assert measured_terms(phases)["compute"] == 17
+    # forward + loss + backward + update + graph = 2 + 3 + 4 + 8 + 9 = 26 ms of compute
+    assert measured_terms(phases)["compute"] == 26
     # the model's terms sum into the report's without loss
     pred = predict_batch(load_machine("h200-calibrated"), SIZES, 3200, 2, "float32", "mpi-staged", "pageable",
                          traced=True)

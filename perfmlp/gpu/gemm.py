@@ -3,6 +3,8 @@
 arrays of any strides."""
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from ..config import CHOICES
@@ -19,21 +21,36 @@ GEMMS = CHOICES["gemm"]
 
 
 class CublasGemm:
-    """out = a @ b through cublas<S|D>gemm directly: cupy.matmul's dispatch
-    costs more host time than the launch itself at the trainer's sizes.
+    """out = a @ b through cublas<S|D>gemm_v2 called directly, on a handle of
+    our own bound to one stream, with a preallocated workspace.
+
+    Not through CuPy: CuPy's cuBLAS wrappers refuse to run while a stream is
+    being captured into a CUDA graph (cuBLAS itself captures fine when the
+    handle has a workspace of its own), and cupy.matmul's dispatch costs more
+    host time than the launch itself at the trainer's sizes. The functions
+    are those of the libcublas CuPy loaded (ctypes), so eager and graph
+    modes run the same cuBLAS kernels.
 
     Row-major C (M x N) is column-major C^T, so C^T = B^T A^T: a C-ordered
     operand is passed as it lies (op N), an F-ordered one (a transposed view)
-    with op T. Other layouts fall back to cupy.matmul."""
+    with op T. Other layouts fall back to cupy.matmul (never in the step)."""
 
-    def __init__(self, cupy, dtype):
-        try:
-            from cupy_backends.cuda.libs import cublas
-        except ImportError:  # pragma: no cover - older CuPy
-            from cupy.cuda import cublas
+    WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper
+
+    def __init__(self, cupy, dtype, stream_ptr: int):
+        lib = _libcublas(cupy)
         self.cupy = cupy
-        self.fn = cublas.sgemm if np.dtype(dtype) == np.float32 else cublas.dgemm
-        self.handle = cupy.cuda.device.get_cublas_handle()
+        handle = ctypes.c_void_p()
+        _check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        self.handle = handle
+        self.workspace = cupy.empty(self.WORKSPACE_BYTES, np.uint8)
+        _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream")
+        _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(self.workspace.data.ptr),
+                                         ctypes.c_size_t(self.WORKSPACE_BYTES)), "cublasSetWorkspace")
+        self.fn = lib.cublasSgemm_v2 if np.dtype(dtype) == np.float32 else lib.cublasDgemm_v2
+        i, p = ctypes.c_int, ctypes.c_void_p
+        self.fn.argtypes = [p, i, i, i, i, i, p, p, i, p, i, p, p, i]
+        self.fn.restype = i
         self._scalars = np.array([1.0, 0.0], dtype=dtype)  # alpha, beta (host pointer mode)
         self.p_one = self._scalars.ctypes.data
         self.p_zero = self.p_one + self._scalars.itemsize
@@ -53,20 +70,47 @@ class CublasGemm:
             return self.cupy.matmul(a, b, out=out)
         M, K = a.shape
         N = b.shape[1]
-        self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
-                self.p_zero, out.data.ptr, max(N, 1))
+        st = self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
+                     self.p_zero, out.data.ptr, max(N, 1))
+        if st:
+            _check(st, "cublasGemm")
         return out
+
+
+_lib = None
+
+
+def _libcublas(cupy):
+    """The libcublas CuPy loaded (found in this process's mapped files)."""
+    global _lib
+    if _lib is None:
+        cupy.cuda.device.get_cublas_handle()  # makes CuPy load it
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcublas.so" in line and "/" in line}
+        paths = sorted(p for p in paths if "libcublasLt" not in p)
+        if not paths:
+            raise PerfmlpError("cannot find the libcublas that CuPy loaded (in /proc/self/maps)")
+        _lib = ctypes.CDLL(paths[0])
+    return _lib
+
+
+def _check(status: int, what: str) -> None:
+    if status:
+        raise PerfmlpError(f"{what} failed: cuBLAS status {status}")
 
 
 _cublas_gemms: dict = {}
 
 
-def cublas_gemm(cupy, dtype) -> CublasGemm:
-    """The CublasGemm of the current device and dtype (one per process)."""
-    key = (cupy.cuda.Device().id, np.dtype(dtype).char)
+def cublas_gemm(cupy, dtype, stream_ptr: int | None = None) -> CublasGemm:
+    """The CublasGemm of the current device, dtype and stream (default: the
+    current stream), one per process."""
+    if stream_ptr is None:
+        stream_ptr = cupy.cuda.get_current_stream().ptr
+    key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream_ptr)
     g = _cublas_gemms.get(key)
     if g is None:
-        g = _cublas_gemms[key] = CublasGemm(cupy, dtype)
+        g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream_ptr)
     return g
 
 

@@ -103,10 +103,25 @@ def itemsize(precision: str) -> int:
     return {"float32": 4, "float64": 8}[precision]
 
 
-def step_kernels(layer_sizes, b: int) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
+def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) -> list[tuple[int, int]]:
+    """The [r0, r1) row blocks a rows x cols weight gradient is computed and
+    reduced in when gradient communication overlaps the backward pass: the
+    fewest blocks of at most `bucket_bytes` each (at least one row), sizes
+    differing by at most one row. One block without buckets (None)."""
+    if not bucket_bytes:
+        return [(0, rows)]
+    per = max(1, bucket_bytes // (cols * itemsize))
+    n = -(-rows // per)
+    return [piece(rows, n, i) for i in range(n)]
+
+
+def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
+                 itemsize: int = 4) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
     """The kernels of one training step on a piece of b samples, per phase, in
     the order the trainer launches them (layer_sizes = D, H1, ..., C); each
     kernel is the tuple of operations it computes (fused kernels compute two).
+    With `bucket_bytes` (overlapped communication) each weight gradient is
+    computed by one GEMM per row block (`row_blocks`).
     perfmlp/mlp.py's Network launches exactly these (tested)."""
     L = len(layer_sizes) - 1
     fwd, bwd = [], []
@@ -116,7 +131,8 @@ def step_kernels(layer_sizes, b: int) -> dict[str, list[tuple[tuple[str, tuple],
         fwd.append(((("bias_sigmoid" if l < L else "bias_add"), (n_out, b)),))
     for l in range(L, 0, -1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
-        bwd.append((("gemm", (n_out, n_in, b)),))            # dW = delta @ a^T
+        for r0, r1 in row_blocks(n_out, n_in, itemsize, bucket_bytes):
+            bwd.append((("gemm", (r1 - r0, n_in, b)),))      # dW = delta @ a^T (a row block of it)
         if l == L:
             bwd.append((("row_sum", (n_out, b)),))           # the output layer's db
         if l > 1:
@@ -133,10 +149,11 @@ def step_kernels(layer_sizes, b: int) -> dict[str, list[tuple[tuple[str, tuple],
     }
 
 
-def step_ops(layer_sizes, b: int) -> dict[str, list[tuple[str, tuple]]]:
+def step_ops(layer_sizes, b: int, bucket_bytes: int | None = None,
+             itemsize: int = 4) -> dict[str, list[tuple[str, tuple]]]:
     """The operations of one training step, per phase, in launch order."""
     return {phase: [op for kernel in kernels for op in kernel]
-            for phase, kernels in step_kernels(layer_sizes, b).items()}
+            for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize).items()}
 
 
 def n_params(layer_sizes) -> int:
@@ -186,17 +203,19 @@ class BatchCounts:
 
 
 def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
-                 batch_transfer: str = "pageable") -> BatchCounts:
+                 batch_transfer: str = "pageable", bucket_bytes: int | None = None) -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
     `mpi` (NumPy backend: the buffer is already on the host).
     batch_transfer: `pageable`/`pinned` copy X and Y each batch; `resident` none.
     MPI and NCCL bytes are counted even on one process, as the trainer hands
-    the buffer to the collective there too.
+    the buffer to the collective there too. bucket_bytes: overlapped
+    communication (the weight gradients' GEMMs split into row blocks; the
+    bytes reduced are the same, in more collectives).
     """
     flops, mem, ops, kern = {}, {}, {}, {}
-    for phase, kernels in step_kernels(layer_sizes, b).items():
+    for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize).items():
         f = m = n = 0
         for kernel in kernels:
             for name, shape in kernel:

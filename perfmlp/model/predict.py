@@ -30,13 +30,18 @@ from .machine import Machine
 TERMS = ("gemm", "elementwise", "launches", "h2d_batch", "d2h_grad", "allreduce", "h2d_grad", "tracing")
 
 
-def traced_phases(comm: str, batch_transfer: str) -> int:
+def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> int:
     """CUDA events a traced batch records: one at the end of each phase (the
     batch starts at the previous batch's last event): forward, loss,
-    backward, allreduce, update, and h2d unless the data is resident, d2h and
-    h2d_grad with mpi-staged (perfmlp/trace/format.py: batch_phases; a test
-    holds the two equal)."""
-    return 5 + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
+    backward, allreduce, update (in graph mode one graph replay in place of
+    the first three, and of all five with nccl), and h2d unless the data is
+    resident, d2h and h2d_grad with mpi-staged (perfmlp/trace/format.py:
+    batch_phases; a test holds the two equal)."""
+    if exec_mode == "graph":
+        step = 1 if comm == "nccl" else 3
+    else:
+        step = 5
+    return step + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ PHASE_TERMS = {
     "allreduce": "allreduce",
     "h2d_grad": "h2d_grad",    # the reduced gradients copied back (mpi-staged)
     "update": "compute",
+    # graph mode (--exec graph): one CUDA-graph replay in place of forward,
+    # loss and backward, and with nccl also the allreduce and the update
+    "graph": "compute",
 }
 PHASES = tuple(PHASE_TERMS)
 NVTX_RANGES = (*PHASES, "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
@@ -32,14 +35,22 @@ BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "by
               "bytes_mpi", "bytes_nccl")
 
 
-def batch_phases(comm: str, batch_transfer: str) -> tuple[str, ...]:
-    """The phases one batch records for a communication and transfer mode."""
+def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
+    """The phases one batch records, in order, for a communication, transfer
+    and execution mode."""
     skip = set()
     if batch_transfer == "resident":
         skip.add("h2d")
     if comm != "mpi-staged":
         skip |= {"d2h", "h2d_grad"}
-    return tuple(p for p in PHASES if p not in skip)
+    if exec_mode == "graph":
+        skip |= {"forward", "loss", "backward"}
+        if comm == "nccl":
+            skip |= {"allreduce", "update"}
+    else:
+        skip.add("graph")
+    order = ("h2d", "graph", *(p for p in PHASES if p not in ("h2d", "graph")))
+    return tuple(p for p in order if p not in skip)
 
 
 def rank_file(rank: int) -> str:
@@ -59,3 +70,11 @@ class Counts:
     def reset(self) -> None:
         self.bytes_h2d = self.bytes_d2h = self.bytes_mpi = self.bytes_nccl = 0
         self.collectives: list[tuple[str, int]] = []
+
+    def add(self, other: "Counts") -> None:
+        """Add another batch's counters (a CUDA graph's, recorded at its capture)."""
+        self.bytes_h2d += other.bytes_h2d
+        self.bytes_d2h += other.bytes_d2h
+        self.bytes_mpi += other.bytes_mpi
+        self.bytes_nccl += other.bytes_nccl
+        self.collectives.extend(other.collectives)

@@ -82,6 +82,16 @@ class Run:
         return "mpi-staged" if self.manifest.get("backend") == "cupy" else "mpi"
 
     @property
+    def exec(self) -> str:
+        """The execution mode that ran: eager or graph (traces made before
+        graph mode existed ran eagerly)."""
+        return self.manifest.get("exec") or "eager"
+
+    @property
+    def overlap(self) -> bool:
+        return bool(self.config.get("overlap", False))
+
+    @property
     def gpu(self) -> str | None:
         nodes = (self.manifest.get("machine") or {}).get("nodes") or {}
         names = {n.get("gpu") for n in nodes.values() if n.get("gpu")}

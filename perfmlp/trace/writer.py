@@ -29,7 +29,8 @@ from . import nvtx as nv
 from .format import MANIFEST, SCHEMA, rank_file
 from .manifest import finish_manifest, now_iso, record_machine, versions, write_json
 
-DRAIN_AT = "backward"  # finished batches are written as this phase starts (the host is ahead of the GPU)
+# finished batches are written as one of these phases starts (the host is ahead of the GPU)
+DRAIN_AT = ("backward", "graph")
 
 
 class NullTracer:
@@ -236,7 +237,7 @@ class _Phase:
 
     def __enter__(self):
         t = self.t
-        if t._pending and self.name == DRAIN_AT:
+        if t._pending and self.name in DRAIN_AT:
             t._drain(block=False)
         if nv._ENABLED:
             nv.push(self.name, t._batch_no)

@@ -1,0 +1,218 @@
+"""Time per training step: perfmlp eager against its CUDA-graph step, with
+and without the overlapped gradient exchange, and PyTorch written as its
+experts write it (eager, DDP at p > 1, and the whole step in a CUDA graph),
+on P GPUs. Run under `mpirun -n P`, once per implementation:
+
+    mpirun -n P python benchmarks/graph_step.py --impl perfmlp --out DIR
+    mpirun -n P python benchmarks/graph_step.py --impl torch --out DIR
+
+(benchmarks/gpu_suite.sh's `graph` part runs both, alternating, twice.)
+
+Method: fp32, D=784, C=10, resident data (4 batch positions, cycled), the
+batch B split over the P ranks. Each variant first runs --warmup steps
+(captures, NCCL set-up, DDP's 11 eager iterations before a capture). Then
+--reps rounds; in each round every variant, in turn, runs --steps steps
+between two synchronisations of all ranks (MPI barrier, device sync) and
+its time per step is the wall time over those steps, taken on the slowest
+rank. Reported: the median over rounds and the range. One JSON line per
+(variant, configuration) is appended to DIR/graph_step.jsonl.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CONFIGS = [((512,), 3200), ((512,), 800), ((1024, 1024, 1024), 3200)]
+NPOS = 4  # batch positions cycled through (graphs: one per position)
+
+
+def data(B, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.random((B * NPOS, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, B * NPOS)]
+    return x, y
+
+
+def perfmlp_variants(world, hidden, B):
+    """name -> a function running n steps (no synchronisation)."""
+    from perfmlp.backend import build
+    from perfmlp.config import from_mapping
+    from perfmlp.mlp import init_weights
+    from perfmlp.model.costs import piece
+    from perfmlp.trace.format import Counts
+    from perfmlp.train import step
+    x, y = data(B)
+    nophase = lambda name: contextlib.nullcontext()  # noqa: E731
+    out = {}
+    for name, ex, ov in (("perfmlp eager", "eager", False), ("perfmlp graph", "graph", False),
+                         ("perfmlp eager + overlap", "eager", True), ("perfmlp graph + overlap", "graph", True)):
+        cfg = from_mapping(dict(hidden_sizes=list(hidden), batch_size=B, n_train=B * NPOS, backend="cupy",
+                                comm="nccl", batch_transfer="resident", exec=ex, overlap=ov, trace=False))
+        be = build(cfg, world, x, y)
+        be.net.set_params(init_weights(cfg.layer_sizes, 0))
+        counts = Counts()
+        lo, hi = piece(B, world.size, world.rank)
+
+        def run(n, be=be, counts=counts, k=[0], lo=lo, hi=hi):
+            with be.stream:  # each variant's kernels on its own backend's stream
+                for _ in range(n):
+                    off = (k[0] % NPOS) * B
+                    k[0] += 1
+                    step(be.net, be.batches, be.reducer, off + lo, off + hi, nophase, counts, be.graph)
+                    counts.reset()
+        out[name] = (run, be.sync)
+    return out
+
+
+def torch_variants(world, hidden, B):
+    import torch
+    import torch.distributed as dist
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 FFMA, as perfmlp's cuBLAS calls
+    dev = torch.device("cuda", torch.cuda.current_device())
+    P = world.size
+    if P > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl", rank=world.rank, world_size=P, device_id=dev)
+    x, y = data(B)
+    from perfmlp.model.costs import piece
+    lo, hi = piece(B, P, world.rank)
+    X = torch.from_numpy(x).to(dev)
+    Yi = torch.from_numpy(y.argmax(1)).to(dev)
+    out = {}
+
+    def model():
+        torch.manual_seed(0)
+        layers, n = [], 784
+        for h in hidden:
+            layers += [torch.nn.Linear(n, h), torch.nn.Sigmoid()]
+            n = h
+        layers.append(torch.nn.Linear(n, 10))
+        m = torch.nn.Sequential(*layers).to(dev)
+        decay = [p for n_, p in m.named_parameters() if n_.endswith("weight")]
+        rest = [p for n_, p in m.named_parameters() if n_.endswith("bias")]
+        return m, [{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}]
+
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    # eager: nn.Linear, SGD with weight decay; DDP (NCCL, its gradient buckets overlap the backward) at P > 1
+    m, groups = model()
+    if P > 1:
+        m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[dev.index])
+    opt = torch.optim.SGD(groups, lr=0.1)
+
+    def eager(n, m=m, opt=opt, k=[0]):
+        for _ in range(n):
+            off = (k[0] % NPOS) * B
+            k[0] += 1
+            opt.zero_grad(set_to_none=True)
+            loss_fn(m(X[off + lo:off + hi]), Yi[off + lo:off + hi]).backward()
+            opt.step()
+    out["pytorch eager" + (" (DDP)" if P > 1 else "")] = (eager, torch.cuda.synchronize)
+
+    # the whole step captured in a CUDA graph (torch.cuda.graph, static input
+    # buffers copied into before each replay), as PyTorch's CUDA-graph
+    # documentation writes whole-network capture; DDP built on a side stream
+    # and warmed up 11 iterations before the capture, as it requires
+    try:
+        out.update(_torch_graph(torch, world, hidden, B, model, loss_fn, X, Yi, lo, hi))
+    except Exception as e:  # say so and keep the other variants' numbers
+        print(f"rank {world.rank}: pytorch graph, H={hidden} B={B}: failed: {type(e).__name__}: {e}", flush=True)
+    return out
+
+
+def _torch_graph(torch, world, hidden, B, model, loss_fn, X, Yi, lo, hi):
+    P = world.size
+    dev = torch.device("cuda", torch.cuda.current_device())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        m2, groups2 = model()
+        if P > 1:
+            m2 = torch.nn.parallel.DistributedDataParallel(m2, device_ids=[dev.index])
+        opt2 = torch.optim.SGD(groups2, lr=0.1)
+        sx, sy = X[lo:hi].clone(), Yi[lo:hi].clone()
+        for _ in range(11):
+            opt2.zero_grad(set_to_none=True)
+            loss_fn(m2(sx), sy).backward()
+            opt2.step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt2.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        loss_fn(m2(sx), sy).backward()
+        opt2.step()
+
+    def graph(n, k=[0]):
+        for _ in range(n):
+            off = (k[0] % NPOS) * B
+            k[0] += 1
+            sx.copy_(X[off + lo:off + hi])
+            sy.copy_(Yi[off + lo:off + hi])
+            g.replay()
+    return {"pytorch graph" + (" (DDP)" if P > 1 else ""): (graph, torch.cuda.synchronize)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--impl", choices=("perfmlp", "torch"), required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=20)
+    a = ap.parse_args()
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")  # DDP inside a graph capture
+    import cupy as cp
+    from mpi4py import MPI
+    from perfmlp.comm import make_world
+    world = make_world()
+    cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
+    if a.impl == "torch":
+        import torch
+        torch.cuda.set_device(world.rank % torch.cuda.device_count())
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"date": dt.date.today().isoformat(), "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+            "procs": world.size, "cupy": cp.__version__, "python": platform.python_version(),
+            "perfmlp_git": os.environ.get("PERFMLP_GIT_COMMIT"), "command": " ".join(sys.argv),
+            "steps": a.steps, "reps": a.reps, "warmup": a.warmup}
+    if a.impl == "torch":
+        meta["torch"] = torch.__version__
+    for hidden, B in CONFIGS:
+        variants = (perfmlp_variants if a.impl == "perfmlp" else torch_variants)(world, hidden, B)
+        for run, sync in variants.values():
+            run(a.warmup)
+            sync()
+        times = {name: [] for name in variants}
+        for _ in range(a.reps):
+            for name, (run, sync) in variants.items():
+                sync()
+                world.comm.Barrier()
+                t0 = time.perf_counter()
+                run(a.steps)
+                sync()
+                t = (time.perf_counter() - t0) / a.steps
+                times[name].append(world.comm.allreduce(t, op=MPI.MAX))  # the slowest rank
+        if world.rank == 0:
+            with open(out / "graph_step.jsonl", "a") as f:
+                for name, ts in times.items():
+                    us = [t * 1e6 for t in ts]
+                    f.write(json.dumps({**meta, "variant": name, "hidden": list(hidden), "B": B,
+                                        "us_per_step": us, "median_us": median(us)}) + "\n")
+                    print(f"p={world.size} H={','.join(map(str, hidden))} B={B} {name}: median {median(us):.1f} us "
+                          f"(range {min(us):.1f}-{max(us):.1f}, {a.reps} x {a.steps} steps)", flush=True)
+        del variants
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The step as CUDA graphs: captured once, replayed every batch.
+
+An eager step is about a dozen kernel launches from Python, and at the
+trainer's sizes the host's launching, not the GPU, sets the pace. In graph
+mode the network's kernels (the same calls as eager: perfmlp/mlp.py) are
+captured once into a CUDA graph and each batch is one graph launch.
+
+What a graph holds, per gradient exchange:
+- nccl: forward, loss, backward, the allreduce (or, overlapped, one per
+  gradient piece on the communication stream: a fork and a join) and the
+  update: the whole step.
+- mpi-staged: forward, loss and backward only. The staged exchange needs
+  the host in the middle of the step (D2H, MPI_Allreduce on the host, H2D),
+  so it and the update (one kernel) run eagerly after the replay.
+Batch copies (pageable or pinned) stay outside the graph: they land in the
+same static device buffer every batch, so one graph serves every batch of
+a piece size. With resident data each batch piece is a different slice of
+the device arrays, so a graph is captured per batch position (key: the
+slices' addresses, the piece size and the batch size that scales the
+gradient); the first epoch captures them, later epochs only replay.
+
+A graph bakes in everything the kernels were launched with: pointers,
+shapes and scalars (the learning rate, 1/B). Parameters are updated in
+place, so replays see the current values. The network records its
+operations and the reducer its counters during the capture; each replay
+adds the same to the batch's trace, so counters stay exact per batch.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from ..trace.format import Counts
+
+NOPHASE = contextlib.nullcontext()
+
+
+class _Captured:
+    __slots__ = ("graph", "ops", "kernels", "counts")
+
+
+class GraphStep:
+    """Replays the step's graphs; perfmlp.train.step calls `replay` in place
+    of the eager forward/loss/backward (and, `whole_step`, the rest)."""
+
+    def __init__(self, cupy, net, batches, reducer, stream):
+        self.cp, self.net, self.batches, self.reducer, self.stream = cupy, net, batches, reducer, stream
+        self.whole_step = reducer.name == "nccl"  # else the exchange and the update run after the replay
+        self.graphs: dict = {}
+
+    def _capture(self, x, y) -> _Captured:
+        net, rt = self.net, self.cp.cuda.runtime
+        ops, kernels = net.ops, net.kernels_launched
+        c = _Captured()
+        c.counts = Counts()
+        net.ops, net.kernels_launched = [], 0
+        graph = None
+        with self.stream:  # the kernels launch on the current stream: the one captured
+            # relaxed: a first use of a kernel may load its module during the capture
+            self.stream.begin_capture(getattr(rt, "streamCaptureModeRelaxed", 2))
+            try:
+                net.forward(x)
+                net.loss(y)
+                net.backward()
+                if self.whole_step:
+                    self.reducer.reduce(net.g.flat, lambda name: NOPHASE, c.counts)
+                    net.update()
+            finally:
+                try:
+                    graph = self.stream.end_capture()
+                finally:
+                    c.ops, c.kernels = net.ops, net.kernels_launched
+                    net.ops, net.kernels_launched = ops, kernels
+        graph.upload(self.stream)  # the first replay costs no more than the others
+        c.graph = graph
+        return c
+
+    def replay(self, lo: int, hi: int, phase, counts) -> None:
+        """The batch piece [lo, hi) through the graph of its position and size
+        (captured on first use): forward, loss, backward, and with NCCL the
+        exchange and the update too (`whole_step`)."""
+        net = self.net
+        x, y = self.batches.get(lo, hi, phase, counts)  # copies (outside the graph) or resident slices
+        key = (x.data.ptr, y.data.ptr, hi - lo, net.global_batch)
+        g = self.graphs.get(key)
+        if g is None:
+            g = self.graphs[key] = self._capture(x, y)
+        with phase("graph"):
+            g.graph.launch(self.stream)
+            if net.ops is not None:
+                net.ops.extend(g.ops)
+                net.kernels_launched += g.kernels
+        counts.add(g.counts)
