@@ -172,6 +172,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     a = ap.parse_args()
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")  # DDP inside a graph capture
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # torch.distributed's rendezvous (one host)
+    os.environ.setdefault("MASTER_PORT", "29517")
     import cupy as cp
     from mpi4py import MPI
     from perfmlp.comm import make_world

@@ -62,11 +62,9 @@ class DeviceBatches:
         b = hi - lo
         with phase("h2d"):
             xd, yd = self.xd[:b], self.yd[:b]
-            if self.mode == "pageable":
-                xd.set(self.xh[lo:hi])  # cudaMemcpy from pageable memory: blocks the host
-                yd.set(self.yh[lo:hi])
-            else:
-                xd.set(self.xh[lo:hi], stream=self.stream)  # async from pinned memory
-                yd.set(self.yh[lo:hi], stream=self.stream)
+            # on the step's stream, after the previous step's kernels: from
+            # pageable memory the copy also blocks the host; from pinned, not
+            xd.set(self.xh[lo:hi], stream=self.stream)
+            yd.set(self.yh[lo:hi], stream=self.stream)
             counts.bytes_h2d += xd.nbytes + yd.nbytes
             return xd.T, yd.T  # views: the kernels read the rows as they lie

@@ -168,6 +168,7 @@ class StagedReducer:
 
     def __init__(self, cupy, world, net, memory: str):
         self.cp, self.world, self.net = cupy, world, net
+        self.stream = cupy.cuda.get_current_stream()  # the step's
         n, dtype = net.g.flat.size, net.dtype
         if memory == "pinned":
             import cupyx
@@ -176,7 +177,7 @@ class StagedReducer:
             self.host = np.empty(n, dtype)
 
     def reduce(self, flat, phase, counts) -> None:
-        stream = self.cp.cuda.get_current_stream()
+        stream = self.stream
         with phase("d2h"):
             flat.get(out=self.host, stream=stream)
             stream.synchronize()  # MPI reads the host buffer the GPU just wrote

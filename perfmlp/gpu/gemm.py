@@ -114,12 +114,13 @@ def cublas_gemm(cupy, dtype, stream_ptr: int | None = None) -> CublasGemm:
     return g
 
 
-def gemm(cupy, kind: str, a, b, out=None):
-    """out = a @ b (2-D, any strides) with cuBLAS or one of the reference's kernels."""
+def gemm(cupy, kind: str, a, b, out=None, stream=None):
+    """out = a @ b (2-D, any strides) with cuBLAS or one of the reference's
+    kernels, on `stream` (default: the current stream)."""
     if kind == "cublas":
         if out is None or not out.flags.c_contiguous:
             return cupy.matmul(a, b, out=out)
-        return cublas_gemm(cupy, a.dtype)(a, b, out)
+        return cublas_gemm(cupy, a.dtype, None if stream is None else stream.ptr)(a, b, out)
     M, K = a.shape
     K2, N = b.shape
     assert K == K2, (a.shape, b.shape)
@@ -132,11 +133,11 @@ def gemm(cupy, kind: str, a, b, out=None):
     args = (a, b, out, np.int32(M), np.int32(N), np.int32(K),
             np.int64(sa0), np.int64(sa1), np.int64(sb0), np.int64(sb1))
     if kind == "naive":
-        mod.get_function("gemm_naive")(((N + 15) // 16, (M + 15) // 16), (16, 16), args)
+        mod.get_function("gemm_naive")(((N + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
     elif kind == "tiled":
-        mod.get_function("gemm_tiled")(((N + 15) // 16, (M + 15) // 16), (16, 16), args)
+        mod.get_function("gemm_tiled")(((N + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
     elif kind == "regblock":
-        mod.get_function("gemm_regblock")(((N + 15) // 16, (M + 63) // 64), (16, 4), args)
+        mod.get_function("gemm_regblock")(((N + 15) // 16, (M + 63) // 64), (16, 4), args, stream=stream)
     else:
         raise PerfmlpError(f"unknown GEMM {kind!r} (one of {', '.join(GEMMS)})")
     return out

@@ -54,22 +54,22 @@ class GraphStep:
         c.counts = Counts()
         net.ops, net.kernels_launched = [], 0
         graph = None
-        with self.stream:  # the kernels launch on the current stream: the one captured
-            # relaxed: a first use of a kernel may load its module during the capture
-            self.stream.begin_capture(getattr(rt, "streamCaptureModeRelaxed", 2))
+        # relaxed: a first use of a kernel may load its module during the capture
+        # (every launch of the step names the stream: perfmlp/gpu/network.py)
+        self.stream.begin_capture(getattr(rt, "streamCaptureModeRelaxed", 2))
+        try:
+            net.forward(x)
+            net.loss(y)
+            net.backward()
+            if self.whole_step:
+                self.reducer.reduce(net.g.flat, lambda name: NOPHASE, c.counts)
+                net.update()
+        finally:
             try:
-                net.forward(x)
-                net.loss(y)
-                net.backward()
-                if self.whole_step:
-                    self.reducer.reduce(net.g.flat, lambda name: NOPHASE, c.counts)
-                    net.update()
+                graph = self.stream.end_capture()
             finally:
-                try:
-                    graph = self.stream.end_capture()
-                finally:
-                    c.ops, c.kernels = net.ops, net.kernels_launched
-                    net.ops, net.kernels_launched = ops, kernels
+                c.ops, c.kernels = net.ops, net.kernels_launched
+                net.ops, net.kernels_launched = ops, kernels
         graph.upload(self.stream)  # the first replay costs no more than the others
         c.graph = graph
         return c

@@ -36,7 +36,10 @@ class GpuNetwork(Network):
         self.k = {n: mod.get_function(n) for n in
                   ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")}
         self.gemm_kind = gemm_kind
-        self._cublas = cublas_gemm(cupy, dtype) if gemm_kind == "cublas" else None
+        # every kernel of the step goes to this stream, named at each launch
+        # (never "the current stream", which CUDA-graph capture and callers change)
+        self.stream = cupy.cuda.get_current_stream()
+        self._cublas = cublas_gemm(cupy, dtype, self.stream.ptr) if gemm_kind == "cublas" else None
         self._views: dict = {}
         self._ints: dict = {}
         self.T = self.dtype.type
@@ -82,18 +85,18 @@ class GpuNetwork(Network):
             self.capture.append((a, b, out))
         if self._cublas is not None and out is not None:
             return self._cublas(a, b, out)
-        return gemm(self.cp, self.gemm_kind, a, b, out=out)
+        return gemm(self.cp, self.gemm_kind, a, b, out=out, stream=self.stream)
 
     def _bias_sigmoid(self, z, bias):
         n = z.size
         g, blk = _grid(n)
-        self.k["bias_sigmoid"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
+        self.k["bias_sigmoid"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])), stream=self.stream)
         return z
 
     def _bias_add(self, z, bias):
         n = z.size
         g, blk = _grid(n)
-        self.k["bias_add"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
+        self.k["bias_add"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])), stream=self.stream)
         return z
 
     def _softmax_ce_grad(self, z, y, out):
@@ -102,15 +105,16 @@ class GpuNetwork(Network):
         C, b = z.shape
         g, blk = _grid(b)
         self.k["softmax_ce_grad"](g, blk, (z, y, out, self.g.extra, self._i32(C), self._i32(b),
-                                           self._scale(self.global_batch)))
+                                           self._scale(self.global_batch)), stream=self.stream)
         return out
 
     def _row_sum(self, d, out):
-        self.k["row_sum"]((d.shape[0],), (_BLOCK,), (d, out, self._i32(d.shape[1])))
+        self.k["row_sum"]((d.shape[0],), (_BLOCK,), (d, out, self._i32(d.shape[1])), stream=self.stream)
         return out
 
     def _sigmoid_grad_row_sum(self, da, a, db):
-        self.k["sigmoid_grad_row_sum"]((a.shape[0],), (_BLOCK,), (da, a, db, self._i32(a.shape[1])))
+        self.k["sigmoid_grad_row_sum"]((a.shape[0],), (_BLOCK,), (da, a, db, self._i32(a.shape[1])),
+                                       stream=self.stream)
         return da  # dz, in place
 
     def _sgd_update(self) -> None:
@@ -121,9 +125,9 @@ class GpuNetwork(Network):
             args = self._ints["update"] = (_grid(n), (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
                                                       self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc))
         (grid, blk), a = args
-        self.k["sgd_update"](grid, blk, a)
+        self.k["sgd_update"](grid, blk, a, stream=self.stream)
 
     def take_epoch_loss_sum(self) -> float:
-        v = float(self.ce_acc.get()[0])  # a sync, once per epoch
-        self.ce_acc.fill(0)
+        v = float(self.ce_acc.get(stream=self.stream)[0])  # waits for the step's stream, once per epoch
+        self.cp.cuda.runtime.memsetAsync(self.ce_acc.data.ptr, 0, self.ce_acc.nbytes, self.stream.ptr)
         return v
