@@ -7,6 +7,8 @@ on P GPUs. Run under `mpirun -n P`, once per implementation:
     mpirun -n P python benchmarks/graph_step.py --impl torch --out DIR
 
 (benchmarks/gpu_suite.sh's `graph` part runs both, alternating, twice.)
+`python benchmarks/graph_step.py --table DIR/graph_step.jsonl` writes the
+table (DIR/graph_step.md) from the rounds of every run in the file.
 
 Method: fp32, D=784, C=10, resident data (4 batch positions, cycled), the
 batch B split over the P ranks. Each variant first runs --warmup steps
@@ -163,7 +165,38 @@ def _torch_graph(torch, world, hidden, B, model, loss_fn, X, Yi, lo, hi):
     return {"pytorch graph" + (" (DDP)" if P > 1 else ""): (graph, torch.cuda.synchronize)}
 
 
+def table(path: Path) -> str:
+    """Markdown: per configuration and variant, the median over every round of
+    every run in the file, the range, and the speed-up over one GPU."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((tuple(r["hidden"]), r["B"], r["variant"].replace(" (DDP)", ""), r["procs"]), []).extend(
+            r["us_per_step"])
+    meta = rows[0]
+    procs = sorted({r["procs"] for r in rows})
+    lines = [f"# Time per training step, {meta['gpu']}, {meta['date']} (perfmlp {meta['perfmlp_git']})", "",
+             f"fp32, D=784, C=10, resident data, B split over p GPUs; wall time over {meta['steps']} steps between "
+             f"synchronisations, slowest rank; median over all rounds ({meta['reps']} per run, runs of the two "
+             "implementations alternating) and [min-max]. PyTorch at p > 1 is DDP. Command: "
+             "`benchmarks/gpu_suite.sh h200-x2 graph` (benchmarks/graph_step.py).", "",
+             "| H | B | variant | " + " | ".join(f"p={p} (us)" for p in procs) + " | speed-up p=1 to p=" + str(procs[-1])
+             + " |", "| --- " * (4 + len(procs)) + "|"]
+    for (hidden, B, variant, _p) in dict.fromkeys((k[0], k[1], k[2], 0) for k in cells):
+        vals = [cells.get((hidden, B, variant, p)) for p in procs]
+        cols = [f"{median(v):.1f} [{min(v):.1f}-{max(v):.1f}]" if v else "-" for v in vals]
+        su = f"{median(vals[0]) / median(vals[-1]):.2f}x" if vals[0] and vals[-1] and len(procs) > 1 else "-"
+        lines.append(f"| {','.join(map(str, hidden))} | {B} | {variant} | " + " | ".join(cols) + f" | {su} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        path = Path(sys.argv[2])
+        text = table(path)
+        (path.parent / "graph_step.md").write_text(text)
+        print(text)
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--impl", choices=("perfmlp", "torch"), required=True)
     ap.add_argument("--out", required=True)
