@@ -29,6 +29,7 @@ CHOICES = {
     "batch_transfer": ("pageable", "pinned", "resident"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "data": ("auto", "mnist", "synthetic"),
+    "exec": ("auto", "eager", "graph"),
 }
 
 
@@ -54,6 +55,9 @@ class Config:
     comm: str = "auto"
     batch_transfer: str = "pageable"
     gemm: str = "cublas"
+    exec: str = "auto"
+    overlap: bool = False
+    bucket_bytes: int = 1048576
     trace: bool = True
     trace_dir: str = "traces"
     run_id: str = ""
@@ -93,6 +97,9 @@ HELP = {
             "mpi-staged (GPU buffers through the host) or nccl",
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
     "gemm": "GEMM implementation on the GPU",
+    "exec": "how the GPU step is issued: auto, eager (kernel by kernel) or graph (captured once, replayed)",
+    "overlap": "start each layer's gradient allreduce as soon as it is written, during the backward pass",
+    "bucket_bytes": "bytes per allreduce bucket of the first layer's gradient with --overlap",
     "trace": "write a trace folder for the report",
     "trace_dir": "folder the trace folders go under",
     "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
@@ -103,10 +110,10 @@ HELP = {
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
-           "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz"}
+           "trace_dir": "DIR", "run_id": "ID", "bucket_bytes": "BYTES", "save_params": "DIR", "resume": "FILE.npz"}
 _DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights"}
 _FIELDS = {f.name: f for f in fields(Config)}
-_POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate"}
+_POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate", "bucket_bytes"}
 _NON_NEGATIVE = {"reg", "seed", "n_heldout"}
 
 
