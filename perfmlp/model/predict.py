@@ -218,13 +218,52 @@ def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, 
     return stages
 
 
+@dataclass(frozen=True)
+class Item:
+    """One thing the host issues in a step, for the host/GPU timeline.
+    gpu_s: time on the GPU stream; host_s: host time to issue it (or, for a
+    host-only item, the work itself); blocking: the host waits until the
+    stream has finished it (a pageable copy, a synchronisation)."""
+    gpu_s: float
+    host_s: float
+    blocking: bool = False
+    host_only: bool = False   # runs on the host after the stream is idle (MPI on host buffers)
+
+
+def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
+    """Steady time per batch of a host issuing `items` batch after batch to
+    one GPU stream: the stream starts an item when it is issued and the
+    previous one is done; the host waits on blocking and host-only items.
+    The difference between the GPU finishing the last two simulated batches."""
+    th = tg = 0.0
+    ends = []
+    for _ in range(batches):
+        for it in items:
+            if it.host_only:
+                th = max(th, tg) + it.host_s
+                tg = th
+                continue
+            th += it.host_s
+            tg = max(th, tg) + it.gpu_s
+            if it.blocking:
+                th = tg
+        ends.append(max(tg, th))
+    return ends[-1] - ends[-2]
+
+
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False,
                   exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = 1 << 20,
                   gemm: str = "cublas") -> Prediction:
     """Predicted time per batch. `traced`: the run has perfmlp's tracer on;
     `exec_mode`: eager or graph (auto: eager); `overlap`: the gradient
-    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel."""
+    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel.
+
+    launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
+    adds to the sum of the other terms: where the step synchronises (a
+    pageable copy, the staged gradients) the stream starts empty and waits
+    for the host's launches until the host is ahead again; without a
+    synchronisation only the host's excess over the GPU time shows."""
     exec_mode = resolve_exec(exec_mode)
     if exec_mode not in EXECS:
         raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
@@ -233,25 +272,26 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer)
     graph = exec_mode == "graph"
     gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
-    gemm_s = elem_s = 0.0
+    terms = dict.fromkeys(TERMS, 0.0)
+    phase_kernels: dict[str, list[float]] = {}
     n_kernels = 0
-    for kernels in step_kernels(layer_sizes, b).values():
+    for phase, kernels in step_kernels(layer_sizes, b).items():
+        phase_kernels[phase] = []
         for kernel in kernels:
             n_kernels += 1
+            t = 0.0
             for name, shape in kernel:
-                t = _kernel_s(machine, ((name, shape),), isz, precision, gemm)
-                if name == "gemm":
-                    gemm_s += t
-                else:
-                    elem_s += t
-    terms = dict.fromkeys(TERMS, 0.0)
-    terms["gemm"], terms["elementwise"] = gemm_s, elem_s
+                k = _kernel_s(machine, ((name, shape),), isz, precision, gemm)
+                terms["gemm" if name == "gemm" else "elementwise"] += k
+                t += k
+            phase_kernels[phase].append(t + gap)
     terms["kernel_gaps"] = n_kernels * gap
+    copies = []
     if batch_transfer != "resident":
         mem = "pinned" if batch_transfer == "pinned" else "pageable"
         D, C = layer_sizes[0], layer_sizes[-1]
-        terms["h2d_batch"] = (machine.copy_s("h2d", mem, isz * b * D, sharing=procs)
-                              + machine.copy_s("h2d", mem, isz * b * C, sharing=procs))
+        copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
+        terms["h2d_batch"] = sum(copies)
     g = counts.bytes_mpi or counts.bytes_nccl
     detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap and procs > 1)}
     if overlap and procs > 1:
@@ -267,28 +307,67 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         terms.update(comm_s(machine, comm, g, procs, batch_transfer))
     if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):
         terms["rank_wait"] = machine.wait_s(procs)
-    # host time of the step's launches, and the tracer's
-    events = traced_phases(comm, batch_transfer, exec_mode) if traced and comm != "mpi" else 0
-    if traced and machine.trace_event_s:
-        terms["tracing"] = events * machine.trace_event_s
-    if graph:
-        host_s = graph_segments(comm) * machine.graph_launch_s
-    else:
-        per_kernel = machine.launch_overhead_s
-        if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
-            per_kernel = machine.traced_launch_overhead_s  # older files: the tracer's host time per kernel
-        host_s = n_kernels * per_kernel
-    if traced:
-        host_s += events * machine.trace_phase_host_s
-    # Without a synchronisation in the step (resident data, NCCL) the host
-    # enqueues the next step while the GPU runs this one: the launches hide
-    # behind everything the GPU does. Otherwise only behind the compute.
-    gpu_s = gemm_s + elem_s + terms["kernel_gaps"] + terms["tracing"]
-    hidden_by = gpu_s + (terms["allreduce"] if batch_transfer == "resident" and comm == "nccl" else 0.0)
-    terms["graph_launch" if graph else "launches"] = max(0.0, host_s - hidden_by)
-    detail.update(host_s=host_s, gpu_compute_s=gpu_s)
+    # the tracer: a CUDA event (GPU time) and host time at the end of each recorded phase
+    traced = traced and comm != "mpi"
+    ev_gpu = machine.trace_event_s if traced else 0.0
+    per_kernel = machine.launch_overhead_s
+    if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
+        per_kernel = machine.traced_launch_overhead_s  # older files: the tracer's host time per kernel
+    ev_host = machine.trace_phase_host_s if traced else 0.0
+    terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
+    items = _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel,
+                        ev_gpu, ev_host, traced)
+    host_s = sum(it.host_s for it in items if not it.host_only)
+    sim = timeline_batch_s(items)
+    rest = sum(terms.values())
+    terms["graph_launch" if graph else "launches"] = max(0.0, sim - rest)
+    gpu_s = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"]
+    detail.update(host_s=host_s, gpu_compute_s=gpu_s, timeline_s=sim)
     total = sum(terms.values())
     compute = sum(terms[t] for t in COMPUTE_TERMS)
     overlapped = max(compute, total - compute)
     job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
     return Prediction(terms, total, overlapped, counts.flops_total, job, counts.bytes_copied, machine.name, detail)
+
+
+def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
+                traced) -> list[Item]:
+    """One batch as the host issues it: the batch copies, the compute phases'
+    kernels (or graph replays), the gradient exchange, the update, and the
+    tracer's event at the end of each phase it records."""
+    items: list[Item] = []
+    pageable = batch_transfer == "pageable"
+
+    def event():
+        if traced and not graph:
+            items.append(Item(ev_gpu, ev_host))
+
+    def segment(phases):
+        if graph:
+            gpu = sum(sum(phase_kernels[p]) for p in phases)
+            items.append(Item(gpu + ev_gpu * traced, machine.graph_launch_s + ev_host * traced))
+        else:
+            for p in phases:
+                items.extend(Item(t, per_kernel) for t in phase_kernels[p])
+                event()
+
+    # a copy's host call costs about one launch; its latency and transfer are GPU time
+    for c in copies:
+        items.append(Item(c, per_kernel, blocking=pageable))
+    if copies:
+        event()
+    segment(("forward", "loss", "backward"))
+    wait = terms["rank_wait"]
+    if comm == "mpi-staged":
+        staged_pageable = staging_memory(batch_transfer) == "pageable"
+        items.append(Item(terms["d2h_grad"], per_kernel, blocking=True))   # then the stream is synchronised
+        event()
+        items.append(Item(0.0, terms["allreduce"] + wait, host_only=True))
+        event()
+        items.append(Item(terms["h2d_grad"], per_kernel, blocking=staged_pageable))
+        event()
+    elif comm == "nccl":
+        items.append(Item(terms["allreduce"] + wait, per_kernel))
+        event()
+    segment(("update",))
+    return items
