@@ -164,7 +164,8 @@ def expand(spec: dict, where: str) -> list[SweepRun]:
         cfg = from_mapping(values, where=f"{where}: ")  # checked before anything runs
         for r in (range(1, repeats + 1) if repeats else (0,)):
             runs.append(SweepRun(sweep_run_id(name, cfg, procs, r), procs, values, cfg, r))
-    ids = [r.run_id for r in runs]
+    runs.sort(key=lambda r: r.repeat)  # every configuration once, then again: drift spreads over all, and a
+    ids = [r.run_id for r in runs]     # sweep cut short still covers every configuration
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise PerfmlpError(f"{where}: two runs would share the id {dup[0]}")

@@ -356,6 +356,10 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
         items.append(Item(c, per_kernel, blocking=pageable))
     if copies:
         event()
+    if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
+        gpu = sum(sum(k) for k in phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
+        items.append(Item(gpu + ev_gpu * traced, machine.graph_launch_s + ev_host * traced))
+        return items
     segment(("forward", "loss", "backward"))
     wait = terms["rank_wait"]
     if comm == "mpi-staged":

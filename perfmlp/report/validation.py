@@ -154,7 +154,7 @@ def section_validation(a: Analysis) -> Section:
         ds = 100 * (ref.datasheet.total_s * 1e3 / c.t_ms - 1) if ref.datasheet else None
         row = {"configuration": c.label, "repeats": len(c.runs), "steady batches (min)": min(r.batches for r in c.runs),
                "measured ms (median)": c.t_ms, "spread %": spread, "predicted ms": pred_ms,
-               "prediction": "blind" if blind else sorted(set(statuses))[0], "error %": err,
+               "prediction": "blind" if blind else next(st for st in statuses if st != "blind"), "error %": err,
                "within noise": ("yes" if spread is not None and err is not None and abs(err) <= spread / 2 else
                                 "no" if spread is not None else "-"),
                "datasheet error %": ds, "p": c.key[2], "comm": c.key[5], "exec": c.key[7]}
