@@ -56,7 +56,7 @@ class Config:
 
 def config_key(s: RunSummary, exec_mode: str, cfg: dict) -> tuple:
     return (s.hidden, s.batch, s.procs, s.precision, s.transfer, s.comm, s.gemm, exec_mode,
-            bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", 1 << 20)))
+            bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", 1 << 20)), bool(cfg.get("cprofile", False)))
 
 
 def read_predictions(folder: Path | None) -> tuple[dict | None, str]:
@@ -118,7 +118,7 @@ def section_validation(a: Analysis) -> Section:
         t = traces[r.run_id]
         key = config_key(r, exec_of(t), t.config)
         label = (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm} "
-                 f"{key[7]}" + (" overlap" if key[8] else ""))
+                 f"{key[7]}" + (" overlap" if key[8] else "") + (" under cProfile" if key[10] else ""))
         groups.setdefault(key, Config(key, [], label)).runs.append(r)
     commits = sorted({str((t.manifest.get("versions") or {}).get("perfmlp_git")) for t in a.traces})
     short = [r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY]
@@ -159,8 +159,9 @@ def section_validation(a: Analysis) -> Section:
                                 "no" if spread is not None else "-"),
                "datasheet error %": ds, "p": c.key[2], "comm": c.key[5], "exec": c.key[7]}
         rows.append(row)
-        if c.key[6] == "cublas" or (cal is not None and cal.has_gemm_kernel(c.key[6])):
-            judged.append(row)  # the reference's kernels only where the machine file has their rates
+        if (c.key[6] == "cublas" or (cal is not None and cal.has_gemm_kernel(c.key[6]))) and not c.key[10]:
+            judged.append(row)  # the reference's kernels only where the machine file has their rates; cProfile's
+            #                     host cost is not modelled
         meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
         trow = {"configuration": c.label}
         for g in GROUPS:
@@ -219,8 +220,8 @@ def what_if_rows(a: Analysis, groups: dict) -> list[dict]:
     traces = {t.run_id: t for t in a.traces}
     out = []
     for key, c in sorted(groups.items(), key=lambda kv: kv[1].label):
-        hidden, batch, procs, prec, transfer, comm, gemm, exec_mode, overlap, bucket = key
-        base_key = (hidden, batch, 1, prec, "pageable", "mpi-staged", gemm, "eager", False, bucket)
+        hidden, batch, procs, prec, transfer, comm, gemm, exec_mode, overlap, bucket, cprofile = key
+        base_key = (hidden, batch, 1, prec, "pageable", "mpi-staged", gemm, "eager", False, bucket, cprofile)
         if key == base_key or base_key not in groups:
             continue
         base = traces[groups[base_key].runs[0].run_id]
