@@ -1,16 +1,30 @@
 """`python -m perfmlp.calibrate --out models/NAME.yaml`: measure the machine
-it runs on and write a machine file (an empirical roofline).
+it runs on with microbenchmarks (never the trainer's loop) and write a
+machine file (an empirical roofline).
 
-Measured on this rank's GPU: the large-GEMM rate (the file's peak), the rates
-of the trainer's own GEMMs at its shapes (H in --hidden, per-rank batch in
---local-batch), device memory bandwidth (a large device-to-device copy,
-bytes read + written), pageable and pinned H2D/D2H bandwidth (10 MB) and
-latency (4 bytes), and the host time per launched operation of the trainer's
-step (a tiny step whose GPU work is negligible). Under `mpirun -n P` (P >= 2)
-also host MPI_Allreduce and NCCL allreduce over groups of 2 and P ranks,
-fitted to the ring model t = 2(p-1) alpha + 2(p-1)/p n / bw (MPI) and
-t = alpha + 2(p-1)/p n / bw (NCCL). What is not measured (MPI and NCCL on
-one process) is taken from --base and the source line says so.
+Measured on this rank's GPU:
+- GEMMs as GPU time: the large-GEMM rate (the file's peak), and the rates of
+  the trainer's own GEMMs at its shapes and layouts (H in --hidden, per-rank
+  batch in --local-batch) for cuBLAS and, with --gemm-kernels, the
+  reference's kernels. Each is timed over back-to-back calls queued behind
+  a spin kernel, so the host's dispatch is not in the GPU time; the host's
+  dispatch is the separate launch_overhead_s.
+- kernel_gap_s (an empty kernel queued ahead, per kernel), graph_kernel_gap_s
+  (the same in a replayed CUDA graph) and graph_launch_s (host time of one
+  graph launch);
+- launch_overhead_s: host time per kernel of a tiny step of the trainer's
+  kernels (GPU work negligible); the tracer's cost per level: its host time
+  per phase (trace_phase_host_s) and a CUDA event's GPU time (trace_event_s);
+- device memory bandwidth (a large device-to-device copy, read + write);
+  pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes;
+- under `mpirun -n P` (P >= 2): the copy bandwidth of all P ranks copying
+  at once (the node's aggregate: host memory and PCIe shared), host
+  MPI_Allreduce and NCCL allreduce over groups of 2 and P ranks at the
+  trainer's gradient sizes and a size ladder, the host buffer freshly
+  written by a D2H copy as the trainer's is (a table, and the ring-model
+  fit), and the wait for the slowest rank at a collective when every rank
+  does the same work (collective_wait_s).
+What is not measured is taken from --base and the source line says so.
 """
 from __future__ import annotations
 
@@ -24,18 +38,87 @@ from statistics import median
 import numpy as np
 
 from .config import Config
-from .model.costs import grad_buffer_bytes, itemsize
+from .model.costs import batch_counts, grad_buffer_bytes, itemsize
 from .model.machine import load_machine, machine_from_mapping, machine_to_yaml
 
 
-def _gemm_rate(cp, a, b, out, reps=20):
-    from .gpu.timing import time_ms
-    t = median(time_ms(cp, lambda: cp.matmul(a, b, out=out), warmup=3, reps=reps)) * 1e-3
-    m, k = a.shape
-    return 2 * m * b.shape[1] * k / t
+SPIN_SRC = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+extern "C" __global__ void empty() { }
+"""
+_spin_mod = {}
 
 
-def single_gpu(cp, hidden, local_batches, precisions, log):
+def _spin(cp):
+    """(spin(cycles), empty()) RawKernels of this device."""
+    key = cp.cuda.Device().id
+    if key not in _spin_mod:
+        mod = cp.RawModule(code=SPIN_SRC)
+        _spin_mod[key] = (mod.get_function("spin"), mod.get_function("empty"))
+    return _spin_mod[key]
+
+
+_cycles_per_s: dict = {}
+
+
+def spin_cycles_per_s(cp) -> float:
+    """clock64() cycles per second of this device, from a timed spin (the
+    device properties' clock rate is gone from CUDA 13's)."""
+    key = cp.cuda.Device().id
+    if key not in _cycles_per_s:
+        spin, _ = _spin(cp)
+        n = np.int64(20_000_000)
+        spin((1,), (1,), (np.int64(1000),))
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        spin((1,), (1,), (n,))
+        b.record()
+        b.synchronize()
+        _cycles_per_s[key] = float(n) / (cp.cuda.get_elapsed_time(a, b) * 1e-3)
+    return _cycles_per_s[key]
+
+
+def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5) -> tuple[float, float]:
+    """(GPU seconds per call, host seconds per call) of `calls` back-to-back
+    fn() queued behind a spin kernel: the host enqueues them all while the
+    GPU spins, so the events around them time the GPU alone (median of reps).
+    The spin is sized from the device clock; a host slower than the spin
+    would show as a GPU time that grows with it, so the host time is
+    returned to be checked against spin_s."""
+    spin, _ = _spin(cp)
+    cycles = np.int64(spin_s * spin_cycles_per_s(cp))
+    s = cp.cuda.get_current_stream()
+    fn()
+    s.synchronize()
+    gpu, host = [], []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        spin((1,), (1,), (cycles,))
+        a.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host.append((time.perf_counter() - t0) / calls)
+        b.record()
+        b.synchronize()
+        gpu.append(cp.cuda.get_elapsed_time(a, b) * 1e-3 / calls)
+    h = median(host)
+    if h * calls > 0.8 * spin_s:
+        raise RuntimeError(f"the host took {h * calls * 1e3:.1f} ms to queue {calls} calls, longer than the "
+                           f"{spin_s * 1e3:.0f} ms spin: the GPU time would include host time")
+    return median(gpu), h
+
+
+def _gemm_rate(cp, call, m, n, k, calls=50):
+    t, _ = queued_ahead(cp, call, calls)
+    return 2 * m * n * k / t
+
+
+def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
+    from .gpu.gemm import cublas_gemm, gemm
     from .gpu.network import GpuNetwork
     from .gpu.timing import time_ms
     from .mlp import init_weights
@@ -48,28 +131,53 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
         a = cp.random.random((n, n), dtype=prec)
         b = cp.random.random((n, n), dtype=prec)
         c = cp.empty((n, n), dtype=prec)
-        res[f"peak_flops_per_s_{prec}"] = _gemm_rate(cp, a, b, c, reps=10)
+        g = cublas_gemm(cp, prec)
+        res[f"peak_flops_per_s_{prec}"] = _gemm_rate(cp, lambda: g(a, b, c), n, n, n, calls=3)
         log(f"large GEMM {n}^3 {prec}: {res[f'peak_flops_per_s_{prec}'] / 1e12:.2f} TFLOP/s")
-    # the trainer's GEMMs, with its layouts
+    # the trainer's GEMMs, with its layouts, as GPU time
     rates = []
     for prec in precisions:
-        for H in hidden:
-            for bl in local_batches:
-                sizes = (D, H, C)
-                net = GpuNetwork(cp, sizes, prec, 0.1, 0.0, bl, bl, "cublas")
-                net.set_params(init_weights(sizes, 0))
-                x = cp.random.random((bl, D), dtype=prec)
-                y = cp.zeros((bl, C), dtype=prec)
-                y[cp.arange(bl), cp.arange(bl) % C] = 1
-                net.capture = []
-                net.forward(x.T); net.loss(y.T); net.backward()
-                for a, b, out in net.capture:
-                    r = _gemm_rate(cp, a, b, out)
-                    rates.append({"m": int(a.shape[0]), "n": int(b.shape[1]), "k": int(a.shape[1]),
-                                  "precision": prec, "flops_per_s": float(r)})
-                net.capture = None
+        for kind in ("cublas", *gemm_kernels):
+            if kind != "cublas" and prec != "float32":
+                continue
+            for H in hidden:
+                for bl in local_batches:
+                    sizes = (D, H, C)
+                    net = GpuNetwork(cp, sizes, prec, 0.1, 0.0, bl, bl, "cublas")
+                    net.set_params(init_weights(sizes, 0))
+                    x = cp.random.random((bl, D), dtype=prec)
+                    y = cp.zeros((bl, C), dtype=prec)
+                    y[cp.arange(bl), cp.arange(bl) % C] = 1
+                    net.capture = []
+                    net.forward(x.T); net.loss(y.T); net.backward()
+                    for a, b, out in net.capture:
+                        m_, k_, n_ = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
+                        call = (lambda a=a, b=b, out=out, g=cublas_gemm(cp, prec): g(a, b, out)) if kind == "cublas" \
+                            else (lambda a=a, b=b, out=out, kind=kind: gemm(cp, kind, a, b, out=out))
+                        r = _gemm_rate(cp, call, m_, n_, k_, calls=50 if kind == "cublas" else 10)
+                        rates.append({"m": m_, "n": n_, "k": k_, "precision": prec, "flops_per_s": float(r),
+                                      **({"kernel": kind} if kind != "cublas" else {})})
+                    net.capture = None
     res["gemm_flops_per_s"] = rates
-    log(f"{len(rates)} trainer GEMM shapes timed")
+    log(f"{len(rates)} trainer GEMM shapes timed (GPU time, queued ahead)")
+    # the GPU's gap between kernels: an empty kernel queued ahead, one by one and in a graph
+    _, empty = _spin(cp)
+    n_k = 200
+    res["kernel_gap_s"], host_empty = queued_ahead(cp, lambda: empty((1,), (1,), ()), n_k)
+    log(f"empty kernel queued ahead: {res['kernel_gap_s'] * 1e6:.2f} us GPU, {host_empty * 1e6:.2f} us host")
+    try:
+        gs = cp.cuda.Stream(non_blocking=True)
+        with gs:
+            gs.begin_capture()
+            for _ in range(n_k):
+                empty((1,), (1,), ())
+            graph = gs.end_capture()
+            t_graph, res["graph_launch_s"] = queued_ahead(cp, lambda: graph.launch(stream=gs), 20)
+        res["graph_kernel_gap_s"] = t_graph / n_k
+        log(f"graph of {n_k} empty kernels: {res['graph_kernel_gap_s'] * 1e6:.2f} us per kernel GPU, "
+            f"launch {res['graph_launch_s'] * 1e6:.2f} us host")
+    except Exception as e:  # the rest of the calibration stands without it
+        log(f"CUDA graph: not measured ({type(e).__name__}: {e})")
     # device memory bandwidth: a 1 GiB device-to-device copy, bytes read + written
     src = cp.empty(1 << 30, dtype=cp.uint8)
     dst = cp.empty_like(src)
@@ -143,20 +251,20 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
     x = cp.random.random((bl, 16), dtype=cp.float32)
     y = cp.zeros((bl, 10), dtype=cp.float32)
     y[cp.arange(bl), cp.arange(bl) % 10] = 1
-    net.ops = []
-    net.forward(x.T); net.loss(y.T); net.backward(); net.update()
-    n_ops = len(net.ops)
+    n_kernels = sum(batch_counts(sizes, bl, 4).kernels.values())  # what the step launches
     world = SingleWorld()
     tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world)
     tracer.attach(world, SimpleNamespace(name="cupy", xp=cp, reducer=None))
     counts = Counts()
-    for key, tr in (("launch_overhead_s", NullTracer()), ("traced_launch_overhead_s", tracer)):
+    phases = ("h2d", "forward", "loss", "backward", "update")
+    host = {}
+    for key, tr in (("untraced", NullTracer()), ("traced", tracer)):
         net.ops = tr.ops
 
         def tiny_step(tr=tr):
             tr.begin_batch(0, 0, bl, bl)
-            for name, fn in (("h2d", lambda: None), ("forward", lambda: net.forward(x.T)),
-                             ("loss", lambda: net.loss(y.T)), ("backward", net.backward), ("update", net.update)):
+            for name, fn in zip(phases, (lambda: None, lambda: net.forward(x.T), lambda: net.loss(y.T),
+                                         net.backward, net.update)):
                 with tr.phase(name):
                     fn()
             tr.end_batch(None, counts)
@@ -168,8 +276,11 @@ def single_gpu(cp, hidden, local_batches, precisions, log):
         for _ in range(reps):
             tiny_step()
         s.synchronize()
-        res[key] = (time.perf_counter() - t0) / reps / n_ops
-        log(f"host time per launched operation ({key}): {res[key] * 1e6:.2f} us ({n_ops} per step)")
+        host[key] = (time.perf_counter() - t0) / reps
+    res["launch_overhead_s"] = host["untraced"] / n_kernels
+    res["trace_phase_host_s"] = max(host["traced"] - host["untraced"], 0.0) / len(phases)
+    log(f"host time per kernel launch: {res['launch_overhead_s'] * 1e6:.2f} us ({n_kernels} kernels a step); "
+        f"the tracer: {res['trace_phase_host_s'] * 1e6:.2f} us of host time per phase")
     tracer.close("complete")
     return res
 
@@ -191,16 +302,59 @@ def _host_times(cp, fn, reps):
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
 
-def collectives(cp, world, log):
-    """Host MPI_Allreduce and NCCL allreduce on groups of 2 and P ranks; the
-    ring-model fit over all points. Returns {} on one process."""
+def shared_copies(cp, world, copy_bytes: int, log) -> dict:
+    """Every rank copying copy_bytes at once (after a barrier), pageable and
+    pinned, each direction: the node's aggregate bandwidth, P x bytes over
+    the slowest rank's median time. {} on one process."""
+    import cupyx
+    P = world.size
+    if P < 2:
+        return {}
+    slots = 16
+    big = slots * copy_bytes
+    d = cp.empty(copy_bytes, dtype=cp.uint8)
+    hosts = {"pageable": np.ones(big, dtype=np.uint8), "pinned": cupyx.empty_pinned(big, dtype=np.uint8)}
+    hosts["pinned"][...] = 1
+    s = cp.cuda.get_current_stream()
+    res = {}
+    for direction in ("h2d", "d2h"):
+        for mem, h in hosts.items():
+            ts = []
+            for i in range(20):
+                off = (i % slots) * copy_bytes
+                world.barrier()
+                t0 = time.perf_counter()
+                if direction == "h2d":
+                    d.set(h[off:off + copy_bytes], stream=s)
+                else:
+                    d.get(out=h[off:off + copy_bytes], stream=s)
+                s.synchronize()
+                if i >= 3:
+                    ts.append(time.perf_counter() - t0)
+            t = max(world.allgather(float(median(ts))))
+            res[f"{direction}_{mem}_aggregate_bytes_per_s"] = P * copy_bytes / t
+            log(f"{direction} {mem}, {P} ranks copying {copy_bytes} B at once: {t * 1e6:.1f} us "
+                f"-> {P * copy_bytes / t / 1e9:.1f} GB/s together")
+    return res
+
+
+def collectives(cp, world, log, grad_bytes=()):
+    """Host MPI_Allreduce and NCCL allreduce on groups of 2 and P ranks, at
+    the trainer's gradient sizes and a size ladder; the MPI host buffer is
+    pinned and freshly written by a D2H copy before each call, as the
+    trainer's staged buffer is (a cache-warm buffer reduces faster). Returns
+    the points, the ring-model fit and the wait for the slowest rank; {} on
+    one process."""
     from mpi4py import MPI
     from cupy.cuda import nccl
+    import cupyx
     P = world.size
     if P < 2:
         return {}
     groups = sorted({2, P})
-    pts_mpi, pts_nccl = [], []
+    sizes = sorted(set(SIZES_BYTES) | {int(n) // 4 * 4 for n in grad_bytes})
+    pts_mpi, pts_nccl, waits = [], [], []
+    spin, _ = _spin(cp)
     for g in groups:
         color = 0 if world.rank < g else MPI.UNDEFINED
         sub = world.comm.Split(color, world.rank)
@@ -211,12 +365,14 @@ def collectives(cp, world, log):
         uid = sub.bcast(uid)
         nc = nccl.NcclCommunicator(g, uid, sub.Get_rank())
         s = cp.cuda.get_current_stream()
-        for nbytes in SIZES_BYTES:
+        for nbytes in sizes:
             n = nbytes // 4
-            hb = np.ones(n, np.float32)
+            hb = cupyx.empty_pinned(n, dtype=np.float32)
             db = cp.ones(n, cp.float32)
             tm, tn = [], []
             for i in range(25):
+                db.get(out=hb, stream=s)  # the buffer as the trainer hands it to MPI: just written by the GPU
+                s.synchronize()
                 sub.Barrier()
                 t0 = time.perf_counter()
                 sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM)
@@ -233,6 +389,33 @@ def collectives(cp, world, log):
             tn = max(sub.allgather(float(np.median(tn))))
             pts_mpi.append((g, nbytes, tm))
             pts_nccl.append((g, nbytes, tn))
+        # the wait for the slowest rank: every rank runs the same GPU work
+        # (a 200 us spin and 10 empty-ish launches, synchronised) then a
+        # 4-byte allreduce with no barrier; the time per iteration beyond
+        # the work alone and the barriered allreduce is the jitter's cost
+        cyc = np.int64(200e-6 * spin_cycles_per_s(cp) / 10)
+        one = np.ones(1, np.float32)
+
+        def work():
+            for _ in range(10):
+                spin((1,), (1,), (cyc,))
+            s.synchronize()
+        solo, both, ar = [], [], []
+        for mode in ("solo", "ar", "both"):
+            for i in range(60):
+                if mode != "both":
+                    sub.Barrier()
+                t0 = time.perf_counter()
+                if mode != "ar":
+                    work()
+                if mode != "solo":
+                    sub.Allreduce(MPI.IN_PLACE, one, op=MPI.SUM)
+                if i >= 10:
+                    {"solo": solo, "ar": ar, "both": both}[mode].append(time.perf_counter() - t0)
+        solo_s = max(sub.allgather(float(np.median(solo))))
+        ar_s = max(sub.allgather(float(np.median(ar))))
+        both_s = max(sub.allgather(float(np.mean(both))))
+        waits.append((g, max(both_s - solo_s - ar_s, 0.0)))
         sub.Free()
         world.comm.Barrier()
     res = {}
@@ -248,7 +431,11 @@ def collectives(cp, world, log):
             for p, n, x in pts:
                 log(f"{name} allreduce p={p} {n} B: {x * 1e6:.1f} us")
             log(f"{name} fit: alpha {alpha * 1e6:.2f} us, bw {res[f'{name}_bw_bytes_per_s'] / 1e9:.2f} GB/s")
-        res["points"] = {"mpi": pts_mpi, "nccl": pts_nccl}
+        res["allreduce_s"] = [{"comm": c, "procs": int(p), "bytes": int(n), "s": float(x)}
+                              for c, pts in (("mpi", pts_mpi), ("nccl", pts_nccl)) for p, n, x in pts]
+        res["collective_wait_s"] = [{"procs": int(p), "s": float(w)} for p, w in waits]
+        for p, w in waits:
+            log(f"wait for the slowest of {p} ranks at a collective: {w * 1e6:.1f} us")
     return res
 
 
@@ -260,6 +447,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", default="512,1024,2048")
     ap.add_argument("--local-batch", default="800,1600,3200")
     ap.add_argument("--precisions", default="float32,float64")
+    ap.add_argument("--gemm-kernels", default="",
+                    help="the reference's GEMM kernels to calibrate too (naive,tiled,regblock; float32) "
+                         "(default: none)")
     a = ap.parse_args(argv)
     from .comm import make_world
     from .gpu import require_cupy
@@ -267,7 +457,16 @@ def main(argv=None) -> int:
     try:
         cp = require_cupy()
         base = load_machine(a.base)
-    except (PerfmlpError, ValueError) as e:
+        hidden = [int(h) for h in a.hidden.split(",")]
+        local = [int(b) for b in a.local_batch.split(",")]
+        kernels = tuple(k for k in a.gemm_kernels.split(",") if k)
+        bad = [k for k in kernels if k not in ("naive", "tiled", "regblock")]
+        if bad:
+            raise PerfmlpError(f"--gemm-kernels: unknown kernel {bad[0]!r} (naive, tiled, regblock)")
+    except ValueError as e:
+        print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)
+        return 2
+    except PerfmlpError as e:
         print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)
         return 2
     world = make_world()
@@ -276,35 +475,38 @@ def main(argv=None) -> int:
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     res = {}
     if world.rank == 0:
-        res = single_gpu(cp, [int(h) for h in a.hidden.split(",")], [int(b) for b in a.local_batch.split(",")],
-                         a.precisions.split(","), log)
+        res = single_gpu(cp, hidden, local, a.precisions.split(","), log, kernels)
     world.barrier()
-    coll = collectives(cp, world, log)
+    D, C = Config.input_size, Config.num_classes
+    res.update(shared_copies(cp, world, itemsize("float32") * max(local) * D, log))
+    grads = [grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in a.precisions.split(",")]
+    res.update(collectives(cp, world, log, grads))
     if world.rank != 0:
         return 0
-    points = coll.pop("points", None)
-    res.update(coll)
     date = dt.date.today().isoformat()
-    measured = sorted(k for k in res if k != "gemm_flops_per_s")
+    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s")
+    measured = sorted(k for k in res if k not in tables) + [t for t in tables if res.get(t)]
     values = {"name": a.name or f"{gpu_name} (calibrated)",
-              "source": (f"measured by perfmlp.calibrate on {gpu_name} x {world.size}, {date}: "
-                         f"{', '.join(measured)}, gemm_flops_per_s; the rest from {Path(base.path).name} ({base.name}); "
-                         f"peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
-              "date": date, "gpus": world.size if coll else max(world.size, base.gpus)}
+              "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {world.size}, "
+                         f"{date}: {', '.join(measured)}; GEMM rates are GPU time (calls queued behind a spin "
+                         f"kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
+                         f"({base.name}); peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
+              "date": date, "gpus": world.size if world.size > 1 else max(world.size, base.gpus)}
     for k in ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s",
               "h2d_pageable_bytes_per_s", "h2d_pinned_bytes_per_s", "d2h_pageable_bytes_per_s",
               "d2h_pinned_bytes_per_s", "copy_latency_s", "launch_overhead_s", "mpi_alpha_s",
               "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"):
         values[k] = float(res.get(k, getattr(base, k)))
-    values["gemm_flops_per_s"] = res.get("gemm_flops_per_s", [])
-    for k in ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
-              "d2h_pageable_latency_s", "d2h_pinned_latency_s"):
+    for k in tables:
+        values[k] = res.get(k, [])
+    for k in ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_launch_s",
+              "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s",
+              "h2d_pageable_aggregate_bytes_per_s", "h2d_pinned_aggregate_bytes_per_s",
+              "d2h_pageable_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"):
         if k in res:
             values[k] = float(res[k])
     machine_from_mapping(values, a.out)  # the file we write must load
     text = "# Written by python -m perfmlp.calibrate; do not edit by hand.\n" + machine_to_yaml(values)
-    if points:
-        text += "# allreduce points (procs, bytes, seconds): " + repr(points) + "\n"
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(text)
     print(f"wrote {a.out}")

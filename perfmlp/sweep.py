@@ -12,6 +12,12 @@ The file:
       procs: [1, 2, 4]
     batch_per_proc: 3200             # optional: batch_size = batch_per_proc * procs
     runs: [{procs: 1, batch_transfer: pinned}]   # optional: more runs, each over base
+    repeats: 3                       # optional: run each configuration this many times
+    min_steady_batches: 20           # optional: n_train sized from the batch so that every run
+                                     #   has at least this many steady batches (the trace
+                                     #   reader's rule: the first batch of each epoch is left out)
+    predict: h200-calibrated         # optional (or --predict): the machine file the blind
+                                     #   predictions are made with, before the runs
 
 A run's configuration is the defaults, then `config`, then `base`, then its
 matrix entry or `runs` entry. The sweeps that reproduce the reference
@@ -23,6 +29,17 @@ A run's id (sweep_run_id) is the sweep's name, the values a reader looks for
 configuration and process count, so epochs, n_train, learning rate, data,
 seed... count too: two runs that differ in anything but where their output
 goes never share an id.
+
+With `repeats`, run ids end in -r1, -r2, ... (the hash covers the repeat), so
+the report can state the run-to-run spread of each configuration.
+
+Blind predictions: with `predict` (or --predict MACHINE), before the first
+run is launched the sweep writes `<trace-dir>/predictions.json`: for every
+run it is about to launch, the model's predicted time per batch and terms,
+with the time the prediction was made and the machine file's SHA-256. An
+entry, once written, is never rewritten (a resumed sweep adds only runs it
+had not predicted), so the report can check that every prediction it
+judges was made before its run started.
 
 A trace folder is reused only when its manifest records the same
 configuration and process count and the run completed on every rank
@@ -39,6 +56,7 @@ The launcher is `mpiexec -n P` unless PERFMLP_MPIRUN names another
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import hashlib
 import itertools
 import json
@@ -55,9 +73,11 @@ import yaml
 
 from .config import Config, from_mapping, load_yaml
 from .errors import PerfmlpError
-from .trace.reader import TraceError, read_run
+from .trace.reader import WARMUP_BATCHES, TraceError, read_run
 
-SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc"}
+SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc", "repeats", "min_steady_batches", "predict"}
+PREDICTIONS = "predictions.json"
+PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
 # Configuration keys that say where a run's output goes, not what it runs.
 OUTPUT_ONLY = ("trace_dir", "run_id", "quiet", "save_params")
 FAILED_SUFFIX = ".failed-"
@@ -69,6 +89,7 @@ class SweepRun:
     procs: int
     values: dict      # the configuration keys handed to perfmlp.run
     config: Config    # what they resolve to
+    repeat: int = 0   # 1, 2, ... with `repeats`; 0 without
 
 
 def run_identity(cfg: Config, procs: int) -> dict:
@@ -79,14 +100,28 @@ def run_identity(cfg: Config, procs: int) -> dict:
     return ident
 
 
-def sweep_run_id(name: str, cfg: Config, procs: int) -> str:
+def sweep_run_id(name: str, cfg: Config, procs: int, repeat: int = 0) -> str:
     """The id of a sweep's run: readable fields, then a stable hash of the
-    whole identity (so epochs, n_train, learning rate, data, seed... count)."""
-    text = json.dumps(run_identity(cfg, procs), sort_keys=True)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    whole identity (so epochs, n_train, learning rate, data, seed... count)
+    and of the repeat."""
+    ident = run_identity(cfg, procs)
+    if repeat:
+        ident["repeat"] = repeat
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8]
     hs = "x".join(str(h) for h in cfg.hidden_sizes)
+    extra = (f"-{cfg.exec}" if cfg.exec != "auto" else "") + ("-overlap" if cfg.overlap else "") + \
+        (f"-r{repeat}" if repeat else "")
     return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
-            f"{cfg.gemm}-{digest}")
+            f"{cfg.gemm}{extra}-{digest}")
+
+
+def _count(spec: dict, key: str, where: str) -> int:
+    v = spec.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise PerfmlpError(f"{where}: {key} must be a positive integer, got {v!r}")
+    return v
 
 
 def expand(spec: dict, where: str) -> list[SweepRun]:
@@ -115,6 +150,7 @@ def expand(spec: dict, where: str) -> list[SweepRun]:
     extra = spec.get("runs") or []
     if not isinstance(extra, list) or not all(isinstance(r, dict) for r in extra):
         raise PerfmlpError(f"{where}: runs must be a list of mappings")
+    repeats, min_steady = _count(spec, "repeats", where), _count(spec, "min_steady_batches", where)
     runs = []
     for combo in combos + extra:
         values = {**start, **base, **combo}
@@ -123,13 +159,76 @@ def expand(spec: dict, where: str) -> list[SweepRun]:
             raise PerfmlpError(f"{where}: procs must be a positive integer, got {procs!r}")
         if spec.get("batch_per_proc") and "batch_size" not in combo:
             values["batch_size"] = int(spec["batch_per_proc"]) * procs
+        if min_steady and "n_train" not in combo:
+            values["n_train"] = steady_n_train(from_mapping(values, where=f"{where}: ", check=False), min_steady)
         cfg = from_mapping(values, where=f"{where}: ")  # checked before anything runs
-        runs.append(SweepRun(sweep_run_id(name, cfg, procs), procs, values, cfg))
-    ids = [r.run_id for r in runs]
+        for r in (range(1, repeats + 1) if repeats else (0,)):
+            runs.append(SweepRun(sweep_run_id(name, cfg, procs, r), procs, values, cfg, r))
+    runs.sort(key=lambda r: r.repeat)  # every configuration once, then again: drift spreads over all, and a
+    ids = [r.run_id for r in runs]     # sweep cut short still covers every configuration
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise PerfmlpError(f"{where}: two runs would share the id {dup[0]}")
     return runs
+
+
+def steady_n_train(cfg: Config, min_steady: int) -> int:
+    """Samples for at least `min_steady` steady batches over cfg.epochs epochs
+    (WARMUP_BATCHES of each epoch are not steady)."""
+    per_epoch = WARMUP_BATCHES + -(-min_steady // cfg.epochs)
+    return cfg.batch_size * per_epoch
+
+
+# ---- blind predictions ---------------------------------------------------------
+
+def resolved_comm(cfg: Config) -> str:
+    """The exchange a run will use: `auto` is mpi-staged on a GPU, mpi on NumPy."""
+    if cfg.comm != "auto":
+        return cfg.comm
+    return "mpi" if cfg.backend == "numpy" else "mpi-staged"
+
+
+def predict_run(machine, run: SweepRun) -> dict:
+    from .model.predict import predict_batch
+    c = run.config
+    pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, resolved_comm(c),
+                         c.batch_transfer, traced=c.trace, exec_mode=c.exec, overlap=c.overlap,
+                         bucket_bytes=c.bucket_bytes, gemm=c.gemm)
+    return {"predicted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
+            "total_s": pred.total_s, "terms_s": pred.terms, "groups_s": pred.groups(), "procs": run.procs,
+            "repeat": run.repeat}
+
+
+def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int:
+    """Add the predictions of `runs` not yet in the file (never rewriting
+    one); returns how many were added. A file made with another machine
+    file is an error."""
+    from .model.machine import load_machine, resolve_machine_path
+    machine = load_machine(machine_arg)
+    mpath = resolve_machine_path(machine_arg)
+    sha = hashlib.sha256(mpath.read_bytes()).hexdigest()
+    head = {"name": machine.name, "path": str(machine.path), "sha256": sha}
+    data = {"schema": PREDICTIONS_SCHEMA, "machine": head, "runs": {}}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise PerfmlpError(f"{path}: unreadable ({e.__class__.__name__}); move it away") from None
+        if not isinstance(data, dict) or data.get("schema") != PREDICTIONS_SCHEMA:
+            raise PerfmlpError(f"{path}: not a perfmlp predictions file; move it away")
+        if all(r.run_id in data["runs"] for r in runs):
+            return 0
+        if data.get("machine", {}).get("sha256") != sha:
+            raise PerfmlpError(f"{path}: made with another machine file ({data.get('machine', {}).get('path')}); "
+                               "use that one or another --trace-dir")
+    new = [r for r in runs if r.run_id not in data["runs"]]
+    for r in new:
+        data["runs"][r.run_id] = predict_run(machine, r)
+    if new:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+    return len(new)
 
 
 # ---- what is already on disk ---------------------------------------------------
@@ -222,13 +321,17 @@ def _parser() -> argparse.ArgumentParser:
                     help="seconds a run may take before it is stopped and counted as failed (default: 600)")
     ap.add_argument("--max-procs", type=int, default=None, metavar="P",
                     help="skip the runs that need more than P processes (default: run them all)")
+    ap.add_argument("--predict", default=None, metavar="NAME|FILE.yaml",
+                    help="write the blind predictions with this machine file before the runs "
+                         "(default: the sweep file's `predict`, else none)")
     return ap
 
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     try:
-        runs = expand(load_yaml(a.file), a.file)
+        spec = load_yaml(a.file)
+        runs = expand(spec, a.file)
     except PerfmlpError as e:
         print(f"perfmlp.sweep: error: {e}", file=sys.stderr)
         return 2
@@ -240,6 +343,16 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"perfmlp.sweep: error: cannot create {cfg_dir}: {e.strerror}", file=sys.stderr)
         return 2
+    machine_for_predictions = a.predict or spec.get("predict")
+    if machine_for_predictions:
+        todo = [r for r in runs if not (a.max_procs and r.procs > a.max_procs)
+                and trace_state(trace_dir / r.run_id, r)[0] != "complete"]
+        try:
+            n = write_predictions(trace_dir / PREDICTIONS, str(machine_for_predictions), todo)
+        except (PerfmlpError, ValueError, OSError) as e:
+            print(f"perfmlp.sweep: error: {e}", file=sys.stderr)
+            return 2
+        print(f"{n} blind prediction(s) written to {trace_dir / PREDICTIONS} before the runs", flush=True)
     failed = 0
     for i, run in enumerate(runs, 1):
         head = f"[{i}/{len(runs)}] {run.run_id}:"

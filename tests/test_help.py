@@ -29,9 +29,10 @@ def description(help_text: str) -> str:
 
 @pytest.mark.parametrize("module, flags", [
     ("perfmlp.run", len(C.fields(C.Config)) + 3),  # a flag per field, --hidden-size, --config, -h
-    ("perfmlp.sweep", 7),
+    ("perfmlp.sweep", 8),  # + --predict
     ("perfmlp.fetch", 4),
-    ("perfmlp.model", 11),
+    ("perfmlp.model", 16),  # + --exec, --overlap, --bucket-bytes, --gemm, --traced
+    ("perfmlp.whatif", 5),
 ])
 def test_every_flag_says_what_it_does_and_its_default(module, flags):
     r = run_cmd([sys.executable, "-m", module, "--help"])

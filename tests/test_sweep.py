@@ -62,8 +62,13 @@ def test_reference_sweeps_run_the_reference_hyperparameters():
         assert spec.get("config") == "../configs/reference.yaml", f
         for run in expand(spec, str(f)):
             c = run.config
-            assert (c.learning_rate, c.reg, c.n_train, c.input_size, c.num_classes) == (1e-4, 1e-4, 38400, 784, 10)
-            assert c.batch_size == 3200 * (run.procs if "batch_per_proc" in spec else 1)
+            assert (c.learning_rate, c.reg, c.input_size, c.num_classes) == (1e-4, 1e-4, 784, 10)
+            if "min_steady_batches" in spec:  # n_train sized for the steady batches: 20 + the first = 21 batches
+                assert c.n_train == c.batch_size * 21 * c.epochs // c.epochs
+            else:
+                assert c.n_train == 38400
+            if not any("batch_size" in r for r in spec.get("runs") or []):
+                assert c.batch_size == 3200 * (run.procs if "batch_per_proc" in spec else 1)
             assert c.learning_rate == reference["learning_rate"] or str(reference["learning_rate"]) == "1e-4"
 
 

@@ -37,7 +37,9 @@ def format_table(s: dict) -> str:
     lines = [
         f"machine: {s['machine']['name']} ({s['machine']['path']}{', calibrated' if s['machine']['calibrated'] else ''})",
         f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']} over {cfg['procs']} "
-        f"process(es) ({per['b']} per rank), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}",
+        f"process(es) ({per['b']} per rank), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}, "
+        f"exec {cfg['exec']}{', overlap (buckets of %d B)' % cfg['bucket_bytes'] if cfg['overlap'] else ''}, "
+        f"gemm {cfg['gemm']}{', traced' if cfg['traced'] else ''}",
         "",
         f"{'FLOPs per rank':<28}{'exact':>16}{'approx (job)':>16}",
     ]
@@ -63,6 +65,11 @@ def format_table(s: dict) -> str:
         lines.append(f"  {k:<26}{v * 1e6:>12.1f}")
     lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
     lines.append(f"  {'overlapped lower bound':<26}{p['overlapped_s'] * 1e6:>12.1f}")
+    d = p["detail"]
+    lines.append(f"step: {d['kernels']} kernels, host {d['host_s'] * 1e6:.1f} us, GPU compute "
+                 f"{d['gpu_compute_s'] * 1e6:.1f} us"
+                 + (f"; {d['buckets']} buckets, {d['hidden_comm_s'] * 1e6:.1f} of {d['comm_s'] * 1e6:.1f} us of "
+                    f"communication hidden" if d.get("buckets") else ""))
     lines.append(f"predicted {p['job_flops_per_s'] / 1e12:.3f} TFLOP/s for the job, "
                  f"{100 * p['utilisation']:.2f}% of {cfg['procs']} x peak")
     return "\n".join(lines)
@@ -87,6 +94,18 @@ def main(argv=None) -> int:
                          "(host buffers, the NumPy backend) (default: mpi-staged)")
     ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable",
                     help="how each batch reaches the GPU (default: pageable)")
+    ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph"), default="eager",
+                    help="how the step is issued: eager (kernel by kernel, host launch per kernel) or graph "
+                         "(one captured graph replayed per step) (default: eager)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="gradient allreduce started per layer during the backward pass (default: after it)")
+    ap.add_argument("--bucket-bytes", type=_positive, default=1 << 20, metavar="BYTES",
+                    help="bytes per allreduce bucket of the first layer's gradient with --overlap (default: 1048576)")
+    ap.add_argument("--gemm", choices=("cublas", "naive", "tiled", "regblock"), default="cublas",
+                    help="GEMM kernel (the machine file's rates for it where calibrated, else the peak) "
+                         "(default: cublas)")
+    ap.add_argument("--traced", action="store_true",
+                    help="predict a run with perfmlp's tracer on (its events and host time) (default: untraced)")
     ap.add_argument("--json", action="store_true", help="print JSON, schema in docs/model.md (default: a table)")
     a = ap.parse_args(argv)
     if a.procs > a.batch_size:
@@ -98,7 +117,8 @@ def main(argv=None) -> int:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
     s = summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.precision, a.comm,
-                a.batch_transfer)
+                a.batch_transfer, exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm,
+                traced=a.traced)
     try:
         print(json.dumps(s, indent=1) if a.json else format_table(s), flush=True)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly

@@ -32,6 +32,10 @@ class MachineError(ValueError):
     """A machine file that cannot be used (message: one line, file and key)."""
 
 
+GEMM_KERNELS = ("cublas", "naive", "tiled", "regblock")  # perfmlp.config's CHOICES["gemm"]
+COMMS = ("mpi", "nccl")
+
+
 @dataclass(frozen=True)
 class GemmRate:
     m: int
@@ -39,6 +43,25 @@ class GemmRate:
     k: int
     precision: str
     flops_per_s: float
+    kernel: str = "cublas"
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One measured allreduce: `comm` over `procs` ranks of `bytes`, `s` seconds
+    (the slowest rank's median, the buffer cold as the trainer's is)."""
+    comm: str
+    procs: int
+    bytes: int
+    s: float
+
+
+@dataclass(frozen=True)
+class WaitPoint:
+    """Time the job loses per collective to the slowest of `procs` ranks when
+    their work is the same (arrival jitter), seconds."""
+    procs: int
+    s: float
 
 
 @dataclass(frozen=True)
@@ -65,6 +88,16 @@ class Machine:
     h2d_pinned_latency_s: float = 0.0
     d2h_pageable_latency_s: float = 0.0
     d2h_pinned_latency_s: float = 0.0
+    graph_launch_s: float = 0.0             # host time of one cudaGraphLaunch (a replayed step or segment)
+    kernel_gap_s: float = 0.0               # GPU idle time between two kernels launched one by one
+    graph_kernel_gap_s: float = 0.0         # the same between two kernels of a replayed graph
+    trace_phase_host_s: float = 0.0         # host time the tracer adds per traced phase (0: traced_launch_overhead_s)
+    h2d_pageable_aggregate_bytes_per_s: float = 0.0   # all ranks of a node copying at once, together (0: no limit)
+    h2d_pinned_aggregate_bytes_per_s: float = 0.0
+    d2h_pageable_aggregate_bytes_per_s: float = 0.0
+    d2h_pinned_aggregate_bytes_per_s: float = 0.0
+    allreduce_s: tuple[CollectivePoint, ...] = ()   # measured allreduces (interpolated; else alpha-beta)
+    collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
     gpus: int = 1
     date: str = ""
     path: str = ""
@@ -75,19 +108,49 @@ class Machine:
     def copy_bw(self, direction: str, memory: str) -> float:
         return getattr(self, f"{direction}_{memory}_bytes_per_s")
 
-    def copy_s(self, direction: str, memory: str, nbytes: int) -> float:
-        """One cudaMemcpy of nbytes: latency (its kind's, else copy_latency_s) + bytes / bandwidth."""
+    def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1) -> float:
+        """One cudaMemcpy of nbytes: latency (its kind's, else copy_latency_s)
+        + bytes / bandwidth, where `sharing` ranks copying at once split the
+        node's aggregate bandwidth for that kind (when the file has one)."""
         lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
-        return lat + nbytes / self.copy_bw(direction, memory)
+        return lat + nbytes / self.shared_copy_bw(direction, memory, sharing)
+
+    def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
+        """One rank's copy bandwidth while `sharing` ranks copy at once:
+        min(its own, the node's aggregate / sharing)."""
+        own = self.copy_bw(direction, memory)
+        agg = getattr(self, f"{direction}_{memory}_aggregate_bytes_per_s")
+        return min(own, agg / sharing) if agg and sharing > 1 else own
+
+    def allreduce_points(self, comm: str, procs: int) -> list[tuple[int, float]]:
+        """(bytes, seconds) measured for `comm` over `procs` ranks, by size."""
+        return sorted((p.bytes, p.s) for p in self.allreduce_s if p.comm == comm and p.procs == procs)
+
+    def wait_s(self, procs: int) -> float:
+        """The calibrated wait for the slowest of `procs` ranks at a collective
+        (linear in p between measured counts, the nearest beyond them; 0 on one)."""
+        if procs <= 1 or not self.collective_wait_s:
+            return 0.0
+        pts = sorted((w.procs, w.s) for w in self.collective_wait_s)
+        if procs <= pts[0][0]:
+            return pts[0][1] * (procs - 1) / max(pts[0][0] - 1, 1)
+        for (p0, s0), (p1, s1) in zip(pts, pts[1:]):
+            if p0 <= procs <= p1:
+                return s0 + (s1 - s0) * (procs - p0) / (p1 - p0)
+        return pts[-1][1]
 
     @property
     def calibrated(self) -> bool:
         return bool(self.gemm_flops_per_s)
 
-    def gemm_rate(self, m: int, n: int, k: int, precision: str) -> float:
-        """FLOP/s of an m x n x k GEMM: the calibrated entry nearest in
-        log-shape space when the file has some, else the peak rate."""
-        rates = [g for g in self.gemm_flops_per_s if g.precision == precision]
+    def has_gemm_kernel(self, kernel: str) -> bool:
+        return any(g.kernel == kernel for g in self.gemm_flops_per_s)
+
+    def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = "cublas") -> float:
+        """FLOP/s of an m x n x k GEMM by `kernel`: the calibrated entry of
+        that kernel nearest in log-shape space when the file has some, else
+        the peak rate."""
+        rates = [g for g in self.gemm_flops_per_s if g.precision == precision and g.kernel == kernel]
         if not rates:
             return self.peak_flops_per_s(precision)
 
@@ -97,23 +160,54 @@ class Machine:
 
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
-                     "d2h_pageable_latency_s", "d2h_pinned_latency_s")
-_OPTIONAL = {"gemm_flops_per_s", "gpus", "date", "path", *_OPTIONAL_NUMBERS}
+                     "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "kernel_gap_s",
+                     "graph_kernel_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
+                     "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
+                     "d2h_pinned_aggregate_bytes_per_s")
+_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s")
+_OPTIONAL = {"gpus", "date", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 
 def _rate_or_time(key: str, value) -> float:
-    """A rate (`..._per_s...`) must be positive, a time must not be negative."""
+    """A rate (`..._per_s...`) must be positive (an optional one may be 0:
+    not measured), a time must not be negative."""
     v = checks.number(key, value)
-    return checks.positive(key, v) if "_per_s" in key else checks.non_negative(key, v)
+    if "_per_s" in key and not (key in _OPTIONAL_NUMBERS and v == 0):
+        return checks.positive(key, v)
+    return checks.non_negative(key, v)
+
+
+def _entry(entry, required: tuple, optional: tuple = ()) -> dict:
+    if not isinstance(entry, dict) or not set(required) <= set(entry) <= set(required) | set(optional):
+        extra = f" (optional: {', '.join(optional)})" if optional else ""
+        raise checks.CheckError(f"needs exactly {', '.join(required)}{extra}")
+    return entry
 
 
 def _gemm_rate(entry) -> GemmRate:
-    if not isinstance(entry, dict) or set(entry) != {"m", "n", "k", "precision", "flops_per_s"}:
-        raise checks.CheckError("needs exactly m, n, k, precision, flops_per_s")
+    entry = _entry(entry, ("m", "n", "k", "precision", "flops_per_s"), ("kernel",))
     m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
     precision = checks.choice("precision", entry["precision"], ("float32", "float64"))
-    return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]))
+    kernel = checks.choice("kernel", entry.get("kernel", "cublas"), GEMM_KERNELS)
+    return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]), kernel)
+
+
+def _collective_point(entry) -> CollectivePoint:
+    entry = _entry(entry, ("comm", "procs", "bytes", "s"))
+    return CollectivePoint(checks.choice("comm", entry["comm"], COMMS),
+                           checks.positive("procs", checks.integer("procs", entry["procs"])),
+                           checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
+                           checks.positive("s", checks.number("s", entry["s"])))
+
+
+def _wait_point(entry) -> WaitPoint:
+    entry = _entry(entry, ("procs", "s"))
+    return WaitPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
+                     checks.non_negative("s", checks.number("s", entry["s"])))
+
+
+_TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point}
 
 
 def machine_from_mapping(data, where: str) -> Machine:
@@ -137,18 +231,19 @@ def machine_from_mapping(data, where: str) -> Machine:
         if "gpus" in data:
             values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
         values["date"] = str(data.get("date", ""))
-        entries = data.get("gemm_flops_per_s") or []
-        if not isinstance(entries, list):
-            raise checks.CheckError("gemm_flops_per_s must be a list")
+        for key in _TABLES:
+            if not isinstance(data.get(key) or [], list):
+                raise checks.CheckError(f"{key} must be a list")
     except checks.CheckError as e:
         raise MachineError(f"{where}: {e}") from None
-    rates = []
-    for i, entry in enumerate(entries):
-        try:
-            rates.append(_gemm_rate(entry))
-        except checks.CheckError as e:
-            raise MachineError(f"{where}: gemm_flops_per_s[{i}] {e}") from None
-    values["gemm_flops_per_s"] = tuple(rates)
+    for key in _TABLES:
+        rows = []
+        for i, entry in enumerate(data.get(key) or []):
+            try:
+                rows.append(_TABLE_ENTRY[key](entry))
+            except checks.CheckError as e:
+                raise MachineError(f"{where}: {key}[{i}] {e}") from None
+        values[key] = tuple(rows)
     return Machine(**values)
 
 

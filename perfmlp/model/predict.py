@@ -1,33 +1,69 @@
 """Predicted time per batch as a sum of named terms.
 
-Terms (seconds, for the slowest rank, i.e. the one with the largest piece):
-- gemm: each GEMM's FLOPs over the machine's rate for its shape (calibrated
-  table when the file has one, else the peak);
+Terms (seconds, for the slowest rank, i.e. the one with the largest piece),
+each with the trace phase group that measures it (TERM_GROUP):
+- gemm: each GEMM's FLOPs over the machine's GPU-time rate for its shape and
+  kernel (calibrated table when the file has one, else the peak);
 - elementwise: the other kernels' device-memory bytes over memory bandwidth;
-- launches: the host time to launch the step's operations (count times the
-  launch overhead) that the GPU work does not hide: the host enqueues kernels
-  while earlier ones run, so only max(0, launch time - GPU compute time)
-  adds to the batch;
-- h2d_batch: X and Y copied (two copies: latency + bytes / bandwidth each),
-  zero when the data is resident;
-- d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only);
-- allreduce: host MPI (alpha-beta, ring: 2(p-1) alpha + 2(p-1)/p n / bw) or
-  NCCL (alpha + 2(p-1)/p n / bw); zero on one process;
-- tracing (traced runs only): the GPU time of the CUDA events the tracer
-  records at every phase boundary (events x trace_event_s).
+- kernel_gaps: the GPU's idle time between consecutive kernels (one per
+  kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay);
+- launches (eager): the host time to launch the step's kernels (kernels
+  times launch_overhead_s, plus the tracer's host time per phase) that the
+  GPU work does not hide: the host enqueues kernels while earlier ones run,
+  so only max(0, host time - GPU time) adds to the batch;
+- graph_launch (graph): the same for one cudaGraphLaunch per graph segment
+  (one step; the staged scheme is two segments around the host allreduce);
+- tracing (traced runs): the GPU time of the tracer's CUDA events (one per
+  recorded phase eager, one per segment in graph mode);
+- h2d_batch: X and Y copied (latency + bytes / bandwidth each), the node's
+  aggregate bandwidth shared by the ranks copying at once; 0 when resident;
+- d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
+  the same way;
+- allreduce: host MPI or NCCL: interpolated in the machine's measured
+  allreduce table for this process count where it has one, else the ring
+  model (MPI 2(p-1) alpha + 2(p-1)/p n / bw, NCCL alpha + 2(p-1)/p n / bw);
+  with `overlap`, only the part the backward pass does not hide (below);
+- rank_wait: the calibrated wait for the slowest rank at the collective
+  (arrival jitter of equal ranks; imbalance of unequal pieces is already in
+  the slowest rank's own terms); 0 on one process.
 
-The total is their sum (copies, communication and compute serialised, as the
+Overlap (gradient allreduce started per layer as each gradient is written,
+the first layer's split into buckets of bucket_bytes) is a two-stage
+pipeline on one communication stream: bucket i's communication starts when
+its gradient is written and the previous bucket's communication is done,
+end_i = max(end_{i-1}, written_i) + comm_i. What adds to the batch is the
+exposed remainder end_last - (end of the backward pass); in steady state
+each bucket costs max(compute, communication). Not modelled: the slowdown
+of compute kernels sharing SMs with the communication kernels.
+
+The total is the sum (copies, communication and compute serialised, as the
 trainer runs them); the overlapped lower bound is the max of the compute
-(gemm + elementwise + launches) and the copy/communication terms.
+terms and the copy/communication terms.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
-from .costs import batch_counts, itemsize as itemsize_of, op_cost, pieces, step_ops
+from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, op_cost, pieces, row_blocks, step_kernels
 from .machine import Machine
 
-TERMS = ("gemm", "elementwise", "launches", "h2d_batch", "d2h_grad", "allreduce", "h2d_grad", "tracing")
+TERMS = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "graph_launch", "tracing",
+         "d2h_grad", "allreduce", "rank_wait", "h2d_grad")
+# The trace phase group (perfmlp/trace/format.py PHASE_TERMS' values) that
+# measures each term: a test holds the groups equal to the trace's.
+TERM_GROUP = {"h2d_batch": "h2d_batch", "gemm": "compute", "elementwise": "compute", "kernel_gaps": "compute",
+              "launches": "compute", "graph_launch": "compute", "tracing": "compute", "d2h_grad": "d2h_grad",
+              "allreduce": "allreduce", "rank_wait": "allreduce", "h2d_grad": "h2d_grad"}
+GROUPS = tuple(dict.fromkeys(TERM_GROUP.values()))
+EXECS = ("eager", "graph")
+COMPUTE_TERMS = tuple(t for t in TERMS if TERM_GROUP[t] == "compute")
+
+
+def resolve_exec(exec_mode: str) -> str:
+    """The execution mode the model predicts: `auto` is predicted as eager
+    (the trace says which ran where the trainer records it)."""
+    return "eager" if exec_mode in (None, "auto") else exec_mode
 
 
 def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> int:
@@ -37,11 +73,17 @@ def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> i
     the first three, and of all five with nccl), and h2d unless the data is
     resident, d2h and h2d_grad with mpi-staged (perfmlp/trace/format.py:
     batch_phases; a test holds the two equal)."""
-    if exec_mode == "graph":
+    if resolve_exec(exec_mode) == "graph":
         step = 1 if comm == "nccl" else 3
     else:
         step = 5
     return step + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
+
+
+def graph_segments(comm: str) -> int:
+    """Graphs replayed per step: one (with the staged scheme, forward to
+    backward; the exchange and the one update kernel then run eagerly)."""
+    return 1
 
 
 @dataclass(frozen=True)
@@ -53,6 +95,14 @@ class Prediction:
     flops_job: int
     bytes_copied_per_rank: int
     machine: str
+    detail: dict = field(default_factory=dict)   # host and GPU time of the step, kernels, buckets, hidden comm
+
+    def groups(self) -> dict[str, float]:
+        """The terms summed into the trace's phase groups (seconds)."""
+        out = dict.fromkeys(GROUPS, 0.0)
+        for term, s in self.terms.items():
+            out[TERM_GROUP[term]] += s
+        return out
 
 
 def staging_memory(batch_transfer: str) -> str:
@@ -68,54 +118,267 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
     return (2 * (procs - 1) * alpha_s if steps_alpha else alpha_s) + f * nbytes / bw_bytes_per_s
 
 
+def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int) -> float:
+    """One allreduce of nbytes over procs ranks: the measured table (log-log
+    interpolation between the two nearest sizes; beyond the table, the
+    nearest point scaled by the ring model's ratio) else the ring model."""
+    if procs <= 1 or nbytes <= 0:
+        return 0.0
+    kind = "nccl" if comm == "nccl" else "mpi"
+    alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == "nccl" else \
+        (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
+    ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == "mpi")  # noqa: E731
+    pts = machine.allreduce_points(kind, procs)
+    if not pts:
+        return ring(nbytes)
+    if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
+        n0, s0 = pts[0] if nbytes <= pts[0][0] else pts[-1]
+        return s0 * ring(nbytes) / ring(n0)
+    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
+        if n0 <= nbytes <= n1:
+            f = math.log(nbytes / n0) / math.log(n1 / n0)
+            return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
+    raise AssertionError("unreachable")
+
+
+def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
+    """The communication of one gradient buffer (or bucket) of nbytes:
+    d2h_grad, allreduce, h2d_grad (the staged scheme's copies shared by the
+    ranks copying at once)."""
+    out = {"d2h_grad": 0.0, "allreduce": 0.0, "h2d_grad": 0.0}
+    if comm == "mpi-staged":
+        mem = staging_memory(batch_transfer)
+        out["d2h_grad"] = machine.copy_s("d2h", mem, nbytes, sharing=procs)
+        out["h2d_grad"] = machine.copy_s("h2d", mem, nbytes, sharing=procs)
+    if comm in ("mpi-staged", "mpi", "nccl"):
+        out["allreduce"] = allreduce_s(machine, comm, nbytes, procs)
+    return out
+
+
+def gradient_buckets(layer_sizes, itemsize: int, bucket_bytes: int) -> list[int]:
+    """Elements of each allreduce the overlapped exchange starts, in order
+    (perfmlp/mlp.py Network.backward): every weight gradient from the top
+    down in row blocks of at most bucket_bytes (costs.row_blocks), and all
+    biases with the loss slot as one piece once the last bias gradient is
+    written (before the first layer's weight gradient)."""
+    L = len(layer_sizes) - 1
+    tail = sum(layer_sizes[1:]) + LOSS_SLOTS
+    out = []
+    for l in range(L, 0, -1):
+        out += [(r1 - r0) * layer_sizes[l - 1] for r0, r1 in row_blocks(layer_sizes[l], layer_sizes[l - 1],
+                                                                        itemsize, bucket_bytes)]
+        if l == min(2, L):
+            out.append(tail)
+    return out
+
+
+def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
+    """(compute_s, comm_s) per stage, in order: a stage's communication starts
+    when its compute is done and the previous communication has finished.
+    Returns (end of the compute, end of the last communication)."""
+    t_compute = t_comm = 0.0
+    for c, m in stages:
+        t_compute += c
+        t_comm = max(t_comm, t_compute) + m
+    return t_compute, max(t_comm, t_compute)
+
+
+def _kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str) -> float:
+    """GPU time of one kernel (its operations priced one by one)."""
+    t = 0.0
+    for name, shape in kernel:
+        flops, nbytes = op_cost(name, shape, itemsize)
+        if name == "gemm":
+            t += flops / machine.gemm_rate(*shape, precision, kernel=gemm)
+        else:
+            t += nbytes / machine.mem_bw_bytes_per_s
+    return t
+
+
+def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm):
+    """(compute, communication) of each piece of the overlapped exchange: the
+    backward kernels (costs.step_kernels with the row-block GEMMs) are cut
+    where the trainer starts each piece's allreduce (gradient_buckets)."""
+    L = len(layer_sizes) - 1
+    kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize)["backward"])
+    stages, acc = [], 0.0
+
+    def run(n=1):
+        nonlocal acc
+        for _ in range(n):
+            acc += _kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
+
+    pieces_ = iter(gradient_buckets(layer_sizes, itemsize, bucket_bytes))
+    for l in range(L, 0, -1):
+        for _ in row_blocks(layer_sizes[l], layer_sizes[l - 1], itemsize, bucket_bytes):
+            run()
+            stages.append((acc, bucket_comm(itemsize * next(pieces_))))
+            acc = 0.0
+        if l == L:
+            run()          # the output layer's bias row sum
+        if l > 1:
+            run(2)         # dA = W^T delta, and the sigmoid gradient with the layer below's bias gradient
+        if l == min(2, L):
+            stages.append((acc, bucket_comm(itemsize * next(pieces_))))
+            acc = 0.0
+    return stages
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing the host issues in a step, for the host/GPU timeline.
+    gpu_s: time on the GPU stream; host_s: host time to issue it (or, for a
+    host-only item, the work itself); blocking: the host waits until the
+    stream has finished it (a pageable copy, a synchronisation)."""
+    gpu_s: float
+    host_s: float
+    blocking: bool = False
+    host_only: bool = False   # runs on the host after the stream is idle (MPI on host buffers)
+
+
+def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
+    """Steady time per batch of a host issuing `items` batch after batch to
+    one GPU stream: the stream starts an item when it is issued and the
+    previous one is done; the host waits on blocking and host-only items.
+    The difference between the GPU finishing the last two simulated batches."""
+    th = tg = 0.0
+    ends = []
+    for _ in range(batches):
+        for it in items:
+            if it.host_only:
+                th = max(th, tg) + it.host_s
+                tg = th
+                continue
+            th += it.host_s
+            tg = max(th, tg) + it.gpu_s
+            if it.blocking:
+                th = tg
+        ends.append(max(tg, th))
+    return ends[-1] - ends[-2]
+
+
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-                  comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False) -> Prediction:
-    """Predicted time per batch. `traced`: the run has perfmlp's tracer on
-    (its host time per operation is the machine's traced_launch_overhead_s
-    where the file has one)."""
-    itemsize = itemsize_of(precision)
+                  comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False,
+                  exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = 1 << 20,
+                  gemm: str = "cublas") -> Prediction:
+    """Predicted time per batch. `traced`: the run has perfmlp's tracer on;
+    `exec_mode`: eager or graph (auto: eager); `overlap`: the gradient
+    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel.
+
+    launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
+    adds to the sum of the other terms: where the step synchronises (a
+    pageable copy, the staged gradients) the stream starts empty and waits
+    for the host's launches until the host is ahead again; without a
+    synchronisation only the host's excess over the GPU time shows."""
+    exec_mode = resolve_exec(exec_mode)
+    if exec_mode not in EXECS:
+        raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
+    isz = itemsize_of(precision)
     b = max(pieces(batch, procs))
-    counts = batch_counts(layer_sizes, b, itemsize, comm, batch_transfer)
-    gemm_s = elem_s = 0.0
-    n_ops = 0
-    for phase, ops in step_ops(layer_sizes, b).items():
-        for name, shape in ops:
-            n_ops += 1
-            flops, nbytes = op_cost(name, shape, itemsize)
-            if name == "gemm":
-                gemm_s += flops / machine.gemm_rate(*shape, precision)
-            else:
-                elem_s += nbytes / machine.mem_bw_bytes_per_s
+    split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
+    counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split)
+    graph = exec_mode == "graph"
+    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
-    terms["gemm"], terms["elementwise"] = gemm_s, elem_s
-    per_op = machine.traced_launch_overhead_s if traced and machine.traced_launch_overhead_s else \
-        machine.launch_overhead_s
-    host_s = n_ops * per_op
+    phase_kernels: dict[str, list[float]] = {}
+    n_kernels = 0
+    for phase, kernels in step_kernels(layer_sizes, b, split, isz).items():
+        phase_kernels[phase] = []
+        for kernel in kernels:
+            n_kernels += 1
+            t = 0.0
+            for name, shape in kernel:
+                k = _kernel_s(machine, ((name, shape),), isz, precision, gemm)
+                terms["gemm" if name == "gemm" else "elementwise"] += k
+                t += k
+            phase_kernels[phase].append(t + gap)
+    terms["kernel_gaps"] = n_kernels * gap
+    copies = []
     if batch_transfer != "resident":
         mem = "pinned" if batch_transfer == "pinned" else "pageable"
         D, C = layer_sizes[0], layer_sizes[-1]
-        terms["h2d_batch"] = machine.copy_s("h2d", mem, itemsize * b * D) + machine.copy_s("h2d", mem, itemsize * b * C)
+        copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
+        terms["h2d_batch"] = sum(copies)
     g = counts.bytes_mpi or counts.bytes_nccl
-    if comm == "mpi-staged":
-        mem = staging_memory(batch_transfer)
-        terms["d2h_grad"] = machine.copy_s("d2h", mem, g)
-        terms["h2d_grad"] = machine.copy_s("h2d", mem, g)
-    if comm in ("mpi-staged", "mpi"):
-        terms["allreduce"] = ring_allreduce_s(g, procs, machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
-    elif comm == "nccl":
-        terms["allreduce"] = ring_allreduce_s(g, procs, machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s, steps_alpha=False)
-    # Without a synchronisation in the step (resident data, NCCL) the host
-    # enqueues the next step while the GPU runs this one: the launches hide
-    # behind everything the GPU does. Otherwise only behind the compute.
-    hidden_by = gemm_s + elem_s
-    if batch_transfer == "resident" and comm == "nccl":
-        hidden_by += terms["allreduce"]
-    terms["launches"] = max(0.0, host_s - hidden_by)
-    if traced and machine.trace_event_s and comm != "mpi":
-        terms["tracing"] = traced_phases(comm, batch_transfer) * machine.trace_event_s
+    detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
+    if overlap:
+        buckets = gradient_buckets(layer_sizes, isz, bucket_bytes)
+        bucket_comm = lambda n: sum(comm_s(machine, comm, n, procs, batch_transfer).values())  # noqa: E731
+        stages = _backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm)
+        t_compute, t_end = overlap_pipeline(stages)
+        exposed = t_end - t_compute
+        total_comm = sum(m for _, m in stages)
+        terms["allreduce"] = exposed  # the staged copies ride in the buckets: their exposed part is here too
+        detail.update(buckets=len(buckets), comm_s=total_comm, hidden_comm_s=total_comm - exposed)
+    else:
+        terms.update(comm_s(machine, comm, g, procs, batch_transfer))
+    if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):
+        terms["rank_wait"] = machine.wait_s(procs)
+    # the tracer: a CUDA event (GPU time) and host time at the end of each recorded phase
+    traced = traced and comm != "mpi"
+    ev_gpu = machine.trace_event_s if traced else 0.0
+    per_kernel = machine.launch_overhead_s
+    if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
+        per_kernel = machine.traced_launch_overhead_s  # older files: the tracer's host time per kernel
+    ev_host = machine.trace_phase_host_s if traced else 0.0
+    terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
+    items = _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel,
+                        ev_gpu, ev_host, traced)
+    host_s = sum(it.host_s for it in items if not it.host_only)
+    sim = timeline_batch_s(items)
+    rest = sum(terms.values())
+    terms["graph_launch" if graph else "launches"] = max(0.0, sim - rest)
+    gpu_s = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"]
+    detail.update(host_s=host_s, gpu_compute_s=gpu_s, timeline_s=sim)
     total = sum(terms.values())
-    compute = terms["gemm"] + terms["elementwise"] + terms["launches"]
+    compute = sum(terms[t] for t in COMPUTE_TERMS)
     overlapped = max(compute, total - compute)
-    job = sum(batch_counts(layer_sizes, p, itemsize, comm, batch_transfer).flops_total
-              for p in pieces(batch, procs))
-    return Prediction(terms, total, overlapped, counts.flops_total, job, counts.bytes_copied, machine.name)
+    job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
+    return Prediction(terms, total, overlapped, counts.flops_total, job, counts.bytes_copied, machine.name, detail)
+
+
+def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
+                traced) -> list[Item]:
+    """One batch as the host issues it: the batch copies, the compute phases'
+    kernels (or graph replays), the gradient exchange, the update, and the
+    tracer's event at the end of each phase it records."""
+    items: list[Item] = []
+    pageable = batch_transfer == "pageable"
+
+    def event():
+        if traced:
+            items.append(Item(ev_gpu, ev_host))
+
+    def segment(phases, replay=graph):
+        if replay:
+            items.append(Item(sum(sum(phase_kernels[p]) for p in phases), machine.graph_launch_s))
+            event()
+        else:
+            for p in phases:
+                items.extend(Item(t, per_kernel) for t in phase_kernels[p])
+                event()
+
+    # a copy's host call costs about one launch; its latency and transfer are GPU time
+    for c in copies:
+        items.append(Item(c, per_kernel, blocking=pageable))
+    if copies:
+        event()
+    if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
+        gpu = sum(sum(k) for k in phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
+        items.append(Item(gpu + ev_gpu * traced, machine.graph_launch_s + ev_host * traced))
+        return items
+    segment(("forward", "loss", "backward"))
+    wait = terms["rank_wait"]
+    if comm == "mpi-staged":
+        staged_pageable = staging_memory(batch_transfer) == "pageable"
+        items.append(Item(terms["d2h_grad"], per_kernel, blocking=True))   # then the stream is synchronised
+        event()
+        items.append(Item(0.0, terms["allreduce"] + wait, host_only=True))
+        event()
+        items.append(Item(terms["h2d_grad"], per_kernel, blocking=staged_pageable))
+        event()
+    elif comm == "nccl":
+        items.append(Item(terms["allreduce"] + wait, per_kernel))
+        event()
+    segment(("update",), replay=False)  # one kernel, launched after the exchange in both modes
+    return items

@@ -19,11 +19,13 @@ def pcie_bw(machine: Machine, batch_transfer: str) -> float:
 
 
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-            comm: str = "mpi-staged", batch_transfer: str = "pageable") -> dict:
+            comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
+            overlap: bool = False, bucket_bytes: int = 1 << 20, gemm: str = "cublas", traced: bool = False) -> dict:
     itemsize = itemsize_of(precision)
     per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer) for b in pieces(batch, procs)]
     big = per[0]  # the largest piece (the first ranks get the extra sample)
-    pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer)
+    pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced=traced,
+                         exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
     P = machine.peak_flops_per_s(precision)
     bw = pcie_bw(machine, batch_transfer)
     ai = big.flops_total / big.bytes_copied if big.bytes_copied else math.inf
@@ -35,7 +37,8 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
         "schema": SCHEMA,
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
-                   "comm": comm, "batch_transfer": batch_transfer},
+                   "comm": comm, "batch_transfer": batch_transfer, "exec": pred.detail["exec"],
+                   "overlap": overlap, "bucket_bytes": bucket_bytes, "gemm": gemm, "traced": traced},
         "counts": {
             "per_rank": {"b": big.b, "flops": big.flops, "flops_total": big.flops_total,
                          "operations": big.operations, "kernels": big.kernels, "mem_bytes": big.mem_bytes,
@@ -55,6 +58,8 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
         },
         "prediction": {
             "terms_s": pred.terms,
+            "groups_s": pred.groups(),
+            "detail": pred.detail,
             "total_s": pred.total_s,
             "overlapped_s": pred.overlapped_s,
             "staging_memory": staging_memory(batch_transfer) if comm == "mpi-staged" else None,

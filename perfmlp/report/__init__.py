@@ -23,13 +23,14 @@ from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
                        section_runs, section_scaling)
 from .study import Study, load_study
+from .validation import section_validation
 
 
 def sections_of(a: Analysis) -> list:
     """The report's sections, in order."""
     out = [section_runs(a), section_q2_1(a)]
     if a.gpu_runs:
-        out += [section_modes(a), section_q2_2(a), section_model(a), section_scaling(a)]
+        out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a), section_scaling(a)]
     else:
         out.append(section_no_gpu(a))
     out.append(section_phases(a))

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
-from ..model.predict import Prediction, predict_batch
+from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
 from ..trace.format import PHASE_TERMS, PHASES
 from ..trace.reader import Run
 from .study import Study
@@ -168,8 +168,14 @@ def predicted_terms(pred: Prediction) -> dict[str, float]:
     """The model's terms (seconds) summed into the report's (ms)."""
     terms = dict.fromkeys(TERMS, 0.0)
     for term, s in pred.terms.items():
-        terms[term if term in terms else COMPUTE] += s
+        terms[TERM_GROUP.get(term, COMPUTE)] += s
     return {k: v * 1e3 for k, v in terms.items()}
+
+
+def exec_of(run: Run) -> str:
+    """The execution mode that ran: the manifest's record, else the
+    configuration's (`auto` predicted as eager)."""
+    return resolve_exec(run.manifest.get("exec") or run.config.get("exec", "auto"))
 
 
 def _endings(run: Run) -> tuple[tuple[int, str], ...]:
@@ -203,8 +209,11 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     def predict(m: Machine | None) -> Prediction | None:
         if m is None or not gpu:  # the machine files describe GPUs
             return None
+        gemm = c.get("gemm", "cublas")
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
-                             c["batch_transfer"], traced=True)
+                             c["batch_transfer"], traced=True, exec_mode=exec_of(run),
+                             overlap=bool(c.get("overlap", False)), bucket_bytes=int(c.get("bucket_bytes", 1 << 20)),
+                             gemm=gemm if m.has_gemm_kernel(gemm) else "cublas")
 
     def util(m: Machine | None) -> float | None:
         if m is None or not gpu:

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..model.costs import batch_counts, itemsize, reference_approx
 from ..model.roofline import modified_roofline
+from ..trace.reader import STEADY_RULE
 from .analysis import TERMS, Analysis, RunSummary, predicted_terms
 from .figures import measured_vs_predicted, phases, roofline, scaling
 
@@ -83,8 +84,8 @@ def in_q2_2(a: Analysis, s: RunSummary) -> bool:
 def section_runs(a: Analysis) -> Section:
     ds, cal = a.machines.datasheet, a.machines.calibrated
     s = Section("Runs")
-    s.paragraphs.append(f"{len(a.runs)} runs read. Time per batch is the median over the steady batches (the first "
-                        f"batch of a run, which compiles kernels, is left out) of the slowest rank's CUDA-event "
+    s.paragraphs.append(f"{len(a.runs)} runs read. Time per batch is the median over the steady batches ({STEADY_RULE}) "
+                        f"of the slowest rank's CUDA-event "
                         f"time (host clock on the CPU). Utilisation is the job's FLOPs per second over "
                         f"p x {ds.name} fp32/fp64 peak ({ds.peak_flops_per_s_float32 / 1e12:.1f} TFLOP/s fp32, "
                         f"datasheet).")

@@ -16,7 +16,11 @@ from pathlib import Path
 
 from .format import BATCH_KEYS, MANIFEST, SCHEMA
 
-WARMUP_BATCHES = 1  # the first batch of the first epoch: JIT compilation, allocations
+WARMUP_BATCHES = 1  # left out at the start of every epoch (the rule: STEADY_RULE)
+STEADY_RULE = (f"the first {WARMUP_BATCHES} batch(es) of every epoch are left out (the run's first compiles "
+               "kernels and allocates; later epochs start after the held-out evaluation, with the tracer's event "
+               "chain restarted, as perfmlp.train's own steady window does), and so are batches some rank did not "
+               "finish; a run whose epochs hold no other batch keeps every batch but the run's first")
 
 
 class TraceError(ValueError):
@@ -99,15 +103,16 @@ class Run:
 
     # -- per batch ---------------------------------------------------------------------
     def steady_batches(self) -> dict[tuple[int, int], dict[int, dict]]:
-        """(epoch, batch) -> {rank: record}, without the warm-up batch, only
-        batches that every rank finished."""
-        out: dict = {}
+        """(epoch, batch) -> {rank: record} of the steady batches (STEADY_RULE)."""
+        every: dict = {}
         for r, rt in self.ranks.items():
             for b in rt.batches:
-                if b["epoch"] == 0 and b["batch"] < WARMUP_BATCHES:
-                    continue
-                out.setdefault((b["epoch"], b["batch"]), {})[r] = b
-        return {k: v for k, v in out.items() if len(v) == len(self.ranks)}
+                every.setdefault((b["epoch"], b["batch"]), {})[r] = b
+        done = {k: v for k, v in every.items() if len(v) == len(self.ranks)}
+        steady = {k: v for k, v in done.items() if k[1] >= WARMUP_BATCHES}
+        if steady:
+            return steady
+        return {k: v for k, v in done.items() if not (k[0] == 0 and k[1] < WARMUP_BATCHES)}
 
     def batch_time_ms(self, rec: dict) -> float:
         return rec.get("t_ms_total") or rec["wall_ms"]

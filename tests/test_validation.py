@@ -1,0 +1,221 @@
+"""Issue 13 and the model part of issue 11: execution modes, overlap, the
+host/GPU timeline, the new machine terms, the what-if, the sweep's blind
+predictions and repeats, and the report's validation section."""
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from perfmlp.model.costs import grad_buffer_bytes
+from perfmlp.model.machine import MachineError, load_machine, machine_from_mapping
+from perfmlp.model.predict import (GROUPS, TERM_GROUP, Item, allreduce_s, gradient_buckets, overlap_pipeline,
+                                   predict_batch, timeline_batch_s)
+from perfmlp.trace.format import PHASE_TERMS
+
+from conftest import ROOT
+
+BASE = ROOT / "traces" / "h200-x4" / "modes-h512-b3200-p1-float32-pageable-mpi-staged-cublas"
+needs_traces = pytest.mark.skipif(not BASE.exists(), reason="committed traces absent")
+
+
+def machine(**extra):
+    """A machine whose GPU work is negligible (1e18 FLOP/s, 1e18 B/s) and
+    whose host takes 10 us per launch."""
+    values = {"name": "toy", "source": "test", "peak_flops_per_s_float32": 1e18, "peak_flops_per_s_float64": 1e18,
+              "mem_bw_bytes_per_s": 1e18, "h2d_pageable_bytes_per_s": 1e9, "h2d_pinned_bytes_per_s": 1e10,
+              "d2h_pageable_bytes_per_s": 1e9, "d2h_pinned_bytes_per_s": 1e10, "copy_latency_s": 0.0,
+              "launch_overhead_s": 10e-6, "mpi_alpha_s": 1e-6, "mpi_bw_bytes_per_s": 1e9, "nccl_alpha_s": 1e-5,
+              "nccl_bw_bytes_per_s": 1e11, **extra}
+    return machine_from_mapping(values, "toy.yaml")
+
+
+def test_the_models_groups_are_the_traces_phase_terms():
+    assert set(TERM_GROUP.values()) == set(PHASE_TERMS.values()) == set(GROUPS)
+
+
+def test_launches_count_kernels_and_a_graph_has_none():
+    m = machine(graph_launch_s=4e-6)
+    eager = predict_batch(m, (784, 512, 10), 100, 1, comm="nccl", batch_transfer="resident")
+    # no synchronisation: host-bound at 11 kernels + the NCCL call, 12 x 10 us = 120 us a step
+    assert eager.detail["kernels"] == 11
+    assert math.isclose(eager.terms["launches"], 120e-6, rel_tol=1e-3)
+    graph = predict_batch(m, (784, 512, 10), 100, 1, comm="nccl", batch_transfer="resident", exec_mode="graph")
+    # one replay (NCCL inside it): 4 us of host a step, no per-kernel launches
+    assert graph.terms["launches"] == 0 and math.isclose(graph.terms["graph_launch"], 4e-6, rel_tol=1e-3)
+    staged = predict_batch(m, (784, 512, 10), 100, 1, comm="mpi-staged", batch_transfer="resident",
+                           exec_mode="graph")
+    assert staged.detail["exec"] == "graph" and staged.terms["launches"] == 0
+
+
+def test_a_blocking_item_exposes_the_hosts_launches():
+    free = [Item(10.0, 1.0), Item(1.0, 5.0)]
+    assert timeline_batch_s(free) == 11.0  # max(host 1 + 5, GPU 10 + 1)
+    # the host waits for the first item: issue 1 + GPU 10, then issue 5 (the GPU idles) = 16
+    assert timeline_batch_s([Item(10.0, 1.0, blocking=True), Item(1.0, 5.0)]) == 16.0
+    # a host-only item (MPI on host buffers) after the stream drains: 1 + 10 + 3 (+ 5 issuing, GPU 1 hidden) = 19
+    assert timeline_batch_s([Item(10.0, 1.0), Item(0.0, 3.0, host_only=True), Item(1.0, 5.0)]) == 19.0
+
+
+def test_overlap_pipeline_and_buckets():
+    # compute 2 per stage, comm 3 per stage: comm ends at 5, 8, 11; compute at 6 -> 5 exposed
+    assert overlap_pipeline([(2, 3), (2, 3), (2, 3)]) == (6, 11)
+    assert overlap_pipeline([(5, 1), (5, 1)]) == (10, 11)  # only the last bucket's comm shows
+    # 784-512-10 fp32, 1 MiB buckets (elements, in the trainer's order): W2 (10 x 512) whole; the biases
+    # and the loss slot (512 + 10 + 1) once db1 is written; W1 (512 x 784, 334 rows fit in 1 MiB) in 2 blocks
+    b = gradient_buckets((784, 512, 10), 4, 1 << 20)
+    assert b == [5120, 523, 256 * 784, 256 * 784]
+    assert 4 * sum(b) == grad_buffer_bytes((784, 512, 10), 4)
+    m = load_machine("h200-calibrated")
+    kw = dict(layer_sizes=(784, 1024, 1024, 1024, 10), batch=3200, procs=2, comm="nccl", batch_transfer="resident")
+    plain, over = predict_batch(m, **kw), predict_batch(m, **kw, overlap=True, bucket_bytes=1 << 20)
+    assert 0 < over.terms["allreduce"] < plain.terms["allreduce"]
+    # the weight-gradient GEMMs run in row blocks: the same FLOPs, priced at the blocks' shapes
+    assert over.detail["hidden_comm_s"] > 0 and over.flops_per_rank == plain.flops_per_rank
+    # more buckets pay more latency: one byte per bucket is worse than the plain allreduce
+    assert predict_batch(m, **kw, overlap=True, bucket_bytes=4096).terms["allreduce"] > plain.terms["allreduce"]
+
+
+def test_shared_copies_wait_and_allreduce_table():
+    m = machine(h2d_pinned_aggregate_bytes_per_s=2e10,
+                allreduce_s=[{"comm": "mpi", "procs": 2, "bytes": 1000, "s": 1e-5},
+                             {"comm": "mpi", "procs": 2, "bytes": 4000, "s": 4e-5}],
+                collective_wait_s=[{"procs": 2, "s": 2e-6}, {"procs": 4, "s": 6e-6}])
+    # own 10 GB/s; 4 ranks share 20 GB/s -> 5 GB/s each; 2 ranks -> min(10, 10) = 10
+    assert m.shared_copy_bw("h2d", "pinned", 4) == 5e9 and m.shared_copy_bw("h2d", "pinned", 2) == 1e10
+    assert math.isclose(allreduce_s(m, "mpi-staged", 2000, 2), 2e-5)  # log-log between points of t = n * 1e-8
+    # beyond the table: the last point scaled by the ring model, 4e-5 * (2 us + 8 us) / (2 us + 4 us) = 6.67e-5
+    assert math.isclose(allreduce_s(m, "mpi", 8000, 2), 4e-5 * 10 / 6)
+    assert allreduce_s(m, "nccl", 2000, 2) == pytest.approx(1e-5 + 2000 / 1e11)  # no NCCL points: the ring
+    assert m.wait_s(1) == 0 and m.wait_s(3) == pytest.approx(4e-6) and m.wait_s(8) == 6e-6
+    with pytest.raises(MachineError, match="toy.yaml: allreduce_s\\[0\\] comm"):
+        machine(allreduce_s=[{"comm": "gloo", "procs": 2, "bytes": 1, "s": 1.0}])
+    with pytest.raises(MachineError, match="gemm_flops_per_s\\[0\\] kernel"):
+        machine(gemm_flops_per_s=[{"m": 1, "n": 1, "k": 1, "precision": "float32", "flops_per_s": 1, "kernel": "x"}])
+
+
+def test_reference_kernels_use_their_own_rates():
+    rows = [{"m": 512, "n": 3200, "k": 784, "precision": "float32", "flops_per_s": 3e13},
+            {"m": 512, "n": 3200, "k": 784, "precision": "float32", "flops_per_s": 1e12, "kernel": "naive"}]
+    m = machine(gemm_flops_per_s=rows)
+    assert m.gemm_rate(512, 3200, 784, "float32") == 3e13
+    assert m.gemm_rate(512, 3200, 784, "float32", kernel="naive") == 1e12
+    assert m.gemm_rate(512, 3200, 784, "float32", kernel="tiled") == 1e18  # not calibrated: the peak
+
+
+def test_model_command_takes_exec_and_overlap():
+    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", "h200-calibrated", "--exec", "graph",
+                        "--procs", "2", "--comm", "nccl", "--batch-transfer", "resident", "--overlap",
+                        "--bucket-bytes", "500000", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["config"]["exec"] == "graph" and s["config"]["overlap"] and s["prediction"]["terms_s"]["launches"] == 0
+    # W2 whole, the biases with the loss slot, W1 in 4 row blocks (159 rows of 3,136 B fit in 500,000)
+    assert s["prediction"]["detail"]["buckets"] == 1 + 1 + 4
+    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--bucket-bytes", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bucket-bytes" in r.stderr
+
+
+# ---- what-if ---------------------------------------------------------------------------
+
+@needs_traces
+def test_whatif_without_a_change_is_the_measurement():
+    from perfmlp.trace.reader import read_run
+    from perfmlp.whatif import what_if
+    run = read_run(BASE)
+    w = what_if(run, load_machine("h200-calibrated"), {})
+    assert w.changed == () and math.isclose(w.total_ms, w.measured_ms)
+
+
+@needs_traces
+def test_whatif_replaces_only_the_affected_terms():
+    from perfmlp.trace.reader import read_run
+    from perfmlp.whatif import what_if
+    run = read_run(BASE)
+    m = load_machine("h200-calibrated")
+    w = what_if(run, m, {"batch_transfer": "resident", "comm": "nccl"})
+    assert w.groups_ms["h2d_batch"] == 0 and w.groups_ms["d2h_grad"] == 0 and w.groups_ms["h2d_grad"] == 0
+    # compute: the GEMMs are unchanged; the tracer's events (8 -> 5) and the launches the pageable copy's
+    # synchronisation exposed are: the measurement with those two terms replaced
+    assert "gemm" not in w.changed_terms and {"tracing", "launches"} <= set(w.changed_terms)
+    p0, p1 = w.predicted_before.terms, w.predicted_after.terms
+    assert p1["tracing"] == pytest.approx(p0["tracing"] - 3 * m.trace_event_s)
+    assert w.groups_ms["compute"] == pytest.approx(
+        w.measured_groups_ms["compute"] + 1e3 * sum(p1[t] - p0[t] for t in ("tracing", "launches")))
+    # against the measured resident + NCCL run of the same size (0.230 ms): within 25%
+    assert 0.75 < w.total_ms / 0.230 < 1.25
+    g = what_if(run, m, {"exec": "graph"}, procs=4)
+    assert g.after.procs == 4 and g.after.exec_mode == "graph" and "gemm" in g.changed_terms
+
+
+@needs_traces
+def test_whatif_command_and_its_errors():
+    cmd = [sys.executable, "-m", "perfmlp.whatif", str(BASE)]
+    r = subprocess.run(cmd + ["--set", "comm=nccl", "--set", "batch_transfer=pinned", "--set", "exec=graph",
+                              "--procs", "4", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["after"]["procs"] == 4 and "h2d_batch" in out["changed"] and out["predicted_ms"] > 0
+    for bad, word in ((["--set", "colour=red"], "colour"), (["--set", "comm=smoke"], "comm"),
+                      (["--procs", "0"], "--procs")):
+        r = subprocess.run(cmd + bad, capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "perfmlp.whatif", "/nonexistent/run"], capture_output=True, text=True)
+    assert r.returncode == 2 and "/nonexistent/run" in r.stderr
+
+
+# ---- sweep: repeats, windows, blind predictions -------------------------------------------
+
+def test_sweep_repeats_windows_and_predictions(tmp_path):
+    from perfmlp.errors import PerfmlpError
+    from perfmlp.sweep import expand, write_predictions
+    spec = {"name": "v", "base": {"data": "synthetic", "hidden_sizes": [8], "batch_size": 50, "epochs": 2},
+            "matrix": {"procs": [1, 2]}, "repeats": 3, "min_steady_batches": 20}
+    runs = expand(spec, "v.yaml")
+    assert len(runs) == 6 and len({r.run_id for r in runs}) == 6
+    assert [r.repeat for r in runs] == [1, 1, 2, 2, 3, 3]  # every configuration once, then again
+    assert runs[0].run_id.split("-")[-2] == "r1"
+    # 20 steady over 2 epochs: 10 a epoch + its first batch = 11 batches of 50 = 550 samples
+    assert runs[0].config.n_train == 550
+    with pytest.raises(PerfmlpError, match="repeats must be a positive integer"):
+        expand({**spec, "repeats": 0}, "v.yaml")
+    f = tmp_path / "predictions.json"
+    assert write_predictions(f, "h200-calibrated", runs[:2]) == 2
+    first = json.loads(f.read_text())["runs"][runs[0].run_id]
+    assert write_predictions(f, "h200-calibrated", runs) == 4  # only the new ones
+    assert json.loads(f.read_text())["runs"][runs[0].run_id] == first  # never rewritten
+    with pytest.raises(PerfmlpError, match="another machine file"):
+        write_predictions(f, "h200", [*runs, *expand({**spec, "name": "w"}, "w.yaml")])
+
+
+# ---- the report's validation section ----------------------------------------------------------
+
+@needs_traces
+def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation import blind_status, section_validation
+    from perfmlp.trace.reader import read_traces
+    src = ROOT / "traces" / "h200-x4"
+    names = ["modes-h512-b3200-p1-float32-resident-nccl-cublas", "q2_2-h512-b3200-p1-float32-resident-nccl-cublas",
+             "modes-h512-b3200-p1-float32-pageable-mpi-staged-cublas"]
+    for n in names:
+        shutil.copytree(src / n, tmp_path / n)
+    m = load_machine("h200-calibrated")
+    pred = predict_batch(m, (784, 512, 10), 3200, 1, comm="nccl", batch_transfer="resident", traced=True)
+    entry = {"total_s": pred.total_s, "groups_s": pred.groups()}
+    (tmp_path / "predictions.json").write_text(json.dumps({"schema": "perfmlp.predictions/1", "machine": {}, "runs": {
+        names[0]: {**entry, "predicted_at": "2026-11-21T00:00:00+00:00"},      # before the run (13:..)
+        names[1]: {**entry, "predicted_at": "2026-11-30T00:00:00+00:00"}}}))    # after it
+    assert blind_status({"predicted_at": "2026-11-21T13:14:21.9+00:00"}, "2026-11-21T13:14:21+00:00") == "blind"
+    assert blind_status({"predicted_at": "2026-11-21T13:14:22+00:00"}, "2026-11-21T13:14:21+00:00").startswith("not")
+    runs, skipped = read_traces(tmp_path)
+    sec = section_validation(analyse(runs, skipped, load_study(None), "h200-calibrated", tmp_path))
+    rows = {t.name: t.rows for t in sec.tables}["validation_runs"]
+    resident = [r for r in rows if "resident/nccl" in r["configuration"]]
+    assert len(resident) == 1 and resident[0]["repeats"] == 2 and resident[0]["spread %"] is not None
+    assert resident[0]["prediction"].startswith("not blind")  # one of its two predictions came after its run
+    assert [r for r in rows if "pageable" in r["configuration"]][0]["prediction"] == "not blind (no prediction)"
+    assert "first 1 batch(es) of every epoch" in sec.paragraphs[0]
