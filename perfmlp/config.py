@@ -21,6 +21,7 @@ from typing import Any
 
 from . import checks
 from .errors import PerfmlpError
+from .trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
 
 CHOICES = {
     "precision": ("float32", "float64"),
@@ -29,6 +30,7 @@ CHOICES = {
     "batch_transfer": ("pageable", "pinned", "resident"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "data": ("auto", "mnist", "synthetic"),
+    "trace_level": tuple(TRACE_LEVELS),
 }
 
 
@@ -55,6 +57,7 @@ class Config:
     batch_transfer: str = "pageable"
     gemm: str = "cublas"
     trace: bool = True
+    trace_level: str = DEFAULT_TRACE_LEVEL
     trace_dir: str = "traces"
     run_id: str = ""
     save_params: str = ""
@@ -94,6 +97,7 @@ HELP = {
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
     "gemm": "GEMM implementation on the GPU",
     "trace": "write a trace folder for the report",
+    "trace_level": "what the trace records, cheapest first: " + "; ".join(f"{k}: {v}" for k, v in TRACE_LEVELS.items()),
     "trace_dir": "folder the trace folders go under",
     "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
     "save_params": "folder to save initial.npz and final.npz in",
