@@ -52,8 +52,9 @@ class RankTrace:
                 continue
             b["gpu"] = recs = as_dicts(recs)
             after = prev[2] if prev and prev[:2] == (b["epoch"], b["batch"] - 1) else None
-            spans, total, _, end = gpu_phase_spans(recs, after, self._host_only(b, recs))
+            spans, total, t0, end = gpu_phase_spans(recs, after, self._host_only(b, recs))
             b["t_ms_host"], b["t_ms"], b["t_ms_total"], b["clock"] = b["t_ms"], spans, total, "cupti"
+            b["gpu_t0_ns"] = t0  # the batch's GPU start on the CUPTI clock (t_ms's origin)
             prev = (b["epoch"], b["batch"], end)
 
     def _host_only(self, b: dict, recs: list[dict]) -> dict:
