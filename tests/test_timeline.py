@@ -204,7 +204,7 @@ class FakeBackend:
 def traced_run(tmp_path, monkeypatch, batches=4):
     from perfmlp.config import from_mapping
     fake = FakeCollector()
-    monkeypatch.setattr(act, "collector_or_reason", lambda level: (fake, None))
+    monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
     monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
     cfg = from_mapping({"trace_dir": str(tmp_path), "run_id": "fake", "batch_size": 10, "n_train": 40,
                         "backend": "cupy", "trace_level": "timeline"})
@@ -284,6 +284,12 @@ def test_collector_says_why_it_cannot_start(monkeypatch):
     monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/nsys/libToolsInjection64.so")
     c, why = act.collector_or_reason("timeline")
     assert c is None and why == "a profiler owns CUPTI (CUDA_INJECTION64_PATH is set)"
+    monkeypatch.delenv("CUDA_INJECTION64_PATH")
+    assert act.collector_or_reason("timeline", nvtx_tool=True)[1] == "a profiler owns CUPTI (an NVTX tool is attached)"
+    for v in act.PROFILER_ENV:
+        monkeypatch.delenv(v, raising=False)
+    c, why = act.collector_or_reason("timeline")  # here: no cupti-python (or no GPU): refused in one line
+    assert c is None and why.startswith(("cupti-python is not installed", "CUPTI refused"))
 
 
 @pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters")])

@@ -315,7 +315,7 @@ def section_timeline(runs) -> list[Section]:
             f"by the external correlation id of the launching call. Medians over {len(next(iter(per_rank.values()), []))} "
             "steady batches of interval unions: busy = compute, then exposed communication (not under compute), then "
             "copies under neither; idle = the rest of the batch's GPU span, named by what the host was doing. "
-            f"Ranks on one time axis to within {err_us:.1f} us (ping-pong with rank 0 plus CUPTI-to-host bracket)"
+            f"Ranks on one time axis to within {err_us:.1f} us (ping-pong with rank 0 plus CUPTI-to-host bracket)."
             if err_us is not None else "No clock line: ranks not aligned.")
         if drift:
             s.paragraphs.append(f"CUPTI clock against the host clock over the run: drift {max(map(abs, drift)):.1f} us.")

@@ -277,8 +277,11 @@ def _completed(activities) -> None:
         c.take(activities)
 
 
-def collector_or_reason(level: str) -> tuple[Collector | None, str | None]:
-    """A started Collector, or None and one line saying why not."""
+def collector_or_reason(level: str, nvtx_tool: bool = False) -> tuple[Collector | None, str | None]:
+    """A started Collector, or None and one line saying why not (`nvtx_tool`:
+    an NVTX tool is attached, which is a profiler, which owns CUPTI)."""
+    if nvtx_tool:
+        return None, "a profiler owns CUPTI (an NVTX tool is attached)"
     try:
         return Collector(level), None
     except CollectorUnavailable as e:

@@ -113,7 +113,7 @@ class Tracer:
         if backend.name != "cupy" and self.level in ACTIVITY_LEVELS:
             self.level, note = "phases", "no GPU: phases on the host clock"
         elif self.level in ACTIVITY_LEVELS:
-            self._collector, why = act.collector_or_reason(self.level)
+            self._collector, why = act.collector_or_reason(self.level, nv.enabled())
             if self._collector is None:
                 self.level, note = "phases", f"no GPU activity records: {why}; phases from CUDA events"
             else:
