@@ -12,6 +12,7 @@
 #   traces/                     a CUPTI-traced run and an nsys run of the same
 #                               configuration, p = 2, resident + NCCL and pageable +
 #                               mpi-staged, the nsys SQLite beside its trace
+#   tests.log                   tests/test_timeline.py (its GPU tests: CUPTI records = counters)
 #   check-*.json                kernel busy time and bytes per batch, CUPTI in-process
 #                               against nsys (benchmarks/timeline_check.py)
 #   report/                     python -m perfmlp.report over traces/
@@ -27,6 +28,9 @@ export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
   > $R/machine.txt 2>&1; cat $R/machine.txt
 EXECS=eager
 python3 -m perfmlp.run --help | grep -q -- --exec && EXECS="eager graph"
+
+echo "== tests ($(date -u +%H:%M:%S))"
+timeout 240 python3 -m pytest -q tests/test_timeline.py 2>&1 | tee $R/tests.log | tail -3
 
 echo "== overhead ($(date -u +%H:%M:%S))"
 for p in 1 2; do

@@ -16,7 +16,7 @@ from perfmlp.trace.chrome import TID_STREAM0, chrome_events
 from perfmlp.trace.format import ACTIVITY_FIELDS, Counts
 from perfmlp.trace.reader import read_run
 
-from conftest import run_perfmlp
+from conftest import gpu, run_perfmlp
 
 
 # ---- interval arithmetic -------------------------------------------------------------------
@@ -302,3 +302,30 @@ def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
     assert run.manifest["trace_level"] == used and run.manifest["trace_level_asked"] == level
     assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level != used)
     assert run.ranks[0].clock["rank0_minus_host_ns"] == 0 and not run.ranks[0].gpu
+
+
+def _has_cupti():
+    try:
+        from cupti import cupti  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+@gpu
+@pytest.mark.skipif(not _has_cupti(), reason="needs cupti-python (.gpu-kit/cupti)")
+@pytest.mark.parametrize("transfer,comm", [("pageable", "mpi-staged"), ("resident", "nccl")])
+def test_cupti_records_match_the_counters_on_the_gpu(tmp_path, transfer, comm):
+    r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "1200", "--batch-size", "300",
+                    "--epochs", "2", "--batch-transfer", transfer, "--comm", comm, "--trace-level", "kernels",
+                    "--trace-dir", str(tmp_path), "--run-id", "g", timeout=300)
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "g")
+    assert run.manifest["trace_level"] == "kernels", run.manifest.get("trace_level_note")
+    batches = run.ranks[0].batches
+    assert len(batches) == 8 and all(b["clock"] == "cupti" for b in batches)
+    for b in batches:
+        c = cross_check(b)
+        assert c["bytes_ok"], (b["batch"], c)
+        assert c["kernels_ok"], (b["batch"], c["kernel_mismatch"])
+    assert run_breakdowns(run)[0][0]["compute"] > 0

@@ -129,6 +129,8 @@ class Tracer:
         if self.rank == 0:
             extra = {"trace_level": self.level, "trace_level_asked": asked}
             notes = [f"rank {r}: {n}" for r, (_, n) in enumerate(levels) if n]
+            if len(notes) == len(levels) > 1 and len({n for _, n in levels}) == 1:
+                notes = [f"every rank: {levels[0][1]}"]
             if notes:
                 extra["trace_level_note"] = "; ".join(notes[:4]) + (" ..." if len(notes) > 4 else "")
             if len({lv for lv, _ in levels}) > 1:
