@@ -149,6 +149,8 @@ class FakeCollector:
     """Records one launch per kernel the fake network launches, correlated
     with the external id on top of the stack, as CUPTI would."""
 
+    note = None
+
     def __init__(self):
         self.stack, self.gpu, self.ext, self.api, self.t, self.corr = [], [], {}, {}, 1_000_000, 0
 

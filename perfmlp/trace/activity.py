@@ -200,8 +200,7 @@ class Collector:
                    int(K.GRAPH_TRACE): "graph"}
         self._k_ext, self._k_rt, self._k_drv = int(K.EXTERNAL_CORRELATION), int(K.RUNTIME), int(K.DRIVER)
         self.kinds = [K.EXTERNAL_CORRELATION, K.RUNTIME, K.DRIVER, K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET]
-        if level == "timeline":
-            self.kinds.append(K.GRAPH_TRACE)  # a replayed graph: one record, its kernels none
+        self.note = None
         self._lock = threading.Lock()
         self._gpu: list = []
         self._ext: dict = {}
@@ -215,6 +214,12 @@ class Collector:
             for k in self.kinds:
                 cupti.activity_enable(k)
                 self.enabled.append(k)
+            if level == "timeline":  # a replayed graph: one record, its kernels none
+                try:
+                    cupti.activity_enable(K.GRAPH_TRACE)
+                    self.enabled.append(K.GRAPH_TRACE)
+                except Exception as e:
+                    self.note = f"GRAPH_TRACE refused ({e}): graph kernels recorded one by one"
         except Exception as e:  # cupti.cuptiError: another subscriber, an unsupported device or driver
             self.stop()
             raise CollectorUnavailable(f"CUPTI refused ({type(e).__name__}: {e})") from None

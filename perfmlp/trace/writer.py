@@ -118,6 +118,7 @@ class Tracer:
                 self.level, note = "phases", f"no GPU activity records: {why}; phases from CUDA events"
             else:
                 self._push = self._collector.push
+                note = self._collector.note
         if backend.name == "cupy" and self.level == "phases":
             cupy = backend.xp
             self._cupy = cupy
