@@ -21,6 +21,7 @@ from typing import Any
 
 from . import checks
 from .errors import PerfmlpError
+from .trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
 
 CHOICES = {
     "precision": ("float32", "float64"),
@@ -30,6 +31,7 @@ CHOICES = {
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "exec": ("auto", "eager", "graph"),
     "data": ("auto", "mnist", "synthetic"),
+    "trace_level": tuple(TRACE_LEVELS),
 }
 
 
@@ -59,6 +61,7 @@ class Config:
     overlap: bool = False
     bucket_bytes: int = 1048576
     trace: bool = True
+    trace_level: str = DEFAULT_TRACE_LEVEL
     trace_dir: str = "traces"
     run_id: str = ""
     save_params: str = ""
@@ -103,6 +106,7 @@ HELP = {
                "mpi on numpy), overlapping communication with the rest of the backward pass",
     "bucket_bytes": "with --overlap, the largest piece of a weight gradient reduced as one collective",
     "trace": "write a trace folder for the report",
+    "trace_level": "what the trace records, cheapest first: " + "; ".join(f"{k}: {v}" for k, v in TRACE_LEVELS.items()),
     "trace_dir": "folder the trace folders go under",
     "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
     "save_params": "folder to save initial.npz and final.npz in",

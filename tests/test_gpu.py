@@ -106,7 +106,7 @@ def test_gpu_trace_counters_and_event_times(tmp_path, transfer, comm):
     from perfmlp.trace.reader import read_run
     r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "230", "--batch-size", "50",
                     "--input-size", "64", "--hidden-size", "32", "--epochs", "2", "--batch-transfer", transfer,
-                    "--comm", comm, "--trace-dir", str(tmp_path), "--run-id", "g")
+                    "--comm", comm, "--trace-dir", str(tmp_path), "--run-id", "g", "--trace-level", "phases")
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "g")
     assert run.complete
@@ -200,6 +200,7 @@ def test_graph_mode_trace_counts_every_batch(tmp_path, transfer, comm, overlap):
     r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "230", "--batch-size", "50",
                     "--input-size", "64", "--hidden-size", "32", "--epochs", "2", "--batch-transfer", transfer,
                     "--comm", comm, "--exec", "graph", "--trace-dir", str(tmp_path), "--run-id", "g",
+                    "--trace-level", "phases",
                     *(("--overlap", "--bucket-bytes", str(bucket)) if overlap else ()))
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "g")

@@ -24,6 +24,7 @@ from .sections import (section_model, section_modes, section_no_gpu, section_pha
                        section_runs, section_scaling)
 from .study import Study, load_study
 from .validation import section_validation
+from .timeline import section_timeline
 
 
 def sections_of(a: Analysis) -> list:
@@ -34,6 +35,7 @@ def sections_of(a: Analysis) -> list:
     else:
         out.append(section_no_gpu(a))
     out.append(section_phases(a))
+    out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)
     if a.folder is not None:
         out += [s for s in (section_correctness(a.folder), section_profiles(a), section_nsys(a)) if s is not None]
     return out

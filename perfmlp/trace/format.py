@@ -35,6 +35,29 @@ BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "by
               "bytes_mpi", "bytes_nccl")
 
 
+# How much a run records, cheapest first (`--trace-level`). Where a level
+# cannot run (no GPU, no CUPTI, a profiler owning CUPTI) the tracer takes the
+# richest level below it that can, and the manifest says so.
+TRACE_LEVELS = {
+    "counters": "FLOPs, bytes and collectives per batch, host wall time; no device timing",
+    "phases": "+ each phase's GPU time from CUDA events recorded between the phases (about 2 us of GPU time each)",
+    "timeline": "+ CUPTI activity records: every kernel launched outside a CUDA graph, every copy and memset, "
+                "one record per graph launch; phase times from the records, no CUDA events",
+    "kernels": "+ one record per kernel inside CUDA graphs too (about 0.5 us of GPU time per graph kernel node)",
+}
+DEFAULT_TRACE_LEVEL = "timeline"  # the richest level measured under the 2% overhead target
+ACTIVITY_LEVELS = ("timeline", "kernels")  # the levels that collect CUPTI activity records
+
+# Activity lines (`kind: "gpu"`, one per batch and rank, written between epochs):
+# `records` is a list of arrays with these fields, in this order.
+ACTIVITY_SCHEMA = "perfmlp.activity/1"
+ACTIVITY_FIELDS = ("cat", "phase", "start_ns", "end_ns", "stream", "bytes", "copy", "name", "api_ns", "corr")
+# cat: what the GPU did. compute (kernels), copy (memcpy, memset), comm
+# (NCCL kernels), graph (a whole CUDA-graph launch at the `timeline` level).
+ACTIVITY_CATS = ("compute", "copy", "comm", "graph")
+COPY_KINDS = {1: "h2d", 2: "d2h", 8: "d2d"}  # CUPTI's memcpy kinds the trainer issues (others: "other")
+
+
 def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
     """The phases one batch records, in order, for a communication, transfer
     and execution mode."""

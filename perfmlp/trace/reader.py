@@ -6,6 +6,11 @@ could read and one line per thing it skipped; `read_run(folder)` reads one.
 A run whose manifest or rank files lack their end (a killed run) is read
 with every finished batch and marked incomplete; a malformed line is
 reported by file and line and skipped.
+
+Where a rank wrote GPU activity (`gpu` lines, `--trace-level timeline` or
+`kernels`), each of its batches gets `gpu` (the records as dicts), its phases
+measured on the GPU from them (`t_ms`, `t_ms_total`, `clock: "cupti"`) and
+the host's phase times kept as `t_ms_host`.
 """
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .format import BATCH_KEYS, MANIFEST, SCHEMA
+from .activity import as_dicts, gpu_phase_spans
+from .format import ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, SCHEMA
 
 WARMUP_BATCHES = 1  # left out at the start of every epoch (the rule: STEADY_RULE)
 STEADY_RULE = (f"the first {WARMUP_BATCHES} batch(es) of every epoch are left out (the run's first compiles "
@@ -33,6 +39,38 @@ class RankTrace:
     batches: list[dict] = field(default_factory=list)
     epochs: list[dict] = field(default_factory=list)
     end: dict | None = None
+    clock: dict | None = None          # the clock line written at the start (activity.to_run_s)
+    clock_end: dict | None = None      # and at the end (CUPTI's drift)
+    activity: dict = field(default_factory=dict)   # the activity lines, merged (orphans summed)
+    gpu: dict = field(default_factory=dict)        # (epoch, batch) -> the gpu line's records
+
+    def finish(self) -> None:
+        """Measure each batch's phases on the GPU from its activity records."""
+        if not self.gpu:
+            return
+        prev = None  # (epoch, batch, GPU end ns) of the batch before
+        for b in self.batches:
+            recs = self.gpu.get((b["epoch"], b["batch"]))
+            if not recs or "gpu" in b:
+                prev = None
+                continue
+            b["gpu"] = recs = as_dicts(recs)
+            after = prev[2] if prev and prev[:2] == (b["epoch"], b["batch"] - 1) else None
+            spans, total, t0, end = gpu_phase_spans(recs, after, self._host_only(b, recs))
+            b["t_ms_host"], b["t_ms"], b["t_ms_total"], b["clock"] = b["t_ms"], spans, total, "cupti"
+            b["gpu_t0_ns"] = t0  # the batch's GPU start on the CUPTI clock (t_ms's origin)
+            prev = (b["epoch"], b["batch"], end)
+
+    def _host_only(self, b: dict, recs: list[dict]) -> dict:
+        """Phases that launched nothing on the GPU (a host MPI allreduce), as
+        CUPTI-clock spans from the host's phase times."""
+        c = self.clock
+        if not c or c.get("cupti_minus_host_ns") is None:
+            return {}
+        on_gpu = {r["phase"] for r in recs}
+        base = c["host_start_ns"] + c["cupti_minus_host_ns"] + b["t0_s"] * 1e9
+        return {p: (int(base + off * 1e6), int(base + (off + dur) * 1e6))
+                for p, (off, dur) in b["t_ms"].items() if p not in on_gpu}
 
 
 @dataclass
@@ -149,6 +187,7 @@ class Run:
             rt = RankTrace(r)
             for rec in recs:
                 _take(rt, rec)
+            rt.finish()
             rts[r] = rt
         return cls(run_id or manifest.get("run_id", "run"), manifest, rts)
 
@@ -161,6 +200,17 @@ def _take(rt: RankTrace, rec: dict) -> None:
         rt.epochs.append(rec)
     elif kind == "end":
         rt.end = rec
+    elif kind == "gpu":
+        rt.gpu[(rec["epoch"], rec["batch"])] = rec["records"]
+    elif kind == "clock":
+        if rec.get("at") == "end":
+            rt.clock_end = rec
+        else:
+            rt.clock = rec
+    elif kind == "activity":
+        orphans = rt.activity.get("orphans", 0) + rec.get("orphans", 0)
+        rt.activity.update(rec)
+        rt.activity["orphans"] = orphans
 
 
 def parse_line(line: str) -> dict:
@@ -170,6 +220,8 @@ def parse_line(line: str) -> dict:
         raise ValueError("no kind")
     if rec["kind"] == "header" and rec.get("schema") != SCHEMA:
         raise ValueError(f"schema {rec.get('schema')!r}")
+    if rec["kind"] == "activity" and rec.get("schema", ACTIVITY_SCHEMA) != ACTIVITY_SCHEMA:
+        raise ValueError(f"activity schema {rec.get('schema')!r}")
     if rec["kind"] == "batch":
         missing = [k for k in BATCH_KEYS if k not in rec]
         if missing:
@@ -210,6 +262,7 @@ def read_run(folder: str | Path) -> Run:
                 run.problems.append(f"{p}:{i}: {what}")
                 continue
             _take(rt, rec)
+        rt.finish()
         run.ranks[rank] = rt
     if not run.ranks:
         raise TraceError(f"{folder}: no rank-<r>.jsonl files")

@@ -7,8 +7,13 @@ and `close(status)`; `ops` is the list the network records its operations
 into (None: nothing is recorded). `NullTracer` does nothing, at the cost of
 an attribute lookup per hook; `Tracer` writes the trace.
 
-Timing per phase: CUDA events on the GPU (read when they have completed,
-never by synchronising the device), a monotonic clock on the CPU. FLOPs per
+What is timed depends on `--trace-level` (trace/format.py: TRACE_LEVELS):
+`counters` times nothing but the batch on the host; `phases` times each
+phase with CUDA events on the GPU (read when they have completed, never by
+synchronising the device) or a monotonic clock on the CPU; `timeline` and
+`kernels` time phases on the host clock and collect CUPTI activity
+(trace/activity.py), written as `gpu` lines between epochs, from which the
+reader measures the phases on the GPU. FLOPs per
 phase are the model package's prices of the operations the network
 recorded with their launched shapes; bytes are counted where the copies and
 collectives are issued.
@@ -25,8 +30,9 @@ from pathlib import Path
 
 from ..errors import PerfmlpError
 from ..model.costs import itemsize, op_cost
+from . import activity as act
 from . import nvtx as nv
-from .format import MANIFEST, SCHEMA, rank_file
+from .format import ACTIVITY_FIELDS, ACTIVITY_LEVELS, ACTIVITY_SCHEMA, DEFAULT_TRACE_LEVEL, MANIFEST, SCHEMA, rank_file
 from .manifest import finish_manifest, now_iso, record_machine, versions, write_json
 
 # finished batches are written as one of these phases starts (the host is ahead of the GPU)
@@ -73,7 +79,16 @@ class Tracer:
         self._f = open(run_dir / rank_file(rank), "w")
         self._write({"kind": "header", "schema": SCHEMA, "rank": rank, "size": world.size,
                      "start": now_iso(), "pid": os.getpid()})
-        self.t_start = time.perf_counter()
+        self.t_start_ns = time.perf_counter_ns()
+        self.t_start = self.t_start_ns / 1e9  # perf_counter() seconds, on the same clock
+        self.level = getattr(cfg, "trace_level", DEFAULT_TRACE_LEVEL)
+        self._collector = None
+        self._push = None           # the collector's push(ext id) while it runs, else None
+        self._seq = 0               # batches begun (the external correlation ids' high bits)
+        self._seq_batch: dict = {}  # seq -> (epoch, batch), until its records are written
+        self._codes: dict = {}      # phase name -> code (1, 2, ...) in external correlation ids
+        self._net = None
+        self._clock: dict = {}
         self.ops: list | None = []
         self._phases: list = []
         self._pending: list = []
@@ -94,12 +109,52 @@ class Tracer:
         the Event wrappers cost host time on every phase)."""
         self.backend = backend.name
         record_machine(self.run_dir, world, backend)
-        if backend.name == "cupy":
+        self._net = getattr(backend, "net", None)
+        asked, note = self.level, None
+        if backend.name != "cupy" and self.level in ACTIVITY_LEVELS:
+            self.level, note = "phases", "no GPU: phases on the host clock"
+        elif self.level in ACTIVITY_LEVELS:
+            self._collector, why = act.collector_or_reason(self.level, nv.enabled())
+            if self._collector is None:
+                self.level, note = "phases", f"no GPU activity records: {why}; phases from CUDA events"
+            else:
+                self._push = self._collector.push
+                note = self._collector.note
+        if backend.name == "cupy" and self.level == "phases":
             cupy = backend.xp
             self._cupy = cupy
             self._rt = cupy.cuda.runtime
             self._stream_ptr = cupy.cuda.get_current_stream().ptr
             self._events = []
+        self._write_clock(world, "start")
+        levels = world.allgather((self.level, note))
+        if self.rank == 0:
+            extra = {"trace_level": self.level, "trace_level_asked": asked}
+            notes = [f"rank {r}: {n}" for r, (_, n) in enumerate(levels) if n]
+            if len(notes) == len(levels) > 1 and len({n for _, n in levels}) == 1:
+                notes = [f"every rank: {levels[0][1]}"]
+            if notes:
+                extra["trace_level_note"] = "; ".join(notes[:4]) + (" ..." if len(notes) > 4 else "")
+            if len({lv for lv, _ in levels}) > 1:
+                extra["trace_levels"] = [lv for lv, _ in levels]
+            _update_manifest(self.run_dir, extra)
+        if self._collector is not None:
+            self._write({"kind": "activity", "schema": ACTIVITY_SCHEMA, "level": self.level,
+                         "fields": list(ACTIVITY_FIELDS)})
+
+    def _write_clock(self, world, at: str) -> None:
+        """A clock line: this rank's host clock against rank 0's (ping-pong
+        at the start) and against CUPTI's, so that every record of every
+        rank goes on one time axis (activity.to_run_s)."""
+        if at == "start":
+            off, err = act.measure_rank_clocks(world)
+            r0 = world.bcast(self.t_start_ns if self.rank == 0 else None)
+            self._clock = {"host_start_ns": self.t_start_ns, "rank0_minus_host_ns": off, "rank0_err_ns": err,
+                           "rank0_start_ns": r0}
+        line = {"kind": "clock", "at": at, **self._clock}
+        if self._collector is not None:
+            line["cupti_minus_host_ns"], line["cupti_err_ns"] = act.cupti_clock(self._collector.now_ns)
+        self._write(line)
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
         self._cur = {"kind": "batch", "epoch": epoch, "batch": batch, "samples": samples,
@@ -108,6 +163,10 @@ class Tracer:
         self._phase_ops = []
         self.ops.clear()  # the network appends to this list (given to it once)
         nv.push("batch", batch)
+        if self._push is not None:
+            self._seq += 1
+            self._seq_batch[self._seq] = (epoch, batch)
+            self._push(act.ext_id(self._seq, 0))  # launches between phases belong to the batch
         if self._events is not None:
             # the batch starts where the previous one ended (same point in the
             # stream): one CUDA event fewer per batch; a new one after an epoch
@@ -124,6 +183,8 @@ class Tracer:
     def end_batch(self, loss, counts) -> None:
         """`counts`: the batch's trace.format.Counts (read here, not kept)."""
         nv.pop()
+        if self._push is not None:
+            self._collector.pop()
         rec = self._cur
         rec["loss"] = loss
         rec["counts"] = self._counts_json()
@@ -155,13 +216,18 @@ class Tracer:
         if frag is None:
             flops: dict = {}
             ops: dict = {}
-            for name, i0, i1 in self._phase_ops:
+            kernels: dict = {}
+            for name, i0, i1, k in self._phase_ops:
                 flops[name] = flops.get(name, 0) + sum(op_cost(op, shape, self.itemsize)[0]
                                                        for op, shape in self.ops[i0:i1])
                 if i1 > i0:
                     ops[name] = ops.get(name, 0) + i1 - i0
+                if k:
+                    kernels[name] = kernels.get(name, 0) + k
             frag = ('"flops":' + json.dumps(flops, separators=(",", ":")) +
                     ',"ops":' + json.dumps(ops, separators=(",", ":")))
+            if self._net is not None:
+                frag += ',"kernels":' + json.dumps(kernels, separators=(",", ":"))
             self._counts_cache[key] = frag
         return frag
 
@@ -171,6 +237,7 @@ class Tracer:
 
     def end_epoch(self, **values) -> None:
         self._drain(block=True)
+        self._drain_activity()
         self._last_event = None  # the held-out evaluation runs between epochs
         self._write({"kind": "epoch", **{k: _jsonable(v) for k, v in values.items()}})
 
@@ -183,6 +250,8 @@ class Tracer:
         self._closed = True
         first = None
         for what in (lambda: self._drain(block=True),
+                     self._drain_activity,
+                     self._stop_activity,
                      lambda: self._write({"kind": "end", "status": status, "end": now_iso()}),
                      self._f.close,
                      lambda: finish_manifest(self.run_dir, status) if self.rank == 0 else None):
@@ -198,6 +267,26 @@ class Tracer:
         self._f = open(path, "w")
 
     # -- internals ------------------------------------------------------------------
+    def _drain_activity(self) -> None:
+        """Write the CUPTI records of every batch begun so far, one `gpu` line
+        per batch (between epochs and at the end: the device is idle)."""
+        if self._collector is None:
+            return
+        by_batch, orphans = self._collector.drain(self._seq_batch, {c: p for p, c in self._codes.items()})
+        self._seq_batch.clear()
+        for (epoch, batch), recs in sorted(by_batch.items()):
+            self._f.write(json.dumps({"kind": "gpu", "epoch": epoch, "batch": batch, "records": recs},
+                                     separators=(",", ":")) + "\n")
+        if orphans:
+            self._write({"kind": "activity", "orphans": orphans})  # records launched outside any batch
+        self._f.flush()
+
+    def _stop_activity(self) -> None:
+        if self._collector is not None:
+            self._write_clock(None, "end")  # the CUPTI clock again: its drift over the run
+            self._collector.stop()
+            self._collector = self._push = None
+
     def _event(self):
         ev = self._events.pop() if self._events else self._cupy.cuda.Event()
         self._rt.eventRecord(ev.ptr, self._stream_ptr)
@@ -230,10 +319,11 @@ class Tracer:
 
 
 class _Phase:
-    __slots__ = ("t", "name", "t0", "i0", "e0")
+    __slots__ = ("t", "name", "t0", "i0", "e0", "k0", "code")
 
     def __init__(self, tracer: Tracer, name: str):
         self.t, self.name = tracer, name
+        self.code = tracer._codes.setdefault(name, len(tracer._codes) + 1)
 
     def __enter__(self):
         t = self.t
@@ -241,7 +331,10 @@ class _Phase:
             t._drain(block=False)
         if nv._ENABLED:
             nv.push(self.name, t._batch_no)
+        if t._push is not None:
+            t._push((t._seq << act.PHASE_BITS) | self.code)
         self.i0 = len(t.ops)
+        self.k0 = t._net.kernels_launched if t._net is not None else 0
         if t._events is not None:
             self.e0 = len(t._cur_events) - 1  # this phase starts at the last recorded event
         else:
@@ -256,7 +349,10 @@ class _Phase:
         else:
             now = time.perf_counter()
             t._phases.append((self.name, (self.t0 - t.t_start - t._cur["t0_s"]) * 1e3, (now - self.t0) * 1e3))
-        t._phase_ops.append((self.name, self.i0, len(t.ops)))
+        t._phase_ops.append((self.name, self.i0, len(t.ops),
+                             t._net.kernels_launched - self.k0 if t._net is not None else 0))
+        if t._push is not None:
+            t._collector.pop()
         if nv._ENABLED:
             nv.pop()
         return False
@@ -276,6 +372,13 @@ def batch_line(rec: dict) -> str:
             f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
             f'"collectives":{rec["collectives"]},"wall_ms":{rec["wall_ms"]:.6f},"t_ms":{{{t}}}{total},'
             f'"clock":"{rec["clock"]}"}}\n')
+
+
+def _update_manifest(run_dir: Path, extra: dict) -> None:
+    path = run_dir / MANIFEST
+    m = json.loads(path.read_text())
+    m.update(extra)
+    write_json(path, m)
 
 
 def _jsonable(v):
@@ -311,7 +414,8 @@ def make_tracer(cfg, world):
         manifest = {"schema": SCHEMA, "run_id": run_id, "config": cfg.to_dict(), "procs": world.size,
                     "mpi_library": world.library, "start": now_iso(), "end": None, "status": "running",
                     "versions": versions(), "argv": sys.argv,
-                    "profiler_attached": nv.enabled()}  # an NVTX tool (Nsight Systems) was attached
+                    "profiler_attached": nv.enabled(),  # an NVTX tool (Nsight Systems) was attached
+                    "trace_level": cfg.trace_level}  # what ran: attach() rewrites it where it had to fall back
         write_json(run_dir / MANIFEST, manifest)
     world.barrier()
     return Tracer(run_dir, world.rank, world, cfg)

@@ -1,0 +1,303 @@
+"""The GPU timeline of a rank: CUPTI activity records collected in-process
+(NVIDIA's `cupti-python`), attributed to the batch and phase that launched
+them, and the clocks that put every rank on one time axis.
+
+Collection (`Collector`; `cupti` is imported only when one starts, so CPU
+runs and machines without the wheels never load it):
+- kinds: every kernel launched outside a CUDA graph (CONCURRENT_KERNEL),
+  copies (MEMCPY) and memsets, the driver and runtime API calls (their host
+  start is when the launch was issued) and EXTERNAL_CORRELATION; at the
+  `timeline` level a replayed graph is one GRAPH_TRACE record, at `kernels`
+  each of its kernel nodes is a kernel record (CUPTI instruments them on the
+  GPU: about 0.5 us a node).
+- attribution, exact and without clocks: the tracer pushes an external
+  correlation id (`ext_id(seq, phase code)`) as a phase starts and pops it
+  as it ends; CUPTI ties every API call made meanwhile to it, and every GPU
+  record carries the correlation id of the call that launched it.
+- off the critical path: CUPTI hands full buffers to `_completed` on its own
+  thread, which only turns records into tuples; the join and the writing
+  happen between epochs (`drain`, after a flush, when the device is idle).
+
+Pure functions (tested on the CPU with synthetic records): `attribute`,
+`classify`, `clock_offset`, `pingpong_offset`, `gpu_phase_spans`, `to_run_s`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+
+from .format import ACTIVITY_FIELDS, COPY_KINDS
+
+PHASE_BITS = 6  # ext id = seq << PHASE_BITS | phase code (code 0: the batch itself, between phases)
+BUFFER_BYTES = 8 << 20  # CUPTI buffers: 8 MiB held 300k records without drops on an H200
+PROFILER_ENV = ("NSYS_PROFILING_SESSION_ID", "NSYS_TARGET_STD_REDIRECT_ACTIVE", "CUDA_INJECTION64_PATH")
+
+
+def ext_id(seq: int, code: int) -> int:
+    return (seq << PHASE_BITS) | code
+
+
+def split_ext(ext: int) -> tuple[int, int]:
+    return ext >> PHASE_BITS, ext & ((1 << PHASE_BITS) - 1)
+
+
+def profiler_owning_cupti(environ=os.environ) -> str | None:
+    """The variable that shows a profiler (Nsight Systems, Nsight Compute)
+    injected itself into CUDA and so owns CUPTI, or None."""
+    return next((v for v in PROFILER_ENV if environ.get(v)), None)
+
+
+# ---- records -> a rank's timeline (pure) ------------------------------------------------
+
+def classify(kind: str, name: str | None) -> str:
+    """The category of a GPU record: comm for NCCL kernels, copy for copies
+    and memsets, graph for a whole graph launch, else compute."""
+    if kind in ("memcpy", "memset"):
+        return "copy"
+    if kind == "graph":
+        return "graph"
+    return "comm" if name and "nccl" in name.lower() else "compute"
+
+
+def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase_names: dict
+              ) -> tuple[dict, int]:
+    """GPU records -> {(epoch, batch): [record array, ...]} in ACTIVITY_FIELDS
+    order, and how many records no batch launched (the held-out evaluation,
+    setup). `gpu`: (kind, corr, start, end, stream, bytes, copy_kind, name)
+    with kind kernel|memcpy|memset|graph; `ext_of`: correlation id ->
+    external id; `api_of`: correlation id -> host start of the launching
+    call (ns); `batches`: seq -> (epoch, batch); `phase_names`: code -> name."""
+    out: dict = {}
+    orphans = 0
+    for kind, corr, start, end, stream, nbytes, ck, name in gpu:
+        ext = ext_of.get(corr)
+        if ext is None:
+            orphans += 1
+            continue
+        seq, code = split_ext(ext)
+        where = batches.get(seq)
+        if where is None:
+            orphans += 1
+            continue
+        rec = [classify(kind, name), phase_names.get(code, "batch"), start, end, stream, nbytes,
+               COPY_KINDS.get(ck, "other") if kind == "memcpy" else (kind if kind == "memset" else None),
+               name, api_of.get(corr), corr]
+        out.setdefault(where, []).append(rec)
+    for recs in out.values():
+        recs.sort(key=lambda r: r[2])
+    return out, orphans
+
+
+def as_dicts(records: list[list]) -> list[dict]:
+    """Record arrays (a `gpu` line's `records`) as dicts keyed by ACTIVITY_FIELDS."""
+    return [dict(zip(ACTIVITY_FIELDS, r)) for r in records]
+
+
+def gpu_phase_spans(records: list[dict], prev_end_ns: int | None = None, host_only: dict | None = None
+                    ) -> tuple[dict[str, tuple[float, float]], float, int, int]:
+    """A batch's phases measured on the GPU, as the CUDA events measured them:
+    each phase runs from the end of the GPU work before it (the previous
+    phase's; for the first, the previous batch's end `prev_end_ns` where that
+    comes before this batch's first record, so an idle GPU waiting for the
+    host counts in the batch, else its first record's start) to the end of
+    its own last record.
+    `host_only`: phase -> (start, end) ns on the CUPTI clock for phases that
+    launched nothing (a host MPI allreduce): they end where the host ended
+    them, as a CUDA event recorded then would. Returns ({phase: (offset ms,
+    duration ms)} from the batch's GPU start, total ms, start ns, end ns)."""
+    ends: dict[str, int] = {}
+    for r in records:
+        ends[r["phase"]] = max(ends.get(r["phase"], 0), r["end_ns"])
+    first = min(r["start_ns"] for r in records)
+    for p, (_, end) in (host_only or {}).items():
+        ends.setdefault(p, end)
+    order = sorted(ends, key=lambda p: ends[p])
+    t0 = prev_end_ns if prev_end_ns is not None and prev_end_ns <= first else first
+    spans, cur = {}, t0
+    for p in order:
+        spans[p] = ((cur - t0) / 1e6, (ends[p] - cur) / 1e6)
+        cur = ends[p]
+    return spans, (cur - t0) / 1e6, t0, cur
+
+
+# ---- clocks (pure) ----------------------------------------------------------------------
+
+def clock_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """Offset of clock B from clock A (B - A, ns) and its uncertainty, from
+    samples (a_before, b, a_after): the tightest bracket wins."""
+    a0, b, a1 = min(samples, key=lambda s: s[2] - s[0])
+    return b - (a0 + a1) // 2, (a1 - a0 + 1) // 2
+
+
+def pingpong_offset(rounds: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """Offset of a peer's clock from ours (peer - ours, ns) and its
+    uncertainty, from rounds (our send time, peer's time, our receive time):
+    the round with the shortest round trip, the peer's reading taken at its
+    midpoint (NTP's estimate)."""
+    return clock_offset(rounds)
+
+
+def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
+    """A rank's timestamp on the run's one time axis: seconds since rank 0's
+    tracer started. `clock`: the rank's clock line; `cupti`: t_ns is a CUPTI
+    timestamp (else the rank's host clock, perf_counter_ns)."""
+    host = t_ns - clock["cupti_minus_host_ns"] if cupti else t_ns
+    return (host + clock["rank0_minus_host_ns"] - clock["rank0_start_ns"]) / 1e9
+
+
+def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:
+    """(rank 0's perf_counter_ns - ours, uncertainty ns), by ping-pong with
+    rank 0 over MPI (a barrier first); 0 on rank 0 or one process. Every
+    rank calls it."""
+    comm = getattr(world, "comm", None)
+    if world.size == 1 or comm is None:
+        return 0, 0
+    world.barrier()
+    if world.rank == 0:
+        for peer in range(1, world.size):
+            for _ in range(rounds):
+                comm.recv(source=peer, tag=71)
+                comm.send(time.perf_counter_ns(), dest=peer, tag=72)
+        return 0, 0
+    got = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        comm.send(t0, dest=0, tag=71)
+        peer = comm.recv(source=0, tag=72)
+        got.append((t0, peer, time.perf_counter_ns()))
+    return pingpong_offset(got)
+
+
+# ---- collection (GPU) -------------------------------------------------------------------
+
+class CollectorUnavailable(RuntimeError):
+    """CUPTI cannot collect here (one line: why)."""
+
+
+_registered = None  # the Collector CUPTI's buffer callbacks deliver to (registered once per process)
+
+
+class Collector:
+    """CUPTI activity for one rank. `push(ext)` / `pop()` bracket a phase;
+    `drain(batches, phase_names)` flushes CUPTI and returns the attributed
+    records (call it when the device is idle)."""
+
+    def __init__(self, level: str):
+        global _registered
+        who = profiler_owning_cupti()
+        if who:
+            raise CollectorUnavailable(f"a profiler owns CUPTI ({who} is set)")
+        try:
+            from cupti import cupti
+        except ImportError as e:
+            raise CollectorUnavailable(f"cupti-python is not installed ({e})") from None
+        self.cupti = cupti
+        self.level = level
+        K = cupti.ActivityKind
+        self._k = {int(K.CONCURRENT_KERNEL): "kernel", int(K.MEMCPY): "memcpy", int(K.MEMSET): "memset",
+                   int(K.GRAPH_TRACE): "graph"}
+        self._k_ext, self._k_rt, self._k_drv = int(K.EXTERNAL_CORRELATION), int(K.RUNTIME), int(K.DRIVER)
+        self.kinds = [K.EXTERNAL_CORRELATION, K.RUNTIME, K.DRIVER, K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET]
+        self.note = None
+        self._lock = threading.Lock()
+        self._gpu: list = []
+        self._ext: dict = {}
+        self._api: dict = {}
+        self.dropped = 0
+        self.enabled = []
+        try:
+            if _registered is None:
+                cupti.activity_register_callbacks(_requested, _completed)
+            _registered = self
+            for k in self.kinds:
+                cupti.activity_enable(k)
+                self.enabled.append(k)
+            if level == "timeline":  # a replayed graph: one record, its kernels none
+                try:
+                    cupti.activity_enable(K.GRAPH_TRACE)
+                    self.enabled.append(K.GRAPH_TRACE)
+                except Exception as e:
+                    self.note = f"GRAPH_TRACE refused ({e}): graph kernels recorded one by one"
+        except Exception as e:  # cupti.cuptiError: another subscriber, an unsupported device or driver
+            self.stop()
+            raise CollectorUnavailable(f"CUPTI refused ({type(e).__name__}: {e})") from None
+        kind = cupti.ExternalCorrelationKind.CUSTOM0
+        self.push = functools.partial(cupti.activity_push_external_correlation_id, kind)  # push(ext)
+        self.pop = functools.partial(cupti.activity_pop_external_correlation_id, kind)    # pop()
+
+    def now_ns(self) -> int:
+        return self.cupti.get_timestamp()
+
+    def take(self, activities) -> None:
+        """CUPTI's thread: records -> tuples (nothing else happens here)."""
+        gpu, ext, api = [], {}, {}
+        k, k_ext, k_rt, k_drv = self._k, self._k_ext, self._k_rt, self._k_drv
+        for a in activities:
+            kind = a.kind
+            what = k.get(kind)
+            if what == "kernel":
+                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, a.name))
+            elif what == "memcpy":
+                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, a.copy_kind, None))
+            elif what == "memset":
+                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, 0, None))
+            elif what == "graph":
+                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, f"graph {a.graph_id}"))
+            elif kind == k_ext:
+                ext[a.correlation_id] = a.external_id
+            elif kind == k_rt or kind == k_drv:
+                api[a.correlation_id] = a.start
+        with self._lock:
+            self._gpu.extend(gpu)
+            self._ext.update(ext)
+            self._api.update(api)
+
+    def drain(self, batches: dict, phase_names: dict) -> tuple[dict, int]:
+        """Flush CUPTI (the device idle, so every record is complete) and
+        return attribute()'s records per batch; clears what it used."""
+        self.cupti.activity_flush_all(1)
+        with self._lock:
+            gpu, ext, api = self._gpu, self._ext, self._api
+            self._gpu, self._ext, self._api = [], {}, {}
+        return attribute(gpu, ext, api, batches, phase_names)
+
+    def stop(self) -> None:
+        for k in self.enabled:
+            try:
+                self.cupti.activity_disable(k)
+            except Exception:
+                pass
+        self.enabled = []
+
+
+def _requested():
+    return BUFFER_BYTES, 0
+
+
+def _completed(activities) -> None:
+    c = _registered
+    if c is not None:
+        c.take(activities)
+
+
+def collector_or_reason(level: str, nvtx_tool: bool = False) -> tuple[Collector | None, str | None]:
+    """A started Collector, or None and one line saying why not (`nvtx_tool`:
+    an NVTX tool is attached, which is a profiler, which owns CUPTI)."""
+    if nvtx_tool:
+        return None, "a profiler owns CUPTI (an NVTX tool is attached)"
+    try:
+        return Collector(level), None
+    except CollectorUnavailable as e:
+        return None, str(e)
+
+
+def cupti_clock(now_ns) -> tuple[int, int]:
+    """(CUPTI's clock - perf_counter_ns, uncertainty ns), from 20 brackets."""
+    samples = []
+    for _ in range(20):
+        a0 = time.perf_counter_ns()
+        b = now_ns()
+        samples.append((a0, b, time.perf_counter_ns()))
+    return clock_offset(samples)

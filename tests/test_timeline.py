@@ -1,0 +1,333 @@
+"""The GPU timeline (trace/activity.py, report/timeline.py) on the CPU:
+interval arithmetic, attribution, clocks, the per-batch analyses and the
+cross-check on synthetic CUPTI records, and the writer -> reader -> report
+and Chrome export path with a stand-in collector. The collection itself
+needs a GPU and cupti-python (benchmarks/gpu_timeline.sh runs it)."""
+import json
+
+import pytest
+
+from perfmlp.report import build_from_runs
+from perfmlp.report.timeline import (breakdown, collective_waits, critical_path, cross_check, intersect, length,
+                                     run_breakdowns, run_collectives, subtract, union)
+from perfmlp.trace import activity as act
+from perfmlp.trace import writer as writer_mod
+from perfmlp.trace.chrome import TID_STREAM0, chrome_events
+from perfmlp.trace.format import ACTIVITY_FIELDS, Counts
+from perfmlp.trace.reader import read_run
+
+from conftest import gpu, run_perfmlp
+
+
+# ---- interval arithmetic -------------------------------------------------------------------
+
+def test_union_merges_overlaps_and_never_sums_them():
+    # [0,4] and [2,6] overlap: union [0,6] is 6 long, not 4 + 4 = 8; [8,9] apart; empty dropped
+    assert union([(2, 6), (0, 4), (8, 9), (5, 5)]) == [(0, 6), (8, 9)]
+    assert length([(0, 4), (2, 6), (8, 9)]) == 7
+    assert length([(0, 10), (1, 2), (3, 4)]) == 10  # nested intervals add nothing
+
+
+def test_intersect_and_subtract():
+    a, b = [(0, 10)], [(2, 3), (5, 12)]
+    assert intersect(a, b) == [(2, 3), (5, 10)]
+    assert subtract(a, b) == [(0, 2), (3, 5)]
+    # |a| = |a and b| + |a - b|: 10 = (1 + 5) + (2 + 2)
+    assert length(intersect(a, b)) + length(subtract(a, b)) == length(a)
+
+
+# ---- one batch -----------------------------------------------------------------------------
+
+def rec(cat, phase, s, e, stream=7, nbytes=0, copy=None, name=None, api=None):
+    return {"cat": cat, "phase": phase, "start_ns": s, "end_ns": e, "stream": stream, "bytes": nbytes, "copy": copy,
+            "name": name, "api_ns": api, "corr": 0}
+
+
+def test_breakdown_adds_up_to_the_window_from_unions():
+    recs = [rec("compute", "backward", 0, 10_000_000),           # 0-10 ms
+            rec("comm", "allreduce", 8_000_000, 14_000_000, 9),   # 8-14: 2 ms under compute, 4 exposed
+            rec("copy", "d2h", 13_000_000, 16_000_000, nbytes=4, copy="d2h"),  # 13-14 under comm: 2 ms copies
+            rec("compute", "update", 22_000_000, 30_000_000)]     # 22-30
+    host = {"allreduce": (15_000_000, 20_000_000), "update": (20_000_000, 30_000_000)}
+    bd = breakdown(recs, (0, 30_000_000), host)
+    # compute 10 + 8 = 18; exposed comm 10-14 = 4; copies 14-16 = 2
+    assert (bd["compute"], bd["exposed comm"], bd["copies"]) == (18.0, 4.0, 2.0)
+    # idle 16-20: host in allreduce -> other ranks 4; 20-22: host in update -> host launch 2
+    assert (bd["idle: other ranks"], bd["idle: host launch"], bd["idle: copies"]) == (4.0, 2.0, 0.0)
+    parts = ("compute", "exposed comm", "copies", "idle: other ranks", "idle: host launch", "idle: copies")
+    assert sum(bd[p] for p in parts) == bd["window"] == 30.0
+    assert bd["comm"] == 6.0 and bd["exposed comm share"] == pytest.approx(4 / 30)
+
+
+def test_records_are_attributed_to_the_batch_and_phase_that_launched_them():
+    ext = {11: act.ext_id(1, 2), 12: act.ext_id(1, 3), 13: act.ext_id(2, 2), 14: act.ext_id(9, 1)}
+    gpu = [("kernel", 11, 100, 200, 7, 0, 0, "_Z4gemm"),
+           ("kernel", 12, 250, 400, 9, 0, 0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+           ("memcpy", 13, 50, 60, 7, 64, 2, None),
+           ("kernel", 14, 1, 2, 7, 0, 0, "x"),      # seq 9: no such batch
+           ("kernel", 99, 1, 2, 7, 0, 0, "eval")]   # launched outside any phase (no external id)
+    out, orphans = act.attribute(gpu, ext, {11: 90}, {1: (0, 5), 2: (0, 6)},
+                                 {1: "forward", 2: "backward", 3: "allreduce"})
+    assert orphans == 2
+    r0, r1 = (dict(zip(ACTIVITY_FIELDS, r)) for r in out[(0, 5)])
+    assert (r0["cat"], r0["phase"], r0["api_ns"]) == ("compute", "backward", 90)
+    assert (r1["cat"], r1["phase"], r1["stream"]) == ("comm", "allreduce", 9)
+    (c,) = [dict(zip(ACTIVITY_FIELDS, r)) for r in out[(0, 6)]]
+    assert (c["cat"], c["copy"], c["bytes"]) == ("copy", "d2h", 64)
+
+
+def test_gpu_phase_spans_follow_the_cuda_event_convention():
+    recs = [rec("compute", "forward", 1_000_000, 2_000_000), rec("compute", "forward", 2_500_000, 3_000_000),
+            rec("compute", "backward", 3_000_000, 5_000_000), rec("compute", "update", 9_000_000, 10_000_000)]
+    # the previous batch ended at 0.5 ms, before this one's first record: the batch starts there
+    spans, total, t0, end = act.gpu_phase_spans(recs, 500_000, {"allreduce": (5_000_000, 8_000_000)})
+    assert t0 == 500_000 and end == 10_000_000 and total == 9.5
+    # forward 0.5-3 ms, backward 3-5, allreduce (host only) 5-8, update 8-10: offsets from 0.5 ms
+    assert spans == {"forward": (0.0, 2.5), "backward": (2.5, 2.0), "allreduce": (4.5, 3.0), "update": (7.5, 2.0)}
+    # a previous batch still running (another stream) when this one starts: from the first record
+    assert act.gpu_phase_spans(recs, 1_500_000)[2] == 1_000_000
+
+
+def test_cross_check_compares_bytes_and_kernel_counts():
+    b = {"bytes_h2d": 128, "bytes_d2h": 64, "kernels": {"forward": 2, "backward": 1}, "collectives": [["x", 1]],
+         "gpu": [rec("copy", "h2d", 0, 1, nbytes=100, copy="h2d"), rec("copy", "h2d", 1, 2, nbytes=28, copy="h2d"),
+                 rec("copy", "d2h", 2, 3, nbytes=64, copy="d2h"), rec("compute", "forward", 3, 4),
+                 rec("compute", "forward", 4, 5), rec("compute", "backward", 5, 6)]}
+    c = cross_check(b)
+    assert c["bytes_ok"] and c["kernels_ok"] and c["h2d"] == (128, 128)  # 100 + 28 = 128
+    b["bytes_d2h"] = 65
+    b["kernels"]["backward"] = 3
+    c = cross_check(b)
+    assert not c["bytes_ok"] and c["kernel_mismatch"] == {"backward": (1, 3)}
+    # a phase replayed as one CUDA graph is not counted kernel by kernel
+    b["gpu"].append(rec("graph", "backward", 6, 7))
+    assert cross_check(b)["kernels_ok"]
+
+
+# ---- clocks and ranks ----------------------------------------------------------------------
+
+def test_clock_offset_takes_the_tightest_bracket():
+    # B = A + 1000; the second sample brackets b within 10 ns, the first within 400
+    samples = [(0, 1100, 400), (5000, 6005, 5010)]
+    assert act.clock_offset(samples) == (1000, 5)
+
+
+def test_to_run_s_puts_ranks_on_rank_zeros_axis():
+    # rank 1's host clock runs 2 s behind rank 0's; its CUPTI clock is 7 s ahead of its host clock
+    c1 = {"host_start_ns": 10 * 10**9, "rank0_minus_host_ns": 2 * 10**9, "rank0_start_ns": 11 * 10**9,
+          "cupti_minus_host_ns": 7 * 10**9}
+    # host 10 s on rank 1 = 12 s on rank 0 = 1 s after rank 0 started
+    assert act.to_run_s(c1, 10 * 10**9, False) == 1.0
+    # CUPTI 17.5 s on rank 1 = host 10.5 s = 1.5 s on the run axis
+    assert act.to_run_s(c1, 17_500_000_000, True) == 1.5
+
+
+def test_collective_waits_name_the_last_rank():
+    w = collective_waits({0: (1.000, 1.010), 1: (1.004, 1.010), 2: (1.001, 1.010)})
+    assert w["last_rank"] == 1
+    assert w["wait_ms"][0] == pytest.approx(4.0) and w["wait_ms"][1] == 0.0
+    assert w["transfer_ms"][0] == pytest.approx(6.0) and w["spread_ms"] == pytest.approx(4.0)
+
+
+def test_critical_path_and_gain_ceilings():
+    segs = {0: [("forward", 0.000, 0.003), ("backward", 0.003, 0.006), ("allreduce", 0.006, 0.010),
+                ("update", 0.010, 0.011)],
+            1: [("forward", 0.000, 0.002), ("backward", 0.002, 0.004), ("allreduce", 0.004, 0.010),
+                ("update", 0.010, 0.0115)]}
+    path = {(p["segment"], p["rank"]): p for p in critical_path(segs)}
+    # rank 0 arrives last (6 ms against 4 ms): shortening its forward (3 ms) gains at most 2 ms
+    assert path[("forward", 0)]["ms"] == pytest.approx(3.0)
+    assert path[("forward", 0)]["gain ceiling ms"] == pytest.approx(2.0)
+    assert path[("allreduce after the last arrival", 0)]["ms"] == pytest.approx(4.0)
+    # rank 1 finishes last (11.5 ms against 11): its 1.5 ms update can gain at most 0.5 ms
+    assert path[("update", 1)]["gain ceiling ms"] == pytest.approx(0.5)
+
+
+# ---- writer -> reader -> report, with a stand-in collector ----------------------------------
+
+class FakeCollector:
+    """Records one launch per kernel the fake network launches, correlated
+    with the external id on top of the stack, as CUPTI would."""
+
+    note = None
+
+    def __init__(self):
+        self.stack, self.gpu, self.ext, self.api, self.t, self.corr = [], [], {}, {}, 1_000_000, 0
+
+    def push(self, ext):
+        self.stack.append(ext)
+
+    def pop(self):
+        return self.stack.pop()
+
+    def now_ns(self):
+        return 5_000_000_000  # CUPTI's clock: the host's + 5 s - host start
+
+    def launch(self, kind, dur_ns, nbytes=0, copy_kind=0, name="k", stream=7):
+        self.corr += 1
+        self.ext[self.corr] = self.stack[-1]
+        self.api[self.corr] = self.t - 500
+        self.gpu.append((kind, self.corr, self.t, self.t + dur_ns, stream, nbytes, copy_kind, name))
+        self.t += dur_ns + 1000
+
+    def drain(self, batches, phase_names):
+        out = act.attribute(self.gpu, self.ext, self.api, batches, phase_names)
+        self.gpu, self.ext, self.api = [], {}, {}
+        return out
+
+    def stop(self):
+        pass
+
+
+class FakeWorld:
+    rank, size, library = 0, 1, "none"
+
+    def barrier(self):
+        pass
+
+    def bcast(self, obj, root=0):
+        return obj
+
+    def allgather(self, obj):
+        return [obj]
+
+
+class FakeNet:
+    kernels_launched = 0
+
+
+class FakeBackend:
+    name = "cupy"
+
+    def __init__(self):
+        self.net = FakeNet()
+
+
+def traced_run(tmp_path, monkeypatch, batches=4):
+    from perfmlp.config import from_mapping
+    fake = FakeCollector()
+    monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
+    monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
+    cfg = from_mapping({"trace_dir": str(tmp_path), "run_id": "fake", "batch_size": 10, "n_train": 40,
+                        "backend": "cupy", "trace_level": "timeline"})
+    world = FakeWorld()
+    tr = writer_mod.make_tracer(cfg, world)
+    be = FakeBackend()
+    tr.attach(world, be)
+    counts = Counts()
+    for k in range(batches):
+        tr.begin_batch(0, k, 10, 10)
+        with tr.phase("h2d"):
+            fake.launch("memcpy", 2000, nbytes=3000, copy_kind=1)
+            counts.bytes_h2d += 3000
+        with tr.phase("forward"):
+            for _ in range(4):
+                be.net.kernels_launched += 1
+                fake.launch("kernel", 10_000)
+        with tr.phase("allreduce"):
+            fake.launch("kernel", 20_000, name="ncclDevKernel_AllReduce", stream=9)
+            counts.bytes_nccl += 96
+            counts.collectives.append(("ncclAllReduce", 24))
+        with tr.phase("update"):
+            be.net.kernels_launched += 1
+            fake.launch("kernel", 5000)
+        tr.end_batch(None, counts)
+        counts.reset()
+    tr.end_epoch(epoch=0, loss=1.0, accuracy=0.5, seconds=1.0)
+    tr.close("complete")
+    return read_run(tmp_path / "fake")
+
+
+def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
+    run = traced_run(tmp_path, monkeypatch)
+    assert run.manifest["trace_level"] == "timeline" and "trace_level_note" not in run.manifest
+    rt = run.ranks[0]
+    assert rt.activity["schema"] == "perfmlp.activity/1" and rt.clock["cupti_minus_host_ns"] is not None
+    b = rt.batches[1]
+    assert b["clock"] == "cupti" and b["kernels"] == {"forward": 4, "update": 1}
+    assert len(b["gpu"]) == 1 + 4 + 1 + 1
+    # h2d 2 us, forward 4 x 10 us + 3 gaps of 1 us, ...: the GPU spans, not the host's
+    off, dur = b["t_ms"]["forward"]
+    assert dur == pytest.approx((1000 + 4 * 10_000 + 3 * 1000) / 1e6)
+    assert set(b["t_ms_host"]) == {"h2d", "forward", "allreduce", "update"}
+    c = cross_check(b)
+    assert c["bytes_ok"] and c["kernels_ok"] and c["nccl_kernels"] == c["collectives"] == 1
+    bd = run_breakdowns(run)[0]
+    assert len(bd) == 3  # 4 batches less the warm-up one
+    # one batch: 2 + 40 + 20 + 5 = 67 us busy, gaps of 1 us between records (and the one before the batch)
+    assert bd[0]["compute"] + bd[0]["exposed comm"] + bd[0]["copies"] == pytest.approx(0.067)
+    assert run_collectives(run) == []  # one rank: nobody to wait for
+
+
+def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
+    run = traced_run(tmp_path, monkeypatch)
+    run.manifest["machine"] = {"nodes": {"h": {"gpu": "NVIDIA H200", "gpu_count": 1, "ranks": [0]}}}
+    run.manifest["config"].update({"hidden_sizes": [512]})
+    out = build_from_runs([run], [], tmp_path / "rep")
+    md = (out / "report.md").read_text()
+    assert "GPU timeline: fake" in md and (out / "timeline_fake.png").exists() and (out / "breakdown_fake.svg").exists()
+    assert "memcpy bytes equal the counters in 3" in md
+    ev = chrome_events(run)
+    copies = [e for e in ev if e.get("cat") == "copy"]
+    assert len(copies) == 4 and all(e["args"]["bytes"] == 3000 for e in copies)
+    # two streams (7: compute and copies, 9: NCCL) on their own tracks
+    assert {e["tid"] for e in ev if e.get("cat") in ("compute", "comm", "copy")} == {TID_STREAM0, TID_STREAM0 + 1}
+    json.dumps(ev)
+
+
+# ---- falling back -----------------------------------------------------------------------------
+
+def test_a_profiler_owning_cupti_is_detected():
+    assert act.profiler_owning_cupti({"NSYS_PROFILING_SESSION_ID": "3"}) == "NSYS_PROFILING_SESSION_ID"
+    assert act.profiler_owning_cupti({"PATH": "/usr/bin"}) is None
+
+
+def test_collector_says_why_it_cannot_start(monkeypatch):
+    monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/nsys/libToolsInjection64.so")
+    c, why = act.collector_or_reason("timeline")
+    assert c is None and why == "a profiler owns CUPTI (CUDA_INJECTION64_PATH is set)"
+    monkeypatch.delenv("CUDA_INJECTION64_PATH")
+    assert act.collector_or_reason("timeline", nvtx_tool=True)[1] == "a profiler owns CUPTI (an NVTX tool is attached)"
+    for v in act.PROFILER_ENV:
+        monkeypatch.delenv(v, raising=False)
+    c, why = act.collector_or_reason("timeline")  # here: no cupti-python (or no GPU): refused in one line
+    assert c is None and why.startswith(("cupti-python is not installed", "CUPTI refused"))
+
+
+@pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters")])
+def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
+    r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3",
+                    "--num-classes", "2", "--n-train", "10", "--batch-size", "5", "--epochs", "1",
+                    "--trace-dir", str(tmp_path), "--run-id", "lv", "--trace-level", level)
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "lv")
+    assert run.manifest["trace_level"] == used and run.manifest["trace_level_asked"] == level
+    assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level != used)
+    assert run.ranks[0].clock["rank0_minus_host_ns"] == 0 and not run.ranks[0].gpu
+
+
+def _has_cupti():
+    try:
+        from cupti import cupti  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+@gpu
+@pytest.mark.skipif(not _has_cupti(), reason="needs cupti-python (.gpu-kit/cupti)")
+@pytest.mark.parametrize("transfer,comm", [("pageable", "mpi-staged"), ("resident", "nccl")])
+def test_cupti_records_match_the_counters_on_the_gpu(tmp_path, transfer, comm):
+    r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "1200", "--batch-size", "300",
+                    "--epochs", "2", "--batch-transfer", transfer, "--comm", comm, "--trace-level", "kernels",
+                    "--trace-dir", str(tmp_path), "--run-id", "g", timeout=300)
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "g")
+    assert run.manifest["trace_level"] == "kernels", run.manifest.get("trace_level_note")
+    batches = run.ranks[0].batches
+    assert len(batches) == 8 and all(b["clock"] == "cupti" for b in batches)
+    for b in batches:
+        c = cross_check(b)
+        assert c["bytes_ok"], (b["batch"], c)
+        assert c["kernels_ok"], (b["batch"], c["kernel_mismatch"])
+    assert run_breakdowns(run)[0][0]["compute"] > 0
