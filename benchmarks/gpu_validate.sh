@@ -12,6 +12,8 @@
 # calibrated.yaml and calibrate.log, traces/ (with predictions.json), the
 # sweep's and the what-if's logs, and report/ where matplotlib is installed
 # (else make it here: python -m perfmlp.report traces/... --machine ...).
+# VALIDATE_BUDGET_S (default 450) caps calibration + sweep; the sweep runs
+# every configuration once before repeating any, so a cut keeps them all.
 set -u
 source benchmarks/gpu_env.sh
 R=$OUT/validate; T=$R/traces; mkdir -p $T
@@ -25,7 +27,7 @@ timeout 150 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/c
   --gemm-kernels naive,tiled,regblock 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -24
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
-PERFMLP_MPIRUN="$MPIRUN" timeout $((450 - SECONDS)) python3 -m perfmlp.sweep sweeps/validate.yaml --trace-dir $T \
+PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python3 -m perfmlp.sweep sweeps/validate.yaml --trace-dir $T \
   --predict $R/calibrated.yaml --no-report --timeout 40 --max-procs $NGPU 2>&1 | tee $R/sweep.log \
   | grep -v -e ": ok$" -e "skipped$"
 rm -rf $T/.sweep-configs
