@@ -24,6 +24,8 @@ class Backend:
     batches: object            # batches.HostBatches or batches.DeviceBatches
     reducer: object            # one of comm's reducers
     sync: Callable[[], None]   # waits for the device's queued work (a no-op on the host)
+    step: Callable | None = None           # the step when it is not train.step (perfmlp/partition.py)
+    data_group: tuple[int, int] | None = None   # (ranks the batch is split over, this rank's piece) if not all
 
 
 def resolve(cfg: Config) -> str:
@@ -40,17 +42,22 @@ def check_options(cfg: Config) -> str:
     name = resolve(cfg)
     if name == "numpy":
         gpu_only = [f"--{flag} {value}" for flag, value, host in (
-            ("comm", cfg.comm, ("auto", "mpi")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
+            ("comm", cfg.comm, ("auto", "mpi", "ps")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
             ("gemm", cfg.gemm, ("cublas",))) if value not in host]
         if gpu_only:
             raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
-    elif cfg.comm == "mpi":
-        raise PerfmlpError("--comm mpi reduces host buffers (the numpy backend); on the GPU use mpi-staged or nccl")
+    elif cfg.comm in ("mpi", "ps"):
+        raise PerfmlpError(f"--comm {cfg.comm} reduces host buffers (the numpy backend); on the GPU use "
+                           f"{'mpi-staged or nccl' if cfg.comm == 'mpi' else 'ps-nccl'}")
     return name
 
 
 def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
-    if check_options(cfg) == "cupy":
+    name = check_options(cfg)
+    if cfg.parallel != "data" or cfg.comm in ("ps", "ps-nccl"):
+        from .partition import backend_parts
+        return Backend(**backend_parts(cfg, world, xtrain, ytrain, name))
+    if name == "cupy":
         return _build_cupy(cfg, world, xtrain, ytrain)
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     return Backend("numpy", np, net, HostBatches(xtrain, ytrain), HostReducer(world), lambda: None)
