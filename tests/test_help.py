@@ -31,7 +31,7 @@ def description(help_text: str) -> str:
     ("perfmlp.run", len(C.fields(C.Config)) + 3),  # a flag per field, --hidden-size, --config, -h
     ("perfmlp.sweep", 7),
     ("perfmlp.fetch", 4),
-    ("perfmlp.model", 11),
+    ("perfmlp.model", 13),
 ])
 def test_every_flag_says_what_it_does_and_its_default(module, flags):
     r = run_cmd([sys.executable, "-m", module, "--help"])
