@@ -233,3 +233,58 @@ def test_model_cli_takes_the_strategy(tmp_path):
     r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--parallel", "hybrid", "--procs", "4"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs model_procs" in r.stderr
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+def fake_gpu_run(H, B, procs, parallel, comm, t_ms, model_procs=0):
+    """A GPU run as its trace would hold it: counters from the model, 4 batches (the first a warm-up)."""
+    from perfmlp.trace.reader import Run
+    sizes = (784, H, 10)
+    cfg = {"input_size": 784, "hidden_sizes": [H], "num_classes": 10, "batch_size": B, "n_train": 4 * B,
+           "precision": "float32", "batch_transfer": "resident", "comm": comm, "gemm": "cublas",
+           "parallel": parallel, "model_procs": model_procs}
+    rid = f"h{H}-b{B}-p{procs}-{parallel}-{comm}"
+    manifest = {"schema": "perfmlp.trace/1", "run_id": rid, "config": cfg, "procs": procs, "status": "complete",
+                "backend": "cupy", "comm": comm,
+                "machine": {"nodes": {"h": {"gpu": "NVIDIA H200", "gpu_count": 2, "ranks": list(range(procs))}}}}
+    ranks = {}
+    for r in range(procs):
+        c = rank_counts(sizes, B, procs, r, 4, parallel, model_procs, comm, "resident")
+        recs = []
+        for k in range(4):
+            recs.append({"kind": "batch", "epoch": 0, "batch": k, "samples": B, "local_samples": c.b, "t0_s": 0.0,
+                         "flops": c.flops, "bytes_h2d": 0, "bytes_d2h": 0, "bytes_mpi": c.bytes_mpi,
+                         "bytes_nccl": c.bytes_nccl, "t_ms": {"forward": [0.0, 0.8 * t_ms],
+                                                              "combine": [0.8 * t_ms, 0.2 * t_ms]},
+                         "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms})
+        recs.append({"kind": "end", "status": "complete"})
+        ranks[r] = recs
+    return Run.from_records(manifest, ranks)
+
+
+def test_report_maps_the_strategies_and_checks_the_bytes(tmp_path):
+    import csv
+    from perfmlp.report import build_from_runs
+    runs = [fake_gpu_run(512, 3200, 1, "data", "nccl", 0.22),
+            fake_gpu_run(512, 3200, 2, "data", "nccl", 0.17), fake_gpu_run(512, 3200, 2, "model", "nccl", 0.12),
+            fake_gpu_run(512, 3200, 2, "data", "ps-nccl", 0.20),
+            fake_gpu_run(8192, 800, 2, "data", "nccl", 0.60), fake_gpu_run(8192, 800, 2, "model", "nccl", 0.41)]
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    rows = list(csv.DictReader(open(out / "partition_runs.csv")))
+    assert len(rows) == 5 and all(r["counted = model"] == "True" for r in rows)
+    by = {(r["H"], r["strategy"]): r for r in rows}
+    assert int(by[("512", "data")]["bytes to collectives per rank (counted)"]) == 1_628_204
+    assert int(by[("512", "model")]["bytes to collectives per rank (counted)"]) == 128_000
+    # strong scaling with the better strategy: 0.22 / 0.12 ms
+    assert float(by[("512", "model")]["speed-up over 1 GPU"]) == pytest.approx(0.22 / 0.12)
+    win = {r["H"]: r for r in csv.DictReader(open(out / "partition_winners.csv"))}
+    assert win["512"]["measured winner"] == "model" and win["8192"]["measured winner"] == "model"
+    assert win["512"]["agree"] in ("yes", "no", "tie predicted")
+    for fig in ("partition_map", "partition_measured_vs_predicted"):
+        assert (out / f"{fig}.png").stat().st_size > 1000
+    # the partitioned runs stay out of the data-parallel sections (Question 2.1 takes p=2 nccl data: 0.17)
+    md = (out / "report.md").read_text()
+    assert "Partitioning strategies" in md
+    util = list(csv.DictReader(open(out / "q2_1_utilisation.csv")))
+    assert util[1]["perfmlp best (resident, nccl) ms"] == "0.17"

@@ -23,6 +23,11 @@ PHASE_TERMS = {
     "allreduce": "allreduce",
     "h2d_grad": "h2d_grad",    # the reduced gradients copied back (mpi-staged)
     "update": "compute",
+    # the partitioning strategies' exchanges (perfmlp/partition.py), after the others so the
+    # phases above keep their order (and the report's colours)
+    "combine": "allreduce",    # model parallelism: the output's partial sums, allreduced over the model group
+    "reduce": "allreduce",     # the parameter server: gradients reduced to rank 0
+    "bcast": "allreduce",      # the parameter server: parameters broadcast from rank 0
 }
 PHASES = tuple(PHASE_TERMS)
 NVTX_RANGES = (*PHASES, "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
