@@ -85,7 +85,8 @@ def sweep_run_id(name: str, cfg: Config, procs: int) -> str:
     text = json.dumps(run_identity(cfg, procs), sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     hs = "x".join(str(h) for h in cfg.hidden_sizes)
-    return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
+    par = "" if cfg.parallel == "data" else f"-{cfg.parallel}{cfg.model_procs or ''}"  # data: ids as before
+    return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}{par}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
             f"{cfg.gemm}-{digest}")
 
 

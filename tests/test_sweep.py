@@ -63,7 +63,8 @@ def test_reference_sweeps_run_the_reference_hyperparameters():
         for run in expand(spec, str(f)):
             c = run.config
             assert (c.learning_rate, c.reg, c.n_train, c.input_size, c.num_classes) == (1e-4, 1e-4, 38400, 784, 10)
-            assert c.batch_size == 3200 * (run.procs if "batch_per_proc" in spec else 1)
+            if "batch_size" not in (spec.get("matrix") or {}):  # partition.yaml varies B on purpose
+                assert c.batch_size == 3200 * (run.procs if "batch_per_proc" in spec else 1)
             assert c.learning_rate == reference["learning_rate"] or str(reference["learning_rate"]) == "1e-4"
 
 

@@ -39,7 +39,7 @@ BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "by
 
 def batch_phases(comm: str, batch_transfer: str) -> tuple[str, ...]:
     """The phases one batch records for a communication and transfer mode."""
-    skip = set()
+    skip = {"combine", "reduce", "bcast"}  # the partitioning strategies' (perfmlp/model/partition.py: step_phases)
     if batch_transfer == "resident":
         skip.add("h2d")
     if comm != "mpi-staged":
