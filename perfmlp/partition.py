@@ -246,8 +246,9 @@ class ShardStep:
 
     def set_params(self, weights, biases=None) -> None:
         cuts = [self._cut(l) for l in range(len(weights))]
-        Network.set_params(self, [np.asarray(w)[r, c] for w, (r, c) in zip(weights, cuts)],
-                           [np.asarray(bias)[r] for bias, (r, _) in zip(biases, cuts)] if biases else None)
+        cut = (lambda a, *idx: np.ascontiguousarray(np.asarray(a)[idx]))  # a column block is strided: copy it
+        Network.set_params(self, [cut(w, r, c) for w, (r, c) in zip(weights, cuts)],
+                           [cut(bias, r) for bias, (r, _) in zip(biases, cuts)] if biases else None)
 
     def get_params(self) -> dict[str, np.ndarray]:
         mine = [(_to_host(w), _to_host(b)) for w, b in zip(self.p.W, self.p.b)]

@@ -53,7 +53,8 @@ def section_partition(a: Analysis) -> Section | None:
     s.paragraphs.append(
         f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p=2, {st.precision}: per step each rank "
         f"hands {pen['data']:,} bytes to the gradient allreduce with data parallelism (the whole gradient, "
-        f"s(HD + H + CH + C + 1)), {pen['ps']:,} to the parameter server (reduce, then broadcast) and "
+        f"s(HD + H + CH + C + 1)), {pen['ps']:,} to the parameter server (reduce, then broadcast; {sz} fewer with "
+        f"ps-nccl, which broadcasts no loss slot) and "
         f"{pen['model']:,} with model parallelism (the output's partial sums, s C B): "
         f"{pen['data'] / pen['model']:.1f}x fewer. Model parallelism wins on bytes while B < (HD + H + CH + C + 1) "
         f"/ C = {(H * D + H + C * H + C + 1) / C:,.0f} at H={H}; in time, the latencies and the redundant "
