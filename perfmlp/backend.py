@@ -28,6 +28,8 @@ class Backend:
     exec: str = "eager"        # "eager" or "graph"
     graph: object = None       # gpu.graph.GraphStep in graph mode
     stream: object = None      # the CuPy stream everything of the step is issued on (current once built)
+    step: Callable | None = None           # the step when it is not train.step (perfmlp/partition.py)
+    data_group: tuple[int, int] | None = None   # (ranks the batch is split over, this rank's piece) if not all
 
 
 def resolve(cfg: Config) -> str:
@@ -42,9 +44,13 @@ def check_options(cfg: Config) -> str:
     """The backend the configuration runs on, after refusing the options
     that backend does not have (before anything is written)."""
     name = resolve(cfg)
+    if (cfg.parallel != "data" or cfg.comm in ("ps", "ps-nccl")) and (cfg.exec == "graph" or cfg.overlap):
+        what = f"--parallel {cfg.parallel}" if cfg.parallel != "data" else f"--comm {cfg.comm}"
+        raise PerfmlpError(f"{what} runs eagerly: --exec graph and --overlap are for data parallelism "
+                           "with an allreduce")
     if name == "numpy":
         gpu_only = [f"--{flag} {value}" for flag, value, host in (
-            ("comm", cfg.comm, ("auto", "mpi")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
+            ("comm", cfg.comm, ("auto", "mpi", "ps")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
             ("gemm", cfg.gemm, ("cublas",))) if value not in host]
         if gpu_only:
             raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
@@ -52,8 +58,9 @@ def check_options(cfg: Config) -> str:
             raise PerfmlpError("--exec graph needs the cupy backend (this run is on numpy)")
         if cfg.overlap and cfg.comm not in ("auto", "mpi"):
             raise PerfmlpError(f"--overlap with --comm {cfg.comm}: on numpy the overlapped exchange is mpi")
-    elif cfg.comm == "mpi":
-        raise PerfmlpError("--comm mpi reduces host buffers (the numpy backend); on the GPU use mpi-staged or nccl")
+    elif cfg.comm in ("mpi", "ps"):
+        raise PerfmlpError(f"--comm {cfg.comm} reduces host buffers (the numpy backend); on the GPU use "
+                           f"{'mpi-staged or nccl' if cfg.comm == 'mpi' else 'ps-nccl'}")
     elif cfg.overlap and cfg.comm != "nccl":
         raise PerfmlpError("--overlap on the GPU needs --comm nccl (the staged exchange needs the host "
                            "between the backward pass and the update)")
@@ -68,7 +75,11 @@ def exec_mode(cfg: Config, backend: str) -> str:
 
 
 def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
-    if check_options(cfg) == "cupy":
+    name = check_options(cfg)
+    if cfg.parallel != "data" or cfg.comm in ("ps", "ps-nccl"):
+        from .partition import backend_parts
+        return Backend(**backend_parts(cfg, world, xtrain, ytrain, name))
+    if name == "cupy":
         return _build_cupy(cfg, world, xtrain, ytrain)
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     reducer = HostReducer(world)

@@ -26,12 +26,13 @@ from .trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
 CHOICES = {
     "precision": ("float32", "float64"),
     "backend": ("auto", "numpy", "cupy"),
-    "comm": ("auto", "mpi", "mpi-staged", "nccl"),
+    "comm": ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl"),
     "batch_transfer": ("pageable", "pinned", "resident"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "exec": ("auto", "eager", "graph"),
     "data": ("auto", "mnist", "synthetic"),
     "trace_level": tuple(TRACE_LEVELS),
+    "parallel": ("data", "model", "hybrid"),
 }
 
 
@@ -68,6 +69,8 @@ class Config:
     resume: str = ""
     cprofile: bool = False
     quiet: bool = False
+    parallel: str = "data"
+    model_procs: int = 0
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -97,7 +100,8 @@ HELP = {
     "n_heldout": "held-out samples for the accuracy",
     "backend": "array library: auto (cupy when a GPU is usable), numpy or cupy",
     "comm": "gradient all-reduce: auto (mpi-staged on the GPU, mpi on NumPy), mpi (host buffers), "
-            "mpi-staged (GPU buffers through the host) or nccl",
+            "mpi-staged (GPU buffers through the host) or nccl; or a parameter server (reduce to rank 0, "
+            "update there, broadcast): ps (host MPI) or ps-nccl",
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
     "gemm": "GEMM implementation on the GPU",
     "exec": "how the GPU step is issued: auto (graph on the cupy backend, eager on numpy), eager (kernel by "
@@ -113,15 +117,19 @@ HELP = {
     "resume": "start from the parameters in this .npz file",
     "cprofile": "profile each rank with cProfile, into rank-<r>.prof in the trace folder",
     "quiet": "print nothing but errors",
+    "parallel": "partitioning over the ranks: data (the batch split), model (each rank a shard of every layer, "
+                "the whole batch), hybrid (a p_data x p_model grid)",
+    "model_procs": "ranks per model group with --parallel hybrid (must divide the ranks)",
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
            "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz",
-           "bucket_bytes": "BYTES"}
-_DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights"}
+           "bucket_bytes": "BYTES", "model_procs": "M"}
+_DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights",
+                 "model_procs": "none; hybrid needs it"}
 _FIELDS = {f.name: f for f in fields(Config)}
 _POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate", "bucket_bytes"}
-_NON_NEGATIVE = {"reg", "seed", "n_heldout"}
+_NON_NEGATIVE = {"reg", "seed", "n_heldout", "model_procs"}
 
 
 def _convert(name: str, value: Any, label: str) -> Any:
@@ -190,6 +198,11 @@ def check_consistent(cfg: Config) -> None:
     """Checks that involve more than one value (the process count comes later)."""
     if cfg.batch_size > cfg.n_train:
         raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than n_train ({cfg.n_train})")
+    if cfg.model_procs and cfg.parallel != "hybrid":
+        raise PerfmlpError(f"model_procs ({cfg.model_procs}) is for parallel hybrid, not parallel {cfg.parallel}")
+    if cfg.comm in ("ps", "ps-nccl") and cfg.parallel != "data":
+        raise PerfmlpError(f"comm {cfg.comm} (the parameter server) is data parallelism's exchange, "
+                           f"not parallel {cfg.parallel}'s")
 
 
 def check_procs(cfg: Config, nprocs: int) -> None:
@@ -260,3 +273,13 @@ def from_args(args: argparse.Namespace) -> Config:
     except checks.CheckError as e:
         raise PerfmlpError(str(e)) from None
     return from_mapping(overrides, where="", base=cfg)
+
+
+def data_procs(cfg: Config, nprocs: int) -> int:
+    """The ranks a batch is split over: all of them for data parallelism,
+    one per model group otherwise (checked by the model's grid rule)."""
+    from .model.partition import PartitionError, grid
+    try:
+        return grid(nprocs, cfg.parallel, cfg.model_procs)[0]
+    except PartitionError as e:
+        raise PerfmlpError(str(e)) from None

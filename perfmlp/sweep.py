@@ -109,9 +109,10 @@ def sweep_run_id(name: str, cfg: Config, procs: int, repeat: int = 0) -> str:
         ident["repeat"] = repeat
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8]
     hs = "x".join(str(h) for h in cfg.hidden_sizes)
+    par = "" if cfg.parallel == "data" else f"-{cfg.parallel}{cfg.model_procs or ''}"  # data: ids as before
     extra = (f"-{cfg.exec}" if cfg.exec != "auto" else "") + ("-overlap" if cfg.overlap else "") + \
         (f"-r{repeat}" if repeat else "")
-    return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
+    return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}{par}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
             f"{cfg.gemm}{extra}-{digest}")
 
 

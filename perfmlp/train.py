@@ -12,6 +12,7 @@ on the whole batch would, up to rounding.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 import zipfile
@@ -22,7 +23,7 @@ import numpy as np
 
 from . import data as data_mod
 from .backend import build
-from .config import Config, check_procs
+from .config import Config, check_procs, data_procs
 from .errors import PerfmlpError, RunFailure
 from .mlp import init_weights
 from .model.costs import piece
@@ -143,7 +144,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
         cfg = dataclasses.replace(cfg, n_train=N)
         if cfg.batch_size > N:
             raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than the {N} training samples available")
-    check_procs(cfg, P)
+    check_procs(cfg, data_procs(cfg, P))
     dtype = np.dtype(cfg.precision)
     xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, dtype)
     xheld, yheld = data_mod.to_arrays(split.heldout, cfg.num_classes, dtype)
@@ -151,6 +152,9 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     net, batches, reducer = be.net, be.batches, be.reducer
     tracer.attach(world, be)
     net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
+    run_step = (functools.partial(be.step, nonfinite=NonFiniteLoss) if be.step else
+                functools.partial(step, graph=be.graph))
+    pieces_of = be.data_group or (P, rank)  # the batch is split over (ranks, this rank's piece)
 
     if cfg.resume:
         init = load_resume(cfg.resume, cfg.layer_sizes)
@@ -158,8 +162,9 @@ def _train(cfg: Config, world, tracer, log) -> Result:
         net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
     else:
         net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
-    if cfg.save_params and rank == 0:
-        save_params(Path(cfg.save_params) / "initial.npz", net.get_params())
+    initial = net.get_params() if cfg.save_params else None  # every rank: a collective for a shard
+    if initial is not None and rank == 0:
+        save_params(Path(cfg.save_params) / "initial.npz", initial)
 
     x_held = be.xp.asarray(xheld.T) if len(xheld) else None
     result = Result(backend=be.name)
@@ -178,11 +183,11 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             fault_hook(rank, k, tracer)
             start = k * B
             Bk = min(B, N - start)
-            lo, hi = piece(Bk, P, rank)
+            lo, hi = piece(Bk, *pieces_of)
             net.global_batch = Bk
             tracer.begin_batch(epoch, k, Bk, hi - lo)
             try:
-                ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts, be.graph)
+                ce = run_step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts)
             except NonFiniteLoss as e:
                 e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
                 e.params, e.where = _last_finite(net, last_finite, f"before batch {k} of epoch {epoch + 1}")

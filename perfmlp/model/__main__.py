@@ -7,6 +7,7 @@ import os
 import sys
 
 from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
+from .partition import PARALLEL, PS_COMMS, PartitionError, format_partition, partition_summary
 from .summary import summary
 
 
@@ -89,9 +90,16 @@ def main(argv=None) -> int:
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
     ap.add_argument("--precision", choices=("float32", "float64"), default="float32",
                     help="floating-point type (default: float32)")
-    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi"), default="mpi-staged",
+    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi", *PS_COMMS), default="mpi-staged",
                     help="gradient all-reduce: mpi-staged (GPU buffers through the host), nccl, or mpi "
-                         "(host buffers, the NumPy backend) (default: mpi-staged)")
+                         "(host buffers, the NumPy backend); or the parameter server, ps-nccl (GPU) or ps (host "
+                         "MPI) (default: mpi-staged)")
+    ap.add_argument("--parallel", choices=PARALLEL, default="data",
+                    help="partitioning: data (batch split), model (every layer split, whole batch on every "
+                         "rank), hybrid (a p_data x p_model grid); any but data with an allreduce prints the "
+                         "strategy's counts per rank and every strategy's predicted time (default: data)")
+    ap.add_argument("--model-procs", type=_positive, default=None, metavar="M",
+                    help="ranks per model group with --parallel hybrid (default: none, hybrid needs it)")
     ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable",
                     help="how each batch reaches the GPU (default: pageable)")
     ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph"), default="eager",
@@ -116,11 +124,24 @@ def main(argv=None) -> int:
     except MachineError as e:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
-    s = summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.precision, a.comm,
-                a.batch_transfer, exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm,
-                traced=a.traced)
+    sizes = (a.input_size, *a.hidden, a.num_classes)
+    if a.parallel != "data" or a.comm in PS_COMMS or a.model_procs:
+        try:
+            if a.model_procs and a.parallel != "hybrid":
+                raise PartitionError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
+            s = partition_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
+                                  a.parallel, a.model_procs or 0)
+        except PartitionError as e:
+            print(f"perfmlp.model: error: {e}", file=sys.stderr)
+            return 2
+        text = format_partition(s)
+    else:
+        s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
+                    exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm,
+                    traced=a.traced)
+        text = format_table(s)
     try:
-        print(json.dumps(s, indent=1) if a.json else format_table(s), flush=True)
+        print(json.dumps(s, indent=1) if a.json else text, flush=True)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
         return 1

@@ -19,6 +19,7 @@ from ..trace.reader import Run, read_traces
 from . import figures
 from .analysis import Analysis, analyse
 from .extras import section_correctness, section_nsys, section_profiles
+from .partition import section_partition
 from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
                        section_runs, section_scaling)
@@ -34,6 +35,7 @@ def sections_of(a: Analysis) -> list:
         out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a), section_scaling(a)]
     else:
         out.append(section_no_gpu(a))
+    out += [s for s in (section_partition(a),) if s is not None]
     out.append(section_phases(a))
     out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)
     if a.folder is not None:

@@ -18,6 +18,7 @@ from typing import Mapping
 
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
 from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
+from ..model.partition import label as strategy_label, predict_strategy
 from ..trace.format import PHASE_TERMS, PHASES
 from ..trace.reader import Run
 from .study import Study
@@ -104,6 +105,13 @@ class RunSummary:
     util_calibrated_peak: float | None
     imbalance_ms: float
     verdict: str
+    parallel: str = "data"      # run --parallel (older traces: data)
+    model_procs: int = 0
+
+    @property
+    def strategy(self) -> str:
+        """data, ps, model or hybrid <p_data>x<p_model> (perfmlp/model/partition.py)."""
+        return strategy_label(self.parallel, self.model_procs, self.comm, self.procs)
 
     @property
     def gpu(self) -> bool:
@@ -209,6 +217,10 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     def predict(m: Machine | None) -> Prediction | None:
         if m is None or not gpu:  # the machine files describe GPUs
             return None
+        if c.get("parallel", "data") != "data" or comm in ("ps", "ps-nccl"):
+            return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
+                                    c["batch_transfer"], c.get("parallel", "data"), c.get("model_procs", 0),
+                                    traced=True)
         gemm = c.get("gemm", "cublas")
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                              c["batch_transfer"], traced=True, exec_mode=exec_of(run),
@@ -233,7 +245,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         imbalance_ms=imbalance,
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
-                        imbalance))
+                        imbalance),
+        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)))
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,

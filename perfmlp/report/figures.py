@@ -19,7 +19,7 @@ from ..trace.format import PHASES
 MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}
 H_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")   # over the study's H list
 PHASE_COLORS = dict(zip(PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green", "tab:pink", "tab:purple",
-                                 "tab:orange", "tab:olive", "tab:gray")))
+                                 "tab:orange", "tab:olive", "tab:gray", "tab:brown", "gold", "black")))
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 _SVG_SALT = "perfmlp.report"
 

@@ -56,7 +56,7 @@ def study_shape(a: Analysis, s: RunSummary) -> bool:
     """A GPU run of the study's own sizes (B split over p), not profiled."""
     st = a.study
     return (s.gpu and not s.profiled and s.hidden == (st.hidden_size,) and s.batch == st.batch_size
-            and s.precision == st.precision)
+            and s.precision == st.precision and s.strategy == "data")
 
 
 def mode_runs(a: Analysis, procs: int, mode: tuple[str, str], gemm: str | None = "cublas") -> list[RunSummary]:
@@ -76,7 +76,7 @@ def in_q2_2(a: Analysis, s: RunSummary) -> bool:
     """A Question 2.2 point: B / p = the study's B, one of its H, its precision, cuBLAS."""
     st = a.study
     return (cublas_gpu(s) and s.batch == st.batch_size * s.procs and s.precision == st.precision
-            and s.hidden in {(h,) for h in st.q2_2_hidden_sizes})
+            and s.hidden in {(h,) for h in st.q2_2_hidden_sizes} and s.strategy == "data")
 
 
 # ---- sections ----------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def section_scaling(a: Analysis) -> Section:
     s = Section("Scaling")
     groups: dict = {}
     for r in a.gpu_runs:
-        if r.profiled:
+        if r.profiled or r.strategy != "data":  # the partitioning section scales those
             continue
         for kind, key_b in (("strong", r.batch), ("weak", r.batch // r.procs)):
             key = (kind, r.hidden, key_b, r.precision, r.transfer, r.comm, r.gemm)

@@ -26,6 +26,11 @@ PHASE_TERMS = {
     # graph mode (--exec graph): one CUDA-graph replay in place of forward,
     # loss and backward, and with nccl also the allreduce and the update
     "graph": "compute",
+    # the partitioning strategies' exchanges (perfmlp/partition.py), after the others so the
+    # phases above keep their order (and the report's colours)
+    "combine": "allreduce",    # model parallelism: the output's partial sums, allreduced over the model group
+    "reduce": "allreduce",     # the parameter server: gradients reduced to rank 0
+    "bcast": "allreduce",      # the parameter server: parameters broadcast from rank 0
 }
 PHASES = tuple(PHASE_TERMS)
 NVTX_RANGES = (*PHASES, "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
@@ -61,7 +66,7 @@ COPY_KINDS = {1: "h2d", 2: "d2h", 8: "d2d"}  # CUPTI's memcpy kinds the trainer 
 def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
     """The phases one batch records, in order, for a communication, transfer
     and execution mode."""
-    skip = set()
+    skip = {"combine", "reduce", "bcast"}  # the partitioning strategies' (perfmlp/model/partition.py: step_phases)
     if batch_transfer == "resident":
         skip.add("h2d")
     if comm != "mpi-staged":

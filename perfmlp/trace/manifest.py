@@ -81,8 +81,8 @@ def record_machine(run_dir: Path, world, backend) -> None:
         m["machine"] = seen
         m["backend"] = backend.name
         m["comm"] = backend.reducer.name if backend.reducer is not None else None
-        m["exec"] = backend.exec
-        if backend.exec == "graph":
+        m["exec"] = getattr(backend, "exec", None)
+        if m["exec"] == "graph":
             m["phase_timing"] = ("graph mode: one CUDA-event span per graph replay (phase 'graph'), not per "
                                  "kernel phase; operations and bytes are counted per batch as in eager mode")
         m["versions"] = versions()
