@@ -123,7 +123,8 @@ class Network:
         self.acts = [x]
         for l in range(L):
             z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
-            a = self.bias_sigmoid(z, self.p.b[l]) if l < L - 1 else self.bias_add(z, self.p.b[l])  # logits last
+            self._preactivation_done(l, z)
+            a = self.bias_sigmoid(z, self.p.b[l]) if l < L - 1 else self.bias_add(z, self._output_bias())  # logits
             self.acts.append(a)
 
     def loss(self, y) -> None:
@@ -148,9 +149,20 @@ class Network:
                 self.row_sum(d, self.g.b[l])                                # the output layer's db
             if l > 0:
                 da = self.gemm(self.p.W[l], d, out=self.buffer("d", l - 1, b), trans_a=True)
+                self._input_grad_done(l, da)
                 d = self.sigmoid_grad_row_sum(da, self.acts[l], self.g.b[l - 1])  # dz and the layer's db
             if ready is not None and l == min(1, L - 1):
                 ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
+
+    # hooks for a sharded network (perfmlp/partition.py): no-ops here
+    def _preactivation_done(self, l: int, z) -> None:
+        """Layer l's z = W a is computed, before its bias."""
+
+    def _input_grad_done(self, l: int, da) -> None:
+        """W_l^T delta (the gradient of layer l's input) is computed."""
+
+    def _output_bias(self):
+        return self.p.b[-1]
 
     def update(self) -> None:
         self._record(*self._update_ops)

@@ -172,8 +172,8 @@ class NcclAllreduce:
 
 class ShardStep:
     """Mixed in before Network (or GpuNetwork): the step of shard m of a model
-    group (`setup_shard` sets it up). forward and backward are Network's with
-    the model group's allreduces inserted (no kernel added or changed).
+    group (`setup_shard` sets it up). forward and backward are Network's; its
+    hooks insert the model group's allreduces (no kernel added or changed).
 
     Parameters come and go whole: `set_params` takes the whole network's and
     keeps this shard's part; `get_params` (a collective over the model group:
@@ -194,40 +194,21 @@ class ShardStep:
     def combines_output(self) -> bool:
         return self.allreduce is not None and self.splits[-1] == "col"
 
-    def forward(self, x) -> None:
-        L = len(self.p.W)
-        b = x.shape[1]
-        a = x
-        self.acts = [x]
-        for l in range(L):
-            z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
-            if l < L - 1:
-                if self.splits[l] == "col" and self.allreduce is not None:
-                    self.allreduce(z, self.counts)  # partial sums of the pre-activation, before its bias
-                a = self.bias_sigmoid(z, self.p.b[l])
-            else:
-                # a col-split output is combined after the step's forward phase (combine_output),
-                # so its bias is added by the group's first rank only
-                first = self.m == 0 or not self.combines_output
-                a = self.bias_add(z, self.p.b[l] if first else self._zero_bias)
-            self.acts.append(a)
+    def _preactivation_done(self, l: int, z) -> None:
+        if l < len(self.p.W) - 1 and self.splits[l] == "col" and self.allreduce is not None:
+            self.allreduce(z, self.counts)  # partial sums of the pre-activation, before its bias
+
+    def _output_bias(self):
+        # a col-split output is combined after the step's forward phase (combine_output),
+        # so its bias is added by the group's first rank only
+        return self.p.b[-1] if self.m == 0 or not self.combines_output else self._zero_bias
 
     def combine_output(self) -> None:
         self.allreduce(self.acts[-1], self.counts)
 
-    def backward(self) -> None:
-        L = len(self.p.W)
-        d = self.delta
-        b = d.shape[1]
-        for l in range(L - 1, -1, -1):
-            self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
-            if l == L - 1:
-                self.row_sum(d, self.g.b[l])
-            if l > 0:
-                da = self.gemm(self.p.W[l], d, out=self.buffer("d", l - 1, b), trans_a=True)
-                if self.splits[l] == "row" and self.allreduce is not None:
-                    self.allreduce(da, self.counts)  # partial sums of the layer below's gradient
-                d = self.sigmoid_grad_row_sum(da, self.acts[l], self.g.b[l - 1])
+    def _input_grad_done(self, l: int, da) -> None:
+        if self.splits[l] == "row" and self.allreduce is not None:
+            self.allreduce(da, self.counts)  # partial sums of the layer below's gradient
 
     def update(self) -> None:
         super().update()
