@@ -16,8 +16,10 @@
 #   profile      a cProfile run (rank-<r>.prof beside the trace)
 #   overhead     tracing on against off, interleaved (benchmarks/trace_overhead.py)
 #   step         one training step against PyTorch and the GEMMs alone (benchmarks/gpu_step.py)
-#   graph        eager vs CUDA-graph steps, overlapped or not, vs PyTorch eager/DDP/graph, p = 1 and
-#                GPUs (benchmarks/graph_step.py; the two implementations alternate, twice)
+#   graph        eager vs CUDA-graph steps, overlapped or not, the GEMMs alone, vs PyTorch eager/DDP/
+#                graph/torch.compile, p = 1 and GPUs, strong and weak scaling, each NCCL protocol
+#                (benchmarks/graph_step.py; the two implementations alternate, twice)
+#   kernels      the graph step kernel by kernel (--trace-level kernels; benchmarks/kernel_breakdown.py)
 #   calibrate    the machine file (python -m perfmlp.calibrate under mpirun -n GPUs)
 #   sweeps       the modes and Question 2.2 sweeps up to GPUs processes (traces)
 set -u
@@ -58,9 +60,35 @@ for part in "$@"; do
   step)
     timeout 300 python3 benchmarks/gpu_step.py --out $R --reps 50 2>&1 | tail -31 ;;
   graph)
+    # p = 1 then p = GPUs; the two implementations alternate, twice (torch.compile in the first round
+    # only: its compilation is slow); then perfmlp at p = GPUs under each NCCL protocol forced
     for p in $(echo 1 $NGPU | tr ' ' '\n' | sort -u); do for round in 1 2; do for impl in perfmlp torch; do
-      timeout 240 $MPIRUN -n $p python3 benchmarks/graph_step.py --impl $impl --out $R 2>&1 | grep -v "^\[" | tail -14
-    done; done; done ;;
+      extra=""; [ $round = 2 ] && [ $impl = torch ] && extra=--no-compile
+      timeout 300 $MPIRUN -n $p python3 benchmarks/graph_step.py --impl $impl --out $R $extra 2>&1 \
+        | grep -v "^\[" | grep -e "median" -e "rror" | tail -40
+    done; done; done
+    if [ $NGPU -gt 1 ]; then for proto in LL LL128 Simple; do
+      NCCL_PROTO=$proto timeout 120 $MPIRUN -n $NGPU -x NCCL_PROTO python3 benchmarks/graph_step.py --impl perfmlp \
+        --out $R --configs 512x3200,1024-1024-1024x3200 2>&1 | grep -e "graph" -e "rror" | tail -12
+    done; fi
+    python3 benchmarks/graph_step.py --table $R/graph_step.jsonl > /dev/null; cat $R/graph_step.md | tail -60 ;;
+  kernels)
+    # every kernel of the graph step on the GPU (--trace-level kernels): H=512 B=3200 on 1 and GPUs,
+    # and 1024x3 on GPUs without overlap, with 1 MiB buckets and with a bucket per layer
+    C="--backend cupy --data synthetic --batch-transfer resident --comm nccl --exec graph --trace-level kernels \
+       --trace-dir $T --epochs 2"
+    for p in $(echo 1 $NGPU | tr ' ' '\n' | sort -u); do
+      timeout 90 $MPIRUN -n $p python3 -m perfmlp.run --config configs/reference.yaml --n-train 64000 $C \
+        --run-id kernels-p$p-h512-b3200 2>&1 | tail -1
+    done
+    for ov in none 1048576 16777216; do
+      flags=""; [ $ov != none ] && flags="--overlap --bucket-bytes $ov"
+      timeout 120 $MPIRUN -n $NGPU python3 -m perfmlp.run --config configs/reference.yaml --hidden-sizes 1024,1024,1024 \
+        --n-train 64000 $C $flags --run-id kernels-p$NGPU-h1024x3-b3200-overlap-$ov 2>&1 | tail -1
+    done
+    python3 benchmarks/kernel_breakdown.py $T/kernels-* --out $R/kernel_breakdown.md | grep "^rank"
+    python3 -m perfmlp.report $T --out $R/report-kernels 2>&1 | tail -1
+    grep -A12 "exposed" $R/report-kernels/report.md | head -30 ;;
   calibrate)
     timeout 200 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/h200-calibrated.yaml 2>&1 \
       | tee $R/calibrate.log | grep -v "allreduce p=" | tail -16 ;;

@@ -1,7 +1,8 @@
 """Time per training step: perfmlp eager against its CUDA-graph step, with
-and without the overlapped gradient exchange, and PyTorch written as its
-experts write it (eager, DDP at p > 1, and the whole step in a CUDA graph),
-on P GPUs. Run under `mpirun -n P`, once per implementation:
+and without the overlapped gradient exchange, the step's own GEMMs alone,
+and PyTorch written as its experts write it (eager, DDP at p > 1, the whole
+step in a CUDA graph, torch.compile on one GPU), on P GPUs. Run under
+`mpirun -n P`, once per implementation:
 
     mpirun -n P python benchmarks/graph_step.py --impl perfmlp --out DIR
     mpirun -n P python benchmarks/graph_step.py --impl torch --out DIR
@@ -10,14 +11,24 @@ on P GPUs. Run under `mpirun -n P`, once per implementation:
 `python benchmarks/graph_step.py --table DIR/graph_step.jsonl` writes the
 table (DIR/graph_step.md) from the rounds of every run in the file.
 
-Method: fp32, D=784, C=10, resident data (4 batch positions, cycled), the
-batch B split over the P ranks. Each variant first runs --warmup steps
-(captures, NCCL set-up, DDP's 11 eager iterations before a capture). Then
+Method: fp32, D=784, C=10, resident data (4 batch positions, cycled; each
+graph variant copies the piece into its static inputs before the replay,
+perfmlp's as PyTorch's), the batch B split over the P ranks. Configurations
+(`--configs`, default by P): on one GPU H = 512, 1024, 2048 and 1024x3 at
+B = 800 and 3200; on P > 1 B = 3200 split (strong scaling), B = 3200 P
+(weak scaling: 3200 per GPU) and 1024x3 (the overlap showcase). Each
+variant first runs --warmup steps (captures, NCCL set-up, DDP's 11 eager
+iterations before a capture, torch.compile's compilation); the first of
+them is timed alone (synchronised: for a graph variant, its capture). Then
 --reps rounds; in each round every variant, in turn, runs --steps steps
 between two synchronisations of all ranks (MPI barrier, device sync) and
 its time per step is the wall time over those steps, taken on the slowest
 rank. Reported: the median over rounds and the range. One JSON line per
 (variant, configuration) is appended to DIR/graph_step.jsonl.
+
+"perfmlp GEMMs alone" is the step's own cuBLAS calls (the shapes, layouts
+and buffers one eager step launches, recorded through GpuNetwork.capture)
+captured in one CUDA graph and replayed: the floor for the whole step.
 """
 from __future__ import annotations
 
@@ -36,8 +47,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CONFIGS = [((512,), 3200), ((512,), 800), ((1024, 1024, 1024), 3200)]
-NPOS = 4  # batch positions cycled through (graphs: one per position)
+ONE_GPU = "512x800,512x3200,1024x800,1024x3200,2048x800,2048x3200,1024-1024-1024x3200"
+MULTI_GPU = "512x3200,512x{weak},1024-1024-1024x3200"  # {weak}: 3200 per GPU
+LAYER_BUCKET = 16 << 20  # no weight gradient of these networks is larger: one bucket per layer
+NPOS = 4  # batch positions cycled through
+
+
+def configs(spec: str, procs: int) -> list[tuple[tuple[int, ...], int]]:
+    """'512x3200,1024-1024-1024x3200' -> [((512,), 3200), ((1024, 1024, 1024), 3200)]."""
+    out = []
+    for item in spec.format(weak=3200 * procs).split(","):
+        hidden, B = item.split("x")
+        out.append((tuple(int(h) for h in hidden.split("-")), int(B)))
+    return list(dict.fromkeys(out))
 
 
 def data(B, seed=0):
@@ -58,10 +80,13 @@ def perfmlp_variants(world, hidden, B):
     x, y = data(B)
     nophase = lambda name: contextlib.nullcontext()  # noqa: E731
     out = {}
-    for name, ex, ov in (("perfmlp eager", "eager", False), ("perfmlp graph", "graph", False),
-                         ("perfmlp eager + overlap", "eager", True), ("perfmlp graph + overlap", "graph", True)):
+    variants = [("perfmlp eager", "eager", None), ("perfmlp graph", "graph", None),
+                ("perfmlp eager + overlap", "eager", 1 << 20), ("perfmlp graph + overlap", "graph", 1 << 20),
+                ("perfmlp graph + overlap, a bucket per layer", "graph", LAYER_BUCKET)]
+    for name, ex, bucket in variants:
         cfg = from_mapping(dict(hidden_sizes=list(hidden), batch_size=B, n_train=B * NPOS, backend="cupy",
-                                comm="nccl", batch_transfer="resident", exec=ex, overlap=ov, trace=False))
+                                comm="nccl", batch_transfer="resident", exec=ex, overlap=bucket is not None,
+                                bucket_bytes=bucket or 1 << 20, trace=False))
         be = build(cfg, world, x, y)
         be.net.set_params(init_weights(cfg.layer_sizes, 0))
         counts = Counts()
@@ -75,10 +100,36 @@ def perfmlp_variants(world, hidden, B):
                     step(be.net, be.batches, be.reducer, off + lo, off + hi, nophase, counts, be.graph)
                     counts.reset()
         out[name] = (run, be.sync)
+        if name == "perfmlp eager":
+            out["perfmlp GEMMs alone"] = (_gemms_alone(be, step, lo, hi, nophase, counts), be.sync)
     return out
 
 
-def torch_variants(world, hidden, B):
+def _gemms_alone(be, step, lo, hi, nophase, counts):
+    """The GEMMs one eager step launches (recorded by GpuNetwork.capture),
+    captured in one CUDA graph on the step's stream: a function running n replays."""
+    net = be.net
+    with be.stream:
+        net.capture = []
+        step(net, be.batches, be.reducer, lo, hi, nophase, counts)
+        calls, net.capture = net.capture, None
+        counts.reset()
+        be.sync()
+        be.stream.begin_capture()
+        try:
+            for a, b, c in calls:
+                net._gemm(a, b, c)
+        finally:
+            g = be.stream.end_capture()
+    g.upload(be.stream)
+
+    def run(n):
+        for _ in range(n):
+            g.launch(be.stream)
+    return run
+
+
+def torch_variants(world, hidden, B, compile_ok=True):
     import torch
     import torch.distributed as dist
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 FFMA, as perfmlp's cuBLAS calls
@@ -130,6 +181,22 @@ def torch_variants(world, hidden, B):
         out.update(_torch_graph(torch, world, hidden, B, model, loss_fn, X, Yi, lo, hi))
     except Exception as e:  # say so and keep the other variants' numbers
         print(f"rank {world.rank}: pytorch graph, H={hidden} B={B}: failed: {type(e).__name__}: {e}", flush=True)
+
+    # torch.compile (inductor, default mode) of the model, on one GPU: the
+    # fused SGD step beside it; its compilation happens in the warm-up
+    if P == 1 and compile_ok:
+        mc, groups_c = model()
+        mc = torch.compile(mc)
+        optc = torch.optim.SGD(groups_c, lr=0.1, fused=True)
+
+        def compiled(n, k=[0]):
+            for _ in range(n):
+                off = (k[0] % NPOS) * B
+                k[0] += 1
+                optc.zero_grad(set_to_none=True)
+                loss_fn(mc(X[off + lo:off + hi]), Yi[off + lo:off + hi]).backward()
+                optc.step()
+        out["pytorch torch.compile"] = (compiled, torch.cuda.synchronize)
     return out
 
 
@@ -165,28 +232,51 @@ def _torch_graph(torch, world, hidden, B, model, loss_fn, X, Yi, lo, hi):
     return {"pytorch graph" + (" (DDP)" if P > 1 else ""): (graph, torch.cuda.synchronize)}
 
 
+def _label(r: dict) -> str:
+    """A row's variant, with the NCCL protocol where the run forced one."""
+    proto = (r.get("nccl_env") or {}).get("NCCL_PROTO")
+    return r["variant"].replace(" (DDP)", "") + (f" [NCCL_PROTO={proto}]" if proto else "")
+
+
 def table(path: Path) -> str:
     """Markdown: per configuration and variant, the median over every round of
-    every run in the file, the range, and the speed-up over one GPU."""
+    every run in the file, the range, the speed-up over one GPU (strong
+    scaling: the same B split) and the first step's time; then weak scaling
+    (3200 per GPU: B = 3200 p against B = 3200 on one GPU)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     cells: dict = {}
+    first: dict = {}
     for r in rows:
-        cells.setdefault((tuple(r["hidden"]), r["B"], r["variant"].replace(" (DDP)", ""), r["procs"]), []).extend(
-            r["us_per_step"])
+        key = (tuple(r["hidden"]), r["B"], _label(r), r["procs"])
+        cells.setdefault(key, []).extend(r["us_per_step"])
+        if "first_step_ms" in r:
+            first.setdefault(key, []).append(r["first_step_ms"])
     meta = rows[0]
     procs = sorted({r["procs"] for r in rows})
+    P = procs[-1]
     lines = [f"# Time per training step, {meta['gpu']}, {meta['date']} (perfmlp {meta['perfmlp_git']})", "",
              f"fp32, D=784, C=10, resident data, B split over p GPUs; wall time over {meta['steps']} steps between "
              f"synchronisations, slowest rank; median over all rounds ({meta['reps']} per run, runs of the two "
-             "implementations alternating) and [min-max]. PyTorch at p > 1 is DDP. Command: "
-             "`benchmarks/gpu_suite.sh h200-x2 graph` (benchmarks/graph_step.py).", "",
-             "| H | B | variant | " + " | ".join(f"p={p} (us)" for p in procs) + " | speed-up p=1 to p=" + str(procs[-1])
-             + " |", "| --- " * (4 + len(procs)) + "|"]
+             "implementations alternating) and [min-max]. PyTorch at p > 1 is DDP. First step: the first "
+             "warm-up step alone, synchronised (a graph's capture and instantiation; torch.compile's compilation), "
+             "median over runs, p=1. Command: `benchmarks/gpu_suite.sh <set> graph` (benchmarks/graph_step.py).", "",
+             "| H | B | variant | " + " | ".join(f"p={p} (us)" for p in procs) + f" | speed-up p=1 to p={P} "
+             "| first step p=1 (ms) |", "| --- " * (5 + len(procs)) + "|"]
     for (hidden, B, variant, _p) in dict.fromkeys((k[0], k[1], k[2], 0) for k in cells):
         vals = [cells.get((hidden, B, variant, p)) for p in procs]
         cols = [f"{median(v):.1f} [{min(v):.1f}-{max(v):.1f}]" if v else "-" for v in vals]
         su = f"{median(vals[0]) / median(vals[-1]):.2f}x" if vals[0] and vals[-1] and len(procs) > 1 else "-"
-        lines.append(f"| {','.join(map(str, hidden))} | {B} | {variant} | " + " | ".join(cols) + f" | {su} |")
+        f1 = first.get((hidden, B, variant, procs[0]))
+        lines.append(f"| {'-'.join(map(str, hidden))} | {B} | {variant} | " + " | ".join(cols) + f" | {su} | "
+                     + (f"{median(f1):.1f}" if f1 else "-") + " |")
+    if len(procs) > 1:
+        lines += ["", f"Weak scaling, 3200 samples per GPU: time at p=1 (B=3200) over time at p={P} (B={3200 * P}).",
+                  "", f"| H | variant | p=1 (us) | p={P} (us) | efficiency |", "| --- | --- | --- | --- | --- |"]
+        for (hidden, B, variant, p) in cells:
+            if p != P or B != 3200 * P or (hidden, 3200, variant, 1) not in cells:
+                continue
+            t1, tp = median(cells[(hidden, 3200, variant, 1)]), median(cells[(hidden, B, variant, P)])
+            lines.append(f"| {'-'.join(map(str, hidden))} | {variant} | {t1:.1f} | {tp:.1f} | {100 * t1 / tp:.1f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -203,6 +293,8 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--configs", help="HIDDENxB,... with hidden sizes joined by '-' (default: by process count)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile (its compilation is slow)")
     a = ap.parse_args()
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")  # DDP inside a graph capture
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # torch.distributed's rendezvous (one host)
@@ -220,13 +312,24 @@ def main():
     meta = {"date": dt.date.today().isoformat(), "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
             "procs": world.size, "cupy": cp.__version__, "python": platform.python_version(),
             "perfmlp_git": os.environ.get("PERFMLP_GIT_COMMIT"), "command": " ".join(sys.argv),
-            "steps": a.steps, "reps": a.reps, "warmup": a.warmup}
+            "steps": a.steps, "reps": a.reps, "warmup": a.warmup,
+            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
     if a.impl == "torch":
         meta["torch"] = torch.__version__
-    for hidden, B in CONFIGS:
-        variants = (perfmlp_variants if a.impl == "perfmlp" else torch_variants)(world, hidden, B)
-        for run, sync in variants.values():
-            run(a.warmup)
+    for hidden, B in configs(a.configs or (ONE_GPU if world.size == 1 else MULTI_GPU), world.size):
+        if a.impl == "perfmlp":
+            variants = perfmlp_variants(world, hidden, B)
+        else:
+            variants = torch_variants(world, hidden, B, compile_ok=not a.no_compile)
+        first = {}
+        for name, (run, sync) in variants.items():
+            sync()
+            world.comm.Barrier()
+            t0 = time.perf_counter()
+            run(1)  # a graph variant's capture, torch.compile's compilation
+            sync()
+            first[name] = world.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            run(a.warmup - 1)
             sync()
         times = {name: [] for name in variants}
         for _ in range(a.reps):
@@ -243,9 +346,11 @@ def main():
                 for name, ts in times.items():
                     us = [t * 1e6 for t in ts]
                     f.write(json.dumps({**meta, "variant": name, "hidden": list(hidden), "B": B,
-                                        "us_per_step": us, "median_us": median(us)}) + "\n")
-                    print(f"p={world.size} H={','.join(map(str, hidden))} B={B} {name}: median {median(us):.1f} us "
-                          f"(range {min(us):.1f}-{max(us):.1f}, {a.reps} x {a.steps} steps)", flush=True)
+                                        "us_per_step": us, "median_us": median(us),
+                                        "first_step_ms": first[name] * 1e3}) + "\n")
+                    print(f"p={world.size} H={'-'.join(map(str, hidden))} B={B} {name}: median {median(us):.1f} us "
+                          f"(range {min(us):.1f}-{max(us):.1f}, {a.reps} x {a.steps} steps; first step "
+                          f"{first[name] * 1e3:.1f} ms)", flush=True)
         del variants
 
 

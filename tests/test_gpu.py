@@ -113,8 +113,9 @@ def test_gpu_trace_counters_and_event_times(tmp_path, transfer, comm):
     batches = run.ranks[0].batches
     assert len(batches) == 10  # 5 a epoch (50 50 50 50 30), 2 epochs, none lost
     for b in batches:
-        want = batch_counts((64, 32, 10), b["local_samples"], 4, comm, transfer)
-        assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_nccl"]) == (want.bytes_h2d, want.bytes_d2h, want.bytes_nccl)
+        want = batch_counts((64, 32, 10), b["local_samples"], 4, comm, transfer, exec_mode=run.exec)
+        assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_d2d"], b["bytes_nccl"]) == (
+            want.bytes_h2d, want.bytes_d2h, want.bytes_d2d, want.bytes_nccl)
         assert b["clock"] == "cuda-events"
         assert ("h2d" in b["t_ms"]) == (transfer != "resident")
         # phases are contiguous: their durations add up to the batch's time
@@ -126,8 +127,8 @@ def gpus() -> int:
     return cupy.cuda.runtime.getDeviceCount()
 
 
-# float32, a short last batch (230 = 4 x 50 + 30), shuffled every epoch (the
-# resident arrays are reordered in place under their captured graphs)
+# float32, a short last batch (230 = 4 x 50 + 30, its own graph), shuffled
+# every epoch (resident pieces copied into the graph's static inputs)
 GRAPH_JOB = ["--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64",
              "--hidden-size", "32", "--learning-rate", "0.5", "--epochs", "3", "--shuffle", "--no-trace",
              "--backend", "cupy"]
@@ -209,8 +210,10 @@ def test_graph_mode_trace_counts_every_batch(tmp_path, transfer, comm, overlap):
     batches = run.ranks[0].batches
     assert len(batches) == 10
     for b in batches:
-        want = batch_counts((64, 32, 10), b["local_samples"], 4, comm, transfer, bucket if overlap else None)
-        assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_nccl"]) == (want.bytes_h2d, want.bytes_d2h, want.bytes_nccl)
+        want = batch_counts((64, 32, 10), b["local_samples"], 4, comm, transfer, bucket if overlap else None, "graph")
+        assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_d2d"], b["bytes_nccl"]) == (
+            want.bytes_h2d, want.bytes_d2h, want.bytes_d2d, want.bytes_nccl)
+        assert (b["bytes_d2d"] > 0) == (transfer == "resident")
         assert sum(b["flops"].values()) == want.flops_total
         assert sum(b["ops"].values()) == sum(want.operations.values())
         assert tuple(b["t_ms"]) == batch_phases(comm, transfer, "graph")

@@ -129,7 +129,7 @@ def test_a_batch_line_round_trips_through_the_reader():
     from perfmlp.trace.writer import batch_line
     rec = {"epoch": 1, "batch": 7, "samples": 3200, "local_samples": 1600, "t0_s": 0.25, "loss": 2.5,
            "counts": '"flops":{"forward":100,"update":8},"ops":{"forward":4,"update":2}',
-           "bytes": (10, 20, 30, 0), "collectives": '[["MPI_Allreduce",24]]', "wall_ms": 1.5,
+           "bytes": (10, 20, 40, 30, 0), "collectives": '[["MPI_Allreduce",24]]', "wall_ms": 1.5,
            "t_ms": [("forward", 0.0, 0.75), ("update", 0.75, 0.25)], "t_ms_total": 1.0, "clock": "cuda-events"}
     line = batch_line(rec)
     assert line.endswith("\n") and line.count("\n") == 1
@@ -137,7 +137,8 @@ def test_a_batch_line_round_trips_through_the_reader():
     assert set(BATCH_KEYS) <= set(back)
     assert (back["epoch"], back["batch"], back["samples"], back["local_samples"]) == (1, 7, 3200, 1600)
     assert back["flops"] == {"forward": 100, "update": 8} and back["ops"] == {"forward": 4, "update": 2}
-    assert (back["bytes_h2d"], back["bytes_d2h"], back["bytes_mpi"], back["bytes_nccl"]) == (10, 20, 30, 0)
+    assert (back["bytes_h2d"], back["bytes_d2h"], back["bytes_d2d"], back["bytes_mpi"], back["bytes_nccl"]) == (
+        10, 20, 40, 30, 0)
     assert back["collectives"] == [["MPI_Allreduce", 24]]
     assert back["t_ms"] == {"forward": [0.0, 0.75], "update": [0.75, 0.25]} and back["t_ms_total"] == 1.0
     assert back["loss"] == 2.5 and back["clock"] == "cuda-events"

@@ -12,12 +12,16 @@ What a graph holds, per gradient exchange:
 - mpi-staged: forward, loss and backward only. The staged exchange needs
   the host in the middle of the step (D2H, MPI_Allreduce on the host, H2D),
   so it and the update (one kernel) run eagerly after the replay.
-Batch copies (pageable or pinned) stay outside the graph: they land in the
-same static device buffer every batch, so one graph serves every batch of
-a piece size. With resident data each batch piece is a different slice of
-the device arrays, so a graph is captured per batch position (key: the
-slices' addresses, the piece size and the batch size that scales the
-gradient); the first epoch captures them, later epochs only replay.
+A graph reads its input from the same addresses at every replay, so the
+batch piece lands in static device buffers first, outside the graph:
+pageable and pinned copies land there anyway; resident data is copied device
+to device (batches.DeviceBatches.static, inside the `graph` phase), as
+PyTorch's CUDA-graph recipe copies into its static inputs. One graph serves
+every batch of a piece size (a short last batch gets its own). The
+alternative, a graph per batch position reading the resident slices in
+place, saves that copy (about 5 us at b = 3200 on an H200) but pays a
+capture and an instantiation per position in the first epoch
+(benchmarks/graph_step.py measures both).
 
 A graph bakes in everything the kernels were launched with: pointers,
 shapes and scalars (the learning rate, 1/B). Parameters are updated in
@@ -75,16 +79,20 @@ class GraphStep:
         return c
 
     def replay(self, lo: int, hi: int, phase, counts) -> None:
-        """The batch piece [lo, hi) through the graph of its position and size
-        (captured on first use): forward, loss, backward, and with NCCL the
+        """The batch piece [lo, hi) through the graph of its size (captured on
+        first use): forward, loss, backward, and with NCCL the
         exchange and the update too (`whole_step`)."""
         net = self.net
-        x, y = self.batches.get(lo, hi, phase, counts)  # copies (outside the graph) or resident slices
-        key = (x.data.ptr, y.data.ptr, hi - lo, net.global_batch)
-        g = self.graphs.get(key)
-        if g is None:
-            g = self.graphs[key] = self._capture(x, y)
+        resident = self.batches.mode == "resident"
+        if not resident:
+            x, y = self.batches.get(lo, hi, phase, counts)  # copied into the static buffers (h2d phase)
         with phase("graph"):
+            if resident:
+                x, y = self.batches.static(lo, hi, counts)
+            key = (x.data.ptr, y.data.ptr, hi - lo, net.global_batch)
+            g = self.graphs.get(key)
+            if g is None:
+                g = self.graphs[key] = self._capture(x, y)
             g.graph.launch(self.stream)
             if net.ops is not None:
                 net.ops.extend(g.ops)

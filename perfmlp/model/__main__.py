@@ -51,6 +51,7 @@ def format_table(s: dict) -> str:
     lines.append(f"  {'batch':<26}{per['flops_total']:>16,}{ap['batch']:>16,}")
     lines += [
         f"{'bytes H2D / D2H per rank':<28}{per['bytes_h2d']:>16,} / {per['bytes_d2h']:,}",
+        *([f"{'bytes D2D per rank':<28}{per['bytes_d2d']:>16,}"] if per["bytes_d2d"] else []),
         f"{'bytes to MPI / NCCL':<28}{per['bytes_mpi']:>16,} / {per['bytes_nccl']:,}",
         f"{'job FLOPs / bytes copied':<28}{c['job']['flops_total']:>16,} / {c['job']['bytes_copied']:,}",
         "",

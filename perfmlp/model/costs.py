@@ -192,6 +192,7 @@ class BatchCounts:
     bytes_d2h: int
     bytes_mpi: int
     bytes_nccl: int
+    bytes_d2d: int = 0     # resident data in graph mode: the piece copied into the graph's static inputs
 
     @property
     def flops_total(self) -> int:
@@ -203,7 +204,8 @@ class BatchCounts:
 
 
 def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
-                 batch_transfer: str = "pageable", bucket_bytes: int | None = None) -> BatchCounts:
+                 batch_transfer: str = "pageable", bucket_bytes: int | None = None,
+                 exec_mode: str = "eager") -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
@@ -223,15 +225,17 @@ def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
                 f, m, n = f + fo, m + by, n + 1
         flops[phase], mem[phase], ops[phase], kern[phase] = f, m, n, len(kernels)
     D, C = layer_sizes[0], layer_sizes[-1]
-    h2d = 0 if batch_transfer == "resident" else itemsize * b * (D + C)
+    piece_bytes = itemsize * b * (D + C)
+    resident = batch_transfer == "resident"
     g = grad_buffer_bytes(layer_sizes, itemsize)
     staged = comm == "mpi-staged"
     return BatchCounts(
         b=b, flops=flops, mem_bytes=mem, operations=ops, kernels=kern,
-        bytes_h2d=h2d + (g if staged else 0),
+        bytes_h2d=(0 if resident else piece_bytes) + (g if staged else 0),
         bytes_d2h=g if staged else 0,
         bytes_mpi=g if comm in ("mpi-staged", "mpi") else 0,
         bytes_nccl=g if comm == "nccl" else 0,
+        bytes_d2d=piece_bytes if resident and exec_mode == "graph" else 0,
     )
 
 

@@ -4,7 +4,9 @@ Terms (seconds, for the slowest rank, i.e. the one with the largest piece),
 each with the trace phase group that measures it (TERM_GROUP):
 - gemm: each GEMM's FLOPs over the machine's GPU-time rate for its shape and
   kernel (calibrated table when the file has one, else the peak);
-- elementwise: the other kernels' device-memory bytes over memory bandwidth;
+- elementwise: the other kernels' device-memory bytes over memory bandwidth,
+  and in graph mode with resident data the piece's device-to-device copy
+  into the graph's static inputs (read and written: twice its bytes);
 - kernel_gaps: the GPU's idle time between consecutive kernels (one per
   kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay);
 - launches (eager): the host time to launch the step's kernels (kernels
@@ -276,7 +278,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     isz = itemsize_of(precision)
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
-    counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split)
+    counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode)
     graph = exec_mode == "graph"
     gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
@@ -299,6 +301,10 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         D, C = layer_sizes[0], layer_sizes[-1]
         copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
         terms["h2d_batch"] = sum(copies)
+    # the resident piece into the graph's static inputs: one device copy each of X and Y
+    D, C = layer_sizes[0], layer_sizes[-1]
+    staging = [2 * isz * b * n / machine.mem_bw_bytes_per_s for n in (D, C)] if counts.bytes_d2d else []
+    terms["elementwise"] += sum(staging)
     g = counts.bytes_mpi or counts.bytes_nccl
     detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
     if overlap:
@@ -322,7 +328,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         per_kernel = machine.traced_launch_overhead_s  # older files: the tracer's host time per kernel
     ev_host = machine.trace_phase_host_s if traced else 0.0
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
-    items = _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel,
+    items = _step_items(machine, phase_kernels, copies + staging, batch_transfer, comm, terms, graph, per_kernel,
                         ev_gpu, ev_host, traced)
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)
@@ -334,6 +340,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     compute = sum(terms[t] for t in COMPUTE_TERMS)
     overlapped = max(compute, total - compute)
     job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
+    detail["bytes_d2d"] = counts.bytes_d2d
     return Prediction(terms, total, overlapped, counts.flops_total, job, counts.bytes_copied, machine.name, detail)
 
 
@@ -359,9 +366,10 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
                 event()
 
     # a copy's host call costs about one launch; its latency and transfer are GPU time
+    # (resident data in graph mode: the device copies into the graph's inputs, in its phase)
     for c in copies:
         items.append(Item(c, per_kernel, blocking=pageable))
-    if copies:
+    if copies and batch_transfer != "resident":
         event()
     if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
         gpu = sum(sum(k) for k in phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]

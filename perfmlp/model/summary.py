@@ -22,10 +22,11 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
             overlap: bool = False, bucket_bytes: int = 1 << 20, gemm: str = "cublas", traced: bool = False) -> dict:
     itemsize = itemsize_of(precision)
-    per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer) for b in pieces(batch, procs)]
-    big = per[0]  # the largest piece (the first ranks get the extra sample)
     pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced=traced,
                          exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
+    per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, bucket_bytes if overlap else None,
+                        pred.detail["exec"]) for b in pieces(batch, procs)]
+    big = per[0]  # the largest piece (the first ranks get the extra sample)
     P = machine.peak_flops_per_s(precision)
     bw = pcie_bw(machine, batch_transfer)
     ai = big.flops_total / big.bytes_copied if big.bytes_copied else math.inf
@@ -42,7 +43,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
         "counts": {
             "per_rank": {"b": big.b, "flops": big.flops, "flops_total": big.flops_total,
                          "operations": big.operations, "kernels": big.kernels, "mem_bytes": big.mem_bytes,
-                         "bytes_h2d": big.bytes_h2d, "bytes_d2h": big.bytes_d2h,
+                         "bytes_h2d": big.bytes_h2d, "bytes_d2h": big.bytes_d2h, "bytes_d2d": big.bytes_d2d,
                          "bytes_mpi": big.bytes_mpi, "bytes_nccl": big.bytes_nccl},
             "job": {"flops_total": job_flops, "bytes_copied": job_bytes},
             "approx": reference_approx(D, H, batch),

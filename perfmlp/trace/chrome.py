@@ -37,8 +37,8 @@ def chrome_events(run: Run) -> list[dict]:
             gpu = b.get("clock") == "cupti"
             host_phases = b.get("t_ms_host", b["t_ms"])
             args = {"epoch": b["epoch"], "batch": b["batch"], "samples": b["local_samples"],
-                    "bytes_h2d": b["bytes_h2d"], "bytes_d2h": b["bytes_d2h"], "bytes_mpi": b["bytes_mpi"],
-                    "bytes_nccl": b["bytes_nccl"], "clock": b.get("clock")}
+                    "bytes_h2d": b["bytes_h2d"], "bytes_d2h": b["bytes_d2h"], "bytes_d2d": b.get("bytes_d2d", 0),
+                    "bytes_mpi": b["bytes_mpi"], "bytes_nccl": b["bytes_nccl"], "clock": b.get("clock")}
             ev.append({"name": f"batch {b['batch']}", "cat": "batch", "ph": "X", "pid": rank, "tid": TID_BATCH,
                        "ts": host_us(b["t0_s"]), "dur": b.get("wall_ms", 0.0) * 1e3, "args": args})
             on_gpu = b.get("clock") in ("cuda-events", "cupti")

@@ -24,7 +24,9 @@ PHASE_TERMS = {
     "h2d_grad": "h2d_grad",    # the reduced gradients copied back (mpi-staged)
     "update": "compute",
     # graph mode (--exec graph): one CUDA-graph replay in place of forward,
-    # loss and backward, and with nccl also the allreduce and the update
+    # loss and backward, and with nccl also the allreduce and the update;
+    # with resident data the piece is first copied (device to device) into
+    # the graph's static input buffers, in this phase too
     "graph": "compute",
     # the partitioning strategies' exchanges (perfmlp/partition.py), after the others so the
     # phases above keep their order (and the report's colours)
@@ -90,19 +92,20 @@ class Counts:
     copies and collectives are issued (the batch source and the reducer) and
     handed to the tracer by the training loop."""
 
-    __slots__ = ("bytes_h2d", "bytes_d2h", "bytes_mpi", "bytes_nccl", "collectives")
+    __slots__ = ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl", "collectives")
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.bytes_h2d = self.bytes_d2h = self.bytes_mpi = self.bytes_nccl = 0
+        self.bytes_h2d = self.bytes_d2h = self.bytes_d2d = self.bytes_mpi = self.bytes_nccl = 0
         self.collectives: list[tuple[str, int]] = []
 
     def add(self, other: "Counts") -> None:
         """Add another batch's counters (a CUDA graph's, recorded at its capture)."""
         self.bytes_h2d += other.bytes_h2d
         self.bytes_d2h += other.bytes_d2h
+        self.bytes_d2d += other.bytes_d2d
         self.bytes_mpi += other.bytes_mpi
         self.bytes_nccl += other.bytes_nccl
         self.collectives.extend(other.collectives)

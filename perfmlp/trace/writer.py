@@ -188,7 +188,7 @@ class Tracer:
         rec = self._cur
         rec["loss"] = loss
         rec["counts"] = self._counts_json()
-        rec["bytes"] = (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_mpi, counts.bytes_nccl)
+        rec["bytes"] = (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi, counts.bytes_nccl)
         rec["collectives"] = self._collectives_json(counts.collectives)
         rec["wall_ms"] = (time.perf_counter() - self.t_start - rec["t0_s"]) * 1e3
         if self._events is None:
@@ -364,12 +364,12 @@ def batch_line(rec: dict) -> str:
     FLOPs/ops JSON fragment, `rec["collectives"]` JSON, `rec["t_ms"]` a list of
     (phase, offset ms, duration ms)."""
     t = ",".join(f'"{n}":[{o:.6f},{d:.6f}]' for n, o, d in rec["t_ms"])
-    h2d, d2h, mpi, nccl = rec["bytes"]
+    h2d, d2h, d2d, mpi, nccl = rec["bytes"]
     loss = "null" if rec["loss"] is None else repr(float(rec["loss"]))
     total = f',"t_ms_total":{rec["t_ms_total"]:.6f}' if "t_ms_total" in rec else ""
     return (f'{{"kind":"batch","epoch":{rec["epoch"]},"batch":{rec["batch"]},"samples":{rec["samples"]},'
             f'"local_samples":{rec["local_samples"]},"t0_s":{rec["t0_s"]:.6f},"loss":{loss},{rec["counts"]},'
-            f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
+            f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_d2d":{d2d},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
             f'"collectives":{rec["collectives"]},"wall_ms":{rec["wall_ms"]:.6f},"t_ms":{{{t}}}{total},'
             f'"clock":"{rec["clock"]}"}}\n')
 
