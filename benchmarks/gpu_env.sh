@@ -2,6 +2,8 @@
 # wheel and the libraries nsys needs (see ../shared/device/README.md).
 set -e
 python3 -m pip install -q --no-index --no-deps --target "$PWD/.pyext" .gpu-kit/nvtx-*.whl 2>/dev/null || true
+# cupti-python and its libraries (the in-process GPU timeline), carried in .gpu-kit/cupti
+ls .gpu-kit/cupti/*.whl > /dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --target "$PWD/.pyext" .gpu-kit/cupti/*.whl 2>&1 | tail -2
 export PYTHONPATH="$PWD:$PWD/.pyext${PYTHONPATH:+:$PYTHONPATH}"
 for f in .gpu-kit/libdw1_*.deb .gpu-kit/libelf1_*.deb; do dpkg -x "$f" "$PWD/.dw"; done
 export LD_LIBRARY_PATH="$PWD/.dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import checks
 from .errors import PerfmlpError
+from .model.costs import DEFAULT_BUCKET_BYTES
 from .trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
 
 CHOICES = {
@@ -60,7 +61,7 @@ class Config:
     gemm: str = "cublas"
     exec: str = "auto"
     overlap: bool = False
-    bucket_bytes: int = 1048576
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
     trace: bool = True
     trace_level: str = DEFAULT_TRACE_LEVEL
     trace_dir: str = "traces"

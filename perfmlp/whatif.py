@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .config import Config, from_mapping
 from .errors import PerfmlpError
+from .model.costs import DEFAULT_BUCKET_BYTES
 from .model.machine import MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
 from .trace.format import PHASE_TERMS
@@ -95,7 +96,7 @@ def setting_of(run: Run) -> Setting:
     c, m = run.config, run.manifest
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], run.comm,
                    c["batch_transfer"], resolve_exec(m.get("exec") or c.get("exec", "auto")),
-                   bool(m.get("overlap", c.get("overlap", False))), int(c.get("bucket_bytes", 1 << 20)),
+                   bool(m.get("overlap", c.get("overlap", False))), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
                    c.get("gemm", "cublas"))
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from .costs import DEFAULT_BUCKET_BYTES
 from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
 from .partition import PARALLEL, PS_COMMS, PartitionError, format_partition, partition_summary
 from .summary import summary
@@ -108,8 +109,9 @@ def main(argv=None) -> int:
                          "(one captured graph replayed per step) (default: eager)")
     ap.add_argument("--overlap", action="store_true",
                     help="gradient allreduce started per layer during the backward pass (default: after it)")
-    ap.add_argument("--bucket-bytes", type=_positive, default=1 << 20, metavar="BYTES",
-                    help="bytes per allreduce bucket of the first layer's gradient with --overlap (default: 1048576)")
+    ap.add_argument("--bucket-bytes", type=_positive, default=DEFAULT_BUCKET_BYTES, metavar="BYTES",
+                    help="with --overlap, the largest piece of a weight gradient reduced alone; larger ones are "
+                         f"computed and reduced in row blocks (default: {DEFAULT_BUCKET_BYTES})")
     ap.add_argument("--gemm", choices=("cublas", "naive", "tiled", "regblock"), default="cublas",
                     help="GEMM kernel (the machine file's rates for it where calibrated, else the peak) "
                          "(default: cublas)")

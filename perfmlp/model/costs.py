@@ -103,6 +103,15 @@ def itemsize(precision: str) -> int:
     return {"float32": 4, "float64": 8}[precision]
 
 
+# Overlapped communication's bucket: a weight gradient larger than this is
+# computed and reduced in row blocks of at most this size. 25 MiB, as PyTorch
+# DDP's bucket_cap_mb: no weight of the trainer's networks is that large, so
+# each layer's gradient is one piece. Measured on 2 x H200 (2026-11-22,
+# benchmarks/results/h200-x2/graph): 1 MiB blocks hid more of the allreduce
+# but slowed the split GEMMs by more than they hid.
+DEFAULT_BUCKET_BYTES = 25 << 20
+
+
 def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) -> list[tuple[int, int]]:
     """The [r0, r1) row blocks a rows x cols weight gradient is computed and
     reduced in when gradient communication overlaps the backward pass: the

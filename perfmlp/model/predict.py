@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, op_cost, pieces, row_blocks, step_kernels
+from .costs import DEFAULT_BUCKET_BYTES, LOSS_SLOTS, batch_counts, itemsize as itemsize_of, op_cost, pieces, row_blocks, step_kernels
 from .machine import Machine
 
 TERMS = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "graph_launch", "tracing",
@@ -261,7 +261,7 @@ def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
 
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False,
-                  exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = 1 << 20,
+                  exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                   gemm: str = "cublas") -> Prediction:
     """Predicted time per batch. `traced`: the run has perfmlp's tracer on;
     `exec_mode`: eager or graph (auto: eager); `overlap`: the gradient

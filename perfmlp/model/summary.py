@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .costs import batch_counts, itemsize as itemsize_of, pieces, reference_approx
+from .costs import DEFAULT_BUCKET_BYTES, batch_counts, itemsize as itemsize_of, pieces, reference_approx
 from .machine import Machine
 from .predict import predict_batch, staging_memory
 from .roofline import modified_roofline, ridge_point, standard_roofline
@@ -20,7 +20,7 @@ def pcie_bw(machine: Machine, batch_transfer: str) -> float:
 
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
             comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
-            overlap: bool = False, bucket_bytes: int = 1 << 20, gemm: str = "cublas", traced: bool = False) -> dict:
+            overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas", traced: bool = False) -> dict:
     itemsize = itemsize_of(precision)
     pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced=traced,
                          exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
 from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
 from ..model.partition import label as strategy_label, predict_strategy
@@ -224,7 +225,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         gemm = c.get("gemm", "cublas")
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                              c["batch_transfer"], traced=True, exec_mode=exec_of(run),
-                             overlap=bool(c.get("overlap", False)), bucket_bytes=int(c.get("bucket_bytes", 1 << 20)),
+                             overlap=bool(c.get("overlap", False)), bucket_bytes=int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
                              gemm=gemm if m.has_gemm_kernel(gemm) else "cublas")
 
     def util(m: Machine | None) -> float | None:

@@ -27,6 +27,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.predict import GROUPS
 from ..trace.reader import STEADY_RULE
 from .analysis import Analysis, RunSummary, exec_of, predicted_terms
@@ -56,7 +57,7 @@ class Config:
 
 def config_key(s: RunSummary, exec_mode: str, cfg: dict) -> tuple:
     return (s.hidden, s.batch, s.procs, s.precision, s.transfer, s.comm, s.gemm, exec_mode,
-            bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", 1 << 20)), bool(cfg.get("cprofile", False)))
+            bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", DEFAULT_BUCKET_BYTES)), bool(cfg.get("cprofile", False)))
 
 
 def read_predictions(folder: Path | None) -> tuple[dict | None, str]:
