@@ -140,7 +140,7 @@ class Tracer:
             _update_manifest(self.run_dir, extra)
         if self._collector is not None:
             self._write({"kind": "activity", "schema": ACTIVITY_SCHEMA, "level": self.level,
-                         "fields": list(ACTIVITY_FIELDS)})
+                         "fields": list(ACTIVITY_FIELDS), "own_kernels": list(act.own_kernel_names())})
 
     def _write_clock(self, world, at: str) -> None:
         """A clock line: this rank's host clock against rank 0's (ping-pong
@@ -217,6 +217,7 @@ class Tracer:
             flops: dict = {}
             ops: dict = {}
             kernels: dict = {}
+            gemms: dict = {}
             for name, i0, i1, k in self._phase_ops:
                 flops[name] = flops.get(name, 0) + sum(op_cost(op, shape, self.itemsize)[0]
                                                        for op, shape in self.ops[i0:i1])
@@ -224,10 +225,14 @@ class Tracer:
                     ops[name] = ops.get(name, 0) + i1 - i0
                 if k:
                     kernels[name] = kernels.get(name, 0) + k
+                g = sum(1 for op, _ in self.ops[i0:i1] if op == "gemm")  # one launch each (a library call on cuBLAS)
+                if g:
+                    gemms[name] = gemms.get(name, 0) + g
             frag = ('"flops":' + json.dumps(flops, separators=(",", ":")) +
                     ',"ops":' + json.dumps(ops, separators=(",", ":")))
             if self._net is not None:
-                frag += ',"kernels":' + json.dumps(kernels, separators=(",", ":"))
+                frag += (',"kernels":' + json.dumps(kernels, separators=(",", ":")) +
+                         ',"gemms":' + json.dumps(gemms, separators=(",", ":")))
             self._counts_cache[key] = frag
         return frag
 
