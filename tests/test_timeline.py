@@ -17,7 +17,7 @@ from perfmlp.trace.chrome import TID_STREAM0, chrome_events
 from perfmlp.trace.format import ACTIVITY_FIELDS, Counts
 from perfmlp.trace.reader import read_run
 
-from conftest import gpu, run_perfmlp
+from conftest import ROOT, gpu, run_perfmlp
 
 
 # ---- interval arithmetic -------------------------------------------------------------------
@@ -401,3 +401,67 @@ def test_cupti_records_match_the_counters_on_the_gpu(tmp_path, transfer, comm):
         assert c["bytes_ok"], (b["batch"], c)
         assert c["kernels_ok"], (b["batch"], c["kernel_mismatch"], [g["name"] for g in b["gpu"]])
     assert run_breakdowns(run)[0][0]["compute"] > 0
+
+
+# ---- benchmarks/timeline_check.py: nsys's records joined to batches -----------------------------
+
+def fake_nsys_db(path, pid, n_batches, node_level=True):
+    """An nsys SQLite export, the tables timeline_check reads: one process,
+    a `batch` NVTX range per batch holding one cudaGraphLaunch (corr 10 + k)
+    whose graph ran two kernel nodes (0-10 us and 5-20 us: a union of 20 us)
+    and a 64-byte D2D copy node; graph-level tracing instead records the
+    launch whole (GRAPH_TRACE)."""
+    import sqlite3
+    from perfmlp.trace.nsys import PID_SHIFT
+    gpid = 7 * PID_SHIFT
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE PROCESSES (globalPid INT, pid INT);
+        CREATE TABLE StringIds (id INT, value TEXT);
+        CREATE TABLE NVTX_EVENTS (text TEXT, textId INT, start INT, end INT, globalTid INT, domainId INT,
+                                  int64Value INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (correlationId INT, start INT, globalTid INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT, globalPid INT, graphNodeId INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, correlationId INT, globalPid INT, bytes INT,
+                                                 copyKind INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INT, end INT, correlationId INT, globalPid INT);""")
+    con.execute("INSERT INTO PROCESSES VALUES (?, ?)", (gpid, pid))
+    con.execute("INSERT INTO NVTX_EVENTS VALUES ('perfmlp', NULL, 0, NULL, ?, 1, NULL)", (gpid + 1,))
+    for k in range(n_batches):
+        lo, corr = 1_000_000 * (k + 1), 10 + k
+        con.execute("INSERT INTO NVTX_EVENTS VALUES ('batch', NULL, ?, ?, ?, 1, ?)", (lo, lo + 500_000, gpid + 1, k))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?)", (corr, lo + 100, gpid + 1))
+        g0 = lo + 200_000
+        if node_level:
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, 1)", (g0, g0 + 10_000, corr, gpid))
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, 2)",
+                        (g0 + 5_000, g0 + 20_000, corr, gpid))
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, ?, 64, 8)", (g0, g0 + 1, corr, gpid))
+        else:
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, ?)", (g0, g0 + 20_000, corr, gpid))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("node_level", [True, False])
+def test_timeline_check_joins_graph_node_kernels_by_the_launch(tmp_path, monkeypatch, node_level):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import timeline_check as tc
+    run = traced_run(tmp_path, monkeypatch)  # 4 batches of 4 x 10 us + 5 us + 20 us NCCL kernels, 3000 B H2D each
+    pid = json.loads((tmp_path / "fake" / "rank-0.jsonl").read_text().splitlines()[0])["pid"]
+    fake_nsys_db(tmp_path / "n.sqlite", pid, 4, node_level)
+    theirs, notes = tc.nsys_batches(tmp_path / "n.sqlite", run)
+    rows = theirs[0]
+    assert sorted(rows) == [(0, k) for k in range(4)] and not notes
+    (row,) = tc.compare(tc.ours(run), theirs)
+    if node_level:
+        # each batch: kernels 0-10 and 5-20 us -> a union of 0.020 ms, not 0.025; 64 B D2D, no H2D
+        assert rows[(0, 1)]["kernel_ms"] == pytest.approx(0.020) and rows[(0, 1)]["d2d"] == 64
+        assert row["nsys_graph_node_kernels"] == 8 and row["nsys_kernel_busy_ms"] == pytest.approx(0.020)
+        # ours: 4 x 10 + 20 + 5 = 65 us busy: 0.065 / 0.020 - 1 = +225%, far outside 2%
+        assert row["diff_pct"] == pytest.approx(225.0) and not row["busy_within_target"]
+    else:
+        assert row["nsys_whole_graphs"] == 4 and row["nsys_kernel_busy_ms"] is None and row["diff_pct"] is None
+    # bytes: ours 3000 B H2D a batch against nsys's 0 (or 64 B D2D): none exact; ours equal our counters
+    assert row["bytes_exact_vs_nsys"] == "0/4" and row["cupti_bytes_exact_vs_counters"] == "4/4"
+    assert row["first_bytes_mismatch"].startswith("(0, 0): CUPTI {'h2d': 3000")
