@@ -363,7 +363,35 @@ def test_collector_says_why_it_cannot_start(monkeypatch):
     assert c is None and why.startswith("cupti-python is not installed (")
 
 
-@pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters")])
+def test_the_default_level_depends_on_the_execution_mode():
+    from perfmlp.config import Config, HELP
+    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS, default_trace_level
+    assert Config().trace_level == "auto"
+    assert default_trace_level("graph") == DEFAULT_TRACE_LEVEL["graph"] == "timeline"
+    assert default_trace_level("eager") == DEFAULT_TRACE_LEVEL["eager"] == "counters"
+    assert default_trace_level("something else") == "counters"  # runs eagerly
+    assert set(DEFAULT_TRACE_LEVEL.values()) <= set(TRACE_LEVELS)
+    assert "graph -> timeline, eager -> counters" in HELP["trace_level"]
+
+
+def test_auto_resolves_at_attach_and_the_manifest_says_why(tmp_path, monkeypatch):
+    from perfmlp.config import from_mapping
+    monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
+    for mode, want in (("eager", "counters"), ("graph", "timeline")):
+        fake = FakeCollector()
+        monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
+        cfg = from_mapping({"trace_dir": str(tmp_path), "run_id": mode, "backend": "cupy"})
+        be = FakeBackend()
+        be.exec = mode
+        tr = writer_mod.make_tracer(cfg, FakeWorld())
+        tr.attach(FakeWorld(), be)
+        tr.close("complete")
+        m = read_run(tmp_path / mode).manifest
+        assert (m["trace_level"], m["trace_level_asked"]) == (want, "auto")
+        assert m["trace_level_why"] == f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
+
+
+@pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters"), ("auto", "counters")])
 def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
     r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3",
                     "--num-classes", "2", "--n-train", "10", "--batch-size", "5", "--epochs", "1",
@@ -371,7 +399,9 @@ def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "lv")
     assert run.manifest["trace_level"] == used and run.manifest["trace_level_asked"] == level
-    assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level != used)
+    assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level not in (used, "auto"))
+    # auto on numpy: the eager default, and the manifest says so
+    assert ("trace_level_why" in run.manifest) == (level == "auto")
     assert run.ranks[0].clock["rank0_minus_host_ns"] == 0 and not run.ranks[0].gpu
 
 
