@@ -22,7 +22,7 @@ from typing import Any
 from . import checks
 from .errors import PerfmlpError
 from .model.costs import DEFAULT_BUCKET_BYTES
-from .trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
+from .trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVEL_CHOICES, TRACE_LEVELS
 
 CHOICES = {
     "precision": ("float32", "float64"),
@@ -32,7 +32,7 @@ CHOICES = {
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "exec": ("auto", "eager", "graph"),
     "data": ("auto", "mnist", "synthetic"),
-    "trace_level": tuple(TRACE_LEVELS),
+    "trace_level": TRACE_LEVEL_CHOICES,
     "parallel": ("data", "model", "hybrid"),
 }
 
@@ -63,7 +63,7 @@ class Config:
     overlap: bool = False
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     trace: bool = True
-    trace_level: str = DEFAULT_TRACE_LEVEL
+    trace_level: str = "auto"
     trace_dir: str = "traces"
     run_id: str = ""
     save_params: str = ""
@@ -111,7 +111,10 @@ HELP = {
                "mpi on numpy), overlapping communication with the rest of the backward pass",
     "bucket_bytes": "with --overlap, the largest piece of a weight gradient reduced as one collective",
     "trace": "write a trace folder for the report",
-    "trace_level": "what the trace records, cheapest first: " + "; ".join(f"{k}: {v}" for k, v in TRACE_LEVELS.items()),
+    "trace_level": ("what the trace records: auto (depends on --exec: "
+                    + ", ".join(f"{m} -> {lv}" for m, lv in DEFAULT_TRACE_LEVEL.items())
+                    + f", the richest level measured under {100 * OVERHEAD_TARGET:.0f}% overhead), or, cheapest first, "
+                    + "; ".join(f"{k}: {v}" for k, v in TRACE_LEVELS.items())),
     "trace_dir": "folder the trace folders go under",
     "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
     "save_params": "folder to save initial.npz and final.npz in",
@@ -231,7 +234,7 @@ def _help(name: str) -> str:
         shown = "on" if default else "off"
     else:
         shown = _DEFAULT_TEXT.get(name, default)
-    return f"{HELP[name]} (default: {shown})"
+    return f"{HELP[name]} (default: {shown})".replace("%", "%%")  # argparse %-formats help
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

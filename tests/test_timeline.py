@@ -4,6 +4,7 @@ cross-check on synthetic CUPTI records, and the writer -> reader -> report
 and Chrome export path with a stand-in collector. The collection itself
 needs a GPU and cupti-python (benchmarks/gpu_timeline.sh runs it)."""
 import json
+import sys
 
 import pytest
 
@@ -16,7 +17,7 @@ from perfmlp.trace.chrome import TID_STREAM0, chrome_events
 from perfmlp.trace.format import ACTIVITY_FIELDS, Counts
 from perfmlp.trace.reader import read_run
 
-from conftest import gpu, run_perfmlp
+from conftest import ROOT, gpu, run_perfmlp
 
 
 # ---- interval arithmetic -------------------------------------------------------------------
@@ -89,19 +90,81 @@ def test_gpu_phase_spans_follow_the_cuda_event_convention():
 
 
 def test_cross_check_compares_bytes_and_kernel_counts():
-    b = {"bytes_h2d": 128, "bytes_d2h": 64, "kernels": {"forward": 2, "backward": 1}, "collectives": [["x", 1]],
+    b = {"bytes_h2d": 128, "bytes_d2h": 64, "kernels": {"forward": 2, "backward": 1}, "gemms": {},
+         "collectives": [["x", 1]],
          "gpu": [rec("copy", "h2d", 0, 1, nbytes=100, copy="h2d"), rec("copy", "h2d", 1, 2, nbytes=28, copy="h2d"),
-                 rec("copy", "d2h", 2, 3, nbytes=64, copy="d2h"), rec("compute", "forward", 3, 4),
-                 rec("compute", "forward", 4, 5), rec("compute", "backward", 5, 6)]}
+                 rec("copy", "d2h", 2, 3, nbytes=64, copy="d2h"), rec("compute", "forward", 3, 4, name="bias_add"),
+                 rec("compute", "forward", 4, 5, name="row_sum"), rec("compute", "backward", 5, 6, name="row_sum")]}
     c = cross_check(b)
     assert c["bytes_ok"] and c["kernels_ok"] and c["h2d"] == (128, 128)  # 100 + 28 = 128
     b["bytes_d2h"] = 65
     b["kernels"]["backward"] = 3
     c = cross_check(b)
-    assert not c["bytes_ok"] and c["kernel_mismatch"] == {"backward": (1, 3)}
+    assert not c["bytes_ok"] and c["kernel_mismatch"] == {"backward": {"own": (1, 3)}}
     # a phase replayed as one CUDA graph is not counted kernel by kernel
     b["gpu"].append(rec("graph", "backward", 6, 7))
     assert cross_check(b)["kernels_ok"]
+
+
+def test_cross_check_counts_d2d_copies_against_bytes_d2d():
+    b = {"bytes_h2d": 0, "bytes_d2h": 0, "kernels": {}, "gemms": {}, "collectives": [],
+         "gpu": [rec("copy", "h2d", 0, 1, nbytes=40, copy="d2d"), rec("copy", "h2d", 1, 2, nbytes=24, copy="d2d")]}
+    # a batch line without bytes_d2d (before the counter existed) expects none: 40 + 24 = 64 is a mismatch
+    c = cross_check(b)
+    assert c["d2d"] == (64, 0) and not c["bytes_ok"]
+    b["bytes_d2d"] = 64
+    assert cross_check(b)["bytes_ok"]
+
+
+def graph_batch(library_names, own_names, nccl=1):
+    """A graph-mode batch launching forward + loss + backward + update: 11
+    kernels of which 5 cuBLAS GEMM calls, and one NCCL allreduce."""
+    recs = [rec("compute", "graph", i, i + 1, name=n) for i, n in enumerate([*library_names, *own_names])]
+    recs += [rec("comm", "graph", 100 + i, 101 + i, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL") for i in range(nccl)]
+    return {"bytes_h2d": 0, "bytes_d2h": 0, "kernels": {"graph": 11}, "gemms": {"graph": 5},
+            "collectives": [["ncclAllReduce", 407051]], "gpu": recs}
+
+
+OWN6 = ["bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update"]
+GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_execute_kernel__5x_cublas"
+
+
+def test_a_library_gemm_may_launch_more_than_one_kernel():
+    # 5 GEMM calls, one of them split-K (a GEMM kernel and the reduction): 6 library records;
+    # 11 launched - 5 GEMM calls = 6 own kernels, all there
+    b = graph_batch([GEMM] * 4 + [GEMM, "_ZN8cublasLt19splitKreduce_kernelILi32E"], OWN6)
+    c = cross_check(b)
+    assert c["kernels_ok"] and c["library_kernels"] == 6 and c["nccl_kernels"] == c["collectives"] == 1
+
+
+def test_a_missing_own_kernel_or_library_gemm_fails():
+    c = cross_check(graph_batch([GEMM] * 6, OWN6[:-1]))  # sgd_update missing: 5 own, 6 expected
+    assert c["kernels_ok"] is False and c["kernel_mismatch"] == {"graph": {"own": (5, 6)}}
+    # one own kernel too many cannot hide among the library's: the names tell them apart
+    c = cross_check(graph_batch([GEMM] * 4, OWN6 + ["row_sum"]))
+    assert c["kernel_mismatch"] == {"graph": {"own": (7, 6), "library": (4, 5)}}
+    # an NCCL collective without an NCCL kernel fails with two ranks, not with one
+    assert cross_check(graph_batch([GEMM] * 5, OWN6, nccl=0))["kernel_mismatch"] == {"nccl": {"kernels": (0, 1)}}
+    assert cross_check(graph_batch([GEMM] * 5, OWN6, nccl=0), ranks=1)["kernels_ok"]
+
+
+def test_reference_gemm_kernels_are_our_own():
+    # --gemm tiled: the 5 GEMMs are gemm_tiled, ours; 11 own kernels, no library call expected
+    b = graph_batch([], ["gemm_tiled"] * 5 + OWN6)
+    assert cross_check(b, library_gemms=False)["kernels_ok"]
+    assert cross_check(b)["kernel_mismatch"] == {"graph": {"own": (11, 6), "library": (0, 5)}}
+
+
+def test_own_kernel_names_come_from_the_kernel_source():
+    names = act.own_kernel_names()
+    assert set(OWN6) <= set(names) and "gemm_tiled" in names
+    assert not any("cublas" in n or "nccl" in n for n in names)
+
+
+def test_cross_check_without_gemms_is_not_a_verdict():
+    b = graph_batch([GEMM] * 5, OWN6)
+    del b["gemms"]
+    assert cross_check(b)["kernels_ok"] is None
 
 
 # ---- clocks and ranks ----------------------------------------------------------------------
@@ -220,17 +283,19 @@ def traced_run(tmp_path, monkeypatch, batches=4):
         with tr.phase("h2d"):
             fake.launch("memcpy", 2000, nbytes=3000, copy_kind=1)
             counts.bytes_h2d += 3000
-        with tr.phase("forward"):
-            for _ in range(4):
+        with tr.phase("forward"):  # 2 cuBLAS GEMMs and 2 of our kernels, recorded as the network records them
+            for op, shape, name in (("gemm", (3, 10, 4), GEMM), ("bias_sigmoid", (3, 10), "bias_sigmoid"),
+                                    ("gemm", (2, 10, 3), GEMM), ("bias_add", (2, 10), "bias_add")):
+                tr.ops.append((op, shape))
                 be.net.kernels_launched += 1
-                fake.launch("kernel", 10_000)
+                fake.launch("kernel", 10_000, name=name)
         with tr.phase("allreduce"):
             fake.launch("kernel", 20_000, name="ncclDevKernel_AllReduce", stream=9)
             counts.bytes_nccl += 96
             counts.collectives.append(("ncclAllReduce", 24))
         with tr.phase("update"):
             be.net.kernels_launched += 1
-            fake.launch("kernel", 5000)
+            fake.launch("kernel", 5000, name="sgd_update")
         tr.end_batch(None, counts)
         counts.reset()
     tr.end_epoch(epoch=0, loss=1.0, accuracy=0.5, seconds=1.0)
@@ -244,14 +309,15 @@ def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
     rt = run.ranks[0]
     assert rt.activity["schema"] == "perfmlp.activity/1" and rt.clock["cupti_minus_host_ns"] is not None
     b = rt.batches[1]
-    assert b["clock"] == "cupti" and b["kernels"] == {"forward": 4, "update": 1}
+    assert b["clock"] == "cupti" and b["kernels"] == {"forward": 4, "update": 1} and b["gemms"] == {"forward": 2}
     assert len(b["gpu"]) == 1 + 4 + 1 + 1
     # h2d 2 us, forward 4 x 10 us + 3 gaps of 1 us, ...: the GPU spans, not the host's
     off, dur = b["t_ms"]["forward"]
     assert dur == pytest.approx((1000 + 4 * 10_000 + 3 * 1000) / 1e6)
     assert set(b["t_ms_host"]) == {"h2d", "forward", "allreduce", "update"}
-    c = cross_check(b)
+    c = cross_check(b, rt.activity["own_kernels"])
     assert c["bytes_ok"] and c["kernels_ok"] and c["nccl_kernels"] == c["collectives"] == 1
+    assert c["library_kernels"] == 2
     bd = run_breakdowns(run)[0]
     assert len(bd) == 3  # 4 batches less the warm-up one
     # one batch: 2 + 40 + 20 + 5 = 67 us busy, gaps of 1 us between records (and the one before the batch)
@@ -266,7 +332,7 @@ def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
     out = build_from_runs([run], [], tmp_path / "rep")
     md = (out / "report.md").read_text()
     assert "GPU timeline: fake" in md and (out / "timeline_fake.png").exists() and (out / "breakdown_fake.svg").exists()
-    assert "memcpy bytes equal the counters in 3" in md
+    assert "memcpy bytes equal the counters in 3" in md and "kernel records match the launches in 3" in md
     ev = chrome_events(run)
     copies = [e for e in ev if e.get("cat") == "copy"]
     assert len(copies) == 4 and all(e["args"]["bytes"] == 3000 for e in copies)
@@ -283,6 +349,7 @@ def test_a_profiler_owning_cupti_is_detected():
 
 
 def test_collector_says_why_it_cannot_start(monkeypatch):
+    # a profiler's environment: refused before cupti is even imported, on any machine
     monkeypatch.setenv("CUDA_INJECTION64_PATH", "/opt/nsys/libToolsInjection64.so")
     c, why = act.collector_or_reason("timeline")
     assert c is None and why == "a profiler owns CUPTI (CUDA_INJECTION64_PATH is set)"
@@ -290,11 +357,41 @@ def test_collector_says_why_it_cannot_start(monkeypatch):
     assert act.collector_or_reason("timeline", nvtx_tool=True)[1] == "a profiler owns CUPTI (an NVTX tool is attached)"
     for v in act.PROFILER_ENV:
         monkeypatch.delenv(v, raising=False)
-    c, why = act.collector_or_reason("timeline")  # here: no cupti-python (or no GPU): refused in one line
-    assert c is None and why.startswith(("cupti-python is not installed", "CUPTI refused"))
+    # no cupti-python, whether or not this machine has it (None in sys.modules: the import fails)
+    monkeypatch.setitem(sys.modules, "cupti", None)
+    c, why = act.collector_or_reason("timeline")
+    assert c is None and why.startswith("cupti-python is not installed (")
 
 
-@pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters")])
+def test_the_default_level_depends_on_the_execution_mode():
+    from perfmlp.config import Config, HELP
+    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS, default_trace_level
+    assert Config().trace_level == "auto"
+    assert default_trace_level("graph") == DEFAULT_TRACE_LEVEL["graph"] == "timeline"
+    assert default_trace_level("eager") == DEFAULT_TRACE_LEVEL["eager"] == "counters"
+    assert default_trace_level("something else") == "counters"  # runs eagerly
+    assert set(DEFAULT_TRACE_LEVEL.values()) <= set(TRACE_LEVELS)
+    assert "graph -> timeline, eager -> counters" in HELP["trace_level"]
+
+
+def test_auto_resolves_at_attach_and_the_manifest_says_why(tmp_path, monkeypatch):
+    from perfmlp.config import from_mapping
+    monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
+    for mode, want in (("eager", "counters"), ("graph", "timeline")):
+        fake = FakeCollector()
+        monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
+        cfg = from_mapping({"trace_dir": str(tmp_path), "run_id": mode, "backend": "cupy"})
+        be = FakeBackend()
+        be.exec = mode
+        tr = writer_mod.make_tracer(cfg, FakeWorld())
+        tr.attach(FakeWorld(), be)
+        tr.close("complete")
+        m = read_run(tmp_path / mode).manifest
+        assert (m["trace_level"], m["trace_level_asked"]) == (want, "auto")
+        assert m["trace_level_why"] == f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
+
+
+@pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters"), ("auto", "counters")])
 def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
     r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3",
                     "--num-classes", "2", "--n-train", "10", "--batch-size", "5", "--epochs", "1",
@@ -302,7 +399,9 @@ def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "lv")
     assert run.manifest["trace_level"] == used and run.manifest["trace_level_asked"] == level
-    assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level != used)
+    assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level not in (used, "auto"))
+    # auto on numpy: the eager default, and the manifest says so
+    assert ("trace_level_why" in run.manifest) == (level == "auto")
     assert run.ranks[0].clock["rank0_minus_host_ns"] == 0 and not run.ranks[0].gpu
 
 
@@ -326,8 +425,73 @@ def test_cupti_records_match_the_counters_on_the_gpu(tmp_path, transfer, comm):
     assert run.manifest["trace_level"] == "kernels", run.manifest.get("trace_level_note")
     batches = run.ranks[0].batches
     assert len(batches) == 8 and all(b["clock"] == "cupti" for b in batches)
+    own = run.ranks[0].activity["own_kernels"]
     for b in batches:
-        c = cross_check(b)
+        c = cross_check(b, own, ranks=1)
         assert c["bytes_ok"], (b["batch"], c)
-        assert c["kernels_ok"], (b["batch"], c["kernel_mismatch"])
+        assert c["kernels_ok"], (b["batch"], c["kernel_mismatch"], [g["name"] for g in b["gpu"]])
     assert run_breakdowns(run)[0][0]["compute"] > 0
+
+
+# ---- benchmarks/timeline_check.py: nsys's records joined to batches -----------------------------
+
+def fake_nsys_db(path, pid, n_batches, node_level=True):
+    """An nsys SQLite export, the tables timeline_check reads: one process,
+    a `batch` NVTX range per batch holding one cudaGraphLaunch (corr 10 + k)
+    whose graph ran two kernel nodes (0-10 us and 5-20 us: a union of 20 us)
+    and a 64-byte D2D copy node; graph-level tracing instead records the
+    launch whole (GRAPH_TRACE)."""
+    import sqlite3
+    from perfmlp.trace.nsys import PID_SHIFT
+    gpid = 7 * PID_SHIFT
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE PROCESSES (globalPid INT, pid INT);
+        CREATE TABLE StringIds (id INT, value TEXT);
+        CREATE TABLE NVTX_EVENTS (text TEXT, textId INT, start INT, end INT, globalTid INT, domainId INT,
+                                  int64Value INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (correlationId INT, start INT, globalTid INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT, globalPid INT, graphNodeId INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, correlationId INT, globalPid INT, bytes INT,
+                                                 copyKind INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INT, end INT, correlationId INT, globalPid INT);""")
+    con.execute("INSERT INTO PROCESSES VALUES (?, ?)", (gpid, pid))
+    con.execute("INSERT INTO NVTX_EVENTS VALUES ('perfmlp', NULL, 0, NULL, ?, 1, NULL)", (gpid + 1,))
+    for k in range(n_batches):
+        lo, corr = 1_000_000 * (k + 1), 10 + k
+        con.execute("INSERT INTO NVTX_EVENTS VALUES ('batch', NULL, ?, ?, ?, 1, ?)", (lo, lo + 500_000, gpid + 1, k))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?)", (corr, lo + 100, gpid + 1))
+        g0 = lo + 200_000
+        if node_level:
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, 1)", (g0, g0 + 10_000, corr, gpid))
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, 2)",
+                        (g0 + 5_000, g0 + 20_000, corr, gpid))
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, ?, 64, 8)", (g0, g0 + 1, corr, gpid))
+        else:
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, ?)", (g0, g0 + 20_000, corr, gpid))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("node_level", [True, False])
+def test_timeline_check_joins_graph_node_kernels_by_the_launch(tmp_path, monkeypatch, node_level):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import timeline_check as tc
+    run = traced_run(tmp_path, monkeypatch)  # 4 batches of 4 x 10 us + 5 us + 20 us NCCL kernels, 3000 B H2D each
+    pid = json.loads((tmp_path / "fake" / "rank-0.jsonl").read_text().splitlines()[0])["pid"]
+    fake_nsys_db(tmp_path / "n.sqlite", pid, 4, node_level)
+    theirs, notes = tc.nsys_batches(tmp_path / "n.sqlite", run)
+    rows = theirs[0]
+    assert sorted(rows) == [(0, k) for k in range(4)] and not notes
+    (row,) = tc.compare(tc.ours(run), theirs)
+    if node_level:
+        # each batch: kernels 0-10 and 5-20 us -> a union of 0.020 ms, not 0.025; 64 B D2D, no H2D
+        assert rows[(0, 1)]["kernel_ms"] == pytest.approx(0.020) and rows[(0, 1)]["d2d"] == 64
+        assert row["nsys_graph_node_kernels"] == 8 and row["nsys_kernel_busy_ms"] == pytest.approx(0.020)
+        # ours: 4 x 10 + 20 + 5 = 65 us busy: 0.065 / 0.020 - 1 = +225%, far outside 2%
+        assert row["diff_pct"] == pytest.approx(225.0) and not row["busy_within_target"]
+    else:
+        assert row["nsys_whole_graphs"] == 4 and row["nsys_kernel_busy_ms"] is None and row["diff_pct"] is None
+    # bytes: ours 3000 B H2D a batch against nsys's 0 (or 64 B D2D): none exact; ours equal our counters
+    assert row["bytes_exact_vs_nsys"] == "0/4" and row["cupti_bytes_exact_vs_counters"] == "4/4"
+    assert row["first_bytes_mismatch"].startswith("(0, 0): CUPTI {'h2d': 3000")

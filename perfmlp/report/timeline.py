@@ -25,7 +25,7 @@ import pstats
 import statistics
 from pathlib import Path
 
-from ..trace.activity import to_run_s
+from ..trace.activity import own_kernel_names, to_run_s
 from ..trace.reader import Run
 from .sections import Figure, Section, Table
 
@@ -130,24 +130,67 @@ def host_phases_ns(batch: dict, clock: dict | None) -> dict:
             for p, (off, dur) in batch.get("t_ms_host", batch["t_ms"]).items()}
 
 
-def cross_check(batch: dict) -> dict:
-    """A batch's records against its counters: memcpy bytes per direction
-    equal bytes_h2d / bytes_d2h; kernel records per phase equal the kernels
-    the network launched there (phases with a graph launch are not counted
-    kernel by kernel at the `timeline` level)."""
+def cross_check(batch: dict, own_kernels=None, library_gemms: bool = True, ranks: int = 2) -> dict:
+    """A batch's records against its counters.
+
+    Bytes: memcpy bytes per direction equal bytes_h2d, bytes_d2h and
+    bytes_d2d (0 where the batch line has none), to the byte.
+    Kernels, per phase (a phase replayed as one graph record at the
+    `timeline` level is not counted kernel by kernel):
+    - our own kernels (`own_kernels`, default activity.own_kernel_names():
+      the records whose name is one of them) equal the kernels the network
+      launched less its library GEMM calls, exactly;
+    - every library GEMM call (the batch line's `gemms`, when the run's GEMM
+      is cuBLAS: `library_gemms`) made at least one library kernel: records
+      >= calls, the extra ones the library's own (split-K reductions);
+    - with more than one rank, every NCCL collective at least one NCCL
+      kernel (one rank's collective may launch none).
+    A batch line without `gemms` (traces written before it) cannot split
+    its launches: kernels_ok is None there."""
     recs = batch.get("gpu") or []
-    h2d = sum(r["bytes"] for r in recs if r["copy"] == "h2d")
-    d2h = sum(r["bytes"] for r in recs if r["copy"] == "d2h")
+    got = {k: sum(r["bytes"] for r in recs if r["copy"] == k) for k in ("h2d", "d2h", "d2d")}
+    want = {k: batch.get(f"bytes_{k}", 0) for k in got}
+    own = frozenset(own_kernel_names() if own_kernels is None else own_kernels)
     graphs = {r["phase"] for r in recs if r["cat"] == "graph"}
-    seen: dict = {}
+    seen_own: dict = {}
+    seen_lib: dict = {}
     for r in recs:
         if r["cat"] == "compute":
-            seen[r["phase"]] = seen.get(r["phase"], 0) + 1
+            d = seen_own if r["name"] in own else seen_lib
+            d[r["phase"]] = d.get(r["phase"], 0) + 1
     launched = {p: n for p, n in (batch.get("kernels") or {}).items() if p not in graphs}
-    bad = {p: (seen.get(p, 0), n) for p, n in launched.items() if seen.get(p, 0) != n}
-    return {"h2d": (h2d, batch["bytes_h2d"]), "d2h": (d2h, batch["bytes_d2h"]), "bytes_ok":
-            h2d == batch["bytes_h2d"] and d2h == batch["bytes_d2h"], "kernels_ok": not bad, "kernel_mismatch": bad,
-            "nccl_kernels": sum(1 for r in recs if r["cat"] == "comm"), "collectives": len(batch.get("collectives") or [])}
+    gemms = batch.get("gemms")
+    bad: dict = {}
+    if gemms is not None:
+        for p in sorted(set(launched) | {q for q in seen_own if q not in graphs}):
+            calls = gemms.get(p, 0) if library_gemms else 0
+            o, lib = seen_own.get(p, 0), seen_lib.get(p, 0)
+            if o != launched.get(p, 0) - calls:
+                bad[p] = {"own": (o, launched.get(p, 0) - calls)}
+            if lib < calls:
+                bad.setdefault(p, {})["library"] = (lib, calls)
+    nccl = sum(1 for r in recs if r["cat"] == "comm")
+    colls = sum(1 for c in batch.get("collectives") or [] if str(c[0]).startswith("nccl"))
+    comm_ok = nccl >= colls or ranks < 2
+    if not comm_ok:
+        bad["nccl"] = {"kernels": (nccl, colls)}
+    return {**{k: (got[k], want[k]) for k in got}, "bytes_ok": got == want,
+            "kernels_ok": not bad if gemms is not None or bad else None, "kernel_mismatch": bad,
+            "library_kernels": sum(seen_lib.values()), "nccl_kernels": nccl, "collectives": colls}
+
+
+def run_cross_checks(run: Run) -> list[tuple[int, dict]]:
+    """(rank, cross_check()) of every steady batch with activity records,
+    with the run's own kernel names (its activity line; the source's for
+    traces written before it held them), its GEMM and its rank count."""
+    lib = run.config.get("gemm", "cublas") == "cublas"
+    out = []
+    for recs in run.steady_batches().values():
+        for r, b in recs.items():
+            if b.get("clock") == "cupti":
+                own = run.ranks[r].activity.get("own_kernels")
+                out.append((r, cross_check(b, own, lib, run.procs)))
+    return out
 
 
 # ---- one batch across ranks ----------------------------------------------------------------
@@ -348,15 +391,18 @@ def section_timeline(runs) -> list[Section]:
                                     draw_batch, {"run_batch": _batch_tracks(run, rep)}))
         s.figures.append(Figure(f"breakdown_{run.run_id}", "Where each steady batch's GPU time went, per rank",
                                 draw_breakdown, {"per_rank": per_rank}))
-        checks = [(r, cross_check(b)) for recs in run.steady_batches().values() for r, b in recs.items()
-                  if b.get("clock") == "cupti"]
-        bad_bytes = [f"rank {r} batch {c['h2d']}/{c['d2h']}" for r, c in checks if not c["bytes_ok"]]
-        bad_k = [(r, c["kernel_mismatch"]) for r, c in checks if not c["kernels_ok"]]
+        checks = run_cross_checks(run)
+        bad_bytes = [r for r, c in checks if not c["bytes_ok"]]
+        bad_k = [(r, c["kernel_mismatch"]) for r, c in checks if c["kernels_ok"] is False]
+        unchecked = sum(1 for _, c in checks if c["kernels_ok"] is None)
         s.paragraphs.append(
             f"Cross-check over {len(checks)} batch records: memcpy bytes equal the counters in "
-            f"{len(checks) - len(bad_bytes)}; kernel records equal the kernels launched in "
-            f"{len(checks) - len(bad_k)}" + (f" (first mismatch, rank {bad_k[0][0]}: phase -> (records, launched) "
-                                             f"{bad_k[0][1]})" if bad_k else "") + ".")
+            f"{len(checks) - len(bad_bytes)}; kernel records match the launches in "
+            f"{len(checks) - len(bad_k) - unchecked} (our own kernels exactly, at least one library kernel per "
+            "cuBLAS GEMM call and one NCCL kernel per collective)"
+            + (f", {unchecked} not checked (batch lines without `gemms`)" if unchecked else "")
+            + (f"; first mismatch, rank {bad_k[0][0]}: phase -> (records, expected) {bad_k[0][1]}" if bad_k else "")
+            + ".")
         idle_host = statistics.median(r["idle: host launch ms"] / r["window ms"] for r in rows if r["window ms"])
         if idle_host > HOST_BOUND_SHARE:
             fn = host_functions(run)

@@ -19,14 +19,18 @@ runs and machines without the wheels never load it):
   happen between epochs (`drain`, after a flush, when the device is idle).
 
 Pure functions (tested on the CPU with synthetic records): `attribute`,
-`classify`, `clock_offset`, `pingpong_offset`, `gpu_phase_spans`, `to_run_s`.
+`classify`, `clock_offset`, `pingpong_offset`, `gpu_phase_spans`, `to_run_s`,
+and `own_kernel_names` (the kernels perfmlp compiles, which the report's
+cross-check tells apart from cuBLAS's and NCCL's).
 """
 from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
+from importlib import resources
 
 from .format import ACTIVITY_FIELDS, COPY_KINDS
 
@@ -47,6 +51,16 @@ def profiler_owning_cupti(environ=os.environ) -> str | None:
     """The variable that shows a profiler (Nsight Systems, Nsight Compute)
     injected itself into CUDA and so owns CUPTI, or None."""
     return next((v for v in PROFILER_ENV if environ.get(v)), None)
+
+
+@functools.cache
+def own_kernel_names() -> tuple[str, ...]:
+    """The kernels perfmlp compiles itself: every `__global__` function of
+    perfmlp/gpu/kernels.cu, read from the source (extern "C": CUPTI and nsys
+    name them as written). Every other kernel of a step is a library's:
+    cuBLAS's GEMMs and their split-K reductions, NCCL's collectives."""
+    src = resources.files("perfmlp.gpu").joinpath("kernels.cu").read_text()
+    return tuple(sorted(re.findall(r"__global__\s+void\s+(\w+)\s*\(", src)))
 
 
 # ---- records -> a rank's timeline (pure) ------------------------------------------------

@@ -7,7 +7,9 @@ and `close(status)`; `ops` is the list the network records its operations
 into (None: nothing is recorded). `NullTracer` does nothing, at the cost of
 an attribute lookup per hook; `Tracer` writes the trace.
 
-What is timed depends on `--trace-level` (trace/format.py: TRACE_LEVELS):
+What is timed depends on `--trace-level` (trace/format.py: TRACE_LEVELS;
+`auto`, the default, is resolved in `attach` by the execution mode that
+runs: format.default_trace_level):
 `counters` times nothing but the batch on the host; `phases` times each
 phase with CUDA events on the GPU (read when they have completed, never by
 synchronising the device) or a monotonic clock on the CPU; `timeline` and
@@ -17,6 +19,12 @@ reader measures the phases on the GPU. FLOPs per
 phase are the model package's prices of the operations the network
 recorded with their launched shapes; bytes are counted where the copies and
 collectives are issued.
+
+Host cost per batch, which an eager step (host-bound) pays in full: a phase
+is a dict look-up, two perf_counter() reads and two appends (NVTX and CUPTI
+pushes only where attached); a batch line is one %-format per phase list
+(FLOPs priced once per distinct list of launched shapes) and one write(2),
+no buffer flush.
 """
 from __future__ import annotations
 
@@ -32,7 +40,8 @@ from ..errors import PerfmlpError
 from ..model.costs import itemsize, op_cost
 from . import activity as act
 from . import nvtx as nv
-from .format import ACTIVITY_FIELDS, ACTIVITY_LEVELS, ACTIVITY_SCHEMA, DEFAULT_TRACE_LEVEL, MANIFEST, SCHEMA, rank_file
+from .format import (ACTIVITY_FIELDS, ACTIVITY_LEVELS, ACTIVITY_SCHEMA, MANIFEST, SCHEMA, default_trace_level,
+                     rank_file)
 from .manifest import finish_manifest, now_iso, record_machine, versions, write_json
 
 # finished batches are written as one of these phases starts (the host is ahead of the GPU)
@@ -77,24 +86,29 @@ class Tracer:
         self.backend = None
         self.itemsize = itemsize(cfg.precision)
         self._f = open(run_dir / rank_file(rank), "w")
+        self._fd = self._f.fileno()  # batch lines: one write(2) each, no buffer to flush (every other line flushes)
         self._write({"kind": "header", "schema": SCHEMA, "rank": rank, "size": world.size,
                      "start": now_iso(), "pid": os.getpid()})
         self.t_start_ns = time.perf_counter_ns()
         self.t_start = self.t_start_ns / 1e9  # perf_counter() seconds, on the same clock
-        self.level = getattr(cfg, "trace_level", DEFAULT_TRACE_LEVEL)
+        self.level = getattr(cfg, "trace_level", "auto")  # attach() resolves auto
         self._collector = None
         self._push = None           # the collector's push(ext id) while it runs, else None
         self._seq = 0               # batches begun (the external correlation ids' high bits)
         self._seq_batch: dict = {}  # seq -> (epoch, batch), until its records are written
         self._codes: dict = {}      # phase name -> code (1, 2, ...) in external correlation ids
         self._net = None
+        self._kernels = _NoNet      # what counts kernel launches (the network, when it does)
+        self._hooks = False         # NVTX or CUPTI ranges to push and pop at each phase
+        self._t0 = 0.0              # the batch's start, perf_counter() seconds
         self._clock: dict = {}
         self.ops: list | None = []
         self._phases: list = []
         self._pending: list = []
         self._phase_ops: list = []
         self._counts_cache: dict = {}
-        self._phase_objs: dict = {}
+        self._phase_objs = _Phases(self)
+        self.phase = self._phase_objs.__getitem__  # phase(name): a dict look-up, no Python call per phase
         self._coll_cache: dict = {}
         self._batch_no = None
         self._last_event = None
@@ -110,13 +124,18 @@ class Tracer:
         self.backend = backend.name
         record_machine(self.run_dir, world, backend)
         self._net = getattr(backend, "net", None)
-        asked, note = self.level, None
+        self._kernels = self._net if self._net is not None else _NoNet
+        asked, note, why = self.level, None, None
+        if self.level == "auto":
+            mode = getattr(backend, "exec", None) or "eager"
+            self.level = default_trace_level(mode)
+            why = f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
         if backend.name != "cupy" and self.level in ACTIVITY_LEVELS:
             self.level, note = "phases", "no GPU: phases on the host clock"
         elif self.level in ACTIVITY_LEVELS:
-            self._collector, why = act.collector_or_reason(self.level, nv.enabled())
+            self._collector, refused = act.collector_or_reason(self.level, nv.enabled())
             if self._collector is None:
-                self.level, note = "phases", f"no GPU activity records: {why}; phases from CUDA events"
+                self.level, note = "phases", f"no GPU activity records: {refused}; phases from CUDA events"
             else:
                 self._push = self._collector.push
                 note = self._collector.note
@@ -126,10 +145,13 @@ class Tracer:
             self._rt = cupy.cuda.runtime
             self._stream_ptr = cupy.cuda.get_current_stream().ptr
             self._events = []
+        self._hooks = nv.enabled() or self._push is not None
         self._write_clock(world, "start")
         levels = world.allgather((self.level, note))
         if self.rank == 0:
             extra = {"trace_level": self.level, "trace_level_asked": asked}
+            if why:
+                extra["trace_level_why"] = why
             notes = [f"rank {r}: {n}" for r, (_, n) in enumerate(levels) if n]
             if len(notes) == len(levels) > 1 and len({n for _, n in levels}) == 1:
                 notes = [f"every rank: {levels[0][1]}"]
@@ -140,7 +162,7 @@ class Tracer:
             _update_manifest(self.run_dir, extra)
         if self._collector is not None:
             self._write({"kind": "activity", "schema": ACTIVITY_SCHEMA, "level": self.level,
-                         "fields": list(ACTIVITY_FIELDS)})
+                         "fields": list(ACTIVITY_FIELDS), "own_kernels": list(act.own_kernel_names())})
 
     def _write_clock(self, world, at: str) -> None:
         """A clock line: this rank's host clock against rank 0's (ping-pong
@@ -157,16 +179,18 @@ class Tracer:
         self._write(line)
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
+        self._t0 = t0 = time.perf_counter()
         self._cur = {"kind": "batch", "epoch": epoch, "batch": batch, "samples": samples,
-                     "local_samples": local, "t0_s": time.perf_counter() - self.t_start}
+                     "local_samples": local, "t0_s": t0 - self.t_start}
         self._phases = []
         self._phase_ops = []
         self.ops.clear()  # the network appends to this list (given to it once)
-        nv.push("batch", batch)
-        if self._push is not None:
-            self._seq += 1
-            self._seq_batch[self._seq] = (epoch, batch)
-            self._push(act.ext_id(self._seq, 0))  # launches between phases belong to the batch
+        if self._hooks:
+            nv.push("batch", batch)
+            if self._push is not None:
+                self._seq += 1
+                self._seq_batch[self._seq] = (epoch, batch)
+                self._push(act.ext_id(self._seq, 0))  # launches between phases belong to the batch
         if self._events is not None:
             # the batch starts where the previous one ended (same point in the
             # stream): one CUDA event fewer per batch; a new one after an epoch
@@ -174,25 +198,22 @@ class Tracer:
             self._cur_events = [start]
         self._batch_no = batch
 
-    def phase(self, name: str):
-        p = self._phase_objs.get(name)
-        if p is None:
-            p = self._phase_objs[name] = _Phase(self, name)
-        return p
-
     def end_batch(self, loss, counts) -> None:
         """`counts`: the batch's trace.format.Counts (read here, not kept)."""
-        nv.pop()
-        if self._push is not None:
-            self._collector.pop()
+        now = time.perf_counter()
+        if self._hooks:
+            nv.pop()
+            if self._push is not None:
+                self._collector.pop()
         rec = self._cur
         rec["loss"] = loss
         rec["counts"] = self._counts_json()
         rec["bytes"] = (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi, counts.bytes_nccl)
         rec["collectives"] = self._collectives_json(counts.collectives)
-        rec["wall_ms"] = (time.perf_counter() - self.t_start - rec["t0_s"]) * 1e3
+        rec["wall_ms"] = (now - self._t0) * 1e3
         if self._events is None:
-            rec["t_ms"] = self._phases
+            t0 = self._t0
+            rec["t_ms"] = [(n, (a - t0) * 1e3, (b - a) * 1e3) for n, a, b in self._phases]
             rec["clock"] = "host"
             self._write_batch(rec)
         else:
@@ -217,6 +238,7 @@ class Tracer:
             flops: dict = {}
             ops: dict = {}
             kernels: dict = {}
+            gemms: dict = {}
             for name, i0, i1, k in self._phase_ops:
                 flops[name] = flops.get(name, 0) + sum(op_cost(op, shape, self.itemsize)[0]
                                                        for op, shape in self.ops[i0:i1])
@@ -224,16 +246,19 @@ class Tracer:
                     ops[name] = ops.get(name, 0) + i1 - i0
                 if k:
                     kernels[name] = kernels.get(name, 0) + k
+                g = sum(1 for op, _ in self.ops[i0:i1] if op == "gemm")  # one launch each (a library call on cuBLAS)
+                if g:
+                    gemms[name] = gemms.get(name, 0) + g
             frag = ('"flops":' + json.dumps(flops, separators=(",", ":")) +
                     ',"ops":' + json.dumps(ops, separators=(",", ":")))
             if self._net is not None:
-                frag += ',"kernels":' + json.dumps(kernels, separators=(",", ":"))
+                frag += (',"kernels":' + json.dumps(kernels, separators=(",", ":")) +
+                         ',"gemms":' + json.dumps(gemms, separators=(",", ":")))
             self._counts_cache[key] = frag
         return frag
 
     def _write_batch(self, rec: dict) -> None:
-        self._f.write(batch_line(rec))
-        self._f.flush()
+        os.write(self._fd, batch_line(rec).encode())  # in the kernel's page cache at once: a killed run keeps it
 
     def end_epoch(self, **values) -> None:
         self._drain(block=True)
@@ -265,6 +290,7 @@ class Tracer:
     def redirect_writes(self, path: str) -> None:
         """From now on, write this rank's lines to `path` (fault tests)."""
         self._f = open(path, "w")
+        self._fd = self._f.fileno()
 
     # -- internals ------------------------------------------------------------------
     def _drain_activity(self) -> None:
@@ -318,60 +344,121 @@ class Tracer:
         self._f.flush()
 
 
-class _Phase:
-    __slots__ = ("t", "name", "t0", "i0", "e0", "k0", "code")
+class _Phases(dict):
+    """Phase name -> its context manager, made on first use (after attach,
+    which decides how phases are timed)."""
+
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __missing__(self, name: str):
+        t = self.tracer
+        p = self[name] = (_EventPhase if t._events is not None else _HostPhase)(t, name)
+        return p
+
+
+class _NoNet:
+    kernels_launched = 0  # a backend without a network that counts its launches
+
+
+class _HostPhase:
+    """A phase timed on the host clock (the CPU; the GPU at the counters,
+    timeline and kernels levels): two perf_counter() reads and two appends;
+    the offsets are taken from them at end_batch. Pushes NVTX and CUPTI
+    ranges only where a tool or a collector is attached."""
+
+    __slots__ = ("t", "name", "t0", "i0", "k0", "code", "ops", "net")
 
     def __init__(self, tracer: Tracer, name: str):
-        self.t, self.name = tracer, name
+        self.t, self.name, self.ops, self.net = tracer, name, tracer.ops, tracer._kernels
         self.code = tracer._codes.setdefault(name, len(tracer._codes) + 1)
+
+    def __enter__(self):
+        t = self.t
+        if t._hooks:
+            nv.push(self.name, t._batch_no)
+            if t._push is not None:
+                t._push((t._seq << act.PHASE_BITS) | self.code)
+        self.i0 = len(self.ops)
+        self.k0 = self.net.kernels_launched
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        now = time.perf_counter()
+        t = self.t
+        t._phases.append((self.name, self.t0, now))
+        t._phase_ops.append((self.name, self.i0, len(self.ops), self.net.kernels_launched - self.k0))
+        if t._hooks:
+            if t._push is not None:
+                t._collector.pop()
+            nv.pop()
+        return False
+
+
+class _EventPhase:
+    """A phase timed on the GPU by the CUDA events recorded between phases
+    (the `phases` level on the GPU)."""
+
+    __slots__ = ("t", "name", "e0", "i0", "k0", "ops", "net")
+
+    def __init__(self, tracer: Tracer, name: str):
+        self.t, self.name, self.ops, self.net = tracer, name, tracer.ops, tracer._kernels
 
     def __enter__(self):
         t = self.t
         if t._pending and self.name in DRAIN_AT:
             t._drain(block=False)
-        if nv._ENABLED:
+        if t._hooks:
             nv.push(self.name, t._batch_no)
-        if t._push is not None:
-            t._push((t._seq << act.PHASE_BITS) | self.code)
-        self.i0 = len(t.ops)
-        self.k0 = t._net.kernels_launched if t._net is not None else 0
-        if t._events is not None:
-            self.e0 = len(t._cur_events) - 1  # this phase starts at the last recorded event
-        else:
-            self.t0 = time.perf_counter()
+        self.i0 = len(self.ops)
+        self.k0 = self.net.kernels_launched
+        self.e0 = len(t._cur_events) - 1  # this phase starts at the last recorded event
         return self
 
     def __exit__(self, *exc):
         t = self.t
-        if t._events is not None:
-            t._cur_events.append(t._event())
-            t._phases.append((self.name, self.e0, len(t._cur_events) - 1))
-        else:
-            now = time.perf_counter()
-            t._phases.append((self.name, (self.t0 - t.t_start - t._cur["t0_s"]) * 1e3, (now - self.t0) * 1e3))
-        t._phase_ops.append((self.name, self.i0, len(t.ops),
-                             t._net.kernels_launched - self.k0 if t._net is not None else 0))
-        if t._push is not None:
-            t._collector.pop()
-        if nv._ENABLED:
+        t._cur_events.append(t._event())
+        t._phases.append((self.name, self.e0, len(t._cur_events) - 1))
+        t._phase_ops.append((self.name, self.i0, len(self.ops), self.net.kernels_launched - self.k0))
+        if t._hooks:
             nv.pop()
         return False
 
 
+_LINE_HEAD = ('{"kind":"batch","epoch":%d,"batch":%d,"samples":%d,"local_samples":%d,"t0_s":%.6f,"loss":%s,%s,'
+              '"bytes_h2d":%d,"bytes_d2h":%d,"bytes_d2d":%d,"bytes_mpi":%d,"bytes_nccl":%d,"collectives":%s,'
+              '"wall_ms":%.6f,"t_ms":{')
+_line_formats: dict = {}
+
+
+def _line_format(phases: tuple, total: bool, clock: str) -> str:
+    """The %-format of a batch line with these phases (made once per phase list)."""
+    key = (phases, total, clock)
+    f = _line_formats.get(key)
+    if f is None:
+        f = _line_formats[key] = (_LINE_HEAD + ",".join('"%s":[%%.6f,%%.6f]' % n for n in phases) + "}"
+                                  + (',"t_ms_total":%.6f' if total else "") + ',"clock":"%s"}\n' % clock)
+    return f
+
+
 def batch_line(rec: dict) -> str:
-    """One batch line, composed by hand: json.dumps of the whole record costs
-    more host time than the step's kernel launches. `rec["counts"]` is the
-    FLOPs/ops JSON fragment, `rec["collectives"]` JSON, `rec["t_ms"]` a list of
-    (phase, offset ms, duration ms)."""
-    t = ",".join(f'"{n}":[{o:.6f},{d:.6f}]' for n, o, d in rec["t_ms"])
-    h2d, d2h, d2d, mpi, nccl = rec["bytes"]
+    """One batch line, composed by hand with one %-format per phase list:
+    json.dumps of the whole record costs more host time than the step's
+    kernel launches. `rec["counts"]` is the FLOPs/ops JSON fragment,
+    `rec["collectives"]` JSON, `rec["t_ms"]` a list of (phase, offset ms,
+    duration ms)."""
+    t = rec["t_ms"]
+    total = "t_ms_total" in rec
     loss = "null" if rec["loss"] is None else repr(float(rec["loss"]))
-    total = f',"t_ms_total":{rec["t_ms_total"]:.6f}' if "t_ms_total" in rec else ""
-    return (f'{{"kind":"batch","epoch":{rec["epoch"]},"batch":{rec["batch"]},"samples":{rec["samples"]},'
-            f'"local_samples":{rec["local_samples"]},"t0_s":{rec["t0_s"]:.6f},"loss":{loss},{rec["counts"]},'
-            f'"bytes_h2d":{h2d},"bytes_d2h":{d2h},"bytes_d2d":{d2d},"bytes_mpi":{mpi},"bytes_nccl":{nccl},'
-            f'"collectives":{rec["collectives"]},"wall_ms":{rec["wall_ms"]:.6f},"t_ms":{{{t}}}{total},'
-            f'"clock":"{rec["clock"]}"}}\n')
+    vals = [rec["epoch"], rec["batch"], rec["samples"], rec["local_samples"], rec["t0_s"], loss, rec["counts"],
+            *rec["bytes"], rec["collectives"], rec["wall_ms"]]
+    for p in t:
+        vals += p[1:]
+    if total:
+        vals.append(rec["t_ms_total"])
+    return _line_format(tuple([p[0] for p in t]), total, rec["clock"]) % tuple(vals)
 
 
 def _update_manifest(run_dir: Path, extra: dict) -> None:
