@@ -218,7 +218,8 @@ def _train(cfg: Config, world, tracer, log) -> Result:
         ep = EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
                          t_end - t_steady if t_steady else 0.0, nbatches - 1 if t_steady else 0)
         result.epochs.append(ep)
-        tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=ep.seconds)
+        tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=ep.seconds,
+                         steady_ms_per_batch=ep.ms_per_batch if ep.steady_batches else None)
         if rank == 0 and not cfg.quiet:
             log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, "
                 f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")

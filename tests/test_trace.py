@@ -154,3 +154,29 @@ def test_chrome_export_to_an_unwritable_path_is_one_line(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2
     assert r.stderr.strip() == f"perfmlp.trace.chrome: error: cannot write {out}: No such file or directory"
+
+
+def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
+    """Host-clock batch lines of a GPU run hold the host's enqueue time; the
+    epoch's synchronised steady time per batch stands in for them."""
+    from perfmlp.trace.reader import Run
+
+    def run(backend, epoch_line, steady=True):
+        manifest = {"schema": "perfmlp.trace/1", "run_id": "r", "procs": 2, "status": "complete",
+                    "config": {"backend": backend, "batch_size": 100}}
+        ranks = {}
+        for r in range(2):
+            recs = [{"kind": "header", "schema": "perfmlp.trace/1", "rank": r, "pid": 1}]
+            for k in range(3):
+                recs.append({"kind": "batch", "epoch": 0, "batch": k, "samples": 100, "local_samples": 50,
+                             "t0_s": 0.0, "flops": {}, "bytes_h2d": 0, "bytes_d2h": 0, "bytes_mpi": 0,
+                             "bytes_nccl": 0, "t_ms": {"forward": [0.0, 0.01]}, "wall_ms": 0.02, "clock": "host"})
+            if epoch_line:
+                recs.append({"kind": "epoch", "epoch": 0, "seconds": 0.003 + 0.003 * r,
+                             **({"steady_ms_per_batch": 0.2 + 0.1 * r} if steady else {})})
+            ranks[r] = recs
+        return Run.from_records(manifest, ranks)
+
+    assert run("cupy", True).batch_times_ms() == pytest.approx([0.3, 0.3])  # the slowest rank's epoch time
+    assert run("cupy", True, steady=False).batch_times_ms() == pytest.approx([0.02, 0.02])  # older: what they hold
+    assert run("numpy", True).batch_times_ms() == pytest.approx([0.02, 0.02])  # the CPU's host time is its time

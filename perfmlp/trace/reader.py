@@ -153,7 +153,39 @@ class Run:
         return {k: v for k, v in done.items() if not (k[0] == 0 and k[1] < WARMUP_BATCHES)}
 
     def batch_time_ms(self, rec: dict) -> float:
-        return rec.get("t_ms_total") or rec["wall_ms"]
+        """A batch's time: on the GPU (CUDA events or CUPTI records) where the
+        trace has it. On the host clock a GPU run's batch time is the host's
+        enqueue time, not the GPU's (nothing waits for the device each batch):
+        there the epoch's synchronised steady time per batch stands in for
+        each of its batches. Traces written before the epoch line had it
+        keep the host time (their whole-epoch time includes the first
+        batch's warm-up, so it cannot stand in)."""
+        t = rec.get("t_ms_total")
+        if t:
+            return t
+        if rec.get("clock") == "host" and self.on_gpu:
+            ep = self._epoch_ms.get(rec["epoch"])
+            if ep:
+                return ep
+        return rec["wall_ms"]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.config.get("backend") == "cupy" or bool(self.gpu)
+
+    @property
+    def _epoch_ms(self) -> dict[int, float]:
+        """epoch -> its synchronised steady ms per batch, the slowest rank's."""
+        if "_epoch_ms_cache" in self.__dict__:
+            return self.__dict__["_epoch_ms_cache"]
+        out: dict = {}
+        self.__dict__["_epoch_ms_cache"] = out
+        for rt in self.ranks.values():
+            for e in rt.epochs:
+                v = e.get("steady_ms_per_batch")
+                if v:
+                    out[e["epoch"]] = max(out.get(e["epoch"], 0.0), v)
+        return out
 
     def batch_times_ms(self) -> list[float]:
         """Time per batch of the job: the slowest rank's, per steady batch."""
