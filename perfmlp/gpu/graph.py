@@ -19,9 +19,10 @@ to device (batches.DeviceBatches.static, inside the `graph` phase), as
 PyTorch's CUDA-graph recipe copies into its static inputs. One graph serves
 every batch of a piece size (a short last batch gets its own). The
 alternative, a graph per batch position reading the resident slices in
-place, saves that copy (about 5 us at b = 3200 on an H200) but pays a
-capture and an instantiation per position in the first epoch
-(benchmarks/graph_step.py measures both).
+place, saves that copy (7.5 us at b = 3200 on an H200:
+benchmarks/results/h200-x2/graph/kernel_breakdown.md) but pays a capture and
+an instantiation per position in the first epoch (a graph step's first
+batch took 0.8 ms there, against 0.22 ms steady: graph_step.md).
 
 A graph bakes in everything the kernels were launched with: pointers,
 shapes and scalars (the learning rate, 1/B). Parameters are updated in
