@@ -164,14 +164,19 @@ def torch_variants(world, hidden, B, compile_ok=True):
         m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[dev.index])
     opt = torch.optim.SGD(groups, lr=0.1)
 
-    def eager(n, m=m, opt=opt, k=[0]):
-        for _ in range(n):
-            off = (k[0] % NPOS) * B
-            k[0] += 1
-            opt.zero_grad(set_to_none=True)
-            loss_fn(m(X[off + lo:off + hi]), Yi[off + lo:off + hi]).backward()
-            opt.step()
-    out["pytorch eager" + (" (DDP)" if P > 1 else "")] = (eager, torch.cuda.synchronize)
+    def loop(m, opt):
+        """n steps of module m with optimizer opt over the cycled batch positions."""
+        k = [0]
+
+        def run(n):
+            for _ in range(n):
+                off = (k[0] % NPOS) * B
+                k[0] += 1
+                opt.zero_grad(set_to_none=True)
+                loss_fn(m(X[off + lo:off + hi]), Yi[off + lo:off + hi]).backward()
+                opt.step()
+        return run
+    out["pytorch eager" + (" (DDP)" if P > 1 else "")] = (loop(m, opt), torch.cuda.synchronize)
 
     # the whole step captured in a CUDA graph (torch.cuda.graph, static input
     # buffers copied into before each replay), as PyTorch's CUDA-graph
@@ -188,15 +193,7 @@ def torch_variants(world, hidden, B, compile_ok=True):
         mc, groups_c = model()
         mc = torch.compile(mc)
         optc = torch.optim.SGD(groups_c, lr=0.1, fused=True)
-
-        def compiled(n, k=[0]):
-            for _ in range(n):
-                off = (k[0] % NPOS) * B
-                k[0] += 1
-                optc.zero_grad(set_to_none=True)
-                loss_fn(mc(X[off + lo:off + hi]), Yi[off + lo:off + hi]).backward()
-                optc.step()
-        out["pytorch torch.compile"] = (compiled, torch.cuda.synchronize)
+        out["pytorch torch.compile"] = (loop(mc, optc), torch.cuda.synchronize)
     return out
 
 
