@@ -62,12 +62,16 @@ for part in "$@"; do
   graph)
     # p = 1 then p = GPUs; the two implementations alternate, twice (torch.compile in the first round
     # only: its compilation is slow); then perfmlp at p = GPUs under each NCCL protocol forced
+    # (GRAPH_CONFIGS_1 / GRAPH_CONFIGS_P: graph_step.py --configs for p = 1 / p = GPUs instead of its
+    # defaults; GRAPH_PROTOS: the NCCL protocols to force, "" for none)
     for p in $(echo 1 $NGPU | tr ' ' '\n' | sort -u); do for round in 1 2; do for impl in perfmlp torch; do
       extra=""; [ $round = 2 ] && [ $impl = torch ] && extra=--no-compile
+      cf=${GRAPH_CONFIGS_P:-}; [ $p = 1 ] && cf=${GRAPH_CONFIGS_1:-}
+      [ -n "$cf" ] && extra="$extra --configs $cf"
       timeout 300 $MPIRUN -n $p python3 benchmarks/graph_step.py --impl $impl --out $R $extra 2>&1 \
         | grep -v "^\[" | grep -e "median" -e "rror" | tail -40
     done; done; done
-    if [ $NGPU -gt 1 ]; then for proto in LL LL128 Simple; do
+    if [ $NGPU -gt 1 ]; then for proto in ${GRAPH_PROTOS-LL LL128 Simple}; do
       NCCL_PROTO=$proto timeout 120 $MPIRUN -n $NGPU -x NCCL_PROTO python3 benchmarks/graph_step.py --impl perfmlp \
         --out $R --configs 512x3200,1024-1024-1024x3200 2>&1 | grep -e "graph" -e "rror" | tail -12
     done; fi

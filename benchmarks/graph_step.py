@@ -28,7 +28,13 @@ rank. Reported: the median over rounds and the range. One JSON line per
 
 "perfmlp GEMMs alone" is the step's own cuBLAS calls (the shapes, layouts
 and buffers one eager step launches, recorded through GpuNetwork.capture)
-captured in one CUDA graph and replayed: the floor for the whole step.
+captured in one CUDA graph and replayed. Since the output layer runs as two
+fused kernels of perfmlp's own (perfmlp/model/costs.py fused_output) those
+are the hidden layers' GEMMs only; "the five products as cuBLAS GEMMs"
+records a step with the output layer as GEMMs too (for 784-H-10: the five
+products of forward and backward, the GEMM floor of a step that, as
+PyTorch's, runs every product through cuBLAS). "perfmlp graph, output layer
+as GEMMs" is the graph step without the fused output layer.
 """
 from __future__ import annotations
 
@@ -80,14 +86,16 @@ def perfmlp_variants(world, hidden, B):
     x, y = data(B)
     nophase = lambda name: contextlib.nullcontext()  # noqa: E731
     out = {}
-    variants = [("perfmlp eager", "eager", None), ("perfmlp graph", "graph", None),
-                ("perfmlp eager + overlap", "eager", 1 << 20), ("perfmlp graph + overlap", "graph", 1 << 20),
-                ("perfmlp graph + overlap, a bucket per layer", "graph", LAYER_BUCKET)]
-    for name, ex, bucket in variants:
+    variants = [("perfmlp eager", "eager", None, True), ("perfmlp graph", "graph", None, True),
+                ("perfmlp graph, output layer as GEMMs", "graph", None, False),
+                ("perfmlp eager + overlap", "eager", 1 << 20, True), ("perfmlp graph + overlap", "graph", 1 << 20, True),
+                ("perfmlp graph + overlap, a bucket per layer", "graph", LAYER_BUCKET, True)]
+    for name, ex, bucket, fuse in variants:
         cfg = from_mapping(dict(hidden_sizes=list(hidden), batch_size=B, n_train=B * NPOS, backend="cupy",
                                 comm="nccl", batch_transfer="resident", exec=ex, overlap=bucket is not None,
                                 bucket_bytes=bucket or 1 << 20, trace=False))
         be = build(cfg, world, x, y)
+        be.net.fuse_output = be.net.fuse_output and fuse  # before the first step (a graph's capture)
         be.net.set_params(init_weights(cfg.layer_sizes, 0))
         counts = Counts()
         lo, hi = piece(B, world.size, world.rank)
@@ -101,18 +109,23 @@ def perfmlp_variants(world, hidden, B):
                     counts.reset()
         out[name] = (run, be.sync)
         if name == "perfmlp eager":
-            out["perfmlp GEMMs alone"] = (_gemms_alone(be, step, lo, hi, nophase, counts), be.sync)
+            out["perfmlp GEMMs alone"] = (_gemms_alone(be, step, lo, hi, nophase, counts, True), be.sync)
+            out["the five products as cuBLAS GEMMs"] = (_gemms_alone(be, step, lo, hi, nophase, counts, False),
+                                                        be.sync)
     return out
 
 
-def _gemms_alone(be, step, lo, hi, nophase, counts):
+def _gemms_alone(be, step, lo, hi, nophase, counts, fuse):
     """The GEMMs one eager step launches (recorded by GpuNetwork.capture),
-    captured in one CUDA graph on the step's stream: a function running n replays."""
+    captured in one CUDA graph on the step's stream: a function running n
+    replays. `fuse=False`: the step with its output layer as GEMMs too (all
+    of the step's products through cuBLAS, as PyTorch runs them)."""
     net = be.net
     with be.stream:
         net.capture = []
+        was, net.fuse_output = net.fuse_output, net.fuse_output and fuse
         step(net, be.batches, be.reducer, lo, hi, nophase, counts)
-        calls, net.capture = net.capture, None
+        calls, net.capture, net.fuse_output = net.capture, None, was
         counts.reset()
         be.sync()
         be.stream.begin_capture()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model.costs import LOSS_SLOTS, row_blocks
+from .model.costs import LOSS_SLOTS, fused_output, row_blocks
 
 
 class FlatParams:
@@ -85,6 +85,9 @@ class Network:
         self.ops: list | None = None   # (name, shape) of every operation computed, when a list
         self.kernels_launched = 0      # kernels launched (a fused kernel computes several operations)
         self._update_ops = (("update_weights", (self.p.n_weights,)), ("update_biases", (self.p.n_biases,)))
+        # the output layer as two fused kernels where the model's rule allows
+        # (costs.fused_output); False runs it as GEMMs and elementwise kernels
+        self.fuse_output = fused_output(layer_sizes)
         # Overlapped communication: `grad_ready(lo, hi)` is called as soon as
         # the backward pass has written the flat gradient elements [lo, hi);
         # each weight gradient is computed in row blocks of `bucket_bytes`.
@@ -122,9 +125,15 @@ class Network:
         a = x
         self.acts = [x]
         for l in range(L):
-            z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
-            self._preactivation_done(l, z)
-            a = self.bias_sigmoid(z, self.p.b[l]) if l < L - 1 else self.bias_add(z, self._output_bias())  # logits
+            if l == L - 1 and self.fuse_output:
+                a = self.output_linear(self.p.W[l], a, self._output_bias(), self.buffer("z", l, b))  # logits
+            else:
+                z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
+                if l < L - 1:
+                    self._preactivation_done(l, z)
+                    a = self.bias_sigmoid(z, self.p.b[l])
+                else:
+                    a = self.bias_add(z, self._output_bias())  # logits
             self.acts.append(a)
 
     def loss(self, y) -> None:
@@ -138,6 +147,17 @@ class Network:
         ready = self.grad_ready
         for l in range(L - 1, -1, -1):
             blocks = self._blocks[l]
+            if l == L - 1 and self.fuse_output:
+                # dW, db, W^T delta, the sigmoid gradient and the layer below's db in one kernel
+                # (no _input_grad_done: a sharded output layer is never row-split)
+                d = self.output_backward(self.p.W[l], d, self.acts[l], self.g.W[l], self.g.b[l],
+                                         self.buffer("d", l - 1, b), self.g.b[l - 1])
+                if ready is not None:
+                    for _, _, lo, hi in blocks:
+                        ready(lo, hi)
+                    if l == 1:
+                        ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
+                continue
             for r0, r1, lo, hi in blocks:                                   # dW = delta a^T (in row blocks)
                 if len(blocks) == 1:
                     self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
@@ -156,7 +176,8 @@ class Network:
 
     # hooks for a sharded network (perfmlp/partition.py): no-ops here
     def _preactivation_done(self, l: int, z) -> None:
-        """Layer l's z = W a is computed, before its bias."""
+        """Hidden layer l's z = W a is computed, before its bias (the output
+        layer's partial sums are combined after the forward phase)."""
 
     def _input_grad_done(self, l: int, da) -> None:
         """W_l^T delta (the gradient of layer l's input) is computed."""
@@ -189,6 +210,18 @@ class Network:
         self._record(("bias_add", z.shape))
         return self._bias_add(z, bias)
 
+    def output_linear(self, w, a, bias, out):
+        """The output layer's z = w @ a + bias (w: C x H, a: H x b)."""
+        self._record(("output_linear", (w.shape[0], a.shape[1], w.shape[1])))
+        return self._output_linear(w, a, bias, out)
+
+    def output_backward(self, w, d, a, gw, gb, out, gb_below):
+        """The output layer's backward: gw = d @ a^T, gb = the row sums of d,
+        and, into `out`, dz = (w^T @ d) * a * (1 - a) for the layer below,
+        whose bias gradient (the row sums of dz) goes into gb_below."""
+        self._record(("output_backward", (w.shape[0], w.shape[1], d.shape[1])))
+        return self._output_backward(w, d, a, gw, gb, out, gb_below)
+
     def softmax_ce_grad(self, z, y, out):
         """Softmax, the cross-entropy sum into the loss slot, delta = (P - Y) / B."""
         self._record(("softmax_ce_grad", z.shape))
@@ -216,6 +249,16 @@ class Network:
 
     def _bias_add(self, z, bias):
         return z + bias[:, None]
+
+    def _output_linear(self, w, a, bias, out):
+        z = self.xp.matmul(w, a, out=out)
+        z += bias[:, None]
+        return z
+
+    def _output_backward(self, w, d, a, gw, gb, out, gb_below):
+        self.xp.matmul(d, a.T, out=gw)
+        self.xp.sum(d, axis=1, out=gb)
+        return self._sigmoid_grad_row_sum(self.xp.matmul(w.T, d, out=out), a, gb_below)
 
     def _softmax_ce_grad(self, z, y, out):
         # stable: log sum exp(z - max) - (z_y - max)

@@ -38,18 +38,24 @@ def test_gemm_kernels_match_float64_reference(kind, dtype, trans_a, trans_b):
 
 @gpu
 @pytest.mark.parametrize("dtype, tol", [(np.float32, 2e-5), (np.float64, 1e-12)])
-@pytest.mark.parametrize("gemm_kind", ["cublas", "regblock"])
-def test_gpu_step_matches_numpy(dtype, tol, gemm_kind):
+@pytest.mark.parametrize("gemm_kind, fuse, sizes, b", [
+    ("cublas", True, (33, 17, 10), 23), ("regblock", True, (33, 17, 10), 23), ("cublas", False, (33, 17, 10), 23),
+    # the fused output kernels' edges: 16 classes (the most they take), rows not a multiple of
+    # their row block, columns over a block's 256 threads, 3 classes, two hidden layers
+    ("cublas", True, (33, 301, 16), 1000), ("cublas", True, (20, 9, 3), 40), ("cublas", True, (33, 17, 12, 10), 23)])
+def test_gpu_step_matches_numpy(dtype, tol, gemm_kind, fuse, sizes, b):
     import cupy as cp
     from perfmlp.gpu.network import GpuNetwork
-    sizes, b = (33, 17, 10), 23
     rng = np.random.default_rng(5)
+    C = sizes[-1]
     w = init_weights(sizes, 1)
     bs = [rng.standard_normal(n) * 0.1 for n in sizes[1:]]
     xrows = rng.random((b, sizes[0])).astype(dtype)
-    yrows = np.eye(10, dtype=dtype)[rng.integers(0, 10, b)]
-    cpu = Network(np, sizes, dtype, lr=0.3, reg=0.01, global_batch=40)
-    gpu_net = GpuNetwork(cp, sizes, dtype, 0.3, 0.01, 40, max_local=b + 5, gemm_kind=gemm_kind)
+    yrows = np.eye(C, dtype=dtype)[rng.integers(0, C, b)]
+    cpu = Network(np, sizes, dtype, lr=0.3, reg=0.01, global_batch=b + 17)
+    gpu_net = GpuNetwork(cp, sizes, dtype, 0.3, 0.01, b + 17, max_local=b + 5, gemm_kind=gemm_kind)
+    assert gpu_net.fuse_output
+    gpu_net.fuse_output = fuse
     for net in (cpu, gpu_net):
         net.set_params(w, bs)
     cpu.forward(xrows.T); cpu.loss(yrows.T); cpu.backward()
@@ -66,19 +72,21 @@ def test_gpu_step_matches_numpy(dtype, tol, gemm_kind):
 
 @gpu
 @pytest.mark.parametrize("sizes", [(33, 17, 10), (33, 17, 12, 10), (33, 17, 12, 11, 10)])
-def test_gpu_network_launches_the_models_step(sizes):
+@pytest.mark.parametrize("fuse", [True, False])
+def test_gpu_network_launches_the_models_step(sizes, fuse):
     import cupy as cp
     from perfmlp.gpu.network import GpuNetwork
     from perfmlp.model.costs import step_kernels, step_ops
     from test_mlp import recorded_step
     b = 23
     net = GpuNetwork(cp, sizes, np.float32, 0.3, 0.01, b, max_local=b, gemm_kind="cublas")
+    net.fuse_output = fuse
     net.set_params(init_weights(sizes, 1))
     x = cp.random.random((b, sizes[0]), dtype=cp.float32)
     y = cp.asarray(np.eye(10, dtype=np.float32)[np.arange(b) % 10])
     ops, kernels = recorded_step(net, x.T, y.T)
-    assert ops == step_ops(sizes, b)
-    assert kernels == sum(len(k) for k in step_kernels(sizes, b).values())
+    assert ops == step_ops(sizes, b, fuse_output=fuse)
+    assert kernels == sum(len(k) for k in step_kernels(sizes, b, fuse_output=fuse).values())
 
 
 @gpu

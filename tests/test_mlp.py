@@ -61,14 +61,51 @@ def recorded_step(net, x, y):
 
 
 @pytest.mark.parametrize("sizes", [(8, 6, 3), (8, 6, 5, 3), (8, 6, 5, 4, 3)])
-def test_recorded_ops_are_the_models_step(sizes):
+@pytest.mark.parametrize("fuse", [True, False])
+def test_recorded_ops_are_the_models_step(sizes, fuse):
     net = Network(np, sizes, np.float32, lr=0.1, reg=0.0, global_batch=4)
+    assert net.fuse_output  # 3 classes: the fused output layer by default
+    net.fuse_output = fuse
     net.set_params(init_weights(sizes, 0))
     ops, kernels = recorded_step(net, np.ones((8, 4), np.float32), np.eye(3, 4, dtype=np.float32))
-    assert ops == step_ops(sizes, 4)
-    # L layers: forward 2L, loss 1, backward L + (L - 1) GEMMs + 1 row_sum + (L - 1) fused, update 1
+    assert ops == step_ops(sizes, 4, fuse_output=fuse)
     L = len(sizes) - 1
-    assert kernels == sum(len(k) for k in step_kernels(sizes, 4).values()) == 2 * L + 1 + 3 * L - 1 + 1
+    if fuse:
+        # forward 2(L - 1) + the fused output layer, loss 1, backward: the fused output layer,
+        # L - 1 weight-gradient GEMMs, (L - 2) x (W^T delta GEMM + sigmoid gradient), update 1
+        expected = 2 * (L - 1) + 1 + 1 + 1 + (L - 1) + 2 * (L - 2) + 1
+    else:
+        # forward 2L, loss 1, backward L + (L - 1) GEMMs + 1 row_sum + (L - 1) fused, update 1
+        expected = 2 * L + 1 + 3 * L - 1 + 1
+    assert kernels == sum(len(k) for k in step_kernels(sizes, 4, fuse_output=fuse).values()) == expected
+
+
+def test_fused_output_layer_only_for_few_classes_and_a_hidden_layer():
+    from perfmlp.model.costs import FUSED_OUTPUT_MAX_CLASSES
+    assert Network(np, (8, 6, FUSED_OUTPUT_MAX_CLASSES), np.float32, 0.1, 0.0, 4).fuse_output
+    assert not Network(np, (8, 6, FUSED_OUTPUT_MAX_CLASSES + 1), np.float32, 0.1, 0.0, 4).fuse_output
+    assert not Network(np, (8, 3), np.float32, 0.1, 0.0, 4).fuse_output
+    kinds = [op for kernel in step_kernels((8, 6, FUSED_OUTPUT_MAX_CLASSES + 1), 4)["backward"] for op, _ in kernel]
+    assert "output_backward" not in kinds
+
+
+@pytest.mark.parametrize("sizes", [(8, 6, 3), (8, 6, 5, 3)])
+def test_fused_output_layer_computes_what_the_unfused_one_does(sizes):
+    # the fused kernels' NumPy form runs the same operations: equal to the bit
+    rng = np.random.default_rng(5)
+    b = 7
+    x = rng.random((sizes[0], b))
+    y = np.eye(sizes[-1])[:, rng.integers(0, sizes[-1], b)]
+    nets = []
+    for fuse in (True, False):
+        n = Network(np, sizes, np.float64, lr=0.1, reg=0.01, global_batch=b)
+        n.fuse_output = fuse
+        n.set_params(init_weights(sizes, 3))
+        for _ in range(3):
+            n.forward(x); n.loss(y); n.backward(); n.update()
+        nets.append(n)
+    assert np.array_equal(nets[0].p.flat, nets[1].p.flat)
+    assert np.array_equal(nets[0].g.flat, nets[1].g.flat)
 
 
 def test_loss_is_stable_for_large_logits():

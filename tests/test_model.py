@@ -41,12 +41,28 @@ def test_registering_twice_is_an_error():
 
 def test_backward_gemms_are_twice_forward_except_the_first_layer():
     sizes, b = (7, 6, 5, 4), 9
-    ops = step_ops(sizes, b)
+    ops = step_ops(sizes, b, fuse_output=False)
     fwd = [op_cost(n, s, 4)[0] for n, s in ops["forward"] if n == "gemm"]  # layer 1, 2, 3
     bwd = [op_cost(n, s, 4)[0] for n, s in ops["backward"] if n == "gemm"]  # dW3, dA2, dW2, dA1, dW1
     assert bwd[0] + bwd[1] == 2 * fwd[2]
     assert bwd[2] + bwd[3] == 2 * fwd[1]
     assert bwd[4] == fwd[0]  # no gradient with respect to the input
+
+
+@pytest.mark.parametrize("sizes", [(784, 512, 10), (7, 6, 5, 4)])
+def test_fused_output_layer_counts_the_flops_of_the_operations_it_replaces(sizes):
+    # the fused kernels move fewer bytes (nothing goes through memory between
+    # the operations) but compute the same FLOPs, phase by phase
+    for s in (4, 8):
+        fused = batch_counts(sizes, 9, s)
+        f_ops, p_ops = step_ops(sizes, 9, itemsize=s), step_ops(sizes, 9, itemsize=s, fuse_output=False)
+        for phase in f_ops:
+            f = sum(op_cost(n, sh, s)[0] for n, sh in f_ops[phase])
+            p = sum(op_cost(n, sh, s)[0] for n, sh in p_ops[phase])
+            assert f == p == fused.flops[phase]
+            fb = sum(op_cost(n, sh, s)[1] for n, sh in f_ops[phase])
+            pb = sum(op_cost(n, sh, s)[1] for n, sh in p_ops[phase])
+            assert fb <= pb and (fb < pb) == (phase in ("forward", "backward"))
 
 
 def test_reference_configuration_numbers():
@@ -72,13 +88,19 @@ def test_pieces_cover_the_batch_contiguously():
 
 
 def test_kernels_group_the_operations():
-    # 784-512-10: 13 operations in 11 kernels (sigmoid_grad + row_sum and the
-    # two updates are fused); backward GEMMs: dW2, da1, dW1
-    c = batch_counts((784, 512, 10), 100, 4)
-    assert sum(c.operations.values()) == 13 and sum(c.kernels.values()) == 11
-    assert c.kernels == {"forward": 4, "loss": 1, "backward": 5, "update": 1}
-    ops = step_ops((784, 512, 10), 100)["backward"]
-    assert [name for name, _ in ops] == ["gemm", "row_sum", "gemm", "sigmoid_grad", "row_sum", "gemm"]
+    # 784-512-10 with the output layer as GEMMs: 13 operations in 11 kernels
+    # (sigmoid_grad + row_sum and the two updates are fused); backward GEMMs: dW2, da1, dW1
+    sizes = (784, 512, 10)
+    c = batch_counts(sizes, 100, 4)
+    ops = step_ops(sizes, 100, fuse_output=False)
+    assert sum(len(v) for v in ops.values()) == 13
+    assert [name for name, _ in ops["backward"]] == ["gemm", "row_sum", "gemm", "sigmoid_grad", "row_sum", "gemm"]
+    assert {k: len(v) for k, v in costs.step_kernels(sizes, 100, fuse_output=False).items()} == \
+        {"forward": 4, "loss": 1, "backward": 5, "update": 1}
+    # fused (the default for 10 classes): the output layer is one kernel forward and one backward
+    assert c.kernels == {"forward": 3, "loss": 1, "backward": 2, "update": 1}
+    assert sum(c.operations.values()) == 8
+    assert [name for name, _ in step_ops(sizes, 100)["backward"]] == ["output_backward", "gemm"]
 
 
 def test_rooflines():

@@ -1,12 +1,16 @@
 """The network on one GPU: the Network's step (perfmlp/mlp.py) with each
 kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py).
 
-A step launches 11 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
-bias+sigmoid, bias add), loss 1 (softmax + cross-entropy + output delta,
-the loss summed into the gradient buffer's slot), backward 5 (3 GEMMs, the
-output bias gradient, sigmoid derivative fused with the hidden bias
-gradient), update 1 (weights and biases in one pass, which also moves the
-loss slot into the epoch's running sum and clears it).
+A step launches 7 kernels for the 784-H-10 network: forward 3 (the hidden
+GEMM, bias+sigmoid, the fused output layer), loss 1 (softmax +
+cross-entropy + output delta, the loss summed into the gradient buffer's
+slot), backward 2 (the fused output-layer backward: its weight and bias
+gradients, W^T delta, the sigmoid derivative and the hidden bias gradient;
+then the hidden weight gradient's GEMM), update 1 (weights and biases in
+one pass, which also moves the loss slot into the epoch's running sum and
+clears it). With `fuse_output` off the output layer is 2 GEMMs and a bias
+add forward, 2 GEMMs, a row sum and the sigmoid derivative backward (11
+kernels).
 
 Buffers are allocated once for the largest piece and sliced for a shorter
 one; kernel arguments (scalars, views) are made once and cached, as their
@@ -18,7 +22,7 @@ import numpy as np
 
 from ..mlp import Network
 from .gemm import cublas_gemm, gemm
-from .kernels import kernels
+from .kernels import LAUNCH, kernels
 
 _BLOCK = 256
 
@@ -34,7 +38,8 @@ class GpuNetwork(Network):
         self.cp = cupy
         mod = kernels(cupy, dtype)
         self.k = {n: mod.get_function(n) for n in
-                  ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")}
+                  ("bias_sigmoid", "bias_add", "output_linear", "output_backward", "softmax_ce_grad", "row_sum",
+                   "sigmoid_grad_row_sum", "sgd_update")}
         self.gemm_kind = gemm_kind
         # every kernel of the step goes to this stream, named at each launch
         # (never "the current stream", which CUDA-graph capture and callers change)
@@ -98,6 +103,22 @@ class GpuNetwork(Network):
         g, blk = _grid(n)
         self.k["bias_add"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])), stream=self.stream)
         return z
+
+    def _output_linear(self, w, a, bias, out):
+        C, H = w.shape
+        b = a.shape[1]
+        self.k["output_linear"](((b + 31) // 32,), (32, LAUNCH["OL_SLICES"]),
+                                (w, a, bias, out, self._i32(C), self._i32(H), self._i32(b)), stream=self.stream)
+        return out
+
+    def _output_backward(self, w, d, a, gw, gb, out, gb_below):
+        C, H = w.shape
+        b = d.shape[1]
+        rows = LAUNCH["OB_ROWS"]
+        self.k["output_backward"](((H + rows - 1) // rows + 1,), (LAUNCH["OB_THREADS"],),
+                                  (w, d, a, gw, gb, out, gb_below, self._i32(C), self._i32(H), self._i32(b)),
+                                  stream=self.stream)
+        return out
 
     def _softmax_ce_grad(self, z, y, out):
         """y: the C x b transposed view of the b x C one-hot rows."""

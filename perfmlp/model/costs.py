@@ -84,6 +84,24 @@ def _sigmoid_grad(m, n, s):
     return 3 * m * n, s * 3 * m * n
 
 
+@register("output_linear")
+def _output_linear(c, b, h, s):
+    # the output layer's z = W a + bias in one kernel (c x h weights, b samples):
+    # the GEMM's and the bias add's FLOPs; reads W, a and the bias once, writes z
+    return _gemm(c, b, h, s)[0] + _bias_add(c, b, s)[0], s * (c * h + h * b + c + c * b)
+
+
+@register("output_backward")
+def _output_backward(c, h, b, s):
+    # the output layer's backward in one kernel: dW = delta a^T, db = the row
+    # sums of delta, da = W^T delta, dz = da * a * (1 - a) and the layer
+    # below's db (the FLOPs of those five operations); reads delta, a and W,
+    # writes dW, db, dz and the layer below's db
+    f = (_gemm(c, h, b, s)[0] + _row_sum(c, b, s)[0] + _gemm(h, b, c, s)[0] + _sigmoid_grad(h, b, s)[0]
+         + _row_sum(h, b, s)[0])
+    return f, s * (c * b + h * b + c * h + c * h + c + h * b + h)
+
+
 @register("update_weights")
 def _update_weights(n, s):
     # w -= lr * (g + reg * w): multiply, add, multiply, subtract
@@ -124,22 +142,49 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
     return [piece(rows, n, i) for i in range(n)]
 
 
+# The output layer (C rows: 10 for MNIST) is too thin for a GEMM library:
+# on an H200 at H = 512, b = 3200 cuBLAS took 7-17 us for each of its three
+# products, where reading the activations once takes about 1.4 us
+# (benchmarks/results/h200-x2/graph/kernel_breakdown.md). With at most this
+# many classes (kept in registers, one accumulator per class) the trainer
+# runs it as two fused kernels instead: `output_linear` (z = W a + b) and
+# `output_backward` (dW, db, W^T delta, the sigmoid gradient and the layer
+# below's db).
+FUSED_OUTPUT_MAX_CLASSES = 16
+
+
+def fused_output(layer_sizes) -> bool:
+    """Whether the output layer runs as the two fused kernels: at most
+    FUSED_OUTPUT_MAX_CLASSES classes and a hidden layer below it."""
+    return len(layer_sizes) >= 3 and layer_sizes[-1] <= FUSED_OUTPUT_MAX_CLASSES
+
+
 def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
-                 itemsize: int = 4) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
+                 itemsize: int = 4, fuse_output: bool = True) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
     """The kernels of one training step on a piece of b samples, per phase, in
     the order the trainer launches them (layer_sizes = D, H1, ..., C); each
-    kernel is the tuple of operations it computes (fused kernels compute two).
-    With `bucket_bytes` (overlapped communication) each weight gradient is
-    computed by one GEMM per row block (`row_blocks`).
+    kernel is the tuple of operations it computes (a fused kernel may compute
+    several). With `bucket_bytes` (overlapped communication) each weight gradient is
+    computed by one GEMM per row block (`row_blocks`); the fused output
+    layer's gradient is one kernel whatever the buckets. `fuse_output=False`:
+    the output layer as GEMMs and elementwise kernels even where
+    `fused_output` allows the fused pair (for comparisons).
     perfmlp/mlp.py's Network launches exactly these (tested)."""
     L = len(layer_sizes) - 1
+    fuse = fuse_output and fused_output(layer_sizes)
     fwd, bwd = [], []
     for l in range(1, L + 1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
+        if l == L and fuse:
+            fwd.append((("output_linear", (n_out, b, n_in)),))
+            continue
         fwd.append((("gemm", (n_out, b, n_in)),))
         fwd.append(((("bias_sigmoid" if l < L else "bias_add"), (n_out, b)),))
     for l in range(L, 0, -1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
+        if l == L and fuse:
+            bwd.append((("output_backward", (n_out, n_in, b)),))
+            continue
         for r0, r1 in row_blocks(n_out, n_in, itemsize, bucket_bytes):
             bwd.append((("gemm", (r1 - r0, n_in, b)),))      # dW = delta @ a^T (a row block of it)
         if l == L:
@@ -159,10 +204,10 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
 
 
 def step_ops(layer_sizes, b: int, bucket_bytes: int | None = None,
-             itemsize: int = 4) -> dict[str, list[tuple[str, tuple]]]:
+             itemsize: int = 4, fuse_output: bool = True) -> dict[str, list[tuple[str, tuple]]]:
     """The operations of one training step, per phase, in launch order."""
     return {phase: [op for kernel in kernels for op in kernel]
-            for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize).items()}
+            for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output).items()}
 
 
 def n_params(layer_sizes) -> int:

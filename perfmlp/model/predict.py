@@ -47,7 +47,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costs import DEFAULT_BUCKET_BYTES, LOSS_SLOTS, batch_counts, itemsize as itemsize_of, op_cost, pieces, row_blocks, step_kernels
+from .costs import (DEFAULT_BUCKET_BYTES, LOSS_SLOTS, batch_counts, fused_output, itemsize as itemsize_of, op_cost,
+                    pieces, row_blocks, step_kernels)
 from .machine import Machine
 
 TERMS = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "graph_launch", "tracing",
@@ -211,14 +212,19 @@ def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, 
             acc += _kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
 
     pieces_ = iter(gradient_buckets(layer_sizes, itemsize, bucket_bytes))
+    fuse = fused_output(layer_sizes)
     for l in range(L, 0, -1):
-        for _ in row_blocks(layer_sizes[l], layer_sizes[l - 1], itemsize, bucket_bytes):
-            run()
+        blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], itemsize, bucket_bytes)
+        if l == L and fuse:
+            run()          # the fused output-layer backward writes all its row blocks at once
+        for _ in blocks:
+            if not (l == L and fuse):
+                run()
             stages.append((acc, bucket_comm(itemsize * next(pieces_))))
             acc = 0.0
-        if l == L:
+        if l == L and not fuse:
             run()          # the output layer's bias row sum
-        if l > 1:
+        if l > 1 and not (l == L and fuse):
             run(2)         # dA = W^T delta, and the sigmoid gradient with the layer below's bias gradient
         if l == min(2, L):
             stages.append((acc, bucket_comm(itemsize * next(pieces_))))
