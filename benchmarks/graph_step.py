@@ -28,13 +28,13 @@ rank. Reported: the median over rounds and the range. One JSON line per
 
 "perfmlp GEMMs alone" is the step's own cuBLAS calls (the shapes, layouts
 and buffers one eager step launches, recorded through GpuNetwork.capture)
-captured in one CUDA graph and replayed. Since the output layer runs as two
-fused kernels of perfmlp's own (perfmlp/model/costs.py fused_output) those
-are the hidden layers' GEMMs only; "the five products as cuBLAS GEMMs"
-records a step with the output layer as GEMMs too (for 784-H-10: the five
-products of forward and backward, the GEMM floor of a step that, as
-PyTorch's, runs every product through cuBLAS). "perfmlp graph, output layer
-as GEMMs" is the graph step without the fused output layer.
+captured in one CUDA graph and replayed. Since the output layer's backward
+runs as two fused kernels of perfmlp's own (perfmlp/model/costs.py
+fused_output) those are 3 of the 5 products for 784-H-10; "the five
+products as cuBLAS GEMMs" records a step with the output layer's backward
+as GEMMs too (the GEMM floor of a step that, as PyTorch's, runs every
+product through cuBLAS). "perfmlp graph, output backward as GEMMs" is the
+graph step without the fused output backward.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def perfmlp_variants(world, hidden, B):
     nophase = lambda name: contextlib.nullcontext()  # noqa: E731
     out = {}
     variants = [("perfmlp eager", "eager", None, True), ("perfmlp graph", "graph", None, True),
-                ("perfmlp graph, output layer as GEMMs", "graph", None, False),
+                ("perfmlp graph, output backward as GEMMs", "graph", None, False),
                 ("perfmlp eager + overlap", "eager", 1 << 20, True), ("perfmlp graph + overlap", "graph", 1 << 20, True),
                 ("perfmlp graph + overlap, a bucket per layer", "graph", LAYER_BUCKET, True)]
     for name, ex, bucket, fuse in variants:

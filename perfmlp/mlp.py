@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model.costs import LOSS_SLOTS, fused_output, row_blocks
+from .model.costs import LOSS_SLOTS, fused_output, output_grad_splits, output_grad_sums, row_blocks
 
 
 class FlatParams:
@@ -85,8 +85,8 @@ class Network:
         self.ops: list | None = None   # (name, shape) of every operation computed, when a list
         self.kernels_launched = 0      # kernels launched (a fused kernel computes several operations)
         self._update_ops = (("update_weights", (self.p.n_weights,)), ("update_biases", (self.p.n_biases,)))
-        # the output layer as two fused kernels where the model's rule allows
-        # (costs.fused_output); False runs it as GEMMs and elementwise kernels
+        # the output layer's backward as the fused pair where the model's rule
+        # allows (costs.fused_output); False runs it as GEMMs and elementwise kernels
         self.fuse_output = fused_output(layer_sizes)
         # Overlapped communication: `grad_ready(lo, hi)` is called as soon as
         # the backward pass has written the flat gradient elements [lo, hi);
@@ -125,15 +125,12 @@ class Network:
         a = x
         self.acts = [x]
         for l in range(L):
-            if l == L - 1 and self.fuse_output:
-                a = self.output_linear(self.p.W[l], a, self._output_bias(), self.buffer("z", l, b))  # logits
+            z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
+            if l < L - 1:
+                self._preactivation_done(l, z)
+                a = self.bias_sigmoid(z, self.p.b[l])
             else:
-                z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
-                if l < L - 1:
-                    self._preactivation_done(l, z)
-                    a = self.bias_sigmoid(z, self.p.b[l])
-                else:
-                    a = self.bias_add(z, self._output_bias())  # logits
+                a = self.bias_add(z, self._output_bias())  # logits
             self.acts.append(a)
 
     def loss(self, y) -> None:
@@ -148,7 +145,7 @@ class Network:
         for l in range(L - 1, -1, -1):
             blocks = self._blocks[l]
             if l == L - 1 and self.fuse_output:
-                # dW, db, W^T delta, the sigmoid gradient and the layer below's db in one kernel
+                # dW, db, W^T delta, the sigmoid gradient and the layer below's db in one pass
                 # (no _input_grad_done: a sharded output layer is never row-split)
                 d = self.output_backward(self.p.W[l], d, self.acts[l], self.g.W[l], self.g.b[l],
                                          self.buffer("d", l - 1, b), self.g.b[l - 1])
@@ -210,16 +207,14 @@ class Network:
         self._record(("bias_add", z.shape))
         return self._bias_add(z, bias)
 
-    def output_linear(self, w, a, bias, out):
-        """The output layer's z = w @ a + bias (w: C x H, a: H x b)."""
-        self._record(("output_linear", (w.shape[0], a.shape[1], w.shape[1])))
-        return self._output_linear(w, a, bias, out)
-
     def output_backward(self, w, d, a, gw, gb, out, gb_below):
         """The output layer's backward: gw = d @ a^T, gb = the row sums of d,
         and, into `out`, dz = (w^T @ d) * a * (1 - a) for the layer below,
-        whose bias gradient (the row sums of dz) goes into gb_below."""
-        self._record(("output_backward", (w.shape[0], w.shape[1], d.shape[1])))
+        whose bias gradient (the row sums of dz) goes into gb_below. Two
+        kernels: the partial sums per column block, then their sum."""
+        C, H, b = w.shape[0], w.shape[1], d.shape[1]
+        self._record(("output_backward", (C, H, b)))
+        self._record(("partial_sums", (output_grad_sums(C, H), output_grad_splits(b))))
         return self._output_backward(w, d, a, gw, gb, out, gb_below)
 
     def softmax_ce_grad(self, z, y, out):
@@ -249,11 +244,6 @@ class Network:
 
     def _bias_add(self, z, bias):
         return z + bias[:, None]
-
-    def _output_linear(self, w, a, bias, out):
-        z = self.xp.matmul(w, a, out=out)
-        z += bias[:, None]
-        return z
 
     def _output_backward(self, w, d, a, gw, gb, out, gb_below):
         self.xp.matmul(d, a.T, out=gw)

@@ -71,9 +71,9 @@ def test_recorded_ops_are_the_models_step(sizes, fuse):
     assert ops == step_ops(sizes, 4, fuse_output=fuse)
     L = len(sizes) - 1
     if fuse:
-        # forward 2(L - 1) + the fused output layer, loss 1, backward: the fused output layer,
-        # L - 1 weight-gradient GEMMs, (L - 2) x (W^T delta GEMM + sigmoid gradient), update 1
-        expected = 2 * (L - 1) + 1 + 1 + 1 + (L - 1) + 2 * (L - 2) + 1
+        # forward 2L, loss 1, backward: the output layer's fused pair, L - 1 weight-gradient
+        # GEMMs, (L - 2) x (W^T delta GEMM + sigmoid gradient), update 1
+        expected = 2 * L + 1 + 2 + (L - 1) + 2 * (L - 2) + 1
     else:
         # forward 2L, loss 1, backward L + (L - 1) GEMMs + 1 row_sum + (L - 1) fused, update 1
         expected = 2 * L + 1 + 3 * L - 1 + 1

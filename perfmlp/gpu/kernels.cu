@@ -77,11 +77,11 @@ __global__ void sigmoid_grad_row_sum(T* da, const T* a, T* db, int cols) {
     if (threadIdx.x == 0) db[r] = total;
 }
 
-// ---- the output layer, fused (perfmlp/model/costs.py fused_output: at most
-// MAXC classes, one accumulator per class in registers). MAXC and the
-// launch shapes OL_SLICES, OB_ROWS, OB_THREADS, OB_UNROLL are defined by
-// kernels.py (LAUNCH), which the launches read too. Every sum is taken
-// in a fixed order (no atomics), so the results are the same at every run.
+// ---- the output layer's backward, fused (perfmlp/model/costs.py
+// fused_output: at most MAXC classes, one accumulator per class in
+// registers). MAXC, OB_ROWS and OB_COLS are defined by kernels.py (LAUNCH),
+// which the launches read too. Every sum is taken in a fixed order (no
+// atomics), so the results are the same at every run.
 
 // Sum of v over a warp (lane 0 gets the total).
 __device__ T warp_sum(T v) {
@@ -89,113 +89,73 @@ __device__ T warp_sum(T v) {
     return v;
 }
 
-// z (C x cols) = W (C x H) a (H x cols) + bias. A block of 32 x OL_SLICES
-// threads owns 32 columns; thread (x, s) sums rows h = s, s + OL_SLICES, ...
-// of its column for every class, then the slices are added in order.
-__global__ void output_linear(const T* W, const T* a, const T* bias, T* z, int C, int H, int cols) {
-    __shared__ T part[OL_SLICES][MAXC][32];
-    int x = threadIdx.x, s = threadIdx.y;
-    int j = blockIdx.x * 32 + x;
-    T acc[MAXC];
+// Given delta d (C x cols), the layer's input a (H x cols, sigmoid
+// activations) and W (C x H): dz = (W^T d) * a * (1 - a) (H x cols), and,
+// for the columns of block y (OB_COLS of them), the partial sums
+// part[y * n + k], n = C*H + H + C, of dW = d a^T (k = c * H + h), of the
+// layer below's db = the row sums of dz (k = C*H + h) and of db = the row
+// sums of d (k = C*H + H + c). Grid: (ceil(H / OB_ROWS) + 1) x column
+// blocks; a warp per row h (the last x-block: a warp per class, for db).
+__global__ void output_backward(const T* W, const T* d, const T* a, T* dz, T* part, int C, int H, int cols) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int j0 = blockIdx.y * OB_COLS, j1 = min(j0 + OB_COLS, cols);
+    const long long CH = (long long)C * H;
+    T* out = part + blockIdx.y * (CH + H + C);
+    if (blockIdx.x == gridDim.x - 1) {
+        for (int c = warp; c < C; c += OB_ROWS) {
+            T s = 0;
+            for (int j = j0 + lane; j < j1; j += 32) s += d[(long long)c * cols + j];
+            s = warp_sum(s);
+            if (lane == 0) out[CH + H + c] = s;
+        }
+        return;
+    }
+    const int h = blockIdx.x * OB_ROWS + warp;
+    if (h >= H) return;  // the whole warp
+    T w[MAXC], acc[MAXC], accb = 0;
 #pragma unroll
-    for (int c = 0; c < MAXC; ++c) acc[c] = 0;
-    if (j < cols) {
+    for (int c = 0; c < MAXC; ++c) {
+        w[c] = c < C ? W[c * H + h] : (T)0;
+        acc[c] = 0;
+    }
 #pragma unroll 4
-        for (int h = s; h < H; h += OL_SLICES) {
-            T v = a[(long long)h * cols + j];
+    for (int j = j0 + lane; j < j1; j += 32) {
+        long long i = (long long)h * cols + j;
+        T v = a[i], da = 0;
 #pragma unroll
-            for (int c = 0; c < MAXC; ++c)
-                if (c < C) acc[c] += W[c * H + h] * v;
+        for (int c = 0; c < MAXC; ++c) {
+            if (c < C) {
+                T dc = d[(long long)c * cols + j];
+                acc[c] += dc * v;
+                da += w[c] * dc;
+            }
         }
+        T g = da * v * ((T)1 - v);
+        dz[i] = g;
+        accb += g;
     }
 #pragma unroll
-    for (int c = 0; c < MAXC; ++c) part[s][c][x] = acc[c];
-    __syncthreads();
-    for (int o = s * 32 + x; o < C * 32; o += 32 * OL_SLICES) {
-        int c = o / 32, jj = blockIdx.x * 32 + o % 32;
-        if (jj < cols) {
-            T v = part[0][c][o % 32];
-            for (int t = 1; t < OL_SLICES; ++t) v += part[t][c][o % 32];
-            z[(long long)c * cols + jj] = v + bias[c];
+    for (int c = 0; c < MAXC; ++c) {
+        if (c < C) {
+            T s = warp_sum(acc[c]);
+            if (lane == 0) out[(long long)c * H + h] = s;
         }
     }
+    T s = warp_sum(accb);
+    if (lane == 0) out[CH + h] = s;
 }
 
-// The output layer's backward, given delta d (C x cols), its input a
-// (H x cols, sigmoid activations) and W (C x H):
-//   gW = d a^T (C x H), gb = row sums of d,
-//   dz = (W^T d) * a * (1 - a) (H x cols), gb_below = row sums of dz.
-// Block k < gridDim.x - 1 owns rows h0 = k * OB_ROWS ... of a; its
-// OB_THREADS threads stride over the columns, OB_UNROLL columns a step (so
-// that enough loads are in flight), and the block reduces its OB_ROWS x C
-// gW entries and OB_ROWS gb_below entries (warp shuffles, then the warps in
-// order). The last block computes gb.
-__global__ void __launch_bounds__(OB_THREADS)
-output_backward(const T* W, const T* d, const T* a, T* gW, T* gb, T* dz, T* gb_below, int C, int H, int cols) {
-    __shared__ T w[OB_ROWS][MAXC];
-    __shared__ T red[OB_THREADS / 32][OB_ROWS * (MAXC + 1)];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool bias_block = blockIdx.x == gridDim.x - 1;
-    const int h0 = blockIdx.x * OB_ROWS;
-    T acc[OB_ROWS][MAXC + 1];   // [r][c]: gW (or, in the last block, [0][c]: gb); [r][MAXC]: gb_below
-#pragma unroll
-    for (int r = 0; r < OB_ROWS; ++r)
-#pragma unroll
-        for (int c = 0; c <= MAXC; ++c) acc[r][c] = 0;
-    if (tid < OB_ROWS * MAXC) {
-        int r = tid / MAXC, c = tid % MAXC;
-        w[r][c] = (!bias_block && c < C && h0 + r < H) ? W[c * H + h0 + r] : (T)0;
-    }
-    __syncthreads();
-    for (int j0 = tid; j0 < cols; j0 += OB_THREADS * OB_UNROLL) {
-#pragma unroll
-        for (int u = 0; u < OB_UNROLL; ++u) {
-            int j = j0 + u * OB_THREADS;
-            if (j >= cols) break;
-            T dl[MAXC];
-#pragma unroll
-            for (int c = 0; c < MAXC; ++c) dl[c] = c < C ? d[(long long)c * cols + j] : (T)0;
-            if (bias_block) {
-#pragma unroll
-                for (int c = 0; c < MAXC; ++c) acc[0][c] += dl[c];
-                continue;
-            }
-#pragma unroll
-            for (int r = 0; r < OB_ROWS; ++r) {
-                if (h0 + r < H) {
-                    long long i = (long long)(h0 + r) * cols + j;
-                    T v = a[i], da = 0;
-#pragma unroll
-                    for (int c = 0; c < MAXC; ++c) {
-                        acc[r][c] += dl[c] * v;
-                        da += w[r][c] * dl[c];
-                    }
-                    T g = da * v * ((T)1 - v);
-                    dz[i] = g;
-                    acc[r][MAXC] += g;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < OB_ROWS; ++r)
-#pragma unroll
-        for (int c = 0; c <= MAXC; ++c) {
-            T v = warp_sum(acc[r][c]);
-            if (lane == 0) red[warp][r * (MAXC + 1) + c] = v;
-        }
-    __syncthreads();
-    if (tid < OB_ROWS * (MAXC + 1)) {
-        int r = tid / (MAXC + 1), c = tid % (MAXC + 1);
-        T v = red[0][tid];
-        for (int k = 1; k < OB_THREADS / 32; ++k) v += red[k][tid];
-        if (bias_block) {
-            if (r == 0 && c < C) gb[c] = v;
-        } else if (h0 + r < H) {
-            if (c < C) gW[c * H + h0 + r] = v;
-            else if (c == MAXC) gb_below[h0 + r] = v;
-        }
-    }
+// The n = C*H + H + C sums of output_backward: part's `splits` blocks added
+// in order, into dW (C x H), the layer below's db (H) and db (C).
+__global__ void partial_sums(const T* part, int splits, int C, int H, T* gW, T* gb_below, T* gb) {
+    const long long CH = (long long)C * H, n = CH + H + C;
+    long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) return;
+    T s = part[k];
+    for (int t = 1; t < splits; ++t) s += part[t * n + k];
+    if (k < CH) gW[k] = s;
+    else if (k < CH + H) gb_below[k - CH] = s;
+    else gb[k - CH - H] = s;
 }
 
 // p -= lr * (g + reg * p) for i < n_weights, p -= lr * g after; thread 0

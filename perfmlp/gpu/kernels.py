@@ -6,15 +6,14 @@ from importlib import resources
 
 import numpy as np
 
-from ..model.costs import FUSED_OUTPUT_MAX_CLASSES
+from ..model.costs import FUSED_OUTPUT_MAX_CLASSES, OUTPUT_GRAD_COLS
 
 _modules: dict = {}
 
-# Compile-time constants of kernels.cu, which the launches (network.py) use too.
-# output_linear: blocks of 32 columns x OL_SLICES slices of the hidden units;
-# output_backward: blocks of OB_THREADS threads over OB_ROWS rows, OB_UNROLL
-# columns a thread a step; MAXC: the most classes (one register each).
-LAUNCH = {"MAXC": FUSED_OUTPUT_MAX_CLASSES, "OL_SLICES": 8, "OB_ROWS": 4, "OB_THREADS": 512, "OB_UNROLL": 2}
+# Compile-time constants of kernels.cu, which the launches (network.py) use too:
+# output_backward's warps per block (a row each) and columns per block, and
+# the most classes it takes (one register each).
+LAUNCH = {"MAXC": FUSED_OUTPUT_MAX_CLASSES, "OB_ROWS": 8, "OB_COLS": OUTPUT_GRAD_COLS}
 
 
 def kernels(cupy, dtype):

@@ -1,16 +1,16 @@
 """The network on one GPU: the Network's step (perfmlp/mlp.py) with each
 kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py).
 
-A step launches 7 kernels for the 784-H-10 network: forward 3 (the hidden
-GEMM, bias+sigmoid, the fused output layer), loss 1 (softmax +
-cross-entropy + output delta, the loss summed into the gradient buffer's
-slot), backward 2 (the fused output-layer backward: its weight and bias
-gradients, W^T delta, the sigmoid derivative and the hidden bias gradient;
-then the hidden weight gradient's GEMM), update 1 (weights and biases in
-one pass, which also moves the loss slot into the epoch's running sum and
-clears it). With `fuse_output` off the output layer is 2 GEMMs and a bias
-add forward, 2 GEMMs, a row sum and the sigmoid derivative backward (11
-kernels).
+A step launches 9 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
+bias+sigmoid, bias add), loss 1 (softmax + cross-entropy + output delta,
+the loss summed into the gradient buffer's slot), backward 3 (the output
+layer's fused backward: per block of columns dz and partial sums of its
+weight and bias gradients and of the hidden bias gradient, then those
+partials added in order; the hidden weight gradient's GEMM), update 1
+(weights and biases in one pass, which also moves the loss slot into the
+epoch's running sum and clears it). With `fuse_output` off the output
+layer's backward is 2 GEMMs, a row sum and the sigmoid derivative with the
+hidden bias gradient (11 kernels).
 
 Buffers are allocated once for the largest piece and sliced for a shorter
 one; kernel arguments (scalars, views) are made once and cached, as their
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..mlp import Network
 from .gemm import cublas_gemm, gemm
+from ..model.costs import output_grad_splits, output_grad_sums
 from .kernels import LAUNCH, kernels
 
 _BLOCK = 256
@@ -38,7 +39,7 @@ class GpuNetwork(Network):
         self.cp = cupy
         mod = kernels(cupy, dtype)
         self.k = {n: mod.get_function(n) for n in
-                  ("bias_sigmoid", "bias_add", "output_linear", "output_backward", "softmax_ce_grad", "row_sum",
+                  ("bias_sigmoid", "bias_add", "output_backward", "partial_sums", "softmax_ce_grad", "row_sum",
                    "sigmoid_grad_row_sum", "sgd_update")}
         self.gemm_kind = gemm_kind
         # every kernel of the step goes to this stream, named at each launch
@@ -53,6 +54,9 @@ class GpuNetwork(Network):
         # pre-activations/activations z and deltas d per layer (n_l x max_local)
         self._bufs = {"z": [cupy.empty((layer_sizes[l + 1], max_local), dtype) for l in range(L)],
                       "d": [cupy.empty((layer_sizes[l + 1], max_local), dtype) for l in range(L)]}
+        # the fused output backward's partial sums, one set per column block
+        self._partials = cupy.empty(output_grad_splits(max_local) * output_grad_sums(layer_sizes[-1], layer_sizes[-2]),
+                                    dtype) if L >= 2 else None
 
     capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
 
@@ -104,20 +108,17 @@ class GpuNetwork(Network):
         self.k["bias_add"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])), stream=self.stream)
         return z
 
-    def _output_linear(self, w, a, bias, out):
-        C, H = w.shape
-        b = a.shape[1]
-        self.k["output_linear"](((b + 31) // 32,), (32, LAUNCH["OL_SLICES"]),
-                                (w, a, bias, out, self._i32(C), self._i32(H), self._i32(b)), stream=self.stream)
-        return out
-
     def _output_backward(self, w, d, a, gw, gb, out, gb_below):
         C, H = w.shape
         b = d.shape[1]
+        splits = output_grad_splits(b)
         rows = LAUNCH["OB_ROWS"]
-        self.k["output_backward"](((H + rows - 1) // rows + 1,), (LAUNCH["OB_THREADS"],),
-                                  (w, d, a, gw, gb, out, gb_below, self._i32(C), self._i32(H), self._i32(b)),
+        self.k["output_backward"](((H + rows - 1) // rows + 1, splits), (32 * rows,),
+                                  (w, d, a, out, self._partials, self._i32(C), self._i32(H), self._i32(b)),
                                   stream=self.stream)
+        g, blk = _grid(output_grad_sums(C, H))
+        self.k["partial_sums"](g, blk, (self._partials, self._i32(splits), self._i32(C), self._i32(H), gw, gb_below,
+                                        gb), stream=self.stream)
         return out
 
     def _softmax_ce_grad(self, z, y, out):

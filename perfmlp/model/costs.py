@@ -84,22 +84,24 @@ def _sigmoid_grad(m, n, s):
     return 3 * m * n, s * 3 * m * n
 
 
-@register("output_linear")
-def _output_linear(c, b, h, s):
-    # the output layer's z = W a + bias in one kernel (c x h weights, b samples):
-    # the GEMM's and the bias add's FLOPs; reads W, a and the bias once, writes z
-    return _gemm(c, b, h, s)[0] + _bias_add(c, b, s)[0], s * (c * h + h * b + c + c * b)
-
-
 @register("output_backward")
 def _output_backward(c, h, b, s):
-    # the output layer's backward in one kernel: dW = delta a^T, db = the row
-    # sums of delta, da = W^T delta, dz = da * a * (1 - a) and the layer
-    # below's db (the FLOPs of those five operations); reads delta, a and W,
-    # writes dW, db, dz and the layer below's db
+    # the output layer's backward (c x h weights, b samples): dW = delta a^T,
+    # db = the row sums of delta, da = W^T delta, dz = da * a * (1 - a) and
+    # the layer below's db: the FLOPs of those five operations; reads delta, a
+    # and W, writes dz and one partial sum of dW, db and the layer below's db
+    # per column block (output_grad_splits)
     f = (_gemm(c, h, b, s)[0] + _row_sum(c, b, s)[0] + _gemm(h, b, c, s)[0] + _sigmoid_grad(h, b, s)[0]
          + _row_sum(h, b, s)[0])
-    return f, s * (c * b + h * b + c * h + c * h + c + h * b + h)
+    return f, s * (c * b + h * b + c * h + h * b + output_grad_splits(b) * output_grad_sums(c, h))
+
+
+@register("partial_sums")
+def _partial_sums(n, splits, s):
+    # n sums of `splits` partials each, in a fixed order: the work of splitting
+    # a reduction over blocks, not counted as FLOPs (as a GEMM library's
+    # split-K reduction is not); reads the partials, writes the n sums
+    return 0, s * n * (splits + 1)
 
 
 @register("update_weights")
@@ -143,20 +145,34 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
 
 
 # The output layer (C rows: 10 for MNIST) is too thin for a GEMM library:
-# on an H200 at H = 512, b = 3200 cuBLAS took 7-17 us for each of its three
-# products, where reading the activations once takes about 1.4 us
+# on an H200 at H = 512, b = 3200 cuBLAS took 7-17 us for each of its
+# backward products, where reading the activations once takes about 1.4 us
 # (benchmarks/results/h200-x2/graph/kernel_breakdown.md). With at most this
-# many classes (kept in registers, one accumulator per class) the trainer
-# runs it as two fused kernels instead: `output_linear` (z = W a + b) and
-# `output_backward` (dW, db, W^T delta, the sigmoid gradient and the layer
-# below's db).
+# many classes (one accumulator per class in registers) the trainer runs the
+# output layer's backward as two kernels of its own instead of 2 GEMMs, a row
+# sum and the sigmoid gradient: `output_backward` (per block of
+# OUTPUT_GRAD_COLS columns: dz, and partial sums of dW, db and the layer
+# below's db) and `partial_sums` (the partials added in a fixed order, so
+# the result is the same at every run).
 FUSED_OUTPUT_MAX_CLASSES = 16
+OUTPUT_GRAD_COLS = 256
 
 
 def fused_output(layer_sizes) -> bool:
-    """Whether the output layer runs as the two fused kernels: at most
+    """Whether the output layer's backward runs as the fused pair: at most
     FUSED_OUTPUT_MAX_CLASSES classes and a hidden layer below it."""
     return len(layer_sizes) >= 3 and layer_sizes[-1] <= FUSED_OUTPUT_MAX_CLASSES
+
+
+def output_grad_splits(b: int) -> int:
+    """Column blocks (partial sums) of the fused output backward on b samples."""
+    return -(-b // OUTPUT_GRAD_COLS)
+
+
+def output_grad_sums(c: int, h: int) -> int:
+    """The sums the fused output backward reduces: dW (c x h), the layer
+    below's db (h) and db (c)."""
+    return c * h + h + c
 
 
 def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
@@ -166,8 +182,8 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
     kernel is the tuple of operations it computes (a fused kernel may compute
     several). With `bucket_bytes` (overlapped communication) each weight gradient is
     computed by one GEMM per row block (`row_blocks`); the fused output
-    layer's gradient is one kernel whatever the buckets. `fuse_output=False`:
-    the output layer as GEMMs and elementwise kernels even where
+    layer's gradient is one piece whatever the buckets. `fuse_output=False`:
+    the output layer's backward as GEMMs and elementwise kernels even where
     `fused_output` allows the fused pair (for comparisons).
     perfmlp/mlp.py's Network launches exactly these (tested)."""
     L = len(layer_sizes) - 1
@@ -175,15 +191,13 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
     fwd, bwd = [], []
     for l in range(1, L + 1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
-        if l == L and fuse:
-            fwd.append((("output_linear", (n_out, b, n_in)),))
-            continue
         fwd.append((("gemm", (n_out, b, n_in)),))
         fwd.append(((("bias_sigmoid" if l < L else "bias_add"), (n_out, b)),))
     for l in range(L, 0, -1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
         if l == L and fuse:
             bwd.append((("output_backward", (n_out, n_in, b)),))
+            bwd.append((("partial_sums", (output_grad_sums(n_out, n_in), output_grad_splits(b))),))
             continue
         for r0, r1 in row_blocks(n_out, n_in, itemsize, bucket_bytes):
             bwd.append((("gemm", (r1 - r0, n_in, b)),))      # dW = delta @ a^T (a row block of it)

@@ -216,7 +216,7 @@ def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, 
     for l in range(L, 0, -1):
         blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], itemsize, bucket_bytes)
         if l == L and fuse:
-            run()          # the fused output-layer backward writes all its row blocks at once
+            run(2)         # the fused output-layer backward (and its partial sums) writes all its row blocks
         for _ in blocks:
             if not (l == L and fuse):
                 run()
