@@ -1,6 +1,7 @@
 """Where the backend is assembled: the array module, the network, the batch
-source, the gradient reducer, the execution mode (eager or CUDA graphs) and
-the device synchronisation for one rank."""
+source, the gradient reducer, the strategy's step (perfmlp/step.py), the
+execution mode (eager or CUDA graphs, for every strategy whose step can be
+captured) and the device synchronisation for one rank."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from .config import Config
 from .errors import PerfmlpError
 from .mlp import Network
 from .model.costs import pieces
-from .model.predict import staging_memory
+from .model.partition import PS_COMMS
+from .model.predict import graph_refusal, resolve_exec, staging_memory
+from .step import DATA, Parts
 
 
 @dataclass(frozen=True)
@@ -23,12 +26,12 @@ class Backend:
     xp: object                 # the array module
     net: Network
     batches: object            # batches.HostBatches or batches.DeviceBatches
-    reducer: object            # one of comm's reducers
+    reducer: object            # one of comm's reducers (or partition.py's)
     sync: Callable[[], None]   # waits for the device's queued work (a no-op on the host)
     exec: str = "eager"        # "eager" or "graph"
     graph: object = None       # gpu.graph.GraphStep in graph mode
     stream: object = None      # the CuPy stream everything of the step is issued on (current once built)
-    step: Callable | None = None           # the step when it is not train.step (perfmlp/partition.py)
+    parts: Parts = DATA        # the strategy's step (perfmlp/step.py; partitioned: perfmlp/partition.py)
     data_group: tuple[int, int] | None = None   # (ranks the batch is split over, this rank's piece) if not all
 
 
@@ -40,22 +43,24 @@ def resolve(cfg: Config) -> str:
     return "cupy" if gpu.available() else "numpy"
 
 
+def partitioned(cfg: Config) -> bool:
+    """A strategy other than data parallelism with an allreduce (perfmlp/partition.py)."""
+    return cfg.parallel != "data" or cfg.comm in PS_COMMS
+
+
 def check_options(cfg: Config) -> str:
     """The backend the configuration runs on, after refusing the options
     that backend does not have (before anything is written)."""
     name = resolve(cfg)
-    if (cfg.parallel != "data" or cfg.comm in ("ps", "ps-nccl")) and (cfg.exec == "graph" or cfg.overlap):
+    if partitioned(cfg) and cfg.overlap:
         what = f"--parallel {cfg.parallel}" if cfg.parallel != "data" else f"--comm {cfg.comm}"
-        raise PerfmlpError(f"{what} runs eagerly: --exec graph and --overlap are for data parallelism "
-                           "with an allreduce")
+        raise PerfmlpError(f"--overlap is for data parallelism with an allreduce (this run: {what})")
     if name == "numpy":
         gpu_only = [f"--{flag} {value}" for flag, value, host in (
             ("comm", cfg.comm, ("auto", "mpi", "ps")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
             ("gemm", cfg.gemm, ("cublas",))) if value not in host]
         if gpu_only:
             raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
-        if cfg.exec == "graph":
-            raise PerfmlpError("--exec graph needs the cupy backend (this run is on numpy)")
         if cfg.overlap and cfg.comm not in ("auto", "mpi"):
             raise PerfmlpError(f"--overlap with --comm {cfg.comm}: on numpy the overlapped exchange is mpi")
     elif cfg.comm in ("mpi", "ps"):
@@ -64,27 +69,38 @@ def check_options(cfg: Config) -> str:
     elif cfg.overlap and cfg.comm != "nccl":
         raise PerfmlpError("--overlap on the GPU needs --comm nccl (the staged exchange needs the host "
                            "between the backward pass and the update)")
+    if cfg.exec == "graph":
+        why = graph_refusal(name, cfg.parallel, cfg.comm)
+        if why:
+            raise PerfmlpError(why)
     return name
 
 
 def exec_mode(cfg: Config, backend: str) -> str:
-    """The execution mode that runs ("auto": CUDA graphs on the GPU)."""
-    if cfg.exec != "auto":
-        return cfg.exec
-    return "graph" if backend == "cupy" else "eager"
+    """The execution mode that runs: the model's rule (resolve_exec: `auto`
+    is CUDA graphs where the step can be captured, else eager)."""
+    return resolve_exec(cfg.exec, backend, cfg.parallel, cfg.comm)
 
 
 def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
     name = check_options(cfg)
-    if cfg.parallel != "data" or cfg.comm in ("ps", "ps-nccl"):
+    if partitioned(cfg):
         from .partition import backend_parts
-        return Backend(**backend_parts(cfg, world, xtrain, ytrain, name))
-    if name == "cupy":
-        return _build_cupy(cfg, world, xtrain, ytrain)
-    net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    reducer = HostReducer(world)
-    _overlap(cfg, net, reducer)
-    return Backend("numpy", np, net, HostBatches(xtrain, ytrain), reducer, lambda: None)
+        fields = backend_parts(cfg, world, xtrain, ytrain, name)
+    elif name == "cupy":
+        fields = _cupy_fields(cfg, world, xtrain, ytrain)
+    else:
+        net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
+        reducer = HostReducer(world)
+        _overlap(cfg, net, reducer)
+        fields = dict(name="numpy", xp=np, net=net, batches=HostBatches(xtrain, ytrain), reducer=reducer,
+                      sync=lambda: None)
+    mode = exec_mode(cfg, name)
+    if mode == "graph":
+        from .gpu.graph import GraphStep
+        fields["graph"] = GraphStep(fields["xp"], fields["net"], fields["batches"], fields["reducer"],
+                                    fields["stream"], fields.get("parts", DATA))
+    return Backend(**fields, exec=mode)
 
 
 def _overlap(cfg: Config, net, reducer) -> None:
@@ -93,16 +109,11 @@ def _overlap(cfg: Config, net, reducer) -> None:
         reducer.overlap(net)
 
 
-def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
-    from .gpu import require_cupy
+def _cupy_fields(cfg: Config, world, xtrain, ytrain) -> dict:
+    from .gpu import require_cupy, use_device
     from .gpu.network import GpuNetwork
     cupy = require_cupy()
-    ndev = cupy.cuda.runtime.getDeviceCount()
-    cupy.cuda.Device(world.rank % ndev).use()  # rank r on GPU r mod (GPUs on its node), before any stream
-    # every kernel, copy and collective of the step on one stream of our own
-    # (a CUDA graph cannot be captured on the legacy default stream)
-    stream = cupy.cuda.Stream(non_blocking=True)
-    stream.use()
+    stream = use_device(cupy, world.rank)
     max_local = max(pieces(cfg.batch_size, world.size))
     net = GpuNetwork(cupy, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size,
                      max_local, cfg.gemm)
@@ -112,9 +123,5 @@ def _build_cupy(cfg: Config, world, xtrain, ytrain) -> Backend:
     else:
         reducer = StagedReducer(cupy, world, net, staging_memory(cfg.batch_transfer))
     _overlap(cfg, net, reducer)
-    mode = exec_mode(cfg, "cupy")
-    graph = None
-    if mode == "graph":
-        from .gpu.graph import GraphStep
-        graph = GraphStep(cupy, net, batches, reducer, stream)
-    return Backend("cupy", cupy, net, batches, reducer, stream.synchronize, mode, graph, stream)
+    return dict(name="cupy", xp=cupy, net=net, batches=batches, reducer=reducer, sync=stream.synchronize,
+                stream=stream)

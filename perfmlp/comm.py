@@ -197,17 +197,23 @@ class StagedReducer:
 _communicators: dict = {}
 
 
+def new_nccl_communicator(nccl, group):
+    """An NCCL communicator over an MPI world or group (the unique id
+    broadcast over it), on the current device."""
+    # connect every peer now, not on a first collective that a CUDA graph captures
+    os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
+    uid = nccl.get_unique_id() if group.rank == 0 else None
+    uid = group.bcast(uid)
+    return nccl.NcclCommunicator(group.size, uid, group.rank)
+
+
 def _nccl_communicator(nccl, world, device: int):
     """The process's NCCL communicator over `world` on `device`, made once
     (a second one in the same process was seen to hang a later capture)."""
     key = (id(world), device)
     comm = _communicators.get(key)
     if comm is None:
-        # connect every peer now, not on a first collective that a CUDA graph captures
-        os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
-        uid = nccl.get_unique_id() if world.rank == 0 else None
-        uid = world.bcast(uid)
-        comm = _communicators[key] = nccl.NcclCommunicator(world.size, uid, world.rank)
+        comm = _communicators[key] = new_nccl_communicator(nccl, world)
     return comm
 
 

@@ -105,8 +105,9 @@ HELP = {
             "update there, broadcast): ps (host MPI) or ps-nccl",
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
     "gemm": "GEMM implementation on the GPU",
-    "exec": "how the GPU step is issued: auto (graph on the cupy backend, eager on numpy), eager (kernel by "
-            "kernel from Python) or graph (captured once per batch position as CUDA graphs and replayed)",
+    "exec": "how the GPU step is issued: auto (graph on the cupy backend where the step can be captured: "
+            "partitioned strategies need --comm nccl or ps-nccl; else eager), eager (kernel by kernel from "
+            "Python) or graph (captured once per piece size as a CUDA graph and replayed)",
     "overlap": "reduce each layer's gradient as soon as the backward pass has written it (nccl on the GPU, "
                "mpi on numpy), overlapping communication with the rest of the backward pass",
     "bucket_bytes": "with --overlap, the largest piece of a weight gradient reduced as one collective",

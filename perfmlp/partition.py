@@ -16,8 +16,10 @@ computes and exchanges; docs/model.md derives the bytes).
   where it issues them, as comm.py's reducers do.
 - The parameter server (`--comm ps` on NumPy, `ps-nccl` on the GPU): the
   gradient buffer reduced to rank 0, updated there, parameters broadcast.
-- `model_step` and `server_step`: the training step with these exchanges
-  and their trace phases (`combine`, `reduce`, `bcast`).
+- `SHARD` and `SERVER`: the training step's parts (perfmlp/step.py) with
+  these exchanges and their trace phases (`combine`, `reduce`, `bcast`).
+  The step is perfmlp/step.py's, eager or, with NCCL, replayed as one CUDA
+  graph per piece size (perfmlp/gpu/graph.py), as data parallelism's is.
 
 Collectives over a group of one rank are not called, so not counted.
 """
@@ -26,13 +28,14 @@ from __future__ import annotations
 import numpy as np
 
 from .batches import DeviceBatches, HostBatches
-from .comm import HostReducer, NcclReducer, StagedReducer
+from .comm import HostReducer, NcclReducer, StagedReducer, new_nccl_communicator
 from .errors import PerfmlpError
 from .mlp import FlatParams, Network, _to_host
 from .model.costs import LOSS_SLOTS, piece, pieces
 from .model.partition import (PS_COMMS, ROOT, PartitionError, check_shard, coords, grid, layer_splits,
                               shard_sizes)
 from .model.predict import staging_memory
+from .step import NonFiniteLoss, Parts, compute, exchange
 
 
 # ---- process groups ------------------------------------------------------------------------------
@@ -142,12 +145,11 @@ class StagedAllreduce:
 
 
 def nccl_communicator(group):
-    """An NCCL communicator over an MPI group (unique id broadcast over it)."""
+    """An NCCL communicator over an MPI group (comm.py's, made for this group)."""
     from cupy.cuda import nccl
     if not nccl.available:
         raise PerfmlpError("--comm nccl: CuPy was built without NCCL")
-    uid = group.bcast(nccl.get_unique_id() if group.rank == 0 else None)
-    return nccl, nccl.NcclCommunicator(group.size, uid, group.rank)
+    return nccl, new_nccl_communicator(nccl, group)
 
 
 def nccl_dtype(nccl, dtype):
@@ -155,12 +157,19 @@ def nccl_dtype(nccl, dtype):
 
 
 class NcclAllreduce:
-    """Device buffers: ncclAllReduce in place on the current stream (no synchronisation)."""
+    """Device buffers: ncclAllReduce in place on the step's stream (no
+    synchronisation); capturable into the step's CUDA graph."""
 
-    def __init__(self, cupy, group, dtype):
+    def __init__(self, cupy, group, dtype, max_elements: int):
         self.nccl, self.comm = nccl_communicator(group)
         self._dtype = nccl_dtype(self.nccl, dtype)
-        self._stream_ptr = cupy.cuda.get_current_stream().ptr
+        stream = cupy.cuda.get_current_stream()
+        self._stream_ptr = stream.ptr
+        # one allreduce of the largest activation outside any graph (as comm.NcclReducer's warm-up)
+        scratch = cupy.zeros(max_elements, dtype)
+        self.comm.allReduce(scratch.data.ptr, scratch.data.ptr, scratch.size, self._dtype, self.nccl.NCCL_SUM,
+                            self._stream_ptr)
+        stream.synchronize()
 
     def __call__(self, a, counts) -> None:
         self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, self._dtype, self.nccl.NCCL_SUM, self._stream_ptr)
@@ -186,8 +195,9 @@ class ShardStep:
     m: int = 0
     group = None               # the model group
     allreduce = None           # over the model group; None on a group of one
-    counts = None              # the batch's trace.format.Counts, set by the step
+    counts = None              # the batch's trace.format.Counts (a graph capture's), set by shard_compute
     updates = 0
+    step_counters = ("updates",)  # added to per replay in graph mode (gpu/graph.py)
     _eval = None
 
     @property
@@ -327,9 +337,11 @@ class HostParamServer:
 
 class NcclParamServer:
     """`ps-nccl` (GPU): ncclReduce of the gradient buffer to rank 0, the update
-    there, ncclBroadcast of the parameters; no synchronisation. Only rank 0's
-    update kernel moves the loss into the epoch's sum, which is broadcast
-    once per epoch (8 bytes over host MPI, outside every batch's counters)."""
+    there, ncclBroadcast of the parameters; no synchronisation, so the whole
+    step captures into a CUDA graph (rank 0's with the update, the others'
+    without). Only rank 0's update kernel moves the loss into the epoch's
+    sum, which is broadcast once per epoch (8 bytes over host MPI, outside
+    every batch's counters)."""
 
     name = "ps-nccl"
 
@@ -337,7 +349,14 @@ class NcclParamServer:
         self.group, self.net = world_group(world), net
         self.nccl, self.comm = nccl_communicator(self.group)
         self._dtype = nccl_dtype(self.nccl, net.dtype)
-        self._stream_ptr = cupy.cuda.get_current_stream().ptr
+        stream = cupy.cuda.get_current_stream()
+        self._stream_ptr = stream.ptr
+        # a reduce and a broadcast of the buffers' sizes outside any graph (as comm.NcclReducer's warm-up)
+        scratch = cupy.zeros(net.g.flat.size, net.dtype)
+        self.comm.reduce(scratch.data.ptr, scratch.data.ptr, scratch.size, self._dtype, self.nccl.NCCL_SUM, ROOT,
+                         self._stream_ptr)
+        self.comm.bcast(scratch.data.ptr, net.p.n_params, self._dtype, ROOT, self._stream_ptr)
+        stream.synchronize()
 
     def exchange(self, phase, counts) -> None:
         g, p, root = self.net.g, self.net.p, self.group.rank == ROOT
@@ -365,12 +384,12 @@ class NcclParamServer:
         return float(v[0])
 
 
-# ---- the steps -----------------------------------------------------------------------------------
+# ---- the steps' parts (perfmlp/step.py) ------------------------------------------------------
 
-def model_step(net, batches, reducer, lo: int, hi: int, phase, counts, *, nonfinite=FloatingPointError):
-    """train.step with the model group's combine after the forward phase; the
-    reducer is the data group's (LocalReducer when that group is one rank)."""
-    x, y = batches.get(lo, hi, phase, counts)
+def shard_compute(net, x, y, phase, counts) -> None:
+    """Forward, loss and backward of a shard: the model group's allreduces
+    run inside forward and backward (the hooks count them into `counts`),
+    and a column-split output is combined in its own phase after forward."""
     net.counts = counts
     with phase("forward"):
         net.forward(x)
@@ -381,29 +400,19 @@ def model_step(net, batches, reducer, lo: int, hi: int, phase, counts, *, nonfin
         net.loss(y)
     with phase("backward"):
         net.backward()
-    reducer.reduce(net.g.flat, phase, counts)
-    ce = reducer.host_value(net.g.flat, net.g.n_params)
-    if ce is not None and not np.isfinite(ce):
-        raise nonfinite(ce)  # before the update: the parameters are still the last finite ones
-    with phase("update"):
-        net.update()
-    return ce
 
 
-def server_step(net, batches, reducer, lo: int, hi: int, phase, counts, *, nonfinite=FloatingPointError):
-    """train.step with the parameter server's exchange, which updates on rank 0."""
-    x, y = batches.get(lo, hi, phase, counts)
-    with phase("forward"):
-        net.forward(x)
-    with phase("loss"):
-        net.loss(y)
-    with phase("backward"):
-        net.backward()
+def server_exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+    """The parameter server's exchange, which updates on rank 0."""
     reducer.exchange(phase, counts)
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):
         raise nonfinite(ce)
     return ce
+
+
+SHARD = Parts(shard_compute, exchange)     # the data group's reducer (LocalReducer when it is one rank)
+SERVER = Parts(compute, server_exchange)
 
 
 # ---- assembly (backend.build calls this for every strategy but the plain allreduce) -------------
@@ -420,21 +429,22 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
     d, m = coords(world.rank, p_model)
     max_local = max(pieces(cfg.batch_size, p_data))
     args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
+    stream = None
     if name == "cupy":
-        from .gpu import require_cupy
+        from .gpu import require_cupy, use_device
         from .gpu.network import GpuNetwork
         xp = require_cupy()
-        xp.cuda.Device(world.rank % xp.cuda.runtime.getDeviceCount()).use()  # as backend._build_cupy
+        stream = use_device(xp, world.rank)
         batches = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local)
-        sync = xp.cuda.get_current_stream().synchronize
+        sync = stream.synchronize
     else:
         xp, batches, sync = np, HostBatches(xtrain, ytrain), (lambda: None)
     if comm in PS_COMMS:
         net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm) if name == "cupy" else \
             Network(np, cfg.layer_sizes, *args)
         server = NcclParamServer(xp, world, net) if comm == "ps-nccl" else HostParamServer(world, net)
-        return dict(name=name, xp=xp, net=net, batches=batches, reducer=server, sync=sync, step=server_step,
-                    data_group=(world.size, world.rank))
+        return dict(name=name, xp=xp, net=net, batches=batches, reducer=server, sync=sync, stream=stream,
+                    parts=SERVER, data_group=(world.size, world.rank))
     data_group, model_group = split_groups(world, p_model)
     sizes = shard_sizes(cfg.layer_sizes, p_model, m)
     if name == "cupy":
@@ -444,7 +454,7 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
     allreduce = None
     if p_model > 1:
         if comm == "nccl":
-            allreduce = NcclAllreduce(xp, model_group, net.dtype)
+            allreduce = NcclAllreduce(xp, model_group, net.dtype, max(cfg.layer_sizes[1:]) * max_local)
         elif comm == "mpi-staged":
             allreduce = StagedAllreduce(xp, model_group, max(cfg.layer_sizes[1:]) * max_local, net.dtype,
                                         staging_memory(cfg.batch_transfer))
@@ -459,5 +469,5 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
         reducer = StagedReducer(xp, data_group, net, staging_memory(cfg.batch_transfer))
     else:
         reducer = HostReducer(data_group)
-    return dict(name=name, xp=xp, net=net, batches=batches, reducer=reducer, sync=sync, step=model_step,
-                data_group=(p_data, d))
+    return dict(name=name, xp=xp, net=net, batches=batches, reducer=reducer, sync=sync, stream=stream,
+                parts=SHARD, data_group=(p_data, d))

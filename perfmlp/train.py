@@ -7,12 +7,13 @@ loss and backward on it with the gradient scaled by 1/B (the whole batch's
 size), the gradient buffer is summed across ranks, and every rank applies
 the same update (the regularisation term is added there, once). After any
 number of batches every rank holds the parameters that one process training
-on the whole batch would, up to rounding.
+on the whole batch would, up to rounding. The step itself, for every
+strategy and execution mode, is perfmlp/step.py (the partitioned
+strategies' parts: perfmlp/partition.py).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 import zipfile
@@ -24,19 +25,12 @@ import numpy as np
 from . import data as data_mod
 from .backend import build
 from .config import Config, check_procs, data_procs
-from .errors import PerfmlpError, RunFailure
+from .errors import PerfmlpError
 from .mlp import init_weights
 from .model.costs import piece
+from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
 from .trace.format import Counts
 from .trace.writer import NullTracer
-
-
-class NonFiniteLoss(RunFailure):
-    """Seen on every rank at once (the loss is reduced with the gradients).
-    `params`: the last finite parameters, `where`: which they are."""
-
-    params: dict | None = None
-    where: str = ""
 
 
 @dataclass
@@ -152,8 +146,6 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     net, batches, reducer = be.net, be.batches, be.reducer
     tracer.attach(world, be)
     net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
-    run_step = (functools.partial(be.step, nonfinite=NonFiniteLoss) if be.step else
-                functools.partial(step, graph=be.graph))
     pieces_of = be.data_group or (P, rank)  # the batch is split over (ranks, this rank's piece)
 
     if cfg.resume:
@@ -187,7 +179,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             net.global_batch = Bk
             tracer.begin_batch(epoch, k, Bk, hi - lo)
             try:
-                ce = run_step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts)
+                ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts, be.graph, be.parts)
             except NonFiniteLoss as e:
                 e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
                 e.params, e.where = _last_finite(net, last_finite, f"before batch {k} of epoch {epoch + 1}")
@@ -238,30 +230,3 @@ def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:
             return params, now
     net.p.flat[...] = snapshot[0]
     return net.get_params(), snapshot[1]
-
-
-def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None) -> float | None:
-    """One training step on samples [lo, hi) of the (current) dataset order;
-    returns the batch's reduced cross-entropy sum where reading it costs no
-    device synchronisation, else None. `graph` (a gpu.graph.GraphStep):
-    forward, loss and backward (and with NCCL the whole step) replayed as a
-    CUDA graph instead of launched kernel by kernel."""
-    if graph is None:
-        x, y = batches.get(lo, hi, phase, counts)
-        with phase("forward"):
-            net.forward(x)
-        with phase("loss"):
-            net.loss(y)
-        with phase("backward"):
-            net.backward()
-    else:
-        graph.replay(lo, hi, phase, counts)
-        if graph.whole_step:
-            return None  # the exchange and the update were in the graph; the loss stays on the device
-    reducer.reduce(net.g.flat, phase, counts)
-    ce = reducer.host_value(net.g.flat, net.g.n_params)
-    if ce is not None and not np.isfinite(ce):
-        raise NonFiniteLoss(ce)  # before the update: the parameters are still the last finite ones
-    with phase("update"):
-        net.update()
-    return ce

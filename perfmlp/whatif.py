@@ -93,9 +93,9 @@ class WhatIf:
 def setting_of(run: Run) -> Setting:
     """The configuration a run ran with (the manifest's record of what ran
     first, then its configuration)."""
-    c, m = run.config, run.manifest
+    c, m = run.config, run.manifest  # a trace made before --exec existed (no exec anywhere) ran eagerly
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], run.comm,
-                   c["batch_transfer"], resolve_exec(m.get("exec") or c.get("exec", "auto")),
+                   c["batch_transfer"], resolve_exec(m.get("exec") or c.get("exec", "eager"), comm=run.comm),
                    bool(m.get("overlap", c.get("overlap", False))), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
                    c.get("gemm", "cublas"))
 
@@ -115,7 +115,8 @@ def changed_setting(before: Setting, sets: dict, procs: int | None) -> Setting:
         precision=v.get("precision", before.precision),
         comm=before.comm if v.get("comm", "auto") == "auto" else v["comm"],
         batch_transfer=v.get("batch_transfer", before.batch_transfer),
-        exec_mode=resolve_exec(v.get("exec", before.exec_mode)), overlap=v.get("overlap", before.overlap),
+        exec_mode=resolve_exec(v.get("exec", before.exec_mode), comm=before.comm if v.get("comm", "auto") == "auto"
+                               else v["comm"]), overlap=v.get("overlap", before.overlap),
         bucket_bytes=v.get("bucket_bytes", before.bucket_bytes), gemm=v.get("gemm", before.gemm))
     if new.procs > new.batch:
         raise PerfmlpError(f"--procs {new.procs}: more processes than the {new.batch} samples of a batch")

@@ -13,7 +13,9 @@ all guards against a vacuous pass). float32: 1e-5 (unit roundoff 6e-8).
 Every rank's gathered parameters must be identical.
 
 `--backend cupy` runs the same on the GPUs (NCCL or staged), comparing with
-one NumPy process. Exits non-zero with a one-line reason on any mismatch.
+one NumPy process; `--exec` (default auto: on the GPU, the NCCL and ps-nccl
+strategies as CUDA graphs, the staged ones eagerly) sets the execution
+mode. Exits non-zero with a one-line reason on any mismatch.
 """
 import argparse
 import dataclasses
@@ -47,6 +49,7 @@ def strategies(procs: int, backend: str):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
+    ap.add_argument("--exec", dest="exec_mode", default="auto", choices=("auto", "eager"))
     a = ap.parse_args()
     world = make_world()
     failures, checked = [], 0
@@ -66,7 +69,7 @@ def main():
         for st in strategies(world.size, a.backend):
             if st.get("model_procs", 1) > min(hidden[::2]):
                 continue  # a row-split layer needs a unit per rank of the model group
-            par = train(from_mapping({**common, **st, "backend": a.backend}), world).params
+            par = train(from_mapping({**common, **st, "backend": a.backend, "exec": a.exec_mode}), world).params
             every = world.allgather(par)
             checked += 1
             if world.rank != 0:

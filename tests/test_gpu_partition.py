@@ -1,8 +1,16 @@
 """The partitioning strategies on GPUs (run on the GPU machine; skipped
-without CuPy and two GPUs): every strategy equals one NumPy process, and the
-counters (bytes copied, handed to MPI and NCCL, the collectives, FLOPs per
-phase) equal the model's per rank and batch, with CUDA-event phases that
-add up."""
+without CuPy and two GPUs, or one for the one-rank cases): every strategy
+equals one NumPy process, and the counters (bytes copied, handed to MPI and
+NCCL, the collectives, FLOPs per phase) equal the model's per rank and
+batch, with CUDA-event phases that add up. In graph mode (the shard step and
+the parameter server's step as one CUDA graph per piece size) the
+parameters are bit-identical to the eager step's and the counters per batch
+are eager's.
+
+On a 2-GPU machine, from the project root:
+
+    python -m pytest -q tests/test_gpu_partition.py
+"""
 import sys
 
 import numpy as np
@@ -19,36 +27,44 @@ def gpus() -> int:
 
 
 two_gpus = pytest.mark.skipif(gpus() < 2, reason="needs CuPy and two CUDA GPUs")
+one_gpu = pytest.mark.skipif(gpus() < 1, reason="needs CuPy and a CUDA GPU")
 
 
 @two_gpus
-def test_every_strategy_on_two_gpus_equals_one_numpy_process():
+@pytest.mark.parametrize("exec_mode", ["eager", "auto"])
+def test_every_strategy_on_two_gpus_equals_one_numpy_process(exec_mode):
     # tests/mpi_partition.py with --backend cupy: model parallel and hybrid 2x1 / 1x2 over NCCL and mpi-staged
-    # (pageable copies), ps-nccl; float64 to 1e-12 and float32 to 1e-5 of the largest parameter
-    r = run_cmd([mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_partition.py"), "--backend", "cupy"],
-                timeout=300)
+    # (pageable copies), ps-nccl; float64 to 1e-12 and float32 to 1e-5 of the largest parameter. auto: the
+    # NCCL and ps-nccl strategies replayed as CUDA graphs (many trainings, so many captures, in one process)
+    r = run_cmd([mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_partition.py"), "--backend", "cupy",
+                 "--exec", exec_mode], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK 2 ranks" in r.stdout
 
 
 @two_gpus
+@pytest.mark.parametrize("exec_mode", ["eager", "graph"])
 @pytest.mark.parametrize("flags, transfer, comm", [
     (["--parallel", "model"], "resident", "nccl"),
     (["--parallel", "model"], "pinned", "mpi-staged"),
     (["--parallel", "hybrid", "--model-procs", "1"], "pageable", "mpi-staged"),   # data groups of 2, staged
     ([], "resident", "ps-nccl"),
 ])
-def test_gpu_counters_equal_the_model(tmp_path, flags, transfer, comm):
+def test_gpu_counters_equal_the_model(tmp_path, flags, transfer, comm, exec_mode):
     from perfmlp.model.partition import rank_counts, step_phases
+    from perfmlp.model.predict import graph_refusal
     from perfmlp.trace.reader import read_run
+    parallel = flags[1] if flags else "data"
+    if exec_mode == "graph" and graph_refusal("cupy", parallel, comm):
+        pytest.skip(f"--parallel {parallel} --comm {comm} runs eagerly")
     r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--input-size", "64", "--hidden-sizes", "33",
                     "--n-train", "230", "--batch-size", "50", "--n-heldout", "40", "--epochs", "2",
                     "--batch-transfer", transfer, "--comm", comm, "--trace-dir", str(tmp_path), "--run-id", "g",
-                    *flags, procs=2, timeout=180)
+                    "--exec", exec_mode, "--trace-level", "phases", *flags, procs=2, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "held-out accuracy" in r.stdout  # rank 0 evaluated (a shard predicts with the gathered parameters)
     run = read_run(tmp_path / "g")
-    assert run.complete and run.comm == comm
+    assert run.complete and run.comm == comm and run.exec == exec_mode
     c = run.config
     for rank, rt in run.ranks.items():
         assert len(rt.batches) == 10  # 50 50 50 50 30, two epochs
@@ -58,9 +74,11 @@ def test_gpu_counters_equal_the_model(tmp_path, flags, transfer, comm):
             assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_mpi"], b["bytes_nccl"]) == \
                 (want.bytes_h2d, want.bytes_d2h, want.bytes_mpi, want.bytes_nccl), (rank, b["batch"])
             assert b["collectives"] == want.collective_list(comm)
-            assert {k: v for k, v in b["flops"].items() if v} == {k: v for k, v in want.flops.items() if v}
-            assert set(b["t_ms"]) == set(step_phases((64, 33, 10), 2, rank, c["parallel"], c["model_procs"], comm,
-                                                     transfer))
+            assert sum(b["flops"].values()) == want.flops_total
+            if exec_mode == "eager":
+                assert {k: v for k, v in b["flops"].items() if v} == {k: v for k, v in want.flops.items() if v}
+            assert tuple(b["t_ms"]) == step_phases((64, 33, 10), 2, rank, c["parallel"], c["model_procs"], comm,
+                                                   transfer, exec_mode)
             assert b["clock"] == "cuda-events"
             assert sum(d for _, d in b["t_ms"].values()) == pytest.approx(b["t_ms_total"], rel=1e-3, abs=1e-3)
 
@@ -72,11 +90,106 @@ def test_gpu_model_parallel_saves_the_whole_parameters_of_one_process(tmp_path):
             "--no-trace"]
     r = run_perfmlp(*base, "--backend", "numpy", "--save-params", str(tmp_path / "cpu"))
     assert r.returncode == 0, r.stderr
-    r = run_perfmlp(*base, "--backend", "cupy", "--parallel", "model", "--comm", "nccl", "--batch-transfer",
-                    "resident", "--save-params", str(tmp_path / "gpu"), procs=2, timeout=180)
+    for mode in ("eager", "graph"):
+        r = run_perfmlp(*base, "--backend", "cupy", "--parallel", "model", "--comm", "nccl", "--batch-transfer",
+                        "resident", "--exec", mode, "--save-params", str(tmp_path / mode), procs=2, timeout=180)
+        assert r.returncode == 0, r.stderr
+        a, b = np.load(tmp_path / "cpu" / "final.npz"), np.load(tmp_path / mode / "final.npz")
+        assert (tmp_path / mode / "initial.npz").exists()
+        for k in a.files:
+            assert a[k].shape == b[k].shape and np.abs(a[k] - b[k]).max() < 1e-10, (mode, k)
+
+
+# ---- graph mode: the same step, replayed ---------------------------------------------------------------
+
+# float32, a short last batch (230 = 4 x 50 + 30: its own graph), shuffled every epoch (resident pieces
+# copied into the graph's static inputs); hidden 33, 17, 9: layers row, col, row, col, so the shard step
+# has every kind of model-group allreduce (forward at layer 2, the output's combine, backward at layer 3)
+# and 33 and 9 units do not divide by 2 (shards of 17 and 16, 5 and 4)
+def shard_job(comm="nccl", epochs=3):
+    return ["--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64",
+            "--hidden-sizes", "33,17,9", "--learning-rate", "0.5", "--epochs", str(epochs), "--shuffle",
+            "--n-heldout", "0", "--backend", "cupy", "--comm", comm]
+
+GRAPH_CASES = [
+    # (processes, flags, transfer)
+    (1, ["--parallel", "model"], "resident"),                      # a model group of one: no collective
+    (2, ["--parallel", "model"], "resident"),
+    (2, ["--parallel", "model"], "pinned"),
+    (2, ["--parallel", "model"], "pageable"),
+    (2, ["--parallel", "hybrid", "--model-procs", "1"], "resident"),   # data groups of 2: the gradient allreduce
+    (2, ["--comm", "ps-nccl"], "resident"),                         # reduce, update on rank 0, broadcast
+]
+
+
+def _final(tmp_path, name, *flags, procs=None):
+    r = run_perfmlp(*flags, "--no-trace", "--save-params", str(tmp_path / name), procs=procs, timeout=180)
     assert r.returncode == 0, r.stderr
-    a, b = np.load(tmp_path / "cpu" / "final.npz"), np.load(tmp_path / "gpu" / "final.npz")
-    for name in ("initial.npz",):
-        assert (tmp_path / "gpu" / name).exists()
-    for k in a.files:
-        assert a[k].shape == b[k].shape and np.abs(a[k] - b[k]).max() < 1e-10, k
+    with np.load(tmp_path / name / "final.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+@pytest.mark.parametrize("procs, flags, transfer", GRAPH_CASES)
+def test_graph_shard_step_is_bit_identical_to_eager(tmp_path, procs, flags, transfer):
+    if gpus() < procs:
+        pytest.skip(f"needs CuPy and {procs} CUDA GPU(s)")
+    job = (*shard_job(), "--batch-transfer", transfer, *flags)
+    p = procs if procs > 1 else None
+    eager = _final(tmp_path, "eager", *job, "--exec", "eager", procs=p)
+    graph = _final(tmp_path, "graph", *job, "--exec", "graph", procs=p)
+    for k in eager:
+        assert np.array_equal(eager[k], graph[k]), k
+    start = np.load(tmp_path / "eager" / "initial.npz")
+    assert max(float(np.abs(eager[k] - start[k]).max()) for k in eager) > 1e-3  # it trained
+
+
+@pytest.mark.parametrize("procs, flags, transfer", [c for c in GRAPH_CASES if c[2] != "pinned"])
+def test_graph_shard_step_counts_what_eager_counts(tmp_path, procs, flags, transfer):
+    # every batch of every rank: the same bytes copied and handed to NCCL, the same collectives in the
+    # same order, the same FLOPs and operations; the graph adds only the resident piece's device copy into
+    # its static inputs (bytes_d2d, 4 (64 + 10) b) and records one phase, `graph`, for the replay
+    from perfmlp.model.partition import step_phases
+    from perfmlp.trace.reader import read_run
+    if gpus() < procs:
+        pytest.skip(f"needs CuPy and {procs} CUDA GPU(s)")
+    p = procs if procs > 1 else None
+    runs = {}
+    for mode in ("eager", "graph"):
+        r = run_perfmlp(*shard_job(epochs=2), "--batch-transfer", transfer, *flags, "--exec", mode,
+                        "--trace-level", "phases",
+                        "--trace-dir", str(tmp_path), "--run-id", mode, procs=p, timeout=180)
+        assert r.returncode == 0, r.stderr
+        runs[mode] = read_run(tmp_path / mode)
+    eager, graph = runs["eager"], runs["graph"]
+    assert graph.exec == "graph" and eager.exec == "eager" and graph.comm == eager.comm
+    assert "graph mode" in graph.manifest["phase_timing"]
+    c = graph.config
+    sizes = graph.layer_sizes
+    for rank in range(procs):
+        eb, gb = eager.ranks[rank].batches, graph.ranks[rank].batches
+        assert len(eb) == len(gb) == 10  # 50 50 50 50 30, two epochs
+        for e, g in zip(eb, gb):
+            for key in ("samples", "local_samples", "bytes_h2d", "bytes_d2h", "bytes_mpi", "bytes_nccl",
+                        "collectives"):
+                assert e[key] == g[key], (rank, g["batch"], key)
+            assert sum(e["flops"].values()) == sum(g["flops"].values())
+            assert sum(e["ops"].values()) == sum(g["ops"].values())
+            assert e.get("bytes_d2d", 0) == 0
+            assert g.get("bytes_d2d", 0) == (4 * (64 + 10) * g["local_samples"] if transfer == "resident" else 0)
+            assert tuple(g["t_ms"]) == step_phases(sizes, procs, rank, c["parallel"], c["model_procs"], graph.comm,
+                                                   transfer, "graph")
+            assert sum(d for _, d in g["t_ms"].values()) == pytest.approx(g["t_ms_total"], rel=1e-3, abs=1e-3)
+        if procs == 2 and c["parallel"] == "model":
+            # the shard step's combines are in every batch: forward layer 2, the output, backward layer 3
+            assert [n for n, _ in gb[0]["collectives"]] == ["ncclAllReduce"] * 3
+
+
+@one_gpu
+@pytest.mark.parametrize("comm, mode", [("nccl", "graph"), ("mpi-staged", "eager")])
+def test_exec_auto_runs_the_shard_step_as_graphs_where_it_can(tmp_path, comm, mode):
+    import json
+    r = run_perfmlp(*shard_job(comm, epochs=1), "--parallel", "model",
+                    "--trace-dir", str(tmp_path), "--run-id", "a", timeout=180)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert m["exec"] == mode

@@ -145,6 +145,188 @@ def test_the_crossover_is_where_the_logits_outweigh_the_gradients():
     assert ranking[0][0] == "model" and [n for n, _ in ranking][-1] == "ps"
 
 
+# ---- execution modes: the shard step as one CUDA graph --------------------------------------------
+
+def host_bound_machine(**extra):
+    """GPU work negligible (1e18 FLOP/s and B/s), 10 us of host per launch, a graph launch 4 us."""
+    from perfmlp.model.machine import machine_from_mapping
+    values = {"name": "toy", "source": "test", "peak_flops_per_s_float32": 1e18, "peak_flops_per_s_float64": 1e18,
+              "mem_bw_bytes_per_s": 1e18, "h2d_pageable_bytes_per_s": 1e9, "h2d_pinned_bytes_per_s": 1e10,
+              "d2h_pageable_bytes_per_s": 1e9, "d2h_pinned_bytes_per_s": 1e10, "copy_latency_s": 0.0,
+              "launch_overhead_s": 10e-6, "mpi_alpha_s": 1e-6, "mpi_bw_bytes_per_s": 1e9, "nccl_alpha_s": 1e-6,
+              "nccl_bw_bytes_per_s": 1e11, "graph_launch_s": 4e-6, "graph_kernel_gap_s": 0.5e-6,
+              "kernel_gap_s": 1e-6, **extra}
+    return machine_from_mapping(values, "toy.yaml")
+
+
+def test_graph_prediction_of_a_host_bound_shard_has_no_launches():
+    m = host_bound_machine()
+    sizes = (784, 512, 10)
+    kw = dict(comm="nccl", batch_transfer="resident", parallel="model")
+    eager = predict_strategy(m, sizes, 100, 2, **kw)
+    graph = predict_strategy(m, sizes, 100, 2, **kw, exec_mode="graph")
+    # eager: 14 operations at 10 us of host each, hardly hidden by 1.4 us of allreduce (below)
+    assert eager.terms["launches"] > 100e-6 and eager.terms["graph_launch"] == 0
+    # graph: one replay (4 us of host) after the piece's two copies into the graph's static inputs (10 us
+    # each), less the GPU time of the replay: 11 kernels' gaps (0.5 us each) and the allreduce inside it
+    # (the logits, 10 x 100 floats: alpha + 2 (p-1)/p n / bw = 1 us + 4000 / 1e11 s)
+    allreduce = 1e-6 + 4000 / 1e11
+    assert graph.terms["allreduce"] == pytest.approx(allreduce) == eager.terms["allreduce"]
+    assert graph.terms["launches"] == 0 and graph.detail["exec"] == "graph"
+    assert graph.detail["kernels"] == 11 and graph.terms["kernel_gaps"] == pytest.approx(11 * 0.5e-6)
+    assert graph.terms["graph_launch"] == pytest.approx(24e-6 - 5.5e-6 - allreduce, abs=1e-9)  # GPU work ~0
+    assert graph.total_s < eager.total_s / 4
+    assert set(graph.terms) == set(TERMS) and math.isclose(sum(graph.terms.values()), graph.total_s)
+
+
+def test_graph_prediction_at_the_issues_point():
+    # H=512 on 2 x H200 (calibrated): at B=800 the eager shard step is host-bound (its launches exceed
+    # the GPU work); a replay is one launch, hidden behind the GPU time
+    m = load_machine("h200-calibrated")
+    sizes = (784, 512, 10)
+    kw = dict(comm="nccl", batch_transfer="resident", parallel="model")
+    eager = predict_strategy(m, sizes, 800, 2, **kw)
+    graph = predict_strategy(m, sizes, 800, 2, **kw, exec_mode="graph")
+    assert eager.terms["launches"] > 0 and graph.terms["launches"] == 0
+    assert graph.total_s < eager.total_s
+    # the same GEMMs and collectives; the graph adds the resident piece's copy into its static inputs:
+    # 2 (D + C) b s bytes of memory traffic, 2 * 794 * 800 * 4 over the bandwidth
+    assert graph.terms["gemm"] == eager.terms["gemm"] and graph.terms["allreduce"] == eager.terms["allreduce"]
+    assert math.isclose(graph.terms["elementwise"] - eager.terms["elementwise"],
+                        2 * 794 * 800 * 4 / m.mem_bw_bytes_per_s)
+    # auto predicts what the trainer runs: graph with NCCL, eager with the staged exchange
+    assert predict_strategy(m, sizes, 800, 2, **kw, exec_mode="auto") == graph
+    staged = dict(kw, comm="mpi-staged")
+    assert predict_strategy(m, sizes, 800, 2, **staged, exec_mode="auto") == predict_strategy(m, sizes, 800, 2,
+                                                                                              **staged)
+    with pytest.raises(PartitionError, match="--exec graph with --parallel model needs --comm nccl"):
+        predict_strategy(m, sizes, 800, 2, **staged, exec_mode="graph")
+
+
+def test_one_rank_of_model_parallelism_in_graph_mode_is_the_data_parallel_graph_step():
+    # a model group of one holds the whole network and calls no collective: the same replay as data
+    # parallelism on one GPU (whose allreduce over one rank costs nothing)
+    m = load_machine("h200-calibrated")
+    for transfer in ("resident", "pinned", "pageable"):
+        for traced in (False, True):
+            one = predict_strategy(m, (784, 512, 10), 3200, 1, "float32", "nccl", transfer, "model",
+                                   traced=traced, exec_mode="graph")
+            data = predict_batch(m, (784, 512, 10), 3200, 1, "float32", "nccl", transfer, traced=traced,
+                                 exec_mode="graph")
+            assert one.total_s == pytest.approx(data.total_s, rel=1e-12), (transfer, traced)
+
+
+def test_graph_prediction_of_the_server_and_the_grid():
+    m = load_machine("h200-calibrated")
+    sizes = (784, 512, 10)
+    for kw in (dict(comm="ps-nccl"), dict(parallel="hybrid", model_procs=2)):
+        eager = predict_strategy(m, sizes, 3200, 4, **{"comm": "nccl", "batch_transfer": "resident", **kw})
+        graph = predict_strategy(m, sizes, 3200, 4, **{"comm": "nccl", "batch_transfer": "resident", **kw},
+                                 exec_mode="graph", traced=True)
+        assert graph.terms["launches"] == 0 and graph.terms["allreduce"] == eager.terms["allreduce"]
+        assert graph.terms["tracing"] == m.trace_event_s  # one CUDA event: the replay's
+    ranking = best_strategy(m, sizes, 3200, 2, exec_mode="graph")
+    assert {p.detail.get("exec") for _, p in ranking} == {"graph"}
+
+
+@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
+def test_graph_mode_phases(transfer):
+    from perfmlp.trace.format import batch_phases
+    h2d = [] if transfer == "resident" else ["h2d"]
+    for comm in ("mpi-staged", "nccl"):
+        assert step_phases((784, 512, 10), 2, 0, "data", 0, comm, transfer, "graph") == \
+            batch_phases(comm, transfer, "graph")
+    # the whole step in one replay: the combines and the exchanges are inside it
+    for parallel, mp, comm in (("model", 0, "nccl"), ("hybrid", 2, "nccl"), ("data", 0, "ps-nccl")):
+        for rank in range(4):
+            assert step_phases((784, 512, 10), 4, rank, parallel, mp, comm, transfer, "graph") == \
+                tuple(h2d + ["graph"])
+            assert step_phases((784, 512, 10), 4, rank, parallel, mp, comm, transfer, "auto") == \
+                tuple(h2d + ["graph"])
+    assert "combine" in step_phases((784, 512, 10), 2, 0, "model", 0, "mpi-staged", transfer, "auto")
+
+
+def test_the_trainer_and_the_model_resolve_exec_alike():
+    # one rule (perfmlp/model/predict.py: resolve_exec, graph_refusal): where `auto` runs eagerly,
+    # `--exec graph` is refused, and where it runs graphs, `--exec graph` is accepted
+    from perfmlp.backend import check_options, exec_mode
+    from perfmlp.config import from_mapping
+    from perfmlp.errors import PerfmlpError
+    from perfmlp.model.predict import resolve_exec
+    seen = set()
+    for backend in ("numpy", "cupy"):
+        for parallel in ("data", "model", "hybrid"):
+            for comm in ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl"):
+                base = dict(backend=backend, parallel=parallel, comm=comm, model_procs=1 if parallel == "hybrid" else 0)
+                try:
+                    cfg = from_mapping(base)
+                    name = check_options(cfg)
+                except PerfmlpError:
+                    continue  # refused whatever the execution mode
+                mode = exec_mode(cfg, name)
+                assert mode == resolve_exec("auto", backend, parallel, comm)
+                refused = None
+                try:
+                    check_options(from_mapping({**base, "exec": "graph"}))
+                except PerfmlpError as e:
+                    refused = str(e)
+                assert (refused is None) == (mode == "graph"), (base, refused)
+                assert exec_mode(from_mapping({**base, "exec": "eager"}), name) == "eager"
+                seen.add((backend, parallel, comm, mode))
+    assert ("cupy", "model", "nccl", "graph") in seen and ("cupy", "hybrid", "nccl", "graph") in seen
+    assert ("cupy", "data", "ps-nccl", "graph") in seen and ("cupy", "data", "mpi-staged", "graph") in seen
+    assert ("cupy", "model", "mpi-staged", "eager") in seen and ("cupy", "model", "auto", "eager") in seen
+    assert ("numpy", "model", "mpi", "eager") in seen
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "cupy", "--parallel", "model", "--comm", "mpi-staged", "--exec", "graph"],
+     "--exec graph with --parallel model needs --comm nccl (with --comm mpi-staged the model group's "
+     "allreduces need the host inside the step): use --comm nccl or --exec eager"),
+    (["--backend", "cupy", "--parallel", "hybrid", "--model-procs", "1", "--exec", "graph"],
+     "--exec graph with --parallel hybrid needs --comm nccl (with --comm auto the model group's "
+     "allreduces need the host inside the step): use --comm nccl or --exec eager"),
+    (["--backend", "numpy", "--parallel", "model", "--exec", "graph"],
+     "--exec graph needs the cupy backend (this run is on numpy)"),
+    (["--backend", "cupy", "--parallel", "model", "--comm", "nccl", "--overlap"],
+     "--overlap is for data parallelism with an allreduce (this run: --parallel model)"),
+    (["--backend", "cupy", "--comm", "ps-nccl", "--exec", "graph", "--overlap"],
+     "--overlap is for data parallelism with an allreduce (this run: --comm ps-nccl)"),
+])
+def test_graph_and_overlap_refusals_are_one_line_before_anything_is_written(tmp_path, args, message):
+    # checked before CuPy is imported: no GPU needed
+    r = run_perfmlp("--data", "synthetic", "--input-size", "10", "--n-train", "40", "--batch-size", "10",
+                    "--trace-dir", str(tmp_path), *args, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == f"perfmlp.run: error: {message}"
+    assert not any(tmp_path.iterdir())
+
+
+def test_model_cli_predicts_the_graph_step():
+    base = [sys.executable, "-m", "perfmlp.model", "--json", "--machine", "h200-calibrated", "--parallel", "model",
+            "--procs", "2", "--comm", "nccl", "--batch-transfer", "resident"]
+    r = subprocess.run(base + ["--exec", "auto"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["config"]["exec"] == "graph" and s["prediction"]["terms_s"]["launches"] == 0
+    assert [x["phases"] for x in s["ranks"]] == [["graph"], ["graph"]]
+    r = subprocess.run(base[:-4] + ["--comm", "mpi-staged", "--exec", "graph"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs --comm nccl" in r.stderr
+
+
+def test_sweep_predicts_a_partitioned_run_as_it_will_run():
+    from perfmlp.config import from_mapping
+    from perfmlp.sweep import SweepRun, predict_run
+    m = load_machine("h200-calibrated")
+    for comm, mode in (("nccl", "graph"), ("mpi-staged", "eager")):
+        cfg = from_mapping(dict(backend="cupy", parallel="model", comm=comm, batch_transfer="resident",
+                                hidden_sizes=[512], batch_size=3200, trace=False))
+        run = SweepRun(run_id="r", procs=2, values={}, config=cfg)
+        want = predict_strategy(m, cfg.layer_sizes, 3200, 2, "float32", comm, "resident", "model", exec_mode=mode)
+        assert predict_run(m, run)["total_s"] == want.total_s
+
+
 # ---- the trainer: equal to one process --------------------------------------------------------------
 
 @pytest.mark.parametrize("procs", [1, 2, 3, 4])

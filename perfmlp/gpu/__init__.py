@@ -33,3 +33,15 @@ def require_cupy():
     if n == 0:
         raise PerfmlpError("--backend cupy: no CUDA GPU found")
     return cupy
+
+
+def use_device(cupy, rank: int):
+    """Rank r on GPU r mod (GPUs on its node), and a non-blocking stream of
+    its own made current, returned: every kernel, copy and collective of the
+    step goes there (a CUDA graph cannot be captured on the legacy default
+    stream). Called before anything that keeps the current stream (the
+    network, the batch source, the reducers)."""
+    cupy.cuda.Device(rank % cupy.cuda.runtime.getDeviceCount()).use()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    stream.use()
+    return stream

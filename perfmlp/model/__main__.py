@@ -104,9 +104,10 @@ def main(argv=None) -> int:
                     help="ranks per model group with --parallel hybrid (default: none, hybrid needs it)")
     ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable",
                     help="how each batch reaches the GPU (default: pageable)")
-    ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph"), default="eager",
-                    help="how the step is issued: eager (kernel by kernel, host launch per kernel) or graph "
-                         "(one captured graph replayed per step) (default: eager)")
+    ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph", "auto"), default="eager",
+                    help="how the step is issued: eager (kernel by kernel, host launch per kernel), graph "
+                         "(one captured graph replayed per step) or auto (as the trainer on a GPU: graph where "
+                         "the step can be captured) (default: eager)")
     ap.add_argument("--overlap", action="store_true",
                     help="gradient allreduce started per layer during the backward pass (default: after it)")
     ap.add_argument("--bucket-bytes", type=_positive, default=DEFAULT_BUCKET_BYTES, metavar="BYTES",
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
             if a.model_procs and a.parallel != "hybrid":
                 raise PartitionError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
             s = partition_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
-                                  a.parallel, a.model_procs or 0)
+                                  a.parallel, a.model_procs or 0, a.exec_mode)
         except PartitionError as e:
             print(f"perfmlp.model: error: {e}", file=sys.stderr)
             return 2

@@ -30,6 +30,13 @@ A shard is therefore a plain network of sizes (D, own_1, n_2, own_3, ...,
 C) (`shard_sizes`), which the trainer runs with the same kernels.
 
 Collectives over a group of one rank are not called (and not counted).
+
+Execution modes: as data parallelism's, eager (kernel by kernel) or graph:
+with NCCL (and the parameter server's ps-nccl) the whole step, the model
+group's allreduces included, is one CUDA graph replayed per batch; the
+staged and host exchanges need the host inside the step, so they run
+eagerly (predict.py's graph_refusal and resolve_exec, which the trainer
+uses too).
 """
 from __future__ import annotations
 
@@ -38,7 +45,7 @@ from dataclasses import dataclass
 
 from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, piece, pieces
 from .machine import Machine
-from .predict import TERMS, Prediction, predict_batch, ring_allreduce_s, staging_memory
+from .predict import TERMS, Prediction, graph_refusal, predict_batch, resolve_exec, ring_allreduce_s, staging_memory
 
 PARALLEL = ("data", "model", "hybrid")
 PS_COMMS = ("ps", "ps-nccl")           # the parameter server: host MPI (NumPy), NCCL (GPU)
@@ -253,22 +260,42 @@ def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> flo
     return steps * alpha + nbytes / bw
 
 
+def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
+    """The execution mode a strategy's step runs in (`auto`: resolve_exec);
+    graph where the step cannot be captured is a PartitionError with the
+    trainer's message (graph_refusal)."""
+    mode = resolve_exec(exec_mode, "cupy", parallel, comm)
+    if mode == "graph":
+        why = graph_refusal("numpy" if comm in ("mpi", "ps") else "cupy", parallel, comm)
+        if why:
+            raise PartitionError(why)
+    return mode
+
+
 def traced_events(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
-                  batch_transfer: str) -> int:
+                  batch_transfer: str, exec_mode: str = "eager") -> int:
     """CUDA events a traced batch of this rank records: one per phase (see
     perfmlp/partition.py's step)."""
-    return len(step_phases(layer_sizes, procs, rank, parallel, model_procs, comm, batch_transfer))
+    return len(step_phases(layer_sizes, procs, rank, parallel, model_procs, comm, batch_transfer, exec_mode))
 
 
 def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
-                batch_transfer: str) -> tuple[str, ...]:
-    """The phases one batch of this rank records, in order."""
+                batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
+    """The phases one batch of this rank records, in order. In graph mode
+    one replay (`graph`) stands for forward, combine, loss and backward, and
+    with NCCL for the exchange and the update too (trace/format.py's
+    batch_phases names data parallelism's the same way)."""
     p_data, p_model = grid(procs, parallel, model_procs)
     out = [] if batch_transfer == "resident" else ["h2d"]
-    out.append("forward")
-    if p_model > 1 and layer_splits(len(layer_sizes) - 1)[-1] == "col":
-        out.append("combine")
-    out += ["loss", "backward"]
+    if strategy_exec(exec_mode, parallel, comm) == "graph":
+        out.append("graph")
+        if comm in DEVICE_COMMS:
+            return tuple(out)
+    else:
+        out.append("forward")
+        if p_model > 1 and layer_splits(len(layer_sizes) - 1)[-1] == "col":
+            out.append("combine")
+        out += ["loss", "backward"]
     if comm in PS_COMMS:
         out += ["reduce"] + (["update"] if rank == ROOT else []) + ["bcast"]
         return tuple(out)
@@ -280,20 +307,33 @@ def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: 
 
 def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                      comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
-                     model_procs: int = 0, traced: bool = False) -> Prediction:
+                     model_procs: int = 0, traced: bool = False, exec_mode: str = "eager") -> Prediction:
     """Predicted time per batch of a strategy, with predict.py's terms. Data
     parallelism with an allreduce is predict_batch itself. Otherwise the
     compute terms are predict_batch's for the slowest rank's own step (rank
     0: the largest piece and the largest shard) and `allreduce` holds every
     collective of the step (combines, gradients, the server's reduce and
-    broadcast); mpi-staged adds a D2H and an H2D copy around each."""
+    broadcast); mpi-staged adds a D2H and an H2D copy around each.
+
+    `exec_mode` (eager, graph; auto: resolve_exec's choice for the
+    strategy): eager pays `launches`, the host's launches that the GPU work
+    does not hide. Graph mode is one replay of the whole step (NCCL only:
+    strategy_exec refuses the rest), as predict_batch predicts data
+    parallelism's: no per-launch host term, the graph's kernel gaps, the
+    resident piece's copy into the static inputs, and `graph_launch`, the
+    host's one launch where it exceeds the replay's GPU time (the rank's own
+    step's, predict_batch's timeline, less the collectives that the replay
+    also holds)."""
     if parallel == "data" and comm not in PS_COMMS:
-        return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced)
+        return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced,
+                             exec_mode=exec_mode)
+    mode = strategy_exec(exec_mode, parallel, comm)
+    graph = mode == "graph"
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
-    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, "nccl", batch_transfer, traced)
+    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, "nccl", batch_transfer, traced, exec_mode=mode)
     terms = dict.fromkeys(TERMS, 0.0)
-    for k in ("gemm", "elementwise", "h2d_batch"):
+    for k in ("gemm", "elementwise", "h2d_batch") + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
     mem = staging_memory(batch_transfer)
     for c in rc.collectives:
@@ -302,21 +342,27 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
         if comm == "mpi-staged":
             terms["d2h_grad"] += machine.copy_s("d2h", mem, n)
             terms["h2d_grad"] += machine.copy_s("h2d", mem, n)
-    per_op = machine.traced_launch_overhead_s if traced and machine.traced_launch_overhead_s else \
-        machine.launch_overhead_s
-    hidden_by = terms["gemm"] + terms["elementwise"]
-    if batch_transfer == "resident" and comm in DEVICE_COMMS:
-        hidden_by += terms["allreduce"]  # no synchronisation in the step: the host runs ahead
-    terms["launches"] = max(0.0, rc.ops * per_op - hidden_by)
+    if graph:
+        # the collectives run inside the replay: they hide the launch too, unless a pageable copy
+        # synchronised the host before it (pinned copies and resident data do not)
+        hidden = terms["allreduce"] if batch_transfer != "pageable" else 0.0
+        terms["graph_launch"] = max(0.0, own.terms["graph_launch"] - hidden)
+    else:
+        per_op = machine.traced_launch_overhead_s if traced and machine.traced_launch_overhead_s else \
+            machine.launch_overhead_s
+        hidden_by = terms["gemm"] + terms["elementwise"]
+        if batch_transfer == "resident" and comm in DEVICE_COMMS:
+            hidden_by += terms["allreduce"]  # no synchronisation in the step: the host runs ahead
+        terms["launches"] = max(0.0, rc.ops * per_op - hidden_by)
     if traced and machine.trace_event_s:
         terms["tracing"] = machine.trace_event_s * traced_events(layer_sizes, procs, ROOT, parallel, model_procs,
-                                                                 comm, batch_transfer)
+                                                                 comm, batch_transfer, mode)
     total = sum(terms.values())
-    compute = terms["gemm"] + terms["elementwise"] + terms["launches"]
+    compute = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["launches"] + terms["graph_launch"]
     job = sum(rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer).flops_total
               for r in range(procs))
     return Prediction(terms, total, max(compute, total - compute), rc.flops_total, job,
-                      rc.bytes_h2d + rc.bytes_d2h, machine.name)
+                      rc.bytes_h2d + rc.bytes_d2h, machine.name, {"exec": mode, "kernels": own.detail["kernels"]})
 
 
 # ---- which strategy wins ----------------------------------------------------------------------
@@ -352,9 +398,11 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
 
 
 def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = "float32",
-                  batch_transfer: str = "resident", device: bool = True, traced: bool = False
-                  ) -> list[tuple[str, Prediction]]:
-    """Every candidate strategy that can run, fastest first: (label, prediction)."""
+                  batch_transfer: str = "resident", device: bool = True, traced: bool = False,
+                  exec_mode: str = "eager") -> list[tuple[str, Prediction]]:
+    """Every candidate strategy that can run, fastest first: (label,
+    prediction). `exec_mode` graph or auto: each candidate in graph mode
+    where its step can be captured, else eagerly."""
     out = []
     for st in candidates(procs, device):
         try:
@@ -364,22 +412,24 @@ def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precisi
                 continue
         except PartitionError:
             continue
+        mode = "eager" if exec_mode == "eager" else resolve_exec("auto", "cupy", st.parallel, st.comm)
         pred = predict_strategy(machine, layer_sizes, batch, procs, precision, st.comm, batch_transfer,
-                                st.parallel, st.model_procs, traced)
+                                st.parallel, st.model_procs, traced, mode)
         out.append((label(st.parallel, st.model_procs, st.comm, procs), pred))
     return sorted(out, key=lambda x: x[1].total_s)
 
 
 def crossover_batch(machine: Machine, layer_sizes, procs: int, a: Strategy, b: Strategy, lo: int = 1,
-                    hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = "resident") -> int | None:
+                    hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = "resident",
+                    exec_mode: str = "eager") -> int | None:
     """The smallest batch in [lo, hi] at which strategy b is predicted no
     slower than a, found by bisection where the sign changes once (None: b
     never catches up in the range)."""
     def b_wins(B):
         ta = predict_strategy(machine, layer_sizes, B, procs, precision, a.comm, batch_transfer, a.parallel,
-                              a.model_procs).total_s
+                              a.model_procs, exec_mode=exec_mode).total_s
         tb = predict_strategy(machine, layer_sizes, B, procs, precision, b.comm, batch_transfer, b.parallel,
-                              b.model_procs).total_s
+                              b.model_procs, exec_mode=exec_mode).total_s
         return tb <= ta
     if b_wins(lo):
         return lo
@@ -399,7 +449,7 @@ SCHEMA = "perfmlp.model.partition/1"
 
 def partition_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                       comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
-                      model_procs: int = 0) -> dict:
+                      model_procs: int = 0, exec_mode: str = "eager") -> dict:
     """A strategy's counts per rank, bytes per step and predicted time, and
     every candidate strategy at the same size, fastest first (schema in
     docs/model.md)."""
@@ -408,28 +458,30 @@ def partition_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1,
     check_shard(layer_sizes, p_model)
     ranks = [rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer)
              for r in range(procs)]
+    mode = strategy_exec(exec_mode, parallel, comm)
     pred = predict_strategy(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, parallel,
-                            model_procs)
+                            model_procs, exec_mode=mode)
     device = comm in DEVICE_COMMS or comm == "mpi-staged"
     return {
         "schema": SCHEMA,
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
-                   "comm": comm, "batch_transfer": batch_transfer, "parallel": parallel,
+                   "comm": comm, "batch_transfer": batch_transfer, "exec": mode, "parallel": parallel,
                    "grid": [p_data, p_model], "strategy": label(parallel, model_procs, comm, procs),
                    "layer_splits": list(layer_splits(len(layer_sizes) - 1))},
         "ranks": [{"rank": c.rank, "b": c.b, "sizes": list(c.sizes), "flops": c.flops, "flops_total": c.flops_total,
                    "bytes_h2d": c.bytes_h2d, "bytes_d2h": c.bytes_d2h, "bytes_mpi": c.bytes_mpi,
                    "bytes_nccl": c.bytes_nccl, "collectives": c.collective_list(comm),
                    "phases": list(step_phases(layer_sizes, procs, c.rank, parallel, model_procs, comm,
-                                              batch_transfer))} for c in ranks],
+                                              batch_transfer, mode))} for c in ranks],
         "bytes_per_step": {"per_rank": max(c.bytes_comm for c in ranks), "job": sum(c.bytes_comm for c in ranks)},
         "prediction": {"terms_s": pred.terms, "total_s": pred.total_s, "overlapped_s": pred.overlapped_s,
                        "job_flops_per_s": pred.flops_job / pred.total_s,
                        "utilisation": pred.flops_job / pred.total_s / (procs * machine.peak_flops_per_s(precision))},
         "strategies": [{"strategy": name, "total_s": p.total_s, "comm_s": p.terms["allreduce"]}
                        for name, p in best_strategy(machine, layer_sizes, batch, procs, precision, batch_transfer,
-                                                    device=device or comm in ("nccl", "ps-nccl"))],
+                                                    device=device or comm in ("nccl", "ps-nccl"),
+                                                    exec_mode=mode)],
     }
 
 
@@ -439,7 +491,8 @@ def format_partition(s: dict) -> str:
     lines = [f"machine: {s['machine']['name']} ({s['machine']['path']})",
              f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']}, {cfg['procs']} process(es) as "
              f"{cfg['strategy']} (p_data x p_model = {cfg['grid'][0]} x {cfg['grid'][1]}, layers "
-             f"{', '.join(cfg['layer_splits'])}), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}",
+             f"{', '.join(cfg['layer_splits'])}), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}, "
+             f"exec {cfg['exec']}",
              "", f"{'rank':<6}{'b':>7}{'shard':>20}{'FLOPs':>16}{'bytes MPI':>12}{'bytes NCCL':>12}  collectives"]
     for r in s["ranks"]:
         coll = ", ".join(f"{n} {e:,}" for n, e in r["collectives"]) or "none"

@@ -63,10 +63,33 @@ EXECS = ("eager", "graph")
 COMPUTE_TERMS = tuple(t for t in TERMS if TERM_GROUP[t] == "compute")
 
 
-def resolve_exec(exec_mode: str) -> str:
-    """The execution mode the model predicts: `auto` is predicted as eager
-    (the trace says which ran where the trainer records it)."""
-    return "eager" if exec_mode in (None, "auto") else exec_mode
+def graph_refusal(backend: str, parallel: str = "data", comm: str = "nccl") -> str | None:
+    """Why a step cannot run as CUDA graphs (the trainer's one-line error
+    for `--exec graph`), or None where it can. A graph needs the GPU, and
+    every part of the step that it holds must run without the host:
+    partitioned steps (model, hybrid) issue the model group's allreduces
+    inside the forward and backward passes, so they need NCCL; data
+    parallelism's staged exchange runs eagerly after a replay of forward to
+    backward, and the parameter server's with ps-nccl is all NCCL."""
+    if backend != "cupy":
+        return f"--exec graph needs the cupy backend (this run is on {backend})"
+    if parallel != "data" and comm != "nccl":
+        return (f"--exec graph with --parallel {parallel} needs --comm nccl (with --comm {comm} the model "
+                "group's allreduces need the host inside the step): use --comm nccl or --exec eager")
+    return None
+
+
+def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "data", comm: str = "nccl") -> str:
+    """The execution mode that runs, for the trainer (perfmlp/backend.py)
+    and the model alike: `auto` is CUDA graphs wherever the step can be
+    captured (graph_refusal: the cupy backend, and NCCL for a partitioned
+    step), else eager. The model describes GPU runs, so `backend` defaults
+    to cupy; the comm of host MPI (mpi, ps) is the NumPy backend's."""
+    if exec_mode not in (None, "auto"):
+        return exec_mode
+    if comm in ("mpi", "ps"):
+        backend = "numpy"
+    return "graph" if graph_refusal(backend, parallel, comm) is None else "eager"
 
 
 def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> int:
@@ -76,7 +99,7 @@ def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> i
     the first three, and of all five with nccl), and h2d unless the data is
     resident, d2h and h2d_grad with mpi-staged (perfmlp/trace/format.py:
     batch_phases; a test holds the two equal)."""
-    if resolve_exec(exec_mode) == "graph":
+    if resolve_exec(exec_mode, comm=comm) == "graph":
         step = 1 if comm == "nccl" else 3
     else:
         step = 5
@@ -270,7 +293,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                   gemm: str = "cublas") -> Prediction:
     """Predicted time per batch. `traced`: the run has perfmlp's tracer on;
-    `exec_mode`: eager or graph (auto: eager); `overlap`: the gradient
+    `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
     allreduce pipelined with the backward pass; `gemm`: the GEMM kernel.
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
@@ -278,7 +301,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     pageable copy, the staged gradients) the stream starts empty and waits
     for the host's launches until the host is ahead again; without a
     synchronisation only the host's excess over the GPU time shows."""
-    exec_mode = resolve_exec(exec_mode)
+    exec_mode = resolve_exec(exec_mode, comm=comm)
     if exec_mode not in EXECS:
         raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
     isz = itemsize_of(precision)

@@ -108,6 +108,7 @@ class RunSummary:
     verdict: str
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
+    exec: str = "eager"         # the execution mode that ran (exec_of)
 
     @property
     def strategy(self) -> str:
@@ -183,8 +184,13 @@ def predicted_terms(pred: Prediction) -> dict[str, float]:
 
 def exec_of(run: Run) -> str:
     """The execution mode that ran: the manifest's record, else the
-    configuration's (`auto` predicted as eager)."""
-    return resolve_exec(run.manifest.get("exec") or run.config.get("exec", "auto"))
+    configuration's as the trainer resolves it (`auto`: resolve_exec's
+    choice for the run's backend, strategy and exchange); a trace made
+    before --exec existed ran eagerly."""
+    c = run.config
+    backend = run.manifest.get("backend") or c.get("backend", "cupy")
+    return resolve_exec(run.manifest.get("exec") or c.get("exec", "eager"), "numpy" if backend == "numpy" else "cupy",
+                        c.get("parallel", "data"), run.comm)
 
 
 def _endings(run: Run) -> tuple[tuple[int, str], ...]:
@@ -221,7 +227,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         if c.get("parallel", "data") != "data" or comm in ("ps", "ps-nccl"):
             return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                                     c["batch_transfer"], c.get("parallel", "data"), c.get("model_procs", 0),
-                                    traced=True)
+                                    traced=True, exec_mode=exec_of(run))
         gemm = c.get("gemm", "cublas")
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                              c["batch_transfer"], traced=True, exec_mode=exec_of(run),
@@ -247,7 +253,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         imbalance_ms=imbalance,
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
                         imbalance),
-        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)))
+        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run))
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,

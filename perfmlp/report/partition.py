@@ -74,7 +74,7 @@ def section_partition(a: Analysis) -> Section | None:
             counted, model = comm_bytes(a, r)
             pred = r.predicted
             rows.append({"H": r.hidden_label, "B": batch, "procs": procs, "strategy": name, "comm": r.comm,
-                         "transfer": transfer, "ms per batch": r.t_ms,
+                         "transfer": transfer, "exec": r.exec, "ms per batch": r.t_ms,
                          "predicted ms": pred.total_s * 1e3 if pred else None,
                          "error %": r.error_pct(pred), "bytes to collectives per rank (counted)": counted,
                          "bytes per rank (model)": model, "counted = model": counted == model,
@@ -107,6 +107,7 @@ def section_partition(a: Analysis) -> Section | None:
         transfer = statistics.mode(k[4] for k in gpu_groups)
         prec = statistics.mode(k[3] for k in gpu_groups)
         device = statistics.mode(r.comm in DEVICE_COMMS for k in gpu_groups for r in groups[k].values())
+        mode = statistics.mode(r.exec for k in gpu_groups for r in groups[k].values())
         hs = sorted({k[0][0] for k in gpu_groups if len(k[0]) == 1})
         bs = sorted({k[1] for k in gpu_groups})
         meas = [{"H": k[0][0], "B": k[1], "winner": w["measured winner"], "agree": w["agree"] != "no"}
@@ -115,9 +116,9 @@ def section_partition(a: Analysis) -> Section | None:
         m = a.machines.primary
         s.figures.append(Figure(
             "partition_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
-            f"{'NCCL' if device else 'host MPI'} ({m.name}); measured points: the measured winner, "
-            "a red cross where the model disagreed", strategy_map,
-            dict(machine=m, D=D, C=C, procs=procs, precision=prec, transfer=transfer, device=device,
+            f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); measured points: the measured "
+            "winner, a red cross where the model disagreed", strategy_map,
+            dict(machine=m, D=D, C=C, procs=procs, precision=prec, transfer=transfer, device=device, exec_mode=mode,
                  h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2), b_range=(min(bs + [B]) / 2, max(bs + [B]) * 2),
                  measured=meas)))
     if points:
@@ -128,8 +129,10 @@ def section_partition(a: Analysis) -> Section | None:
 
 # ---- figures ----------------------------------------------------------------------------------
 
-def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=25):
-    """The predicted best strategy on a log grid of H and B, and the measured winners on it."""
+def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=25,
+                 exec_mode="eager"):
+    """The predicted best strategy on a log grid of H and B, and the measured winners on it
+    (exec_mode graph: each strategy in graph mode where its step can be captured)."""
     plt = _plt()
     hs = np.unique(np.geomspace(*h_range, n).round().astype(int))
     bs = np.unique(np.geomspace(max(b_range[0], procs), b_range[1], n).round().astype(int))
@@ -137,7 +140,8 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     grid = np.zeros((len(bs), len(hs)), dtype=int)
     for j, h in enumerate(hs):
         for i, b in enumerate(bs):
-            ranking = best_strategy(machine, (D, int(h), C), int(b), procs, precision, transfer, device)
+            ranking = best_strategy(machine, (D, int(h), C), int(b), procs, precision, transfer, device,
+                                    exec_mode=exec_mode)
             if not ranking:
                 continue
             best = ranking[0][0]

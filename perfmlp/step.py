@@ -1,0 +1,85 @@
+"""The training step, written once for every strategy and execution mode.
+
+A strategy's step is two parts (`Parts`), each a function that issues its
+kernels, copies and collectives with the trace phases it records:
+- `compute(net, x, y, phase, counts)`: the batch piece to the gradients:
+  forward, loss, backward. Model parallelism's adds the model group's
+  allreduces (through the shard's hooks) and the `combine` phase
+  (perfmlp/partition.py: shard_compute).
+- `exchange(net, reducer, phase, counts, nonfinite)`: the gradient exchange
+  and the update (the parameter server's: reduce, update on rank 0,
+  broadcast; perfmlp/partition.py: server_exchange); returns the batch's
+  reduced cross-entropy sum where reading it costs no device
+  synchronisation, else None, and raises `nonfinite` before an update
+  with a loss that is not finite.
+
+`step` issues both eagerly, or replays the step's CUDA graph
+(perfmlp/gpu/graph.py: GraphStep), which captured these same functions
+once per piece size: the compute part, and the exchange part too where it
+needs no host (`whole_step`: NCCL, ps-nccl); otherwise the exchange runs
+eagerly after the replay.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import RunFailure
+
+
+class NonFiniteLoss(RunFailure):
+    """Seen on every rank at once (the loss is reduced with the gradients).
+    `params`: the last finite parameters, `where`: which they are."""
+
+    params: dict | None = None
+    where: str = ""
+
+
+def compute(net, x, y, phase, counts) -> None:
+    """Data parallelism's: forward, loss and backward on the rank's piece."""
+    with phase("forward"):
+        net.forward(x)
+    with phase("loss"):
+        net.loss(y)
+    with phase("backward"):
+        net.backward()
+
+
+def exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+    """The reducer's sum of the gradient buffer over the ranks, then the update."""
+    reducer.reduce(net.g.flat, phase, counts)
+    ce = reducer.host_value(net.g.flat, net.g.n_params)
+    if ce is not None and not np.isfinite(ce):
+        raise nonfinite(ce)  # before the update: the parameters are still the last finite ones
+    with phase("update"):
+        net.update()
+    return ce
+
+
+@dataclass(frozen=True)
+class Parts:
+    compute: Callable = compute
+    exchange: Callable = exchange
+
+
+DATA = Parts()
+
+
+def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, parts: Parts = DATA,
+         nonfinite=NonFiniteLoss) -> float | None:
+    """One training step on samples [lo, hi) of the (current) dataset order;
+    returns the batch's reduced cross-entropy sum where reading it costs no
+    device synchronisation, else None. `graph` (a gpu.graph.GraphStep made
+    with the same `parts`): the compute part (and, `whole_step`, the
+    exchange too) replayed as a CUDA graph instead of launched kernel by
+    kernel."""
+    if graph is None:
+        x, y = batches.get(lo, hi, phase, counts)
+        parts.compute(net, x, y, phase, counts)
+    else:
+        graph.replay(lo, hi, phase, counts)
+        if graph.whole_step:
+            return None  # the exchange and the update were in the graph; the loss stays on the device
+    return parts.exchange(net, reducer, phase, counts, nonfinite)
