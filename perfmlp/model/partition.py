@@ -150,7 +150,7 @@ class RankCounts:
     bytes_d2h: int
     bytes_mpi: int
     bytes_nccl: int
-    ops: int                    # operations launched (priced one by one)
+    kernels: int                # kernels launched (a host launch each, eager)
 
     @property
     def flops_total(self) -> int:
@@ -200,9 +200,9 @@ def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, p
     sizes = shard_sizes(layer_sizes, p_model, m)
     base = batch_counts(sizes, b, itemsize, "nccl", batch_transfer)  # compute and the batch copy only
     flops = dict(base.flops)
-    ops = sum(base.operations.values())
+    kernels = sum(base.kernels.values())
     if comm in PS_COMMS and rank != ROOT:
-        ops -= base.operations["update"]
+        kernels -= base.kernels["update"]
         del flops["update"]  # only the server updates
     colls = rank_collectives(layer_sizes, batch, procs, rank, parallel, model_procs, comm)
     nbytes = itemsize * sum(c.elements for c in colls)
@@ -210,7 +210,7 @@ def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, p
     return RankCounts(rank=rank, b=b, sizes=sizes, flops=flops, collectives=colls,
                       bytes_h2d=base.bytes_h2d + (nbytes if staged else 0), bytes_d2h=nbytes if staged else 0,
                       bytes_mpi=0 if comm in DEVICE_COMMS else nbytes, bytes_nccl=nbytes if comm in DEVICE_COMMS else 0,
-                      ops=ops)
+                      kernels=kernels)
 
 
 def step_bytes(layer_sizes, batch: int, procs: int, itemsize: int, parallel: str = "data", model_procs: int = 0,
@@ -353,7 +353,7 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
         hidden_by = terms["gemm"] + terms["elementwise"]
         if batch_transfer == "resident" and comm in DEVICE_COMMS:
             hidden_by += terms["allreduce"]  # no synchronisation in the step: the host runs ahead
-        terms["launches"] = max(0.0, rc.ops * per_op - hidden_by)
+        terms["launches"] = max(0.0, rc.kernels * per_op - hidden_by)
     if traced and machine.trace_event_s:
         terms["tracing"] = machine.trace_event_s * traced_events(layer_sizes, procs, ROOT, parallel, model_procs,
                                                                  comm, batch_transfer, mode)
