@@ -108,6 +108,7 @@ class RunSummary:
     verdict: str
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
+    host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
 
     @property
     def strategy(self) -> str:
@@ -247,7 +248,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         imbalance_ms=imbalance,
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
                         imbalance),
-        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)))
+        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)),
+        host_enqueue=run.host_enqueue_times)
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,
