@@ -269,3 +269,41 @@ def test_validation_summary_per_mode_and_host_enqueue_runs_left_out(tmp_path):
     note = " ".join(sec.paragraphs)
     assert "1 configuration(s) (3 runs) are left out of the error figures" in note
     assert "host's enqueue time" in note and "Judged: 2 configuration(s)" in note
+
+
+@pytest.mark.skipif(not VALIDATE.exists(), reason="committed traces absent")
+def test_another_machine_files_predictions_are_shown_apart(tmp_path):
+    from perfmlp.model.scaled import scaled_values
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation import section_validation
+    from perfmlp.sweep import PREDICTIONS_SCHEMA
+    from perfmlp.trace.reader import read_traces
+    keep = ("validate-h512-b3200-p1-float32-resident-nccl-cublas-graph-",
+            "validate-h512-b800-p1-float32-resident-nccl-cublas-graph-")
+    for d in VALIDATE.iterdir():
+        if d.name.startswith(keep):
+            shutil.copytree(d, tmp_path / d.name)
+    runs, skipped = read_traces(tmp_path)
+    # the H200's calibration carried to the H100 and back to the H200 is the calibration itself
+    cal_path = ROOT / "benchmarks/results/h200-x2/validate/calibrated.yaml"
+    cal = load_machine(cal_path)
+    there = machine_from_mapping(scaled_values(cal, load_machine("h200"), load_machine("h100-sxm")), "h100.yaml")
+    back = machine_from_mapping(scaled_values(there, load_machine("h100-sxm"), load_machine("h200")), "back.yaml")
+    entries = {}
+    for r in runs:
+        c = r.config
+        pred = predict_batch(back, r.layer_sizes, c["batch_size"], r.procs, c["precision"], "nccl", "resident",
+                             traced=True, exec_mode="graph")
+        entries[r.run_id] = {"total_s": pred.total_s, "predicted_at": "2026-11-22T00:00:00+00:00"}
+    (tmp_path / "predictions-back.json").write_text(json.dumps(
+        {"schema": PREDICTIONS_SCHEMA, "machine": {"name": "back", "sha256": "0" * 64}, "runs": entries}))
+    sec = section_validation(analyse(runs, skipped, load_study(None), str(cal_path), tmp_path))
+    tables = {t.name: t.rows for t in sec.tables}
+    main, other = tables["validation_summary"][0], tables["validation_predictions_back"][0]
+    assert other["runs"] == "all" and other["n"] == main["n"] == 2
+    # the same predictions as the report's own (no blind file here): the same errors
+    assert other["median |error| %"] == pytest.approx(main["median |error| %"], rel=1e-6)
+    assert other["worst |error| %"] == pytest.approx(main["worst |error| %"], rel=1e-6)
+    note = next(p for p in sec.paragraphs if p.startswith("Predicted with another machine file, back"))
+    assert "2 judged configuration(s), 2 blind" in note

@@ -62,7 +62,7 @@ def pick_machines(runs: list[Run], machine_arg: str | None) -> Machines:
             files.append(load_machine(f))
         except MachineError:
             continue
-    datasheet = next((m for m in files if gpu and m.name == gpu and not m.calibrated), None)
+    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
     calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
     if datasheet is None:
         datasheet = load_machine(DEFAULT_MACHINE)

@@ -35,6 +35,7 @@ from .analysis import Analysis, RunSummary, exec_of, predicted_terms
 from .sections import Section, Table
 
 PREDICTIONS = "predictions.json"  # perfmlp/sweep.py writes it
+MORE_PREDICTIONS = "predictions-*.json"   # sweep --predict-also: another machine file's, e.g. another GPU's
 MIN_STEADY = 20
 
 
@@ -61,13 +62,13 @@ def config_key(s: RunSummary, exec_mode: str, cfg: dict) -> tuple:
             bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", DEFAULT_BUCKET_BYTES)), bool(cfg.get("cprofile", False)))
 
 
-def read_predictions(folder: Path | None) -> tuple[dict | None, str]:
+def read_predictions(folder: Path | None, name: str = PREDICTIONS) -> tuple[dict | None, str]:
     """(the predictions file's content, one line about it)."""
     if folder is None:
         return None, "no trace folder"
-    path = Path(folder) / PREDICTIONS
+    path = Path(folder) / name
     if not path.exists():
-        return None, f"no {PREDICTIONS} beside the traces"
+        return None, f"no {name} beside the traces"
     try:
         data = json.loads(path.read_text())
         assert isinstance(data, dict) and isinstance(data.get("runs"), dict)
@@ -260,6 +261,8 @@ def section_validation(a: Analysis) -> Section:
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
                           "per communication, execution and transfer mode: the calibrated (or blind) prediction, "
                           "then the datasheet-only model's (columns 'datasheet ...')", summary))
+    for path in sorted(Path(a.folder).glob(MORE_PREDICTIONS)) if a.folder is not None else []:
+        cross_section(s, path, judged, groups, traces)
     s.tables.append(Table("validation_terms_summary", "Error per term (phase group), over the configurations",
                           per_term))
     s.tables.append(Table("validation_runs", "Each configuration: repeats, spread, prediction and error", rows))
@@ -271,6 +274,40 @@ def section_validation(a: Analysis) -> Section:
                               "eager, one GPU) of each size: perfmlp.whatif's prediction against the measurement",
                               wi))
     return s
+
+
+def cross_section(s: Section, path: Path, judged: list[dict], groups: dict, traces: dict) -> None:
+    """Another machine file's predictions of the judged configurations
+    (sweep --predict-also), their error apart from the main one's."""
+    preds, note = read_predictions(path.parent, path.name)
+    if preds is None:
+        s.paragraphs.append(f"{path.name}: {note}.")
+        return
+    by_label = {c.label: c for c in groups.values()}
+    rows, blind = [], 0
+    for j in judged:
+        c = by_label[j["configuration"]]
+        entries = [(preds["runs"].get(r.run_id), traces[r.run_id].manifest.get("start")) for r in c.runs]
+        entries = [(e, start) for e, start in entries if e]
+        if not entries:
+            continue
+        blind += all(blind_status(e, start) == "blind" for e, start in entries) and len(entries) == len(c.runs)
+        err = 100 * (entries[0][0]["total_s"] * 1e3 / c.t_ms - 1)
+        rows.append({**{k: j[k] for k in ("p", "comm", "exec", "transfer", "spread %")}, "error %": err,
+                     "within noise": within_noise(err, j["spread %"])})
+    m = preds.get("machine", {})
+    if not rows:
+        s.paragraphs.append(f"{path.name} ({m.get('name')}): no prediction of a judged configuration.")
+        return
+    summary = summary_rows(rows)
+    al = summary[0]
+    s.paragraphs.append(
+        f"Predicted with another machine file, {m.get('name')} ({path.name}, SHA-256 {str(m.get('sha256'))[:12]}): "
+        f"{al['n']} judged configuration(s), {blind} blind; median |error| {al['median |error| %']:.1f}%, worst "
+        f"{al['worst |error| %']:.1f}%, signed median {al['signed median %']:+.1f}%; sign: "
+        f"{sign_verdict(al['above'], al['below'])}.")
+    s.tables.append(Table(f"validation_{path.stem.replace('-', '_')}", f"Model error with {m.get('name')} "
+                          f"({path.name}), against the same medians of the repeats", summary))
 
 
 def judged_note(rows: list[dict], groups: dict, judged: list[dict], summary: list[dict], tg) -> str:
