@@ -85,6 +85,9 @@ def test_one_explanation_reproduces_every_published_time():
     n = grad_buffer_bytes(STUDY.layer_sizes, 4)
     for p, t in ex.allreduce_s.items():
         assert ring_allreduce_s(n, p, alpha, bw) == pytest.approx(t, rel=1e-6)
+    # every other term is c + X/p with c + X = T1 (the GEMM rate solved at p = 1), so the ring's latency is
+    # the published times' alone: (T1/2 - 3 T2/2 + T4) / 3 = (2.45 - 10.5 + 8.2) / 3 ms = 50 us
+    assert alpha == pytest.approx((PUB[1] / 2 - 1.5 * PUB[2] + PUB[4]) / 3 * 1e-3, rel=1e-6)
     # slower than 10 Gb/s Ethernet's line rate, faster than 1 Gb/s: the study's networks bracket it
     names = {net.name: net.mpi_bw_bytes_per_s for net in STUDY.networks}
     assert names["1 Gb/s Ethernet"] < bw < names["10 Gb/s Ethernet"]
