@@ -39,7 +39,11 @@ run it is about to launch, the model's predicted time per batch and terms,
 with the time the prediction was made and the machine file's SHA-256. An
 entry, once written, is never rewritten (a resumed sweep adds only runs it
 had not predicted), so the report can check that every prediction it
-judges was made before its run started.
+judges was made before its run started. `--predict-also MACHINE` (any
+number of times) writes the same for another machine file beside it, in
+`predictions-<file name>.json` (e.g. another GPU's calibration carried here
+by datasheet ratios, `python -m perfmlp.model.scaled`): the report shows
+each such file's error apart from the main one's.
 
 A trace folder is reused only when its manifest records the same
 configuration and process count and the run completed on every rank
@@ -77,6 +81,7 @@ from .trace.reader import WARMUP_BATCHES, TraceError, read_run
 
 SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc", "repeats", "min_steady_batches", "predict"}
 PREDICTIONS = "predictions.json"
+MORE_PREDICTIONS = "predictions-*.json"   # --predict-also: one per machine file
 PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
 # Configuration keys that say where a run's output goes, not what it runs.
 OUTPUT_ONLY = ("trace_dir", "run_id", "quiet", "save_params")
@@ -211,6 +216,12 @@ def predict_run(machine, run: SweepRun) -> dict:
             "repeat": run.repeat}
 
 
+def more_predictions_path(trace_dir: Path, machine_arg: str) -> Path:
+    """Where --predict-also MACHINE's predictions go: predictions-<file name>.json."""
+    stem = Path(str(machine_arg)).name.removesuffix(".yaml").removesuffix(".yml")
+    return trace_dir / MORE_PREDICTIONS.replace("*", stem)
+
+
 def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int:
     """Add the predictions of `runs` not yet in the file (never rewriting
     one); returns how many were added. A file made with another machine
@@ -336,6 +347,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--predict", default=None, metavar="NAME|FILE.yaml",
                     help="write the blind predictions with this machine file before the runs "
                          "(default: the sweep file's `predict`, else none)")
+    ap.add_argument("--predict-also", action="append", default=[], metavar="NAME|FILE.yaml",
+                    help="also write blind predictions with this machine file, to predictions-<file name>.json; "
+                         "repeatable (default: none)")
     return ap
 
 
@@ -356,15 +370,18 @@ def main(argv=None) -> int:
         print(f"perfmlp.sweep: error: cannot create {cfg_dir}: {e.strerror}", file=sys.stderr)
         return 2
     machine_for_predictions = a.predict or spec.get("predict")
-    if machine_for_predictions:
+    targets = ([(trace_dir / PREDICTIONS, str(machine_for_predictions))] if machine_for_predictions else []) + \
+        [(more_predictions_path(trace_dir, m), m) for m in a.predict_also]
+    if targets:
         todo = [r for r in runs if not (a.max_procs and r.procs > a.max_procs)
                 and trace_state(trace_dir / r.run_id, r)[0] != "complete"]
+    for path, machine_arg in targets:
         try:
-            n = write_predictions(trace_dir / PREDICTIONS, str(machine_for_predictions), todo)
+            n = write_predictions(path, machine_arg, todo)
         except (PerfmlpError, ValueError, OSError) as e:
             print(f"perfmlp.sweep: error: {e}", file=sys.stderr)
             return 2
-        print(f"{n} blind prediction(s) written to {trace_dir / PREDICTIONS} before the runs", flush=True)
+        print(f"{n} blind prediction(s) written to {path} before the runs", flush=True)
     failed = 0
     for i, run in enumerate(runs, 1):
         head = f"[{i}/{len(runs)}] {run.run_id}:"

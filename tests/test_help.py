@@ -29,7 +29,7 @@ def description(help_text: str) -> str:
 
 @pytest.mark.parametrize("module, flags", [
     ("perfmlp.run", len(C.fields(C.Config)) + 3),  # a flag per field, --hidden-size, --config, -h
-    ("perfmlp.sweep", 8),  # + --predict
+    ("perfmlp.sweep", 9),  # + --predict, --predict-also
     ("perfmlp.fetch", 4),
     ("perfmlp.model", 18),  # + --exec, --overlap, --bucket-bytes, --gemm, --traced, --parallel, --model-procs
     ("perfmlp.whatif", 5),

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import os
@@ -246,3 +247,33 @@ def test_peak_of_zero_is_one_line(tmp_path):
                        text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert f"{bad}: peak_flops_per_s_float32 must be positive" in r.stderr
+
+
+def test_a_calibration_carried_to_another_gpu_by_datasheet_ratios(tmp_path):
+    from perfmlp.model.machine import load_machine
+    from perfmlp.model.scaled import main, scaled_values
+    cal, h200, h100 = load_machine("h200-calibrated"), load_machine("h200"), load_machine("h100-sxm")
+    v = scaled_values(cal, h200, h100)
+    # memory 3.35 / 4.8 TB/s; FLOP rates 67 / 67 (the same fp32 and fp64 peaks); copies 64 / 64 GB/s
+    assert v["mem_bw_bytes_per_s"] == pytest.approx(cal.mem_bw_bytes_per_s * 3.35 / 4.8)
+    assert v["peak_flops_per_s_float32"] == pytest.approx(cal.peak_flops_per_s_float32)
+    assert v["h2d_pinned_bytes_per_s"] == pytest.approx(cal.h2d_pinned_bytes_per_s)
+    assert v["launch_overhead_s"] == cal.launch_overhead_s   # the host's, as measured
+    # a GPU with half the fp32 peak: every fp32 GEMM rate halves, fp64 ones do not
+    half = dataclasses.replace(h100, peak_flops_per_s_float32=h200.peak_flops_per_s_float32 / 2)
+    g = scaled_values(cal, h200, half)["gemm_flops_per_s"]
+    assert [x["flops_per_s"] for x in g] == pytest.approx(
+        [r.flops_per_s / (2 if r.precision == "float32" else 1) for r in cal.gemm_flops_per_s])
+    out = tmp_path / "x.yaml"
+    assert main([str(ROOT / "models/h200-calibrated.yaml"), "--from", "h200", "--to", "h100-sxm",
+                 "--out", str(out)]) == 0
+    m = load_machine(out)
+    assert m.calibrated and "x0.698" in m.source and m.name.endswith("scaled to NVIDIA H100 SXM5 80GB")
+    assert main(["h200", "--from", "h200", "--to", "h100-sxm", "--out", str(out)]) == 2   # not calibrated
+
+
+def test_a_datasheet_file_names_the_device_cuda_reports():
+    from perfmlp.model.machine import load_machine
+    h100 = load_machine(ROOT / "models/h100-sxm.yaml")
+    assert h100.describes("NVIDIA H100 80GB HBM3") and h100.describes(h100.name)
+    assert not h100.describes("NVIDIA H100 PCIe")   # another part: another datasheet

@@ -183,3 +183,21 @@ def _cmdline_has(proc: Path, text: bytes) -> bool:
         return text in (proc / "cmdline").read_bytes()
     except OSError:  # it ended meanwhile
         return False
+
+
+def test_sweep_predicts_with_a_second_machine_file_apart(tmp_path):
+    mpiexec()
+    from perfmlp.model.scaled import main as scaled_main
+    scaled = tmp_path / "scaled.yaml"   # the H200 calibration carried to the H100 by datasheet ratios
+    assert scaled_main([str(ROOT / "models/h200-calibrated.yaml"), "--from", "h200", "--to", "h100-sxm",
+                        "--out", str(scaled)]) == 0
+    f = write_sweep(tmp_path)
+    r = sweep(f, tmp_path / "tr", "--no-report", "--max-procs", "1", "--predict", "h200-calibrated",
+              "--predict-also", str(scaled))
+    assert r.returncode == 0, r.stdout + r.stderr
+    main = json.loads((tmp_path / "tr" / "predictions.json").read_text())
+    other = json.loads((tmp_path / "tr" / "predictions-scaled.json").read_text())
+    assert main["machine"]["name"] == "NVIDIA H200 (calibrated)"
+    assert other["machine"]["name"] == "NVIDIA H200 (calibrated) scaled to NVIDIA H100 SXM5 80GB"
+    assert list(main["runs"]) == list(other["runs"]) and len(other["runs"]) == 1   # p = 2 skipped
+    assert "2 blind prediction(s)" not in r.stdout and r.stdout.count("1 blind prediction(s) written") == 2

@@ -180,3 +180,6 @@ def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
     assert run("cupy", True).batch_times_ms() == pytest.approx([0.3, 0.3])  # the slowest rank's epoch time
     assert run("cupy", True, steady=False).batch_times_ms() == pytest.approx([0.02, 0.02])  # older: what they hold
     assert run("numpy", True).batch_times_ms() == pytest.approx([0.02, 0.02])  # the CPU's host time is its time
+    # the report leaves out of its error figures the GPU runs whose times are still the host's
+    assert run("cupy", True, steady=False).host_enqueue_times and run("cupy", False).host_enqueue_times
+    assert not run("cupy", True).host_enqueue_times and not run("numpy", False).host_enqueue_times

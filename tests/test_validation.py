@@ -222,3 +222,89 @@ def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
     assert resident[0]["prediction"].startswith("not blind")  # one of its two predictions came after its run
     assert [r for r in rows if "pageable" in r["configuration"]][0]["prediction"] == "not blind (no prediction)"
     assert "first 1 batch(es) of every epoch" in sec.paragraphs[0]
+
+
+def test_sign_test_and_its_words():
+    from perfmlp.report.validation import sign_test_p, sign_verdict
+    assert sign_test_p(0, 5) == 2 / 32                    # all 5 on one side: 2 x (1/2)^5 = 0.0625
+    assert sign_test_p(1, 9) == pytest.approx(2 * (1 + 10) / 1024)  # 2 (C(10,0) + C(10,1)) / 2^10 = 0.0215
+    assert sign_test_p(3, 2) == 1.0 and sign_test_p(0, 0) == 1.0
+    assert "too few" in sign_verdict(0, 5) and "too fast" in sign_verdict(0, 5)
+    assert sign_verdict(9, 1).startswith("9 above, 1 below: biased, the model is too slow")
+    assert "within what chance gives" in sign_verdict(3, 2)
+
+
+VALIDATE = ROOT / "traces" / "h200-x2" / "validate"
+
+
+@pytest.mark.skipif(not VALIDATE.exists(), reason="committed traces absent")
+def test_validation_summary_per_mode_and_host_enqueue_runs_left_out(tmp_path):
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation import section_validation
+    from perfmlp.trace.reader import read_traces
+    # two graph configurations (GPU-timed, CUPTI) and one eager one traced at `counters` before the epoch
+    # line carried the synchronised time: its batch times are the host's enqueue times
+    keep = ("validate-h512-b3200-p1-float32-resident-nccl-cublas-graph-", "validate-h512-b3200-p2-float32-resident-"
+            "nccl-cublas-graph-", "validate-h512-b3200-p2-float32-resident-nccl-cublas-eager-")
+    for d in VALIDATE.iterdir():
+        if d.name.startswith(keep) or d.name == "predictions.json":
+            (shutil.copytree if d.is_dir() else shutil.copy)(d, tmp_path / d.name)
+    runs, skipped = read_traces(tmp_path)
+    eager = [r for r in runs if "eager" in r.run_id]
+    assert len(eager) == 3 and all(r.host_enqueue_times for r in eager)
+    assert not any(r.host_enqueue_times for r in runs if r not in eager)
+    cal = ROOT / "benchmarks/results/h200-x2/validate/calibrated.yaml"
+    sec = section_validation(analyse(runs, skipped, load_study(None), str(cal), tmp_path))
+    tables = {t.name: t.rows for t in sec.tables}
+    judged = {r["configuration"]: r["judged"] for r in tables["validation_runs"]}
+    assert sorted(judged.values()) == ["no: host enqueue times", "yes", "yes"]
+    summary = {r["runs"]: r for r in tables["validation_summary"]}
+    # the two graph configurations only: one per p, both NCCL, both resident
+    assert set(summary) == {"all", "p=1", "p=2", "comm nccl", "exec graph", "transfer resident"}
+    assert summary["all"]["n"] == 2 and summary["p=1"]["n"] == 1
+    for key in ("median |error| %", "signed median %", "above", "below", "within noise", "sign test p"):
+        assert key in summary["all"] and f"datasheet {key}" in summary["all"]
+    assert summary["all"]["above"] + summary["all"]["below"] == 2
+    assert summary["all"]["resolution"].startswith(("error larger", "spread larger"))
+    note = " ".join(sec.paragraphs)
+    assert "1 configuration(s) (3 runs) are left out of the error figures" in note
+    assert "host's enqueue time" in note and "Judged: 2 configuration(s)" in note
+
+
+@pytest.mark.skipif(not VALIDATE.exists(), reason="committed traces absent")
+def test_another_machine_files_predictions_are_shown_apart(tmp_path):
+    from perfmlp.model.scaled import scaled_values
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation import section_validation
+    from perfmlp.sweep import PREDICTIONS_SCHEMA
+    from perfmlp.trace.reader import read_traces
+    keep = ("validate-h512-b3200-p1-float32-resident-nccl-cublas-graph-",
+            "validate-h512-b800-p1-float32-resident-nccl-cublas-graph-")
+    for d in VALIDATE.iterdir():
+        if d.name.startswith(keep):
+            shutil.copytree(d, tmp_path / d.name)
+    runs, skipped = read_traces(tmp_path)
+    # the H200's calibration carried to the H100 and back to the H200 is the calibration itself
+    cal_path = ROOT / "benchmarks/results/h200-x2/validate/calibrated.yaml"
+    cal = load_machine(cal_path)
+    there = machine_from_mapping(scaled_values(cal, load_machine("h200"), load_machine("h100-sxm")), "h100.yaml")
+    back = machine_from_mapping(scaled_values(there, load_machine("h100-sxm"), load_machine("h200")), "back.yaml")
+    entries = {}
+    for r in runs:
+        c = r.config
+        pred = predict_batch(back, r.layer_sizes, c["batch_size"], r.procs, c["precision"], "nccl", "resident",
+                             traced=True, exec_mode="graph")
+        entries[r.run_id] = {"total_s": pred.total_s, "predicted_at": "2026-11-22T00:00:00+00:00"}
+    (tmp_path / "predictions-back.json").write_text(json.dumps(
+        {"schema": PREDICTIONS_SCHEMA, "machine": {"name": "back", "sha256": "0" * 64}, "runs": entries}))
+    sec = section_validation(analyse(runs, skipped, load_study(None), str(cal_path), tmp_path))
+    tables = {t.name: t.rows for t in sec.tables}
+    main, other = tables["validation_summary"][0], tables["validation_predictions_back"][0]
+    assert other["runs"] == "all" and other["n"] == main["n"] == 2
+    # the same predictions as the report's own (no blind file here): the same errors
+    assert other["median |error| %"] == pytest.approx(main["median |error| %"], rel=1e-6)
+    assert other["worst |error| %"] == pytest.approx(main["worst |error| %"], rel=1e-6)
+    note = next(p for p in sec.paragraphs if p.startswith("Predicted with another machine file, back"))
+    assert "2 judged configuration(s), 2 blind" in note

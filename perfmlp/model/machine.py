@@ -100,7 +100,12 @@ class Machine:
     collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
     gpus: int = 1
     date: str = ""
+    device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
     path: str = ""
+
+    def describes(self, device_name: str) -> bool:
+        """This file is for a GPU CUDA names `device_name`."""
+        return device_name == self.name or device_name in self.device_names
 
     def peak_flops_per_s(self, precision: str) -> float:
         return self.peak_flops_per_s_float64 if precision == "float64" else self.peak_flops_per_s_float32
@@ -165,7 +170,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s")
-_OPTIONAL = {"gpus", "date", "path", *_TABLES, *_OPTIONAL_NUMBERS}
+_OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 
@@ -231,6 +236,11 @@ def machine_from_mapping(data, where: str) -> Machine:
         if "gpus" in data:
             values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
         values["date"] = str(data.get("date", ""))
+        names = data.get("device_names") or []
+        if not isinstance(names, list):
+            raise checks.CheckError("device_names must be a list")
+        values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
+                                       for i, n in enumerate(names))
         for key in _TABLES:
             if not isinstance(data.get(key) or [], list):
                 raise checks.CheckError(f"{key} must be a list")

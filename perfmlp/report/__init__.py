@@ -20,6 +20,7 @@ from . import figures
 from .analysis import Analysis, analyse
 from .extras import section_correctness, section_nsys, section_profiles
 from .partition import section_partition
+from .published import section_published
 from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
                        section_runs, section_scaling)
@@ -32,6 +33,7 @@ def sections_of(a: Analysis) -> list:
     """The report's sections, in order."""
     out = [section_runs(a), section_q2_1(a)]
     if a.gpu_runs:
+        out += [s for s in (section_published(a),) if s is not None]
         out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a), section_scaling(a)]
     else:
         out.append(section_no_gpu(a))

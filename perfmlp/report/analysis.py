@@ -62,7 +62,7 @@ def pick_machines(runs: list[Run], machine_arg: str | None) -> Machines:
             files.append(load_machine(f))
         except MachineError:
             continue
-    datasheet = next((m for m in files if gpu and m.name == gpu and not m.calibrated), None)
+    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
     calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
     if datasheet is None:
         datasheet = load_machine(DEFAULT_MACHINE)
@@ -109,6 +109,7 @@ class RunSummary:
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
     exec: str = "eager"         # the execution mode that ran (exec_of)
+    host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
 
     @property
     def strategy(self) -> str:
@@ -253,7 +254,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         imbalance_ms=imbalance,
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
                         imbalance),
-        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run))
+        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
+        host_enqueue=run.host_enqueue_times)
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,

@@ -44,13 +44,18 @@ def csv_text(rows: list[dict]) -> str:
     return f.getvalue()
 
 
+def md_cell(text: str) -> str:
+    """A Markdown table cell: a pipe inside it (|error|) escaped, or it would split the cell."""
+    return text.replace("|", "\\|")
+
+
 def md_table(rows: list[dict]) -> str:
     if not rows:
         return "(none)\n"
     keys = columns(rows)
-    out = ["| " + " | ".join(keys) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
+    out = ["| " + " | ".join(map(md_cell, keys)) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
     for r in rows:
-        out.append("| " + " | ".join(fmt(r.get(k)) for k in keys) + " |")
+        out.append("| " + " | ".join(md_cell(fmt(r.get(k))) for k in keys) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -68,8 +68,9 @@ def mode_runs(a: Analysis, procs: int, mode: tuple[str, str], gemm: str | None =
 
 def cublas_gpu(s: RunSummary) -> bool:
     """The runs the model's accuracy is judged on: cuBLAS (the machine files
-    hold cuBLAS rates), not under a profiler."""
-    return s.gpu and s.gemm == "cublas" and not s.profiled
+    hold cuBLAS rates), not under a profiler, timed on the GPU (not by the
+    host's enqueue)."""
+    return s.gpu and s.gemm == "cublas" and not s.profiled and not s.host_enqueue
 
 
 def in_q2_2(a: Analysis, s: RunSummary) -> bool:
@@ -247,7 +248,8 @@ def section_model(a: Analysis) -> Section:
         f"the tracer's own CUDA events). Targets ({_study_file(a)}): {tg.model_median_error_pct:g}% median, "
         f"{tg.model_worst_error_pct:g}% worst, after calibration. "
         "The machine files hold cuBLAS rates only: runs with the reference's own GEMM kernels are predicted "
-        "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler.")
+        "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler "
+        "and runs whose batch times are the host's enqueue times (the validation section names them).")
     if cal is None:
         s.paragraphs.append(f"No calibrated machine file for this GPU: every prediction here is the datasheet's "
                             f"({ds.name}); `python -m perfmlp.calibrate` measures one.")

@@ -27,6 +27,19 @@ class Targets:
 
 
 @dataclass(frozen=True)
+class Network:
+    """A network that may join a cluster's nodes: assumed typical figures."""
+    name: str
+    mpi_alpha_s: float
+    mpi_bw_bytes_per_s: float
+
+
+REFERENCE_SCHEME_CHOICES = {"gemm": ("cublas", "naive", "tiled", "regblock"),
+                            "batch_transfer": ("pageable", "pinned", "resident"),
+                            "comm": ("mpi-staged", "nccl"), "exec": ("eager", "graph")}
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     title: str
@@ -43,6 +56,14 @@ class Study:
     q2_2_hidden_sizes: tuple[int, ...]
     targets: Targets
     path: str = ""
+    # optional: how the published times were made (the report's section on them, report/published.py)
+    reference_machine: str = ""                          # a machine file name or path
+    reference_scheme: tuple[tuple[str, str], ...] = ()   # (key, value) of REFERENCE_SCHEME_CHOICES
+    networks: tuple[Network, ...] = ()                   # assumed, for comparison with the implied network
+
+    @property
+    def scheme(self) -> dict[str, str]:
+        return dict(self.reference_scheme)
 
     @property
     def layer_sizes(self) -> tuple[int, int, int]:
@@ -65,7 +86,8 @@ def study_from_mapping(data, where: str) -> Study:
     strings = ("name", "title", "precision", "reference_gpu")
     lists = ("procs", "q2_2_hidden_sizes")
     known = {*ints, *strings, *lists, "reference_utilisation", "reference_ms_per_batch", "target_factor", "targets"}
-    wrong = sorted(set(data) ^ known)
+    optional = {"reference_machine", "reference_scheme", "networks"}
+    wrong = sorted((set(data) - optional) ^ known)
     if wrong:
         raise PerfmlpError(f"{where}: {'unknown' if wrong[0] in data else 'missing'} key {wrong[0]}")
     try:
@@ -83,7 +105,37 @@ def study_from_mapping(data, where: str) -> Study:
         raise PerfmlpError(f"{where}: {e}") from None
     for key in ("reference_utilisation", "reference_ms_per_batch"):
         values[key] = _per_procs(where, key, data[key], values["procs"])
+    values.update(_published(where, data))
     return Study(**values, path=where)
+
+
+def _published(where: str, data: dict) -> dict:
+    """The optional keys that say how the published times were made."""
+    if not {"reference_machine", "reference_scheme", "networks"} & set(data):
+        return {}
+    try:
+        machine = checks.string("reference_machine", data.get("reference_machine"), non_empty=True)
+        scheme = data.get("reference_scheme")
+        if not isinstance(scheme, dict) or set(scheme) != set(REFERENCE_SCHEME_CHOICES):
+            raise checks.CheckError(f"reference_scheme must give exactly {', '.join(REFERENCE_SCHEME_CHOICES)}")
+        pairs = tuple((k, checks.choice(f"reference_scheme.{k}", scheme[k], opts))
+                      for k, opts in REFERENCE_SCHEME_CHOICES.items())
+        nets = data.get("networks") or []
+        if not isinstance(nets, list):
+            raise checks.CheckError("networks must be a list")
+        networks = []
+        for i, n in enumerate(nets):
+            if not isinstance(n, dict) or set(n) != {"name", "mpi_alpha_s", "mpi_bw_bytes_per_s"}:
+                raise checks.CheckError(f"networks[{i}] needs exactly name, mpi_alpha_s, mpi_bw_bytes_per_s")
+            networks.append(Network(checks.string(f"networks[{i}].name", n["name"], non_empty=True),
+                                    checks.non_negative(f"networks[{i}].mpi_alpha_s",
+                                                        checks.number(f"networks[{i}].mpi_alpha_s", n["mpi_alpha_s"])),
+                                    checks.positive(f"networks[{i}].mpi_bw_bytes_per_s",
+                                                    checks.number(f"networks[{i}].mpi_bw_bytes_per_s",
+                                                                  n["mpi_bw_bytes_per_s"]))))
+    except checks.CheckError as e:
+        raise PerfmlpError(f"{where}: {e}") from None
+    return {"reference_machine": machine, "reference_scheme": pairs, "networks": tuple(networks)}
 
 
 def study_files() -> list:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from .analysis import Analysis, RunSummary, exec_of, predicted_terms
 from .sections import Section, Table
 
 PREDICTIONS = "predictions.json"  # perfmlp/sweep.py writes it
+MORE_PREDICTIONS = "predictions-*.json"   # sweep --predict-also: another machine file's, e.g. another GPU's
 MIN_STEADY = 20
 
 
@@ -60,13 +62,13 @@ def config_key(s: RunSummary, exec_mode: str, cfg: dict) -> tuple:
             bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", DEFAULT_BUCKET_BYTES)), bool(cfg.get("cprofile", False)))
 
 
-def read_predictions(folder: Path | None) -> tuple[dict | None, str]:
+def read_predictions(folder: Path | None, name: str = PREDICTIONS) -> tuple[dict | None, str]:
     """(the predictions file's content, one line about it)."""
     if folder is None:
         return None, "no trace folder"
-    path = Path(folder) / PREDICTIONS
+    path = Path(folder) / name
     if not path.exists():
-        return None, f"no {PREDICTIONS} beside the traces"
+        return None, f"no {name} beside the traces"
     try:
         data = json.loads(path.read_text())
         assert isinstance(data, dict) and isinstance(data.get("runs"), dict)
@@ -95,16 +97,76 @@ def blind_status(pred: dict | None, start: str | None) -> str:
     return "blind" if p.replace(microsecond=0) <= s else "not blind (predicted after the run started)"
 
 
-def _summary(rows: list[dict], err_key: str) -> dict:
+SIGN_TEST_LEVEL = 0.05  # a sign bias is stated when the two-sided sign test gives less than this
+
+
+def sign_test_p(above: int, below: int) -> float:
+    """Two-sided sign test: the chance that a fair coin splits above + below
+    runs at least as unevenly as this (ties left out)."""
+    n, k = above + below, min(above, below)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def sign_verdict(above: int, below: int) -> str:
+    """The sign test in words."""
+    n, p = above + below, sign_test_p(above, below)
+    if n == 0:
+        return "no error with a sign"
+    side = "too slow (above the measurement)" if above > below else "too fast (below the measurement)"
+    if p < SIGN_TEST_LEVEL:
+        return f"{above} above, {below} below: biased, the model is {side}; a fair coin splits {n} that unevenly " \
+               f"with chance {p:.3f}"
+    if above == 0 or below == 0:
+        return f"all {n} {'above' if above else 'below'} (the model {side.split(' (')[0]}), but {n} are too few " \
+               f"for the sign test to call it a bias at {SIGN_TEST_LEVEL:g} (its least p with {n} is {p:.3g})"
+    return f"{above} above, {below} below: within what chance gives (sign test p = {p:.2f})"
+
+
+def _summary(rows: list[dict], err_key: str, within_key: str) -> dict:
     errs = [r[err_key] for r in rows if r.get(err_key) is not None]
     if not errs:
         return {}
-    noise = [r["spread %"] for r in rows if r.get("spread %") is not None]
-    return {"n": len(errs), "median |error| %": statistics.median(abs(e) for e in errs),
-            "worst |error| %": max(abs(e) for e in errs), "signed median %": statistics.median(errs),
-            "above": sum(e > 0 for e in errs), "below": sum(e < 0 for e in errs),
-            "within noise": sum(1 for r in rows if r.get("within noise") == "yes"),
-            "median spread %": statistics.median(noise) if noise else None}
+    above, below = sum(e > 0 for e in errs), sum(e < 0 for e in errs)
+    return {"median |error| %": statistics.median(abs(e) for e in errs), "worst |error| %": max(abs(e) for e in errs),
+            "signed median %": statistics.median(errs), "above": above, "below": below,
+            "within noise": sum(1 for r in rows if r.get(within_key) == "yes"), "sign test p": sign_test_p(above, below)}
+
+
+def within_noise(err: float | None, spread: float | None) -> str:
+    return "yes" if spread is not None and err is not None and abs(err) <= spread / 2 else \
+        "no" if spread is not None and err is not None else "-"
+
+
+def resolution(median_abs_err: float, median_spread: float | None) -> str:
+    """Whether the run-to-run spread lets the error be judged at this level."""
+    if median_spread is None:
+        return "no repeats: spread unknown"
+    if median_abs_err <= median_spread / 2:
+        return "spread larger than the error: not resolved"
+    return "error larger than half the spread: resolved"
+
+
+def summary_rows(judged: list[dict]) -> list[dict]:
+    """Error figures overall, per p, communication, execution and transfer
+    mode: the calibrated (or blind) prediction's and the datasheet's."""
+    out = []
+    selections = [("all", judged)]
+    for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer ")):
+        for v in sorted({r[key] for r in judged}):
+            selections.append((f"{name}{v}", [r for r in judged if r[key] == v]))
+    for name, sel in selections:
+        cal = _summary(sel, "error %", "within noise")
+        if not cal:
+            continue
+        noise = [r["spread %"] for r in sel if r.get("spread %") is not None]
+        spread = statistics.median(noise) if noise else None
+        ds = _summary(sel, "datasheet error %", "datasheet within noise")
+        out.append({"runs": name, "n": sum(r.get("error %") is not None for r in sel), "median spread %": spread,
+                    **cal, "resolution": resolution(cal["median |error| %"], spread),
+                    **{f"datasheet {k}": v for k, v in ds.items()}})
+    return out
 
 
 def section_validation(a: Analysis) -> Section:
@@ -156,13 +218,18 @@ def section_validation(a: Analysis) -> Section:
         row = {"configuration": c.label, "repeats": len(c.runs), "steady batches (min)": min(r.batches for r in c.runs),
                "measured ms (median)": c.t_ms, "spread %": spread, "predicted ms": pred_ms,
                "prediction": "blind" if blind else next(st for st in statuses if st != "blind"), "error %": err,
-               "within noise": ("yes" if spread is not None and err is not None and abs(err) <= spread / 2 else
-                                "no" if spread is not None else "-"),
-               "datasheet error %": ds, "p": c.key[2], "comm": c.key[5], "exec": c.key[7]}
+               "within noise": within_noise(err, spread), "datasheet error %": ds,
+               "datasheet within noise": within_noise(ds, spread),
+               "p": c.key[2], "comm": c.key[5], "exec": c.key[7], "transfer": c.key[4]}
+        # the reference's kernels only where the machine file has their rates; cProfile's host cost is not
+        # modelled; a time per batch on the host's enqueue clock is not the GPU's
+        row["judged"] = ("no: host enqueue times" if any(r.host_enqueue for r in c.runs) else
+                         "no: under cProfile" if c.key[10] else
+                         "yes" if c.key[6] == "cublas" or (cal is not None and cal.has_gemm_kernel(c.key[6])) else
+                         "no: no rate for its GEMM kernel")
         rows.append(row)
-        if (c.key[6] == "cublas" or (cal is not None and cal.has_gemm_kernel(c.key[6]))) and not c.key[10]:
-            judged.append(row)  # the reference's kernels only where the machine file has their rates; cProfile's
-            #                     host cost is not modelled
+        if row["judged"] == "yes":
+            judged.append(row)
         meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
         trow = {"configuration": c.label}
         for g in GROUPS:
@@ -174,16 +241,7 @@ def section_validation(a: Analysis) -> Section:
     if not rows:
         s.paragraphs.append("No GPU run outside a profiler: nothing to validate.")
         return s
-    summary = []
-    for name, sel in [("all", judged)] + \
-            [(f"p={p}", [r for r in judged if r["p"] == p]) for p in sorted({r["p"] for r in judged})] + \
-            [(f"comm {m}", [r for r in judged if r["comm"] == m]) for m in sorted({r["comm"] for r in judged})] + \
-            [(f"exec {m}", [r for r in judged if r["exec"] == m]) for m in sorted({r["exec"] for r in judged})]:
-        line = _summary(sel, "error %")
-        if line:
-            ds = _summary(sel, "datasheet error %")
-            summary.append({"runs": name, **line, "datasheet median |error| %": ds.get("median |error| %"),
-                            "datasheet worst |error| %": ds.get("worst |error| %")})
+    summary = summary_rows(judged)
     per_term = []
     for g in GROUPS:
         errs = [(t[f"{g} predicted ms"], t[f"{g} measured ms"]) for t in term_rows if f"{g} measured ms" in t]
@@ -195,11 +253,16 @@ def section_validation(a: Analysis) -> Section:
                              "signed median %": statistics.median(rel) if rel else None})
     tg = a.study.targets
     s.paragraphs.append(f"Targets: {tg.model_median_error_pct:g}% median, {tg.model_worst_error_pct:g}% worst "
-                        "(the study's), no sign bias (as many above as below), per p and per communication mode; "
+                        "(the study's), no sign bias (as many above as below, within what chance gives: a two-sided "
+                        f"sign test below {SIGN_TEST_LEVEL:g} is called a bias), per p and per communication mode; "
                         "where the median spread is larger than the error, the error is within the run-to-run "
-                        "noise and cannot be judged finer.")
+                        "noise and cannot be judged finer (both are shown).")
+    s.paragraphs.append(judged_note(rows, groups, judged, summary, tg))
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
-                          "per communication mode and per execution mode (datasheet-only beside it)", summary))
+                          "per communication, execution and transfer mode: the calibrated (or blind) prediction, "
+                          "then the datasheet-only model's (columns 'datasheet ...')", summary))
+    for path in sorted(Path(a.folder).glob(MORE_PREDICTIONS)) if a.folder is not None else []:
+        cross_section(s, path, judged, groups, traces)
     s.tables.append(Table("validation_terms_summary", "Error per term (phase group), over the configurations",
                           per_term))
     s.tables.append(Table("validation_runs", "Each configuration: repeats, spread, prediction and error", rows))
@@ -211,6 +274,84 @@ def section_validation(a: Analysis) -> Section:
                               "eager, one GPU) of each size: perfmlp.whatif's prediction against the measurement",
                               wi))
     return s
+
+
+def cross_section(s: Section, path: Path, judged: list[dict], groups: dict, traces: dict) -> None:
+    """Another machine file's predictions of the judged configurations
+    (sweep --predict-also), their error apart from the main one's."""
+    preds, note = read_predictions(path.parent, path.name)
+    if preds is None:
+        s.paragraphs.append(f"{path.name}: {note}.")
+        return
+    by_label = {c.label: c for c in groups.values()}
+    rows, blind = [], 0
+    for j in judged:
+        c = by_label[j["configuration"]]
+        entries = [(preds["runs"].get(r.run_id), traces[r.run_id].manifest.get("start")) for r in c.runs]
+        entries = [(e, start) for e, start in entries if e]
+        if not entries:
+            continue
+        blind += all(blind_status(e, start) == "blind" for e, start in entries) and len(entries) == len(c.runs)
+        err = 100 * (entries[0][0]["total_s"] * 1e3 / c.t_ms - 1)
+        rows.append({**{k: j[k] for k in ("p", "comm", "exec", "transfer", "spread %")}, "error %": err,
+                     "within noise": within_noise(err, j["spread %"])})
+    m = preds.get("machine", {})
+    if not rows:
+        s.paragraphs.append(f"{path.name} ({m.get('name')}): no prediction of a judged configuration.")
+        return
+    summary = summary_rows(rows)
+    al = summary[0]
+    s.paragraphs.append(
+        f"Predicted with another machine file, {m.get('name')} ({path.name}, SHA-256 {str(m.get('sha256'))[:12]}): "
+        f"{al['n']} judged configuration(s), {blind} blind; median |error| {al['median |error| %']:.1f}%, worst "
+        f"{al['worst |error| %']:.1f}%, signed median {al['signed median %']:+.1f}%; sign: "
+        f"{sign_verdict(al['above'], al['below'])}.")
+    s.tables.append(Table(f"validation_{path.stem.replace('-', '_')}", f"Model error with {m.get('name')} "
+                          f"({path.name}), against the same medians of the repeats", summary))
+
+
+def judged_note(rows: list[dict], groups: dict, judged: list[dict], summary: list[dict], tg) -> str:
+    """Which configurations the error figures leave out and why, then the
+    overall figures and the sign test in words."""
+    left = {}
+    for r in rows:
+        if r["judged"] != "yes":
+            left.setdefault(r["judged"][4:], []).append(r["configuration"])
+    parts = []
+    for why, names in left.items():
+        if why == "host enqueue times":
+            n_runs = sum(len(c.runs) for c in groups.values() if c.label in names)
+            parts.append(f"{len(names)} configuration(s) ({n_runs} runs) are left out of the error figures: their "
+                         "batch lines are on the host clock (a GPU run traced without device timing) and their "
+                         "epoch lines carry no synchronised steady time per batch (traces written before the epoch "
+                         "line had it), so their time per batch is the host's enqueue time, not the GPU's "
+                         f"(validation_runs.csv shows them, not judged): {'; '.join(names)}")
+        else:
+            parts.append(f"left out ({why}): {'; '.join(names)}")
+    if not summary:
+        return ". ".join(parts + ["No configuration is left to judge"]) + "."
+    al = summary[0]
+    cal_ok = al["median |error| %"] <= tg.model_median_error_pct and al["worst |error| %"] <= tg.model_worst_error_pct
+    parts.append(f"Judged: {al['n']} configuration(s); median |error| {al['median |error| %']:.1f}%, worst "
+                 f"{al['worst |error| %']:.1f}% ({'within' if cal_ok else 'outside'} the targets), against a median "
+                 f"run-to-run spread of " + (f"{al['median spread %']:.2f}%" if al["median spread %"] is not None
+                                              else "(no repeats)") + f" ({al['resolution']}); sign: "
+                 f"{sign_verdict(al['above'], al['below'])}. The datasheet-only model: median |error| "
+                 f"{al['datasheet median |error| %']:.1f}%, worst {al['datasheet worst |error| %']:.1f}%; sign: "
+                 f"{sign_verdict(al['datasheet above'], al['datasheet below'])}")
+    biased = [r["runs"] for r in summary[1:] if r["sign test p"] < SIGN_TEST_LEVEL]
+    if biased:
+        parts.append(f"Sign bias within: {', '.join(biased)}")
+    one_sided = [f"{r['runs']} (all {r['above'] or r['below']} {'above' if r['above'] else 'below'})"
+                 for r in summary[1:] if r["sign test p"] >= SIGN_TEST_LEVEL and r["above"] + r["below"] > 1
+                 and 0 in (r["above"], r["below"])]
+    if one_sided:
+        parts.append(f"Every error on one side, too few to test: {', '.join(one_sided)}")
+    unresolved = [r["runs"] for r in summary if r["resolution"].startswith("spread larger")]
+    if unresolved:
+        parts.append(f"Where the spread is larger than the error ({', '.join(unresolved)}), the error is not "
+                     "resolved by these repeats")
+    return ". ".join(parts) + "."
 
 
 def what_if_rows(a: Analysis, groups: dict) -> list[dict]:
@@ -232,7 +373,9 @@ def what_if_rows(a: Analysis, groups: dict) -> list[dict]:
         except ValueError:
             continue
         err = 100 * (w.total_ms / c.t_ms - 1)
+        host = any(r.host_enqueue for r in groups[base_key].runs + c.runs)
         out.append({"from": groups[base_key].label, "to": c.label, "changed terms": ", ".join(w.changed_terms),
                     "what-if ms": w.total_ms, "measured ms": c.t_ms, "error %": err,
-                    "model alone ms": w.predicted_after.total_s * 1e3})
+                    "model alone ms": w.predicted_after.total_s * 1e3,
+                    "judged": "no: host enqueue times" if host else "yes"})
     return out

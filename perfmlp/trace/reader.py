@@ -174,6 +174,17 @@ class Run:
         return self.config.get("backend") == "cupy" or bool(self.gpu)
 
     @property
+    def host_enqueue_times(self) -> bool:
+        """A GPU run some of whose steady batch times are the host's enqueue
+        times: host-clock batch lines and no synchronised steady time on
+        their epoch's line to stand in (traces written before the epoch line
+        carried it). Its time per batch measures the host, not the GPU."""
+        if not self.on_gpu:
+            return False
+        return any(not rec.get("t_ms_total") and rec.get("clock") == "host" and not self._epoch_ms.get(rec["epoch"])
+                   for recs in self.steady_batches().values() for rec in recs.values())
+
+    @property
     def _epoch_ms(self) -> dict[int, float]:
         """epoch -> its synchronised steady ms per batch, the slowest rank's."""
         if "_epoch_ms_cache" in self.__dict__:

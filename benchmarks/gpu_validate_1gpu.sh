@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The model tested blind across GPUs (issue 13), on a machine with one GPU
+# (an H100): calibrate this GPU, carry another GPU's calibration here by
+# datasheet ratios, predict the held-out sweep (sweeps/validate-1gpu.yaml,
+# p = 1) from both before the first run, run it, make the report. From the
+# project root on the GPU machine (about 5 minutes on one H100; under 8):
+#
+#   PERFMLP_GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/gpu_validate_1gpu.sh
+#
+# VALIDATE_DATASHEET (default h100-sxm): this GPU's datasheet file, the base
+#   of its calibration and the target of the carried one;
+# VALIDATE_FROM (default benchmarks/results/h200-x2/validate/calibrated.yaml)
+#   and VALIDATE_FROM_DATASHEET (default h200): the other GPU's calibration
+#   and its datasheet file;
+# VALIDATE_BUDGET_S (default 400) caps calibration + sweep; the sweep runs
+#   every configuration once before repeating any, so a cut keeps them all.
+# Everything goes to $OUT/validate1/ (packed as $OUT/validate1.tgz):
+# machine.txt, calibrated.yaml and calibrate.log, scaled.yaml (the carried
+# file), traces/ with predictions.json (this GPU's calibration) and
+# predictions-scaled.json (the carried one), sweep.log, report/ (its
+# validation section shows each prediction file's error apart).
+# Eager runs trace at the default level (counters: host clock); their time
+# per batch is the epoch line's synchronised steady_ms_per_batch, and the
+# script counts any run without it (the report leaves such runs out).
+set -u
+source benchmarks/gpu_env.sh
+R=$OUT/validate1; T=$R/traces; mkdir -p $T
+DS=${VALIDATE_DATASHEET:-h100-sxm}
+FROM=${VALIDATE_FROM:-benchmarks/results/h200-x2/validate/calibrated.yaml}
+FROM_DS=${VALIDATE_FROM_DATASHEET:-h200}
+[ -n "${PERFMLP_GIT_COMMIT:-}" ] || echo "warning: PERFMLP_GIT_COMMIT not set: the manifests will not name the code"
+export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
+{ date -u; nvidia-smi -L; echo "commit $PERFMLP_GIT_COMMIT"; } > $R/machine.txt 2>&1
+# the carried prediction is only as good as the datasheet file: say if it is not this GPU's
+python3 - "$DS" <<'PY'
+import sys
+import cupy
+from perfmlp.model.machine import load_machine
+name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+ds = load_machine(sys.argv[1])
+print(f"GPU {name!r}: datasheet file {ds.name!r}" + ("" if ds.describes(name) else
+      " -- WARNING: not this GPU's datasheet (its name and device_names differ); the carried predictions use it"))
+PY
+SECONDS=0
+echo "== calibrate ($(date -u +%H:%M:%S))"
+timeout 150 $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden 512,1024 \
+  --local-batch 800,3200 --precisions float32 2>&1 | tee $R/calibrate.log | tail -8
+[ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
+python3 -m perfmlp.model.scaled $FROM --from $FROM_DS --to $DS --out $R/scaled.yaml || exit 1
+echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
+PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-400} - SECONDS)) python3 -m perfmlp.sweep \
+  sweeps/validate-1gpu.yaml --trace-dir $T --predict $R/calibrated.yaml --predict-also $R/scaled.yaml \
+  --no-report --timeout 40 --max-procs 1 2>&1 | tee $R/sweep.log | grep -v -e ": ok$" -e "skipped$"
+rm -rf $T/.sweep-configs
+python3 -c "
+import sys
+from perfmlp.trace.reader import read_traces
+runs, _ = read_traces(sys.argv[1])
+bad = [r.run_id for r in runs if r.host_enqueue_times]
+print(f'{len(bad)} of {len(runs)} runs timed by the host enqueue (no steady_ms_per_batch; left out of the report): '
+      + ', '.join(bad) if bad else f'all {len(runs)} runs GPU-timed or synchronised (steady_ms_per_batch)')" $T
+echo "== report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
+timeout 60 python3 -m perfmlp.report $T --out $R/report --machine $R/calibrated.yaml > $R/report.log 2>&1 \
+  || echo "report not made here ($(tail -1 $R/report.log)); make it from the traces"
+grep -h -o -e "Judged: .*" -e "Predicted with another machine file.*" $R/report/report.md 2>/dev/null | cut -c1-400
+echo "done in ${SECONDS} s"
+tar czf $OUT/validate1.tgz -C $OUT validate1 && ls -la $OUT/validate1.tgz

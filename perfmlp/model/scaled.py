@@ -1,0 +1,100 @@
+"""A calibrated machine file carried to another GPU by datasheet ratios:
+`python -m perfmlp.model.scaled CAL.yaml --from h200 --to h100-sxm --out FILE`.
+
+For a prediction across GPUs (issue 13: the H200's calibration predicting an
+H100's runs), every measured number of CAL is multiplied by the ratio of
+the two datasheet files' figure for the same resource:
+- FLOP rates (the peaks and every GEMM rate of the table, cuBLAS and the
+  reference's kernels alike): the fp32 or fp64 peak ratio;
+- device memory bandwidth: the memory-bandwidth ratio;
+- host-device copies (per kind, and the node's aggregate): the ratio of the
+  datasheets' bandwidth of that kind (PCIe generation and width);
+- MPI and NCCL bandwidths: the datasheets' ratio; a measured allreduce's
+  time is divided by the ratio of its library's bandwidth.
+Times that no datasheet gives (latencies, launch and graph-launch host
+time, kernel gaps, the tracer's costs, the wait at a collective) are kept
+as measured: they belong to the host, driver and software more than to the
+GPU. The file's `source:` line says all of this with the ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from .machine import Machine, MachineError, load_machine, machine_from_mapping, machine_to_yaml
+
+COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in ("pageable", "pinned"))
+
+
+def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, float]:
+    """target / source for each datasheet figure a measured number scales by."""
+    s, t = source_datasheet, target_datasheet
+    out = {f"flops_{p}": t.peak_flops_per_s(p) / s.peak_flops_per_s(p) for p in ("float32", "float64")}
+    out["mem_bw"] = t.mem_bw_bytes_per_s / s.mem_bw_bytes_per_s
+    for k in COPY_KEYS:
+        out[k] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
+    for lib in ("mpi", "nccl"):
+        out[lib] = getattr(t, f"{lib}_bw_bytes_per_s") / getattr(s, f"{lib}_bw_bytes_per_s")
+    return out
+
+
+def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet: Machine) -> dict:
+    """The machine-file mapping of `measured` carried to the target GPU."""
+    r = ratios(source_datasheet, target_datasheet)
+    v = {f.name: getattr(measured, f.name) for f in dataclasses.fields(Machine)
+         if f.name not in ("path", "device_names")}
+    for p in ("float32", "float64"):
+        v[f"peak_flops_per_s_{p}"] *= r[f"flops_{p}"]
+    v["mem_bw_bytes_per_s"] *= r["mem_bw"]
+    for k in COPY_KEYS:
+        v[f"{k}_bytes_per_s"] *= r[k]
+        v[f"{k}_aggregate_bytes_per_s"] *= r[k]
+    for lib in ("mpi", "nccl"):
+        v[f"{lib}_bw_bytes_per_s"] *= r[lib]
+    v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
+                              "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
+                             for g in measured.gemm_flops_per_s]
+    v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm]}
+                        for a in measured.allreduce_s]
+    v["collective_wait_s"] = [{"procs": w.procs, "s": w.s} for w in measured.collective_wait_s]
+    v["name"] = f"{measured.name} scaled to {target_datasheet.name}"
+    v["gpus"] = target_datasheet.gpus
+    v["source"] = (f"{measured.name} ({Path(measured.path).name}) carried to {target_datasheet.name} by the ratios "
+                   f"of {Path(target_datasheet.path).name} to {Path(source_datasheet.path).name} "
+                   f"(perfmlp.model.scaled): FLOP rates x{r['flops_float32']:.3f} (fp32) x{r['flops_float64']:.3f} "
+                   f"(fp64), memory bandwidth x{r['mem_bw']:.3f}, copies " +
+                   ", ".join(f"{k} x{r[k]:.3f}" for k in COPY_KEYS) +
+                   f", MPI x{r['mpi']:.3f}, NCCL x{r['nccl']:.3f}; latencies, host launch times, kernel gaps, "
+                   "the tracer's costs and the collective wait as measured")
+    return v
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.model.scaled", description=__doc__.splitlines()[0])
+    ap.add_argument("calibrated", help="the measured machine file (python -m perfmlp.calibrate)")
+    ap.add_argument("--from", dest="source", required=True, help="the datasheet file of the GPU it measured")
+    ap.add_argument("--to", dest="target", required=True, help="the datasheet file of the GPU to predict")
+    ap.add_argument("--out", required=True, help="machine file to write (YAML)")
+    a = ap.parse_args(argv)
+    try:
+        measured = load_machine(a.calibrated)
+        if not measured.calibrated:
+            raise MachineError(f"{a.calibrated}: not a calibrated file (no gemm_flops_per_s)")
+        values = scaled_values(measured, load_machine(a.source), load_machine(a.target))
+        machine_from_mapping(values, a.out)  # the file we write must load
+        Path(a.out).write_text("# Written by python -m perfmlp.model.scaled; do not edit by hand.\n"
+                               + machine_to_yaml(values))
+    except MachineError as e:
+        print(f"perfmlp.model.scaled: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"perfmlp.model.scaled: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+        return 2
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
