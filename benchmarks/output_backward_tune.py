@@ -1,7 +1,8 @@
 """The fused output backward (perfmlp/gpu/kernels.cu output_backward and
 partial_sums) timed alone for each launch shape, to choose kernels.py's
-LAUNCH: MAXC (register accumulators per class), OB_ROWS (warps a block, a
-row each), OB_COLS (columns a block).
+LAUNCH: MAXC (register accumulators per class; the trainer compiles it as
+the network's C), OB_ROWS (rows a block, each thread takes them all),
+OB_COLS (columns a block), with OB_THREADS = 256 threads a block.
 
     python benchmarks/output_backward_tune.py --out DIR
 
@@ -43,8 +44,9 @@ def main():
             act = cp.asarray(rng.random((H, b)), dtype=cp.float32)
             ref_dz = (W.T @ d) * act * (1 - act)
             ref = cp.concatenate([(d @ act.T).ravel(), ref_dz.sum(axis=1), d.sum(axis=1)])
-            for maxc, rows, cols in itertools.product((10, 16), (4, 8, 16), (64, 128, 256, 1024)):
-                defines = f"#define T float\n#define MAXC {maxc}\n#define OB_ROWS {rows}\n#define OB_COLS {cols}\n"
+            for maxc, rows, cols in itertools.product((10, 16), (2, 4, 8), (256, 512, 1024)):
+                defines = (f"#define T float\n#define MAXC {maxc}\n#define OB_ROWS {rows}\n#define OB_COLS {cols}\n"
+                           "#define OB_THREADS 256\n")
                 mod = cp.RawModule(code=defines + src, options=("--std=c++14",))
                 k, ps = mod.get_function("output_backward"), mod.get_function("partial_sums")
                 splits = -(-b // cols)
@@ -56,7 +58,7 @@ def main():
                 i32 = np.int32
 
                 def one(pair=True):
-                    k(((H + rows - 1) // rows + 1, splits), (32 * rows,), (W, d, act, dz, part, i32(C), i32(H), i32(b)))
+                    k(((H + rows - 1) // rows + 1, splits), (256,), (W, d, act, dz, part, i32(C), i32(H), i32(b)))
                     if pair:
                         ps(((n + 255) // 256,), (256,), (part, i32(splits), i32(C), i32(H), gw, gbb, gb))
                 one()

@@ -79,8 +79,8 @@ __global__ void sigmoid_grad_row_sum(T* da, const T* a, T* db, int cols) {
 
 // ---- the output layer's backward, fused (perfmlp/model/costs.py
 // fused_output: at most MAXC classes, one accumulator per class in
-// registers). MAXC, OB_ROWS and OB_COLS are defined by kernels.py (LAUNCH),
-// which the launches read too. Every sum is taken in a fixed order (no
+// registers). MAXC (the network's classes), OB_ROWS, OB_COLS and OB_THREADS
+// are defined by kernels.py, whose LAUNCH the launches read too. Every sum is taken in a fixed order (no
 // atomics), so the results are the same at every run.
 
 // Sum of v over a warp (lane 0 gets the total).
@@ -95,54 +95,74 @@ __device__ T warp_sum(T v) {
 // part[y * n + k], n = C*H + H + C, of dW = d a^T (k = c * H + h), of the
 // layer below's db = the row sums of dz (k = C*H + h) and of db = the row
 // sums of d (k = C*H + H + c). Grid: (ceil(H / OB_ROWS) + 1) x column
-// blocks; a warp per row h (the last x-block: a warp per class, for db).
-__global__ void output_backward(const T* W, const T* d, const T* a, T* dz, T* part, int C, int H, int cols) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// blocks. A thread takes a column at a time and OB_ROWS rows, so each
+// column of d is read once for OB_ROWS rows; the block's OB_THREADS
+// threads then reduce their OB_ROWS x (C + 1) sums (warp shuffles, then the
+// warps in order). The last x-block sums d alone (db).
+__global__ void __launch_bounds__(OB_THREADS)
+output_backward(const T* W, const T* d, const T* a, T* dz, T* part, int C, int H, int cols) {
+    __shared__ T w[OB_ROWS][MAXC];
+    __shared__ T red[OB_THREADS / 32][OB_ROWS * (MAXC + 1)];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j0 = blockIdx.y * OB_COLS, j1 = min(j0 + OB_COLS, cols);
     const long long CH = (long long)C * H;
     T* out = part + blockIdx.y * (CH + H + C);
-    if (blockIdx.x == gridDim.x - 1) {
-        for (int c = warp; c < C; c += OB_ROWS) {
-            T s = 0;
-            for (int j = j0 + lane; j < j1; j += 32) s += d[(long long)c * cols + j];
-            s = warp_sum(s);
-            if (lane == 0) out[CH + H + c] = s;
+    const bool bias_block = blockIdx.x == gridDim.x - 1;
+    const int h0 = blockIdx.x * OB_ROWS;
+    for (int t = tid; t < OB_ROWS * MAXC; t += OB_THREADS) {
+        int r = t / MAXC, c = t % MAXC;
+        w[r][c] = (!bias_block && c < C && h0 + r < H) ? W[c * H + h0 + r] : (T)0;
+    }
+    __syncthreads();
+    T acc[OB_ROWS][MAXC + 1];   // [r][c]: dW (or, in the last x-block, [0][c]: db); [r][MAXC]: the layer below's db
+#pragma unroll
+    for (int r = 0; r < OB_ROWS; ++r)
+#pragma unroll
+        for (int c = 0; c <= MAXC; ++c) acc[r][c] = 0;
+    for (int j = j0 + tid; j < j1; j += OB_THREADS) {
+        T dl[MAXC];
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) dl[c] = c < C ? d[(long long)c * cols + j] : (T)0;
+        if (bias_block) {
+#pragma unroll
+            for (int c = 0; c < MAXC; ++c) acc[0][c] += dl[c];
+            continue;
         }
-        return;
-    }
-    const int h = blockIdx.x * OB_ROWS + warp;
-    if (h >= H) return;  // the whole warp
-    T w[MAXC], acc[MAXC], accb = 0;
 #pragma unroll
-    for (int c = 0; c < MAXC; ++c) {
-        w[c] = c < C ? W[c * H + h] : (T)0;
-        acc[c] = 0;
-    }
-#pragma unroll 4
-    for (int j = j0 + lane; j < j1; j += 32) {
-        long long i = (long long)h * cols + j;
-        T v = a[i], da = 0;
+        for (int r = 0; r < OB_ROWS; ++r) {
+            if (h0 + r < H) {
+                long long i = (long long)(h0 + r) * cols + j;
+                T v = a[i], da = 0;
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) {
-            if (c < C) {
-                T dc = d[(long long)c * cols + j];
-                acc[c] += dc * v;
-                da += w[c] * dc;
+                for (int c = 0; c < MAXC; ++c) {
+                    acc[r][c] += dl[c] * v;
+                    da += w[r][c] * dl[c];
+                }
+                T g = da * v * ((T)1 - v);
+                dz[i] = g;
+                acc[r][MAXC] += g;
             }
         }
-        T g = da * v * ((T)1 - v);
-        dz[i] = g;
-        accb += g;
     }
 #pragma unroll
-    for (int c = 0; c < MAXC; ++c) {
-        if (c < C) {
-            T s = warp_sum(acc[c]);
-            if (lane == 0) out[(long long)c * H + h] = s;
+    for (int r = 0; r < OB_ROWS; ++r)
+#pragma unroll
+        for (int c = 0; c <= MAXC; ++c) {
+            T v = warp_sum(acc[r][c]);
+            if (lane == 0) red[warp][r * (MAXC + 1) + c] = v;
+        }
+    __syncthreads();
+    for (int t = tid; t < OB_ROWS * (MAXC + 1); t += OB_THREADS) {
+        int r = t / (MAXC + 1), c = t % (MAXC + 1);
+        T v = red[0][t];
+        for (int k = 1; k < OB_THREADS / 32; ++k) v += red[k][t];
+        if (bias_block) {
+            if (r == 0 && c < C) out[CH + H + c] = v;
+        } else if (h0 + r < H) {
+            if (c < C) out[(long long)c * H + h0 + r] = v;
+            else if (c == MAXC) out[CH + h0 + r] = v;
         }
     }
-    T s = warp_sum(accb);
-    if (lane == 0) out[CH + h] = s;
 }
 
 // The n = C*H + H + C sums of output_backward: part's `splits` blocks added

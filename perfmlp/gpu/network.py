@@ -22,7 +22,7 @@ import numpy as np
 
 from ..mlp import Network
 from .gemm import cublas_gemm, gemm
-from ..model.costs import output_grad_splits, output_grad_sums
+from ..model.costs import fused_output, output_grad_splits, output_grad_sums
 from .kernels import LAUNCH, kernels
 
 _BLOCK = 256
@@ -37,7 +37,7 @@ class GpuNetwork(Network):
     def __init__(self, cupy, layer_sizes, dtype, lr, reg, global_batch, max_local: int, gemm_kind: str):
         super().__init__(cupy, layer_sizes, dtype, lr, reg, global_batch)
         self.cp = cupy
-        mod = kernels(cupy, dtype)
+        mod = kernels(cupy, dtype, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, dtype)
         self.k = {n: mod.get_function(n) for n in
                   ("bias_sigmoid", "bias_add", "output_backward", "partial_sums", "softmax_ce_grad", "row_sum",
                    "sigmoid_grad_row_sum", "sgd_update")}
@@ -113,7 +113,7 @@ class GpuNetwork(Network):
         b = d.shape[1]
         splits = output_grad_splits(b)
         rows = LAUNCH["OB_ROWS"]
-        self.k["output_backward"](((H + rows - 1) // rows + 1, splits), (32 * rows,),
+        self.k["output_backward"](((H + rows - 1) // rows + 1, splits), (LAUNCH["OB_THREADS"],),
                                   (w, d, a, out, self._partials, self._i32(C), self._i32(H), self._i32(b)),
                                   stream=self.stream)
         g, blk = _grid(output_grad_sums(C, H))

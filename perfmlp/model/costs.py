@@ -155,7 +155,7 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
 # below's db) and `partial_sums` (the partials added in a fixed order, so
 # the result is the same at every run).
 FUSED_OUTPUT_MAX_CLASSES = 16
-OUTPUT_GRAD_COLS = 256
+OUTPUT_GRAD_COLS = 512
 
 
 def fused_output(layer_sizes) -> bool:
@@ -273,7 +273,7 @@ class BatchCounts:
 
 def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
                  batch_transfer: str = "pageable", bucket_bytes: int | None = None,
-                 exec_mode: str = "eager") -> BatchCounts:
+                 exec_mode: str = "eager", fuse_output: bool = True) -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
@@ -282,10 +282,12 @@ def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
     MPI and NCCL bytes are counted even on one process, as the trainer hands
     the buffer to the collective there too. bucket_bytes: overlapped
     communication (the weight gradients' GEMMs split into row blocks; the
-    bytes reduced are the same, in more collectives).
+    bytes reduced are the same, in more collectives). fuse_output: as
+    step_kernels (False: a step without the fused output backward, such as
+    the reference solution's).
     """
     flops, mem, ops, kern = {}, {}, {}, {}
-    for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize).items():
+    for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output).items():
         f = m = n = 0
         for kernel in kernels:
             for name, shape in kernel:

@@ -221,12 +221,13 @@ def _kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str
     return t
 
 
-def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm):
+def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm,
+                     fuse_output=True):
     """(compute, communication) of each piece of the overlapped exchange: the
     backward kernels (costs.step_kernels with the row-block GEMMs) are cut
     where the trainer starts each piece's allreduce (gradient_buckets)."""
     L = len(layer_sizes) - 1
-    kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize)["backward"])
+    kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output)["backward"])
     stages, acc = [], 0.0
 
     def run(n=1):
@@ -235,7 +236,7 @@ def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, 
             acc += _kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
 
     pieces_ = iter(gradient_buckets(layer_sizes, itemsize, bucket_bytes))
-    fuse = fused_output(layer_sizes)
+    fuse = fuse_output and fused_output(layer_sizes)
     for l in range(L, 0, -1):
         blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], itemsize, bucket_bytes)
         if l == L and fuse:
@@ -291,10 +292,12 @@ def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False,
                   exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                  gemm: str = "cublas") -> Prediction:
+                  gemm: str = "cublas", fuse_output: bool = True) -> Prediction:
     """Predicted time per batch. `traced`: the run has perfmlp's tracer on;
     `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
-    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel.
+    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel;
+    `fuse_output=False`: a step without the fused output backward (the
+    reference solution's: every product a GEMM).
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
     adds to the sum of the other terms: where the step synchronises (a
@@ -307,13 +310,13 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     isz = itemsize_of(precision)
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
-    counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode)
+    counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode, fuse_output)
     graph = exec_mode == "graph"
     gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
     phase_kernels: dict[str, list[float]] = {}
     n_kernels = 0
-    for phase, kernels in step_kernels(layer_sizes, b, split, isz).items():
+    for phase, kernels in step_kernels(layer_sizes, b, split, isz, fuse_output).items():
         phase_kernels[phase] = []
         for kernel in kernels:
             n_kernels += 1
@@ -339,7 +342,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     if overlap:
         buckets = gradient_buckets(layer_sizes, isz, bucket_bytes)
         bucket_comm = lambda n: sum(comm_s(machine, comm, n, procs, batch_transfer).values())  # noqa: E731
-        stages = _backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm)
+        stages = _backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm,
+                                  fuse_output)
         t_compute, t_end = overlap_pipeline(stages)
         exposed = t_end - t_compute
         total_comm = sum(m for _, m in stages)

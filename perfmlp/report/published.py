@@ -43,10 +43,12 @@ CLOSE = 0.25         # a prediction within this fraction of the published time "
 
 def reference_prediction(machine: Machine, study, procs: int, gemm: str | None = None) -> Prediction:
     """The model's time per batch of the reference's scheme on `machine`
-    (`gemm`: another GEMM kernel than the scheme's)."""
+    (`gemm`: another GEMM kernel than the scheme's). The reference's step
+    runs every product as a GEMM: no fused output backward."""
     sc = study.scheme
     return predict_batch(machine, study.layer_sizes, study.batch_size, procs, study.precision, sc["comm"],
-                         sc["batch_transfer"], traced=False, exec_mode=sc["exec"], gemm=gemm or sc["gemm"])
+                         sc["batch_transfer"], traced=False, exec_mode=sc["exec"], gemm=gemm or sc["gemm"],
+                         fuse_output=False)
 
 
 def with_gemm_rate(machine: Machine, kernel: str, precision: str, flops_per_s: float) -> Machine:
