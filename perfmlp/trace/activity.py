@@ -60,7 +60,7 @@ def own_kernel_names() -> tuple[str, ...]:
     name them as written). Every other kernel of a step is a library's:
     cuBLAS's GEMMs and their split-K reductions, NCCL's collectives."""
     src = resources.files("perfmlp.gpu").joinpath("kernels.cu").read_text()
-    return tuple(sorted(re.findall(r"__global__\s+void\s+(\w+)\s*\(", src)))
+    return tuple(sorted(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", src)))
 
 
 # ---- records -> a rank's timeline (pure) ------------------------------------------------
