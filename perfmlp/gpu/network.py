@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..mlp import Network
-from .gemm import cublas_gemm, gemm
 from ..model.costs import fused_output, output_grad_splits, output_grad_sums
+from .gemm import cublas_gemm, gemm
 from .kernels import LAUNCH, kernels
 
 _BLOCK = 256
