@@ -35,13 +35,7 @@ PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python
   --predict $R/calibrated.yaml --no-report --timeout 40 --max-procs $NGPU 2>&1 | tee $R/sweep.log \
   | grep -v -e ": ok$" -e "skipped$"
 rm -rf $T/.sweep-configs
-python3 -c "
-import sys
-from perfmlp.trace.reader import read_traces
-runs, _ = read_traces(sys.argv[1])
-bad = [r.run_id for r in runs if r.host_enqueue_times]
-print(f'{len(bad)} of {len(runs)} runs timed by the host enqueue (no steady_ms_per_batch; left out of the report): '
-      + ', '.join(bad) if bad else f'all {len(runs)} runs GPU-timed or synchronised (steady_ms_per_batch)')" $T
+python3 benchmarks/untimed_runs.py $T
 echo "== what-if and report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 BASE=$(ls -d $T/validate-h512-b3200-p1-float32-pageable-mpi-staged-cublas-eager-r1-* 2>/dev/null | head -1)
 [ -n "$BASE" ] && python3 -m perfmlp.whatif $BASE --machine $R/calibrated.yaml --set comm=nccl \

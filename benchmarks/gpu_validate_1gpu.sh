@@ -52,13 +52,7 @@ PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-400} - SECONDS)) python
   sweeps/validate-1gpu.yaml --trace-dir $T --predict $R/calibrated.yaml --predict-also $R/scaled.yaml \
   --no-report --timeout 40 --max-procs 1 2>&1 | tee $R/sweep.log | grep -v -e ": ok$" -e "skipped$"
 rm -rf $T/.sweep-configs
-python3 -c "
-import sys
-from perfmlp.trace.reader import read_traces
-runs, _ = read_traces(sys.argv[1])
-bad = [r.run_id for r in runs if r.host_enqueue_times]
-print(f'{len(bad)} of {len(runs)} runs timed by the host enqueue (no steady_ms_per_batch; left out of the report): '
-      + ', '.join(bad) if bad else f'all {len(runs)} runs GPU-timed or synchronised (steady_ms_per_batch)')" $T
+python3 benchmarks/untimed_runs.py $T
 echo "== report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 timeout 60 python3 -m perfmlp.report $T --out $R/report --machine $R/calibrated.yaml > $R/report.log 2>&1 \
   || echo "report not made here ($(tail -1 $R/report.log)); make it from the traces"
