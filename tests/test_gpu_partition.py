@@ -30,16 +30,19 @@ two_gpus = pytest.mark.skipif(gpus() < 2, reason="needs CuPy and two CUDA GPUs")
 one_gpu = pytest.mark.skipif(gpus() < 1, reason="needs CuPy and a CUDA GPU")
 
 
-@two_gpus
+@pytest.mark.parametrize("procs", [2, 4])
 @pytest.mark.parametrize("exec_mode", ["eager", "auto"])
-def test_every_strategy_on_two_gpus_equals_one_numpy_process(exec_mode):
-    # tests/mpi_partition.py with --backend cupy: model parallel and hybrid 2x1 / 1x2 over NCCL and mpi-staged
-    # (pageable copies), ps-nccl; float64 to 1e-12 and float32 to 1e-5 of the largest parameter. auto: the
-    # NCCL and ps-nccl strategies replayed as CUDA graphs (many trainings, so many captures, in one process)
-    r = run_cmd([mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_partition.py"), "--backend", "cupy",
-                 "--exec", exec_mode], timeout=300)
+def test_every_strategy_equals_one_numpy_process(procs, exec_mode):
+    # tests/mpi_partition.py with --backend cupy: model parallel and every hybrid grid of `procs` ranks
+    # (2: 2x1 / 1x2; 4: 4x1, 2x2, 1x4) over NCCL and mpi-staged (pageable copies), ps-nccl; float64 to
+    # 1e-12 and float32 to 1e-5 of the largest parameter. auto: the NCCL and ps-nccl strategies replayed
+    # as CUDA graphs (many trainings, so many captures, in one process)
+    if gpus() < procs:
+        pytest.skip(f"needs CuPy and {procs} CUDA GPUs")
+    r = run_cmd([mpiexec(), "-n", str(procs), sys.executable, str(ROOT / "tests" / "mpi_partition.py"),
+                 "--backend", "cupy", "--exec", exec_mode], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "OK 2 ranks" in r.stdout
+    assert f"OK {procs} ranks" in r.stdout
 
 
 @two_gpus

@@ -13,8 +13,10 @@ _modules: dict = {}
 # Compile-time constants of kernels.cu, which the launches (network.py) use
 # too: output_backward's rows a block (each thread takes them all, a column
 # at a time), columns a block, and threads a block. Chosen on an H200 with
-# benchmarks/output_backward_tune.py (benchmarks/results/h200-x2/fused/).
-LAUNCH = {"OB_ROWS": 4, "OB_COLS": OUTPUT_GRAD_COLS, "OB_THREADS": 256}
+# benchmarks/output_backward_tune.py (benchmarks/results/h200-x2/fused/tune/:
+# OB_ROWS = 2, OB_COLS = 1024 took 16.6 us for the pair at b = 3200, the
+# shape used before, 4 x 512, 19.9 us).
+LAUNCH = {"OB_ROWS": 2, "OB_COLS": OUTPUT_GRAD_COLS, "OB_THREADS": 256}
 
 
 def kernels(cupy, dtype, classes: int = FUSED_OUTPUT_MAX_CLASSES):

@@ -155,7 +155,7 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
 # below's db) and `partial_sums` (the partials added in a fixed order, so
 # the result is the same at every run).
 FUSED_OUTPUT_MAX_CLASSES = 16
-OUTPUT_GRAD_COLS = 512
+OUTPUT_GRAD_COLS = 1024
 
 
 def fused_output(layer_sizes) -> bool:
