@@ -9,6 +9,10 @@ Measured on this rank's GPU:
   reference's kernels. Each is timed over back-to-back calls queued behind
   a spin kernel, so the host's dispatch is not in the GPU time; the host's
   dispatch is the separate launch_overhead_s.
+- the step's own kernels (kernels.cu: bias_sigmoid, output_backward, ...)
+  as GPU time the same way, each relaunched as one eager step at those
+  shapes launched it, with the fused output backward and without it
+  (kernel_s);
 - kernel_gap_s (an empty kernel queued ahead, per kernel), graph_kernel_gap_s
   (the same in a replayed CUDA graph) and graph_launch_s (host time of one
   graph launch);
@@ -38,7 +42,7 @@ from statistics import median
 import numpy as np
 
 from .config import Config
-from .model.costs import batch_counts, grad_buffer_bytes, itemsize
+from .model.costs import batch_counts, grad_buffer_bytes, itemsize, kernel_name, kernel_shape, step_kernels
 from .model.machine import load_machine, machine_from_mapping, machine_to_yaml
 
 
@@ -117,11 +121,54 @@ def _gemm_rate(cp, call, m, n, k, calls=50):
     return 2 * m * n * k / t
 
 
+def step_network(cp, sizes, precision, b):
+    """A GpuNetwork of `sizes` (cuBLAS) for pieces of b samples, with a
+    random piece x (b x D) and one-hot labels y (b x C)."""
+    from .gpu.network import GpuNetwork
+    from .mlp import init_weights
+    net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, "cublas")
+    net.set_params(init_weights(sizes, 0))
+    x = cp.random.random((b, sizes[0]), dtype=precision)
+    y = cp.zeros((b, sizes[-1]), dtype=precision)
+    y[cp.arange(b), cp.arange(b) % sizes[-1]] = 1
+    return net, x, y
+
+
+def own_kernel_times(cp, net, x, y, calls: int = 100) -> list[dict]:
+    """The GPU time of each of the step's own kernels (not the GEMMs) as one
+    eager step of `net` on x, y launches them: recorded (net.capture_kernels)
+    with the fused output backward where the network has it and without it,
+    each distinct (kernel, shape) relaunched `calls` times queued ahead. The
+    launches must be the model's step (costs.step_kernels), whose shapes key
+    the entries: [{kernel, shape, precision, s}]. Relaunching a kernel that
+    writes its inputs (bias_sigmoid's z, sgd_update's parameters) changes
+    values, not work: no kernel's work depends on its data."""
+    sizes, b = net.p.layer_sizes, x.shape[0]
+    fused, times = net.fuse_output, {}
+    try:
+        for fuse in dict.fromkeys((fused, False)):
+            net.fuse_output, net.capture_kernels = fuse, []
+            net.forward(x.T); net.loss(y.T); net.backward(); net.update()
+            launched = net.capture_kernels
+            net.capture_kernels = None
+            model = [k for ks in step_kernels(sizes, b, fuse_output=fuse).values() for k in ks
+                     if kernel_name(k) != "gemm"]
+            if [name for name, _ in launched] != [kernel_name(k) for k in model]:
+                raise RuntimeError(f"the step launched {[name for name, _ in launched]}, the model lists "
+                                   f"{[kernel_name(k) for k in model]}")
+            with net.stream:  # the spin, the events and the relaunches on one stream
+                for (name, relaunch), k in zip(launched, model):
+                    if (name, kernel_shape(k)) not in times:
+                        times[name, kernel_shape(k)] = queued_ahead(cp, relaunch, calls)[0]
+    finally:
+        net.fuse_output, net.capture_kernels = fused, None
+    return [{"kernel": name, "shape": list(shape), "precision": net.dtype.name, "s": float(t)}
+            for (name, shape), t in times.items()]
+
+
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     from .gpu.gemm import cublas_gemm, gemm
-    from .gpu.network import GpuNetwork
     from .gpu.timing import time_ms
-    from .mlp import init_weights
     D, C = Config.input_size, Config.num_classes
     res = {}
     # large GEMM: the empirical compute roof
@@ -142,12 +189,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
                 continue
             for H in hidden:
                 for bl in local_batches:
-                    sizes = (D, H, C)
-                    net = GpuNetwork(cp, sizes, prec, 0.1, 0.0, bl, bl, "cublas")
-                    net.set_params(init_weights(sizes, 0))
-                    x = cp.random.random((bl, D), dtype=prec)
-                    y = cp.zeros((bl, C), dtype=prec)
-                    y[cp.arange(bl), cp.arange(bl) % C] = 1
+                    net, x, y = step_network(cp, (D, H, C), prec, bl)
                     net.capture = []
                     net.forward(x.T); net.loss(y.T); net.backward()
                     for a, b, out in net.capture:
@@ -160,6 +202,20 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
                     net.capture = None
     res["gemm_flops_per_s"] = rates
     log(f"{len(rates)} trainer GEMM shapes timed (GPU time, queued ahead)")
+    # the step's own kernels at the same shapes, as GPU time (a shape met again, as
+    # sgd_update's at every b, keeps its first time)
+    own: dict = {}
+    for prec in precisions:
+        for H in hidden:
+            for bl in local_batches:
+                for e in own_kernel_times(cp, *step_network(cp, (D, H, C), prec, bl)):
+                    own.setdefault((e["kernel"], tuple(e["shape"]), e["precision"]), e)
+    res["kernel_s"] = list(own.values())
+    span = {}
+    for e in res["kernel_s"]:
+        span.setdefault(e["kernel"], []).append(e["s"] * 1e6)
+    log(f"{len(own)} own kernel shapes timed (GPU time, queued ahead): "
+        + ", ".join(f"{k} {min(t):.1f}-{max(t):.1f} us" for k, t in span.items()))
     # the GPU's gap between kernels: an empty kernel queued ahead, one by one and in a graph
     _, empty = _spin(cp)
     n_k = 200
@@ -246,11 +302,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     from .trace.format import Counts
     from .trace.writer import NullTracer, make_tracer
     sizes, bl = (16, 16, 10), 16
-    net = GpuNetwork(cp, sizes, "float32", 0.1, 0.0, bl, bl, "cublas")
-    net.set_params(init_weights(sizes, 0))
-    x = cp.random.random((bl, 16), dtype=cp.float32)
-    y = cp.zeros((bl, 10), dtype=cp.float32)
-    y[cp.arange(bl), cp.arange(bl) % 10] = 1
+    net, x, y = step_network(cp, sizes, "float32", bl)
     n_kernels = sum(batch_counts(sizes, bl, 4).kernels.values())  # what the step launches
     world = SingleWorld()
     tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world)
@@ -484,12 +536,12 @@ def main(argv=None) -> int:
     if world.rank != 0:
         return 0
     date = dt.date.today().isoformat()
-    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s")
+    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s")
     measured = sorted(k for k in res if k not in tables) + [t for t in tables if res.get(t)]
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {world.size}, "
-                         f"{date}: {', '.join(measured)}; GEMM rates are GPU time (calls queued behind a spin "
-                         f"kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
+                         f"{date}: {', '.join(measured)}; GEMM rates and kernel_s are GPU time (calls queued behind "
+                         f"a spin kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
                          f"({base.name}); peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
               "date": date, "gpus": world.size if world.size > 1 else max(world.size, base.gpus)}
     for k in ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s",

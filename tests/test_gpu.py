@@ -90,6 +90,44 @@ def test_gpu_network_launches_the_models_step(sizes, fuse):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_own_kernel_times_cover_the_models_step(dtype):
+    # the calibration's kernel_s (perfmlp/calibrate.py own_kernel_times) on a small network
+    import cupy as cp
+    from perfmlp.calibrate import own_kernel_times, step_network
+    from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels
+    from perfmlp.model.machine import load_machine, machine_from_mapping
+    sizes, b = (33, 17, 10), 23
+    net, x, y = step_network(cp, sizes, dtype, b)
+
+    def own(fuse):
+        return [k for ks in step_kernels(sizes, b, fuse_output=fuse).values() for k in ks if kernel_name(k) != "gemm"]
+    for fuse in (True, False):
+        net.fuse_output, net.capture_kernels = fuse, []
+        net.forward(x.T); net.loss(y.T); net.backward(); net.update()
+        launched, net.capture_kernels = net.capture_kernels, None
+        assert [name for name, _ in launched] == [kernel_name(k) for k in own(fuse)]
+        if fuse:  # a relaunch repeats the launch: partial_sums writes the output layer's dW again
+            (relaunch,) = [call for name, call in launched if name == "partial_sums"]
+            want = net.g.W[-1].copy()
+            net.g.W[-1][...] = cp.nan
+            relaunch()
+            assert cp.array_equal(net.g.W[-1], want)
+    net.fuse_output = True
+    rows = own_kernel_times(cp, net, x, y, calls=10)
+    assert net.fuse_output and net.capture_kernels is None   # left as it was
+    # every own kernel of the step, fused and not, once per shape, with a positive GPU time
+    assert sorted((r["kernel"], tuple(r["shape"])) for r in rows) == \
+        sorted({(kernel_name(k), kernel_shape(k)) for fuse in (True, False) for k in own(fuse)})
+    assert all(r["s"] > 0 and r["precision"] == dtype for r in rows)
+    # the entries load as a machine file's table
+    h200 = load_machine("h200")
+    values = {f: getattr(h200, f) for f in h200.__dataclass_fields__
+              if f not in ("path", "gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "device_names")}
+    assert len(machine_from_mapping({**values, "kernel_s": rows}, "x.yaml").kernel_s) == len(rows)
+
+
+@gpu
 @pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
 @pytest.mark.parametrize("comm", ["mpi-staged", "nccl"])
 def test_gpu_training_matches_cpu(tmp_path, transfer, comm):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..mlp import Network
-from ..model.costs import fused_output, output_grad_splits, output_grad_sums
+from ..model.costs import OWN_KERNELS, fused_output, output_grad_splits, output_grad_sums
 from .gemm import cublas_gemm, gemm
 from .kernels import LAUNCH, kernels
 
@@ -38,9 +38,7 @@ class GpuNetwork(Network):
         super().__init__(cupy, layer_sizes, dtype, lr, reg, global_batch)
         self.cp = cupy
         mod = kernels(cupy, dtype, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, dtype)
-        self.k = {n: mod.get_function(n) for n in
-                  ("bias_sigmoid", "bias_add", "output_backward", "partial_sums", "softmax_ce_grad", "row_sum",
-                   "sigmoid_grad_row_sum", "sgd_update")}
+        self.k = {n: mod.get_function(n) for n in OWN_KERNELS.values()}
         self.gemm_kind = gemm_kind
         # every kernel of the step goes to this stream, named at each launch
         # (never "the current stream", which CUDA-graph capture and callers change)
@@ -59,6 +57,9 @@ class GpuNetwork(Network):
                                     dtype) if L >= 2 else None
 
     capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
+    # when a list: (name, relaunch) of every own kernel launched, relaunch() launching it again
+    # with the same grid, block, arguments and stream, for timing them alone (perfmlp/calibrate.py)
+    capture_kernels: list | None = None
 
     def buffer(self, kind: str, layer: int, b: int):
         """A C-contiguous rows x b array on the front of a rows x max buffer
@@ -89,6 +90,12 @@ class GpuNetwork(Network):
         return r
 
     # -- the kernels ----------------------------------------------------------------------
+    def _launch(self, name, grid, block, args):
+        fn, s = self.k[name], self.stream
+        fn(grid, block, args, stream=s)
+        if self.capture_kernels is not None:
+            self.capture_kernels.append((name, lambda: fn(grid, block, args, stream=s)))
+
     def _gemm(self, a, b, out):
         if self.capture is not None:
             self.capture.append((a, b, out))
@@ -99,13 +106,13 @@ class GpuNetwork(Network):
     def _bias_sigmoid(self, z, bias):
         n = z.size
         g, blk = _grid(n)
-        self.k["bias_sigmoid"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])), stream=self.stream)
+        self._launch("bias_sigmoid", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
     def _bias_add(self, z, bias):
         n = z.size
         g, blk = _grid(n)
-        self.k["bias_add"](g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])), stream=self.stream)
+        self._launch("bias_add", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
     def _output_backward(self, w, d, a, gw, gb, out, gb_below):
@@ -113,12 +120,11 @@ class GpuNetwork(Network):
         b = d.shape[1]
         splits = output_grad_splits(b)
         rows = LAUNCH["OB_ROWS"]
-        self.k["output_backward"](((H + rows - 1) // rows + 1, splits), (LAUNCH["OB_THREADS"],),
-                                  (w, d, a, out, self._partials, self._i32(C), self._i32(H), self._i32(b)),
-                                  stream=self.stream)
+        self._launch("output_backward", ((H + rows - 1) // rows + 1, splits), (LAUNCH["OB_THREADS"],),
+                     (w, d, a, out, self._partials, self._i32(C), self._i32(H), self._i32(b)))
         g, blk = _grid(output_grad_sums(C, H))
-        self.k["partial_sums"](g, blk, (self._partials, self._i32(splits), self._i32(C), self._i32(H), gw, gb_below,
-                                        gb), stream=self.stream)
+        self._launch("partial_sums", g, blk, (self._partials, self._i32(splits), self._i32(C), self._i32(H), gw,
+                                              gb_below, gb))
         return out
 
     def _softmax_ce_grad(self, z, y, out):
@@ -126,17 +132,16 @@ class GpuNetwork(Network):
         assert y.T.flags.c_contiguous, "labels must be the transposed view of b x C rows"
         C, b = z.shape
         g, blk = _grid(b)
-        self.k["softmax_ce_grad"](g, blk, (z, y, out, self.g.extra, self._i32(C), self._i32(b),
-                                           self._scale(self.global_batch)), stream=self.stream)
+        self._launch("softmax_ce_grad", g, blk, (z, y, out, self.g.extra, self._i32(C), self._i32(b),
+                                                 self._scale(self.global_batch)))
         return out
 
     def _row_sum(self, d, out):
-        self.k["row_sum"]((d.shape[0],), (_BLOCK,), (d, out, self._i32(d.shape[1])), stream=self.stream)
+        self._launch("row_sum", (d.shape[0],), (_BLOCK,), (d, out, self._i32(d.shape[1])))
         return out
 
     def _sigmoid_grad_row_sum(self, da, a, db):
-        self.k["sigmoid_grad_row_sum"]((a.shape[0],), (_BLOCK,), (da, a, db, self._i32(a.shape[1])),
-                                       stream=self.stream)
+        self._launch("sigmoid_grad_row_sum", (a.shape[0],), (_BLOCK,), (da, a, db, self._i32(a.shape[1])))
         return da  # dz, in place
 
     def _sgd_update(self) -> None:
@@ -147,7 +152,7 @@ class GpuNetwork(Network):
             args = self._ints["update"] = (_grid(n), (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
                                                       self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc))
         (grid, blk), a = args
-        self.k["sgd_update"](grid, blk, a, stream=self.stream)
+        self._launch("sgd_update", grid, blk, a)
 
     def take_epoch_loss_sum(self) -> float:
         v = float(self.ce_acc.get(stream=self.stream)[0])  # waits for the step's stream, once per epoch

@@ -217,6 +217,29 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
     }
 
 
+# The trainer's own kernels (kernels.cu, launched by perfmlp/gpu/network.py
+# under these names) by the operations each computes, as step_kernels lists
+# them; every other kernel of the step is one GEMM ("gemm").
+OWN_KERNELS = {("bias_sigmoid",): "bias_sigmoid", ("bias_add",): "bias_add",
+               ("softmax_ce_grad",): "softmax_ce_grad", ("row_sum",): "row_sum",
+               ("sigmoid_grad", "row_sum"): "sigmoid_grad_row_sum", ("output_backward",): "output_backward",
+               ("partial_sums",): "partial_sums", ("update_weights", "update_biases"): "sgd_update"}
+
+
+def kernel_name(kernel) -> str:
+    """The name the trainer launches a step kernel (a tuple of (operation,
+    shape)) under: "gemm", or one of OWN_KERNELS'."""
+    ops = tuple(name for name, _ in kernel)
+    return "gemm" if ops == ("gemm",) else OWN_KERNELS[ops]
+
+
+def kernel_shape(kernel) -> tuple:
+    """The shape a kernel's calibrated time is keyed by (the machine file's
+    kernel_s): its first operation's, e.g. (C, H, b) for output_backward,
+    (H, b) for bias_sigmoid, (weights,) for sgd_update."""
+    return tuple(kernel[0][1])
+
+
 def step_ops(layer_sizes, b: int, bucket_bytes: int | None = None,
              itemsize: int = 4, fuse_output: bool = True) -> dict[str, list[tuple[str, tuple]]]:
     """The operations of one training step, per phase, in launch order."""

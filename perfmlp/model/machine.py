@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from .. import checks
+from .costs import OWN_KERNELS
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -65,6 +66,18 @@ class WaitPoint:
 
 
 @dataclass(frozen=True)
+class KernelTime:
+    """The GPU time of one of the trainer's own kernels (costs.OWN_KERNELS'
+    names) at `shape` (costs.kernel_shape: its first operation's shape as
+    the trainer records it), seconds per call with the calls queued back to
+    back as the GEMM rates are."""
+    kernel: str
+    shape: tuple[int, ...]
+    precision: str
+    s: float
+
+
+@dataclass(frozen=True)
 class Machine:
     name: str
     source: str
@@ -98,6 +111,7 @@ class Machine:
     d2h_pinned_aggregate_bytes_per_s: float = 0.0
     allreduce_s: tuple[CollectivePoint, ...] = ()   # measured allreduces (interpolated; else alpha-beta)
     collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
+    kernel_s: tuple[KernelTime, ...] = ()   # measured times of the trainer's own kernels (else bytes / bandwidth)
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -144,6 +158,31 @@ class Machine:
                 return s0 + (s1 - s0) * (procs - p0) / (p1 - p0)
         return pts[-1][1]
 
+    def kernel_time_s(self, kernel: str, shape, precision: str) -> float | None:
+        """GPU seconds of own kernel `kernel` at `shape` (costs.kernel_shape),
+        or None where kernel_s has no point of that kernel, precision and
+        number of dimensions. A shape is (h..., b): b its last size (samples,
+        column blocks or elements), h the product of the others (1 if none).
+        Rule: the points of the measured h nearest to this h by ratio; among
+        them linear in b between the two measured b around it, the nearest
+        point's time scaled by b / its b above the largest, held below the
+        smallest (a kernel does not get faster than at its smallest size)."""
+        pts = [(math.prod(p.shape[:-1]), p.shape[-1], p.s) for p in self.kernel_s
+               if p.kernel == kernel and p.precision == precision and len(p.shape) == len(shape)]
+        if not pts:
+            return None
+        h, b = math.prod(shape[:-1]), shape[-1]
+        near = min({ph for ph, _, _ in pts}, key=lambda ph: (abs(math.log(ph / h)), ph))
+        line = sorted((pb, s) for ph, pb, s in pts if ph == near)
+        if b <= line[0][0]:
+            return line[0][1]
+        if b >= line[-1][0]:
+            return line[-1][1] * b / line[-1][0]
+        for (b0, s0), (b1, s1) in zip(line, line[1:]):
+            if b0 <= b <= b1:
+                return s0 + (s1 - s0) * (b - b0) / (b1 - b0)
+        raise AssertionError("unreachable")
+
     @property
     def calibrated(self) -> bool:
         return bool(self.gemm_flops_per_s)
@@ -169,7 +208,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "graph_kernel_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
-_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s")
+_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -212,7 +251,20 @@ def _wait_point(entry) -> WaitPoint:
                      checks.non_negative("s", checks.number("s", entry["s"])))
 
 
-_TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point}
+def _kernel_time(entry) -> KernelTime:
+    entry = _entry(entry, ("kernel", "shape", "precision", "s"))
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not shape:
+        raise checks.CheckError(f"shape must be a non-empty list of sizes, got {shape!r}")
+    return KernelTime(checks.choice("kernel", entry["kernel"], OWN_KERNELS.values()),
+                      tuple(checks.positive(f"shape[{i}]", checks.integer(f"shape[{i}]", n))
+                            for i, n in enumerate(shape)),
+                      checks.choice("precision", entry["precision"], ("float32", "float64")),
+                      checks.positive("s", checks.number("s", entry["s"])))
+
+
+_TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
+                "kernel_s": _kernel_time}
 
 
 def machine_from_mapping(data, where: str) -> Machine:
@@ -254,6 +306,12 @@ def machine_from_mapping(data, where: str) -> Machine:
             except checks.CheckError as e:
                 raise MachineError(f"{where}: {key}[{i}] {e}") from None
         values[key] = tuple(rows)
+    seen = {}
+    for i, k in enumerate(values["kernel_s"]):  # one time per point: interpolation needs distinct sizes
+        first = seen.setdefault((k.kernel, k.shape, k.precision), i)
+        if first != i:
+            raise MachineError(f"{where}: kernel_s[{i}] repeats kernel_s[{first}] ({k.kernel} {list(k.shape)} "
+                               f"{k.precision})")
     return Machine(**values)
 
 

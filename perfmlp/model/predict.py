@@ -4,9 +4,12 @@ Terms (seconds, for the slowest rank, i.e. the one with the largest piece),
 each with the trace phase group that measures it (TERM_GROUP):
 - gemm: each GEMM's FLOPs over the machine's GPU-time rate for its shape and
   kernel (calibrated table when the file has one, else the peak);
-- elementwise: the other kernels' device-memory bytes over memory bandwidth,
-  and in graph mode with resident data the piece's device-to-device copy
-  into the graph's static inputs (read and written: twice its bytes);
+- elementwise: the other kernels (the trainer's own, costs.OWN_KERNELS):
+  each one's measured GPU time at its shape where the machine file's
+  kernel_s has that kernel (Machine.kernel_time_s), else its device-memory
+  bytes over memory bandwidth; and in graph mode with resident data the
+  piece's device-to-device copy into the graph's static inputs (read and
+  written: twice its bytes);
 - kernel_gaps: the GPU's idle time between consecutive kernels (one per
   kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay);
 - launches (eager): the host time to launch the step's kernels (kernels
@@ -47,8 +50,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costs import (DEFAULT_BUCKET_BYTES, LOSS_SLOTS, batch_counts, fused_output, itemsize as itemsize_of, op_cost,
-                    pieces, row_blocks, step_kernels)
+from .costs import (DEFAULT_BUCKET_BYTES, LOSS_SLOTS, batch_counts, fused_output, itemsize as itemsize_of,
+                    kernel_name, kernel_shape, op_cost, pieces, row_blocks, step_kernels)
 from .machine import Machine
 
 TERMS = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "graph_launch", "tracing",
@@ -210,15 +213,17 @@ def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def _kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str) -> float:
-    """GPU time of one kernel (its operations priced one by one)."""
-    t = 0.0
-    for name, shape in kernel:
-        flops, nbytes = op_cost(name, shape, itemsize)
-        if name == "gemm":
-            t += flops / machine.gemm_rate(*shape, precision, kernel=gemm)
-        else:
-            t += nbytes / machine.mem_bw_bytes_per_s
-    return t
+    """GPU time of one kernel: a GEMM's FLOPs over its rate; an own kernel's
+    calibrated time (kernel_s) where the machine has one, else its
+    operations' bytes over memory bandwidth."""
+    name = kernel_name(kernel)
+    if name == "gemm":
+        (_, shape), = kernel
+        return op_cost("gemm", shape, itemsize)[0] / machine.gemm_rate(*shape, precision, kernel=gemm)
+    measured = machine.kernel_time_s(name, kernel_shape(kernel), precision)
+    if measured is not None:
+        return measured
+    return sum(op_cost(op, shape, itemsize)[1] for op, shape in kernel) / machine.mem_bw_bytes_per_s
 
 
 def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm,
@@ -320,11 +325,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         phase_kernels[phase] = []
         for kernel in kernels:
             n_kernels += 1
-            t = 0.0
-            for name, shape in kernel:
-                k = _kernel_s(machine, ((name, shape),), isz, precision, gemm)
-                terms["gemm" if name == "gemm" else "elementwise"] += k
-                t += k
+            t = _kernel_s(machine, kernel, isz, precision, gemm)
+            terms["gemm" if kernel_name(kernel) == "gemm" else "elementwise"] += t
             phase_kernels[phase].append(t + gap)
     terms["kernel_gaps"] = n_kernels * gap
     copies = []

@@ -14,7 +14,11 @@ the two datasheet files' figure for the same resource:
 Times that no datasheet gives (latencies, launch and graph-launch host
 time, kernel gaps, the tracer's costs, the wait at a collective) are kept
 as measured: they belong to the host, driver and software more than to the
-GPU. The file's `source:` line says all of this with the ratios.
+GPU. The trainer's own kernels' measured times (kernel_s) are kept too: at
+the trainer's sizes they are latency-bound (an H200's output_backward pair
+took 17-19 us where its bytes take 3 us), which no datasheet figure
+scales; a GPU with less memory bandwidth runs the largest of them slower
+than this says. The file's `source:` line says all of this with the ratios.
 """
 from __future__ import annotations
 
@@ -59,6 +63,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm]}
                         for a in measured.allreduce_s]
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s} for w in measured.collective_wait_s]
+    v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
+                     for k in measured.kernel_s]
     v["name"] = f"{measured.name} scaled to {target_datasheet.name}"
     v["gpus"] = target_datasheet.gpus
     v["source"] = (f"{measured.name} ({Path(measured.path).name}) carried to {target_datasheet.name} by the ratios "
@@ -67,7 +73,7 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                    f"(fp64), memory bandwidth x{r['mem_bw']:.3f}, copies " +
                    ", ".join(f"{k} x{r[k]:.3f}" for k in COPY_KEYS) +
                    f", MPI x{r['mpi']:.3f}, NCCL x{r['nccl']:.3f}; latencies, host launch times, kernel gaps, "
-                   "the tracer's costs and the collective wait as measured")
+                   "the own kernels' times, the tracer's costs and the collective wait as measured")
     return v
 
 

@@ -242,7 +242,8 @@ def section_model(a: Analysis) -> Section:
                               "within 5%": sum(e <= 5 for e in errs), "within 15%": sum(e <= 15 for e in errs)})
     s.paragraphs.append(
         "Prediction: the model package's sum of named terms (GEMMs at the machine file's rate for each shape, "
-        "elementwise kernels at memory bandwidth, exposed launch time, host-device copies, allreduce with the "
+        "perfmlp's own kernels at their measured time where the file has one (kernel_s), else at memory "
+        "bandwidth, exposed launch time, host-device copies, allreduce with the "
         "alpha-beta ring model), for the slowest rank's piece. Measured terms are the slowest rank's median phase "
         "times: compute = forward + loss + backward + update (the predicted compute includes the GPU time of "
         f"the tracer's own CUDA events). Targets ({_study_file(a)}): {tg.model_median_error_pct:g}% median, "
