@@ -2,8 +2,9 @@
 # The model tested blind (issue 13), as a user would run it: calibrate this
 # machine with microbenchmarks, predict the held-out sweep from that file
 # alone (predictions.json, timestamped before the first run), then run the
-# sweep (sweeps/validate.yaml: every configuration 3 times, >= 20 steady
-# batches each), then the report and one what-if. From the project root on
+# sweep (sweeps/validate.yaml, or VALIDATE_SWEEP, e.g. sweeps/validate-x4.yaml
+# on 4 GPUs: every configuration 3 times, >= 20 steady batches each), then the
+# report and one what-if. From the project root on
 # the GPU machine (about 7 minutes on 2 x H200):
 #
 #   PERFMLP_GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/gpu_validate.sh
@@ -25,19 +26,20 @@ NGPU=$(nvidia-smi -L | wc -l)
 [ -n "${PERFMLP_GIT_COMMIT:-}" ] || echo "warning: PERFMLP_GIT_COMMIT not set: the manifests will not name the code"
 export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
 { date -u; nvidia-smi -L; nvidia-smi topo -m; echo "commit $PERFMLP_GIT_COMMIT"; } > $R/machine.txt 2>&1
+SWEEP=${VALIDATE_SWEEP:-sweeps/validate.yaml}; NAME=$(basename $SWEEP .yaml)
 SECONDS=0
 echo "== calibrate ($(date -u +%H:%M:%S))"
 timeout 150 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/calibrated.yaml \
   --gemm-kernels naive,tiled,regblock 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -24
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
-PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python3 -m perfmlp.sweep sweeps/validate.yaml --trace-dir $T \
+PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python3 -m perfmlp.sweep $SWEEP --trace-dir $T \
   --predict $R/calibrated.yaml --no-report --timeout 40 --max-procs $NGPU 2>&1 | tee $R/sweep.log \
   | grep -v -e ": ok$" -e "skipped$"
 rm -rf $T/.sweep-configs
 python3 benchmarks/untimed_runs.py $T
 echo "== what-if and report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
-BASE=$(ls -d $T/validate-h512-b3200-p1-float32-pageable-mpi-staged-cublas-eager-r1-* 2>/dev/null | head -1)
+BASE=$(ls -d $T/$NAME-h512-b3200-p1-float32-pageable-mpi-staged-cublas-eager-r1-* 2>/dev/null | head -1)
 [ -n "$BASE" ] && python3 -m perfmlp.whatif $BASE --machine $R/calibrated.yaml --set comm=nccl \
   --set batch_transfer=resident --set exec=graph --procs $NGPU > $R/whatif.log 2>&1; tail -3 $R/whatif.log
 timeout 60 python3 -m perfmlp.report $T --out $R/report --machine $R/calibrated.yaml > $R/report.log 2>&1 \
