@@ -15,6 +15,9 @@ each group:
 - some affected: the measurement with those terms replaced, measured -
   model's old value + model's new value of each affected term (the group's
   other terms, and what the model does not explain of it, stay measured).
+The rest of the measured time per batch ("other": in an eager run, the
+host's time between phases) is kept, except when the change makes an eager
+run a replayed graph, which has no time between phases: then it is 0.
 So what the change does not touch is measured and what it touches is
 predicted, with the changed terms listed. The run is predicted traced, as
 it ran.
@@ -40,6 +43,7 @@ from .trace.reader import Run, TraceError, read_run
 KEYS = ("comm", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "batch_size", "precision",
         "hidden_sizes")
 CHANGED_REL = 1e-6  # a group whose prediction moves by more than this (relative) is affected
+PRESENT_S = 1e-12   # a term below this in both predictions is absent (the timeline's float residue)
 
 
 @dataclass(frozen=True)
@@ -143,11 +147,11 @@ def what_if(run: Run, machine, sets: dict, procs: int | None = None) -> WhatIf:
     t, meas = measured_groups_ms(run)
     p0, p1 = before.predict(machine), after.predict(machine)
     t0, t1 = p0.terms, p1.terms
-    terms = tuple(k for k in t0 if abs(t1[k] - t0[k]) > CHANGED_REL * max(t0[k], t1[k], 1e-12))
+    terms = tuple(k for k in t0 if abs(t1[k] - t0[k]) > CHANGED_REL * max(t0[k], t1[k], PRESENT_S))
     g1 = p1.groups()
     used = {}
     for g in GROUPS:
-        mine = [k for k in t0 if TERM_GROUP[k] == g and (t0[k] or t1[k])]
+        mine = [k for k in t0 if TERM_GROUP[k] == g and max(t0[k], t1[k]) > PRESENT_S]
         hit = [k for k in mine if k in terms]
         if not hit:
             used[g] = meas[g]
@@ -155,8 +159,12 @@ def what_if(run: Run, machine, sets: dict, procs: int | None = None) -> WhatIf:
             used[g] = g1[g] * 1e3
         else:
             used[g] = max(0.0, meas[g] + sum(t1[k] - t0[k] for k in hit) * 1e3)
-    used["other"] = meas["other"]
-    changed = tuple(g for g in GROUPS if any(TERM_GROUP[k] == g for k in terms))
+    # "other" is the batch time outside the phases: in an eager run, the host's time between them
+    # (launches, synchronisations). A replayed graph has none: the step is one launch, which the
+    # model's graph_launch term holds
+    to_graph = after.exec_mode == "graph" and before.exec_mode != "graph"
+    used["other"] = 0.0 if to_graph else meas["other"]
+    changed = tuple(g for g in GROUPS if any(TERM_GROUP[k] == g for k in terms)) + (("other",) if to_graph else ())
     return WhatIf(run.run_id, machine.name, before, after, t, meas, p0, p1, changed, terms, used)
 
 
@@ -172,13 +180,15 @@ def format_table(w: WhatIf) -> str:
         lines.append(f"{g:<22}{w.measured_groups_ms[g] * 1e3:>10.1f}{g0[g] * 1e6:>11.1f}{g1[g] * 1e6:>11.1f}"
                      f"{w.groups_ms[g] * 1e3:>10.1f}  {'yes' if g in w.changed else ''}")
     lines.append(f"{'other (measured)':<22}{w.measured_groups_ms['other'] * 1e3:>10.1f}{'':>22}"
-                 f"{w.groups_ms['other'] * 1e3:>10.1f}")
+                 f"{w.groups_ms['other'] * 1e3:>10.1f}  {'yes' if 'other' in w.changed else ''}")
     lines.append(f"{'time per batch':<22}{w.measured_ms * 1e3:>10.1f}{w.predicted_before.total_s * 1e6:>11.1f}"
                  f"{w.predicted_after.total_s * 1e6:>11.1f}{w.total_ms * 1e3:>10.1f}")
     lines.append("")
     lines.append(f"predicted time per batch: {w.total_ms * 1e3:.1f} us ({w.measured_ms / w.total_ms:.2f}x the "
                  f"measured {w.measured_ms * 1e3:.1f} us)")
-    for g in w.changed:
+    if "other" in w.changed:
+        lines.append("  other: the eager run's time between phases, none in one graph replay")
+    for g in (g for g in w.changed if g != "other"):
         parts = [f"{t} {w.predicted_before.terms[t] * 1e6:.1f} -> {w.predicted_after.terms[t] * 1e6:.1f}"
                  for t in w.changed_terms if TERM_GROUP[t] == g]
         lines.append(f"  {g}: " + ", ".join(parts) + " (us, model)")

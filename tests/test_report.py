@@ -280,3 +280,20 @@ def test_report_command_without_matplotlib(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "pip install 'perfmlp[report]'" in r.stderr
     assert not (tmp_path / "rep").exists()
+
+
+def test_verdict_of_a_graph_run_never_blames_the_hosts_launches():
+    # a replayed step's compute phase is GPU time (events around the replay): twice the model's
+    # GEMM and kernel time is GPU time the model misses, while the same figures eager mean host-bound
+    from perfmlp.model.predict import predict_batch
+    from perfmlp.report.analysis import verdict
+    m = load_machine("h200-calibrated")
+    pred = predict_batch(m, (784, 512, 10), 3200, 2, comm="nccl", batch_transfer="resident", exec_mode="graph")
+    gpu_ms = (pred.terms["gemm"] + pred.terms["elementwise"]) * 1e3
+    terms = {"compute": 2 * gpu_ms, "allreduce": 0.0, "h2d_batch": 0.0, "d2h_grad": 0.0, "h2d_grad": 0.0}
+    eager = verdict(terms, pred, 2, "nccl", "resident", 0.0, "eager")
+    graph = verdict(terms, pred, 2, "nccl", "resident", 0.0, "graph")
+    assert "host-bound" in eager
+    assert "host" not in graph.replace("GPU", "") and "replayed step" in graph
+    inside = gpu_ms + (pred.terms["kernel_gaps"] + pred.terms["allreduce"] + pred.terms["rank_wait"]) * 1e3
+    assert f"{2 * gpu_ms / inside:.2f}x" in graph

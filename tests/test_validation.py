@@ -151,6 +151,9 @@ def test_whatif_replaces_only_the_affected_terms():
     assert 0.75 < w.total_ms / 0.230 < 1.25
     g = what_if(run, m, {"exec": "graph"}, procs=4)
     assert g.after.procs == 4 and g.after.exec_mode == "graph" and "gemm" in g.changed_terms
+    # the eager run's time between phases is gone in one replay; kept when the change stays eager
+    assert w.measured_groups_ms["other"] != 0 and w.groups_ms["other"] == w.measured_groups_ms["other"]
+    assert g.groups_ms["other"] == 0 and "other" in g.changed
 
 
 @needs_traces

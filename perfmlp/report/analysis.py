@@ -253,14 +253,16 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         imbalance_ms=imbalance,
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
-                        imbalance),
+                        imbalance, exec_of(run)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
         host_enqueue=run.host_enqueue_times)
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,
-            imbalance_ms: float) -> str:
-    """What limits a run, from the slowest rank's measured terms (and the model's GPU time)."""
+            imbalance_ms: float, exec_mode: str = "eager") -> str:
+    """What limits a run, from the slowest rank's measured terms (and the model's GPU time). In
+    graph mode the compute phase is the replay's GPU time (events around it, NCCL's allreduce
+    inside): time beyond the model's is GPU time the model misses, never the host's launches."""
     total = sum(terms.values()) or 1.0
     parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
              "compute": terms[COMPUTE]}
@@ -270,6 +272,10 @@ def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: 
         return f"compute {share:.0f}% of the batch (no GPU model for this backend)"
     if top == "compute":
         gpu_ms = (pred.terms["gemm"] + pred.terms["elementwise"]) * 1e3
+        if exec_mode == "graph":
+            inside = gpu_ms + sum(pred.terms.get(t, 0.0) for t in ("kernel_gaps", "allreduce", "rank_wait")) * 1e3
+            return (f"the replayed step {share:.0f}% of the batch (GPU time), {terms[COMPUTE] / inside:.2f}x the "
+                    f"model's GPU time for it (kernels, gaps, collectives inside the graph)")
         if terms[COMPUTE] > 1.5 * gpu_ms:
             return (f"compute phases {share:.0f}% of the batch, {terms[COMPUTE] / gpu_ms:.1f}x the model's GPU "
                     f"time: host-bound (kernel launches, synchronisation)")
