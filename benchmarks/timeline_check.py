@@ -42,15 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perfmlp.report.timeline import length  # noqa: E402
 from perfmlp.trace.format import COPY_KINDS  # noqa: E402
 from perfmlp.trace.nsys import PID_SHIFT, nvtx_ranges  # noqa: E402
+from perfmlp.trace.nsys import rank_pid  # noqa: E402
 from perfmlp.trace.reader import WARMUP_BATCHES, read_run  # noqa: E402
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
 BUSY_TARGET_PCT = 2.0  # issue 12: kernel-level GPU busy time per batch within 2% of nsys
-
-
-def _pid_of_rank(run, rank: int):
-    with open(Path(run.path) / f"rank-{rank}.jsonl") as f:
-        return json.loads(f.readline()).get("pid")
 
 
 def nsys_batches(db: Path, run) -> tuple[dict[int, dict], list[str]]:
@@ -81,7 +77,7 @@ def nsys_batches(db: Path, run) -> tuple[dict[int, dict], list[str]]:
     by_pid = {pid: gp for gp, pid in con.execute("SELECT globalPid, pid FROM PROCESSES")}
     out, notes = {}, []
     for rank, rt in run.ranks.items():
-        gpid = by_pid.get(_pid_of_rank(run, rank))
+        gpid = by_pid.get(rank_pid(run, rank))
         if gpid is None:
             notes.append(f"{db.name}: no process for rank {rank}")
             continue

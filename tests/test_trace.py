@@ -183,3 +183,58 @@ def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
     # the report leaves out of its error figures the GPU runs whose times are still the host's
     assert run("cupy", True, steady=False).host_enqueue_times and run("cupy", False).host_enqueue_times
     assert not run("cupy", True).host_enqueue_times and not run("numpy", False).host_enqueue_times
+
+
+PACK_BASE = ROOT / "traces" / "h200-x4" / "modes-h512-b3200-p2-float32-pageable-mpi-staged-cublas"
+
+
+@pytest.mark.skipif(not PACK_BASE.exists(), reason="committed traces absent")
+def test_a_packed_trace_set_reads_and_reports_as_the_plain_one(tmp_path):
+    import shutil
+    from perfmlp.trace.pack import main as pack
+    run_dir = tmp_path / "set" / PACK_BASE.name
+    shutil.copytree(PACK_BASE, run_dir)
+    for p in run_dir.glob("rank-*.jsonl.gz"):   # committed packed: start from the plain form
+        import gzip
+        p.with_name(p.name[:-3]).write_bytes(gzip.decompress(p.read_bytes()))
+        p.unlink()
+    plain = read_run(run_dir)
+    report = [sys.executable, "-m", "perfmlp.report", str(tmp_path / "set")]
+    r1 = subprocess.run([*report, "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
+    assert r1.returncode == 0, r1.stderr
+    md1 = (tmp_path / "r" / "report.md").read_text()
+    assert pack([str(tmp_path / "set")]) == 0
+    assert not list(run_dir.glob("rank-*.jsonl")) and len(list(run_dir.glob("rank-*.jsonl.gz"))) == 2
+    assert pack([str(tmp_path / "set")]) == 0     # again: nothing left to pack, nothing lost
+    packed = read_run(run_dir)
+    assert sorted(packed.ranks) == sorted(plain.ranks) == [0, 1]
+    for rank in plain.ranks:
+        assert packed.ranks[rank].batches == plain.ranks[rank].batches
+        assert packed.ranks[rank].epochs == plain.ranks[rank].epochs
+    assert [run.run_id for run in read_traces(tmp_path / "set")[0]] == [plain.run_id]
+    shutil.rmtree(tmp_path / "r")
+    r2 = subprocess.run([*report, "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
+    assert r2.returncode == 0, r2.stderr
+    assert (tmp_path / "r" / "report.md").read_text() == md1
+
+
+def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
+    from perfmlp.trace.pack import main as pack
+    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "z", procs=2)
+    assert r.returncode == 0, r.stderr
+    run_dir = tmp_path / "z"
+    plain0 = (run_dir / "rank-0.jsonl").read_bytes()
+    assert pack([str(run_dir)]) == 0
+    (run_dir / "rank-0.jsonl").write_bytes(plain0)      # rank 0 now in both forms
+    report = [sys.executable, "-m", "perfmlp.report", str(run_dir), "--out", str(tmp_path / "r")]
+    with pytest.raises(Exception, match="both packed and plain"):
+        read_run(run_dir)
+    (run_dir / "rank-0.jsonl").unlink()
+    (run_dir / "rank-1.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00 not gzip after all")
+    with pytest.raises(Exception, match="rank-1.jsonl.gz: unreadable"):
+        read_run(run_dir)
+    r = subprocess.run(report, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    # the report's way: a line per run it skipped (naming the file), then its one-line error
+    lines = r.stderr.strip().splitlines()
+    assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")

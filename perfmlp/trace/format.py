@@ -3,10 +3,15 @@
 A run writes `<trace-dir>/<run-id>/manifest.json` (rank 0; rewritten at the
 end with the status) and `rank-<r>.jsonl` per rank: a header line, one line
 per batch (flushed as written, so a killed run keeps every finished batch),
-one line per epoch and an end line. `docs/trace-format.md` describes every
-field; this module names them, and the writer and the reader both use it.
+one line per epoch and an end line (a committed set may hold them gzipped,
+`rank-<r>.jsonl.gz`: rank_files, read_rank_text). `docs/trace-format.md`
+describes every field; this module names them, and the writer and the
+reader both use it.
 """
 from __future__ import annotations
+
+import gzip
+from pathlib import Path
 
 SCHEMA = "perfmlp.trace/1"
 MANIFEST = "manifest.json"
@@ -102,6 +107,36 @@ def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tu
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank}.jsonl"
+
+
+# A committed trace set may hold its rank files gzipped (python -m perfmlp.trace.pack):
+# every reader takes either form of a rank's file through these two
+PACKED = ".gz"
+
+
+def rank_files(folder: Path) -> dict[int, Path]:
+    """rank -> its file in `folder` (rank-<r>.jsonl, or rank-<r>.jsonl.gz as
+    packed). ValueError: a name without a rank number, or a rank in both forms."""
+    out: dict[int, Path] = {}
+    for p in sorted([*folder.glob("rank-*.jsonl"), *folder.glob("rank-*.jsonl" + PACKED)]):
+        stem = p.name[:-len(PACKED)] if p.name.endswith(PACKED) else p.name
+        try:
+            rank = int(stem[len("rank-"):-len(".jsonl")])
+        except ValueError:
+            raise ValueError(f"{p}: not a rank file name") from None
+        if rank in out:
+            raise ValueError(f"{folder}: rank {rank} is there both packed and plain ({out[rank].name}, {p.name})")
+        out[rank] = p
+    return out
+
+
+def read_rank_text(path: Path) -> str:
+    """A rank file's text, plain or gzipped. OSError, EOFError or
+    gzip.BadGzipFile (an OSError) on a damaged file."""
+    if path.name.endswith(PACKED):
+        with gzip.open(path, "rt", errors="replace") as f:
+            return f.read()
+    return path.read_text(errors="replace")
 
 
 class Counts:

@@ -17,6 +17,8 @@ import sqlite3
 import statistics
 from pathlib import Path
 
+from .format import rank_files, read_rank_text
+
 PID_SHIFT = 0x1000000  # nsys: globalTid = globalPid + tid
 
 
@@ -74,7 +76,7 @@ def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
     ranges, copies, kerns = nvtx_ranges(con), memcpys(con), kernels(con)
     rows, notes = [], []
     for rank, rt in sorted(run.ranks.items()):
-        header_pid = _header_pid(run, rank)
+        header_pid = rank_pid(run, rank)
         gpid = by_pid.get(header_pid)
         if gpid is None or gpid not in ranges:
             notes.append(f"{Path(db).name}: no perfmlp NVTX ranges for rank {rank} (pid {header_pid})")
@@ -119,11 +121,11 @@ def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
     return rows, notes
 
 
-def _header_pid(run, rank):
-    path = Path(run.path) / f"rank-{rank}.jsonl"
+def rank_pid(run, rank):
+    """The process id a rank's header line recorded (None if unreadable)."""
     import json
     try:
-        with open(path) as f:
-            return json.loads(f.readline()).get("pid")
-    except (OSError, ValueError):
+        path = rank_files(Path(run.path))[rank]
+        return json.loads(read_rank_text(path).split("\n", 1)[0]).get("pid")
+    except (OSError, EOFError, ValueError, KeyError):
         return None

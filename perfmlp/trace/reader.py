@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .activity import as_dicts, gpu_phase_spans
-from .format import ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, SCHEMA
+from .format import ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, PACKED, SCHEMA, rank_files, read_rank_text
 
 WARMUP_BATCHES = 1  # left out at the start of every epoch (the rule: STEADY_RULE)
 STEADY_RULE = (f"the first {WARMUP_BATCHES} batch(es) of every epoch are left out (the run's first compiles "
@@ -286,14 +286,16 @@ def read_run(folder: str | Path) -> Run:
     if not isinstance(manifest.get("config"), dict):
         raise TraceError(f"{mpath}: manifest has no configuration")
     run = Run(manifest.get("run_id", folder.name), manifest, {}, str(folder))
-    for p in sorted(folder.glob("rank-*.jsonl")):
-        try:
-            rank = int(p.stem.split("-", 1)[1])
-        except ValueError:
-            run.problems.append(f"{p}: not a rank file name")
-            continue
+    try:
+        files = rank_files(folder)
+    except ValueError as e:
+        raise TraceError(str(e)) from None
+    for rank, p in files.items():
         rt = RankTrace(rank)
-        lines = p.read_text(errors="replace").split("\n")
+        try:
+            lines = read_rank_text(p).split("\n")
+        except (OSError, EOFError) as e:
+            raise TraceError(f"{p}: unreadable ({e.__class__.__name__}: {e})") from None
         for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -321,7 +323,8 @@ def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
     if not folder.is_dir():
         raise TraceError(f"{folder}: no such folder")
     runs, skipped = [], []
-    dirs = sorted({p.parent for p in folder.rglob(MANIFEST)} | {p.parent for p in folder.rglob("rank-*.jsonl")})
+    dirs = sorted({p.parent for p in folder.rglob(MANIFEST)} | {p.parent for p in folder.rglob("rank-*.jsonl")}
+                  | {p.parent for p in folder.rglob("rank-*.jsonl" + PACKED)})
     for d in dirs:
         try:
             run = read_run(d)
