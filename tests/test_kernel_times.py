@@ -103,8 +103,8 @@ GRAPH = dict(layer_sizes=(784, 512, 10), batch=3200, procs=1, comm="nccl", batch
 
 
 def test_a_measured_output_backward_is_used_in_the_prediction():
-    old = load_machine("h200-calibrated")
-    assert old.kernel_s == () and old.kernel_time_s(OB, (10, 512, 3200), "float32") is None
+    old = dataclasses.replace(load_machine("h200-calibrated"), kernel_s=())   # a file without the table
+    assert old.kernel_time_s(OB, (10, 512, 3200), "float32") is None
     base = predict_batch(old, **GRAPH)
     # the own kernels at bytes / bandwidth, and the resident piece's device copy into the graph's
     # inputs (read + written: 2 x 4 B x 3200 x (784 + 10))
