@@ -1,3 +1,4 @@
+import gzip
 import json
 import os
 import signal
@@ -195,7 +196,6 @@ def test_a_packed_trace_set_reads_and_reports_as_the_plain_one(tmp_path):
     run_dir = tmp_path / "set" / PACK_BASE.name
     shutil.copytree(PACK_BASE, run_dir)
     for p in run_dir.glob("rank-*.jsonl.gz"):   # committed packed: start from the plain form
-        import gzip
         p.with_name(p.name[:-3]).write_bytes(gzip.decompress(p.read_bytes()))
         p.unlink()
     plain = read_run(run_dir)
@@ -230,11 +230,16 @@ def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
     with pytest.raises(Exception, match="both packed and plain"):
         read_run(run_dir)
     (run_dir / "rank-0.jsonl").unlink()
-    (run_dir / "rank-1.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00 not gzip after all")
-    with pytest.raises(Exception, match="rank-1.jsonl.gz: unreadable"):
-        read_run(run_dir)
-    r = subprocess.run(report, capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode != 0 and "Traceback" not in r.stderr
-    # the report's way: a line per run it skipped (naming the file), then its one-line error
-    lines = r.stderr.strip().splitlines()
-    assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")
+    packed1 = (run_dir / "rank-1.jsonl.gz").read_bytes()
+    assert packed1[10:10 + len("rank-1.jsonl\0")] == b"rank-1.jsonl\0"   # gunzip -N restores the right name
+    deflate = gzip.compress(b"{}\n" * 100)                  # a 10-byte header, then the deflate data
+    for damage in (b"\x1f\x8b\x08\x00 not gzip after all",   # header cut short: EOFError
+                   deflate[:10] + b"\xff" * 8 + deflate[18:]):  # invalid deflate block: zlib.error
+        (run_dir / "rank-1.jsonl.gz").write_bytes(damage)
+        with pytest.raises(Exception, match="rank-1.jsonl.gz: unreadable"):
+            read_run(run_dir)
+        r = subprocess.run(report, capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode != 0 and "Traceback" not in r.stderr
+        # the report's way: a line per run it skipped (naming the file), then its one-line error
+        lines = r.stderr.strip().splitlines()
+        assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")

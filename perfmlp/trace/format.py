@@ -11,6 +11,7 @@ reader both use it.
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 SCHEMA = "perfmlp.trace/1"
@@ -131,11 +132,14 @@ def rank_files(folder: Path) -> dict[int, Path]:
 
 
 def read_rank_text(path: Path) -> str:
-    """A rank file's text, plain or gzipped. OSError, EOFError or
-    gzip.BadGzipFile (an OSError) on a damaged file."""
+    """A rank file's text, plain or gzipped. OSError (gzip.BadGzipFile for a
+    damaged pack) or EOFError (a cut-off one) on a damaged file."""
     if path.name.endswith(PACKED):
-        with gzip.open(path, "rt", errors="replace") as f:
-            return f.read()
+        try:
+            with gzip.open(path, "rt", errors="replace") as f:
+                return f.read()
+        except zlib.error as e:     # damaged deflate data: not an OSError of its own
+            raise gzip.BadGzipFile(str(e)) from None
     return path.read_text(errors="replace")
 
 

@@ -18,7 +18,8 @@ def pack_file(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     out = path.with_name(path.name + PACKED)
     tmp = out.with_name(out.name + ".tmp")
-    with gzip.open(tmp, "wb", compresslevel=9) as f:
+    # the gzip header names rank-<r>.jsonl (gunzip -N), not the temporary file
+    with open(tmp, "wb") as raw, gzip.GzipFile(path.name, "wb", 9, raw) as f:
         f.write(data)
     if gzip.decompress(tmp.read_bytes()) != data:
         tmp.unlink()
