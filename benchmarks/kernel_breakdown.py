@@ -1,7 +1,8 @@
 """Where a step's GPU time goes, kernel by kernel, from runs traced at
 `--trace-level kernels` (every kernel of a CUDA graph a record): per run and
 rank, the median over steady batches (perfmlp.trace.reader's rule) of each
-kernel's duration, in launch order, grouped as GEMM (cuBLAS/CUTLASS
+kernel's duration, in launch order (per stream, numbered stream.launch,
+where the overlapped exchange runs NCCL on a stream of its own), grouped as GEMM (cuBLAS/CUTLASS
 kernels, their split-K reductions included), perfmlp's own kernels, NCCL,
 copies; the batch's GPU span (first start to last end) and the idle time
 inside it (the span minus the union of the records).
@@ -61,8 +62,16 @@ def breakdown(run_dir: Path) -> list[str]:
             recs = sorted(b.get("gpu") or [], key=lambda r: r["start_ns"]) if b else []
             if not recs:
                 continue
-            for i, r in enumerate(recs):
-                per_kernel.setdefault((i, group(r), short(r["name"] or r["copy"])), []).append(
+            # numbered in launch order on each stream (the overlapped exchange's NCCL kernels run on
+            # a stream of their own, interleaved differently with the GEMMs from batch to batch)
+            streams = sorted({r.get("stream") for r in recs}, key=lambda s: (s is None, s or 0))
+            first = {s: next(r["start_ns"] for r in recs if r.get("stream") == s) for s in streams}
+            order = {s: k for k, s in enumerate(sorted(streams, key=first.get))}
+            seen: dict = {}
+            for r in recs:
+                s = order[r.get("stream")]
+                i = seen[s] = seen.get(s, -1) + 1
+                per_kernel.setdefault(((s, i), group(r), short(r["name"] or r["copy"])), []).append(
                     (r["end_ns"] - r["start_ns"]) / 1e3)
             tot: dict = {}
             for r in recs:
@@ -79,9 +88,10 @@ def breakdown(run_dir: Path) -> list[str]:
         lines += [f"rank {rank}: {len(spans)} steady batches; GPU span {med(spans):.1f} us, idle inside it "
                   f"{med(idle):.1f} us; " + ", ".join(f"{g} {med(v):.1f} us" for g, v in sorted(groups.items())),
                   "", "| # | group | kernel | median us |", "| --- | --- | --- | --- |"]
-        for (i, g, name), v in sorted(per_kernel.items()):
-            if len(v) >= len(spans) // 2:  # the kernels of (nearly) every batch, in launch order
-                lines.append(f"| {i} | {g} | `{name}` | {med(v):.2f} |")
+        multi = any(s for (s, _), _, _ in per_kernel)
+        for ((s, i), g, name), v in sorted(per_kernel.items()):
+            if len(v) >= len(spans) // 2:  # the kernels of (nearly) every batch, in launch order per stream
+                lines.append(f"| {f'{s}.{i}' if multi else i} | {g} | `{name}` | {med(v):.2f} |")
         lines.append("")
     return lines
 
