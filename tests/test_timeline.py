@@ -497,3 +497,29 @@ def test_timeline_check_joins_graph_node_kernels_by_the_launch(tmp_path, monkeyp
     # bytes: ours 3000 B H2D a batch against nsys's 0 (or 64 B D2D): none exact; ours equal our counters
     assert row["bytes_exact_vs_nsys"] == "0/4" and row["cupti_bytes_exact_vs_counters"] == "4/4"
     assert row["first_bytes_mismatch"].startswith("(0, 0): CUPTI {'h2d': 3000")
+
+
+OVERLAP_KERNELS = ROOT / "traces" / "h200-x4" / "kernels" / "kernels-p4-h1024x3-b3200-overlap-1048576"
+
+
+@pytest.mark.skipif(not OVERLAP_KERNELS.exists(), reason="committed traces absent")
+def test_kernel_breakdown_numbers_each_streams_kernels_once():
+    # the overlapped exchange's NCCL kernels run on a stream of their own and interleave with the GEMMs
+    # differently from batch to batch: numbered per stream, every row of a rank's table is one kernel
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from kernel_breakdown import breakdown
+    lines = breakdown(OVERLAP_KERNELS)
+    tables, cur = [], None
+    for line in lines:
+        if line.startswith("rank "):
+            cur = []
+            tables.append(cur)
+        elif cur is not None and line.startswith("| ") and not line.startswith(("| #", "| ---")):
+            cur.append([c.strip() for c in line.strip("|").split("|")])
+    assert len(tables) == 4
+    for rows in tables:
+        numbers = [r[0] for r in rows]
+        assert len(numbers) == len(set(numbers))
+        nccl = [r for r in rows if r[1] == "NCCL"]
+        assert nccl and all(r[0].startswith("1.") for r in nccl)          # the communication stream
+        assert all(r[0].startswith("0.") for r in rows if r[1] != "NCCL")  # the step's stream
