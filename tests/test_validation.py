@@ -1,6 +1,7 @@
 """Issue 13 and the model part of issue 11: execution modes, overlap, the
 host/GPU timeline, the new machine terms, the what-if, the sweep's blind
 predictions and repeats, and the report's validation section."""
+import csv
 import json
 import math
 import shutil
@@ -311,3 +312,28 @@ def test_another_machine_files_predictions_are_shown_apart(tmp_path):
     assert other["worst |error| %"] == pytest.approx(main["worst |error| %"], rel=1e-6)
     note = next(p for p in sec.paragraphs if p.startswith("Predicted with another machine file, back"))
     assert "2 judged configuration(s), 2 blind" in note
+
+
+GRAPH_P4 = ROOT / "traces" / "h200-x4" / "validate2"
+
+
+@pytest.mark.skipif(not GRAPH_P4.exists(), reason="committed traces absent")
+def test_a_graph_runs_collectives_are_compared_inside_compute(tmp_path):
+    # a graph run with NCCL times its allreduce inside the replay (compute): the per-term table compares
+    # the prediction the same way, so the allreduce is not called 100% wrong while compute hides it
+    import shutil
+    runs = sorted(GRAPH_P4.glob("validate-x4-h512-b3200-p4-float32-resident-nccl-cublas-graph-r*"))
+    assert len(runs) == 3
+    for r in runs:
+        shutil.copytree(r, tmp_path / "t" / r.name)
+    shutil.copy(GRAPH_P4 / "predictions.json", tmp_path / "t")
+    out = subprocess.run([sys.executable, "-m", "perfmlp.report", str(tmp_path / "t"), "--out", str(tmp_path / "r"),
+                          "--machine", str(ROOT / "benchmarks/results/h200-x4/validate2/calibrated.yaml")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    row = next(csv.DictReader(open(tmp_path / "r" / "validation_terms.csv")))
+    pred = json.loads((tmp_path / "t" / "predictions.json").read_text())["runs"][runs[0].name]
+    assert "allreduce measured ms" not in row or float(row["allreduce predicted ms"]) == 0
+    assert pred["groups_s"]["allreduce"] > 0
+    assert float(row["compute predicted ms"]) == pytest.approx(
+        1e3 * (pred["groups_s"]["compute"] + pred["groups_s"]["allreduce"]), rel=1e-6)
