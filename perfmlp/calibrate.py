@@ -27,8 +27,9 @@ Measured on this rank's GPU:
   copy as the trainer's is) and NCCL allreduce (GPU time, calls queued
   ahead: what a replayed graph or a host running ahead sees; the host's
   call is the launch term) over groups of 2 and P ranks at the trainer's
-  gradient sizes and a size ladder (a table, and the ring-model fit), and the wait for the slowest rank at a collective when every rank
-  does the same work (collective_wait_s).
+  gradient sizes and a size ladder (a table, and the ring-model fit), and
+  the wait for the slowest rank at a collective when every rank does the
+  same work (collective_wait_s).
 What is not measured is taken from --base and the source line says so.
 """
 from __future__ import annotations
