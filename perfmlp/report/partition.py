@@ -49,9 +49,10 @@ def section_partition(a: Analysis) -> Section | None:
     st = a.study
     D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
     sz = itemsize(st.precision)
-    pen = {name: closed_form_bytes(D, H, C, B, 2, sz, name) for name in ("data", "ps", "model")}
+    P = max(r.procs for r in a.runs if r.strategy != "data")   # the set's largest strategy run
+    pen = {name: closed_form_bytes(D, H, C, B, P, sz, name) for name in ("data", "ps", "model")}
     s.paragraphs.append(
-        f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p=2, {st.precision}: per step each rank "
+        f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p={P}, {st.precision}: per step each rank "
         f"hands {pen['data']:,} bytes to the gradient allreduce with data parallelism (the whole gradient, "
         f"s(HD + H + CH + C + 1)), {pen['ps']:,} to the parameter server (reduce, then broadcast; {sz} fewer with "
         f"ps-nccl, which broadcasts no loss slot) and "
