@@ -131,16 +131,16 @@ def rank_files(folder: Path) -> dict[int, Path]:
     return out
 
 
-def read_rank_text(path: Path) -> str:
-    """A rank file's text, plain or gzipped. OSError (gzip.BadGzipFile for a
-    damaged pack) or EOFError (a cut-off one) on a damaged file."""
-    if path.name.endswith(PACKED):
-        try:
-            with gzip.open(path, "rt", errors="replace") as f:
-                return f.read()
-        except zlib.error as e:     # damaged deflate data: not an OSError of its own
-            raise gzip.BadGzipFile(str(e)) from None
-    return path.read_text(errors="replace")
+def read_rank_text(path: Path, first_line: bool = False) -> str:
+    """A rank file's text (or only its first line, the header), plain or
+    gzipped. OSError (gzip.BadGzipFile for a damaged pack) or EOFError (a
+    cut-off one) on a damaged file."""
+    packed = path.name.endswith(PACKED)
+    try:
+        with gzip.open(path, "rt", errors="replace") if packed else open(path, errors="replace") as f:
+            return f.readline() if first_line else f.read()
+    except zlib.error as e:     # damaged deflate data: not an OSError of its own
+        raise gzip.BadGzipFile(str(e)) from None
 
 
 class Counts:

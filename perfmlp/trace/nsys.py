@@ -126,6 +126,6 @@ def rank_pid(run, rank):
     import json
     try:
         path = rank_files(Path(run.path))[rank]
-        return json.loads(read_rank_text(path).split("\n", 1)[0]).get("pid")
+        return json.loads(read_rank_text(path, first_line=True)).get("pid")
     except (OSError, EOFError, ValueError, KeyError):
         return None
