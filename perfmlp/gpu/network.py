@@ -118,13 +118,15 @@ class GpuNetwork(Network):
     def _output_backward(self, w, d, a, gw, gb, out, gb_below):
         C, H = w.shape
         b = d.shape[1]
-        splits = output_grad_splits(b)
-        rows = LAUNCH["OB_ROWS"]
-        self._launch("output_backward", ((H + rows - 1) // rows + 1, splits), (LAUNCH["OB_THREADS"],),
-                     (w, d, a, out, self._partials, self._i32(C), self._i32(H), self._i32(b)))
-        g, blk = _grid(output_grad_sums(C, H))
-        self._launch("partial_sums", g, blk, (self._partials, self._i32(splits), self._i32(C), self._i32(H), gw,
-                                              gb_below, gb))
+        shape = self._ints.get(("ob", C, H, b))
+        if shape is None:
+            splits, rows = output_grad_splits(b), LAUNCH["OB_ROWS"]
+            shape = self._ints[("ob", C, H, b)] = (
+                ((H + rows - 1) // rows + 1, splits), (LAUNCH["OB_THREADS"],), *_grid(output_grad_sums(C, H)),
+                np.int32(C), np.int32(H), np.int32(b), np.int32(splits))
+        grid, block, sgrid, sblock, c, h, cols, splits = shape
+        self._launch("output_backward", grid, block, (w, d, a, out, self._partials, c, h, cols))
+        self._launch("partial_sums", sgrid, sblock, (self._partials, splits, c, h, gw, gb_below, gb))
         return out
 
     def _softmax_ce_grad(self, z, y, out):
