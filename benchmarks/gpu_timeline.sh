@@ -21,15 +21,13 @@
 #   check-summary.md            bytes exact x/y and busy difference per pair and rank
 #   report/                     python -m perfmlp.report over traces/
 #   gpu-tests.log               tests/test_gpu.py (part `tests`)
-#   cprofile-p<P>-eager.txt     the eager step's host functions under cProfile (part `host`): p = 1, 2,
-#                               H=512, B=3200 split, resident + NCCL, counters level, 300 batches
 # Parts, 2 x H200: tests ~0.5 min, overhead ~3-4 min, pairs ~5-6 min, report ~1 min; one device
 # call holds at most 10 minutes, so run `tests overhead` and `pairs report` as two calls.
 set -u
 source benchmarks/gpu_env.sh
 # cupti-python and its libraries (../shared/device/README.md), carried in .gpu-kit/cupti
 python3 -m pip install -q --no-index --no-deps --target "$PWD/.pyext" .gpu-kit/cupti/*.whl 2>&1 | tail -2
-PARTS=${PARTS:-"tests overhead host pairs report"}
+PARTS=${PARTS:-"tests overhead pairs report"}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 R=$OUT/timeline; T=$R/traces; mkdir -p $T
 NGPU=$(nvidia-smi -L | wc -l)
@@ -42,16 +40,6 @@ if has tests; then
   echo "== tests ($(date -u +%H:%M:%S))"
   timeout 240 python3 -m pytest -q tests/test_timeline.py 2>&1 | tee $R/tests.log | tail -3
   timeout 300 python3 -m pytest -q tests/test_gpu.py 2>&1 | tee $R/gpu-tests.log | tail -3
-fi
-
-if has host; then
-  echo "== the eager step's host functions ($(date -u +%H:%M:%S))"
-  for p in $PS; do
-    timeout 120 $MPIRUN -n $p python3 -m perfmlp.run --config configs/reference.yaml --backend cupy --data synthetic \
-      --n-train 320000 --batch-size 3200 --epochs 3 --n-heldout 0 --quiet --batch-transfer resident --comm nccl \
-      --exec eager --trace-level counters --cprofile --trace-dir $T --run-id cprofile-p$p-eager 2>&1 | tail -1
-    python3 benchmarks/host_functions.py $T/cprofile-p$p-eager > $R/cprofile-p$p-eager.txt; head -30 $R/cprofile-p$p-eager.txt
-  done
 fi
 
 if has overhead; then

@@ -14,7 +14,7 @@ from perfmlp.report.timeline import (breakdown, collective_waits, critical_path,
 from perfmlp.trace import activity as act
 from perfmlp.trace import writer as writer_mod
 from perfmlp.trace.chrome import TID_STREAM0, chrome_events
-from perfmlp.trace.format import ACTIVITY_FIELDS, Counts
+from perfmlp.trace.format import ACTIVITY_FIELDS, DEFAULT_TRACE_LEVEL, Counts
 from perfmlp.trace.reader import read_run
 
 from conftest import ROOT, gpu, run_perfmlp
@@ -365,21 +365,32 @@ def test_collector_says_why_it_cannot_start(monkeypatch):
     assert c is None and why.startswith("cupti-python is not installed (")
 
 
-def test_the_default_level_depends_on_the_execution_mode():
+def test_the_default_level_of_each_mode_is_the_richest_the_committed_table_shows_under_target():
     from perfmlp.config import Config, HELP
-    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, TRACE_LEVELS, default_trace_level
+    from perfmlp.trace.format import (DEFAULT_TRACE_LEVEL, OVERHEAD_EVIDENCE, OVERHEAD_TARGET, TRACE_LEVELS,
+                                      default_trace_level)
     assert Config().trace_level == "auto"
-    assert default_trace_level("graph") == DEFAULT_TRACE_LEVEL["graph"] == "timeline"
-    assert default_trace_level("eager") == DEFAULT_TRACE_LEVEL["eager"] == "counters"
-    assert default_trace_level("something else") == "counters"  # runs eagerly
+    assert default_trace_level("something else") == default_trace_level("eager")  # runs eagerly
     assert set(DEFAULT_TRACE_LEVEL.values()) <= set(TRACE_LEVELS)
-    assert "graph -> timeline, eager -> counters" in HELP["trace_level"]
+    assert ", ".join(f"{m} -> {lv}" for m, lv in DEFAULT_TRACE_LEVEL.items()) in HELP["trace_level"]
+    files = sorted((ROOT / OVERHEAD_EVIDENCE).glob("overhead-p*-*.json"))
+    under: dict = {}  # exec mode -> levels under the target at every p measured
+    for f in files:
+        d = json.loads(f.read_text())
+        ok = {r["variant"] for r in d["rows"] if r["variant"] != "untraced"
+              and r["level_ran"] == r["variant"] and r["overhead_pct_median"] < 100 * OVERHEAD_TARGET}
+        under[d["exec"]] = under.get(d["exec"], ok) & ok
+    assert {json.loads(f.read_text())["procs"] for f in files} == {1, 2} and set(under) == {"eager", "graph"}
+    for mode, levels in under.items():
+        richest = [lv for lv in TRACE_LEVELS if lv in levels][-1:] or [next(iter(TRACE_LEVELS))]
+        assert DEFAULT_TRACE_LEVEL[mode] == richest[0], (mode, levels)
 
 
 def test_auto_resolves_at_attach_and_the_manifest_says_why(tmp_path, monkeypatch):
     from perfmlp.config import from_mapping
     monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
-    for mode, want in (("eager", "counters"), ("graph", "timeline")):
+    for mode in ("eager", "graph"):
+        want = DEFAULT_TRACE_LEVEL[mode]
         fake = FakeCollector()
         monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
         cfg = from_mapping({"trace_dir": str(tmp_path), "run_id": mode, "backend": "cupy"})

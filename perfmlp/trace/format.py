@@ -60,13 +60,18 @@ TRACE_LEVELS = {
 }
 OVERHEAD_TARGET = 0.02  # issue 12: the default level costs under 2% of untraced time per batch
 # The default level (`--trace-level auto`) per execution mode: the richest
-# level measured under OVERHEAD_TARGET at H=512, B=3200 resident + NCCL on 1
-# and 2 GPUs (benchmarks/timeline_overhead.py; the table the GPU script
-# writes is the evidence). Graph mode launches one graph a batch, so CUPTI's
-# per-call records cost little (timeline: +1.3% p=1, +0.4% p=2 on 2 x H200);
-# an eager step is host-bound (a dozen launches from Python), where every
-# CUPTI runtime record and every CUDA event is host time on the critical path.
-DEFAULT_TRACE_LEVEL = {"graph": "timeline", "eager": "counters"}
+# level whose median overhead was under OVERHEAD_TARGET at H=512, B=3200
+# resident + NCCL on 1 and on 2 GPUs, else the cheapest. Evidence:
+# OVERHEAD_EVIDENCE (benchmarks/timeline_overhead.py, 12 interleaved repeats;
+# tests/test_timeline.py holds this table to it). On 2 x H200, 2026-11-22:
+# graph mode, timeline +1.20% (p=1) but +2.57% (p=2), phases +2.12% and
+# kernels +2.04% at p=2, counters +0.16% / +0.37%: any GPU timing costs
+# each rank 1-2 us a batch, and at p=2 the ranks wait for each other every
+# step. Eager mode: counters +0.23% at p=1, +11.9% at p=2, where the step is
+# host-bound (161 us of host time a step untraced, 188 us with the
+# counters hooks) and every level over.
+DEFAULT_TRACE_LEVEL = {"graph": "counters", "eager": "counters"}
+OVERHEAD_EVIDENCE = "benchmarks/results/h200-x2/overhead"
 TRACE_LEVEL_CHOICES = ("auto", *TRACE_LEVELS)  # auto: default_trace_level of the execution mode that runs
 
 
