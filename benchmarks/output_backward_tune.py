@@ -1,28 +1,56 @@
 """The fused output backward (perfmlp/gpu/kernels.cu output_backward and
 partial_sums) timed alone for each launch shape, to choose kernels.py's
-LAUNCH: MAXC (register accumulators per class; the trainer compiles it as
-the network's C), OB_ROWS (rows a block, each thread takes them all),
-OB_COLS (columns a block), with OB_THREADS = 256 threads a block.
+LAUNCH and the model's OUTPUT_GRAD_COLS, beside the first design
+(benchmarks/output_backward_v1.cu) at the shape it was used with.
 
     python benchmarks/output_backward_tune.py --out DIR
 
-Method: fp32, C = 10, H = 512, b = 3200 and 1600 (the pieces of 1 and 2
-GPUs at B = 3200); for each shape the module is compiled with those defines,
-the pair is checked against CuPy's matmuls, run 20 times to warm up, then
-timed with CUDA events around 200 back-to-back launches of the pair (and of
-output_backward alone), 5 repeats; the median per launch is reported.
-Writes DIR/output_backward_tune.md and .jsonl.
+Method: fp32, C = 10, H = 512, b = 3200, 1600 and 800 (the pieces of 1, 2
+and 4 GPUs at B = 3200); each variant is checked against CuPy's matmuls,
+run 20 times to warm up, then 200 launches of the pair are captured in one
+CUDA graph and the replay is timed with CUDA events, 5 repeats; the median
+per pair. (Launched one by one from Python, the pair is timed by the host's
+launch rate: about 12 us at any size.) Writes DIR/output_backward_tune.md.
+
+The results of 2026-11-22 (benchmarks/results/h200/obv2) were made by this
+script's first version (commit dde65af), which held the adopted design
+under test as benchmarks/output_backward_v2.cu.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from importlib import resources
 from pathlib import Path
 from statistics import median
 
 import numpy as np
+
+THREADS = 256
+V1 = {"OB_ROWS": 2, "OB_COLS": 1024}  # the first design's shape, as it was used
+
+
+def timed(cp, launch) -> float:
+    """GPU time per launch: 200 launches captured in one CUDA graph, the
+    replay timed with events."""
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        for _ in range(20):
+            launch()
+        s.begin_capture()
+        for _ in range(200):
+            launch()
+        g = s.end_capture()
+        g.launch(s)
+        reps = []
+        for _ in range(5):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(s)
+            g.launch(s)
+            e1.record(s)
+            e1.synchronize()
+            reps.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / 200)
+    return median(reps)
 
 
 def main():
@@ -31,60 +59,61 @@ def main():
     a = ap.parse_args()
     import cupy as cp
     src = resources.files("perfmlp.gpu").joinpath("kernels.cu").read_text()
+    v1 = (Path(__file__).parent / "output_backward_v1.cu").read_text()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     C, H = 10, 512
-    rows_md = ["| b | MAXC | OB_ROWS | OB_COLS | pair (us) | output_backward (us) | max rel. error |",
-               "| --- | --- | --- | --- | --- | --- | --- |"]
+    i32 = np.int32
     rng = np.random.default_rng(0)
-    with open(out / "output_backward_tune.jsonl", "w") as f:
-        for b in (3200, 1600):
-            W = cp.asarray(rng.standard_normal((C, H)), dtype=cp.float32)
-            d = cp.asarray(rng.standard_normal((C, b)) / b, dtype=cp.float32)
-            act = cp.asarray(rng.random((H, b)), dtype=cp.float32)
-            ref_dz = (W.T @ d) * act * (1 - act)
-            ref = cp.concatenate([(d @ act.T).ravel(), ref_dz.sum(axis=1), d.sum(axis=1)])
-            for maxc, rows, cols in itertools.product((10, 16), (2, 4, 8), (256, 512, 1024)):
-                defines = (f"#define T float\n#define MAXC {maxc}\n#define OB_ROWS {rows}\n#define OB_COLS {cols}\n"
-                           "#define OB_THREADS 256\n")
-                mod = cp.RawModule(code=defines + src, options=("--std=c++14",))
-                k, ps = mod.get_function("output_backward"), mod.get_function("partial_sums")
-                splits = -(-b // cols)
-                n = C * H + H + C
-                part = cp.empty(splits * n, dtype=cp.float32)
-                dz = cp.empty((H, b), dtype=cp.float32)
-                res = cp.empty(n, dtype=cp.float32)
-                gw, gbb, gb = res[:C * H], res[C * H:C * H + H], res[C * H + H:]
-                i32 = np.int32
+    md = ["| b | kernel | rows a warp | columns a block | blocks | pair (us) | max rel. error |",
+          "| --- | --- | --- | --- | --- | --- | --- |"]
+    mods = {}
+    for b in (3200, 1600, 800):
+        W = cp.asarray(rng.standard_normal((C, H)), dtype=cp.float32)
+        d = cp.asarray(rng.standard_normal((C, b)) / b, dtype=cp.float32)
+        act = cp.asarray(rng.random((H, b)), dtype=cp.float32)
+        ref_dz = (W.T @ d) * act * (1 - act)
+        ref = cp.concatenate([(d @ act.T).ravel(), ref_dz.sum(axis=1), d.sum(axis=1)])
+        n = C * H + H + C
+        dz = cp.empty((H, b), dtype=cp.float32)
+        res = cp.empty(n, dtype=cp.float32)
+        gw, gbb, gb = res[:C * H], res[C * H:C * H + H], res[C * H + H:]
+        for kind, wrows, bcols in [("first design", None, V1["OB_COLS"])] + list(itertools.product(
+                ["kernels.cu"], (1, 2), (128, 256, 512))):
+            key = wrows or 1
+            if key not in mods:
+                defines = "".join(f"#define {k} {v}\n" for k, v in {
+                    "T": "float", "MAXC": C, "OB_WROWS": key, "OB_THREADS": THREADS, **V1}.items())
+                mods[key] = cp.RawModule(code=defines + src + '\nextern "C" {\n' + v1 + "\n}\n",
+                                         options=("--std=c++14",))
+            mod = mods[key]
+            ps = mod.get_function("partial_sums")
+            splits = -(-b // bcols)
+            part = cp.empty(splits * n, dtype=cp.float32)
+            if wrows is None:
+                k = mod.get_function("output_backward_v1")
+                grid = ((H + V1["OB_ROWS"] - 1) // V1["OB_ROWS"] + 1, splits)
+                args = (W, d, act, dz, part, i32(C), i32(H), i32(b))
+            else:
+                k = mod.get_function("output_backward")
+                rows = wrows * THREADS // 32
+                grid = ((H + rows - 1) // rows + 1, splits)
+                args = (W, d, act, dz, part, i32(C), i32(H), i32(b), i32(bcols))
 
-                def one(pair=True):
-                    k(((H + rows - 1) // rows + 1, splits), (256,), (W, d, act, dz, part, i32(C), i32(H), i32(b)))
-                    if pair:
-                        ps(((n + 255) // 256,), (256,), (part, i32(splits), i32(C), i32(H), gw, gbb, gb))
-                one()
-                err = float(max(cp.abs(res - ref).max() / cp.abs(ref).max(),
-                                cp.abs(dz - ref_dz).max() / cp.abs(ref_dz).max()))
-                times = {}
-                for pair in (True, False):
-                    for _ in range(20):
-                        one(pair)
-                    reps = []
-                    for _ in range(5):
-                        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                        e0.record()
-                        for _ in range(200):
-                            one(pair)
-                        e1.record()
-                        e1.synchronize()
-                        reps.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / 200)
-                    times[pair] = median(reps)
-                row = {"b": b, "MAXC": maxc, "OB_ROWS": rows, "OB_COLS": cols, "pair_us": times[True],
-                       "output_backward_us": times[False], "max_rel_error": err}
-                f.write(json.dumps(row) + "\n")
-                rows_md.append(f"| {b} | {maxc} | {rows} | {cols} | {times[True]:.2f} | {times[False]:.2f} | {err:.1e} |")
-                print(rows_md[-1], flush=True)
-    (out / "output_backward_tune.md").write_text("# The fused output backward by launch shape\n\n" +
-                                                 "\n".join(rows_md) + "\n")
+            def pair():
+                st = cp.cuda.get_current_stream()
+                k(grid, (THREADS,), args, stream=st)
+                ps(((n + 255) // 256,), (256,), (part, i32(splits), i32(C), i32(H), gw, gbb, gb), stream=st)
+            dz.fill(cp.nan)
+            res.fill(cp.nan)
+            pair()
+            err = float(max(cp.abs(res - ref).max() / cp.abs(ref).max(),
+                            cp.abs(dz - ref_dz).max() / cp.abs(ref_dz).max()))
+            t = timed(cp, pair)
+            md.append(f"| {b} | {kind} | {wrows or '-'} | {bcols} | {grid[0] * grid[1]} | {t:.2f} | {err:.1e} |")
+            print(md[-1], flush=True)
+    (out / "output_backward_tune.md").write_text("# The fused output backward by launch shape, beside its first "
+                                                 "design\n\n" + "\n".join(md) + "\n")
 
 
 if __name__ == "__main__":

@@ -79,9 +79,10 @@ __global__ void sigmoid_grad_row_sum(T* da, const T* a, T* db, int cols) {
 
 // ---- the output layer's backward, fused (perfmlp/model/costs.py
 // fused_output: at most MAXC classes, one accumulator per class in
-// registers). MAXC (the network's classes), OB_ROWS, OB_COLS and OB_THREADS
-// are defined by kernels.py, whose LAUNCH the launches read too. Every sum is taken in a fixed order (no
-// atomics), so the results are the same at every run.
+// registers). MAXC (the network's classes), OB_WROWS and OB_THREADS are
+// defined by kernels.py, whose LAUNCH the launches read too. Every sum is
+// taken in a fixed order (no atomics), so the results are the same at every
+// run.
 
 // Sum of v over a warp (lane 0 gets the total).
 __device__ T warp_sum(T v) {
@@ -91,78 +92,96 @@ __device__ T warp_sum(T v) {
 
 // Given delta d (C x cols), the layer's input a (H x cols, sigmoid
 // activations) and W (C x H): dz = (W^T d) * a * (1 - a) (H x cols), and,
-// for the columns of block y (OB_COLS of them), the partial sums
+// for the columns of block y (bcols of them), the partial sums
 // part[y * n + k], n = C*H + H + C, of dW = d a^T (k = c * H + h), of the
 // layer below's db = the row sums of dz (k = C*H + h) and of db = the row
-// sums of d (k = C*H + H + c). Grid: (ceil(H / OB_ROWS) + 1) x column
-// blocks. A thread takes a column at a time and OB_ROWS rows, so each
-// column of d is read once for OB_ROWS rows; the block's OB_THREADS
-// threads then reduce their OB_ROWS x (C + 1) sums (warp shuffles, then the
-// warps in order). The last x-block sums d alone (db).
+// sums of d (k = C*H + H + c). Grid: (ceil(H / R) + 1) x ceil(cols / bcols),
+// R = OB_WROWS * OB_THREADS / 32 rows a block: each warp takes OB_WROWS
+// rows, its lanes the block's columns (one in 32), with d staged
+// OB_THREADS columns at a time in shared memory. A lane keeps its rows'
+// sums in registers over all its columns, so each warp reduces them once
+// (warp shuffles) and lane 0 writes them. The last x-block sums d alone
+// (db), the warps' sums added in order. (The first design, a block per
+// OB_ROWS rows whose threads each took a few columns and reduced across the
+// block, took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
+// benchmarks/results/h200/obv2.)
 __global__ void __launch_bounds__(OB_THREADS)
-output_backward(const T* W, const T* d, const T* a, T* dz, T* part, int C, int H, int cols) {
-    __shared__ T w[OB_ROWS][MAXC];
-    __shared__ T red[OB_THREADS / 32][OB_ROWS * (MAXC + 1)];
+output_backward(const T* __restrict__ W, const T* __restrict__ d, const T* __restrict__ a, T* __restrict__ dz,
+                T* __restrict__ part, int C, int H, int cols, int bcols) {
+    __shared__ T ds[MAXC][OB_THREADS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int j0 = blockIdx.y * OB_COLS, j1 = min(j0 + OB_COLS, cols);
+    const int j0 = blockIdx.y * bcols, n = min(bcols, cols - j0);
     const long long CH = (long long)C * H;
     T* out = part + blockIdx.y * (CH + H + C);
     const bool bias_block = blockIdx.x == gridDim.x - 1;
-    const int h0 = blockIdx.x * OB_ROWS;
-    for (int t = tid; t < OB_ROWS * MAXC; t += OB_THREADS) {
-        int r = t / MAXC, c = t % MAXC;
-        w[r][c] = (!bias_block && c < C && h0 + r < H) ? W[c * H + h0 + r] : (T)0;
-    }
-    __syncthreads();
-    T acc[OB_ROWS][MAXC + 1];   // [r][c]: dW (or, in the last x-block, [0][c]: db); [r][MAXC]: the layer below's db
+    const int h0 = (blockIdx.x * (OB_THREADS / 32) + warp) * OB_WROWS;
+    T w[OB_WROWS][MAXC];
+    T acc[OB_WROWS][MAXC + 1];  // [r][c]: dW (bias block: [0][c], db); [r][MAXC]: the layer below's db
 #pragma unroll
-    for (int r = 0; r < OB_ROWS; ++r)
+    for (int r = 0; r < OB_WROWS; ++r)
 #pragma unroll
-        for (int c = 0; c <= MAXC; ++c) acc[r][c] = 0;
-    for (int j = j0 + tid; j < j1; j += OB_THREADS) {
-        T dl[MAXC];
+        for (int c = 0; c <= MAXC; ++c) {
+            if (c < MAXC) w[r][c] = (!bias_block && c < C && h0 + r < H) ? W[c * H + h0 + r] : (T)0;
+            acc[r][c] = 0;
+        }
+    for (int jc = 0; jc < n; jc += OB_THREADS) {
+        const int m = min(OB_THREADS, n - jc);
+        __syncthreads();  // the previous chunk is used up
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) dl[c] = c < C ? d[(long long)c * cols + j] : (T)0;
+        for (int c = 0; c < MAXC; ++c) ds[c][tid] = (c < C && tid < m) ? d[(long long)c * cols + j0 + jc + tid] : (T)0;
+        __syncthreads();
         if (bias_block) {
+            for (int j = tid; j < m; j += OB_THREADS)
 #pragma unroll
-            for (int c = 0; c < MAXC; ++c) acc[0][c] += dl[c];
+                for (int c = 0; c < MAXC; ++c) acc[0][c] += ds[c][j];
             continue;
         }
+        for (int j = lane; j < m; j += 32) {
+            T dl[MAXC];
 #pragma unroll
-        for (int r = 0; r < OB_ROWS; ++r) {
-            if (h0 + r < H) {
-                long long i = (long long)(h0 + r) * cols + j;
-                T v = a[i], da = 0;
+            for (int c = 0; c < MAXC; ++c) dl[c] = ds[c][j];
 #pragma unroll
-                for (int c = 0; c < MAXC; ++c) {
-                    acc[r][c] += dl[c] * v;
-                    da += w[r][c] * dl[c];
+            for (int r = 0; r < OB_WROWS; ++r) {
+                if (h0 + r < H) {
+                    long long i = (long long)(h0 + r) * cols + j0 + jc + j;
+                    T v = a[i], da = 0;
+#pragma unroll
+                    for (int c = 0; c < MAXC; ++c) {
+                        acc[r][c] += dl[c] * v;
+                        da += w[r][c] * dl[c];
+                    }
+                    T g = da * v * ((T)1 - v);
+                    dz[i] = g;
+                    acc[r][MAXC] += g;
                 }
-                T g = da * v * ((T)1 - v);
-                dz[i] = g;
-                acc[r][MAXC] += g;
             }
         }
     }
+    if (bias_block) {  // each thread summed its columns of every class: the block's sums, warps in order
+        __shared__ T red[OB_THREADS / 32][MAXC];
 #pragma unroll
-    for (int r = 0; r < OB_ROWS; ++r)
+        for (int c = 0; c < MAXC; ++c) {
+            T v = warp_sum(acc[0][c]);
+            if (lane == 0) red[warp][c] = v;
+        }
+        __syncthreads();
+        if (tid < C) {
+            T v = red[0][tid];
+            for (int k = 1; k < OB_THREADS / 32; ++k) v += red[k][tid];
+            out[CH + H + tid] = v;
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < OB_WROWS; ++r)
 #pragma unroll
         for (int c = 0; c <= MAXC; ++c) {
             T v = warp_sum(acc[r][c]);
-            if (lane == 0) red[warp][r * (MAXC + 1) + c] = v;
+            if (lane == 0 && h0 + r < H) {
+                if (c < C) out[(long long)c * H + h0 + r] = v;
+                else if (c == MAXC) out[CH + h0 + r] = v;
+            }
         }
-    __syncthreads();
-    for (int t = tid; t < OB_ROWS * (MAXC + 1); t += OB_THREADS) {
-        int r = t / (MAXC + 1), c = t % (MAXC + 1);
-        T v = red[0][t];
-        for (int k = 1; k < OB_THREADS / 32; ++k) v += red[k][t];
-        if (bias_block) {
-            if (r == 0 && c < C) out[CH + H + c] = v;
-        } else if (h0 + r < H) {
-            if (c < C) out[(long long)c * H + h0 + r] = v;
-            else if (c == MAXC) out[CH + h0 + r] = v;
-        }
-    }
 }
 
 // The n = C*H + H + C sums of output_backward: part's `splits` blocks added

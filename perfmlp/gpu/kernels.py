@@ -6,17 +6,18 @@ from importlib import resources
 
 import numpy as np
 
-from ..model.costs import FUSED_OUTPUT_MAX_CLASSES, OUTPUT_GRAD_COLS
+from ..model.costs import FUSED_OUTPUT_MAX_CLASSES
 
 _modules: dict = {}
 
 # Compile-time constants of kernels.cu, which the launches (network.py) use
-# too: output_backward's rows a block (each thread takes them all, a column
-# at a time), columns a block, and threads a block. Chosen on an H200 with
-# benchmarks/output_backward_tune.py (benchmarks/results/h200-x2/fused/tune/:
-# OB_ROWS = 2, OB_COLS = 1024 took 16.6 us for the pair at b = 3200, the
-# shape used before, 4 x 512, 19.9 us).
-LAUNCH = {"OB_ROWS": 2, "OB_COLS": OUTPUT_GRAD_COLS, "OB_THREADS": 256}
+# too: output_backward's rows a warp and threads a block (its columns a
+# block, a launch argument, are the model's OUTPUT_GRAD_COLS). Chosen on an
+# H200 with benchmarks/output_backward_v2.py (benchmarks/results/h200/obv2:
+# one row a warp and 256 columns a block took 11.3, 7.6 and 6.4 us for the
+# pair at b = 3200, 1600 and 800; 512 columns were faster at 3200, 10.6,
+# but slower at the smaller pieces).
+LAUNCH = {"OB_WROWS": 1, "OB_THREADS": 256}
 
 
 def kernels(cupy, dtype, classes: int = FUSED_OUTPUT_MAX_CLASSES):

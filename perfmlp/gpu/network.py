@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..mlp import Network
-from ..model.costs import OWN_KERNELS, fused_output, output_grad_splits, output_grad_sums
+from ..model.costs import OUTPUT_GRAD_COLS, OWN_KERNELS, fused_output, output_grad_splits, output_grad_sums
 from .gemm import cublas_gemm, gemm
 from .kernels import LAUNCH, kernels
 
@@ -120,12 +120,13 @@ class GpuNetwork(Network):
         b = d.shape[1]
         shape = self._ints.get(("ob", C, H, b))
         if shape is None:
-            splits, rows = output_grad_splits(b), LAUNCH["OB_ROWS"]
+            splits, threads = output_grad_splits(b), LAUNCH["OB_THREADS"]
+            rows = LAUNCH["OB_WROWS"] * threads // 32
             shape = self._ints[("ob", C, H, b)] = (
-                ((H + rows - 1) // rows + 1, splits), (LAUNCH["OB_THREADS"],), *_grid(output_grad_sums(C, H)),
-                np.int32(C), np.int32(H), np.int32(b), np.int32(splits))
-        grid, block, sgrid, sblock, c, h, cols, splits = shape
-        self._launch("output_backward", grid, block, (w, d, a, out, self._partials, c, h, cols))
+                ((H + rows - 1) // rows + 1, splits), (threads,), *_grid(output_grad_sums(C, H)),
+                np.int32(C), np.int32(H), np.int32(b), np.int32(OUTPUT_GRAD_COLS), np.int32(splits))
+        grid, block, sgrid, sblock, c, h, cols, bcols, splits = shape
+        self._launch("output_backward", grid, block, (w, d, a, out, self._partials, c, h, cols, bcols))
         self._launch("partial_sums", sgrid, sblock, (self._partials, splits, c, h, gw, gb_below, gb))
         return out
 
