@@ -2,13 +2,14 @@ import csv
 import dataclasses
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 
 import pytest
 
 from perfmlp.errors import PerfmlpError
-from perfmlp.model.costs import batch_counts
+from perfmlp.model.costs import DEFAULT_BUCKET_BYTES, batch_counts
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
 from perfmlp.trace.format import PHASES
@@ -25,11 +26,17 @@ H200 = "NVIDIA H200"
 
 
 def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None, gemm="cublas", gpu=H200, endings=None,
-             manifest_status="complete"):
+             manifest_status="complete", exec_mode=None, bucket_bytes=None):
     """A run as its trace files would hold it: 4 batches per rank, the first
-    (warm-up) 50 ms. `endings`: rank -> end-line status, None for no end line."""
+    (warm-up) 50 ms. `endings`: rank -> end-line status, None for no end line.
+    `exec_mode`: run --exec (None: not in the configuration, as before --exec
+    existed); `bucket_bytes`: run --overlap with these buckets (None: no overlap)."""
     cfg = {"input_size": 784, "hidden_sizes": [512], "num_classes": 10, "batch_size": B, "n_train": 4 * B,
            "precision": "float32", "batch_transfer": transfer, "comm": comm, "gemm": gemm}
+    if exec_mode:
+        cfg["exec"] = exec_mode
+    if bucket_bytes:
+        cfg.update(overlap=True, bucket_bytes=bucket_bytes)
     manifest = {"schema": "perfmlp.trace/1", "run_id": run_id or f"p{procs}-{transfer}-{comm}-{gemm}",
                 "config": cfg, "procs": procs, "status": manifest_status, "backend": "cupy",
                 "machine": {"nodes": {"h": {"gpu": gpu, "gpu_count": 4, "ranks": list(range(procs))}}}}
@@ -92,6 +99,8 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
             assert (out / f"{fig}.{ext}").stat().st_size > 1000
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 and "<table>" in html
+    # every run eager without overlap: no configuration ran two ways, so no execution-mode section
+    assert "## Execution mode and overlap" not in md and not (out / "execution_modes.csv").exists()
 
 
 def test_every_csv_has_distinct_column_names(tmp_path):
@@ -297,3 +306,134 @@ def test_verdict_of_a_graph_run_never_blames_the_hosts_launches():
     assert "host" not in graph.replace("GPU", "") and "replayed step" in graph
     inside = gpu_ms + (pred.terms["kernel_gaps"] + pred.terms["allreduce"] + pred.terms["rank_wait"]) * 1e3
     assert f"{2 * gpu_ms / inside:.2f}x" in graph
+
+
+MiB = 1 << 20
+
+
+def mode_variant(procs, exec_mode, bucket_bytes, times_ms, transfer="resident", comm="nccl"):
+    """The repeats of one variant: one fake run per time per batch."""
+    name = f"p{procs}-{transfer}-{comm}-{exec_mode}-{bucket_bytes or 'none'}"
+    return [fake_run(procs, transfer, comm, t, run_id=f"{name}-r{i}", exec_mode=exec_mode, bucket_bytes=bucket_bytes)
+            for i, t in enumerate(times_ms)]
+
+
+def predicted_ms(procs, exec_mode, bucket_bytes):
+    pred = predict_batch(load_machine("h200-calibrated"), SIZES, 3200, procs, "float32", "nccl", "resident",
+                         traced=True, exec_mode=exec_mode, overlap=bucket_bytes is not None,
+                         bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES)
+    return pred.total_s * 1e3
+
+
+def test_execution_modes_set_measured_changes_beside_predicted(tmp_path):
+    runs = (mode_variant(2, "eager", None, [0.30, 0.36, 0.33])      # median 0.33, min 0.30, max 0.36
+            + mode_variant(2, "eager", MiB, [0.31])
+            + mode_variant(2, "graph", None, [0.21, 0.20, 0.25])    # median 0.21
+            + mode_variant(2, "graph", MiB, [0.19])
+            + mode_variant(2, "graph", 16 * MiB, [0.23])
+            + mode_variant(4, "graph", None, [0.20])                # no eager run: the graph is the baseline
+            + mode_variant(4, "graph", MiB, [0.18])
+            # left out: one variant, repeated
+            + mode_variant(1, "eager", None, [2.0, 2.1], transfer="pageable", comm="mpi-staged")
+            # left out: the other variants of p=1 resident/nccl were profiled or killed
+            + mode_variant(1, "eager", None, [0.25]) + mode_variant(1, "graph", None, [0.2])
+            + [fake_run(1, "resident", "nccl", 0.19, run_id="killed", exec_mode="graph", bucket_bytes=MiB,
+                        endings={0: None})])
+    runs[-2].manifest["profiler_attached"] = True
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    rows = read_csv(out / "execution_modes.csv")
+    assert [(r["p"], r["exec"], r["overlap"], r["runs"]) for r in rows] == [
+        ("2", "eager", "none", "3"), ("2", "eager", "1 MiB", "1"), ("2", "graph", "none", "3"),
+        ("2", "graph", "1 MiB", "1"), ("2", "graph", "16 MiB", "1"), ("4", "graph", "none", "1"),
+        ("4", "graph", "1 MiB", "1")]
+    measured = {(2, "eager", None): 0.33, (2, "eager", MiB): 0.31, (2, "graph", None): 0.21, (2, "graph", MiB): 0.19,
+                (2, "graph", 16 * MiB): 0.23, (4, "graph", None): 0.20, (4, "graph", MiB): 0.18}
+    predicted = {k: predicted_ms(*k) for k in measured}
+    base = {2: (2, "eager", None), 4: (4, "graph", None)}
+    for row, k in zip(rows, measured):
+        assert float(row["measured ms (median)"]) == pytest.approx(measured[k])
+        assert float(row["predicted ms"]) == pytest.approx(predicted[k])
+        assert float(row["error %"]) == pytest.approx(100 * (predicted[k] / measured[k] - 1))
+        if k == base[k[0]]:
+            assert row["measured vs baseline"] == row["predicted vs baseline"] == "baseline"
+        else:
+            assert row["measured vs baseline"] == f"{measured[k] / measured[base[k[0]]]:.2f}x"
+            assert row["predicted vs baseline"] == f"{predicted[k] / predicted[base[k[0]]]:.2f}x"
+    assert (rows[0]["measured min ms"], rows[0]["measured max ms"]) == ("0.3", "0.36")
+    assert rows[1]["measured min ms"] == rows[1]["measured max ms"] == ""   # one run: no spread
+    assert rows[2]["measured vs baseline"] == "0.64x"   # 0.21 / 0.33 = 0.636
+    # a single-run variant's figures are its run's in "Measured against predicted"
+    terms = {r["run"]: r for r in read_csv(out / "terms.csv")}["p2-resident-nccl-graph-16777216-r0"]
+    assert float(rows[4]["predicted ms"]) == pytest.approx(float(terms["total predicted ms"]))
+    assert float(rows[4]["error %"]) == pytest.approx(float(terms["error %"]))
+
+    # the single changes: eager -> graph at each overlap, no overlap -> overlap at each exec mode
+    pairs = {"eager -> graph": [((2, "eager", None), (2, "graph", None)), ((2, "eager", MiB), (2, "graph", MiB))],
+             "no overlap -> overlap": [((2, "eager", None), (2, "eager", MiB)), ((2, "graph", None), (2, "graph", MiB)),
+                                       ((2, "graph", None), (2, "graph", 16 * MiB)),
+                                       ((4, "graph", None), (4, "graph", MiB))]}
+    changes = read_csv(out / "execution_changes.csv")
+    where = [(c["change"], c["from"], c["to"], " ".join(c["configuration"].split()[:3])) for c in changes]
+    assert sorted(where) == sorted([
+        ("eager -> graph", "eager", "graph", "H=512 B=3200 p=2"),
+        ("eager -> graph", "eager, overlap 1 MiB", "graph, overlap 1 MiB", "H=512 B=3200 p=2"),
+        ("no overlap -> overlap", "eager", "eager, overlap 1 MiB", "H=512 B=3200 p=2"),
+        ("no overlap -> overlap", "graph", "graph, overlap 1 MiB", "H=512 B=3200 p=2"),
+        ("no overlap -> overlap", "graph", "graph, overlap 16 MiB", "H=512 B=3200 p=2"),
+        ("no overlap -> overlap", "graph", "graph, overlap 1 MiB", "H=512 B=3200 p=4")])
+    (section,) = [p for p in (out / "report.md").read_text().split("\n## ") if p.startswith("Execution mode")]
+    assert section.count("\n| 512 |") == 7   # the p=1 configurations left out
+    assert "2 configuration(s) ran in more than one execution mode" in section
+    for kind, kind_pairs in pairs.items():
+        m = [measured[b] / measured[a] for a, b in kind_pairs]
+        p = [predicted[b] / predicted[a] for a, b in kind_pairs]
+        wrong = [(a, b, x, y) for (a, b), x, y in zip(kind_pairs, m, p) if (x < 1) != (y < 1)]  # none is exactly 1
+        right = len(m) - len(wrong)
+        assert (f"{kind.capitalize()} (" in section and f"{len(m)} pair(s)" in section
+                and f"median ratio {statistics.median(m):.2f}x measured, {statistics.median(p):.2f}x predicted; "
+                    f"the model gets the direction right in {right} of {len(m)}" in section)
+        assert sum(c["direction right"] == "True" for c in changes if c["change"] == kind) == right
+        for a, b, x, y in wrong:
+            assert f"p={a[0]} " in section and f"{label(a)} -> {label(b)}: {x:.2f}x measured, {y:.2f}x predicted" \
+                in section
+    # eager -> graph: 0.21 / 0.33 = 0.636 and 0.19 / 0.31 = 0.613, median 0.62
+    assert "median ratio 0.62x measured" in section
+    # no overlap -> overlap: 0.31 / 0.33 = 0.939, 0.19 / 0.21 = 0.905, 0.23 / 0.21 = 1.095, 0.18 / 0.20 = 0.900;
+    # median (0.905 + 0.939) / 2 = 0.92; the 16 MiB buckets measured slower than none
+    assert "median ratio 0.92x measured" in section
+    # overlap can only hide communication, so the model never predicts it slower with buckets no smaller than
+    # a layer's gradient (16 MiB > 512 x 784 x 4 B): the measured loss, 0.23 / 0.21 = 1.10, is a wrong direction
+    sixteen = next(c for c in changes if c["to"] == "graph, overlap 16 MiB")
+    assert (sixteen["measured"], sixteen["direction right"]) == ("1.10x", "False")
+    assert "graph -> graph, overlap 16 MiB: 1.10x measured" in section
+
+
+def label(variant):
+    _, exec_mode, bucket_bytes = variant
+    return exec_mode + (f", overlap {bucket_bytes // MiB} MiB" if bucket_bytes else "")
+
+
+def test_direction_of_a_change():
+    from types import SimpleNamespace
+    from perfmlp.report.execution import Change, Variant
+
+    def v(t_ms, pred_ms):
+        return Variant("graph", None, (SimpleNamespace(t_ms=t_ms, predicted_ms=pred_ms),))
+    before = v(1.0, 2.0)
+    assert Change("x", "c", before, v(0.5, 1.0)).direction_right        # both gains
+    assert Change("x", "c", before, v(1.5, 3.2)).direction_right        # both losses
+    assert not Change("x", "c", before, v(0.9, 2.2)).direction_right    # measured gain, predicted loss
+    assert not Change("x", "c", before, v(1.0, 1.8)).direction_right    # no change measured, a gain predicted
+    assert Change("x", "c", before, v(1.0, 2.0)).direction_right        # neither changed
+    half = Change("x", "c", before, v(0.5, 1.2))
+    assert half.measured == 0.5 and half.predicted == pytest.approx(0.6)   # 0.5 / 1.0, 1.2 / 2.0
+
+
+def test_no_configuration_ran_two_ways():
+    from perfmlp.report.execution import section_execution
+    # repeats of one variant, and a second variant only under a profiler: nothing to set side by side
+    runs = mode_variant(2, "eager", None, [0.3, 0.31]) + mode_variant(2, "graph", None, [0.2])
+    runs[-1].manifest["profiler_attached"] = True
+    assert section_execution(analyse(runs, [], load_study())) is None
+    runs[-1].manifest["profiler_attached"] = False
+    assert section_execution(analyse(runs, [], load_study())) is not None

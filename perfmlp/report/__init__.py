@@ -18,6 +18,7 @@ from ..errors import PerfmlpError
 from ..trace.reader import Run, read_traces
 from . import figures
 from .analysis import Analysis, analyse
+from .execution import section_execution
 from .extras import section_correctness, section_nsys, section_profiles
 from .partition import section_partition
 from .published import section_published
@@ -34,7 +35,9 @@ def sections_of(a: Analysis) -> list:
     out = [section_runs(a), section_q2_1(a)]
     if a.gpu_runs:
         out += [s for s in (section_published(a),) if s is not None]
-        out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a), section_scaling(a)]
+        out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a)]
+        out += [s for s in (section_execution(a),) if s is not None]
+        out.append(section_scaling(a))
     else:
         out.append(section_no_gpu(a))
     out += [s for s in (section_partition(a),) if s is not None]

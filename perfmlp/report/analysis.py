@@ -110,6 +110,9 @@ class RunSummary:
     model_procs: int = 0
     exec: str = "eager"         # the execution mode that ran (exec_of)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
+    overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES   # run --bucket-bytes (used only with overlap)
+    cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
 
     @property
     def strategy(self) -> str:
@@ -128,6 +131,11 @@ class RunSummary:
     def predicted(self) -> Prediction | None:
         """The prediction with the report's primary machine."""
         return self.calibrated or self.datasheet
+
+    @property
+    def predicted_ms(self) -> float | None:
+        """The primary prediction's time per batch (ms)."""
+        return self.predicted.total_s * 1e3 if self.predicted else None
 
     @property
     def ai(self) -> float:
@@ -160,6 +168,11 @@ class RunSummary:
 
     def busy_ms(self, rank: int) -> float:
         return busy_ms(self.phases_ms[rank])
+
+
+def error_pct(predicted_ms: float, measured_ms: float) -> float:
+    """The model's error: above the measurement is positive."""
+    return 100 * (predicted_ms / measured_ms - 1)
 
 
 def busy_ms(phases_ms: Mapping[str, float]) -> float:
@@ -221,6 +234,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     t_ms = run.median_batch_ms()
     comm = run.comm  # the reader names old traces' exchanges as --comm does
     gpu = run.manifest.get("backend") == "cupy"
+    overlap, bucket_bytes = bool(c.get("overlap", False)), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES))
 
     def predict(m: Machine | None) -> Prediction | None:
         if m is None or not gpu:  # the machine files describe GPUs
@@ -232,7 +246,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         gemm = c.get("gemm", "cublas")
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                              c["batch_transfer"], traced=True, exec_mode=exec_of(run),
-                             overlap=bool(c.get("overlap", False)), bucket_bytes=int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
+                             overlap=overlap, bucket_bytes=bucket_bytes,
                              gemm=gemm if m.has_gemm_kernel(gemm) else "cublas")
 
     def util(m: Machine | None) -> float | None:
@@ -255,7 +269,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
                         imbalance, exec_of(run)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
-        host_enqueue=run.host_enqueue_times)
+        host_enqueue=run.host_enqueue_times, overlap=overlap, bucket_bytes=bucket_bytes,
+        cprofile=bool(c.get("cprofile", False)))
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,

@@ -16,7 +16,7 @@ from typing import Callable
 from ..model.costs import batch_counts, itemsize, reference_approx
 from ..model.roofline import modified_roofline
 from ..trace.reader import STEADY_RULE
-from .analysis import TERMS, Analysis, RunSummary, predicted_terms
+from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
 from .figures import measured_vs_predicted, phases, roofline, scaling
 
 # perfmlp's transfer and communication modes, from the reference's scheme to the fastest.
@@ -225,8 +225,8 @@ def section_model(a: Analysis) -> Section:
         for k in TERMS:
             entry[f"{k} measured ms"] = meas[k]
             entry[f"{k} predicted ms"] = pred[k]
-        entry.update({"total measured ms": r.t_ms, "total predicted ms": r.predicted.total_s * 1e3,
-                      "error %": 100 * (r.predicted.total_s * 1e3 / r.t_ms - 1),
+        entry.update({"total measured ms": r.t_ms, "total predicted ms": r.predicted_ms,
+                      "error %": error_pct(r.predicted_ms, r.t_ms),
                       "datasheet predicted ms": r.datasheet.total_s * 1e3,
                       "datasheet error %": r.error_pct(r.datasheet)})
         table.append(entry)

@@ -28,10 +28,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.predict import GROUPS
 from ..trace.reader import STEADY_RULE
-from .analysis import Analysis, RunSummary, exec_of, predicted_terms
+from .analysis import Analysis, RunSummary, predicted_terms
 from .sections import Section, Table
 
 PREDICTIONS = "predictions.json"  # perfmlp/sweep.py writes it
@@ -57,9 +56,9 @@ class Config:
         return 100 * (max(t) - min(t)) / statistics.median(t)
 
 
-def config_key(s: RunSummary, exec_mode: str, cfg: dict) -> tuple:
-    return (s.hidden, s.batch, s.procs, s.precision, s.transfer, s.comm, s.gemm, exec_mode,
-            bool(cfg.get("overlap", False)), int(cfg.get("bucket_bytes", DEFAULT_BUCKET_BYTES)), bool(cfg.get("cprofile", False)))
+def config_key(s: RunSummary) -> tuple:
+    return (s.hidden, s.batch, s.procs, s.precision, s.transfer, s.comm, s.gemm, s.exec, s.overlap, s.bucket_bytes,
+            s.cprofile)
 
 
 def read_predictions(folder: Path | None, name: str = PREDICTIONS) -> tuple[dict | None, str]:
@@ -178,8 +177,7 @@ def section_validation(a: Analysis) -> Section:
     for r in a.gpu_runs:
         if r.profiled:
             continue
-        t = traces[r.run_id]
-        key = config_key(r, exec_of(t), t.config)
+        key = config_key(r)
         label = (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm} "
                  f"{key[7]}" + (" overlap" if key[8] else "") + (" under cProfile" if key[10] else ""))
         groups.setdefault(key, Config(key, [], label)).runs.append(r)
