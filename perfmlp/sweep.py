@@ -197,23 +197,27 @@ def resolved_comm(cfg: Config) -> str:
 def predict_run(machine, run: SweepRun) -> dict:
     from .model.partition import PS_COMMS, PartitionError, predict_strategy
     from .model.predict import predict_batch, resolve_exec
+    from .trace.format import resolve_trace_level
     c = run.config
     comm = resolved_comm(c)
     # the execution mode the trainer will run (auto: graph where the step can be captured)
     mode = resolve_exec(c.exec, "numpy" if c.backend == "numpy" else "cupy", c.parallel, comm)
+    # the level the tracer will run at (auto: the mode's default); a level that cannot run falls back at run
+    # time (trace/writer.py attach), which no prediction made before the run can know
+    level = resolve_trace_level(c.trace_level, mode) if c.trace else None
     if c.parallel != "data" or comm in PS_COMMS:
         try:
             pred = predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
-                                    c.batch_transfer, c.parallel, c.model_procs, traced=c.trace, exec_mode=mode)
+                                    c.batch_transfer, c.parallel, c.model_procs, level, exec_mode=mode)
         except PartitionError as e:  # what the run itself would refuse
             raise PerfmlpError(f"{run.run_id}: {e}") from None
     else:
         pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
-                             c.batch_transfer, traced=c.trace, exec_mode=mode, overlap=c.overlap,
+                             c.batch_transfer, level, exec_mode=mode, overlap=c.overlap,
                              bucket_bytes=c.bucket_bytes, gemm=c.gemm)
     return {"predicted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
             "total_s": pred.total_s, "terms_s": pred.terms, "groups_s": pred.groups(), "procs": run.procs,
-            "repeat": run.repeat}
+            "repeat": run.repeat, "trace_level": pred.detail["trace_level"]}
 
 
 def more_predictions_path(trace_dir: Path, machine_arg: str) -> Path:

@@ -19,8 +19,9 @@ The rest of the measured time per batch ("other": in an eager run, the
 host's time between phases) is kept, except when the change makes an eager
 run a replayed graph, which has no time between phases: then it is 0.
 So what the change does not touch is measured and what it touches is
-predicted, with the changed terms listed. The run is predicted traced, as
-it ran.
+predicted, with the changed terms listed. Both configurations are predicted
+at the trace level the run ran at (its manifest's; the tracer's cost per
+level: perfmlp/model/predict.py TRACE_COSTS).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from .errors import PerfmlpError
 from .model.costs import DEFAULT_BUCKET_BYTES
 from .model.machine import MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
-from .trace.format import PHASE_TERMS
+from .trace.format import PHASE_TERMS, resolve_trace_level
 from .trace.reader import Run, TraceError, read_run
 
 # The configuration keys a what-if may change (the model predicts each).
@@ -59,10 +60,11 @@ class Setting:
     overlap: bool
     bucket_bytes: int
     gemm: str
+    trace_level: str              # the level the run's tracer ran at, kept by every change
 
     def predict(self, machine) -> Prediction:
         return predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
-                             self.batch_transfer, traced=True, exec_mode=self.exec_mode, overlap=self.overlap,
+                             self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
                              bucket_bytes=self.bucket_bytes, gemm=self.gemm)
 
 
@@ -98,10 +100,11 @@ def setting_of(run: Run) -> Setting:
     """The configuration a run ran with (the manifest's record of what ran
     first, then its configuration)."""
     c, m = run.config, run.manifest  # a trace made before --exec existed (no exec anywhere) ran eagerly
+    mode = resolve_exec(m.get("exec") or c.get("exec", "eager"), comm=run.comm)
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], run.comm,
-                   c["batch_transfer"], resolve_exec(m.get("exec") or c.get("exec", "eager"), comm=run.comm),
+                   c["batch_transfer"], mode,
                    bool(m.get("overlap", c.get("overlap", False))), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
-                   c.get("gemm", "cublas"))
+                   c.get("gemm", "cublas"), resolve_trace_level(m.get("trace_level"), mode))
 
 
 def changed_setting(before: Setting, sets: dict, procs: int | None) -> Setting:

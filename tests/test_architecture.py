@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from perfmlp.model.predict import traced_phases
-from perfmlp.trace.format import batch_phases
+from perfmlp.model.predict import TRACE_LEVELS as MODEL_TRACE_LEVELS, traced_phases
+from perfmlp.trace.format import TRACE_LEVELS, batch_phases
 
 PKG = Path(__file__).resolve().parents[1] / "perfmlp"
 
@@ -91,3 +91,8 @@ def test_the_models_tracer_events_are_the_traces_phases(comm, transfer, exec_mod
     if exec_mode == "graph" and comm == "mpi":
         pytest.skip("graph mode is GPU only")
     assert traced_phases(comm, transfer, exec_mode) == len(batch_phases(comm, transfer, exec_mode))
+
+
+def test_the_model_prices_every_trace_level_the_tracer_has():
+    # the model owns its names (it imports nothing of the trace); they are the tracer's, in its order
+    assert MODEL_TRACE_LEVELS == tuple(TRACE_LEVELS)

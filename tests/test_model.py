@@ -11,7 +11,8 @@ import pytest
 from perfmlp.model import costs
 from perfmlp.model.costs import batch_counts, op_cost, reference_approx, step_ops
 from perfmlp.model.machine import MachineError, load_machine, machine_files, machine_from_mapping
-from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
+from perfmlp.model.partition import predict_strategy, step_phases
+from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
 from perfmlp.model.roofline import modified_roofline, ridge_point, standard_roofline
 
 from conftest import ROOT
@@ -126,6 +127,82 @@ def test_prediction_terms_add_up():
     assert one.terms["allreduce"] == 0 and one.terms["h2d_batch"] == 0
     # ring: 2(p-1)/p n / bw + 2(p-1) alpha; p=4, n=1e6, bw=1e9, alpha=1e-6: 1.5e-3 + 6e-6
     assert math.isclose(ring_allreduce_s(10**6, 4, 1e-6, 1e9), 1.506e-3)
+
+
+def _tracer_machine():
+    # round numbers for the tracer's two costs: a CUDA event 2 us of GPU time, the hooks 3 us of host time a phase
+    return dataclasses.replace(load_machine("h200-calibrated"), trace_event_s=2e-6, trace_phase_host_s=3e-6)
+
+
+@pytest.mark.parametrize("exec_mode, phases", [("eager", 5), ("graph", 1)])
+def test_the_tracers_cost_per_level(exec_mode, phases):
+    # resident + NCCL records forward, loss, backward, allreduce, update eagerly: 5 phases; one replay in graph mode
+    m = _tracer_machine()
+    kw = dict(comm="nccl", batch_transfer="resident", exec_mode=exec_mode)
+    at = {lv: predict_batch(m, (784, 512, 10), 3200, 1, trace_level=lv, **kw) for lv in (None, *TRACE_LEVELS)}
+    assert predict_batch(m, (784, 512, 10), 3200, 1, **kw) == at[None]  # untraced is the default
+    assert at[None].terms["tracing"] == 0 and at[None].detail["trace_level"] == "untraced"
+    # counters: the hooks' host time at each phase (5 x 3 = 15 us eagerly), no GPU time
+    assert at["counters"].terms["tracing"] == 0
+    assert at["counters"].detail["gpu_compute_s"] == at[None].detail["gpu_compute_s"]
+    assert at["counters"].detail["host_s"] - at[None].detail["host_s"] == pytest.approx(phases * 3e-6)
+    # phases: the same host time and a CUDA event a phase (5 x 2 = 10 us of GPU time eagerly)
+    assert at["phases"].terms["tracing"] == pytest.approx(phases * 2e-6)
+    assert at["phases"].detail["host_s"] == at["counters"].detail["host_s"]
+    # timeline, kernels: priced as counters, and the prediction says what is left out
+    for lv in ("timeline", "kernels"):
+        assert at[lv].terms == at["counters"].terms
+        assert "CUPTI" in at[lv].detail["trace_uncalibrated"] and lv in at[lv].detail["trace_uncalibrated"]
+    assert at["counters"].detail["trace_uncalibrated"] is None is at["phases"].detail["trace_uncalibrated"]
+
+
+def test_a_synchronising_step_pays_the_counters_hooks():
+    # eager, staged, pageable: 8 phases (h2d, forward, loss, backward, d2h, allreduce, h2d_grad, update),
+    # 8 x 3 = 24 us of host time, and the step waits for the host after each synchronisation
+    m = _tracer_machine()
+    kw = dict(comm="mpi-staged", batch_transfer="pageable")
+    off = predict_batch(m, (784, 512, 10), 3200, 2, **kw)
+    on = predict_batch(m, (784, 512, 10), 3200, 2, trace_level="counters", **kw)
+    assert on.total_s > off.total_s and on.terms["tracing"] == 0
+    assert on.detail["host_s"] - off.detail["host_s"] == pytest.approx(8 * 3e-6)
+
+
+def test_the_tracers_cost_of_a_strategy():
+    # model parallelism on 2 ranks, eagerly: rank 0's phases, each with an event at `phases`
+    m = _tracer_machine()
+    n = len(step_phases((784, 512, 10), 2, 0, "model", 0, "nccl", "resident"))
+    at = {lv: predict_strategy(m, (784, 512, 10), 3200, 2, parallel="model", trace_level=lv)
+          for lv in (None, "counters", "phases", "kernels")}
+    assert at[None].terms["tracing"] == at["counters"].terms["tracing"] == 0
+    assert at["phases"].terms["tracing"] == pytest.approx(n * 2e-6)
+    assert at["counters"].total_s >= at[None].total_s and at["kernels"].terms == at["counters"].terms
+    assert "CUPTI" in at["kernels"].detail["trace_uncalibrated"]
+
+
+@pytest.mark.parametrize("level", ["auto", "cupti", "untraced", True])
+def test_an_unknown_trace_level_is_a_clear_error(level):
+    with pytest.raises(ValueError, match="trace level must be one of counters, phases, timeline, kernels or None"):
+        predict_batch(load_machine("h200-calibrated"), (784, 512, 10), 3200, trace_level=level)
+    with pytest.raises(ValueError, match="trace level must be one of"):
+        predict_strategy(load_machine("h200-calibrated"), (784, 512, 10), 3200, 2, parallel="model",
+                         trace_level=level)
+
+
+def test_cli_trace_level(capsys):
+    from perfmlp.model.__main__ import main
+    assert main(["--json", "--comm", "nccl", "--batch-transfer", "resident", "--trace-level", "timeline"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["config"]["trace_level"] == "timeline"
+    assert "CUPTI" in s["prediction"]["detail"]["trace_uncalibrated"]
+    assert main(["--comm", "nccl", "--batch-transfer", "resident"]) == 0
+    out = capsys.readouterr().out
+    assert "gemm cublas, untraced" in out and "tracer" not in out
+    assert main(["--parallel", "model", "--procs", "2", "--comm", "nccl", "--trace-level", "kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "traced at kernels" in out and "tracer, not in the prediction: CUPTI activity records" in out
+    with pytest.raises(SystemExit) as e:
+        main(["--traced"])
+    assert e.value.code == 2
 
 
 def test_shipped_machine_files_load():

@@ -15,7 +15,7 @@ from perfmlp.model.machine import load_machine
 from perfmlp.model.partition import (PartitionError, Strategy, best_strategy, closed_form_bytes, crossover_batch,
                                      grid, layer_splits, predict_strategy, rank_counts, shard_sizes, step_bytes,
                                      step_phases)
-from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
+from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
 from perfmlp.trace.reader import read_run
 
 from conftest import ROOT, mpiexec, run_cmd, run_perfmlp
@@ -208,12 +208,12 @@ def test_one_rank_of_model_parallelism_in_graph_mode_is_the_data_parallel_graph_
     # parallelism on one GPU (whose allreduce over one rank costs nothing)
     m = load_machine("h200-calibrated")
     for transfer in ("resident", "pinned", "pageable"):
-        for traced in (False, True):
+        for level in (None, *TRACE_LEVELS):
             one = predict_strategy(m, (784, 512, 10), 3200, 1, "float32", "nccl", transfer, "model",
-                                   traced=traced, exec_mode="graph")
-            data = predict_batch(m, (784, 512, 10), 3200, 1, "float32", "nccl", transfer, traced=traced,
+                                   trace_level=level, exec_mode="graph")
+            data = predict_batch(m, (784, 512, 10), 3200, 1, "float32", "nccl", transfer, trace_level=level,
                                  exec_mode="graph")
-            assert one.total_s == pytest.approx(data.total_s, rel=1e-12), (transfer, traced)
+            assert one.total_s == pytest.approx(data.total_s, rel=1e-12), (transfer, level)
 
 
 def test_graph_prediction_of_the_server_and_the_grid():
@@ -222,7 +222,7 @@ def test_graph_prediction_of_the_server_and_the_grid():
     for kw in (dict(comm="ps-nccl"), dict(parallel="hybrid", model_procs=2)):
         eager = predict_strategy(m, sizes, 3200, 4, **{"comm": "nccl", "batch_transfer": "resident", **kw})
         graph = predict_strategy(m, sizes, 3200, 4, **{"comm": "nccl", "batch_transfer": "resident", **kw},
-                                 exec_mode="graph", traced=True)
+                                 exec_mode="graph", trace_level="phases")
         assert graph.terms["launches"] == 0 and graph.terms["allreduce"] == eager.terms["allreduce"]
         assert graph.terms["tracing"] == m.trace_event_s  # one CUDA event: the replay's
     ranking = best_strategy(m, sizes, 3200, 2, exec_mode="graph")

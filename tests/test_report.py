@@ -79,7 +79,8 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
     c = batch_counts(SIZES, 3200, 4)
     assert float(r1["ai"]) == pytest.approx(flops / c.bytes_copied)
     cal = load_machine("h200-calibrated")
-    pred = predict_batch(cal, SIZES, 3200, 1, "float32", "mpi-staged", "pageable", traced=True)
+    # a fake run's manifest names no trace level: an older run's, priced as phases
+    pred = predict_batch(cal, SIZES, 3200, 1, "float32", "mpi-staged", "pageable", trace_level="phases")
     assert float(r1["err_calibrated_pct"]) == pytest.approx(100 * (pred.total_s / 2e-3 - 1))
     r4 = rows["p4-pageable-mpi-staged-cublas"]
     assert float(r4["flops_job"]) == pytest.approx(4 * batch_counts(SIZES, 800, 4).flops_total)
@@ -133,7 +134,7 @@ def test_terms_come_from_the_trace_format():
     assert measured_terms(phases)["compute"] == 26
     # the model's terms sum into the report's without loss
     pred = predict_batch(load_machine("h200-calibrated"), SIZES, 3200, 2, "float32", "mpi-staged", "pageable",
-                         traced=True)
+                         trace_level="phases")
     assert sum(predicted_terms(pred).values()) == pytest.approx(pred.total_s * 1e3)
     assert tuple(predicted_terms(pred)) == TERMS
 
@@ -320,7 +321,7 @@ def mode_variant(procs, exec_mode, bucket_bytes, times_ms, transfer="resident", 
 
 def predicted_ms(procs, exec_mode, bucket_bytes):
     pred = predict_batch(load_machine("h200-calibrated"), SIZES, 3200, procs, "float32", "nccl", "resident",
-                         traced=True, exec_mode=exec_mode, overlap=bucket_bytes is not None,
+                         trace_level="phases", exec_mode=exec_mode, overlap=bucket_bytes is not None,
                          bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES)
     return pred.total_s * 1e3
 
@@ -437,3 +438,26 @@ def test_no_configuration_ran_two_ways():
     assert section_execution(analyse(runs, [], load_study())) is None
     runs[-1].manifest["profiler_attached"] = False
     assert section_execution(analyse(runs, [], load_study())) is not None
+
+
+def test_each_run_is_predicted_at_the_trace_level_it_ran_at():
+    from perfmlp.report.analysis import trace_level_of
+    machines = Machines(load_machine("h200"), load_machine("h200-calibrated"))
+    preds = {}
+    for recorded in (None, "auto", "counters", "phases", "kernels"):
+        run = fake_run(1, "resident", "nccl", 0.2, exec_mode="graph")
+        if recorded:
+            run.manifest["trace_level"] = recorded
+        preds[recorded] = summarise(run, machines).calibrated
+        assert trace_level_of(run) == {None: "phases", "auto": "counters"}.get(recorded, recorded)
+    # no level recorded: a run made before the levels, its phases timed with CUDA events (one per replay here)
+    assert preds[None].terms == preds["phases"].terms and preds[None].terms["tracing"] > 0
+    # auto in graph mode ran the default, counters: no events
+    assert preds["auto"].terms == preds["counters"].terms and preds["counters"].terms["tracing"] == 0
+    assert preds["kernels"].detail["trace_uncalibrated"] and not preds["phases"].detail["trace_uncalibrated"]
+    # the report says what its predictions leave out
+    runs = [fake_run(1, "resident", "nccl", 0.2, exec_mode="graph")]
+    runs[0].manifest["trace_level"] = "kernels"
+    text = " ".join(section_model(analyse(runs, [], load_study(None), "h200-calibrated")).paragraphs)
+    assert ("Not in the predictions (those levels priced as `counters`): CUPTI activity records, every kernel "
+            "inside CUDA graphs too (kernels level), not calibrated, 1 run(s).") in text

@@ -201,3 +201,23 @@ def test_sweep_predicts_with_a_second_machine_file_apart(tmp_path):
     assert other["machine"]["name"] == "NVIDIA H200 (calibrated) scaled to NVIDIA H100 SXM5 80GB"
     assert list(main["runs"]) == list(other["runs"]) and len(other["runs"]) == 1   # p = 2 skipped
     assert "2 blind prediction(s)" not in r.stdout and r.stdout.count("1 blind prediction(s) written") == 2
+
+
+@pytest.mark.parametrize("values, exec_mode, level", [
+    ({}, "graph", "counters"),                                       # auto: the default of the mode that runs
+    ({"exec": "eager"}, "eager", "counters"),
+    ({"trace_level": "phases"}, "graph", "phases"),
+    ({"trace_level": "kernels", "exec": "eager"}, "eager", "kernels"),
+    ({"trace": False}, "graph", "untraced")])
+def test_blind_predictions_are_at_the_level_the_run_will_trace_at(values, exec_mode, level):
+    from perfmlp.model.machine import load_machine
+    from perfmlp.model.predict import predict_batch
+    from perfmlp.sweep import SweepRun, predict_run
+    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL
+    assert DEFAULT_TRACE_LEVEL[exec_mode] == "counters"  # the table this test's first rows assume
+    cfg = from_mapping({**TINY, "backend": "cupy", "comm": "nccl", "batch_transfer": "resident", **values})
+    m = load_machine("h200-calibrated")
+    entry = predict_run(m, SweepRun("t", 1, {}, cfg))
+    want = predict_batch(m, cfg.layer_sizes, 20, 1, comm="nccl", batch_transfer="resident", exec_mode=exec_mode,
+                         trace_level=None if level == "untraced" else level)
+    assert entry["trace_level"] == level and entry["total_s"] == want.total_s

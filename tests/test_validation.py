@@ -211,7 +211,8 @@ def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
     for n in names:
         shutil.copytree(src / n, tmp_path / n)
     m = load_machine("h200-calibrated")
-    pred = predict_batch(m, (784, 512, 10), 3200, 1, comm="nccl", batch_transfer="resident", traced=True)
+    pred = predict_batch(m, (784, 512, 10), 3200, 1, comm="nccl", batch_transfer="resident",
+                         trace_level="phases")  # the traces predate trace levels
     entry = {"total_s": pred.total_s, "groups_s": pred.groups()}
     (tmp_path / "predictions.json").write_text(json.dumps({"schema": "perfmlp.predictions/1", "machine": {}, "runs": {
         names[0]: {**entry, "predicted_at": "2026-11-21T00:00:00+00:00"},      # before the run (13:..)
@@ -279,7 +280,7 @@ def test_validation_summary_per_mode_and_host_enqueue_runs_left_out(tmp_path):
 @pytest.mark.skipif(not VALIDATE.exists(), reason="committed traces absent")
 def test_another_machine_files_predictions_are_shown_apart(tmp_path):
     from perfmlp.model.scaled import scaled_values
-    from perfmlp.report.analysis import analyse
+    from perfmlp.report.analysis import analyse, trace_level_of
     from perfmlp.report.study import load_study
     from perfmlp.report.validation import section_validation
     from perfmlp.sweep import PREDICTIONS_SCHEMA
@@ -299,7 +300,7 @@ def test_another_machine_files_predictions_are_shown_apart(tmp_path):
     for r in runs:
         c = r.config
         pred = predict_batch(back, r.layer_sizes, c["batch_size"], r.procs, c["precision"], "nccl", "resident",
-                             traced=True, exec_mode="graph")
+                             trace_level_of(r), exec_mode="graph")
         entries[r.run_id] = {"total_s": pred.total_s, "predicted_at": "2026-11-22T00:00:00+00:00"}
     (tmp_path / "predictions-back.json").write_text(json.dumps(
         {"schema": PREDICTIONS_SCHEMA, "machine": {"name": "back", "sha256": "0" * 64}, "runs": entries}))

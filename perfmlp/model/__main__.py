@@ -8,6 +8,7 @@ import sys
 
 from .costs import DEFAULT_BUCKET_BYTES
 from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
+from .predict import TRACE_LEVELS, UNTRACED, trace_words
 from .partition import PARALLEL, PS_COMMS, PartitionError, format_partition, partition_summary
 from .summary import summary
 
@@ -41,7 +42,7 @@ def format_table(s: dict) -> str:
         f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']} over {cfg['procs']} "
         f"process(es) ({per['b']} per rank), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}, "
         f"exec {cfg['exec']}{', overlap (buckets of %d B)' % cfg['bucket_bytes'] if cfg['overlap'] else ''}, "
-        f"gemm {cfg['gemm']}{', traced' if cfg['traced'] else ''}",
+        f"gemm {cfg['gemm']}, {trace_words(cfg['trace_level'])}",
         "",
         f"{'FLOPs per rank':<28}{'exact':>16}{'approx (job)':>16}",
     ]
@@ -73,6 +74,8 @@ def format_table(s: dict) -> str:
                  f"{d['gpu_compute_s'] * 1e6:.1f} us"
                  + (f"; {d['buckets']} buckets, {d['hidden_comm_s'] * 1e6:.1f} of {d['comm_s'] * 1e6:.1f} us of "
                     f"communication hidden" if d.get("buckets") else ""))
+    if d["trace_uncalibrated"]:
+        lines.append(f"tracer, not in the prediction: {d['trace_uncalibrated']}")
     lines.append(f"predicted {p['job_flops_per_s'] / 1e12:.3f} TFLOP/s for the job, "
                  f"{100 * p['utilisation']:.2f}% of {cfg['procs']} x peak")
     return "\n".join(lines)
@@ -116,8 +119,10 @@ def main(argv=None) -> int:
     ap.add_argument("--gemm", choices=("cublas", "naive", "tiled", "regblock"), default="cublas",
                     help="GEMM kernel (the machine file's rates for it where calibrated, else the peak) "
                          "(default: cublas)")
-    ap.add_argument("--traced", action="store_true",
-                    help="predict a run with perfmlp's tracer on (its events and host time) (default: untraced)")
+    ap.add_argument("--trace-level", choices=(UNTRACED, *TRACE_LEVELS), default=UNTRACED,
+                    help="predict a run with perfmlp's tracer at this level: counters, timeline and kernels its "
+                         "host time per phase, phases that and a CUDA event per phase; the CUPTI cost of "
+                         "timeline and kernels is not calibrated (default: untraced)")
     ap.add_argument("--json", action="store_true", help="print JSON, schema in docs/model.md (default: a table)")
     a = ap.parse_args(argv)
     if a.procs > a.batch_size:
@@ -129,12 +134,13 @@ def main(argv=None) -> int:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
     sizes = (a.input_size, *a.hidden, a.num_classes)
+    trace_level = None if a.trace_level == UNTRACED else a.trace_level
     if a.parallel != "data" or a.comm in PS_COMMS or a.model_procs:
         try:
             if a.model_procs and a.parallel != "hybrid":
                 raise PartitionError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
             s = partition_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
-                                  a.parallel, a.model_procs or 0, a.exec_mode)
+                                  a.parallel, a.model_procs or 0, a.exec_mode, trace_level)
         except PartitionError as e:
             print(f"perfmlp.model: error: {e}", file=sys.stderr)
             return 2
@@ -142,7 +148,7 @@ def main(argv=None) -> int:
     else:
         s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
                     exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm,
-                    traced=a.traced)
+                    trace_level=trace_level)
         text = format_table(s)
     try:
         print(json.dumps(s, indent=1) if a.json else text, flush=True)

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 
 from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, piece, pieces
 from .machine import Machine
-from .predict import TERMS, Prediction, graph_refusal, predict_batch, resolve_exec, ring_allreduce_s, staging_memory
+from .predict import (TERMS, Prediction, graph_refusal, launch_host_s, predict_batch, resolve_exec, ring_allreduce_s,
+                      staging_memory, trace_cost, trace_detail, trace_words)
 
 PARALLEL = ("data", "model", "hybrid")
 PS_COMMS = ("ps", "ps-nccl")           # the parameter server: host MPI (NumPy), NCCL (GPU)
@@ -274,8 +275,8 @@ def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
 
 def traced_events(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
                   batch_transfer: str, exec_mode: str = "eager") -> int:
-    """CUDA events a traced batch of this rank records: one per phase (see
-    perfmlp/partition.py's step)."""
+    """Phases a traced batch of this rank records, each with a CUDA event at
+    the `phases` level (see perfmlp/partition.py's step)."""
     return len(step_phases(layer_sizes, procs, rank, parallel, model_procs, comm, batch_transfer, exec_mode))
 
 
@@ -307,7 +308,7 @@ def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: 
 
 def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                      comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
-                     model_procs: int = 0, traced: bool = False, exec_mode: str = "eager") -> Prediction:
+                     model_procs: int = 0, trace_level: str | None = None, exec_mode: str = "eager") -> Prediction:
     """Predicted time per batch of a strategy, with predict.py's terms. Data
     parallelism with an allreduce is predict_batch itself. Otherwise the
     compute terms are predict_batch's for the slowest rank's own step (rank
@@ -325,13 +326,16 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     step's, predict_batch's timeline, less the collectives that the replay
     also holds)."""
     if parallel == "data" and comm not in PS_COMMS:
-        return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced,
+        return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
                              exec_mode=exec_mode)
     mode = strategy_exec(exec_mode, parallel, comm)
     graph = mode == "graph"
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
-    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, "nccl", batch_transfer, traced, exec_mode=mode)
+    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, "nccl", batch_transfer, trace_level, exec_mode=mode)
+    cost = trace_cost(trace_level)
+    phases = traced_events(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode) \
+        if cost else 0
     terms = dict.fromkeys(TERMS, 0.0)
     for k in ("gemm", "elementwise", "h2d_batch") + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
@@ -348,21 +352,20 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
         hidden = terms["allreduce"] if batch_transfer != "pageable" else 0.0
         terms["graph_launch"] = max(0.0, own.terms["graph_launch"] - hidden)
     else:
-        per_op = machine.traced_launch_overhead_s if traced and machine.traced_launch_overhead_s else \
-            machine.launch_overhead_s
         hidden_by = terms["gemm"] + terms["elementwise"]
         if batch_transfer == "resident" and comm in DEVICE_COMMS:
             hidden_by += terms["allreduce"]  # no synchronisation in the step: the host runs ahead
-        terms["launches"] = max(0.0, rc.kernels * per_op - hidden_by)
-    if traced and machine.trace_event_s:
-        terms["tracing"] = machine.trace_event_s * traced_events(layer_sizes, procs, ROOT, parallel, model_procs,
-                                                                 comm, batch_transfer, mode)
+        host_s = rc.kernels * launch_host_s(machine, cost is not None) + phases * machine.trace_phase_host_s
+        terms["launches"] = max(0.0, host_s - hidden_by)
+    if cost and cost.events:
+        terms["tracing"] = machine.trace_event_s * phases
     total = sum(terms.values())
     compute = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["launches"] + terms["graph_launch"]
     job = sum(rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer).flops_total
               for r in range(procs))
     return Prediction(terms, total, max(compute, total - compute), rc.flops_total, job,
-                      rc.bytes_h2d + rc.bytes_d2h, machine.name, {"exec": mode, "kernels": own.detail["kernels"]})
+                      rc.bytes_h2d + rc.bytes_d2h, machine.name,
+                      {"exec": mode, "kernels": own.detail["kernels"], **trace_detail(trace_level)})
 
 
 # ---- which strategy wins ----------------------------------------------------------------------
@@ -398,7 +401,7 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
 
 
 def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = "float32",
-                  batch_transfer: str = "resident", device: bool = True, traced: bool = False,
+                  batch_transfer: str = "resident", device: bool = True, trace_level: str | None = None,
                   exec_mode: str = "eager") -> list[tuple[str, Prediction]]:
     """Every candidate strategy that can run, fastest first: (label,
     prediction). `exec_mode` graph or auto: each candidate in graph mode
@@ -414,7 +417,7 @@ def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precisi
             continue
         mode = "eager" if exec_mode == "eager" else resolve_exec("auto", "cupy", st.parallel, st.comm)
         pred = predict_strategy(machine, layer_sizes, batch, procs, precision, st.comm, batch_transfer,
-                                st.parallel, st.model_procs, traced, mode)
+                                st.parallel, st.model_procs, trace_level, mode)
         out.append((label(st.parallel, st.model_procs, st.comm, procs), pred))
     return sorted(out, key=lambda x: x[1].total_s)
 
@@ -449,7 +452,7 @@ SCHEMA = "perfmlp.model.partition/1"
 
 def partition_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                       comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
-                      model_procs: int = 0, exec_mode: str = "eager") -> dict:
+                      model_procs: int = 0, exec_mode: str = "eager", trace_level: str | None = None) -> dict:
     """A strategy's counts per rank, bytes per step and predicted time, and
     every candidate strategy at the same size, fastest first (schema in
     docs/model.md)."""
@@ -460,7 +463,7 @@ def partition_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1,
              for r in range(procs)]
     mode = strategy_exec(exec_mode, parallel, comm)
     pred = predict_strategy(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, parallel,
-                            model_procs, exec_mode=mode)
+                            model_procs, trace_level, exec_mode=mode)
     device = comm in DEVICE_COMMS or comm == "mpi-staged"
     return {
         "schema": SCHEMA,
@@ -468,7 +471,7 @@ def partition_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1,
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
                    "comm": comm, "batch_transfer": batch_transfer, "exec": mode, "parallel": parallel,
                    "grid": [p_data, p_model], "strategy": label(parallel, model_procs, comm, procs),
-                   "layer_splits": list(layer_splits(len(layer_sizes) - 1))},
+                   "layer_splits": list(layer_splits(len(layer_sizes) - 1)), "trace_level": pred.detail["trace_level"]},
         "ranks": [{"rank": c.rank, "b": c.b, "sizes": list(c.sizes), "flops": c.flops, "flops_total": c.flops_total,
                    "bytes_h2d": c.bytes_h2d, "bytes_d2h": c.bytes_d2h, "bytes_mpi": c.bytes_mpi,
                    "bytes_nccl": c.bytes_nccl, "collectives": c.collective_list(comm),
@@ -476,12 +479,13 @@ def partition_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1,
                                               batch_transfer, mode))} for c in ranks],
         "bytes_per_step": {"per_rank": max(c.bytes_comm for c in ranks), "job": sum(c.bytes_comm for c in ranks)},
         "prediction": {"terms_s": pred.terms, "total_s": pred.total_s, "overlapped_s": pred.overlapped_s,
+                       "trace_uncalibrated": pred.detail["trace_uncalibrated"],
                        "job_flops_per_s": pred.flops_job / pred.total_s,
                        "utilisation": pred.flops_job / pred.total_s / (procs * machine.peak_flops_per_s(precision))},
         "strategies": [{"strategy": name, "total_s": p.total_s, "comm_s": p.terms["allreduce"]}
                        for name, p in best_strategy(machine, layer_sizes, batch, procs, precision, batch_transfer,
                                                     device=device or comm in ("nccl", "ps-nccl"),
-                                                    exec_mode=mode)],
+                                                    trace_level=trace_level, exec_mode=mode)],
     }
 
 
@@ -492,7 +496,7 @@ def format_partition(s: dict) -> str:
              f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']}, {cfg['procs']} process(es) as "
              f"{cfg['strategy']} (p_data x p_model = {cfg['grid'][0]} x {cfg['grid'][1]}, layers "
              f"{', '.join(cfg['layer_splits'])}), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}, "
-             f"exec {cfg['exec']}",
+             f"exec {cfg['exec']}, {trace_words(cfg['trace_level'])}",
              "", f"{'rank':<6}{'b':>7}{'shard':>20}{'FLOPs':>16}{'bytes MPI':>12}{'bytes NCCL':>12}  collectives"]
     for r in s["ranks"]:
         coll = ", ".join(f"{n} {e:,}" for n, e in r["collectives"]) or "none"
@@ -502,6 +506,8 @@ def format_partition(s: dict) -> str:
                   f"{s['bytes_per_step']['job']:,} over the job", "", "predicted time per batch (us):"]
     lines += [f"  {k:<26}{v * 1e6:>12.1f}" for k, v in p["terms_s"].items()]
     lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
+    if p["trace_uncalibrated"]:
+        lines.append(f"tracer, not in the prediction: {p['trace_uncalibrated']}")
     lines += ["", "every strategy at this size, fastest first (us, communication in brackets):"]
     lines += [f"  {x['strategy']:<14}{x['total_s'] * 1e6:>10.1f}  ({x['comm_s'] * 1e6:.1f})" for x in s["strategies"]]
     return "\n".join(lines)

@@ -19,7 +19,9 @@ each with the trace phase group that measures it (TERM_GROUP):
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment
   (one step; the staged scheme is two segments around the host allreduce);
 - tracing (traced runs): the GPU time of the tracer's CUDA events (one per
-  recorded phase eager, one per segment in graph mode);
+  recorded phase eager, one per segment in graph mode), at the `phases`
+  trace level only (TRACE_COSTS below); the tracer's host time per phase,
+  at every level, is in launches / graph_launch;
 - h2d_batch: X and Y copied (latency + bytes / bandwidth each), the node's
   aggregate bandwidth shared by the ranks copying at once; 0 when resident;
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
@@ -95,10 +97,61 @@ def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "
     return "graph" if graph_refusal(backend, parallel, comm) is None else "eager"
 
 
+# The tracer's levels (`--trace-level`; perfmlp/trace/format.py TRACE_LEVELS,
+# a test holds the names equal), cheapest first, and what each costs a batch
+# here. Every level runs the host hooks at each recorded phase:
+# trace_phase_host_s of host time a phase (calibrate.py measures it with a
+# tracer at the counters level). Only `phases` records CUDA events: one at
+# the end of each phase, trace_event_s of GPU time each (the tracing term).
+# The CUPTI levels' own cost (activity records; at `kernels` a record of
+# every kernel inside a graph too) is not calibrated: they are priced as
+# counters, and the prediction says so (detail["trace_uncalibrated"]).
+@dataclass(frozen=True)
+class TraceCost:
+    events: bool              # a CUDA event at the end of each recorded phase
+    uncalibrated: str = ""    # what the level costs that no machine file measures
+
+
+TRACE_COSTS = {
+    "counters": TraceCost(events=False),
+    "phases": TraceCost(events=True),
+    "timeline": TraceCost(events=False, uncalibrated="CUPTI activity records"),
+    "kernels": TraceCost(events=False, uncalibrated="CUPTI activity records, every kernel inside CUDA graphs too"),
+}
+TRACE_LEVELS = tuple(TRACE_COSTS)
+UNTRACED = "untraced"  # a run without the tracer, as the CLI's --trace-level and the JSON name it
+
+
+def trace_cost(trace_level: str | None) -> TraceCost | None:
+    """A level's cost rule (None: untraced); a level the model does not
+    price is a one-line error."""
+    if trace_level is None:
+        return None
+    if trace_level not in TRACE_COSTS:
+        hint = " (resolve auto with perfmlp.trace.format.resolve_trace_level)" if trace_level == "auto" else ""
+        raise ValueError(f"trace level must be one of {', '.join(TRACE_LEVELS)} or None (untraced), "
+                         f"got {trace_level!r}{hint}")
+    return TRACE_COSTS[trace_level]
+
+
+def trace_words(level: str) -> str:
+    """A prediction's trace level (detail["trace_level"]) in a table's header."""
+    return level if level == UNTRACED else f"traced at {level}"
+
+
+def trace_detail(trace_level: str | None) -> dict:
+    """What a prediction's detail says of the tracer: its level, and what
+    of its cost is not priced (None: all of it is)."""
+    cost = trace_cost(trace_level)
+    return {"trace_level": trace_level or UNTRACED,
+            "trace_uncalibrated": f"{cost.uncalibrated} ({trace_level} level), not calibrated"
+            if cost and cost.uncalibrated else None}
+
+
 def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> int:
-    """CUDA events a traced batch records: one at the end of each phase (the
-    batch starts at the previous batch's last event): forward, loss,
-    backward, allreduce, update (in graph mode one graph replay in place of
+    """Phases a traced batch records (at the `phases` level a CUDA event at
+    the end of each, the batch starting at the previous batch's last event):
+    forward, loss, backward, allreduce, update (in graph mode one graph replay in place of
     the first three, and of all five with nccl), and h2d unless the data is
     resident, d2h and h2d_grad with mpi-staged (perfmlp/trace/format.py:
     batch_phases; a test holds the two equal)."""
@@ -107,6 +160,15 @@ def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> i
     else:
         step = 5
     return step + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
+
+
+def launch_host_s(machine: Machine, traced: bool) -> float:
+    """Host time per kernel launch; older machine files (no
+    trace_phase_host_s) priced the tracer's host time per kernel instead
+    (traced_launch_overhead_s)."""
+    if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
+        return machine.traced_launch_overhead_s
+    return machine.launch_overhead_s
 
 
 def graph_segments(comm: str) -> int:
@@ -295,10 +357,15 @@ def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
 
 
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-                  comm: str = "mpi-staged", batch_transfer: str = "pageable", traced: bool = False,
+                  comm: str = "mpi-staged", batch_transfer: str = "pageable", trace_level: str | None = None,
                   exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                   gemm: str = "cublas", fuse_output: bool = True) -> Prediction:
-    """Predicted time per batch. `traced`: the run has perfmlp's tracer on;
+    """Predicted time per batch. `trace_level`: the level perfmlp's tracer
+    runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
+    TRACE_COSTS: counters, timeline and kernels the hooks' host time
+    (trace_phase_host_s), phases that plus a CUDA event's GPU time
+    (trace_event_s, the tracing term); the CUPTI cost of timeline and
+    kernels is not calibrated (detail["trace_uncalibrated"] says so);
     `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
     allreduce pipelined with the backward pass; `gemm`: the GEMM kernel;
     `fuse_output=False`: a step without the fused output backward (the
@@ -312,6 +379,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     exec_mode = resolve_exec(exec_mode, comm=comm)
     if exec_mode not in EXECS:
         raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
+    cost = trace_cost(trace_level)
     isz = itemsize_of(precision)
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
@@ -355,13 +423,13 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         terms.update(comm_s(machine, comm, g, procs, batch_transfer))
     if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):
         terms["rank_wait"] = machine.wait_s(procs)
-    # the tracer: a CUDA event (GPU time) and host time at the end of each recorded phase
-    traced = traced and comm != "mpi"
-    ev_gpu = machine.trace_event_s if traced else 0.0
-    per_kernel = machine.launch_overhead_s
-    if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
-        per_kernel = machine.traced_launch_overhead_s  # older files: the tracer's host time per kernel
+    # the tracer at the end of each recorded phase: host time, and a CUDA event's GPU time at `phases`
+    # (host MPI, comm mpi, is the NumPy backend's run: no GPU, no tracer cost priced)
+    traced = cost is not None and comm != "mpi"
+    ev_gpu = machine.trace_event_s if traced and cost.events else 0.0
     ev_host = machine.trace_phase_host_s if traced else 0.0
+    detail.update(trace_detail(trace_level))
+    per_kernel = launch_host_s(machine, traced)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     items = _step_items(machine, phase_kernels, copies + staging, batch_transfer, comm, terms, graph, per_kernel,
                         ev_gpu, ev_host, traced)

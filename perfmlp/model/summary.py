@@ -20,9 +20,10 @@ def pcie_bw(machine: Machine, batch_transfer: str) -> float:
 
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
             comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
-            overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas", traced: bool = False) -> dict:
+            overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas",
+            trace_level: str | None = None) -> dict:
     itemsize = itemsize_of(precision)
-    pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, traced=traced,
+    pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
                          exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
     per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, bucket_bytes if overlap else None,
                         pred.detail["exec"]) for b in pieces(batch, procs)]
@@ -39,7 +40,8 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
                    "comm": comm, "batch_transfer": batch_transfer, "exec": pred.detail["exec"],
-                   "overlap": overlap, "bucket_bytes": bucket_bytes, "gemm": gemm, "traced": traced},
+                   "overlap": overlap, "bucket_bytes": bucket_bytes, "gemm": gemm,
+                   "trace_level": pred.detail["trace_level"]},
         "counts": {
             "per_rank": {"b": big.b, "flops": big.flops, "flops_total": big.flops_total,
                          "operations": big.operations, "kernels": big.kernels, "mem_bytes": big.mem_bytes,

@@ -20,7 +20,7 @@ from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
 from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
 from ..model.partition import label as strategy_label, predict_strategy
-from ..trace.format import PHASE_TERMS, PHASES
+from ..trace.format import PHASE_TERMS, PHASES, resolve_trace_level
 from ..trace.reader import Run
 from .study import Study
 
@@ -207,6 +207,14 @@ def exec_of(run: Run) -> str:
                         c.get("parallel", "data"), run.comm)
 
 
+def trace_level_of(run: Run) -> str:
+    """The trace level that ran (the manifest's record; `auto`, where the
+    run stopped before the tracer resolved it, as the tracer would have;
+    none recorded: an older run, which timed its phases with CUDA events on
+    a GPU, priced as `phases` as the report did before levels existed)."""
+    return resolve_trace_level(run.manifest.get("trace_level"), exec_of(run))
+
+
 def _endings(run: Run) -> tuple[tuple[int, str], ...]:
     out = []
     for rank in range(max(run.procs, len(run.ranks))):
@@ -242,10 +250,10 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         if c.get("parallel", "data") != "data" or comm in ("ps", "ps-nccl"):
             return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                                     c["batch_transfer"], c.get("parallel", "data"), c.get("model_procs", 0),
-                                    traced=True, exec_mode=exec_of(run))
+                                    trace_level_of(run), exec_mode=exec_of(run))
         gemm = c.get("gemm", "cublas")
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
-                             c["batch_transfer"], traced=True, exec_mode=exec_of(run),
+                             c["batch_transfer"], trace_level_of(run), exec_mode=exec_of(run),
                              overlap=overlap, bucket_bytes=bucket_bytes,
                              gemm=gemm if m.has_gemm_kernel(gemm) else "cublas")
 

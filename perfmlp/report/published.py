@@ -47,7 +47,7 @@ def reference_prediction(machine: Machine, study, procs: int, gemm: str | None =
     runs every product as a GEMM: no fused output backward."""
     sc = study.scheme
     return predict_batch(machine, study.layer_sizes, study.batch_size, procs, study.precision, sc["comm"],
-                         sc["batch_transfer"], traced=False, exec_mode=sc["exec"], gemm=gemm or sc["gemm"],
+                         sc["batch_transfer"], exec_mode=sc["exec"], gemm=gemm or sc["gemm"],
                          fuse_output=False)
 
 

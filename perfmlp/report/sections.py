@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -245,12 +246,18 @@ def section_model(a: Analysis) -> Section:
         "perfmlp's own kernels at their measured time where the file has one (kernel_s), else at memory "
         "bandwidth, exposed launch time, host-device copies, allreduce with the "
         "alpha-beta ring model), for the slowest rank's piece. Measured terms are the slowest rank's median phase "
-        "times: compute = forward + loss + backward + update (the predicted compute includes the GPU time of "
-        f"the tracer's own CUDA events). Targets ({_study_file(a)}): {tg.model_median_error_pct:g}% median, "
+        "times: compute = forward + loss + backward + update (the predicted compute includes the tracer's cost "
+        "at the level each run ran at: its host time per phase, and at `phases` its CUDA events' GPU time). "
+        f"Targets ({_study_file(a)}): {tg.model_median_error_pct:g}% median, "
         f"{tg.model_worst_error_pct:g}% worst, after calibration. "
         "The machine files hold cuBLAS rates only: runs with the reference's own GEMM kernels are predicted "
         "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler "
         "and runs whose batch times are the host's enqueue times (the validation section names them).")
+    unpriced = Counter(r.predicted.detail["trace_uncalibrated"] for r in judged
+                       if r.predicted.detail.get("trace_uncalibrated"))
+    if unpriced:
+        s.paragraphs.append("Not in the predictions (those levels priced as `counters`): "
+                            + "; ".join(f"{n}, {k} run(s)" for n, k in unpriced.items()) + ".")
     if cal is None:
         s.paragraphs.append(f"No calibrated machine file for this GPU: every prediction here is the datasheet's "
                             f"({ds.name}); `python -m perfmlp.calibrate` measures one.")

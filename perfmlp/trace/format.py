@@ -51,6 +51,8 @@ BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "by
 # How much a run records, cheapest first (`--trace-level`). Where a level
 # cannot run (no GPU, no CUPTI, a profiler owning CUPTI) the tracer takes the
 # richest level below it that can, and the manifest says so.
+# perfmlp/model/predict.py TRACE_COSTS prices each level under these names
+# (a test holds the two equal).
 TRACE_LEVELS = {
     "counters": "FLOPs, bytes and collectives per batch, host wall time; no device timing",
     "phases": "+ each phase's GPU time from CUDA events recorded between the phases (about 2 us of GPU time each)",
@@ -79,6 +81,16 @@ def default_trace_level(exec_mode: str) -> str:
     """The level `--trace-level auto` runs at in an execution mode (eager
     or graph; anything else runs eagerly)."""
     return DEFAULT_TRACE_LEVEL.get(exec_mode, DEFAULT_TRACE_LEVEL["eager"])
+
+
+def resolve_trace_level(level: str | None, exec_mode: str) -> str:
+    """The level a run ran (or will run) at, from its manifest's record or
+    its configuration's `trace_level`: auto is default_trace_level of the
+    execution mode. A manifest made before --trace-level existed has none:
+    that tracer timed every phase (CUDA events on a GPU), so `phases`."""
+    if not level:
+        return "phases"
+    return default_trace_level(exec_mode) if level == "auto" else level
 
 
 ACTIVITY_LEVELS = ("timeline", "kernels")  # the levels that collect CUPTI activity records
