@@ -183,35 +183,30 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
         g = cublas_gemm(cp, prec)
         res[f"peak_flops_per_s_{prec}"] = _gemm_rate(cp, lambda: g(a, b, c), n, n, n, calls=3)
         log(f"large GEMM {n}^3 {prec}: {res[f'peak_flops_per_s_{prec}'] / 1e12:.2f} TFLOP/s")
-    # the trainer's GEMMs, with its layouts, as GPU time
-    rates = []
+    # the trainer's GEMMs, with its layouts, and the step's own kernels at the same shapes, as GPU
+    # time: one network per (precision, H, b), whose step's GEMM calls are recorded once and timed
+    # with each GEMM kernel (a shape met again, as sgd_update's at every b, keeps its first time)
+    rates, own = [], {}
     for prec in precisions:
-        for kind in ("cublas", *gemm_kernels):
-            if kind != "cublas" and prec != "float32":
-                continue
-            for H in hidden:
-                for bl in local_batches:
-                    net, x, y = step_network(cp, (D, H, C), prec, bl)
-                    net.capture = []
-                    net.forward(x.T); net.loss(y.T); net.backward()
-                    for a, b, out in net.capture:
+        kinds = ("cublas", *(gemm_kernels if prec == "float32" else ()))
+        for H in hidden:
+            for bl in local_batches:
+                net, x, y = step_network(cp, (D, H, C), prec, bl)
+                net.capture = []
+                net.forward(x.T); net.loss(y.T); net.backward()
+                captured, net.capture = net.capture, None
+                for kind in kinds:
+                    for a, b, out in captured:
                         m_, k_, n_ = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
                         call = (lambda a=a, b=b, out=out, g=cublas_gemm(cp, prec): g(a, b, out)) if kind == "cublas" \
                             else (lambda a=a, b=b, out=out, kind=kind: gemm(cp, kind, a, b, out=out))
                         r = _gemm_rate(cp, call, m_, n_, k_, calls=50 if kind == "cublas" else 10)
                         rates.append({"m": m_, "n": n_, "k": k_, "precision": prec, "flops_per_s": float(r),
                                       **({"kernel": kind} if kind != "cublas" else {})})
-                    net.capture = None
+                for e in own_kernel_times(cp, net, x, y):
+                    own.setdefault((e["kernel"], tuple(e["shape"]), e["precision"]), e)
     res["gemm_flops_per_s"] = rates
     log(f"{len(rates)} trainer GEMM shapes timed (GPU time, queued ahead)")
-    # the step's own kernels at the same shapes, as GPU time (a shape met again, as
-    # sgd_update's at every b, keeps its first time)
-    own: dict = {}
-    for prec in precisions:
-        for H in hidden:
-            for bl in local_batches:
-                for e in own_kernel_times(cp, *step_network(cp, (D, H, C), prec, bl)):
-                    own.setdefault((e["kernel"], tuple(e["shape"]), e["precision"]), e)
     res["kernel_s"] = list(own.values())
     span = {}
     for e in res["kernel_s"]:
