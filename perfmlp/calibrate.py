@@ -16,9 +16,7 @@ Measured on this rank's GPU:
 - kernel_gap_s (an empty kernel queued ahead, per kernel), graph_kernel_gap_s
   (the same in a replayed CUDA graph) and graph_launch_s (host time of one
   graph launch);
-- launch_overhead_s: host time per kernel of a tiny step of the trainer's
-  kernels (GPU work negligible); the tracer's cost per level: its host time
-  per phase (trace_phase_host_s) and a CUDA event's GPU time (trace_event_s);
+- a CUDA event's GPU time between kernels (trace_event_s);
 - device memory bandwidth (a large device-to-device copy, read + write);
   pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes;
 - under `mpirun -n P` (P >= 2): the copy bandwidth of all P ranks copying
@@ -29,7 +27,14 @@ Measured on this rank's GPU:
   call is the launch term) over groups of 2 and P ranks at the trainer's
   gradient sizes and a size ladder (a table, and the ring-model fit), and
   the wait for the slowest rank at a collective when every rank does the
-  same work (collective_wait_s).
+  same work (collective_wait_s); host MPI through pinned and through
+  pageable host buffers (the staged scheme's two kinds);
+- on every rank (host_dispatch): the host's time per operation of the
+  trainer's eager step (perfmlp/step.py with resident data and the NCCL
+  reducer, the train loop's tracer calls around it) at a size where the GPU
+  work is negligible, untraced and with the tracer at its counters level:
+  one rank alone (launch_overhead_s, trace_phase_host_s), then groups of 2
+  and P ranks launching at once, the slowest rank's (host_dispatch_s).
 What is not measured is taken from --base and the source line says so.
 """
 from __future__ import annotations
@@ -44,7 +49,7 @@ from statistics import median
 import numpy as np
 
 from .config import Config
-from .model.costs import batch_counts, grad_buffer_bytes, itemsize, kernel_name, kernel_shape, step_kernels
+from .model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, step_kernels
 from .model.machine import load_machine, machine_from_mapping, machine_to_yaml
 
 
@@ -290,47 +295,6 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     d4, h4 = cp.empty(1, dtype=cp.float32), np.ones(1, dtype=np.float32)
     res["copy_latency_s"] = median(_host_times(cp, lambda: d4.set(h4), reps=200))
     log(f"4-byte H2D: {res['copy_latency_s'] * 1e6:.1f} us")
-    # host time per launched operation of the trainer's step, at a size where
-    # the GPU work is negligible: untraced, and with the tracer's hooks (the
-    # sweeps' runs are traced)
-    import tempfile
-    from types import SimpleNamespace
-    from .comm import SingleWorld
-    from .trace.format import Counts
-    from .trace.writer import NullTracer, make_tracer
-    sizes, bl = (16, 16, 10), 16
-    net, x, y = step_network(cp, sizes, "float32", bl)
-    n_kernels = sum(batch_counts(sizes, bl, 4).kernels.values())  # what the step launches
-    world = SingleWorld()
-    tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world)
-    tracer.attach(world, SimpleNamespace(name="cupy", xp=cp, reducer=None))
-    counts = Counts()
-    phases = ("h2d", "forward", "loss", "backward", "update")
-    host = {}
-    for key, tr in (("untraced", NullTracer()), ("traced", tracer)):
-        net.ops = tr.ops
-
-        def tiny_step(tr=tr):
-            tr.begin_batch(0, 0, bl, bl)
-            for name, fn in zip(phases, (lambda: None, lambda: net.forward(x.T), lambda: net.loss(y.T),
-                                         net.backward, net.update)):
-                with tr.phase(name):
-                    fn()
-            tr.end_batch(None, counts)
-        for _ in range(20):
-            tiny_step()
-        s.synchronize()
-        t0 = time.perf_counter()
-        reps = 500
-        for _ in range(reps):
-            tiny_step()
-        s.synchronize()
-        host[key] = (time.perf_counter() - t0) / reps
-    res["launch_overhead_s"] = host["untraced"] / n_kernels
-    res["trace_phase_host_s"] = max(host["traced"] - host["untraced"], 0.0) / len(phases)
-    log(f"host time per kernel launch: {res['launch_overhead_s'] * 1e6:.2f} us ({n_kernels} kernels a step); "
-        f"the tracer: {res['trace_phase_host_s'] * 1e6:.2f} us of host time per phase")
-    tracer.close("complete")
     return res
 
 
@@ -417,19 +381,20 @@ def collectives(cp, world, log, grad_bytes=()):
         s = cp.cuda.get_current_stream()
         for nbytes in sizes:
             n = nbytes // 4
-            hb = cupyx.empty_pinned(n, dtype=np.float32)
             db = cp.ones(n, cp.float32)
-            tm = []
-            for i in range(25):
-                db.get(out=hb, stream=s)  # the buffer as the trainer hands it to MPI: just written by the GPU
-                s.synchronize()
-                sub.Barrier()
-                t0 = time.perf_counter()
-                sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM)
-                t1 = time.perf_counter()
-                if i >= 5:
-                    tm.append(t1 - t0)
-            tm = max(sub.allgather(float(np.median(tm))))
+            for memory, hb in (("pinned", cupyx.empty_pinned(n, dtype=np.float32)),
+                               ("pageable", np.empty(n, dtype=np.float32))):
+                tm = []
+                for i in range(25):
+                    db.get(out=hb, stream=s)  # the buffer as the trainer hands it to MPI: just written by the GPU
+                    s.synchronize()
+                    sub.Barrier()
+                    t0 = time.perf_counter()
+                    sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM)
+                    t1 = time.perf_counter()
+                    if i >= 5:
+                        tm.append(t1 - t0)
+                pts_mpi.append((g, nbytes, max(sub.allgather(float(np.median(tm)))), memory))
             # NCCL's allreduce is a kernel on the stream: its GPU time, calls queued ahead behind a
             # spin on every rank of the group (the ranks' skew is spread over the calls), as the
             # step's other kernels are timed; the host's call is part of the launch term
@@ -437,8 +402,7 @@ def collectives(cp, world, log, grad_bytes=()):
             tn = queued_ahead(cp, lambda: nc.allReduce(db.data.ptr, db.data.ptr, n, nccl.NCCL_FLOAT32,
                                                        nccl.NCCL_SUM, s.ptr), calls=20)[0]
             tn = max(sub.allgather(float(tn)))
-            pts_mpi.append((g, nbytes, tm))
-            pts_nccl.append((g, nbytes, tn))
+            pts_nccl.append((g, nbytes, tn, "device"))
         # the wait for the slowest rank: every rank runs the same GPU work
         # (a 200 us spin and 10 empty-ish launches, synchronised) then a
         # 4-byte allreduce with no barrier; the time per iteration beyond
@@ -471,21 +435,111 @@ def collectives(cp, world, log, grad_bytes=()):
     res = {}
     if world.rank == 0:
         for name, pts, alpha_steps in (("mpi", pts_mpi, True), ("nccl", pts_nccl, False)):
-            A = np.array([[2 * (p - 1) if alpha_steps else 1.0, 2 * (p - 1) / p * n] for p, n, _ in pts])
-            t = np.array([x for _, _, x in pts])
+            fit = [pt for pt in pts if pt[3] != "pageable"]   # the ring fit: pinned host buffers (MPI), NCCL
+            A = np.array([[2 * (p - 1) if alpha_steps else 1.0, 2 * (p - 1) / p * n] for p, n, _, _ in fit])
+            t = np.array([x for _, _, x, _ in fit])
             # weighted least squares (relative error): each row divided by its time
             coef, *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
             alpha, inv_bw = float(max(coef[0], 0.0)), float(coef[1])
             res[f"{name}_alpha_s"] = alpha
             res[f"{name}_bw_bytes_per_s"] = 1.0 / inv_bw if inv_bw > 0 else float("inf")
-            for p, n, x in pts:
-                log(f"{name} allreduce p={p} {n} B: {x * 1e6:.1f} us")
+            for p, n, x, mem in pts:
+                log(f"{name} allreduce p={p} {n} B{' (pageable host buffer)' if mem == 'pageable' else ''}: "
+                    f"{x * 1e6:.1f} us")
             log(f"{name} fit: alpha {alpha * 1e6:.2f} us, bw {res[f'{name}_bw_bytes_per_s'] / 1e9:.2f} GB/s")
-        res["allreduce_s"] = [{"comm": c, "procs": int(p), "bytes": int(n), "s": float(x)}
-                              for c, pts in (("mpi", pts_mpi), ("nccl", pts_nccl)) for p, n, x in pts]
+        res["allreduce_s"] = [{"comm": c, "procs": int(p), "bytes": int(n), "s": float(x),
+                               **({"memory": mem} if c == "mpi" else {})}
+                              for c, pts in (("mpi", pts_mpi), ("nccl", pts_nccl)) for p, n, x, mem in pts]
         res["collective_wait_s"] = [{"procs": int(p), "s": float(w)} for p, w in waits]
         for p, w in waits:
             log(f"wait for the slowest of {p} ranks at a collective: {w * 1e6:.1f} us")
+    return res
+
+
+def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
+    """This rank's host seconds per step of the trainer's eager step at a
+    tiny size (median over rounds, each round started together after a
+    barrier and ended synchronised), untraced and traced (counters)."""
+    import tempfile
+    from types import SimpleNamespace
+    from .batches import DeviceBatches
+    from .comm import NcclReducer, SingleWorld
+    from .gpu import use_device
+    from .step import step
+    from .trace.format import Counts
+    from .trace.writer import NullTracer, make_tracer
+    stream = use_device(cp, cp.cuda.Device().id)   # the trainer's own non-blocking stream, made current
+    sizes, bl = DISPATCH_SIZES, DISPATCH_BATCH
+    net, _, _ = step_network(cp, sizes, "float32", bl)
+    rng = np.random.default_rng(0)
+    x = rng.random((4 * bl, sizes[0]), dtype=np.float32)
+    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], 4 * bl)]
+    batches = DeviceBatches(cp, x, y, "resident", bl)
+    reducer = NcclReducer(cp, group, net)
+    world1 = SingleWorld()
+    tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world1)
+    tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
+    counts = Counts()
+    out = {"untraced": [], "traced": []}
+    for r in range(rounds + 1):             # round 0 warms up
+        for key, tr in (("untraced", NullTracer()), ("traced", tracer)):
+            net.ops = tr.ops
+            barrier()
+            t0 = time.perf_counter()
+            for k in range(reps):
+                tr.begin_batch(0, k, bl, bl)
+                step(net, batches, reducer, 0, bl, tr.phase, counts)
+                tr.end_batch(None, counts)
+                counts.reset()
+            stream.synchronize()
+            if r:
+                out[key].append((time.perf_counter() - t0) / reps)
+    tracer.close("complete")
+    return {k: float(median(v)) for k, v in out.items()}
+
+
+DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16
+
+
+def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
+    """The host's time per operation of the eager step and the tracer's per
+    phase: one rank alone (launch_overhead_s, trace_phase_host_s), then
+    groups of 2 and P ranks launching at once, the slowest rank's
+    (host_dispatch_s). Operations: the step's kernels and its collective
+    call, as the model counts them (predict.py's timeline items)."""
+    from .model.costs import step_kernels
+    from .model.predict import traced_phases
+    from .partition import Group, LocalGroup
+    ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
+    phases = traced_phases("nccl", "resident", "eager")
+    P = world.size
+    res, points = {}, []
+    groups = []   # kept alive: the reducers' NCCL communicators are cached by the group object's id
+    for g in sorted({1, 2, P} & set(range(1, P + 1))):
+        member = world.rank < g
+        if P > 1:
+            from mpi4py import MPI
+            sub = world.comm.Split(0 if member else MPI.UNDEFINED, world.rank)
+        if member:
+            group = Group(sub, world.library) if P > 1 else LocalGroup()
+            groups.append(group)
+            t = _dispatch_step_times(cp, group, sub.Barrier if P > 1 else (lambda: None), rounds, reps)
+            per_rank = group.allgather(t)
+        world.barrier()
+        if world.rank != 0:
+            continue
+        launch = [r["untraced"] / ops for r in per_rank]
+        trace = [max(r["traced"] - r["untraced"], 0.0) / phases for r in per_rank]
+        slow = max(range(g), key=lambda i: per_rank[i]["traced"])
+        log(f"host time per launched operation, {g} rank(s) at once ({ops} a step): "
+            + " ".join(f"{v * 1e6:.2f}" for v in launch) + " us; the tracer per phase: "
+            + " ".join(f"{v * 1e6:.2f}" for v in trace) + f" us (slowest: rank {slow})")
+        if g == 1:
+            res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
+        else:
+            points.append({"procs": g, "launch_s": float(launch[slow]), "trace_phase_s": float(trace[slow])})
+    if points:
+        res["host_dispatch_s"] = points
     return res
 
 
@@ -528,13 +582,14 @@ def main(argv=None) -> int:
         res = single_gpu(cp, hidden, local, a.precisions.split(","), log, kernels)
     world.barrier()
     D, C = Config.input_size, Config.num_classes
+    res.update(host_dispatch(cp, world, log))
     res.update(shared_copies(cp, world, itemsize("float32") * max(local) * D, log))
     grads = [grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in a.precisions.split(",")]
     res.update(collectives(cp, world, log, grads))
     if world.rank != 0:
         return 0
     date = dt.date.today().isoformat()
-    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s")
+    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s")
     measured = sorted(k for k in res if k not in tables) + [t for t in tables if res.get(t)]
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {world.size}, "

@@ -50,11 +50,14 @@ class GemmRate:
 @dataclass(frozen=True)
 class CollectivePoint:
     """One measured allreduce: `comm` over `procs` ranks of `bytes`, `s` seconds
-    (the slowest rank's median, the buffer cold as the trainer's is)."""
+    (the slowest rank's median, the buffer cold as the trainer's is); host
+    MPI's through `memory` (the staged gradients' host buffer: pinned, or
+    pageable as the reference scheme's and the NumPy backend's are)."""
     comm: str
     procs: int
     bytes: int
     s: float
+    memory: str = "pinned"
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,16 @@ class WaitPoint:
     their work is the same (arrival jitter), seconds."""
     procs: int
     s: float
+
+
+@dataclass(frozen=True)
+class DispatchPoint:
+    """The host's time per operation an eager step launches (`launch_s`)
+    and the tracer's per recorded phase (`trace_phase_s`), with `procs`
+    ranks launching at once: the slowest rank's, seconds."""
+    procs: int
+    launch_s: float
+    trace_phase_s: float
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,7 @@ class Machine:
     allreduce_s: tuple[CollectivePoint, ...] = ()   # measured allreduces (interpolated; else alpha-beta)
     collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
     kernel_s: tuple[KernelTime, ...] = ()   # measured times of the trainer's own kernels (else bytes / bandwidth)
+    host_dispatch_s: tuple[DispatchPoint, ...] = ()   # launch and tracer host time, several ranks at once
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -141,9 +155,32 @@ class Machine:
         agg = getattr(self, f"{direction}_{memory}_aggregate_bytes_per_s")
         return min(own, agg / sharing) if agg and sharing > 1 else own
 
-    def allreduce_points(self, comm: str, procs: int) -> list[tuple[int, float]]:
-        """(bytes, seconds) measured for `comm` over `procs` ranks, by size."""
-        return sorted((p.bytes, p.s) for p in self.allreduce_s if p.comm == comm and p.procs == procs)
+    def allreduce_points(self, comm: str, procs: int, memory: str = "pinned") -> list[tuple[int, float]]:
+        """(bytes, seconds) measured for `comm` over `procs` ranks, by size;
+        host MPI through `memory`, else (a file without it) through pinned."""
+        pts = [p for p in self.allreduce_s if p.comm == comm and p.procs == procs]
+        mine = [p for p in pts if p.memory == memory]
+        return sorted((p.bytes, p.s) for p in (mine or [p for p in pts if p.memory == "pinned"]))
+
+    def launch_s(self, procs: int = 1) -> float:
+        """Host time per operation an eager step launches with `procs` ranks
+        launching at once (launch_overhead_s alone; host_dispatch_s's points
+        beyond, linear in p between them, the nearest past the last)."""
+        return self._dispatch(procs, self.launch_overhead_s, "launch_s")
+
+    def trace_host_s(self, procs: int = 1) -> float:
+        """The tracer's host time per recorded phase, the same way."""
+        return self._dispatch(procs, self.trace_phase_host_s, "trace_phase_s")
+
+    def _dispatch(self, procs: int, alone: float, key: str) -> float:
+        pts = sorted((d.procs, getattr(d, key)) for d in self.host_dispatch_s if d.procs > 1)
+        if procs <= 1 or not pts:
+            return alone
+        pts = [(1, alone)] + pts
+        for (p0, s0), (p1, s1) in zip(pts, pts[1:]):
+            if p0 <= procs <= p1:
+                return s0 + (s1 - s0) * (procs - p0) / (p1 - p0)
+        return pts[-1][1]
 
     def wait_s(self, procs: int) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
@@ -208,7 +245,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "graph_kernel_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
-_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s")
+_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -238,11 +275,19 @@ def _gemm_rate(entry) -> GemmRate:
 
 
 def _collective_point(entry) -> CollectivePoint:
-    entry = _entry(entry, ("comm", "procs", "bytes", "s"))
+    entry = _entry(entry, ("comm", "procs", "bytes", "s"), ("memory",))
     return CollectivePoint(checks.choice("comm", entry["comm"], COMMS),
                            checks.positive("procs", checks.integer("procs", entry["procs"])),
                            checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
-                           checks.positive("s", checks.number("s", entry["s"])))
+                           checks.positive("s", checks.number("s", entry["s"])),
+                           checks.choice("memory", entry.get("memory", "pinned"), ("pinned", "pageable")))
+
+
+def _dispatch_point(entry) -> DispatchPoint:
+    entry = _entry(entry, ("procs", "launch_s", "trace_phase_s"))
+    return DispatchPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
+                         checks.positive("launch_s", checks.number("launch_s", entry["launch_s"])),
+                         checks.non_negative("trace_phase_s", checks.number("trace_phase_s", entry["trace_phase_s"])))
 
 
 def _wait_point(entry) -> WaitPoint:
@@ -264,7 +309,7 @@ def _kernel_time(entry) -> KernelTime:
 
 
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
-                "kernel_s": _kernel_time}
+                "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point}
 
 
 def machine_from_mapping(data, where: str) -> Machine:

@@ -355,7 +355,7 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
         hidden_by = terms["gemm"] + terms["elementwise"]
         if batch_transfer == "resident" and comm in DEVICE_COMMS:
             hidden_by += terms["allreduce"]  # no synchronisation in the step: the host runs ahead
-        host_s = rc.kernels * launch_host_s(machine, cost is not None) + phases * machine.trace_phase_host_s
+        host_s = rc.kernels * launch_host_s(machine, cost is not None, procs) + phases * machine.trace_host_s(procs)
         terms["launches"] = max(0.0, host_s - hidden_by)
     if cost and cost.events:
         terms["tracing"] = machine.trace_event_s * phases

@@ -13,9 +13,11 @@ each with the trace phase group that measures it (TERM_GROUP):
 - kernel_gaps: the GPU's idle time between consecutive kernels (one per
   kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay);
 - launches (eager): the host time to launch the step's kernels (kernels
-  times launch_overhead_s, plus the tracer's host time per phase) that the
-  GPU work does not hide: the host enqueues kernels while earlier ones run,
-  so only max(0, host time - GPU time) adds to the batch;
+  times the host's time per launched operation, plus the tracer's host time
+  per phase, both as calibrated with p ranks launching at once:
+  Machine.launch_s, trace_host_s) that the GPU work does not hide: the host
+  enqueues kernels while earlier ones run, so only max(0, host time - GPU
+  time) adds to the batch;
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment
   (one step; the staged scheme is two segments around the host allreduce);
 - tracing (traced runs): the GPU time of the tracer's CUDA events (one per
@@ -27,7 +29,8 @@ each with the trace phase group that measures it (TERM_GROUP):
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
   the same way;
 - allreduce: host MPI or NCCL: interpolated in the machine's measured
-  allreduce table for this process count where it has one, else the ring
+  allreduce table for this process count (host MPI's through the staging
+  memory the run uses) where it has one, else the ring
   model (MPI 2(p-1) alpha + 2(p-1)/p n / bw, NCCL alpha + 2(p-1)/p n / bw);
   with `overlap`, only the part the backward pass does not hide (below);
 - rank_wait: the calibrated wait for the slowest rank at the collective
@@ -162,13 +165,13 @@ def traced_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> i
     return step + (batch_transfer != "resident") + 2 * (comm == "mpi-staged")
 
 
-def launch_host_s(machine: Machine, traced: bool) -> float:
-    """Host time per kernel launch; older machine files (no
-    trace_phase_host_s) priced the tracer's host time per kernel instead
-    (traced_launch_overhead_s)."""
+def launch_host_s(machine: Machine, traced: bool, procs: int = 1) -> float:
+    """Host time per kernel launch with `procs` ranks launching at once;
+    older machine files (no trace_phase_host_s) priced the tracer's host
+    time per kernel instead (traced_launch_overhead_s)."""
     if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
         return machine.traced_launch_overhead_s
-    return machine.launch_overhead_s
+    return machine.launch_s(procs)
 
 
 def graph_segments(comm: str) -> int:
@@ -209,17 +212,18 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
     return (2 * (procs - 1) * alpha_s if steps_alpha else alpha_s) + f * nbytes / bw_bytes_per_s
 
 
-def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int) -> float:
+def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = "pinned") -> float:
     """One allreduce of nbytes over procs ranks: the measured table (log-log
     interpolation between the two nearest sizes; beyond the table, the
-    nearest point scaled by the ring model's ratio) else the ring model."""
+    nearest point scaled by the ring model's ratio; host MPI's through
+    `memory`, the host buffer's) else the ring model."""
     if procs <= 1 or nbytes <= 0:
         return 0.0
     kind = "nccl" if comm == "nccl" else "mpi"
     alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == "nccl" else \
         (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
     ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == "mpi")  # noqa: E731
-    pts = machine.allreduce_points(kind, procs)
+    pts = machine.allreduce_points(kind, procs, memory)
     if not pts:
         return ring(nbytes)
     if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
@@ -237,12 +241,12 @@ def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer:
     d2h_grad, allreduce, h2d_grad (the staged scheme's copies shared by the
     ranks copying at once)."""
     out = {"d2h_grad": 0.0, "allreduce": 0.0, "h2d_grad": 0.0}
+    mem = staging_memory(batch_transfer) if comm == "mpi-staged" else "pageable"  # mpi: NumPy's own buffers
     if comm == "mpi-staged":
-        mem = staging_memory(batch_transfer)
         out["d2h_grad"] = machine.copy_s("d2h", mem, nbytes, sharing=procs)
         out["h2d_grad"] = machine.copy_s("h2d", mem, nbytes, sharing=procs)
     if comm in ("mpi-staged", "mpi", "nccl"):
-        out["allreduce"] = allreduce_s(machine, comm, nbytes, procs)
+        out["allreduce"] = allreduce_s(machine, comm, nbytes, procs, mem)
     return out
 
 
@@ -427,9 +431,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     # (host MPI, comm mpi, is the NumPy backend's run: no GPU, no tracer cost priced)
     traced = cost is not None and comm != "mpi"
     ev_gpu = machine.trace_event_s if traced and cost.events else 0.0
-    ev_host = machine.trace_phase_host_s if traced else 0.0
+    ev_host = machine.trace_host_s(procs) if traced else 0.0
     detail.update(trace_detail(trace_level))
-    per_kernel = launch_host_s(machine, traced)
+    per_kernel = launch_host_s(machine, traced, procs)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     items = _step_items(machine, phase_kernels, copies + staging, batch_transfer, comm, terms, graph, per_kernel,
                         ev_gpu, ev_host, traced)

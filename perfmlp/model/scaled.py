@@ -60,8 +60,9 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
                               "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
                              for g in measured.gemm_flops_per_s]
-    v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm]}
-                        for a in measured.allreduce_s]
+    v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm],
+                         "memory": a.memory} for a in measured.allreduce_s]
+    v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s} for w in measured.collective_wait_s]
     v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
                      for k in measured.kernel_s]
