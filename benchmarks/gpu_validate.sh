@@ -39,7 +39,7 @@ PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python
 rm -rf $T/.sweep-configs
 python3 benchmarks/untimed_runs.py $T
 echo "== what-if and report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
-BASE=$(ls -d $T/$NAME-h512-b3200-p1-float32-pageable-mpi-staged-cublas-eager-r1-* 2>/dev/null | head -1)
+BASE=$(ls -d $T/$NAME-h*-b3200-p1-float32-pageable-mpi-staged-cublas-eager-r1-* 2>/dev/null | head -1)
 [ -n "$BASE" ] && python3 -m perfmlp.whatif $BASE --machine $R/calibrated.yaml --set comm=nccl \
   --set batch_transfer=resident --set exec=graph --procs $NGPU > $R/whatif.log 2>&1; tail -3 $R/whatif.log
 timeout 60 python3 -m perfmlp.report $T --out $R/report --machine $R/calibrated.yaml > $R/report.log 2>&1 \
