@@ -14,8 +14,9 @@ Measured on this rank's GPU:
   shapes launched it, with the fused output backward and without it
   (kernel_s);
 - kernel_gap_s (an empty kernel queued ahead, per kernel), graph_kernel_gap_s
-  (the same in a replayed CUDA graph) and graph_launch_s (host time of one
-  graph launch);
+  (the same in a replayed CUDA graph), graph_replay_gap_s (the GPU's time
+  per replay beyond its kernels, graphs replayed back to back) and
+  graph_launch_s (host time of one graph launch);
 - a CUDA event's GPU time between kernels (trace_event_s);
 - device memory bandwidth (a large device-to-device copy, read + write);
   pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes;
@@ -224,15 +225,22 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     res["kernel_gap_s"], host_empty = queued_ahead(cp, lambda: empty((1,), (1,), ()), n_k)
     log(f"empty kernel queued ahead: {res['kernel_gap_s'] * 1e6:.2f} us GPU, {host_empty * 1e6:.2f} us host")
     try:
+        # graphs of 1 and n_k empty kernels, replayed back to back queued ahead:
+        # t(n) = replay gap + n x kernel gap (GPU time per replay)
         gs = cp.cuda.Stream(non_blocking=True)
+        graphs = {}
         with gs:
-            gs.begin_capture()
-            for _ in range(n_k):
-                empty((1,), (1,), ())
-            graph = gs.end_capture()
-            t_graph, res["graph_launch_s"] = queued_ahead(cp, lambda: graph.launch(stream=gs), 20)
-        res["graph_kernel_gap_s"] = t_graph / n_k
+            for n in (1, n_k):
+                gs.begin_capture()
+                for _ in range(n):
+                    empty((1,), (1,), ())
+                graphs[n] = gs.end_capture()
+            t_one = queued_ahead(cp, lambda: graphs[1].launch(stream=gs), n_k)[0]
+            t_graph, res["graph_launch_s"] = queued_ahead(cp, lambda: graphs[n_k].launch(stream=gs), 20)
+        res["graph_kernel_gap_s"] = max(t_graph - t_one, 0.0) / (n_k - 1)
+        res["graph_replay_gap_s"] = max(t_one - res["graph_kernel_gap_s"], 0.0)
         log(f"graph of {n_k} empty kernels: {res['graph_kernel_gap_s'] * 1e6:.2f} us per kernel GPU, "
+            f"{res['graph_replay_gap_s'] * 1e6:.2f} us GPU per replay (graphs of 1 kernel back to back), "
             f"launch {res['graph_launch_s'] * 1e6:.2f} us host")
     except Exception as e:  # the rest of the calibration stands without it
         log(f"CUDA graph: not measured ({type(e).__name__}: {e})")
@@ -604,7 +612,8 @@ def main(argv=None) -> int:
         values[k] = float(res.get(k, getattr(base, k)))
     for k in tables:
         values[k] = res.get(k, [])
-    for k in ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_launch_s",
+    for k in ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
+              "graph_launch_s",
               "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s",
               "h2d_pageable_aggregate_bytes_per_s", "h2d_pinned_aggregate_bytes_per_s",
               "d2h_pageable_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"):

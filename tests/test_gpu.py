@@ -90,6 +90,20 @@ def test_gpu_network_launches_the_models_step(sizes, fuse):
 
 
 @gpu
+def test_host_dispatch_alone_times_the_trainers_eager_step():
+    # the calibration's host terms on one process: the step (step.py, resident batches, the NCCL reducer
+    # over one rank) untraced and at the counters level; no table of several ranks on one
+    import cupy as cp
+    from perfmlp.calibrate import host_dispatch
+    from perfmlp.comm import SingleWorld
+    lines = []
+    res = host_dispatch(cp, SingleWorld(), lines.append, rounds=2, reps=20)
+    assert set(res) == {"launch_overhead_s", "trace_phase_host_s"}
+    assert 1e-7 < res["launch_overhead_s"] < 1e-3 and 0 <= res["trace_phase_host_s"] < 1e-3
+    assert len(lines) == 1 and "1 rank(s) at once" in lines[0]
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_own_kernel_times_cover_the_models_step(dtype):
     # the calibration's kernel_s (perfmlp/calibrate.py own_kernel_times) on a small network

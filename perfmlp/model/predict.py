@@ -19,7 +19,8 @@ each with the trace phase group that measures it (TERM_GROUP):
   enqueues kernels while earlier ones run, so only max(0, host time - GPU
   time) adds to the batch;
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment
-  (one step; the staged scheme is two segments around the host allreduce);
+  (one step; the staged scheme is two segments around the host allreduce),
+  and the GPU's own time per replay beyond its kernels (graph_replay_gap_s);
 - tracing (traced runs): the GPU time of the tracer's CUDA events (one per
   recorded phase eager, one per segment in graph mode), at the `phases`
   trace level only (TRACE_COSTS below); the tracer's host time per phase,
@@ -465,7 +466,8 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
 
     def segment(phases, replay=graph):
         if replay:
-            items.append(Item(sum(sum(phase_kernels[p]) for p in phases), machine.graph_launch_s))
+            items.append(Item(sum(sum(phase_kernels[p]) for p in phases) + machine.graph_replay_gap_s,
+                              machine.graph_launch_s))
             event()
         else:
             for p in phases:
@@ -480,7 +482,7 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
         event()
     if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
         gpu = sum(sum(k) for k in phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
-        items.append(Item(gpu + ev_gpu * traced, machine.graph_launch_s + ev_host * traced))
+        items.append(Item(gpu + machine.graph_replay_gap_s + ev_gpu * traced, machine.graph_launch_s + ev_host * traced))
         return items
     segment(("forward", "loss", "backward"))
     wait = terms["rank_wait"]
