@@ -19,7 +19,9 @@ Measured on this rank's GPU:
   graph_launch_s (host time of one graph launch);
 - a CUDA event's GPU time between kernels (trace_event_s);
 - device memory bandwidth (a large device-to-device copy, read + write);
-  pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes;
+  pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes
+  (pageable: host wall time, the copy blocks the host; pinned: GPU time,
+  calls queued ahead, as the trainer's pinned copies run behind its kernels);
 - under `mpirun -n P` (P >= 2): the copy bandwidth of all P ranks copying
   at once (the node's aggregate: host memory and PCIe shared), host
   MPI_Allreduce (host wall time, the host buffer freshly written by a D2H
@@ -254,7 +256,9 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     # host <-> device copies at the trainer's two sizes (the fp32 gradient
     # buffer of the first hidden size, the X of the largest piece), at rotating
     # offsets of a 256 MB host array as the trainer copies a new slice every
-    # batch; t = latency + bytes / bandwidth
+    # batch; t = latency + bytes / bandwidth. A pageable copy blocks the host:
+    # its host wall time; a pinned one is queued on the stream as a kernel is:
+    # its GPU time, calls queued ahead (its host call is the launch term)
     import cupyx
     fp32 = itemsize("float32")
     sizes = (grad_buffer_bytes((D, hidden[0], C), fp32), fp32 * max(local_batches) * D)
@@ -277,12 +281,13 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
                         d[:n].set(h[off:off + n], stream=s)
                     else:
                         d[:n].get(out=h[off:off + n], stream=s)
-                ts.append(median(_host_times(cp, fn, reps=25)))
+                ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == "pinned" else median(_host_times(cp, fn, reps=25)))
             bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
             lat = max(ts[0] - sizes[0] / bw, 0.0)
             res[f"{direction}_{mem}_bytes_per_s"] = bw
             res[f"{direction}_{mem}_latency_s"] = lat
-            log(f"{direction} {mem}: {sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
+            log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == 'pinned' else 'host wall time'}): "
+                f"{sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
                 f"-> {bw / 1e9:.1f} GB/s + {lat * 1e6:.1f} us")
     # GPU time a CUDA event adds between kernels: a chain of GPU-bound copies
     # (the host stays ahead) with and without an event recorded after each
