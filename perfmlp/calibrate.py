@@ -274,13 +274,13 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
             for n in sizes:
                 k = [0]
 
-                def fn(h=h, n=n, direction=direction):
+                def fn(h=h, n=n, direction=direction, mem=mem):
                     off = (k[0] % (big // n)) * n
                     k[0] += 1
                     if direction == "h2d":
                         d[:n].set(h[off:off + n], stream=s)
-                    else:
-                        d[:n].get(out=h[off:off + n], stream=s)
+                    else:   # pinned: not blocking, so that the calls queue behind the spin
+                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == "pageable")
                 ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == "pinned" else median(_host_times(cp, fn, reps=25)))
             bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
             lat = max(ts[0] - sizes[0] / bw, 0.0)
