@@ -338,3 +338,48 @@ def test_a_graph_runs_collectives_are_compared_inside_compute(tmp_path):
     assert pred["groups_s"]["allreduce"] > 0
     assert float(row["compute predicted ms"]) == pytest.approx(
         1e3 * (pred["groups_s"]["compute"] + pred["groups_s"]["allreduce"]), rel=1e-6)
+
+
+def test_which_phases_a_host_clock_times():
+    from perfmlp.trace.format import host_clock_terms
+    assert host_clock_terms("graph", "resident", "nccl") == frozenset()
+    assert host_clock_terms("eager", "resident", "nccl") == frozenset()          # the NCCL call is enqueued
+    assert host_clock_terms("eager", "pageable", "mpi-staged") == {"h2d_batch", "allreduce", "h2d_grad"}
+    assert host_clock_terms("eager", "pinned", "mpi-staged") == {"allreduce"}   # pinned copies are enqueued
+    assert host_clock_terms("graph", "pageable", "mpi-staged") == {"allreduce", "h2d_grad"}
+
+
+COUNTERS_X4 = ROOT / "traces" / "h200-x4" / "validate4"
+
+
+@pytest.mark.skipif(not (COUNTERS_X4.exists() and GRAPH_P4.exists()), reason="committed traces absent")
+def test_host_clock_enqueue_times_are_shown_but_not_compared(tmp_path):
+    # validate4 traced at counters (host clock): a graph replay's compute phase is the launch call; the
+    # staged, pageable run's host MPI and pageable copies block the host. validate2's graph runs: CUPTI.
+    import shutil
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation import section_validation
+    from perfmlp.trace.reader import read_traces
+    pick = [*COUNTERS_X4.glob("validate-x4c-h2048-b6400-p1-float32-resident-nccl-cublas-graph-r*"),
+            *COUNTERS_X4.glob("validate-x4c-h512-b6400-p1-float32-pageable-mpi-staged-cublas-eager-r*"),
+            *GRAPH_P4.glob("validate-x4-h512-b3200-p4-float32-resident-nccl-cublas-graph-r*")]
+    assert len(pick) == 9
+    for d in pick:
+        shutil.copytree(d, tmp_path / d.name)
+    runs, skipped = read_traces(tmp_path)
+    assert {r.phase_clock for r in runs} == {"host", "cupti"}
+    cal = ROOT / "benchmarks/results/h200-x4/validate4/calibrated.yaml"
+    sec = section_validation(analyse(runs, skipped, load_study(None), str(cal), None))
+    rows = {r["configuration"].split(" float32")[0]: r for r in
+            next(t.rows for t in sec.tables if t.name == "validation_terms")}
+    graph_host, staged, graph_gpu = rows["H=2048 B=6400 p=1"], rows["H=512 B=6400 p=1"], rows["H=512 B=3200 p=4"]
+    assert graph_host["compute error ms"] is None and graph_host["host clock: enqueue time, not compared"] == "compute"
+    assert graph_gpu["compute error ms"] is not None and graph_gpu["host clock: enqueue time, not compared"] == "-"
+    for g in ("h2d_batch", "allreduce", "h2d_grad"):
+        assert staged[f"{g} error ms"] is not None
+    assert staged["compute error ms"] is None and staged["d2h_grad error ms"] is None
+    summary = {r["term"]: r["configurations"]
+               for r in next(t.rows for t in sec.tables if t.name == "validation_terms_summary")}
+    assert summary == {"h2d_batch": 1, "compute": 1, "allreduce": 1, "h2d_grad": 1}
+    assert any(p.startswith("Per term: in 2 of 3 configuration(s)") for p in sec.paragraphs)

@@ -110,6 +110,7 @@ class RunSummary:
     model_procs: int = 0
     exec: str = "eager"         # the execution mode that ran (exec_of)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
+    phase_clock: str = "host"   # the steady batches' phase clock: host, cuda-events or cupti (Run.phase_clock)
     overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
     bucket_bytes: int = DEFAULT_BUCKET_BYTES   # run --bucket-bytes (used only with overlap)
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
@@ -277,7 +278,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
                         imbalance, exec_of(run)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
-        host_enqueue=run.host_enqueue_times, overlap=overlap, bucket_bytes=bucket_bytes,
+        host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, overlap=overlap, bucket_bytes=bucket_bytes,
         cprofile=bool(c.get("cprofile", False)))
 
 

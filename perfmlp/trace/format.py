@@ -41,6 +41,27 @@ PHASE_TERMS = {
     "bcast": "allreduce",      # the parameter server: parameters broadcast from rank 0
 }
 PHASES = tuple(PHASE_TERMS)
+
+
+def host_clock_terms(exec_mode: str, batch_transfer: str, comm: str) -> frozenset:
+    """The phase groups (PHASE_TERMS' values) whose time on the host clock
+    (a GPU run traced at `counters`) is the time of their own work. The host
+    enqueues kernels, NCCL collectives, pinned copies and graph replays and
+    runs on, so those phases measure enqueue time; a phase whose call
+    blocks the host measures its work, plus whatever GPU work was still
+    queued ahead of it: host MPI on the staged (synchronised) buffer, the
+    staged gradients' pageable copy back (the GPU idle after the exchange),
+    and the batch's pageable copy when the step before ended in that
+    exchange (only the one update kernel queued ahead of it). The staged
+    D2H waits for the whole backward pass first: never its own time."""
+    if comm not in ("mpi-staged",):
+        return frozenset()
+    groups = {"allreduce"}
+    if batch_transfer == "pageable":
+        groups.add("h2d_grad")
+        if exec_mode == "eager":
+            groups.add("h2d_batch")
+    return frozenset(groups)
 NVTX_RANGES = (*PHASES, "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
 
 # Keys every batch line has (the writer writes more: docs/trace-format.md).

@@ -174,6 +174,13 @@ class Run:
         return self.config.get("backend") == "cupy" or bool(self.gpu)
 
     @property
+    def phase_clock(self) -> str:
+        """The clock of the steady batches' phase times: cupti, cuda-events,
+        or host (older traces, without the key: host)."""
+        clocks = [rec.get("clock", "host") for recs in self.steady_batches().values() for rec in recs.values()]
+        return max(set(clocks), key=clocks.count) if clocks else "host"
+
+    @property
     def host_enqueue_times(self) -> bool:
         """A GPU run some of whose steady batch times are the host's enqueue
         times: host-clock batch lines and no synchronised steady time on
