@@ -25,6 +25,12 @@ import sys
 from pathlib import Path
 
 
+def current_cpu() -> int:
+    """The CPU this process last ran on (/proc/self/stat, field 39)."""
+    stat = Path("/proc/self/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[36])
+
+
 def measure(launch: int, out: Path, rounds: int, reps: int) -> None:
     from perfmlp.calibrate import _dispatch_step_times
     from perfmlp.comm import make_world
@@ -35,10 +41,10 @@ def measure(launch: int, out: Path, rounds: int, reps: int) -> None:
     cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
     group = Group(world.comm, world.library) if world.size > 1 else LocalGroup()
     barrier = world.comm.Barrier if world.size > 1 else (lambda: None)
-    cpus, times = [os.sched_getcpu()], []
+    cpus, times = [current_cpu()], []
     for _ in range(rounds):   # each call: a warm-up round and one timed round
         times.append(_dispatch_step_times(cp, group, barrier, 1, reps))
-        cpus.append(os.sched_getcpu())
+        cpus.append(current_cpu())
     line = {"launch": launch, "procs": world.size, "rank": world.rank, "cpus": cpus,
             "affinity": len(os.sched_getaffinity(0)),
             "untraced_us": [1e6 * t["untraced"] for t in times], "traced_us": [1e6 * t["traced"] for t in times]}
