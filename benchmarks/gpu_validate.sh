@@ -27,10 +27,13 @@ NGPU=$(nvidia-smi -L | wc -l)
 export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
 { date -u; nvidia-smi -L; nvidia-smi topo -m; echo "commit $PERFMLP_GIT_COMMIT"; } > $R/machine.txt 2>&1
 SWEEP=${VALIDATE_SWEEP:-sweeps/validate.yaml}; NAME=$(basename $SWEEP .yaml)
+# the hidden sizes and per-rank batches the sweep's runs use, for the GEMM rates and own kernels
+SIZES=$(python3 -m perfmlp.sweep $SWEEP --calibration-sizes) || exit 1
+read HID LB <<< "$SIZES"
 SECONDS=0
-echo "== calibrate ($(date -u +%H:%M:%S))"
+echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
 timeout 150 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/calibrated.yaml \
-  --gemm-kernels naive,tiled,regblock 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -24
+  --hidden $HID --local-batch $LB --gemm-kernels naive,tiled,regblock 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -24
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python3 -m perfmlp.sweep $SWEEP --trace-dir $T \

@@ -332,6 +332,20 @@ def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     proc.wait()  # mpiexec is gone by now; its pipes close with proc
 
 
+def calibration_sizes(runs: list[SweepRun]) -> tuple[list[int], list[int]]:
+    """The hidden sizes and the per-rank batches (a data group's piece) the
+    runs use: what `python -m perfmlp.calibrate --hidden --local-batch`
+    should time for its GEMM rates and own kernels to cover them."""
+    from .model.costs import pieces
+    hidden, local = set(), set()
+    for r in runs:
+        c = r.config
+        hidden.update(c.hidden_sizes)
+        groups = {"data": r.procs, "model": 1}.get(c.parallel, max(r.procs // max(c.model_procs, 1), 1))
+        local.add(max(pieces(c.batch_size, groups)))
+    return sorted(hidden), sorted(local)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m perfmlp.sweep", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -354,6 +368,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--predict-also", action="append", default=[], metavar="NAME|FILE.yaml",
                     help="also write blind predictions with this machine file, to predictions-<file name>.json; "
                          "repeatable (default: none)")
+    ap.add_argument("--calibration-sizes", action="store_true",
+                    help="print the hidden sizes and per-rank batches the runs use, as perfmlp.calibrate's "
+                         "--hidden and --local-batch values, and run nothing")
     return ap
 
 
@@ -365,6 +382,10 @@ def main(argv=None) -> int:
     except PerfmlpError as e:
         print(f"perfmlp.sweep: error: {e}", file=sys.stderr)
         return 2
+    if a.calibration_sizes:
+        hidden, local = calibration_sizes(runs)
+        print(",".join(map(str, hidden)), ",".join(map(str, local)))
+        return 0
     launcher = shlex.split(os.environ.get("PERFMLP_MPIRUN", "mpiexec"))
     trace_dir = Path(a.trace_dir)
     cfg_dir = trace_dir / ".sweep-configs"

@@ -383,3 +383,16 @@ def test_host_clock_enqueue_times_are_shown_but_not_compared(tmp_path):
                for r in next(t.rows for t in sec.tables if t.name == "validation_terms_summary")}
     assert summary == {"h2d_batch": 1, "compute": 1, "allreduce": 1, "h2d_grad": 1}
     assert any(p.startswith("Per term: in 2 of 3 configuration(s)") for p in sec.paragraphs)
+
+
+def test_a_sweep_names_the_sizes_its_calibration_needs(tmp_path, capsys):
+    # per-rank pieces: B split over the ranks (data), whole (model), split over the data groups (hybrid)
+    from perfmlp.sweep import main
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nbase: {data: synthetic, backend: cupy}\nruns:\n"
+                 "  - {hidden_sizes: [1024, 256], batch_size: 800, procs: 2}\n"
+                 "  - {hidden_sizes: [512], batch_size: 6400, procs: 4, parallel: model, comm: nccl}\n"
+                 "  - {hidden_sizes: [512], batch_size: 3001, procs: 4, parallel: hybrid, model_procs: 2, comm: nccl}\n")
+    assert main([str(f), "--calibration-sizes", "--trace-dir", str(tmp_path / "t")]) == 0
+    assert capsys.readouterr().out.split() == ["256,512,1024", "400,1501,6400"]
+    assert not (tmp_path / "t").exists()   # nothing run, nothing written
