@@ -370,7 +370,7 @@ def _parser() -> argparse.ArgumentParser:
                          "repeatable (default: none)")
     ap.add_argument("--calibration-sizes", action="store_true",
                     help="print the hidden sizes and per-rank batches the runs use, as perfmlp.calibrate's "
-                         "--hidden and --local-batch values, and run nothing")
+                         "--hidden and --local-batch values, and run nothing (default: run the sweep)")
     return ap
 
 

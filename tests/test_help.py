@@ -29,7 +29,7 @@ def description(help_text: str) -> str:
 
 @pytest.mark.parametrize("module, flags", [
     ("perfmlp.run", len(C.fields(C.Config)) + 3),  # a flag per field, --hidden-size, --config, -h
-    ("perfmlp.sweep", 9),  # + --predict, --predict-also
+    ("perfmlp.sweep", 10),  # + --predict, --predict-also, --calibration-sizes
     ("perfmlp.fetch", 4),
     ("perfmlp.model", 18),  # + --exec, --overlap, --bucket-bytes, --gemm, --trace-level, --parallel, --model-procs
     ("perfmlp.whatif", 5),
