@@ -448,7 +448,7 @@ def fake_gpu_run(H, B, procs, parallel, comm, t_ms, model_procs=0):
                          "flops": c.flops, "bytes_h2d": 0, "bytes_d2h": 0, "bytes_mpi": c.bytes_mpi,
                          "bytes_nccl": c.bytes_nccl, "t_ms": {"forward": [0.0, 0.8 * t_ms],
                                                               "combine": [0.8 * t_ms, 0.2 * t_ms]},
-                         "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms})
+                         "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms, "clock": "cuda-events"})
         recs.append({"kind": "end", "status": "complete"})
         ranks[r] = recs
     return Run.from_records(manifest, ranks)

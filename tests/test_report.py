@@ -52,7 +52,8 @@ def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None, gemm="cublas", gp
             recs.append({"kind": "batch", "epoch": 0, "batch": k, "samples": B, "local_samples": b,
                          "t0_s": k * 0.01, "flops": dict(c.flops), "bytes_h2d": c.bytes_h2d,
                          "bytes_d2h": c.bytes_d2h, "bytes_mpi": c.bytes_mpi, "bytes_nccl": c.bytes_nccl,
-                         "t_ms": phases, "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms})
+                         "t_ms": phases, "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms,
+                         "clock": "cuda-events"})
         if endings[r] is not None:
             recs.append({"kind": "end", "status": endings[r]})
         ranks[r] = recs

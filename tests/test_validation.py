@@ -341,12 +341,108 @@ def test_a_graph_runs_collectives_are_compared_inside_compute(tmp_path):
 
 
 def test_which_phases_a_host_clock_times():
-    from perfmlp.trace.format import host_clock_terms
-    assert host_clock_terms("graph", "resident", "nccl") == frozenset()
-    assert host_clock_terms("eager", "resident", "nccl") == frozenset()          # the NCCL call is enqueued
-    assert host_clock_terms("eager", "pageable", "mpi-staged") == {"h2d_batch", "allreduce", "h2d_grad"}
-    assert host_clock_terms("eager", "pinned", "mpi-staged") == {"allreduce"}   # pinned copies are enqueued
-    assert host_clock_terms("graph", "pageable", "mpi-staged") == {"allreduce", "h2d_grad"}
+    from perfmlp.trace.format import PHASE_GROUPS, comparable_terms, host_clock_terms
+    assert host_clock_terms("resident", "nccl") == frozenset()             # the NCCL call is enqueued
+    assert host_clock_terms("pageable", "mpi-staged") == {"h2d_batch", "allreduce", "h2d_grad"}
+    assert host_clock_terms("pinned", "mpi-staged") == {"allreduce"}      # pinned copies are enqueued
+    assert host_clock_terms("pageable", "mpi-staged", "model") == frozenset()  # combine waits for forward
+    for clock in ("cuda-events", "cupti"):                                # timed on the GPU: every group
+        assert comparable_terms(clock, True, "resident", "nccl") == set(PHASE_GROUPS)
+    assert comparable_terms("host", False, "pageable", "mpi") == set(PHASE_GROUPS)  # a CPU run's own work
+    assert comparable_terms("host", True, "pinned", "mpi-staged") == {"allreduce"}
+
+
+def clocked_run(exec_mode, transfer, comm, clock, procs=1, run_id=None):
+    """A GPU run's trace as the tracer writes it: each batch has every phase
+    trace.format.batch_phases names for its mode, 0.1 ms apiece, timed on
+    `clock`; on the host clock (trace level counters) no t_ms_total, and the
+    epoch line's synchronised time per batch, 1 ms, stands in for it."""
+    from perfmlp.model.costs import batch_counts
+    from perfmlp.trace.format import batch_phases
+    from perfmlp.trace.reader import Run
+    B, phases = 3200, batch_phases(comm, transfer, exec_mode)
+    cfg = {"input_size": 784, "hidden_sizes": [512], "num_classes": 10, "batch_size": B, "n_train": 4 * B,
+           "precision": "float32", "batch_transfer": transfer, "comm": comm, "gemm": "cublas", "exec": exec_mode,
+           "backend": "cupy"}
+    manifest = {"schema": "perfmlp.trace/1", "run_id": run_id or f"{exec_mode}-{transfer}-{comm}-{clock}-p{procs}",
+                "config": cfg, "procs": procs, "status": "complete", "backend": "cupy", "comm": comm,
+                "exec": exec_mode, "trace_level": "counters" if clock == "host" else "phases",
+                "machine": {"nodes": {"h": {"gpu": "NVIDIA H200", "gpu_count": 4, "ranks": list(range(procs))}}}}
+    c = batch_counts((784, 512, 10), B // procs, 4, comm, transfer, exec_mode=exec_mode)
+    ranks = {}
+    for r in range(procs):
+        recs = []
+        for k in range(4):
+            rec = {"kind": "batch", "epoch": 0, "batch": k, "samples": B, "local_samples": B // procs, "t0_s": 0.0,
+                   "flops": dict(c.flops), "bytes_h2d": c.bytes_h2d, "bytes_d2h": c.bytes_d2h,
+                   "bytes_mpi": c.bytes_mpi, "bytes_nccl": c.bytes_nccl, "wall_ms": 0.1 * len(phases),
+                   "t_ms": {p: [0.1 * i, 0.1] for i, p in enumerate(phases)}, "clock": clock}
+            if clock != "host":
+                rec["t_ms_total"] = 0.1 * len(phases)
+            recs.append(rec)
+        recs += [{"kind": "epoch", "epoch": 0, "steady_ms_per_batch": 1.0}, {"kind": "end", "status": "complete"}]
+        ranks[r] = recs
+    return Run.from_records(manifest, ranks)
+
+
+def summary_of(run):
+    from perfmlp.report.analysis import Machines, summarise
+    return summarise(run, Machines(load_machine("h200"), load_machine("h200-calibrated")))
+
+
+def test_a_graph_run_at_counters_has_no_comparable_compute():
+    # its one compute phase, the graph replay, is the cudaGraphLaunch call on the host clock
+    s = summary_of(clocked_run("graph", "resident", "nccl", "host"))
+    assert s.phase_clock == "host" and "compute" not in s.comparable
+    assert s.incomparable_terms == ("compute",)
+    assert summary_of(clocked_run("graph", "resident", "nccl", "cupti")).incomparable_terms == ()
+
+
+def test_an_eager_pageable_staged_run_at_counters_keeps_the_phases_that_block_the_host():
+    s = summary_of(clocked_run("eager", "pageable", "mpi-staged", "host"))
+    # the pageable copies and host MPI block the host; compute is enqueued, and the staged D2H
+    # waits for the enqueued backward pass before its copy
+    assert {"h2d_batch", "allreduce", "h2d_grad"} <= s.comparable
+    assert s.incomparable_terms == ("compute", "d2h_grad")
+    pinned = summary_of(clocked_run("eager", "pinned", "mpi-staged", "host"))
+    assert pinned.incomparable_terms == ("h2d_batch", "compute", "d2h_grad", "h2d_grad")
+
+
+@pytest.mark.parametrize("exec_mode, transfer, comm", [("graph", "resident", "nccl"), ("eager", "pinned", "nccl"),
+                                                       ("eager", "pageable", "mpi-staged")])
+def test_a_run_at_phases_keeps_every_term(exec_mode, transfer, comm):
+    s = summary_of(clocked_run(exec_mode, transfer, comm, "cuda-events"))
+    assert s.phase_clock == "cuda-events" and s.incomparable_terms == ()
+    assert s.comparable == set(GROUPS)
+
+
+def test_per_term_tables_show_host_clock_terms_apart():
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.sections import HOST_CLOCK_COLUMN, section_model
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation import section_validation
+    runs = [clocked_run("graph", "resident", "nccl", "host"), clocked_run("eager", "pageable", "mpi-staged", "host"),
+            clocked_run("eager", "pageable", "mpi-staged", "cuda-events", procs=2)]
+    a = analyse(runs, [], load_study(None), "h200-calibrated")
+    sec = section_validation(a)
+    tables = {t.name: t.rows for t in sec.tables}
+    rows = {r["configuration"].split(" B=3200 ")[1]: r for r in tables["validation_terms"]}
+    graph, staged = rows["p=1 float32 resident/nccl cublas graph"], rows["p=1 float32 pageable/mpi-staged cublas eager"]
+    on_gpu = rows["p=2 float32 pageable/mpi-staged cublas eager"]
+    # the host's times are shown apart (every phase 0.1 ms; compute in eager: forward, loss, backward, update)
+    assert graph["compute measured ms"] is None and graph["compute error ms"] is None
+    assert graph[HOST_CLOCK_COLUMN] == "compute 0.100"
+    assert staged[HOST_CLOCK_COLUMN] == "compute 0.400, d2h_grad 0.100"
+    assert staged["allreduce measured ms"] == pytest.approx(0.1) and staged["allreduce error ms"] is not None
+    assert on_gpu[HOST_CLOCK_COLUMN] == "-" and on_gpu["compute error ms"] is not None
+    # the summary: compute and d2h_grad from the GPU-timed run only; the copies and MPI from both staged runs
+    counted = {r["term"]: r["configurations"] for r in tables["validation_terms_summary"]}
+    assert counted == {"h2d_batch": 2, "compute": 1, "d2h_grad": 1, "allreduce": 2, "h2d_grad": 2}
+    assert any(p.startswith("Per term: 3 measured term(s) in 2 of 3 configuration(s) are left out of the error "
+                            "per term (compute in 2, d2h_grad in 1)") for p in sec.paragraphs)
+    terms = {r["run"]: r for r in next(t.rows for t in section_model(a).tables if t.name == "terms")}
+    assert terms[runs[0].run_id]["compute measured ms"] is None
+    assert terms[runs[2].run_id]["compute measured ms"] == pytest.approx(0.4)
 
 
 COUNTERS_X4 = ROOT / "traces" / "h200-x4" / "validate4"
@@ -359,6 +455,7 @@ def test_host_clock_enqueue_times_are_shown_but_not_compared(tmp_path):
     import shutil
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
+    from perfmlp.report.sections import HOST_CLOCK_COLUMN
     from perfmlp.report.validation import section_validation
     from perfmlp.trace.reader import read_traces
     pick = [*COUNTERS_X4.glob("validate-x4c-h2048-b6400-p1-float32-resident-nccl-cublas-graph-r*"),
@@ -374,15 +471,16 @@ def test_host_clock_enqueue_times_are_shown_but_not_compared(tmp_path):
     rows = {r["configuration"].split(" float32")[0]: r for r in
             next(t.rows for t in sec.tables if t.name == "validation_terms")}
     graph_host, staged, graph_gpu = rows["H=2048 B=6400 p=1"], rows["H=512 B=6400 p=1"], rows["H=512 B=3200 p=4"]
-    assert graph_host["compute error ms"] is None and graph_host["host clock: enqueue time, not compared"] == "compute"
-    assert graph_gpu["compute error ms"] is not None and graph_gpu["host clock: enqueue time, not compared"] == "-"
+    assert graph_host["compute error ms"] is None and graph_host["compute measured ms"] is None
+    assert graph_host[HOST_CLOCK_COLUMN].startswith("compute ") and "," not in graph_host[HOST_CLOCK_COLUMN]
+    assert graph_gpu["compute error ms"] is not None and graph_gpu[HOST_CLOCK_COLUMN] == "-"
     for g in ("h2d_batch", "allreduce", "h2d_grad"):
         assert staged[f"{g} error ms"] is not None
     assert staged["compute error ms"] is None and staged["d2h_grad error ms"] is None
     summary = {r["term"]: r["configurations"]
                for r in next(t.rows for t in sec.tables if t.name == "validation_terms_summary")}
     assert summary == {"h2d_batch": 1, "compute": 1, "allreduce": 1, "h2d_grad": 1}
-    assert any(p.startswith("Per term: in 2 of 3 configuration(s)") for p in sec.paragraphs)
+    assert any(p.startswith("Per term: 3 measured term(s) in 2 of 3 configuration(s)") for p in sec.paragraphs)
 
 
 def test_a_sweep_names_the_sizes_its_calibration_needs(tmp_path, capsys):

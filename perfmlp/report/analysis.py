@@ -20,7 +20,7 @@ from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
 from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
 from ..model.partition import label as strategy_label, predict_strategy
-from ..trace.format import PHASE_TERMS, PHASES, resolve_trace_level
+from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms, resolve_trace_level
 from ..trace.reader import Run
 from .study import Study
 
@@ -28,7 +28,7 @@ from .study import Study
 # sum of the phases that measure it (perfmlp/trace/format.py). A model term
 # with no phase of its own (gemm, elementwise, launches, the tracer's events)
 # falls inside the compute phases.
-TERMS = tuple(dict.fromkeys(PHASE_TERMS.values()))
+TERMS = PHASE_GROUPS
 COMPUTE = "compute"
 BUSY_TERMS = ("h2d_batch", COMPUTE)  # a rank's own work before it waits for the others
 COPY_TERMS = ("h2d_batch", "d2h_grad", "h2d_grad")
@@ -111,6 +111,7 @@ class RunSummary:
     exec: str = "eager"         # the execution mode that ran (exec_of)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
     phase_clock: str = "host"   # the steady batches' phase clock: host, cuda-events or cupti (Run.phase_clock)
+    comparable: frozenset = frozenset(TERMS)  # terms measured as the model means them (trace.format.comparable_terms)
     overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
     bucket_bytes: int = DEFAULT_BUCKET_BYTES   # run --bucket-bytes (used only with overlap)
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
@@ -166,6 +167,14 @@ class RunSummary:
 
     def measured_terms(self, rank: int) -> dict[str, float]:
         return measured_terms(self.phases_ms[rank])
+
+    @property
+    def incomparable_terms(self) -> tuple[str, ...]:
+        """The terms the slowest rank timed whose measured time is not what
+        the model's term means (on the host clock, around work the host only
+        enqueued or waited behind: trace.format.comparable_terms)."""
+        timed = {PHASE_TERMS[p] for p in self.phases_ms[self.slowest_rank]}
+        return tuple(t for t in TERMS if t in timed and t not in self.comparable)
 
     def busy_ms(self, rank: int) -> float:
         return busy_ms(self.phases_ms[rank])
@@ -278,8 +287,9 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
                         imbalance, exec_of(run)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
-        host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, overlap=overlap, bucket_bytes=bucket_bytes,
-        cprofile=bool(c.get("cprofile", False)))
+        host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock,
+        comparable=comparable_terms(run.phase_clock, gpu, c["batch_transfer"], comm, c.get("parallel", "data")),
+        overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)))
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,

@@ -49,6 +49,29 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
 
 
+# The per-term tables' column for measured terms they do not compare: the host's time for each
+HOST_CLOCK_COLUMN = "host clock, not compared (ms)"
+
+
+def host_clock_cell(measured: dict[str, float], terms: tuple[str, ...]) -> str:
+    """HOST_CLOCK_COLUMN's cell: each term left out, with the host's time for it."""
+    return ", ".join(f"{t} {measured[t]:.3f}" for t in terms) or "-"
+
+
+def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
+    """One sentence on the measured terms a per-term table does not compare:
+    `left_out` holds each row's (a run's or a configuration's) terms left out."""
+    by_term = Counter(t for terms in left_out for t in terms)
+    if not by_term:
+        return None
+    where = ", ".join(f"{t} in {by_term[t]}" for t in TERMS if by_term[t])
+    return (f"{sum(by_term.values())} measured term(s) in {sum(map(bool, left_out))} of {len(left_out)} {rows} "
+            f"{outcome} ({where}): they were timed on the host clock (trace level counters), where work the host "
+            "only enqueues (kernels, graph replays, NCCL collectives, pinned copies) measures its enqueue and the "
+            "staged D2H its wait for the backward pass, not the time the model's term prices "
+            f"(trace.format.comparable_terms; the host's times are in the column '{HOST_CLOCK_COLUMN}').")
+
+
 def pct(fraction: float | None, nd: int = 2) -> str:
     return "-" if fraction is None else f"{100 * fraction:.{nd}f}%"
 
@@ -224,9 +247,10 @@ def section_model(a: Analysis) -> Section:
         meas, pred = r.measured_terms(r.slowest_rank), predicted_terms(r.predicted)
         entry = {"run": r.run_id, "rank": r.slowest_rank}
         for k in TERMS:
-            entry[f"{k} measured ms"] = meas[k]
+            entry[f"{k} measured ms"] = None if k in r.incomparable_terms else meas[k]
             entry[f"{k} predicted ms"] = pred[k]
-        entry.update({"total measured ms": r.t_ms, "total predicted ms": r.predicted_ms,
+        entry.update({HOST_CLOCK_COLUMN: host_clock_cell(meas, r.incomparable_terms),
+                      "total measured ms": r.t_ms, "total predicted ms": r.predicted_ms,
                       "error %": error_pct(r.predicted_ms, r.t_ms),
                       "datasheet predicted ms": r.datasheet.total_s * 1e3,
                       "datasheet error %": r.error_pct(r.datasheet)})
@@ -253,6 +277,10 @@ def section_model(a: Analysis) -> Section:
         "The machine files hold cuBLAS rates only: runs with the reference's own GEMM kernels are predicted "
         "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler "
         "and runs whose batch times are the host's enqueue times (the validation section names them).")
+    note = host_clock_note([r.incomparable_terms for r in a.gpu_runs], "run(s)", "are shown as '-' in the term by "
+                           "term table")
+    if note:
+        s.paragraphs.append(note)
     unpriced = Counter(r.predicted.detail["trace_uncalibrated"] for r in judged
                        if r.predicted.detail.get("trace_uncalibrated"))
     if unpriced:
@@ -264,7 +292,8 @@ def section_model(a: Analysis) -> Section:
     if len(a.gpu_runs) < len(a.runs):
         s.paragraphs.append("NumPy-backend runs are left out: the model describes a GPU.")
     s.tables.append(Table("model_accuracy", "Model accuracy", lines))
-    s.tables.append(Table("terms", f"Term by term, {kind} model" + (" (datasheet total beside it)" if cal else ""),
+    s.tables.append(Table("terms", f"Term by term, {kind} model" + (" (datasheet total beside it)" if cal else "") +
+                          f"; '-': measured on the host clock, not comparable (the column '{HOST_CLOCK_COLUMN}')",
                           table))
     series = {"predicted_ms": "calibrated", "datasheet_ms": "datasheet"} if cal else {"datasheet_ms": "datasheet"}
     points = [{"label": r.run_id, "measured_ms": r.t_ms, "datasheet_ms": r.datasheet.total_s * 1e3,

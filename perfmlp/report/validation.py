@@ -14,7 +14,10 @@
 - Windows: the trace reader's steady rule (trace/reader.py STEADY_RULE);
   runs with fewer than MIN_STEADY steady batches are named.
 - Error per term: the slowest rank's median time of each phase group
-  against the model's terms summed into the same groups.
+  against the model's terms summed into the same groups, where the trace
+  timed the group's work (trace.format.comparable_terms: on the GPU, or on
+  the host clock where the work blocks the host); other measured groups are
+  shown, not compared.
 - What-if: from the reference-scheme run of a size on one GPU, each other
   measured configuration of that size predicted by perfmlp.whatif, beside
   its measurement.
@@ -29,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.predict import GROUPS
-from ..trace.format import host_clock_terms
 from ..trace.reader import STEADY_RULE
 from .analysis import Analysis, RunSummary, predicted_terms
-from .sections import Section, Table
+from .sections import HOST_CLOCK_COLUMN, Section, Table, host_clock_cell, host_clock_note
 
 PREDICTIONS = "predictions.json"  # perfmlp/sweep.py writes it
 MORE_PREDICTIONS = "predictions-*.json"   # sweep --predict-also: another machine file's, e.g. another GPU's
@@ -169,15 +171,11 @@ def summary_rows(judged: list[dict]) -> list[dict]:
     return out
 
 
-def host_clock_enqueue(runs, key) -> frozenset:
-    """The phase groups of a configuration whose measured time is the host's
-    enqueue time: some run timed them on the host clock, and the
-    configuration's mode does not block the host on them
-    (trace.format.host_clock_terms)."""
-    if not any(r.phase_clock == "host" for r in runs):
-        return frozenset()
-    r = runs[0]
-    return frozenset(GROUPS) - host_clock_terms(key[7], r.transfer, r.comm)
+def incomparable_groups(runs: list[RunSummary]) -> tuple[str, ...]:
+    """The phase groups of a configuration that some repeat timed on the
+    host clock, where that time is not the work's (RunSummary.incomparable_terms)."""
+    left = {g for r in runs for g in r.incomparable_terms}
+    return tuple(g for g in GROUPS if g in left)
 
 
 def section_validation(a: Analysis) -> Section:
@@ -209,6 +207,7 @@ def section_validation(a: Analysis) -> Section:
         f"spread = (max - min) / median; an error within half the spread is within noise. Code: "
         f"{', '.join(commits)} (the manifests' perfmlp_git).")
     rows, term_rows, judged = [], [], []
+    left_out = []  # each configuration's groups timed on the host clock, not compared
     for c in sorted(groups.values(), key=lambda c: c.label):
         statuses, blind_totals, blind_groups = [], [], []
         for r in c.runs:
@@ -247,15 +246,15 @@ def section_validation(a: Analysis) -> Section:
             inside = pred_groups.get("compute", 0.0) + pred_groups.get("allreduce", 0.0)
             pred_groups = {**pred_groups, "compute": inside, "allreduce": 0.0}
         trow = {"configuration": c.label}
-        enqueue = host_clock_enqueue(c.runs, c.key)
+        apart = incomparable_groups(c.runs)
         for g in GROUPS:
             if meas[g] or pred_groups.get(g):
-                trow[f"{g} measured ms"] = meas[g]
+                trow[f"{g} measured ms"] = None if g in apart else meas[g]
                 trow[f"{g} predicted ms"] = pred_groups.get(g, 0.0)
-                trow[f"{g} error ms"] = None if g in enqueue else pred_groups.get(g, 0.0) - meas[g]
-        trow["host clock: enqueue time, not compared"] = ", ".join(g for g in GROUPS if g in enqueue and
-                                                                     f"{g} measured ms" in trow) or "-"
+                trow[f"{g} error ms"] = None if g in apart else pred_groups.get(g, 0.0) - meas[g]
+        trow[HOST_CLOCK_COLUMN] = host_clock_cell(meas, apart)
         term_rows.append(trow)
+        left_out.append(apart)
     if not rows:
         s.paragraphs.append("No GPU run outside a profiler: nothing to validate.")
         return s
@@ -282,19 +281,17 @@ def section_validation(a: Analysis) -> Section:
                           "then the datasheet-only model's (columns 'datasheet ...')", summary))
     for path in sorted(Path(a.folder).glob(MORE_PREDICTIONS)) if a.folder is not None else []:
         cross_section(s, path, judged, groups, traces)
-    left_out = sum(t["host clock: enqueue time, not compared"] != "-" for t in term_rows)
-    if left_out:
-        s.paragraphs.append(
-            f"Per term: in {left_out} of {len(term_rows)} configuration(s) some phases were timed on the host "
-            "clock (trace level counters) around work the host only enqueued (kernels, NCCL, pinned copies, "
-            "graph replays): their measured time is the enqueue time, so they are shown but left out of the "
-            "error per term (trace.format.host_clock_terms says which phases a host clock does time).")
+    note = host_clock_note(left_out, "configuration(s)", "are left out of the error per term")
+    if note:
+        s.paragraphs.append("Per term: " + note)
     s.tables.append(Table("validation_terms_summary", "Error per term (phase group), over the configurations "
-                          "(phases timed on the GPU, or blocking the host)", per_term))
+                          "whose trace timed the group's work (on the GPU, or on the host clock where it blocks "
+                          "the host)", per_term))
     s.tables.append(Table("validation_runs", "Each configuration: repeats, spread, prediction and error", rows))
     s.tables.append(Table("validation_terms", "Each configuration, term by term (slowest rank, median over "
                           "the repeats; in a graph run with NCCL the collectives are inside the replay, so in "
-                          "compute, measured and predicted)", term_rows))
+                          "compute, measured and predicted; '-': measured on the host clock, not compared: the "
+                          f"column '{HOST_CLOCK_COLUMN}')", term_rows))
     wi = what_if_rows(a, groups)
     if wi:
         s.tables.append(Table("validation_whatif", "What-if from the reference-scheme run (pageable, mpi-staged, "

@@ -43,25 +43,60 @@ PHASE_TERMS = {
 PHASES = tuple(PHASE_TERMS)
 
 
-def host_clock_terms(exec_mode: str, batch_transfer: str, comm: str) -> frozenset:
-    """The phase groups (PHASE_TERMS' values) whose time on the host clock
-    (a GPU run traced at `counters`) is the time of their own work. The host
-    enqueues kernels, NCCL collectives, pinned copies and graph replays and
-    runs on, so those phases measure enqueue time; a phase whose call
-    blocks the host measures its work, plus whatever GPU work was still
-    queued ahead of it: host MPI on the staged (synchronised) buffer, the
-    staged gradients' pageable copy back (the GPU idle after the exchange),
-    and the batch's pageable copy when the step before ended in that
-    exchange (only the one update kernel queued ahead of it). The staged
-    D2H waits for the whole backward pass first: never its own time."""
-    if comm not in ("mpi-staged",):
+PHASE_GROUPS = tuple(dict.fromkeys(PHASE_TERMS.values()))  # the report's terms, in a batch's order
+
+# Whether a measured phase time means what the model's term of its group means
+# (the time of that work) depends on the clock that timed it. On the GPU
+# (batch lines' `clock`: CUDA events at `phases`; the reader's `cupti`,
+# from the activity records, at `timeline` and `kernels`) every phase is
+# timed. On the host clock (`counters`, the default) a GPU run's phase is the
+# host's time between its hooks: the host enqueues kernels, NCCL collectives,
+# pinned copies and graph replays and runs on, so those phases measure the
+# enqueue (a graph replay's "compute" is the cudaGraphLaunch call), and only
+# a phase whose call blocks the host with the GPU idle, or with no more than
+# the one update kernel queued ahead of it, times its own work.
+GPU_CLOCKS = ("cuda-events", "cupti")
+
+
+def host_clock_terms(batch_transfer: str, comm: str, parallel: str = "data") -> frozenset:
+    """The phase groups whose time on a GPU run's host clock is the time of
+    their own work. Data parallelism with the staged exchange only (with
+    nccl nothing blocks the host), in either execution mode (a CUDA graph
+    holds only forward, loss and backward there: perfmlp/gpu/graph.py): its
+    D2H ends in a stream synchronize, after which
+    - allreduce (MPI_Allreduce on the host buffer) is host work;
+    - h2d_grad, from pageable memory (pageable batches stage the gradients
+      through pageable memory too: model.predict.staging_memory), blocks
+      the host with the GPU idle; from pinned it is only enqueued;
+    - h2d_batch, from pageable memory, blocks the host behind only the
+      update kernel (the staged exchange and the update end every step);
+      from pinned it is enqueued.
+    The staged d2h_grad blocks the host too, but from the end of the
+    enqueued backward pass: it waits for the GPU's backlog before its copy,
+    so it is never its own time (H200, H=1024, pinned: the same 3.3 MB of
+    gradients took 0.15 to 0.18 ms on the host clock at p=2, B=3200, and
+    0.073 to 0.076 ms between CUDA events in the runs that had them). The other
+    strategies are left out: model and hybrid parallelism's staged
+    allreduces (in forward, backward and `combine`) wait for the kernels
+    queued ahead of them, and ps-nccl's collectives are enqueued."""
+    if comm != "mpi-staged" or parallel != "data":
         return frozenset()
     groups = {"allreduce"}
     if batch_transfer == "pageable":
-        groups.add("h2d_grad")
-        if exec_mode == "eager":
-            groups.add("h2d_batch")
+        groups |= {"h2d_batch", "h2d_grad"}
     return frozenset(groups)
+
+
+def comparable_terms(clock: str, on_gpu: bool, batch_transfer: str, comm: str, parallel: str = "data") -> frozenset:
+    """The phase groups (PHASE_GROUPS) whose measured time a report may set
+    against the model's term: every group where the phases were timed on the
+    GPU (GPU_CLOCKS) or where the work is the host's own (a CPU run); on a
+    GPU run's host clock, host_clock_terms."""
+    if clock in GPU_CLOCKS or not on_gpu:
+        return frozenset(PHASE_GROUPS)
+    return host_clock_terms(batch_transfer, comm, parallel)
+
+
 NVTX_RANGES = (*PHASES, "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
 
 # Keys every batch line has (the writer writes more: docs/trace-format.md).
