@@ -408,6 +408,15 @@ def test_an_eager_pageable_staged_run_at_counters_keeps_the_phases_that_block_th
     assert pinned.incomparable_terms == ("h2d_batch", "compute", "d2h_grad", "h2d_grad")
 
 
+def test_a_host_clock_runs_verdict_takes_the_models_split():
+    # a graph replay's launch call (0.1 ms here) must not make the copies look like the whole batch
+    s = summary_of(clocked_run("graph", "pinned", "nccl", "host", procs=2))
+    assert "by the model" in s.verdict and "the model's split, not the trace's" in s.verdict
+    assert s.verdict.startswith("compute") and "GPU-bound" in s.verdict
+    events = summary_of(clocked_run("graph", "pinned", "nccl", "cuda-events", procs=2))
+    assert "by the model" not in events.verdict
+
+
 @pytest.mark.parametrize("exec_mode, transfer, comm", [("graph", "resident", "nccl"), ("eager", "pinned", "nccl"),
                                                        ("eager", "pageable", "mpi-staged")])
 def test_a_run_at_phases_keeps_every_term(exec_mode, transfer, comm):

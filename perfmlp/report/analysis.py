@@ -273,6 +273,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
 
     p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated)
+    comparable = comparable_terms(run.phase_clock, gpu, c["batch_transfer"], comm, c.get("parallel", "data"))
     busy = [busy_ms(ph) for ph in phases.values()]
     imbalance = max(busy) - min(busy)
     return RunSummary(
@@ -284,11 +285,11 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         imbalance_ms=imbalance,
-        verdict=verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
-                        imbalance, exec_of(run)),
+        verdict=(verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
+                         imbalance, exec_of(run)) if comparable == frozenset(TERMS) or (p_cal or p_ds) is None
+                 else model_verdict(p_cal or p_ds, t_ms, c["batch_transfer"], comm)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
-        host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock,
-        comparable=comparable_terms(run.phase_clock, gpu, c["batch_transfer"], comm, c.get("parallel", "data")),
+        host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)))
 
 
@@ -319,6 +320,24 @@ def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: 
         extra = f"; ranks' compute differs by {imbalance_ms:.2f} ms (waiting)" if imbalance_ms > 0.05 * total else ""
         return f"the gradient allreduce {share:.0f}% of the batch ({comm}){extra}"
     return f"{top} {share:.0f}% of the batch ({transfer} memory)"
+
+
+def model_verdict(pred: Prediction, t_ms: float, transfer: str, comm: str) -> str:
+    """What limits a GPU run whose phases the host clock timed (trace level
+    counters): those phase times are mostly the host's enqueue, so the split
+    is the model's, beside the measured total."""
+    terms = predicted_terms(pred)
+    total = sum(terms.values()) or 1.0
+    parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
+             "compute": terms[COMPUTE]}
+    top = max(parts, key=parts.get)
+    what = {"host-device copies": f"({transfer} memory)", "the gradient allreduce": f"({comm})"}.get(top, "")
+    if top == "compute" and {"host_s", "gpu_compute_s"} <= pred.detail.keys():
+        host_ms, gpu_ms = pred.detail["host_s"] * 1e3, pred.detail["gpu_compute_s"] * 1e3
+        what = (f"(host-bound: the host issues the step in {host_ms:.3f} ms, the GPU computes {gpu_ms:.3f} ms)"
+                if host_ms > gpu_ms else f"(GPU-bound: GPU {gpu_ms:.3f} ms, host {host_ms:.3f} ms)")
+    return (f"{top} {100 * parts[top] / total:.0f}% of the batch by the model {what}; measured "
+            f"{t_ms / total:.2f}x its total (phases on the host clock: the model's split, not the trace's)")
 
 
 # ---- every run ---------------------------------------------------------------------------
