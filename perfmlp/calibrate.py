@@ -18,12 +18,17 @@ Measured on this rank's GPU:
   per replay beyond its kernels, graphs replayed back to back) and
   graph_launch_s (host time of one graph launch);
 - a CUDA event's GPU time between kernels (trace_event_s);
-- device memory bandwidth (a large device-to-device copy, read + write);
+- device memory bandwidth (a large device-to-device copy, read + write),
+  and the device-to-device copies of a graph step's batch pieces into its
+  static inputs at each piece size (d2d_copy_s, GPU time queued back to
+  back: their fixed cost, which the bandwidth leaves out, dominates below
+  a few MB);
   pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes
   (pageable: host wall time, the copy blocks the host; pinned: GPU time,
   calls queued ahead, as the trainer's pinned copies run behind its kernels);
-- under `mpirun -n P` (P >= 2): the copy bandwidth of all P ranks copying
-  at once (the node's aggregate: host memory and PCIe shared), host
+- under `mpirun -n P` (P >= 2): the copy bandwidth of groups of 2 and of
+  P ranks copying at once (the node's aggregate per rank count,
+  copy_aggregate_bytes_per_s: host memory and PCIe shared), host
   MPI_Allreduce (host wall time, the host buffer freshly written by a D2H
   copy as the trainer's is) and NCCL allreduce (GPU time, calls queued
   ahead: what a replayed graph or a host running ahead sees; the host's
@@ -32,7 +37,8 @@ Measured on this rank's GPU:
   the wait for the slowest rank at a collective when every rank does the
   same work (collective_wait_s); host MPI through pinned and through
   pageable host buffers (the staged scheme's two kinds);
-- on every rank (host_dispatch): the host's time per operation of the
+- on every rank (host_dispatch), first and last (the mean of the two: the
+  host's speed changes between launches and over minutes): the host's time per operation of the
   trainer's eager step (perfmlp/step.py with resident data and the NCCL
   reducer, the train loop's tracer calls around it) at a size where the GPU
   work is negligible, untraced and with the tracer at its counters level:
@@ -253,6 +259,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     res["mem_bw_bytes_per_s"] = 2 * src.nbytes / t
     del src, dst
     log(f"device copy: {res['mem_bw_bytes_per_s'] / 1e12:.2f} TB/s (read + write)")
+    res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
     # host <-> device copies at the trainer's two sizes (the fp32 gradient
     # buffer of the first hidden size, the X of the largest piece), at rotating
     # offsets of a 256 MB host array as the trainer copies a new slice every
@@ -311,6 +318,33 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()):
     return res
 
 
+def static_copies(cp, local_batches, precisions, log) -> list[dict]:
+    """GPU time of the device-to-device copies a graph-mode step with
+    resident data makes into its static inputs (batches.DeviceBatches.static:
+    one cudaMemcpyAsync of X's piece, one of Y's, from rotating rows of a
+    resident array), at each piece size and precision: each size's calls
+    queued back to back, so a point holds the copy's fixed cost and the gap
+    to the next operation as well as its bytes."""
+    D, C = Config.input_size, Config.num_classes
+    sizes = sorted({itemsize(p) * b * n for p in precisions for b in local_batches for n in (D, C)})
+    src = cp.empty(256 * 1000 * 1000, dtype=cp.uint8)
+    dst = cp.empty(max(sizes), dtype=cp.uint8)
+    rt, s = cp.cuda.runtime, cp.cuda.get_current_stream()
+    out = []
+    for n in sizes:
+        k = [0]
+
+        def fn(n=n):
+            off = (k[0] % (src.nbytes // n)) * n
+            k[0] += 1
+            rt.memcpyAsync(dst.data.ptr, src.data.ptr + off, n, rt.memcpyDeviceToDevice, s.ptr)
+        out.append({"bytes": int(n), "s": float(queued_ahead(cp, fn, calls=50)[0])})
+    del src, dst
+    log("device-to-device copies into static inputs (GPU time, queued back to back): "
+        + ", ".join(f"{p['bytes']} B {p['s'] * 1e6:.2f} us" for p in out))
+    return out
+
+
 def _host_times(cp, fn, reps):
     s = cp.cuda.get_current_stream()
     for _ in range(3):
@@ -328,40 +362,53 @@ def _host_times(cp, fn, reps):
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
 
-def shared_copies(cp, world, copy_bytes: int, log) -> dict:
-    """Every rank copying copy_bytes at once (after a barrier), pageable and
-    pinned, each direction: the node's aggregate bandwidth, P x bytes over
-    the slowest rank's median time. {} on one process."""
+def shared_copies(cp, world, copy_bytes: int, log) -> list[dict]:
+    """Groups of 2 and of all P ranks copying copy_bytes at once (after a
+    barrier), pageable and pinned, each direction: the node's aggregate
+    bandwidth, g x bytes over the slowest rank's median time (a pinned copy
+    timed between CUDA events on its stream, as the single-rank pinned
+    copies are GPU time; a pageable one by the host's wall clock, as it
+    blocks the host). [] on one process."""
     import cupyx
     P = world.size
     if P < 2:
-        return {}
+        return []
     slots = 16
     big = slots * copy_bytes
     d = cp.empty(copy_bytes, dtype=cp.uint8)
     hosts = {"pageable": np.ones(big, dtype=np.uint8), "pinned": cupyx.empty_pinned(big, dtype=np.uint8)}
     hosts["pinned"][...] = 1
     s = cp.cuda.get_current_stream()
-    res = {}
-    for direction in ("h2d", "d2h"):
-        for mem, h in hosts.items():
-            ts = []
-            for i in range(20):
-                off = (i % slots) * copy_bytes
-                world.barrier()
-                t0 = time.perf_counter()
-                if direction == "h2d":
-                    d.set(h[off:off + copy_bytes], stream=s)
-                else:
-                    d.get(out=h[off:off + copy_bytes], stream=s)
-                s.synchronize()
-                if i >= 3:
-                    ts.append(time.perf_counter() - t0)
-            t = max(world.allgather(float(median(ts))))
-            res[f"{direction}_{mem}_aggregate_bytes_per_s"] = P * copy_bytes / t
-            log(f"{direction} {mem}, {P} ranks copying {copy_bytes} B at once: {t * 1e6:.1f} us "
-                f"-> {P * copy_bytes / t / 1e9:.1f} GB/s together")
-    return res
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    out = []
+    for g in sorted({2, P}):
+        member = world.rank < g
+        for direction in ("h2d", "d2h"):
+            for mem, h in hosts.items():
+                ts = []
+                for i in range(24):
+                    off = (i % slots) * copy_bytes
+                    world.barrier()
+                    if not member:
+                        continue
+                    t0 = time.perf_counter()
+                    a.record(s)
+                    if direction == "h2d":
+                        d.set(h[off:off + copy_bytes], stream=s)
+                    else:
+                        d.get(out=h[off:off + copy_bytes], stream=s, blocking=False)
+                    b.record(s)
+                    b.synchronize()
+                    t = (cp.cuda.get_elapsed_time(a, b) * 1e-3 if mem == "pinned"
+                         else time.perf_counter() - t0)
+                    if i >= 4:
+                        ts.append(t)
+                slowest = max(t for t in world.allgather(float(median(ts)) if member else None) if t is not None)
+                out.append({"procs": g, "direction": direction, "memory": mem,
+                            "bytes_per_s": g * copy_bytes / slowest})
+                log(f"{direction} {mem}, {g} ranks copying {copy_bytes} B at once: {slowest * 1e6:.1f} us "
+                    f"-> {g * copy_bytes / slowest / 1e9:.1f} GB/s together")
+    return out
 
 
 def collectives(cp, world, log, grad_bytes=()):
@@ -556,6 +603,17 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     return res
 
 
+def mean_dispatch(a: dict, b: dict) -> dict:
+    """The mean of two host_dispatch results (rank 0's; {} elsewhere)."""
+    if not a:
+        return {}
+    out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s")}
+    if a.get("host_dispatch_s"):
+        out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
+                                  for x, y in zip(a["host_dispatch_s"], b["host_dispatch_s"])]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfmlp.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="machine file to write (YAML)")
@@ -591,18 +649,22 @@ def main(argv=None) -> int:
     log = (lambda m: print(m, flush=True)) if world.rank == 0 else (lambda m: None)
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     res = {}
+    # the host's speed differs from one launch of a process to the next and over minutes
+    # (benchmarks/results/h200-x4/host_jitter): two draws, first and last, and their mean
+    first = host_dispatch(cp, world, log)
     if world.rank == 0:
         res = single_gpu(cp, hidden, local, a.precisions.split(","), log, kernels)
     world.barrier()
     D, C = Config.input_size, Config.num_classes
-    res.update(host_dispatch(cp, world, log))
-    res.update(shared_copies(cp, world, itemsize("float32") * max(local) * D, log))
+    res["copy_aggregate_bytes_per_s"] = shared_copies(cp, world, itemsize("float32") * max(local) * D, log)
     grads = [grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in a.precisions.split(",")]
     res.update(collectives(cp, world, log, grads))
+    res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
     if world.rank != 0:
         return 0
     date = dt.date.today().isoformat()
-    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s")
+    tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
+              "copy_aggregate_bytes_per_s", "d2d_copy_s")
     measured = sorted(k for k in res if k not in tables) + [t for t in tables if res.get(t)]
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {world.size}, "
@@ -619,9 +681,7 @@ def main(argv=None) -> int:
         values[k] = res.get(k, [])
     for k in ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
               "graph_launch_s",
-              "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s",
-              "h2d_pageable_aggregate_bytes_per_s", "h2d_pinned_aggregate_bytes_per_s",
-              "d2h_pageable_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"):
+              "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s"):
         if k in res:
             values[k] = float(res[k])
     machine_from_mapping(values, a.out)  # the file we write must load

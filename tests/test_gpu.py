@@ -104,6 +104,29 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
 
 
 @gpu
+def test_static_copies_time_each_piece_size_and_load():
+    # the calibration's d2d_copy_s: X's and Y's pieces at each local batch and precision, GPU time
+    import cupy as cp
+    from perfmlp.calibrate import static_copies
+    from perfmlp.model.machine import machine_from_mapping
+    lines = []
+    pts = static_copies(cp, [100, 3200], ["float32", "float64"], lines.append)
+    assert [p["bytes"] for p in pts] == sorted({i * b * n for i in (4, 8) for b in (100, 3200) for n in (784, 10)})
+    assert all(1e-7 < p["s"] < 1e-3 for p in pts)
+    assert pts[-1]["s"] > pts[0]["s"]   # 20 MB take longer than 4 KB
+    m = machine_from_mapping({**machine_values("h200"), "d2d_copy_s": pts}, "x.yaml")
+    assert m.device_copy_s(pts[0]["bytes"]) == pytest.approx(pts[0]["s"])
+    assert len(lines) == 1
+
+
+def machine_values(name) -> dict:
+    """A shipped machine file's keys and values, as a calibration writes them."""
+    from perfmlp.model.machine import load_machine
+    m = load_machine(name)
+    return {k: getattr(m, k) for k in m.__dataclass_fields__ if k != "path"}
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_own_kernel_times_cover_the_models_step(dtype):
     # the calibration's kernel_s (perfmlp/calibrate.py own_kernel_times) on a small network

@@ -95,3 +95,84 @@ def test_a_calibration_carried_to_another_gpu_keeps_the_host_terms():
     assert v["host_dispatch_s"] == DISPATCH   # the host's, as measured
     assert v["allreduce_s"][0]["memory"] == "pageable"
     assert machine_from_mapping(v, "y.yaml").launch_s(4) == 16e-6
+
+
+D2D = [{"bytes": 32_000, "s": 1.3e-6}, {"bytes": 2_508_800, "s": 4.3e-6}, {"bytes": 10_035_200, "s": 6.0e-6}]
+
+
+def test_a_device_copy_costs_its_measured_time():
+    m = machine_from_mapping(_values(d2d_copy_s=D2D), "x.yaml")
+    assert m.device_copy_s(2_508_800) == pytest.approx(4.3e-6)            # a measured point
+    assert m.device_copy_s(1_000) == pytest.approx(1.3e-6)                 # below the smallest: its time
+    mid = (2_508_800 + 10_035_200) // 2
+    assert m.device_copy_s(mid) == pytest.approx(5.15e-6, rel=1e-3)        # linear between points
+    beyond = m.device_copy_s(20_070_400)                                    # the rest read + written at mem bw
+    assert beyond == pytest.approx(6.0e-6 + 2 * 10_035_200 / m.mem_bw_bytes_per_s)
+    plain = machine_from_mapping(_values(), "x.yaml")
+    assert plain.device_copy_s(10_035_200) == pytest.approx(2 * 10_035_200 / plain.mem_bw_bytes_per_s)
+
+
+def test_a_graph_step_with_resident_data_pays_its_static_copies():
+    plain = machine_from_mapping(_values(), "x.yaml")
+    copies = machine_from_mapping(_values(d2d_copy_s=D2D), "x.yaml")
+    kw = dict(comm="nccl", batch_transfer="resident", exec_mode="graph")
+    a, b = (predict_batch(m, (784, 512, 10), 3200, 4, **kw) for m in (plain, copies))
+    # b = 800 a rank: X's piece 2,508,800 B, Y's 32,000 B
+    want = 4.3e-6 + 1.3e-6 - sum(2 * 4 * 800 * n / plain.mem_bw_bytes_per_s for n in (784, 10))
+    assert b.terms["elementwise"] - a.terms["elementwise"] == pytest.approx(want)
+    eager = [predict_batch(m, (784, 512, 10), 3200, 4, comm="nccl", batch_transfer="resident") for m in (plain, copies)]
+    assert eager[0].total_s == eager[1].total_s   # an eager step reads the resident rows in place
+
+
+SHARED = [{"procs": 2, "direction": "h2d", "memory": "pinned", "bytes_per_s": 60e9},
+          {"procs": 4, "direction": "h2d", "memory": "pinned", "bytes_per_s": 160e9}]
+
+
+def test_copies_of_several_ranks_share_the_aggregate_of_their_count():
+    own = dict(h2d_pinned_bytes_per_s=50e9)
+    m = machine_from_mapping(_values(copy_aggregate_bytes_per_s=SHARED, **own), "x.yaml")
+    assert m.shared_copy_bw("h2d", "pinned", 1) == 50e9
+    assert m.shared_copy_bw("h2d", "pinned", 2) == pytest.approx(30e9)    # two ranks share 60 GB/s
+    assert m.shared_copy_bw("h2d", "pinned", 4) == pytest.approx(40e9)    # four share 160
+    assert m.shared_copy_bw("h2d", "pinned", 3) == pytest.approx(110e9 / 3)   # aggregate linear in p
+    assert m.shared_copy_bw("h2d", "pinned", 8) == pytest.approx(20e9)    # the last aggregate beyond
+    assert m.shared_copy_bw("d2h", "pinned", 4) == m.copy_bw("d2h", "pinned")   # no point of that kind
+    old = machine_from_mapping(_values(h2d_pinned_aggregate_bytes_per_s=120e9, **own), "x.yaml")
+    assert old.shared_copy_bw("h2d", "pinned", 2) == 50e9 and old.shared_copy_bw("h2d", "pinned", 4) == 30e9
+
+
+@pytest.mark.parametrize("key, entry, words", [
+    ("copy_aggregate_bytes_per_s", {"procs": 2, "direction": "d2d", "memory": "pinned", "bytes_per_s": 1e9},
+     "copy_aggregate_bytes_per_s[0] direction must be one of"),
+    ("copy_aggregate_bytes_per_s", {"procs": 2, "direction": "h2d", "memory": "pinned"},
+     "copy_aggregate_bytes_per_s[0] needs exactly procs, direction, memory, bytes_per_s"),
+    ("d2d_copy_s", {"bytes": 0, "s": 1e-6}, "d2d_copy_s[0] bytes must be positive"),
+])
+def test_a_bad_copy_point_is_one_line(key, entry, words):
+    with pytest.raises(MachineError, match=re.escape(words)):
+        machine_from_mapping(_values(**{key: [entry]}), "x.yaml")
+
+
+def test_carried_to_another_gpu_copies_scale_by_their_datasheet_ratios():
+    cal = machine_from_mapping(_values(copy_aggregate_bytes_per_s=SHARED, d2d_copy_s=D2D), "x.yaml")
+    h200, h100 = load_machine("h200"), load_machine("h100-sxm")
+    v = scaled_values(cal, h200, h100)
+    pcie = h100.h2d_pinned_bytes_per_s / h200.h2d_pinned_bytes_per_s
+    assert [p["bytes_per_s"] for p in v["copy_aggregate_bytes_per_s"]] == pytest.approx([60e9 * pcie, 160e9 * pcie])
+    mem = h100.mem_bw_bytes_per_s / h200.mem_bw_bytes_per_s
+    moved = 2 * 10_035_200 / cal.mem_bw_bytes_per_s
+    assert v["d2d_copy_s"][2]["s"] == pytest.approx(max(6.0e-6 - moved, 0) + moved / mem)
+    small = 2 * 32_000 / cal.mem_bw_bytes_per_s   # a small copy: mostly its fixed cost, kept as measured
+    assert machine_from_mapping(v, "y.yaml").device_copy_s(32_000) == pytest.approx(1.3e-6 - small + small / mem)
+
+
+def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
+    from perfmlp.calibrate import mean_dispatch
+    a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "host_dispatch_s": DISPATCH}
+    b = {"launch_overhead_s": 14e-6, "trace_phase_host_s": 2e-6,
+         "host_dispatch_s": [{**d, "launch_s": 2 * d["launch_s"]} for d in DISPATCH]}
+    m = mean_dispatch(a, b)
+    assert m["launch_overhead_s"] == pytest.approx(12e-6) and m["trace_phase_host_s"] == pytest.approx(3e-6)
+    assert [d["launch_s"] for d in m["host_dispatch_s"]] == pytest.approx([30e-6, 24e-6])
+    assert [d["procs"] for d in m["host_dispatch_s"]] == [2, 4]
+    assert mean_dispatch({}, {}) == {}   # ranks other than 0

@@ -79,6 +79,27 @@ class DispatchPoint:
 
 
 @dataclass(frozen=True)
+class SharedCopyPoint:
+    """`procs` ranks, each with its own GPU, making one copy of a kind
+    (`direction`, host `memory`) at once after a barrier: the node's
+    aggregate bandwidth, bytes/s (procs x bytes over the slowest rank's
+    median time; pinned copies timed on the GPU, pageable on the host)."""
+    procs: int
+    direction: str
+    memory: str
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class CopyPoint:
+    """One device-to-device copy of `bytes` (a batch piece into a CUDA
+    graph's static inputs), GPU seconds per call with the calls queued back
+    to back: its bytes, its fixed cost and the gap to the next operation."""
+    bytes: int
+    s: float
+
+
+@dataclass(frozen=True)
 class KernelTime:
     """The GPU time of one of the trainer's own kernels (costs.OWN_KERNELS'
     names) at `shape` (costs.kernel_shape: its first operation's shape as
@@ -127,6 +148,8 @@ class Machine:
     collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
     kernel_s: tuple[KernelTime, ...] = ()   # measured times of the trainer's own kernels (else bytes / bandwidth)
     host_dispatch_s: tuple[DispatchPoint, ...] = ()   # launch and tracer host time, several ranks at once
+    copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
+    d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -151,10 +174,31 @@ class Machine:
 
     def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
         """One rank's copy bandwidth while `sharing` ranks copy at once:
-        min(its own, the node's aggregate / sharing)."""
+        min(its own, the node's aggregate / sharing). The aggregate: from
+        copy_aggregate_bytes_per_s's points of that kind, linear in the rank
+        count from one rank's own bandwidth, the last point's beyond them;
+        a file without them, its `<kind>_aggregate_bytes_per_s` (all the
+        node's ranks), else no limit."""
         own = self.copy_bw(direction, memory)
-        agg = getattr(self, f"{direction}_{memory}_aggregate_bytes_per_s")
-        return min(own, agg / sharing) if agg and sharing > 1 else own
+        if sharing <= 1:
+            return own
+        pts = sorted((p.procs, p.bytes_per_s) for p in self.copy_aggregate_bytes_per_s
+                     if p.direction == direction and p.memory == memory and p.procs > 1)
+        agg = (piecewise_linear([(1, own)] + pts, sharing) if pts
+               else getattr(self, f"{direction}_{memory}_aggregate_bytes_per_s"))
+        return min(own, agg / sharing) if agg else own
+
+    def device_copy_s(self, nbytes: int) -> float:
+        """GPU time of one device-to-device copy of nbytes: d2d_copy_s's
+        points, linear in bytes between them, the smallest's time below
+        them, beyond the largest its time plus the rest read and written at
+        mem_bw_bytes_per_s; a file without points, read + write at that."""
+        pts = sorted((p.bytes, p.s) for p in self.d2d_copy_s)
+        if not pts:
+            return 2 * nbytes / self.mem_bw_bytes_per_s
+        if nbytes > pts[-1][0]:
+            return pts[-1][1] + 2 * (nbytes - pts[-1][0]) / self.mem_bw_bytes_per_s
+        return piecewise_linear(pts, nbytes)
 
     def allreduce_points(self, comm: str, procs: int, memory: str = "pinned") -> list[tuple[int, float]]:
         """(bytes, seconds) measured for `comm` over `procs` ranks, by size;
@@ -177,11 +221,7 @@ class Machine:
         pts = sorted((d.procs, getattr(d, key)) for d in self.host_dispatch_s if d.procs > 1)
         if procs <= 1 or not pts:
             return alone
-        pts = [(1, alone)] + pts
-        for (p0, s0), (p1, s1) in zip(pts, pts[1:]):
-            if p0 <= procs <= p1:
-                return s0 + (s1 - s0) * (procs - p0) / (p1 - p0)
-        return pts[-1][1]
+        return piecewise_linear([(1, alone)] + pts, procs)
 
     def wait_s(self, procs: int) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
@@ -241,12 +281,24 @@ class Machine:
         return min(rates, key=dist).flops_per_s
 
 
+def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
+    """y at x on the line through `points` (sorted by x): linear between
+    the two around x, the nearest end's y outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return points[-1][1]
+
+
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
                      "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "kernel_gap_s",
                      "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
-_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s")
+_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
+           "copy_aggregate_bytes_per_s", "d2d_copy_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -291,6 +343,20 @@ def _dispatch_point(entry) -> DispatchPoint:
                          checks.non_negative("trace_phase_s", checks.number("trace_phase_s", entry["trace_phase_s"])))
 
 
+def _shared_copy_point(entry) -> SharedCopyPoint:
+    entry = _entry(entry, ("procs", "direction", "memory", "bytes_per_s"))
+    return SharedCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
+                           checks.choice("direction", entry["direction"], ("h2d", "d2h")),
+                           checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                           checks.positive("bytes_per_s", checks.number("bytes_per_s", entry["bytes_per_s"])))
+
+
+def _copy_point(entry) -> CopyPoint:
+    entry = _entry(entry, ("bytes", "s"))
+    return CopyPoint(checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
+                     checks.positive("s", checks.number("s", entry["s"])))
+
+
 def _wait_point(entry) -> WaitPoint:
     entry = _entry(entry, ("procs", "s"))
     return WaitPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
@@ -310,7 +376,8 @@ def _kernel_time(entry) -> KernelTime:
 
 
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
-                "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point}
+                "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
+                "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point}
 
 
 def machine_from_mapping(data, where: str) -> Machine:

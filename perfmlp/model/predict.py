@@ -410,7 +410,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         terms["h2d_batch"] = sum(copies)
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     D, C = layer_sizes[0], layer_sizes[-1]
-    staging = [2 * isz * b * n / machine.mem_bw_bytes_per_s for n in (D, C)] if counts.bytes_d2d else []
+    staging = [machine.device_copy_s(isz * b * n) for n in (D, C)] if counts.bytes_d2d else []
     terms["elementwise"] += sum(staging)
     g = counts.bytes_mpi or counts.bytes_nccl
     detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}

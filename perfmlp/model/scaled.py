@@ -6,8 +6,9 @@ H100's runs), every measured number of CAL is multiplied by the ratio of
 the two datasheet files' figure for the same resource:
 - FLOP rates (the peaks and every GEMM rate of the table, cuBLAS and the
   reference's kernels alike): the fp32 or fp64 peak ratio;
-- device memory bandwidth: the memory-bandwidth ratio;
-- host-device copies (per kind, and the node's aggregate): the ratio of the
+- device memory bandwidth: the memory-bandwidth ratio (a measured device
+  copy's time: its bytes at that, its fixed cost as measured);
+- host-device copies (per kind, and the node's aggregate per rank count): the ratio of the
   datasheets' bandwidth of that kind (PCIe generation and width);
 - MPI and NCCL bandwidths: the datasheets' ratio; a measured allreduce's
   time is divided by the ratio of its library's bandwidth.
@@ -44,6 +45,14 @@ def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, fl
     return out
 
 
+def d2d_scaled(nbytes: int, s: float, mem_bw: float, ratio: float) -> float:
+    """A measured device copy's time on the target GPU: its bytes read and
+    written at the memory bandwidth times `ratio`, the rest (the copy's
+    fixed cost, none below 0) as measured."""
+    moved = 2 * nbytes / mem_bw
+    return max(s - moved, 0.0) + moved / ratio
+
+
 def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet: Machine) -> dict:
     """The machine-file mapping of `measured` carried to the target GPU."""
     r = ratios(source_datasheet, target_datasheet)
@@ -62,6 +71,10 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                              for g in measured.gemm_flops_per_s]
     v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm],
                          "memory": a.memory} for a in measured.allreduce_s]
+    v["copy_aggregate_bytes_per_s"] = [{**dataclasses.asdict(c), "bytes_per_s": c.bytes_per_s *
+                                        r[f"{c.direction}_{c.memory}"]} for c in measured.copy_aggregate_bytes_per_s]
+    v["d2d_copy_s"] = [{"bytes": c.bytes, "s": d2d_scaled(c.bytes, c.s, measured.mem_bw_bytes_per_s, r["mem_bw"])}
+                       for c in measured.d2d_copy_s]
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s} for w in measured.collective_wait_s]
     v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
