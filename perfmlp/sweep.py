@@ -77,7 +77,8 @@ import yaml
 
 from .config import Config, from_mapping, load_yaml
 from .errors import PerfmlpError
-from .trace.reader import WARMUP_BATCHES, TraceError, read_run
+from .trace.format import WARMUP_BATCHES
+from .trace.reader import TraceError, read_run
 
 SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc", "repeats", "min_steady_batches", "predict"}
 PREDICTIONS = "predictions.json"

@@ -29,7 +29,7 @@ from .errors import PerfmlpError
 from .mlp import init_weights
 from .model.costs import piece
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
-from .trace.format import Counts
+from .trace.format import WARMUP_BATCHES, Counts
 from .trace.writer import NullTracer
 
 
@@ -40,7 +40,7 @@ class EpochResult:
     accuracy: float
     seconds: float
     batches: int
-    steady_seconds: float   # from the end of the epoch's first batch to its end, synchronised
+    steady_seconds: float   # from the end of the epoch's warm-up batches to its end, synchronised
     steady_batches: int     # the batches in that window
 
     @property
@@ -163,6 +163,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     counts = Counts()
     B = cfg.batch_size
     nbatches = -(-N // B)
+    warmup = min(WARMUP_BATCHES, nbatches - 1)  # the steady window starts after these (JIT, allocations, capture)
     for epoch in range(cfg.epochs):
         if cfg.shuffle:
             batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
@@ -191,8 +192,8 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             tracer.end_batch(None if ce is None else ce / Bk, counts)
             counts.reset()
             result.batches += 1
-            if k == 0 and nbatches > 1:
-                be.sync()  # once per epoch: the steady window starts after the first batch (JIT, allocations)
+            if warmup and k == warmup - 1:
+                be.sync()  # once per epoch: the steady window starts after the warm-up batches
                 t_steady = time.perf_counter()
         if not ce_known:
             ce_total = reducer.epoch_loss_sum()  # the device's running sum: one sync per epoch
@@ -208,10 +209,10 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             pred = net.predict(x_held)
             acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == split.heldout.labels).mean())
         ep = EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
-                         t_end - t_steady if t_steady else 0.0, nbatches - 1 if t_steady else 0)
+                         t_end - t_steady if t_steady else 0.0, nbatches - warmup if t_steady else 0)
         result.epochs.append(ep)
         tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=ep.seconds,
-                         steady_ms_per_batch=ep.ms_per_batch if ep.steady_batches else None)
+                         steady_ms_per_batch=ep.ms_per_batch if ep.steady_batches else None, warmup_batches=warmup)
         if rank == 0 and not cfg.quiet:
             log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, "
                 f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")

@@ -8,6 +8,7 @@ import pytest
 from perfmlp.config import from_mapping, load_yaml
 from perfmlp.errors import PerfmlpError
 from perfmlp.sweep import expand, sweep_run_id
+from perfmlp.trace.format import WARMUP_BATCHES
 
 from conftest import ROOT, mpiexec, run_cmd
 
@@ -63,8 +64,9 @@ def test_reference_sweeps_run_the_reference_hyperparameters():
         for run in expand(spec, str(f)):
             c = run.config
             assert (c.learning_rate, c.reg, c.input_size, c.num_classes) == (1e-4, 1e-4, 784, 10)
-            if "min_steady_batches" in spec:  # n_train sized for the steady batches: 20 + the first = 21 batches
-                assert c.n_train == c.batch_size * 21 * c.epochs // c.epochs
+            if "min_steady_batches" in spec:  # n_train sized for the steady batches: 20 + the warm-up ones
+                per_epoch = WARMUP_BATCHES + -(-spec["min_steady_batches"] // c.epochs)
+                assert c.n_train == c.batch_size * per_epoch * c.epochs
             else:
                 assert c.n_train == 38400
             if not any("batch_size" in r for r in spec.get("runs") or []) and \

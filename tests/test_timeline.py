@@ -268,7 +268,7 @@ class FakeBackend:
         self.net = FakeNet()
 
 
-def traced_run(tmp_path, monkeypatch, batches=4):
+def traced_run(tmp_path, monkeypatch, batches=6):
     from perfmlp.config import from_mapping
     fake = FakeCollector()
     monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
@@ -321,7 +321,7 @@ def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
     assert c["bytes_ok"] and c["kernels_ok"] and c["nccl_kernels"] == c["collectives"] == 1
     assert c["library_kernels"] == 2
     bd = run_breakdowns(run)[0]
-    assert len(bd) == 3  # 4 batches less the warm-up one
+    assert len(bd) == 3  # 6 batches less the 3 warm-up ones
     # one batch: 2 + 40 + 20 + 5 = 67 us busy, gaps of 1 us between records (and the one before the batch)
     assert bd[0]["compute"] + bd[0]["exposed comm"] + bd[0]["copies"] == pytest.approx(0.067)
     assert run_collectives(run) == []  # one rank: nobody to wait for
@@ -337,7 +337,7 @@ def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
     assert "memcpy bytes equal the counters in 3" in md and "kernel records match the launches in 3" in md
     ev = chrome_events(run)
     copies = [e for e in ev if e.get("cat") == "copy"]
-    assert len(copies) == 4 and all(e["args"]["bytes"] == 3000 for e in copies)
+    assert len(copies) == 6 and all(e["args"]["bytes"] == 3000 for e in copies)
     # two streams (7: compute and copies, 9: NCCL) on their own tracks
     assert {e["tid"] for e in ev if e.get("cat") in ("compute", "comm", "copy")} == {TID_STREAM0, TID_STREAM0 + 1}
     json.dumps(ev)
@@ -490,7 +490,7 @@ def fake_nsys_db(path, pid, n_batches, node_level=True):
 def test_timeline_check_joins_graph_node_kernels_by_the_launch(tmp_path, monkeypatch, node_level):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import timeline_check as tc
-    run = traced_run(tmp_path, monkeypatch)  # 4 batches of 4 x 10 us + 5 us + 20 us NCCL kernels, 3000 B H2D each
+    run = traced_run(tmp_path, monkeypatch, 4)  # 4 batches of 4 x 10 us + 5 us + 20 us NCCL kernels, 3000 B H2D each
     pid = json.loads((tmp_path / "fake" / "rank-0.jsonl").read_text().splitlines()[0])["pid"]
     fake_nsys_db(tmp_path / "n.sqlite", pid, 4, node_level)
     theirs, notes = tc.nsys_batches(tmp_path / "n.sqlite", run)

@@ -243,3 +243,20 @@ def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
         # the report's way: a line per run it skipped (naming the file), then its one-line error
         lines = r.stderr.strip().splitlines()
         assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")
+
+
+@pytest.mark.parametrize("n_train, warmup", [(13, 2), (40, 3)])  # 3 and 8 batches of 5
+def test_the_epochs_steady_window_leaves_out_the_warm_up_batches(tmp_path, n_train, warmup):
+    # trace.format.WARMUP_BATCHES (3) before the synchronised window starts; a 3-batch epoch keeps its last
+    from perfmlp.trace.format import WARMUP_BATCHES
+    args = [a if a != "13" else str(n_train) for a in TINY]
+    r = run_perfmlp(*args, "--trace-dir", str(tmp_path), "--run-id", "w")
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "w")
+    (epoch,) = run.ranks[0].epochs
+    batches = len(run.ranks[0].batches)
+    assert epoch["warmup_batches"] == warmup == min(WARMUP_BATCHES, batches - 1)
+    assert 0 < epoch["steady_ms_per_batch"] * (batches - warmup) <= epoch["seconds"] * 1e3
+    # the reader: batches 3.. of the epoch; a run with none past them keeps all but its first
+    want = list(range(WARMUP_BATCHES, batches)) if batches > WARMUP_BATCHES else list(range(1, batches))
+    assert sorted(k[1] for k in run.steady_batches()) == want

@@ -184,8 +184,8 @@ def test_sweep_repeats_windows_and_predictions(tmp_path):
     assert len(runs) == 6 and len({r.run_id for r in runs}) == 6
     assert [r.repeat for r in runs] == [1, 1, 2, 2, 3, 3]  # every configuration once, then again
     assert runs[0].run_id.split("-")[-2] == "r1"
-    # 20 steady over 2 epochs: 10 a epoch + its first batch = 11 batches of 50 = 550 samples
-    assert runs[0].config.n_train == 550
+    # 20 steady over 2 epochs: 10 a epoch + its 3 warm-up batches = 13 batches of 50 = 650 samples
+    assert runs[0].config.n_train == 650
     with pytest.raises(PerfmlpError, match="repeats must be a positive integer"):
         expand({**spec, "repeats": 0}, "v.yaml")
     f = tmp_path / "predictions.json"
@@ -226,7 +226,7 @@ def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
     assert len(resident) == 1 and resident[0]["repeats"] == 2 and resident[0]["spread %"] is not None
     assert resident[0]["prediction"].startswith("not blind")  # one of its two predictions came after its run
     assert [r for r in rows if "pageable" in r["configuration"]][0]["prediction"] == "not blind (no prediction)"
-    assert "first 1 batch(es) of every epoch" in sec.paragraphs[0]
+    assert "first 3 batches of every epoch" in sec.paragraphs[0]
 
 
 def test_sign_test_and_its_words():

@@ -15,6 +15,15 @@ import zlib
 from pathlib import Path
 
 SCHEMA = "perfmlp.trace/1"
+# Batches left out at the start of every epoch, by the trainer's synchronised
+# steady window (the epoch line's steady_ms_per_batch, `warmup_batches`) and
+# by the reader (trace/reader.py STEADY_RULE). Three: the first compiles,
+# allocates and captures a CUDA graph; on 2 x H200 (validate5, 2026-11-22)
+# the second still took 3-7x a steady batch's host time in graph runs (the
+# first replay) and the third 1.7-40x in eager pinned mpi-staged runs, one
+# such batch adding up to 2x to a 20-batch window's mean. Traces written
+# before 2026-11-22's seventh session left out one (no `warmup_batches`).
+WARMUP_BATCHES = 3
 MANIFEST = "manifest.json"
 
 # The phases of a batch, in the order a batch goes through them, each with

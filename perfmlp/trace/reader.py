@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .activity import as_dicts, gpu_phase_spans
-from .format import ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, PACKED, SCHEMA, rank_files, read_rank_text
+from .format import (ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, PACKED, SCHEMA, WARMUP_BATCHES, rank_files,
+                     read_rank_text)
 
-WARMUP_BATCHES = 1  # left out at the start of every epoch (the rule: STEADY_RULE)
-STEADY_RULE = (f"the first {WARMUP_BATCHES} batch(es) of every epoch are left out (the run's first compiles "
-               "kernels and allocates; later epochs start after the held-out evaluation, with the tracer's event "
-               "chain restarted, as perfmlp.train's own steady window does), and so are batches some rank did not "
-               "finish; a run whose epochs hold no other batch keeps every batch but the run's first")
+STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch are left out (the run's first compiles "
+               "kernels, allocates and captures a CUDA graph, the next two still carried one-off costs of up to "
+               "40x a steady batch; later epochs start after the held-out evaluation, with the tracer's event "
+               "chain restarted), as perfmlp.train's own synchronised steady window does (trace.format."
+               "WARMUP_BATCHES), and so are batches some rank did not finish; a run whose epochs hold no other "
+               "batch keeps every batch but the run's first")
 
 
 class TraceError(ValueError):
@@ -150,7 +152,7 @@ class Run:
         steady = {k: v for k, v in done.items() if k[1] >= WARMUP_BATCHES}
         if steady:
             return steady
-        return {k: v for k, v in done.items() if not (k[0] == 0 and k[1] < WARMUP_BATCHES)}
+        return {k: v for k, v in done.items() if k != (0, 0)}
 
     def batch_time_ms(self, rec: dict) -> float:
         """A batch's time: on the GPU (CUDA events or CUPTI records) where the
