@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         world = make_world()
         rank = world.rank
         from . import train as train_mod
+        from .trace.format import WARMUP_BATCHES
         from .trace.writer import make_tracer
         tracer = make_tracer(cfg, world)
         try:
@@ -190,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             acc = f", final held-out accuracy {last.accuracy:.4f}" if last else ""
             trace = f", trace {tracer.run_dir}" if tracer.run_dir else ""
             print(f"done: {res.batches} batches on {world.size} rank{'s' if world.size > 1 else ''} "
-                  f"({res.backend}), {ms:.4g} ms/batch (synchronised wall time per epoch after its first "
-                  f"batch, median over epochs){acc}{trace}")
+                  f"({res.backend}), {ms:.4g} ms/batch (synchronised wall time per epoch after its "
+                  f"{WARMUP_BATCHES} warm-up batches, median over epochs){acc}{trace}")
         return 0
     except BaseException as e:  # one line, then end the whole job
         if isinstance(e, PerfmlpError):

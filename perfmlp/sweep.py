@@ -15,7 +15,7 @@ The file:
     repeats: 3                       # optional: run each configuration this many times
     min_steady_batches: 20           # optional: n_train sized from the batch so that every run
                                      #   has at least this many steady batches (the trace
-                                     #   reader's rule: the first batch of each epoch is left out)
+                                     #   reader's rule: the first WARMUP_BATCHES of each epoch are left out)
     predict: h200-calibrated         # optional (or --predict): the machine file the blind
                                      #   predictions are made with, before the runs
 
