@@ -231,10 +231,7 @@ class Machine:
         pts = sorted((w.procs, w.s) for w in self.collective_wait_s)
         if procs <= pts[0][0]:
             return pts[0][1] * (procs - 1) / max(pts[0][0] - 1, 1)
-        for (p0, s0), (p1, s1) in zip(pts, pts[1:]):
-            if p0 <= procs <= p1:
-                return s0 + (s1 - s0) * (procs - p0) / (p1 - p0)
-        return pts[-1][1]
+        return piecewise_linear(pts, procs)
 
     def kernel_time_s(self, kernel: str, shape, precision: str) -> float | None:
         """GPU seconds of own kernel `kernel` at `shape` (costs.kernel_shape),

@@ -273,6 +273,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
 
     p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated)
+    pred = p_cal or p_ds   # the verdict's model: the calibrated one where there is one
     comparable = comparable_terms(run.phase_clock, gpu, c["batch_transfer"], comm, c.get("parallel", "data"))
     busy = [busy_ms(ph) for ph in phases.values()]
     imbalance = max(busy) - min(busy)
@@ -285,12 +286,20 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         imbalance_ms=imbalance,
-        verdict=(verdict(measured_terms(phases[slowest]), p_cal or p_ds, run.procs, comm, c["batch_transfer"],
-                         imbalance, exec_of(run)) if comparable == frozenset(TERMS) or (p_cal or p_ds) is None
-                 else model_verdict(p_cal or p_ds, t_ms, c["batch_transfer"], comm)),
+        verdict=(verdict(measured_terms(phases[slowest]), pred, run.procs, comm, c["batch_transfer"], imbalance,
+                         exec_of(run)) if comparable == frozenset(TERMS) or pred is None
+                 else model_verdict(pred, t_ms, c["batch_transfer"], comm)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)))
+
+
+def batch_parts(terms: dict[str, float]) -> tuple[float, dict[str, float], str]:
+    """(the batch's total, its copies, allreduce and compute, the largest of
+    them) from terms by group (ms): what a verdict names."""
+    parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
+             "compute": terms[COMPUTE]}
+    return sum(terms.values()) or 1.0, parts, max(parts, key=parts.get)
 
 
 def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,
@@ -298,10 +307,7 @@ def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: 
     """What limits a run, from the slowest rank's measured terms (and the model's GPU time). In
     graph mode the compute phase is the replay's GPU time (events around it, NCCL's allreduce
     inside): time beyond the model's is GPU time the model misses, never the host's launches."""
-    total = sum(terms.values()) or 1.0
-    parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
-             "compute": terms[COMPUTE]}
-    top = max(parts, key=parts.get)
+    total, parts, top = batch_parts(terms)
     share = 100 * parts[top] / total
     if top == "compute" and pred is None:
         return f"compute {share:.0f}% of the batch (no GPU model for this backend)"
@@ -326,11 +332,7 @@ def model_verdict(pred: Prediction, t_ms: float, transfer: str, comm: str) -> st
     """What limits a GPU run whose phases the host clock timed (trace level
     counters): those phase times are mostly the host's enqueue, so the split
     is the model's, beside the measured total."""
-    terms = predicted_terms(pred)
-    total = sum(terms.values()) or 1.0
-    parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
-             "compute": terms[COMPUTE]}
-    top = max(parts, key=parts.get)
+    total, parts, top = batch_parts(predicted_terms(pred))
     what = {"host-device copies": f"({transfer} memory)", "the gradient allreduce": f"({comm})"}.get(top, "")
     if top == "compute" and {"host_s", "gpu_compute_s"} <= pred.detail.keys():
         host_ms, gpu_ms = pred.detail["host_s"] * 1e3, pred.detail["gpu_compute_s"] * 1e3
