@@ -26,9 +26,15 @@ Measured on this rank's GPU:
   pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes
   (pageable: host wall time, the copy blocks the host; pinned: GPU time,
   calls queued ahead, as the trainer's pinned copies run behind its kernels);
-- under `mpirun -n P` (P >= 2): the copy bandwidth of groups of 2 and of
-  P ranks copying at once (the node's aggregate per rank count,
-  copy_aggregate_bytes_per_s: host memory and PCIe shared), host
+- the copies the trainer makes, each at its own size (host_copy_s): the
+  batch pieces H2D and the gradient buffers both ways, pageable and pinned,
+  by rank 0 alone and, under `mpirun -n P`, by groups of 2 and of P ranks
+  copying at once (host memory and PCIe shared; the slowest rank's time),
+  and the staged exchange's copy back from the host buffer MPI has just
+  reduced (a pageable copy then reads the host's caches); the aggregate
+  bandwidth of each group at the largest size (copy_aggregate_bytes_per_s)
+  for sizes beyond them;
+- under `mpirun -n P` (P >= 2): host
   MPI_Allreduce (host wall time, the host buffer freshly written by a D2H
   copy as the trainer's is) and NCCL allreduce (GPU time, calls queued
   ahead: what a replayed graph or a host running ahead sees; the host's
@@ -362,53 +368,62 @@ def _host_times(cp, fn, reps):
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
 
-def shared_copies(cp, world, copy_bytes: int, log) -> list[dict]:
-    """Groups of 2 and of all P ranks copying copy_bytes at once (after a
-    barrier), pageable and pinned, each direction: the node's aggregate
-    bandwidth, g x bytes over the slowest rank's median time (a pinned copy
-    timed between CUDA events on its stream, as the single-rank pinned
-    copies are GPU time; a pageable one by the host's wall clock, as it
-    blocks the host). [] on one process."""
+def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
+    """Host <-> device copies as the trainer makes them: rank 0 alone, then
+    groups of 2 and of all P ranks copying at once after a barrier, at each
+    size of `sizes` ({direction: [bytes]}: the batch pieces H2D, the gradient
+    buffers both ways), pageable and pinned, each from a rotating offset of
+    a host array larger than the host's caches (the trainer copies a new
+    slice every batch). A pinned copy is timed between CUDA events on its
+    stream (GPU time), a pageable one by the host's wall clock (it blocks
+    the host); a point is the slowest member's median. Returns (host_copy_s
+    points, copy_aggregate_bytes_per_s: each group's g x bytes over that
+    time at the largest size, for sizes beyond the points)."""
     import cupyx
     P = world.size
-    if P < 2:
-        return []
-    slots = 16
-    big = slots * copy_bytes
-    d = cp.empty(copy_bytes, dtype=cp.uint8)
+    reps, slots = 24, 8
+    top = max(n for ns in sizes.values() for n in ns)
+    big = max(256 * 1000 * 1000, slots * top)
+    d = cp.empty(top, dtype=cp.uint8)
     hosts = {"pageable": np.ones(big, dtype=np.uint8), "pinned": cupyx.empty_pinned(big, dtype=np.uint8)}
     hosts["pinned"][...] = 1
     s = cp.cuda.get_current_stream()
     a, b = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for g in sorted({2, P}):
+    points, aggregate = [], []
+    for g in sorted({1, min(2, P), P}):
         member = world.rank < g
-        for direction in ("h2d", "d2h"):
+        for direction, ns in sizes.items():
             for mem, h in hosts.items():
-                ts = []
-                for i in range(24):
-                    off = (i % slots) * copy_bytes
-                    world.barrier()
-                    if not member:
-                        continue
-                    t0 = time.perf_counter()
-                    a.record(s)
-                    if direction == "h2d":
-                        d.set(h[off:off + copy_bytes], stream=s)
-                    else:
-                        d.get(out=h[off:off + copy_bytes], stream=s, blocking=False)
-                    b.record(s)
-                    b.synchronize()
-                    t = (cp.cuda.get_elapsed_time(a, b) * 1e-3 if mem == "pinned"
-                         else time.perf_counter() - t0)
-                    if i >= 4:
-                        ts.append(t)
-                slowest = max(t for t in world.allgather(float(median(ts)) if member else None) if t is not None)
-                out.append({"procs": g, "direction": direction, "memory": mem,
-                            "bytes_per_s": g * copy_bytes / slowest})
-                log(f"{direction} {mem}, {g} ranks copying {copy_bytes} B at once: {slowest * 1e6:.1f} us "
-                    f"-> {g * copy_bytes / slowest / 1e9:.1f} GB/s together")
-    return out
+                line = []
+                for n in sorted(set(ns)):
+                    ts = []
+                    for i in range(reps):
+                        off = (i % (big // n)) * n
+                        world.barrier()
+                        if not member:
+                            continue
+                        t0 = time.perf_counter()
+                        a.record(s)
+                        if direction == "h2d":
+                            d[:n].set(h[off:off + n], stream=s)
+                        else:
+                            d[:n].get(out=h[off:off + n], stream=s, blocking=False)
+                        b.record(s)
+                        b.synchronize()
+                        t = (cp.cuda.get_elapsed_time(a, b) * 1e-3 if mem == "pinned"
+                             else time.perf_counter() - t0)
+                        if i >= 4:
+                            ts.append(t)
+                    slowest = max(t for t in world.allgather(float(median(ts)) if member else None)
+                                  if t is not None)
+                    points.append({"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest})
+                    line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
+                if g > 1:
+                    aggregate.append({"procs": g, "direction": direction, "memory": mem,
+                                      "bytes_per_s": g * n / slowest})
+                log(f"{direction} {mem}, {'one rank alone' if g == 1 else f'{g} ranks at once'} "
+                    f"(slowest rank, us): {', '.join(line)}")
+    return points, aggregate
 
 
 def collectives(cp, world, log, grad_bytes=()):
@@ -416,9 +431,10 @@ def collectives(cp, world, log, grad_bytes=()):
     calls queued ahead) on groups of 2 and P ranks, at the trainer's
     gradient sizes and a size ladder; the MPI host buffer is pinned and
     freshly written by a D2H copy before each call, as the trainer's staged
-    buffer is (a cache-warm buffer reduces faster). Returns
-    the points, the ring-model fit and the wait for the slowest rank; {} on
-    one process."""
+    buffer is (a cache-warm buffer reduces faster), and at the gradient
+    sizes the H2D copy of that buffer right after the allreduce is timed too
+    (host_copy_s points, buffer "reduced"). Returns the points, the
+    ring-model fit and the wait for the slowest rank; {} on one process."""
     from mpi4py import MPI
     from cupy.cuda import nccl
     import cupyx
@@ -426,8 +442,10 @@ def collectives(cp, world, log, grad_bytes=()):
     if P < 2:
         return {}
     groups = sorted({2, P})
-    sizes = sorted(set(SIZES_BYTES) | {int(n) // 4 * 4 for n in grad_bytes})
-    pts_mpi, pts_nccl, waits = [], [], []
+    grads = {int(n) // 4 * 4 for n in grad_bytes}
+    sizes = sorted(set(SIZES_BYTES) | grads)
+    pts_mpi, pts_nccl, waits, reduced = [], [], [], []
+    a, b = cp.cuda.Event(), cp.cuda.Event()
     spin, _ = _spin(cp)
     for g in groups:
         color = 0 if world.rank < g else MPI.UNDEFINED
@@ -444,7 +462,7 @@ def collectives(cp, world, log, grad_bytes=()):
             db = cp.ones(n, cp.float32)
             for memory, hb in (("pinned", cupyx.empty_pinned(n, dtype=np.float32)),
                                ("pageable", np.empty(n, dtype=np.float32))):
-                tm = []
+                tm, tc = [], []
                 for i in range(25):
                     db.get(out=hb, stream=s)  # the buffer as the trainer hands it to MPI: just written by the GPU
                     s.synchronize()
@@ -452,9 +470,19 @@ def collectives(cp, world, log, grad_bytes=()):
                     t0 = time.perf_counter()
                     sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM)
                     t1 = time.perf_counter()
+                    if nbytes in grads:   # the staged exchange's copy back, from the buffer MPI just wrote
+                        a.record(s)
+                        db.set(hb, stream=s)
+                        b.record(s)
+                        b.synchronize()
+                        tc.append(cp.cuda.get_elapsed_time(a, b) * 1e-3 if memory == "pinned"
+                                  else time.perf_counter() - t1)
                     if i >= 5:
                         tm.append(t1 - t0)
                 pts_mpi.append((g, nbytes, max(sub.allgather(float(np.median(tm)))), memory))
+                if tc:
+                    reduced.append({"procs": g, "direction": "h2d", "memory": memory, "bytes": nbytes,
+                                    "s": max(sub.allgather(float(np.median(tc[5:])))), "buffer": "reduced"})
             # NCCL's allreduce is a kernel on the stream: its GPU time, calls queued ahead behind a
             # spin on every rank of the group (the ranks' skew is spread over the calls), as the
             # step's other kernels are timed; the host's call is part of the launch term
@@ -511,6 +539,10 @@ def collectives(cp, world, log, grad_bytes=()):
                                **({"memory": mem} if c == "mpi" else {})}
                               for c, pts in (("mpi", pts_mpi), ("nccl", pts_nccl)) for p, n, x, mem in pts]
         res["collective_wait_s"] = [{"procs": int(p), "s": float(w)} for p, w in waits]
+        res["host_copy_s"] = reduced
+        for r in reduced:
+            log(f"h2d {r['memory']} of {r['bytes']} B just reduced by MPI, {r['procs']} ranks: "
+                f"{r['s'] * 1e6:.1f} us")
         for p, w in waits:
             log(f"wait for the slowest of {p} ranks at a collective: {w * 1e6:.1f} us")
     return res
@@ -656,15 +688,20 @@ def main(argv=None) -> int:
         res = single_gpu(cp, hidden, local, a.precisions.split(","), log, kernels)
     world.barrier()
     D, C = Config.input_size, Config.num_classes
-    res["copy_aggregate_bytes_per_s"] = shared_copies(cp, world, itemsize("float32") * max(local) * D, log)
-    grads = [grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in a.precisions.split(",")]
-    res.update(collectives(cp, world, log, grads))
+    precisions = a.precisions.split(",")
+    grads = sorted({grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in precisions})
+    pieces = sorted({itemsize(p) * b * n for p in precisions for b in local for n in (D, C)})
+    res["host_copy_s"], res["copy_aggregate_bytes_per_s"] = host_copies(
+        cp, world, {"h2d": sorted(set(pieces) | set(grads)), "d2h": grads}, log)
+    col = collectives(cp, world, log, grads)
+    res["host_copy_s"] += col.pop("host_copy_s", [])
+    res.update(col)
     res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
     if world.rank != 0:
         return 0
     date = dt.date.today().isoformat()
     tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-              "copy_aggregate_bytes_per_s", "d2d_copy_s")
+              "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s")
     measured = sorted(k for k in res if k not in tables) + [t for t in tables if res.get(t)]
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {world.size}, "

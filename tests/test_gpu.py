@@ -119,6 +119,28 @@ def test_static_copies_time_each_piece_size_and_load():
     assert len(lines) == 1
 
 
+@gpu
+def test_host_copies_time_each_size_alone_and_load():
+    # the calibration's host_copy_s on one process: rank 0 alone, each kind at each size, slowest = its own
+    import cupy as cp
+    from perfmlp.calibrate import host_copies
+    from perfmlp.comm import SingleWorld
+    from perfmlp.model.machine import machine_from_mapping
+    lines = []
+    sizes = {"h2d": [32_000, 2_508_800, 10_035_200], "d2h": [1_628_204]}
+    pts, aggregate = host_copies(cp, SingleWorld(), sizes, lines.append)
+    assert aggregate == [] and {p["procs"] for p in pts} == {1}
+    assert sorted((p["direction"], p["memory"], p["bytes"]) for p in pts) == sorted(
+        (d, m, n) for d, ns in sizes.items() for m in ("pageable", "pinned") for n in ns)
+    assert all(1e-7 < p["s"] < 0.1 for p in pts)
+    h2d = {(p["memory"], p["bytes"]): p["s"] for p in pts if p["direction"] == "h2d"}
+    assert h2d["pageable", 10_035_200] > h2d["pageable", 32_000] and h2d["pinned", 10_035_200] > h2d["pinned", 32_000]
+    assert h2d["pageable", 10_035_200] > h2d["pinned", 10_035_200]   # a pageable copy is staged by the host
+    m = machine_from_mapping({**machine_values("h200"), "host_copy_s": pts}, "x.yaml")
+    assert m.copy_s("h2d", "pinned", 2_508_800) == pytest.approx(h2d["pinned", 2_508_800])
+    assert len(lines) == 4
+
+
 def machine_values(name) -> dict:
     """A shipped machine file's keys and values, as a calibration writes them."""
     from perfmlp.model.machine import load_machine

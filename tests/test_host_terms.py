@@ -166,6 +166,67 @@ def test_carried_to_another_gpu_copies_scale_by_their_datasheet_ratios():
     assert machine_from_mapping(v, "y.yaml").device_copy_s(32_000) == pytest.approx(1.3e-6 - small + small / mem)
 
 
+HOST = [{"procs": 1, "direction": "h2d", "memory": "pageable", "bytes": n, "s": s}
+        for n, s in ((1_254_400, 200e-6), (5_017_600, 650e-6), (10_035_200, 1250e-6))] + \
+       [{"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": n, "s": s}
+        for n, s in ((1_254_400, 250e-6), (1_628_204, 290e-6), (6_512_684, 950e-6), (10_035_200, 1400e-6))] + \
+       [{"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": n, "s": s, "buffer": "reduced"}
+        for n, s in ((1_628_204, 120e-6), (6_512_684, 560e-6))]
+
+
+def test_a_host_copy_costs_its_measured_time_at_its_rank_count():
+    m = machine_from_mapping(_values(host_copy_s=HOST, h2d_pageable_bytes_per_s=8e9,
+                                     copy_aggregate_bytes_per_s=[{"procs": 2, "direction": "h2d",
+                                                                  "memory": "pageable", "bytes_per_s": 14e9}]),
+                             "x.yaml")
+    assert m.copy_s("h2d", "pageable", 5_017_600) == pytest.approx(650e-6)                # alone, measured
+    assert m.copy_s("h2d", "pageable", 5_017_600, sharing=2) == pytest.approx(
+        290e-6 + (950e-6 - 290e-6) * (5_017_600 - 1_628_204) / (6_512_684 - 1_628_204))  # two ranks, between
+    assert m.copy_s("h2d", "pageable", 100_000, sharing=2) == pytest.approx(250e-6)       # the smallest's, below
+    assert m.copy_s("h2d", "pageable", 20_070_400, sharing=2) == pytest.approx(
+        1400e-6 + 10_035_200 / 7e9)                                                      # beyond: the shared rate
+    # the staged gradient's copy back from the buffer MPI just reduced; at a count without such points, rotating
+    assert m.copy_s("h2d", "pageable", 6_512_684, sharing=2, buffer="reduced") == pytest.approx(560e-6)
+    assert m.copy_s("h2d", "pageable", 5_017_600, buffer="reduced") == pytest.approx(650e-6)
+    # no points of a kind or count: latency + bytes over the (shared) bandwidth, as before
+    lat = m.h2d_pinned_latency_s or m.copy_latency_s
+    assert m.copy_s("h2d", "pinned", 10**6, sharing=4) == pytest.approx(lat + 10**6 / m.shared_copy_bw("h2d", "pinned", 4))
+
+
+def test_the_staged_exchange_copies_back_from_the_reduced_buffer_at_p_above_one():
+    m = machine_from_mapping(_values(host_copy_s=HOST), "x.yaml")
+    grad = 1_628_204   # H = 512, float32: (784 x 512 + 512 + 512 x 10 + 10 + 1) x 4
+    two = predict_batch(m, (784, 512, 10), 3200, 2, comm="mpi-staged", batch_transfer="pageable")
+    assert two.terms["h2d_grad"] == pytest.approx(120e-6)
+    assert two.terms["h2d_batch"] == pytest.approx(m.copy_s("h2d", "pageable", 4 * 1600 * 784, sharing=2)
+                                                   + m.copy_s("h2d", "pageable", 4 * 1600 * 10, sharing=2))
+    one = predict_batch(m, (784, 512, 10), 3200, 1, comm="mpi-staged", batch_transfer="pageable")
+    assert one.terms["h2d_grad"] == pytest.approx(m.copy_s("h2d", "pageable", grad))   # no MPI at p = 1
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": 8, "s": 1e-6, "buffer": "stale"},
+     "host_copy_s[0] buffer must be one of rotating, reduced"),
+    ({"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": 8}, "host_copy_s[0] needs exactly"),
+])
+def test_a_bad_host_copy_point_is_one_line(entry, words):
+    with pytest.raises(MachineError, match=re.escape(words)):
+        machine_from_mapping(_values(host_copy_s=[entry]), "x.yaml")
+    with pytest.raises(MachineError, match=re.escape("host_copy_s[1] repeats host_copy_s[0] (1 h2d pinned")):
+        machine_from_mapping(_values(host_copy_s=[HOST[0] | {"memory": "pinned"}] * 2), "x.yaml")
+
+
+def test_carried_to_another_gpu_a_host_copy_keeps_its_latency():
+    cal = machine_from_mapping(_values(host_copy_s=HOST), "x.yaml")
+    h200, h100 = load_machine("h200"), load_machine("h100-sxm")
+    v = scaled_values(cal, h200, h100)
+    r = h100.h2d_pageable_bytes_per_s / h200.h2d_pageable_bytes_per_s
+    lat = cal.h2d_pageable_latency_s or cal.copy_latency_s
+    assert [p["s"] for p in v["host_copy_s"]] == pytest.approx([lat + (p["s"] - lat) / r for p in HOST])
+    assert [p["buffer"] for p in v["host_copy_s"]][-1] == "reduced"
+    machine_from_mapping(v, "y.yaml")
+
+
 def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
     from perfmlp.calibrate import mean_dispatch
     a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "host_dispatch_s": DISPATCH}

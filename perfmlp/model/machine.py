@@ -91,6 +91,23 @@ class SharedCopyPoint:
 
 
 @dataclass(frozen=True)
+class HostCopyPoint:
+    """One host <-> device copy of `bytes` as the trainer makes it, with
+    `procs` ranks (each with its own GPU) making theirs at once (1: alone):
+    the slowest rank's median seconds (pinned: GPU time between CUDA events;
+    pageable: the host's wall time, the copy blocks it). `buffer`: where the
+    host side is: "rotating" (a new slice of a large array every copy, as
+    the batch pieces are) or "reduced" (the host buffer an MPI_Allreduce
+    just wrote, as the staged exchange's gradient before its copy back)."""
+    procs: int
+    direction: str
+    memory: str
+    bytes: int
+    s: float
+    buffer: str = "rotating"
+
+
+@dataclass(frozen=True)
 class CopyPoint:
     """One device-to-device copy of `bytes` (a batch piece into a CUDA
     graph's static inputs), GPU seconds per call with the calls queued back
@@ -150,6 +167,7 @@ class Machine:
     host_dispatch_s: tuple[DispatchPoint, ...] = ()   # launch and tracer host time, several ranks at once
     copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
     d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
+    host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -165,12 +183,32 @@ class Machine:
     def copy_bw(self, direction: str, memory: str) -> float:
         return getattr(self, f"{direction}_{memory}_bytes_per_s")
 
-    def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1) -> float:
-        """One cudaMemcpy of nbytes: latency (its kind's, else copy_latency_s)
-        + bytes / bandwidth, where `sharing` ranks copying at once split the
-        node's aggregate bandwidth for that kind (when the file has one)."""
-        lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
-        return lat + nbytes / self.shared_copy_bw(direction, memory, sharing)
+    def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
+               buffer: str = "rotating") -> float:
+        """One cudaMemcpy of nbytes while `sharing` ranks copy at once. Where
+        host_copy_s has points of this kind and rank count (for buffer
+        "reduced" without its own points, the "rotating" ones): linear in
+        bytes between them, the smallest's time below them, beyond the
+        largest its time plus the rest at the shared bandwidth. Else latency
+        (its kind's, else copy_latency_s) + bytes / the shared bandwidth
+        (shared_copy_bw)."""
+        bw = self.shared_copy_bw(direction, memory, sharing)
+        pts = self.host_copy_points(direction, memory, sharing, buffer)
+        if not pts:
+            lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
+            return lat + nbytes / bw
+        if nbytes > pts[-1][0]:
+            return pts[-1][1] + (nbytes - pts[-1][0]) / bw
+        return piecewise_linear(pts, nbytes)
+
+    def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
+        """(bytes, seconds) of host_copy_s for this kind, rank count and host
+        buffer, by size; a "reduced" buffer without points: the "rotating"
+        ones."""
+        def pts(buf):
+            return sorted((p.bytes, p.s) for p in self.host_copy_s if p.direction == direction
+                          and p.memory == memory and p.procs == max(procs, 1) and p.buffer == buf)
+        return pts(buffer) or (pts("rotating") if buffer != "rotating" else [])
 
     def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
         """One rank's copy bandwidth while `sharing` ranks copy at once:
@@ -295,7 +333,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-           "copy_aggregate_bytes_per_s", "d2d_copy_s")
+           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -348,6 +386,16 @@ def _shared_copy_point(entry) -> SharedCopyPoint:
                            checks.positive("bytes_per_s", checks.number("bytes_per_s", entry["bytes_per_s"])))
 
 
+def _host_copy_point(entry) -> HostCopyPoint:
+    entry = _entry(entry, ("procs", "direction", "memory", "bytes", "s"), ("buffer",))
+    return HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
+                         checks.choice("direction", entry["direction"], ("h2d", "d2h")),
+                         checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                         checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
+                         checks.positive("s", checks.number("s", entry["s"])),
+                         checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced")))
+
+
 def _copy_point(entry) -> CopyPoint:
     entry = _entry(entry, ("bytes", "s"))
     return CopyPoint(checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
@@ -374,7 +422,8 @@ def _kernel_time(entry) -> KernelTime:
 
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
-                "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point}
+                "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
+                "host_copy_s": _host_copy_point}
 
 
 def machine_from_mapping(data, where: str) -> Machine:
@@ -416,12 +465,15 @@ def machine_from_mapping(data, where: str) -> Machine:
             except checks.CheckError as e:
                 raise MachineError(f"{where}: {key}[{i}] {e}") from None
         values[key] = tuple(rows)
-    seen = {}
-    for i, k in enumerate(values["kernel_s"]):  # one time per point: interpolation needs distinct sizes
-        first = seen.setdefault((k.kernel, k.shape, k.precision), i)
-        if first != i:
-            raise MachineError(f"{where}: kernel_s[{i}] repeats kernel_s[{first}] ({k.kernel} {list(k.shape)} "
-                               f"{k.precision})")
+    # one time per point: interpolation needs distinct sizes
+    for key, point in (("kernel_s", lambda k: (k.kernel, k.shape, k.precision)),
+                       ("host_copy_s", lambda c: (c.procs, c.direction, c.memory, c.buffer, c.bytes))):
+        seen = {}
+        for i, row in enumerate(values[key]):
+            first = seen.setdefault(point(row), i)
+            if first != i:
+                what = " ".join(str(list(x)) if isinstance(x, tuple) else str(x) for x in point(row))
+                raise MachineError(f"{where}: {key}[{i}] repeats {key}[{first}] ({what})")
     return Machine(**values)
 
 

@@ -240,12 +240,14 @@ def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: st
 def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
     """The communication of one gradient buffer (or bucket) of nbytes:
     d2h_grad, allreduce, h2d_grad (the staged scheme's copies shared by the
-    ranks copying at once)."""
+    ranks copying at once; the copy back from the host buffer MPI has just
+    reduced, which a pageable copy reads from the host's caches)."""
     out = {"d2h_grad": 0.0, "allreduce": 0.0, "h2d_grad": 0.0}
     mem = staging_memory(batch_transfer) if comm == "mpi-staged" else "pageable"  # mpi: NumPy's own buffers
     if comm == "mpi-staged":
         out["d2h_grad"] = machine.copy_s("d2h", mem, nbytes, sharing=procs)
-        out["h2d_grad"] = machine.copy_s("h2d", mem, nbytes, sharing=procs)
+        out["h2d_grad"] = machine.copy_s("h2d", mem, nbytes, sharing=procs,
+                                         buffer="reduced" if procs > 1 else "rotating")
     if comm in ("mpi-staged", "mpi", "nccl"):
         out["allreduce"] = allreduce_s(machine, comm, nbytes, procs, mem)
     return out

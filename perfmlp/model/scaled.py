@@ -8,7 +8,8 @@ the two datasheet files' figure for the same resource:
   reference's kernels alike): the fp32 or fp64 peak ratio;
 - device memory bandwidth: the memory-bandwidth ratio (a measured device
   copy's time: its bytes at that, its fixed cost as measured);
-- host-device copies (per kind, and the node's aggregate per rank count): the ratio of the
+- host-device copies (per kind, the node's aggregate per rank count, and
+  each measured copy's time beyond its kind's latency): the ratio of the
   datasheets' bandwidth of that kind (PCIe generation and width);
 - MPI and NCCL bandwidths: the datasheets' ratio; a measured allreduce's
   time is divided by the ratio of its library's bandwidth.
@@ -53,6 +54,13 @@ def d2d_scaled(nbytes: int, s: float, mem_bw: float, ratio: float) -> float:
     return max(s - moved, 0.0) + moved / ratio
 
 
+def copy_scaled(c, measured: Machine, ratio: float) -> float:
+    """A measured host copy (HostCopyPoint) on a link `ratio` times as fast:
+    its kind's latency as measured, the rest divided by the ratio."""
+    lat = min(getattr(measured, f"{c.direction}_{c.memory}_latency_s") or measured.copy_latency_s, c.s)
+    return lat + (c.s - lat) / ratio
+
+
 def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet: Machine) -> dict:
     """The machine-file mapping of `measured` carried to the target GPU."""
     r = ratios(source_datasheet, target_datasheet)
@@ -75,6 +83,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                                         r[f"{c.direction}_{c.memory}"]} for c in measured.copy_aggregate_bytes_per_s]
     v["d2d_copy_s"] = [{"bytes": c.bytes, "s": d2d_scaled(c.bytes, c.s, measured.mem_bw_bytes_per_s, r["mem_bw"])}
                        for c in measured.d2d_copy_s]
+    v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
+                        for c in measured.host_copy_s]
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s} for w in measured.collective_wait_s]
     v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
