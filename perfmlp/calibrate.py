@@ -368,6 +368,19 @@ def _host_times(cp, fn, reps):
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
 
+def _copy_time(cp, copy, pinned: bool, a, b) -> float:
+    """Seconds of one host <-> device copy, `copy()` on the current stream:
+    a pinned one between CUDA events a and b (GPU time), a pageable one by
+    the host's wall clock (it blocks the host)."""
+    s = cp.cuda.get_current_stream()
+    t0 = time.perf_counter()
+    a.record(s)
+    copy()
+    b.record(s)
+    b.synchronize()
+    return cp.cuda.get_elapsed_time(a, b) * 1e-3 if pinned else time.perf_counter() - t0
+
+
 def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     """Host <-> device copies as the trainer makes them: rank 0 alone, then
     groups of 2 and of all P ranks copying at once after a barrier, at each
@@ -402,16 +415,9 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
                         world.barrier()
                         if not member:
                             continue
-                        t0 = time.perf_counter()
-                        a.record(s)
-                        if direction == "h2d":
-                            d[:n].set(h[off:off + n], stream=s)
-                        else:
-                            d[:n].get(out=h[off:off + n], stream=s, blocking=False)
-                        b.record(s)
-                        b.synchronize()
-                        t = (cp.cuda.get_elapsed_time(a, b) * 1e-3 if mem == "pinned"
-                             else time.perf_counter() - t0)
+                        t = _copy_time(cp, (lambda: d[:n].set(h[off:off + n], stream=s)) if direction == "h2d"
+                                       else (lambda: d[:n].get(out=h[off:off + n], stream=s, blocking=False)),
+                                       mem == "pinned", a, b)
                         if i >= 4:
                             ts.append(t)
                     slowest = max(t for t in world.allgather(float(median(ts)) if member else None)
@@ -471,12 +477,7 @@ def collectives(cp, world, log, grad_bytes=()):
                     sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM)
                     t1 = time.perf_counter()
                     if nbytes in grads:   # the staged exchange's copy back, from the buffer MPI just wrote
-                        a.record(s)
-                        db.set(hb, stream=s)
-                        b.record(s)
-                        b.synchronize()
-                        tc.append(cp.cuda.get_elapsed_time(a, b) * 1e-3 if memory == "pinned"
-                                  else time.perf_counter() - t1)
+                        tc.append(_copy_time(cp, lambda: db.set(hb, stream=s), memory == "pinned", a, b))
                     if i >= 5:
                         tm.append(t1 - t0)
                 pts_mpi.append((g, nbytes, max(sub.allgather(float(np.median(tm)))), memory))
