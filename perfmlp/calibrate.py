@@ -31,7 +31,9 @@ Measured on this rank's GPU:
   by rank 0 alone and, under `mpirun -n P`, by groups of 2 and of P ranks
   copying at once (host memory and PCIe shared; the slowest rank's time),
   and the staged exchange's copy back from the host buffer MPI has just
-  reduced (a pageable copy then reads the host's caches); the aggregate
+  reduced (a pageable copy then reads the host's caches), and each pageable
+  H2D copy queued behind a busy stream (pageable_ahead: how much the host
+  stages before it needs the stream, and whether the call waits); the aggregate
   bandwidth of each group at the largest size (copy_aggregate_bytes_per_s)
   for sizes beyond them;
 - under `mpirun -n P` (P >= 2): host
@@ -381,6 +383,36 @@ def _copy_time(cp, copy, pinned: bool, a, b) -> float:
     return cp.cuda.get_elapsed_time(a, b) * 1e-3 if pinned else time.perf_counter() - t0
 
 
+def pageable_ahead(cp, copy, alone_s: float, reps: int = 10) -> tuple[float, bool]:
+    """How a pageable H2D copy behaves queued behind GPU work still
+    running: the CUDA runtime stages pageable memory through pinned buffers
+    of its own, and only their DMA waits for the stream. A spin kernel of
+    max(2 ms, 4 x the copy alone) is queued, then the copy: if its call
+    returns while the spin still runs, the host staged all of it ahead
+    (seconds ahead: the call's host time; the call does not block), else
+    the call waited for the stream (ahead: the copy alone less its time on
+    the stream after the spin, between CUDA events). Returns (median
+    seconds ahead, blocks: the call waited in most repeats)."""
+    spin, _ = _spin(cp)
+    cycles = np.int64(max(2e-3, 4 * alone_s) * spin_cycles_per_s(cp))
+    s = cp.cuda.get_current_stream()
+    spun, done = cp.cuda.Event(), cp.cuda.Event()
+    ahead, blocked = [], 0
+    for _ in range(reps):
+        s.synchronize()
+        spin((1,), (1,), (cycles,))
+        spun.record(s)
+        t0 = time.perf_counter()
+        copy()
+        t_call = time.perf_counter() - t0
+        waited = spun.done
+        done.record(s)
+        done.synchronize()
+        blocked += waited
+        ahead.append(max(0.0, alone_s - cp.cuda.get_elapsed_time(spun, done) * 1e-3) if waited else t_call)
+    return float(median(ahead)), blocked > reps // 2
+
+
 def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     """Host <-> device copies as the trainer makes them: rank 0 alone, then
     groups of 2 and of all P ranks copying at once after a barrier, at each
@@ -410,20 +442,34 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
                 line = []
                 for n in sorted(set(ns)):
                     ts = []
+                    k = [0]
+
+                    def copy():  # a new slice each call, as the trainer's batches are
+                        off = (k[0] % (big // n)) * n
+                        k[0] += 1
+                        if direction == "h2d":
+                            d[:n].set(h[off:off + n], stream=s)
+                        else:
+                            d[:n].get(out=h[off:off + n], stream=s, blocking=False)
                     for i in range(reps):
-                        off = (i % (big // n)) * n
                         world.barrier()
                         if not member:
                             continue
-                        t = _copy_time(cp, (lambda: d[:n].set(h[off:off + n], stream=s)) if direction == "h2d"
-                                       else (lambda: d[:n].get(out=h[off:off + n], stream=s, blocking=False)),
-                                       mem == "pinned", a, b)
+                        t = _copy_time(cp, copy, mem == "pinned", a, b)
                         if i >= 4:
                             ts.append(t)
                     slowest = max(t for t in world.allgather(float(median(ts)) if member else None)
                                   if t is not None)
-                    points.append({"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest})
+                    point = {"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest}
                     line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
+                    if (direction, mem) == ("h2d", "pageable"):
+                        # behind a busy stream, all members at once: the least staged ahead, any blocking
+                        world.barrier()
+                        mine = pageable_ahead(cp, copy, median(ts)) if member else None
+                        got = [x for x in world.allgather(mine) if x is not None]
+                        point.update(ahead_s=min(x[0] for x in got), blocks=any(x[1] for x in got))
+                        line[-1] += f" ({point['ahead_s'] * 1e6:.0f} ahead{', blocks' if point['blocks'] else ''})"
+                    points.append(point)
                 if g > 1:
                     aggregate.append({"procs": g, "direction": direction, "memory": mem,
                                       "bytes_per_s": g * n / slowest})

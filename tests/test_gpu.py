@@ -136,8 +136,14 @@ def test_host_copies_time_each_size_alone_and_load():
     h2d = {(p["memory"], p["bytes"]): p["s"] for p in pts if p["direction"] == "h2d"}
     assert h2d["pageable", 10_035_200] > h2d["pageable", 32_000] and h2d["pinned", 10_035_200] > h2d["pinned", 32_000]
     assert h2d["pageable", 10_035_200] > h2d["pinned", 10_035_200]   # a pageable copy is staged by the host
+    # behind a busy stream a small pageable copy is staged whole and its call returns; 10 MB waits for the stream
+    ahead = {p["bytes"]: (p["ahead_s"], p["blocks"]) for p in pts if "ahead_s" in p}
+    assert sorted(ahead) == sizes["h2d"] and {p["memory"] for p in pts if "ahead_s" in p} == {"pageable"}
+    assert not ahead[32_000][1] and ahead[10_035_200][1]
+    assert all(0 <= a <= 1.5 * h2d["pageable", n] for n, (a, _) in ahead.items())
     m = machine_from_mapping({**machine_values("h200"), "host_copy_s": pts}, "x.yaml")
     assert m.copy_s("h2d", "pinned", 2_508_800) == pytest.approx(h2d["pinned", 2_508_800])
+    assert m.pageable_ahead(10_035_200) == (pytest.approx(min(ahead[10_035_200][0], h2d["pageable", 10_035_200])), True)
     assert len(lines) == 4
 
 

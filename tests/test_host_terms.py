@@ -237,3 +237,56 @@ def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
     assert [d["launch_s"] for d in m["host_dispatch_s"]] == pytest.approx([30e-6, 24e-6])
     assert [d["procs"] for d in m["host_dispatch_s"]] == [2, 4]
     assert mean_dispatch({}, {}) == {}   # ranks other than 0
+
+
+AHEAD = [{"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": n, "s": s, "ahead_s": a, "blocks": b}
+         for n, s, a, b in ((16_000, 30e-6, 25e-6, False), (1_254_400, 250e-6, 200e-6, False),
+                            (10_035_200, 1400e-6, 300e-6, True))]
+
+
+def test_a_pageable_copy_stages_ahead_as_measured_at_its_size():
+    m = machine_from_mapping(_values(host_copy_s=AHEAD), "x.yaml")
+    assert m.pageable_ahead(1_254_400, sharing=2) == (pytest.approx(200e-6), False)
+    mid = 200e-6 + 100e-6 * (5_000_000 - 1_254_400) / (10_035_200 - 1_254_400)
+    assert m.pageable_ahead(5_000_000, sharing=2) == (pytest.approx(mid), True)          # blocks: the next point's
+    assert m.pageable_ahead(20_070_400, sharing=2) == (pytest.approx(300e-6), True)      # beyond: the largest's
+    assert m.pageable_ahead(8_000, sharing=2) == (pytest.approx(25e-6), False)
+    assert m.pageable_ahead(1_254_400) == (0.0, True)   # no such points at one rank: the copy waits for the stream
+
+
+def test_staging_ahead_hides_a_pageable_copy_behind_the_replay_before_it():
+    # H = 512, B = 800 on 2 ranks in graph mode: the 1.25 MB piece is staged while the last replay runs
+    base = _values(host_copy_s=[{k: v for k, v in p.items() if k not in ("ahead_s", "blocks")} for p in AHEAD],
+                   graph_launch_s=5e-6)
+    args = dict(comm="nccl", batch_transfer="pageable", exec_mode="graph")
+    serial = predict_batch(machine_from_mapping(base, "x.yaml"), (784, 4096, 10), 800, 2, **args)
+    staged = predict_batch(machine_from_mapping({**base, "host_copy_s": AHEAD}, "x.yaml"), (784, 4096, 10), 800, 2,
+                           **args)
+    assert serial.detail["h2d_hidden_s"] == 0.0
+    hidden = staged.detail["h2d_hidden_s"]
+    assert hidden > 200e-6   # the piece's staging, and the launches that no longer wait for it
+    # off the copies: what the host staged ahead (200 + 25); the rest off the graph launch
+    assert staged.terms["h2d_batch"] == pytest.approx(serial.terms["h2d_batch"] - 225e-6)
+    assert staged.terms["graph_launch"] == pytest.approx(serial.terms["graph_launch"] - (hidden - 225e-6))
+    assert staged.total_s == pytest.approx(serial.total_s - hidden)
+    # the eager step with its NCCL exchange: the host is ahead of the stream there too, but resident data has no copy
+    res = predict_batch(machine_from_mapping({**base, "host_copy_s": AHEAD}, "x.yaml"), (784, 4096, 10), 800, 2,
+                        comm="nccl", batch_transfer="resident", exec_mode="graph")
+    assert res.detail["h2d_hidden_s"] == 0.0
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"memory": "pinned", "ahead_s": 1e-6}, "ahead_s and blocks are for pageable h2d copies, not pinned h2d"),
+    ({"blocks": "yes", "ahead_s": 1e-6}, "blocks must be true or false, got 'yes'"),
+    ({"ahead_s": -1e-6}, "ahead_s must not be negative, got -1e-06"),
+])
+def test_a_bad_staging_point_is_one_line(extra, words):
+    with pytest.raises(MachineError, match=re.escape(f"host_copy_s[0] {words}")):
+        machine_from_mapping(_values(host_copy_s=[AHEAD[0] | extra]), "x.yaml")
+
+
+def test_carried_to_another_gpu_the_staging_ahead_stays_as_measured():
+    v = scaled_values(machine_from_mapping(_values(host_copy_s=AHEAD), "x.yaml"), load_machine("h200"),
+                      load_machine("h100-sxm"))
+    assert [(p["ahead_s"], p["blocks"]) for p in v["host_copy_s"]] == [(p["ahead_s"], p["blocks"]) for p in AHEAD]
+    assert machine_from_mapping(v, "y.yaml").pageable_ahead(1_254_400, sharing=2)[0] == pytest.approx(200e-6)

@@ -503,3 +503,15 @@ def test_a_sweep_names_the_sizes_its_calibration_needs(tmp_path, capsys):
     assert main([str(f), "--calibration-sizes", "--trace-dir", str(tmp_path / "t")]) == 0
     assert capsys.readouterr().out.split() == ["256,512,1024", "400,1501,6400"]
     assert not (tmp_path / "t").exists()   # nothing run, nothing written
+
+
+def test_a_staged_copy_waits_for_its_buffer_from_the_batch_before():
+    # the host stages 5, the DMA of 1 waits for the stream, 10 of GPU work follows: the staging hides behind it.
+    # Staging 12 for 3 of work: the next batch's staging waits for this batch's DMA to free the buffer
+    free = [Item(1.0, 5.0), Item(10.0, 0.0)]
+    reuse = [Item(1.0, 5.0, reuses=True), Item(10.0, 0.0)]
+    assert timeline_batch_s(free) == 11.0
+    assert timeline_batch_s(reuse) == 11.0   # the GPU's 11 still bounds it: the staging hides behind the work
+    slow = [Item(1.0, 12.0, reuses=True), Item(3.0, 0.0)]
+    assert timeline_batch_s(slow) == 13.0    # stage 12, its DMA 1 frees the buffer; the 3 runs during the next staging
+    assert timeline_batch_s([Item(1.0, 12.0), Item(3.0, 0.0)]) == 12.0

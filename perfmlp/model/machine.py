@@ -12,7 +12,7 @@ non-numeric values are one-line errors naming the file and key.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,13 +98,22 @@ class HostCopyPoint:
     pageable: the host's wall time, the copy blocks it). `buffer`: where the
     host side is: "rotating" (a new slice of a large array every copy, as
     the batch pieces are) or "reduced" (the host buffer an MPI_Allreduce
-    just wrote, as the staged exchange's gradient before its copy back)."""
+    just wrote, as the staged exchange's gradient before its copy back).
+    A pageable H2D point may also say how the copy behaves queued behind
+    GPU work still running (the CUDA runtime stages pageable memory through
+    pinned buffers of its own, and only the DMA waits for the stream):
+    `ahead_s`, the host's time on it before it needs the stream (None: not
+    measured), and `blocks`, whether the call returns only after the copy
+    (else the host staged all of it and returned while the stream was
+    still busy)."""
     procs: int
     direction: str
     memory: str
     bytes: int
     s: float
     buffer: str = "rotating"
+    ahead_s: float | None = None
+    blocks: bool = True
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,25 @@ class Machine:
         if nbytes > pts[-1][0]:
             return pts[-1][1] + (nbytes - pts[-1][0]) / bw
         return piecewise_linear(pts, nbytes)
+
+    def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
+        """(seconds, blocks) of a pageable H2D copy of nbytes, `sharing`
+        ranks copying at once, queued behind GPU work: the host time it
+        spends before it needs the stream (staging into the runtime's
+        pinned buffers; the rest of copy_s waits for the stream), and
+        whether the call returns only after the copy. From host_copy_s's
+        points with ahead_s of this rank count: linear in bytes between
+        them, the nearest's beyond them, never more than the copy; blocks
+        as the smallest point at or above nbytes (the largest beyond them).
+        A file without such points: (0, True), the copy waits for the stream."""
+        pts = sorted((p.bytes, p.ahead_s, p.blocks) for p in self.host_copy_s
+                     if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
+                     and p.buffer == "rotating" and p.ahead_s is not None)
+        if not pts:
+            return 0.0, True
+        ahead = piecewise_linear([(n, a) for n, a, _ in pts], nbytes)
+        blocks = next((b for n, _, b in pts if n >= nbytes), pts[-1][2])
+        return min(ahead, self.copy_s("h2d", "pageable", nbytes, sharing)), blocks
 
     def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
         """(bytes, seconds) of host_copy_s for this kind, rank count and host
@@ -387,13 +415,22 @@ def _shared_copy_point(entry) -> SharedCopyPoint:
 
 
 def _host_copy_point(entry) -> HostCopyPoint:
-    entry = _entry(entry, ("procs", "direction", "memory", "bytes", "s"), ("buffer",))
-    return HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
-                         checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                         checks.choice("memory", entry["memory"], ("pageable", "pinned")),
-                         checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
-                         checks.positive("s", checks.number("s", entry["s"])),
-                         checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced")))
+    entry = _entry(entry, ("procs", "direction", "memory", "bytes", "s"), ("buffer", "ahead_s", "blocks"))
+    point = HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
+                          checks.choice("direction", entry["direction"], ("h2d", "d2h")),
+                          checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                          checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
+                          checks.positive("s", checks.number("s", entry["s"])),
+                          checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced")))
+    ahead, blocks = entry.get("ahead_s"), entry.get("blocks", True)
+    if ahead is None and blocks is True:   # as dataclasses.asdict writes a point without them
+        return point
+    if (point.direction, point.memory) != ("h2d", "pageable"):
+        raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
+    if not isinstance(blocks, bool):
+        raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
+    ahead = None if ahead is None else checks.non_negative("ahead_s", checks.number("ahead_s", ahead))
+    return replace(point, ahead_s=ahead, blocks=blocks)
 
 
 def _copy_point(entry) -> CopyPoint:

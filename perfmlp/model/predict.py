@@ -27,6 +27,9 @@ each with the trace phase group that measures it (TERM_GROUP):
   at every level, is in launches / graph_launch;
 - h2d_batch: X and Y copied (latency + bytes / bandwidth each), the node's
   aggregate bandwidth shared by the ranks copying at once; 0 when resident;
+  a pageable copy less what the host stages ahead of the stream while the
+  GPU still runs the previous batch (Machine.pageable_ahead; the timeline
+  with that staging against the one without it);
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
   the same way;
 - allreduce: host MPI or NCCL: interpolated in the machine's measured
@@ -335,28 +338,34 @@ class Item:
     """One thing the host issues in a step, for the host/GPU timeline.
     gpu_s: time on the GPU stream; host_s: host time to issue it (or, for a
     host-only item, the work itself); blocking: the host waits until the
-    stream has finished it (a pageable copy, a synchronisation)."""
+    stream has finished it (a pageable copy, a synchronisation); the
+    host part of a `reuses` item waits for the stream to finish that item
+    in the batch before."""
     gpu_s: float
     host_s: float
     blocking: bool = False
     host_only: bool = False   # runs on the host after the stream is idle (MPI on host buffers)
+    reuses: bool = False      # the host part starts once the stream has done this item of the batch before
+                              # (a pageable copy's staging buffer, freed by the copy's DMA)
 
 
 def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
     """Steady time per batch of a host issuing `items` batch after batch to
     one GPU stream: the stream starts an item when it is issued and the
-    previous one is done; the host waits on blocking and host-only items.
-    The difference between the GPU finishing the last two simulated batches."""
+    previous one is done; the host waits on blocking and host-only items,
+    and before a reuses item for the stream to finish that item of the
+    batch before. The difference between the GPU finishing the last two simulated batches."""
     th = tg = 0.0
     ends = []
+    done = [0.0] * len(items)   # when the stream finished each item, last batch
     for _ in range(batches):
-        for it in items:
+        for i, it in enumerate(items):
             if it.host_only:
                 th = max(th, tg) + it.host_s
                 tg = th
                 continue
-            th += it.host_s
-            tg = max(th, tg) + it.gpu_s
+            th = (max(th, done[i]) if it.reuses else th) + it.host_s
+            tg = done[i] = max(th, tg) + it.gpu_s
             if it.blocking:
                 th = tg
         ends.append(max(tg, th))
@@ -404,12 +413,14 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
             terms["gemm" if kernel_name(kernel) == "gemm" else "elementwise"] += t
             phase_kernels[phase].append(t + gap)
     terms["kernel_gaps"] = n_kernels * gap
-    copies = []
+    copies, ahead = [], []
     if batch_transfer != "resident":
         mem = "pinned" if batch_transfer == "pinned" else "pageable"
         D, C = layer_sizes[0], layer_sizes[-1]
         copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
         terms["h2d_batch"] = sum(copies)
+        if mem == "pageable":  # the host's staging of each copy ahead of the stream
+            ahead = [machine.pageable_ahead(isz * b * n, sharing=procs) for n in (D, C)]
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     D, C = layer_sizes[0], layer_sizes[-1]
     staging = [machine.device_copy_s(isz * b * n) for n in (D, C)] if counts.bytes_d2d else []
@@ -438,14 +449,23 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     detail.update(trace_detail(trace_level))
     per_kernel = launch_host_s(machine, traced, procs)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
-    items = _step_items(machine, phase_kernels, copies + staging, batch_transfer, comm, terms, graph, per_kernel,
-                        ev_gpu, ev_host, traced)
+    step = [machine, phase_kernels, copies + staging, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
+            traced]
+    items = _step_items(*step)
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)
     rest = sum(terms.values())
-    terms["graph_launch" if graph else "launches"] = max(0.0, sim - rest)
+    launch_term = "graph_launch" if graph else "launches"
+    terms[launch_term] = max(0.0, sim - rest)
+    # pageable copies staged by the host while the stream still runs the previous batch's work
+    # (the timeline with that staging against the one without): what it hides comes off the copies'
+    # term, up to what the host stages ahead; the rest is host launch time that no longer waits for a copy
+    hidden = max(0.0, sim - timeline_batch_s(_step_items(*step, ahead=ahead))) if ahead else 0.0
+    off_copies = min(hidden, sum(a for a, _ in ahead))
+    terms["h2d_batch"] -= off_copies
+    terms[launch_term] = max(0.0, terms[launch_term] - (hidden - off_copies))
     gpu_s = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"]
-    detail.update(host_s=host_s, gpu_compute_s=gpu_s, timeline_s=sim)
+    detail.update(host_s=host_s, gpu_compute_s=gpu_s, timeline_s=sim - hidden, h2d_hidden_s=hidden)
     total = sum(terms.values())
     compute = sum(terms[t] for t in COMPUTE_TERMS)
     overlapped = max(compute, total - compute)
@@ -455,10 +475,13 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
 
 
 def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
-                traced) -> list[Item]:
+                traced, ahead=()) -> list[Item]:
     """One batch as the host issues it: the batch copies, the compute phases'
     kernels (or graph replays), the gradient exchange, the update, and the
-    tracer's event at the end of each phase it records."""
+    tracer's event at the end of each phase it records. `ahead`: for each
+    pageable batch copy, (host seconds staged before it needs the stream,
+    whether the call then waits for the copy) (Machine.pageable_ahead);
+    without it a pageable copy waits for the stream and blocks the host."""
     items: list[Item] = []
     pageable = batch_transfer == "pageable"
 
@@ -478,8 +501,12 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
 
     # a copy's host call costs about one launch; its latency and transfer are GPU time
     # (resident data in graph mode: the device copies into the graph's inputs, in its phase)
-    for c in copies:
-        items.append(Item(c, per_kernel, blocking=pageable))
+    for i, c in enumerate(copies):
+        if i < len(ahead):
+            a, blocks = ahead[i]
+            items.append(Item(c - a, per_kernel + a, blocking=blocks, reuses=True))
+        else:
+            items.append(Item(c, per_kernel, blocking=pageable))
     if copies and batch_transfer != "resident":
         event()
     if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside

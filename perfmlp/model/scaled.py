@@ -97,7 +97,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                    f"(fp64), memory bandwidth x{r['mem_bw']:.3f}, copies " +
                    ", ".join(f"{k} x{r[k]:.3f}" for k in COPY_KEYS) +
                    f", MPI x{r['mpi']:.3f}, NCCL x{r['nccl']:.3f}; latencies, host launch times, kernel gaps, "
-                   "the own kernels' times, the tracer's costs and the collective wait as measured")
+                   "the own kernels' times, the tracer's costs, the collective wait and the host's staging of pageable "
+                   "copies ahead of the stream (ahead_s) as measured")
     return v
 
 
