@@ -4,6 +4,10 @@ an ablation on the same measurements, not a blind test.
 
     python benchmarks/validate_ablation.py SWEEP.yaml CALIBRATED.yaml REPORT/validation_runs.csv TABLE [TABLE ...]
 
+TABLE.COLUMN leaves one column of a table out (its default, not measured,
+in every row), e.g. host_copy_s.ahead_s: pageable copies without their
+staging ahead of the stream.
+
 e.g. validate7 without the measured host copies:
 
     python benchmarks/validate_ablation.py sweeps/validate-x2f.yaml \\
@@ -33,11 +37,18 @@ def main(argv) -> int:
         return 2
     sweep, cal, runs_csv, *tables = argv
     full = load_machine(cal)
-    bad = [t for t in tables if not isinstance(getattr(full, t, None), tuple)]
-    if bad:
-        print(f"validate_ablation: {cal} has no table {bad[0]!r}", file=sys.stderr)
-        return 2
-    without = dataclasses.replace(full, **{t: () for t in tables})
+    without = full
+    for t in tables:
+        table, _, column = t.partition(".")
+        rows = getattr(full, table, None)
+        if not isinstance(rows, tuple) or (column and rows and column not in {f.name for f in dataclasses.fields(rows[0])}):
+            print(f"validate_ablation: {cal} has no table {t!r}", file=sys.stderr)
+            return 2
+        if column:   # the column back to its default (not measured) in every row
+            default = {f.name: f.default for f in dataclasses.fields(rows[0])}
+            keep = [f for f in ("blocks",) if column == "ahead_s"]   # ahead_s and blocks describe one measurement
+            rows = tuple(dataclasses.replace(r, **{c: default[c] for c in (column, *keep)}) for r in rows)
+        without = dataclasses.replace(without, **{table: rows if column else ()})
     with open(sweep) as f:
         runs = [r for r in expand(yaml.safe_load(f), sweep) if r.repeat <= 1]
     with open(runs_csv) as f:
