@@ -269,7 +269,12 @@ def test_staging_ahead_hides_a_pageable_copy_behind_the_replay_before_it():
     assert staged.terms["h2d_batch"] == pytest.approx(serial.terms["h2d_batch"] - 225e-6)
     assert staged.terms["graph_launch"] == pytest.approx(serial.terms["graph_launch"] - (hidden - 225e-6))
     assert staged.total_s == pytest.approx(serial.total_s - hidden)
-    # the eager step with its NCCL exchange: the host is ahead of the stream there too, but resident data has no copy
+    # a 10 MB piece (B = 6400) is not staged whole: it waits for the stream with all of it, as without the points
+    big = [predict_batch(machine_from_mapping(v, "x.yaml"), (784, 4096, 10), 6400, 2, **args)
+           for v in (base, {**base, "host_copy_s": AHEAD})]
+    assert big[1].detail["h2d_hidden_s"] <= 25e-6   # at most Y's 32 KB, staged whole
+    assert big[1].total_s == pytest.approx(big[0].total_s - big[1].detail["h2d_hidden_s"])
+    # resident data has no copy to stage
     res = predict_batch(machine_from_mapping({**base, "host_copy_s": AHEAD}, "x.yaml"), (784, 4096, 10), 800, 2,
                         comm="nccl", batch_transfer="resident", exec_mode="graph")
     assert res.detail["h2d_hidden_s"] == 0.0

@@ -27,9 +27,12 @@ each with the trace phase group that measures it (TERM_GROUP):
   at every level, is in launches / graph_launch;
 - h2d_batch: X and Y copied (latency + bytes / bandwidth each), the node's
   aggregate bandwidth shared by the ranks copying at once; 0 when resident;
-  a pageable copy less what the host stages ahead of the stream while the
-  GPU still runs the previous batch (Machine.pageable_ahead; the timeline
-  with that staging against the one without it);
+  a pageable copy that the runtime stages whole without waiting for the
+  stream (Machine.pageable_ahead: not `blocks`) less what that staging
+  hides behind the previous batch's GPU work (the timeline with it against
+  the one without it); a larger copy waits for the stream with all of it
+  (the trainer's traces show no overlap there, whatever the calibration's
+  spin test stages before its wait);
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
   the same way;
 - allreduce: host MPI or NCCL: interpolated in the machine's measured
@@ -419,8 +422,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         D, C = layer_sizes[0], layer_sizes[-1]
         copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
         terms["h2d_batch"] = sum(copies)
-        if mem == "pageable":  # the host's staging of each copy ahead of the stream
-            ahead = [machine.pageable_ahead(isz * b * n, sharing=procs) for n in (D, C)]
+        if mem == "pageable":  # the host's staging of each copy ahead of the stream, where it is staged whole
+            ahead = [(0.0, True) if blocks else (a, False)
+                     for a, blocks in (machine.pageable_ahead(isz * b * n, sharing=procs) for n in (D, C))]
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     D, C = layer_sizes[0], layer_sizes[-1]
     staging = [machine.device_copy_s(isz * b * n) for n in (D, C)] if counts.bytes_d2d else []
