@@ -41,7 +41,8 @@ def main(argv) -> int:
     for t in tables:
         table, _, column = t.partition(".")
         rows = getattr(full, table, None)
-        if not isinstance(rows, tuple) or (column and rows and column not in {f.name for f in dataclasses.fields(rows[0])}):
+        columns = {f.name for f in dataclasses.fields(rows[0])} if isinstance(rows, tuple) and rows else set()
+        if not isinstance(rows, tuple) or (column and rows and column not in columns):
             print(f"validate_ablation: {cal} has no table {t!r}", file=sys.stderr)
             return 2
         if column:   # the column back to its default (not measured) in every row
