@@ -2,14 +2,15 @@
 # The model tested blind across GPUs (issue 13), on a machine with one GPU
 # (an H100): calibrate this GPU, carry another GPU's calibration here by
 # datasheet ratios, predict the held-out sweep (sweeps/validate-1gpu.yaml,
-# p = 1) from both before the first run, run it, make the report. From the
-# project root on the GPU machine (about 5 minutes on one H100; under 8):
+# or VALIDATE_SWEEP; p = 1) from both before the first run, run it, make
+# the report. From the project root on the GPU machine (about 5 minutes on
+# one H100; under 8):
 #
 #   PERFMLP_GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/gpu_validate_1gpu.sh
 #
 # VALIDATE_DATASHEET (default h100-sxm): this GPU's datasheet file, the base
 #   of its calibration and the target of the carried one;
-# VALIDATE_FROM (default benchmarks/results/h200-x2/validate/calibrated.yaml)
+# VALIDATE_FROM (default benchmarks/results/h200-x2/validate10/calibrated.yaml)
 #   and VALIDATE_FROM_DATASHEET (default h200): the other GPU's calibration
 #   and its datasheet file;
 # VALIDATE_BUDGET_S (default 400) caps calibration + sweep; the sweep runs
@@ -26,7 +27,11 @@ set -u
 source benchmarks/gpu_env.sh
 R=$OUT/validate1; T=$R/traces; mkdir -p $T
 DS=${VALIDATE_DATASHEET:-h100-sxm}
-FROM=${VALIDATE_FROM:-benchmarks/results/h200-x2/validate/calibrated.yaml}
+FROM=${VALIDATE_FROM:-benchmarks/results/h200-x2/validate10/calibrated.yaml}
+SWEEP=${VALIDATE_SWEEP:-sweeps/validate-1gpu.yaml}
+# the hidden sizes and per-rank batches the sweep's runs use, for the GEMM rates and own kernels
+SIZES=$(python3 -m perfmlp.sweep $SWEEP --calibration-sizes) || exit 1
+read HID LB <<< "$SIZES"
 FROM_DS=${VALIDATE_FROM_DATASHEET:-h200}
 [ -n "${PERFMLP_GIT_COMMIT:-}" ] || echo "warning: PERFMLP_GIT_COMMIT not set: the manifests will not name the code"
 export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
@@ -42,14 +47,14 @@ print(f"GPU {name!r}: datasheet file {ds.name!r}" + ("" if ds.describes(name) el
       " -- WARNING: not this GPU's datasheet (its name and device_names differ); the carried predictions use it"))
 PY
 SECONDS=0
-echo "== calibrate ($(date -u +%H:%M:%S))"
-timeout 150 $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden 512,1024 \
-  --local-batch 800,3200 --precisions float32 2>&1 | tee $R/calibrate.log | tail -8
+echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
+timeout 150 $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden $HID \
+  --local-batch $LB --precisions float32 2>&1 | tee $R/calibrate.log | tail -8
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 python3 -m perfmlp.model.scaled $FROM --from $FROM_DS --to $DS --out $R/scaled.yaml || exit 1
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-400} - SECONDS)) python3 -m perfmlp.sweep \
-  sweeps/validate-1gpu.yaml --trace-dir $T --predict $R/calibrated.yaml --predict-also $R/scaled.yaml \
+  $SWEEP --trace-dir $T --predict $R/calibrated.yaml --predict-also $R/scaled.yaml \
   --no-report --timeout 40 --max-procs 1 2>&1 | tee $R/sweep.log | grep -v -e ": ok$" -e "skipped$"
 rm -rf $T/.sweep-configs
 python3 benchmarks/untimed_runs.py $T

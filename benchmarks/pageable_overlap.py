@@ -18,11 +18,20 @@ On one GPU, at each size, median of `reps`:
   to back, synchronised once: `loop_us` a iteration, against `serial_us`
   = work + copy alone; `hidden` = 1 - (loop - max(work, alone)) /
   min(work, alone), the share of the shorter one hidden (0: serialised,
-  1: fully overlapped).
+  1: fully overlapped), and `hidden_us` = serial - loop, the time hidden;
+- at 5.02 MB (the trainer's X piece at B = 3200, p = 2) the same loop with
+  the host busy for `gap_us` between queuing the work and calling the copy,
+  as the trainer's host is between a graph launch and the next batch's copy.
+
+Under mpirun with several ranks (one GPU each) every rank runs the same
+measurements at once (a barrier before each), as the trainer's ranks copy
+at once; a figure is the slowest rank's.
 
     python3 benchmarks/pageable_overlap.py OUT.json
+    mpirun -n 2 python3 benchmarks/pageable_overlap.py OUT.json
 
-Writes OUT.json (with the machine's GPU name and date) and prints a table.
+Writes OUT.json (with the machine's GPU name, rank count and date) and
+prints a table.
 """
 from __future__ import annotations
 
@@ -37,9 +46,13 @@ import numpy as np
 
 def main(out: str) -> int:
     import cupy as cp
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
     from perfmlp.calibrate import _spin, spin_cycles_per_s
     sizes = [256_000, 1_254_400, 2_508_800, 5_017_600, 10_035_200, 20_070_400]
-    works_us = [100, 500, 2000]
+    works_us = [50, 100, 200, 300, 400, 600, 1000, 2000]
+    gap_bytes, gaps_us = 5_017_600, [50, 100, 200]
     reps, loop = 15, 40
     big = 512 * 1000 * 1000
     h = np.ones(big, dtype=np.uint8)
@@ -57,45 +70,68 @@ def main(out: str) -> int:
     def work(us):
         spin((1,), (1,), (np.int64(us * 1e-6 * cps),))
 
+    def slowest(x):
+        return max(world.allgather(x))
+
+    def busy(us):  # the host busy for `us` without releasing the GIL's thread (as the trainer's host code)
+        t = time.perf_counter() + us * 1e-6
+        while time.perf_counter() < t:
+            pass
+
+    def loop_us(n, w, gap=0):
+        ts = []
+        for _ in range(5):
+            s.synchronize()
+            world.barrier()
+            t0 = time.perf_counter()
+            for _ in range(loop):
+                work(w)
+                if gap:
+                    busy(gap)
+                copy(n)
+            s.synchronize()
+            ts.append((time.perf_counter() - t0) / loop * 1e6)
+        return slowest(median(ts))
+
     rows = []
     for n in sizes:
         copy(n)
         s.synchronize()
         behind, alone = [], []
         for _ in range(reps):
+            world.barrier()
             work(5000)
             t0 = time.perf_counter()
             copy(n)
             behind.append(time.perf_counter() - t0)
             s.synchronize()
+            world.barrier()
             t0 = time.perf_counter()
             copy(n)
             s.synchronize()
             alone.append(time.perf_counter() - t0)
-        row = {"bytes": n, "call_behind_spin_us": median(behind) * 1e6, "alone_us": median(alone) * 1e6}
-        for w in works_us:
-            ts = []
-            for _ in range(5):
-                s.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(loop):
-                    work(w)
-                    copy(n)
-                s.synchronize()
-                ts.append((time.perf_counter() - t0) / loop * 1e6)
-            lp = median(ts)
-            a = row["alone_us"]
-            row[f"work{w}"] = {"loop_us": lp, "serial_us": w + a,
-                               "hidden": 1 - (lp - max(w, a)) / min(w, a)}
+        row = {"bytes": n, "call_behind_spin_us": slowest(median(behind) * 1e6),
+               "alone_us": slowest(median(alone) * 1e6)}
+        a = row["alone_us"]
+        for gap in [0] + (gaps_us if n == gap_bytes else []):
+            for w in works_us:
+                lp = loop_us(n, w, gap)
+                key = f"work{w}" + (f"_gap{gap}" if gap else "")
+                # the host's gap runs while the GPU works: serial is work + copy either way
+                row[key] = {"loop_us": lp, "serial_us": w + a, "hidden_us": w + a - lp,
+                            "hidden": 1 - (lp - max(w, a)) / min(w, a)}
+            if world.rank == 0:
+                print(f"{n / 1e6:6.2f} MB{f', host gap {gap} us' if gap else ''}: call behind a 5 ms spin "
+                      f"{row['call_behind_spin_us']:7.1f} us, alone {a:7.1f} us; hidden (us) behind work of "
+                      + ", ".join(f"{w}: {row[f'work{w}' + (f'_gap{gap}' if gap else '')]['hidden_us']:.0f}"
+                                  for w in works_us), flush=True)
         rows.append(row)
-        print(f"{n / 1e6:6.2f} MB: call behind a 5 ms spin {row['call_behind_spin_us']:8.1f} us, alone "
-              f"{row['alone_us']:7.1f} us; " + ", ".join(
-                  f"work {w} us: loop {row[f'work{w}']['loop_us']:7.1f} us (serial {row[f'work{w}']['serial_us']:7.1f}, "
-                  f"hidden {row[f'work{w}']['hidden']:.2f})" for w in works_us), flush=True)
     gpu = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
-    with open(out, "w") as f:
-        json.dump({"gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   "reps": reps, "loop": loop, "rows": rows}, f, indent=1)
+    if world.rank == 0:
+        with open(out, "w") as f:
+            json.dump({"gpu": gpu, "ranks": world.size,
+                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       "reps": reps, "loop": loop, "works_us": works_us, "gaps_us": gaps_us, "rows": rows}, f, indent=1)
     return 0
 
 
