@@ -12,10 +12,12 @@
 # - pageable_overlap-{1,2}rank(s).{txt,json}: benchmarks/pageable_overlap.py
 #   with one rank, then two at once (one GPU each);
 # - traces/: the trainer, 5 MB pieces: B=3200 p=2 at H = 512, 1024, 2048,
-#   and B=1600 p=1 at H = 512, 2048, pageable/nccl graph, each untraced
-#   but for the counters (time per batch) and again at the kernels level
-#   (every kernel, copy and API call of the step: when the next batch's
-#   copy is called, when its DMA runs), 40 batches each.
+#   and B=1600 p=1 at H = 512, 2048, pageable/nccl graph, 40 batches each:
+#   each at the counters level (time per batch), then again under Nsight
+#   Systems (nsys-<id>.sqlite in its trace folder: every kernel node, copy
+#   and CUDA API call: when the next batch's copy is called, when its DMA
+#   runs; nsys rather than CUPTI in-process, so that the run needs no
+#   cupti wheels carried).
 # Everything under $OUT/pageable_diag (packed as $OUT/pageable_diag.tgz).
 set -u
 source benchmarks/gpu_env.sh
@@ -30,11 +32,14 @@ timeout 120 $MPIRUN -n 2 python3 benchmarks/pageable_overlap.py $R/pageable_over
   | tee $R/pageable_overlap-2ranks.txt
 for run in "2 3200 512" "2 3200 1024" "2 3200 2048" "1 1600 512" "1 1600 2048"; do
   read P B H <<< "$run"
-  for LEVEL in counters kernels; do
-    ID=diag-h$H-b$B-p$P-pageable-nccl-graph-$LEVEL
-    timeout 90 $MPIRUN -n $P python3 -m perfmlp.run --hidden-sizes $H --batch-size $B --batch-transfer pageable \
-      --comm nccl --exec graph --data synthetic --backend cupy --epochs 1 --n-train $((B * 43)) \
-      --trace-level $LEVEL --trace-dir $T --run-id $ID 2>&1 | grep -i -e "^done:" -e "error" | tail -2
-  done
+  ID=diag-h$H-b$B-p$P-pageable-nccl-graph
+  RUN="python3 -m perfmlp.run --hidden-sizes $H --batch-size $B --batch-transfer pageable --comm nccl --exec graph
+    --data synthetic --backend cupy --epochs 1 --n-train $((B * 43)) --trace-dir $T"
+  timeout 90 $MPIRUN -n $P $RUN --trace-level counters --run-id $ID 2>&1 | grep -i -e "^done:" -e "error" | tail -2
+  timeout 150 $NSYS profile -t cuda,nvtx --cuda-graph-trace=node --sample=none --cpuctxsw=none --export sqlite \
+    --force-overwrite true -o $R/nsys-$ID $MPIRUN -n $P $RUN --run-id nsys-$ID > $R/nsys-$ID.log 2>&1 \
+    || tail -3 $R/nsys-$ID.log
+  grep -i -e "^done:" $R/nsys-$ID.log
+  mv $R/nsys-$ID.sqlite $T/nsys-$ID/ 2>/dev/null; rm -f $R/nsys-$ID.nsys-rep
 done
 tar czf $OUT/pageable_diag.tgz -C $OUT pageable_diag && ls -la $OUT/pageable_diag.tgz
