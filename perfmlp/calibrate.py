@@ -33,7 +33,9 @@ Measured on this rank's GPU:
   and the staged exchange's copy back from the host buffer MPI has just
   reduced (a pageable copy then reads the host's caches), and each pageable
   H2D copy queued behind a busy stream (pageable_ahead: how much the host
-  stages before it needs the stream, and whether the call waits); the aggregate
+  stages before it needs the stream, whether the call waits, and for one
+  that waits how much of the work queued before it it does not hide:
+  ahead_delay_s); the aggregate
   bandwidth of each group at the largest size (copy_aggregate_bytes_per_s)
   for sizes beyond them;
 - under `mpirun -n P` (P >= 2): host
@@ -383,7 +385,7 @@ def _copy_time(cp, copy, pinned: bool, a, b) -> float:
     return cp.cuda.get_elapsed_time(a, b) * 1e-3 if pinned else time.perf_counter() - t0
 
 
-def pageable_ahead(cp, copy, alone_s: float, reps: int = 10) -> tuple[float, bool]:
+def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> tuple[float, bool, float | None]:
     """How a pageable H2D copy behaves queued behind GPU work still
     running: the CUDA runtime stages pageable memory through pinned buffers
     of its own, and only their DMA waits for the stream. A spin kernel of
@@ -391,8 +393,14 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10) -> tuple[float, boo
     returns while the spin still runs, the host staged all of it ahead
     (seconds ahead: the call's host time; the call does not block), else
     the call waited for the stream (ahead: the copy alone less its time on
-    the stream after the spin, between CUDA events). Returns (median
-    seconds ahead, blocks: the call waited in most repeats)."""
+    the stream after the spin, between CUDA events). A copy that waits is
+    then timed behind work of just that much (w = ahead), `loop` times back
+    to back as the trainer's batches are (median of 5): it hides
+    w + alone - loop of it, and the rest of w is its delay (staging that
+    does not overlap: 2 x H200, 5 MB pieces, about 25 us alone and 50-120 us
+    with 2 ranks at once, benchmarks/results/h200-x2/pageable_diag).
+    Returns (median seconds ahead, blocks: the call waited in most repeats,
+    delay: None for a copy that does not block)."""
     spin, _ = _spin(cp)
     cycles = np.int64(max(2e-3, 4 * alone_s) * spin_cycles_per_s(cp))
     s = cp.cuda.get_current_stream()
@@ -410,7 +418,21 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10) -> tuple[float, boo
         done.synchronize()
         blocked += waited
         ahead.append(max(0.0, alone_s - cp.cuda.get_elapsed_time(spun, done) * 1e-3) if waited else t_call)
-    return float(median(ahead)), blocked > reps // 2
+    a, blocks = float(median(ahead)), blocked > reps // 2
+    if not blocks:
+        return a, False, None
+    w = max(a, 20e-6)
+    work = np.int64(w * spin_cycles_per_s(cp))
+    per = []
+    for _ in range(5):
+        s.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(loop):
+            spin((1,), (1,), (work,))
+            copy()
+        s.synchronize()
+        per.append((time.perf_counter() - t0) / loop)
+    return a, True, float(min(w, max(0.0, median(per) - alone_s)))
 
 
 def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
@@ -468,7 +490,10 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
                         mine = pageable_ahead(cp, copy, median(ts)) if member else None
                         got = [x for x in world.allgather(mine) if x is not None]
                         point.update(ahead_s=min(x[0] for x in got), blocks=any(x[1] for x in got))
-                        line[-1] += f" ({point['ahead_s'] * 1e6:.0f} ahead{', blocks' if point['blocks'] else ''})"
+                        if point["blocks"]:   # the slowest member's delay
+                            point["ahead_delay_s"] = max(x[2] for x in got if x[2] is not None)
+                        line[-1] += (f" ({point['ahead_s'] * 1e6:.0f} ahead" + (
+                            f", blocks, {point['ahead_delay_s'] * 1e6:.0f} delay" if point['blocks'] else "") + ")")
                     points.append(point)
                 if g > 1:
                     aggregate.append({"procs": g, "direction": direction, "memory": mem,

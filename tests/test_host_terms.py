@@ -280,10 +280,41 @@ def test_staging_ahead_hides_a_pageable_copy_behind_the_replay_before_it():
     assert res.detail["h2d_hidden_s"] == 0.0
 
 
+def _delayed(delay_s):
+    """AHEAD with the blocking 10 MB point's delay."""
+    return [p | {"ahead_delay_s": delay_s} if p["blocks"] else p for p in AHEAD]
+
+
+def test_a_blocking_copy_has_its_delay_as_measured_at_its_size():
+    m = machine_from_mapping(_values(host_copy_s=_delayed(80e-6)), "x.yaml")
+    assert m.pageable_ahead_delay(10_035_200, sharing=2) == pytest.approx(80e-6)
+    assert m.pageable_ahead_delay(5_000_000, sharing=2) == pytest.approx(80e-6)   # the one point's, nearest
+    assert m.pageable_ahead_delay(10_035_200) is None                              # no point at one rank
+    assert machine_from_mapping(_values(host_copy_s=AHEAD), "x.yaml").pageable_ahead_delay(10_035_200, 2) is None
+
+
+def test_a_copy_staged_in_part_hides_the_replay_before_it_less_its_delay():
+    # H = 4096, B = 6400 on 2 ranks in graph mode: the 10 MB piece stages 300 us while the last replay runs
+    args = dict(comm="nccl", batch_transfer="pageable", exec_mode="graph")
+    m = {d: machine_from_mapping(_values(host_copy_s=_delayed(d) if d is not None else AHEAD, graph_launch_s=5e-6),
+                                 "x.yaml") for d in (None, 0.0, 100e-6, 1.0)}
+    p = {d: predict_batch(m[d], (784, 4096, 10), 6400, 2, **args) for d in m}
+    replay = p[None].terms["gemm"] + p[None].terms["elementwise"]
+    assert replay > 400e-6   # more queued than the 300 us staged ahead and the delay together
+    y = p[None].detail["h2d_hidden_s"]                  # without a delay measured: Y's 32 KB only
+    assert p[0.0].detail["h2d_hidden_s"] == pytest.approx(y + 300e-6)
+    assert p[100e-6].detail["h2d_hidden_s"] == pytest.approx(y + 300e-6)   # 100 us of delay: still 300 queued
+    assert p[1.0].detail["h2d_hidden_s"] == pytest.approx(y)               # a delay longer than the replay
+    assert p[0.0].terms["h2d_batch"] == pytest.approx(p[None].terms["h2d_batch"] - 300e-6)
+    assert p[0.0].total_s == pytest.approx(p[None].total_s - 300e-6)
+
+
 @pytest.mark.parametrize("extra, words", [
     ({"memory": "pinned", "ahead_s": 1e-6}, "ahead_s and blocks are for pageable h2d copies, not pinned h2d"),
     ({"blocks": "yes", "ahead_s": 1e-6}, "blocks must be true or false, got 'yes'"),
     ({"ahead_s": -1e-6}, "ahead_s must not be negative, got -1e-06"),
+    ({"ahead_delay_s": 1e-6}, "ahead_delay_s is for a copy that blocks, with its ahead_s"),
+    ({"ahead_s": 1e-6, "blocks": True, "ahead_delay_s": -1e-6}, "ahead_delay_s must not be negative, got -1e-06"),
 ])
 def test_a_bad_staging_point_is_one_line(extra, words):
     with pytest.raises(MachineError, match=re.escape(f"host_copy_s[0] {words}")):
@@ -295,3 +326,6 @@ def test_carried_to_another_gpu_the_staging_ahead_stays_as_measured():
                       load_machine("h100-sxm"))
     assert [(p["ahead_s"], p["blocks"]) for p in v["host_copy_s"]] == [(p["ahead_s"], p["blocks"]) for p in AHEAD]
     assert machine_from_mapping(v, "y.yaml").pageable_ahead(1_254_400, sharing=2)[0] == pytest.approx(200e-6)
+    w = scaled_values(machine_from_mapping(_values(host_copy_s=_delayed(80e-6)), "x.yaml"), load_machine("h200"),
+                      load_machine("h100-sxm"))
+    assert machine_from_mapping(w, "y.yaml").pageable_ahead_delay(10_035_200, sharing=2) == pytest.approx(80e-6)

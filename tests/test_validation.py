@@ -515,3 +515,17 @@ def test_a_staged_copy_waits_for_its_buffer_from_the_batch_before():
     slow = [Item(1.0, 12.0, reuses=True), Item(3.0, 0.0)]
     assert timeline_batch_s(slow) == 13.0    # stage 12, its DMA 1 frees the buffer; the 3 runs during the next staging
     assert timeline_batch_s([Item(1.0, 12.0), Item(3.0, 0.0)]) == 12.0
+
+
+def test_a_copy_staged_in_part_hides_the_queued_work_less_its_delay():
+    # 10 of GPU work, then a blocking copy of 5 (host call 1) that stages 3 ahead: its call starts with 9 of the
+    # work still queued, so it hides min(3, 9 - delay); the host waits for it, then launches the next work
+    def period(hides):
+        return timeline_batch_s([Item(10.0, 1.0), Item(5.0, 1.0, blocking=True, hides=hides)])
+    assert period(None) == 16.0            # 1 launch + 10 work + 5 copy
+    assert period((3.0, 2.0)) == 13.0      # all 3 staged ahead hidden: 9 queued, 2 of them the delay
+    assert period((3.0, 8.0)) == 15.0      # 9 queued less a delay of 8: 1 hidden
+    assert period((3.0, 9.0)) == 16.0      # the delay takes all the queued work
+    assert period((0.0, 0.0)) == 16.0
+    # nothing queued (the host is the slower side): nothing to hide
+    assert timeline_batch_s([Item(1.0, 4.0), Item(5.0, 1.0, blocking=True, hides=(3.0, 0.0))]) == 10.0

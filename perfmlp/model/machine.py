@@ -105,7 +105,10 @@ class HostCopyPoint:
     `ahead_s`, the host's time on it before it needs the stream (None: not
     measured), and `blocks`, whether the call returns only after the copy
     (else the host staged all of it and returned while the stream was
-    still busy)."""
+    still busy). A copy that blocks may say `ahead_delay_s`: how much of
+    the GPU work still queued when its call starts it does not hide
+    (behind work of w it hides min(ahead_s, max(0, w - ahead_delay_s)));
+    without it, such a copy hides nothing (the model of older files)."""
     procs: int
     direction: str
     memory: str
@@ -114,6 +117,7 @@ class HostCopyPoint:
     buffer: str = "rotating"
     ahead_s: float | None = None
     blocks: bool = True
+    ahead_delay_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,17 @@ class Machine:
         if nbytes > pts[-1][0]:
             return pts[-1][1] + (nbytes - pts[-1][0]) / bw
         return piecewise_linear(pts, nbytes)
+
+    def pageable_ahead_delay(self, nbytes: int, sharing: int = 1) -> float | None:
+        """For a pageable H2D copy too large to be staged whole: the part of
+        the GPU work queued before it that its staging does not hide
+        (HostCopyPoint.ahead_delay_s), linear in bytes between the points of
+        this rank count that have it, the nearest's beyond them; None where
+        no point has it (the copy then hides nothing)."""
+        pts = sorted((p.bytes, p.ahead_delay_s) for p in self.host_copy_s
+                     if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
+                     and p.buffer == "rotating" and p.ahead_delay_s is not None)
+        return piecewise_linear(pts, nbytes) if pts else None
 
     def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
         """(seconds, blocks) of a pageable H2D copy of nbytes, `sharing`
@@ -415,22 +430,27 @@ def _shared_copy_point(entry) -> SharedCopyPoint:
 
 
 def _host_copy_point(entry) -> HostCopyPoint:
-    entry = _entry(entry, ("procs", "direction", "memory", "bytes", "s"), ("buffer", "ahead_s", "blocks"))
+    entry = _entry(entry, ("procs", "direction", "memory", "bytes", "s"),
+                   ("buffer", "ahead_s", "blocks", "ahead_delay_s"))
     point = HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                           checks.choice("direction", entry["direction"], ("h2d", "d2h")),
                           checks.choice("memory", entry["memory"], ("pageable", "pinned")),
                           checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                           checks.positive("s", checks.number("s", entry["s"])),
                           checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced")))
-    ahead, blocks = entry.get("ahead_s"), entry.get("blocks", True)
-    if ahead is None and blocks is True:   # as dataclasses.asdict writes a point without them
+    ahead, blocks, delay = entry.get("ahead_s"), entry.get("blocks", True), entry.get("ahead_delay_s")
+    if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
         return point
     if (point.direction, point.memory) != ("h2d", "pageable"):
         raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
     if not isinstance(blocks, bool):
         raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
     ahead = None if ahead is None else checks.non_negative("ahead_s", checks.number("ahead_s", ahead))
-    return replace(point, ahead_s=ahead, blocks=blocks)
+    if delay is not None:
+        if ahead is None or not blocks:
+            raise checks.CheckError("ahead_delay_s is for a copy that blocks, with its ahead_s")
+        delay = checks.non_negative("ahead_delay_s", checks.number("ahead_delay_s", delay))
+    return replace(point, ahead_s=ahead, blocks=blocks, ahead_delay_s=delay)
 
 
 def _copy_point(entry) -> CopyPoint:

@@ -27,12 +27,13 @@ each with the trace phase group that measures it (TERM_GROUP):
   at every level, is in launches / graph_launch;
 - h2d_batch: X and Y copied (latency + bytes / bandwidth each), the node's
   aggregate bandwidth shared by the ranks copying at once; 0 when resident;
-  a pageable copy that the runtime stages whole without waiting for the
-  stream (Machine.pageable_ahead: not `blocks`) less what that staging
-  hides behind the previous batch's GPU work (the timeline with it against
-  the one without it); a larger copy waits for the stream with all of it
-  (the trainer's traces show no overlap there, whatever the calibration's
-  spin test stages before its wait);
+  a pageable copy less what its staging hides behind the previous batch's
+  GPU work (the timeline with it against the one without it): one the
+  runtime stages whole (Machine.pageable_ahead: not `blocks`) up to its
+  staging time; a larger one, whose call waits once the runtime's staging
+  buffers are full, min(ahead_s, max(0, queued - ahead_delay_s)) of the
+  work still queued when its call starts (Machine.pageable_ahead_delay;
+  a file without that figure: nothing hidden);
 - d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
   the same way;
 - allreduce: host MPI or NCCL: interpolated in the machine's measured
@@ -350,6 +351,8 @@ class Item:
     host_only: bool = False   # runs on the host after the stream is idle (MPI on host buffers)
     reuses: bool = False      # the host part starts once the stream has done this item of the batch before
                               # (a pageable copy's staging buffer, freed by the copy's DMA)
+    hides: tuple | None = None  # (ahead, delay): a blocking copy whose staging hides min(ahead, max(0, w - delay))
+                                # of the work w still queued on the stream when its call starts
 
 
 def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
@@ -357,7 +360,10 @@ def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
     one GPU stream: the stream starts an item when it is issued and the
     previous one is done; the host waits on blocking and host-only items,
     and before a reuses item for the stream to finish that item of the
-    batch before. The difference between the GPU finishing the last two simulated batches."""
+    batch before; a `hides` item (a blocking pageable copy staged in part
+    while the stream still runs) takes min(ahead, max(0, queued - delay))
+    off its stream time, queued being the stream's work left when its call
+    starts. The difference between the GPU finishing the last two simulated batches."""
     th = tg = 0.0
     ends = []
     done = [0.0] * len(items)   # when the stream finished each item, last batch
@@ -368,7 +374,8 @@ def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
                 tg = th
                 continue
             th = (max(th, done[i]) if it.reuses else th) + it.host_s
-            tg = done[i] = max(th, tg) + it.gpu_s
+            hidden = min(it.hides[0], max(0.0, tg - th - it.hides[1])) if it.hides else 0.0
+            tg = done[i] = max(th, tg) + it.gpu_s - hidden
             if it.blocking:
                 th = tg
         ends.append(max(tg, th))
@@ -422,9 +429,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         D, C = layer_sizes[0], layer_sizes[-1]
         copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
         terms["h2d_batch"] = sum(copies)
-        if mem == "pageable":  # the host's staging of each copy ahead of the stream, where it is staged whole
-            ahead = [(0.0, True) if blocks else (a, False)
-                     for a, blocks in (machine.pageable_ahead(isz * b * n, sharing=procs) for n in (D, C))]
+        if mem == "pageable":  # the host's staging of each copy ahead of the stream: (seconds, blocks, delay)
+            ahead = [(a, blocks, machine.pageable_ahead_delay(isz * b * n, sharing=procs) if blocks else None)
+                     for n in (D, C) for a, blocks in [machine.pageable_ahead(isz * b * n, sharing=procs)]]
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     D, C = layer_sizes[0], layer_sizes[-1]
     staging = [machine.device_copy_s(isz * b * n) for n in (D, C)] if counts.bytes_d2d else []
@@ -465,7 +472,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     # (the timeline with that staging against the one without): what it hides comes off the copies'
     # term, up to what the host stages ahead; the rest is host launch time that no longer waits for a copy
     hidden = max(0.0, sim - timeline_batch_s(_step_items(*step, ahead=ahead))) if ahead else 0.0
-    off_copies = min(hidden, sum(a for a, _ in ahead))
+    off_copies = min(hidden, sum(a for a, blocks, delay in ahead if not blocks or delay is not None))
     terms["h2d_batch"] -= off_copies
     terms[launch_term] = max(0.0, terms[launch_term] - (hidden - off_copies))
     gpu_s = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"]
@@ -484,8 +491,10 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
     kernels (or graph replays), the gradient exchange, the update, and the
     tracer's event at the end of each phase it records. `ahead`: for each
     pageable batch copy, (host seconds staged before it needs the stream,
-    whether the call then waits for the copy) (Machine.pageable_ahead);
-    without it a pageable copy waits for the stream and blocks the host."""
+    whether the call then waits for the copy, and for one that waits the
+    queued work its staging does not hide, None where not measured)
+    (Machine.pageable_ahead, pageable_ahead_delay); without it a pageable
+    copy waits for the stream and blocks the host."""
     items: list[Item] = []
     pageable = batch_transfer == "pageable"
 
@@ -507,8 +516,13 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
     # (resident data in graph mode: the device copies into the graph's inputs, in its phase)
     for i, c in enumerate(copies):
         if i < len(ahead):
-            a, blocks = ahead[i]
-            items.append(Item(c - a, per_kernel + a, blocking=blocks, reuses=True))
+            a, blocks, delay = ahead[i]
+            if not blocks:     # staged whole: the call returns; only its DMA waits for the stream
+                items.append(Item(c - a, per_kernel + a, reuses=True))
+            elif delay is not None:   # staged in part while the stream runs, then the call waits for the rest
+                items.append(Item(c, per_kernel, blocking=True, hides=(a, delay)))
+            else:              # not measured: the whole copy waits for the stream
+                items.append(Item(c, per_kernel, blocking=True))
         else:
             items.append(Item(c, per_kernel, blocking=pageable))
     if copies and batch_transfer != "resident":
