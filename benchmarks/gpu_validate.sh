@@ -13,7 +13,9 @@
 # calibrated.yaml and calibrate.log, traces/ (with predictions.json), the
 # sweep's and the what-if's logs, and report/ where matplotlib is installed
 # (else make it here: python -m perfmlp.report traces/... --machine ...).
-# VALIDATE_BUDGET_S (default 450) caps calibration + sweep; the sweep runs
+# VALIDATE_CALIBRATE_S (default 240) caps the calibration (4 x H200 took over
+# 150 s with the pageable delay loops); VALIDATE_BUDGET_S (default 450) caps
+# calibration + sweep; the sweep runs
 # every configuration once before repeating any, so a cut keeps them all.
 # Eager runs trace at the default level (counters: host clock); their time
 # per batch is the epoch line's synchronised steady_ms_per_batch, and the
@@ -32,7 +34,7 @@ SIZES=$(python3 -m perfmlp.sweep $SWEEP --calibration-sizes) || exit 1
 read HID LB <<< "$SIZES"
 SECONDS=0
 echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
-timeout 150 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/calibrated.yaml \
+timeout ${VALIDATE_CALIBRATE_S:-240} $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/calibrated.yaml \
   --hidden $HID --local-batch $LB --gemm-kernels naive,tiled,regblock 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -24
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
