@@ -13,10 +13,10 @@
 # calibrated.yaml and calibrate.log, traces/ (with predictions.json), the
 # sweep's and the what-if's logs, and report/ where matplotlib is installed
 # (else make it here: python -m perfmlp.report traces/... --machine ...).
-# VALIDATE_CALIBRATE_S (default 240) caps the calibration (4 x H200 took over
-# 150 s with the pageable delay loops); VALIDATE_BUDGET_S (default 450) caps
-# calibration + sweep; the sweep runs
-# every configuration once before repeating any, so a cut keeps them all.
+# VALIDATE_CALIBRATE_S (default 240) caps the calibration (on 4 x H200 it ran
+# past 150 s, validate-x4e's first call); VALIDATE_BUDGET_S (default 450)
+# caps calibration + sweep; the sweep runs every configuration once before
+# repeating any, so a cut keeps them all.
 # Eager runs trace at the default level (counters: host clock); their time
 # per batch is the epoch line's synchronised steady_ms_per_batch, and the
 # script counts any run without it (the report leaves such runs out). One
