@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PID_SHIFT = 0x1000000  # nsys: globalTid = globalPid + tid
+from perfmlp.trace.nsys import PID_SHIFT
 
 
 def open_db(path: Path, tmp: Path) -> sqlite3.Connection:

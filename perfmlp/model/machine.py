@@ -220,10 +220,15 @@ class Machine:
         (HostCopyPoint.ahead_delay_s), linear in bytes between the points of
         this rank count that have it, the nearest's beyond them; None where
         no point has it (the copy then hides nothing)."""
-        pts = sorted((p.bytes, p.ahead_delay_s) for p in self.host_copy_s
-                     if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
-                     and p.buffer == "rotating" and p.ahead_delay_s is not None)
+        pts = [(p.bytes, p.ahead_delay_s) for p in self._staging_points(sharing) if p.ahead_delay_s is not None]
         return piecewise_linear(pts, nbytes) if pts else None
+
+    def _staging_points(self, sharing: int) -> list:
+        """The pageable H2D batch-copy points of this rank count that were
+        timed behind a busy stream (with ahead_s), by size."""
+        return sorted((p for p in self.host_copy_s
+                       if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
+                       and p.buffer == "rotating" and p.ahead_s is not None), key=lambda p: p.bytes)
 
     def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
         """(seconds, blocks) of a pageable H2D copy of nbytes, `sharing`
@@ -235,9 +240,7 @@ class Machine:
         them, the nearest's beyond them, never more than the copy; blocks
         as the smallest point at or above nbytes (the largest beyond them).
         A file without such points: (0, True), the copy waits for the stream."""
-        pts = sorted((p.bytes, p.ahead_s, p.blocks) for p in self.host_copy_s
-                     if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
-                     and p.buffer == "rotating" and p.ahead_s is not None)
+        pts = [(p.bytes, p.ahead_s, p.blocks) for p in self._staging_points(sharing)]
         if not pts:
             return 0.0, True
         ahead = piecewise_linear([(n, a) for n, a, _ in pts], nbytes)

@@ -430,8 +430,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
         terms["h2d_batch"] = sum(copies)
         if mem == "pageable":  # the host's staging of each copy ahead of the stream: (seconds, blocks, delay)
-            ahead = [(a, blocks, machine.pageable_ahead_delay(isz * b * n, sharing=procs) if blocks else None)
-                     for n in (D, C) for a, blocks in [machine.pageable_ahead(isz * b * n, sharing=procs)]]
+            for n in (D, C):
+                a, blocks = machine.pageable_ahead(isz * b * n, sharing=procs)
+                ahead.append((a, blocks, machine.pageable_ahead_delay(isz * b * n, sharing=procs) if blocks else None))
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     D, C = layer_sizes[0], layer_sizes[-1]
     staging = [machine.device_copy_s(isz * b * n) for n in (D, C)] if counts.bytes_d2d else []
