@@ -46,7 +46,11 @@ Measured on this rank's GPU:
   gradient sizes and a size ladder (a table, and the ring-model fit), and
   the wait for the slowest rank at a collective when every rank does the
   same work (collective_wait_s); host MPI through pinned and through
-  pageable host buffers (the staged scheme's two kinds);
+  pageable host buffers (the staged scheme's two kinds); and the staged
+  exchange's own wait for the slowest rank (staged_wait: its step in the
+  trainer's order on 2 and P ranks against one rank, beyond its parts
+  each timed alone, through each host memory; collective_wait_s points
+  with `memory`);
 - on every rank (host_dispatch), first and last (the mean of the two: the
   host's speed changes between launches and over minutes): the host's time per operation of the
   trainer's eager step (perfmlp/step.py with resident data and the NCCL
@@ -620,6 +624,130 @@ def collectives(cp, world, log, grad_bytes=()):
     return res
 
 
+def _staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int, spin_cycles,
+                  reps: int = 30, warm: int = 5) -> tuple[float, float]:
+    """One rank's (sum of the staged step's parts each timed alone, the
+    step in the trainer's order): parts = the batch piece's two H2D copies
+    (x, y: a new slice each call), the gradients' D2H, MPI_Allreduce (after
+    a barrier) and H2D back, each a median over `reps` calls; the step =
+    the piece's copies, a spin kernel (GPU work: the stream is idle at the
+    next copy, as after the trainer's step), the D2H, the allreduce with no
+    barrier, the H2D back and one empty kernel (the update), median wall
+    time per step, less the spin's GPU time. `comm` None: one rank."""
+    import cupyx
+    from mpi4py import MPI
+    pinned = memory == "pinned"
+    s = cp.cuda.get_current_stream()
+    spin, empty = _spin(cp)
+    ev = cp.cuda.Event(), cp.cuda.Event()
+    nx, ny = (n // 4 for n in piece_bytes)
+    big = max(256 * 1000 * 1000 // 4, 8 * (nx + ny))
+    host = cupyx.empty_pinned(big, np.float32) if pinned else np.empty(big, np.float32)
+    host[...] = 1.0
+    hg = cupyx.empty_pinned(grad_bytes // 4, np.float32) if pinned else np.empty(grad_bytes // 4, np.float32)
+    xd, yd, dg = cp.empty(nx, cp.float32), cp.empty(ny, cp.float32), cp.ones(grad_bytes // 4, cp.float32)
+    k = [0]
+    slots = big // (nx + ny)
+
+    def piece():
+        off = (k[0] % slots) * (nx + ny)
+        k[0] += 1
+        xd.set(host[off:off + nx], stream=s)
+        yd.set(host[off + nx:off + nx + ny], stream=s)
+
+    def d2h():
+        dg.get(out=hg, stream=s)
+        s.synchronize()
+
+    def allreduce():
+        if comm is not None:
+            comm.Allreduce(MPI.IN_PLACE, hg, op=MPI.SUM)
+
+    def barrier():
+        if comm is not None:
+            comm.Barrier()
+
+    def alone(fn, before=lambda: None):
+        t = []
+        for i in range(warm + reps):
+            before()
+            barrier()
+            t.append(_copy_time(cp, fn, pinned, *ev) if fn is not allreduce else _wall(allreduce))
+        return median(t[warm:])
+
+    def back():
+        dg.set(hg, stream=s)
+    parts = alone(piece) + alone(d2h) + alone(allreduce, before=d2h) + alone(back, before=d2h)
+    a, b = ev
+    a.record(s)
+    spin((1,), (1,), (spin_cycles,))
+    b.record(s)
+    b.synchronize()
+    spin_s = cp.cuda.get_elapsed_time(a, b) * 1e-3
+    barrier()
+    steps = []
+    for i in range(warm + reps):
+        t0 = time.perf_counter()
+        piece()
+        spin((1,), (1,), (spin_cycles,))
+        d2h()
+        allreduce()
+        back()
+        empty((1,), (1,), ())
+        s.synchronize()
+        steps.append(time.perf_counter() - t0 - spin_s)
+    return parts, median(steps[warm:])
+
+
+def _wall(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int]) -> list[dict]:
+    """The staged exchange's wait for the slowest rank: on one rank and on
+    groups of 2 and P ranks at once, for each host memory, the staged
+    step in the trainer's order against its parts each timed alone
+    (_staged_parts) at each batch piece (x, y bytes) and gradient size; the
+    group's excess per step over one rank's, median over the sizes, is the
+    time a step of the staged exchange loses to the ranks' copies, D2H and
+    MPI differing from batch to batch and rank to rank (2 x H200,
+    2026-11-24, benchmarks/results/h200-x2/staged_cycle: at p = 2 a median
+    of 115 and 165 us a step through pageable memory in two rounds, single
+    sizes from -625 to +509, and 12 and 46 us through pinned). Returns
+    collective_wait_s points {procs, s, memory}; [] on one process."""
+    P = world.size
+    if P < 2:
+        return []
+    from mpi4py import MPI
+    cycles = np.int64(100e-6 * spin_cycles_per_s(cp))
+    out = []
+    for memory in ("pageable", "pinned"):
+        excess: dict[int, list[float]] = {}
+        for g in sorted({1, 2, P}):
+            color = 0 if world.rank < g else MPI.UNDEFINED
+            sub = world.comm.Split(color, world.rank)
+            if sub != MPI.COMM_NULL:
+                for pb in pieces:
+                    for gb in grads:
+                        parts, step = _staged_parts(cp, sub if g > 1 else None, memory, pb, gb, cycles)
+                        excess.setdefault(g, []).append(max(sub.allgather(step)) - max(sub.allgather(parts)))
+                sub.Free()
+            world.comm.Barrier()
+        if world.rank == 0:
+            base = median(excess[1])
+            for g in sorted(excess):
+                if g > 1:
+                    w = max(0.0, median(excess[g]) - base)
+                    out.append({"procs": g, "s": float(w), "memory": memory})
+                    log(f"staged exchange through {memory} memory, wait for the slowest of {g} ranks: "
+                        f"{w * 1e6:.1f} us a step (excess over the parts alone, us: "
+                        f"{', '.join(f'{x * 1e6:.0f}' for x in excess[g])}; one rank: "
+                        f"{', '.join(f'{x * 1e6:.0f}' for x in excess[1])})")
+    return out
+
+
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
     """This rank's host seconds per step of the trainer's eager step at a
     tiny size (median over rounds, each round started together after a
@@ -768,6 +896,11 @@ def main(argv=None) -> int:
     col = collectives(cp, world, log, grads)
     res["host_copy_s"] += col.pop("host_copy_s", [])
     res.update(col)
+    hs = sorted({min(hidden), max(hidden)})   # the staged step's wait: float32, the sizes' extremes
+    waits = staged_wait(cp, world, log, [(4 * b * D, 4 * b * C) for b in sorted({min(local), max(local)})],
+                        [grad_buffer_bytes((D, h, C), 4) for h in hs])
+    if world.rank == 0 and waits:
+        res["collective_wait_s"] = res.get("collective_wait_s", []) + waits
     res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
     if world.rank != 0:
         return 0

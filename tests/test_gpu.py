@@ -153,6 +153,23 @@ def test_host_copies_time_each_size_alone_and_load():
     assert len(lines) == 4
 
 
+@gpu
+def test_the_staged_step_and_its_parts_on_one_rank():
+    # calibrate.staged_wait's measurement on one process: the staged step's parts each alone, then in order
+    import cupy as cp
+    from perfmlp.calibrate import _staged_parts, spin_cycles_per_s, staged_wait
+    from perfmlp.comm import SingleWorld
+    from perfmlp.model.costs import grad_buffer_bytes
+    cycles = np.int64(100e-6 * spin_cycles_per_s(cp))
+    for memory in ("pageable", "pinned"):
+        parts, step = _staged_parts(cp, None, memory, (4 * 800 * 784, 4 * 800 * 10),
+                                    grad_buffer_bytes((784, 512, 10), 4), cycles, reps=10)
+        # the step makes the same copies (less its spin's GPU time): no less than most of the parts, and its
+        # host's calls and one kernel launch add microseconds, not the parts again
+        assert 0 < parts < 0.05 and 0.8 * parts < step < 2 * parts + 1e-3, (memory, parts, step)
+    assert staged_wait(cp, SingleWorld(), print, [(1000, 100)], [1000]) == []   # one rank waits for none
+
+
 def machine_values(name) -> dict:
     """A shipped machine file's keys and values, as a calibration writes them."""
     from perfmlp.model.machine import load_machine

@@ -100,6 +100,27 @@ def test_shared_copies_wait_and_allreduce_table():
         machine(gemm_flops_per_s=[{"m": 1, "n": 1, "k": 1, "precision": "float32", "flops_per_s": 1, "kernel": "x"}])
 
 
+def test_the_staged_exchange_waits_as_calibrated_for_its_memory():
+    waits = [{"procs": 2, "s": 2e-6}, {"procs": 4, "s": 6e-6},
+             {"procs": 2, "s": 1.5e-4, "memory": "pageable"}, {"procs": 2, "s": 3e-5, "memory": "pinned"}]
+    m = machine(collective_wait_s=waits)
+    assert m.wait_s(2) == 2e-6 and m.wait_s(2, "pageable") == 1.5e-4 and m.wait_s(2, "pinned") == 3e-5
+    assert m.wait_s(4, "pageable") == 1.5e-4   # the nearest measured count beyond them
+    assert m.wait_s(1, "pageable") == 0.0
+    assert machine(collective_wait_s=waits[:2]).wait_s(2, "pinned") == 2e-6   # no staged points: equal ranks'
+    kw = dict(layer_sizes=(784, 512, 10), batch=3200, procs=2, comm="mpi-staged")
+    assert predict_batch(m, **kw, batch_transfer="pageable").terms["rank_wait"] == 1.5e-4
+    assert predict_batch(m, **kw, batch_transfer="resident").terms["rank_wait"] == 3e-5   # staged through pinned
+    assert predict_batch(m, **{**kw, "comm": "nccl"}, batch_transfer="pageable").terms["rank_wait"] == 2e-6
+    # the staged wait is the host's: a step through pageable memory takes that much longer than with the
+    # equal-ranks wait alone
+    plain = machine(collective_wait_s=waits[:2])
+    t = [predict_batch(x, **kw, batch_transfer="pageable").total_s for x in (plain, m)]
+    assert t[1] - t[0] == pytest.approx(1.5e-4 - 2e-6)
+    with pytest.raises(MachineError, match="toy.yaml: collective_wait_s\\[0\\] memory"):
+        machine(collective_wait_s=[{"procs": 2, "s": 1e-6, "memory": "device"}])
+
+
 def test_reference_kernels_use_their_own_rates():
     rows = [{"m": 512, "n": 3200, "k": 784, "precision": "float32", "flops_per_s": 3e13},
             {"m": 512, "n": 3200, "k": 784, "precision": "float32", "flops_per_s": 1e12, "kernel": "naive"}]

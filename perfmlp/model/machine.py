@@ -62,10 +62,15 @@ class CollectivePoint:
 
 @dataclass(frozen=True)
 class WaitPoint:
-    """Time the job loses per collective to the slowest of `procs` ranks when
-    their work is the same (arrival jitter), seconds."""
+    """Time the job loses per collective to the slowest of `procs` ranks,
+    seconds: with `memory` None when their work is the same GPU work
+    (arrival jitter); with `memory` (pageable, pinned) per step of the staged
+    exchange whose host copies go through that memory, beyond the step's
+    parts each timed alone (the ranks' copies, D2H and MPI differ from batch
+    to batch: calibrate.staged_wait)."""
     procs: int
     s: float
+    memory: str | None = None
 
 
 @dataclass(frozen=True)
@@ -307,12 +312,16 @@ class Machine:
             return alone
         return piecewise_linear([(1, alone)] + pts, procs)
 
-    def wait_s(self, procs: int) -> float:
+    def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
-        (linear in p between measured counts, the nearest beyond them; 0 on one)."""
-        if procs <= 1 or not self.collective_wait_s:
+        (linear in p between measured counts, the nearest beyond them; 0 on
+        one): with `memory`, a staged exchange's through that host memory
+        where the file has such points, else the equal-work wait."""
+        pts = sorted((w.procs, w.s) for w in self.collective_wait_s if w.memory == memory)
+        if memory is not None and not pts:
+            return self.wait_s(procs)
+        if procs <= 1 or not pts:
             return 0.0
-        pts = sorted((w.procs, w.s) for w in self.collective_wait_s)
         if procs <= pts[0][0]:
             return pts[0][1] * (procs - 1) / max(pts[0][0] - 1, 1)
         return piecewise_linear(pts, procs)
@@ -463,9 +472,11 @@ def _copy_point(entry) -> CopyPoint:
 
 
 def _wait_point(entry) -> WaitPoint:
-    entry = _entry(entry, ("procs", "s"))
+    entry = _entry(entry, ("procs", "s"), ("memory",))
+    memory = entry.get("memory")
     return WaitPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
-                     checks.non_negative("s", checks.number("s", entry["s"])))
+                     checks.non_negative("s", checks.number("s", entry["s"])),
+                     None if memory is None else checks.choice("memory", memory, ("pageable", "pinned")))
 
 
 def _kernel_time(entry) -> KernelTime:

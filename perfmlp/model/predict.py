@@ -42,8 +42,11 @@ each with the trace phase group that measures it (TERM_GROUP):
   model (MPI 2(p-1) alpha + 2(p-1)/p n / bw, NCCL alpha + 2(p-1)/p n / bw);
   with `overlap`, only the part the backward pass does not hide (below);
 - rank_wait: the calibrated wait for the slowest rank at the collective
-  (arrival jitter of equal ranks; imbalance of unequal pieces is already in
-  the slowest rank's own terms); 0 on one process.
+  (arrival jitter of equal ranks; with the staged exchange, the staged
+  step's own where the file has it: its host copies, D2H and MPI vary from
+  rank to rank and batch to batch, calibrate.staged_wait; imbalance of
+  unequal pieces is already in the slowest rank's own terms); 0 on one
+  process.
 
 Overlap (gradient allreduce started per layer as each gradient is written,
 the first layer's split into buckets of bucket_bytes) is a two-stage
@@ -451,8 +454,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         detail.update(buckets=len(buckets), comm_s=total_comm, hidden_comm_s=total_comm - exposed)
     else:
         terms.update(comm_s(machine, comm, g, procs, batch_transfer))
-    if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):
-        terms["rank_wait"] = machine.wait_s(procs)
+    if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):   # the staged step's own where measured
+        terms["rank_wait"] = machine.wait_s(procs, staging_memory(batch_transfer) if comm == "mpi-staged" else None)
     # the tracer at the end of each recorded phase: host time, and a CUDA event's GPU time at `phases`
     # (host MPI, comm mpi, is the NumPy backend's run: no GPU, no tracer cost priced)
     traced = cost is not None and comm != "mpi"

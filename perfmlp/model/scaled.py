@@ -86,7 +86,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
                         for c in measured.host_copy_s]
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
-    v["collective_wait_s"] = [{"procs": w.procs, "s": w.s} for w in measured.collective_wait_s]
+    v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
+                              for w in measured.collective_wait_s]   # host and jitter: carried as measured
     v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
                      for k in measured.kernel_s]
     v["name"] = f"{measured.name} scaled to {target_datasheet.name}"
