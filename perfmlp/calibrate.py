@@ -57,7 +57,10 @@ Measured on this rank's GPU:
   reducer, the train loop's tracer calls around it) at a size where the GPU
   work is negligible, untraced and with the tracer at its counters level:
   one rank alone (launch_overhead_s, trace_phase_host_s), then groups of 2
-  and P ranks launching at once, the slowest rank's (host_dispatch_s).
+  and P ranks launching at once, the slowest rank's (host_dispatch_s); and
+  the host's time per batch of the same step as a CUDA graph, one rank
+  (graph_step_host_s: the replay's launch, the copies into its static
+  inputs and the loop's own work between batches).
 What is not measured is taken from --base and the source line says so.
 """
 from __future__ import annotations
@@ -751,12 +754,15 @@ def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int])
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
     """This rank's host seconds per step of the trainer's eager step at a
     tiny size (median over rounds, each round started together after a
-    barrier and ended synchronised), untraced and traced (counters)."""
+    barrier and ended synchronised), untraced and traced (counters), and of
+    its graph step (the whole step one replay, resident pieces copied into
+    its static inputs), untraced."""
     import tempfile
     from types import SimpleNamespace
     from .batches import DeviceBatches
     from .comm import NcclReducer, SingleWorld
     from .gpu import use_device
+    from .gpu.graph import GraphStep
     from .step import step
     from .trace.format import Counts
     from .trace.writer import NullTracer, make_tracer
@@ -772,15 +778,16 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
     tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world1)
     tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
     counts = Counts()
-    out = {"untraced": [], "traced": []}
-    for r in range(rounds + 1):             # round 0 warms up
-        for key, tr in (("untraced", NullTracer()), ("traced", tracer)):
+    graph = GraphStep(cp, net, batches, reducer, stream)
+    out = {"untraced": [], "traced": [], "graph": []}
+    for r in range(rounds + 1):             # round 0 warms up (and captures the graph)
+        for key, tr in (("untraced", NullTracer()), ("traced", tracer), ("graph", NullTracer())):
             net.ops = tr.ops
             barrier()
             t0 = time.perf_counter()
             for k in range(reps):
                 tr.begin_batch(0, k, bl, bl)
-                step(net, batches, reducer, 0, bl, tr.phase, counts)
+                step(net, batches, reducer, 0, bl, tr.phase, counts, graph if key == "graph" else None)
                 tr.end_batch(None, counts)
                 counts.reset()
             stream.synchronize()
@@ -828,6 +835,9 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
             + " ".join(f"{v * 1e6:.2f}" for v in trace) + f" us (slowest: rank {slow})")
         if g == 1:
             res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
+            res["graph_step_host_s"] = per_rank[0]["graph"]
+            log(f"host time per batch of the graph step (resident, one replay), one rank: "
+                f"{per_rank[0]['graph'] * 1e6:.2f} us")
         else:
             points.append({"procs": g, "launch_s": float(launch[slow]), "trace_phase_s": float(trace[slow])})
     if points:
@@ -839,7 +849,7 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     """The mean of two host_dispatch results (rank 0's; {} elsewhere)."""
     if not a:
         return {}
-    out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s")}
+    out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s")}
     if a.get("host_dispatch_s"):
         out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
                                   for x, y in zip(a["host_dispatch_s"], b["host_dispatch_s"])]
@@ -922,7 +932,7 @@ def main(argv=None) -> int:
     for k in tables:
         values[k] = res.get(k, [])
     for k in ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
-              "graph_launch_s",
+              "graph_launch_s", "graph_step_host_s",
               "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s"):
         if k in res:
             values[k] = float(res[k])

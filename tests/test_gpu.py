@@ -98,9 +98,12 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
     from perfmlp.comm import SingleWorld
     lines = []
     res = host_dispatch(cp, SingleWorld(), lines.append, rounds=2, reps=20)
-    assert set(res) == {"launch_overhead_s", "trace_phase_host_s"}
+    assert set(res) == {"launch_overhead_s", "trace_phase_host_s", "graph_step_host_s"}
     assert 1e-7 < res["launch_overhead_s"] < 1e-3 and 0 <= res["trace_phase_host_s"] < 1e-3
-    assert len(lines) == 1 and "1 rank(s) at once" in lines[0]
+    # the graph step's host a batch: one replay and the two copies into its inputs, not the eager
+    # step's 10 launches (the loop's own work in both)
+    assert 1e-7 < res["graph_step_host_s"] < 10 * res["launch_overhead_s"]
+    assert len(lines) == 2 and "1 rank(s) at once" in lines[0] and "graph step" in lines[1]
 
 
 @gpu

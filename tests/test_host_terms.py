@@ -229,11 +229,12 @@ def test_carried_to_another_gpu_a_host_copy_keeps_its_latency():
 
 def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
     from perfmlp.calibrate import mean_dispatch
-    a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "host_dispatch_s": DISPATCH}
-    b = {"launch_overhead_s": 14e-6, "trace_phase_host_s": 2e-6,
+    a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "graph_step_host_s": 50e-6, "host_dispatch_s": DISPATCH}
+    b = {"launch_overhead_s": 14e-6, "trace_phase_host_s": 2e-6, "graph_step_host_s": 70e-6,
          "host_dispatch_s": [{**d, "launch_s": 2 * d["launch_s"]} for d in DISPATCH]}
     m = mean_dispatch(a, b)
     assert m["launch_overhead_s"] == pytest.approx(12e-6) and m["trace_phase_host_s"] == pytest.approx(3e-6)
+    assert m["graph_step_host_s"] == pytest.approx(60e-6)
     assert [d["launch_s"] for d in m["host_dispatch_s"]] == pytest.approx([30e-6, 24e-6])
     assert [d["procs"] for d in m["host_dispatch_s"]] == [2, 4]
     assert mean_dispatch({}, {}) == {}   # ranks other than 0

@@ -12,8 +12,8 @@ import pytest
 
 from perfmlp.model.costs import grad_buffer_bytes
 from perfmlp.model.machine import MachineError, load_machine, machine_from_mapping
-from perfmlp.model.predict import (GROUPS, TERM_GROUP, Item, allreduce_s, gradient_buckets, overlap_pipeline,
-                                   predict_batch, timeline_batch_s)
+from perfmlp.model.predict import (GROUPS, TERM_GROUP, Item, allreduce_s, gradient_buckets, graph_loop_host_s,
+                                   overlap_pipeline, predict_batch, timeline_batch_s)
 from perfmlp.trace.format import PHASE_TERMS
 
 from conftest import ROOT
@@ -98,6 +98,27 @@ def test_shared_copies_wait_and_allreduce_table():
         machine(allreduce_s=[{"comm": "gloo", "procs": 2, "bytes": 1, "s": 1.0}])
     with pytest.raises(MachineError, match="gemm_flops_per_s\\[0\\] kernel"):
         machine(gemm_flops_per_s=[{"m": 1, "n": 1, "k": 1, "precision": "float32", "flops_per_s": 1, "kernel": "x"}])
+
+
+def test_a_graph_runs_loop_costs_the_host_what_the_calibration_left_after_the_launches():
+    # graph step measured at 100 us of host a batch on one rank: 2 copy calls (10 us each) and the
+    # launch (4 us) leave 76 us of the loop's own work, once a batch in graph mode only
+    m, plain = machine(graph_launch_s=4e-6, graph_step_host_s=100e-6), machine(graph_launch_s=4e-6)
+    assert graph_loop_host_s(m) == pytest.approx(76e-6) and graph_loop_host_s(plain) == 0.0
+    assert graph_loop_host_s(machine(graph_launch_s=4e-6, graph_step_host_s=10e-6)) == 0.0   # never negative
+    kw = dict(layer_sizes=(784, 512, 10), batch=100, procs=1, comm="nccl", batch_transfer="resident", exec_mode="graph")
+    # the GPU work is negligible: the host's 100 us a batch is the step, all of it as measured
+    assert predict_batch(m, **kw).total_s == pytest.approx(100e-6)
+    assert predict_batch(plain, **kw).total_s == pytest.approx(24e-6)
+    eager = {**kw, "exec_mode": "eager"}
+    assert predict_batch(m, **eager).total_s == predict_batch(plain, **eager).total_s   # eager: in launch_s already
+    # behind a replay, a pageable copy hides less of it when the loop's host work comes between
+    pts = [{"procs": 1, "direction": "h2d", "memory": "pageable", "bytes": n, "s": n / 1e9, "ahead_s": 2e-4,
+            "blocks": True, "ahead_delay_s": 1e-5} for n in (1_000_000, 20_000_000)]
+    big = dict(graph_launch_s=4e-6, peak_flops_per_s_float32=5e13, host_copy_s=pts)   # a replay of 154 us
+    pk = {**kw, "batch": 3200, "batch_transfer": "pageable"}
+    a, b = predict_batch(machine(**big), **pk), predict_batch(machine(**big, graph_step_host_s=100e-6), **pk)
+    assert a.detail["h2d_hidden_s"] > b.detail["h2d_hidden_s"] and b.total_s > a.total_s
 
 
 def test_the_staged_exchange_waits_as_calibrated_for_its_memory():

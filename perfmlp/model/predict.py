@@ -19,8 +19,10 @@ each with the trace phase group that measures it (TERM_GROUP):
   enqueues kernels while earlier ones run, so only max(0, host time - GPU
   time) adds to the batch;
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment
-  (one step; the staged scheme is two segments around the host allreduce),
-  and the GPU's own time per replay beyond its kernels (graph_replay_gap_s);
+  (one step; the staged scheme is two segments around the host allreduce)
+  and the training loop's own host work between replays
+  (graph_loop_host_s, from the calibrated graph_step_host_s), and the GPU's
+  own time per replay beyond its kernels (graph_replay_gap_s);
 - tracing (traced runs): the GPU time of the tracer's CUDA events (one per
   recorded phase eager, one per segment in graph mode), at the `phases`
   trace level only (TRACE_COSTS below); the tracer's host time per phase,
@@ -183,6 +185,19 @@ def launch_host_s(machine: Machine, traced: bool, procs: int = 1) -> float:
     if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
         return machine.traced_launch_overhead_s
     return machine.launch_s(procs)
+
+
+def graph_loop_host_s(machine: Machine) -> float:
+    """Host time per batch of a graph-mode run beyond its launches: the
+    training loop's own work between replays (the tracer's hooks, the batch
+    piece's views, the step's Python). graph_step_host_s, the host's time
+    per batch of the resident graph step on one rank, less what the
+    timeline already gives that step's host (its two copies into the
+    static inputs at launch_overhead_s each and the graph launch); 0 in a
+    file without it."""
+    if not machine.graph_step_host_s:
+        return 0.0
+    return max(0.0, machine.graph_step_host_s - 2 * machine.launch_overhead_s - machine.graph_launch_s)
 
 
 def graph_segments(comm: str) -> int:
@@ -531,10 +546,11 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
             items.append(Item(c, per_kernel, blocking=pageable))
     if copies and batch_transfer != "resident":
         event()
+    loop = [Item(0.0, graph_loop_host_s(machine))] if graph else []   # the loop's host work between replays
     if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
         gpu = sum(sum(k) for k in phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
         items.append(Item(gpu + machine.graph_replay_gap_s + ev_gpu * traced, machine.graph_launch_s + ev_host * traced))
-        return items
+        return items + loop
     segment(("forward", "loss", "backward"))
     wait = terms["rank_wait"]
     if comm == "mpi-staged":
@@ -549,4 +565,4 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
         items.append(Item(terms["allreduce"] + wait, per_kernel))
         event()
     segment(("update",), replay=False)  # one kernel, launched after the exchange in both modes
-    return items
+    return items + loop
