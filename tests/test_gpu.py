@@ -167,9 +167,10 @@ def test_the_staged_step_and_its_parts_on_one_rank():
     for memory in ("pageable", "pinned"):
         parts, step = _staged_parts(cp, None, memory, (4 * 800 * 784, 4 * 800 * 10),
                                     grad_buffer_bytes((784, 512, 10), 4), cycles, reps=10)
-        # the step makes the same copies (less its spin's GPU time): no less than most of the parts, and its
-        # host's calls and one kernel launch add microseconds, not the parts again
-        assert 0 < parts < 0.05 and 0.8 * parts < step < 2 * parts + 1e-3, (memory, parts, step)
+        # the step makes the same copies, one after another (less its spin's GPU time), and its host's
+        # calls and one kernel launch add microseconds, not the parts again; in the step's order the
+        # pageable copies may be faster than alone (one H100, d6f14f8: 0.71 ms against 1.02)
+        assert 0 < parts < 0.05 and 0.4 * parts < step < 2 * parts + 1e-3, (memory, parts, step)
     assert staged_wait(cp, SingleWorld(), print, [(1000, 100)], [1000]) == []   # one rank waits for none
 
 

@@ -1,0 +1,75 @@
+"""How steady is the host's side of a copy? (issue 13: the trainer's
+pageable copies came out 18-27% slower than calibrated on one H100,
+validate4, and 20-25% faster on another, validate5; on 2 x H200 the same
+microbenchmark drifted 20-40% within a minute, staged_cycle.)
+
+One process: every --every seconds for --rounds rounds, the median of 10
+H2D copies of each size from rotating slices of a 256 MB host array,
+pageable (host wall time: the host stages it) and pinned (GPU time between
+events), as calibrate.host_copies times them. Run it several times in a
+row (each launch a new process: the host's speed is drawn again) and
+compare within a launch with between launches. Prints one line per round
+and a summary; appends JSON lines to --out.
+
+    for i in 1 2 3 4; do python3 benchmarks/host_drift.py --launch $i --out $OUT/drift.jsonl; done
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from statistics import median
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="2508800,10035200")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--every", type=float, default=2.0)
+    ap.add_argument("--launch", default="1")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    import cupy as cp
+    import cupyx
+    sizes = [int(n) for n in a.sizes.split(",")]
+    big = 256 * 1000 * 1000
+    hosts = {"pageable": np.ones(big, np.uint8), "pinned": cupyx.empty_pinned(big, np.uint8)}
+    hosts["pinned"][...] = 1
+    d = cp.empty(max(sizes), cp.uint8)
+    s = cp.cuda.Stream(non_blocking=True)
+    ev = cp.cuda.Event(), cp.cuda.Event()
+    rows = []
+    t_start = time.perf_counter()
+    for r in range(a.rounds):
+        row = {"launch": a.launch, "round": r, "t_s": time.perf_counter() - t_start}
+        for mem, h in hosts.items():
+            for n in sizes:
+                ts, k = [], 0
+                for i in range(13):
+                    off = (k % (big // n)) * n
+                    k += 1
+                    t0 = time.perf_counter()
+                    ev[0].record(s)
+                    d[:n].set(h[off:off + n], stream=s)
+                    ev[1].record(s)
+                    ev[1].synchronize()
+                    t = cp.cuda.get_elapsed_time(*ev) * 1e-3 if mem == "pinned" else time.perf_counter() - t0
+                    if i >= 3:
+                        ts.append(t)
+                row[f"{mem}_{n}_us"] = median(ts) * 1e6
+        rows.append(row)
+        print(" ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+        time.sleep(max(0.0, a.every - (time.perf_counter() - t_start - row["t_s"])))
+    for key in (k for k in rows[0] if k.endswith("_us")):
+        v = [r[key] for r in rows]
+        print(f"launch {a.launch} {key}: median {median(v):.0f}, range {min(v):.0f}-{max(v):.0f} "
+              f"({(max(v) - min(v)) / median(v) * 100:.1f}% of the median)")
+    with open(a.out, "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
