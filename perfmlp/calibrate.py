@@ -455,7 +455,7 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     time at the largest size, for sizes beyond the points)."""
     import cupyx
     P = world.size
-    reps, slots = 24, 8
+    reps, rounds, warm, slots = 24, 3, 4, 8
     top = max(n for ns in sizes.values() for n in ns)
     big = max(256 * 1000 * 1000, slots * top)
     d = cp.empty(top, dtype=cp.uint8)
@@ -464,49 +464,59 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     s = cp.cuda.get_current_stream()
     a, b = cp.cuda.Event(), cp.cuda.Event()
     points, aggregate = [], []
+    keys = [(direction, mem, n) for direction, ns in sizes.items() for mem in hosts for n in sorted(set(ns))]
     for g in sorted({1, min(2, P), P}):
         member = world.rank < g
-        for direction, ns in sizes.items():
-            for mem, h in hosts.items():
-                line = []
-                for n in sorted(set(ns)):
-                    ts = []
-                    k = [0]
+        ts: dict = {key: [] for key in keys}
+        copies: dict = {}
+        for key in keys:
+            direction, mem, n = key
+            h, k = hosts[mem], [0]
 
-                    def copy():  # a new slice each call, as the trainer's batches are
-                        off = (k[0] % (big // n)) * n
-                        k[0] += 1
-                        if direction == "h2d":
-                            d[:n].set(h[off:off + n], stream=s)
-                        else:
-                            d[:n].get(out=h[off:off + n], stream=s, blocking=False)
-                    for i in range(reps):
-                        world.barrier()
-                        if not member:
-                            continue
-                        t = _copy_time(cp, copy, mem == "pinned", a, b)
-                        if i >= 4:
-                            ts.append(t)
-                    slowest = max(t for t in world.allgather(float(median(ts)) if member else None)
-                                  if t is not None)
-                    point = {"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest}
-                    line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
-                    if (direction, mem) == ("h2d", "pageable"):
-                        # behind a busy stream, all members at once: the least staged ahead, any blocking
-                        world.barrier()
-                        mine = pageable_ahead(cp, copy, median(ts)) if member else None
-                        got = [x for x in world.allgather(mine) if x is not None]
-                        point.update(ahead_s=min(x[0] for x in got), blocks=any(x[1] for x in got))
-                        if point["blocks"]:   # the slowest member's delay
-                            point["ahead_delay_s"] = max(x[2] for x in got if x[2] is not None)
-                        line[-1] += (f" ({point['ahead_s'] * 1e6:.0f} ahead" + (
-                            f", blocks, {point['ahead_delay_s'] * 1e6:.0f} delay" if point['blocks'] else "") + ")")
-                    points.append(point)
-                if g > 1:
-                    aggregate.append({"procs": g, "direction": direction, "memory": mem,
-                                      "bytes_per_s": g * n / slowest})
-                log(f"{direction} {mem}, {'one rank alone' if g == 1 else f'{g} ranks at once'} "
-                    f"(slowest rank, us): {', '.join(line)}")
+            def copy(direction=direction, h=h, n=n, k=k):  # a new slice each call, as the trainer's batches are
+                off = (k[0] % (big // n)) * n
+                k[0] += 1
+                if direction == "h2d":
+                    d[:n].set(h[off:off + n], stream=s)
+                else:
+                    d[:n].get(out=h[off:off + n], stream=s, blocking=False)
+            copies[key] = copy
+        # the host's copy speed drifts over seconds (one H100, benchmarks/results/h100/drift: a pageable
+        # copy's median over 10 calls moved 27-54% within 16 s of one process): each point's calls are
+        # spread over the group's whole measurement, in rounds over every point, not taken in one burst
+        for rnd in range(rounds):
+            for key in keys:
+                for i in range((warm if rnd == 0 else 0) + reps // rounds):
+                    world.barrier()
+                    if not member:
+                        continue
+                    t = _copy_time(cp, copies[key], key[1] == "pinned", a, b)
+                    if rnd or i >= warm:
+                        ts[key].append(t)
+        lines: dict = {}
+        for key in keys:
+            direction, mem, n = key
+            mine = float(median(ts[key])) if member else None
+            slowest = max(t for t in world.allgather(mine) if t is not None)
+            point = {"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest}
+            line = lines.setdefault((direction, mem), [])
+            line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
+            if (direction, mem) == ("h2d", "pageable"):
+                # behind a busy stream, all members at once: the least staged ahead, any blocking
+                world.barrier()
+                ahead = pageable_ahead(cp, copies[key], mine) if member else None
+                got = [x for x in world.allgather(ahead) if x is not None]
+                point.update(ahead_s=min(x[0] for x in got), blocks=any(x[1] for x in got))
+                if point["blocks"]:   # the slowest member's delay
+                    point["ahead_delay_s"] = max(x[2] for x in got if x[2] is not None)
+                line[-1] += (f" ({point['ahead_s'] * 1e6:.0f} ahead" + (
+                    f", blocks, {point['ahead_delay_s'] * 1e6:.0f} delay" if point['blocks'] else "") + ")")
+            points.append(point)
+            if g > 1 and n == max(sizes[direction]):
+                aggregate.append({"procs": g, "direction": direction, "memory": mem, "bytes_per_s": g * n / slowest})
+        for (direction, mem), line in lines.items():
+            log(f"{direction} {mem}, {'one rank alone' if g == 1 else f'{g} ranks at once'} "
+                f"(slowest rank, us): {', '.join(line)}")
     return points, aggregate
 
 

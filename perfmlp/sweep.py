@@ -16,6 +16,9 @@ The file:
     min_steady_batches: 20           # optional: n_train sized from the batch so that every run
                                      #   has at least this many steady batches (the trace
                                      #   reader's rule: the first WARMUP_BATCHES of each epoch are left out)
+    min_steady_seconds: 2            # optional, with a prediction machine file: more epochs over the
+                                     #   same samples until the steady batches last about this long
+                                     #   by the prediction (lengthen)
     predict: h200-calibrated         # optional (or --predict): the machine file the blind
                                      #   predictions are made with, before the runs
 
@@ -64,6 +67,7 @@ import datetime as dt
 import hashlib
 import itertools
 import json
+import math
 import os
 import shlex
 import signal
@@ -80,7 +84,8 @@ from .errors import PerfmlpError
 from .trace.format import WARMUP_BATCHES
 from .trace.reader import TraceError, read_run
 
-SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc", "repeats", "min_steady_batches", "predict"}
+SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc", "repeats", "min_steady_batches",
+              "min_steady_seconds", "predict"}
 PREDICTIONS = "predictions.json"
 MORE_PREDICTIONS = "predictions-*.json"   # --predict-also: one per machine file
 PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
@@ -184,6 +189,32 @@ def steady_n_train(cfg: Config, min_steady: int) -> int:
     (WARMUP_BATCHES of each epoch are not steady)."""
     per_epoch = WARMUP_BATCHES + -(-min_steady // cfg.epochs)
     return cfg.batch_size * per_epoch
+
+
+def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) -> list[SweepRun]:
+    """Each run with as many epochs (at least its own) as its steady batches
+    need to last `seconds` at the time per batch `machine_arg` predicts
+    (predict_run); its samples, and so its host memory, stay as they are.
+    Why: the host's copy speed drifts over seconds (one H100,
+    benchmarks/results/h100/drift: a pageable copy's median over 10 calls
+    moved 27-54% within 16 s), and 20 batches of 0.1-4 ms sample one
+    moment of it. A run's id covers its epochs, so the ids follow the
+    machine file's predictions."""
+    from .model.machine import load_machine
+    machine = load_machine(machine_arg)
+    out = []
+    for r in runs:
+        c = r.config
+        steady = max(-(-c.n_train // c.batch_size) - WARMUP_BATCHES, 1)
+        per_batch = predict_run(machine, r)["total_s"]
+        epochs = max(c.epochs, math.ceil(seconds / (per_batch * steady)))
+        if epochs == c.epochs:
+            out.append(r)
+            continue
+        values = {**r.values, "epochs": epochs}
+        cfg = from_mapping(values, where=f"{name}: ")
+        out.append(SweepRun(sweep_run_id(name, cfg, r.procs, r.repeat), r.procs, values, cfg, r.repeat))
+    return out
 
 
 # ---- blind predictions ---------------------------------------------------------
@@ -387,6 +418,21 @@ def main(argv=None) -> int:
         hidden, local = calibration_sizes(runs)
         print(",".join(map(str, hidden)), ",".join(map(str, local)))
         return 0
+    machine_for_predictions = a.predict or spec.get("predict")
+    if spec.get("min_steady_seconds") is not None:
+        seconds = spec["min_steady_seconds"]
+        try:
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                raise PerfmlpError(f"{a.file}: min_steady_seconds must be a positive number of seconds, "
+                                   f"got {seconds!r}")
+            if not machine_for_predictions:
+                raise PerfmlpError(f"{a.file}: min_steady_seconds needs a machine file to predict with "
+                                   "(--predict or the sweep's predict)")
+            runs = lengthen(runs, str(machine_for_predictions), float(seconds),
+                            str(spec.get("name") or Path(a.file).stem))
+        except (PerfmlpError, ValueError) as e:
+            print(f"perfmlp.sweep: error: {e}", file=sys.stderr)
+            return 2
     launcher = shlex.split(os.environ.get("PERFMLP_MPIRUN", "mpiexec"))
     trace_dir = Path(a.trace_dir)
     cfg_dir = trace_dir / ".sweep-configs"
@@ -395,7 +441,6 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"perfmlp.sweep: error: cannot create {cfg_dir}: {e.strerror}", file=sys.stderr)
         return 2
-    machine_for_predictions = a.predict or spec.get("predict")
     targets = ([(trace_dir / PREDICTIONS, str(machine_for_predictions))] if machine_for_predictions else []) + \
         [(more_predictions_path(trace_dir, m), m) for m in a.predict_also]
     if targets:

@@ -223,3 +223,31 @@ def test_blind_predictions_are_at_the_level_the_run_will_trace_at(values, exec_m
     want = predict_batch(m, cfg.layer_sizes, 20, 1, comm="nccl", batch_transfer="resident", exec_mode=exec_mode,
                          trace_level=None if level == "untraced" else level)
     assert entry["trace_level"] == level and entry["total_s"] == want.total_s
+
+
+def test_min_steady_seconds_adds_epochs_by_the_prediction():
+    from perfmlp.model.machine import load_machine
+    from perfmlp.sweep import lengthen, predict_run
+    spec = {"name": "s", "base": {**TINY, "backend": "cupy", "comm": "nccl", "batch_transfer": "resident",
+                                  "input_size": 784, "hidden_sizes": [512], "batch_size": 3200},
+            "min_steady_batches": 20, "runs": [{"procs": 1}, {"procs": 1, "batch_size": 800}]}
+    runs = expand(spec, "s.yaml")
+    m = load_machine("h200-calibrated")
+    long = lengthen(runs, "h200-calibrated", 2.0, "s")
+    for r, x in zip(runs, long):
+        assert x.config.n_train == r.config.n_train and r.config.epochs == 1   # the same samples, more epochs
+        t = predict_run(m, r)["total_s"]
+        steady = 20 * x.config.epochs
+        assert steady * t >= 2.0 > (steady - 20) * t   # the fewest epochs whose steady batches last 2 s
+        assert x.run_id != r.run_id and x.repeat == r.repeat
+    assert long[1].config.epochs > long[0].config.epochs   # smaller batches: more of them
+    assert lengthen(runs, "h200-calibrated", 1e-9, "s") == runs   # already long enough: unchanged
+
+
+@pytest.mark.parametrize("value, words", [(0, "positive number"), ("2", "positive number"), (True, "positive"),
+                                          (2, "needs a machine file")])
+def test_min_steady_seconds_is_checked(tmp_path, value, words):
+    f = tmp_path / "s.yaml"
+    f.write_text(json.dumps({"name": "s", "base": TINY, "min_steady_seconds": value, "runs": [{"procs": 1}]}))
+    r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "t"), "--no-report"])
+    assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1
