@@ -448,9 +448,13 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     size of `sizes` ({direction: [bytes]}: the batch pieces H2D, the gradient
     buffers both ways), pageable and pinned, each from a rotating offset of
     a host array larger than the host's caches (the trainer copies a new
-    slice every batch). A pinned copy is timed between CUDA events on its
-    stream (GPU time), a pageable one by the host's wall clock (it blocks
-    the host); a point is the slowest member's median. Returns (host_copy_s
+    slice every batch). A pinned copy is timed as GPU time per copy of 4
+    queued back to back behind a spin kernel (the trainer queues its pinned
+    copies behind the step's kernels and the piece's x before its y; one
+    copy between two events adds the engines' start, about 12 us on an
+    H100: h100/validate6, where 32 KB took 15 us that way), a pageable one
+    by the host's wall clock (it blocks the host); a point is the slowest
+    member's median. Returns (host_copy_s
     points, copy_aggregate_bytes_per_s: each group's g x bytes over that
     time at the largest size, for sizes beyond the points)."""
     import cupyx
@@ -490,7 +494,10 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
                     world.barrier()
                     if not member:
                         continue
-                    t = _copy_time(cp, copies[key], key[1] == "pinned", a, b)
+                    if key[1] == "pinned":   # GPU time per copy of 4 queued back to back behind a spin, as the
+                        t = queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]   # trainer queues them
+                    else:
+                        t = _copy_time(cp, copies[key], False, a, b)
                     if rnd or i >= warm:
                         ts[key].append(t)
         lines: dict = {}
