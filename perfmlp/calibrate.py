@@ -60,7 +60,9 @@ Measured on this rank's GPU:
   and P ranks launching at once, the slowest rank's (host_dispatch_s); and
   the host's time per batch of the same step as a CUDA graph, one rank
   (graph_step_host_s: the replay's launch, the copies into its static
-  inputs and the loop's own work between batches).
+  inputs and the loop's own work between batches); and the eager step's
+  host time per operation at each of the trainer's sizes over its time at
+  the tiny one, in the same rounds (launch_size_factor).
 What is not measured is taken from --base and the source line says so.
 """
 from __future__ import annotations
@@ -817,6 +819,55 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
 DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16
 
 
+def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
+    """The host's time per operation of the eager step at the trainer's sizes
+    (784-H-10 for H in `hidden`, pieces of b in `local`; the step of
+    _dispatch_step_times, untraced, resident pieces, NCCL over one rank)
+    over its time at DISPATCH_SIZES, in the same rounds (the host's speed
+    drifts from one round to the next: a ratio of neighbours cancels it):
+    the host enqueues `reps` steps and the GPU runs them after (one H100,
+    benchmarks/results/h100/validate7/diag: 12.4 us an operation at the
+    calibration's size, 16-24 at the trainer's). Median ratio over the
+    rounds after the first; launch_size_factor entries {hidden, batch,
+    factor}."""
+    from .batches import DeviceBatches
+    from .comm import NcclReducer
+    from .gpu import use_device
+    from .partition import LocalGroup
+    from .step import step
+    from .trace.format import Counts
+    from .trace.writer import NullTracer
+    stream = use_device(cp, cp.cuda.Device().id)
+    group, tr, counts = LocalGroup(), NullTracer(), Counts()
+    setups = {}
+    for key in [(0, DISPATCH_BATCH)] + [(h, b) for h in hidden for b in local]:
+        sizes, b = (DISPATCH_SIZES, key[1]) if key[0] == 0 else ((Config.input_size, key[0], Config.num_classes), key[1])
+        net, _, _ = step_network(cp, sizes, "float32", b)
+        rng = np.random.default_rng(0)
+        x = rng.random((b, sizes[0]), dtype=np.float32)
+        y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], b)]
+        setups[key] = (net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net), b)
+    ratios: dict = {key: [] for key in setups if key[0]}
+    for rnd in range(rounds + 1):
+        t = {}
+        for key, (net, batches, reducer, b) in setups.items():
+            net.ops = tr.ops
+            stream.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step(net, batches, reducer, 0, b, tr.phase, counts)
+                counts.reset()
+            t[key] = time.perf_counter() - t0
+            stream.synchronize()
+        if rnd:
+            for key in ratios:
+                ratios[key].append(t[key] / t[(0, DISPATCH_BATCH)])
+    out = [{"hidden": h, "batch": b, "factor": float(median(r))} for (h, b), r in ratios.items()]
+    log("host time per operation of the eager step at the trainer's sizes, over the calibration's size: "
+        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out))
+    return out
+
+
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     """The host's time per operation of the eager step and the tracer's per
     phase: one rank alone (launch_overhead_s, trace_phase_host_s), then
@@ -929,11 +980,14 @@ def main(argv=None) -> int:
     if world.rank == 0 and waits:
         res["collective_wait_s"] = res.get("collective_wait_s", []) + waits
     res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
+    if world.rank == 0:
+        res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
+    world.barrier()
     if world.rank != 0:
         return 0
     date = dt.date.today().isoformat()
     tables = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-              "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s")
+              "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
     measured = sorted(k for k in res if k not in tables) + [t for t in tables if res.get(t)]
     values = {"name": a.name or f"{gpu_name} (calibrated)",
               "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {world.size}, "

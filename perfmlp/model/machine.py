@@ -74,6 +74,16 @@ class WaitPoint:
 
 
 @dataclass(frozen=True)
+class LaunchFactor:
+    """The eager step's host time per operation at 784-`hidden`-10 with
+    pieces of `batch` over its time at the calibration's dispatch size
+    (calibrate.dispatch_size_factors)."""
+    hidden: int
+    batch: int
+    factor: float
+
+
+@dataclass(frozen=True)
 class DispatchPoint:
     """The host's time per operation an eager step launches (`launch_s`)
     and the tracer's per recorded phase (`trace_phase_s`), with `procs`
@@ -187,6 +197,7 @@ class Machine:
     copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
     d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
     host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
+    launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -313,6 +324,15 @@ class Machine:
             return alone
         return piecewise_linear([(1, alone)] + pts, procs)
 
+    def launch_factor(self, hidden: int, batch: int) -> float:
+        """launch_size_factor at the measured (hidden, batch) nearest to these
+        (by the ratio of each, summed in log), 1 in a file without it."""
+        if not self.launch_size_factor:
+            return 1.0
+        near = min(self.launch_size_factor,
+                   key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))
+        return near.factor
+
     def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
         (linear in p between measured counts, the nearest beyond them; 0 on
@@ -389,7 +409,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s")
+           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -480,6 +500,13 @@ def _wait_point(entry) -> WaitPoint:
                      None if memory is None else checks.choice("memory", memory, ("pageable", "pinned")))
 
 
+def _launch_factor(entry) -> LaunchFactor:
+    entry = _entry(entry, ("hidden", "batch", "factor"))
+    return LaunchFactor(checks.positive("hidden", checks.integer("hidden", entry["hidden"])),
+                        checks.positive("batch", checks.integer("batch", entry["batch"])),
+                        checks.positive("factor", checks.number("factor", entry["factor"])))
+
+
 def _kernel_time(entry) -> KernelTime:
     entry = _entry(entry, ("kernel", "shape", "precision", "s"))
     shape = entry["shape"]
@@ -495,7 +522,7 @@ def _kernel_time(entry) -> KernelTime:
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
-                "host_copy_s": _host_copy_point}
+                "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor}
 
 
 def machine_from_mapping(data, where: str) -> Machine:

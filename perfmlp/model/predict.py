@@ -15,7 +15,8 @@ each with the trace phase group that measures it (TERM_GROUP):
 - launches (eager): the host time to launch the step's kernels (kernels
   times the host's time per launched operation, plus the tracer's host time
   per phase, both as calibrated with p ranks launching at once:
-  Machine.launch_s, trace_host_s) that the GPU work does not hide: the host
+  Machine.launch_s, trace_host_s, the first times the step's own size
+  factor, Machine.launch_factor) that the GPU work does not hide: the host
   enqueues kernels while earlier ones run, so only max(0, host time - GPU
   time) adds to the batch;
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment
@@ -478,6 +479,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     ev_host = machine.trace_host_s(procs) if traced else 0.0
     detail.update(trace_detail(trace_level))
     per_kernel = launch_host_s(machine, traced, procs)
+    if not graph:   # the eager step's host per operation at this size (calibrated at a tiny one)
+        per_kernel *= machine.launch_factor(max(layer_sizes[1:-1], default=layer_sizes[0]), b)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     step = [machine, phase_kernels, copies + staging, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
             traced]

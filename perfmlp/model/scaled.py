@@ -86,6 +86,7 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
                         for c in measured.host_copy_s]
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
+    v["launch_size_factor"] = [dataclasses.asdict(f) for f in measured.launch_size_factor]   # the host's
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
                               for w in measured.collective_wait_s]   # host and jitter: carried as measured
     v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
