@@ -110,8 +110,9 @@ def section_runs(a: Analysis) -> Section:
     ds, cal = a.machines.datasheet, a.machines.calibrated
     s = Section("Runs")
     s.paragraphs.append(f"{len(a.runs)} runs read. Time per batch is the median over the steady batches ({STEADY_RULE}) "
-                        f"of the slowest rank's CUDA-event "
-                        f"time (host clock on the CPU). Utilisation is the job's FLOPs per second over "
+                        f"of the slowest rank's time: a batch's GPU time where its trace timed it (CUDA events, "
+                        f"CUPTI), else, on a GPU run traced on the host clock, its epoch's synchronised wall time "
+                        f"per steady batch (the host clock on the CPU). Utilisation is the job's FLOPs per second over "
                         f"p x {ds.name} fp32/fp64 peak ({ds.peak_flops_per_s_float32 / 1e12:.1f} TFLOP/s fp32, "
                         f"datasheet).")
     if a.gpu_runs and len(a.gpu_runs) < len(a.runs):
