@@ -11,7 +11,8 @@ One process, the trainer's eager step (perfmlp/step.py, resident pieces,
 the NCCL reducer over one rank, untraced) at each size: host seconds per
 launched operation (the model's count: the step's kernels and its
 collective call), the GPU idle at each step's start (synchronised before,
-the step's own launches timed) and busy (30 steps enqueued back to back,
+the step's own launches timed; with --pollute after a pageable copy, as
+the trainer's eager pageable step launches right after its batch copy) and busy (30 steps enqueued back to back,
 the host's time to enqueue them), median of 5 rounds. Prints a table and
 appends JSON lines to --out.
 
@@ -37,6 +38,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="16x16,512x800,1024x800,1024x6400,2048x3200",
                     help="HxB pairs (784-H-10, pieces of B; 16x16 is the calibration's 16-16-10)")
+    ap.add_argument("--pollute", type=int, default=0, metavar="BYTES",
+                    help="before each idle-GPU step (untimed), a pageable H2D copy of BYTES from rotating slices "
+                         "of a 256 MB host array, as the trainer's pageable batch copy before its launches "
+                         "(default: none)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     import cupy as cp
@@ -50,6 +55,16 @@ def main() -> None:
     from perfmlp.trace.writer import NullTracer
     stream = use_device(cp, 0)
     group = LocalGroup()
+    big = 256 * 1000 * 1000
+    if a.pollute:
+        src, dst, k = np.ones(big, np.uint8), cp.empty(a.pollute, cp.uint8), [0]
+
+    def pollute():
+        if a.pollute:
+            off = (k[0] % (big // a.pollute)) * a.pollute
+            k[0] += 1
+            dst.set(src[off:off + a.pollute], stream=stream)
+            stream.synchronize()
     rows = []
     for pair in a.sizes.split(","):
         H, B = (int(v) for v in pair.split("x"))
@@ -66,7 +81,8 @@ def main() -> None:
         idle, busy, gpu = [], [], []
         for rnd in range(6):
             t = []
-            for k in range(30):
+            for _ in range(30):
+                pollute()
                 stream.synchronize()
                 t0 = time.perf_counter()
                 step(net, batches, reducer, 0, B, tr.phase, counts)
@@ -74,7 +90,7 @@ def main() -> None:
                 counts.reset()
             stream.synchronize()
             t0 = time.perf_counter()
-            for k in range(30):
+            for _ in range(30):
                 step(net, batches, reducer, 0, B, tr.phase, counts)
                 counts.reset()
             t1 = time.perf_counter()
@@ -84,10 +100,10 @@ def main() -> None:
                 idle.append(median(t) / ops)
                 busy.append((t1 - t0) / 30 / ops)
                 gpu.append((t2 - t0) / 30)
-        row = {"H": H, "B": B, "ops": ops, "idle_us": median(idle) * 1e6, "busy_us": median(busy) * 1e6,
-               "step_wall_us": median(gpu) * 1e6}
+        row = {"H": H, "B": B, "ops": ops, "pollute_bytes": a.pollute, "idle_us": median(idle) * 1e6,
+               "busy_us": median(busy) * 1e6, "step_wall_us": median(gpu) * 1e6}
         rows.append(row)
-        print(f"H={H} B={B}: host per operation, GPU idle {row['idle_us']:.2f} us, GPU busy {row['busy_us']:.2f} us "
+        print(f"H={H} B={B}{f' (a {a.pollute} B pageable copy before each idle step)' if a.pollute else ''}: host per operation, GPU idle {row['idle_us']:.2f} us, GPU busy {row['busy_us']:.2f} us "
               f"({ops} a step); step wall time back to back {row['step_wall_us']:.1f} us", flush=True)
     with open(a.out, "a") as f:
         for row in rows:
