@@ -103,8 +103,10 @@ def main() -> None:
         row = {"H": H, "B": B, "ops": ops, "pollute_bytes": a.pollute, "idle_us": median(idle) * 1e6,
                "busy_us": median(busy) * 1e6, "step_wall_us": median(gpu) * 1e6}
         rows.append(row)
-        print(f"H={H} B={B}{f' (a {a.pollute} B pageable copy before each idle step)' if a.pollute else ''}: host per operation, GPU idle {row['idle_us']:.2f} us, GPU busy {row['busy_us']:.2f} us "
-              f"({ops} a step); step wall time back to back {row['step_wall_us']:.1f} us", flush=True)
+        after = f" (a {a.pollute} B pageable copy before each idle step)" if a.pollute else ""
+        print(f"H={H} B={B}{after}: host per operation, GPU idle {row['idle_us']:.2f} us, "
+              f"GPU busy {row['busy_us']:.2f} us ({ops} a step); step wall time back to back "
+              f"{row['step_wall_us']:.1f} us", flush=True)
     with open(a.out, "a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

@@ -194,7 +194,8 @@ def main() -> None:
 
 
 def phases(folder: str) -> None:
-    """Each run's steady phases (median over batches, the slowest rank's) in us, as the trainer's host clock timed them."""
+    """Each run's steady phases (median over batches, the slowest rank's) in us,
+    as the trainer's host clock timed them."""
     from perfmlp.trace.reader import read_traces
     runs, _ = read_traces(folder)
     for r in sorted(runs, key=lambda r: r.run_id):

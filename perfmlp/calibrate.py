@@ -841,7 +841,8 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
     setups = {}
     for key in [(0, DISPATCH_BATCH)] + [(h, b) for h in hidden for b in local]:
-        sizes, b = (DISPATCH_SIZES, key[1]) if key[0] == 0 else ((Config.input_size, key[0], Config.num_classes), key[1])
+        b = key[1]
+        sizes = DISPATCH_SIZES if key[0] == 0 else (Config.input_size, key[0], Config.num_classes)
         net, _, _ = step_network(cp, sizes, "float32", b)
         rng = np.random.default_rng(0)
         x = rng.random((b, sizes[0]), dtype=np.float32)

@@ -229,7 +229,8 @@ def test_carried_to_another_gpu_a_host_copy_keeps_its_latency():
 
 def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
     from perfmlp.calibrate import mean_dispatch
-    a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "graph_step_host_s": 50e-6, "host_dispatch_s": DISPATCH}
+    a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "graph_step_host_s": 50e-6,
+         "host_dispatch_s": DISPATCH}
     b = {"launch_overhead_s": 14e-6, "trace_phase_host_s": 2e-6, "graph_step_host_s": 70e-6,
          "host_dispatch_s": [{**d, "launch_s": 2 * d["launch_s"]} for d in DISPATCH]}
     m = mean_dispatch(a, b)

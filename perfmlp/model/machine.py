@@ -181,7 +181,7 @@ class Machine:
     d2h_pageable_latency_s: float = 0.0
     d2h_pinned_latency_s: float = 0.0
     graph_launch_s: float = 0.0             # host time of one cudaGraphLaunch (a replayed step or segment)
-    graph_step_host_s: float = 0.0          # host time per batch of the graph step (resident, one replay), loop included
+    graph_step_host_s: float = 0.0          # host time per batch of the resident graph step, its loop included
     kernel_gap_s: float = 0.0               # GPU idle time between two kernels launched one by one
     graph_kernel_gap_s: float = 0.0         # the same between two kernels of a replayed graph
     graph_replay_gap_s: float = 0.0         # GPU time per graph replay beyond its kernels (replays back to back)
@@ -404,8 +404,8 @@ def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
 
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
-                     "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s", "kernel_gap_s",
-                     "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
+                     "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
+                     "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
