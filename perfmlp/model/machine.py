@@ -405,7 +405,8 @@ def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
                      "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
-                     "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s", "h2d_pageable_aggregate_bytes_per_s",
+                     "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s",
+                     "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
