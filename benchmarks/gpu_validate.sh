@@ -13,8 +13,9 @@
 # calibrated.yaml and calibrate.log, traces/ (with predictions.json), the
 # sweep's and the what-if's logs, and report/ where matplotlib is installed
 # (else make it here: python -m perfmlp.report traces/... --machine ...).
-# VALIDATE_CALIBRATE_S (default 240) caps the calibration (on 4 x H200 it ran
-# past 150 s, validate-x4e's first call); VALIDATE_BUDGET_S (default 450)
+# VALIDATE_CALIBRATE_S (default 300) caps the calibration (on 4 x H200 it ran
+# past 150 s, validate-x4e's first call, before staged_wait and the eager
+# step's size factors added their rounds); VALIDATE_BUDGET_S (default 450)
 # caps calibration + sweep; the sweep runs every configuration once before
 # repeating any, so a cut keeps them all.
 # Eager runs trace at the default level (counters: host clock); their time
@@ -34,7 +35,7 @@ SIZES=$(python3 -m perfmlp.sweep $SWEEP --calibration-sizes) || exit 1
 read HID LB <<< "$SIZES"
 SECONDS=0
 echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
-timeout ${VALIDATE_CALIBRATE_S:-240} $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/calibrated.yaml \
+timeout ${VALIDATE_CALIBRATE_S:-300} $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $R/calibrated.yaml \
   --hidden $HID --local-batch $LB --gemm-kernels naive,tiled,regblock 2>&1 | tee $R/calibrate.log | grep -v "allreduce p=" | tail -24
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
