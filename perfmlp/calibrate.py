@@ -453,7 +453,7 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     slice every batch). A pinned copy is timed as GPU time per copy of 4
     queued back to back behind a spin kernel (the trainer queues its pinned
     copies behind the step's kernels and the piece's x before its y; one
-    copy between two events adds the engines' start, 7-11 us on an H100:
+    copy between two events adds the engines' start, 6-11 us on an H100:
     h100/validate7/diag, 32 KB 12.1 us alone, 4.6 queued), a pageable one
     by the host's wall clock (it blocks the host); a point is the slowest
     member's median. Returns (host_copy_s
