@@ -736,8 +736,8 @@ def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int])
     time a step of the staged exchange loses to the ranks' copies, D2H and
     MPI differing from batch to batch and rank to rank (2 x H200,
     2026-11-24, benchmarks/results/h200-x2/staged_cycle: at p = 2 a median
-    of 115 and 165 us a step through pageable memory in two rounds, single
-    sizes from -625 to +509, and 12 and 46 us through pinned). Returns
+    of 164 and 115 us a step through pageable memory in two rounds, single
+    sizes from -625 to +508, and 46 and 12 us through pinned). Returns
     collective_wait_s points {procs, s, memory}; [] on one process."""
     P = world.size
     if P < 2:
