@@ -45,9 +45,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     import cupy as cp
-    from perfmlp.batches import DeviceBatches
-    from perfmlp.calibrate import step_network
-    from perfmlp.comm import NcclReducer
+    from perfmlp.calibrate import resident_step
     from perfmlp.gpu import use_device
     from perfmlp.partition import LocalGroup
     from perfmlp.step import step
@@ -69,12 +67,7 @@ def main() -> None:
     for pair in a.sizes.split(","):
         H, B = (int(v) for v in pair.split("x"))
         sizes = (16, 16, 10) if (H, B) == (16, 16) else (784, H, 10)
-        net, _, _ = step_network(cp, sizes, "float32", B)
-        rng = np.random.default_rng(0)
-        x = rng.random((2 * B, sizes[0]), dtype=np.float32)
-        y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], 2 * B)]
-        batches = DeviceBatches(cp, x, y, "resident", B)
-        reducer = NcclReducer(cp, group, net)
+        net, batches, reducer = resident_step(cp, sizes, B, group, pieces=2)
         tr, counts = NullTracer(), Counts()
         net.ops = tr.ops
         ops = sum(len(k) for k in step_kernels(sizes, B, None, 4).values()) + 1

@@ -169,6 +169,20 @@ def step_network(cp, sizes, precision, b):
     return net, x, y
 
 
+def resident_step(cp, sizes, b, group, pieces: int = 1):
+    """The trainer's eager step at `sizes` on pieces of b samples, as the
+    host-time microbenchmarks run it: (the network of step_network, `pieces`
+    resident pieces of random samples with one-hot labels, the NCCL reducer
+    over `group`)."""
+    from .batches import DeviceBatches
+    from .comm import NcclReducer
+    net, _, _ = step_network(cp, sizes, "float32", b)
+    rng = np.random.default_rng(0)
+    x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
+    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], pieces * b)]
+    return net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net)
+
+
 def own_kernel_times(cp, net, x, y, calls: int = 100) -> list[dict]:
     """The GPU time of each of the step's own kernels (not the GEMMs) as one
     eager step of `net` on x, y launches them: recorded (net.capture_kernels)
@@ -778,21 +792,15 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
     its static inputs), untraced."""
     import tempfile
     from types import SimpleNamespace
-    from .batches import DeviceBatches
-    from .comm import NcclReducer, SingleWorld
+    from .comm import SingleWorld
     from .gpu import use_device
     from .gpu.graph import GraphStep
     from .step import step
     from .trace.format import Counts
     from .trace.writer import NullTracer, make_tracer
     stream = use_device(cp, cp.cuda.Device().id)   # the trainer's own non-blocking stream, made current
-    sizes, bl = DISPATCH_SIZES, DISPATCH_BATCH
-    net, _, _ = step_network(cp, sizes, "float32", bl)
-    rng = np.random.default_rng(0)
-    x = rng.random((4 * bl, sizes[0]), dtype=np.float32)
-    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], 4 * bl)]
-    batches = DeviceBatches(cp, x, y, "resident", bl)
-    reducer = NcclReducer(cp, group, net)
+    bl = DISPATCH_BATCH
+    net, batches, reducer = resident_step(cp, DISPATCH_SIZES, bl, group, pieces=4)
     world1 = SingleWorld()
     tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world1)
     tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
@@ -830,8 +838,6 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     calibration's size, 16-24 at the trainer's). Median ratio over the
     rounds after the first; launch_size_factor entries {hidden, batch,
     factor}."""
-    from .batches import DeviceBatches
-    from .comm import NcclReducer
     from .gpu import use_device
     from .partition import LocalGroup
     from .step import step
@@ -843,11 +849,7 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     for key in [(0, DISPATCH_BATCH)] + [(h, b) for h in hidden for b in local]:
         b = key[1]
         sizes = DISPATCH_SIZES if key[0] == 0 else (Config.input_size, key[0], Config.num_classes)
-        net, _, _ = step_network(cp, sizes, "float32", b)
-        rng = np.random.default_rng(0)
-        x = rng.random((b, sizes[0]), dtype=np.float32)
-        y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], b)]
-        setups[key] = (net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net), b)
+        setups[key] = (*resident_step(cp, sizes, b, group), b)
     ratios: dict = {key: [] for key in setups if key[0]}
     for rnd in range(rounds + 1):
         t = {}
