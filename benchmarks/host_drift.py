@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 from statistics import median
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perfmlp.calibrate import _copy_time  # noqa: E402
 
 
 def main() -> None:
@@ -50,12 +56,8 @@ def main() -> None:
                 for i in range(13):
                     off = (k % (big // n)) * n
                     k += 1
-                    t0 = time.perf_counter()
-                    ev[0].record(s)
-                    d[:n].set(h[off:off + n], stream=s)
-                    ev[1].record(s)
-                    ev[1].synchronize()
-                    t = cp.cuda.get_elapsed_time(*ev) * 1e-3 if mem == "pinned" else time.perf_counter() - t0
+                    with s:   # _copy_time times the current stream
+                        t = _copy_time(cp, lambda: d[:n].set(h[off:off + n], stream=s), mem == "pinned", *ev)
                     if i >= 3:
                         ts.append(t)
                 row[f"{mem}_{n}_us"] = median(ts) * 1e6

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfmlp.calibrate import queued_ahead  # noqa: E402
+from perfmlp.calibrate import _copy_time, queued_ahead  # noqa: E402
 
 
 def main() -> None:
@@ -45,12 +45,9 @@ def main() -> None:
         alone = []
         for i in range(25):
             s.synchronize()
-            ev[0].record(s)
-            copy()
-            ev[1].record(s)
-            ev[1].synchronize()
+            t = _copy_time(cp, copy, True, *ev)
             if i >= 5:
-                alone.append(cp.cuda.get_elapsed_time(*ev) * 1e-3)
+                alone.append(t)
         q = {c: median(queued_ahead(cp, copy, c, spin_s=0.005, reps=1)[0] for _ in range(9)) for c in (1, 2, 4, 16)}
         row = {"bytes": n, "alone_us": median(alone) * 1e6, **{f"queued_{c}_us": v * 1e6 for c, v in q.items()}}
         rows.append(row)

@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfmlp.calibrate import _spin, spin_cycles_per_s  # noqa: E402
+from perfmlp.calibrate import _copy_time, _spin, spin_cycles_per_s  # noqa: E402
 from perfmlp.comm import make_world  # noqa: E402
 from perfmlp.model.costs import grad_buffer_bytes  # noqa: E402
 
@@ -103,12 +103,7 @@ def main() -> None:
 
                 def timed(fn):
                     """host seconds of fn (pageable: it blocks), or GPU seconds between events (pinned)."""
-                    t0 = time.perf_counter()
-                    ev[0].record(s)
-                    fn()
-                    ev[1].record(s)
-                    ev[1].synchronize()
-                    return cp.cuda.get_elapsed_time(ev[0], ev[1]) * 1e-3 if pinned else time.perf_counter() - t0
+                    return _copy_time(cp, fn, pinned, *ev)
 
                 res = {"alone": {}, "paced": {}, "cycle": {}}
                 # alone: the calibration's way
@@ -119,7 +114,7 @@ def main() -> None:
                     if i >= WARM:
                         t.append(x)
                 res["alone"]["h2d_batch"] = median(t)
-                t1, t2, t3 = [], [], []
+                t2, t3 = [], []
                 for i in range(WARM + REPS):
                     dg.get(out=hg, stream=s)
                     s.synchronize()
