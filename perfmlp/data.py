@@ -23,6 +23,8 @@ IMAGES_MAGIC = 0x00000803
 LABELS_MAGIC = 0x00000801
 TRAIN_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+# the share of the training files held out for validation (final project, section 2: "usually 10%")
+VALIDATION_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,10 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
          num_classes: int, seed: int) -> Split:
     """Training and held-out samples for a run.
 
-    auto: MNIST training files in `data_dir` if there, else the shipped test
-    set (training on its first part, holding out its last `n_heldout`);
+    auto: MNIST training files in `data_dir` if there (training on their
+    first part, validating on their last VALIDATION_FRACTION, as the final
+    project's section 2 asks; the test set is not touched), else the shipped
+    test set (training on its first part, holding out its last `n_heldout`);
     mnist: the same, but a missing folder is an error; synthetic: generated.
     """
     if data == "synthetic":
@@ -165,16 +169,9 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
         raise PerfmlpError(f"MNIST folder {folder} does not exist (run `python -m perfmlp.fetch --out {folder}`)")
     train_full = read_mnist_pair(folder, TRAIN_FILES, "MNIST training set") if folder.is_dir() else None
     if train_full is not None:
-        test = read_mnist_pair(folder, TEST_FILES, "MNIST test set") or shipped_test_set()
         _check_width(train_full, input_size)
-        for ds in (train_full, test):
-            _check_labels(ds, num_classes)
-        n = min(n_train, len(train_full))
-        held_n = min(n_heldout, len(test))
-        note = f"data: MNIST training set from {folder}, {n} training samples, {held_n} held out from the test set"
-        if n < n_train:
-            note += f" (n_train {n_train} cut to the {n} available)"
-        return Split(_take(train_full, 0, n), _take(test, 0, held_n), note)
+        _check_labels(train_full, num_classes)
+        return _validation_split(train_full, folder, n_train, n_heldout)
     if data == "mnist":
         raise PerfmlpError(f"{folder}: no MNIST training files (train-images-idx3-ubyte[.gz])")
     test = shipped_test_set()
@@ -188,6 +185,24 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
     if n < n_train:
         note += f" (n_train {n_train} cut to {n})"
     return Split(_take(test, 0, n), _take(test, len(test) - held_n, held_n), note)
+
+
+def _validation_split(full: Dataset, folder: Path, n_train: int, n_heldout: int) -> Split:
+    """The last VALIDATION_FRACTION of the training files held out for
+    validation (at least one sample), of which the first `n_heldout` are
+    evaluated; training on the first `n_train` of the rest."""
+    n_val = max(1, int(round(len(full) * VALIDATION_FRACTION)))
+    if n_val >= len(full):
+        raise PerfmlpError(f"{folder}: {len(full)} training images leave none to train on "
+                           f"after the validation split ({n_val})")
+    avail = len(full) - n_val
+    n = min(n_train, avail)
+    held_n = min(n_heldout, n_val)
+    note = (f"data: MNIST training set from {folder}, {n} training samples, validating on {held_n} "
+            f"of its last {n_val} ({VALIDATION_FRACTION:.0%}); the test set is not used")
+    if n < n_train:
+        note += f" (n_train {n_train} cut to the {n} available)"
+    return Split(_take(full, 0, n), _take(full, avail, held_n), note)
 
 
 def _take(ds: Dataset, start: int, n: int) -> Dataset:

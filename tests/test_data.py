@@ -69,8 +69,15 @@ def test_mnist_folder_with_training_files(tmp_path):
     write_idx(tmp_path / "train-images-idx3-ubyte.gz", rng.integers(0, 256, (50, 784)), D.IMAGES_MAGIC, gz=True)
     write_idx(tmp_path / "train-labels-idx1-ubyte.gz", rng.integers(0, 10, 50), D.LABELS_MAGIC, gz=True)
     s = D.load("auto", str(tmp_path), 40, 100, 784, 10, 0)
-    assert len(s.train) == 40 and len(s.heldout) == 100  # held-out from the shipped test set
-    assert "MNIST training set" in s.note
+    # validation: the last 10% of the 50 training images (5); training on the first 40 of the other 45
+    assert len(s.train) == 40 and len(s.heldout) == 5
+    assert "MNIST training set" in s.note and "validating on 5" in s.note
+    s = D.load("auto", str(tmp_path), 1000, 3, 784, 10, 0)
+    assert len(s.train) == 45 and len(s.heldout) == 3 and "cut to the 45" in s.note
+    # the validation samples are the training files' last five, never trained on
+    full = D.read_mnist_pair(tmp_path, D.TRAIN_FILES, "x")
+    assert np.array_equal(s.heldout.images, full.images[45:48])
+    assert not any((s.train.images == row).all(axis=1).any() for row in full.images[45:])
     (tmp_path / "train-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(PerfmlpError, match="train-labels-idx1-ubyte"):
         D.load("auto", str(tmp_path), 40, 100, 784, 10, 0)
