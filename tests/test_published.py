@@ -1,6 +1,6 @@
-"""Issue 13's table no one here wrote: the reference's published times
-beside the model (perfmlp/report/published.py), the implied unknowns put
-back into the model, and the section as rendered."""
+"""The reference's published times beside the model
+(perfmlp/report/published.py), the implied unknowns put back into the
+model, and the section as rendered."""
 import csv
 import math
 
@@ -19,6 +19,8 @@ from perfmlp.report.study import load_study
 
 from conftest import ROOT
 from test_report import fake_run, four_runs
+
+CALIBRATED = ROOT / "tests" / "data" / "h200-x2-calibrated.yaml"  # a 2 x H200 calibration with the kernels' rates
 
 STUDY = load_study()
 REF = load_machine(STUDY.reference_machine)
@@ -94,7 +96,7 @@ def test_one_explanation_reproduces_every_published_time():
 
 
 def test_scaled_kernel_rates_are_the_measured_times_the_ratio():
-    cal = load_machine(ROOT / "benchmarks/results/h200-x2/validate/calibrated.yaml")
+    cal = load_machine(CALIBRATED)
     ratio = REF.peak_flops_per_s_float32 / load_machine("h200").peak_flops_per_s_float32   # 16.3 / 67
     m = with_scaled_kernel(REF, cal, "regblock", ratio)
     shape = (512, 3200, 784)
@@ -108,8 +110,13 @@ def read_csv(path):
 
 
 def test_the_section_renders_with_and_without_the_kernels_rates(tmp_path):
-    # a calibration without the reference kernels' rates (the 2 x H200 one of 2026-11-21)
-    plain = ROOT / "benchmarks/results/h200-x2/h200-calibrated.yaml"
+    # a calibration without the reference kernels' rates: the same file less its rows with a kernel
+    data = yaml.safe_load(CALIBRATED.read_text())
+    data["gemm_flops_per_s"] = [r for r in data["gemm_flops_per_s"] if "kernel" not in r]
+    data.pop("kernel_s", None)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(data))
+    assert not load_machine(plain).has_gemm_kernel("regblock")
     out = build_from_runs(four_runs(), [], tmp_path / "plain", machine=str(plain))
     md = (out / "report.md").read_text()
     assert "## The reference's published times beside the model" in md
@@ -119,8 +126,7 @@ def test_the_section_renders_with_and_without_the_kernels_rates(tmp_path):
     unknowns = {r["unknown, alone"].split(" ")[0]: r for r in read_csv(out / "published_unknowns.csv")}
     assert unknowns["MPI"]["p=1"] == "-" and float(unknowns["regblock"]["the file's"]) == pytest.approx(16.3)
     # with the validation's calibrated file (it has the reference kernels' rates): the comparison is there
-    cal = ROOT / "benchmarks/results/h200-x2/validate/calibrated.yaml"
-    out = build_from_runs(four_runs(), [], tmp_path / "cal", machine=str(cal))
+    out = build_from_runs(four_runs(), [], tmp_path / "cal", machine=str(CALIBRATED))
     kernels = {r["kernel"]: r for r in read_csv(out / "published_kernels.csv")}
     assert set(kernels) == {"naive", "tiled", "regblock"}
     reg = kernels["regblock"]

@@ -18,6 +18,7 @@ from perfmlp.trace.format import ACTIVITY_FIELDS, DEFAULT_TRACE_LEVEL, Counts
 from perfmlp.trace.reader import read_run
 
 from conftest import ROOT, gpu, run_perfmlp
+from synthetic import gpu_records, write_run
 
 
 # ---- interval arithmetic -------------------------------------------------------------------
@@ -365,22 +366,23 @@ def test_collector_says_why_it_cannot_start(monkeypatch):
     assert c is None and why.startswith("cupti-python is not installed (")
 
 
-def test_the_default_level_of_each_mode_is_the_richest_the_committed_table_shows_under_target():
+OVERHEAD = ROOT / "tests" / "data" / "trace-overhead.json"  # the table the default levels were chosen from
+
+
+def test_the_default_level_of_each_mode_is_the_richest_the_overhead_table_shows_under_target():
     from perfmlp.config import Config, HELP
-    from perfmlp.trace.format import (DEFAULT_TRACE_LEVEL, OVERHEAD_EVIDENCE, OVERHEAD_TARGET, TRACE_LEVELS,
-                                      default_trace_level)
+    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVELS, default_trace_level
     assert Config().trace_level == "auto"
     assert default_trace_level("something else") == default_trace_level("eager")  # runs eagerly
     assert set(DEFAULT_TRACE_LEVEL.values()) <= set(TRACE_LEVELS)
     assert ", ".join(f"{m} -> {lv}" for m, lv in DEFAULT_TRACE_LEVEL.items()) in HELP["trace_level"]
-    files = sorted((ROOT / OVERHEAD_EVIDENCE).glob("overhead-p*-*.json"))
+    table = json.loads(OVERHEAD.read_text())["runs"]
     under: dict = {}  # exec mode -> levels under the target at every p measured
-    for f in files:
-        d = json.loads(f.read_text())
+    for d in table:
         ok = {r["variant"] for r in d["rows"] if r["variant"] != "untraced"
               and r["level_ran"] == r["variant"] and r["overhead_pct_median"] < 100 * OVERHEAD_TARGET}
         under[d["exec"]] = under.get(d["exec"], ok) & ok
-    assert {json.loads(f.read_text())["procs"] for f in files} == {1, 2} and set(under) == {"eager", "graph"}
+    assert {d["procs"] for d in table} == {1, 2} and set(under) == {"eager", "graph"}
     for mode, levels in under.items():
         richest = [lv for lv in TRACE_LEVELS if lv in levels][-1:] or [next(iter(TRACE_LEVELS))]
         assert DEFAULT_TRACE_LEVEL[mode] == richest[0], (mode, levels)
@@ -510,16 +512,35 @@ def test_timeline_check_joins_graph_node_kernels_by_the_launch(tmp_path, monkeyp
     assert row["first_bytes_mismatch"].startswith("(0, 0): CUPTI {'h2d': 3000")
 
 
-OVERLAP_KERNELS = ROOT / "traces" / "h200-x4" / "kernels" / "kernels-p4-h1024x3-b3200-overlap-1048576"
+def overlapped_kernels_run(folder):
+    """A run traced at the kernels level on 4 ranks, 6 batches: on stream 7 three
+    GEMM kernels and one of ours, 10 us apart; on stream 9 two NCCL kernels
+    (the overlapped exchange), started after the first GEMM in even batches and
+    after the second in odd ones, so that launch order across streams changes
+    from batch to batch."""
+    manifest, ranks = gpu_records(exec_mode="graph", transfer="resident", comm="nccl", clock="cupti", procs=4,
+                                  batches=6, trace_level="kernels")
+    names = [GEMM, GEMM, GEMM, "sgd_update"]
+    for r, recs in ranks.items():
+        gpu = []
+        for k in range(6):
+            t0 = 1_000_000 * (k + 1)
+            rows = [["compute", "graph", t0 + 10_000 * i, t0 + 10_000 * i + 8_000, 7, 0, None, n, None, 0]
+                    for i, n in enumerate(names)]
+            first = t0 + 5_000 + 10_000 * (k % 2)
+            rows += [["comm", "graph", first + 3_000 * j, first + 3_000 * j + 2_000, 9, 0, None,
+                      f"ncclDevKernel_AllReduce_{j}", None, 0] for j in range(2)]
+            gpu.append({"kind": "gpu", "epoch": 0, "batch": k, "records": rows})
+        recs[-2:-2] = gpu  # before the epoch and end lines, as the writer drains them between epochs
+    return write_run(folder, (manifest, ranks))
 
 
-@pytest.mark.skipif(not OVERLAP_KERNELS.exists(), reason="committed traces absent")
-def test_kernel_breakdown_numbers_each_streams_kernels_once():
+def test_kernel_breakdown_numbers_each_streams_kernels_once(tmp_path):
     # the overlapped exchange's NCCL kernels run on a stream of their own and interleave with the GEMMs
     # differently from batch to batch: numbered per stream, every row of a rank's table is one kernel
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from kernel_breakdown import breakdown
-    lines = breakdown(OVERLAP_KERNELS)
+    lines = breakdown(overlapped_kernels_run(tmp_path))
     tables, cur = [], None
     for line in lines:
         if line.startswith("rank "):
@@ -529,6 +550,7 @@ def test_kernel_breakdown_numbers_each_streams_kernels_once():
             cur.append([c.strip() for c in line.strip("|").split("|")])
     assert len(tables) == 4
     for rows in tables:
+        assert len(rows) == 6   # 4 kernels on the step's stream, 2 on the communication stream
         numbers = [r[0] for r in rows]
         assert len(numbers) == len(set(numbers))
         nccl = [r for r in rows if r[1] == "NCCL"]

@@ -1,6 +1,7 @@
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
 from perfmlp.trace.reader import read_run, read_traces
 
 from conftest import ROOT, run_perfmlp
+from synthetic import gpu_records, write_run
 
 TINY = ["--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
         "--n-train", "13", "--batch-size", "5", "--epochs", "1", "--learning-rate", "1e-4"]
@@ -186,18 +188,9 @@ def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
     assert not run("cupy", True).host_enqueue_times and not run("numpy", False).host_enqueue_times
 
 
-PACK_BASE = ROOT / "traces" / "h200-x4" / "modes-h512-b3200-p2-float32-pageable-mpi-staged-cublas"
-
-
-@pytest.mark.skipif(not PACK_BASE.exists(), reason="committed traces absent")
 def test_a_packed_trace_set_reads_and_reports_as_the_plain_one(tmp_path):
-    import shutil
     from perfmlp.trace.pack import main as pack
-    run_dir = tmp_path / "set" / PACK_BASE.name
-    shutil.copytree(PACK_BASE, run_dir)
-    for p in run_dir.glob("rank-*.jsonl.gz"):   # committed packed: start from the plain form
-        p.with_name(p.name[:-3]).write_bytes(gzip.decompress(p.read_bytes()))
-        p.unlink()
+    run_dir = write_run(tmp_path / "set", gpu_records(procs=2, batches=6, run_id="staged-p2"))
     plain = read_run(run_dir)
     report = [sys.executable, "-m", "perfmlp.report", str(tmp_path / "set")]
     r1 = subprocess.run([*report, "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
