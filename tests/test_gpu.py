@@ -171,12 +171,13 @@ def test_host_copies_time_each_size_alone_and_load():
 def test_the_staged_step_and_its_parts_on_one_rank():
     # calibrate.staged_wait's measurement on one process: the staged step's parts each alone, then in order
     import cupy as cp
-    from perfmlp.calibrate import _staged_parts, spin_cycles_per_s, staged_wait
+    from perfmlp.calibrate import staged_parts, staged_wait
+    from perfmlp.gpu.timing import spin_cycles_per_s
     from perfmlp.comm import SingleWorld
     from perfmlp.model.costs import grad_buffer_bytes
     cycles = np.int64(100e-6 * spin_cycles_per_s(cp))
     for memory in ("pageable", "pinned"):
-        parts, step = _staged_parts(cp, None, memory, (4 * 800 * 784, 4 * 800 * 10),
+        parts, step = staged_parts(cp, None, memory, (4 * 800 * 784, 4 * 800 * 10),
                                     grad_buffer_bytes((784, 512, 10), 4), cycles, reps=10)
         # the step makes the same copies, one after another (less its spin's GPU time), and its host's
         # calls and one kernel launch add microseconds, not the parts again; in the step's order the
@@ -195,7 +196,7 @@ def machine_values(name) -> dict:
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_own_kernel_times_cover_the_models_step(dtype):
-    # the calibration's kernel_s (perfmlp/calibrate.py own_kernel_times) on a small network
+    # the calibration's kernel_s (perfmlp/calibrate/kernels.py own_kernel_times) on a small network
     import cupy as cp
     from perfmlp.calibrate import own_kernel_times, step_network
     from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels

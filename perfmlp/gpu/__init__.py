@@ -1,7 +1,8 @@
 """The CuPy backend: CUDA kernels (kernels.cu, loaded by kernels.py), the
 GEMMs (gemm.py: cuBLAS called directly, and the reference's own kernels), the
-network on one GPU (network.py) and CUDA-event timing (timing.py). The batch
-source lives in perfmlp/batches.py, the GPU reducers in perfmlp/comm.py.
+network on one GPU (network.py) and the timing primitives the calibration
+and the benchmarks share (timing.py). The batch source lives in
+perfmlp/batches.py, the GPU reducers in perfmlp/comm.py.
 
 Nothing here imports CuPy at import time: `require_cupy()` does, with a
 one-line error when CuPy or a GPU is missing.

@@ -58,7 +58,7 @@ class GpuNetwork(Network):
 
     capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
     # when a list: (name, relaunch) of every own kernel launched, relaunch() launching it again
-    # with the same grid, block, arguments and stream, for timing them alone (perfmlp/calibrate.py)
+    # with the same grid, block, arguments and stream, for timing them alone (perfmlp/calibrate/kernels.py)
     capture_kernels: list | None = None
 
     def buffer(self, kind: str, layer: int, b: int):

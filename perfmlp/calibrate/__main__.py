@@ -1,0 +1,155 @@
+"""`python -m perfmlp.calibrate --out models/NAME.yaml`: the command line,
+the order of the measurements and the machine file written."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+from ..config import Config
+from ..model.costs import grad_buffer_bytes, itemsize
+from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
+from .collectives import collective_times, staged_wait
+from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
+from .gemm import peak_rates, step_rates
+from .host import dispatch_size_factors, host_dispatch, mean_dispatch
+from .kernels import event_gap, kernel_gaps
+
+GEMM_KERNELS = ("naive", "tiled", "regblock")
+# the machine file's scalars: measured, else the base file's
+SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s",
+           "h2d_pageable_bytes_per_s", "h2d_pinned_bytes_per_s", "d2h_pageable_bytes_per_s",
+           "d2h_pinned_bytes_per_s", "copy_latency_s", "launch_overhead_s", "mpi_alpha_s",
+           "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s")
+# measured only: written where measured
+OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
+            "graph_launch_s", "graph_step_host_s",
+            "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
+TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
+          "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
+
+
+def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
+    """What rank 0's GPU measures alone, in this order: GEMMs and own
+    kernels, the gaps between kernels, device memory, the copies into a
+    graph's static inputs, host <-> device bandwidth, a CUDA event's cost,
+    a small copy's latency."""
+    res = peak_rates(cp, precisions, log)
+    res.update(step_rates(cp, hidden, local_batches, precisions, log, gemm_kernels))
+    res.update(kernel_gaps(cp, log))
+    res.update(device_bandwidth(cp, log))
+    res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
+    res.update(host_bandwidth(cp, hidden, local_batches, log))
+    res.update(event_gap(cp, log))
+    res.update(copy_latency(cp, log))
+    return res
+
+
+def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
+    """Every measurement, every rank taking part where ranks share one
+    (rank 0's results; {} elsewhere). The host's speed differs from one
+    launch of a process to the next and over minutes (4 x H200): its
+    dispatch is drawn twice, first and last, and the file takes the mean."""
+    D, C = Config.input_size, Config.num_classes
+    first = host_dispatch(cp, world, log)
+    res = single_gpu(cp, hidden, local, precisions, log, gemm_kernels) if world.rank == 0 else {}
+    world.barrier()
+    grads = sorted({grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in precisions})
+    pieces = sorted({itemsize(p) * b * n for p in precisions for b in local for n in (D, C)})
+    res["host_copy_s"], res["copy_aggregate_bytes_per_s"] = host_copies(
+        cp, world, {"h2d": sorted(set(pieces) | set(grads)), "d2h": grads}, log)
+    col = collective_times(cp, world, log, grads)
+    res["host_copy_s"] += col.pop("host_copy_s", [])
+    res.update(col)
+    hs = sorted({min(hidden), max(hidden)})   # the staged step's wait: float32, the sizes' extremes
+    waits = staged_wait(cp, world, log, [(4 * b * D, 4 * b * C) for b in sorted({min(local), max(local)})],
+                        [grad_buffer_bytes((D, h, C), 4) for h in hs])
+    if world.rank == 0 and waits:
+        res["collective_wait_s"] = res.get("collective_wait_s", []) + waits
+    res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
+    if world.rank == 0:
+        res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
+    world.barrier()
+    return res
+
+
+def machine_values(res: dict, base, name: str | None, gpu_name: str, procs: int) -> dict:
+    """The machine file's mapping: the measured values, the rest from base,
+    and a source line saying which is which."""
+    date = dt.date.today().isoformat()
+    measured = sorted(k for k in res if k not in TABLES) + [t for t in TABLES if res.get(t)]
+    values = {"name": name or f"{gpu_name} (calibrated)",
+              "source": (f"measured by perfmlp.calibrate (microbenchmarks only) on {gpu_name} x {procs}, "
+                         f"{date}: {', '.join(measured)}; GEMM rates and kernel_s are GPU time (calls queued behind "
+                         f"a spin kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
+                         f"({base.name}); peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
+              "date": date, "gpus": procs if procs > 1 else max(procs, base.gpus)}
+    for k in SCALARS:
+        values[k] = float(res.get(k, getattr(base, k)))
+    for k in TABLES:
+        values[k] = res.get(k, [])
+    for k in OPTIONAL:
+        if k in res:
+            values[k] = float(res[k])
+    return values
+
+
+def write_machine(values: dict, out: str) -> None:
+    """The machine file, checked to load, written to a temporary name and renamed."""
+    machine_from_mapping(values, out)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("# Written by python -m perfmlp.calibrate; do not edit by hand.\n" + machine_to_yaml(values))
+    tmp.replace(path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.calibrate",
+                                 description="Measure this machine with microbenchmarks and write a machine file "
+                                             "(run under mpirun -n P for what several ranks share)")
+    ap.add_argument("--out", required=True, help="machine file to write (YAML)")
+    ap.add_argument("--base", default="h200", help="datasheet machine file for what is not measured")
+    ap.add_argument("--name", default=None, help="machine name (default: the GPU's name, calibrated)")
+    ap.add_argument("--hidden", default="512,1024,2048")
+    ap.add_argument("--local-batch", default="800,1600,3200")
+    ap.add_argument("--precisions", default="float32,float64")
+    ap.add_argument("--gemm-kernels", default="",
+                    help="the reference's GEMM kernels to calibrate too (naive,tiled,regblock; float32) "
+                         "(default: none)")
+    return ap
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
+    from ..comm import make_world
+    from ..errors import PerfmlpError
+    from ..gpu import require_cupy
+    try:
+        cp = require_cupy()
+        base = load_machine(a.base)
+        hidden = [int(h) for h in a.hidden.split(",")]
+        local = [int(b) for b in a.local_batch.split(",")]
+        kernels = tuple(k for k in a.gemm_kernels.split(",") if k)
+        bad = [k for k in kernels if k not in GEMM_KERNELS]
+        if bad:
+            raise PerfmlpError(f"--gemm-kernels: unknown kernel {bad[0]!r} ({', '.join(GEMM_KERNELS)})")
+    except (ValueError, PerfmlpError) as e:
+        print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)
+        return 2
+    world = make_world()
+    cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
+    log = (lambda m: print(m, flush=True)) if world.rank == 0 else (lambda m: None)
+    gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
+    res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
+    if world.rank != 0:
+        return 0
+    write_machine(machine_values(res, base, a.name, gpu_name, world.size), a.out)
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""Collectives, under `mpirun -n P` (P >= 2; nothing on one process):
+
+- host MPI_Allreduce (host wall time, the host buffer freshly written by a
+  D2H copy as the trainer's is) through pinned and through pageable host
+  buffers (the staged scheme's two kinds), and NCCL allreduce (GPU time,
+  calls queued ahead: what a replayed graph or a host running ahead sees;
+  the host's call is the launch term), over groups of 2 and P ranks at the
+  trainer's gradient sizes and a size ladder (allreduce_s, and the
+  ring-model fit mpi_/nccl_alpha_s, _bw_bytes_per_s);
+- the staged exchange's copy back from the host buffer MPI has just
+  reduced (host_copy_s points with buffer "reduced": a pageable copy then
+  reads the host's caches);
+- the wait for the slowest rank at a collective when every rank does the
+  same work (collective_wait_s), and the staged exchange's own wait for the
+  slowest rank (staged_wait: its step in the trainer's order on 2 and P
+  ranks against one rank, beyond its parts each timed alone, through each
+  host memory; collective_wait_s points with `memory`).
+"""
+from __future__ import annotations
+
+from statistics import median
+
+import numpy as np
+
+from ..gpu.timing import copy_s, event_s, queued_ahead, spin_cycles, spin_kernels, wall_s
+from .copies import HOST_BYTES, rotating_offsets
+
+SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # the allreduce ladder: 1 KiB .. 16 MiB
+MPI_REPS, MPI_WARM = 25, 5                        # host MPI calls per point, the first ones dropped
+
+
+def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events) -> tuple[list, list]:
+    """One size's host MPI_Allreduce points, through a pinned and through a
+    pageable host buffer, each call after a D2H into it (the buffer as the
+    trainer hands it to MPI: just written by the GPU) and a barrier; at a
+    gradient size, the H2D copy back right after each allreduce too (the
+    staged exchange's). The slowest rank's medians."""
+    from mpi4py import MPI
+    import cupyx
+    s = cp.cuda.get_current_stream()
+    n = nbytes // 4
+    points, reduced = [], []
+    for memory, hb in (("pinned", cupyx.empty_pinned(n, dtype=np.float32)), ("pageable", np.empty(n, dtype=np.float32))):
+        tm, tc = [], []
+        for i in range(MPI_REPS):
+            db.get(out=hb, stream=s)
+            s.synchronize()
+            sub.Barrier()
+            t = wall_s(lambda: sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM))
+            if nbytes in grads:   # the staged exchange's copy back, from the buffer MPI just wrote
+                tc.append(copy_s(cp, lambda: db.set(hb, stream=s), memory == "pinned", events))
+            if i >= MPI_WARM:
+                tm.append(t)
+        points.append((g, nbytes, max(sub.allgather(float(np.median(tm)))), memory))
+        if tc:
+            reduced.append({"procs": g, "direction": "h2d", "memory": memory, "bytes": nbytes,
+                            "s": max(sub.allgather(float(np.median(tc[MPI_WARM:])))), "buffer": "reduced"})
+    return points, reduced
+
+
+def _nccl_time(cp, sub, nc, db) -> float:
+    """NCCL's allreduce of db is a kernel on the stream: its GPU time, calls
+    queued ahead behind a spin on every rank of the group (the ranks' skew
+    is spread over the calls), as the step's other kernels are timed; the
+    host's call is part of the launch term. The slowest rank's."""
+    from cupy.cuda import nccl
+    s = cp.cuda.get_current_stream()
+    sub.Barrier()
+    tn = queued_ahead(cp, lambda: nc.allReduce(db.data.ptr, db.data.ptr, db.size, nccl.NCCL_FLOAT32,
+                                               nccl.NCCL_SUM, s.ptr), calls=20)[0]
+    return max(sub.allgather(float(tn)))
+
+
+def _rank_wait(cp, sub) -> float:
+    """The wait for the slowest rank: every rank runs the same GPU work (a
+    200 us spin as 10 launches, synchronised) then a 4-byte allreduce with
+    no barrier; the time per iteration beyond the work alone and the
+    barriered allreduce is the ranks' jitter's cost."""
+    from mpi4py import MPI
+    spin, _ = spin_kernels(cp)
+    s = cp.cuda.get_current_stream()
+    cyc = spin_cycles(cp, 200e-6 / 10)
+    one = np.ones(1, np.float32)
+
+    def work():
+        for _ in range(10):
+            spin((1,), (1,), (cyc,))
+        s.synchronize()
+    times: dict = {"solo": [], "ar": [], "both": []}
+    for mode in times:
+        for i in range(60):
+            if mode != "both":
+                sub.Barrier()
+            t = wall_s(lambda: (mode != "ar" and work(),
+                                mode != "solo" and sub.Allreduce(MPI.IN_PLACE, one, op=MPI.SUM)))
+            if i >= 10:
+                times[mode].append(t)
+    solo_s = max(sub.allgather(float(np.median(times["solo"]))))
+    ar_s = max(sub.allgather(float(np.median(times["ar"]))))
+    both_s = max(sub.allgather(float(np.mean(times["both"]))))
+    return max(both_s - solo_s - ar_s, 0.0)
+
+
+def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
+    """(alpha seconds, bandwidth bytes/s) of the ring allreduce model
+    t = steps x alpha + 2 (p - 1) / p x bytes / bw through points
+    (procs, bytes, seconds, memory), pageable host buffers left out; steps
+    2 (p - 1) for MPI (alpha_steps), 1 for NCCL. Weighted least squares
+    (relative error): each row divided by its time."""
+    fit = [pt for pt in points if pt[3] != "pageable"]
+    A = np.array([[2 * (p - 1) if alpha_steps else 1.0, 2 * (p - 1) / p * n] for p, n, _, _ in fit])
+    t = np.array([x for _, _, x, _ in fit])
+    coef, *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
+    alpha, inv_bw = float(max(coef[0], 0.0)), float(coef[1])
+    return alpha, 1.0 / inv_bw if inv_bw > 0 else float("inf")
+
+
+def _group_times(cp, world, g: int, sizes, grads: set, events) -> tuple[list, list, list, float] | None:
+    """The points of one group of g ranks (rank < g): MPI, NCCL, the copies
+    back after MPI, the wait for the slowest rank; None off the group."""
+    from mpi4py import MPI
+    from cupy.cuda import nccl
+    sub = world.comm.Split(0 if world.rank < g else MPI.UNDEFINED, world.rank)
+    if sub == MPI.COMM_NULL:
+        return None
+    uid = sub.bcast(nccl.get_unique_id() if sub.Get_rank() == 0 else None)
+    nc = nccl.NcclCommunicator(g, uid, sub.Get_rank())
+    mpi, nccl_pts, reduced = [], [], []
+    for nbytes in sizes:
+        db = cp.ones(nbytes // 4, cp.float32)
+        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events)
+        mpi += pts
+        reduced += back
+        nccl_pts.append((g, nbytes, _nccl_time(cp, sub, nc, db), "device"))
+    wait = _rank_wait(cp, sub)
+    sub.Free()
+    return mpi, nccl_pts, reduced, wait
+
+
+def collective_times(cp, world, log, grad_bytes=()) -> dict:
+    """Host MPI_Allreduce and NCCL allreduce on groups of 2 and P ranks, at
+    the trainer's gradient sizes and a size ladder, the copies back from a
+    reduced buffer at the gradient sizes, and the wait for the slowest rank
+    (rank 0's: allreduce_s, the ring fits, collective_wait_s, host_copy_s);
+    {} on one process and on the other ranks."""
+    P = world.size
+    if P < 2:
+        return {}
+    grads = {int(n) // 4 * 4 for n in grad_bytes}
+    sizes = sorted(set(SIZES_BYTES) | grads)
+    events = cp.cuda.Event(), cp.cuda.Event()
+    pts_mpi, pts_nccl, waits, reduced = [], [], [], []
+    for g in sorted({2, P}):
+        got = _group_times(cp, world, g, sizes, grads, events)
+        if got is not None:
+            pts_mpi += got[0]
+            pts_nccl += got[1]
+            reduced += got[2]
+            waits.append((g, got[3]))
+        world.comm.Barrier()
+    return _collective_results(pts_mpi, pts_nccl, waits, reduced, log) if world.rank == 0 else {}
+
+
+def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:
+    res = {}
+    for name, pts, alpha_steps in (("mpi", pts_mpi, True), ("nccl", pts_nccl, False)):
+        alpha, bw = ring_fit(pts, alpha_steps)
+        res[f"{name}_alpha_s"], res[f"{name}_bw_bytes_per_s"] = alpha, bw
+        for p, n, x, mem in pts:
+            log(f"{name} allreduce p={p} {n} B{' (pageable host buffer)' if mem == 'pageable' else ''}: "
+                f"{x * 1e6:.1f} us")
+        log(f"{name} fit: alpha {alpha * 1e6:.2f} us, bw {bw / 1e9:.2f} GB/s")
+    res["allreduce_s"] = [{"comm": c, "procs": int(p), "bytes": int(n), "s": float(x),
+                           **({"memory": mem} if c == "mpi" else {})}
+                          for c, pts in (("mpi", pts_mpi), ("nccl", pts_nccl)) for p, n, x, mem in pts]
+    res["collective_wait_s"] = [{"procs": int(p), "s": float(w)} for p, w in waits]
+    res["host_copy_s"] = reduced
+    for r in reduced:
+        log(f"h2d {r['memory']} of {r['bytes']} B just reduced by MPI, {r['procs']} ranks: "
+            f"{r['s'] * 1e6:.1f} us")
+    for p, w in waits:
+        log(f"wait for the slowest of {p} ranks at a collective: {w * 1e6:.1f} us")
+    return res
+
+
+def _staged_calls(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int) -> dict:
+    """The staged step's parts as calls on the current stream, through
+    `memory` host buffers: piece (the batch piece's two H2D copies, x then
+    y, a new slice of a large host array each call), d2h (the gradients'
+    D2H, synchronised), allreduce (host MPI, in place; nothing where `comm`
+    is None), back (the gradients' H2D)."""
+    import cupyx
+    from mpi4py import MPI
+    pinned = memory == "pinned"
+    s = cp.cuda.get_current_stream()
+    nx, ny = (n // 4 for n in piece_bytes)
+    big = max(HOST_BYTES // 4, 8 * (nx + ny))
+    host = cupyx.empty_pinned(big, np.float32) if pinned else np.empty(big, np.float32)
+    host[...] = 1.0
+    hg = cupyx.empty_pinned(grad_bytes // 4, np.float32) if pinned else np.empty(grad_bytes // 4, np.float32)
+    xd, yd, dg = cp.empty(nx, cp.float32), cp.empty(ny, cp.float32), cp.ones(grad_bytes // 4, cp.float32)
+    offset = rotating_offsets(big, nx + ny)
+
+    def piece():
+        off = offset()
+        xd.set(host[off:off + nx], stream=s)
+        yd.set(host[off + nx:off + nx + ny], stream=s)
+
+    def d2h():
+        dg.get(out=hg, stream=s)
+        s.synchronize()
+
+    def allreduce():
+        if comm is not None:
+            comm.Allreduce(MPI.IN_PLACE, hg, op=MPI.SUM)
+
+    def back():
+        dg.set(hg, stream=s)
+    return {"piece": piece, "d2h": d2h, "allreduce": allreduce, "back": back}
+
+
+def staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int, work_cycles,
+                 reps: int = 30, warm: int = 5) -> tuple[float, float]:
+    """One rank's (sum of the staged step's parts each timed alone, the
+    step in the trainer's order): parts = the batch piece's two H2D copies
+    (x, y: a new slice each call), the gradients' D2H, MPI_Allreduce (after
+    a barrier) and H2D back, each a median over `reps` calls after `warm`;
+    the step = the piece's copies, a spin kernel of `work_cycles` (GPU
+    work: the stream is idle at the next copy, as after the trainer's
+    step), the D2H, the allreduce with no barrier, the H2D back and one
+    empty kernel (the update), median wall time per step, less the spin's
+    GPU time. `comm` None: one rank."""
+    pinned = memory == "pinned"
+    s = cp.cuda.get_current_stream()
+    spin, empty = spin_kernels(cp)
+    events = cp.cuda.Event(), cp.cuda.Event()
+    calls = _staged_calls(cp, comm, memory, piece_bytes, grad_bytes)
+    piece, d2h, allreduce, back = (calls[k] for k in ("piece", "d2h", "allreduce", "back"))
+
+    def barrier():
+        if comm is not None:
+            comm.Barrier()
+
+    def alone(fn, before=lambda: None):
+        t = []
+        for i in range(warm + reps):
+            before()
+            barrier()
+            t.append(copy_s(cp, fn, pinned, events) if fn is not allreduce else wall_s(allreduce))
+        return median(t[warm:])
+
+    def step():
+        piece()
+        spin((1,), (1,), (work_cycles,))
+        d2h()
+        allreduce()
+        back()
+        empty((1,), (1,), ())
+        s.synchronize()
+    parts = alone(piece) + alone(d2h) + alone(allreduce, before=d2h) + alone(back, before=d2h)
+    spin_s = event_s(cp, lambda: spin((1,), (1,), (work_cycles,)), events)
+    barrier()
+    steps = [wall_s(step) - spin_s for _ in range(warm + reps)]
+    return parts, median(steps[warm:])
+
+
+def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int]) -> list[dict]:
+    """The staged exchange's wait for the slowest rank: on one rank and on
+    groups of 2 and P ranks at once, for each host memory, the staged
+    step in the trainer's order against its parts each timed alone
+    (staged_parts) at each batch piece (x, y bytes) and gradient size; the
+    group's excess per step over one rank's, median over the sizes, is the
+    time a step of the staged exchange loses to the ranks' copies, D2H and
+    MPI differing from batch to batch and rank to rank (2 x H200: at p = 2
+    a median of 164 and 115 us a step through pageable memory in two
+    rounds, single sizes from -625 to +508, and 46 and 12 us through
+    pinned). Returns collective_wait_s points {procs, s, memory}; [] on one
+    process."""
+    P = world.size
+    if P < 2:
+        return []
+    from mpi4py import MPI
+    cycles = spin_cycles(cp, 100e-6)
+    out = []
+    for memory in ("pageable", "pinned"):
+        excess: dict[int, list[float]] = {}
+        for g in sorted({1, 2, P}):
+            sub = world.comm.Split(0 if world.rank < g else MPI.UNDEFINED, world.rank)
+            if sub != MPI.COMM_NULL:
+                for pb in pieces:
+                    for gb in grads:
+                        parts, step = staged_parts(cp, sub if g > 1 else None, memory, pb, gb, cycles)
+                        excess.setdefault(g, []).append(max(sub.allgather(step)) - max(sub.allgather(parts)))
+                sub.Free()
+            world.comm.Barrier()
+        if world.rank == 0:
+            out += _staged_wait_points(excess, memory, log)
+    return out
+
+
+def _staged_wait_points(excess: dict, memory: str, log) -> list[dict]:
+    """collective_wait_s points of each group beyond one rank: its median
+    excess less one rank's (at least 0)."""
+    base, out = median(excess[1]), []
+    for g in sorted(excess):
+        if g > 1:
+            w = max(0.0, median(excess[g]) - base)
+            out.append({"procs": g, "s": float(w), "memory": memory})
+            log(f"staged exchange through {memory} memory, wait for the slowest of {g} ranks: "
+                f"{w * 1e6:.1f} us a step (excess over the parts alone, us: "
+                f"{', '.join(f'{x * 1e6:.0f}' for x in excess[g])}; one rank: "
+                f"{', '.join(f'{x * 1e6:.0f}' for x in excess[1])})")
+    return out

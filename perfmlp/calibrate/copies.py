@@ -1,0 +1,263 @@
+"""Copies, as the trainer makes them:
+
+- device memory bandwidth (a large device-to-device copy, read + write),
+  and the device-to-device copies of a graph step's batch pieces into its
+  static inputs at each piece size (d2d_copy_s, GPU time queued back to
+  back: their fixed cost, which the bandwidth leaves out, dominates below
+  a few MB);
+- pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes
+  (pageable: host wall time, the copy blocks the host; pinned: GPU time,
+  calls queued ahead, as the trainer's pinned copies run behind its
+  kernels), and a 4-byte copy's latency;
+- the copies the trainer makes, each at its own size (host_copy_s): the
+  batch pieces H2D and the gradient buffers both ways, pageable and
+  pinned, by rank 0 alone and, under `mpirun -n P`, by groups of 2 and of
+  P ranks copying at once (host memory and PCIe shared; the slowest rank's
+  time), and each pageable H2D copy queued behind a busy stream
+  (pageable_ahead); the aggregate bandwidth of each group at the largest
+  size (copy_aggregate_bytes_per_s) for sizes beyond them.
+Each copy reads a new slice of a host array larger than the host's caches
+(rotating_offsets), as the trainer copies a new batch every step.
+"""
+from __future__ import annotations
+
+import itertools
+from statistics import median
+
+import numpy as np
+
+from ..config import Config
+from ..gpu.timing import copy_s, host_times, per_call_s, queued_ahead, rounds, spin_cycles, spin_kernels, time_ms, \
+    wall_s
+from ..model.costs import grad_buffer_bytes, itemsize
+
+HOST_BYTES = 256 * 1000 * 1000   # the host arrays copies rotate through: larger than the host's caches
+
+
+def rotating_offsets(total: int, n: int):
+    """A function returning the offset of the next n-element slice of a
+    `total`-element array at each call, cycling through the array."""
+    k = itertools.count()
+    return lambda: (next(k) % (total // n)) * n
+
+
+def device_bandwidth(cp, log) -> dict:
+    """mem_bw_bytes_per_s: a 1 GiB device-to-device copy, bytes read + written."""
+    src = cp.empty(1 << 30, dtype=cp.uint8)
+    dst = cp.empty_like(src)
+    t = median(time_ms(cp, lambda: dst.__setitem__(slice(None), src), warmup=2, reps=10)) * 1e-3
+    res = {"mem_bw_bytes_per_s": 2 * src.nbytes / t}
+    log(f"device copy: {res['mem_bw_bytes_per_s'] / 1e12:.2f} TB/s (read + write)")
+    return res
+
+
+def static_copies(cp, local_batches, precisions, log) -> list[dict]:
+    """GPU time of the device-to-device copies a graph-mode step with
+    resident data makes into its static inputs (batches.DeviceBatches.static:
+    one cudaMemcpyAsync of X's piece, one of Y's, from rotating rows of a
+    resident array), at each piece size and precision: each size's calls
+    queued back to back, so a point holds the copy's fixed cost and the gap
+    to the next operation as well as its bytes."""
+    D, C = Config.input_size, Config.num_classes
+    sizes = sorted({itemsize(p) * b * n for p in precisions for b in local_batches for n in (D, C)})
+    src = cp.empty(HOST_BYTES, dtype=cp.uint8)
+    dst = cp.empty(max(sizes), dtype=cp.uint8)
+    rt, s = cp.cuda.runtime, cp.cuda.get_current_stream()
+    out = []
+    for n in sizes:
+        offset = rotating_offsets(src.nbytes, n)
+
+        def fn(n=n, offset=offset):
+            rt.memcpyAsync(dst.data.ptr, src.data.ptr + offset(), n, rt.memcpyDeviceToDevice, s.ptr)
+        out.append({"bytes": int(n), "s": float(queued_ahead(cp, fn, calls=50)[0])})
+    log("device-to-device copies into static inputs (GPU time, queued back to back): "
+        + ", ".join(f"{p['bytes']} B {p['s'] * 1e6:.2f} us" for p in out))
+    return out
+
+
+def host_bandwidth(cp, hidden, local_batches, log) -> dict:
+    """Host <-> device copies at the trainer's two sizes (the fp32 gradient
+    buffer of the first hidden size, the X of the largest piece), from
+    rotating offsets of a host array; t = latency + bytes / bandwidth. A
+    pageable copy blocks the host: its host wall time; a pinned one is
+    queued on the stream as a kernel is: its GPU time, calls queued ahead
+    (its host call is the launch term). {h2d,d2h}_{pageable,pinned}_
+    {bytes_per_s,latency_s}."""
+    import cupyx
+    D, C, fp32 = Config.input_size, Config.num_classes, itemsize("float32")
+    sizes = (grad_buffer_bytes((D, hidden[0], C), fp32), fp32 * max(local_batches) * D)
+    d = cp.empty(max(sizes), dtype=cp.uint8)
+    hosts = {"pageable": np.ones(HOST_BYTES, dtype=np.uint8), "pinned": cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
+    hosts["pinned"][...] = 1
+    s = cp.cuda.get_current_stream()
+    res = {}
+    for direction in ("h2d", "d2h"):
+        for mem, h in hosts.items():
+            ts = []
+            for n in sizes:
+                offset = rotating_offsets(HOST_BYTES, n)
+
+                def fn(h=h, n=n, direction=direction, mem=mem, offset=offset):
+                    off = offset()
+                    if direction == "h2d":
+                        d[:n].set(h[off:off + n], stream=s)
+                    else:   # pinned: not blocking, so that the calls queue behind the spin
+                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == "pageable")
+                ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == "pinned" else median(host_times(cp, fn, reps=25)))
+            bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
+            lat = max(ts[0] - sizes[0] / bw, 0.0)
+            res[f"{direction}_{mem}_bytes_per_s"] = bw
+            res[f"{direction}_{mem}_latency_s"] = lat
+            log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == 'pinned' else 'host wall time'}): "
+                f"{sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
+                f"-> {bw / 1e9:.1f} GB/s + {lat * 1e6:.1f} us")
+    return res
+
+
+def copy_latency(cp, log) -> dict:
+    """copy_latency_s: a 4-byte pageable H2D copy, host wall time."""
+    d4, h4 = cp.empty(1, dtype=cp.float32), np.ones(1, dtype=np.float32)
+    res = {"copy_latency_s": median(host_times(cp, lambda: d4.set(h4), reps=200))}
+    log(f"4-byte H2D: {res['copy_latency_s'] * 1e6:.1f} us")
+    return res
+
+
+def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> tuple[float, bool, float | None]:
+    """How a pageable H2D copy behaves queued behind GPU work still
+    running: the CUDA runtime stages pageable memory through pinned buffers
+    of its own, and only their DMA waits for the stream. A spin kernel of
+    max(2 ms, 4 x the copy alone) is queued, then the copy: if its call
+    returns while the spin still runs, the host staged all of it ahead
+    (seconds ahead: the call's host time; the call does not block), else
+    the call waited for the stream (ahead: the copy alone less its time on
+    the stream after the spin, between CUDA events). A copy that waits is
+    then timed behind work of just that much (w = ahead), `loop` times back
+    to back as the trainer's batches are (median of 5): it hides
+    w + alone - loop of it, and the rest of w is its delay (staging that
+    does not overlap: on 2 x H200, 5 MB pieces, about 25 us alone and
+    50-120 us with 2 ranks at once). Returns (median seconds ahead, blocks:
+    the call waited in most repeats, delay: None for a copy that does not
+    block)."""
+    spin, _ = spin_kernels(cp)
+    cycles = spin_cycles(cp, max(2e-3, 4 * alone_s))
+    s = cp.cuda.get_current_stream()
+    spun, done = cp.cuda.Event(), cp.cuda.Event()
+    ahead, blocked = [], 0
+    for _ in range(reps):
+        s.synchronize()
+        spin((1,), (1,), (cycles,))
+        spun.record(s)
+        t_call = wall_s(copy)
+        waited = spun.done
+        done.record(s)
+        done.synchronize()
+        blocked += waited
+        ahead.append(max(0.0, alone_s - cp.cuda.get_elapsed_time(spun, done) * 1e-3) if waited else t_call)
+    a, blocks = float(median(ahead)), blocked > reps // 2
+    if not blocks:
+        return a, False, None
+    w = max(a, 20e-6)
+    work = spin_cycles(cp, w)
+    per = [per_call_s(lambda: (spin((1,), (1,), (work,)), copy()), loop, start=s.synchronize, end=s.synchronize)
+           for _ in range(5)]
+    return a, True, float(min(w, max(0.0, median(per) - alone_s)))
+
+
+def _copy_calls(cp, keys, hosts, d) -> dict:
+    """One copy function per (direction, memory, bytes) of `keys` between
+    the device buffer d and a host array of `hosts`, on the current stream,
+    each reading or writing a new slice of its host array per call, from
+    its start (a D2H does not block: pinned, the calls queue behind a
+    spin)."""
+    s = cp.cuda.get_current_stream()
+    copies = {}
+    for key in keys:
+        direction, mem, n = key
+        h, offset = hosts[mem], rotating_offsets(len(hosts[mem]), n)
+
+        def copy(direction=direction, h=h, n=n, offset=offset):
+            off = offset()
+            if direction == "h2d":
+                d[:n].set(h[off:off + n], stream=s)
+            else:
+                d[:n].get(out=h[off:off + n], stream=s, blocking=False)
+        copies[key] = copy
+    return copies
+
+
+def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
+    """Host <-> device copies as the trainer makes them: rank 0 alone, then
+    groups of 2 and of all P ranks copying at once after a barrier, at each
+    size of `sizes` ({direction: [bytes]}: the batch pieces H2D, the gradient
+    buffers both ways), pageable and pinned, each from a rotating offset of
+    a host array larger than the host's caches. A pinned copy is timed as
+    GPU time per copy of 4 queued back to back behind a spin kernel (the
+    trainer queues its pinned copies behind the step's kernels and the
+    piece's x before its y; one copy between two events adds the engines'
+    start, 6-11 us on an H100: 32 KB took 12.1 us alone, 4.6 queued), a
+    pageable one by the host's wall clock (it blocks the host); a point is
+    the slowest member's median. Returns (host_copy_s points,
+    copy_aggregate_bytes_per_s: each group's g x bytes over that time at the
+    largest size, for sizes beyond the points)."""
+    import cupyx
+    P = world.size
+    top = max(n for ns in sizes.values() for n in ns)
+    big = max(HOST_BYTES, 8 * top)
+    hosts = {"pageable": np.ones(big, dtype=np.uint8), "pinned": cupyx.empty_pinned(big, dtype=np.uint8)}
+    hosts["pinned"][...] = 1
+    keys = [(direction, mem, n) for direction, ns in sizes.items() for mem in hosts for n in sorted(set(ns))]
+    d = cp.empty(top, dtype=cp.uint8)
+    events = cp.cuda.Event(), cp.cuda.Event()
+    points, aggregate = [], []
+    for g in sorted({1, min(2, P), P}):
+        member = world.rank < g
+        copies = _copy_calls(cp, keys, hosts, d)
+
+        def measure(key):
+            def one():
+                world.barrier()
+                if not member:
+                    return None
+                if key[1] == "pinned":   # GPU time per copy of 4 queued back to back behind a spin, as the
+                    return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]   # trainer queues them
+                return copy_s(cp, copies[key], False, events)
+            return one
+        # the host's copy speed drifts over seconds (one H100: a pageable copy's median over 10 calls
+        # moved 27-54% within 16 s of one process): each point's calls are spread over the group's
+        # whole measurement, in rounds over every point, not taken in one burst
+        ts = rounds({key: measure(key) for key in keys}, 3, per_round=8, warmup_calls=4)
+        group = _group_points(cp, world, g, member, keys, ts, copies, log)
+        points += group
+        aggregate += [{"procs": g, "direction": p["direction"], "memory": p["memory"],
+                       "bytes_per_s": g * p["bytes"] / p["s"]}
+                      for p in group if g > 1 and p["bytes"] == max(sizes[p["direction"]])]
+    return points, aggregate
+
+
+def _group_points(cp, world, g, member, keys, ts, copies, log) -> list[dict]:
+    """host_copy_s points of a group of g ranks from each member's times:
+    the slowest member's median; for a pageable H2D copy, how it behaves
+    behind a busy stream, all members at once (pageable_ahead: the least
+    staged ahead, any blocking, the slowest member's delay)."""
+    points, lines = [], {}
+    for key in keys:
+        direction, mem, n = key
+        mine = float(median(ts[key])) if member else None
+        slowest = max(t for t in world.allgather(mine) if t is not None)
+        point = {"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest}
+        line = lines.setdefault((direction, mem), [])
+        line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
+        if (direction, mem) == ("h2d", "pageable"):
+            world.barrier()
+            ahead = pageable_ahead(cp, copies[key], mine) if member else None
+            got = [x for x in world.allgather(ahead) if x is not None]
+            point.update(ahead_s=min(x[0] for x in got), blocks=any(x[1] for x in got))
+            if point["blocks"]:
+                point["ahead_delay_s"] = max(x[2] for x in got if x[2] is not None)
+            line[-1] += (f" ({point['ahead_s'] * 1e6:.0f} ahead" + (
+                f", blocks, {point['ahead_delay_s'] * 1e6:.0f} delay" if point['blocks'] else "") + ")")
+        points.append(point)
+    for (direction, mem), line in lines.items():
+        log(f"{direction} {mem}, {'one rank alone' if g == 1 else f'{g} ranks at once'} "
+            f"(slowest rank, us): {', '.join(line)}")
+    return points

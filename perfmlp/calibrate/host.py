@@ -1,0 +1,185 @@
+"""Launches and the host's time, on every rank (host_dispatch), first and
+last (mean_dispatch: the mean of the two, since the host's speed differs
+from one launch of a process to the next and over minutes):
+
+- the host's time per operation of the trainer's eager step
+  (perfmlp/step.py with resident data and the NCCL reducer, the train
+  loop's tracer calls around it) at a size where the GPU work is
+  negligible, untraced and with the tracer at its counters level: one rank
+  alone (launch_overhead_s, trace_phase_host_s), then groups of 2 and P
+  ranks launching at once, the slowest rank's (host_dispatch_s);
+- the host's time per batch of the same step as a CUDA graph, one rank
+  (graph_step_host_s: the replay's launch, the copies into its static
+  inputs and the loop's own work between batches);
+- the eager step's host time per operation at each of the trainer's sizes
+  over its time at the tiny one, in the same rounds (launch_size_factor:
+  dispatch_size_factors).
+"""
+from __future__ import annotations
+
+from statistics import median
+
+import numpy as np
+
+from ..config import Config
+from ..gpu import timing
+from .gemm import step_network
+
+DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is negligible
+
+
+def resident_step(cp, sizes, b, group, pieces: int = 1):
+    """The trainer's eager step at `sizes` on pieces of b samples, as the
+    host-time microbenchmarks run it: (the network of step_network, `pieces`
+    resident pieces of random samples with one-hot labels, the NCCL reducer
+    over `group`)."""
+    from ..batches import DeviceBatches
+    from ..comm import NcclReducer
+    net, _, _ = step_network(cp, sizes, "float32", b)
+    rng = np.random.default_rng(0)
+    x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
+    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], pieces * b)]
+    return net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net)
+
+
+def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
+    """This rank's host seconds per step of the trainer's eager step at a
+    tiny size (median over rounds, each round started together after a
+    barrier and ended synchronised; a first round warms up and captures the
+    graph), untraced and traced (counters), and of its graph step (the
+    whole step one replay, resident pieces copied into its static inputs),
+    untraced."""
+    import tempfile
+    from types import SimpleNamespace
+    from ..comm import SingleWorld
+    from ..gpu import use_device
+    from ..gpu.graph import GraphStep
+    from ..step import step
+    from ..trace.format import Counts
+    from ..trace.writer import NullTracer, make_tracer
+    stream = use_device(cp, cp.cuda.Device().id)   # the trainer's own non-blocking stream, made current
+    bl = DISPATCH_BATCH
+    net, batches, reducer = resident_step(cp, DISPATCH_SIZES, bl, group, pieces=4)
+    world1 = SingleWorld()
+    tracer = make_tracer(Config(precision="float32", trace_dir=tempfile.mkdtemp(), run_id="calibrate"), world1)
+    tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
+    counts = Counts()
+    graph = GraphStep(cp, net, batches, reducer, stream)
+
+    def steps(tr, graph_step):
+        def one_round():
+            net.ops = tr.ops
+            k = iter(range(reps))
+
+            def one_step():
+                tr.begin_batch(0, next(k), bl, bl)
+                step(net, batches, reducer, 0, bl, tr.phase, counts, graph_step)
+                tr.end_batch(None, counts)
+                counts.reset()
+            return timing.per_call_s(one_step, reps, start=barrier, end=stream.synchronize)
+        return one_round
+    out = timing.rounds({"untraced": steps(NullTracer(), None), "traced": steps(tracer, None),
+                         "graph": steps(NullTracer(), graph)}, rounds, warmup_rounds=1)
+    tracer.close("complete")
+    return {k: float(median(v)) for k, v in out.items()}
+
+
+def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
+    """The host's time per operation of the eager step at the trainer's sizes
+    (784-H-10 for H in `hidden`, pieces of b in `local`; the step of
+    _dispatch_step_times, untraced, resident pieces, NCCL over one rank)
+    over its time at DISPATCH_SIZES, in the same rounds (the host's speed
+    drifts from one round to the next: a ratio of neighbours cancels it):
+    the host enqueues `reps` steps and the GPU runs them after (one H100:
+    12.4 us an operation at the calibration's size, 16-24 at the
+    trainer's). Median ratio over the rounds after the first;
+    launch_size_factor entries {hidden, batch, factor}."""
+    from ..gpu import use_device
+    from ..partition import LocalGroup
+    from ..step import step
+    from ..trace.format import Counts
+    from ..trace.writer import NullTracer
+    stream = use_device(cp, cp.cuda.Device().id)
+    group, tr, counts = LocalGroup(), NullTracer(), Counts()
+
+    def host_time(sizes, b):
+        net, batches, reducer = resident_step(cp, sizes, b, group)
+
+        def one_round():
+            net.ops = tr.ops
+
+            def one_step():
+                step(net, batches, reducer, 0, b, tr.phase, counts)
+                counts.reset()
+            t = timing.per_call_s(one_step, reps, start=stream.synchronize)   # the host's time to enqueue them
+            stream.synchronize()
+            return t
+        return one_round
+    tiny = (0, DISPATCH_BATCH)
+    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH)}
+    for h in hidden:
+        for b in local:
+            measures[h, b] = host_time((Config.input_size, h, Config.num_classes), b)
+    t = timing.rounds(measures, rounds, warmup_rounds=1)
+    out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b], t[tiny])))}
+           for (h, b) in measures if (h, b) != tiny]
+    log("host time per operation of the eager step at the trainer's sizes, over the calibration's size: "
+        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out))
+    return out
+
+
+def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
+    """The host's time per operation of the eager step and the tracer's per
+    phase: one rank alone (launch_overhead_s, trace_phase_host_s, and the
+    graph step's graph_step_host_s), then groups of 2 and P ranks launching
+    at once, the slowest rank's (host_dispatch_s). Operations: the step's
+    kernels and its collective call, as the model counts them (predict.py's
+    timeline items)."""
+    from ..model.costs import step_kernels
+    from ..model.predict import traced_phases
+    from ..partition import Group, LocalGroup
+    ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
+    phases = traced_phases("nccl", "resident", "eager")
+    P = world.size
+    res, points = {}, []
+    groups = []   # kept alive: the reducers' NCCL communicators are cached by the group object's id
+    for g in sorted({1, 2, P} & set(range(1, P + 1))):
+        member = world.rank < g
+        if P > 1:
+            from mpi4py import MPI
+            sub = world.comm.Split(0 if member else MPI.UNDEFINED, world.rank)
+        if member:
+            group = Group(sub, world.library) if P > 1 else LocalGroup()
+            groups.append(group)
+            t = _dispatch_step_times(cp, group, sub.Barrier if P > 1 else (lambda: None), rounds, reps)
+            per_rank = group.allgather(t)
+        world.barrier()
+        if world.rank != 0:
+            continue
+        launch = [r["untraced"] / ops for r in per_rank]
+        trace = [max(r["traced"] - r["untraced"], 0.0) / phases for r in per_rank]
+        slow = max(range(g), key=lambda i: per_rank[i]["traced"])
+        log(f"host time per launched operation, {g} rank(s) at once ({ops} a step): "
+            + " ".join(f"{v * 1e6:.2f}" for v in launch) + " us; the tracer per phase: "
+            + " ".join(f"{v * 1e6:.2f}" for v in trace) + f" us (slowest: rank {slow})")
+        if g == 1:
+            res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
+            res["graph_step_host_s"] = per_rank[0]["graph"]
+            log(f"host time per batch of the graph step (resident, one replay), one rank: "
+                f"{per_rank[0]['graph'] * 1e6:.2f} us")
+        else:
+            points.append({"procs": g, "launch_s": float(launch[slow]), "trace_phase_s": float(trace[slow])})
+    if points:
+        res["host_dispatch_s"] = points
+    return res
+
+
+def mean_dispatch(a: dict, b: dict) -> dict:
+    """The mean of two host_dispatch results (rank 0's; {} elsewhere)."""
+    if not a:
+        return {}
+    out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s")}
+    if a.get("host_dispatch_s"):
+        out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
+                                  for x, y in zip(a["host_dispatch_s"], b["host_dispatch_s"])]
+    return out
