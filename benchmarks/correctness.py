@@ -5,7 +5,7 @@ train on the GPUs (real MNIST digits, one epoch) and compare with one NumPy
 process trained on the same batches; also check that every rank holds
 identical parameters. Rank 0 appends one JSON line per case to --out.
 
-    mpirun -n 4 python benchmarks/correctness.py --out results/correctness.jsonl
+    mpirun -n 4 python benchmarks/correctness.py --out traces/correctness.jsonl
 """
 from __future__ import annotations
 

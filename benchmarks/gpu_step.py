@@ -1,12 +1,12 @@
 """Time a training step on one GPU (CUDA events, warm-up, median of many).
 
 For H in --hidden and each GEMM choice and transfer mode: the step of the
-real trainer (perfmlp.train.step with the GPU network, batches and reducer),
+real trainer (perfmlp.step.step with the GPU network, batches and reducer),
 beside the time of the same step's GEMMs alone, the unfused generic network
 (the NumPy math run on CuPy: the "naive CuPy step"), and PyTorch eager fp32
 on the same model, sizes and GPU (a benchmark-only comparison).
 
-    PYTHONPATH=. python benchmarks/gpu_step.py --out benchmarks/results/h200
+    python benchmarks/gpu_step.py --out reports/h100/benchmarks
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ from perfmlp.gpu.timing import time_ms  # noqa: E402
 from perfmlp.trace.format import Counts  # noqa: E402
 from perfmlp.mlp import Network, init_weights  # noqa: E402
 from perfmlp.model.costs import batch_counts  # noqa: E402
-from perfmlp.model.machine import load_machine  # noqa: E402
-from perfmlp.train import step  # noqa: E402
+from perfmlp.model.machine import load_machine, machine_files  # noqa: E402
+from perfmlp.step import step  # noqa: E402
 
 NOPHASE = lambda name: contextlib.nullcontext()  # noqa: E731
 
@@ -115,18 +115,29 @@ def torch_step_ms(H, B, reps):
     return median([a.elapsed_time(b) for a, b in evs])
 
 
+def datasheet_for(gpu_name: str) -> str:
+    """The shipped datasheet machine file (not a calibrated one) for a GPU CUDA names so, else h200."""
+    for f in machine_files():
+        m = load_machine(f)
+        if m.describes(gpu_name) and not m.calibrated:
+            return Path(f.name).stem
+    return "h200"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--hidden", default="512,1024,2048")
     ap.add_argument("--batch", type=int, default=3200)
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--machine", default="h200", help="machine file whose fp32 peak the utilisation uses")
+    ap.add_argument("--machine", default=None, help="machine file whose fp32 peak the utilisation uses "
+                                                     "(default: this GPU's datasheet file, else h200)")
     a = ap.parse_args()
     import cupy as cp
     world = make_world()
-    peak = load_machine(a.machine).peak_flops_per_s_float32
     gpu_name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    a.machine = a.machine or datasheet_for(gpu_name)
+    peak = load_machine(a.machine).peak_flops_per_s_float32
     rows = []
     for H in [int(h) for h in a.hidden.split(",")]:
         flops = batch_counts((784, H, 10), a.batch, 4).flops_total

@@ -1,39 +1,36 @@
 #!/usr/bin/env bash
-# The GPU timeline (issue 12) on the GPU machine, from the project root:
+# What each trace level costs, and the in-process GPU timeline (CUPTI)
+# against Nsight Systems, from the project root on a GPU machine with
+# cupti-python (pip install cupti-python, or carried: benchmarks/gpu_env.sh):
 #
-#   PERFMLP_GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/gpu_timeline.sh
-#   PARTS="tests overhead" bash benchmarks/gpu_timeline.sh   # some parts only (one device call each)
+#   bash benchmarks/gpu_timeline.sh SET                          # every part
+#   PARTS="tests overhead" bash benchmarks/gpu_timeline.sh SET   # some parts only
 #
-# Writes $OUT/timeline/ (unpack its timeline.tgz at the project root's
-# benchmarks/results/<set>/timeline and traces/<set>/timeline):
-#   tests.log                   tests/test_timeline.py (its GPU tests: CUPTI records = counters)
+# (gpu_suite.sh's part `timeline`.) Writes into the set $OUT/SET/ (gpu_env.sh):
+# benchmarks/timeline/
+#   tests.log, gpu-tests.log    tests/test_timeline.py (its GPU tests: CUPTI records = counters),
+#                               tests/test_gpu.py (part `tests`)
 #   overhead-p<P>-<exec>.json   untraced and every --trace-level interleaved in one process per rank
 #                               (benchmarks/timeline_overhead.py: its docstring states what is
 #                               dropped), H=512, B=3200 resident + NCCL, p = 1 and 2, eager and graph
 #   overhead.md                 the table of them: the evidence for trace.format.DEFAULT_TRACE_LEVEL
-#   traces/cupti-<ID>, nsys-<ID>  for every batch transfer (pageable, pinned, resident) x comm
-#                               (mpi-staged, nccl) x p (1, 2), ID = p<P>-<transfer>-<comm>: a run
-#                               traced in-process at --trace-level kernels and the same run under
-#                               nsys --cuda-graph-trace=node, its SQLite export beside its trace
-#                               (small runs: 19200 samples, B=3200, 2 epochs, default --exec)
 #   check-<ID>.json             CUPTI against nsys per pair (benchmarks/timeline_check.py): kernel
 #                               busy per batch and bytes per batch of every rank
 #   check-summary.md            bytes exact x/y and busy difference per pair and rank
-#   report/                     python -m perfmlp.report over traces/
-#   gpu-tests.log               tests/test_gpu.py (part `tests`)
-# Parts, 2 x H200: tests ~0.5 min, overhead ~3-4 min, pairs ~5-6 min, report ~1 min; one device
-# call holds at most 10 minutes, so run `tests overhead` and `pairs report` as two calls.
+#   report.md                   python -m perfmlp.report over the pairs' traces (part `report`)
+# traces/timeline/cupti-<ID>, nsys-<ID>: for every batch transfer (pageable, pinned, resident) x comm
+#   (mpi-staged, nccl) x p (1, 2), ID = p<P>-<transfer>-<comm>: a run traced in-process at
+#   --trace-level kernels and the same run under nsys --cuda-graph-trace=node, its SQLite export
+#   beside its trace (small runs: 19200 samples, B=3200, 2 epochs, default --exec).
+# Parts, 2 x H200: tests ~0.5 min, overhead ~3-4 min, pairs ~5-6 min, report ~1 min.
 set -u
+SET=${1:?usage: gpu_timeline.sh SET}
 source benchmarks/gpu_env.sh
-# cupti-python and its libraries (../shared/device/README.md), carried in .gpu-kit/cupti
-python3 -m pip install -q --no-index --no-deps --target "$PWD/.pyext" .gpu-kit/cupti/*.whl 2>&1 | tail -2
 PARTS=${PARTS:-"tests overhead pairs report"}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
-R=$OUT/timeline; T=$R/traces; mkdir -p $T
-NGPU=$(nvidia-smi -L | wc -l)
-export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
-{ date -u; nvidia-smi -L; echo "commit $PERFMLP_GIT_COMMIT"; $NSYS --version;
-  python3 -c "from cupti import cupti; print('cupti-python ok')"; } > $R/machine.txt 2>&1; cat $R/machine.txt
+set_dir "$SET" "timeline: $PARTS"
+R=$B/timeline; T=$T/timeline; mkdir -p $R $T   # from here on R and T are this script's folders in the set
+{ $NSYS --version; python3 -c "from cupti import cupti; print('cupti-python ok')"; } 2>&1 | tee $R/tools.txt
 PS=""; for p in 1 2; do [ $p -le $NGPU ] && PS="$PS $p"; done
 
 if has tests; then
@@ -81,9 +78,10 @@ if has report; then
   P=$(( NGPU < 2 ? NGPU : 2 ))
   [ -d $T/cupti-p$P-resident-nccl ] && python3 -m perfmlp.trace.chrome $T/cupti-p$P-resident-nccl \
     -o $R/cupti-p$P-resident-nccl.chrome.json | tail -1
-  timeout 240 python3 -m perfmlp.report $T --out $R/report --machine benchmarks/results/h200-x2/h200-calibrated.yaml \
-    2>&1 | tail -2
-  grep -A3 "Cross-check over" $R/report/report.md | head -12
+  REP=$(mktemp -d)   # only report.md is kept (the set's own report covers the rest)
+  timeout 240 python3 -m perfmlp.report $T --out $REP 2>&1 | tail -2
+  cp $REP/report.md $R/report.md 2>/dev/null; rm -rf $REP
+  grep -A3 "Cross-check over" $R/report.md | head -12
 fi
-(cd $OUT && tar czf timeline.tgz timeline)
+pack_set
 echo "done ($(date -u +%H:%M:%S))"

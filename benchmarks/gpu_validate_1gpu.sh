@@ -1,41 +1,40 @@
 #!/usr/bin/env bash
-# The model tested blind across GPUs (issue 13), on a machine with one GPU
-# (an H100): calibrate this GPU, carry another GPU's calibration here by
-# datasheet ratios, predict the held-out sweep (sweeps/validate-1gpu.yaml,
-# or VALIDATE_SWEEP; p = 1) from both before the first run, run it, make
-# the report. From the project root on the GPU machine (about 5 minutes on
-# one H100; under 8):
+# The model tested blind across GPUs, on a machine with one GPU: calibrate
+# this GPU, carry another GPU's calibration here by datasheet ratios
+# (python -m perfmlp.model.scaled), predict the held-out sweep
+# (sweeps/validate-1gpu.yaml, or VALIDATE_SWEEP; p = 1) from both before the
+# first run, run it, make the report. From the project root (about 5
+# minutes on one H100; under 8):
 #
-#   PERFMLP_GIT_COMMIT=$(git rev-parse --short HEAD) bash benchmarks/gpu_validate_1gpu.sh
+#   bash benchmarks/gpu_validate_1gpu.sh SET
 #
+# (gpu_suite.sh's part `validate` on one GPU.)
 # VALIDATE_DATASHEET (default h100-sxm): this GPU's datasheet file, the base
 #   of its calibration and the target of the carried one;
-# VALIDATE_FROM (default benchmarks/results/h200-x2/validate10/calibrated.yaml)
-#   and VALIDATE_FROM_DATASHEET (default h200): the other GPU's calibration
-#   and its datasheet file;
+# VALIDATE_FROM (default h200-calibrated, shipped) and VALIDATE_FROM_DATASHEET
+#   (default h200): the other GPU's calibration and its datasheet file;
 # VALIDATE_BUDGET_S (default 400) caps calibration + sweep; the sweep runs
 #   every configuration once before repeating any, so a cut keeps them all.
-# Everything goes to $OUT/validate1/ (packed as $OUT/validate1.tgz):
-# machine.txt, calibrated.yaml and calibrate.log, scaled.yaml (the carried
-# file), traces/ with predictions.json (this GPU's calibration) and
-# predictions-scaled.json (the carried one), sweep.log, report/ (its
-# validation section shows each prediction file's error apart).
+# Writes into the set $OUT/SET/ (gpu_env.sh): benchmarks/validate/
+# (calibrated.yaml and calibrate.log, scaled.yaml: the carried file,
+# sweep.log, report.md: its validation section shows each prediction file's
+# error apart) and the runs under traces/validate/ with predictions.json
+# (this GPU's calibration) and predictions-scaled.json (the carried one).
 # Eager runs trace at the default level (counters: host clock); their time
 # per batch is the epoch line's synchronised steady_ms_per_batch, and the
-# script counts any run without it (the report leaves such runs out).
+# report judges no run without it.
 set -u
+SET=${1:?usage: gpu_validate_1gpu.sh SET}
 source benchmarks/gpu_env.sh
-R=$OUT/validate1; T=$R/traces; mkdir -p $T
+set_dir "$SET" validate
+R=$B/validate; T=$T/validate; mkdir -p $R $T   # from here on R and T are this script's folders in the set
 DS=${VALIDATE_DATASHEET:-h100-sxm}
-FROM=${VALIDATE_FROM:-benchmarks/results/h200-x2/validate10/calibrated.yaml}
+FROM=${VALIDATE_FROM:-h200-calibrated}
+FROM_DS=${VALIDATE_FROM_DATASHEET:-h200}
 SWEEP=${VALIDATE_SWEEP:-sweeps/validate-1gpu.yaml}
 # the hidden sizes and per-rank batches the sweep's runs use, for the GEMM rates and own kernels
 SIZES=$(python3 -m perfmlp.sweep $SWEEP --calibration-sizes) || exit 1
 read HID LB <<< "$SIZES"
-FROM_DS=${VALIDATE_FROM_DATASHEET:-h200}
-[ -n "${PERFMLP_GIT_COMMIT:-}" ] || echo "warning: PERFMLP_GIT_COMMIT not set: the manifests will not name the code"
-export PERFMLP_GIT_COMMIT=${PERFMLP_GIT_COMMIT:-unknown}
-{ date -u; nvidia-smi -L; echo "commit $PERFMLP_GIT_COMMIT"; } > $R/machine.txt 2>&1
 # the carried prediction is only as good as the datasheet file: say if it is not this GPU's
 python3 - "$DS" <<'PY'
 import sys
@@ -57,10 +56,11 @@ PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-400} - SECONDS)) python
   $SWEEP --trace-dir $T --predict $R/calibrated.yaml --predict-also $R/scaled.yaml \
   --no-report --timeout 40 --max-procs 1 2>&1 | tee $R/sweep.log | grep -v -e ": ok$" -e "skipped$"
 rm -rf $T/.sweep-configs
-python3 benchmarks/untimed_runs.py $T
 echo "== report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
-timeout 60 python3 -m perfmlp.report $T --out $R/report --machine $R/calibrated.yaml > $R/report.log 2>&1 \
-  || echo "report not made here ($(tail -1 $R/report.log)); make it from the traces"
-grep -h -o -e "Judged: .*" -e "Predicted with another machine file.*" $R/report/report.md 2>/dev/null | cut -c1-400
+REP=$(mktemp -d)   # only report.md is kept (the set's own report covers the rest)
+timeout 60 python3 -m perfmlp.report $T --out $REP --machine $R/calibrated.yaml > $R/report.log 2>&1 \
+  && cp $REP/report.md $R/report.md || echo "report not made here ($(tail -1 $R/report.log)); make it from the traces"
+rm -rf $REP
+grep -h -o -e "Judged: .*" -e "Predicted with another machine file.*" $R/report.md 2>/dev/null | cut -c1-400
+pack_set
 echo "done in ${SECONDS} s"
-tar czf $OUT/validate1.tgz -C $OUT validate1 && ls -la $OUT/validate1.tgz

@@ -45,13 +45,14 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from statistics import median
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perfmlp.gpu.timing import per_call_s, rounds, summary  # noqa: E402
 
 ONE_GPU = "512x800,512x3200,1024x800,1024x3200,2048x800,2048x3200,1024-1024-1024x3200"
 MULTI_GPU = "512x3200,512x{weak},1024-1024-1024x3200"  # {weak}: 3200 per GPU
@@ -82,7 +83,7 @@ def perfmlp_variants(world, hidden, B):
     from perfmlp.mlp import init_weights
     from perfmlp.model.costs import piece
     from perfmlp.trace.format import Counts
-    from perfmlp.train import step
+    from perfmlp.step import step
     x, y = data(B)
     nophase = lambda name: contextlib.nullcontext()  # noqa: E731
     out = {}
@@ -248,6 +249,14 @@ def _label(r: dict) -> str:
     return r["variant"].replace(" (DDP)", "") + (f" [NCCL_PROTO={proto}]" if proto else "")
 
 
+def _cell(us: list[float]) -> str:
+    """'median [min-max]' of a cell's times, '-' for none."""
+    if not us:
+        return "-"
+    s = summary(us)
+    return f"{s.median:.1f} [{s.min:.1f}-{s.max:.1f}]"
+
+
 def table(path: Path) -> str:
     """Markdown: per configuration and variant, the median over every round of
     every run in the file, the range, the speed-up over one GPU (strong
@@ -274,7 +283,7 @@ def table(path: Path) -> str:
              "| first step p=1 (ms) |", "| --- " * (5 + len(procs)) + "|"]
     for (hidden, B, variant, _p) in dict.fromkeys((k[0], k[1], k[2], 0) for k in cells):
         vals = [cells.get((hidden, B, variant, p)) for p in procs]
-        cols = [f"{median(v):.1f} [{min(v):.1f}-{max(v):.1f}]" if v else "-" for v in vals]
+        cols = [_cell(v) for v in vals]
         su = f"{median(vals[0]) / median(vals[-1]):.2f}x" if vals[0] and vals[-1] and len(procs) > 1 else "-"
         f1 = first.get((hidden, B, variant, procs[0]))
         lines.append(f"| {'-'.join(map(str, hidden))} | {B} | {variant} | " + " | ".join(cols) + f" | {su} | "
@@ -288,6 +297,14 @@ def table(path: Path) -> str:
             t1, tp = median(cells[(hidden, 3200, variant, 1)]), median(cells[(hidden, B, variant, P)])
             lines.append(f"| {'-'.join(map(str, hidden))} | {variant} | {t1:.1f} | {tp:.1f} | {100 * t1 / tp:.1f}% |")
     return "\n".join(lines) + "\n"
+
+
+def step_s(world, run, sync, n: int) -> float:
+    """Seconds per step of run(n) between two synchronisations of all ranks
+    (device sync, MPI barrier; device sync at the end), the slowest rank's."""
+    from mpi4py import MPI
+    t = per_call_s(lambda: run(n), 1, start=lambda: (sync(), world.comm.Barrier()), end=sync) / n
+    return world.comm.allreduce(t, op=MPI.MAX)
 
 
 def main():
@@ -310,7 +327,6 @@ def main():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # torch.distributed's rendezvous (one host)
     os.environ.setdefault("MASTER_PORT", "29517")
     import cupy as cp
-    from mpi4py import MPI
     from perfmlp.comm import make_world
     world = make_world()
     cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
@@ -333,33 +349,21 @@ def main():
             variants = torch_variants(world, hidden, B, compile_ok=not a.no_compile)
         first = {}
         for name, (run, sync) in variants.items():
-            sync()
-            world.comm.Barrier()
-            t0 = time.perf_counter()
-            run(1)  # a graph variant's capture, torch.compile's compilation
-            sync()
-            first[name] = world.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            first[name] = step_s(world, run, sync, 1)  # a graph variant's capture, torch.compile's compilation
             run(a.warmup - 1)
             sync()
-        times = {name: [] for name in variants}
-        for _ in range(a.reps):
-            for name, (run, sync) in variants.items():
-                sync()
-                world.comm.Barrier()
-                t0 = time.perf_counter()
-                run(a.steps)
-                sync()
-                t = (time.perf_counter() - t0) / a.steps
-                times[name].append(world.comm.allreduce(t, op=MPI.MAX))  # the slowest rank
+        times = rounds({name: (lambda run=run, sync=sync: step_s(world, run, sync, a.steps))
+                        for name, (run, sync) in variants.items()}, a.reps)
         if world.rank == 0:
             with open(out / "graph_step.jsonl", "a") as f:
                 for name, ts in times.items():
                     us = [t * 1e6 for t in ts]
+                    s = summary(us)
                     f.write(json.dumps({**meta, "variant": name, "hidden": list(hidden), "B": B,
-                                        "us_per_step": us, "median_us": median(us),
+                                        "us_per_step": us, "median_us": s.median,
                                         "first_step_ms": first[name] * 1e3}) + "\n")
-                    print(f"p={world.size} H={'-'.join(map(str, hidden))} B={B} {name}: median {median(us):.1f} us "
-                          f"(range {min(us):.1f}-{max(us):.1f}, {a.reps} x {a.steps} steps; first step "
+                    print(f"p={world.size} H={'-'.join(map(str, hidden))} B={B} {name}: median {s.median:.1f} us "
+                          f"(range {s.min:.1f}-{s.max:.1f}, {a.reps} x {a.steps} steps; first step "
                           f"{first[name] * 1e3:.1f} ms)", flush=True)
         del variants
 

@@ -7,7 +7,7 @@ kernels, their split-K reductions included), perfmlp's own kernels, NCCL,
 copies; the batch's GPU span (first start to last end) and the idle time
 inside it (the span minus the union of the records).
 
-    PYTHONPATH=. python benchmarks/kernel_breakdown.py traces/run-a traces/run-b --out breakdown.md
+    python benchmarks/kernel_breakdown.py traces/run-a traces/run-b --out breakdown.md
 
 CUPTI instruments each graph kernel node at this level (about 0.5 us a node),
 so the span here is a little longer than an untraced replay.

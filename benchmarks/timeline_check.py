@@ -24,8 +24,8 @@ Per rank, over the batches both runs have:
   nsys, and each run's records against its own counters (bytes_d2d counts
   as 0 on batch lines without it).
 
-    PYTHONPATH=. python benchmarks/timeline_check.py traces/ours traces/nsys-run --out check.json
-    PYTHONPATH=. python benchmarks/timeline_check.py --summary check-*.json --out summary.md
+    python benchmarks/timeline_check.py traces/ours traces/nsys-run --out check.json
+    python benchmarks/timeline_check.py --summary check-*.json --out summary.md
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from perfmlp.trace.nsys import rank_pid  # noqa: E402
 from perfmlp.trace.reader import WARMUP_BATCHES, read_run  # noqa: E402
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
-BUSY_TARGET_PCT = 2.0  # issue 12: kernel-level GPU busy time per batch within 2% of nsys
+BUSY_TARGET_PCT = 2.0  # the target: kernel-level GPU busy time per batch within 2% of nsys
 
 
 def nsys_batches(db: Path, run) -> tuple[dict[int, dict], list[str]]:

@@ -30,8 +30,8 @@ graph. What is measured, and what is dropped:
   untraced run's, it is the tracer's host cost per batch; against the GPU
   time per batch, it says whether the step is host-bound.
 
-    PYTHONPATH=. mpirun -n 2 python benchmarks/timeline_overhead.py --exec eager --out results/x.json
-    PYTHONPATH=. python benchmarks/timeline_overhead.py --summary results/overhead-*.json --out overhead.md
+    mpirun -n 2 python benchmarks/timeline_overhead.py --exec eager --out overhead-p2-eager.json
+    python benchmarks/timeline_overhead.py --summary overhead-p*-*.json --out overhead.md
 """
 from __future__ import annotations
 

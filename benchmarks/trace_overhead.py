@@ -6,7 +6,7 @@ writing its JSONL with CUDA events and NVTX ranges); each block is timed by
 the host clock from a synchronised start to a synchronised end. Median over
 blocks, per transfer/communication mode.
 
-    PYTHONPATH=. python benchmarks/trace_overhead.py --out results/trace_overhead.json
+    python benchmarks/trace_overhead.py --out reports/h100/benchmarks/trace_overhead.json
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,26 +26,29 @@ from perfmlp.config import from_mapping  # noqa: E402
 from statistics import median  # noqa: E402
 
 from perfmlp.backend import build  # noqa: E402
+from perfmlp.gpu.timing import per_call_s  # noqa: E402
 from perfmlp.mlp import init_weights  # noqa: E402
 from perfmlp.trace.format import Counts  # noqa: E402
 from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
-from perfmlp.train import step  # noqa: E402
+from perfmlp.step import step  # noqa: E402
 
 
 def block(cp, net, batches, reducer, tracer, nsteps, B, nb):
+    """Seconds per step of nsteps steps from a synchronised start to a
+    synchronised end, the batch positions cycled."""
     s = cp.cuda.get_current_stream()
-    s.synchronize()
     net.ops = tracer.ops
     counts = Counts()
-    t0 = time.perf_counter()
-    for k in range(nsteps):
-        lo = (k % nb) * B
-        tracer.begin_batch(0, k, B, B)
+    k = iter(range(nsteps))
+
+    def one():
+        i = next(k)
+        lo = (i % nb) * B
+        tracer.begin_batch(0, i, B, B)
         step(net, batches, reducer, lo, lo + B, tracer.phase, counts)
         tracer.end_batch(None, counts)
         counts.reset()
-    s.synchronize()
-    return (time.perf_counter() - t0) / nsteps
+    return per_call_s(one, nsteps, start=s.synchronize, end=s.synchronize)
 
 
 def main():

@@ -1,9 +1,9 @@
 """The fused output backward (perfmlp/gpu/kernels.cu output_backward and
 partial_sums) timed alone for each launch shape, to choose kernels.py's
 LAUNCH and the model's OUTPUT_GRAD_COLS, beside the first design
-(benchmarks/output_backward_v1.cu) at the shape it was used with.
+(output_backward_v1.cu, beside this script) at the shape it was used with.
 
-    python benchmarks/output_backward_tune.py --out DIR
+    python benchmarks/diagnostics/output_backward_tune.py --out DIR
 
 Method: fp32, C = 10, H = 512, b = 3200, 1600 and 800 (the pieces of 1, 2
 and 4 GPUs at B = 3200); each variant is checked against CuPy's matmuls,
@@ -12,26 +12,31 @@ CUDA graph and the replay is timed with CUDA events, 5 repeats; the median
 per pair. (Launched one by one from Python, the pair is timed by the host's
 launch rate: about 12 us at any size.) Writes DIR/output_backward_tune.md.
 
-The results of 2026-11-22 (benchmarks/results/h200/obv2) were made by this
-script's first version (commit dde65af), which held the adopted design
-under test as benchmarks/output_backward_v2.cu.
+kernels.py's LAUNCH was chosen on an H200 with this script's first version
+(commit dde65af, 2026-11-22), which held the design kernels.cu now has
+under test as output_backward_v2.cu.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 from importlib import resources
 from pathlib import Path
 from statistics import median
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from perfmlp.gpu.timing import event_s  # noqa: E402
+
 THREADS = 256
 V1 = {"OB_ROWS": 2, "OB_COLS": 1024}  # the first design's shape, as it was used
 
 
 def timed(cp, launch) -> float:
-    """GPU time per launch: 200 launches captured in one CUDA graph, the
+    """GPU time per launch (us): 200 launches captured in one CUDA graph, the
     replay timed with events."""
     s = cp.cuda.Stream(non_blocking=True)
     with s:
@@ -42,14 +47,7 @@ def timed(cp, launch) -> float:
             launch()
         g = s.end_capture()
         g.launch(s)
-        reps = []
-        for _ in range(5):
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record(s)
-            g.launch(s)
-            e1.record(s)
-            e1.synchronize()
-            reps.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / 200)
+        reps = [event_s(cp, lambda: g.launch(s)) * 1e6 / 200 for _ in range(5)]
     return median(reps)
 
 

@@ -1,17 +1,19 @@
-"""How steady is the host's side of a copy? (issue 13: the trainer's
-pageable copies came out 18-27% slower than calibrated on one H100,
-validate4, and 20-25% faster on another, validate5; on 2 x H200 the same
-microbenchmark drifted 20-40% within a minute, staged_cycle.)
+"""How steady is the host's side of a copy? (The trainer's pageable copies
+came out 18-27% slower than calibrated on one H100 and 20-25% faster on
+another; on 2 x H200 the same microbenchmark drifted 20-40% within a
+minute. On one H100 this measured a pageable copy's median over 10 calls
+moving 27-54% within 16 s of one process: hence the calibration's rounds
+(perfmlp.gpu.timing.rounds) and the sweeps' min_steady_seconds.)
 
 One process: every --every seconds for --rounds rounds, the median of 10
 H2D copies of each size from rotating slices of a 256 MB host array,
 pageable (host wall time: the host stages it) and pinned (GPU time between
-events), as calibrate.host_copies times them. Run it several times in a
+events), as perfmlp.gpu.timing.copy_s times them. Run it several times in a
 row (each launch a new process: the host's speed is drawn again) and
 compare within a launch with between launches. Prints one line per round
 and a summary; appends JSON lines to --out.
 
-    for i in 1 2 3 4; do python3 benchmarks/host_drift.py --launch $i --out $OUT/drift.jsonl; done
+    for i in 1 2 3 4; do python3 benchmarks/diagnostics/host_drift.py --launch $i --out drift.jsonl; done
 """
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ from statistics import median
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from perfmlp.calibrate import _copy_time  # noqa: E402
+from perfmlp.calibrate.copies import rotating_offsets  # noqa: E402
+from perfmlp.gpu.timing import copy_s  # noqa: E402
 
 
 def main() -> None:
@@ -52,12 +55,11 @@ def main() -> None:
         row = {"launch": a.launch, "round": r, "t_s": time.perf_counter() - t_start}
         for mem, h in hosts.items():
             for n in sizes:
-                ts, k = [], 0
+                ts, offset = [], rotating_offsets(big, n)
                 for i in range(13):
-                    off = (k % (big // n)) * n
-                    k += 1
-                    with s:   # _copy_time times the current stream
-                        t = _copy_time(cp, lambda: d[:n].set(h[off:off + n], stream=s), mem == "pinned", *ev)
+                    off = offset()
+                    with s:   # copy_s times the current stream
+                        t = copy_s(cp, lambda: d[:n].set(h[off:off + n], stream=s), mem == "pinned", ev)
                     if i >= 3:
                         ts.append(t)
                 row[f"{mem}_{n}_us"] = median(ts) * 1e6

@@ -5,9 +5,11 @@ pinned buffers of its own; the DMA waits for the stream, the host's
 staging need not (CUDA's "API synchronization behavior" notes). If so, the
 next batch's pageable copy overlaps the previous batch's kernels up to the
 staging buffers' size, and the model's serialised copy + compute is too
-slow there. validate7 (2 x H200) showed it: H=512 B=800 p=2 pageable/nccl
-graph took 0.218 ms a batch with its pageable copies alone at 0.185 ms of
-host time and the replay about 0.1 ms on the GPU.
+slow there. On 2 x H200, H=512 B=800 p=2 pageable/nccl graph took 0.218
+ms a batch with its pageable copies alone at 0.185 ms of host time and the
+replay about 0.1 ms on the GPU. What this measured became the model's rule
+for a pageable copy behind a busy stream (docs/model.md), which the
+calibration measures on every machine (perfmlp.calibrate.pageable_ahead).
 
 On one GPU, at each size, median of `reps`:
 - `call_behind_spin_us`: the host time of the copy call queued behind a
@@ -27,8 +29,8 @@ Under mpirun with several ranks (one GPU each) every rank runs the same
 measurements at once (a barrier before each), as the trainer's ranks copy
 at once; a figure is the slowest rank's.
 
-    python3 benchmarks/pageable_overlap.py OUT.json
-    mpirun -n 2 python3 benchmarks/pageable_overlap.py OUT.json
+    python3 benchmarks/diagnostics/pageable_overlap.py OUT.json
+    mpirun -n 2 python3 benchmarks/diagnostics/pageable_overlap.py OUT.json
 
 Writes OUT.json (with the machine's GPU name, rank count and date) and
 prints a table.
@@ -39,9 +41,15 @@ import datetime as dt
 import json
 import sys
 import time
+from pathlib import Path
 from statistics import median
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from perfmlp.calibrate.copies import rotating_offsets  # noqa: E402
+from perfmlp.gpu.timing import per_call_s, spin_cycles_per_s, spin_kernels, wall_s  # noqa: E402
 
 
 def main(out: str) -> int:
@@ -49,7 +57,6 @@ def main(out: str) -> int:
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
-    from perfmlp.calibrate import _spin, spin_cycles_per_s
     sizes = [256_000, 1_254_400, 2_508_800, 5_017_600, 10_035_200, 20_070_400]
     works_us = [50, 100, 200, 300, 400, 600, 1000, 2000]
     gap_bytes, gaps_us = 5_017_600, [50, 100, 200]
@@ -58,13 +65,12 @@ def main(out: str) -> int:
     h = np.ones(big, dtype=np.uint8)
     d = cp.empty(max(sizes), dtype=cp.uint8)
     s = cp.cuda.get_current_stream()
-    spin, _ = _spin(cp)
+    spin, _ = spin_kernels(cp)
     cps = spin_cycles_per_s(cp)
-    k = [0]
+    offsets = {n: rotating_offsets(big, n) for n in sizes}
 
     def copy(n):
-        off = (k[0] % (big // n)) * n
-        k[0] += 1
+        off = offsets[n]()
         d[:n].set(h[off:off + n], stream=s)
 
     def work(us):
@@ -79,18 +85,13 @@ def main(out: str) -> int:
             pass
 
     def loop_us(n, w, gap=0):
-        ts = []
-        for _ in range(5):
-            s.synchronize()
-            world.barrier()
-            t0 = time.perf_counter()
-            for _ in range(loop):
-                work(w)
-                if gap:
-                    busy(gap)
-                copy(n)
-            s.synchronize()
-            ts.append((time.perf_counter() - t0) / loop * 1e6)
+        def one():
+            work(w)
+            if gap:
+                busy(gap)
+            copy(n)
+        ts = [per_call_s(one, loop, start=lambda: (s.synchronize(), world.barrier()), end=s.synchronize) * 1e6
+              for _ in range(5)]
         return slowest(median(ts))
 
     rows = []
@@ -101,15 +102,10 @@ def main(out: str) -> int:
         for _ in range(reps):
             world.barrier()
             work(5000)
-            t0 = time.perf_counter()
-            copy(n)
-            behind.append(time.perf_counter() - t0)
+            behind.append(wall_s(lambda: copy(n)))
             s.synchronize()
             world.barrier()
-            t0 = time.perf_counter()
-            copy(n)
-            s.synchronize()
-            alone.append(time.perf_counter() - t0)
+            alone.append(wall_s(lambda: (copy(n), s.synchronize())))
         row = {"bytes": n, "call_behind_spin_us": slowest(median(behind) * 1e6),
                "alone_us": slowest(median(alone) * 1e6)}
         a = row["alone_us"]
@@ -137,6 +133,6 @@ def main(out: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python3 benchmarks/pageable_overlap.py OUT.json", file=sys.stderr)
+        print("usage: python3 benchmarks/diagnostics/pageable_overlap.py OUT.json", file=sys.stderr)
         sys.exit(2)
     sys.exit(main(sys.argv[1]))

@@ -1,6 +1,6 @@
 // The first design of the fused output backward (perfmlp/gpu/kernels.cu
 // before commit dde65af's successor), kept as the baseline of
-// benchmarks/output_backward_tune.py: a block per OB_ROWS rows and OB_COLS
+// output_backward_tune.py beside it: a block per OB_ROWS rows and OB_COLS
 // columns, each thread a few columns of every row, the sums reduced across
 // the block. Compiled after kernels.cu (warp_sum, MAXC, OB_THREADS), with
 // OB_ROWS and OB_COLS defined by the script.
