@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perfmlp import data as data_mod  # noqa: E402
 from perfmlp import train as train_mod  # noqa: E402
 from perfmlp.config import Config, from_mapping  # noqa: E402
+from perfmlp.gpu.timing import wall_s  # noqa: E402
 from perfmlp.trace.format import OVERHEAD_TARGET, TRACE_LEVELS, default_trace_level  # noqa: E402
 from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
 
@@ -107,9 +108,7 @@ def measure(a, world) -> dict:
             end_epoch = tracer.end_epoch
 
             def timed(_end=end_epoch, _spent=spent, **values):
-                t0 = time.perf_counter()
-                _end(**values)
-                _spent.append(time.perf_counter() - t0)
+                _spent.append(wall_s(lambda: _end(**values)))
             tracer.end_epoch = timed
             starts: list = []
             begin = tracer.begin_batch
