@@ -14,8 +14,9 @@ from .comm import HostReducer, NcclReducer, StagedReducer
 from .config import Config
 from .errors import PerfmlpError
 from .mlp import Network
-from .model.costs import pieces
+from .model.costs import piece, pieces
 from .model.partition import PS_COMMS
+from .model.precision import precision as precision_of
 from .model.predict import graph_refusal, resolve_exec, staging_memory
 from .step import DATA, Parts
 
@@ -52,9 +53,19 @@ def check_options(cfg: Config) -> str:
     """The backend the configuration runs on, after refusing the options
     that backend does not have (before anything is written)."""
     name = resolve(cfg)
+    what = f"--parallel {cfg.parallel}" if cfg.parallel != "data" else f"--comm {cfg.comm}"
     if partitioned(cfg) and cfg.overlap:
-        what = f"--parallel {cfg.parallel}" if cfg.parallel != "data" else f"--comm {cfg.comm}"
         raise PerfmlpError(f"--overlap is for data parallelism with an allreduce (this run: {what})")
+    prec = precision_of(cfg.precision)
+    if partitioned(cfg) and prec.mixed:
+        raise PerfmlpError(f"--precision {cfg.precision} is for data parallelism with an allreduce (this run: "
+                           f"{what}): there every rank's update rewrites its 16-bit weight copy")
+    if partitioned(cfg) and cfg.batch_transfer.startswith("prefetch"):
+        raise PerfmlpError(f"--batch-transfer {cfg.batch_transfer} is for data parallelism with an allreduce "
+                           f"(this run: {what})")
+    if name == "cupy" and prec.tensor_cores and cfg.gemm != "cublas":
+        raise PerfmlpError(f"--precision {cfg.precision} runs its GEMMs on tensor cores through cuBLAS: "
+                           f"use --gemm cublas, not --gemm {cfg.gemm}")
     if name == "numpy":
         gpu_only = [f"--{flag} {value}" for flag, value, host in (
             ("comm", cfg.comm, ("auto", "mpi", "ps")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
@@ -109,6 +120,19 @@ def _overlap(cfg: Config, net, reducer) -> None:
         reducer.overlap(net)
 
 
+def _next_piece(B: int, N: int, procs: int, rank: int):
+    """f(lo, hi): this rank's piece of the batch after the one whose piece
+    is [lo, hi) (the first batch after the last: the next epoch's), as the
+    training loop takes them (perfmlp/train.py), for the prefetching source."""
+    def f(lo: int, hi: int) -> tuple[int, int]:
+        start = (lo // B + 1) * B
+        if start >= N:
+            start = 0
+        a, b = piece(min(B, N - start), procs, rank)
+        return start + a, start + b
+    return f
+
+
 def _cupy_fields(cfg: Config, world, xtrain, ytrain) -> dict:
     from .gpu import require_cupy, use_device
     from .gpu.network import GpuNetwork
@@ -117,7 +141,8 @@ def _cupy_fields(cfg: Config, world, xtrain, ytrain) -> dict:
     max_local = max(pieces(cfg.batch_size, world.size))
     net = GpuNetwork(cupy, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size,
                      max_local, cfg.gemm)
-    batches = DeviceBatches(cupy, xtrain, ytrain, cfg.batch_transfer, max_local)
+    batches = DeviceBatches(cupy, xtrain, ytrain, cfg.batch_transfer, max_local,
+                            next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size, world.rank))
     if cfg.comm == "nccl":
         reducer = NcclReducer(cupy, world, net)
     else:

@@ -22,13 +22,14 @@ from typing import Any
 from . import checks
 from .errors import PerfmlpError
 from .model.costs import DEFAULT_BUCKET_BYTES
+from .model.precision import NAMES as PRECISIONS
 from .trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVEL_CHOICES, TRACE_LEVELS
 
 CHOICES = {
-    "precision": ("float32", "float64"),
+    "precision": PRECISIONS,
     "backend": ("auto", "numpy", "cupy"),
     "comm": ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl"),
-    "batch_transfer": ("pageable", "pinned", "resident"),
+    "batch_transfer": ("pageable", "pinned", "resident", "prefetch", "prefetch-pageable"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "exec": ("auto", "eager", "graph"),
     "data": ("auto", "mnist", "synthetic"),
@@ -93,7 +94,9 @@ HELP = {
     "n_train": "training samples, N; cut to those available",
     "epochs": "passes over the training samples",
     "batch_size": "samples per batch, B, split over the ranks",
-    "precision": "floating-point type of the network",
+    "precision": "arithmetic of the step: float32 or float64 throughout; tf32 (float32, the GEMMs on TF32 tensor "
+                 "cores); bf16 or fp16 (mixed precision: 16-bit activations and GEMM inputs, float32 accumulation, "
+                 "master weights, update and gradient reduction; fp16 with dynamic loss scaling)",
     "seed": "seed of the initial weights, the synthetic data and the shuffle",
     "shuffle": "shuffle the samples each epoch",
     "data": "training data: auto (MNIST in --data-dir, else the shipped digits), mnist or synthetic",
@@ -103,7 +106,9 @@ HELP = {
     "comm": "gradient all-reduce: auto (mpi-staged on the GPU, mpi on NumPy), mpi (host buffers), "
             "mpi-staged (GPU buffers through the host) or nccl; or a parameter server (reduce to rank 0, "
             "update there, broadcast): ps (host MPI) or ps-nccl",
-    "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident",
+    "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident; prefetch (from "
+                      "pinned memory) or prefetch-pageable (staged into pinned buffers by a host thread): the "
+                      "next batch copied on a copy stream while this one computes",
     "gemm": "GEMM implementation on the GPU",
     "exec": "how the GPU step is issued: auto (graph on the cupy backend where the step can be captured: "
             "partitioned strategies need --comm nccl or ps-nccl; else eager), eager (kernel by kernel from "

@@ -19,12 +19,21 @@ prices) into `ops` when that is a list, then runs `_<kernel>`, the only
 part a backend overrides (perfmlp/gpu/network.py). So the recorded
 operations are the launched ones by construction, and the model's
 `step_kernels` lists the same kernels in the same order (tested).
+
+Precision (perfmlp/model/precision.py): `dtype` is the master type of the
+weights, gradients and update (float32 for tf32, bf16 and fp16),
+`act_dtype` that of the activations and deltas; the NumPy kernels compute
+what the GPU's do (perfmlp/mixed.py): each GEMM operand rounded as the
+tensor cores take it, float32 accumulation, elementwise work in float32 on
+16-bit values, fp16's loss scaling in the update.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .mixed import LossScale, gemm_operand, storage_dtype
 from .model.costs import LOSS_SLOTS, fused_output, output_grad_splits, output_grad_sums, row_blocks
+from .model.precision import precision as precision_of
 
 
 class FlatParams:
@@ -73,11 +82,15 @@ class Network:
     `update()`: p <- p - lr * (g + reg * p) on weights, p <- p - lr * g on biases.
     """
 
-    def __init__(self, xp, layer_sizes, dtype, lr: float, reg: float, global_batch: int):
+    def __init__(self, xp, layer_sizes, precision, lr: float, reg: float, global_batch: int):
         self.xp = xp
-        self.dtype = np.dtype(dtype)
-        self.p = FlatParams(xp, layer_sizes, dtype)
-        self.g = FlatParams(xp, layer_sizes, dtype, extra=LOSS_SLOTS)
+        self.precision = precision_of(precision)   # a --precision name (or a float32/float64 dtype)
+        self.dtype = np.dtype(self.precision.master)
+        self.act_dtype = storage_dtype(self.precision)
+        self._operand = gemm_operand(self.precision)   # None: the products in the operands' own type
+        self.scaler = LossScale() if self.precision.loss_scaling else None
+        self.p = FlatParams(xp, layer_sizes, self.dtype)
+        self.g = FlatParams(xp, layer_sizes, self.dtype, extra=LOSS_SLOTS)
         self.lr, self.reg = lr, reg
         self.global_batch = global_batch
         self.acts: list = []
@@ -85,6 +98,7 @@ class Network:
         self.ops: list | None = None   # (name, shape) of every operation computed, when a list
         self.kernels_launched = 0      # kernels launched (a fused kernel computes several operations)
         self._update_ops = (("update_weights", (self.p.n_weights,)), ("update_biases", (self.p.n_biases,)))
+        self._check_op = ("grad_check", (self.p.n_params,))   # fp16: the update's finite check
         # the output layer's backward as the fused pair where the model's rule
         # allows (costs.fused_output); False runs it as GEMMs and elementwise kernels
         self.fuse_output = fused_output(layer_sizes)
@@ -125,7 +139,7 @@ class Network:
         a = x
         self.acts = [x]
         for l in range(L):
-            z = self.gemm(self.p.W[l], a, out=self.buffer("z", l, b))
+            z = self.gemm(self.gemm_weight(l), a, out=self.buffer("z", l, b))
             if l < L - 1:
                 self._preactivation_done(l, z)
                 a = self.bias_sigmoid(z, self.p.b[l])
@@ -165,11 +179,16 @@ class Network:
             if l == L - 1:
                 self.row_sum(d, self.g.b[l])                                # the output layer's db
             if l > 0:
-                da = self.gemm(self.p.W[l], d, out=self.buffer("d", l - 1, b), trans_a=True)
+                da = self.gemm(self.gemm_weight(l), d, out=self.buffer("d", l - 1, b), trans_a=True)
                 self._input_grad_done(l, da)
                 d = self.sigmoid_grad_row_sum(da, self.acts[l], self.g.b[l - 1])  # dz and the layer's db
             if ready is not None and l == min(1, L - 1):
                 ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
+
+    def gemm_weight(self, l: int):
+        """Layer l's weights as its GEMMs read them (the GPU's bf16 and fp16:
+        the 16-bit copy each update writes)."""
+        return self.p.W[l]
 
     # hooks for a sharded network (perfmlp/partition.py): no-ops here
     def _preactivation_done(self, l: int, z) -> None:
@@ -183,6 +202,8 @@ class Network:
         return self.p.b[-1]
 
     def update(self) -> None:
+        if self.scaler is not None:
+            self._record(self._check_op)
         self._record(*self._update_ops)
         self._sgd_update()
 
@@ -236,42 +257,67 @@ class Network:
         """A preallocated output for a kernel, or None (allocate)."""
         return None
 
+    def _f(self, x):
+        """x in the master type (the kernels' arithmetic)."""
+        return x.astype(self.dtype, copy=False)
+
+    def _act(self, x):
+        """x stored at the activation width."""
+        return x.astype(self.act_dtype, copy=False)
+
     def _gemm(self, a, b, out):
-        return self.xp.matmul(a, b, out=out)
+        if self._operand is None:
+            return self.xp.matmul(a, b, out=out)
+        r = self.xp.matmul(self._operand(a), self._operand(b))   # float32 products and accumulation
+        if out is None:
+            return self._act(r)
+        out[...] = r
+        return out
 
     def _bias_sigmoid(self, z, bias):
-        return sigmoid(self.xp, z + bias[:, None])
+        return self._act(sigmoid(self.xp, self._f(z) + bias[:, None]))
 
     def _bias_add(self, z, bias):
-        return z + bias[:, None]
+        return self._act(self._f(z) + bias[:, None])
 
     def _output_backward(self, w, d, a, gw, gb, out, gb_below):
-        self.xp.matmul(d, a.T, out=gw)
-        self.xp.sum(d, axis=1, out=gb)
-        return self._sigmoid_grad_row_sum(self.xp.matmul(w.T, d, out=out), a, gb_below)
+        # the GPU's fused kernel: float32 (FFMA) products of the stored values, the float32 weights
+        df = self._f(d)
+        self.xp.matmul(df, self._f(a).T, out=gw)
+        self.xp.sum(df, axis=1, out=gb)
+        return self._sigmoid_grad_row_sum(self.xp.matmul(w.T, df, out=out), a, gb_below)
 
     def _softmax_ce_grad(self, z, y, out):
         # stable: log sum exp(z - max) - (z_y - max)
         xp = self.xp
-        zs = z - z.max(axis=0, keepdims=True)
+        zf = self._f(z)
+        zs = zf - zf.max(axis=0, keepdims=True)
         e = xp.exp(zs)
         s = e.sum(axis=0, keepdims=True)
         ce = xp.log(s[0]) - (zs * y).sum(axis=0)
         self.g.extra[0] = ce.sum()
-        return (e / s - y) * self.dtype.type(1.0 / self.global_batch)
+        scale = 1.0 / self.global_batch * (self.scaler.scale if self.scaler is not None else 1.0)
+        return self._act((e / s - y) * self.dtype.type(scale))
 
     def _row_sum(self, d, out):
-        return self.xp.sum(d, axis=1, out=out)
+        return self.xp.sum(self._f(d), axis=1, out=out)
 
     def _sigmoid_grad_row_sum(self, da, a, db):
-        dz = da * a * (1 - a)
+        af = self._f(a)
+        dz = self._f(da) * af * (1 - af)
         self.xp.sum(dz, axis=1, out=db)
-        return dz
+        return self._act(dz)
 
     def _sgd_update(self) -> None:
-        p, g = self.p, self.g
-        p.weights -= self.dtype.type(self.lr) * (g.weights + self.dtype.type(self.reg) * p.weights)
-        p.biases -= self.dtype.type(self.lr) * g.biases
+        p, g, T = self.p, self.g, self.dtype.type
+        if self.scaler is None:
+            p.weights -= T(self.lr) * (g.weights + T(self.reg) * p.weights)
+            p.biases -= T(self.lr) * g.biases
+            return
+        inv = self.scaler.unscale(bool(self.xp.isfinite(g.params).all()))   # 0: an overflow, skip the step
+        if inv:
+            p.weights -= T(self.lr) * (g.weights * T(inv) + T(self.reg) * p.weights)
+            p.biases -= T(self.lr) * (g.biases * T(inv))
 
     # -- outside the step ------------------------------------------------------------------
     def weight_penalty(self) -> float:

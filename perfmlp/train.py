@@ -26,8 +26,10 @@ from . import data as data_mod
 from .backend import build
 from .config import Config, check_procs, data_procs
 from .errors import PerfmlpError
+from .mixed import storage_dtype
 from .mlp import init_weights
 from .model.costs import piece
+from .model.precision import precision as precision_of
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
 from .trace.format import WARMUP_BATCHES, Counts
 from .trace.writer import NullTracer
@@ -139,9 +141,11 @@ def _train(cfg: Config, world, tracer, log) -> Result:
         if cfg.batch_size > N:
             raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than the {N} training samples available")
     check_procs(cfg, data_procs(cfg, P))
-    dtype = np.dtype(cfg.precision)
-    xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, dtype)
-    xheld, yheld = data_mod.to_arrays(split.heldout, cfg.num_classes, dtype)
+    # the batch at the precision's storage width (bf16, fp16: 16 bits); held out in the master type
+    master = np.dtype(precision_of(cfg.precision).master)
+    xtrain, ytrain = (a.astype(storage_dtype(cfg.precision), copy=False)
+                      for a in data_mod.to_arrays(split.train, cfg.num_classes, master))
+    xheld, yheld = data_mod.to_arrays(split.heldout, cfg.num_classes, master)
     be = build(cfg, world, xtrain, ytrain)
     net, batches, reducer = be.net, be.batches, be.reducer
     tracer.attach(world, be)

@@ -10,8 +10,16 @@ Counting rule
 - A reduction of n values (sum, max) is n - 1 FLOPs per output.
 - Not counted: index arithmetic, copies, casts, argmax for accuracy, and
   the held-out evaluation (it is not part of a training step).
+- Tensor cores (tf32, bf16, fp16: model/precision.py): a multiply-add is
+  2 FLOPs at its precision, as on the FFMA units. Not counted: fp16's loss
+  scaling (the finite check of the gradients and the unscaling multiply).
 - Bytes are the fewest a kernel must move through device memory: every
-  input read once, every output written once, at the element size given.
+  input read once, every output written once, at the width it has
+  (`Widths`): activations, deltas, the batch and the GEMMs' operands at the
+  activation width (16 bits in bf16 and fp16, whose GEMMs read a 16-bit
+  copy of the weights that each update writes); weights, biases, gradients
+  and partial sums at the parameter width (float32 there); the
+  weight-gradient GEMMs write float32 (`batch_counts` adds those bytes).
   Copies count the bytes handed to cudaMemcpy and collectives the bytes of
   the buffer handed to MPI or NCCL (`batch_counts`).
 
@@ -22,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, NamedTuple
+
+from .precision import precision as precision_of
 
 OPS: dict[str, Callable[..., tuple[int, int]]] = {}
 
@@ -37,90 +47,125 @@ def register(name: str):
     return deco
 
 
+class Widths(NamedTuple):
+    """Bytes per element of the activations (deltas, the batch, the GEMMs'
+    operands) and of the parameters (weights, biases, gradients); and
+    whether the update is preceded by the gradients' finite check (fp16's
+    loss scaling). An int w stands for Widths(w, w)."""
+    act: int
+    param: int
+    grad_check: bool = False
+
+    @property
+    def weight_copy(self) -> bool:
+        """The update also writes the weights' copy at the activation width."""
+        return self.act < self.param
+
+
+def as_widths(itemsize) -> Widths:
+    return itemsize if isinstance(itemsize, Widths) else Widths(int(itemsize), int(itemsize))
+
+
+def widths(precision) -> Widths:
+    """The element widths of a precision (model/precision.py)."""
+    p = precision_of(precision)
+    return Widths(p.act_bytes, p.param_bytes, p.loss_scaling)
+
+
 @lru_cache(maxsize=4096)
-def op_cost(name: str, shape: tuple, itemsize: int) -> tuple[int, int]:
-    """(FLOPs, bytes) of operation `name` at `shape` with `itemsize`-byte elements."""
+def op_cost(name: str, shape: tuple, itemsize) -> tuple[int, int]:
+    """(FLOPs, bytes) of operation `name` at `shape` with elements of
+    `itemsize` bytes (an int, or the Widths of a precision)."""
     try:
         fn = OPS[name]
     except KeyError:
         raise KeyError(f"no cost formula for operation {name!r}") from None
-    return fn(*shape, s=itemsize)
+    return fn(*shape, w=as_widths(itemsize))
 
 
 @register("gemm")
-def _gemm(m, n, k, s):
+def _gemm(m, n, k, w):
     # C (m x n) = A (m x k) @ B (k x n): m*n dot products of length k
-    return 2 * m * n * k, s * (m * k + k * n + m * n)
+    return 2 * m * n * k, w.act * (m * k + k * n + m * n)
 
 
 @register("bias_sigmoid")
-def _bias_sigmoid(m, n, s):
+def _bias_sigmoid(m, n, w):
     # a = 1 / (1 + exp(-(z + b))): add 1 + exp 1 + add 1 + div 1 per element
-    return 4 * m * n, s * (2 * m * n + m)
+    return 4 * m * n, w.act * 2 * m * n + w.param * m
 
 
 @register("bias_add")
-def _bias_add(m, n, s):
-    return m * n, s * (2 * m * n + m)
+def _bias_add(m, n, w):
+    return m * n, w.act * 2 * m * n + w.param * m
 
 
 @register("softmax_ce_grad")
-def _softmax_ce_grad(c, b, s):
+def _softmax_ce_grad(c, b, w):
     # per column: max (c-1), subtract c, exp c, sum (c-1), divide c -> 5c - 2;
     # cross-entropy log(sum) - (z_y - max): 2; delta (p - y) * (1/B): 2c.
     # Then the sum of b column losses: b - 1.
-    return b * (5 * c - 2 + 2 + 2 * c) + (b - 1), s * (3 * c * b + 1)
+    return b * (5 * c - 2 + 2 + 2 * c) + (b - 1), w.act * 3 * c * b + w.param
 
 
 @register("row_sum")
-def _row_sum(m, n, s):
+def _row_sum(m, n, w):
     # bias gradient: m sums of n values
-    return m * (n - 1), s * (m * n + m)
+    return m * (n - 1), w.act * m * n + w.param * m
 
 
 @register("sigmoid_grad")
-def _sigmoid_grad(m, n, s):
+def _sigmoid_grad(m, n, w):
     # dz = da * a * (1 - a): subtract, two multiplies
-    return 3 * m * n, s * 3 * m * n
+    return 3 * m * n, w.act * 3 * m * n
 
 
 @register("output_backward")
-def _output_backward(c, h, b, s):
+def _output_backward(c, h, b, w):
     # the output layer's backward (c x h weights, b samples): dW = delta a^T,
     # db = the row sums of delta, da = W^T delta, dz = da * a * (1 - a) and
     # the layer below's db: the FLOPs of those five operations; reads delta, a
-    # and W, writes dz and one partial sum of dW, db and the layer below's db
-    # per column block (output_grad_splits)
-    f = (_gemm(c, h, b, s)[0] + _row_sum(c, b, s)[0] + _gemm(h, b, c, s)[0] + _sigmoid_grad(h, b, s)[0]
-         + _row_sum(h, b, s)[0])
-    return f, s * (c * b + h * b + c * h + h * b + output_grad_splits(b) * output_grad_sums(c, h))
+    # and W (the float32 weights: it runs on the FFMA units in every
+    # precision), writes dz and one partial sum of dW, db and the layer
+    # below's db per column block (output_grad_splits)
+    f = (_gemm(c, h, b, w)[0] + _row_sum(c, b, w)[0] + _gemm(h, b, c, w)[0] + _sigmoid_grad(h, b, w)[0]
+         + _row_sum(h, b, w)[0])
+    return f, w.act * (c * b + h * b + h * b) + w.param * (c * h + output_grad_splits(b) * output_grad_sums(c, h))
 
 
 @register("partial_sums")
-def _partial_sums(n, splits, s):
+def _partial_sums(n, splits, w):
     # n sums of `splits` partials each, in a fixed order: the work of splitting
     # a reduction over blocks, not counted as FLOPs (as a GEMM library's
     # split-K reduction is not); reads the partials, writes the n sums
-    return 0, s * n * (splits + 1)
+    return 0, w.param * n * (splits + 1)
+
+
+@register("grad_check")
+def _grad_check(n, w):
+    # fp16's loss scaling: every gradient read once, tested finite (not counted)
+    return 0, w.param * n
 
 
 @register("update_weights")
-def _update_weights(n, s):
-    # w -= lr * (g + reg * w): multiply, add, multiply, subtract
-    return 4 * n, s * 3 * n
+def _update_weights(n, w):
+    # w -= lr * (g + reg * w): multiply, add, multiply, subtract; in bf16 and
+    # fp16 the weights' 16-bit copy is written too
+    return 4 * n, w.param * 3 * n + (w.act * n if w.weight_copy else 0)
 
 
 @register("update_biases")
-def _update_biases(n, s):
+def _update_biases(n, w):
     # b -= lr * g
-    return 2 * n, s * 3 * n
+    return 2 * n, w.param * 3 * n
 
 
 # ---- a whole step from shapes ---------------------------------------------------
 
 def itemsize(precision: str) -> int:
-    """Bytes per element of a precision ("float32" or "float64")."""
-    return {"float32": 4, "float64": 8}[precision]
+    """Bytes per element of a precision's activations and batch (its
+    parameters: widths(precision).param)."""
+    return precision_of(precision).act_bytes
 
 
 # Overlapped communication's bucket: a weight gradient larger than this is
@@ -177,7 +222,7 @@ def output_grad_sums(c: int, h: int) -> int:
 
 
 def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
-                 itemsize: int = 4, fuse_output: bool = True) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
+                 itemsize=4, fuse_output: bool = True) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
     """The kernels of one training step on a piece of b samples, per phase, in
     the order the trainer launches them (layer_sizes = D, H1, ..., C); each
     kernel is the tuple of operations it computes (a fused kernel may compute
@@ -188,6 +233,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
     `fused_output` allows the fused pair (for comparisons).
     perfmlp/mlp.py's Network launches exactly these (tested)."""
     L = len(layer_sizes) - 1
+    w = as_widths(itemsize)
     fuse = fuse_output and fused_output(layer_sizes)
     fwd, bwd = [], []
     for l in range(1, L + 1):
@@ -200,7 +246,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
             bwd.append((("output_backward", (n_out, n_in, b)),))
             bwd.append((("partial_sums", (output_grad_sums(n_out, n_in), output_grad_splits(b))),))
             continue
-        for r0, r1 in row_blocks(n_out, n_in, itemsize, bucket_bytes):
+        for r0, r1 in row_blocks(n_out, n_in, w.param, bucket_bytes):
             bwd.append((("gemm", (r1 - r0, n_in, b)),))      # dW = delta @ a^T (a row block of it)
         if l == L:
             bwd.append((("row_sum", (n_out, b)),))           # the output layer's db
@@ -210,11 +256,14 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
             bwd.append((("sigmoid_grad", (n_in, b)), ("row_sum", (n_in, b))))
     n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, L + 1))
     n_b = sum(layer_sizes[1:])
+    update = [(("update_weights", (n_w,)), ("update_biases", (n_b,)))]  # one pass over the flat buffer
+    if w.grad_check:   # fp16: the gradients' finite check decides whether the update runs
+        update.insert(0, (("grad_check", (n_w + n_b,)),))
     return {
         "forward": fwd,
         "loss": [(("softmax_ce_grad", (layer_sizes[-1], b)),)],
         "backward": bwd,
-        "update": [(("update_weights", (n_w,)), ("update_biases", (n_b,)))],  # one pass over the flat buffer
+        "update": update,
     }
 
 
@@ -224,7 +273,8 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
 OWN_KERNELS = {("bias_sigmoid",): "bias_sigmoid", ("bias_add",): "bias_add",
                ("softmax_ce_grad",): "softmax_ce_grad", ("row_sum",): "row_sum",
                ("sigmoid_grad", "row_sum"): "sigmoid_grad_row_sum", ("output_backward",): "output_backward",
-               ("partial_sums",): "partial_sums", ("update_weights", "update_biases"): "sgd_update"}
+               ("partial_sums",): "partial_sums", ("update_weights", "update_biases"): "sgd_update",
+               ("grad_check",): "grad_check"}
 
 
 def kernel_name(kernel) -> str:
@@ -242,10 +292,18 @@ def kernel_shape(kernel) -> tuple:
 
 
 def step_ops(layer_sizes, b: int, bucket_bytes: int | None = None,
-             itemsize: int = 4, fuse_output: bool = True) -> dict[str, list[tuple[str, tuple]]]:
+             itemsize=4, fuse_output: bool = True) -> dict[str, list[tuple[str, tuple]]]:
     """The operations of one training step, per phase, in launch order."""
     return {phase: [op for kernel in kernels for op in kernel]
             for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output).items()}
+
+
+def weight_grad_elements(layer_sizes, fuse_output: bool = True) -> int:
+    """Elements the weight-gradient GEMMs of a step write (the fused output
+    layer's backward writes partial sums instead)."""
+    L = len(layer_sizes) - 1
+    fused = fuse_output and fused_output(layer_sizes)
+    return sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, L + 1) if not (l == L and fused))
 
 
 def n_params(layer_sizes) -> int:
@@ -295,7 +353,7 @@ class BatchCounts:
         return self.bytes_h2d + self.bytes_d2h
 
 
-def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
+def batch_counts(layer_sizes, b: int, itemsize, comm: str = "mpi-staged",
                  batch_transfer: str = "pageable", bucket_bytes: int | None = None,
                  exec_mode: str = "eager", fuse_output: bool = True) -> BatchCounts:
     """Counts for one rank's piece of b samples.
@@ -308,8 +366,11 @@ def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
     communication (the weight gradients' GEMMs split into row blocks; the
     bytes reduced are the same, in more collectives). fuse_output: as
     step_kernels (False: a step without the fused output backward, such as
-    the reference solution's).
+    the reference solution's). itemsize: an int, or a precision's Widths:
+    the batch is copied at the activation width, the gradients at the
+    parameter width (32 bits for tf32, bf16 and fp16: reduced in 32 bits).
     """
+    w = as_widths(itemsize)
     flops, mem, ops, kern = {}, {}, {}, {}
     for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output).items():
         f = m = n = 0
@@ -318,10 +379,12 @@ def batch_counts(layer_sizes, b: int, itemsize: int, comm: str = "mpi-staged",
                 fo, by = op_cost(name, shape, itemsize)
                 f, m, n = f + fo, m + by, n + 1
         flops[phase], mem[phase], ops[phase], kern[phase] = f, m, n, len(kernels)
+    # the weight-gradient GEMMs write float32 where their operands are 16 bits
+    mem["backward"] += (w.param - w.act) * weight_grad_elements(layer_sizes, fuse_output)
     D, C = layer_sizes[0], layer_sizes[-1]
-    piece_bytes = itemsize * b * (D + C)
+    piece_bytes = w.act * b * (D + C)
     resident = batch_transfer == "resident"
-    g = grad_buffer_bytes(layer_sizes, itemsize)
+    g = grad_buffer_bytes(layer_sizes, w.param)
     staged = comm == "mpi-staged"
     return BatchCounts(
         b=b, flops=flops, mem_bytes=mem, operations=ops, kernels=kern,

@@ -21,6 +21,7 @@ import yaml
 
 from .. import checks
 from .costs import OWN_KERNELS
+from .precision import NAMES as PRECISION_NAMES, precision as precision_of
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -198,6 +199,11 @@ class Machine:
     d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
     host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
     launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
+    # dense tensor-core peaks with float32 accumulation (model/precision.py; 0: none on this GPU)
+    peak_flops_per_s_tf32: float = 0.0
+    peak_flops_per_s_bf16: float = 0.0
+    peak_flops_per_s_fp16: float = 0.0
+    host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -208,7 +214,29 @@ class Machine:
         return device_name == self.name or device_name in self.device_names
 
     def peak_flops_per_s(self, precision: str) -> float:
-        return self.peak_flops_per_s_float64 if precision == "float64" else self.peak_flops_per_s_float32
+        """The ceiling of a precision's GEMMs: the FFMA (FP64) peak for float32
+        (float64), the dense tensor-core peak for tf32, bf16 and fp16; a
+        MachineError where the file has none (a GPU without those tensor cores)."""
+        gemm = precision_of(precision).gemm
+        peak = getattr(self, f"peak_flops_per_s_{gemm}")
+        if not peak:
+            raise MachineError(f"{self.path or self.name}: no {gemm} ceiling (peak_flops_per_s_{gemm}): "
+                               f"{self.name} has no {gemm} tensor cores, or the file does not say")
+        return peak
+
+    def ceilings(self) -> dict[str, float]:
+        """The compute ceilings the file has, by GEMM input format (float64,
+        float32 on the FFMA units, tf32, bf16, fp16 on tensor cores)."""
+        out = {}
+        for name in PRECISION_NAMES:
+            gemm = precision_of(name).gemm
+            if getattr(self, f"peak_flops_per_s_{gemm}"):
+                out[gemm] = getattr(self, f"peak_flops_per_s_{gemm}")
+        return out
+
+    def stage_bw(self) -> float:
+        """A host thread's copy of pageable rows into pinned memory, bytes/s."""
+        return self.host_stage_bytes_per_s or self.h2d_pageable_bytes_per_s
 
     def copy_bw(self, direction: str, memory: str) -> float:
         return getattr(self, f"{direction}_{memory}_bytes_per_s")
@@ -408,7 +436,8 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s",
                      "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
-                     "d2h_pinned_aggregate_bytes_per_s")
+                     "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
+                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
@@ -434,7 +463,7 @@ def _entry(entry, required: tuple, optional: tuple = ()) -> dict:
 def _gemm_rate(entry) -> GemmRate:
     entry = _entry(entry, ("m", "n", "k", "precision", "flops_per_s"), ("kernel",))
     m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
-    precision = checks.choice("precision", entry["precision"], ("float32", "float64"))
+    precision = checks.choice("precision", entry["precision"], PRECISION_NAMES)
     kernel = checks.choice("kernel", entry.get("kernel", "cublas"), GEMM_KERNELS)
     return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]), kernel)
 
@@ -516,7 +545,7 @@ def _kernel_time(entry) -> KernelTime:
     return KernelTime(checks.choice("kernel", entry["kernel"], OWN_KERNELS.values()),
                       tuple(checks.positive(f"shape[{i}]", checks.integer(f"shape[{i}]", n))
                             for i, n in enumerate(shape)),
-                      checks.choice("precision", entry["precision"], ("float32", "float64")),
+                      checks.choice("precision", entry["precision"], PRECISION_NAMES),
                       checks.positive("s", checks.number("s", entry["s"])))
 
 

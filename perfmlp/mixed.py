@@ -1,0 +1,87 @@
+"""Mixed-precision numerics on the host: the 16-bit storage types, TF32
+rounding and dynamic loss scaling (what each precision stores and
+multiplies: perfmlp/model/precision.py).
+
+On NumPy the step computes what the GPU's does: 16-bit arrays through
+`ml_dtypes` (bfloat16) and NumPy (float16), each product of float32
+values rounded as the tensor cores take them (`gemm_operand`) and
+accumulated in float32, the elementwise work in float32 on values read
+from and rounded back to 16 bits. So CPU tests check the arithmetic.
+
+Dynamic loss scaling (fp16): float16's smallest normal number is 6.1e-5,
+and an output delta (p - y) / B is often smaller, so the loss (the delta)
+is multiplied by a scale S before the backward pass and the gradients by
+1 / S in the update. As PyTorch's GradScaler does, with its defaults:
+S starts at 2^16; a step whose reduced gradients hold an inf or a NaN is
+skipped (no update) and S is halved; after GROWTH_INTERVAL finite steps
+in a row S is doubled. The reduced gradients are the same on every rank,
+so every rank decides alike. The GPU's kernels (gpu/kernels.cu:
+grad_check, sgd_update) apply the same rule to a device copy of the state.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .model.precision import Precision, precision as precision_of
+
+INIT_SCALE = 2.0 ** 16
+GROWTH_FACTOR = 2.0
+BACKOFF_FACTOR = 0.5
+GROWTH_INTERVAL = 2000
+
+
+def storage_dtype(precision) -> np.dtype:
+    """The host (NumPy) type of a precision's activations and batch."""
+    p = precision_of(precision)
+    return np.dtype(ml_dtypes.bfloat16) if p.storage == "bfloat16" else np.dtype(p.storage)
+
+
+def device_view(a: np.ndarray) -> np.ndarray:
+    """A host array as CuPy can take it: bfloat16 as its uint16 bits (CuPy
+    has no bfloat16 type; the kernels and cuBLAS read the bits)."""
+    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32's 10 mantissa bits (to nearest, ties
+    to even), still float32: what a TF32 tensor core multiplies."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = ((u + np.uint32(0x0FFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), r, x).astype(np.float32, copy=False)
+
+
+def gemm_operand(p: Precision):
+    """f(x): a GEMM operand as the precision's products take it, as float32
+    (None: float32 or float64, the products in the operands' own type)."""
+    if p.gemm == "tf32":
+        return round_tf32
+    if p.mixed:
+        s = storage_dtype(p)
+        return lambda x: x.astype(s, copy=False).astype(np.float32)
+    return None
+
+
+class LossScale:
+    """The dynamic loss scale's state on the host (the rule: module docstring)."""
+
+    def __init__(self, scale: float = INIT_SCALE):
+        self.scale = scale
+        self.good = 0        # finite steps since the scale last changed
+        self.skipped = 0     # steps skipped for an overflow, in all
+
+    def unscale(self, finite: bool) -> float:
+        """The multiplier this step's update applies to the gradients
+        (1 / the scale they were computed with; 0: skip the update), and
+        the scale for the next step."""
+        if not finite:
+            self.scale *= BACKOFF_FACTOR
+            self.good = 0
+            self.skipped += 1
+            return 0.0
+        inv = 1.0 / self.scale
+        self.good += 1
+        if self.good == GROWTH_INTERVAL:
+            self.scale *= GROWTH_FACTOR
+            self.good = 0
+        return inv
