@@ -6,7 +6,10 @@ the bytes it copied to `counts.bytes_h2d`.
 
 - `HostBatches` (NumPy): views into the host arrays.
 - `DeviceBatches` (CuPy): copied each batch from pageable host memory (the
-  reference scheme) or from pinned memory, or resident (uploaded once).
+  reference scheme) or from pinned memory, or resident (uploaded once), or
+  prefetched: the next batch copied on a copy stream while this one
+  computes, from pinned memory or staged from pageable memory by a host
+  thread (perfmlp/gpu/prefetch.py).
   `static(lo, hi, counts)` gives the piece in the same device buffers every
   batch, as a CUDA graph needs (perfmlp/gpu/graph.py): the copies already
   land there; resident data is copied device to device into them.
@@ -14,6 +17,10 @@ the bytes it copied to `counts.bytes_h2d`.
 from __future__ import annotations
 
 import numpy as np
+
+from .mixed import device_view
+
+PREFETCH = {"prefetch": "pinned", "prefetch-pageable": "pageable"}   # mode -> the host source's memory
 
 
 class HostBatches:
@@ -30,23 +37,29 @@ class HostBatches:
 
 
 class DeviceBatches:
-    def __init__(self, cupy, x, y, mode: str, max_local: int):
+    def __init__(self, cupy, x, y, mode: str, max_local: int, next_piece=None):
         self.cp, self.mode, self.max_local = cupy, mode, max_local
         self._static: dict = {}  # piece size -> the static buffers' views (resident data in graph mode)
         self.stream = cupy.cuda.get_current_stream()
+        x, y = device_view(x), device_view(y)   # bf16: its bits
         self._set_host(x, y)
-        if mode != "resident":
+        self._pipe = None
+        if mode in PREFETCH:
+            from .gpu.prefetch import Prefetcher
+            self._pipe = Prefetcher(cupy, self, next_piece, staged=PREFETCH[mode] == "pageable")
+        elif mode != "resident":
             self.xd = cupy.empty((max_local, x.shape[1]), x.dtype)
             self.yd = cupy.empty((max_local, y.shape[1]), y.dtype)
 
     def _set_host(self, x, y):
-        if self.mode == "pinned":
+        memory = PREFETCH.get(self.mode, self.mode)
+        if memory == "pinned":
             import cupyx
             self.xh = cupyx.empty_pinned(x.shape, x.dtype)
             self.yh = cupyx.empty_pinned(y.shape, y.dtype)
             self.xh[...] = x
             self.yh[...] = y
-        elif self.mode == "pageable":
+        elif memory == "pageable":
             self.xh, self.yh = np.ascontiguousarray(x), np.ascontiguousarray(y)
         else:
             self.xr, self.yr = self.cp.asarray(x), self.cp.asarray(y)
@@ -56,6 +69,8 @@ class DeviceBatches:
             idx = self.cp.asarray(order)
             self.xr, self.yr = self.xr[idx], self.yr[idx]
         else:
+            if self._pipe is not None:
+                self._pipe.reset()   # the copies in flight read the old order
             self._set_host(self.xh[order], self.yh[order])
 
     def static(self, lo: int, hi: int, counts):
@@ -87,6 +102,8 @@ class DeviceBatches:
             return self.xr[lo:hi].T, self.yr[lo:hi].T  # no copy, so no h2d phase (and no CUDA event)
         b = hi - lo
         with phase("h2d"):
+            if self._pipe is not None:   # copied ahead: the compute stream waits for it (and the next starts)
+                return self._pipe.get(lo, hi, counts)
             xd, yd = self.xd[:b], self.yd[:b]
             # on the step's stream, after the previous step's kernels: from
             # pageable memory the copy also blocks the host; from pinned, not

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import CHOICES
 from ..errors import PerfmlpError
+from ..model.precision import precision as precision_of
 from .kernels import kernels
 
 
@@ -18,6 +19,15 @@ def _elem_strides(a):
 
 
 GEMMS = CHOICES["gemm"]
+
+# cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t
+# by CuPy type (bfloat16 is held as its uint16 bits: gpu/kernels.py device_dtype),
+# and cublasComputeType_t for each tensor-core format (float32 accumulation)
+CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.uint16): 14}
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+COMPUTE = {"tf32": CUBLAS_COMPUTE_32F_FAST_TF32, "bf16": CUBLAS_COMPUTE_32F, "fp16": CUBLAS_COMPUTE_32F}
+CUBLAS_GEMM_DEFAULT = -1
 
 
 class CublasGemm:
@@ -33,11 +43,16 @@ class CublasGemm:
 
     Row-major C (M x N) is column-major C^T, so C^T = B^T A^T: a C-ordered
     operand is passed as it lies (op N), an F-ordered one (a transposed view)
-    with op T. Other layouts fall back to cupy.matmul (never in the step)."""
+    with op T. Other layouts fall back to cupy.matmul (never in the step).
+
+    `precision` tf32, bf16 or fp16: cublasGemmEx on tensor cores with float32
+    accumulation (CUBLAS_COMPUTE_32F_FAST_TF32 on float32 operands;
+    CUBLAS_COMPUTE_32F on 16-bit ones), each operand's and the result's type
+    from its array (a 16-bit result, or float32: the weight gradients)."""
 
     WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper
 
-    def __init__(self, cupy, dtype, stream_ptr: int):
+    def __init__(self, cupy, dtype, stream_ptr: int, precision=None):
         lib = _libcublas(cupy)
         self.cupy = cupy
         handle = ctypes.c_void_p()
@@ -47,9 +62,15 @@ class CublasGemm:
         _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream")
         _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(self.workspace.data.ptr),
                                          ctypes.c_size_t(self.WORKSPACE_BYTES)), "cublasSetWorkspace")
-        self.fn = lib.cublasSgemm_v2 if np.dtype(dtype) == np.float32 else lib.cublasDgemm_v2
         i, p = ctypes.c_int, ctypes.c_void_p
-        self.fn.argtypes = [p, i, i, i, i, i, p, p, i, p, i, p, p, i]
+        self.compute = COMPUTE.get(precision_of(precision or dtype).gemm)
+        if self.compute is None:
+            self.fn = lib.cublasSgemm_v2 if np.dtype(dtype) == np.float32 else lib.cublasDgemm_v2
+            self.fn.argtypes = [p, i, i, i, i, i, p, p, i, p, i, p, p, i]
+        else:
+            self.fn = lib.cublasGemmEx
+            self.fn.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i]
+            dtype = np.float32   # the scale type of CUBLAS_COMPUTE_32F*
         self.fn.restype = i
         self._scalars = np.array([1.0, 0.0], dtype=dtype)  # alpha, beta (host pointer mode)
         self.p_one = self._scalars.ctypes.data
@@ -70,8 +91,13 @@ class CublasGemm:
             return self.cupy.matmul(a, b, out=out)
         M, K = a.shape
         N = b.shape[1]
-        st = self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
-                     self.p_zero, out.data.ptr, max(N, 1))
+        if self.compute is None:
+            st = self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
+                         self.p_zero, out.data.ptr, max(N, 1))
+        else:
+            st = self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, CUDA_TYPE[b.dtype], opb[1],
+                         a.data.ptr, CUDA_TYPE[a.dtype], opa[1], self.p_zero, out.data.ptr, CUDA_TYPE[out.dtype],
+                         max(N, 1), self.compute, CUBLAS_GEMM_DEFAULT)
         if st:
             _check(st, "cublasGemm")
         return out
@@ -102,15 +128,16 @@ def _check(status: int, what: str) -> None:
 _cublas_gemms: dict = {}
 
 
-def cublas_gemm(cupy, dtype, stream_ptr: int | None = None) -> CublasGemm:
-    """The CublasGemm of the current device, dtype and stream (default: the
-    current stream), one per process."""
+def cublas_gemm(cupy, dtype, stream_ptr: int | None = None, precision=None) -> CublasGemm:
+    """The CublasGemm of the current device, dtype, stream (default: the
+    current stream) and precision (default: the dtype's), one per process."""
     if stream_ptr is None:
         stream_ptr = cupy.cuda.get_current_stream().ptr
-    key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream_ptr)
+    name = precision_of(precision or dtype).name
+    key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream_ptr, name)
     g = _cublas_gemms.get(key)
     if g is None:
-        g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream_ptr)
+        g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream_ptr, name)
     return g
 
 

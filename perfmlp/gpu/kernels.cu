@@ -1,5 +1,40 @@
-// perfmlp's CUDA kernels, compiled by perfmlp/gpu/kernels.py for T = float and
-// T = double (RawModule, -DT=...). Samples are columns; matrices are C order.
+// perfmlp's CUDA kernels, compiled by perfmlp/gpu/kernels.py once per precision
+// (RawModule; the defines before this text): T is the arithmetic and master
+// type (float or double), S the storage type of activations, deltas and the
+// batch: T itself (S_KIND 0) or 16 bits held as unsigned short, IEEE half
+// (S_KIND 1, fp16) or bfloat16 (S_KIND 2, bf16), read with ld() and written
+// with st() (to nearest, ties to even), so that no CUDA header is needed.
+// WCOPY: the update also writes the weights' copy in S (the GEMMs' 16-bit
+// input); LOSS_SCALING: fp16's dynamic loss scale (perfmlp/mixed.py) scales
+// the output delta and decides each update. Samples are columns; matrices
+// are C order.
+
+__device__ __forceinline__ T ld(S v) {
+#if S_KIND == 0
+    return v;
+#elif S_KIND == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+#else
+    return __uint_as_float(((unsigned int)v) << 16);
+#endif
+}
+
+__device__ __forceinline__ S st(T v) {
+#if S_KIND == 0
+    return v;
+#elif S_KIND == 1
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#else
+    unsigned int u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // a NaN stays a NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+#endif
+}
 
 // Sum of v over a block of 256 threads (every thread gets the total).
 __device__ T block_sum(T v) {
@@ -18,35 +53,40 @@ __device__ T block_sum(T v) {
 extern "C" {
 
 // a = sigmoid(z + b[row]) in place; z is rows x cols, C order
-__global__ void bias_sigmoid(T* z, const T* b, long long n, int cols) {
+__global__ void bias_sigmoid(S* z, const T* b, long long n, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) z[i] = (T)1 / ((T)1 + exp(-(z[i] + b[i / cols])));
+    if (i < n) z[i] = st((T)1 / ((T)1 + exp(-(ld(z[i]) + b[i / cols]))));
 }
 
 // z += b[row]
-__global__ void bias_add(T* z, const T* b, long long n, int cols) {
+__global__ void bias_add(S* z, const T* b, long long n, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) z[i] += b[i / cols];
+    if (i < n) z[i] = st(ld(z[i]) + b[i / cols]);
 }
 
 // One thread per column of the C x cols logits: softmax, cross-entropy
 // log(sum exp(z - max)) - (z_y - max), delta = (p - y) * scale; the column
 // losses are added into *ce_sum (atomically). The one-hot labels y are read
 // as they lie in the batch, one sample a row: y(c, j) = y[j * C + c].
-__global__ void softmax_ce_grad(const T* z, const T* y, T* delta, T* ce_sum, int C, int cols, T scale) {
+// With LOSS_SCALING the delta is also multiplied by the loss scale ls[0].
+__global__ void softmax_ce_grad(const S* z, const S* y, S* delta, T* ce_sum, int C, int cols, T scale,
+                                const T* ls) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     T ce = 0;
+#if LOSS_SCALING
+    scale *= ls[0];
+#endif
     if (j < cols) {
-        T m = z[j];
-        for (int c = 1; c < C; ++c) m = max(m, z[c * cols + j]);
+        T m = ld(z[j]);
+        for (int c = 1; c < C; ++c) m = max(m, ld(z[c * cols + j]));
         T s = 0, zy = 0;
         for (int c = 0; c < C; ++c) {
-            T zc = z[c * cols + j] - m;
+            T zc = ld(z[c * cols + j]) - m;
             s += exp(zc);
-            zy += y[j * C + c] * zc;
+            zy += ld(y[j * C + c]) * zc;
         }
         for (int c = 0; c < C; ++c)
-            delta[c * cols + j] = (exp(z[c * cols + j] - m) / s - y[j * C + c]) * scale;
+            delta[c * cols + j] = st((exp(ld(z[c * cols + j]) - m) / s - ld(y[j * C + c])) * scale);
         ce = log(s) - zy;
     }
     T total = block_sum(ce);  // one atomic per block
@@ -54,23 +94,23 @@ __global__ void softmax_ce_grad(const T* z, const T* y, T* delta, T* ce_sum, int
 }
 
 // One block per row: out[r] = sum_j d[r, j]
-__global__ void row_sum(const T* d, T* out, int cols) {
+__global__ void row_sum(const S* d, T* out, int cols) {
     int r = blockIdx.x;
     T s = 0;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += d[(long long)r * cols + j];
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += ld(d[(long long)r * cols + j]);
     T total = block_sum(s);
     if (threadIdx.x == 0) out[r] = total;
 }
 
 // One block per row: dz = da * a * (1 - a) (in place in da), db[r] = sum_j dz[r, j]
-__global__ void sigmoid_grad_row_sum(T* da, const T* a, T* db, int cols) {
+__global__ void sigmoid_grad_row_sum(S* da, const S* a, T* db, int cols) {
     int r = blockIdx.x;
     T s = 0;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) {
         long long i = (long long)r * cols + j;
-        T v = a[i];
-        T dz = da[i] * v * ((T)1 - v);
-        da[i] = dz;
+        T v = ld(a[i]);
+        T dz = ld(da[i]) * v * ((T)1 - v);
+        da[i] = st(dz);
         s += dz;
     }
     T total = block_sum(s);
@@ -106,7 +146,7 @@ __device__ T warp_sum(T v) {
 // block, took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
 // benchmarks/results/h200/obv2.)
 __global__ void __launch_bounds__(OB_THREADS)
-output_backward(const T* __restrict__ W, const T* __restrict__ d, const T* __restrict__ a, T* __restrict__ dz,
+output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __restrict__ a, S* __restrict__ dz,
                 T* __restrict__ part, int C, int H, int cols, int bcols) {
     __shared__ T ds[MAXC][OB_THREADS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -128,7 +168,7 @@ output_backward(const T* __restrict__ W, const T* __restrict__ d, const T* __res
         const int m = min(OB_THREADS, n - jc);
         __syncthreads();  // the previous chunk is used up
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) ds[c][tid] = (c < C && tid < m) ? d[(long long)c * cols + j0 + jc + tid] : (T)0;
+        for (int c = 0; c < MAXC; ++c) ds[c][tid] = (c < C && tid < m) ? ld(d[(long long)c * cols + j0 + jc + tid]) : (T)0;
         __syncthreads();
         if (bias_block) {
             for (int j = tid; j < m; j += OB_THREADS)
@@ -144,14 +184,14 @@ output_backward(const T* __restrict__ W, const T* __restrict__ d, const T* __res
             for (int r = 0; r < OB_WROWS; ++r) {
                 if (h0 + r < H) {
                     long long i = (long long)(h0 + r) * cols + j0 + jc + j;
-                    T v = a[i], da = 0;
+                    T v = ld(a[i]), da = 0;
 #pragma unroll
                     for (int c = 0; c < MAXC; ++c) {
                         acc[r][c] += dl[c] * v;
                         da += w[r][c] * dl[c];
                     }
                     T g = da * v * ((T)1 - v);
-                    dz[i] = g;
+                    dz[i] = st(g);
                     acc[r][MAXC] += g;
                 }
             }
@@ -198,16 +238,71 @@ __global__ void partial_sums(const T* part, int splits, int C, int H, T* gW, T* 
 }
 
 // p -= lr * (g + reg * p) for i < n_weights, p -= lr * g after; thread 0
-// also moves the loss slot into the running sum and clears it.
+// also moves the loss slot into the running sum and clears it. WCOPY: the
+// new weights also into wcopy (in S); LOSS_SCALING: g times ls[1], the
+// inverse of the scale it was computed with, or no update where ls[1] is 0
+// (grad_check found an overflow).
 __global__ void sgd_update(T* p, const T* g, long long n, long long n_weights, T lr, T reg,
-                           T* slot, T* ce_acc) {
+                           T* slot, T* ce_acc, S* wcopy, const T* ls) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        T gi = g[i];
+#if LOSS_SCALING
+    const T m = ls[1];
+#else
+    const T m = 1;
+#endif
+    if (i < n && m != (T)0) {
+        T gi = g[i] * m;
         if (i < n_weights) gi += reg * p[i];
-        p[i] -= lr * gi;
+        T pi = p[i] - lr * gi;
+        p[i] = pi;
+#if WCOPY
+        if (i < n_weights) wcopy[i] = st(pi);
+#endif
     }
     if (i == 0) { ce_acc[0] += slot[0]; slot[0] = 0; }
+}
+
+// fp16's dynamic loss scale (perfmlp/mixed.py), state ls = {scale, the
+// update's multiplier} and state = {overflow seen, blocks done, finite steps in
+// a row, steps skipped}: every block tests its gradients (the first n) and
+// flags an inf or a NaN; the last block to finish sets the update's
+// multiplier (1 / scale, or 0: skip) and the next step's scale (halved on
+// an overflow, doubled after GROWTH_INTERVAL finite steps), then clears the
+// flag and the count for the next step.
+__global__ void grad_check(const T* g, long long n, T* ls, int* state) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool bad = i < n && !isfinite(g[i]);
+    if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(&state[0], 1);
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&state[1], 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+        __threadfence();
+        const T s = ls[0];
+        if (atomicAdd(&state[0], 0)) {
+            ls[1] = 0;
+            ls[0] = s * (T)BACKOFF_FACTOR;
+            state[2] = 0;
+            state[3] += 1;
+        } else {
+            ls[1] = (T)1 / s;
+            if (++state[2] == GROWTH_INTERVAL) {
+                ls[0] = s * (T)GROWTH_FACTOR;
+                state[2] = 0;
+            }
+        }
+        state[0] = 0;
+        state[1] = 0;
+    }
+}
+
+// dst = src in S (the 16-bit weight copy when weights are set from the host)
+__global__ void to_storage(const T* src, S* dst, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = st(src[i]);
 }
 
 // ---- the reference's GEMM kernels: C (M x N, C order) = A @ B, where

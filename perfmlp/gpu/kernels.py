@@ -1,12 +1,14 @@
-"""perfmlp's CUDA kernels (kernels.cu), compiled once per process and
-precision as a CuPy RawModule."""
+"""perfmlp's CUDA kernels (kernels.cu), compiled once per process, precision
+and output-layer width as a CuPy RawModule."""
 from __future__ import annotations
 
 from importlib import resources
 
 import numpy as np
 
+from ..mixed import BACKOFF_FACTOR, GROWTH_FACTOR, GROWTH_INTERVAL
 from ..model.costs import FUSED_OUTPUT_MAX_CLASSES
+from ..model.precision import precision as precision_of
 
 _modules: dict = {}
 
@@ -18,16 +20,31 @@ _modules: dict = {}
 # pair at b = 3200, 1600 and 800; 512 columns were faster at 3200, 10.6,
 # but slower at the smaller pieces).
 LAUNCH = {"OB_WROWS": 1, "OB_THREADS": 256}
+# the storage type's kind in kernels.cu (S_KIND): the master type itself, IEEE half, bfloat16
+_S_KIND = {"float32": 0, "float64": 0, "float16": 1, "bfloat16": 2}
 
 
-def kernels(cupy, dtype, classes: int = FUSED_OUTPUT_MAX_CLASSES):
-    """The compiled module for float or double; `classes`: the output
-    layer's C, the fused output backward's accumulators per thread (MAXC:
-    one register each, so compiled for the network's C)."""
-    key = (np.dtype(dtype).name, classes)
+def device_dtype(precision) -> np.dtype:
+    """The CuPy type of a precision's activations and batch: the storage
+    type, bfloat16 as its uint16 bits (CuPy has no bfloat16)."""
+    s = precision_of(precision).storage
+    return np.dtype(np.uint16 if s == "bfloat16" else s)
+
+
+def kernels(cupy, precision, classes: int = FUSED_OUTPUT_MAX_CLASSES):
+    """The compiled module for a precision (or a float32/float64 dtype: the
+    reference's GEMM kernels); `classes`: the output layer's C, the fused
+    output backward's accumulators per thread (MAXC: one register each, so
+    compiled for the network's C)."""
+    p = precision_of(precision)
+    key = (p.name, classes)
     if key not in _modules:
-        ctype = {"float32": "float", "float64": "double"}[key[0]]
+        t = {"float32": "float", "float64": "double"}[p.master]
+        kind = _S_KIND[p.storage]
+        defines = {"T": t, "S": t if kind == 0 else "unsigned short", "S_KIND": kind, "MAXC": classes,
+                   "WCOPY": int(p.mixed), "LOSS_SCALING": int(p.loss_scaling), "GROWTH_INTERVAL": GROWTH_INTERVAL,
+                   "GROWTH_FACTOR": repr(GROWTH_FACTOR), "BACKOFF_FACTOR": repr(BACKOFF_FACTOR), **LAUNCH}
         src = resources.files(__package__).joinpath("kernels.cu").read_text()
-        defines = "".join(f"#define {k} {v}\n" for k, v in {"T": ctype, "MAXC": classes, **LAUNCH}.items())
-        _modules[key] = cupy.RawModule(code=defines + src, options=("--std=c++14",))
+        _modules[key] = cupy.RawModule(code="".join(f"#define {k} {v}\n" for k, v in defines.items()) + src,
+                                       options=("--std=c++14",))
     return _modules[key]

@@ -15,15 +15,24 @@ hidden bias gradient (11 kernels).
 Buffers are allocated once for the largest piece and sliced for a shorter
 one; kernel arguments (scalars, views) are made once and cached, as their
 construction costs host time comparable to a launch.
+
+Precision (perfmlp/model/precision.py): the activations and deltas are
+stored in the precision's storage type (device_dtype: bf16 as uint16
+bits), the parameters, gradients and partial sums in the master type. In
+bf16 and fp16 the GEMMs read a 16-bit copy of the weights (`wcopy`), which
+the update kernel rewrites; fp16's loss scale lives on the device (`ls`,
+`ls_state`: kernels.cu grad_check), read by the loss kernel and the update,
+so the step stays one CUDA graph.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..mixed import INIT_SCALE
 from ..mlp import Network
 from ..model.costs import OUTPUT_GRAD_COLS, OWN_KERNELS, fused_output, output_grad_splits, output_grad_sums
 from .gemm import cublas_gemm, gemm
-from .kernels import LAUNCH, kernels
+from .kernels import LAUNCH, device_dtype, kernels
 
 _BLOCK = 256
 
@@ -34,27 +43,52 @@ def _grid(n):
 
 class GpuNetwork(Network):
 
-    def __init__(self, cupy, layer_sizes, dtype, lr, reg, global_batch, max_local: int, gemm_kind: str):
-        super().__init__(cupy, layer_sizes, dtype, lr, reg, global_batch)
+    def __init__(self, cupy, layer_sizes, precision, lr, reg, global_batch, max_local: int, gemm_kind: str):
+        super().__init__(cupy, layer_sizes, precision, lr, reg, global_batch)
         self.cp = cupy
-        mod = kernels(cupy, dtype, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, dtype)
-        self.k = {n: mod.get_function(n) for n in OWN_KERNELS.values()}
+        prec, dtype, act = self.precision, self.dtype, device_dtype(self.precision)
+        self.act_dtype = act
+        mod = kernels(cupy, prec, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, prec)
+        self.k = {n: mod.get_function(n) for n in (*OWN_KERNELS.values(), "to_storage")}
         self.gemm_kind = gemm_kind
         # every kernel of the step goes to this stream, named at each launch
         # (never "the current stream", which CUDA-graph capture and callers change)
         self.stream = cupy.cuda.get_current_stream()
-        self._cublas = cublas_gemm(cupy, dtype, self.stream.ptr) if gemm_kind == "cublas" else None
+        self._cublas = cublas_gemm(cupy, dtype, self.stream.ptr, prec.name) if gemm_kind == "cublas" else None
         self._views: dict = {}
         self._ints: dict = {}
         self.T = self.dtype.type
         self.ce_acc = cupy.zeros(1, dtype=dtype)
         L = len(layer_sizes) - 1
         # pre-activations/activations z and deltas d per layer (n_l x max_local)
-        self._bufs = {"z": [cupy.empty((layer_sizes[l + 1], max_local), dtype) for l in range(L)],
-                      "d": [cupy.empty((layer_sizes[l + 1], max_local), dtype) for l in range(L)]}
+        self._bufs = {"z": [cupy.empty((layer_sizes[l + 1], max_local), act) for l in range(L)],
+                      "d": [cupy.empty((layer_sizes[l + 1], max_local), act) for l in range(L)]}
+        # bf16, fp16: the weights' 16-bit copy the GEMMs read (the update rewrites it)
+        self.wcopy = cupy.empty(self.p.n_weights, act) if prec.mixed else None
+        self._wviews, off = [], 0
+        for w in self.p.W if self.wcopy is not None else ():
+            self._wviews.append(self.wcopy[off:off + w.size].reshape(w.shape))
+            off += w.size
+        # the loss scale {scale, the update's multiplier} and {overflow, blocks done, good steps, skipped}
+        self.ls = cupy.asarray(np.array([INIT_SCALE, 1.0], dtype))
+        self.ls_state = cupy.zeros(4, np.int32)
         # the fused output backward's partial sums, one set per column block
         self._partials = cupy.empty(output_grad_splits(max_local) * output_grad_sums(layer_sizes[-1], layer_sizes[-2]),
                                     dtype) if L >= 2 else None
+
+    def gemm_weight(self, l: int):
+        return self._wviews[l] if self.wcopy is not None else self.p.W[l]
+
+    def set_params(self, weights, biases=None) -> None:
+        super().set_params(weights, biases)
+        if self.wcopy is not None:
+            n = self.p.n_weights
+            self._launch("to_storage", *_grid(n), (self.p.weights, self.wcopy, np.int64(n)))
+
+    def loss_scale(self) -> tuple[float, int]:
+        """(the loss scale now, steps skipped for an overflow): fp16's device
+        state, read with a synchronisation."""
+        return float(self.ls[0].get(stream=self.stream)), int(self.ls_state[3].get(stream=self.stream))
 
     capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
     # when a list: (name, relaunch) of every own kernel launched, relaunch() launching it again
@@ -136,7 +170,7 @@ class GpuNetwork(Network):
         C, b = z.shape
         g, blk = _grid(b)
         self._launch("softmax_ce_grad", g, blk, (z, y, out, self.g.extra, self._i32(C), self._i32(b),
-                                                 self._scale(self.global_batch)))
+                                                 self._scale(self.global_batch), self.ls))
         return out
 
     def _row_sum(self, d, out):
@@ -152,9 +186,13 @@ class GpuNetwork(Network):
         if args is None:
             p, g = self.p, self.g
             n = p.n_params
+            wcopy = self.wcopy if self.wcopy is not None else p.flat   # (not written without a copy)
             args = self._ints["update"] = (_grid(n), (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
-                                                      self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc))
-        (grid, blk), a = args
+                                                      self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc,
+                                                      wcopy, self.ls), (g.flat, np.int64(n), self.ls, self.ls_state))
+        (grid, blk), a, check = args
+        if self.scaler is not None:   # fp16: the gradients' finite check sets the update's multiplier
+            self._launch("grad_check", grid, blk, check)
         self._launch("sgd_update", grid, blk, a)
 
     def take_epoch_loss_sum(self) -> float:

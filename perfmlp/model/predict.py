@@ -28,8 +28,13 @@ each with the trace phase group that measures it (TERM_GROUP):
   recorded phase eager, one per segment in graph mode), at the `phases`
   trace level only (TRACE_COSTS below); the tracer's host time per phase,
   at every level, is in launches / graph_launch;
-- h2d_batch: X and Y copied (latency + bytes / bandwidth each), the node's
-  aggregate bandwidth shared by the ranks copying at once; 0 when resident;
+- h2d_batch: X and Y copied (latency + bytes / bandwidth each, at the
+  precision's storage width), the node's aggregate bandwidth shared by the
+  ranks copying at once; 0 when resident; prefetched (the next batch's copy
+  on a copy stream while this one computes) only what the pipeline
+  (prefetch_s: the copies, and a pageable source's staging by a host
+  thread) takes beyond the rest of the step, which is then
+  max(pipeline, the rest) plus the loop's calls that order the two streams;
   a pageable copy less what its staging hides behind the previous batch's
   GPU work (the timeline with it against the one without it): one the
   runtime stages whole (Machine.pageable_ahead: not `blocks`) up to its
@@ -69,7 +74,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .costs import (DEFAULT_BUCKET_BYTES, LOSS_SLOTS, batch_counts, fused_output, itemsize as itemsize_of,
+from .costs import (DEFAULT_BUCKET_BYTES, LOSS_SLOTS, as_widths, batch_counts, fused_output, widths,
                     kernel_name, kernel_shape, op_cost, pieces, row_blocks, step_kernels)
 from .machine import Machine
 
@@ -226,6 +231,23 @@ class Prediction:
         return out
 
 
+# The input pipeline (perfmlp/gpu/prefetch.py): the loop thread's host calls
+# per batch that order it (an event recorded and waited on; with a pinned
+# source the two copies and their stream's wait and record too; with a
+# pageable source the host thread's task handed over and joined instead).
+PREFETCH = ("prefetch", "prefetch-pageable")
+PREFETCH_CALLS = {"prefetch": 6, "prefetch-pageable": 4}
+
+
+def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbytes: int) -> float:
+    """Per batch, the prefetching pipeline's own time: its copies on the
+    copy engine and, from a pageable source, the host thread's staging of
+    the piece's nbytes into pinned memory (Machine.stage_bw); each runs
+    beside the other and beside the step, so the slowest sets the pace."""
+    stage = nbytes / machine.stage_bw() if batch_transfer == "prefetch-pageable" else 0.0
+    return max(sum(copies), stage)
+
+
 def staging_memory(batch_transfer: str) -> str:
     """Host memory the gradients are staged through: pageable for the
     reference scheme, pinned once the batch is pinned or resident."""
@@ -325,8 +347,10 @@ def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, 
                      fuse_output=True):
     """(compute, communication) of each piece of the overlapped exchange: the
     backward kernels (costs.step_kernels with the row-block GEMMs) are cut
-    where the trainer starts each piece's allreduce (gradient_buckets)."""
+    where the trainer starts each piece's allreduce (gradient_buckets).
+    itemsize: an int or a precision's Widths (the gradients: its param)."""
     L = len(layer_sizes) - 1
+    grad_bytes = as_widths(itemsize).param
     kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output)["backward"])
     stages, acc = [], 0.0
 
@@ -335,23 +359,23 @@ def _backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, 
         for _ in range(n):
             acc += _kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
 
-    pieces_ = iter(gradient_buckets(layer_sizes, itemsize, bucket_bytes))
+    pieces_ = iter(gradient_buckets(layer_sizes, grad_bytes, bucket_bytes))
     fuse = fuse_output and fused_output(layer_sizes)
     for l in range(L, 0, -1):
-        blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], itemsize, bucket_bytes)
+        blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], grad_bytes, bucket_bytes)
         if l == L and fuse:
             run(2)         # the fused output-layer backward (and its partial sums) writes all its row blocks
         for _ in blocks:
             if not (l == L and fuse):
                 run()
-            stages.append((acc, bucket_comm(itemsize * next(pieces_))))
+            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
             acc = 0.0
         if l == L and not fuse:
             run()          # the output layer's bias row sum
         if l > 1 and not (l == L and fuse):
             run(2)         # dA = W^T delta, and the sigmoid gradient with the layer below's bias gradient
         if l == min(2, L):
-            stages.append((acc, bucket_comm(itemsize * next(pieces_))))
+            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
             acc = 0.0
     return stages
 
@@ -425,7 +449,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     if exec_mode not in EXECS:
         raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
     cost = trace_cost(trace_level)
-    isz = itemsize_of(precision)
+    isz = widths(precision)   # the batch at isz.act bytes an element, the gradients at isz.param
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
     counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode, fuse_output)
@@ -442,24 +466,28 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
             terms["gemm" if kernel_name(kernel) == "gemm" else "elementwise"] += t
             phase_kernels[phase].append(t + gap)
     terms["kernel_gaps"] = n_kernels * gap
-    copies, ahead = [], []
+    copies, ahead, pipe_s = [], [], None
     if batch_transfer != "resident":
-        mem = "pinned" if batch_transfer == "pinned" else "pageable"
+        mem = "pageable" if batch_transfer == "pageable" else "pinned"
         D, C = layer_sizes[0], layer_sizes[-1]
-        copies = [machine.copy_s("h2d", mem, isz * b * n, sharing=procs) for n in (D, C)]
+        copies = [machine.copy_s("h2d", mem, isz.act * b * n, sharing=procs) for n in (D, C)]
         terms["h2d_batch"] = sum(copies)
+        if batch_transfer in PREFETCH:   # on a copy stream, beside the step: priced after the timeline
+            pipe_s = prefetch_s(machine, batch_transfer, copies, isz.act * b * (D + C))
+            copies, terms["h2d_batch"] = [], 0.0
         if mem == "pageable":  # the host's staging of each copy ahead of the stream: (seconds, blocks, delay)
             for n in (D, C):
-                a, blocks = machine.pageable_ahead(isz * b * n, sharing=procs)
-                ahead.append((a, blocks, machine.pageable_ahead_delay(isz * b * n, sharing=procs) if blocks else None))
+                a, blocks = machine.pageable_ahead(isz.act * b * n, sharing=procs)
+                ahead.append((a, blocks, machine.pageable_ahead_delay(isz.act * b * n, sharing=procs)
+                              if blocks else None))
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     D, C = layer_sizes[0], layer_sizes[-1]
-    staging = [machine.device_copy_s(isz * b * n) for n in (D, C)] if counts.bytes_d2d else []
+    staging = [machine.device_copy_s(isz.act * b * n) for n in (D, C)] if counts.bytes_d2d else []
     terms["elementwise"] += sum(staging)
     g = counts.bytes_mpi or counts.bytes_nccl
     detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
     if overlap:
-        buckets = gradient_buckets(layer_sizes, isz, bucket_bytes)
+        buckets = gradient_buckets(layer_sizes, isz.param, bucket_bytes)
         bucket_comm = lambda n: sum(comm_s(machine, comm, n, procs, batch_transfer).values())  # noqa: E731
         stages = _backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm,
                                   fuse_output)
@@ -497,6 +525,10 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     off_copies = min(hidden, sum(a for a, blocks, delay in ahead if not blocks or delay is not None))
     terms["h2d_batch"] -= off_copies
     terms[launch_term] = max(0.0, terms[launch_term] - (hidden - off_copies))
+    if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
+        rest = sum(terms.values())
+        terms["h2d_batch"] = max(0.0, pipe_s - rest)
+        detail.update(prefetch_s=pipe_s, prefetch_hidden_s=min(pipe_s, rest))
     gpu_s = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"]
     detail.update(host_s=host_s, gpu_compute_s=gpu_s, timeline_s=sim - hidden, h2d_hidden_s=hidden)
     total = sum(terms.values())
@@ -547,7 +579,9 @@ def _step_items(machine, phase_kernels, copies, batch_transfer, comm, terms, gra
                 items.append(Item(c, per_kernel, blocking=True))
         else:
             items.append(Item(c, per_kernel, blocking=pageable))
-    if copies and batch_transfer != "resident":
+    if batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
+        items.append(Item(0.0, PREFETCH_CALLS[batch_transfer] * per_kernel))
+    if batch_transfer != "resident":
         event()
     loop = [Item(0.0, graph_loop_host_s(machine))] if graph else []   # the loop's host work between replays
     if graph and comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
