@@ -45,7 +45,7 @@ def main() -> int:
         rows.append((p, [e.accuracy for e in r.epochs], r.epochs[-1].loss, time.perf_counter() - t))
         print(f"{p}: held-out accuracy {rows[-1][1][-1]:.4f}", file=sys.stderr)
     ref = rows[0][1][-1]
-    lines = [f"# The default job's held-out accuracy in each precision (NumPy)", "",
+    lines = ["# The default job's held-out accuracy in each precision (NumPy)", "",
              f"machine: {platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), "
              f"date: {datetime.date.today()}, commit: {commit()}",
              f"command: python benchmarks/precision_accuracy.py --out {a.out}", "",

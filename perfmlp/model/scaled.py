@@ -37,7 +37,9 @@ COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in ("pageable", "pinn
 def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, float]:
     """target / source for each datasheet figure a measured number scales by."""
     s, t = source_datasheet, target_datasheet
-    out = {f"flops_{p}": t.peak_flops_per_s(p) / s.peak_flops_per_s(p) for p in ("float32", "float64")}
+    # the FFMA peaks, and the tensor-core ceilings both files have (model/precision.py: gemm formats)
+    tensor = sorted(set(s.ceilings()) & set(t.ceilings()) - {"float32", "float64"})
+    out = {f"flops_{p}": t.peak_flops_per_s(p) / s.peak_flops_per_s(p) for p in ("float32", "float64", *tensor)}
     out["mem_bw"] = t.mem_bw_bytes_per_s / s.mem_bw_bytes_per_s
     for k in COPY_KEYS:
         out[k] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
@@ -66,8 +68,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     r = ratios(source_datasheet, target_datasheet)
     v = {f.name: getattr(measured, f.name) for f in dataclasses.fields(Machine)
          if f.name not in ("path", "device_names")}
-    for p in ("float32", "float64"):
-        v[f"peak_flops_per_s_{p}"] *= r[f"flops_{p}"]
+    for p in ("float32", "float64", "tf32", "bf16", "fp16"):   # a tensor ceiling only where both GPUs have it
+        v[f"peak_flops_per_s_{p}"] = v[f"peak_flops_per_s_{p}"] * r[f"flops_{p}"] if f"flops_{p}" in r else 0.0
     v["mem_bw_bytes_per_s"] *= r["mem_bw"]
     for k in COPY_KEYS:
         v[f"{k}_bytes_per_s"] *= r[k]
@@ -76,7 +78,7 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
         v[f"{lib}_bw_bytes_per_s"] *= r[lib]
     v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
                               "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
-                             for g in measured.gemm_flops_per_s]
+                             for g in measured.gemm_flops_per_s if f"flops_{g.precision}" in r]
     v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm],
                          "memory": a.memory} for a in measured.allreduce_s]
     v["copy_aggregate_bytes_per_s"] = [{**dataclasses.asdict(c), "bytes_per_s": c.bytes_per_s *

@@ -1,0 +1,255 @@
+"""The one-GPU step in each precision: perfmlp's CUDA-graph step against
+PyTorch's, the step's own GEMMs alone, and the input pipeline's targets.
+
+    python benchmarks/precision_step.py --out DIR
+
+writes DIR/precision_step.json and DIR/precision_step.md (machine, date,
+commit, command). Method: D=784, C=10, resident data (4 batch positions,
+cycled; each graph variant copies the piece into its static inputs before
+its replay), NCCL on one GPU, H = 512 and 2048, B = 800 and 3200, in
+float32, tf32, bf16 and fp16:
+- "perfmlp": the trainer's graph step (perfmlp.train.step, --exec graph)
+  in that --precision;
+- "GEMMs alone": that step's own cuBLAS calls (recorded through
+  GpuNetwork.capture) in one CUDA graph, replayed;
+- "pytorch": nn.Linear/Sigmoid/CrossEntropyLoss and SGD with weight decay,
+  the whole step captured in one CUDA graph with static inputs (PyTorch's
+  CUDA-graph recipe); fp32 with TF32 off, tf32 with
+  torch.backends.cuda.matmul.allow_tf32, bf16 and fp16 under torch.autocast
+  (fp16 with a static loss scale of 2^16, the gradients unscaled by one
+  _foreach_mul_ in the graph: GradScaler's skip reads a flag on the host,
+  which a graph cannot).
+Then H=512, B=3200, float32: perfmlp's graph step with the batch resident,
+copied from pinned or pageable memory, and prefetched from either.
+Every variant runs --warmup steps (captures included), then --rounds rounds
+in which every variant of a configuration, in turn, runs --steps steps
+between two synchronisations: its time per step is that wall time over the
+steps; reported: the median over rounds (and the range).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PRECISIONS = ("float32", "tf32", "bf16", "fp16")
+NPOS = 4
+NOPHASE = lambda name: contextlib.nullcontext()  # noqa: E731
+
+
+def data(B):
+    rng = np.random.default_rng(0)
+    return rng.random((B * NPOS, 784)).astype(np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, B * NPOS)]
+
+
+def perfmlp_step(world, H, B, precision, transfer="resident"):
+    """(run(n), sync, the backend) of perfmlp's graph step."""
+    from perfmlp.backend import build
+    from perfmlp.config import from_mapping
+    from perfmlp.mixed import storage_dtype
+    from perfmlp.mlp import init_weights
+    from perfmlp.trace.format import Counts
+    from perfmlp.train import step
+    x, y = (a.astype(storage_dtype(precision)) for a in data(B))
+    cfg = from_mapping(dict(hidden_sizes=[H], batch_size=B, n_train=B * NPOS, backend="cupy", comm="nccl",
+                            batch_transfer=transfer, exec="graph", precision=precision, trace=False))
+    be = build(cfg, world, x, y)
+    be.net.set_params(init_weights(cfg.layer_sizes, 0))
+    counts = Counts()
+
+    def run(n, k=[0]):
+        with be.stream:
+            for _ in range(n):
+                off = (k[0] % NPOS) * B
+                k[0] += 1
+                step(be.net, be.batches, be.reducer, off, off + B, NOPHASE, counts, be.graph)
+                counts.reset()
+    return run, be.sync, be
+
+
+def gemms_alone(world, H, B, precision):
+    """The GEMMs of one eager step in that precision, captured in one graph."""
+    from perfmlp.trace.format import Counts
+    from perfmlp.train import step
+    _, sync, be = perfmlp_step(world, H, B, precision)
+    net, counts = be.net, Counts()
+    with be.stream:
+        net.capture = []
+        step(net, be.batches, be.reducer, 0, B, NOPHASE, counts)   # eager: be.graph not passed
+        calls, net.capture = net.capture, None
+        be.sync()
+        be.stream.begin_capture()
+        try:
+            for a, b, c in calls:
+                net._gemm(a, b, c)
+        finally:
+            g = be.stream.end_capture()
+    g.upload(be.stream)
+
+    def run(n):
+        for _ in range(n):
+            g.launch(be.stream)
+    flops = sum(2 * a.shape[0] * b.shape[1] * a.shape[1] for a, b, _ in calls)
+    return run, sync, flops
+
+
+def torch_step(H, B, precision):
+    import torch
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    x, y = data(B)
+    X, Yi = torch.from_numpy(x).to(dev), torch.from_numpy(y.argmax(1)).to(dev)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(784, H), torch.nn.Sigmoid(), torch.nn.Linear(H, 10)).to(dev)
+    decay = [p for n, p in m.named_parameters() if n.endswith("weight")]
+    rest = [p for n, p in m.named_parameters() if n.endswith("bias")]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}], lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    scale = 2.0 ** 16 if precision == "fp16" else None
+    params = list(m.parameters())
+    sx, sy = X[:B].clone(), Yi[:B].clone()
+
+    def body():
+        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+            loss = loss_fn(m(sx), sy)
+        (loss * scale if scale else loss).backward()
+        if scale:
+            torch._foreach_mul_([p.grad for p in params], 1.0 / scale)
+        opt.step()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(11):
+            opt.zero_grad(set_to_none=True)
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        body()
+
+    def run(n, k=[0]):
+        for _ in range(n):
+            off = (k[0] % NPOS) * B
+            k[0] += 1
+            sx.copy_(X[off:off + B])
+            sy.copy_(Yi[off:off + B])
+            g.replay()
+    return run, torch.cuda.synchronize
+
+
+def rounds(variants: dict, warmup: int, reps: int, steps: int) -> dict:
+    """name -> per-step seconds of each round, the variants interleaved."""
+    for run, sync in variants.values():
+        run(warmup)
+        sync()
+    out = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, (run, sync) in variants.items():
+            sync()
+            t = time.perf_counter()
+            run(steps)
+            sync()
+            out[name].append((time.perf_counter() - t) / steps)
+    return out
+
+
+def row(name, ts, **extra) -> dict:
+    return {"variant": name, "median_us": 1e6 * median(ts), "min_us": 1e6 * min(ts), "max_us": 1e6 * max(ts),
+            **extra}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--hidden", default="512,2048")
+    ap.add_argument("--batches", default="800,3200")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--no-torch", action="store_true")
+    a = ap.parse_args()
+    import cupy as cp
+    from perfmlp.comm import make_world
+    world = make_world()
+    rows = []
+    for H in map(int, a.hidden.split(",")):
+        for B in map(int, a.batches.split(",")):
+            for prec in a.precisions.split(","):
+                run, sync, _ = perfmlp_step(world, H, B, prec)
+                grun, gsync, gflops = gemms_alone(world, H, B, prec)
+                v = {"perfmlp": (run, sync), "GEMMs alone": (grun, gsync)}
+                if not a.no_torch:
+                    try:
+                        v["pytorch"] = torch_step(H, B, prec)
+                    except Exception as e:   # say so and keep perfmlp's numbers
+                        print(f"pytorch H={H} B={B} {prec}: {type(e).__name__}: {e}", file=sys.stderr)
+                for name, ts in rounds(v, a.warmup, a.rounds, a.steps).items():
+                    rows.append(row(name, ts, part="precision", H=H, B=B, precision=prec,
+                                    gemm_tflops=gflops / median(ts) / 1e12 if name == "GEMMs alone" else None))
+                print(" ".join(f"{r['variant']} {r['median_us']:.1f}" for r in rows[-len(v):]), f"us  H={H} B={B} {prec}",
+                      file=sys.stderr, flush=True)
+                cp.get_default_memory_pool().free_all_blocks()
+    v = {bt: perfmlp_step(world, 512, 3200, "float32", bt)[:2]
+         for bt in ("resident", "pinned", "prefetch", "pageable", "prefetch-pageable")}
+    for name, ts in rounds(v, a.warmup, a.rounds, a.steps).items():
+        rows.append(row(name, ts, part="input", H=512, B=3200, precision="float32"))
+    write(Path(a.out), rows, " ".join(sys.argv), cp)
+    return 0
+
+
+def write(out: Path, rows: list, command: str, cp) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        commit = ""
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    meta = {"machine": f"{props['name'].decode()} ({platform.node()})", "date": dt.date.today().isoformat(),
+            "commit": commit or "unknown", "command": f"python {command}"}
+    (out / "precision_step.json.tmp").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    (out / "precision_step.json.tmp").replace(out / "precision_step.json")
+    get = {(r.get("H"), r.get("B"), r.get("precision"), r["variant"]): r for r in rows}
+    lines = ["# Step time per precision, one GPU", "", f"machine: {meta['machine']}, date: {meta['date']}, "
+             f"commit: {meta['commit']}", f"command: `{meta['command']}`", "",
+             "Median us per step over rounds (range in brackets); x: PyTorch's time over perfmlp's; "
+             "/GEMMs: perfmlp's time over its GEMMs alone.", "",
+             "| H | B | precision | perfmlp graph | PyTorch graph | x | GEMMs alone (TFLOP/s) | /GEMMs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cell = lambda x: f"{x['median_us']:.1f} [{x['min_us']:.1f}-{x['max_us']:.1f}]" if x else "-"  # noqa: E731
+    for (H, B, prec, name), r in get.items():
+        if name != "perfmlp" or r.get("part") != "precision":
+            continue
+        t, g = get.get((H, B, prec, "pytorch")), get[(H, B, prec, "GEMMs alone")]
+        ratio = f"{t['median_us'] / r['median_us']:.2f}" if t else "-"
+        lines.append(f"| {H} | {B} | {prec} | {cell(r)} | {cell(t)} | {ratio} | {cell(g)} ({g['gemm_tflops']:.0f}) | "
+                     f"{r['median_us'] / g['median_us']:.2f} |")
+    lines += ["", "Input pipeline, H=512, B=3200, float32, graph, NCCL (x: over resident)", "",
+              "| batch transfer | us per step | x resident |", "| --- | --- | --- |"]
+    res = next((r for r in rows if r.get("part") == "input" and r["variant"] == "resident"), None)
+    for r in rows:
+        if r.get("part") == "input":
+            lines.append(f"| {r['variant']} | {r['median_us']:.1f} [{r['min_us']:.1f}-{r['max_us']:.1f}] | "
+                         f"{r['median_us'] / res['median_us']:.3f} |")
+    (out / "precision_step.md.tmp").write_text("\n".join(lines) + "\n")
+    (out / "precision_step.md.tmp").replace(out / "precision_step.md")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
