@@ -35,7 +35,6 @@ import json
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 from statistics import median
 
@@ -151,25 +150,23 @@ def torch_step(H, B, precision):
     return run, torch.cuda.synchronize
 
 
-def rounds(variants: dict, warmup: int, reps: int, steps: int) -> dict:
-    """name -> per-step seconds of each round, the variants interleaved."""
+def interleaved(variants: dict, warmup: int, reps: int, steps: int) -> dict:
+    """name -> per-step seconds of each round (perfmlp.gpu.timing.rounds: the
+    variants interleaved), each the wall time of `steps` steps between two
+    synchronisations over the steps."""
+    from perfmlp.gpu.timing import per_call_s, rounds
     for run, sync in variants.values():
         run(warmup)
         sync()
-    out = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, (run, sync) in variants.items():
-            sync()
-            t = time.perf_counter()
-            run(steps)
-            sync()
-            out[name].append((time.perf_counter() - t) / steps)
-    return out
+    return rounds({name: (lambda run=run, sync=sync: per_call_s(lambda: run(1), steps, start=sync, end=sync))
+                   for name, (run, sync) in variants.items()}, reps)
 
 
 def row(name, ts, **extra) -> dict:
-    return {"variant": name, "median_us": 1e6 * median(ts), "min_us": 1e6 * min(ts), "max_us": 1e6 * max(ts),
-            **extra}
+    from perfmlp.gpu.timing import summary
+    s = summary(ts)
+    return {"variant": name, "median_us": 1e6 * s.median, "min_us": 1e6 * s.min, "max_us": 1e6 * s.max,
+            "spread": s.spread, **extra}
 
 
 def main() -> int:
@@ -198,7 +195,7 @@ def main() -> int:
                         v["pytorch"] = torch_step(H, B, prec)
                     except Exception as e:   # say so and keep perfmlp's numbers
                         print(f"pytorch H={H} B={B} {prec}: {type(e).__name__}: {e}", file=sys.stderr)
-                for name, ts in rounds(v, a.warmup, a.rounds, a.steps).items():
+                for name, ts in interleaved(v, a.warmup, a.rounds, a.steps).items():
                     rows.append(row(name, ts, part="precision", H=H, B=B, precision=prec,
                                     gemm_tflops=gflops / median(ts) / 1e12 if name == "GEMMs alone" else None))
                 print(" ".join(f"{r['variant']} {r['median_us']:.1f}" for r in rows[-len(v):]), f"us  H={H} B={B} {prec}",
@@ -206,7 +203,7 @@ def main() -> int:
                 cp.get_default_memory_pool().free_all_blocks()
     v = {bt: perfmlp_step(world, 512, 3200, "float32", bt)[:2]
          for bt in ("resident", "pinned", "prefetch", "pageable", "prefetch-pageable")}
-    for name, ts in rounds(v, a.warmup, a.rounds, a.steps).items():
+    for name, ts in interleaved(v, a.warmup, a.rounds, a.steps).items():
         rows.append(row(name, ts, part="input", H=512, B=3200, precision="float32"))
     write(Path(a.out), rows, " ".join(sys.argv), cp)
     return 0
