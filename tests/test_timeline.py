@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from perfmlp.report import build_from_runs
-from perfmlp.report.timeline import (breakdown, collective_waits, critical_path, cross_check, intersect, length,
-                                     run_breakdowns, run_collectives, subtract, union)
+from perfmlp.report.crosscheck import cross_check
+from perfmlp.report.intervals import intersect, length, subtract, union
+from perfmlp.report.timeline import PARTS, breakdown, collective_waits, critical_path, run_breakdowns, run_collectives
 from perfmlp.trace import activity as act
 from perfmlp.trace import writer as writer_mod
 from perfmlp.trace.chrome import TID_STREAM0, chrome_events
@@ -53,12 +54,11 @@ def test_breakdown_adds_up_to_the_window_from_unions():
     host = {"allreduce": (15_000_000, 20_000_000), "update": (20_000_000, 30_000_000)}
     bd = breakdown(recs, (0, 30_000_000), host)
     # compute 10 + 8 = 18; exposed comm 10-14 = 4; copies 14-16 = 2
-    assert (bd["compute"], bd["exposed comm"], bd["copies"]) == (18.0, 4.0, 2.0)
+    assert (bd.compute, bd.exposed_comm, bd.copies) == (18.0, 4.0, 2.0)
     # idle 16-20: host in allreduce -> other ranks 4; 20-22: host in update -> host launch 2
-    assert (bd["idle: other ranks"], bd["idle: host launch"], bd["idle: copies"]) == (4.0, 2.0, 0.0)
-    parts = ("compute", "exposed comm", "copies", "idle: other ranks", "idle: host launch", "idle: copies")
-    assert sum(bd[p] for p in parts) == bd["window"] == 30.0
-    assert bd["comm"] == 6.0 and bd["exposed comm share"] == pytest.approx(4 / 30)
+    assert (bd.idle_other_ranks, bd.idle_host_launch, bd.idle_copies) == (4.0, 2.0, 0.0)
+    assert tuple(bd.parts()) == PARTS and sum(bd.parts().values()) == bd.window == 30.0
+    assert bd.comm == 6.0 and bd.exposed_comm_share == pytest.approx(4 / 30)
 
 
 def test_records_are_attributed_to_the_batch_and_phase_that_launched_them():
@@ -97,14 +97,14 @@ def test_cross_check_compares_bytes_and_kernel_counts():
                  rec("copy", "d2h", 2, 3, nbytes=64, copy="d2h"), rec("compute", "forward", 3, 4, name="bias_add"),
                  rec("compute", "forward", 4, 5, name="row_sum"), rec("compute", "backward", 5, 6, name="row_sum")]}
     c = cross_check(b)
-    assert c["bytes_ok"] and c["kernels_ok"] and c["h2d"] == (128, 128)  # 100 + 28 = 128
+    assert c.bytes_ok and c.kernels_ok and c.h2d == (128, 128)  # 100 + 28 = 128
     b["bytes_d2h"] = 65
     b["kernels"]["backward"] = 3
     c = cross_check(b)
-    assert not c["bytes_ok"] and c["kernel_mismatch"] == {"backward": {"own": (1, 3)}}
+    assert not c.bytes_ok and c.kernel_mismatch == {"backward": {"own": (1, 3)}}
     # a phase replayed as one CUDA graph is not counted kernel by kernel
     b["gpu"].append(rec("graph", "backward", 6, 7))
-    assert cross_check(b)["kernels_ok"]
+    assert cross_check(b).kernels_ok
 
 
 def test_cross_check_counts_d2d_copies_against_bytes_d2d():
@@ -112,9 +112,9 @@ def test_cross_check_counts_d2d_copies_against_bytes_d2d():
          "gpu": [rec("copy", "h2d", 0, 1, nbytes=40, copy="d2d"), rec("copy", "h2d", 1, 2, nbytes=24, copy="d2d")]}
     # a batch line without bytes_d2d (before the counter existed) expects none: 40 + 24 = 64 is a mismatch
     c = cross_check(b)
-    assert c["d2d"] == (64, 0) and not c["bytes_ok"]
+    assert c.d2d == (64, 0) and not c.bytes_ok
     b["bytes_d2d"] = 64
-    assert cross_check(b)["bytes_ok"]
+    assert cross_check(b).bytes_ok
 
 
 def graph_batch(library_names, own_names, nccl=1):
@@ -135,25 +135,25 @@ def test_a_library_gemm_may_launch_more_than_one_kernel():
     # 11 launched - 5 GEMM calls = 6 own kernels, all there
     b = graph_batch([GEMM] * 4 + [GEMM, "_ZN8cublasLt19splitKreduce_kernelILi32E"], OWN6)
     c = cross_check(b)
-    assert c["kernels_ok"] and c["library_kernels"] == 6 and c["nccl_kernels"] == c["collectives"] == 1
+    assert c.kernels_ok and c.library_kernels == 6 and c.nccl_kernels == c.collectives == 1
 
 
 def test_a_missing_own_kernel_or_library_gemm_fails():
     c = cross_check(graph_batch([GEMM] * 6, OWN6[:-1]))  # sgd_update missing: 5 own, 6 expected
-    assert c["kernels_ok"] is False and c["kernel_mismatch"] == {"graph": {"own": (5, 6)}}
+    assert c.kernels_ok is False and c.kernel_mismatch == {"graph": {"own": (5, 6)}}
     # one own kernel too many cannot hide among the library's: the names tell them apart
     c = cross_check(graph_batch([GEMM] * 4, OWN6 + ["row_sum"]))
-    assert c["kernel_mismatch"] == {"graph": {"own": (7, 6), "library": (4, 5)}}
+    assert c.kernel_mismatch == {"graph": {"own": (7, 6), "library": (4, 5)}}
     # an NCCL collective without an NCCL kernel fails with two ranks, not with one
-    assert cross_check(graph_batch([GEMM] * 5, OWN6, nccl=0))["kernel_mismatch"] == {"nccl": {"kernels": (0, 1)}}
-    assert cross_check(graph_batch([GEMM] * 5, OWN6, nccl=0), ranks=1)["kernels_ok"]
+    assert cross_check(graph_batch([GEMM] * 5, OWN6, nccl=0)).kernel_mismatch == {"nccl": {"kernels": (0, 1)}}
+    assert cross_check(graph_batch([GEMM] * 5, OWN6, nccl=0), ranks=1).kernels_ok
 
 
 def test_reference_gemm_kernels_are_our_own():
     # --gemm tiled: the 5 GEMMs are gemm_tiled, ours; 11 own kernels, no library call expected
     b = graph_batch([], ["gemm_tiled"] * 5 + OWN6)
-    assert cross_check(b, library_gemms=False)["kernels_ok"]
-    assert cross_check(b)["kernel_mismatch"] == {"graph": {"own": (11, 6), "library": (0, 5)}}
+    assert cross_check(b, library_gemms=False).kernels_ok
+    assert cross_check(b).kernel_mismatch == {"graph": {"own": (11, 6), "library": (0, 5)}}
 
 
 def test_own_kernel_names_come_from_the_kernel_source():
@@ -167,7 +167,7 @@ def test_own_kernel_names_come_from_the_kernel_source():
 def test_cross_check_without_gemms_is_not_a_verdict():
     b = graph_batch([GEMM] * 5, OWN6)
     del b["gemms"]
-    assert cross_check(b)["kernels_ok"] is None
+    assert cross_check(b).kernels_ok is None
 
 
 # ---- clocks and ranks ----------------------------------------------------------------------
@@ -190,9 +190,9 @@ def test_to_run_s_puts_ranks_on_rank_zeros_axis():
 
 def test_collective_waits_name_the_last_rank():
     w = collective_waits({0: (1.000, 1.010), 1: (1.004, 1.010), 2: (1.001, 1.010)})
-    assert w["last_rank"] == 1
-    assert w["wait_ms"][0] == pytest.approx(4.0) and w["wait_ms"][1] == 0.0
-    assert w["transfer_ms"][0] == pytest.approx(6.0) and w["spread_ms"] == pytest.approx(4.0)
+    assert w.last_rank == 1
+    assert w.wait_ms[0] == pytest.approx(4.0) and w.wait_ms[1] == 0.0
+    assert w.transfer_ms[0] == pytest.approx(6.0) and w.spread_ms == pytest.approx(4.0)
 
 
 def test_critical_path_and_gain_ceilings():
@@ -200,13 +200,13 @@ def test_critical_path_and_gain_ceilings():
                 ("update", 0.010, 0.011)],
             1: [("forward", 0.000, 0.002), ("backward", 0.002, 0.004), ("allreduce", 0.004, 0.010),
                 ("update", 0.010, 0.0115)]}
-    path = {(p["segment"], p["rank"]): p for p in critical_path(segs)}
+    path = {(p.segment, p.rank): p for p in critical_path(segs)}
     # rank 0 arrives last (6 ms against 4 ms): shortening its forward (3 ms) gains at most 2 ms
-    assert path[("forward", 0)]["ms"] == pytest.approx(3.0)
-    assert path[("forward", 0)]["gain ceiling ms"] == pytest.approx(2.0)
-    assert path[("allreduce after the last arrival", 0)]["ms"] == pytest.approx(4.0)
+    assert path[("forward", 0)].ms == pytest.approx(3.0)
+    assert path[("forward", 0)].gain_ceiling_ms == pytest.approx(2.0)
+    assert path[("allreduce after the last arrival", 0)].ms == pytest.approx(4.0)
     # rank 1 finishes last (11.5 ms against 11): its 1.5 ms update can gain at most 0.5 ms
-    assert path[("update", 1)]["gain ceiling ms"] == pytest.approx(0.5)
+    assert path[("update", 1)].gain_ceiling_ms == pytest.approx(0.5)
 
 
 # ---- writer -> reader -> report, with a stand-in collector ----------------------------------
@@ -319,12 +319,12 @@ def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
     assert dur == pytest.approx((1000 + 4 * 10_000 + 3 * 1000) / 1e6)
     assert set(b["t_ms_host"]) == {"h2d", "forward", "allreduce", "update"}
     c = cross_check(b, rt.activity["own_kernels"])
-    assert c["bytes_ok"] and c["kernels_ok"] and c["nccl_kernels"] == c["collectives"] == 1
-    assert c["library_kernels"] == 2
+    assert c.bytes_ok and c.kernels_ok and c.nccl_kernels == c.collectives == 1
+    assert c.library_kernels == 2
     bd = run_breakdowns(run)[0]
     assert len(bd) == 3  # 6 batches less the 3 warm-up ones
     # one batch: 2 + 40 + 20 + 5 = 67 us busy, gaps of 1 us between records (and the one before the batch)
-    assert bd[0]["compute"] + bd[0]["exposed comm"] + bd[0]["copies"] == pytest.approx(0.067)
+    assert bd[0].compute + bd[0].exposed_comm + bd[0].copies == pytest.approx(0.067)
     assert run_collectives(run) == []  # one rank: nobody to wait for
 
 
@@ -443,9 +443,9 @@ def test_cupti_records_match_the_counters_on_the_gpu(tmp_path, transfer, comm):
     own = run.ranks[0].activity["own_kernels"]
     for b in batches:
         c = cross_check(b, own, ranks=1)
-        assert c["bytes_ok"], (b["batch"], c)
-        assert c["kernels_ok"], (b["batch"], c["kernel_mismatch"], [g["name"] for g in b["gpu"]])
-    assert run_breakdowns(run)[0][0]["compute"] > 0
+        assert c.bytes_ok, (b["batch"], c)
+        assert c.kernels_ok, (b["batch"], c.kernel_mismatch, [g["name"] for g in b["gpu"]])
+    assert run_breakdowns(run)[0][0].compute > 0
 
 
 # ---- benchmarks/timeline_check.py: nsys's records joined to batches -----------------------------

@@ -27,7 +27,7 @@ from .sections import (section_model, section_modes, section_no_gpu, section_pha
                        section_runs, section_scaling)
 from .study import Study, load_study
 from .validation import section_validation
-from .timeline import section_timeline
+from .timeline_section import section_timeline
 
 
 def sections_of(a: Analysis) -> list:

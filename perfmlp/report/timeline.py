@@ -1,9 +1,11 @@
-"""Where each microsecond of a batch went, on every rank: the report's
-analyses of the GPU activity records (`--trace-level timeline|kernels`,
-trace/activity.py), its figures and its section.
+"""Where each microsecond of a batch went, on every rank: the analyses of
+the GPU activity records (`--trace-level timeline|kernels`,
+trace/activity.py), each returning typed results; the report's section
+(timeline_section.py) only puts them into words and figures.
 
-Every time is a length of a union of intervals, never a sum of records that
-may overlap (two streams, a copy under a kernel). Per batch and rank:
+Every time is a length of a union of intervals (intervals.py), never a sum
+of records that may overlap (two streams, a copy under a kernel). Per batch
+and rank (breakdown):
 - busy: the union of all records, split with compute first, then
   communication not under compute (exposed communication), then copies
   under neither; a whole CUDA-graph launch (`timeline` level) counts as
@@ -11,114 +13,85 @@ may overlap (two streams, a copy under a kernel). Per batch and rank:
 - idle: the batch's GPU span less busy, each gap named by what the host was
   doing meanwhile (its phase times on the CUPTI clock): a collective
   (waiting for the other ranks), a copy phase (waiting for copies), else
-  waiting for the host to launch (launch gaps);
-- per collective, across ranks on the run's one time axis: when each rank's
-  communication started, the last arrival, each rank's wait for it, the
-  transfer after it, and which rank was last;
-- the batch's critical path across ranks and, for each segment on it, the
-  most its removal could gain (the ceiling: the other ranks still arrive).
+  waiting for the host to launch (launch gaps).
+Per collective, across ranks on the run's one time axis (collective_waits):
+when each rank's communication started, the last arrival, each rank's wait
+for it, the transfer after it, and which rank was last. The batch's
+critical path across ranks (critical_path) and, for each segment on it, the
+most its removal could gain (the ceiling: the other ranks still arrive).
 Pure functions of records (tested with synthetic records on the CPU).
 """
 from __future__ import annotations
 
 import pstats
 import statistics
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..trace.activity import own_kernel_names, to_run_s
+from ..trace.activity import to_run_s
 from ..trace.reader import Run
-from .sections import Figure, Section, Table
+from .crosscheck import CrossCheck, run_cross_checks
+from .intervals import clip, intersect, length, subtract, union
 
 COLLECTIVE_PHASES = ("allreduce",)
 COPY_PHASES = ("h2d", "d2h", "h2d_grad")
 BUSY_PARTS = ("compute", "exposed comm", "copies")
 IDLE_PARTS = ("idle: host launch", "idle: copies", "idle: other ranks")
-CAT_COLORS = {"compute": "tab:blue", "comm": "tab:purple", "copy": "tab:orange", "graph": "tab:cyan"}
+PARTS = (*BUSY_PARTS, *IDLE_PARTS)
 HOST_BOUND_SHARE = 0.10  # a run whose GPU waits for host launches this share of a batch is host-bound
-
-
-# ---- interval arithmetic -------------------------------------------------------------------
-
-def union(intervals) -> list[tuple[float, float]]:
-    """Sorted, disjoint intervals covering the same points."""
-    out: list[list[float]] = []
-    for s, e in sorted(i for i in intervals if i[1] > i[0]):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def length(intervals) -> float:
-    return sum(e - s for s, e in union(intervals))
-
-
-def intersect(a, b) -> list[tuple[float, float]]:
-    a, b = union(a), union(b)
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if e > s:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def subtract(a, b) -> list[tuple[float, float]]:
-    """Points of a not in b."""
-    out = []
-    b = union(b)
-    for s, e in union(a):
-        cur = s
-        for bs, be in b:
-            if be <= cur or bs >= e:
-                continue
-            if bs > cur:
-                out.append((cur, bs))
-            cur = max(cur, be)
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
-def clip(intervals, lo: float, hi: float) -> list[tuple[float, float]]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
 
 
 # ---- one batch on one rank -----------------------------------------------------------------
 
-def breakdown(records: list[dict], window: tuple[float, float], host_phases: dict | None = None) -> dict:
-    """ms of a batch's GPU window [start, end] (ns) in each part: BUSY_PARTS
+@dataclass(frozen=True)
+class Breakdown:
+    """ms of a batch's GPU window on one rank in each part (PARTS, in that
+    order; they add up to the window), and all of its communication."""
+    compute: float
+    exposed_comm: float
+    copies: float
+    idle_host_launch: float
+    idle_copies: float
+    idle_other_ranks: float
+    comm: float
+    window: float
+    epoch: int = 0
+    batch: int = 0
+
+    @property
+    def exposed_comm_share(self) -> float:
+        return self.exposed_comm / self.window if self.window > 0 else 0.0
+
+    def parts(self) -> dict[str, float]:
+        """PARTS -> ms."""
+        return dict(zip(PARTS, (self.compute, self.exposed_comm, self.copies, self.idle_host_launch,
+                                self.idle_copies, self.idle_other_ranks)))
+
+
+def breakdown(records: list[dict], window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
+    """A batch's GPU window [start, end] (ns) split into BUSY_PARTS
     (exclusive, in that priority) and IDLE_PARTS (the idle time while the
     host was in a collective phase, in a copy phase, or else: `host_phases`
-    phase -> (start, end) ns on the same clock); the parts add up to the
-    window. Also 'comm' (all of it) and 'exposed comm share' (of the window)."""
+    phase -> (start, end) ns on the same clock)."""
     lo, hi = window
     by = {c: clip([(r["start_ns"], r["end_ns"]) for r in records if r["cat"] == c], lo, hi)
           for c in ("compute", "comm", "copy", "graph")}
     compute = union(by["compute"] + by["graph"])
     exposed = subtract(by["comm"], compute)
     copies = subtract(by["copy"], compute + by["comm"])
-    busy = union(compute + by["comm"] + by["copy"])
-    out = {"compute": length(compute) / 1e6, "exposed comm": length(exposed) / 1e6, "copies": length(copies) / 1e6}
-    idle = subtract([(lo, hi)], busy)
-    waits = {"idle: other ranks": [], "idle: copies": []}
+    idle = subtract([(lo, hi)], union(compute + by["comm"] + by["copy"]))
+    ranks, copying = [], []
     for phase, span in (host_phases or {}).items():
         if phase in COLLECTIVE_PHASES:
-            waits["idle: other ranks"].append(span)
+            ranks.append(span)
         elif phase in COPY_PHASES:
-            waits["idle: copies"].append(span)
-    for part, spans in waits.items():
-        out[part] = length(intersect(idle, spans)) / 1e6
-    out["idle: host launch"] = length(subtract(idle, waits["idle: other ranks"] + waits["idle: copies"])) / 1e6
-    out["comm"] = length(by["comm"]) / 1e6
-    out["window"] = (hi - lo) / 1e6
-    out["exposed comm share"] = out["exposed comm"] / out["window"] if hi > lo else 0.0
-    return out
+            copying.append(span)
+    return Breakdown(compute=length(compute) / 1e6, exposed_comm=length(exposed) / 1e6,
+                     copies=length(copies) / 1e6,
+                     idle_host_launch=length(subtract(idle, ranks + copying)) / 1e6,
+                     idle_copies=length(intersect(idle, copying)) / 1e6,
+                     idle_other_ranks=length(intersect(idle, ranks)) / 1e6,
+                     comm=length(by["comm"]) / 1e6, window=(hi - lo) / 1e6)
 
 
 def host_phases_ns(batch: dict, clock: dict | None) -> dict:
@@ -130,70 +103,29 @@ def host_phases_ns(batch: dict, clock: dict | None) -> dict:
             for p, (off, dur) in batch.get("t_ms_host", batch["t_ms"]).items()}
 
 
-def cross_check(batch: dict, own_kernels=None, library_gemms: bool = True, ranks: int = 2) -> dict:
-    """A batch's records against its counters.
-
-    Bytes: memcpy bytes per direction equal bytes_h2d, bytes_d2h and
-    bytes_d2d (0 where the batch line has none), to the byte.
-    Kernels, per phase (a phase replayed as one graph record at the
-    `timeline` level is not counted kernel by kernel):
-    - our own kernels (`own_kernels`, default activity.own_kernel_names():
-      the records whose name is one of them) equal the kernels the network
-      launched less its library GEMM calls, exactly;
-    - every library GEMM call (the batch line's `gemms`, when the run's GEMM
-      is cuBLAS: `library_gemms`) made at least one library kernel: records
-      >= calls, the extra ones the library's own (split-K reductions);
-    - with more than one rank, every NCCL collective at least one NCCL
-      kernel (one rank's collective may launch none).
-    A batch line without `gemms` (traces written before it) cannot split
-    its launches: kernels_ok is None there."""
-    recs = batch.get("gpu") or []
-    got = {k: sum(r["bytes"] for r in recs if r["copy"] == k) for k in ("h2d", "d2h", "d2d")}
-    want = {k: batch.get(f"bytes_{k}", 0) for k in got}
-    own = frozenset(own_kernel_names() if own_kernels is None else own_kernels)
-    graphs = {r["phase"] for r in recs if r["cat"] == "graph"}
-    seen_own: dict = {}
-    seen_lib: dict = {}
-    for r in recs:
-        if r["cat"] == "compute":
-            d = seen_own if r["name"] in own else seen_lib
-            d[r["phase"]] = d.get(r["phase"], 0) + 1
-    launched = {p: n for p, n in (batch.get("kernels") or {}).items() if p not in graphs}
-    gemms = batch.get("gemms")
-    bad: dict = {}
-    if gemms is not None:
-        for p in sorted(set(launched) | {q for q in seen_own if q not in graphs}):
-            calls = gemms.get(p, 0) if library_gemms else 0
-            o, lib = seen_own.get(p, 0), seen_lib.get(p, 0)
-            if o != launched.get(p, 0) - calls:
-                bad[p] = {"own": (o, launched.get(p, 0) - calls)}
-            if lib < calls:
-                bad.setdefault(p, {})["library"] = (lib, calls)
-    nccl = sum(1 for r in recs if r["cat"] == "comm")
-    colls = sum(1 for c in batch.get("collectives") or [] if str(c[0]).startswith("nccl"))
-    comm_ok = nccl >= colls or ranks < 2
-    if not comm_ok:
-        bad["nccl"] = {"kernels": (nccl, colls)}
-    return {**{k: (got[k], want[k]) for k in got}, "bytes_ok": got == want,
-            "kernels_ok": not bad if gemms is not None or bad else None, "kernel_mismatch": bad,
-            "library_kernels": sum(seen_lib.values()), "nccl_kernels": nccl, "collectives": colls}
-
-
-def run_cross_checks(run: Run) -> list[tuple[int, dict]]:
-    """(rank, cross_check()) of every steady batch with activity records,
-    with the run's own kernel names (its activity line; the source's for
-    traces written before it held them), its GEMM and its rank count."""
-    lib = run.config.get("gemm", "cublas") == "cublas"
-    out = []
-    for recs in run.steady_batches().values():
-        for r, b in recs.items():
-            if b.get("clock") == "cupti":
-                own = run.ranks[r].activity.get("own_kernels")
-                out.append((r, cross_check(b, own, lib, run.procs)))
-    return out
-
-
 # ---- one batch across ranks ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CollectiveWait:
+    """One collective across ranks: the last rank to arrive, each rank's
+    wait for it and its transfer after it (rank -> ms), and the spread of
+    the arrivals (ms)."""
+    last_rank: int
+    wait_ms: dict
+    transfer_ms: dict
+    spread_ms: float
+    epoch: int = 0
+    batch: int = 0
+
+
+@dataclass(frozen=True)
+class PathSegment:
+    """A segment of the critical path: its length and the most removing it could gain (ms)."""
+    segment: str
+    rank: int
+    ms: float
+    gain_ceiling_ms: float
+
 
 def rank_segments(batch: dict, clock: dict) -> list[tuple[str, float, float]]:
     """A rank's phases of one batch as (phase, start s, end s) on the run's
@@ -207,51 +139,44 @@ def rank_segments(batch: dict, clock: dict) -> list[tuple[str, float, float]]:
             for p, (off, d) in batch["t_ms"].items()]
 
 
-def collective_waits(arrivals: dict[int, tuple[float, float]]) -> dict:
-    """arrivals: rank -> (start, end) of its part of one collective (s, one
-    time axis). The last rank to arrive, each rank's wait for it, and the
-    transfer after it (ms)."""
+def collective_waits(arrivals: dict[int, tuple[float, float]], epoch: int = 0, batch: int = 0) -> CollectiveWait:
+    """arrivals: rank -> (start, end) of its part of one collective (s, one time axis)."""
     last = max(arrivals, key=lambda r: arrivals[r][0])
     t_last = arrivals[last][0]
-    return {"last_rank": last, "wait_ms": {r: (t_last - s) * 1e3 for r, (s, _) in arrivals.items()},
-            "transfer_ms": {r: max(0.0, e - t_last) * 1e3 for r, (_, e) in arrivals.items()},
-            "spread_ms": (t_last - min(s for s, _ in arrivals.values())) * 1e3}
+    return CollectiveWait(last, {r: (t_last - s) * 1e3 for r, (s, _) in arrivals.items()},
+                          {r: max(0.0, e - t_last) * 1e3 for r, (_, e) in arrivals.items()},
+                          (t_last - min(s for s, _ in arrivals.values())) * 1e3, epoch, batch)
 
 
-def critical_path(segments: dict[int, list[tuple[str, float, float]]], collective: str = "allreduce") -> list[dict]:
+def _segments(items, rank: int, ceiling_s: float | None) -> list[PathSegment]:
+    """PathSegments of (name, start s, end s), each gaining at most `ceiling_s` (None: all of it)."""
+    return [PathSegment(name, rank, (e - s) * 1e3, (e - s if ceiling_s is None else min(e - s, ceiling_s)) * 1e3)
+            for name, s, e in items]
+
+
+def critical_path(segments: dict[int, list[tuple[str, float, float]]],
+                  collective: str = "allreduce") -> list[PathSegment]:
     """The batch's critical path across ranks: the last rank to reach the
     collective, its segments before it, the collective from that arrival,
     then the segments of the rank that finished last; each with the ceiling
-    of what removing it could gain (s -> ms). One rank: its segments in order."""
-    pre: dict = {}
-    coll: dict = {}
-    post: dict = {}
-    for r, segs in segments.items():
-        c = next((s for s in segs if s[0] == collective), None)
-        coll[r] = c
-        pre[r] = [s for s in segs if c is None or s[2] <= c[1] + 1e-12 and s is not c]
-        post[r] = [s for s in segs if c is not None and s[1] >= c[2] - 1e-12 and s is not c]
-    out = []
-    if all(c is not None for c in coll.values()) and len(segments) > 1:
-        last = max(coll, key=lambda r: coll[r][1])
-        others = max((coll[r][1] for r in coll if r != last), default=coll[last][1])
-        slack = coll[last][1] - others  # how much earlier the last rank could arrive before another is last
-        for name, s, e in pre[last]:
-            out.append({"segment": name, "rank": last, "ms": (e - s) * 1e3, "gain ceiling ms": min(e - s, slack) * 1e3})
-        t_last = coll[last][1]
-        end_c = max(coll[r][2] for r in coll)
-        out.append({"segment": f"{collective} after the last arrival", "rank": last, "ms": (end_c - t_last) * 1e3,
-                    "gain ceiling ms": (end_c - t_last) * 1e3})
-        fin = max(post, key=lambda r: post[r][-1][2] if post[r] else end_c)
-        ends = sorted((post[r][-1][2] if post[r] else coll[r][2]) for r in post)
-        lead = ends[-1] - ends[-2]  # how much earlier the last rank could finish before another is last
-        for name, s, e in post[fin]:
-            out.append({"segment": name, "rank": fin, "ms": (e - s) * 1e3, "gain ceiling ms": min(e - s, lead) * 1e3})
-        return out
-    r = max(segments, key=lambda r: max(e for _, _, e in segments[r]))
-    for name, s, e in segments[r]:
-        out.append({"segment": name, "rank": r, "ms": (e - s) * 1e3, "gain ceiling ms": (e - s) * 1e3})
-    return out
+    of what removing it could gain. One rank (or no collective on some
+    rank): the segments of the rank that finished last, in order."""
+    coll = {r: next((s for s in segs if s[0] == collective), None) for r, segs in segments.items()}
+    if any(c is None for c in coll.values()) or len(segments) < 2:
+        r = max(segments, key=lambda r: max(e for _, _, e in segments[r]))
+        return _segments(segments[r], r, None)
+    pre = {r: [s for s in segs if s[2] <= coll[r][1] + 1e-12 and s is not coll[r]] for r, segs in segments.items()}
+    post = {r: [s for s in segs if s[1] >= coll[r][2] - 1e-12 and s is not coll[r]] for r, segs in segments.items()}
+    last = max(coll, key=lambda r: coll[r][1])
+    t_last = coll[last][1]
+    slack = t_last - max(coll[r][1] for r in coll if r != last)  # how much earlier the last could arrive
+    end_c = max(c[2] for c in coll.values())
+    fin = max(post, key=lambda r: post[r][-1][2] if post[r] else end_c)
+    ends = sorted((post[r][-1][2] if post[r] else coll[r][2]) for r in post)
+    lead = ends[-1] - ends[-2]  # how much earlier the last rank could finish before another is last
+    return [*_segments(pre[last], last, slack),
+            PathSegment(f"{collective} after the last arrival", last, (end_c - t_last) * 1e3, (end_c - t_last) * 1e3),
+            *_segments(post[fin], fin, lead)]
 
 
 # ---- a run ---------------------------------------------------------------------------------
@@ -260,8 +185,8 @@ def has_timeline(run: Run) -> bool:
     return any(b.get("clock") == "cupti" for rt in run.ranks.values() for b in rt.batches)
 
 
-def run_breakdowns(run: Run) -> dict[int, list[dict]]:
-    """rank -> one breakdown per steady batch (with epoch and batch)."""
+def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
+    """rank -> one breakdown per steady batch."""
     out: dict = {}
     for key, recs in sorted(run.steady_batches().items()):
         for r, b in recs.items():
@@ -269,41 +194,43 @@ def run_breakdowns(run: Run) -> dict[int, list[dict]]:
                 continue
             t0 = b["gpu_t0_ns"]
             bd = breakdown(b["gpu"], (t0, t0 + b["t_ms_total"] * 1e6), host_phases_ns(b, run.ranks[r].clock))
-            out.setdefault(r, []).append({"epoch": key[0], "batch": key[1], **bd})
+            out.setdefault(r, []).append(Breakdown(**{**_values(bd), "epoch": key[0], "batch": key[1]}))
     return out
 
 
-def run_collectives(run: Run) -> list[dict]:
-    """Per steady batch with a collective on every rank: collective_waits()."""
+def _values(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _comm_span(b: dict, clock: dict) -> tuple[float, float] | None:
+    """(start, end) s of a rank's collective in a batch: its NCCL kernels,
+    else the host's allreduce phase (a host MPI collective)."""
+    comm = [r for r in b.get("gpu") or [] if r["cat"] == "comm"]
+    if comm:
+        s, e = min(r["start_ns"] for r in comm), max(r["end_ns"] for r in comm)
+        return to_run_s(clock, s, True), to_run_s(clock, e, True)
+    host = b.get("t_ms_host", b["t_ms"])
+    if "allreduce" not in host:
+        return None
+    off, d = host["allreduce"]
+    base = clock["host_start_ns"] + b["t0_s"] * 1e9
+    return to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False)
+
+
+def run_collectives(run: Run) -> list[CollectiveWait]:
+    """collective_waits() of every steady batch with a collective on every rank (more than one)."""
     rows = []
     for key, recs in sorted(run.steady_batches().items()):
         arr = {}
         for r, b in recs.items():
             clock = run.ranks[r].clock
-            if clock is None:
+            span = _comm_span(b, clock) if clock is not None else None
+            if span is None:
                 break
-            seg = next((s for s in _comm_span(b, clock)), None)
-            if seg is None:
-                break
-            arr[r] = seg
+            arr[r] = span
         if len(arr) == len(recs) and len(arr) > 1:
-            rows.append({"epoch": key[0], "batch": key[1], **collective_waits(arr)})
+            rows.append(collective_waits(arr, *key))
     return rows
-
-
-def _comm_span(b: dict, clock: dict):
-    """(start, end) s of a rank's collective in a batch: its NCCL kernels, else
-    the host's allreduce phase (a host MPI collective)."""
-    comm = [r for r in b.get("gpu") or [] if r["cat"] == "comm"]
-    if comm:
-        s, e = min(r["start_ns"] for r in comm), max(r["end_ns"] for r in comm)
-        yield to_run_s(clock, s, True), to_run_s(clock, e, True)
-        return
-    host = b.get("t_ms_host", b["t_ms"])
-    if "allreduce" in host:
-        off, d = host["allreduce"]
-        base = clock["host_start_ns"] + b["t0_s"] * 1e9
-        yield to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False)
 
 
 def representative(run: Run) -> tuple[int, int] | None:
@@ -316,157 +243,96 @@ def representative(run: Run) -> tuple[int, int] | None:
     return items[len(items) // 2][1]
 
 
-def _median_rows(per_rank: dict[int, list[dict]]) -> list[dict]:
-    rows = []
-    for r, bds in sorted(per_rank.items()):
-        row = {"rank": r, "batches": len(bds)}
-        for k in ("window", *BUSY_PARTS, *IDLE_PARTS, "comm"):
-            row[f"{k} ms"] = statistics.median(b[k] for b in bds)
-        row["exposed comm share"] = statistics.median(b["exposed comm share"] for b in bds)
-        rows.append(row)
-    return rows
+@dataclass(frozen=True)
+class RankMedians:
+    """A rank's steady batches: each part's median (the medians need not add
+    up to the window's), and the median of the batches' exposed-communication shares."""
+    rank: int
+    batches: int
+    median: Breakdown
+    exposed_comm_share: float
 
 
-def host_functions(run: Run, top: int = 10) -> list[dict]:
+def rank_medians(rank: int, bds: list[Breakdown]) -> RankMedians:
+    med = Breakdown(**{f.name: statistics.median(getattr(b, f.name) for b in bds)
+                       for f in fields(Breakdown) if f.name not in ("epoch", "batch")})
+    return RankMedians(rank, len(bds), med, statistics.median(b.exposed_comm_share for b in bds))
+
+
+@dataclass(frozen=True)
+class HostFunction:
+    """One function of a cProfile dump beside the run, by its own time."""
+    profile: str
+    function: str
+    calls: int
+    own_s: float
+    cumulative_s: float
+
+
+def host_functions(run: Run, top: int = 10) -> list[HostFunction]:
     """The top functions by own time in the cProfile dumps beside the run."""
     rows = []
     for p in sorted(Path(run.path).glob("rank-*.prof")) if run.path else []:
         st = pstats.Stats(str(p))
         items = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
-        rows += [{"profile": p.name, "function": f"{Path(k[0]).name}:{k[1]}({k[2]})", "calls": v[1],
-                  "own s": v[2], "cumulative s": v[3]} for k, v in items]
+        rows += [HostFunction(p.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
     return rows
 
 
-def section_timeline(runs) -> list[Section]:
-    """One section per run that has GPU activity records (none without)."""
-    out = []
-    for run in runs:
-        if not has_timeline(run):
-            continue
-        s = Section(f"GPU timeline: {run.run_id}")
-        per_rank = run_breakdowns(run)
-        rows = _median_rows(per_rank)
-        orphans = sum(rt.activity.get("orphans", 0) for rt in run.ranks.values())
-        clocks = [rt.clock for rt in run.ranks.values() if rt.clock]
-        err_us = max((c.get("rank0_err_ns", 0) + (c.get("cupti_err_ns") or 0)) / 1e3 for c in clocks) if clocks else None
-        drift = [(rt.clock_end["cupti_minus_host_ns"] - rt.clock["cupti_minus_host_ns"]) / 1e3
-                 for rt in run.ranks.values() if rt.clock_end and rt.clock and rt.clock.get("cupti_minus_host_ns")
-                 is not None and rt.clock_end.get("cupti_minus_host_ns") is not None]
-        s.paragraphs.append(
-            f"CUPTI activity records ({run.manifest.get('trace_level', '?')} level), attributed to batch and phase "
-            f"by the external correlation id of the launching call. Medians over {len(next(iter(per_rank.values()), []))} "
-            "steady batches of interval unions: busy = compute, then exposed communication (not under compute), then "
-            "copies under neither; idle = the rest of the batch's GPU span, named by what the host was doing. "
-            f"Ranks on one time axis to within {err_us:.1f} us (ping-pong with rank 0 plus CUPTI-to-host bracket)."
-            if err_us is not None else "No clock line: ranks not aligned.")
-        if drift:
-            s.paragraphs.append(f"CUPTI clock against the host clock over the run: drift {max(map(abs, drift)):.1f} us.")
-        if orphans:
-            s.paragraphs.append(f"{orphans} records were launched outside any batch (held-out evaluation, setup) "
-                                "and are left out.")
-        s.tables.append(Table(f"timeline_{run.run_id}", "Where a batch's GPU time went (median ms per rank)", rows))
-        coll = run_collectives(run)
-        if coll:
-            lasts: dict = {}
-            for c in coll:
-                lasts[c["last_rank"]] = lasts.get(c["last_rank"], 0) + 1
-            crow = []
-            for r in sorted(run.ranks):
-                crow.append({"rank": r, "last to arrive (batches)": lasts.get(r, 0),
-                             "median wait for the last rank ms": statistics.median(c["wait_ms"][r] for c in coll),
-                             "median transfer after it ms": statistics.median(c["transfer_ms"][r] for c in coll)})
-            s.tables.append(Table(f"collectives_{run.run_id}", f"Each allreduce ({len(coll)} batches): waiting for "
-                                  "the last rank against the transfer itself", crow))
-        rep = representative(run)
-        if rep is not None:
-            recs = run.steady_batches()[rep]
-            segs = {r: rank_segments(b, run.ranks[r].clock) for r, b in recs.items() if run.ranks[r].clock}
-            if segs:
-                s.tables.append(Table(f"critical_path_{run.run_id}", f"Critical path of batch {rep[1]} (epoch "
-                                      f"{rep[0]}, the median one) and the most removing each segment could gain",
-                                      critical_path(segs)))
-            s.figures.append(Figure(f"timeline_{run.run_id}", f"Batch {rep[1]} of epoch {rep[0]} (the median "
-                                    "one): host phases and GPU records of every rank on one time axis",
-                                    draw_batch, {"run_batch": _batch_tracks(run, rep)}))
-        s.figures.append(Figure(f"breakdown_{run.run_id}", "Where each steady batch's GPU time went, per rank",
-                                draw_breakdown, {"per_rank": per_rank}))
-        checks = run_cross_checks(run)
-        bad_bytes = [r for r, c in checks if not c["bytes_ok"]]
-        bad_k = [(r, c["kernel_mismatch"]) for r, c in checks if c["kernels_ok"] is False]
-        unchecked = sum(1 for _, c in checks if c["kernels_ok"] is None)
-        s.paragraphs.append(
-            f"Cross-check over {len(checks)} batch records: memcpy bytes equal the counters in "
-            f"{len(checks) - len(bad_bytes)}; kernel records match the launches in "
-            f"{len(checks) - len(bad_k) - unchecked} (our own kernels exactly, at least one library kernel per "
-            "cuBLAS GEMM call and one NCCL kernel per collective)"
-            + (f", {unchecked} not checked (batch lines without `gemms`)" if unchecked else "")
-            + (f"; first mismatch, rank {bad_k[0][0]}: phase -> (records, expected) {bad_k[0][1]}" if bad_k else "")
-            + ".")
-        idle_host = statistics.median(r["idle: host launch ms"] / r["window ms"] for r in rows if r["window ms"])
-        if idle_host > HOST_BOUND_SHARE:
-            fn = host_functions(run)
-            s.paragraphs.append(f"The GPU waits for host launches {100 * idle_host:.0f}% of a batch: host-bound. "
-                                + ("The top Python functions by own time (cProfile, --cprofile):" if fn else
-                                   "Run with --cprofile to name the host's functions."))
-            if fn:
-                s.tables.append(Table(f"host_{run.run_id}", "Where the host was (cProfile, own time)", fn))
-        out.append(s)
-    return out
+@dataclass(frozen=True)
+class Timeline:
+    """A run's GPU timeline, analysed: per rank its steady batches'
+    breakdowns and their medians, the collectives' waits, the median
+    batch's critical path, the records' cross-checks, the clocks' error and
+    drift (us), the records launched outside any batch, and whether the GPU
+    waited for host launches more than HOST_BOUND_SHARE of a batch."""
+    run_id: str
+    trace_level: str
+    per_rank: dict[int, list[Breakdown]]
+    medians: list[RankMedians]
+    collectives: list[CollectiveWait]
+    representative: tuple[int, int] | None
+    critical_path: list[PathSegment]
+    checks: list[tuple[int, CrossCheck]]
+    clock_err_us: float | None
+    drift_us: float | None
+    orphans: int
+    host_launch_share: float
+    host_functions: list[HostFunction] = field(default_factory=list)
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_launch_share > HOST_BOUND_SHARE
 
 
-# ---- figures -------------------------------------------------------------------------------
-
-def _batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, float]]]]:
-    """(track label, [(label, colour, start ms, end ms)]) for one batch, every
-    rank, on the run's time axis from the batch's earliest start."""
-    tracks = []
-    for r, b in sorted(run.steady_batches()[key].items()):
-        clock = run.ranks[r].clock
-        if clock is None:
-            continue
-        base = clock["host_start_ns"] + b["t0_s"] * 1e9
-        host = [(p, "tab:gray", to_run_s(clock, base + o * 1e6, False), to_run_s(clock, base + (o + d) * 1e6, False))
-                for p, (o, d) in b.get("t_ms_host", b["t_ms"]).items()]
-        gpu = [(g["phase"], CAT_COLORS[g["cat"]], to_run_s(clock, g["start_ns"], True), to_run_s(clock, g["end_ns"], True))
-               for g in b.get("gpu") or []]
-        tracks += [(f"rank {r} host", host), (f"rank {r} GPU", gpu)]
-    t0 = min((s for _, items in tracks for _, _, s, _ in items), default=0.0)
-    return [(lab, [(n, c, (s - t0) * 1e3, (e - t0) * 1e3) for n, c, s, e in items]) for lab, items in tracks]
+def _clocks(run: Run) -> tuple[float | None, float | None]:
+    """(the ranks' alignment error, the largest CUPTI-against-host drift), us."""
+    clocks = [rt.clock for rt in run.ranks.values() if rt.clock]
+    err = max((c.get("rank0_err_ns", 0) + (c.get("cupti_err_ns") or 0)) / 1e3 for c in clocks) if clocks else None
+    drift = [(rt.clock_end["cupti_minus_host_ns"] - rt.clock["cupti_minus_host_ns"]) / 1e3
+             for rt in run.ranks.values() if rt.clock_end and rt.clock and rt.clock.get("cupti_minus_host_ns")
+             is not None and rt.clock_end.get("cupti_minus_host_ns") is not None]
+    return err, (max(map(abs, drift)) if drift else None)
 
 
-def draw_batch(run_batch):
-    from .figures import _plt, encode
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(run_batch) + 1.2))
-    for i, (_, items) in enumerate(run_batch):
-        for name, colour, s, e in items:
-            ax.barh(i, max(e - s, 1e-4), left=s, color=colour, edgecolor="black", linewidth=0.3, height=0.7)
-            if e - s > 0.02 * max((x[3] for _, it in run_batch for x in it), default=1.0):
-                ax.text((s + e) / 2, i, name, ha="center", va="center", fontsize=6)
-    ax.set_yticks(range(len(run_batch)))
-    ax.set_yticklabels([lab for lab, _ in run_batch], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms from the batch's first start (run time axis)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*CAT_COLORS.values(), "tab:gray")]
-    ax.legend(handles, [*CAT_COLORS, "host phase"], fontsize=7, ncol=5, loc="lower right")
-    return encode(fig)
+def _path(run: Run, rep: tuple[int, int] | None) -> list[PathSegment]:
+    if rep is None:
+        return []
+    segs = {r: rank_segments(b, run.ranks[r].clock) for r, b in run.steady_batches()[rep].items()
+            if run.ranks[r].clock}
+    return critical_path(segs) if segs else []
 
 
-def draw_breakdown(per_rank):
-    from .figures import _plt, encode
-    plt = _plt()
-    parts = (*BUSY_PARTS, *IDLE_PARTS)
-    colours = ("tab:blue", "tab:purple", "tab:orange", "tab:red", "tab:olive", "tab:gray")
-    fig, axes = plt.subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 0.6), squeeze=False)
-    for ax, (r, bds) in zip(axes[:, 0], sorted(per_rank.items())):
-        x = range(len(bds))
-        bottom = [0.0] * len(bds)
-        for part, c in zip(parts, colours):
-            v = [b[part] for b in bds]
-            ax.bar(x, v, bottom=bottom, color=c, width=1.0, label=part)
-            bottom = [a + b for a, b in zip(bottom, v)]
-        ax.set_ylabel(f"rank {r}: ms", fontsize=8)
-    axes[-1, 0].set_xlabel("steady batch")
-    axes[0, 0].legend(fontsize=7, ncol=3, loc="upper right")
-    return encode(fig)
+def analyse_timeline(run: Run) -> Timeline | None:
+    """The run's GPU timeline (None without activity records)."""
+    if not has_timeline(run):
+        return None
+    per_rank = run_breakdowns(run)
+    medians = [rank_medians(r, bds) for r, bds in sorted(per_rank.items())]
+    err, drift = _clocks(run)
+    rep = representative(run)
+    share = statistics.median(m.median.idle_host_launch / m.median.window for m in medians if m.median.window)
+    return Timeline(run.run_id, run.manifest.get("trace_level", "?"), per_rank, medians, run_collectives(run), rep,
+                    _path(run, rep), run_cross_checks(run), err, drift,
+                    sum(rt.activity.get("orphans", 0) for rt in run.ranks.values()), share,
+                    host_functions(run) if share > HOST_BOUND_SHARE else [])

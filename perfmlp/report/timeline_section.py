@@ -1,0 +1,167 @@
+"""The report's GPU-timeline section: one per run with GPU activity records,
+putting timeline.analyse_timeline's results into words, tables and figures
+(the batch's tracks on the run's time axis, each steady batch's breakdown)."""
+from __future__ import annotations
+
+import statistics
+
+from ..trace.activity import to_run_s
+from ..trace.reader import Run
+from .sections import Figure, Section, Table
+from .timeline import BUSY_PARTS, IDLE_PARTS, PARTS, Timeline, analyse_timeline
+
+CAT_COLORS = {"compute": "tab:blue", "comm": "tab:purple", "copy": "tab:orange", "graph": "tab:cyan"}
+PART_COLORS = ("tab:blue", "tab:purple", "tab:orange", "tab:red", "tab:olive", "tab:gray")  # PARTS' order
+
+
+def section_timeline(runs) -> list[Section]:
+    """One section per run that has GPU activity records (none without)."""
+    out = []
+    for run in runs:
+        t = analyse_timeline(run)
+        if t is not None:
+            out.append(_section(run, t))
+    return out
+
+
+def _section(run: Run, t: Timeline) -> Section:
+    s = Section(f"GPU timeline: {t.run_id}")
+    s.paragraphs += _method(t)
+    s.tables.append(Table(f"timeline_{t.run_id}", "Where a batch's GPU time went (median ms per rank)",
+                          breakdown_rows(t)))
+    if t.collectives:
+        s.tables.append(Table(f"collectives_{t.run_id}", f"Each allreduce ({len(t.collectives)} batches): waiting "
+                              "for the last rank against the transfer itself", collective_rows(t, sorted(run.ranks))))
+    if t.representative is not None:
+        epoch, batch = t.representative
+        if t.critical_path:
+            s.tables.append(Table(f"critical_path_{t.run_id}", f"Critical path of batch {batch} (epoch {epoch}, "
+                                  "the median one) and the most removing each segment could gain",
+                                  [{"segment": p.segment, "rank": p.rank, "ms": p.ms,
+                                    "gain ceiling ms": p.gain_ceiling_ms} for p in t.critical_path]))
+        s.figures.append(Figure(f"timeline_{t.run_id}", f"Batch {batch} of epoch {epoch} (the median one): host "
+                                "phases and GPU records of every rank on one time axis", draw_batch,
+                                {"run_batch": batch_tracks(run, t.representative)}))
+    s.figures.append(Figure(f"breakdown_{t.run_id}", "Where each steady batch's GPU time went, per rank",
+                            draw_breakdown, {"per_rank": {r: [b.parts() for b in bds] for r, bds in
+                                                          t.per_rank.items()}}))
+    s.paragraphs.append(_checks_note(t))
+    if t.host_bound:
+        s.paragraphs.append(f"The GPU waits for host launches {100 * t.host_launch_share:.0f}% of a batch: "
+                            "host-bound. " + ("The top Python functions by own time (cProfile, --cprofile):"
+                                              if t.host_functions else
+                                              "Run with --cprofile to name the host's functions."))
+        if t.host_functions:
+            s.tables.append(Table(f"host_{t.run_id}", "Where the host was (cProfile, own time)",
+                                  [{"profile": f.profile, "function": f.function, "calls": f.calls, "own s": f.own_s,
+                                    "cumulative s": f.cumulative_s} for f in t.host_functions]))
+    return s
+
+
+def _method(t: Timeline) -> list[str]:
+    """How the records were taken and read, the clocks' alignment and drift, what was left out."""
+    batches = t.medians[0].batches if t.medians else 0
+    out = [f"CUPTI activity records ({t.trace_level} level), attributed to batch and phase by the external "
+           f"correlation id of the launching call. Medians over {batches} steady batches of interval unions: busy = "
+           "compute, then exposed communication (not under compute), then copies under neither; idle = the rest of "
+           "the batch's GPU span, named by what the host was doing. Ranks on one time axis to within "
+           f"{t.clock_err_us:.1f} us (ping-pong with rank 0 plus CUPTI-to-host bracket)."
+           if t.clock_err_us is not None else "No clock line: ranks not aligned."]
+    if t.drift_us is not None:
+        out.append(f"CUPTI clock against the host clock over the run: drift {t.drift_us:.1f} us.")
+    if t.orphans:
+        out.append(f"{t.orphans} records were launched outside any batch (held-out evaluation, setup) and are "
+                   "left out.")
+    return out
+
+
+def breakdown_rows(t: Timeline) -> list[dict]:
+    """Per rank: the window, each part, all communication (median ms) and the exposed share."""
+    rows = []
+    for m in t.medians:
+        parts = m.median.parts()
+        rows.append({"rank": m.rank, "batches": m.batches, "window ms": m.median.window,
+                     **{f"{k} ms": parts[k] for k in (*BUSY_PARTS, *IDLE_PARTS)}, "comm ms": m.median.comm,
+                     "exposed comm share": m.exposed_comm_share})
+    return rows
+
+
+def collective_rows(t: Timeline, ranks: list[int]) -> list[dict]:
+    """Per rank: how often it arrived last, its median wait for the last rank and transfer after it."""
+    lasts: dict = {}
+    for c in t.collectives:
+        lasts[c.last_rank] = lasts.get(c.last_rank, 0) + 1
+    return [{"rank": r, "last to arrive (batches)": lasts.get(r, 0),
+             "median wait for the last rank ms": statistics.median(c.wait_ms[r] for c in t.collectives),
+             "median transfer after it ms": statistics.median(c.transfer_ms[r] for c in t.collectives)}
+            for r in ranks]
+
+
+def _checks_note(t: Timeline) -> str:
+    checks = t.checks
+    bad_bytes = [r for r, c in checks if not c.bytes_ok]
+    bad_k = [(r, c.kernel_mismatch) for r, c in checks if c.kernels_ok is False]
+    unchecked = sum(1 for _, c in checks if c.kernels_ok is None)
+    return (f"Cross-check over {len(checks)} batch records: memcpy bytes equal the counters in "
+            f"{len(checks) - len(bad_bytes)}; kernel records match the launches in "
+            f"{len(checks) - len(bad_k) - unchecked} (our own kernels exactly, at least one library kernel per "
+            "cuBLAS GEMM call and one NCCL kernel per collective)"
+            + (f", {unchecked} not checked (batch lines without `gemms`)" if unchecked else "")
+            + (f"; first mismatch, rank {bad_k[0][0]}: phase -> (records, expected) {bad_k[0][1]}" if bad_k else "")
+            + ".")
+
+
+# ---- figures -------------------------------------------------------------------------------
+
+def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, float]]]]:
+    """(track label, [(label, colour, start ms, end ms)]) for one batch, every
+    rank, on the run's time axis from the batch's earliest start."""
+    tracks = []
+    for r, b in sorted(run.steady_batches()[key].items()):
+        clock = run.ranks[r].clock
+        if clock is None:
+            continue
+        base = clock["host_start_ns"] + b["t0_s"] * 1e9
+        host = [(p, "tab:gray", to_run_s(clock, base + o * 1e6, False), to_run_s(clock, base + (o + d) * 1e6, False))
+                for p, (o, d) in b.get("t_ms_host", b["t_ms"]).items()]
+        gpu = [(g["phase"], CAT_COLORS[g["cat"]], to_run_s(clock, g["start_ns"], True),
+                to_run_s(clock, g["end_ns"], True)) for g in b.get("gpu") or []]
+        tracks += [(f"rank {r} host", host), (f"rank {r} GPU", gpu)]
+    t0 = min((s for _, items in tracks for _, _, s, _ in items), default=0.0)
+    return [(lab, [(n, c, (s - t0) * 1e3, (e - t0) * 1e3) for n, c, s, e in items]) for lab, items in tracks]
+
+
+def draw_batch(run_batch):
+    from .figures import _plt, encode
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(run_batch) + 1.2))
+    for i, (_, items) in enumerate(run_batch):
+        for name, colour, s, e in items:
+            ax.barh(i, max(e - s, 1e-4), left=s, color=colour, edgecolor="black", linewidth=0.3, height=0.7)
+            if e - s > 0.02 * max((x[3] for _, it in run_batch for x in it), default=1.0):
+                ax.text((s + e) / 2, i, name, ha="center", va="center", fontsize=6)
+    ax.set_yticks(range(len(run_batch)))
+    ax.set_yticklabels([lab for lab, _ in run_batch], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the batch's first start (run time axis)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*CAT_COLORS.values(), "tab:gray")]
+    ax.legend(handles, [*CAT_COLORS, "host phase"], fontsize=7, ncol=5, loc="lower right")
+    return encode(fig)
+
+
+def draw_breakdown(per_rank):
+    """per_rank: rank -> each steady batch's PARTS -> ms, stacked."""
+    from .figures import _plt, encode
+    plt = _plt()
+    fig, axes = plt.subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 0.6), squeeze=False)
+    for ax, (r, bds) in zip(axes[:, 0], sorted(per_rank.items())):
+        x = range(len(bds))
+        bottom = [0.0] * len(bds)
+        for part, c in zip(PARTS, PART_COLORS):
+            v = [b[part] for b in bds]
+            ax.bar(x, v, bottom=bottom, color=c, width=1.0, label=part)
+            bottom = [a + b for a, b in zip(bottom, v)]
+        ax.set_ylabel(f"rank {r}: ms", fontsize=8)
+    axes[-1, 0].set_xlabel("steady batch")
+    axes[0, 0].legend(fontsize=7, ncol=3, loc="upper right")
+    return encode(fig)
