@@ -26,20 +26,21 @@ from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
                        section_runs, section_scaling)
 from .study import Study, load_study
-from .validation import section_validation
+from .blind_tests import BlindTest, read_blind_tests
 from .timeline_section import section_timeline
+from .validation_section import section_history, section_validation
 
 
-def sections_of(a: Analysis) -> list:
-    """The report's sections, in order."""
+def sections_of(a: Analysis, history: list[BlindTest] | None = None) -> list:
+    """The report's sections, in order (`history`: the blind-test history, in the validation section)."""
     out = [section_runs(a), section_q2_1(a)]
     if a.gpu_runs:
         out += [s for s in (section_published(a),) if s is not None]
-        out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a)]
+        out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a, history)]
         out += [s for s in (section_execution(a),) if s is not None]
         out.append(section_scaling(a))
     else:
-        out.append(section_no_gpu(a))
+        out += [s for s in (section_no_gpu(a), section_history(history)) if s is not None]
     out += [s for s in (section_partition(a),) if s is not None]
     out.append(section_phases(a))
     out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)
@@ -61,26 +62,29 @@ def header_of(a: Analysis) -> list[str]:
 
 
 def build(folder: str | Path, out: str | Path, machine: str | None = None, log=print,
-          study: str | Path | None = None) -> Path:
-    """The report of every run under `folder`, written to `out`."""
+          study: str | Path | None = None, blind_tests: str | Path | None = None) -> Path:
+    """The report of every run under `folder`, written to `out` (with the
+    blind-test history of the CSV file `blind_tests`, report/blind_tests.py)."""
     figures.require()
+    history = read_blind_tests(blind_tests) if blind_tests is not None else None
     folder = Path(folder)
     runs, skipped = read_traces(folder)
     for line in skipped:
         log(f"skipped: {line}")
     if not runs:
         raise PerfmlpError(f"{folder}: no readable run" + (f" ({len(skipped)} skipped)" if skipped else ""))
-    return build_from_runs(runs, skipped, out, machine, folder, study)
+    return build_from_runs(runs, skipped, out, machine, folder, study, history)
 
 
 def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machine: str | None = None,
-                    folder: Path | None = None, study: str | Path | Study | None = None) -> Path:
+                    folder: Path | None = None, study: str | Path | Study | None = None,
+                    history: list[BlindTest] | None = None) -> Path:
     """The report of runs already read (or made with Run.from_records)."""
     figures.require()
     out = Path(out)
     st = study if isinstance(study, Study) else load_study(study)
     a = analyse(runs, skipped, st, machine, folder)
-    sections = sections_of(a)
+    sections = sections_of(a, history)
     if out.exists() and not out.is_dir():
         raise PerfmlpError(f"{out}: a file, not a folder for the report")
     try:

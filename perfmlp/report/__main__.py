@@ -21,10 +21,14 @@ def main(argv=None) -> int:
     ap.add_argument("--study", default=DEFAULT_STUDY,
                     help="the reference question the tables compare with: a shipped study name "
                          f"(perfmlp/report/studies/) or a .yaml file (default: {DEFAULT_STUDY})")
+    ap.add_argument("--blind-tests", default=None, metavar="CSV",
+                    help="the model's blind-test history (reports/blind-tests.csv): its error per machine in the "
+                         "validation section")
     a = ap.parse_args(argv)
     out = a.out or str(Path("reports") / (Path(a.traces).resolve().name or "report"))
     try:
-        path = build(a.traces, out, a.machine, log=lambda m: print(m, file=sys.stderr), study=a.study)
+        path = build(a.traces, out, a.machine, log=lambda m: print(m, file=sys.stderr), study=a.study,
+                     blind_tests=a.blind_tests)
     except (PerfmlpError, TraceError, MachineError) as e:
         print(f"perfmlp.report: error: {e}", file=sys.stderr)
         return 2

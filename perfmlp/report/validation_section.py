@@ -1,0 +1,242 @@
+"""The report's validation section: validation.analyse_validation's results
+and, when the report is given it (`--blind-tests FILE`), the blind-test
+history (blind_tests.py), put into words and tables."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..trace.reader import STEADY_RULE
+from .analysis import Analysis
+from .blind_tests import WORST_PER_MACHINE, BlindTest, history_by_machine, worst_configurations
+from .model_error import SIGN_TEST_LEVEL, ErrorStats, sign_test_p
+from .sections import HOST_CLOCK_COLUMN, Section, Table, host_clock_cell, host_clock_note
+from .validation import MIN_STEADY, OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
+
+TITLE = "The model tested blind: protocol, noise floor and error per term"
+STATS = ("median |error| %", "worst |error| %", "signed median %", "above", "below", "within noise", "sign test p")
+
+
+def sign_verdict(above: int, below: int) -> str:
+    """The sign test in words."""
+    n, p = above + below, sign_test_p(above, below)
+    if n == 0:
+        return "no error with a sign"
+    side = "too slow (above the measurement)" if above > below else "too fast (below the measurement)"
+    if p < SIGN_TEST_LEVEL:
+        return f"{above} above, {below} below: biased, the model is {side}; a fair coin splits {n} that unevenly " \
+               f"with chance {p:.3f}"
+    if above == 0 or below == 0:
+        return f"all {n} {'above' if above else 'below'} (the model {side.split(' (')[0]}), but {n} are too few " \
+               f"for the sign test to call it a bias at {SIGN_TEST_LEVEL:g} (its least p with {n} is {p:.3g})"
+    return f"{above} above, {below} below: within what chance gives (sign test p = {p:.2f})"
+
+
+def stats_cells(e: ErrorStats | None, prefix: str = "") -> dict:
+    if e is None:
+        return {}
+    values = (e.median_abs_pct, e.worst_abs_pct, e.signed_median_pct, e.above, e.below, e.within_noise, e.sign_p)
+    return {f"{prefix}{k}": v for k, v in zip(STATS, values)}
+
+
+def summary_table_rows(summary) -> list[dict]:
+    return [{"runs": s.name, "n": s.model.n, "median spread %": s.median_spread_pct, **stats_cells(s.model),
+             "resolution": s.resolution, **stats_cells(s.datasheet, "datasheet ")} for s in summary]
+
+
+def config_rows(v: Validation) -> list[dict]:
+    return [{"configuration": c.label, "repeats": c.repeats, "steady batches (min)": c.steady_min,
+             "measured ms (median)": c.measured_ms, "spread %": c.spread_pct, "predicted ms": c.predicted_ms,
+             "prediction": c.prediction, "error %": c.error_pct, "within noise": c.within_noise,
+             "datasheet error %": c.datasheet_error_pct, "datasheet within noise": c.datasheet_within_noise,
+             "p": c.p, "comm": c.comm, "exec": c.exec, "transfer": c.transfer, "judged": c.judged}
+            for c in v.configs]
+
+
+def term_rows(v: Validation) -> list[dict]:
+    rows = []
+    for t in v.terms:
+        row = {"configuration": t.label}
+        for g in t.shown():
+            row[f"{g} measured ms"] = None if g in t.apart else t.measured[g]
+            row[f"{g} predicted ms"] = t.predicted.get(g, 0.0)
+            row[f"{g} error ms"] = None if g in t.apart else t.predicted.get(g, 0.0) - t.measured[g]
+        row[HOST_CLOCK_COLUMN] = host_clock_cell(t.measured, t.apart)
+        rows.append(row)
+    return rows
+
+
+def _protocol(v: Validation) -> str:
+    cal, m = v.calibrated, v.predictions_machine
+    return (
+        "Protocol. Calibration: " + (f"{cal.name} ({Path(cal.path).name}): {cal.source}" if cal else
+                                     "no calibrated machine file") + ". Predictions: " +
+        (f"{v.predictions_note}, made with {m.get('name')} (SHA-256 {str(m.get('sha256'))[:12]}); a prediction is "
+         "blind when it was made before its run started" if m is not None else
+         f"{v.predictions_note}: every prediction below is the report's own, made after the runs (not blind)") +
+        f". Steady window: {STEADY_RULE}; " +
+        (f"{len(v.short_runs)} run(s) have fewer than {MIN_STEADY} steady batches: {', '.join(v.short_runs)}"
+         if v.short_runs else f"every run has at least {MIN_STEADY} steady batches") +
+        ". Repeats: runs of one configuration are grouped; measured = the median of their times per batch, "
+        "spread = (max - min) / median; an error within half the spread is within noise. Code: "
+        f"{', '.join(v.commits)} (the manifests' perfmlp_git).")
+
+
+def section_validation(a: Analysis, history: list[BlindTest] | None = None) -> Section:
+    s = Section(TITLE)
+    v = analyse_validation(a)
+    s.paragraphs.append(_protocol(v))
+    if not v.configs:
+        s.paragraphs.append("No GPU run outside a profiler: nothing to validate.")
+        add_history(s, history)
+        return s
+    tg = a.study.targets
+    s.paragraphs.append(f"Targets: {tg.model_median_error_pct:g}% median, {tg.model_worst_error_pct:g}% worst "
+                        "(the study's), no sign bias (as many above as below, within what chance gives: a two-sided "
+                        f"sign test below {SIGN_TEST_LEVEL:g} is called a bias), per p and per communication mode; "
+                        "where the median spread is larger than the error, the error is within the run-to-run "
+                        "noise and cannot be judged finer (both are shown).")
+    s.paragraphs.append(judged_note(v, tg))
+    s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
+                          "per communication, execution and transfer mode: the calibrated (or blind) prediction, "
+                          "then the datasheet-only model's (columns 'datasheet ...')", summary_table_rows(v.summary)))
+    for o in v.others:
+        other_machine_words(s, o)
+    note = host_clock_note([t.apart for t in v.terms], "configuration(s)", "are left out of the error per term")
+    if note:
+        s.paragraphs.append("Per term: " + note)
+    s.tables.append(Table("validation_terms_summary", "Error per term (phase group), over the configurations "
+                          "whose trace timed the group's work (on the GPU, or on the host clock where it blocks "
+                          "the host)", [{"term": t.term, "configurations": t.configurations,
+                                        "median |error| ms": t.median_abs_ms, "median |error| %": t.median_abs_pct,
+                                        "signed median %": t.signed_median_pct} for t in v.per_term]))
+    s.tables.append(Table("validation_runs", "Each configuration: repeats, spread, prediction and error",
+                          config_rows(v)))
+    s.tables.append(Table("validation_terms", "Each configuration, term by term (slowest rank, median over "
+                          "the repeats; in a graph run with NCCL the collectives are inside the replay, so in "
+                          "compute, measured and predicted; '-': measured on the host clock, not compared: the "
+                          f"column '{HOST_CLOCK_COLUMN}')", term_rows(v)))
+    if v.whatif:
+        s.tables.append(Table("validation_whatif", "What-if from the reference-scheme run (pageable, mpi-staged, "
+                              "eager, one GPU) of each size: perfmlp.whatif's prediction against the measurement",
+                              [{"from": w.from_label, "to": w.to_label, "changed terms": ", ".join(w.changed_terms),
+                                "what-if ms": w.whatif_ms, "measured ms": w.measured_ms, "error %": w.error_pct,
+                                "model alone ms": w.model_ms, "judged": w.judged} for w in v.whatif]))
+    add_history(s, history)
+    return s
+
+
+def other_machine_words(s: Section, o: OtherMachine) -> None:
+    """Another machine file's predictions (sweep --predict-also), apart from the main one's."""
+    if o.note is not None:
+        s.paragraphs.append(f"{o.file}: {o.note}.")
+        return
+    if not o.summary:
+        s.paragraphs.append(f"{o.file} ({o.name}): no prediction of a judged configuration.")
+        return
+    al = o.summary[0].model
+    s.paragraphs.append(
+        f"Predicted with another machine file, {o.name} ({o.file}, SHA-256 {str(o.sha256)[:12]}): "
+        f"{al.n} judged configuration(s), {o.blind} blind; median |error| {al.median_abs_pct:.1f}%, worst "
+        f"{al.worst_abs_pct:.1f}%, signed median {al.signed_median_pct:+.1f}%; sign: "
+        f"{sign_verdict(al.above, al.below)}.")
+    s.tables.append(Table(f"validation_{Path(o.file).stem.replace('-', '_')}", f"Model error with {o.name} "
+                          f"({o.file}), against the same medians of the repeats", summary_table_rows(o.summary)))
+
+
+def _left_out(v: Validation) -> list[str]:
+    """The configurations the error figures leave out, and why."""
+    left: dict = {}
+    for c in v.configs:
+        if c.judged != "yes":
+            left.setdefault(c.judged[4:], []).append(c)
+    parts = []
+    for why, cs in left.items():
+        names = "; ".join(c.label for c in cs)
+        if why == "host enqueue times":
+            parts.append(f"{len(cs)} configuration(s) ({sum(c.repeats for c in cs)} runs) are left out of the error "
+                         "figures: their batch lines are on the host clock (a GPU run traced without device timing) "
+                         "and their epoch lines carry no synchronised steady time per batch (traces written before "
+                         "the epoch line had it), so their time per batch is the host's enqueue time, not the GPU's "
+                         f"(validation_runs.csv shows them, not judged): {names}")
+        else:
+            parts.append(f"left out ({why}): {names}")
+    return parts
+
+
+def _within(e: ErrorStats, tg) -> str:
+    ok = e.median_abs_pct <= tg.model_median_error_pct and e.worst_abs_pct <= tg.model_worst_error_pct
+    return "within" if ok else "outside"
+
+
+def judged_note(v: Validation, tg) -> str:
+    """Which configurations the error figures leave out and why, then the
+    overall figures and the sign test in words."""
+    parts = _left_out(v)
+    if not v.summary:
+        return ". ".join(parts + ["No configuration is left to judge"]) + "."
+    al: SelectionErrors = v.summary[0]
+    m, ds = al.model, al.datasheet
+    parts.append(f"Judged: {m.n} configuration(s); median |error| {m.median_abs_pct:.1f}%, worst "
+                 f"{m.worst_abs_pct:.1f}% ({_within(m, tg)} the targets), against a median run-to-run spread of "
+                 + (f"{al.median_spread_pct:.2f}%" if al.median_spread_pct is not None else "(no repeats)") +
+                 f" ({al.resolution}); sign: {sign_verdict(m.above, m.below)}. The datasheet-only model: median "
+                 f"|error| {ds.median_abs_pct:.1f}%, worst {ds.worst_abs_pct:.1f}%; sign: "
+                 f"{sign_verdict(ds.above, ds.below)}")
+    quiet = next((r for r in v.summary if r.name == quiet_label(v.quiet_pct)), None)
+    if quiet:
+        q = quiet.model
+        parts.append(f"Where the repeats agree within {tg.model_median_error_pct:g}% ({q.n} configuration(s), "
+                     f"the noise the targets need): median |error| {q.median_abs_pct:.1f}%, worst "
+                     f"{q.worst_abs_pct:.1f}% ({_within(q, tg)} the targets); sign: {sign_verdict(q.above, q.below)}")
+    biased = [r.name for r in v.summary[1:] if r.model.biased]
+    if biased:
+        parts.append(f"Sign bias within: {', '.join(biased)}")
+    one_sided = [f"{r.name} (all {r.model.above or r.model.below} {'above' if r.model.above else 'below'})"
+                 for r in v.summary[1:] if not r.model.biased and r.model.above + r.model.below > 1
+                 and 0 in (r.model.above, r.model.below)]
+    if one_sided:
+        parts.append(f"Every error on one side, too few to test: {', '.join(one_sided)}")
+    unresolved = [r.name for r in v.summary if r.resolution.startswith("spread larger")]
+    if unresolved:
+        parts.append(f"Where the spread is larger than the error ({', '.join(unresolved)}), the error is not "
+                     "resolved by these repeats")
+    return ". ".join(parts) + "."
+
+
+# ---- the blind-test history ----------------------------------------------------------------
+
+def section_history(history: list[BlindTest] | None) -> Section | None:
+    """The blind-test history alone (a report of runs none of which ran on a GPU)."""
+    if history is None:
+        return None
+    s = Section("The model's blind tests so far")
+    add_history(s, history)
+    return s
+
+
+def add_history(s: Section, history: list[BlindTest] | None) -> None:
+    """The blind tests so far, per machine, and the worst configurations of each."""
+    if history is None:
+        return
+    if not history:
+        s.paragraphs.append("Blind-test history: the file given holds no blind test.")
+        return
+    by_machine = history_by_machine(history)
+    words = [f"{h.machine}: {h.configurations} configuration(s) in {h.sweeps} sweep(s), {h.first_date} to "
+             f"{h.last_date}, median |error| {h.errors.median_abs_pct:.1f}%, worst {h.errors.worst_abs_pct:.1f}%, "
+             f"signed median {h.errors.signed_median_pct:+.1f}%; sign: {sign_verdict(h.errors.above, h.errors.below)}"
+             for h in by_machine]
+    s.paragraphs.append("Blind-test history (every blind prediction so far beside its measurement, the median of "
+                        "its repeats; error = predicted / measured - 1, within noise where |error| <= spread / 2 "
+                        "with spread = max / min - 1 over the repeats). " + ". ".join(words) + ".")
+    s.tables.append(Table("blind_tests_by_machine", "The model's blind tests so far, per machine kind",
+                          [{"machine": h.machine, "configurations": h.configurations, "sweeps": h.sweeps,
+                            "commits": ", ".join(h.commits), "first": h.first_date, "last": h.last_date,
+                            "median spread %": h.median_spread_pct, **stats_cells(h.errors),
+                            "resolution": h.resolution} for h in by_machine]))
+    s.tables.append(Table("blind_tests_worst", f"The {WORST_PER_MACHINE} blind tests of each machine kind with the "
+                          "largest |error|", [{"machine": t.machine, "sweep": t.sweep, "configuration": t.label,
+                                               "commit": t.commit, "date": t.date, "repeats": t.repeats,
+                                               "predicted ms": 1e3 * t.predicted_s, "measured ms": 1e3 * t.measured_s,
+                                               "error %": t.error_pct, "spread %": 100 * t.spread}
+                                              for t in worst_configurations(history)]))
