@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import psasync
 from .batches import DeviceBatches, HostBatches
 from .comm import HostReducer, NcclReducer, StagedReducer
 from .config import Config
@@ -53,6 +54,9 @@ def check_options(cfg: Config) -> str:
     """The backend the configuration runs on, after refusing the options
     that backend does not have (before anything is written)."""
     name = resolve(cfg)
+    why = psasync.refusal(cfg, name)
+    if why:
+        raise PerfmlpError(why)
     what = f"--parallel {cfg.parallel}" if cfg.parallel != "data" else f"--comm {cfg.comm}"
     if partitioned(cfg) and cfg.overlap:
         raise PerfmlpError(f"--overlap is for data parallelism with an allreduce (this run: {what})")
@@ -68,8 +72,8 @@ def check_options(cfg: Config) -> str:
                            f"use --gemm cublas, not --gemm {cfg.gemm}")
     if name == "numpy":
         gpu_only = [f"--{flag} {value}" for flag, value, host in (
-            ("comm", cfg.comm, ("auto", "mpi", "ps")), ("batch-transfer", cfg.batch_transfer, ("pageable",)),
-            ("gemm", cfg.gemm, ("cublas",))) if value not in host]
+            ("comm", cfg.comm, ("auto", "mpi", "ps", psasync.COMM)),
+            ("batch-transfer", cfg.batch_transfer, ("pageable",)), ("gemm", cfg.gemm, ("cublas",))) if value not in host]
         if gpu_only:
             raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
         if cfg.overlap and cfg.comm not in ("auto", "mpi"):
@@ -95,6 +99,9 @@ def exec_mode(cfg: Config, backend: str) -> str:
 
 def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend:
     name = check_options(cfg)
+    if cfg.comm == psasync.COMM:
+        from .psasync.loop import backend_fields
+        return Backend(**backend_fields(cfg, world, xtrain, ytrain, name), exec="eager")
     if partitioned(cfg):
         from .partition import backend_parts
         fields = backend_parts(cfg, world, xtrain, ytrain, name)

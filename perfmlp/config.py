@@ -28,7 +28,7 @@ from .trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVEL_CHOI
 CHOICES = {
     "precision": PRECISIONS,
     "backend": ("auto", "numpy", "cupy"),
-    "comm": ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl"),
+    "comm": ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl", "ps-async", "ps-async-nccl"),
     "batch_transfer": ("pageable", "pinned", "resident", "prefetch", "prefetch-pageable"),
     "gemm": ("cublas", "naive", "tiled", "regblock"),
     "exec": ("auto", "eager", "graph"),
@@ -73,6 +73,9 @@ class Config:
     quiet: bool = False
     parallel: str = "data"
     model_procs: int = 0
+    staleness: int = 0
+    straggler_delay_ms: float = 0.0
+    straggler_rank: int = 1
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -105,7 +108,9 @@ HELP = {
     "backend": "array library: auto (cupy when a GPU is usable), numpy or cupy",
     "comm": "gradient all-reduce: auto (mpi-staged on the GPU, mpi on NumPy), mpi (host buffers), "
             "mpi-staged (GPU buffers through the host) or nccl; or a parameter server (reduce to rank 0, "
-            "update there, broadcast): ps (host MPI) or ps-nccl",
+            "update there, broadcast): ps (host MPI) or ps-nccl; or the asynchronous one: ps-async (rank 0 "
+            "applies each worker's gradient as it arrives, within --staleness; host MPI, staged through the "
+            "host on the GPU; ps-async-nccl is refused: NCCL cannot receive from whichever rank sends first)",
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident; prefetch (from "
                       "pinned memory) or prefetch-pageable (staged into pinned buffers by a host thread): the "
                       "next batch copied on a copy stream while this one computes",
@@ -130,16 +135,21 @@ HELP = {
     "parallel": "partitioning over the ranks: data (the batch split), model (each rank a shard of every layer, "
                 "the whole batch), hybrid (a p_data x p_model grid)",
     "model_procs": "ranks per model group with --parallel hybrid (must divide the ranks)",
+    "staleness": "with --comm ps-async, S: a piece of batch k is handed out once every batch before k - S is "
+                 "applied (0: synchronous SGD)",
+    "straggler_delay_ms": "an injected straggler: --straggler-rank sleeps this long in every batch it computes",
+    "straggler_rank": "the rank --straggler-delay-ms slows (a worker, not rank 0, with --comm ps-async)",
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
            "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz",
-           "bucket_bytes": "BYTES", "model_procs": "M"}
+           "bucket_bytes": "BYTES", "model_procs": "M", "staleness": "S",
+           "straggler_delay_ms": "MS", "straggler_rank": "R"}
 _DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights",
                  "model_procs": "none; hybrid needs it"}
 _FIELDS = {f.name: f for f in fields(Config)}
 _POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate", "bucket_bytes"}
-_NON_NEGATIVE = {"reg", "seed", "n_heldout", "model_procs"}
+_NON_NEGATIVE = {"reg", "seed", "n_heldout", "model_procs", "staleness", "straggler_delay_ms", "straggler_rank"}
 
 
 def _convert(name: str, value: Any, label: str) -> Any:
@@ -210,7 +220,9 @@ def check_consistent(cfg: Config) -> None:
         raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than n_train ({cfg.n_train})")
     if cfg.model_procs and cfg.parallel != "hybrid":
         raise PerfmlpError(f"model_procs ({cfg.model_procs}) is for parallel hybrid, not parallel {cfg.parallel}")
-    if cfg.comm in ("ps", "ps-nccl") and cfg.parallel != "data":
+    if cfg.staleness and cfg.comm != "ps-async":
+        raise PerfmlpError(f"staleness ({cfg.staleness}) is for comm ps-async, not comm {cfg.comm}")
+    if cfg.comm in ("ps", "ps-nccl", "ps-async") and cfg.parallel != "data":
         raise PerfmlpError(f"comm {cfg.comm} (the parameter server) is data parallelism's exchange, "
                            f"not parallel {cfg.parallel}'s")
 
@@ -287,7 +299,10 @@ def from_args(args: argparse.Namespace) -> Config:
 
 def data_procs(cfg: Config, nprocs: int) -> int:
     """The ranks a batch is split over: all of them for data parallelism,
-    one per model group otherwise (checked by the model's grid rule)."""
+    one per model group otherwise (checked by the model's grid rule); with
+    ps-async every rank but the server."""
+    if cfg.comm == "ps-async":
+        return max(1, nprocs - 1)
     from .model.partition import PartitionError, grid
     try:
         return grid(nprocs, cfg.parallel, cfg.model_procs)[0]

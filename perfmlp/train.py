@@ -31,6 +31,7 @@ from .mlp import init_weights
 from .model.costs import piece
 from .model.precision import precision as precision_of
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
+from .straggler import straggler
 from .trace.format import WARMUP_BATCHES, Counts
 from .trace.writer import NullTracer
 
@@ -163,6 +164,13 @@ def _train(cfg: Config, world, tracer, log) -> Result:
         save_params(Path(cfg.save_params) / "initial.npz", initial)
 
     x_held = be.xp.asarray(xheld.T) if len(xheld) else None
+    straggle = straggler(cfg, rank, P)
+    if cfg.comm == "ps-async":  # the asynchronous parameter server runs a loop of its own
+        from .psasync.loop import train_async
+        result = train_async(cfg, world, be, tracer, log, straggle, x_held, split.heldout.labels)
+        if cfg.save_params and rank == 0:
+            save_params(Path(cfg.save_params) / "final.npz", result.params)
+        return result
     result = Result(backend=be.name)
     counts = Counts()
     B = cfg.batch_size
@@ -183,6 +191,7 @@ def _train(cfg: Config, world, tracer, log) -> Result:
             lo, hi = piece(Bk, *pieces_of)
             net.global_batch = Bk
             tracer.begin_batch(epoch, k, Bk, hi - lo)
+            straggle()
             try:
                 ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts, be.graph, be.parts)
             except NonFiniteLoss as e:

@@ -117,6 +117,6 @@ def test_cli_errors_are_one_line(args, words):
 
 
 def test_comm_names_match_run():
-    assert C.CHOICES["comm"] == ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl")
+    assert C.CHOICES["comm"] == ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl", "ps-async", "ps-async-nccl")
     assert C.from_mapping({"comm": "mpi"}).comm == "mpi"
 

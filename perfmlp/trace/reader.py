@@ -22,6 +22,7 @@ from pathlib import Path
 from .activity import as_dicts, gpu_phase_spans
 from .format import (ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, PACKED, SCHEMA, WARMUP_BATCHES, rank_files,
                      read_rank_text)
+from .updates import KIND as UPDATE, check_update
 
 STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch are left out (the run's first compiles "
                "kernels, allocates and captures a CUDA graph, the next two still carried one-off costs of up to "
@@ -45,6 +46,7 @@ class RankTrace:
     clock_end: dict | None = None      # and at the end (CUPTI's drift)
     activity: dict = field(default_factory=dict)   # the activity lines, merged (orphans summed)
     gpu: dict = field(default_factory=dict)        # (epoch, batch) -> the gpu line's records
+    updates: list[dict] = field(default_factory=list)  # the parameter server's update lines (trace/updates.py)
 
     def finish(self) -> None:
         """Measure each batch's phases on the GPU from its activity records."""
@@ -259,6 +261,8 @@ def _take(rt: RankTrace, rec: dict) -> None:
             rt.clock_end = rec
         else:
             rt.clock = rec
+    elif kind == UPDATE:
+        rt.updates.append(rec)
     elif kind == "activity":
         orphans = rt.activity.get("orphans", 0) + rec.get("orphans", 0)
         rt.activity.update(rec)
@@ -274,6 +278,8 @@ def parse_line(line: str) -> dict:
         raise ValueError(f"schema {rec.get('schema')!r}")
     if rec["kind"] == "activity" and rec.get("schema", ACTIVITY_SCHEMA) != ACTIVITY_SCHEMA:
         raise ValueError(f"activity schema {rec.get('schema')!r}")
+    if rec["kind"] == UPDATE:
+        check_update(rec)
     if rec["kind"] == "batch":
         missing = [k for k in BATCH_KEYS if k not in rec]
         if missing:

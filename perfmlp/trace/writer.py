@@ -70,6 +70,9 @@ class NullTracer:
     def end_epoch(self, **values) -> None:
         pass
 
+    def record(self, rec: dict) -> None:
+        pass
+
     def close(self, status: str) -> None:
         pass
 
@@ -265,6 +268,10 @@ class Tracer:
         self._drain_activity()
         self._last_event = None  # the held-out evaluation runs between epochs
         self._write({"kind": "epoch", **{k: _jsonable(v) for k, v in values.items()}})
+
+    def record(self, rec: dict) -> None:
+        """An optional line of another kind (trace/updates.py's `update`)."""
+        self._write(rec)
 
     def close(self, status: str) -> None:
         """Write what is pending, the end line and (rank 0) the manifest's

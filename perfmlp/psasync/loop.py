@@ -1,0 +1,153 @@
+"""The training loop of `--comm ps-async` (train.py hands over to
+`train_async` once the data, the backend and the initial parameters are
+in place), and the backend's assembly (`backend_fields`, for backend.build).
+
+Epochs belong to the server: epoch e ends when every batch of it has been
+applied (with S > 0 some pieces of epoch e + 1 may already be in the
+parameters); the server then evaluates the held-out accuracy and writes
+the epoch line, with `updates`, the gradients applied so far. The epoch's
+`seconds` runs from the end of the previous epoch's evaluation to the
+moment its last batch completed, as train.py's epochs exclude theirs.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..batches import DeviceBatches, HostBatches
+from ..mlp import Network
+from ..model.costs import piece as piece_bounds, pieces
+from ..model.precision import precision
+from ..model.predict import staging_memory
+from ..trace.format import Counts
+from . import FAILED, SERVER, check_world
+from .schedule import Schedule
+from .server import Server
+from .worker import Worker
+
+
+def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
+    """backend.Backend's fields for this rank: the server (rank 0) or a worker."""
+    check_world(cfg, world.size)
+    W = world.size - 1
+    max_local = max(pieces(cfg.batch_size, W))
+    args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
+    dtype = np.dtype(precision(cfg.precision).master)   # the parameters' and gradients' type
+    stream, batches, sync = None, None, (lambda: None)
+    if name == "cupy":
+        from ..gpu import require_cupy, use_device
+        from ..gpu.network import GpuNetwork
+        xp = require_cupy()
+        stream = use_device(xp, world.rank)
+        sync = stream.synchronize
+        net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
+        if world.rank != SERVER:
+            batches = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local)
+        if staging_memory(cfg.batch_transfer) == "pinned":
+            import cupyx
+            host_buffer = (lambda n: cupyx.empty_pinned((n,), dtype))
+        else:
+            host_buffer = (lambda n: np.empty(n, dtype))
+    else:
+        xp, host_buffer = np, (lambda n: np.empty(n, dtype))
+        net = Network(np, cfg.layer_sizes, *args)
+        if world.rank != SERVER:
+            batches = HostBatches(xtrain, ytrain)
+    if world.rank == SERVER:
+        nbatches = -(-cfg.n_train // cfg.batch_size)
+        role = Server(world.comm, net, Schedule(cfg.epochs * nbatches, W, cfg.staleness), nbatches, host_buffer,
+                      stream)
+    else:
+        role = Worker(world.comm, net, batches, host_buffer if name == "cupy" else None, stream)
+    return dict(name=name, xp=xp, net=net, batches=batches, reducer=role, sync=sync, stream=stream,
+                data_group=(W, world.rank - 1))
+
+
+def train_async(cfg, world, be, tracer, log, straggle, x_held, labels):
+    """Serve (rank 0) or work until the last piece, then hand every rank
+    the final parameters; returns train.Result."""
+    from ..train import NonFiniteLoss, Result
+    result = Result(backend=be.name)
+    nbatches = -(-cfg.n_train // cfg.batch_size)
+    if world.rank == SERVER:
+        status = _serve(cfg, be, tracer, log, nbatches, x_held, labels, result)
+    else:
+        status = _work(cfg, world, be, tracer, straggle, nbatches, result)
+    status = world.bcast(status if world.rank == SERVER else None, root=SERVER)
+    if status[0] == FAILED:
+        e = NonFiniteLoss(status[1])
+        if world.rank == SERVER:
+            e.params, e.where = be.net.get_params(), status[2]
+        raise e
+    final = np.ascontiguousarray(be.net.p.params.get() if hasattr(be.net.p.params, "get") else be.net.p.params)
+    world.comm.Bcast(final, root=SERVER)
+    if world.rank != SERVER:
+        be.net.p.params[...] = be.xp.asarray(final)
+    result.params = be.net.get_params()
+    return result
+
+
+def _work(cfg, world, be, tracer, straggle, nbatches: int, result) -> tuple:
+    W = world.size - 1
+    N, B = cfg.n_train, cfg.batch_size
+    current = [None]
+
+    def locate(step: int, index: int):
+        epoch, batch = divmod(step, nbatches)
+        start = batch * B
+        samples = min(B, N - start)
+        lo, hi = piece_bounds(samples, W, index)
+        return epoch, batch, samples, start + lo, start + hi
+
+    def reorder(epoch: int) -> None:
+        if cfg.shuffle and epoch != current[0]:
+            be.batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
+        current[0] = epoch
+
+    counts = Counts()
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        be.reducer.run(tracer, straggle, locate, reorder, counts)
+    be.sync()
+    result.batches = be.reducer.pieces
+    return ()
+
+
+def _serve(cfg, be, tracer, log, nbatches: int, x_held, labels, result) -> tuple:
+    from ..train import EpochResult
+    server, net = be.reducer, be.net
+    ce_sum = [0.0] * cfg.epochs
+    t_epoch = [time.perf_counter()]
+
+    def on_complete(steps: range, piece, ce: float) -> None:
+        ce_sum[piece.step // nbatches] += ce
+        for k in steps:
+            if (k + 1) % nbatches == 0:
+                end_epoch(k // nbatches)
+
+    def end_epoch(epoch: int) -> None:
+        be.sync()
+        seconds = time.perf_counter() - t_epoch[0]
+        loss = ce_sum[epoch] / cfg.n_train + net.weight_penalty()
+        acc = float("nan")
+        if x_held is not None:
+            pred = net.predict(x_held)
+            acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == labels).mean())
+        ep = EpochResult(epoch + 1, loss, acc, seconds, nbatches, 0.0, 0)
+        result.epochs.append(ep)
+        tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=seconds, steady_ms_per_batch=None,
+                         warmup_batches=0, updates=server.updates)
+        if not cfg.quiet:
+            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, {seconds:.4f} s, "
+                f"{ep.ms_per_batch:.4g} ms/batch, {server.updates} updates")
+        t_epoch[0] = time.perf_counter()
+
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        server.serve(tracer, on_complete)
+    result.batches = server.updates
+    if server.failed is None:
+        return (0,)
+    ce, piece, w = server.failed
+    epoch, batch = divmod(piece.step, nbatches)
+    return (FAILED, f"loss is {ce} at epoch {epoch + 1}, batch {batch} (piece {piece.index}, from rank {w}): "
+                    "stopping", f"after {server.updates} updates, before the one that failed")

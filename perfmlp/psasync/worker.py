@@ -1,0 +1,102 @@
+"""A worker of `--comm ps-async` (every rank but 0): get a piece and the
+parameters, compute the piece's gradient, send it, ask again.
+
+One batch line per piece computed, with the phases: h2d (the piece to the
+GPU, as data parallelism's), forward, loss, backward; on the GPU d2h (the
+gradient staged to the host); push (its send started); pull (the wait for
+the next piece's header and parameters, and for the send to end); on the
+GPU h2d_params (the parameters to the device). The batch's wall time is
+thus the worker's whole cycle, waiting included. The loss goes to the
+server with the gradient, so a worker's batch line carries none.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from ..step import compute
+from . import OK, POLL_S, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS
+
+
+def wait(req) -> None:
+    """Wait for an MPI request, leaving the core to others between tests."""
+    while not req.Test():
+        time.sleep(POLL_S)
+
+
+def _no_phase(name: str):
+    return contextlib.nullcontext()
+
+
+class Worker:
+    """`host_buffer(n)`: a host array to stage through (pinned where the
+    batches are); None on NumPy, where MPI reads and writes the network's
+    own buffers."""
+
+    name = "ps-async"
+
+    def __init__(self, comm, net, batches, host_buffer=None, stream=None):
+        self.comm, self.net, self.batches, self.stream = comm, net, batches, stream
+        self.header = np.zeros(3, np.int64)
+        self._send = None
+        self.pieces = 0       # pieces computed
+        if stream is None:
+            self.grad_host, self.params_host = net.g.flat, net.p.params
+        else:
+            self.grad_host, self.params_host = host_buffer(net.g.flat.size), host_buffer(net.p.n_params)
+
+    def run(self, tracer, straggle, locate, reorder, counts) -> int:
+        """Compute pieces until the server says stop; returns its status.
+        `locate(step, index)`: (epoch, batch, samples, lo, hi) of the piece in
+        the epoch's sample order; `reorder(epoch)` puts that order in place."""
+        status, step, index = self.pull(_no_phase, counts)
+        counts.reset()
+        while status == OK:
+            epoch, batch, samples, lo, hi = locate(step, index)
+            reorder(epoch)
+            tracer.begin_batch(epoch, batch, samples, hi - lo)
+            straggle()
+            self.net.global_batch = samples
+            x, y = self.batches.get(lo, hi, tracer.phase, counts)
+            compute(self.net, x, y, tracer.phase, counts)
+            self.push(tracer.phase, counts)
+            status, step, index = self.pull(tracer.phase, counts)
+            tracer.end_batch(None, counts)
+            counts.reset()
+            self.pieces += 1
+        return status
+
+    def push(self, phase, counts) -> None:
+        g = self.net.g.flat
+        if self.stream is not None:
+            with phase("d2h"):
+                g.get(out=self.grad_host, stream=self.stream)
+                self.stream.synchronize()   # MPI reads the host copy the GPU just wrote
+                self.net.g.extra.fill(0)    # the loss kernel adds into the slot: sent, so cleared
+            counts.bytes_d2h += g.nbytes
+        with phase("push"):
+            self._send = self.comm.Isend(self.grad_host, dest=SERVER, tag=TAG_GRAD)
+        counts.bytes_mpi += self.grad_host.nbytes
+        counts.collectives.append(("MPI_Isend", int(self.grad_host.size)))
+
+    def pull(self, phase, counts) -> tuple[int, int, int]:
+        """The next header (status, step, piece) and, with OK, the parameters."""
+        with phase("pull"):
+            wait(self.comm.Irecv(self.header, source=SERVER, tag=TAG_HEADER))
+            status = int(self.header[0])
+            if status == OK:
+                wait(self.comm.Irecv(self.params_host, source=SERVER, tag=TAG_PARAMS))
+            if self._send is not None:
+                wait(self._send)    # the server has it: the gradient buffer may be written again
+                self._send = None
+        if status != OK:
+            return status, -1, -1
+        counts.bytes_mpi += self.params_host.nbytes
+        counts.collectives.append(("MPI_Irecv", int(self.params_host.size)))
+        if self.stream is not None:
+            with phase("h2d_params"):
+                self.net.p.params.set(self.params_host, stream=self.stream)
+            counts.bytes_h2d += self.net.p.params.nbytes
+        return status, int(self.header[1]), int(self.header[2])

@@ -1,0 +1,139 @@
+"""The asynchronous parameter server (`--comm ps-async`): its schedule, its
+update rule, staleness 0 against synchronous SGD on 2-4 ranks, the replay
+of a stale run from its trace, its refusals and its stop on a bad loss."""
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, gpu, mpiexec, run_cmd, run_perfmlp
+from perfmlp.backend import check_options
+from perfmlp.config import from_mapping
+from perfmlp.errors import PerfmlpError
+from perfmlp.mlp import FlatParams
+from perfmlp.psasync.replay import replay_run
+from perfmlp.psasync.schedule import Piece, Schedule
+from perfmlp.psasync.server import apply_gradient
+from perfmlp.trace.reader import parse_line, read_run
+
+SMALL = ("--data", "synthetic", "--input-size", "12", "--hidden-size", "6", "--precision", "float64")
+
+
+def test_staleness_zero_hands_out_a_step_only_after_the_last_one():
+    s = Schedule(steps=3, workers=2, staleness=0)
+    assert [s.hand_out(), s.hand_out()] == [Piece(0, 0), Piece(0, 1)]
+    assert not s.ready()                       # step 1 waits for both pieces of step 0
+    assert s.first_of_step(Piece(0, 1))
+    assert list(s.applied(Piece(0, 1))) == []  # half of step 0
+    assert not s.first_of_step(Piece(0, 0)) and not s.ready()
+    assert list(s.applied(Piece(0, 0))) == [0]
+    assert s.ready() and s.hand_out() == Piece(1, 0)
+
+
+def test_staleness_two_runs_ahead_by_two_steps_and_no_more():
+    s = Schedule(steps=5, workers=2, staleness=2)
+    out = [s.hand_out() for _ in range(6)]     # steps 0, 1 and 2: each needs K >= step - 2 = 0
+    assert out[-1] == Piece(2, 1) and not s.ready()
+    assert s.staleness_of(Piece(2, 0)) == 2
+    assert list(s.applied(Piece(1, 0))) == [] and list(s.applied(Piece(1, 1))) == []  # step 1 first
+    assert s.complete == 0 and not s.ready()   # K counts the unbroken prefix: step 0 is still out
+    assert list(s.applied(Piece(0, 0))) == [] and list(s.applied(Piece(0, 1))) == [0, 1]
+    assert s.complete == 2 and [s.hand_out() for _ in range(4)][-1] == Piece(4, 1)
+    assert s.exhausted and not s.ready()
+
+
+def test_a_steps_pieces_applied_one_by_one_make_one_synchronous_update():
+    p = FlatParams(np, (3, 2), "float64")      # W 2x3, b 2: 8 parameters
+    p.flat[:] = np.arange(1.0, 9.0)
+    g1, g2 = np.linspace(-1, 1, 8), np.linspace(2, 0, 8)
+    lr, reg = 0.1, 0.5
+    sync = p.flat.copy()                       # Network._sgd_update on the summed gradient
+    sync[:6] -= lr * (g1[:6] + g2[:6] + reg * sync[:6])
+    sync[6:] -= lr * (g1[6:] + g2[6:])
+    for g, first in ((g1, True), (g2, False)):
+        apply_gradient(p, g[:6], g[6:8], lr, reg, first)
+    np.testing.assert_allclose(p.flat, sync, rtol=1e-14)
+    # w1 = 1 - 0.1 (-1 + 2 + 0.5 * 1) = 0.85
+    assert abs(p.flat[0] - 0.85) < 1e-14
+
+
+@pytest.mark.parametrize("procs", [2, 3, 4])
+def test_staleness_zero_equals_synchronous_sgd(procs):
+    r = run_cmd([mpiexec(), "-n", str(procs), sys.executable, str(ROOT / "tests" / "mpi_psasync.py")], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"OK {procs} ranks" in r.stdout
+
+
+def test_a_stale_run_is_replayed_from_its_trace(tmp_path):
+    """S = 2 on 3 workers, the last 10 ms late per piece: the order is the
+    run's own, and its update lines alone remake its parameters."""
+    r = run_perfmlp(*SMALL, "--n-train", "90", "--batch-size", "20", "--epochs", "2", "--shuffle", "--comm",
+                    "ps-async", "--staleness", "2", "--straggler-delay-ms", "10", "--straggler-rank", "3",
+                    "--trace-dir", str(tmp_path / "t"), "--save-params", str(tmp_path / "p"), "--quiet", procs=4)
+    assert r.returncode == 0, r.stderr
+    (folder,) = (tmp_path / "t").iterdir()
+    run = read_run(folder)
+    ups = run.ranks[0].updates
+    assert len(ups) == 2 * 5 * 3                # epochs x batches (20 20 20 20 10) x pieces
+    assert all(u["staleness"] <= 2 and u["read"] <= u["update"] for u in ups)
+    assert max(u["staleness"] for u in ups) > 0
+    per_worker = {w: sum(u["worker"] == w for u in ups) for w in (1, 2, 3)}
+    assert per_worker[3] < (per_worker[1] + per_worker[2]) / 2   # the others took the straggler's share
+    final = np.load(tmp_path / "p" / "final.npz")
+    again = replay_run(run)
+    for k in again:
+        np.testing.assert_allclose(again[k], final[k], rtol=0, atol=1e-12)
+    start = np.load(tmp_path / "p" / "initial.npz")
+    assert float(np.abs(final["W1"] - start["W1"]).max()) > 1e-2   # it learnt something to remake
+
+
+@pytest.mark.parametrize("values, words", [
+    (dict(comm="ps-async-nccl", backend="numpy"), "NCCL's receive names its sender"),
+    (dict(comm="ps-async", exec="graph", backend="numpy"), "--exec graph with --comm ps-async"),
+    (dict(comm="ps-async", overlap=True, backend="numpy"), "--overlap is for data parallelism"),
+])
+def test_combinations_that_cannot_work_are_refused(values, words):
+    with pytest.raises(PerfmlpError, match=words):
+        check_options(from_mapping(values))
+
+
+@pytest.mark.parametrize("values, words", [
+    (dict(comm="ps-async", parallel="model"), "data parallelism's exchange"),
+    (dict(staleness=2), "staleness (2) is for comm ps-async"),
+])
+def test_configurations_that_cannot_work_are_refused(values, words):
+    with pytest.raises(PerfmlpError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        from_mapping(values)
+
+
+def test_one_rank_is_refused_in_one_line():
+    r = run_perfmlp(*SMALL, "--n-train", "40", "--batch-size", "20", "--comm", "ps-async", "--no-trace")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["perfmlp.run: error: --comm ps-async needs at least 2 ranks "
+                                             "(rank 0 serves, the others work); this run has 1"]
+
+
+def test_a_loss_that_is_not_finite_stops_every_rank(tmp_path):
+    r = run_perfmlp(*SMALL, "--n-train", "200", "--batch-size", "20", "--epochs", "3", "--comm", "ps-async",
+                    "--staleness", "1", "--learning-rate", "1e30", "--trace-dir", str(tmp_path), procs=3, timeout=60)
+    assert r.returncode == 1
+    (line,) = r.stderr.strip().splitlines()
+    assert "loss is nan at epoch" in line and "at-failure.npz" in line and "Traceback" not in line
+
+
+def test_a_damaged_update_line_is_refused_by_name():
+    good = ('{"kind":"update","update":3,"worker":1,"epoch":0,"batch":1,"piece":0,"read":2,"staleness":1,'
+            '"queue":0,"blocked":0,"t_s":0.5,"apply_ms":0.1,"reply_ms":0.1}')
+    assert parse_line(good)["read"] == 2
+    for bad, field in ((good.replace('"read":2', '"read":5'), "read 5 after"),
+                       (good.replace('"queue":0', '"queue":-1'), "queue"),
+                       (good.replace('"t_s":0.5', '"t_s":"x"'), "t_s")):
+        with pytest.raises(ValueError, match=field):
+            parse_line(bad)
+
+
+@gpu
+def test_staleness_zero_on_the_gpu_equals_synchronous_sgd():
+    r = run_cmd([mpiexec(), "-n", "3", sys.executable, str(ROOT / "tests" / "mpi_psasync.py"), "cupy"], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK 3 ranks" in r.stdout
