@@ -165,13 +165,13 @@ def _train(cfg: Config, world, tracer, log) -> Result:
 
     x_held = be.xp.asarray(xheld.T) if len(xheld) else None
     straggle = straggler(cfg, rank, P)
+    result = Result(backend=be.name)
     if cfg.comm == "ps-async":  # the asynchronous parameter server runs a loop of its own
         from .psasync.loop import train_async
-        result = train_async(cfg, world, be, tracer, log, straggle, x_held, split.heldout.labels)
+        train_async(cfg, world, be, tracer, log, straggle, (x_held, split.heldout.labels), result, EpochResult)
         if cfg.save_params and rank == 0:
             save_params(Path(cfg.save_params) / "final.npz", result.params)
         return result
-    result = Result(backend=be.name)
     counts = Counts()
     B = cfg.batch_size
     nbatches = -(-N // B)

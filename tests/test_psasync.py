@@ -11,10 +11,12 @@ from perfmlp.backend import check_options
 from perfmlp.config import from_mapping
 from perfmlp.errors import PerfmlpError
 from perfmlp.mlp import FlatParams
+from perfmlp.model.psasync import predict_async, worker_cycle_s
 from perfmlp.psasync.replay import replay_run
 from perfmlp.psasync.schedule import Piece, Schedule
 from perfmlp.psasync.server import apply_gradient
-from perfmlp.trace.reader import parse_line, read_run
+from perfmlp.report.psasync import section_psasync
+from perfmlp.trace.reader import Run, parse_line, read_run
 
 SMALL = ("--data", "synthetic", "--input-size", "12", "--hidden-size", "6", "--precision", "float64")
 
@@ -137,3 +139,71 @@ def test_staleness_zero_on_the_gpu_equals_synchronous_sgd():
     r = run_cmd([mpiexec(), "-n", "3", sys.executable, str(ROOT / "tests" / "mpi_psasync.py"), "cupy"], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK 3 ranks" in r.stdout
+
+
+# ---- the model (perfmlp/model/psasync.py) ----------------------------------------------------
+
+def test_equal_workers_at_staleness_zero_update_as_synchronous_sgd():
+    p = predict_async([0.012, 0.012, 0.012], staleness=0)
+    assert p.update_s == pytest.approx(0.004)       # 12 ms per step of 3 updates
+    assert p.bound == "workers" and p.staleness_to_hide == 0
+
+
+def test_a_straggler_holds_the_others_back_until_the_staleness_hides_it():
+    # 10 ms and 30 ms: the slow one's piece lets the other take 30 / 10 = 3 pieces;
+    # S pieces ahead: (S + 1) 2 - 1 of them, so S = 0 allows 1, S = 1 allows 3
+    cycles = [0.010, 0.030]
+    s0, s1 = predict_async(cycles, 0), predict_async(cycles, 1)
+    assert s0.update_s == pytest.approx(0.030 / 2) and s0.bound == "staleness"    # synchronous: 30 ms a step
+    assert s1.update_s == pytest.approx(1 / (1 / 0.010 + 1 / 0.030))             # 7.5 ms: nobody waits
+    assert s1.bound == "workers" and s0.staleness_to_hide == 1
+
+
+def test_the_server_bounds_the_update_and_saturates():
+    # 1.6 MB each way over 8 GB/s: 2 x 0.2 ms on the link, plus a 0.6 ms update: 1 ms per update;
+    # 4 workers of 2 ms would send one every 0.5 ms, so the server is the bound, saturated at 2 workers
+    p = predict_async([0.002] * 4, 4, message_bytes=1_600_000, link_bytes_per_s=8e9, apply_s=0.0006)
+    assert p.link_s == pytest.approx(0.0004) and p.server_s == pytest.approx(0.001)
+    assert p.update_s == pytest.approx(0.001) and p.bound == "server"
+    assert p.saturation_workers == pytest.approx(2.0)
+    # a worker's cycle: 1 ms compute, two 1.6 MB messages over 8 GB/s with 5 us latency
+    assert worker_cycle_s(0.001, 1_600_000, 8e9, latency_s=5e-6) == pytest.approx(0.001 + 2 * (5e-6 + 2e-4))
+
+
+# ---- the report's section (perfmlp/report/psasync.py) -----------------------------------------
+
+JOB = dict(input_size=4, hidden_sizes=[3], num_classes=2, n_train=40, batch_size=20, epochs=2, learning_rate=0.5,
+           reg=0.0, precision="float64", seed=0, shuffle=False, data="synthetic", n_heldout=10, parallel="data")
+
+
+def _async_run():
+    ups = [dict(kind="update", update=u, worker=1 + u % 2, epoch=u // 4, batch=u // 2 % 2, piece=u % 2, read=max(0, u - 1),
+                staleness=u % 2, queue=u % 3, blocked=0, t_s=0.01 * u, apply_ms=0.3, reply_ms=0.2) for u in range(8)]
+    epochs = [dict(kind="epoch", epoch=e, accuracy=0.6 + 0.1 * e, seconds=0.02, updates=4 * (e + 1)) for e in (0, 1)]
+    # each worker: 10 ms a piece, 4 of them waiting for the server (pull): a 6 ms cycle
+    work = [dict(kind="batch", epoch=0, batch=0, wall_ms=10.0, t_ms={"forward": [0, 5.0], "pull": [6.0, 4.0]})] * 4
+    return Run.from_records({"config": dict(JOB, comm="ps-async", staleness=1), "procs": 3, "comm": "ps-async"},
+                            {0: ups + epochs, 1: work, 2: work}, "async-s1")
+
+
+def test_the_report_puts_a_stale_run_beside_its_synchronous_one():
+    sync = Run.from_records({"config": dict(JOB, comm="auto"), "procs": 2, "comm": "mpi"},
+                            {0: [dict(kind="epoch", epoch=e, accuracy=0.65 + 0.1 * e, seconds=0.05) for e in (0, 1)],
+                             1: []}, "sync")
+    s = section_psasync([_async_run(), sync])
+    rows = s.tables[0].rows
+    assert [r["scheme"] for r in rows] == ["synchronous all-reduce", "ps-async S=1"]
+    a = rows[1]
+    assert a["final_accuracy"] == pytest.approx(0.7) and a["staleness_max"] == 1 and a["queue_max"] == 2
+    assert a["measured_ms_per_update"] == pytest.approx(1e3 * 0.04 / 8)       # 40 ms over 8 updates
+    assert a["predicted_ms_per_update"] == pytest.approx(3.0)                   # two 6 ms cycles: 1 / (2 / 6)
+    assert a["bound"] == "workers" and a["server_ms_per_update"] == pytest.approx(0.5)
+    assert "synchronous 75.00% held-out accuracy in 0.1 s; ps-async S=1 70.00% in 0.0 s (2.50x)" in s.paragraphs[1]
+    groups = s.figures[0].args["groups"]
+    (series,) = groups.values()
+    assert [x for x, _, _ in series[1][1]] == [2.0, 4.0]   # 4 and 8 updates of 2 workers: batches of B
+    assert s.figures[0].draw(**s.figures[0].args)["png"][:4] == b"\x89PNG"
+
+
+def test_no_async_run_no_section():
+    assert section_psasync([]) is None

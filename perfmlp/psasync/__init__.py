@@ -24,9 +24,11 @@ the parameters from it in one process.
 Transport: MPI non-blocking point to point. The server keeps one receive
 posted per worker with a piece out and answers each request with a small
 header (status, step, piece) and the parameters, sent from a snapshot so
-the server can go on updating; a waiting rank polls its request with a
-short sleep, so that it leaves its core to the ranks that compute (the CPU
-machine runs more ranks than cores). On the GPU a worker stages through the
+the server can go on updating; a waiting rank tests its request and yields
+its core between tests (sched_yield), so that the ranks that compute keep
+theirs where there are more ranks than cores (the CPU machine: a 50 us
+sleep instead left large messages, which MPI moves in pieces as both sides
+test, several times slower). On the GPU a worker stages through the
 host (D2H of the gradient, MPI, H2D of the parameters); the server holds
 the parameters on its GPU (H2D of each gradient, the update there, D2H of
 the parameters once per reply). NCCL is refused: its point-to-point calls
@@ -76,4 +78,3 @@ def check_world(cfg, size: int) -> None:
 # server answers TAG_HEADER (int64 status, step, piece) and, with OK, TAG_PARAMS
 TAG_GRAD, TAG_HEADER, TAG_PARAMS = 11, 12, 13
 OK, DONE, FAILED = 0, 1, 2
-POLL_S = 50e-6   # a waiting rank's sleep between tests of its request

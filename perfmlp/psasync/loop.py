@@ -21,6 +21,7 @@ from ..model.costs import piece as piece_bounds, pieces
 from ..model.precision import precision
 from ..model.predict import staging_memory
 from ..trace.format import Counts
+from ..step import NonFiniteLoss
 from . import FAILED, SERVER, check_world
 from .schedule import Schedule
 from .server import Server
@@ -64,14 +65,14 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
                 data_group=(W, world.rank - 1))
 
 
-def train_async(cfg, world, be, tracer, log, straggle, x_held, labels):
+def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_result) -> None:
     """Serve (rank 0) or work until the last piece, then hand every rank
-    the final parameters; returns train.Result."""
-    from ..train import NonFiniteLoss, Result
-    result = Result(backend=be.name)
+    the final parameters. `heldout`: (x, labels) for the server's accuracy;
+    `result`: train.Result, filled here (the server's epochs, made by
+    `epoch_result`, train.EpochResult)."""
     nbatches = -(-cfg.n_train // cfg.batch_size)
     if world.rank == SERVER:
-        status = _serve(cfg, be, tracer, log, nbatches, x_held, labels, result)
+        status = _serve(cfg, be, tracer, log, nbatches, heldout, result, epoch_result)
     else:
         status = _work(cfg, world, be, tracer, straggle, nbatches, result)
     status = world.bcast(status if world.rank == SERVER else None, root=SERVER)
@@ -85,7 +86,6 @@ def train_async(cfg, world, be, tracer, log, straggle, x_held, labels):
     if world.rank != SERVER:
         be.net.p.params[...] = be.xp.asarray(final)
     result.params = be.net.get_params()
-    return result
 
 
 def _work(cfg, world, be, tracer, straggle, nbatches: int, result) -> tuple:
@@ -113,9 +113,9 @@ def _work(cfg, world, be, tracer, straggle, nbatches: int, result) -> tuple:
     return ()
 
 
-def _serve(cfg, be, tracer, log, nbatches: int, x_held, labels, result) -> tuple:
-    from ..train import EpochResult
+def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -> tuple:
     server, net = be.reducer, be.net
+    x_held, labels = heldout
     ce_sum = [0.0] * cfg.epochs
     t_epoch = [time.perf_counter()]
 
@@ -133,7 +133,7 @@ def _serve(cfg, be, tracer, log, nbatches: int, x_held, labels, result) -> tuple
         if x_held is not None:
             pred = net.predict(x_held)
             acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == labels).mean())
-        ep = EpochResult(epoch + 1, loss, acc, seconds, nbatches, 0.0, 0)
+        ep = epoch_result(epoch + 1, loss, acc, seconds, nbatches, 0.0, 0)
         result.epochs.append(ep)
         tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=seconds, steady_ms_per_batch=None,
                          warmup_batches=0, updates=server.updates)
@@ -144,7 +144,7 @@ def _serve(cfg, be, tracer, log, nbatches: int, x_held, labels, result) -> tuple
 
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         server.serve(tracer, on_complete)
-    result.batches = server.updates
+    result.batches = server.sched.complete   # batches wholly applied (W updates each)
     if server.failed is None:
         return (0,)
     ce, piece, w = server.failed

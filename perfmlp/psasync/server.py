@@ -3,13 +3,14 @@ them, hands out pieces under the staleness bound (schedule.py) and records
 one `update` line per gradient (trace/updates.py)."""
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 
 import numpy as np
 
 from ..trace.updates import update_record
-from . import DONE, FAILED, OK, POLL_S, TAG_GRAD, TAG_HEADER, TAG_PARAMS
+from . import DONE, FAILED, OK, TAG_GRAD, TAG_HEADER, TAG_PARAMS
 from .schedule import Piece, Schedule
 
 
@@ -108,7 +109,7 @@ class Server:
                 raise RuntimeError("the server waits for a gradient but no piece is out")
             self._poll()
             if not self._arrived:
-                time.sleep(POLL_S)
+                os.sched_yield()
         return self._arrived.popleft()
 
     def _apply(self, buf, piece: Piece) -> None:

@@ -12,18 +12,18 @@ server with the gradient, so a worker's batch line carries none.
 from __future__ import annotations
 
 import contextlib
-import time
+import os
 
 import numpy as np
 
 from ..step import compute
-from . import OK, POLL_S, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS
+from . import OK, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS
 
 
 def wait(req) -> None:
-    """Wait for an MPI request, leaving the core to others between tests."""
+    """Wait for an MPI request, yielding the core to others between tests."""
     while not req.Test():
-        time.sleep(POLL_S)
+        os.sched_yield()
 
 
 def _no_phase(name: str):

@@ -21,6 +21,7 @@ from .analysis import Analysis, analyse
 from .execution import section_execution
 from .extras import section_correctness, section_nsys, section_profiles
 from .partition import section_partition
+from .psasync import is_async, section_psasync
 from .published import section_published
 from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
@@ -83,8 +84,8 @@ def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machin
     figures.require()
     out = Path(out)
     st = study if isinstance(study, Study) else load_study(study)
-    a = analyse(runs, skipped, st, machine, folder)
-    sections = sections_of(a, history)
+    a = analyse([r for r in runs if not is_async(r)], skipped, st, machine, folder)  # ps-async: its own section
+    sections = (sections_of(a, history) if a.runs else []) + [s for s in (section_psasync(runs),) if s is not None]
     if out.exists() and not out.is_dir():
         raise PerfmlpError(f"{out}: a file, not a folder for the report")
     try:

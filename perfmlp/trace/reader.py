@@ -347,7 +347,7 @@ def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
             skipped.append(str(e))
             continue
         skipped.extend(run.problems)
-        if not run.steady_batches():
+        if not run.steady_batches() and not any(rt.updates for rt in run.ranks.values()):  # ps-async: no batch on rank 0
             skipped.append(f"{d}: no finished batch past the warm-up; not reported")
             continue
         runs.append(run)
