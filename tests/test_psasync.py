@@ -180,8 +180,10 @@ def _async_run():
     ups = [dict(kind="update", update=u, worker=1 + u % 2, epoch=u // 4, batch=u // 2 % 2, piece=u % 2,
                 read=max(0, u - 1), staleness=u % 2, queue=u % 3, blocked=0, t_s=0.01 * u, apply_ms=0.3, reply_ms=0.2) for u in range(8)]
     epochs = [dict(kind="epoch", epoch=e, accuracy=0.6 + 0.1 * e, seconds=0.02, updates=4 * (e + 1)) for e in (0, 1)]
-    # each worker: 10 ms a piece, 4 of them waiting for the server (pull): a 6 ms cycle
-    work = [dict(kind="batch", epoch=0, batch=0, wall_ms=10.0, t_ms={"forward": [0, 5.0], "pull": [6.0, 4.0]})] * 4
+    # each worker: 10 ms a piece, 3 of them waiting for the server's answer (pull):
+    # a cycle of 10 - 3 + 0.5 (the server's 0.3 + 0.2 ms on its request) = 7.5 ms
+    work = [dict(kind="batch", epoch=0, batch=0, wall_ms=10.0,
+                 t_ms={"forward": [0, 5.0], "pull": [5.0, 3.0], "params": [9.0, 1.0]})] * 4
     return Run.from_records({"config": dict(JOB, comm="ps-async", staleness=1), "procs": 3, "comm": "ps-async"},
                             {0: ups + epochs, 1: work, 2: work}, "async-s1")
 
@@ -196,7 +198,7 @@ def test_the_report_puts_a_stale_run_beside_its_synchronous_one():
     a = rows[1]
     assert a["final_accuracy"] == pytest.approx(0.7) and a["staleness_max"] == 1 and a["queue_max"] == 2
     assert a["measured_ms_per_update"] == pytest.approx(1e3 * 0.04 / 8)       # 40 ms over 8 updates
-    assert a["predicted_ms_per_update"] == pytest.approx(3.0)                   # two 6 ms cycles: 1 / (2 / 6)
+    assert a["predicted_ms_per_update"] == pytest.approx(3.75)                  # two 7.5 ms cycles: 7.5 / 2
     assert a["bound"] == "workers" and a["server_ms_per_update"] == pytest.approx(0.5)
     assert "synchronous 75.00% held-out accuracy in 0.1 s; ps-async S=1 70.00% in 0.0 s (2.50x)" in s.paragraphs[1]
     groups = s.figures[0].args["groups"]

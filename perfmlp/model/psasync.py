@@ -3,8 +3,9 @@ perfmlp/psasync): pure, numbers in and numbers out.
 
 An update is one worker's gradient applied by the server. Worker w cycles
 in c_w seconds when nothing keeps it waiting: its piece's compute (and an
-injected delay), its staged copies on the GPU, and its two messages (the
-gradient to the server, the parameters back; `worker_cycle_s`).
+injected delay), its staged copies on the GPU, its two messages (the
+gradient to the server, the parameters back) and the server's service of
+its own request (`worker_cycle_s`).
 
 - The workers' bound, nobody waiting for the slowest: gradients arrive at
   sum_w 1 / c_w, so t_workers = 1 / sum_w (1 / c_w).
@@ -48,13 +49,15 @@ class AsyncPrediction:
 
 
 def worker_cycle_s(compute_s: float, message_bytes: int, link_bytes_per_s: float | None = None,
-                   latency_s: float = 0.0, staged_bytes: int = 0, copy_bytes_per_s: float | None = None) -> float:
+                   latency_s: float = 0.0, staged_bytes: int = 0, copy_bytes_per_s: float | None = None,
+                   server_s: float = 0.0) -> float:
     """A worker's cycle: compute, two messages (gradient out, parameters in)
-    of `message_bytes` each, and on the GPU its staged copies (D2H of the
-    gradient, H2D of the parameters: `staged_bytes` in all)."""
+    of `message_bytes` each, on the GPU its staged copies (D2H of the
+    gradient, H2D of the parameters: `staged_bytes` in all), and the
+    server's time on its request (`server_s`: the update and the reply)."""
     msg = 0.0 if link_bytes_per_s is None else 2 * (latency_s + message_bytes / link_bytes_per_s)
     copies = 0.0 if copy_bytes_per_s is None else staged_bytes / copy_bytes_per_s
-    return compute_s + msg + copies
+    return compute_s + msg + copies + server_s
 
 
 def staleness_to_hide(cycle_s: Sequence[float]) -> int:

@@ -17,6 +17,7 @@ from ..batches import HostBatches
 from ..config import from_mapping
 from ..mlp import FlatParams, Network, init_weights
 from ..model.costs import piece as piece_bounds
+from ..model.precision import precision
 from ..step import compute
 from .server import apply_gradient
 
@@ -70,8 +71,7 @@ def replay_run(run) -> dict[str, np.ndarray]:
     cfg = from_mapping({k: v for k, v in c.items()}, where=f"{run.path or run.run_id}: ", check=False)
     split = data_mod.load(cfg.data, cfg.data_dir, cfg.n_train, cfg.n_heldout, cfg.input_size, cfg.num_classes,
                           cfg.seed)
-    dtype = np.dtype(cfg.precision)
-    xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, dtype)
+    xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, np.dtype(precision(cfg.precision).master))
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     if cfg.resume:
         init = np.load(cfg.resume)

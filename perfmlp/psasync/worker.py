@@ -3,9 +3,11 @@ parameters, compute the piece's gradient, send it, ask again.
 
 One batch line per piece computed, with the phases: h2d (the piece to the
 GPU, as data parallelism's), forward, loss, backward; on the GPU d2h (the
-gradient staged to the host); push (its send started); pull (the wait for
-the next piece's header and parameters, and for the send to end); on the
-GPU h2d_params (the parameters to the device). The batch's wall time is
+gradient staged to the host); push (its send, until MPI hands the buffer
+back: for a large gradient, once the server has taken it); pull (the wait
+for the server's answer: its queue, its update, the staleness bound);
+params (the parameters' message); on the GPU h2d_params (the parameters to
+the device). The batch's wall time is
 thus the worker's whole cycle, waiting included. The loss goes to the
 server with the gradient, so a worker's batch line carries none.
 """
@@ -40,7 +42,6 @@ class Worker:
     def __init__(self, comm, net, batches, host_buffer=None, stream=None):
         self.comm, self.net, self.batches, self.stream = comm, net, batches, stream
         self.header = np.zeros(3, np.int64)
-        self._send = None
         self.pieces = 0       # pieces computed
         if stream is None:
             self.grad_host, self.params_host = net.g.flat, net.p.params
@@ -76,23 +77,20 @@ class Worker:
                 self.stream.synchronize()   # MPI reads the host copy the GPU just wrote
                 self.net.g.extra.fill(0)    # the loss kernel adds into the slot: sent, so cleared
             counts.bytes_d2h += g.nbytes
-        with phase("push"):
-            self._send = self.comm.Isend(self.grad_host, dest=SERVER, tag=TAG_GRAD)
+        with phase("push"):   # until MPI has the buffer back: a large one only once the server took it
+            wait(self.comm.Isend(self.grad_host, dest=SERVER, tag=TAG_GRAD))
         counts.bytes_mpi += self.grad_host.nbytes
         counts.collectives.append(("MPI_Isend", int(self.grad_host.size)))
 
     def pull(self, phase, counts) -> tuple[int, int, int]:
         """The next header (status, step, piece) and, with OK, the parameters."""
-        with phase("pull"):
+        with phase("pull"):   # the server's queue, its update and the staleness bound
             wait(self.comm.Irecv(self.header, source=SERVER, tag=TAG_HEADER))
-            status = int(self.header[0])
-            if status == OK:
-                wait(self.comm.Irecv(self.params_host, source=SERVER, tag=TAG_PARAMS))
-            if self._send is not None:
-                wait(self._send)    # the server has it: the gradient buffer may be written again
-                self._send = None
+        status = int(self.header[0])
         if status != OK:
             return status, -1, -1
+        with phase("params"):  # the parameters' message alone, sent as the header was
+            wait(self.comm.Irecv(self.params_host, source=SERVER, tag=TAG_PARAMS))
         counts.bytes_mpi += self.params_host.nbytes
         counts.collectives.append(("MPI_Irecv", int(self.params_host.size)))
         if self.stream is not None:

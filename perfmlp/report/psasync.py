@@ -12,7 +12,9 @@ samples: one synchronous update, W asynchronous ones) and against wall time
 the server's update lines measured (staleness, delay, queue, workers held
 by the bound) and its time per update beside the model's
 (perfmlp/model/psasync.py), from each worker's cycle without its waits and
-the server's own time per update, both measured.
+the server's own time per update, both measured (a worker's cycle: its
+batch's wall time less its wait for the server's answer, plus the server's
+time on its request).
 """
 from __future__ import annotations
 
@@ -44,16 +46,16 @@ def scheme(run: Run) -> str:
 
 
 def group_of(run: Run) -> tuple:
+    """(job, workers, straggler's delay in ms): which rank straggles is not
+    part of it (ps-async's ranks are numbered from the server)."""
     c = run.config
     job = tuple(str(c.get(k)) for k in JOB_KEYS)
-    delay = float(c.get("straggler_delay_ms", 0.0) or 0.0)
-    return job, workers_of(run), delay, int(c.get("straggler_rank", 1)) if delay else None
+    return job, workers_of(run), float(c.get("straggler_delay_ms", 0.0) or 0.0)
 
 
 def group_label(key: tuple) -> str:
-    _, W, delay, rank = key
-    who = f"rank {rank} {delay:g} ms late per batch" if delay else "no straggler"
-    return f"{W} workers, {who}"
+    _, W, delay = key
+    return f"{W} workers, " + (f"one {delay:g} ms late per batch" if delay else "no straggler")
 
 
 def curve(run: Run) -> list[tuple[float, float, float]]:
@@ -71,12 +73,14 @@ def curve(run: Run) -> list[tuple[float, float, float]]:
     return out
 
 
-def _cycle_s(run: Run, rank: int) -> float | None:
-    """A worker's median cycle without its wait for the server (wall time less the pull phase)."""
+def _cycle_s(run: Run, rank: int, server_s: float) -> float | None:
+    """A worker's median cycle when nothing keeps it waiting: its batch's wall
+    time less its wait for the server's answer (the pull phase), plus the
+    server's time on its request."""
     rt = run.ranks.get(rank)
     t = [b["wall_ms"] - b["t_ms"].get("pull", (0.0, 0.0))[1] for b in (rt.batches if rt else [])
          if isinstance(b.get("t_ms"), dict)]
-    return statistics.median(t) / 1e3 if t else None
+    return statistics.median(t) / 1e3 + server_s if t else None
 
 
 def async_row(run: Run) -> dict:
@@ -91,9 +95,9 @@ def async_row(run: Run) -> dict:
            "queue_mean": statistics.fmean(u["queue"] for u in ups), "queue_max": max(u["queue"] for u in ups),
            "blocked_mean": statistics.fmean(u["blocked"] for u in ups),
            "measured_ms_per_update": 1e3 * seconds / len(ups) if seconds else None}
-    cycles = [_cycle_s(run, r) for r in range(1, run.procs)]
+    server_s = statistics.median(u["apply_ms"] + u["reply_ms"] for u in ups) / 1e3
+    cycles = [_cycle_s(run, r, server_s) for r in range(1, run.procs)]
     if all(cycles):
-        server_s = statistics.median(u["apply_ms"] + u["reply_ms"] for u in ups) / 1e3
         p = predict_async(cycles, int(run.config.get("staleness", 0)), apply_s=server_s)
         row.update({"predicted_ms_per_update": 1e3 * p.update_s, "bound": p.bound,
                     "no_wait_ms_per_update": 1e3 * p.workers_s, "server_ms_per_update": 1e3 * p.server_s,
