@@ -121,6 +121,8 @@ class Server:
             net.g.flat.set(buf, stream=self.stream)   # H2D of the gradient, on the server's stream
             g = net.g.flat
         apply_gradient(p, g[:p.n_weights], g[p.n_weights:p.n_params], net.lr, net.reg, first)
+        if self.stream is not None:
+            self.stream.synchronize()   # the copy from the receive buffer, posted again next, has ended
 
     # -- answering ---------------------------------------------------------------------
     def _release(self) -> None:

@@ -50,7 +50,7 @@ def sections_of(a: Analysis, history: list[BlindTest] | None = None) -> list:
     return out
 
 
-def header_of(a: Analysis) -> list[str]:
+def header_of(a: Analysis, runs: int | None = None) -> list[str]:
     ds, cal = a.machines.datasheet, a.machines.calibrated
     if a.gpu_runs:
         machines = (f"Machine files: datasheet {ds.name} ({Path(ds.path).name})"
@@ -58,7 +58,8 @@ def header_of(a: Analysis) -> list[str]:
                        else ", no calibrated file for this GPU") + ".")
     else:
         machines = "No machine file used: no run ran on a GPU."
-    return [f"Traces: {a.folder or 'in memory'} ({len(a.runs)} runs). {machines} Study: {a.study.title} "
+    n = len(a.runs) if runs is None else runs   # with ps-async runs, which the analysis leaves to their section
+    return [f"Traces: {a.folder or 'in memory'} ({n} runs). {machines} Study: {a.study.title} "
             f"({Path(a.study.path).name}).", "Made by `python -m perfmlp.report` from the trace files alone."]
 
 
@@ -90,7 +91,7 @@ def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machin
         raise PerfmlpError(f"{out}: a file, not a folder for the report")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        render(sections, out, "perfmlp report", header_of(a))
+        render(sections, out, "perfmlp report", header_of(a, len(runs)))
     except OSError as e:
         where = e.filename or out
         raise PerfmlpError(f"{where}: cannot write the report ({e.strerror or e})") from None
