@@ -178,7 +178,8 @@ JOB = dict(input_size=4, hidden_sizes=[3], num_classes=2, n_train=40, batch_size
 
 def _async_run():
     ups = [dict(kind="update", update=u, worker=1 + u % 2, epoch=u // 4, batch=u // 2 % 2, piece=u % 2,
-                read=max(0, u - 1), staleness=u % 2, queue=u % 3, blocked=0, t_s=0.01 * u, apply_ms=0.3, reply_ms=0.2) for u in range(8)]
+                read=max(0, u - 1), staleness=u % 2, queue=u % 3, blocked=0, t_s=0.01 * u, apply_ms=0.3,
+                reply_ms=0.2) for u in range(8)]
     epochs = [dict(kind="epoch", epoch=e, accuracy=0.6 + 0.1 * e, seconds=0.02, updates=4 * (e + 1)) for e in (0, 1)]
     # each worker: 10 ms a piece, 3 of them waiting for the server's answer (pull):
     # a cycle of 10 - 3 + 0.5 (the server's 0.3 + 0.2 ms on its request) = 7.5 ms
