@@ -20,7 +20,9 @@ HISTORY = ROOT / "tests" / "data" / "blind-tests.csv"
 
 
 def test_the_history_per_machine():
-    tests = read_blind_tests(HISTORY)
+    history = read_blind_tests(HISTORY)
+    assert history.path == str(HISTORY) and len(history) == 11
+    tests = list(history.tests)
     assert len(tests) == 11 and tests[0].label == "H=512 B=3200 p=1 float32 pinned/nccl eager"
     assert tests[-1].label.endswith("graph model")   # a strategy other than data parallelism is named
     h100, x2, every = history_by_machine(tests)
@@ -40,7 +42,7 @@ def test_the_history_per_machine():
 
 
 def test_the_worst_configurations_of_each_machine():
-    worst = worst_configurations(read_blind_tests(HISTORY))
+    worst = worst_configurations(list(read_blind_tests(HISTORY).tests))
     assert [(t.machine, round(t.error_pct)) for t in worst] == [
         ("h100", -10), ("h100", -4), ("h100", -3), ("h200-x2", -6), ("h200-x2", -5), ("h200-x2", -4)]
     assert worst[0].sweep == "h100/validate2" and worst[0].label.startswith("H=2048 B=6400 p=1")
@@ -49,10 +51,12 @@ def test_the_worst_configurations_of_each_machine():
 def test_the_report_words_the_history(tmp_path):
     out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(HISTORY))
     md = (out / "report.md").read_text()
-    assert "Blind-test history" in md and "h200-x2: 6 configuration(s) in 1 sweep(s)" in md
+    assert f"Blind-test history ({HISTORY}: every" in md and "h200-x2: 6 configuration(s) in 1 sweep(s)" in md
     assert "0 above, 6 below: biased, the model is too fast" in md
     rows = {r["machine"]: r for r in csv.DictReader(open(out / "blind_tests_by_machine.csv"))}
     assert set(rows) == {"h100", "h200-x2", "all"} and float(rows["h100"]["median |error| %"]) == pytest.approx(3)
+    assert rows["h100"]["commits"] == "1a2b3c4, 5d6e7f8" and "2026-11-22 to 2026-11-23, median" in md
+    assert "h200-x2: 6 configuration(s) in 1 sweep(s), 2026-11-24, median" in md   # one date, once
     worst = list(csv.DictReader(open(out / "blind_tests_worst.csv")))
     assert len(worst) == 6 and float(worst[0]["error %"]) == pytest.approx(-10)
     # without the history, none of it
@@ -111,3 +115,10 @@ def test_the_report_command_takes_the_history(tmp_path):
 
 def test_the_columns_are_the_documented_ones():
     assert list(csv.DictReader(open(HISTORY)).fieldnames) == list(COLUMNS)
+
+
+def test_an_empty_history_is_said_so(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text(",".join(COLUMNS) + "\n")
+    out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(empty))
+    assert f"Blind-test history ({empty}): the file holds no blind test." in (out / "report.md").read_text()

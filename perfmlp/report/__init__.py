@@ -27,12 +27,12 @@ from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
                        section_runs, section_scaling)
 from .study import Study, load_study
-from .blind_tests import BlindTest, read_blind_tests
+from .blind_tests import History, read_blind_tests
 from .timeline_section import section_timeline
 from .validation_section import section_history, section_validation
 
 
-def sections_of(a: Analysis, history: list[BlindTest] | None = None) -> list:
+def sections_of(a: Analysis, history: History | None = None) -> list:
     """The report's sections, in order (`history`: the blind-test history, in the validation section)."""
     out = [section_runs(a), section_q2_1(a)]
     if a.gpu_runs:
@@ -80,7 +80,7 @@ def build(folder: str | Path, out: str | Path, machine: str | None = None, log=p
 
 def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machine: str | None = None,
                     folder: Path | None = None, study: str | Path | Study | None = None,
-                    history: list[BlindTest] | None = None) -> Path:
+                    history: History | None = None) -> Path:
     """The report of runs already read (or made with Run.from_records)."""
     figures.require()
     out = Path(out)

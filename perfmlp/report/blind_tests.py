@@ -91,7 +91,17 @@ def _test(path: Path, line: int, row: dict) -> BlindTest:
     return BlindTest(**values)
 
 
-def read_blind_tests(path: str | Path) -> list[BlindTest]:
+@dataclass(frozen=True)
+class History:
+    """The blind tests a file holds, and the file."""
+    path: str
+    tests: tuple
+
+    def __len__(self) -> int:
+        return len(self.tests)
+
+
+def read_blind_tests(path: str | Path) -> History:
     """The history's rows; PerfmlpError (one line naming the file, and the
     line and column where a value is wrong) if it cannot be read."""
     path = Path(path)
@@ -101,7 +111,7 @@ def read_blind_tests(path: str | Path) -> list[BlindTest]:
             missing = [k for k in COLUMNS if k not in (reader.fieldnames or [])]
             if missing:
                 raise PerfmlpError(f"{path}: not a blind-test history (no column {missing[0]})")
-            return [_test(path, i, row) for i, row in enumerate(reader, 2)]
+            return History(str(path), tuple(_test(path, i, row) for i, row in enumerate(reader, 2)))
     except FileNotFoundError:
         raise PerfmlpError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:

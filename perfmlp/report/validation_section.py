@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..trace.reader import STEADY_RULE
 from .analysis import Analysis
-from .blind_tests import WORST_PER_MACHINE, BlindTest, history_by_machine, worst_configurations
+from .blind_tests import (WORST_PER_MACHINE, History, MachineHistory, history_by_machine,
+                          worst_configurations)
 from .model_error import SIGN_TEST_LEVEL, ErrorStats, sign_test_p
 from .sections import HOST_CLOCK_COLUMN, Section, Table, host_clock_cell, host_clock_note
 from .validation import MIN_STEADY, OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
@@ -81,7 +82,7 @@ def _protocol(v: Validation) -> str:
         f"{', '.join(v.commits)} (the manifests' perfmlp_git).")
 
 
-def section_validation(a: Analysis, history: list[BlindTest] | None = None) -> Section:
+def section_validation(a: Analysis, history: History | None = None) -> Section:
     s = Section(TITLE)
     v = analyse_validation(a)
     s.paragraphs.append(_protocol(v))
@@ -205,7 +206,7 @@ def judged_note(v: Validation, tg) -> str:
 
 # ---- the blind-test history ----------------------------------------------------------------
 
-def section_history(history: list[BlindTest] | None) -> Section | None:
+def section_history(history: History | None) -> Section | None:
     """The blind-test history alone (a report of runs none of which ran on a GPU)."""
     if history is None:
         return None
@@ -214,24 +215,33 @@ def section_history(history: list[BlindTest] | None) -> Section | None:
     return s
 
 
-def add_history(s: Section, history: list[BlindTest] | None) -> None:
+def _dates(h: MachineHistory) -> str:
+    return h.first_date if h.first_date == h.last_date else f"{h.first_date} to {h.last_date}"
+
+
+def _commits(commits: tuple, most: int = 4) -> str:
+    """The commits by name, or how many where there are more than `most`."""
+    return ", ".join(commits) if len(commits) <= most else f"{len(commits)} commits"
+
+
+def add_history(s: Section, history: History | None) -> None:
     """The blind tests so far, per machine, and the worst configurations of each."""
     if history is None:
         return
     if not history:
-        s.paragraphs.append("Blind-test history: the file given holds no blind test.")
+        s.paragraphs.append(f"Blind-test history ({history.path}): the file holds no blind test.")
         return
-    by_machine = history_by_machine(history)
-    words = [f"{h.machine}: {h.configurations} configuration(s) in {h.sweeps} sweep(s), {h.first_date} to "
-             f"{h.last_date}, median |error| {h.errors.median_abs_pct:.1f}%, worst {h.errors.worst_abs_pct:.1f}%, "
+    by_machine = history_by_machine(list(history.tests))
+    words = [f"{h.machine}: {h.configurations} configuration(s) in {h.sweeps} sweep(s), {_dates(h)}, "
+             f"median |error| {h.errors.median_abs_pct:.1f}%, worst {h.errors.worst_abs_pct:.1f}%, "
              f"signed median {h.errors.signed_median_pct:+.1f}%; sign: {sign_verdict(h.errors.above, h.errors.below)}"
              for h in by_machine]
-    s.paragraphs.append("Blind-test history (every blind prediction so far beside its measurement, the median of "
-                        "its repeats; error = predicted / measured - 1, within noise where |error| <= spread / 2 "
-                        "with spread = max / min - 1 over the repeats). " + ". ".join(words) + ".")
+    s.paragraphs.append(f"Blind-test history ({history.path}: every blind prediction so far beside its measurement, "
+                        "the median of its repeats; error = predicted / measured - 1, within noise where |error| <= "
+                        "spread / 2 with spread = max / min - 1 over the repeats). " + ". ".join(words) + ".")
     s.tables.append(Table("blind_tests_by_machine", "The model's blind tests so far, per machine kind",
                           [{"machine": h.machine, "configurations": h.configurations, "sweeps": h.sweeps,
-                            "commits": ", ".join(h.commits), "first": h.first_date, "last": h.last_date,
+                            "commits": _commits(h.commits), "first": h.first_date, "last": h.last_date,
                             "median spread %": h.median_spread_pct, **stats_cells(h.errors),
                             "resolution": h.resolution} for h in by_machine]))
     s.tables.append(Table("blind_tests_worst", f"The {WORST_PER_MACHINE} blind tests of each machine kind with the "
@@ -239,4 +249,4 @@ def add_history(s: Section, history: list[BlindTest] | None) -> None:
                                                "commit": t.commit, "date": t.date, "repeats": t.repeats,
                                                "predicted ms": 1e3 * t.predicted_s, "measured ms": 1e3 * t.measured_s,
                                                "error %": t.error_pct, "spread %": 100 * t.spread}
-                                              for t in worst_configurations(history)]))
+                                              for t in worst_configurations(list(history.tests))]))
