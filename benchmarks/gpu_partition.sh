@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_partition.sh SET
 #
 # (gpu_suite.sh's part `partition`.)
-# 1. tests: the strategies' GPU tests (tests/test_gpu_partition.py: equal to one
+# 1. tests: the strategies' GPU tests (tests/test_gpu_strategies.py: equal to one
 #    NumPy process on 2 GPUs, eager and with auto's CUDA graphs; counters equal
 #    to the model per rank and batch; the graph-mode shard and server steps
 #    bit-identical to eager, with eager's counters per batch) and the
@@ -31,7 +31,7 @@ source benchmarks/gpu_env.sh
 set_dir "$SET" partition
 R=$B/partition; T=$T/partition; mkdir -p $R $T   # from here on R and T are this script's folders in the set
 echo "== tests ($(date -u +%H:%M:%S))"
-TESTS=${PARTITION_TESTS-tests/test_gpu_partition.py tests/test_architecture.py}
+TESTS=${PARTITION_TESTS-tests/test_gpu_strategies.py tests/test_architecture.py}
 [ -n "$TESTS" ] && timeout 330 python3 -m pytest -q $TESTS 2>&1 | tee $R/tests.log | tail -3
 SWEEP=sweeps/partition.yaml; [ $NGPU -ge 4 ] && SWEEP=sweeps/partition-x4.yaml
 echo "== sweep ($(date -u +%H:%M:%S))"

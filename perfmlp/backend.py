@@ -16,7 +16,7 @@ from .config import Config
 from .errors import PerfmlpError
 from .mlp import Network
 from .model.costs import piece, pieces
-from .model.partition import PS_COMMS
+from .model.strategies import PS_COMMS
 from .model.precision import precision as precision_of
 from .model.predict import graph_refusal, resolve_exec, staging_memory
 from .step import DATA, Parts
@@ -28,12 +28,12 @@ class Backend:
     xp: object                 # the array module
     net: Network
     batches: object            # batches.HostBatches or batches.DeviceBatches
-    reducer: object            # one of comm's reducers (or partition.py's)
+    reducer: object            # one of comm's reducers (or perfmlp/strategies')
     sync: Callable[[], None]   # waits for the device's queued work (a no-op on the host)
     exec: str = "eager"        # "eager" or "graph"
     graph: object = None       # gpu.graph.GraphStep in graph mode
     stream: object = None      # the CuPy stream everything of the step is issued on (current once built)
-    parts: Parts = DATA        # the strategy's step (perfmlp/step.py; partitioned: perfmlp/partition.py)
+    parts: Parts = DATA        # the strategy's step (perfmlp/step.py; the others: perfmlp/strategies)
     data_group: tuple[int, int] | None = None   # (ranks the batch is split over, this rank's piece) if not all
 
 
@@ -46,7 +46,7 @@ def resolve(cfg: Config) -> str:
 
 
 def partitioned(cfg: Config) -> bool:
-    """A strategy other than data parallelism with an allreduce (perfmlp/partition.py)."""
+    """A strategy other than data parallelism with an allreduce (perfmlp/strategies)."""
     return cfg.parallel != "data" or cfg.comm in PS_COMMS
 
 
@@ -103,7 +103,7 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
         from .psasync.loop import backend_fields
         return Backend(**backend_fields(cfg, world, xtrain, ytrain, name), exec="eager")
     if partitioned(cfg):
-        from .partition import backend_parts
+        from .strategies.build import backend_parts
         fields = backend_parts(cfg, world, xtrain, ytrain, name)
     elif name == "cupy":
         fields = _cupy_fields(cfg, world, xtrain, ytrain)

@@ -303,8 +303,8 @@ def data_procs(cfg: Config, nprocs: int) -> int:
     ps-async every rank but the server."""
     if cfg.comm == "ps-async":
         return max(1, nprocs - 1)
-    from .model.partition import PartitionError, grid
+    from .model.strategies import StrategyError, grid
     try:
         return grid(nprocs, cfg.parallel, cfg.model_procs)[0]
-    except PartitionError as e:
+    except StrategyError as e:
         raise PerfmlpError(str(e)) from None

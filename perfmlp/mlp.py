@@ -190,7 +190,7 @@ class Network:
         the 16-bit copy each update writes)."""
         return self.p.W[l]
 
-    # hooks for a sharded network (perfmlp/partition.py): no-ops here
+    # hooks for a sharded network (perfmlp/strategies/shard.py): no-ops here
     def _preactivation_done(self, l: int, z) -> None:
         """Hidden layer l's z = W a is computed, before its bias (the output
         layer's partial sums are combined after the forward phase)."""

@@ -5,10 +5,10 @@ kernels, copies and collectives with the trace phases it records:
 - `compute(net, x, y, phase, counts)`: the batch piece to the gradients:
   forward, loss, backward. Model parallelism's adds the model group's
   allreduces (through the shard's hooks) and the `combine` phase
-  (perfmlp/partition.py: shard_compute).
+  (perfmlp/strategies/shard.py: shard_compute).
 - `exchange(net, reducer, phase, counts, nonfinite)`: the gradient exchange
   and the update (the parameter server's: reduce, update on rank 0,
-  broadcast; perfmlp/partition.py: server_exchange); returns the batch's
+  broadcast; perfmlp/strategies/server.py: server_exchange); returns the batch's
   reduced cross-entropy sum where reading it costs no device
   synchronisation, else None, and raises `nonfinite` before an update
   with a loss that is not finite.

@@ -227,7 +227,7 @@ def resolved_comm(cfg: Config) -> str:
 
 
 def predict_run(machine, run: SweepRun) -> dict:
-    from .model.partition import PS_COMMS, PartitionError, predict_strategy
+    from .model.strategies import PS_COMMS, StrategyError, predict_strategy
     from .model.predict import predict_batch, resolve_exec
     from .trace.format import resolve_trace_level
     c = run.config
@@ -241,7 +241,7 @@ def predict_run(machine, run: SweepRun) -> dict:
         try:
             pred = predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
                                     c.batch_transfer, c.parallel, c.model_procs, level, exec_mode=mode)
-        except PartitionError as e:  # what the run itself would refuse
+        except StrategyError as e:  # what the run itself would refuse
             raise PerfmlpError(f"{run.run_id}: {e}") from None
     else:
         pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,

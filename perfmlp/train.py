@@ -9,7 +9,7 @@ the same update (the regularisation term is added there, once). After any
 number of batches every rank holds the parameters that one process training
 on the whole batch would, up to rounding. The step itself, for every
 strategy and execution mode, is perfmlp/step.py (the partitioned
-strategies' parts: perfmlp/partition.py).
+strategies' parts: perfmlp/strategies).
 """
 from __future__ import annotations
 
@@ -62,7 +62,6 @@ class Result:
 
 
 _FAULT = os.environ.get("PERFMLP_FAULT")
-FAULTS = ("raise", "disk", "kill", "term", "int")
 
 
 def fault_hook(rank: int, batch: int, tracer) -> None:

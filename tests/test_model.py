@@ -11,7 +11,7 @@ import pytest
 from perfmlp.model import costs
 from perfmlp.model.costs import batch_counts, op_cost, reference_approx, step_ops
 from perfmlp.model.machine import MachineError, load_machine, machine_files, machine_from_mapping
-from perfmlp.model.partition import predict_strategy, step_phases
+from perfmlp.model.strategies import predict_strategy, step_phases
 from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
 from perfmlp.model.roofline import modified_roofline, ridge_point, standard_roofline
 

@@ -68,7 +68,7 @@ def test_pyproject_ships_every_data_file():
 def test_a_source_checkout_without_install_finds_models(monkeypatch):
     # run from a checkout on PYTHONPATH (as on the GPU machine), perfmlp.machines
     # does not exist: the checkout's models/ folder is used
-    from perfmlp.model import machine
+    from perfmlp.model.machine import files as machine
 
     def not_installed(name):
         raise ModuleNotFoundError(name)

@@ -95,7 +95,7 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     trainer's). Median ratio over the rounds after the first;
     launch_size_factor entries {hidden, batch, factor}."""
     from ..gpu import use_device
-    from ..partition import LocalGroup
+    from ..strategies.groups import LocalGroup
     from ..step import step
     from ..trace.format import Counts
     from ..trace.writer import NullTracer
@@ -137,7 +137,7 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     timeline items)."""
     from ..model.costs import step_kernels
     from ..model.predict import traced_phases
-    from ..partition import Group, LocalGroup
+    from ..strategies.groups import Group, LocalGroup
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
     phases = traced_phases("nccl", "resident", "eager")
     P = world.size

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..model.partition import DEVICE_COMMS
+from ..model.strategies import DEVICE_COMMS
 from ..step import DATA
 from ..trace.format import Counts
 

@@ -9,7 +9,7 @@ import sys
 from .costs import DEFAULT_BUCKET_BYTES
 from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
 from .predict import TRACE_LEVELS, UNTRACED, trace_words
-from .partition import PARALLEL, PS_COMMS, PartitionError, format_partition, partition_summary
+from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_summary
 from .summary import summary
 
 
@@ -138,13 +138,13 @@ def main(argv=None) -> int:
     if a.parallel != "data" or a.comm in PS_COMMS or a.model_procs:
         try:
             if a.model_procs and a.parallel != "hybrid":
-                raise PartitionError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
-            s = partition_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
+                raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
+            s = strategy_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
                                   a.parallel, a.model_procs or 0, a.exec_mode, trace_level)
-        except PartitionError as e:
+        except StrategyError as e:
             print(f"perfmlp.model: error: {e}", file=sys.stderr)
             return 2
-        text = format_partition(s)
+        text = format_strategy(s)
     else:
         s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
                     exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm,

@@ -20,8 +20,8 @@ from . import figures
 from .analysis import Analysis, analyse
 from .execution import section_execution
 from .extras import section_correctness, section_nsys, section_profiles
-from .partition import section_partition
 from .psasync import is_async, section_psasync
+from .strategies import section_strategies
 from .published import section_published
 from .render import render
 from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
@@ -42,7 +42,7 @@ def sections_of(a: Analysis, history: History | None = None) -> list:
         out.append(section_scaling(a))
     else:
         out += [s for s in (section_no_gpu(a), section_history(history)) if s is not None]
-    out += [s for s in (section_partition(a),) if s is not None]
+    out += [s for s in (section_strategies(a),) if s is not None]
     out.append(section_phases(a))
     out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)
     if a.folder is not None:

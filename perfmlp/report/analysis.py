@@ -19,7 +19,7 @@ from typing import Mapping
 from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
 from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
-from ..model.partition import label as strategy_label, predict_strategy
+from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms, resolve_trace_level
 from ..trace.reader import Run
 from .study import Study
@@ -118,7 +118,7 @@ class RunSummary:
 
     @property
     def strategy(self) -> str:
-        """data, ps, model or hybrid <p_data>x<p_model> (perfmlp/model/partition.py)."""
+        """data, ps, model or hybrid <p_data>x<p_model> (perfmlp/model/strategies)."""
         return strategy_label(self.parallel, self.model_procs, self.comm, self.procs)
 
     @property

@@ -43,7 +43,7 @@ PHASE_TERMS = {
     # with resident data the piece is first copied (device to device) into
     # the graph's static input buffers, in this phase too
     "graph": "compute",
-    # the partitioning strategies' exchanges (perfmlp/partition.py), after the others so the
+    # the partitioning strategies' exchanges (perfmlp/strategies), after the others so the
     # phases above keep their order (and the report's colours)
     "combine": "allreduce",    # model parallelism: the output's partial sums, allreduced over the model group
     "reduce": "allreduce",     # the parameter server: gradients reduced to rank 0
@@ -166,14 +166,13 @@ ACTIVITY_SCHEMA = "perfmlp.activity/1"
 ACTIVITY_FIELDS = ("cat", "phase", "start_ns", "end_ns", "stream", "bytes", "copy", "name", "api_ns", "corr")
 # cat: what the GPU did. compute (kernels), copy (memcpy, memset), comm
 # (NCCL kernels), graph (a whole CUDA-graph launch at the `timeline` level).
-ACTIVITY_CATS = ("compute", "copy", "comm", "graph")
 COPY_KINDS = {1: "h2d", 2: "d2h", 8: "d2d"}  # CUPTI's memcpy kinds the trainer issues (others: "other")
 
 
 def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
     """The phases one batch records, in order, for a communication, transfer
     and execution mode."""
-    skip = {"combine", "reduce", "bcast"}  # the partitioning strategies' (perfmlp/model/partition.py: step_phases)
+    skip = {"combine", "reduce", "bcast"}  # the partitioning strategies' (perfmlp/model/strategies: step_phases)
     if batch_transfer == "resident":
         skip.add("h2d")
     if comm != "mpi-staged":

@@ -1,9 +1,9 @@
-"""The partitioning strategies in the report: which strategy the model says
+"""The strategies in the report: which strategy the model says
 wins where (a map over H and B), the measured runs on it, measured against
 predicted per strategy, the bytes each strategy handed to collectives
 (counted, against the model's closed forms), and strong scaling with the
 better strategy. Present only when the traces hold a run that is not plain
-data parallelism (perfmlp/partition.py); pure, like sections.py.
+data parallelism (perfmlp/strategies); pure, like sections.py.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 
 from ..model.costs import itemsize
-from ..model.partition import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
+from ..model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
 from .analysis import Analysis, RunSummary
 from .figures import _plt, encode
 from .sections import Figure, Section, Table
@@ -42,7 +42,7 @@ def _key(r: RunSummary) -> tuple:
     return (r.hidden, r.batch, r.procs, r.precision, r.transfer)
 
 
-def section_partition(a: Analysis) -> Section | None:
+def section_strategies(a: Analysis) -> Section | None:
     if not any(r.strategy != "data" for r in a.runs):
         return None
     s = Section("Partitioning strategies: data, model, hybrid, parameter server")

@@ -1,4 +1,4 @@
-"""The partitioning strategies on GPUs (run on the GPU machine; skipped
+"""The strategies on GPUs (run on the GPU machine; skipped
 without CuPy and two GPUs, or one for the one-rank cases): every strategy
 equals one NumPy process, and the counters (bytes copied, handed to MPI and
 NCCL, the collectives, FLOPs per phase) equal the model's per rank and
@@ -9,7 +9,7 @@ are eager's.
 
 On a 2-GPU machine, from the project root:
 
-    python -m pytest -q tests/test_gpu_partition.py
+    python -m pytest -q tests/test_gpu_strategies.py
 """
 import sys
 
@@ -33,13 +33,13 @@ one_gpu = pytest.mark.skipif(gpus() < 1, reason="needs CuPy and a CUDA GPU")
 @pytest.mark.parametrize("procs", [2, 4])
 @pytest.mark.parametrize("exec_mode", ["eager", "auto"])
 def test_every_strategy_equals_one_numpy_process(procs, exec_mode):
-    # tests/mpi_partition.py with --backend cupy: model parallel and every hybrid grid of `procs` ranks
+    # tests/mpi_strategies.py with --backend cupy: model parallel and every hybrid grid of `procs` ranks
     # (2: 2x1 / 1x2; 4: 4x1, 2x2, 1x4) over NCCL and mpi-staged (pageable copies), ps-nccl; float64 to
     # 1e-12 and float32 to 1e-5 of the largest parameter. auto: the NCCL and ps-nccl strategies replayed
     # as CUDA graphs (many trainings, so many captures, in one process)
     if gpus() < procs:
         pytest.skip(f"needs CuPy and {procs} CUDA GPUs")
-    r = run_cmd([mpiexec(), "-n", str(procs), sys.executable, str(ROOT / "tests" / "mpi_partition.py"),
+    r = run_cmd([mpiexec(), "-n", str(procs), sys.executable, str(ROOT / "tests" / "mpi_strategies.py"),
                  "--backend", "cupy", "--exec", exec_mode], timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"OK {procs} ranks" in r.stdout
@@ -54,7 +54,7 @@ def test_every_strategy_equals_one_numpy_process(procs, exec_mode):
     ([], "resident", "ps-nccl"),
 ])
 def test_gpu_counters_equal_the_model(tmp_path, flags, transfer, comm, exec_mode):
-    from perfmlp.model.partition import rank_counts, step_phases
+    from perfmlp.model.strategies import rank_counts, step_phases
     from perfmlp.model.predict import graph_refusal
     from perfmlp.trace.reader import read_run
     parallel = flags[1] if flags else "data"
@@ -151,7 +151,7 @@ def test_graph_shard_step_counts_what_eager_counts(tmp_path, procs, flags, trans
     # every batch of every rank: the same bytes copied and handed to NCCL, the same collectives in the
     # same order, the same FLOPs and operations; the graph adds only the resident piece's device copy into
     # its static inputs (bytes_d2d, 4 (64 + 10) b) and records one phase, `graph`, for the replay
-    from perfmlp.model.partition import step_phases
+    from perfmlp.model.strategies import step_phases
     from perfmlp.trace.reader import read_run
     if gpus() < procs:
         pytest.skip(f"needs CuPy and {procs} CUDA GPU(s)")

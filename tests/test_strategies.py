@@ -1,5 +1,5 @@
-"""Partitioning strategies: model parallelism, the hybrid grid and the
-parameter server. Equal to one process (tests/mpi_partition.py on 1-4
+"""The strategies: model parallelism, the hybrid grid and the
+parameter server. Equal to one process (tests/mpi_strategies.py on 1-4
 ranks), their trace counters equal to the model's closed forms to the
 byte, the pencil-and-paper bytes, predictions and crossover, bad input."""
 import json
@@ -12,7 +12,7 @@ import pytest
 
 from perfmlp.model.costs import op_cost, step_ops
 from perfmlp.model.machine import load_machine
-from perfmlp.model.partition import (PartitionError, Strategy, best_strategy, closed_form_bytes, crossover_batch,
+from perfmlp.model.strategies import (StrategyError, Strategy, best_strategy, closed_form_bytes, crossover_batch,
                                      grid, layer_splits, predict_strategy, rank_counts, shard_sizes, step_bytes,
                                      step_phases)
 from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
@@ -40,9 +40,9 @@ def test_shards_split_hidden_units_by_the_piece_rule():
 
 def test_grid():
     assert grid(4, "data") == (4, 1) and grid(4, "model") == (1, 4) and grid(4, "hybrid", 2) == (2, 2)
-    with pytest.raises(PartitionError, match="needs model_procs"):
+    with pytest.raises(StrategyError, match="needs model_procs"):
         grid(4, "hybrid")
-    with pytest.raises(PartitionError, match=r"model_procs \(3\) must divide the 4 ranks"):
+    with pytest.raises(StrategyError, match=r"model_procs \(3\) must divide the 4 ranks"):
         grid(4, "hybrid", 3)
 
 
@@ -199,7 +199,7 @@ def test_graph_prediction_at_the_issues_point():
     staged = dict(kw, comm="mpi-staged")
     assert predict_strategy(m, sizes, 800, 2, **staged, exec_mode="auto") == predict_strategy(m, sizes, 800, 2,
                                                                                               **staged)
-    with pytest.raises(PartitionError, match="--exec graph with --parallel model needs --comm nccl"):
+    with pytest.raises(StrategyError, match="--exec graph with --parallel model needs --comm nccl"):
         predict_strategy(m, sizes, 800, 2, **staged, exec_mode="graph")
 
 
@@ -331,7 +331,7 @@ def test_sweep_predicts_a_partitioned_run_as_it_will_run():
 
 @pytest.mark.parametrize("procs", [1, 2, 3, 4])
 def test_every_strategy_equals_one_process(procs):
-    r = run_cmd([mpiexec(), "-n", str(procs), sys.executable, str(ROOT / "tests" / "mpi_partition.py")],
+    r = run_cmd([mpiexec(), "-n", str(procs), sys.executable, str(ROOT / "tests" / "mpi_strategies.py")],
                 timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"OK {procs} ranks" in r.stdout
@@ -399,7 +399,7 @@ def test_model_parallel_learns_and_saves_whole_parameters(tmp_path):
     (3, ["--parallel", "hybrid", "--model-procs", "2"], "model_procs (2) must divide the 3 ranks"),
     (3, ["--parallel", "model", "--hidden-size", "2"], "hidden layer 1 has 2 units, fewer than the 3 ranks"),
 ])
-def test_bad_partitions_are_one_line(procs, args, words):
+def test_bad_strategies_are_one_line(procs, args, words):
     r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--input-size", "10", "--n-train", "40",
                     "--batch-size", "10", "--no-trace", *args, procs=procs, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -417,7 +417,7 @@ def test_model_cli_takes_the_strategy(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    assert s["schema"] == "perfmlp.model.partition/1" and s["config"]["grid"] == [1, 2]
+    assert s["schema"] == "perfmlp.model.strategy/1" and s["config"]["grid"] == [1, 2]
     assert [x["sizes"] for x in s["ranks"]] == [[784, 257, 10], [784, 256, 10]]
     assert s["bytes_per_step"] == {"per_rank": 128_000, "job": 256_000}
     assert {x["strategy"] for x in s["strategies"]} == {"data", "ps", "model"}

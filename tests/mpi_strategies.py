@@ -1,4 +1,4 @@
-"""Run under `mpiexec -n P`: every partitioning strategy that fits P ranks
+"""Run under `mpiexec -n P`: every strategy that fits P ranks
 (model parallel, each hybrid grid, the parameter server) trains to the
 parameters of one process on the whole batch, on every rank.
 

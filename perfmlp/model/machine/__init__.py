@@ -1,0 +1,26 @@
+"""Machine descriptions: `models/*.yaml` loaded into a frozen dataclass.
+
+The files ship inside the package as `perfmlp.machines` (pyproject.toml maps
+the top-level models/ folder there), so `--machine NAME` finds them after any
+install; `--machine PATH` reads any file.
+
+Every number carries its unit in its key. A file must say where its
+numbers come from (`source:`). Unknown keys, missing required keys, rates
+that are not positive (a peak of 0 would divide by zero), negative times and
+non-numeric values are one-line errors naming the file and key.
+
+- points.py: the measured tables' entries (one dataclass per kind);
+- description.py: Machine and its look-ups (interpolation in those tables);
+- entries.py: a file's values checked one by one;
+- files.py: finding, reading and writing the files.
+"""
+from .description import Machine
+from .files import (DEFAULT_MACHINE, MACHINES_PACKAGE, MachineError, load_machine, machine_files, machine_from_mapping,
+                    machine_to_yaml, resolve_machine_path)
+from .points import (COMMS, GEMM_KERNELS, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
+                     KernelTime, LaunchFactor, SharedCopyPoint, WaitPoint, piecewise_linear)
+
+__all__ = ["Machine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine", "machine_files",
+           "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "COMMS", "GEMM_KERNELS",
+           "CollectivePoint", "CopyPoint", "DispatchPoint", "GemmRate", "HostCopyPoint", "KernelTime", "LaunchFactor",
+           "SharedCopyPoint", "WaitPoint", "piecewise_linear"]

@@ -1,0 +1,278 @@
+"""The Machine dataclass: a machine file's numbers and the look-ups the
+model prices with (copies, collectives, launches, kernels, GEMM rates), each
+interpolating in the file's measured points where it has them."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
+from .points import (CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint, KernelTime, LaunchFactor,
+                     SharedCopyPoint, WaitPoint, piecewise_linear)
+
+
+class MachineError(ValueError):
+    """A machine file that cannot be used (message: one line, file and key)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    source: str
+    peak_flops_per_s_float32: float
+    peak_flops_per_s_float64: float
+    mem_bw_bytes_per_s: float
+    h2d_pageable_bytes_per_s: float
+    h2d_pinned_bytes_per_s: float
+    d2h_pageable_bytes_per_s: float
+    d2h_pinned_bytes_per_s: float
+    copy_latency_s: float
+    launch_overhead_s: float
+    mpi_alpha_s: float
+    mpi_bw_bytes_per_s: float
+    nccl_alpha_s: float
+    nccl_bw_bytes_per_s: float
+    gemm_flops_per_s: tuple[GemmRate, ...] = ()
+    traced_launch_overhead_s: float = 0.0   # host time per operation with perfmlp's tracer on (0: as untraced)
+    trace_event_s: float = 0.0              # GPU time one CUDA event recorded between kernels adds
+    h2d_pageable_latency_s: float = 0.0     # per-kind copy latency (0: copy_latency_s)
+    h2d_pinned_latency_s: float = 0.0
+    d2h_pageable_latency_s: float = 0.0
+    d2h_pinned_latency_s: float = 0.0
+    graph_launch_s: float = 0.0             # host time of one cudaGraphLaunch (a replayed step or segment)
+    graph_step_host_s: float = 0.0          # host time per batch of the resident graph step, its loop included
+    kernel_gap_s: float = 0.0               # GPU idle time between two kernels launched one by one
+    graph_kernel_gap_s: float = 0.0         # the same between two kernels of a replayed graph
+    graph_replay_gap_s: float = 0.0         # GPU time per graph replay beyond its kernels (replays back to back)
+    trace_phase_host_s: float = 0.0         # host time the tracer adds per traced phase (0: traced_launch_overhead_s)
+    h2d_pageable_aggregate_bytes_per_s: float = 0.0   # all ranks of a node copying at once, together (0: no limit)
+    h2d_pinned_aggregate_bytes_per_s: float = 0.0
+    d2h_pageable_aggregate_bytes_per_s: float = 0.0
+    d2h_pinned_aggregate_bytes_per_s: float = 0.0
+    allreduce_s: tuple[CollectivePoint, ...] = ()   # measured allreduces (interpolated; else alpha-beta)
+    collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
+    kernel_s: tuple[KernelTime, ...] = ()   # measured times of the trainer's own kernels (else bytes / bandwidth)
+    host_dispatch_s: tuple[DispatchPoint, ...] = ()   # launch and tracer host time, several ranks at once
+    copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
+    d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
+    host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
+    launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
+    # dense tensor-core peaks with float32 accumulation (model/precision.py; 0: none on this GPU)
+    peak_flops_per_s_tf32: float = 0.0
+    peak_flops_per_s_bf16: float = 0.0
+    peak_flops_per_s_fp16: float = 0.0
+    host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
+    gpus: int = 1
+    date: str = ""
+    device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
+    path: str = ""
+
+    def describes(self, device_name: str) -> bool:
+        """This file is for a GPU CUDA names `device_name`."""
+        return device_name == self.name or device_name in self.device_names
+
+    def peak_flops_per_s(self, precision: str) -> float:
+        """The ceiling of a precision's GEMMs: the FFMA (FP64) peak for float32
+        (float64), the dense tensor-core peak for tf32, bf16 and fp16; a
+        MachineError where the file has none (a GPU without those tensor cores)."""
+        gemm = precision_of(precision).gemm
+        peak = getattr(self, f"peak_flops_per_s_{gemm}")
+        if not peak:
+            raise MachineError(f"{self.path or self.name}: no {gemm} ceiling (peak_flops_per_s_{gemm}): "
+                               f"{self.name} has no {gemm} tensor cores, or the file does not say")
+        return peak
+
+    def ceilings(self) -> dict[str, float]:
+        """The compute ceilings the file has, by GEMM input format (float64,
+        float32 on the FFMA units, tf32, bf16, fp16 on tensor cores)."""
+        out = {}
+        for name in PRECISION_NAMES:
+            gemm = precision_of(name).gemm
+            if getattr(self, f"peak_flops_per_s_{gemm}"):
+                out[gemm] = getattr(self, f"peak_flops_per_s_{gemm}")
+        return out
+
+    def stage_bw(self) -> float:
+        """A host thread's copy of pageable rows into pinned memory, bytes/s."""
+        return self.host_stage_bytes_per_s or self.h2d_pageable_bytes_per_s
+
+    def copy_bw(self, direction: str, memory: str) -> float:
+        return getattr(self, f"{direction}_{memory}_bytes_per_s")
+
+    def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
+               buffer: str = "rotating") -> float:
+        """One cudaMemcpy of nbytes while `sharing` ranks copy at once. Where
+        host_copy_s has points of this kind and rank count (for buffer
+        "reduced" without its own points, the "rotating" ones): linear in
+        bytes between them, the smallest's time below them, beyond the
+        largest its time plus the rest at the shared bandwidth. Else latency
+        (its kind's, else copy_latency_s) + bytes / the shared bandwidth
+        (shared_copy_bw)."""
+        bw = self.shared_copy_bw(direction, memory, sharing)
+        pts = self.host_copy_points(direction, memory, sharing, buffer)
+        if not pts:
+            lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
+            return lat + nbytes / bw
+        if nbytes > pts[-1][0]:
+            return pts[-1][1] + (nbytes - pts[-1][0]) / bw
+        return piecewise_linear(pts, nbytes)
+
+    def pageable_ahead_delay(self, nbytes: int, sharing: int = 1) -> float | None:
+        """For a pageable H2D copy too large to be staged whole: the part of
+        the GPU work queued before it that its staging does not hide
+        (HostCopyPoint.ahead_delay_s), linear in bytes between the points of
+        this rank count that have it, the nearest's beyond them; None where
+        no point has it (the copy then hides nothing)."""
+        pts = [(p.bytes, p.ahead_delay_s) for p in self._staging_points(sharing) if p.ahead_delay_s is not None]
+        return piecewise_linear(pts, nbytes) if pts else None
+
+    def _staging_points(self, sharing: int) -> list:
+        """The pageable H2D batch-copy points of this rank count that were
+        timed behind a busy stream (with ahead_s), by size."""
+        return sorted((p for p in self.host_copy_s
+                       if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
+                       and p.buffer == "rotating" and p.ahead_s is not None), key=lambda p: p.bytes)
+
+    def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
+        """(seconds, blocks) of a pageable H2D copy of nbytes, `sharing`
+        ranks copying at once, queued behind GPU work: the host time it
+        spends before it needs the stream (staging into the runtime's
+        pinned buffers; the rest of copy_s waits for the stream), and
+        whether the call returns only after the copy. From host_copy_s's
+        points with ahead_s of this rank count: linear in bytes between
+        them, the nearest's beyond them, never more than the copy; blocks
+        as the smallest point at or above nbytes (the largest beyond them).
+        A file without such points: (0, True), the copy waits for the stream."""
+        pts = [(p.bytes, p.ahead_s, p.blocks) for p in self._staging_points(sharing)]
+        if not pts:
+            return 0.0, True
+        ahead = piecewise_linear([(n, a) for n, a, _ in pts], nbytes)
+        blocks = next((b for n, _, b in pts if n >= nbytes), pts[-1][2])
+        return min(ahead, self.copy_s("h2d", "pageable", nbytes, sharing)), blocks
+
+    def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
+        """(bytes, seconds) of host_copy_s for this kind, rank count and host
+        buffer, by size; a "reduced" buffer without points: the "rotating"
+        ones."""
+        def pts(buf):
+            return sorted((p.bytes, p.s) for p in self.host_copy_s if p.direction == direction
+                          and p.memory == memory and p.procs == max(procs, 1) and p.buffer == buf)
+        return pts(buffer) or (pts("rotating") if buffer != "rotating" else [])
+
+    def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
+        """One rank's copy bandwidth while `sharing` ranks copy at once:
+        min(its own, the node's aggregate / sharing). The aggregate: from
+        copy_aggregate_bytes_per_s's points of that kind, linear in the rank
+        count from one rank's own bandwidth, the last point's beyond them;
+        a file without them, its `<kind>_aggregate_bytes_per_s` (all the
+        node's ranks), else no limit."""
+        own = self.copy_bw(direction, memory)
+        if sharing <= 1:
+            return own
+        pts = sorted((p.procs, p.bytes_per_s) for p in self.copy_aggregate_bytes_per_s
+                     if p.direction == direction and p.memory == memory and p.procs > 1)
+        agg = (piecewise_linear([(1, own)] + pts, sharing) if pts
+               else getattr(self, f"{direction}_{memory}_aggregate_bytes_per_s"))
+        return min(own, agg / sharing) if agg else own
+
+    def device_copy_s(self, nbytes: int) -> float:
+        """GPU time of one device-to-device copy of nbytes: d2d_copy_s's
+        points, linear in bytes between them, the smallest's time below
+        them, beyond the largest its time plus the rest read and written at
+        mem_bw_bytes_per_s; a file without points, read + write at that."""
+        pts = sorted((p.bytes, p.s) for p in self.d2d_copy_s)
+        if not pts:
+            return 2 * nbytes / self.mem_bw_bytes_per_s
+        if nbytes > pts[-1][0]:
+            return pts[-1][1] + 2 * (nbytes - pts[-1][0]) / self.mem_bw_bytes_per_s
+        return piecewise_linear(pts, nbytes)
+
+    def allreduce_points(self, comm: str, procs: int, memory: str = "pinned") -> list[tuple[int, float]]:
+        """(bytes, seconds) measured for `comm` over `procs` ranks, by size;
+        host MPI through `memory`, else (a file without it) through pinned."""
+        pts = [p for p in self.allreduce_s if p.comm == comm and p.procs == procs]
+        mine = [p for p in pts if p.memory == memory]
+        return sorted((p.bytes, p.s) for p in (mine or [p for p in pts if p.memory == "pinned"]))
+
+    def launch_s(self, procs: int = 1) -> float:
+        """Host time per operation an eager step launches with `procs` ranks
+        launching at once (launch_overhead_s alone; host_dispatch_s's points
+        beyond, linear in p between them, the nearest past the last)."""
+        return self._dispatch(procs, self.launch_overhead_s, "launch_s")
+
+    def trace_host_s(self, procs: int = 1) -> float:
+        """The tracer's host time per recorded phase, the same way."""
+        return self._dispatch(procs, self.trace_phase_host_s, "trace_phase_s")
+
+    def _dispatch(self, procs: int, alone: float, key: str) -> float:
+        pts = sorted((d.procs, getattr(d, key)) for d in self.host_dispatch_s if d.procs > 1)
+        if procs <= 1 or not pts:
+            return alone
+        return piecewise_linear([(1, alone)] + pts, procs)
+
+    def launch_factor(self, hidden: int, batch: int) -> float:
+        """launch_size_factor at the measured (hidden, batch) nearest to these
+        (by the ratio of each, summed in log), 1 in a file without it."""
+        if not self.launch_size_factor:
+            return 1.0
+        near = min(self.launch_size_factor,
+                   key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))
+        return near.factor
+
+    def wait_s(self, procs: int, memory: str | None = None) -> float:
+        """The calibrated wait for the slowest of `procs` ranks at a collective
+        (linear in p between measured counts, the nearest beyond them; 0 on
+        one): with `memory`, a staged exchange's through that host memory
+        where the file has such points, else the equal-work wait."""
+        pts = sorted((w.procs, w.s) for w in self.collective_wait_s if w.memory == memory)
+        if memory is not None and not pts:
+            return self.wait_s(procs)
+        if procs <= 1 or not pts:
+            return 0.0
+        if procs <= pts[0][0]:
+            return pts[0][1] * (procs - 1) / max(pts[0][0] - 1, 1)
+        return piecewise_linear(pts, procs)
+
+    def kernel_time_s(self, kernel: str, shape, precision: str) -> float | None:
+        """GPU seconds of own kernel `kernel` at `shape` (costs.kernel_shape),
+        or None where kernel_s has no point of that kernel, precision and
+        number of dimensions. A shape is (h..., b): b its last size (samples,
+        column blocks or elements), h the product of the others (1 if none).
+        Rule: the points of the measured h nearest to this h by ratio; among
+        them linear in b between the two measured b around it, the nearest
+        point's time scaled by b / its b above the largest, held below the
+        smallest (a kernel does not get faster than at its smallest size)."""
+        pts = [(math.prod(p.shape[:-1]), p.shape[-1], p.s) for p in self.kernel_s
+               if p.kernel == kernel and p.precision == precision and len(p.shape) == len(shape)]
+        if not pts:
+            return None
+        h, b = math.prod(shape[:-1]), shape[-1]
+        near = min({ph for ph, _, _ in pts}, key=lambda ph: (abs(math.log(ph / h)), ph))
+        line = sorted((pb, s) for ph, pb, s in pts if ph == near)
+        if b <= line[0][0]:
+            return line[0][1]
+        if b >= line[-1][0]:
+            return line[-1][1] * b / line[-1][0]
+        for (b0, s0), (b1, s1) in zip(line, line[1:]):
+            if b0 <= b <= b1:
+                return s0 + (s1 - s0) * (b - b0) / (b1 - b0)
+        raise AssertionError("unreachable")
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.gemm_flops_per_s)
+
+    def has_gemm_kernel(self, kernel: str) -> bool:
+        return any(g.kernel == kernel for g in self.gemm_flops_per_s)
+
+    def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = "cublas") -> float:
+        """FLOP/s of an m x n x k GEMM by `kernel`: the calibrated entry of
+        that kernel nearest in log-shape space when the file has some, else
+        the peak rate."""
+        rates = [g for g in self.gemm_flops_per_s if g.precision == precision and g.kernel == kernel]
+        if not rates:
+            return self.peak_flops_per_s(precision)
+
+        def dist(g):
+            return sum(math.log(a / b) ** 2 for a, b in ((g.m, m), (g.n, n), (g.k, k)))
+        return min(rates, key=dist).flops_per_s

@@ -1,0 +1,139 @@
+"""The measured tables a machine file may hold, one frozen dataclass per
+kind of point, and the rule that interpolates between points."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GEMM_KERNELS = ("cublas", "naive", "tiled", "regblock")  # perfmlp.config's CHOICES["gemm"]
+COMMS = ("mpi", "nccl")
+
+
+@dataclass(frozen=True)
+class GemmRate:
+    m: int
+    n: int
+    k: int
+    precision: str
+    flops_per_s: float
+    kernel: str = "cublas"
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One measured allreduce: `comm` over `procs` ranks of `bytes`, `s` seconds
+    (the slowest rank's median, the buffer cold as the trainer's is); host
+    MPI's through `memory` (the staged gradients' host buffer: pinned, or
+    pageable as the reference scheme's and the NumPy backend's are)."""
+    comm: str
+    procs: int
+    bytes: int
+    s: float
+    memory: str = "pinned"
+
+
+@dataclass(frozen=True)
+class WaitPoint:
+    """Time the job loses per collective to the slowest of `procs` ranks,
+    seconds: with `memory` None when their work is the same GPU work
+    (arrival jitter); with `memory` (pageable, pinned) per step of the staged
+    exchange whose host copies go through that memory, beyond the step's
+    parts each timed alone (the ranks' copies, D2H and MPI differ from batch
+    to batch: calibrate.staged_wait)."""
+    procs: int
+    s: float
+    memory: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchFactor:
+    """The eager step's host time per operation at 784-`hidden`-10 with
+    pieces of `batch` over its time at the calibration's dispatch size
+    (calibrate.dispatch_size_factors)."""
+    hidden: int
+    batch: int
+    factor: float
+
+
+@dataclass(frozen=True)
+class DispatchPoint:
+    """The host's time per operation an eager step launches (`launch_s`)
+    and the tracer's per recorded phase (`trace_phase_s`), with `procs`
+    ranks launching at once: the slowest rank's, seconds."""
+    procs: int
+    launch_s: float
+    trace_phase_s: float
+
+
+@dataclass(frozen=True)
+class SharedCopyPoint:
+    """`procs` ranks, each with its own GPU, making one copy of a kind
+    (`direction`, host `memory`) at once after a barrier: the node's
+    aggregate bandwidth, bytes/s (procs x bytes over the slowest rank's
+    median time; pinned copies timed on the GPU, pageable on the host)."""
+    procs: int
+    direction: str
+    memory: str
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class HostCopyPoint:
+    """One host <-> device copy of `bytes` as the trainer makes it, with
+    `procs` ranks (each with its own GPU) making theirs at once (1: alone):
+    the slowest rank's median seconds (pinned: GPU time between CUDA events;
+    pageable: the host's wall time, the copy blocks it). `buffer`: where the
+    host side is: "rotating" (a new slice of a large array every copy, as
+    the batch pieces are) or "reduced" (the host buffer an MPI_Allreduce
+    just wrote, as the staged exchange's gradient before its copy back).
+    A pageable H2D point may also say how the copy behaves queued behind
+    GPU work still running (the CUDA runtime stages pageable memory through
+    pinned buffers of its own, and only the DMA waits for the stream):
+    `ahead_s`, the host's time on it before it needs the stream (None: not
+    measured), and `blocks`, whether the call returns only after the copy
+    (else the host staged all of it and returned while the stream was
+    still busy). A copy that blocks may say `ahead_delay_s`: how much of
+    the GPU work still queued when its call starts it does not hide
+    (behind work of w it hides min(ahead_s, max(0, w - ahead_delay_s)));
+    without it, such a copy hides nothing (the model of older files)."""
+    procs: int
+    direction: str
+    memory: str
+    bytes: int
+    s: float
+    buffer: str = "rotating"
+    ahead_s: float | None = None
+    blocks: bool = True
+    ahead_delay_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CopyPoint:
+    """One device-to-device copy of `bytes` (a batch piece into a CUDA
+    graph's static inputs), GPU seconds per call with the calls queued back
+    to back: its bytes, its fixed cost and the gap to the next operation."""
+    bytes: int
+    s: float
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """The GPU time of one of the trainer's own kernels (costs.OWN_KERNELS'
+    names) at `shape` (costs.kernel_shape: its first operation's shape as
+    the trainer records it), seconds per call with the calls queued back to
+    back as the GEMM rates are."""
+    kernel: str
+    shape: tuple[int, ...]
+    precision: str
+    s: float
+
+
+
+def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
+    """y at x on the line through `points` (sorted by x): linear between
+    the two around x, the nearest end's y outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return points[-1][1]

@@ -1,0 +1,134 @@
+"""predict_batch: data parallelism's time per batch, the package's terms
+summed (the package docstring says what each term is)."""
+from __future__ import annotations
+
+from ..costs import DEFAULT_BUCKET_BYTES, batch_counts, pieces, widths
+from ..machine import Machine
+from .compute import step_compute
+from .copies import batch_copies
+from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
+from .execution import EXECS, resolve_exec
+from .terms import COMPUTE_TERMS, TERMS, Prediction
+from .timeline import Step, launch_host_s, step_items, timeline_batch_s
+from .tracing import trace_cost, trace_detail, traced_phases
+
+
+def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
+                  comm: str = "mpi-staged", batch_transfer: str = "pageable", trace_level: str | None = None,
+                  exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                  gemm: str = "cublas", fuse_output: bool = True) -> Prediction:
+    """Predicted time per batch. `trace_level`: the level perfmlp's tracer
+    runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
+    TRACE_COSTS: counters, timeline and kernels the hooks' host time
+    (trace_phase_host_s), phases that plus a CUDA event's GPU time
+    (trace_event_s, the tracing term); the CUPTI cost of timeline and
+    kernels is not calibrated (detail["trace_uncalibrated"] says so);
+    `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
+    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel;
+    `fuse_output=False`: a step without the fused output backward (the
+    reference solution's: every product a GEMM).
+
+    launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
+    adds to the sum of the other terms: where the step synchronises (a
+    pageable copy, the staged gradients) the stream starts empty and waits
+    for the host's launches until the host is ahead again; without a
+    synchronisation only the host's excess over the GPU time shows."""
+    exec_mode = resolve_exec(exec_mode, comm=comm)
+    if exec_mode not in EXECS:
+        raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
+    isz = widths(precision)   # the batch at isz.act bytes an element, the gradients at isz.param
+    b = max(pieces(batch, procs))
+    split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
+    counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode, fuse_output)
+    graph = exec_mode == "graph"
+    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
+    terms = dict.fromkeys(TERMS, 0.0)
+    terms["gemm"], terms["elementwise"], phase_kernels, n_kernels = step_compute(
+        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap)
+    terms["kernel_gaps"] = n_kernels * gap
+    copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs)
+    terms["h2d_batch"] = sum(copies)
+    # the resident piece into the graph's static inputs: one device copy each of X and Y
+    staging = [machine.device_copy_s(isz.act * b * n) for n in (layer_sizes[0], layer_sizes[-1])] \
+        if counts.bytes_d2d else []
+    terms["elementwise"] += sum(staging)
+    detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
+    if overlap:
+        terms["allreduce"], more = _overlapped_exchange(machine, layer_sizes, b, isz, precision, gemm, gap, comm,
+                                                        procs, batch_transfer, bucket_bytes, fuse_output)
+        detail.update(more)  # the staged copies ride in the buckets: their exposed part is in allreduce too
+    else:
+        terms.update(comm_s(machine, comm, counts.bytes_mpi or counts.bytes_nccl, procs, batch_transfer))
+    if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):   # the staged step's own where measured
+        terms["rank_wait"] = machine.wait_s(procs, staging_memory(batch_transfer) if comm == "mpi-staged" else None)
+    step = _traced_step(machine, layer_sizes, b, procs, comm, batch_transfer, exec_mode, trace_level,
+                        phase_kernels, copies + staging, terms)
+    detail.update(trace_detail(trace_level))
+    timeline = _launch_terms(step, terms, ahead)
+    if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
+        rest = sum(terms.values())
+        terms["h2d_batch"] = max(0.0, pipe_s - rest)
+        detail.update(prefetch_s=pipe_s, prefetch_hidden_s=min(pipe_s, rest))
+    detail.update(host_s=timeline["host_s"],
+                  gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
+                  timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
+    total = sum(terms.values())
+    compute = sum(terms[t] for t in COMPUTE_TERMS)
+    job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
+    detail["bytes_d2d"] = counts.bytes_d2d
+    return Prediction(terms, total, max(compute, total - compute), counts.flops_total, job, counts.bytes_copied,
+                      machine.name, detail)
+
+
+def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: str, gemm: str, gap: float,
+                         comm: str, procs: int, batch_transfer: str, bucket_bytes: int,
+                         fuse_output: bool) -> tuple[float, dict]:
+    """(the exchange's exposed seconds, its detail) when each bucket's
+    allreduce starts as the backward pass writes it (the package docstring's
+    Overlap)."""
+    buckets = gradient_buckets(layer_sizes, isz.param, bucket_bytes)
+    bucket_comm = lambda n: sum(comm_s(machine, comm, n, procs, batch_transfer).values())  # noqa: E731
+    stages = backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm,
+                             fuse_output)
+    t_compute, t_end = overlap_pipeline(stages)
+    exposed = t_end - t_compute
+    total_comm = sum(m for _, m in stages)
+    return exposed, {"buckets": len(buckets), "comm_s": total_comm, "hidden_comm_s": total_comm - exposed}
+
+
+def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, batch_transfer: str, exec_mode: str,
+                 trace_level: str | None, phase_kernels: dict, copies: list, terms: dict) -> Step:
+    """The step as the host issues it, with the tracer at the end of each
+    recorded phase: host time, and a CUDA event's GPU time at `phases` (the
+    tracing term, set here). Host MPI (comm mpi) is the NumPy backend's run:
+    no GPU, no tracer cost priced."""
+    cost = trace_cost(trace_level)
+    graph = exec_mode == "graph"
+    traced = cost is not None and comm != "mpi"
+    ev_gpu = machine.trace_event_s if traced and cost.events else 0.0
+    ev_host = machine.trace_host_s(procs) if traced else 0.0
+    per_kernel = launch_host_s(machine, traced, procs)
+    if not graph:   # the eager step's host per operation at this size (calibrated at a tiny one)
+        per_kernel *= machine.launch_factor(max(layer_sizes[1:-1], default=layer_sizes[0]), b)
+    terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
+    return Step(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
+                traced)
+
+
+def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
+    """Set launches (eager) or graph_launch (graph): what the host/GPU
+    timeline adds to the other terms; and take off h2d_batch what pageable
+    copies staged by the host hide behind the previous batch's GPU work (the
+    timeline with that staging against the one without), up to what the host
+    stages ahead; the rest is host launch time that no longer waits for a
+    copy. Returns the timeline's detail."""
+    items = step_items(step)
+    host_s = sum(it.host_s for it in items if not it.host_only)
+    sim = timeline_batch_s(items)
+    launch_term = "graph_launch" if step.graph else "launches"
+    terms[launch_term] = max(0.0, sim - sum(terms.values()))
+    hidden = max(0.0, sim - timeline_batch_s(step_items(step, ahead=ahead))) if ahead else 0.0
+    off_copies = min(hidden, sum(a for a, blocks, delay in ahead if not blocks or delay is not None))
+    terms["h2d_batch"] -= off_copies
+    terms[launch_term] = max(0.0, terms[launch_term] - (hidden - off_copies))
+    return {"host_s": host_s, "timeline_s": sim - hidden, "h2d_hidden_s": hidden}

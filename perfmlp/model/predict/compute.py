@@ -1,0 +1,40 @@
+"""The GPU time of the step's kernels (GEMMs at their rates, the trainer's
+own kernels measured or at memory bandwidth)."""
+from __future__ import annotations
+
+from ..costs import kernel_name, kernel_shape, op_cost, step_kernels
+from ..machine import Machine
+
+
+def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str) -> float:
+    """GPU time of one kernel: a GEMM's FLOPs over its rate; an own kernel's
+    calibrated time (kernel_s) where the machine has one, else its
+    operations' bytes over memory bandwidth."""
+    name = kernel_name(kernel)
+    if name == "gemm":
+        (_, shape), = kernel
+        return op_cost("gemm", shape, itemsize)[0] / machine.gemm_rate(*shape, precision, kernel=gemm)
+    measured = machine.kernel_time_s(name, kernel_shape(kernel), precision)
+    if measured is not None:
+        return measured
+    return sum(op_cost(op, shape, itemsize)[1] for op, shape in kernel) / machine.mem_bw_bytes_per_s
+
+
+def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
+                 fuse_output: bool, gap_s: float) -> tuple[float, float, dict[str, list[float]], int]:
+    """The step's kernels on a piece of b samples: (GEMM seconds, the other
+    kernels' seconds, phase -> each kernel's GPU time with the gap after it,
+    kernels). `split`: the weight gradients' GEMMs in row blocks of at most
+    that many bytes (the overlapped exchange), None for whole ones."""
+    gemm_s = other_s = 0.0
+    phase_kernels: dict[str, list[float]] = {}
+    for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output).items():
+        phase_kernels[phase] = []
+        for kernel in kernels:
+            t = kernel_s(machine, kernel, itemsize, precision, gemm)
+            if kernel_name(kernel) == "gemm":
+                gemm_s += t
+            else:
+                other_s += t
+            phase_kernels[phase].append(t + gap_s)
+    return gemm_s, other_s, phase_kernels, sum(len(k) for k in phase_kernels.values())

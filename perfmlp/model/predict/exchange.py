@@ -1,0 +1,128 @@
+"""The gradient exchange: one allreduce (measured table, else the ring),
+the staged scheme's copies, and the overlapped exchange's buckets and
+pipeline (the package docstring's Overlap)."""
+from __future__ import annotations
+
+import math
+
+from ..costs import LOSS_SLOTS, as_widths, fused_output, row_blocks, step_kernels
+from ..machine import Machine
+from .compute import kernel_s
+
+
+def staging_memory(batch_transfer: str) -> str:
+    """Host memory the gradients are staged through: pageable for the
+    reference scheme, pinned once the batch is pinned or resident."""
+    return "pageable" if batch_transfer == "pageable" else "pinned"
+
+
+def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: float, steps_alpha: bool = True) -> float:
+    if procs <= 1:
+        return 0.0
+    f = 2 * (procs - 1) / procs
+    return (2 * (procs - 1) * alpha_s if steps_alpha else alpha_s) + f * nbytes / bw_bytes_per_s
+
+
+def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = "pinned") -> float:
+    """One allreduce of nbytes over procs ranks: the measured table (log-log
+    interpolation between the two nearest sizes; beyond the table, the
+    nearest point scaled by the ring model's ratio; host MPI's through
+    `memory`, the host buffer's) else the ring model."""
+    if procs <= 1 or nbytes <= 0:
+        return 0.0
+    kind = "nccl" if comm == "nccl" else "mpi"
+    alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == "nccl" else \
+        (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
+    ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == "mpi")  # noqa: E731
+    pts = machine.allreduce_points(kind, procs, memory)
+    if not pts:
+        return ring(nbytes)
+    if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
+        n0, s0 = pts[0] if nbytes <= pts[0][0] else pts[-1]
+        return s0 * ring(nbytes) / ring(n0)
+    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
+        if n0 <= nbytes <= n1:
+            f = math.log(nbytes / n0) / math.log(n1 / n0)
+            return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
+    raise AssertionError("unreachable")
+
+
+def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
+    """The communication of one gradient buffer (or bucket) of nbytes:
+    d2h_grad, allreduce, h2d_grad (the staged scheme's copies shared by the
+    ranks copying at once; the copy back from the host buffer MPI has just
+    reduced, which a pageable copy reads from the host's caches)."""
+    out = {"d2h_grad": 0.0, "allreduce": 0.0, "h2d_grad": 0.0}
+    mem = staging_memory(batch_transfer) if comm == "mpi-staged" else "pageable"  # mpi: NumPy's own buffers
+    if comm == "mpi-staged":
+        out["d2h_grad"] = machine.copy_s("d2h", mem, nbytes, sharing=procs)
+        out["h2d_grad"] = machine.copy_s("h2d", mem, nbytes, sharing=procs,
+                                         buffer="reduced" if procs > 1 else "rotating")
+    if comm in ("mpi-staged", "mpi", "nccl"):
+        out["allreduce"] = allreduce_s(machine, comm, nbytes, procs, mem)
+    return out
+
+
+def gradient_buckets(layer_sizes, itemsize: int, bucket_bytes: int) -> list[int]:
+    """Elements of each allreduce the overlapped exchange starts, in order
+    (perfmlp/mlp.py Network.backward): every weight gradient from the top
+    down in row blocks of at most bucket_bytes (costs.row_blocks), and all
+    biases with the loss slot as one piece once the last bias gradient is
+    written (before the first layer's weight gradient)."""
+    L = len(layer_sizes) - 1
+    tail = sum(layer_sizes[1:]) + LOSS_SLOTS
+    out = []
+    for l in range(L, 0, -1):
+        out += [(r1 - r0) * layer_sizes[l - 1] for r0, r1 in row_blocks(layer_sizes[l], layer_sizes[l - 1],
+                                                                        itemsize, bucket_bytes)]
+        if l == min(2, L):
+            out.append(tail)
+    return out
+
+
+def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
+    """(compute_s, comm_s) per stage, in order: a stage's communication starts
+    when its compute is done and the previous communication has finished.
+    Returns (end of the compute, end of the last communication)."""
+    t_compute = t_comm = 0.0
+    for c, m in stages:
+        t_compute += c
+        t_comm = max(t_comm, t_compute) + m
+    return t_compute, max(t_comm, t_compute)
+
+
+def backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm,
+                     fuse_output=True):
+    """(compute, communication) of each piece of the overlapped exchange: the
+    backward kernels (costs.step_kernels with the row-block GEMMs) are cut
+    where the trainer starts each piece's allreduce (gradient_buckets).
+    itemsize: an int or a precision's Widths (the gradients: its param)."""
+    L = len(layer_sizes) - 1
+    grad_bytes = as_widths(itemsize).param
+    kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output)["backward"])
+    stages, acc = [], 0.0
+
+    def run(n=1):
+        nonlocal acc
+        for _ in range(n):
+            acc += kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
+
+    pieces_ = iter(gradient_buckets(layer_sizes, grad_bytes, bucket_bytes))
+    fuse = fuse_output and fused_output(layer_sizes)
+    for l in range(L, 0, -1):
+        blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], grad_bytes, bucket_bytes)
+        if l == L and fuse:
+            run(2)         # the fused output-layer backward (and its partial sums) writes all its row blocks
+        for _ in blocks:
+            if not (l == L and fuse):
+                run()
+            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
+            acc = 0.0
+        if l == L and not fuse:
+            run()          # the output layer's bias row sum
+        if l > 1 and not (l == L and fuse):
+            run(2)         # dA = W^T delta, and the sigmoid gradient with the layer below's bias gradient
+        if l == min(2, L):
+            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
+            acc = 0.0
+    return stages

@@ -1,0 +1,160 @@
+"""The host issuing a batch to one GPU stream, simulated: what the host's
+launches, synchronisations and pageable copies add to the GPU's work."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..machine import Machine
+from .copies import PREFETCH, PREFETCH_CALLS
+from .exchange import staging_memory
+
+
+def launch_host_s(machine: Machine, traced: bool, procs: int = 1) -> float:
+    """Host time per kernel launch with `procs` ranks launching at once;
+    older machine files (no trace_phase_host_s) priced the tracer's host
+    time per kernel instead (traced_launch_overhead_s)."""
+    if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
+        return machine.traced_launch_overhead_s
+    return machine.launch_s(procs)
+
+
+def graph_loop_host_s(machine: Machine) -> float:
+    """Host time per batch of a graph-mode run beyond its launches: the
+    training loop's own work between replays (the tracer's hooks, the batch
+    piece's views, the step's Python). graph_step_host_s, the host's time
+    per batch of the resident graph step on one rank, less what the
+    timeline already gives that step's host (its two copies into the
+    static inputs at launch_overhead_s each and the graph launch); 0 in a
+    file without it."""
+    if not machine.graph_step_host_s:
+        return 0.0
+    return max(0.0, machine.graph_step_host_s - 2 * machine.launch_overhead_s - machine.graph_launch_s)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing the host issues in a step, for the host/GPU timeline.
+    gpu_s: time on the GPU stream; host_s: host time to issue it (or, for a
+    host-only item, the work itself); blocking: the host waits until the
+    stream has finished it (a pageable copy, a synchronisation); the
+    host part of a `reuses` item waits for the stream to finish that item
+    in the batch before."""
+    gpu_s: float
+    host_s: float
+    blocking: bool = False
+    host_only: bool = False   # runs on the host after the stream is idle (MPI on host buffers)
+    reuses: bool = False      # the host part starts once the stream has done this item of the batch before
+                              # (a pageable copy's staging buffer, freed by the copy's DMA)
+    hides: tuple | None = None  # (ahead, delay): a blocking copy whose staging hides min(ahead, max(0, w - delay))
+                                # of the work w still queued on the stream when its call starts
+
+
+def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
+    """Steady time per batch of a host issuing `items` batch after batch to
+    one GPU stream: the stream starts an item when it is issued and the
+    previous one is done; the host waits on blocking and host-only items,
+    and before a reuses item for the stream to finish that item of the
+    batch before; a `hides` item (a blocking pageable copy staged in part
+    while the stream still runs) takes min(ahead, max(0, queued - delay))
+    off its stream time, queued being the stream's work left when its call
+    starts. The difference between the GPU finishing the last two simulated batches."""
+    th = tg = 0.0
+    ends = []
+    done = [0.0] * len(items)   # when the stream finished each item, last batch
+    for _ in range(batches):
+        for i, it in enumerate(items):
+            if it.host_only:
+                th = max(th, tg) + it.host_s
+                tg = th
+                continue
+            th = (max(th, done[i]) if it.reuses else th) + it.host_s
+            hidden = min(it.hides[0], max(0.0, tg - th - it.hides[1])) if it.hides else 0.0
+            tg = done[i] = max(th, tg) + it.gpu_s - hidden
+            if it.blocking:
+                th = tg
+        ends.append(max(tg, th))
+    return ends[-1] - ends[-2]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One batch's work as the host issues it: the GPU time of each compute
+    phase's kernels, the copies (the batch's, or the resident piece's into a
+    graph's static inputs), the exchange's terms, and the host's costs."""
+    machine: Machine
+    phase_kernels: dict        # phase -> GPU seconds of each kernel, its gap included
+    copies: list               # GPU seconds of each batch copy, in order
+    batch_transfer: str
+    comm: str
+    terms: dict                # the prediction's terms so far (the exchange's are read)
+    graph: bool                # replayed as a CUDA graph
+    per_kernel: float          # host seconds per launched operation
+    ev_gpu: float              # GPU seconds of the tracer's event per recorded phase
+    ev_host: float             # host seconds of the tracer per recorded phase
+    traced: bool
+
+
+def step_items(step: Step, ahead=()) -> list[Item]:
+    """One batch as the host issues it: the batch copies, the compute phases'
+    kernels (or graph replays), the gradient exchange, the update, and the
+    tracer's event at the end of each phase it records. `ahead`: for each
+    pageable batch copy, (host seconds staged before it needs the stream,
+    whether the call then waits for the copy, and for one that waits the
+    queued work its staging does not hide, None where not measured)
+    (Machine.pageable_ahead, pageable_ahead_delay); without it a pageable
+    copy waits for the stream and blocks the host."""
+    m, terms = step.machine, step.terms
+    event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
+    items = _copy_items(step, ahead)
+    if step.batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
+        items.append(Item(0.0, PREFETCH_CALLS[step.batch_transfer] * step.per_kernel))
+    if step.batch_transfer != "resident":
+        items += event
+    loop = [Item(0.0, graph_loop_host_s(m))] if step.graph else []   # the loop's host work between replays
+    if step.graph and step.comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
+        gpu = sum(sum(k) for k in step.phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
+        items.append(Item(gpu + m.graph_replay_gap_s + step.ev_gpu * step.traced,
+                          m.graph_launch_s + step.ev_host * step.traced))
+        return items + loop
+    items += _segment(step, ("forward", "loss", "backward"), step.graph, event)
+    wait, per_kernel = terms["rank_wait"], step.per_kernel
+    if step.comm == "mpi-staged":
+        staged_pageable = staging_memory(step.batch_transfer) == "pageable"
+        items += [Item(terms["d2h_grad"], per_kernel, blocking=True), *event]   # then the stream is synchronised
+        items += [Item(0.0, terms["allreduce"] + wait, host_only=True), *event]
+        items += [Item(terms["h2d_grad"], per_kernel, blocking=staged_pageable), *event]
+    elif step.comm == "nccl":
+        items += [Item(terms["allreduce"] + wait, per_kernel), *event]
+    items += _segment(step, ("update",), False, event)  # one kernel, launched after the exchange in both modes
+    return items + loop
+
+
+def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
+    """Phases of the step's compute: one graph replay, or each kernel launched
+    by the host; the tracer's event after the replay or after each phase."""
+    if replay:
+        gpu = sum(sum(step.phase_kernels[p]) for p in phases) + step.machine.graph_replay_gap_s
+        return [Item(gpu, step.machine.graph_launch_s), *event]
+    out = []
+    for p in phases:
+        out += [Item(t, step.per_kernel) for t in step.phase_kernels[p]] + event
+    return out
+
+
+def _copy_items(step: Step, ahead) -> list[Item]:
+    """The batch copies: a copy's host call costs about one launch; its
+    latency and transfer are GPU time (resident data in graph mode: the
+    device copies into the graph's inputs, in its phase)."""
+    items = []
+    for i, c in enumerate(step.copies):
+        if i < len(ahead):
+            a, blocks, delay = ahead[i]
+            if not blocks:     # staged whole: the call returns; only its DMA waits for the stream
+                items.append(Item(c - a, step.per_kernel + a, reuses=True))
+            elif delay is not None:   # staged in part while the stream runs, then the call waits for the rest
+                items.append(Item(c, step.per_kernel, blocking=True, hides=(a, delay)))
+            else:              # not measured: the whole copy waits for the stream
+                items.append(Item(c, step.per_kernel, blocking=True))
+        else:
+            items.append(Item(c, step.per_kernel, blocking=step.batch_transfer == "pageable"))
+    return items

@@ -1,0 +1,130 @@
+"""What one rank computes, copies and hands to collectives per step (the
+trace's counters, to the byte), and the closed forms for one hidden layer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..costs import LOSS_SLOTS, batch_counts, n_params, pieces
+from .grid import DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, activation_collectives, coords, grid, shard_sizes
+
+_NAMES = {("allreduce", False): "MPI_Allreduce", ("allreduce", True): "ncclAllReduce",
+          ("reduce", False): "MPI_Reduce", ("reduce", True): "ncclReduce",
+          ("bcast", False): "MPI_Bcast", ("bcast", True): "ncclBroadcast"}
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str         # allreduce, reduce, bcast
+    elements: int
+    group: int        # ranks taking part
+    phase: str        # the trace phase it runs in
+
+    def name(self, comm: str) -> str:
+        return _NAMES[(self.kind, comm in DEVICE_COMMS)]
+
+
+@dataclass(frozen=True)
+class RankCounts:
+    """One rank's step: its shard and piece, FLOPs per phase (the phases that
+    compute), and the bytes it copies and hands to MPI / NCCL."""
+
+    rank: int
+    b: int                      # samples this rank computes on
+    sizes: tuple[int, ...]      # the network it runs (a shard, or the whole one)
+    flops: dict                 # phase -> FLOPs
+    collectives: tuple[Collective, ...]
+    bytes_h2d: int
+    bytes_d2h: int
+    bytes_mpi: int
+    bytes_nccl: int
+    kernels: int                # kernels launched (a host launch each, eager)
+
+    @property
+    def flops_total(self) -> int:
+        return sum(self.flops.values())
+
+    @property
+    def bytes_comm(self) -> int:
+        return self.bytes_mpi + self.bytes_nccl
+
+    def collective_list(self, comm: str) -> list[list]:
+        """As the trace's `collectives`: [[name, elements], ...]."""
+        return [[c.name(comm), c.elements] for c in self.collectives]
+
+
+def rank_collectives(layer_sizes, batch: int, procs: int, rank: int, parallel: str = "data",
+                     model_procs: int = 0, comm: str = "nccl") -> tuple[Collective, ...]:
+    p_data, p_model = grid(procs, parallel, model_procs)
+    d, m = coords(rank, p_model)
+    b = pieces(batch, p_data)[d]
+    sizes = shard_sizes(layer_sizes, p_model, m)
+    out = []
+    if p_model > 1:
+        fwd, bwd = activation_collectives(layer_sizes, b)
+        L = len(layer_sizes) - 1
+        out += [Collective("allreduce", n, p_model, "combine" if l == L else "forward") for l, n in fwd]
+        out += [Collective("allreduce", n, p_model, "backward") for _, n in bwd]
+    g = n_params(sizes) + LOSS_SLOTS
+    if comm in PS_COMMS:
+        if p_model > 1:
+            raise StrategyError(f"--comm {comm} (the parameter server) is data parallelism's exchange")
+        out.append(Collective("reduce", g, procs, "reduce"))
+        # the host version broadcasts the loss slot too, so every rank sees a non-finite loss at once
+        out.append(Collective("bcast", n_params(sizes) + (LOSS_SLOTS if comm == "ps" else 0), procs, "bcast"))
+    elif p_data > 1 or parallel == "data":
+        # data parallelism hands the buffer to the collective even on one process (predict.py's rule)
+        out.append(Collective("allreduce", g, p_data, "allreduce"))
+    return tuple(out)
+
+
+def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, parallel: str = "data",
+                model_procs: int = 0, comm: str = "nccl", batch_transfer: str = "resident") -> RankCounts:
+    """What rank `rank` computes, copies and communicates in one step of a
+    batch of `batch` samples (the trace's counters, to the byte)."""
+    p_data, p_model = grid(procs, parallel, model_procs)
+    d, m = coords(rank, p_model)
+    b = pieces(batch, p_data)[d]
+    sizes = shard_sizes(layer_sizes, p_model, m)
+    base = batch_counts(sizes, b, itemsize, "nccl", batch_transfer)  # compute and the batch copy only
+    flops = dict(base.flops)
+    kernels = sum(base.kernels.values())
+    if comm in PS_COMMS and rank != ROOT:
+        kernels -= base.kernels["update"]
+        del flops["update"]  # only the server updates
+    colls = rank_collectives(layer_sizes, batch, procs, rank, parallel, model_procs, comm)
+    nbytes = itemsize * sum(c.elements for c in colls)
+    staged = comm == "mpi-staged"
+    return RankCounts(rank=rank, b=b, sizes=sizes, flops=flops, collectives=colls,
+                      bytes_h2d=base.bytes_h2d + (nbytes if staged else 0), bytes_d2h=nbytes if staged else 0,
+                      bytes_mpi=0 if comm in DEVICE_COMMS else nbytes, bytes_nccl=nbytes if comm in DEVICE_COMMS else 0,
+                      kernels=kernels)
+
+
+def step_bytes(layer_sizes, batch: int, procs: int, itemsize: int, parallel: str = "data", model_procs: int = 0,
+               comm: str = "nccl") -> dict:
+    """Bytes handed to collectives in one step: per rank (the most any rank
+    hands) and summed over the ranks."""
+    per = [rank_counts(layer_sizes, batch, procs, r, itemsize, parallel, model_procs, comm).bytes_comm
+           for r in range(procs)]
+    return {"per_rank": max(per), "job": sum(per)}
+
+
+
+# ---- closed forms for one hidden layer (docs/model.md; tested equal to rank_counts) -----------
+
+def closed_form_bytes(D: int, H: int, C: int, B: int, p: int, s: int, strategy: str, p_model: int = 1) -> int:
+    """Bytes one rank (rank 0) hands to collectives per step, network D-H-C, fp size s."""
+    n_theta = H * D + H + C * H + C
+    if strategy == "data":
+        return s * (n_theta + 1)
+    if strategy == "ps":
+        return s * (n_theta + 1) + s * (n_theta + 1)
+    if strategy == "model":
+        return s * C * B if p > 1 else 0
+    if strategy == "hybrid":
+        p_data = p // p_model
+        b = -(-B // p_data)
+        h = -(-H // p_model)
+        shard = h * D + h + C * h + C
+        return (s * C * b if p_model > 1 else 0) + (s * (shard + 1) if p_data > 1 else 0)
+    raise StrategyError(f"no closed form for strategy {strategy!r}")

@@ -1,0 +1,151 @@
+"""A strategy's predicted time per batch, with the model's terms, and the
+phases a rank's batch records."""
+from __future__ import annotations
+
+import math
+
+from ..costs import itemsize as itemsize_of
+from ..machine import Machine
+from ..predict import (TERMS, Prediction, graph_refusal, launch_host_s, predict_batch, resolve_exec, ring_allreduce_s,
+                       staging_memory, trace_cost, trace_detail)
+from .counts import Collective, rank_counts
+from .grid import DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, grid, layer_splits
+
+def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> float:
+    """Time of one collective. Allreduce: the ring (predict.py). Reduce and
+    broadcast, pipelined along a chain (NCCL) or a binomial tree (MPI): the
+    buffer crosses each link once, n / bw, after one latency per step
+    (NCCL: one; MPI: ceil(log2 p))."""
+    if c.group <= 1:
+        return 0.0
+    device = comm in DEVICE_COMMS
+    alpha, bw = ((machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if device
+                 else (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s))
+    if c.kind == "allreduce":
+        return ring_allreduce_s(nbytes, c.group, alpha, bw, steps_alpha=not device)
+    steps = 1 if device else math.ceil(math.log2(c.group))
+    return steps * alpha + nbytes / bw
+
+
+def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
+    """The execution mode a strategy's step runs in (`auto`: resolve_exec);
+    graph where the step cannot be captured is a StrategyError with the
+    trainer's message (graph_refusal)."""
+    mode = resolve_exec(exec_mode, "cupy", parallel, comm)
+    if mode == "graph":
+        why = graph_refusal("numpy" if comm in ("mpi", "ps") else "cupy", parallel, comm)
+        if why:
+            raise StrategyError(why)
+    return mode
+
+
+def traced_events(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
+                  batch_transfer: str, exec_mode: str = "eager") -> int:
+    """Phases a traced batch of this rank records, each with a CUDA event at
+    the `phases` level (perfmlp/strategies/shard.py: shard_compute)."""
+    return len(step_phases(layer_sizes, procs, rank, parallel, model_procs, comm, batch_transfer, exec_mode))
+
+
+def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
+                batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
+    """The phases one batch of this rank records, in order. In graph mode
+    one replay (`graph`) stands for forward, combine, loss and backward, and
+    with NCCL for the exchange and the update too (trace/format.py's
+    batch_phases names data parallelism's the same way)."""
+    p_data, p_model = grid(procs, parallel, model_procs)
+    out = [] if batch_transfer == "resident" else ["h2d"]
+    if strategy_exec(exec_mode, parallel, comm) == "graph":
+        out.append("graph")
+        if comm in DEVICE_COMMS:
+            return tuple(out)
+    else:
+        out.append("forward")
+        if p_model > 1 and layer_splits(len(layer_sizes) - 1)[-1] == "col":
+            out.append("combine")
+        out += ["loss", "backward"]
+    if comm in PS_COMMS:
+        out += ["reduce"] + (["update"] if rank == ROOT else []) + ["bcast"]
+        return tuple(out)
+    if p_data > 1 or parallel == "data":
+        out += (["d2h", "allreduce", "h2d_grad"] if comm == "mpi-staged" else ["allreduce"])
+    out.append("update")
+    return tuple(out)
+
+
+def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
+                     comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
+                     model_procs: int = 0, trace_level: str | None = None, exec_mode: str = "eager") -> Prediction:
+    """Predicted time per batch of a strategy, with predict.py's terms. Data
+    parallelism with an allreduce is predict_batch itself. Otherwise the
+    compute terms are predict_batch's for the slowest rank's own step (rank
+    0: the largest piece and the largest shard) and `allreduce` holds every
+    collective of the step (combines, gradients, the server's reduce and
+    broadcast); mpi-staged adds a D2H and an H2D copy around each.
+
+    `exec_mode` (eager, graph; auto: resolve_exec's choice for the
+    strategy): eager pays `launches`, the host's launches that the GPU work
+    does not hide. Graph mode is one replay of the whole step (NCCL only:
+    strategy_exec refuses the rest), as predict_batch predicts data
+    parallelism's: no per-launch host term, the graph's kernel gaps, the
+    resident piece's copy into the static inputs, and `graph_launch`, the
+    host's one launch where it exceeds the replay's GPU time (the rank's own
+    step's, predict_batch's timeline, less the collectives that the replay
+    also holds)."""
+    if parallel == "data" and comm not in PS_COMMS:
+        return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
+                             exec_mode=exec_mode)
+    mode = strategy_exec(exec_mode, parallel, comm)
+    graph = mode == "graph"
+    s = itemsize_of(precision)
+    rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
+    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, "nccl", batch_transfer, trace_level, exec_mode=mode)
+    cost = trace_cost(trace_level)
+    phases = traced_events(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode) \
+        if cost else 0
+    terms = dict.fromkeys(TERMS, 0.0)
+    for k in ("gemm", "elementwise", "h2d_batch") + (("kernel_gaps",) if graph else ()):
+        terms[k] = own.terms[k]
+    _collective_terms(machine, rc.collectives, s, comm, batch_transfer, terms)
+    if graph:
+        # the collectives run inside the replay: they hide the launch too, unless a pageable copy
+        # synchronised the host before it (pinned copies and resident data do not)
+        hidden = terms["allreduce"] if batch_transfer != "pageable" else 0.0
+        terms["graph_launch"] = max(0.0, own.terms["graph_launch"] - hidden)
+    else:
+        terms["launches"] = _eager_launches(machine, rc.kernels, phases, procs, cost is not None, comm,
+                                            batch_transfer, terms)
+    if cost and cost.events:
+        terms["tracing"] = machine.trace_event_s * phases
+    total = sum(terms.values())
+    compute = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["launches"] + terms["graph_launch"]
+    job = sum(rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer).flops_total
+              for r in range(procs))
+    return Prediction(terms, total, max(compute, total - compute), rc.flops_total, job,
+                      rc.bytes_h2d + rc.bytes_d2h, machine.name,
+                      {"exec": mode, "kernels": own.detail["kernels"], **trace_detail(trace_level)})
+
+
+def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, batch_transfer: str,
+                      terms: dict) -> None:
+    """Add every collective of the step to `allreduce`, and with mpi-staged
+    its D2H and H2D copies to d2h_grad and h2d_grad."""
+    mem = staging_memory(batch_transfer)
+    for c in collectives:
+        n = itemsize * c.elements
+        terms["allreduce"] += collective_s(machine, c, n, comm)
+        if comm == "mpi-staged":
+            terms["d2h_grad"] += machine.copy_s("d2h", mem, n)
+            terms["h2d_grad"] += machine.copy_s("h2d", mem, n)
+
+
+def _eager_launches(machine: Machine, kernels: int, phases: int, procs: int, traced: bool, comm: str,
+                    batch_transfer: str, terms: dict) -> float:
+    """The host's launches (and the tracer's host time per recorded phase)
+    that the GPU work does not hide; with resident data and device
+    collectives nothing synchronises the step, so the host runs ahead of
+    the collectives too."""
+    hidden_by = terms["gemm"] + terms["elementwise"]
+    if batch_transfer == "resident" and comm in DEVICE_COMMS:
+        hidden_by += terms["allreduce"]
+    host_s = kernels * launch_host_s(machine, traced, procs) + phases * machine.trace_host_s(procs)
+    return max(0.0, host_s - hidden_by)

@@ -1,0 +1,82 @@
+"""backend_parts: the fields of backend.Backend for every strategy but the
+plain allreduce (backend.build calls it)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..batches import DeviceBatches, HostBatches
+from ..comm import HostReducer, NcclReducer, StagedReducer
+from ..errors import PerfmlpError
+from ..mlp import Network
+from ..model.costs import pieces
+from ..model.predict import staging_memory
+from ..model.strategies import PS_COMMS, StrategyError, check_shard, coords, grid, shard_sizes
+from .activations import HostAllreduce, NcclAllreduce, StagedAllreduce
+from .groups import split_groups
+from .server import SERVER, HostParamServer, NcclParamServer
+from .shard import SHARD, LocalReducer, ShardNetwork, ShardStep, setup_shard
+
+def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
+    """The fields of backend.Backend for a run with --parallel model|hybrid or
+    a parameter server; `name`: the backend that runs (numpy or cupy)."""
+    try:
+        p_data, p_model = grid(world.size, cfg.parallel, cfg.model_procs)
+        check_shard(cfg.layer_sizes, p_model)
+    except StrategyError as e:
+        raise PerfmlpError(str(e)) from None
+    comm = cfg.comm if cfg.comm != "auto" else ("mpi" if name == "numpy" else "mpi-staged")
+    d, m = coords(world.rank, p_model)
+    max_local = max(pieces(cfg.batch_size, p_data))
+    args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
+    xp, batches, sync, stream = _device(cfg, world, xtrain, ytrain, name, max_local)
+    fields = dict(name=name, xp=xp, batches=batches, sync=sync, stream=stream)
+    if comm in PS_COMMS:
+        if name == "cupy":
+            from ..gpu.network import GpuNetwork
+            net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
+        else:
+            net = Network(np, cfg.layer_sizes, *args)
+        server = NcclParamServer(xp, world, net) if comm == "ps-nccl" else HostParamServer(world, net)
+        return dict(fields, net=net, reducer=server, parts=SERVER, data_group=(world.size, world.rank))
+    data_group, model_group = split_groups(world, p_model)
+    sizes = shard_sizes(cfg.layer_sizes, p_model, m)
+    if name == "cupy":
+        from ..gpu.network import GpuNetwork
+        net = type("GpuShardNetwork", (ShardStep, GpuNetwork), {})(xp, sizes, *args, max_local, cfg.gemm)
+    else:
+        net = ShardNetwork(np, sizes, *args)
+    allreduce = _activation_allreduce(cfg, comm, xp, net, model_group, max_local) if p_model > 1 else None
+    setup_shard(net, cfg.layer_sizes, model_group, m, allreduce)
+    return dict(fields, net=net, reducer=_data_reducer(cfg, comm, xp, net, data_group, p_data, name),
+                parts=SHARD, data_group=(p_data, d))
+
+
+def _device(cfg, world, xtrain, ytrain, name: str, max_local: int) -> tuple:
+    """(array module, batch source, synchronisation, stream) of this rank."""
+    if name != "cupy":
+        return np, HostBatches(xtrain, ytrain), (lambda: None), None
+    from ..gpu import require_cupy, use_device
+    xp = require_cupy()
+    stream = use_device(xp, world.rank)
+    return xp, DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local), stream.synchronize, stream
+
+
+def _activation_allreduce(cfg, comm: str, xp, net, model_group, max_local: int):
+    """The model group's allreduce of activations for this communication mode."""
+    largest = max(cfg.layer_sizes[1:]) * max_local
+    if comm == "nccl":
+        return NcclAllreduce(xp, model_group, net.dtype, largest)
+    if comm == "mpi-staged":
+        return StagedAllreduce(xp, model_group, largest, net.dtype, staging_memory(cfg.batch_transfer))
+    return HostAllreduce(model_group)
+
+
+def _data_reducer(cfg, comm: str, xp, net, data_group, p_data: int, name: str):
+    """The gradient exchange over the data group (none on a group of one)."""
+    if p_data == 1:
+        return LocalReducer(comm, net, on_host=name == "numpy")
+    if comm == "nccl":
+        return NcclReducer(xp, data_group, net)
+    if comm == "mpi-staged":
+        return StagedReducer(xp, data_group, net, staging_memory(cfg.batch_transfer))
+    return HostReducer(data_group)

@@ -1,0 +1,107 @@
+"""The parameter server (`--comm ps` on NumPy, `ps-nccl` on the GPU): the
+gradient buffer reduced to rank 0, updated there, parameters broadcast."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..mlp import FlatParams
+from ..model.costs import LOSS_SLOTS
+from ..model.strategies import ROOT
+from ..step import NonFiniteLoss, Parts, compute
+from .activations import nccl_communicator, nccl_dtype
+from .groups import world_group
+
+class HostParamServer:
+    """`ps` (NumPy): MPI_Reduce of the gradient buffer to rank 0, the update
+    there, MPI_Bcast of the parameters and the loss (the parameter buffer
+    gets the loss slot, so that every rank sees a non-finite loss at once;
+    rank 0 then skips the update, leaving the last finite parameters)."""
+
+    name = "ps"
+
+    def __init__(self, world, net):
+        self.group, self.net = world_group(world), net
+        net.p = FlatParams(net.xp, net.p.layer_sizes, net.dtype, extra=LOSS_SLOTS)
+
+    def exchange(self, phase, counts) -> None:
+        g, p, grp = self.net.g, self.net.p, self.group
+        with phase("reduce"):
+            grp.reduce_sum(g.flat, ROOT)
+        self._count(counts, "MPI_Reduce", g.flat)
+        if grp.rank == ROOT:
+            p.extra[0] = g.extra[0]
+            if np.isfinite(p.extra[0]):
+                with phase("update"):
+                    self.net.update()
+        with phase("bcast"):
+            grp.bcast_buffer(p.flat, ROOT)
+        self._count(counts, "MPI_Bcast", p.flat)
+
+    def _count(self, counts, name: str, buf) -> None:
+        if self.group.library != "none":
+            counts.bytes_mpi += buf.nbytes
+            counts.collectives.append((name, int(buf.size)))
+
+    def host_value(self, flat, index: int) -> float:
+        return float(self.net.p.extra[0])
+
+
+class NcclParamServer:
+    """`ps-nccl` (GPU): ncclReduce of the gradient buffer to rank 0, the update
+    there, ncclBroadcast of the parameters; no synchronisation, so the whole
+    step captures into a CUDA graph (rank 0's with the update, the others'
+    without). Only rank 0's update kernel moves the loss into the epoch's
+    sum, which is broadcast once per epoch (8 bytes over host MPI, outside
+    every batch's counters)."""
+
+    name = "ps-nccl"
+
+    def __init__(self, cupy, world, net):
+        self.group, self.net = world_group(world), net
+        self.nccl, self.comm = nccl_communicator(self.group)
+        self._dtype = nccl_dtype(self.nccl, net.dtype)
+        stream = cupy.cuda.get_current_stream()
+        self._stream_ptr = stream.ptr
+        # a reduce and a broadcast of the buffers' sizes outside any graph (as comm.NcclReducer's warm-up)
+        scratch = cupy.zeros(net.g.flat.size, net.dtype)
+        self.comm.reduce(scratch.data.ptr, scratch.data.ptr, scratch.size, self._dtype, self.nccl.NCCL_SUM, ROOT,
+                         self._stream_ptr)
+        self.comm.bcast(scratch.data.ptr, net.p.n_params, self._dtype, ROOT, self._stream_ptr)
+        stream.synchronize()
+
+    def exchange(self, phase, counts) -> None:
+        g, p, root = self.net.g, self.net.p, self.group.rank == ROOT
+        with phase("reduce"):
+            self.comm.reduce(g.flat.data.ptr, g.flat.data.ptr, g.flat.size, self._dtype, self.nccl.NCCL_SUM, ROOT,
+                             self._stream_ptr)
+            if not root:
+                g.extra.fill(0)  # the loss was sent; the next batch's kernel adds into this slot
+        counts.bytes_nccl += g.flat.nbytes
+        counts.collectives.append(("ncclReduce", int(g.flat.size)))
+        if root:
+            with phase("update"):
+                self.net.update()
+        with phase("bcast"):
+            self.comm.bcast(p.params.data.ptr, p.n_params, self._dtype, ROOT, self._stream_ptr)
+        counts.bytes_nccl += p.params.nbytes
+        counts.collectives.append(("ncclBroadcast", int(p.n_params)))
+
+    def host_value(self, flat, index: int):
+        return None
+
+    def epoch_loss_sum(self) -> float:
+        v = np.array([self.net.take_epoch_loss_sum() if self.group.rank == ROOT else 0.0])
+        self.group.bcast_buffer(v, ROOT)
+        return float(v[0])
+
+
+def server_exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+    """The parameter server's exchange, which updates on rank 0."""
+    reducer.exchange(phase, counts)
+    ce = reducer.host_value(net.g.flat, net.g.n_params)
+    if ce is not None and not np.isfinite(ce):
+        raise nonfinite(ce)
+    return ce
+
+
+SERVER = Parts(compute, server_exchange)
