@@ -15,6 +15,8 @@ a signed exponent, so a string that Python's float() reads is a number too.
 from __future__ import annotations
 
 import math
+import os
+import stat
 from typing import Any, Iterable
 
 
@@ -97,19 +99,73 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
     return value
 
 
-def read_yaml(source, what: str) -> Any:
-    """The data in a YAML file (a path, or a file shipped in the package as an
-    importlib.resources Traversable), read with safe loading only; a
-    CheckError naming the file otherwise. `what` names the kind of file."""
+def _unique_key_loader():
+    """yaml.SafeLoader that refuses a mapping key written twice (PyYAML
+    keeps the last one silently: `epochs: 1` then `epochs: 2` would run 2)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # an unhashable key: construct_mapping's own error follows
+                    break
+                if duplicate:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, line: int):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+def load_yaml_text(text: str, source) -> Any:
+    """The data in YAML `text` (safe loading only, every key of a mapping
+    once); a CheckError naming `source` otherwise."""
     import yaml
     try:
-        text = source.read_text()
-    except OSError as e:
-        raise CheckError(f"cannot read {what} {source}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise CheckError(f"{source}: not a text file") from None
-    try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader: no Python objects
+    except _DuplicateKey as e:
+        raise CheckError(f"{source}: key {e.key!r} appears twice (again at line {e.line})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise CheckError(f"{source}: not valid YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
+
+
+def read_text(source, what: str) -> str:
+    """The UTF-8 text of a regular file (a path, or a Traversable shipped in
+    the package); a CheckError naming it otherwise. A FIFO, a device or a
+    folder is refused before it is opened, so reading never blocks."""
+    if isinstance(source, str):
+        from pathlib import Path
+        source = Path(source)
+    if isinstance(source, os.PathLike):
+        try:
+            mode = os.stat(source).st_mode
+        except OSError as e:
+            raise CheckError(f"cannot read {what} {source}: {e.strerror}") from None
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise CheckError(f"{what} {source}: {kind}")
+    try:
+        return source.read_text(encoding="utf-8")
+    except OSError as e:
+        raise CheckError(f"cannot read {what} {source}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise CheckError(f"{source}: not a UTF-8 text file") from None
+
+
+def read_yaml(source, what: str) -> Any:
+    """The data in a YAML file (a path, or a file shipped in the package as an
+    importlib.resources Traversable), read with safe loading only and every
+    key of a mapping once; a CheckError naming the file otherwise. `what`
+    names the kind of file."""
+    return load_yaml_text(read_text(source, what), source)

@@ -71,6 +71,7 @@ class Config:
     resume: str = ""
     cprofile: bool = False
     quiet: bool = False
+    stall_limit: float = 300.0
     parallel: str = "data"
     model_procs: int = 0
     staleness: int = 0
@@ -132,6 +133,8 @@ HELP = {
     "resume": "start from the parameters in this .npz file",
     "cprofile": "profile each rank with cProfile, into rank-<r>.prof in the trace folder",
     "quiet": "print nothing but errors",
+    "stall_limit": "seconds a rank may go without progress (no phase of a batch begun) before the whole job "
+                   "is ended with one line naming the rank that stopped and its phase; 0: wait forever",
     "parallel": "partitioning over the ranks: data (the batch split), model (each rank a shard of every layer, "
                 "the whole batch), hybrid (a p_data x p_model grid)",
     "model_procs": "ranks per model group with --parallel hybrid (must divide the ranks)",
@@ -144,12 +147,15 @@ METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rat
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
            "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz",
            "bucket_bytes": "BYTES", "model_procs": "M", "staleness": "S",
-           "straggler_delay_ms": "MS", "straggler_rank": "R"}
+           "straggler_delay_ms": "MS", "straggler_rank": "R", "stall_limit": "SECONDS"}
 _DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights",
                  "model_procs": "none; hybrid needs it"}
 _FIELDS = {f.name: f for f in fields(Config)}
 _POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate", "bucket_bytes"}
-_NON_NEGATIVE = {"reg", "seed", "n_heldout", "model_procs", "staleness", "straggler_delay_ms", "straggler_rank"}
+_NON_NEGATIVE = {"reg", "seed", "n_heldout", "model_procs", "staleness", "straggler_delay_ms", "straggler_rank",
+                 "stall_limit"}
+# Keys that say where a run's output goes or how it is watched, not what it computes.
+NOT_COMPUTED = ("trace_dir", "run_id", "quiet", "save_params", "stall_limit")
 
 
 def _convert(name: str, value: Any, label: str) -> Any:
@@ -222,9 +228,18 @@ def check_consistent(cfg: Config) -> None:
         raise PerfmlpError(f"model_procs ({cfg.model_procs}) is for parallel hybrid, not parallel {cfg.parallel}")
     if cfg.staleness and cfg.comm != "ps-async":
         raise PerfmlpError(f"staleness ({cfg.staleness}) is for comm ps-async, not comm {cfg.comm}")
+    if cfg.cprofile and not cfg.trace:
+        raise PerfmlpError("--cprofile writes rank-<r>.prof into the run's trace folder: it needs the trace "
+                           "(drop --no-trace)")
     if cfg.comm in ("ps", "ps-nccl", "ps-async") and cfg.parallel != "data":
         raise PerfmlpError(f"comm {cfg.comm} (the parameter server) is data parallelism's exchange, "
                            f"not parallel {cfg.parallel}'s")
+
+
+def first_difference(a: dict, b: dict) -> str:
+    """The first key (in sorted order) whose value differs between two
+    configuration mappings, or ""."""
+    return next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), "")
 
 
 def check_procs(cfg: Config, nprocs: int) -> None:

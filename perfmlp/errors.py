@@ -1,4 +1,17 @@
-"""The one exception type a user sees: its message is the one-line error."""
+"""The one exception type a user sees (its message is the one-line error),
+and what every command-line tool shares: how it ends and how it writes.
+
+The promise: bad input or a fault ends a tool with one line naming the file
+or value and a non-zero status (2: bad input, 1: failed, 130: Ctrl-C, 128 + N:
+signal N), never a traceback; an output file is written to a temporary name
+beside it and renamed, so it is whole or absent; printing never fails a
+finished run (characters the terminal's encoding lacks are escaped).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
 
 
 class PerfmlpError(Exception):
@@ -12,6 +25,69 @@ class PerfmlpError(Exception):
 
 
 class RunFailure(PerfmlpError):
-    """The run itself failed (non-finite loss, a rank died)."""
+    """The run itself failed (non-finite loss, a rank died, a full disk)."""
 
     exit_code = 1
+
+
+def safe_stdio() -> None:
+    """Never fail on printing a character the output's encoding lacks
+    (LC_ALL=C, PYTHONIOENCODING=ascii): escape it instead."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):  # replaced by a non-text stream, or closed
+            pass
+
+
+def say(*args, file=None) -> None:
+    """print(), except that a closed or broken output is not an error."""
+    try:
+        print(*args, file=file or sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def cli(prog: str, main, argv=None) -> int:
+    """Run a tool's `main(argv)`: its status, or 130 and one line on
+    Ctrl-C, or one line for a PerfmlpError that escaped it."""
+    safe_stdio()
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        say(f"{prog}: interrupted (SIGINT)", file=sys.stderr)
+        return 130
+    except PerfmlpError as e:
+        say(f"{prog}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except BrokenPipeError:  # `... | head`: the reader has gone
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 1
+
+
+def write_atomic(path: str | Path, data) -> None:
+    """Write `path` whole: `data` (bytes, str as UTF-8, or a function given
+    the open binary file) goes to a temporary name in the same folder, then
+    replaces `path` in one rename. On failure (a full disk, Ctrl-C) the
+    temporary file is removed and `path` is as it was; an OSError becomes a
+    RunFailure naming the file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise RunFailure(f"cannot write {path}: {e.strerror or e}") from None
+        raise

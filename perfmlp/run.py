@@ -86,12 +86,14 @@ if __name__ == "__main__":
     share_cores_among_local_ranks()
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
 import statistics  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from . import config as config_mod  # noqa: E402
-from .errors import PerfmlpError  # noqa: E402
+from .errors import PerfmlpError, safe_stdio, say  # noqa: E402
 
 PARAM_FILES = ("initial.npz", "final.npz", "at-failure.npz")
 
@@ -107,12 +109,21 @@ def parse(argv):
     return config_mod.from_args(ap.parse_args(argv))
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the run is, like SIGINT's KeyboardInterrupt."""
+class Signalled(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP, raised where the run is."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated()
+class EveryRank(PerfmlpError):
+    """An error every rank knows of (they agreed on it): rank 0 says it,
+    every rank exits, no abort."""
+
+    def __init__(self, message: str, exit_code: int, rank: int | None = None):
+        super().__init__(message)
+        self.exit_code, self.rank = exit_code, rank   # rank: the one that has it, None: every rank
 
 
 def check_outputs(cfg) -> None:
@@ -132,6 +143,41 @@ def check_outputs(cfg) -> None:
         raise PerfmlpError(f"--save-params {d}: {probe} is not writable")
 
 
+def agree(world, error: PerfmlpError | None) -> None:
+    """A collective: if any rank has an error, every rank raises EveryRank
+    with the first one (named by rank unless every rank has it)."""
+    if world.size == 1:
+        if error is not None:
+            raise EveryRank(str(error), error.exit_code)
+        return
+    errors = world.allgather(None if error is None else (str(error), error.exit_code))
+    bad = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if bad:
+        r, (msg, code) = bad[0]
+        same = len(bad) == world.size and all(e == bad[0][1] for _, e in bad)
+        raise EveryRank(msg, code, None if same else r)
+
+
+def config_digest(cfg) -> str:
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def check_same_config(world, cfg) -> None:
+    """A collective: every rank must run the same configuration (else the
+    ranks would wait for each other in collectives of different sizes)."""
+    if world.size == 1:
+        return
+    digests = world.allgather(config_digest(cfg))
+    if len(set(digests)) == 1:
+        return
+    configs = world.allgather(cfg.to_dict())
+    r = next(i for i, d in enumerate(digests) if d != digests[0])
+    key = config_mod.first_difference(configs[0], configs[r])
+    raise EveryRank(f"the ranks were started with different configurations: {key} is "
+                    f"{configs[0].get(key)!r} on rank 0, {configs[r].get(key)!r} on rank {r} "
+                    "(start every rank with the same options)", 2)
+
+
 def _cleanup(tracer, status: str) -> str | None:
     """Close the trace; return a one-line reason if that failed (never raise)."""
     if tracer is None:
@@ -143,78 +189,143 @@ def _cleanup(tracer, status: str) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+class _Job:
+    """What the error path needs to end the job: the world, the trace, the watchdog."""
+
     world = None
     rank = 0
     tracer = None
-    cfg = None
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    watchdog = None
+
+    def on_signal(self, signum, frame):
+        if self.watchdog is not None:
+            self.watchdog.handled = True
+        raise Signalled(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    safe_stdio()
+    job = _Job()
     try:
-        cfg = parse(argv)
-        check_outputs(cfg)
-        from .backend import check_options
-        check_options(cfg)
-        from .comm import make_world
-        world = make_world()
-        rank = world.rank
-        from . import train as train_mod
-        from .trace.format import WARMUP_BATCHES
-        from .trace.writer import make_tracer
-        tracer = make_tracer(cfg, world)
-        try:
-            if cfg.cprofile:
-                import cProfile
-                prof = cProfile.Profile()
-                res = prof.runcall(train_mod.train, cfg, world, tracer)
-                prof.dump_stats(Path(tracer.run_dir or ".") / f"rank-{rank}.prof")
-            else:
-                res = train_mod.train(cfg, world, tracer)
-        except train_mod.NonFiniteLoss as e:
-            where = None
-            if rank == 0 and e.params is not None:
-                folder = Path(cfg.save_params or tracer.run_dir or ".").resolve()
-                where = folder / "at-failure.npz"
-                train_mod.save_params(where, e.params)
-            problem = _cleanup(tracer, "failed")
-            if world.size > 1:
-                world.barrier()  # every rank saw the same reduced loss: a clean collective stop
-            if rank == 0:
-                saved = f" (parameters {e.where} saved to {where})" if where else ""
-                print(f"perfmlp.run: error: {e}{saved}" + (f"; {problem}" if problem else ""), file=sys.stderr)
-            return e.exit_code
-        problem = _cleanup(tracer, "complete")
-        if problem:
-            raise PerfmlpError(problem)
-        if rank == 0 and not cfg.quiet:
-            ms = statistics.median(e.ms_per_batch for e in res.epochs)
-            last = res.epochs[-1] if res.epochs else None
-            acc = f", final held-out accuracy {last.accuracy:.4f}" if last else ""
-            trace = f", trace {tracer.run_dir}" if tracer.run_dir else ""
-            print(f"done: {res.batches} batches on {world.size} rank{'s' if world.size > 1 else ''} "
-                  f"({res.backend}), {ms:.4g} ms/batch (synchronised wall time per epoch after its "
-                  f"{WARMUP_BATCHES} warm-up batches, median over epochs){acc}{trace}")
-        return 0
+        return _main(argv, job)
     except BaseException as e:  # one line, then end the whole job
-        if isinstance(e, PerfmlpError):
-            msg, code, status = str(e), e.exit_code, "failed"
-        elif isinstance(e, Terminated):
-            msg, code, status = "terminated (SIGTERM)", 143, "terminated"
-        elif isinstance(e, KeyboardInterrupt):
-            msg, code, status = "interrupted (SIGINT)", 130, "interrupted"
-        elif isinstance(e, SystemExit):
-            raise
-        else:
-            msg, code, status = f"{type(e).__name__}: {e}", 1, "failed"
-            if os.environ.get("PERFMLP_DEBUG"):
-                traceback.print_exc()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup below is not interrupted again
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        problem = _cleanup(tracer, status)
-        who = f"rank {rank}: " if world is not None and world.size > 1 else ""
-        print(f"perfmlp.run: {who}error: {msg}" + (f"; {problem}" if problem else ""), file=sys.stderr)
-        if world is not None and world.size > 1:
-            world.abort(code)  # the other ranks may be waiting in a collective
+        return _fail(e, job)
+    finally:
+        if job.watchdog is not None:
+            job.watchdog.stop()
+
+
+def _start(argv, job: _Job):
+    """Parse, start MPI under the watchdog, agree on the configuration and
+    its checks; the checked configuration."""
+    from .watchdog import DEFAULT_LIMIT_S, Watchdog
+    try:
+        cfg, error = parse(argv), None
+    except PerfmlpError as e:  # said once MPI has started, so that every rank ends
+        cfg, error = None, e
+    job.watchdog = Watchdog(cfg.stall_limit if cfg else DEFAULT_LIMIT_S)
+    job.watchdog.start(job.on_signal)
+    from .comm import make_world
+    job.world = make_world()
+    job.rank = job.world.rank
+    job.watchdog.handle_signals(job.on_signal)  # MPI's transport may have taken SIGHUP
+    job.watchdog.attach(job.world)
+    agree(job.world, error)
+    check_same_config(job.world, cfg)
+    from .backend import check_options
+    try:
+        check_outputs(cfg)
+        check_options(cfg)
+        error = None
+    except PerfmlpError as e:
+        error = e
+    agree(job.world, error)
+    return cfg
+
+
+def _main(argv, job: _Job) -> int:
+    cfg = _start(argv, job)
+    world, rank = job.world, job.rank
+    from . import train as train_mod
+    from .trace.format import WARMUP_BATCHES
+    from .trace.writer import make_tracer
+    from .watchdog import FINISHING
+    job.tracer = tracer = make_tracer(cfg, world)
+    job.watchdog.run_dir = tracer.run_dir
+    try:
+        res = _train(train_mod, cfg, world, tracer, job.watchdog)
+    except train_mod.NonFiniteLoss as e:
+        return _non_finite(e, cfg, world, tracer)
+    job.watchdog.mark(FINISHING)
+    problem = _cleanup(tracer, "complete")
+    if problem:
+        raise PerfmlpError(problem)
+    if rank == 0 and not cfg.quiet:
+        ms = statistics.median(e.ms_per_batch for e in res.epochs)
+        last = res.epochs[-1] if res.epochs else None
+        acc = f", final held-out accuracy {last.accuracy:.4f}" if last else ""
+        trace = f", trace {tracer.run_dir}" if tracer.run_dir else ""
+        say(f"done: {res.batches} batches on {world.size} rank{'s' if world.size > 1 else ''} "
+            f"({res.backend}), {ms:.4g} ms/batch (synchronised wall time per epoch after its "
+            f"{WARMUP_BATCHES} warm-up batches, median over epochs){acc}{trace}")
+    return 0
+
+
+def _train(train_mod, cfg, world, tracer, watchdog):
+    if not cfg.cprofile:
+        return train_mod.train(cfg, world, tracer, watchdog=watchdog)
+    import cProfile
+    prof = cProfile.Profile()
+    res = prof.runcall(train_mod.train, cfg, world, tracer, watchdog=watchdog)
+    prof.dump_stats(Path(tracer.run_dir) / f"rank-{world.rank}.prof")  # --cprofile needs the trace folder
+    return res
+
+
+def _non_finite(e, cfg, world, tracer) -> int:
+    where = None
+    if world.rank == 0 and e.params is not None:
+        from .train import save_params
+        folder = Path(cfg.save_params or tracer.run_dir or ".").resolve()
+        where = folder / "at-failure.npz"
+        save_params(where, e.params)
+    problem = _cleanup(tracer, "failed")
+    if world.size > 1:
+        world.barrier()  # every rank saw the same reduced loss: a clean collective stop
+    if world.rank == 0:
+        saved = f" (parameters {e.where} saved to {where})" if where else ""
+        say(f"perfmlp.run: error: {e}{saved}" + (f"; {problem}" if problem else ""), file=sys.stderr)
+    return e.exit_code
+
+
+def _fail(e: BaseException, job: _Job) -> int:
+    """One line, the trace closed with how the run ended, then the whole job ends."""
+    from .watchdog import SIGNALS
+    if isinstance(e, SystemExit):
+        raise e
+    for s in SIGNALS:  # the cleanup below is not interrupted again
+        signal.signal(s, signal.SIG_IGN)
+    if isinstance(e, PerfmlpError):
+        msg, code, status = str(e), e.exit_code, "failed"
+    elif isinstance(e, KeyboardInterrupt):
+        signum = e.signum if isinstance(e, Signalled) else signal.SIGINT
+        (msg, status), code = SIGNALS[signum], 128 + signum
+    else:
+        msg, code, status = f"{type(e).__name__}: {e}", 1, "failed"
+        if os.environ.get("PERFMLP_DEBUG"):
+            traceback.print_exc()
+    problem = _cleanup(job.tracer, status)
+    world = job.world
+    several = world is not None and world.size > 1
+    if isinstance(e, EveryRank):
+        if job.rank == 0:
+            who = "" if e.rank is None else f"rank {e.rank}: "
+            say(f"perfmlp.run: {who}error: {msg}", file=sys.stderr)
         return code
+    who = f"rank {job.rank}: " if several else ""
+    say(f"perfmlp.run: {who}error: {msg}" + (f"; {problem}" if problem else ""), file=sys.stderr)
+    if several:
+        world.abort(code)  # the other ranks may be waiting in a collective
+    return code
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import numpy as np
 from . import data as data_mod
 from .backend import build
 from .config import Config, check_procs, data_procs
-from .errors import PerfmlpError
+from .errors import PerfmlpError, RunFailure, write_atomic
 from .mixed import storage_dtype
 from .mlp import init_weights
 from .model.costs import piece
@@ -34,6 +34,7 @@ from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call 
 from .straggler import straggler
 from .trace.format import WARMUP_BATCHES, Counts
 from .trace.writer import NullTracer
+from .watchdog import EPOCH_END, SERVING
 
 
 @dataclass
@@ -64,25 +65,40 @@ class Result:
 _FAULT = os.environ.get("PERFMLP_FAULT")
 
 
-def fault_hook(rank: int, batch: int, tracer) -> None:
-    """Testing hook: PERFMLP_FAULT=RANK:BATCH[:KIND] makes that rank fail as
-    batch BATCH starts, so tests can show how the whole job ends: `raise` an
-    exception (the default), `disk` (the rank's trace writes go to /dev/full
-    from here: ENOSPC, as on a full disk), `kill` (SIGKILL: no cleanup at
-    all), `term` (SIGTERM), `int` (SIGINT)."""
+def fault_hook(rank: int, batch: int, tracer, phase: str | None = None) -> None:
+    """Testing hook: PERFMLP_FAULT=RANK:BATCH[:KIND[:PHASE]] makes that rank
+    fail as batch BATCH starts (or as it enters PHASE), so tests can show
+    how the whole job ends: `raise` an exception (the default), `disk` (the
+    rank's trace writes go to /dev/full from here: ENOSPC, as on a full
+    disk), `kill` (SIGKILL: no cleanup at all), `term`, `int`, `hup`
+    (SIGTERM, SIGINT, SIGHUP), `stop` (SIGSTOP, as a debugger or a
+    swapped-out node) or `hang` (the rank sleeps for ever)."""
     if not _FAULT:
         return
-    r, b, *kind = _FAULT.split(":")
-    if int(r) != rank or int(b) != batch:
+    r, b, *rest = _FAULT.split(":")
+    kind, where = (rest[0] if rest else "raise"), (rest[1] if len(rest) > 1 else None)
+    if int(r) != rank or int(b) != batch or where != phase:
         return
-    kind = kind[0] if kind else "raise"
     if kind == "raise":
         raise RuntimeError(f"injected fault at batch {batch}")
     if kind == "disk":
         tracer.redirect_writes("/dev/full")
+    elif kind == "hang":
+        while True:
+            time.sleep(1)
     else:
         import signal
-        os.kill(os.getpid(), {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}[kind])
+        os.kill(os.getpid(), {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT,
+                              "hup": signal.SIGHUP, "stop": signal.SIGSTOP}[kind])
+
+
+def _faulty(phase, rank: int, tracer, where: list):
+    """`phase` with fault_hook called as each phase starts (PERFMLP_FAULT names a phase)."""
+    def faulty(name):
+        entered = phase(name)  # the phase is marked as entered before the fault
+        fault_hook(rank, where[0], tracer, name)
+        return entered
+    return faulty
 
 
 def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
@@ -116,20 +132,64 @@ def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
 
 
 def save_params(path: Path, params: dict[str, np.ndarray]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **params)
-    tmp.replace(path)
+    """The parameters as an .npz file, written whole or not at all (a
+    RunFailure naming the file on a full disk)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunFailure(f"cannot create {path.parent}: {e.strerror}") from None
+    write_atomic(path, lambda f: np.savez(f, **params))
 
 
-def train(cfg: Config, world, tracer=None, log=print) -> Result:
+def train(cfg: Config, world, tracer=None, log=print, watchdog=None) -> Result:
+    """Train on `world`'s ranks, recording into `tracer` and marking progress
+    for `watchdog` (perfmlp/watchdog.py), both optional."""
     # exp overflow in the sigmoid is expected (it saturates to 0); a loss that
     # is not finite is caught below, so NumPy's warnings are only noise
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        return _train(cfg, world, tracer or NullTracer(), log)
+        return _train(cfg, world, tracer or NullTracer(), log, watchdog or _NoWatchdog())
 
 
-def _train(cfg: Config, world, tracer, log) -> Result:
+class _Watched:
+    """The tracer, with the watchdog marking each batch and phase it begins
+    (for a loop that calls the tracer, not the watchdog)."""
+
+    def __init__(self, tracer, watchdog):
+        self._tracer, self._watchdog = tracer, watchdog
+        self.phase = watchdog.watch(tracer.phase)
+
+    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
+        self._watchdog.batch(epoch, batch)
+        self._tracer.begin_batch(epoch, batch, samples, local)
+
+    def __getattr__(self, name):
+        return getattr(self._tracer, name)
+
+
+class _NoWatchdog:
+    def watch(self, phase):
+        return phase
+
+    def batch(self, epoch: int, batch: int) -> None:
+        pass
+
+    def mark(self, state: int) -> None:
+        pass
+
+
+@dataclass
+class _Setup:
+    cfg: Config
+    be: object          # backend.Backend
+    split: object       # data.Split
+    x_held: object      # the held-out inputs on the backend, or None
+    pieces_of: tuple    # the batch is split over (ranks, this rank's piece)
+    straggle: object    # straggler.straggler: the injected delay of a batch (a no-op unless asked)
+    last_finite: tuple = ()   # (flat parameters, which they are): the latest finite epoch start
+
+
+def _setup(cfg: Config, world, tracer, log) -> _Setup:
+    """Data, backend and initial parameters (saved with --save-params)."""
     rank, P = world.rank, world.size
     split = data_mod.load(cfg.data, cfg.data_dir, cfg.n_train, cfg.n_heldout,
                           cfg.input_size, cfg.num_classes, cfg.seed)
@@ -145,93 +205,112 @@ def _train(cfg: Config, world, tracer, log) -> Result:
     master = np.dtype(precision_of(cfg.precision).master)
     xtrain, ytrain = (a.astype(storage_dtype(cfg.precision), copy=False)
                       for a in data_mod.to_arrays(split.train, cfg.num_classes, master))
-    xheld, yheld = data_mod.to_arrays(split.heldout, cfg.num_classes, master)
+    xheld, _ = data_mod.to_arrays(split.heldout, cfg.num_classes, master)
     be = build(cfg, world, xtrain, ytrain)
-    net, batches, reducer = be.net, be.batches, be.reducer
     tracer.attach(world, be)
-    net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
-    pieces_of = be.data_group or (P, rank)  # the batch is split over (ranks, this rank's piece)
-
+    be.net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
     if cfg.resume:
         init = load_resume(cfg.resume, cfg.layer_sizes)
         L = len(cfg.layer_sizes) - 1
-        net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
+        be.net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
     else:
-        net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
-    initial = net.get_params() if cfg.save_params else None  # every rank: a collective for a shard
+        be.net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
+    initial = be.net.get_params() if cfg.save_params else None  # every rank: a collective for a shard
     if initial is not None and rank == 0:
         save_params(Path(cfg.save_params) / "initial.npz", initial)
-
     x_held = be.xp.asarray(xheld.T) if len(xheld) else None
-    straggle = straggler(cfg, rank, P)
+    return _Setup(cfg, be, split, x_held, be.data_group or (P, rank), straggler(cfg, rank, P))
+
+
+def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
+    s = _setup(cfg, world, tracer, log)
+    cfg, be = s.cfg, s.be
     result = Result(backend=be.name)
     if cfg.comm == "ps-async":  # the asynchronous parameter server runs a loop of its own
         from .psasync.loop import train_async
-        train_async(cfg, world, be, tracer, log, straggle, (x_held, split.heldout.labels), result, EpochResult)
-        if cfg.save_params and rank == 0:
+        watchdog.mark(SERVING)  # the server marks nothing more; a worker's batches and phases are marked
+        train_async(cfg, world, be, _Watched(tracer, watchdog), log, s.straggle, (s.x_held, s.split.heldout.labels),
+                    result, EpochResult)
+        if cfg.save_params and world.rank == 0:
             save_params(Path(cfg.save_params) / "final.npz", result.params)
         return result
-    counts = Counts()
-    B = cfg.batch_size
-    nbatches = -(-N // B)
+    phase = watchdog.watch(tracer.phase)
+    at = [0]  # the batch the fault hook sees
+    if _FAULT and len(_FAULT.split(":")) > 3:
+        phase = _faulty(phase, world.rank, tracer, at)
+    nbatches = -(-cfg.n_train // cfg.batch_size)
     warmup = min(WARMUP_BATCHES, nbatches - 1)  # the steady window starts after these (JIT, allocations, capture)
     for epoch in range(cfg.epochs):
-        if cfg.shuffle:
-            batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
-        if epoch == 0 or bool(be.xp.isfinite(net.p.flat).all()):  # one check (a device sync) per epoch
-            last_finite = (net.p.flat.copy(), f"from the start of epoch {epoch + 1}")
-        t_epoch = time.perf_counter()
-        t_steady = None
-        ce_total, ce_known = 0.0, True
-        for k in range(nbatches):
-            fault_hook(rank, k, tracer)
-            start = k * B
-            Bk = min(B, N - start)
-            lo, hi = piece(Bk, *pieces_of)
-            net.global_batch = Bk
-            tracer.begin_batch(epoch, k, Bk, hi - lo)
-            straggle()
-            try:
-                ce = step(net, batches, reducer, start + lo, start + hi, tracer.phase, counts, be.graph, be.parts)
-            except NonFiniteLoss as e:
-                e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
-                e.params, e.where = _last_finite(net, last_finite, f"before batch {k} of epoch {epoch + 1}")
-                raise
-            if ce is not None:
-                ce_total += ce
-            else:
-                ce_known = False
-            tracer.end_batch(None if ce is None else ce / Bk, counts)
-            counts.reset()
-            result.batches += 1
-            if warmup and k == warmup - 1:
-                be.sync()  # once per epoch: the steady window starts after the warm-up batches
-                t_steady = time.perf_counter()
-        if not ce_known:
-            ce_total = reducer.epoch_loss_sum()  # the device's running sum: one sync per epoch
-            if not np.isfinite(ce_total):
-                e = NonFiniteLoss(f"loss is {ce_total} in epoch {epoch + 1}: stopping")
-                e.params, e.where = _last_finite(net, last_finite, None)
-                raise e
-        be.sync()  # the epoch's time includes its queued device work
-        t_end = time.perf_counter()
-        loss = ce_total / N + net.weight_penalty()
-        acc = float("nan")
-        if rank == 0 and x_held is not None:
-            pred = net.predict(x_held)
-            acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == split.heldout.labels).mean())
-        ep = EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
-                         t_end - t_steady if t_steady else 0.0, nbatches - warmup if t_steady else 0)
+        ep = _epoch(s, world, tracer, watchdog, phase, at, epoch, warmup, result)
         result.epochs.append(ep)
-        tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=ep.seconds,
+        tracer.end_epoch(epoch=epoch, loss=ep.loss, accuracy=ep.accuracy, seconds=ep.seconds,
                          steady_ms_per_batch=ep.ms_per_batch if ep.steady_batches else None, warmup_batches=warmup)
-        if rank == 0 and not cfg.quiet:
-            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, "
+        if world.rank == 0 and not cfg.quiet:
+            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {ep.loss:.4f}, held-out accuracy {ep.accuracy:.4f}, "
                 f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")
-    result.params = net.get_params()
-    if cfg.save_params and rank == 0:
+    result.params = be.net.get_params()
+    if cfg.save_params and world.rank == 0:
         save_params(Path(cfg.save_params) / "final.npz", result.params)
     return result
+
+
+def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warmup: int,
+           result: Result) -> EpochResult:
+    """One pass over the training samples, then the held-out accuracy (rank 0)."""
+    cfg, be = s.cfg, s.be
+    net, batches, reducer = be.net, be.batches, be.reducer
+    N, B = cfg.n_train, cfg.batch_size
+    nbatches = -(-N // B)
+    if cfg.shuffle:
+        batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
+    if epoch == 0 or bool(be.xp.isfinite(net.p.flat).all()):  # one check (a device sync) per epoch
+        s.last_finite = (net.p.flat.copy(), f"from the start of epoch {epoch + 1}")
+    counts = Counts()
+    t_epoch = time.perf_counter()
+    t_steady = None
+    ce_total, ce_known = 0.0, True
+    for k in range(nbatches):
+        watchdog.batch(epoch, k)
+        at[0] = k
+        fault_hook(world.rank, k, tracer)
+        start = k * B
+        Bk = min(B, N - start)
+        lo, hi = piece(Bk, *s.pieces_of)
+        net.global_batch = Bk
+        tracer.begin_batch(epoch, k, Bk, hi - lo)
+        s.straggle()
+        try:
+            ce = step(net, batches, reducer, start + lo, start + hi, phase, counts, be.graph, be.parts)
+        except NonFiniteLoss as e:
+            e.args = (f"loss is {e.args[0]} at epoch {epoch + 1}, batch {k}: stopping",)
+            e.params, e.where = _last_finite(net, s.last_finite, f"before batch {k} of epoch {epoch + 1}")
+            raise
+        if ce is not None:
+            ce_total += ce
+        else:
+            ce_known = False
+        tracer.end_batch(None if ce is None else ce / Bk, counts)
+        counts.reset()
+        result.batches += 1
+        if warmup and k == warmup - 1:
+            be.sync()  # once per epoch: the steady window starts after the warm-up batches
+            t_steady = time.perf_counter()
+    watchdog.mark(EPOCH_END)
+    if not ce_known:
+        ce_total = reducer.epoch_loss_sum()  # the device's running sum: one sync per epoch
+        if not np.isfinite(ce_total):
+            e = NonFiniteLoss(f"loss is {ce_total} in epoch {epoch + 1}: stopping")
+            e.params, e.where = _last_finite(net, s.last_finite, None)
+            raise e
+    be.sync()  # the epoch's time includes its queued device work
+    t_end = time.perf_counter()
+    loss = ce_total / N + net.weight_penalty()
+    acc = float("nan")
+    if world.rank == 0 and s.x_held is not None:
+        pred = net.predict(s.x_held)
+        acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == s.split.heldout.labels).mean())
+    return EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
+                       t_end - t_steady if t_steady else 0.0, nbatches - warmup if t_steady else 0)
 
 
 def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:

@@ -1,0 +1,266 @@
+"""The run's watchdog: a stalled rank and a signal that cannot be handled
+end the whole job with one line.
+
+Progress. The training loop marks where the rank is: the batch it starts
+(`batch`), each phase it enters (the phase function `watch` returns) and the
+states around the batches (`mark`). A mark is one store into a small array,
+about 0.1 us, against a batch of 0.1 ms or more. A daemon thread looks at its
+own rank's mark every second (every quarter of the limit, if shorter); when
+it has not changed for `limit_s` seconds the job is ended: one line, then
+MPI_Abort. A rank stopped by a signal (SIGSTOP, a debugger, a swapped-out
+node) makes no marks, and neither does every other rank, waiting for it in a
+collective that does not return: theirs notice. The ranks of a node share
+their marks (an MPI shared-memory window), so the line names the rank that
+is behind, with the phase it stopped in, and says whether its process is
+stopped; ranks on another node can only be said to be waited for.
+
+Signals. Python runs a signal's handler only between bytecodes of the main
+thread, so a rank blocked inside MPI (waiting for a stopped peer) never
+runs it: SIGTERM to the rank or to mpiexec would do nothing. The handlers'
+signal numbers are also written to a socket (signal.set_wakeup_fd, at the C
+level, at once); the thread reads them, and if the main thread has not
+handled the signal within GRACE_S it ends the job itself: one line, MPI_Abort
+with 128 + the signal number.
+
+Only one rank prints: the stalled rank itself if it is alive (stuck, not
+stopped), else the lowest-numbered other rank of its node; the others wait
+a little longer, and the abort ends them first.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .trace.format import PHASE_TERMS
+
+DEFAULT_LIMIT_S = 300.0
+GRACE_S = 2.0           # a signal's Python handler has this long to run before the thread acts
+SIGNALS = {signal.SIGINT: ("interrupted (SIGINT)", "interrupted"),
+           signal.SIGTERM: ("terminated (SIGTERM)", "terminated"),
+           signal.SIGHUP: ("hung up (SIGHUP)", "terminated")}
+# Where a rank can be: these states, then every phase of a batch.
+STATES = ("starting", "the start of a batch", "the end of an epoch", "finishing", "serving")
+STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING = range(len(STATES))
+PHASE_CODES = {name: len(STATES) + i for i, name in enumerate(PHASE_TERMS)}
+NAMES = (*STATES, *PHASE_TERMS, "a phase")
+UNKNOWN = len(NAMES) - 1
+# Phases that wait for other ranks: their collectives, and a CUDA graph that may hold one.
+WAITING = {PHASE_CODES[p] for p, term in PHASE_TERMS.items() if term == "allreduce"} | {PHASE_CODES["graph"]}
+CODE, EPOCH, BATCH, RANK, PID = range(5)   # a rank's row
+
+
+class Watchdog:
+    """One per rank process. `start()` (main thread) installs the signal
+    handlers and starts the thread; `attach(world)` (a collective) shares
+    the marks within the node; `stop()` ends the watching."""
+
+    def __init__(self, limit_s: float = DEFAULT_LIMIT_S, prog: str = "perfmlp.run"):
+        self.limit_s = limit_s
+        self.prog = prog
+        self.world = None
+        self.run_dir = None     # where the manifest is, once the trace folder exists
+        self.handled = False    # the main thread ran a signal's handler
+        rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if v in os.environ), "0")
+        self.row = np.array([STARTING, -1, -1, int(rank) if rank.isdigit() else 0, os.getpid()], dtype=np.int64)
+        self.table = self.row[None, :]   # every rank of this node (this one alone until attach)
+        self._stop = threading.Event()
+        self._wake_r = self._wake_w = None
+        self._thread = None
+
+    # -- the main thread's side ---------------------------------------------------
+    def start(self, on_signal) -> None:
+        """Install `on_signal` for SIGINT, SIGTERM and SIGHUP (again after MPI
+        starts: its transport may take SIGHUP for a debug dump) and start
+        watching."""
+        self.handle_signals(on_signal)
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="perfmlp-watchdog", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def handle_signals(on_signal) -> None:
+        for s in SIGNALS:
+            signal.signal(s, on_signal)
+
+    def attach(self, world) -> None:
+        """Share this rank's row with the other ranks of its node (a collective)."""
+        self.world = world
+        self.row[RANK] = world.rank
+        comm = getattr(world, "comm", None)
+        if comm is None or world.size == 1:
+            return
+        MPI = world.MPI
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        n = self.row.size
+        self._win = MPI.Win.Allocate_shared(n * 8, 8, comm=node)
+        rows = []
+        for i in range(node.Get_size()):
+            buf, _ = self._win.Shared_query(i)
+            rows.append(np.frombuffer(buf, dtype=np.int64, count=n))
+        mine = rows[node.Get_rank()]
+        mine[:] = self.row
+        self.row = mine
+        node.Barrier()  # every row written before any is read
+        self._node, self.table = node, _Rows(rows)
+
+    def mark(self, state: int) -> None:
+        self.row[CODE] = state
+
+    def batch(self, epoch: int, batch: int) -> None:
+        row = self.row
+        row[EPOCH], row[BATCH], row[CODE] = epoch, batch, BATCH_START
+
+    def watch(self, phase):
+        """`phase` (the tracer's phase function) marking each phase it enters."""
+        row, codes = self.row, PHASE_CODES
+
+        def watched(name):
+            row[CODE] = codes.get(name, UNKNOWN)
+            return phase(name)
+        return watched
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- the thread ---------------------------------------------------------------
+    def _watch(self) -> None:
+        step = min(1.0, self.limit_s / 4) if self.limit_s > 0 else 1.0
+        last, since = self._where(), time.monotonic()
+        signalled = {}
+        while not self._stop.is_set():
+            select.select([self._wake_r], [], [], step)
+            now = time.monotonic()
+            for s in self._signals_read():
+                signalled.setdefault(s, now)
+            for s, t in signalled.items():
+                if not self.handled and now - t >= GRACE_S:
+                    self._end_for_signal(s)
+            where = self._where()
+            if where != last:
+                last, since = where, now
+            elif self.limit_s > 0 and now - since >= self.limit_s and not self._stop.is_set():
+                self._end_for_stall(now - since)
+                since = float("inf")   # ended, or waiting for the rank that reports
+
+    def _where(self) -> tuple:
+        row = self.row
+        return int(row[CODE]), int(row[EPOCH]), int(row[BATCH])
+
+    def _signals_read(self) -> list[int]:
+        try:
+            data = self._wake_r.recv(64)
+        except (BlockingIOError, InterruptedError):
+            return []
+        return [s for s in data if s in SIGNALS]
+
+    def _end_for_signal(self, signum: int) -> None:
+        what, status = SIGNALS[signum]
+        code, epoch, batch = self._where()
+        self._end(f"{self._who()}error: {what} {describe(code, epoch, batch)}, where the signal's handler "
+                  "could not run (blocked outside Python); the job is ended", status, 128 + signum)
+
+    def _end_for_stall(self, waited_s: float) -> None:
+        rows = self.table.copy()
+        me = int(self.row[RANK])
+        stalled = behind(rows)
+        limit = f"no progress for {waited_s:.1f} s (--stall-limit {self.limit_s:g})"
+        if stalled is None:   # every rank of this node is waiting: for a rank elsewhere
+            code, epoch, batch = self._where()
+            line = f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
+            reporter = int(rows[:, RANK].min())
+        else:
+            r = int(stalled[RANK])
+            state = " (its process is stopped)" if process_stopped(int(stalled[PID])) else ""
+            line = f"rank {r} stalled {describe(*map(int, stalled[:3]))}{state}: {limit}"
+            others = [int(x) for x in rows[:, RANK] if int(x) != r]
+            reporter = me if me == r else min(others, default=me)
+        if me != reporter:
+            time.sleep(2 * GRACE_S)   # the reporter's abort ends this rank first
+        else:
+            time.sleep(min(GRACE_S / 4, self.limit_s))  # a stalled rank that is alive speaks first
+        self._end(f"error: {line}; the job is ended", "stalled", 1)
+
+    def _who(self) -> str:
+        w = self.world
+        return f"rank {w.rank}: " if w is not None and w.size > 1 else ""
+
+    def _end(self, line: str, status: str, code: int) -> None:
+        """One line, the manifest's status (best effort), then the whole job ends."""
+        try:
+            print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        if self.run_dir is not None:
+            try:
+                from .trace.manifest import finish_manifest
+                finish_manifest(self.run_dir, status)
+            except Exception:  # a full disk must not keep the job alive
+                pass
+        w = self.world
+        if w is not None and w.size > 1 and _may_abort_from_thread(w):
+            w.abort(code)
+        sys.stdout.flush()
+        os._exit(code)
+
+
+class _Rows:
+    """The node's rows (views into the shared window), read as one array."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def copy(self) -> np.ndarray:
+        return np.stack([r.copy() for r in self.rows])
+
+
+def describe(code: int, epoch: int, batch: int) -> str:
+    """Where a rank is, in words: "in phase allreduce of epoch 1, batch 7"."""
+    at = f"epoch {epoch + 1}, batch {batch}"
+    if code == STARTING:
+        return "before its first batch"
+    if code == BATCH_START:
+        return f"at the start of {at}"
+    if code == EPOCH_END:
+        return f"at the end of epoch {epoch + 1}"
+    if code == FINISHING:
+        return "after its last batch"
+    if code == SERVING:
+        return "serving the workers (the asynchronous parameter server)"
+    name = NAMES[code] if 0 <= code < len(NAMES) else NAMES[UNKNOWN]
+    return f"in phase {name} of {at}"
+
+
+def behind(rows: np.ndarray):
+    """The row of the rank the others wait for: the earliest (epoch, batch),
+    and among those one not waiting in a collective; None if every rank is
+    waiting at the same batch (the one waited for is on another node)."""
+    order = sorted(range(len(rows)), key=lambda i: (rows[i, EPOCH], rows[i, BATCH], rows[i, CODE] in WAITING))
+    first = rows[order[0]]
+    if len(rows) > 1 and int(first[CODE]) in WAITING and all(
+            (r[EPOCH], r[BATCH]) == (first[EPOCH], first[BATCH]) for r in rows):
+        return None
+    return first
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether the process is stopped by a signal (Linux /proc; False elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _may_abort_from_thread(world) -> bool:
+    MPI = getattr(world, "MPI", None)
+    return MPI is not None and MPI.Query_thread() >= MPI.THREAD_MULTIPLE
