@@ -37,7 +37,7 @@ SWEEP=sweeps/partition.yaml; [ $NGPU -ge 4 ] && SWEEP=sweeps/partition-x4.yaml
 echo "== sweep ($(date -u +%H:%M:%S))"
 PERFMLP_MPIRUN="$MPIRUN" timeout 240 python3 -m perfmlp.sweep $SWEEP --trace-dir $T --no-report \
   --timeout 60 --max-procs $NGPU 2>&1 | tee $R/sweep.log | grep -v -e ": ok$" -e "skipped$"
-rm -rf $T/.sweep-configs
+rm -rf $T/.sweep
 echo "== eager against graph ($(date -u +%H:%M:%S))"
 J="--config configs/reference.yaml --data synthetic --backend cupy --batch-transfer resident --comm nccl --epochs 8 --no-trace"
 RUNS=("model eager" "model graph" "data graph"); [ $NGPU -ge 4 ] && RUNS+=("hybrid graph --model-procs 2")

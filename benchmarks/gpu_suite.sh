@@ -99,7 +99,7 @@ for part in "$@"; do
       PERFMLP_MPIRUN="$MPIRUN" timeout 400 python3 -m perfmlp.sweep sweeps/$s.yaml --trace-dir $T --no-report \
         --timeout 60 --max-procs $NGPU 2>&1 | tee $B/sweep-$s.log | grep -v -e ": ok$" -e "skipped$"
     done
-    rm -rf $T/.sweep-configs ;;
+    rm -rf $T/.sweep ;;
   timeline)
     bash benchmarks/gpu_timeline.sh "$SET" ;;
   validate)

@@ -38,7 +38,7 @@ echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-450} - SECONDS)) python3 -m perfmlp.sweep $SWEEP --trace-dir $T \
   --predict $R/calibrated.yaml --no-report --timeout 40 --max-procs $NGPU 2>&1 | tee $R/sweep.log \
   | grep -v -e ": ok$" -e "skipped$"
-rm -rf $T/.sweep-configs
+rm -rf $T/.sweep
 echo "== what-if and report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 BASE=$(ls -d $T/$NAME-h*-b3200-p1-float32-pageable-mpi-staged-cublas-eager-r1-* 2>/dev/null | head -1)
 [ -n "$BASE" ] && python3 -m perfmlp.whatif $BASE --machine $R/calibrated.yaml --set comm=nccl \

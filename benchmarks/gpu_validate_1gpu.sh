@@ -2,7 +2,7 @@
 # The model tested blind across GPUs, on a machine with one GPU: calibrate
 # this GPU, carry another GPU's calibration here by datasheet ratios
 # (python -m perfmlp.model.scaled), predict the held-out sweep
-# (sweeps/validate-1gpu.yaml, or VALIDATE_SWEEP; p = 1) from both before the
+# (sweeps/validate.yaml, or VALIDATE_SWEEP; p = 1) from both before the
 # first run, run it, make the report. From the project root (about 5
 # minutes on one H100; under 8):
 #
@@ -31,7 +31,7 @@ R=$B/validate; T=$T/validate; mkdir -p $R $T   # from here on R and T are this s
 DS=${VALIDATE_DATASHEET:-h100-sxm}
 FROM=${VALIDATE_FROM:-h200-calibrated}
 FROM_DS=${VALIDATE_FROM_DATASHEET:-h200}
-SWEEP=${VALIDATE_SWEEP:-sweeps/validate-1gpu.yaml}
+SWEEP=${VALIDATE_SWEEP:-sweeps/validate.yaml}
 # the hidden sizes and per-rank batches the sweep's runs use, for the GEMM rates and own kernels
 SIZES=$(python3 -m perfmlp.sweep $SWEEP --calibration-sizes) || exit 1
 read HID LB <<< "$SIZES"
@@ -55,7 +55,7 @@ echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-400} - SECONDS)) python3 -m perfmlp.sweep \
   $SWEEP --trace-dir $T --predict $R/calibrated.yaml --predict-also $R/scaled.yaml \
   --no-report --timeout 40 --max-procs 1 2>&1 | tee $R/sweep.log | grep -v -e ": ok$" -e "skipped$"
-rm -rf $T/.sweep-configs
+rm -rf $T/.sweep
 echo "== report ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 REP=$(mktemp -d)   # only report.md is kept (the set's own report covers the rest)
 timeout 60 python3 -m perfmlp.report $T --out $REP --machine $R/calibrated.yaml > $R/report.log 2>&1 \

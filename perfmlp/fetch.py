@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import PerfmlpError
+from .errors import PerfmlpError, cli, say
 
 DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
@@ -58,9 +59,9 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
                 with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
                     while chunk := r.read(1 << 20):
                         f.write(chunk)
-            except (urllib.error.URLError, OSError) as e:
+            except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: not a URL urllib can open
                 tmp.unlink(missing_ok=True)
-                errors.append(f"{url}: {getattr(e, 'reason', e)}")
+                errors.append(f"{url}: {getattr(e, 'reason', None) or e}")
                 continue
             got = md5_of(tmp)
             if got != digest:
@@ -76,24 +77,39 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
     return done
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        raise PerfmlpError(message)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return v
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.fetch",
+    ap = _Parser(prog="python -m perfmlp.fetch",
                                  description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", default="data/mnist", metavar="DIR",
                     help="folder to write the files to (default: data/mnist, where perfmlp.run looks)")
     ap.add_argument("--mirror", action="append", metavar="URL",
                     help="base URL to fetch from, tried in the order given; repeatable "
                          f"(default: {', '.join(DEFAULT_MIRRORS)})")
-    ap.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    ap.add_argument("--timeout", type=_seconds, default=30.0, metavar="SECONDS",
                     help="seconds to wait for each connection (default: 30)")
-    args = ap.parse_args(argv)
     try:
-        fetch(Path(args.out), tuple(args.mirror) if args.mirror else DEFAULT_MIRRORS, args.timeout)
+        args = ap.parse_args(argv)
+        fetch(Path(args.out), tuple(args.mirror) if args.mirror else DEFAULT_MIRRORS, args.timeout, log=say)
     except PerfmlpError as e:
-        print(f"perfmlp.fetch: error: {e}", file=sys.stderr)
+        say(f"perfmlp.fetch: error: {e}", file=sys.stderr)
         return e.exit_code
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli("perfmlp.fetch", main))

@@ -93,7 +93,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from . import config as config_mod  # noqa: E402
-from .errors import PerfmlpError, safe_stdio, say  # noqa: E402
+from .errors import PerfmlpError, cli, safe_stdio, say  # noqa: E402
 
 PARAM_FILES = ("initial.npz", "final.npz", "at-failure.npz")
 
@@ -329,4 +329,4 @@ def _fail(e: BaseException, job: _Job) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli("perfmlp.run", main))

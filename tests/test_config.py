@@ -120,3 +120,47 @@ def test_comm_names_match_run():
     assert C.CHOICES["comm"] == ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl", "ps-async", "ps-async-nccl")
     assert C.from_mapping({"comm": "mpi"}).comm == "mpi"
 
+
+
+@pytest.mark.parametrize("text, line", [("epochs: 1\nepochs: 2\n", 2),
+                                        ("base:\n  lr: 1\nhidden_sizes: [8]\nbase: {}\n", 4)])
+def test_a_key_written_twice_is_refused(tmp_path, text, line):
+    f = tmp_path / "c.yaml"
+    key = text.split(":")[0]
+    f.write_text(text)
+    with pytest.raises(PerfmlpError) as e:
+        C.load_yaml(f)
+    assert str(e.value) == f"{f}: key '{key}' appears twice (again at line {line})"
+
+
+def test_a_machine_file_or_sweep_with_a_key_twice_is_refused(tmp_path):
+    from perfmlp.model.machine import MachineError, load_machine
+    from perfmlp.sweep.plan import load_sweep
+    m = tmp_path / "m.yaml"
+    m.write_text("name: a GPU\npeak_flops_per_s_float32: 6.7e13\npeak_flops_per_s_float32: 1.0e12\n")
+    with pytest.raises(MachineError, match=r"m.yaml: key 'peak_flops_per_s_float32' appears twice \(again at line 3\)"):
+        load_machine(str(m))
+    s = tmp_path / "s.yaml"
+    s.write_text("name: a\nruns: [{procs: 1}]\nname: b\n")
+    with pytest.raises(PerfmlpError, match=r"s.yaml: key 'name' appears twice \(again at line 3\)"):
+        load_sweep(str(s))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_only_regular_files_are_read_as_configurations(tmp_path):
+    import os
+    fifo = tmp_path / "c.yaml"
+    os.mkfifo(fifo)  # reading it would block until someone writes
+    r = run_perfmlp("--config", str(fifo), "--no-trace", timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"perfmlp.run: error: configuration file {fifo}: not a regular file"
+    with pytest.raises(PerfmlpError, match="a folder"):
+        C.load_yaml(tmp_path)
+
+
+def test_a_configuration_that_is_not_utf8_is_named(tmp_path):
+    # (a UTF-8 one under the C locale: test_faults.py, test_printing_never_fails_a_finished_run)
+    f = tmp_path / "c.yaml"
+    f.write_bytes(b"epochs: 3 \xff\n")
+    with pytest.raises(PerfmlpError, match="c.yaml: not a UTF-8 text file"):
+        C.load_yaml(f)

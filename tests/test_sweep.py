@@ -1,4 +1,6 @@
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -10,7 +12,7 @@ from perfmlp.errors import PerfmlpError
 from perfmlp.sweep import expand, sweep_run_id
 from perfmlp.trace.format import WARMUP_BATCHES
 
-from conftest import ROOT, mpiexec, run_cmd
+from conftest import ROOT, has_gpu, mpiexec, run_cmd
 
 TINY = {"data": "synthetic", "input_size": 20, "hidden_sizes": [8], "n_train": 60, "batch_size": 20, "epochs": 1}
 
@@ -114,7 +116,7 @@ def test_sweep_runs_then_reports_then_reuses(tmp_path):
     assert r.returncode == 0 and r.stdout.count("already traced, skipped") == 2, r.stdout + r.stderr
 
 
-def test_sweep_reruns_an_incomplete_run_and_keeps_it(tmp_path):
+def test_sweep_reruns_an_incomplete_run(tmp_path):
     mpiexec()
     f = write_sweep(tmp_path)
     ids = [run.run_id for run in expand(load_yaml(f), str(f))]
@@ -129,9 +131,10 @@ def test_sweep_reruns_an_incomplete_run_and_keeps_it(tmp_path):
     r = sweep(f, tmp_path / "tr", "--no-report")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("already traced") == 1 and r.stdout.count(": ok") == 1
-    assert f"moved to {ids[1]}.failed-1" in r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if "did not complete" in ln)
+    assert ids[1] in line and "(running)" in line and line.endswith("its trace folder was removed")
     assert json.loads((folder / "manifest.json").read_text())["status"] == "complete"
-    assert (tmp_path / "tr" / f"{ids[1]}.failed-1" / "rank-0.jsonl").is_file()  # nothing lost
+    assert sorted(p.name for p in (tmp_path / "tr").iterdir()) == sorted([".sweep", *ids])
 
 
 def test_sweep_refuses_a_folder_of_another_configuration(tmp_path):
@@ -151,14 +154,24 @@ def test_sweep_refuses_a_folder_of_another_configuration(tmp_path):
     assert r.stdout.count("already traced") == 1
 
 
-def test_sweep_with_a_failed_run_exits_1_and_reruns_it(tmp_path):
+def test_a_failed_run_is_removed_and_its_own_error_quoted(tmp_path):
     mpiexec()
-    f = write_sweep(tmp_path, resume=str(tmp_path / "missing.npz"))  # every run fails at start
-    r = sweep(f, tmp_path / "tr", "--no-report")
-    assert r.returncode == 1 and r.stdout.count("FAILED") == 2, r.stdout + r.stderr
-    # the failed runs are not "already traced": a rerun tries again
-    r = sweep(f, tmp_path / "tr", "--no-report")
-    assert r.returncode == 1 and "already traced" not in r.stdout and r.stdout.count("FAILED") == 2
+    f = write_sweep(tmp_path)
+    ids = [run.run_id for run in expand(load_yaml(f), str(f))]
+    env = {"PERFMLP_FAULT": "1:1"}  # rank 1 fails at batch 1; MPICH's abort notice is printed after its line
+    r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "tr"),
+                 "--report-out", str(tmp_path / "rep")], env=env, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = tmp_path / "tr" / ".sweep" / f"{ids[1]}.out"
+    assert (f"{ids[1]}: FAILED: perfmlp.run: rank 1: error: RuntimeError: injected fault at batch 1 "
+            f"(its output: {out})") in r.stdout
+    assert "Abort(" in out.read_text()           # the launcher's lines are kept, not quoted
+    assert not (tmp_path / "tr" / ids[1]).exists()  # no trace folder for a report to read
+    assert "skipped:" not in r.stderr and (tmp_path / "rep" / "report.md").is_file()
+    # a failed run is not "already traced": a rerun tries again
+    r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "tr"),
+                 "--no-report"], env=env, timeout=120)
+    assert r.returncode == 1 and r.stdout.count("already traced") == 1 and r.stdout.count("FAILED") == 1
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
@@ -170,7 +183,7 @@ def test_sweep_timeout_ends_the_run(tmp_path):
     r = sweep(f, tmp_path / "tr", "--no-report", "--timeout", "3", timeout=60)
     assert r.returncode == 1 and "FAILED: timed out after 3 s" in r.stdout, r.stdout + r.stderr
     # mpiexec and its ranks are gone (their command lines name the run's configuration file)
-    marker = str(tmp_path / "tr" / ".sweep-configs").encode()
+    marker = str(tmp_path / "tr" / ".sweep").encode()
     left = []
     for _ in range(50):
         left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, marker)]
@@ -251,3 +264,106 @@ def test_min_steady_seconds_is_checked(tmp_path, value, words):
     f.write_text(json.dumps({"name": "s", "base": TINY, "min_steady_seconds": value, "runs": [{"procs": 1}]}))
     r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "t"), "--no-report"])
     assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1
+
+
+# ---- the sweep's own faults ------------------------------------------------------------
+
+def sweep_main(tmp_path, capsys, spec: str, *args):
+    from perfmlp.sweep.__main__ import main
+    f = tmp_path / "s.yaml"
+    f.write_text(spec)
+    rc = main([str(f), "--trace-dir", str(tmp_path / "tr"), "--no-report", *args])
+    return rc, capsys.readouterr()
+
+
+SPEC = "name: t\nbase: " + json.dumps(TINY) + "\nruns: [{procs: 1}]\n"
+
+
+@pytest.mark.parametrize("spec, args, words", [
+    (SPEC, ["--timeout", "nan"], "argument --timeout: must be a positive number of seconds, got 'nan'"),
+    (SPEC, ["--timeout", "-1"], "argument --timeout: must be a positive number of seconds, got '-1'"),
+    (SPEC, ["--max-procs", "0"], "argument --max-procs: must be a positive number of processes, got '0'"),
+    (SPEC + "batch_per_proc: abc\n", [], "s.yaml: batch_per_proc must be a positive integer, got 'abc'"),
+    (SPEC + "repeats: 1000000000\n", ["--calibration-sizes"],
+     "s.yaml: 1 configurations x 1000000000 repeats would be 1,000,000,000 runs (at most 10,000)"),
+    (SPEC + "name: u\n", [], "s.yaml: key 'name' appears twice (again at line 4)"),
+])
+def test_bad_sweep_input_is_one_line(tmp_path, capsys, spec, args, words):
+    rc, out = sweep_main(tmp_path, capsys, spec, *args)
+    assert rc == 2 and out.out == "" and out.err.endswith(words + "\n") and out.err.count("\n") == 1, out.err
+    assert not (tmp_path / "tr").exists()
+
+
+def test_a_launcher_with_an_unclosed_quote_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PERFMLP_MPIRUN", 'mpiexec "-n')
+    rc, out = sweep_main(tmp_path, capsys, SPEC)
+    assert rc == 2 and out.err == "perfmlp.sweep: error: PERFMLP_MPIRUN 'mpiexec \"-n': No closing quotation\n"
+    assert not (tmp_path / "tr").exists()
+
+
+def test_the_launcher_is_the_installed_mpis(monkeypatch):
+    from perfmlp.sweep.run import find_launcher, mpi_library
+    mpiexec()
+    monkeypatch.delenv("PERFMLP_MPIRUN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")  # found beside this Python (a virtual environment's bin/)
+    lib = mpi_library()
+    if lib != "MPICH" or not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip(f"mpi4py uses {lib}, not the mpich wheel beside this Python")
+    assert find_launcher() == [str(Path(sys.executable).parent / "mpiexec")]
+
+
+@pytest.mark.skipif(has_gpu(), reason="a GPU is here")
+def test_a_sweep_that_needs_a_gpu_is_refused_at_once(tmp_path, capsys):
+    t0 = time.monotonic()
+    rc, out = sweep_main(tmp_path, capsys, SPEC.replace("{procs: 1}", "{procs: 1}, {procs: 1, comm: nccl}"))
+    assert time.monotonic() - t0 < 1.0
+    assert rc == 2 and out.err == ("perfmlp.sweep: error: " + str(tmp_path / "s.yaml") + ": 1 of 2 runs need a "
+                                   "GPU (the first: --comm nccl needs the cupy backend) and CuPy sees none here; "
+                                   "run it on a GPU machine (pip install 'perfmlp[gpu]')\n")
+    assert not (tmp_path / "tr").exists()
+
+
+def test_shipped_sweeps_run_on_a_cpu_or_need_a_gpu_in_every_run():
+    from perfmlp.sweep.plan import gpu_need
+    for f in sorted((ROOT / "sweeps").glob("*.yaml")):
+        runs = expand(load_yaml(f), str(f))
+        needs = [gpu_need(r.config) for r in runs]
+        if not any(needs):
+            assert all(r.config.backend == "auto" for r in runs), f   # a GPU where there is one
+        else:
+            assert all(needs), f   # never a sweep that half runs on a CPU
+        assert "issue" not in f.read_text().lower() and "session" not in f.read_text().lower(), f
+    q2_1 = ROOT / "sweeps" / "q2_1.yaml"
+    assert not any(gpu_need(r.config) for r in expand(load_yaml(q2_1), str(q2_1)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_ends_its_job_and_holds_its_lock(tmp_path, signum):
+    import subprocess
+    from test_faults import processes_with, wait_for
+    mpiexec()
+    f = tmp_path / "s.yaml"
+    f.write_text("name: t\nbase: " + json.dumps({**TINY, "n_train": 600000, "batch_size": 10, "epochs": 100})
+                 + "\nruns: [{procs: 2}]\n")
+    own = tmp_path / "tr" / ".sweep"
+    cmd = [sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "tr"), "--no-report"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        run_id = expand(load_yaml(f), str(f))[0].run_id
+        assert wait_for(lambda: (tmp_path / "tr" / run_id / "rank-1.jsonl").exists())   # both ranks training
+        if signum == signal.SIGINT:  # a second sweep on the same folder is refused while this one runs
+            r = run_cmd(cmd)
+            assert r.returncode == 1 and r.stderr.startswith(f"perfmlp.sweep: error: {tmp_path / 'tr'} is in use "
+                                                             f"by another sweep (pid {job.pid})"), r.stderr
+        job.send_signal(signum)
+        out, err = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signum, err
+    what = "interrupted (SIGINT)" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    assert err == (f"perfmlp.sweep: {what}; the job of {run_id} was ended (its output: {own / run_id}.out)\n")
+    assert wait_for(lambda: not processes_with(f"{own}/"), 5)   # mpiexec and both ranks are gone
+    assert sorted(p.name for p in (tmp_path / "tr").iterdir()) == [".sweep"]   # no half run left
+    assert "terminated (SIGTERM)" in (own / f"{run_id}.out").read_text()  # the ranks were ended cleanly

@@ -2,7 +2,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import PerfmlpError
+from ..errors import PerfmlpError, cli, say
 from ..model.machine import MachineError
 from ..trace.reader import TraceError
 from . import build
@@ -27,14 +27,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     out = a.out or str(Path("reports") / (Path(a.traces).resolve().name or "report"))
     try:
-        path = build(a.traces, out, a.machine, log=lambda m: print(m, file=sys.stderr), study=a.study,
+        path = build(a.traces, out, a.machine, log=lambda m: say(m, file=sys.stderr), study=a.study,
                      blind_tests=a.blind_tests)
     except (PerfmlpError, TraceError, MachineError) as e:
-        print(f"perfmlp.report: error: {e}", file=sys.stderr)
-        return 2
-    print(f"report: {path / 'report.md'} and {path / 'report.html'}")
+        say(f"perfmlp.report: error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 2)
+    say(f"report: {path / 'report.md'} and {path / 'report.html'}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli("perfmlp.report", main))

@@ -13,6 +13,7 @@ import io
 import math
 from pathlib import Path
 
+from ..errors import write_atomic
 from .sections import Section
 
 
@@ -69,13 +70,14 @@ def html_table(rows: list[dict]) -> str:
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:
-    """Write `data` unless the file already holds exactly it; True if written."""
+    """Write `data` (whole: a temporary name, then renamed) unless the file
+    already holds exactly it; True if written."""
     try:
         if path.read_bytes() == data:
             return False
     except OSError:
         pass
-    path.write_bytes(data)
+    write_atomic(path, data)
     return True
 
 
@@ -103,10 +105,11 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
             hb.append(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(cap)}">'
                       f"<figcaption>{html.escape(cap)}</figcaption></figure>")
         for t in s.tables:
-            write_if_changed(out / f"{t.name}.csv", csv_text(t.rows).encode())
+            write_if_changed(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
             md += [f"**{t.caption}** ([{t.name}.csv]({t.name}.csv))", "", md_table(t.rows), ""]
             hb.append(f"<h3>{html.escape(t.caption)}</h3>{html_table(t.rows)}")
-    write_if_changed(out / "report.md", "\n".join(md).encode())
+    # surrogateescape: a path the C locale could not decode goes back out as the bytes it was
+    write_if_changed(out / "report.md", "\n".join(md).encode("utf-8", "surrogateescape"))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(hb)}</body></html>")
-    write_if_changed(out / "report.html", page.encode())
+    write_if_changed(out / "report.html", page.encode("utf-8", "surrogateescape"))

@@ -1,0 +1,118 @@
+"""Blind predictions: the model's time per batch for every run a sweep is
+about to launch, written before the first one starts and never rewritten."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from ..config import Config, from_mapping
+from ..errors import PerfmlpError, write_atomic
+from ..trace.format import WARMUP_BATCHES
+from .plan import SweepRun, sweep_run_id
+
+PREDICTIONS = "predictions.json"
+MORE_PREDICTIONS = "predictions-*.json"   # --predict-also: one per machine file
+PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
+
+
+def resolved_comm(cfg: Config) -> str:
+    """The exchange a run will use: `auto` is mpi-staged on a GPU, mpi on NumPy."""
+    if cfg.comm != "auto":
+        return cfg.comm
+    return "mpi" if cfg.backend == "numpy" else "mpi-staged"
+
+
+def predict_run(machine, run: SweepRun) -> dict:
+    from ..model.strategies import PS_COMMS, StrategyError, predict_strategy
+    from ..model.predict import predict_batch, resolve_exec
+    from ..trace.format import resolve_trace_level
+    c = run.config
+    comm = resolved_comm(c)
+    # the execution mode the trainer will run (auto: graph where the step can be captured)
+    mode = resolve_exec(c.exec, "numpy" if c.backend == "numpy" else "cupy", c.parallel, comm)
+    # the level the tracer will run at (auto: the mode's default); a level that cannot run falls back at run
+    # time (trace/writer.py attach), which no prediction made before the run can know
+    level = resolve_trace_level(c.trace_level, mode) if c.trace else None
+    if c.parallel != "data" or comm in PS_COMMS:
+        try:
+            pred = predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
+                                    c.batch_transfer, c.parallel, c.model_procs, level, exec_mode=mode)
+        except StrategyError as e:  # what the run itself would refuse
+            raise PerfmlpError(f"{run.run_id}: {e}") from None
+    else:
+        pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
+                             c.batch_transfer, level, exec_mode=mode, overlap=c.overlap,
+                             bucket_bytes=c.bucket_bytes, gemm=c.gemm)
+    return {"predicted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
+            "total_s": pred.total_s, "terms_s": pred.terms, "groups_s": pred.groups(), "procs": run.procs,
+            "repeat": run.repeat, "trace_level": pred.detail["trace_level"]}
+
+
+def more_predictions_path(trace_dir: Path, machine_arg: str) -> Path:
+    """Where --predict-also MACHINE's predictions go: predictions-<file name>.json."""
+    stem = Path(str(machine_arg)).name.removesuffix(".yaml").removesuffix(".yml")
+    return trace_dir / MORE_PREDICTIONS.replace("*", stem)
+
+
+def _existing(path: Path, sha: str, runs: list[SweepRun]) -> dict | None:
+    """The predictions already in `path` (None if there is no file); an
+    error for a file that is not one, or was made with another machine file."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PerfmlpError(f"{path}: unreadable ({e.__class__.__name__}); move it away") from None
+    if not isinstance(data, dict) or data.get("schema") != PREDICTIONS_SCHEMA or \
+            not isinstance(data.get("runs"), dict):
+        raise PerfmlpError(f"{path}: not a perfmlp predictions file; move it away")
+    if any(r.run_id not in data["runs"] for r in runs) and data.get("machine", {}).get("sha256") != sha:
+        raise PerfmlpError(f"{path}: made with another machine file ({data.get('machine', {}).get('path')}); "
+                           "use that one or another --trace-dir")
+    return data
+
+
+def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int:
+    """Add the predictions of `runs` not yet in the file (never rewriting
+    one); returns how many were added. A file made with another machine
+    file is an error."""
+    from ..model.machine import load_machine, resolve_machine_path
+    machine = load_machine(machine_arg)
+    mpath = resolve_machine_path(machine_arg)
+    sha = hashlib.sha256(mpath.read_bytes()).hexdigest()
+    data = _existing(path, sha, runs) or {
+        "schema": PREDICTIONS_SCHEMA, "machine": {"name": machine.name, "path": str(machine.path), "sha256": sha},
+        "runs": {}}
+    new = [r for r in runs if r.run_id not in data["runs"]]
+    for r in new:
+        data["runs"][r.run_id] = predict_run(machine, r)
+    if new:
+        write_atomic(path, json.dumps(data, indent=1))
+    return len(new)
+
+
+def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) -> list[SweepRun]:
+    """Each run with as many epochs (at least its own) as its steady batches
+    need to last `seconds` at the time per batch `machine_arg` predicts
+    (predict_run); its samples, and so its host memory, stay as they are.
+    The host's copy speed drifts over seconds, so 20 batches of 0.1-4 ms
+    sample one moment of it. A run's id covers its epochs, so the ids
+    follow the machine file's predictions."""
+    from ..model.machine import load_machine
+    machine = load_machine(machine_arg)
+    out = []
+    for r in runs:
+        c = r.config
+        steady = max(-(-c.n_train // c.batch_size) - WARMUP_BATCHES, 1)
+        per_batch = predict_run(machine, r)["total_s"]
+        epochs = max(c.epochs, math.ceil(seconds / (per_batch * steady)))
+        if epochs == c.epochs:
+            out.append(r)
+            continue
+        values = {**r.values, "epochs": epochs}
+        cfg = from_mapping(values, where=f"{name}: ")
+        out.append(SweepRun(sweep_run_id(name, cfg, r.procs, r.repeat), r.procs, values, cfg, r.repeat))
+    return out
