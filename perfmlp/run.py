@@ -272,6 +272,7 @@ def _main(argv, job: _Job) -> int:
 
 
 def _train(train_mod, cfg, world, tracer, watchdog):
+    watchdog = watchdog if cfg.stall_limit > 0 else None  # no marks to watch
     if not cfg.cprofile:
         return train_mod.train(cfg, world, tracer, watchdog=watchdog)
     import cProfile
