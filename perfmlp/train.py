@@ -154,12 +154,16 @@ class _Watched:
     """The tracer, with the watchdog marking each batch and phase it begins
     (for a loop that calls the tracer, not the watchdog)."""
 
-    def __init__(self, tracer, watchdog):
+    def __init__(self, tracer, watchdog, rank: int):
         self._tracer, self._watchdog = tracer, watchdog
+        self._at = [0]  # the batch the fault hook sees
         self.phase = watchdog.watch(tracer.phase)
+        if _FAULT and len(_FAULT.split(":")) > 3:
+            self.phase = _faulty(self.phase, rank, tracer, self._at)
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
         self._watchdog.batch(epoch, batch)
+        self._at[0] = batch
         self._tracer.begin_batch(epoch, batch, samples, local)
 
     def __getattr__(self, name):
@@ -229,8 +233,9 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
     if cfg.comm == "ps-async":  # the asynchronous parameter server runs a loop of its own
         from .psasync.loop import train_async
         watchdog.mark(SERVING)  # the server marks nothing more; a worker's batches and phases are marked
-        train_async(cfg, world, be, _Watched(tracer, watchdog), log, s.straggle, (s.x_held, s.split.heldout.labels),
-                    result, EpochResult)
+        heldout = (s.x_held, s.split.heldout.labels)
+        train_async(cfg, world, be, _Watched(tracer, watchdog, world.rank), log, s.straggle, heldout, result,
+                    EpochResult)
         if cfg.save_params and world.rank == 0:
             save_params(Path(cfg.save_params) / "final.npz", result.params)
         return result

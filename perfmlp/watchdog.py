@@ -51,11 +51,26 @@ SIGNALS = {signal.SIGINT: ("interrupted (SIGINT)", "interrupted"),
 # Where a rank can be: these states, then every phase of a batch.
 STATES = ("starting", "the start of a batch", "the end of an epoch", "finishing", "serving")
 STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING = range(len(STATES))
-PHASE_CODES = {name: len(STATES) + i for i, name in enumerate(PHASE_TERMS)}
+
+
+class _Codes(dict):
+    """Phase name -> code: the trace format's phases by number, any other
+    name (a strategy's own phase) as its first 8 ASCII bytes, so that every
+    rank reads it back without a shared table."""
+
+    def __missing__(self, name: str) -> int:
+        packed = int.from_bytes(name.encode("ascii", "replace")[:8], "little")
+        code = self[name] = packed if packed >= PACKED else UNKNOWN
+        return code
+
+
 NAMES = (*STATES, *PHASE_TERMS, "a phase")
 UNKNOWN = len(NAMES) - 1
-# Phases that wait for other ranks: their collectives, and a CUDA graph that may hold one.
-WAITING = {PHASE_CODES[p] for p, term in PHASE_TERMS.items() if term == "allreduce"} | {PHASE_CODES["graph"]}
+PACKED = 256   # codes from here on are packed names
+PHASE_CODES = _Codes({name: len(STATES) + i for i, name in enumerate(PHASE_TERMS)})
+# Where a rank waits for others: their collectives, a CUDA graph that may hold one, the server's loop.
+WAITING = {PHASE_CODES[p] for p, term in PHASE_TERMS.items() if term == "allreduce"} | \
+    {PHASE_CODES["graph"], SERVING}
 CODE, EPOCH, BATCH, RANK, PID = range(5)   # a rank's row: int64 each
 ROW_BYTES = 5 * 8
 
@@ -95,7 +110,7 @@ class Watchdog:
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        self._thread = threading.Thread(target=self._watch, name="perfmlp-watchdog", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="perfmlp-watchdog", daemon=True)
         self._thread.start()
 
     @staticmethod
@@ -118,7 +133,7 @@ class Watchdog:
         mine[:] = self.row
         self.row = mine
         node.Barrier()  # every row written before any is read
-        self._node, self.table = node, _Rows(rows)
+        self._node_comm, self.table = node, _Rows(rows)
 
     def mark(self, state: int) -> None:
         self.row[CODE] = state
@@ -131,8 +146,8 @@ class Watchdog:
 
     def watch(self, phase):
         """`phase` (the tracer's phase function) marking each phase it enters."""
-        def watched(name, row=self.row, get=PHASE_CODES.get):
-            row[CODE] = get(name, UNKNOWN)
+        def watched(name, row=self.row, codes=PHASE_CODES):
+            row[CODE] = codes[name]
             return phase(name)
         return watched
 
@@ -140,9 +155,21 @@ class Watchdog:
         self._stop.set()
 
     # -- the thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception as e:  # a bug here must not end a run that is going well
+            try:
+                print(f"{self.prog}: warning: the watchdog stopped ({type(e).__name__}: {e})", file=sys.stderr,
+                      flush=True)
+            except (OSError, ValueError):
+                pass
+
     def _watch(self) -> None:
+        """Progress is any rank of the node moving on: a rank whose loop marks
+        nothing (the asynchronous server) is not taken for a stalled one."""
         step = min(1.0, self.limit_s / 4) if self.limit_s > 0 else 1.0
-        last, since = self._where(), time.monotonic()
+        last, since = self._node(), time.monotonic()
         signalled = {}
         while not self._stop.is_set():
             select.select([self._wake_r], [], [], step)
@@ -152,7 +179,7 @@ class Watchdog:
             for s, t in signalled.items():
                 if not self.handled and now - t >= GRACE_S:
                     self._end_for_signal(s)
-            where = self._where()
+            where = self._node()
             if where != last:
                 last, since = where, now
             elif self.limit_s > 0 and now - since >= self.limit_s and not self._stop.is_set():
@@ -162,6 +189,9 @@ class Watchdog:
     def _where(self) -> tuple:
         row = self.row
         return int(row[CODE]), int(row[EPOCH]), int(row[BATCH])
+
+    def _node(self) -> tuple:
+        return tuple(tuple(r[:PID]) for r in self.table.rows)
 
     def _signals_read(self) -> list[int]:
         try:
@@ -243,18 +273,25 @@ def describe(code: int, epoch: int, batch: int) -> str:
         return "after its last batch"
     if code == SERVING:
         return "serving the workers (the asynchronous parameter server)"
-    name = NAMES[code] if 0 <= code < len(NAMES) else NAMES[UNKNOWN]
+    if code >= PACKED:
+        name = code.to_bytes(8, "little").rstrip(b"\0").decode("ascii", "replace")
+    else:
+        name = NAMES[code] if 0 <= code < len(NAMES) else NAMES[UNKNOWN]
     return f"in phase {name} of {at}"
 
 
-def behind(rows: np.ndarray):
-    """The row of the rank the others wait for: the earliest (epoch, batch),
-    and among those one not waiting in a collective; None if every rank is
-    waiting at the same batch (the one waited for is on another node)."""
-    order = sorted(range(len(rows)), key=lambda i: (rows[i, EPOCH], rows[i, BATCH], rows[i, CODE] in WAITING))
-    first = rows[order[0]]
-    if len(rows) > 1 and int(first[CODE]) in WAITING and all(
-            (r[EPOCH], r[BATCH]) == (first[EPOCH], first[BATCH]) for r in rows):
+def behind(rows: np.ndarray, stopped=None):
+    """The row of the rank the others wait for: one whose process is stopped,
+    else the earliest (epoch, batch) of those not waiting for others, else
+    the earliest; None if every rank is waiting at the same batch (the one
+    waited for is on another node)."""
+    stopped = stopped or process_stopped
+    for r in rows:
+        if stopped(int(r[PID])):
+            return r
+    active = [r for r in rows if int(r[CODE]) not in WAITING]
+    first = min(active or list(rows), key=lambda r: (int(r[EPOCH]), int(r[BATCH])))
+    if not active and len(rows) > 1 and all((r[EPOCH], r[BATCH]) == (first[EPOCH], first[BATCH]) for r in rows):
         return None
     return first
 
