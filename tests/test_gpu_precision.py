@@ -164,3 +164,30 @@ def test_bf16_prefetch_trace_counts_16_bit_batches(tmp_path):
         want = batch_counts((64, 32, 10), b["local_samples"], widths("bf16"), "nccl", "prefetch", exec_mode=run.exec)
         assert (b["bytes_h2d"], b["bytes_nccl"]) == (want.bytes_h2d, want.bytes_nccl)   # 2-byte batch, 4-byte grads
         assert "h2d" in b["t_ms"]
+
+
+@gpu
+def test_calibration_times_the_trainers_gemms_and_kernels_in_each_tensor_precision():
+    import cupy as cp
+    from perfmlp.calibrate.precision import precision_rates, stage_rate
+    from perfmlp.model.machine import load_machine, machine_from_mapping
+    from perfmlp.model.predict import predict_batch
+    lines = []
+    res = precision_rates(cp, [64], [128], ["float32", "bf16", "fp16"], lines.append)
+    assert {e["precision"] for e in res["gemm_flops_per_s"]} == {"bf16", "fp16"}   # float32 is gemm.py's
+    # 784-64-10 on 128 samples: the forward and the first layer's weight-gradient GEMMs (the output layer's
+    # backward is the fused kernels), per precision
+    assert sorted((e["m"], e["n"], e["k"]) for e in res["gemm_flops_per_s"] if e["precision"] == "bf16") == \
+        sorted([(64, 128, 784), (10, 128, 64), (64, 784, 128)])
+    assert any(e["kernel"] == "grad_check" and e["precision"] == "fp16" for e in res["kernel_s"])
+    assert 1e12 < res["peak_flops_per_s_bf16"] < 2e15
+    res.update(stage_rate(cp, [1 << 20], lines.append))
+    assert 1e8 < res["host_stage_bytes_per_s"] < 1e12
+    h200 = load_machine("h200")
+    values = {f: getattr(h200, f) for f in h200.__dataclass_fields__ if f not in ("path", "device_names")}
+    m = machine_from_mapping({**values, **res, "allreduce_s": [], "collective_wait_s": [], "host_dispatch_s": [],
+                              "copy_aggregate_bytes_per_s": [], "d2d_copy_s": [], "host_copy_s": [],
+                              "launch_size_factor": []}, "x.yaml")
+    slow = predict_batch(m, (784, 64, 10), 128, 1, "bf16", "nccl", "resident").terms["gemm"]
+    fast = predict_batch(h200, (784, 64, 10), 128, 1, "bf16", "nccl", "resident").terms["gemm"]
+    assert slow > fast   # the measured rates at these small shapes are under the datasheet peak

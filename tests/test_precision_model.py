@@ -96,3 +96,24 @@ def test_the_overlapped_roofline_is_above_the_serialised_one():
     assert np.all(over >= ser) and math.isclose(over[-1] / ser[-1], 1, rel_tol=0.02)
     ridge = 1e12 / 1e10
     assert math.isclose(float(overlapped_roofline(ridge, 1e12, 1e10) / modified_roofline(ridge, 1e12, 1e10)), 2)
+
+
+def test_the_report_places_each_run_under_its_precisions_ceiling(tmp_path):
+    from perfmlp.report import build_from_runs
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.ceilings import ceilings_points
+    from perfmlp.report.study import load_study
+    from synthetic import gpu_run
+    runs = [gpu_run(precision=p, transfer=t, comm=c, run_id=f"{p}-{t}")
+            for p, t, c in (("float32", "pinned", "mpi-staged"), ("bf16", "resident", "nccl"),
+                            ("tf32", "prefetch", "nccl"))]
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    assert (out / "roofline_ceilings.svg").stat().st_size > 1000
+    pts = {p["run"]: p for p in ceilings_points(analyse(runs, [], load_study()))}
+    assert {k: p["precision"] for k, p in pts.items()} == {"float32-pinned": "float32", "bf16-resident": "bf16",
+                                                           "tf32-prefetch": "tf32"}
+    assert pts["bf16-resident"]["ai_pcie"] is None            # resident and NCCL: nothing copied
+    # the bf16 step's device-memory bytes at its widths: FLOPs over them
+    c = batch_counts((784, 512, 10), 3200, widths("bf16"), "nccl", "resident", exec_mode="eager")
+    flops = batch_counts((784, 512, 10), 3200, 8, "nccl", "resident").flops_total   # (the fixture counts)
+    assert pts["bf16-resident"]["ai_hbm"] == pytest.approx(flops / sum(c.mem_bytes.values()))

@@ -16,16 +16,18 @@ from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies,
 from .gemm import peak_rates, step_rates
 from .host import dispatch_size_factors, host_dispatch, mean_dispatch
 from .kernels import event_gap, kernel_gaps
+from .precision import TENSOR, precision_rates, stage_rate
 
 GEMM_KERNELS = ("naive", "tiled", "regblock")
 # the machine file's scalars: measured, else the base file's
-SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s",
+SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
+           "peak_flops_per_s_fp16", "mem_bw_bytes_per_s",
            "h2d_pageable_bytes_per_s", "h2d_pinned_bytes_per_s", "d2h_pageable_bytes_per_s",
            "d2h_pinned_bytes_per_s", "copy_latency_s", "launch_overhead_s", "mpi_alpha_s",
            "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s")
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
-            "graph_launch_s", "graph_step_host_s",
+            "graph_launch_s", "graph_step_host_s", "host_stage_bytes_per_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
@@ -37,11 +39,17 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
     graph's static inputs, host <-> device bandwidth, a CUDA event's cost,
     a small copy's latency."""
     res = peak_rates(cp, precisions, log)
-    res.update(step_rates(cp, hidden, local_batches, precisions, log, gemm_kernels))
+    res.update(step_rates(cp, hidden, local_batches, [p for p in precisions if p not in TENSOR], log, gemm_kernels))
+    tensor = precision_rates(cp, hidden, local_batches, precisions, log)   # tf32, bf16, fp16 where asked for
+    for k in ("gemm_flops_per_s", "kernel_s"):
+        res[k] += tensor.pop(k)
+    res.update(tensor)
     res.update(kernel_gaps(cp, log))
     res.update(device_bandwidth(cp, log))
     res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
     res.update(host_bandwidth(cp, hidden, local_batches, log))
+    res.update(stage_rate(cp, [itemsize(p) * b * (Config.input_size + Config.num_classes)
+                               for p in precisions for b in local_batches], log))
     res.update(event_gap(cp, log))
     res.update(copy_latency(cp, log))
     return res
@@ -115,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--name", default=None, help="machine name (default: the GPU's name, calibrated)")
     ap.add_argument("--hidden", default="512,1024,2048")
     ap.add_argument("--local-batch", default="800,1600,3200")
-    ap.add_argument("--precisions", default="float32,float64")
+    ap.add_argument("--precisions", default="float32,float64",
+                    help="float32, float64, and the tensor cores' tf32, bf16, fp16 (default: float32,float64)")
     ap.add_argument("--gemm-kernels", default="",
                     help="the reference's GEMM kernels to calibrate too (naive,tiled,regblock; float32) "
                          "(default: none)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from statistics import median
 
 from ..gpu.timing import queued_ahead, spin_kernels, time_ms
-from ..model.costs import kernel_name, kernel_shape, step_kernels
+from ..model.costs import kernel_name, kernel_shape, step_kernels, widths
 
 GAP_KERNELS = 200   # empty kernels queued ahead, and in the larger graph
 
@@ -37,7 +37,8 @@ def own_kernel_times(cp, net, x, y, calls: int = 100) -> list[dict]:
             net.forward(x.T); net.loss(y.T); net.backward(); net.update()
             launched = net.capture_kernels
             net.capture_kernels = None
-            model = [k for ks in step_kernels(sizes, b, fuse_output=fuse).values() for k in ks
+            model = [k for ks in step_kernels(sizes, b, itemsize=widths(net.precision), fuse_output=fuse).values()
+                     for k in ks
                      if kernel_name(k) != "gemm"]
             if [name for name, _ in launched] != [kernel_name(k) for k in model]:
                 raise RuntimeError(f"the step launched {[name for name, _ in launched]}, the model lists "

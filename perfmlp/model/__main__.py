@@ -8,7 +8,8 @@ import sys
 
 from .costs import DEFAULT_BUCKET_BYTES
 from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
-from .predict import TRACE_LEVELS, UNTRACED, trace_words
+from .precision import NAMES as PRECISIONS
+from .predict import PREFETCH, TRACE_LEVELS, UNTRACED, trace_words
 from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_summary
 from .summary import summary
 
@@ -61,7 +62,8 @@ def format_table(s: dict) -> str:
         f"peak {r['peak_flops_per_s'] / 1e12:.2f} TFLOP/s, PCIe {r['pcie_bytes_per_s'] / 1e9:.1f} GB/s, "
         f"ridge {r['ridge_flops_per_byte']:.0f} FLOP/B",
         f"roofline per GPU: standard {r['standard_flops_per_s'] / 1e12:.3f} TFLOP/s, "
-        f"modified {r['modified_flops_per_s'] / 1e12:.3f} TFLOP/s",
+        f"modified (copies serialised) {r['modified_flops_per_s'] / 1e12:.3f} TFLOP/s, "
+        f"overlapped (prefetched) {r['overlapped_flops_per_s'] / 1e12:.3f} TFLOP/s",
         "",
         "predicted time per batch (us):",
     ]
@@ -93,8 +95,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=_positive, default=3200, metavar="B",
                     help="samples per batch, split over the processes (default: 3200)")
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
-    ap.add_argument("--precision", choices=("float32", "float64"), default="float32",
-                    help="floating-point type (default: float32)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="float32",
+                    help="arithmetic of the step: float32, float64, tf32, bf16 or fp16 (perfmlp.model.precision; "
+                         "default: float32)")
     ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi", *PS_COMMS), default="mpi-staged",
                     help="gradient all-reduce: mpi-staged (GPU buffers through the host), nccl, or mpi "
                          "(host buffers, the NumPy backend); or the parameter server, ps-nccl (GPU) or ps (host "
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
                          "strategy's counts per rank and every strategy's predicted time (default: data)")
     ap.add_argument("--model-procs", type=_positive, default=None, metavar="M",
                     help="ranks per model group with --parallel hybrid (default: none, hybrid needs it)")
-    ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident"), default="pageable",
+    ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident", *PREFETCH), default="pageable",
                     help="how each batch reaches the GPU (default: pageable)")
     ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph", "auto"), default="eager",
                     help="how the step is issued: eager (kernel by kernel, host launch per kernel), graph "

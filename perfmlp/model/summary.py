@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from .costs import DEFAULT_BUCKET_BYTES, batch_counts, itemsize as itemsize_of, pieces, reference_approx
+from .costs import DEFAULT_BUCKET_BYTES, batch_counts, pieces, reference_approx, widths
 from .machine import Machine
 from .predict import predict_batch, staging_memory
-from .roofline import modified_roofline, ridge_point, standard_roofline
+from .roofline import modified_roofline, overlapped_roofline, ridge_point, standard_roofline
 
 SCHEMA = "perfmlp.model/1"
 
@@ -22,7 +22,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
             overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas",
             trace_level: str | None = None) -> dict:
-    itemsize = itemsize_of(precision)
+    itemsize = widths(precision)   # the batch at its activation width, the gradients at its parameters'
     pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
                          exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
     per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, bucket_bytes if overlap else None,
@@ -57,6 +57,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             "ridge_flops_per_byte": ridge_point(P, bw),
             "standard_flops_per_s": float(standard_roofline(ai, P, bw)) if math.isfinite(ai) else P,
             "modified_flops_per_s": float(modified_roofline(ai, P, bw)) if math.isfinite(ai) else P,
+            "overlapped_flops_per_s": float(overlapped_roofline(ai, P, bw)) if math.isfinite(ai) else P,
             "job_peak_flops_per_s": procs * P,
         },
         "prediction": {

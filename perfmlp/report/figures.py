@@ -159,3 +159,56 @@ def measured_vs_predicted(rows, series: dict[str, str]):
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     return encode(fig)
+
+
+CEILING_COLORS = {"float64": "tab:gray", "float32": "tab:blue", "tf32": "tab:green", "bf16": "tab:red",
+                  "fp16": "tab:orange"}
+
+
+def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
+    """A roofline of several ceilings, as Nsight Compute draws its
+    hierarchical one: a horizontal line per precision's GEMM units
+    (`ceilings`: format -> FLOP/s; equal ones share a line), a slanted one
+    per memory level (`bws`: label -> bytes/s; for PCIe also the modified,
+    serialised, bound under the ceilings the points ran at, dotted); points:
+    dicts with precision (its GEMM format), measured (FLOP/s per GPU),
+    ai_hbm and ai_pcie (FLOPs per device-memory / copied byte; None: not
+    drawn). A point's colour is its precision's ceiling's."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    ais = [p[k] for p in points for k in ("ai_hbm", "ai_pcie") if p.get(k)] or [1.0, 1e4]
+    top = max(ceilings.values())
+    lo, hi = min(ais) / 4, max(max(ais) * 8, max(top / bw for bw in bws.values()) * 2)
+    x = np.logspace(np.log10(lo), np.log10(hi), 300)
+    drawn = {}
+    for fmt, peak in sorted(ceilings.items(), key=lambda kv: kv[1]):
+        drawn.setdefault(peak, []).append(fmt)
+    for peak, fmts in drawn.items():
+        c = CEILING_COLORS.get(fmts[0], "black")
+        names = "/".join(f.upper() if f in ("tf32", "bf16", "fp16") else f"FFMA {f}" for f in fmts)
+        ax.axhline(peak, color=c, lw=0.9)
+        ax.annotate(f"{names} {peak / 1e12:.1f} TFLOP/s", (lo * 1.1, peak * 1.08), fontsize=7, color=c)
+    for (label, bw), ls in zip(bws.items(), ("-", "--", "-.")):
+        ax.plot(x, np.minimum(x * bw, top), ls, color="black", lw=1.0, label=f"{label} {bw / 1e9:.0f} GB/s")
+    pcie = [bw for label, bw in bws.items() if label.startswith("PCIe")]
+    for fmt in dict.fromkeys(p["precision"] for p in points):
+        if pcie and fmt in ceilings:
+            ax.plot(x, modified_roofline(x, ceilings[fmt], pcie[0]), ":", color=CEILING_COLORS.get(fmt, "black"),
+                    lw=1.0, label=f"{fmt}: copies serialised (modified)")
+    seen = set()
+    for p in points:
+        c = CEILING_COLORS.get(p["precision"], "black")
+        for key, m, level in (("ai_hbm", "s", "HBM"), ("ai_pcie", "o", "PCIe")):
+            if p.get(key):
+                lab = f"{p['precision']}, AI per {level} byte"
+                ax.scatter([p[key]], [p["measured"]], color=c, marker=m, s=30, zorder=3,
+                           label=lab if lab not in seen else None)
+                seen.add(lab)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of the memory level)")
+    ax.set_ylabel("FLOP/s per GPU")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(fontsize=6, loc="lower right")
+    return encode(fig)

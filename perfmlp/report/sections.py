@@ -18,6 +18,7 @@ from ..model.costs import batch_counts, itemsize, reference_approx
 from ..model.roofline import modified_roofline
 from ..trace.reader import STEADY_RULE
 from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
+from .ceilings import ceilings_figures
 from .figures import measured_vs_predicted, phases, roofline, scaling
 
 # perfmlp's transfer and communication modes, from the reference's scheme to the fastest.
@@ -229,6 +230,7 @@ def section_q2_2(a: Analysis) -> Section:
                                     "runs", roofline, dict(points=pts, peak=peak, bws=bws, kind=kind,
                                     title=f"{kind.capitalize()} roofline per GPU, {primary.name}",
                                     model=a.machines.primary_kind, h_list=st.q2_2_hidden_sizes)))
+    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/ceilings.py)
     s.tables.append(Table("q2_2_points", "The Question 2.2 points", [
         {"run": p["run"], "H": p["H"], "procs": p["procs"], "transfer": p["transfer"], "comm": p["comm"],
          "AI (FLOP/B)": p["ai"], "measured TFLOP/s per GPU": p["measured"] / 1e12,

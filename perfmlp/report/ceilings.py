@@ -1,0 +1,50 @@
+"""The roofline of several ceilings: every GPU run of the report under the
+ceiling of the precision it ran in (the primary machine's FFMA, TF32 and
+BF16/FP16 tensor-core peaks), at two memory levels: FLOPs per device-memory
+byte against HBM (the model's counts of the step's kernels at the widths
+that run) and FLOPs per copied byte against PCIe, where the overlapped
+(prefetched) bound is the slanted line and the serialised one the modified
+curve below it."""
+from __future__ import annotations
+
+import math
+
+from ..model.costs import batch_counts, pieces, widths
+from ..model.machine import MachineError
+from ..model.precision import precision as precision_of
+from .figures import ceilings_roofline
+
+
+def ceilings_points(a) -> list[dict]:
+    """One point per GPU run of data parallelism: its precision's GEMM format,
+    measured FLOP/s per GPU (rank 0's FLOPs over the time per batch) and its
+    two intensities."""
+    out = []
+    D, C = a.study.input_size, a.study.num_classes
+    for r in a.runs:
+        if r.backend != "cupy" or r.strategy != "data" or not r.t_ms:
+            continue
+        c = batch_counts((D, *r.hidden, C), max(pieces(r.batch, r.procs)), widths(r.precision), r.comm, r.transfer,
+                         exec_mode=r.exec)
+        mem = sum(c.mem_bytes.values())
+        out.append({"precision": precision_of(r.precision).gemm, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
+                    "ai_hbm": r.flops_rank0 / mem if mem else None,
+                    "ai_pcie": r.ai if math.isfinite(r.ai) else None, "run": r.run_id})
+    return out
+
+
+def ceilings_figures(a, figure) -> list:
+    """The figure (a report Figure made by `figure(name, caption, draw, args)`), or none without GPU runs."""
+    pts, m = ceilings_points(a), a.machines.primary
+    if not pts:
+        return []
+    try:
+        ceilings = m.ceilings()
+        for p in pts:
+            m.peak_flops_per_s(p["precision"])   # a run in a precision the machine has no ceiling for
+    except MachineError:
+        return []
+    bws = {"HBM": m.mem_bw_bytes_per_s, "PCIe pinned, copies overlapped (prefetch):": m.h2d_pinned_bytes_per_s}
+    return [figure("roofline_ceilings", "Roofline of several ceilings: every GPU run under its precision's",
+                   ceilings_roofline, dict(points=pts, ceilings=ceilings, bws=bws,
+                                           title=f"Ceilings per precision and memory level, {m.name}"))]
