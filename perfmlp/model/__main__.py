@@ -96,8 +96,8 @@ def main(argv=None) -> int:
                     help="samples per batch, split over the processes (default: 3200)")
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
     ap.add_argument("--precision", choices=PRECISIONS, default="float32",
-                    help="arithmetic of the step: float32, float64, tf32, bf16 or fp16 (perfmlp.model.precision; "
-                         "default: float32)")
+                    help="arithmetic of the step: float32, float64, tf32, bf16 or fp16, as perfmlp.model.precision "
+                         "says (default: float32)")
     ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi", *PS_COMMS), default="mpi-staged",
                     help="gradient all-reduce: mpi-staged (GPU buffers through the host), nccl, or mpi "
                          "(host buffers, the NumPy backend); or the parameter server, ps-nccl (GPU) or ps (host "
