@@ -56,11 +56,11 @@ def perfmlp_step(world, H, B, precision, transfer="resident"):
     """(run(n), sync, the backend) of perfmlp's graph step."""
     from perfmlp.backend import build
     from perfmlp.config import from_mapping
-    from perfmlp.mixed import storage_dtype
+    from perfmlp.mixed import to_storage
     from perfmlp.mlp import init_weights
     from perfmlp.trace.format import Counts
     from perfmlp.train import step
-    x, y = (a.astype(storage_dtype(precision)) for a in data(B))
+    x, y = (to_storage(a, precision) for a in data(B))
     cfg = from_mapping(dict(hidden_sizes=[H], batch_size=B, n_train=B * NPOS, backend="cupy", comm="nccl",
                             batch_transfer=transfer, exec="graph", precision=precision, trace=False))
     be = build(cfg, world, x, y)

@@ -20,10 +20,15 @@ grad_check, sgd_update) apply the same rule to a device copy of the state.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
+from .errors import PerfmlpError
 from .model.precision import Precision, precision as precision_of
+
+try:   # bfloat16 on NumPy; the GPU path needs none (it holds bfloat16 as uint16 bits: to_storage)
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
 
 INIT_SCALE = 2.0 ** 16
 GROWTH_FACTOR = 2.0
@@ -32,15 +37,45 @@ GROWTH_INTERVAL = 2000
 
 
 def storage_dtype(precision) -> np.dtype:
-    """The host (NumPy) type of a precision's activations and batch."""
+    """The host (NumPy) type of a precision's activations and batch
+    (bfloat16: ml_dtypes', a one-line error where it is not installed)."""
     p = precision_of(precision)
-    return np.dtype(ml_dtypes.bfloat16) if p.storage == "bfloat16" else np.dtype(p.storage)
+    if p.storage != "bfloat16":
+        return np.dtype(p.storage)
+    if ml_dtypes is None:
+        raise PerfmlpError(f"--precision {p.name} on NumPy needs ml_dtypes (pip install ml_dtypes)")
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float values as bfloat16's bits (uint16), rounded to nearest, ties to
+    even, as kernels.cu's st() and ml_dtypes round."""
+    f = np.ascontiguousarray(a, dtype=np.float32)
+    u = f.view(np.uint32)
+    bits = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FC0), bits)
+
+
+def to_storage(a: np.ndarray, precision) -> np.ndarray:
+    """a in the precision's storage type on the host: bfloat16 through
+    ml_dtypes where installed, else as its bits (what the GPU reads)."""
+    p = precision_of(precision)
+    if p.storage == "bfloat16" and ml_dtypes is None:
+        return bf16_bits(a)
+    return a.astype(storage_dtype(p), copy=False)
 
 
 def device_view(a: np.ndarray) -> np.ndarray:
     """A host array as CuPy can take it: bfloat16 as its uint16 bits (CuPy
     has no bfloat16 type; the kernels and cuBLAS read the bits)."""
-    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a
+    return a.view(np.uint16) if a.dtype.name == "bfloat16" else a
+
+
+def from_device(a: np.ndarray, precision) -> np.ndarray:
+    """A storage-type array copied from the GPU as float32 values (bfloat16's bits widened)."""
+    if a.dtype == np.uint16 and precision_of(precision).storage == "bfloat16":
+        return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return a.astype(np.float32)
 
 
 def round_tf32(x: np.ndarray) -> np.ndarray:
@@ -56,9 +91,8 @@ def gemm_operand(p: Precision):
     (None: float32 or float64, the products in the operands' own type)."""
     if p.gemm == "tf32":
         return round_tf32
-    if p.mixed:
-        s = storage_dtype(p)
-        return lambda x: x.astype(s, copy=False).astype(np.float32)
+    if p.mixed:   # (the type looked up when a product runs: NumPy's networks only)
+        return lambda x: x.astype(storage_dtype(p), copy=False).astype(np.float32)
     return None
 
 

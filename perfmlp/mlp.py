@@ -86,7 +86,7 @@ class Network:
         self.xp = xp
         self.precision = precision_of(precision)   # a --precision name (or a float32/float64 dtype)
         self.dtype = np.dtype(self.precision.master)
-        self.act_dtype = storage_dtype(self.precision)
+        self.act_dtype = self.storage_type()
         self._operand = gemm_operand(self.precision)   # None: the products in the operands' own type
         self.scaler = LossScale() if self.precision.loss_scaling else None
         self.p = FlatParams(xp, layer_sizes, self.dtype)
@@ -184,6 +184,10 @@ class Network:
                 d = self.sigmoid_grad_row_sum(da, self.acts[l], self.g.b[l - 1])  # dz and the layer's db
             if ready is not None and l == min(1, L - 1):
                 ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
+
+    def storage_type(self):
+        """The array type of the activations and deltas (NumPy: storage_dtype)."""
+        return storage_dtype(self.precision)
 
     def gemm_weight(self, l: int):
         """Layer l's weights as its GEMMs read them (the GPU's bf16 and fp16:

@@ -26,7 +26,7 @@ from . import data as data_mod
 from .backend import build
 from .config import Config, check_procs, data_procs
 from .errors import PerfmlpError, RunFailure, write_atomic
-from .mixed import storage_dtype
+from .mixed import to_storage
 from .mlp import init_weights
 from .model.costs import piece
 from .model.precision import precision as precision_of
@@ -207,8 +207,7 @@ def _setup(cfg: Config, world, tracer, log) -> _Setup:
     check_procs(cfg, data_procs(cfg, P))
     # the batch at the precision's storage width (bf16, fp16: 16 bits); held out in the master type
     master = np.dtype(precision_of(cfg.precision).master)
-    xtrain, ytrain = (a.astype(storage_dtype(cfg.precision), copy=False)
-                      for a in data_mod.to_arrays(split.train, cfg.num_classes, master))
+    xtrain, ytrain = (to_storage(a, cfg.precision) for a in data_mod.to_arrays(split.train, cfg.num_classes, master))
     xheld, _ = data_mod.to_arrays(split.heldout, cfg.num_classes, master)
     be = build(cfg, world, xtrain, ytrain)
     tracer.attach(world, be)

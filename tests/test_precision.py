@@ -30,11 +30,10 @@ def train_steps(make, precision, sizes, b, k=K_STEPS, lr=0.5, reg=1e-3, seed=0):
     net = make(precision)
     net.set_params(init_weights(sizes, 1))
     p0 = np.array(_host(net.p.flat), np.float64)   # a copy: the update works in place
-    st = storage_dtype(precision)
     xp = net.xp
     put = (lambda a: a) if xp is np else (lambda a: xp.asarray(mixed.device_view(a)))  # the GPU: bf16 as its bits
     for i in range(k):
-        x, y = (put(a[i * b:(i + 1) * b].astype(st)) for a in (X, Y))
+        x, y = (put(mixed.to_storage(a[i * b:(i + 1) * b], precision)) for a in (X, Y))
         net.global_batch = b
         net.forward(x.T)
         net.loss(y.T)
@@ -71,6 +70,16 @@ def test_tf32_rounds_the_mantissa_to_10_bits_to_nearest_even():
     # ties to even: 1 + ulp/2 -> 1, 1 + 1.5 ulp -> 1 + 2 ulp; else to nearest
     np.testing.assert_array_equal(r[:5], np.array([1, 1 + 2 * ulp, 1 + ulp, -1, np.inf], np.float32))
     assert np.isnan(r[5]) and r.dtype == np.float32
+
+
+def test_bfloat16_bits_round_to_nearest_even_as_ml_dtypes_does():
+    x = np.random.default_rng(3).standard_normal(10000).astype(np.float32) * 1e3
+    x[:4] = [np.inf, -np.inf, np.nan, 0.0]
+    bits = mixed.bf16_bits(x)
+    ref = x.astype(storage_dtype("bf16")).view(np.uint16)
+    assert np.array_equal(bits[3:], ref[3:]) and np.array_equal(bits[:2], ref[:2]) and bits[2] == 0x7FC0
+    # and back: the values the GPU holds, widened
+    assert np.array_equal(mixed.from_device(bits[3:], "bf16"), x[3:].astype(storage_dtype("bf16")).astype(np.float32))
 
 
 def test_mixed_network_stores_16_bits_and_keeps_float32_masters():
@@ -161,3 +170,14 @@ def test_refused_combinations_are_one_line(args, words):
                     "20", "--input-size", "10", "--hidden-size", "4", *args)
     assert r.returncode == 2, r.stderr
     assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_without_ml_dtypes_bf16_is_bits_for_the_gpu_and_one_line_on_numpy(monkeypatch):
+    from perfmlp.errors import PerfmlpError
+    monkeypatch.setattr(mixed, "ml_dtypes", None)
+    x = np.array([1.0, 1 / 3, -2.5], np.float32)
+    assert mixed.to_storage(x, "bf16").dtype == np.uint16    # what the GPU reads
+    assert mixed.to_storage(x, "fp16").dtype == np.float16
+    with pytest.raises(PerfmlpError, match="needs ml_dtypes") as e:
+        Network(np, (4, 3, 2), "bf16", 0.1, 0.0, 2)
+    assert "\n" not in str(e.value)

@@ -26,13 +26,13 @@ def precision_network(cp, sizes, precision, b):
     """A GpuNetwork in `precision` for pieces of b samples, with a random
     piece x (b x D) and one-hot labels y in its storage type."""
     from ..gpu.network import GpuNetwork
-    from ..mixed import device_view, storage_dtype
+    from ..mixed import device_view, to_storage
     from ..mlp import init_weights
     net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, "cublas")
     net.set_params(init_weights(sizes, 0))
-    rng, st = np.random.default_rng(0), storage_dtype(precision)
-    x = cp.asarray(device_view(rng.random((b, sizes[0])).astype(st)))
-    y = cp.asarray(device_view(np.eye(sizes[-1])[np.arange(b) % sizes[-1]].astype(st)))
+    rng = np.random.default_rng(0)
+    x = cp.asarray(device_view(to_storage(rng.random((b, sizes[0])), precision)))
+    y = cp.asarray(device_view(to_storage(np.eye(sizes[-1])[np.arange(b) % sizes[-1]], precision)))
     return net, x, y
 
 

@@ -271,7 +271,7 @@ __global__ void sgd_update(T* p, const T* g, long long n, long long n_weights, T
 // flag and the count for the next step.
 __global__ void grad_check(const T* g, long long n, T* ls, int* state) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const bool bad = i < n && !isfinite(g[i]);
+    const bool bad = i < n && !(g[i] - g[i] == (T)0);   // inf - inf and NaN - NaN are NaN: not finite
     if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(&state[0], 1);
     __shared__ bool last;
     if (threadIdx.x == 0) {

@@ -46,8 +46,7 @@ class GpuNetwork(Network):
     def __init__(self, cupy, layer_sizes, precision, lr, reg, global_batch, max_local: int, gemm_kind: str):
         super().__init__(cupy, layer_sizes, precision, lr, reg, global_batch)
         self.cp = cupy
-        prec, dtype, act = self.precision, self.dtype, device_dtype(self.precision)
-        self.act_dtype = act
+        prec, dtype, act = self.precision, self.dtype, self.act_dtype
         mod = kernels(cupy, prec, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, prec)
         self.k = {n: mod.get_function(n) for n in (*OWN_KERNELS.values(), "to_storage")}
         self.gemm_kind = gemm_kind
@@ -75,6 +74,9 @@ class GpuNetwork(Network):
         # the fused output backward's partial sums, one set per column block
         self._partials = cupy.empty(output_grad_splits(max_local) * output_grad_sums(layer_sizes[-1], layer_sizes[-2]),
                                     dtype) if L >= 2 else None
+
+    def storage_type(self):
+        return device_dtype(self.precision)   # bf16: its uint16 bits
 
     def gemm_weight(self, l: int):
         return self._wviews[l] if self.wcopy is not None else self.p.W[l]
