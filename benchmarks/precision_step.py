@@ -122,7 +122,8 @@ def torch_step(H, B, precision):
     sx, sy = X[:B].clone(), Yi[:B].clone()
 
     def body():
-        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+        # cache_enabled=False: autocast's cast cache must not outlive a graph capture (PyTorch's AMP notes)
+        with torch.autocast("cuda", dtype=amp, enabled=amp is not None, cache_enabled=False):
             loss = loss_fn(m(sx), sy)
         (loss * scale if scale else loss).backward()
         if scale:
