@@ -12,7 +12,7 @@ from perfmlp.model.costs import grad_buffer_bytes
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import ring_allreduce_s
 from perfmlp.report import build_from_runs
-from perfmlp.report.published import (explain, implied_copy_bw, implied_gemm_rate, implied_mpi_bw,
+from perfmlp.model.published import (explain, implied_copy_bw, implied_gemm_rate, implied_mpi_bw,
                                       reference_prediction, ring_fit, solve, with_copy_bw, with_gemm_rate, with_mpi,
                                       with_scaled_kernel)
 from perfmlp.report.study import load_study

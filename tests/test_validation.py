@@ -191,7 +191,7 @@ def test_model_command_takes_exec_and_overlap():
 # ---- what-if ---------------------------------------------------------------------------
 
 def test_whatif_without_a_change_is_the_measurement():
-    from perfmlp.whatif import what_if
+    from perfmlp.report.whatif import what_if_run as what_if
     records, m, _ = base_run()
     w = what_if(as_run(records), m, {})
     assert w.changed == () and math.isclose(w.total_ms, w.measured_ms)
@@ -200,7 +200,7 @@ def test_whatif_without_a_change_is_the_measurement():
 
 
 def test_whatif_replaces_only_the_affected_terms():
-    from perfmlp.whatif import what_if
+    from perfmlp.report.whatif import what_if_run as what_if
     records, m, _ = base_run()
     run = as_run(records)
     w = what_if(run, m, {"batch_transfer": "resident", "comm": "nccl"})

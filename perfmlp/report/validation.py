@@ -298,7 +298,7 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
 def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
     """perfmlp.whatif from each size's one-GPU reference-scheme run to every
     other measured configuration of that size."""
-    from ..whatif import what_if
+    from .whatif import what_if_run as what_if
     machine = a.machines.primary
     traces = {t.run_id: t for t in a.traces}
     out = []

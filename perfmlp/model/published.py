@@ -1,0 +1,300 @@
+"""The published-time solver: what the model says of a reference's published
+times per batch, which terms explain them, and what each unknown would have
+to be (docs/model.md, "The published times"; the report's section puts the
+results into words).
+
+The reference (a study: report/study.py's Study, or anything with its
+layer_sizes, batch_size, precision, scheme {comm, batch_transfer, exec,
+gemm} and reference_ms_per_batch {p: ms}) names the published times, the
+reference GPU's machine file (datasheet figures only) and its scheme (its
+own GEMM kernel, pageable copies, gradients through host MPI). Computed for
+that scheme, untraced:
+1. the model's terms on the datasheet file, where the reference's kernel has
+   no rate and is priced at the peak;
+2. the same with that kernel's rates measured on a calibrated GPU, scaled to
+   the reference GPU by the two datasheets' fp32 peak ratio (and, as the
+   other bound, their memory-bandwidth ratio: scaled_kernels);
+3. per p, the value one unknown alone would need to give the published time,
+   everything else as the datasheet file says: the kernel's GEMM rate (one
+   rate for every shape), the pageable copy bandwidth, the MPI bandwidth
+   (unknowns_alone);
+4. one explanation of all p: the GEMM rate that gives p = 1 (no allreduce
+   there), then the MPI latency and bandwidth that, with that rate, give the
+   other p (the ring model, alpha-beta, solved from the allreduce time each p
+   leaves: explain), set beside the study's assumed networks.
+Every implied value is solved on predict_batch itself (bisection on the
+predicted total), so putting it back reproduces the published time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .costs import grad_buffer_bytes, itemsize, op_cost, pieces, step_kernels
+from .machine import GemmRate, Machine
+from .predict import Prediction, predict_batch
+
+REFERENCE_KERNELS = ("naive", "tiled", "regblock")
+ONE_CONSTANT = 1.5   # an unknown whose implied values over p stay within this factor could be one constant
+
+
+# ---- the model with one number changed --------------------------------------------------
+
+def reference_prediction(machine: Machine, study, procs: int, gemm: str | None = None) -> Prediction:
+    """The model's time per batch of the reference's scheme on `machine`
+    (`gemm`: another GEMM kernel than the scheme's). The reference's step
+    runs every product as a GEMM: no fused output backward."""
+    sc = study.scheme
+    return predict_batch(machine, study.layer_sizes, study.batch_size, procs, study.precision, sc["comm"],
+                         sc["batch_transfer"], exec_mode=sc["exec"], gemm=gemm or sc["gemm"],
+                         fuse_output=False)
+
+
+def with_gemm_rate(machine: Machine, kernel: str, precision: str, flops_per_s: float) -> Machine:
+    """`machine` with one rate for every GEMM shape of `kernel`."""
+    keep = tuple(g for g in machine.gemm_flops_per_s if not (g.kernel == kernel and g.precision == precision))
+    return dataclasses.replace(machine, gemm_flops_per_s=keep + (GemmRate(1, 1, 1, precision, flops_per_s, kernel),))
+
+
+def with_scaled_kernel(machine: Machine, measured: Machine, kernel: str, ratio: float) -> Machine:
+    """`machine` with `measured`'s rates of `kernel` (every shape), times `ratio`."""
+    rates = tuple(dataclasses.replace(g, flops_per_s=g.flops_per_s * ratio)
+                  for g in measured.gemm_flops_per_s if g.kernel == kernel)
+    keep = tuple(g for g in machine.gemm_flops_per_s if g.kernel != kernel)
+    return dataclasses.replace(machine, gemm_flops_per_s=keep + rates)
+
+
+def with_copy_bw(machine: Machine, memory: str, bytes_per_s: float) -> Machine:
+    """`machine` with `memory` (pageable, pinned) copies at one bandwidth both ways, no node limit."""
+    return dataclasses.replace(machine, **{f"{d}_{memory}_{k}": v for d in ("h2d", "d2h")
+                                           for k, v in (("bytes_per_s", bytes_per_s), ("aggregate_bytes_per_s", 0.0))})
+
+
+def with_mpi(machine: Machine, alpha_s: float, bw_bytes_per_s: float) -> Machine:
+    """`machine` with host MPI on the ring model at (alpha, bandwidth), no measured table."""
+    return dataclasses.replace(machine, mpi_alpha_s=alpha_s, mpi_bw_bytes_per_s=bw_bytes_per_s,
+                               allreduce_s=tuple(p for p in machine.allreduce_s if p.comm != "mpi"))
+
+
+def solve(f, target: float, lo: float, hi: float, rel: float = 1e-9) -> float | None:
+    """x in [lo, hi] (both > 0) with f(x) = target for f monotone and
+    continuous, by bisection on log x; None when f(lo) and f(hi) do not
+    bracket the target."""
+    f_lo, f_hi = f(lo) - target, f(hi) - target
+    if f_lo == 0:
+        return lo
+    if f_lo * f_hi > 0:
+        return None
+    while hi / lo > 1 + rel:
+        mid = math.sqrt(lo * hi)
+        f_mid = f(mid) - target
+        if f_mid == 0:
+            return mid
+        if (f_mid > 0) == (f_lo > 0):
+            lo, f_lo = mid, f_mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+# ---- what the unknowns would have to be ----------------------------------------------------
+
+# Brackets for the solves: far beyond anything a GPU, a copy or a network does.
+RATE_RANGE = (1e6, 1e18)     # FLOP/s
+BW_RANGE = (1e5, 1e15)       # bytes/s
+
+
+def implied_gemm_rate(machine: Machine, study, procs: int, target_s: float) -> float | None:
+    """The one GEMM rate of the reference's kernel that alone gives target_s."""
+    k, prec = study.scheme["gemm"], study.precision
+    return solve(lambda r: reference_prediction(with_gemm_rate(machine, k, prec, r), study, procs).total_s,
+                 target_s, *RATE_RANGE)
+
+
+def implied_copy_bw(machine: Machine, study, procs: int, target_s: float) -> float | None:
+    """The copy bandwidth (the scheme's host memory, both ways) that alone gives target_s."""
+    mem = "pageable" if study.scheme["batch_transfer"] == "pageable" else "pinned"
+    return solve(lambda bw: reference_prediction(with_copy_bw(machine, mem, bw), study, procs).total_s,
+                 target_s, *BW_RANGE)
+
+
+def implied_mpi_bw(machine: Machine, study, procs: int, target_s: float) -> float | None:
+    """The MPI bandwidth (the file's latency) that alone gives target_s (p > 1, host MPI)."""
+    if procs <= 1 or study.scheme["comm"] != "mpi-staged":
+        return None
+    return solve(lambda bw: reference_prediction(with_mpi(machine, machine.mpi_alpha_s, bw), study, procs).total_s,
+                 target_s, *BW_RANGE)
+
+
+def ring_fit(times_s: dict[int, float], nbytes: int) -> tuple[float, float] | None:
+    """(alpha_s, bw_bytes_per_s) of the host ring allreduce, 2(p-1) alpha +
+    2(p-1)/p n / bw, through the allreduce times per p (exact for two p,
+    least squares for more); None unless both come out positive."""
+    rows = [(2 * (p - 1), 2 * (p - 1) / p * nbytes, t) for p, t in times_s.items() if p > 1]
+    if len(rows) < 2:
+        return None
+    saa = sum(a * a for a, _, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    sat = sum(a * t for a, _, t in rows)
+    sbt = sum(b * t for _, b, t in rows)
+    det = saa * sbb - sab * sab
+    if det == 0:
+        return None
+    alpha, inv_bw = (sat * sbb - sbt * sab) / det, (saa * sbt - sab * sat) / det
+    if alpha < 0 or inv_bw <= 0:
+        return None
+    return alpha, 1 / inv_bw
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """The GEMM rate from the smallest p, the MPI network from the others."""
+    gemm_flops_per_s: float | None
+    allreduce_s: dict          # p -> the allreduce time the published time leaves, with that GEMM rate
+    network: tuple[float, float] | None   # (alpha_s, bw_bytes_per_s) of the ring through them
+    machine: Machine | None    # the datasheet file with both put in
+
+    def predicted_ms(self, study, procs: int) -> float | None:
+        return reference_prediction(self.machine, study, procs).total_s * 1e3 if self.machine else None
+
+
+def explain(machine: Machine, study) -> Explanation:
+    """One explanation of every published time (see the module docstring, 4)."""
+    pub = {p: t * 1e-3 for p, t in study.reference_ms_per_batch.items()}
+    p0 = min(pub)
+    rate = implied_gemm_rate(machine, study, p0, pub[p0])
+    if rate is None:
+        return Explanation(None, {}, None, None)
+    m = with_gemm_rate(machine, study.scheme["gemm"], study.precision, rate)
+    left = {}
+    for p, t in pub.items():
+        if p > p0:
+            pred = reference_prediction(m, study, p)
+            left[p] = t - (pred.total_s - pred.terms["allreduce"])   # the allreduce adds to the batch as it is
+    net = ring_fit(left, grad_buffer_bytes(study.layer_sizes, itemsize(study.precision))) \
+        if study.scheme["comm"] == "mpi-staged" else None
+    return Explanation(rate, left, net, with_mpi(m, *net) if net else None)
+
+
+def gemm_flops(study, procs: int) -> int:
+    """FLOPs of the GEMMs of one step on the largest piece."""
+    isz = itemsize(study.precision)
+    b = max(pieces(study.batch_size, procs))
+    return sum(op_cost(name, shape, isz)[0] for kernels in step_kernels(study.layer_sizes, b, None, isz).values()
+               for kernel in kernels for name, shape in kernel if name == "gemm")
+
+
+def gemm_effective(pred: Prediction, study, procs: int) -> float:
+    """FLOP/s of the step's GEMMs together (their FLOPs over their time)."""
+    return gemm_flops(study, procs) / pred.terms["gemm"] if pred.terms["gemm"] else math.inf
+
+
+# ---- 2. the reference's kernels measured on another GPU, scaled to the reference's ---------
+
+@dataclasses.dataclass(frozen=True)
+class ScaledKernels:
+    """The reference's kernels as measured on a calibrated GPU, scaled to the
+    reference GPU by the datasheets' fp32 peak ratio (`flop`) and their
+    memory-bandwidth ratio (`bw`)."""
+    measured: Machine          # the calibrated file the rates come from
+    flop_ratio: float
+    bw_ratio: float
+    machines: dict             # kernel -> {"flop": Machine, "bw": Machine}: the reference file with them
+
+
+def scaled_kernels(ref: Machine, calibrated: Machine | None, datasheet: Machine,
+                   precision: str) -> ScaledKernels | None:
+    """The reference kernels the calibrated file has rates for, scaled; None
+    without a calibrated file, or where its GPU is the reference's."""
+    if calibrated is None or datasheet.name == ref.name:
+        return None
+    flop_ratio = ref.peak_flops_per_s(precision) / datasheet.peak_flops_per_s(precision)
+    bw_ratio = ref.mem_bw_bytes_per_s / datasheet.mem_bw_bytes_per_s
+    machines = {k: {"flop": with_scaled_kernel(ref, calibrated, k, flop_ratio),
+                    "bw": with_scaled_kernel(ref, calibrated, k, bw_ratio)}
+                for k in REFERENCE_KERNELS if calibrated.has_gemm_kernel(k)}
+    return ScaledKernels(calibrated, flop_ratio, bw_ratio, machines)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRate:
+    """One reference kernel at the smallest p's shapes: its effective GEMM
+    rate (the step's GEMM FLOPs over their time) as measured, and scaled
+    both ways, with the model's time per batch for each scaling."""
+    kernel: str
+    measured_flops_per_s: float
+    flop_scaled_flops_per_s: float
+    bw_scaled_flops_per_s: float
+    flop_scaled_ms: float
+    bw_scaled_ms: float
+
+
+def kernel_rates(scaled: ScaledKernels, study, procs: int) -> list[KernelRate]:
+    out = []
+    for k, ms in scaled.machines.items():
+        pf, pb = reference_prediction(ms["flop"], study, procs, k), reference_prediction(ms["bw"], study, procs, k)
+        measured = reference_prediction(dataclasses.replace(ms["flop"], gemm_flops_per_s=tuple(
+            g for g in scaled.measured.gemm_flops_per_s if g.kernel == k)), study, procs, k)
+        out.append(KernelRate(k, gemm_effective(measured, study, procs), gemm_effective(pf, study, procs),
+                              gemm_effective(pb, study, procs), pf.total_s * 1e3, pb.total_s * 1e3))
+    return out
+
+
+# ---- 3. one unknown alone ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Unknown:
+    """What one unknown alone would have to be at each p (None: no value
+    gives that p), beside the datasheet file's value."""
+    key: str                   # gemm, copy, mpi
+    values: dict               # p -> the implied value, or None
+    file_value: float
+
+    @property
+    def solved(self) -> dict:
+        return {p: v for p, v in self.values.items() if v}
+
+    @property
+    def missing(self) -> list:
+        return [p for p in self.values if p not in self.solved]
+
+    @property
+    def spread(self) -> float | None:
+        """The largest implied value over the smallest (None: none solved)."""
+        got = self.solved
+        return max(got.values()) / min(got.values()) if got else None
+
+    @property
+    def explains_every_p(self) -> bool:
+        """One constant could give every published time (within ONE_CONSTANT)."""
+        return self.spread is not None and not self.missing and self.spread <= ONE_CONSTANT
+
+
+def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
+    """The GEMM rate of the reference's kernel, its copy bandwidth and the MPI
+    bandwidth, each alone, at every published p."""
+    pub = {p: study.reference_ms_per_batch[p] * 1e-3 for p in sorted(study.reference_ms_per_batch)}
+    kernel = study.scheme["gemm"]
+    mem = "pageable" if study.scheme["batch_transfer"] == "pageable" else "pinned"
+    solvers = {"gemm": (implied_gemm_rate, ref.gemm_rate(study.hidden_size, study.batch_size, study.input_size,
+                                                         study.precision, kernel=kernel)),
+               "copy": (implied_copy_bw, ref.copy_bw("h2d", mem)),
+               "mpi": (implied_mpi_bw, ref.mpi_bw_bytes_per_s)}
+    return {key: Unknown(key, {p: solve_one(ref, study, p, t) for p, t in pub.items()}, file_value)
+            for key, (solve_one, file_value) in solvers.items()}
+
+
+# ---- 4. the explanation beside the study's assumed networks -------------------------------
+
+def with_networks(ref: Machine, study, gemm_flops_per_s: float, networks) -> list[tuple[object, dict]]:
+    """(network, {p: predicted ms}) of the reference file with the implied
+    GEMM rate and each of `networks` (anything with mpi_alpha_s and
+    mpi_bw_bytes_per_s) as its host MPI."""
+    mg = with_gemm_rate(ref, study.scheme["gemm"], study.precision, gemm_flops_per_s)
+    out = []
+    for n in networks:
+        m = with_mpi(mg, n.mpi_alpha_s, n.mpi_bw_bytes_per_s)
+        out.append((n, {p: reference_prediction(m, study, p).total_s * 1e3
+                        for p in sorted(study.reference_ms_per_batch)}))
+    return out

@@ -1,0 +1,158 @@
+"""The what-if solver: the time per batch a measured run would take with
+some of its configuration changed (`python -m perfmlp.whatif` is its
+command; the report's validation checks it against measured changes).
+
+It starts from what the run measured: the slowest rank's median time of
+each phase group (copies of the batch, compute, gradient copies, allreduce;
+perfmlp/trace/format.py PHASE_TERMS) and the rest of its measured time per
+batch (the median batch is not the sum of the phases' medians). The model
+predicts every term twice, for the configuration that ran and for the
+changed one; a term whose prediction changes is affected by the change. In
+each group:
+- no term affected: the measured time is kept;
+- every term of the group affected (or the group gone, as the batch copy
+  with resident data): the model's new value replaces the measurement;
+- some affected: the measurement with those terms replaced, measured -
+  model's old value + model's new value of each affected term (the group's
+  other terms, and what the model does not explain of it, stay measured).
+The rest of the measured time per batch ("other": in an eager run, the
+host's time between phases) is kept, except when the change makes an eager
+run a replayed graph, which has no time between phases: then it is 0.
+So what the change does not touch is measured and what it touches is
+predicted, with the changed terms listed. Both configurations are predicted
+at the trace level the run ran at (the tracer's cost per level:
+perfmlp/model/predict TRACE_COSTS).
+
+Pure: the measurement comes in as numbers (perfmlp/report/whatif.py reads
+them from a trace), the changes as checked values.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .machine import Machine
+from .predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
+
+# The configuration keys a what-if may change (the model predicts each).
+KEYS = ("comm", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "batch_size", "precision",
+        "hidden_sizes")
+# The exchanges predict_batch prices: data parallelism with an allreduce.
+COMMS = ("mpi", "mpi-staged", "nccl")
+CHANGED_REL = 1e-6  # a group whose prediction moves by more than this (relative) is affected
+PRESENT_S = 1e-12   # a term below this in both predictions is absent (the timeline's float residue)
+
+
+class WhatIfError(ValueError):
+    """A change the what-if cannot price (one-line message naming the value)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the model needs of a configuration."""
+    layer_sizes: tuple
+    batch: int
+    procs: int
+    precision: str
+    comm: str
+    batch_transfer: str
+    exec_mode: str
+    overlap: bool
+    bucket_bytes: int
+    gemm: str
+    trace_level: str              # the level the run's tracer ran at, kept by every change
+
+    def predict(self, machine: Machine) -> Prediction:
+        return predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
+                             self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
+                             bucket_bytes=self.bucket_bytes, gemm=self.gemm)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    run_id: str
+    machine: str
+    before: Setting
+    after: Setting
+    measured_ms: float                 # the run's time per batch
+    measured_groups_ms: dict           # group -> ms (slowest rank's medians), plus "other"
+    predicted_before: Prediction
+    predicted_after: Prediction
+    changed: tuple                     # the groups the change affects
+    changed_terms: tuple               # the model's terms it affects
+    groups_ms: dict                    # group -> ms used for the new configuration
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.groups_ms.values())
+
+    def to_json(self) -> dict:
+        return {"run": self.run_id, "machine": self.machine, "before": dataclasses.asdict(self.before),
+                "after": dataclasses.asdict(self.after), "measured_ms": self.measured_ms,
+                "measured_groups_ms": self.measured_groups_ms,
+                "model_before_ms": {g: v * 1e3 for g, v in self.predicted_before.groups().items()},
+                "model_after_ms": {g: v * 1e3 for g, v in self.predicted_after.groups().items()},
+                "model_after_terms_ms": {t: v * 1e3 for t, v in self.predicted_after.terms.items()},
+                "changed": list(self.changed), "changed_terms": list(self.changed_terms),
+                "groups_ms": self.groups_ms, "predicted_ms": self.total_ms}
+
+
+def changed_setting(before: Setting, values: dict, procs: int | None = None) -> Setting:
+    """`before` with `values` (configuration keys, each already of its
+    field's type and range: perfmlp.config converts them) and the process
+    count applied. comm `auto` keeps the run's; exec `auto` is resolve_exec's."""
+    unknown = sorted(set(values) - set(KEYS))
+    if unknown:
+        raise WhatIfError(f"--set {unknown[0]}: not a key a what-if can change (one of {', '.join(KEYS)})")
+    v = values
+    comm = before.comm if v.get("comm", "auto") == "auto" else v["comm"]
+    new = dataclasses.replace(
+        before,
+        layer_sizes=(before.layer_sizes[0], *v["hidden_sizes"], before.layer_sizes[-1]) if "hidden_sizes" in v
+        else before.layer_sizes,
+        batch=v.get("batch_size", before.batch), procs=procs or before.procs,
+        precision=v.get("precision", before.precision), comm=comm,
+        batch_transfer=v.get("batch_transfer", before.batch_transfer),
+        exec_mode=resolve_exec(v.get("exec", before.exec_mode), comm=comm), overlap=v.get("overlap", before.overlap),
+        bucket_bytes=v.get("bucket_bytes", before.bucket_bytes), gemm=v.get("gemm", before.gemm))
+    if new.procs > new.batch:
+        raise WhatIfError(f"--procs {new.procs}: more processes than the {new.batch} samples of a batch")
+    return new
+
+
+def affected_terms(before: Prediction, after: Prediction) -> tuple:
+    """The model's terms whose prediction the change moves."""
+    t0, t1 = before.terms, after.terms
+    return tuple(k for k in t0 if abs(t1[k] - t0[k]) > CHANGED_REL * max(t0[k], t1[k], PRESENT_S))
+
+
+def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: float, measured_groups_ms: dict,
+            run_id: str = "") -> WhatIf:
+    """The changed configuration's time per batch from the run's measured
+    time per batch and groups (group -> ms, "other" the rest): see the
+    module docstring."""
+    for s in (before, after):
+        if s.comm not in COMMS:
+            raise WhatIfError(f"comm {s.comm}: the what-if prices data parallelism with an allreduce "
+                              f"({', '.join(COMMS)}); `python -m perfmlp.model --comm {s.comm}` predicts it alone")
+    p0, p1 = before.predict(machine), after.predict(machine)
+    t0, t1 = p0.terms, p1.terms
+    terms = affected_terms(p0, p1)
+    g1 = p1.groups()
+    used = {}
+    for g in GROUPS:
+        mine = [k for k in t0 if TERM_GROUP[k] == g and max(t0[k], t1[k]) > PRESENT_S]
+        hit = [k for k in mine if k in terms]
+        if not hit:
+            used[g] = measured_groups_ms[g]
+        elif g1[g] == 0 or len(hit) == len(mine):
+            used[g] = g1[g] * 1e3
+        else:
+            used[g] = max(0.0, measured_groups_ms[g] + sum(t1[k] - t0[k] for k in hit) * 1e3)
+    # "other" is the batch time outside the phases: in an eager run, the host's time between them
+    # (launches, synchronisations). A replayed graph has none: the step is one launch, which the
+    # model's graph_launch term holds
+    to_graph = after.exec_mode == "graph" and before.exec_mode != "graph"
+    used["other"] = 0.0 if to_graph else measured_groups_ms["other"]
+    changed = tuple(g for g in GROUPS if any(TERM_GROUP[k] == g for k in terms)) + (("other",) if to_graph else ())
+    return WhatIf(run_id, machine.name, before, after, measured_ms, measured_groups_ms, p0, p1, changed, terms, used)

@@ -1,0 +1,44 @@
+"""What a measured run gives the what-if solver (perfmlp/model/whatif.py):
+the configuration it ran and its measured time per batch by phase group."""
+from __future__ import annotations
+
+from ..model.costs import DEFAULT_BUCKET_BYTES
+from ..model.machine import Machine
+from ..model.predict import GROUPS, resolve_exec
+from ..model.whatif import Setting, WhatIf, changed_setting, what_if
+from ..trace.format import PHASE_TERMS, resolve_trace_level
+from ..trace.reader import Run
+
+
+def setting_of(run: Run) -> Setting:
+    """The configuration a run ran with (the manifest's record of what ran
+    first, then its configuration)."""
+    c, m = run.config, run.manifest  # a trace made before --exec existed (no exec anywhere) ran eagerly
+    mode = resolve_exec(m.get("exec") or c.get("exec", "eager"), comm=run.comm)
+    return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], run.comm,
+                   c["batch_transfer"], mode,
+                   bool(m.get("overlap", c.get("overlap", False))), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
+                   c.get("gemm", "cublas"), resolve_trace_level(m.get("trace_level"), mode))
+
+
+def measured_groups_ms(run: Run) -> tuple[float, dict]:
+    """(time per batch, group -> ms) of the slowest rank; "other" holds the
+    time per batch the phases' medians do not add up to."""
+    steady = run.steady_batches().values()
+    per_rank = {r: sorted(run.batch_time_ms(recs[r]) for recs in steady) for r in run.ranks}
+    slowest = max(per_rank, key=lambda r: per_rank[r][len(per_rank[r]) // 2])
+    groups = dict.fromkeys(GROUPS, 0.0)
+    for phase, ms in run.phase_ms(slowest).items():
+        groups[PHASE_TERMS[phase]] += ms
+    t = run.median_batch_ms()
+    groups["other"] = t - sum(groups.values())
+    return t, groups
+
+
+def what_if_run(run: Run, machine: Machine, values: dict, procs: int | None = None) -> WhatIf:
+    """The what-if of a measured run with `values` (configuration keys, each
+    of its field's type) and `procs` changed."""
+    before = setting_of(run)
+    after = changed_setting(before, values, procs)
+    t, groups = measured_groups_ms(run)
+    return what_if(machine, before, after, t, groups, run.run_id)
