@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from perfmlp.model import costs
-from perfmlp.model.costs import batch_counts, op_cost, reference_approx, step_ops
+from perfmlp.model.costs import batch_counts, op_cost, step_ops
 from perfmlp.model.machine import MachineError, load_machine, machine_files, machine_from_mapping
 from perfmlp.model.strategies import predict_strategy, step_phases
 from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
 from perfmlp.model.roofline import modified_roofline, ridge_point, standard_roofline
+from perfmlp.model.summary import reference_approx
 
 from conftest import ROOT
 
@@ -196,9 +197,11 @@ def test_cli_trace_level(capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["config"]["trace_level"] == "timeline"
     assert "CUPTI" in s["prediction"]["detail"]["trace_uncalibrated"]
-    assert main(["--comm", "nccl", "--batch-transfer", "resident"]) == 0
+    assert main(["--comm", "nccl", "--batch-transfer", "resident", "--trace-level", "untraced"]) == 0
     out = capsys.readouterr().out
     assert "gemm cublas, untraced" in out and "tracer" not in out
+    assert main(["--comm", "nccl", "--batch-transfer", "resident"]) == 0   # the trainer's default: traced
+    assert "gemm cublas, traced at counters" in capsys.readouterr().out
     assert main(["--parallel", "model", "--procs", "2", "--comm", "nccl", "--trace-level", "kernels"]) == 0
     out = capsys.readouterr().out
     assert "traced at kernels" in out and "tracer, not in the prediction: CUPTI activity records" in out
@@ -271,8 +274,8 @@ def test_gemm_rate_uses_nearest_calibrated_shape():
 
 
 def test_cli_table_and_json(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--json", "--procs", "2"], capture_output=True,
-                       text=True, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--json", "--procs", "2", "--batch-size", "3200"],
+                       capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["schema"] == "perfmlp.model/1" and s["config"]["procs"] == 2
@@ -356,3 +359,54 @@ def test_a_datasheet_file_names_the_device_cuda_reports():
     h100 = load_machine(ROOT / "models/h100-sxm.yaml")
     assert h100.describes("NVIDIA H100 80GB HBM3") and h100.describes(h100.name)
     assert not h100.describes("NVIDIA H100 PCIe")   # another part: another datasheet
+
+
+# ---- the model's command predicts the run the trainer makes -----------------------------------
+
+def test_the_model_commands_defaults_are_the_trainers():
+    from perfmlp.config import Config
+    from perfmlp.model.__main__ import DEFAULTS, parser
+    from perfmlp.model.predict import DEFAULT_TRACE_LEVEL
+    from perfmlp.trace import format as trace_format
+    c = Config()
+    for key in ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "parallel", "batch_transfer",
+                "exec", "overlap", "bucket_bytes", "gemm", "trace_level"):
+        assert DEFAULTS[key] == getattr(c, key), key
+    # the trainer's comm auto on a GPU is the staged exchange (backend.py: anything but nccl is staged there)
+    assert c.comm == "auto" and DEFAULTS["comm"] == "mpi-staged"
+    assert c.trace and DEFAULT_TRACE_LEVEL == trace_format.DEFAULT_TRACE_LEVEL   # traced by default, at auto's level
+    a = parser().parse_args([])
+    assert (a.batch_size, a.hidden, a.exec_mode, a.trace_level) == (c.batch_size, list(c.hidden_sizes), "auto", "auto")
+
+
+def test_the_model_command_by_default_predicts_the_trainers_default_run(capsys):
+    from perfmlp.backend import exec_mode
+    from perfmlp.config import Config
+    from perfmlp.model.__main__ import main
+    assert main(["--json", "--machine", "h200-calibrated"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    ran = exec_mode(Config(backend="cupy"), "cupy")   # what the trainer runs on a GPU with its defaults
+    assert ran == "graph"
+    assert s["config"]["exec"] == ran and s["config"]["batch"] == 100 and s["config"]["trace_level"] == "counters"
+    m = load_machine("h200-calibrated")
+    assert s["prediction"]["total_s"] == predict_batch(m, (784, 512, 10), 100, 1, "float32", "mpi-staged",
+                                                       "pageable", "counters", exec_mode="graph").total_s
+
+
+def test_the_strategy_comparison_prices_each_strategy_with_the_runs_library():
+    # with mpi-staged, data parallelism in the comparison is the staged exchange's, as predicted alone,
+    # not NCCL's (which is faster: the comparison would favour it)
+    from perfmlp.model.strategies import strategy_summary
+    m = load_machine("h200-calibrated")
+    for comm in ("mpi-staged", "nccl"):
+        s = strategy_summary(m, (784, 512, 10), 3200, 2, comm=comm, batch_transfer="pageable", parallel="model",
+                             exec_mode="eager")
+        listed = {x["strategy"]: x["total_s"] for x in s["strategies"]}
+        alone = predict_strategy(m, (784, 512, 10), 3200, 2, comm=comm, batch_transfer="pageable", parallel="data",
+                                 exec_mode="eager").total_s
+        assert listed["data"] == alone, comm
+        assert listed["model"] == s["prediction"]["total_s"]
+    nccl = predict_strategy(m, (784, 512, 10), 3200, 2, comm="nccl", batch_transfer="pageable", exec_mode="eager")
+    staged = predict_strategy(m, (784, 512, 10), 3200, 2, comm="mpi-staged", batch_transfer="pageable",
+                              exec_mode="eager")
+    assert staged.total_s > nccl.total_s   # so the difference shows

@@ -413,7 +413,7 @@ def test_bad_strategies_are_one_line(procs, args, words):
 
 def test_model_cli_takes_the_strategy(tmp_path):
     r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--json", "--parallel", "model", "--procs", "2",
-                        "--hidden-size", "513", "--comm", "nccl", "--batch-transfer", "resident"],
+                        "--hidden-size", "513", "--comm", "nccl", "--batch-transfer", "resident", "--batch-size", "3200"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)

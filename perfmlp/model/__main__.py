@@ -7,10 +7,10 @@ import os
 import sys
 
 from .costs import DEFAULT_BUCKET_BYTES
-from .machine import DEFAULT_MACHINE, MachineError, load_machine, machine_files
-from .precision import NAMES as PRECISIONS
-from .predict import PREFETCH, TRACE_LEVELS, UNTRACED, trace_words
-from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_summary
+from .machine import DEFAULT_MACHINE, GEMM_KERNELS, MachineError, load_machine, machine_files
+from .precision import NAMES as PRECISION_NAMES
+from .predict import PREFETCH, TRACE_LEVELS, UNTRACED, default_trace_level, resolve_exec, trace_words
+from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_exec, strategy_summary
 from .summary import summary
 
 
@@ -83,82 +83,102 @@ def format_table(s: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+# The trainer's defaults (perfmlp/config.py Config, as it runs on a GPU: comm
+# auto is mpi-staged, exec auto is CUDA graphs where the step can be
+# captured, the tracer on at trace level auto): the model predicts the run
+# `python -m perfmlp.run` makes. A test holds them equal.
+DEFAULTS = {"input_size": 784, "hidden_sizes": (512,), "num_classes": 10, "batch_size": 100, "precision": "float32",
+            "comm": "mpi-staged", "parallel": "data", "batch_transfer": "pageable", "exec": "auto", "overlap": False,
+            "bucket_bytes": DEFAULT_BUCKET_BYTES, "gemm": "cublas", "trace_level": "auto"}
+BATCH_TRANSFERS = ("pageable", "pinned", "resident", *PREFETCH)
+
+
+def parser() -> argparse.ArgumentParser:
+    d = DEFAULTS
     ap = _Parser(prog="python -m perfmlp.model", description=__doc__)
     ap.add_argument("--machine", default=None,
                     help=f"machine file (a .yaml path) or the name of a shipped one: "
                          f"{', '.join(f.name.removesuffix('.yaml') for f in _shipped())} (default: {DEFAULT_MACHINE})")
-    ap.add_argument("--input-size", type=_positive, default=784, metavar="D", help="input features (default: 784)")
-    ap.add_argument("--hidden-size", "--hidden-sizes", dest="hidden", type=_hidden, default=[512], metavar="H1,H2,...",
-                    help="hidden layer sizes, comma separated (default: 512)")
-    ap.add_argument("--num-classes", type=_positive, default=10, metavar="C", help="output classes (default: 10)")
-    ap.add_argument("--batch-size", type=_positive, default=3200, metavar="B",
-                    help="samples per batch, split over the processes (default: 3200)")
+    ap.add_argument("--input-size", type=_positive, default=d["input_size"], metavar="D",
+                    help=f"input features (default: {d['input_size']})")
+    ap.add_argument("--hidden-size", "--hidden-sizes", dest="hidden", type=_hidden, default=list(d["hidden_sizes"]),
+                    metavar="H1,H2,...", help=f"hidden layer sizes, comma separated "
+                                              f"(default: {','.join(map(str, d['hidden_sizes']))})")
+    ap.add_argument("--num-classes", type=_positive, default=d["num_classes"], metavar="C",
+                    help=f"output classes (default: {d['num_classes']})")
+    ap.add_argument("--batch-size", type=_positive, default=d["batch_size"], metavar="B",
+                    help=f"samples per batch, split over the processes (default: {d['batch_size']}, the trainer's)")
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
-    ap.add_argument("--precision", choices=PRECISIONS, default="float32",
+    ap.add_argument("--precision", choices=PRECISION_NAMES, default=d["precision"],
                     help="arithmetic of the step: float32, float64, tf32, bf16 or fp16, as perfmlp.model.precision "
-                         "says (default: float32)")
-    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi", *PS_COMMS), default="mpi-staged",
+                         f"says (default: {d['precision']})")
+    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi", *PS_COMMS), default=d["comm"],
                     help="gradient all-reduce: mpi-staged (GPU buffers through the host), nccl, or mpi "
                          "(host buffers, the NumPy backend); or the parameter server, ps-nccl (GPU) or ps (host "
-                         "MPI) (default: mpi-staged)")
-    ap.add_argument("--parallel", choices=PARALLEL, default="data",
-                    help="partitioning: data (batch split), model (every layer split, whole batch on every "
+                         f"MPI) (default: {d['comm']}, the trainer's on a GPU)")
+    ap.add_argument("--parallel", choices=PARALLEL, default=d["parallel"],
+                    help="the strategy: data (batch split), model (every layer split, whole batch on every "
                          "rank), hybrid (a p_data x p_model grid); any but data with an allreduce prints the "
-                         "strategy's counts per rank and every strategy's predicted time (default: data)")
+                         f"strategy's counts per rank and every strategy's predicted time (default: {d['parallel']})")
     ap.add_argument("--model-procs", type=_positive, default=None, metavar="M",
                     help="ranks per model group with --parallel hybrid (default: none, hybrid needs it)")
-    ap.add_argument("--batch-transfer", choices=("pageable", "pinned", "resident", *PREFETCH), default="pageable",
-                    help="how each batch reaches the GPU (default: pageable)")
-    ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph", "auto"), default="eager",
+    ap.add_argument("--batch-transfer", choices=BATCH_TRANSFERS, default=d["batch_transfer"],
+                    help=f"how each batch reaches the GPU (default: {d['batch_transfer']})")
+    ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph", "auto"), default=d["exec"],
                     help="how the step is issued: eager (kernel by kernel, host launch per kernel), graph "
                          "(one captured graph replayed per step) or auto (as the trainer on a GPU: graph where "
-                         "the step can be captured) (default: eager)")
+                         f"the step can be captured) (default: {d['exec']})")
     ap.add_argument("--overlap", action="store_true",
                     help="gradient allreduce started per layer during the backward pass (default: after it)")
-    ap.add_argument("--bucket-bytes", type=_positive, default=DEFAULT_BUCKET_BYTES, metavar="BYTES",
+    ap.add_argument("--bucket-bytes", type=_positive, default=d["bucket_bytes"], metavar="BYTES",
                     help="with --overlap, the largest piece of a weight gradient reduced alone; larger ones are "
-                         f"computed and reduced in row blocks (default: {DEFAULT_BUCKET_BYTES})")
-    ap.add_argument("--gemm", choices=("cublas", "naive", "tiled", "regblock"), default="cublas",
+                         f"computed and reduced in row blocks (default: {d['bucket_bytes']})")
+    ap.add_argument("--gemm", choices=GEMM_KERNELS, default=d["gemm"],
                     help="GEMM kernel (the machine file's rates for it where calibrated, else the peak) "
-                         "(default: cublas)")
-    ap.add_argument("--trace-level", choices=(UNTRACED, *TRACE_LEVELS), default=UNTRACED,
+                         f"(default: {d['gemm']})")
+    ap.add_argument("--trace-level", choices=("auto", UNTRACED, *TRACE_LEVELS), default=d["trace_level"],
                     help="predict a run with perfmlp's tracer at this level: counters, timeline and kernels its "
                          "host time per phase, phases that and a CUDA event per phase; the CUPTI cost of "
-                         "timeline and kernels is not calibrated (default: untraced)")
+                         "timeline and kernels is not calibrated; auto: the trainer's default level for the "
+                         f"execution mode (default: {d['trace_level']})")
     ap.add_argument("--json", action="store_true", help="print JSON, schema in docs/model.md (default: a table)")
-    a = ap.parse_args(argv)
-    if a.procs > a.batch_size:
-        print(f"perfmlp.model: error: {a.procs} processes but a batch of {a.batch_size}", file=sys.stderr)
-        return 2
+    return ap
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
     try:
-        m = load_machine(a.machine)
-    except MachineError as e:
+        if a.procs > a.batch_size:
+            raise StrategyError(f"{a.procs} processes but a batch of {a.batch_size}")
+        if a.model_procs and a.parallel != "hybrid":
+            raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
+        s, text = _prediction(a, load_machine(a.machine))
+    except (MachineError, StrategyError) as e:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
-    sizes = (a.input_size, *a.hidden, a.num_classes)
-    trace_level = None if a.trace_level == UNTRACED else a.trace_level
-    if a.parallel != "data" or a.comm in PS_COMMS or a.model_procs:
-        try:
-            if a.model_procs and a.parallel != "hybrid":
-                raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
-            s = strategy_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
-                                  a.parallel, a.model_procs or 0, a.exec_mode, trace_level)
-        except StrategyError as e:
-            print(f"perfmlp.model: error: {e}", file=sys.stderr)
-            return 2
-        text = format_strategy(s)
-    else:
-        s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
-                    exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm,
-                    trace_level=trace_level)
-        text = format_table(s)
     try:
         print(json.dumps(s, indent=1) if a.json else text, flush=True)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
         return 1
     return 0
+
+
+def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
+    """(the JSON-ready summary, its table) of the configuration asked for."""
+    sizes = (a.input_size, *a.hidden, a.num_classes)
+    strategy = a.parallel != "data" or a.comm in PS_COMMS
+    exec_mode = strategy_exec(a.exec_mode, a.parallel, a.comm) if strategy else resolve_exec(a.exec_mode,
+                                                                                             comm=a.comm)
+    trace_level = (None if a.trace_level == UNTRACED else
+                   default_trace_level(exec_mode) if a.trace_level == "auto" else a.trace_level)
+    if strategy:
+        s = strategy_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,
+                             a.parallel, a.model_procs or 0, exec_mode, trace_level)
+        return s, format_strategy(s)
+    s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer, exec_mode=exec_mode,
+                overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm, trace_level=trace_level)
+    return s, format_table(s)
 
 
 def _shipped():

@@ -395,7 +395,3 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = "mpi-staged",
         bytes_d2d=piece_bytes if resident and exec_mode == "graph" else 0,
     )
 
-
-def reference_approx(D: int, H: int, B: int) -> dict[str, int]:
-    """The reference's Question 2.1 approximations (one dominant GEMM each)."""
-    return {"forward": 2 * B * H * D, "backward": 2 * B * H * D, "batch": 4 * B * H * D}

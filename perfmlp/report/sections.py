@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..model.costs import batch_counts, itemsize, reference_approx
+from ..model.costs import batch_counts, itemsize
 from ..model.roofline import modified_roofline
+from ..model.summary import reference_approx
 from ..trace.reader import STEADY_RULE
 from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
 from .ceilings import ceilings_figures

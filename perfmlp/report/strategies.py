@@ -46,24 +46,49 @@ def section_strategies(a: Analysis) -> Section | None:
     if not any(r.strategy != "data" for r in a.runs):
         return None
     s = Section("Partitioning strategies: data, model, hybrid, parameter server")
+    s.paragraphs.append(_pencil_and_paper(a))
+    groups: dict = {}
+    for r in a.runs:
+        if not r.profiled and r.gemm == "cublas":
+            groups.setdefault(_key(r), {}).setdefault(r.strategy, r)
+    rows, winners, points = _measured(a, groups)
+    s.tables.append(Table("partition_runs", "Every strategy measured beside predicted (the report's primary machine "
+                          "file), and the bytes each rank handed to collectives per step: counted in the trace "
+                          "against the model's closed form", rows))
+    if winners:
+        agree = sum(w["agree"] == "yes" for w in winners)
+        s.paragraphs.append(f"The predicted winner is the measured one at {agree} of {len(winners)} measured points"
+                            f"{'' if agree == len(winners) else ' (a tie is a predicted margin under 2%)'}.")
+        s.tables.append(Table("partition_winners", "Which strategy won at each measured point, measured and "
+                              "predicted", winners))
+    figure = _map_figure(a, groups, winners)
+    if figure:
+        s.figures.append(figure)
+    if points:
+        s.figures.append(Figure("partition_measured_vs_predicted", "Measured against predicted time per batch, "
+                                "per strategy", measured_vs_predicted_by_strategy, dict(points=points)))
+    return s
+
+
+def _pencil_and_paper(a: Analysis) -> str:
     st = a.study
     D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
     sz = itemsize(st.precision)
     P = max(r.procs for r in a.runs if r.strategy != "data")   # the set's largest strategy run
     pen = {name: closed_form_bytes(D, H, C, B, P, sz, name) for name in ("data", "ps", "model")}
-    s.paragraphs.append(
-        f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p={P}, {st.precision}: per step each rank "
-        f"hands {pen['data']:,} bytes to the gradient allreduce with data parallelism (the whole gradient, "
-        f"s(HD + H + CH + C + 1)), {pen['ps']:,} to the parameter server (reduce, then broadcast; {sz} fewer with "
-        f"ps-nccl, which broadcasts no loss slot) and "
-        f"{pen['model']:,} with model parallelism (the output's partial sums, s C B): "
-        f"{pen['data'] / pen['model']:.1f}x fewer. Model parallelism wins on bytes while B < (HD + H + CH + C + 1) "
-        f"/ C = {(H * D + H + C * H + C + 1) / C:,.0f} at H={H}; in time, the latencies and the redundant "
-        f"whole-batch loss on every rank move the crossover (the map below).")
-    groups: dict = {}
-    for r in a.runs:
-        if not r.profiled and r.gemm == "cublas":
-            groups.setdefault(_key(r), {}).setdefault(r.strategy, r)
+    return (f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p={P}, {st.precision}: per step each rank "
+            f"hands {pen['data']:,} bytes to the gradient allreduce with data parallelism (the whole gradient, "
+            f"s(HD + H + CH + C + 1)), {pen['ps']:,} to the parameter server (reduce, then broadcast; {sz} fewer with "
+            f"ps-nccl, which broadcasts no loss slot) and "
+            f"{pen['model']:,} with model parallelism (the output's partial sums, s C B): "
+            f"{pen['data'] / pen['model']:.1f}x fewer. Model parallelism wins on bytes while B < (HD + H + CH + C + 1) "
+            f"/ C = {(H * D + H + C * H + C + 1) / C:,.0f} at H={H}; in time, the latencies and the redundant "
+            f"whole-batch loss on every rank move the crossover (the map below).")
+
+
+def _measured(a: Analysis, groups: dict) -> tuple[list, list, list]:
+    """(a row per measured strategy run, a row per measured point with its
+    measured and predicted winner, measured-against-predicted points)."""
     one_gpu = {(k[0], k[1], k[3], k[4]): g["data"] for k, g in groups.items() if k[2] == 1 and "data" in g}
     rows, winners, points = [], [], []
     for key, by in sorted(groups.items()):
@@ -82,50 +107,54 @@ def section_strategies(a: Analysis) -> Section | None:
                          "speed-up over 1 GPU": base.t_ms / r.t_ms if base else None, "run": r.run_id})
             if pred:
                 points.append({"strategy": name, "measured_ms": r.t_ms, "predicted_ms": pred.total_s * 1e3})
-        measured = min(by.items(), key=lambda kv: kv[1].t_ms)[0]
-        preds = {n: r.predicted.total_s for n, r in by.items() if r.predicted}
-        if preds:
-            order = sorted(preds, key=preds.get)
-            margin = (preds[order[1]] / preds[order[0]] - 1) if len(order) > 1 else None
-            tie = margin is not None and margin < TIE
-            winners.append({"H": "x".join(map(str, hidden)), "B": batch, "procs": procs, "transfer": transfer,
-                            "measured winner": measured, "predicted winner": order[0],
-                            "predicted margin %": 100 * margin if margin is not None else None,
-                            "agree": "yes" if measured == order[0] else ("tie predicted" if tie else "no"),
-                            "best speed-up over 1 GPU": (base.t_ms / by[measured].t_ms) if base else None})
-    s.tables.append(Table("partition_runs", "Every strategy measured beside predicted (the report's primary machine "
-                          "file), and the bytes each rank handed to collectives per step: counted in the trace "
-                          "against the model's closed form", rows))
-    if winners:
-        agree = sum(w["agree"] == "yes" for w in winners)
-        s.paragraphs.append(f"The predicted winner is the measured one at {agree} of {len(winners)} measured points"
-                            f"{'' if agree == len(winners) else ' (a tie is a predicted margin under 2%)'}.")
-        s.tables.append(Table("partition_winners", "Which strategy won at each measured point, measured and "
-                              "predicted", winners))
+        winner = _winner(key, by, base)
+        if winner:
+            winners.append(winner)
+    return rows, winners, points
+
+
+def _winner(key: tuple, by: dict, base) -> dict | None:
+    """The measured and the predicted winner at one measured point."""
+    hidden, batch, procs, _, transfer = key
+    measured = min(by.items(), key=lambda kv: kv[1].t_ms)[0]
+    preds = {n: r.predicted.total_s for n, r in by.items() if r.predicted}
+    if not preds:
+        return None
+    order = sorted(preds, key=preds.get)
+    margin = (preds[order[1]] / preds[order[0]] - 1) if len(order) > 1 else None
+    tie = margin is not None and margin < TIE
+    return {"H": "x".join(map(str, hidden)), "B": batch, "procs": procs, "transfer": transfer,
+            "measured winner": measured, "predicted winner": order[0],
+            "predicted margin %": 100 * margin if margin is not None else None,
+            "agree": "yes" if measured == order[0] else ("tie predicted" if tie else "no"),
+            "best speed-up over 1 GPU": (base.t_ms / by[measured].t_ms) if base else None}
+
+
+def _map_figure(a: Analysis, groups: dict, winners: list) -> Figure | None:
+    """The predicted-best map at the measured GPU points' most common setting."""
     gpu_groups = [k for k, by in groups.items() if k[2] > 1 and any(r.gpu for r in by.values())]
-    if gpu_groups:
-        procs = statistics.mode(k[2] for k in gpu_groups)
-        transfer = statistics.mode(k[4] for k in gpu_groups)
-        prec = statistics.mode(k[3] for k in gpu_groups)
-        device = statistics.mode(r.comm in DEVICE_COMMS for k in gpu_groups for r in groups[k].values())
-        mode = statistics.mode(r.exec for k in gpu_groups for r in groups[k].values())
-        hs = sorted({k[0][0] for k in gpu_groups if len(k[0]) == 1})
-        bs = sorted({k[1] for k in gpu_groups})
-        meas = [{"H": k[0][0], "B": k[1], "winner": w["measured winner"], "agree": w["agree"] != "no"}
-                for k in gpu_groups if len(k[0]) == 1 and k[2] == procs
-                for w in winners if (w["H"], w["B"], w["procs"]) == (str(k[0][0]), k[1], k[2])]
-        m = a.machines.primary
-        s.figures.append(Figure(
-            "partition_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
-            f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); measured points: the measured "
-            "winner, a red cross where the model disagreed", strategy_map,
-            dict(machine=m, D=D, C=C, procs=procs, precision=prec, transfer=transfer, device=device, exec_mode=mode,
-                 h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2), b_range=(min(bs + [B]) / 2, max(bs + [B]) * 2),
-                 measured=meas)))
-    if points:
-        s.figures.append(Figure("partition_measured_vs_predicted", "Measured against predicted time per batch, "
-                                "per strategy", measured_vs_predicted_by_strategy, dict(points=points)))
-    return s
+    if not gpu_groups:
+        return None
+    st = a.study
+    D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
+    procs = statistics.mode(k[2] for k in gpu_groups)
+    transfer = statistics.mode(k[4] for k in gpu_groups)
+    prec = statistics.mode(k[3] for k in gpu_groups)
+    device = statistics.mode(r.comm in DEVICE_COMMS for k in gpu_groups for r in groups[k].values())
+    mode = statistics.mode(r.exec for k in gpu_groups for r in groups[k].values())
+    hs = sorted({k[0][0] for k in gpu_groups if len(k[0]) == 1})
+    bs = sorted({k[1] for k in gpu_groups})
+    meas = [{"H": k[0][0], "B": k[1], "winner": w["measured winner"], "agree": w["agree"] != "no"}
+            for k in gpu_groups if len(k[0]) == 1 and k[2] == procs
+            for w in winners if (w["H"], w["B"], w["procs"]) == (str(k[0][0]), k[1], k[2])]
+    m = a.machines.primary
+    return Figure(
+        "partition_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
+        f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); measured points: the measured "
+        "winner, a red cross where the model disagreed", strategy_map,
+        dict(machine=m, D=D, C=C, procs=procs, precision=prec, transfer=transfer, device=device, exec_mode=mode,
+             h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2), b_range=(min(bs + [B]) / 2, max(bs + [B]) * 2),
+             measured=meas))
 
 
 # ---- figures ----------------------------------------------------------------------------------
@@ -133,7 +162,8 @@ def section_strategies(a: Analysis) -> Section | None:
 def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=25,
                  exec_mode="eager"):
     """The predicted best strategy on a log grid of H and B, and the measured winners on it
-    (exec_mode graph: each strategy in graph mode where its step can be captured)."""
+    (GPU runs: `device` NCCL, else MPI staged through the host; exec_mode graph: each strategy
+    in graph mode where its step can be captured)."""
     plt = _plt()
     hs = np.unique(np.geomspace(*h_range, n).round().astype(int))
     bs = np.unique(np.geomspace(max(b_range[0], procs), b_range[1], n).round().astype(int))
@@ -141,8 +171,9 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     grid = np.zeros((len(bs), len(hs)), dtype=int)
     for j, h in enumerate(hs):
         for i, b in enumerate(bs):
-            ranking = best_strategy(machine, (D, int(h), C), int(b), procs, precision, transfer, device,
-                                    exec_mode=exec_mode)
+            # on GPUs: NCCL, else host MPI through the host (mpi-staged)
+            ranking = best_strategy(machine, (D, int(h), C), int(b), procs, precision, transfer, True,
+                                    exec_mode=exec_mode, staged=not device)
             if not ranking:
                 continue
             best = ranking[0][0]

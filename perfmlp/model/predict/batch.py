@@ -53,31 +53,36 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         if counts.bytes_d2d else []
     terms["elementwise"] += sum(staging)
     detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
-    if overlap:
+    if overlap:   # the staged copies ride in the buckets: their exposed part is in allreduce too
         terms["allreduce"], more = _overlapped_exchange(machine, layer_sizes, b, isz, precision, gemm, gap, comm,
                                                         procs, batch_transfer, bucket_bytes, fuse_output)
-        detail.update(more)  # the staged copies ride in the buckets: their exposed part is in allreduce too
+        detail.update(more)
     else:
         terms.update(comm_s(machine, comm, counts.bytes_mpi or counts.bytes_nccl, procs, batch_transfer))
-    if procs > 1 and comm in ("mpi-staged", "mpi", "nccl"):   # the staged step's own where measured
-        terms["rank_wait"] = machine.wait_s(procs, staging_memory(batch_transfer) if comm == "mpi-staged" else None)
+    terms["rank_wait"] = _rank_wait(machine, comm, procs, batch_transfer)
     step = _traced_step(machine, layer_sizes, b, procs, comm, batch_transfer, exec_mode, trace_level,
                         phase_kernels, copies + staging, terms)
     detail.update(trace_detail(trace_level))
     timeline = _launch_terms(step, terms, ahead)
     if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
-        rest = sum(terms.values())
-        terms["h2d_batch"] = max(0.0, pipe_s - rest)
-        detail.update(prefetch_s=pipe_s, prefetch_hidden_s=min(pipe_s, rest))
+        terms["h2d_batch"], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
+        detail.update(prefetch_s=pipe_s, prefetch_hidden_s=hidden)
     detail.update(host_s=timeline["host_s"],
                   gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
                   timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
-    total = sum(terms.values())
-    compute = sum(terms[t] for t in COMPUTE_TERMS)
-    job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
     detail["bytes_d2d"] = counts.bytes_d2d
+    total, compute = sum(terms.values()), sum(terms[t] for t in COMPUTE_TERMS)
+    job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
     return Prediction(terms, total, max(compute, total - compute), counts.flops_total, job, counts.bytes_copied,
                       machine.name, detail)
+
+
+def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> float:
+    """The calibrated wait for the slowest rank at the collective: the staged
+    step's own where the file has it; none on one process."""
+    if procs <= 1 or comm not in ("mpi-staged", "mpi", "nccl"):
+        return 0.0
+    return machine.wait_s(procs, staging_memory(batch_transfer) if comm == "mpi-staged" else None)
 
 
 def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: str, gemm: str, gap: float,

@@ -30,6 +30,16 @@ TRACE_LEVELS = tuple(TRACE_COSTS)
 UNTRACED = "untraced"  # a run without the tracer, as the CLI's --trace-level and the JSON name it
 
 
+# The level the trainer's `--trace-level auto` runs at, per execution mode
+# (perfmlp/trace/format.py DEFAULT_TRACE_LEVEL; a test holds the two equal).
+DEFAULT_TRACE_LEVEL = {"graph": "counters", "eager": "counters"}
+
+
+def default_trace_level(exec_mode: str) -> str:
+    """The level `--trace-level auto` runs at in an execution mode."""
+    return DEFAULT_TRACE_LEVEL.get(exec_mode, DEFAULT_TRACE_LEVEL["eager"])
+
+
 def trace_cost(trace_level: str | None) -> TraceCost | None:
     """A level's cost rule (None: untraced); a level the model does not
     price is a one-line error."""

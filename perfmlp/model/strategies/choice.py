@@ -29,8 +29,10 @@ def label(parallel: str, model_procs: int, comm: str, procs: int) -> str:
 def candidates(procs: int, device: bool = True, staged: bool = False) -> list[Strategy]:
     """The strategies a run on `procs` ranks can choose from: data parallel
     (allreduce), the parameter server, model parallel, and each proper hybrid
-    grid. device: NCCL (else host MPI, or mpi-staged when `staged`)."""
-    comm = "nccl" if device else ("mpi-staged" if staged else "mpi")
+    grid. device: on GPUs, the collectives by NCCL, or with `staged` through
+    host MPI (mpi-staged; the GPU's parameter server is ps-nccl either way);
+    else the NumPy backend's host MPI (mpi, ps)."""
+    comm = ("mpi-staged" if staged else "nccl") if device else "mpi"
     out = [Strategy("data", 0, comm)]
     if procs > 1:
         out.append(Strategy("data", 0, "ps-nccl" if device else "ps"))
@@ -41,12 +43,13 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
 
 def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = "float32",
                   batch_transfer: str = "resident", device: bool = True, trace_level: str | None = None,
-                  exec_mode: str = "eager") -> list[tuple[str, Prediction]]:
-    """Every candidate strategy that can run, fastest first: (label,
-    prediction). `exec_mode` graph or auto: each candidate in graph mode
-    where its step can be captured, else eagerly."""
+                  exec_mode: str = "eager", staged: bool = False) -> list[tuple[str, Prediction]]:
+    """Every candidate strategy that can run (candidates: `device`,
+    `staged`), fastest first: (label, prediction). `exec_mode` graph or
+    auto: each candidate in graph mode where its step can be captured, else
+    eagerly."""
     out = []
-    for st in candidates(procs, device):
+    for st in candidates(procs, device, staged):
         try:
             p_data, p_model = grid(procs, st.parallel, st.model_procs)
             check_shard(layer_sizes, p_model)

@@ -47,8 +47,8 @@ def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
                        "utilisation": pred.flops_job / pred.total_s / (procs * machine.peak_flops_per_s(precision))},
         "strategies": [{"strategy": name, "total_s": p.total_s, "comm_s": p.terms["allreduce"]}
                        for name, p in best_strategy(machine, layer_sizes, batch, procs, precision, batch_transfer,
-                                                    device=device or comm in ("nccl", "ps-nccl"),
-                                                    trace_level=trace_level, exec_mode=mode)],
+                                                    device=device, trace_level=trace_level, exec_mode=mode,
+                                                    staged=comm == "mpi-staged")],
     }
 
 
