@@ -21,7 +21,8 @@ MODEL = ("perfmlp.model",)                                        # pure: shapes
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
 CONFIG = ("perfmlp.config", "perfmlp.data")                       # the configuration, the data sets
 TRAINER = ("perfmlp.backend", "perfmlp.batches", "perfmlp.comm", "perfmlp.mlp", "perfmlp.step", "perfmlp.train",
-           "perfmlp.mixed", "perfmlp.straggler", "perfmlp.gpu", "perfmlp.strategies", "perfmlp.psasync")
+           "perfmlp.mixed", "perfmlp.straggler", "perfmlp.watchdog", "perfmlp.gpu", "perfmlp.strategies",
+           "perfmlp.psasync")
 REPORT = ("perfmlp.report",)
 PARTS = {
     # part: (its modules, the perfmlp modules it may import, the libraries beyond the standard one it may import)
@@ -35,7 +36,9 @@ PARTS = {
     "run": (("perfmlp.run", "perfmlp.__main__"), ("perfmlp.run", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ()),
     "calibrate": (("perfmlp.calibrate",), ("perfmlp.calibrate", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE),
                   ("numpy", "cupy", "cupyx", "mpi4py", "yaml")),
-    "sweep": (("perfmlp.sweep",), ("perfmlp.sweep", *CONFIG, *BASE, *MODEL, *TRACE, *REPORT), ("yaml",)),
+    # the sweep: refuses in its first second what the trainer would (backend.check_options, a GPU present)
+    "sweep": (("perfmlp.sweep",), ("perfmlp.sweep", *CONFIG, *BASE, *MODEL, *TRACE, *REPORT, "perfmlp.backend",
+                                   "perfmlp.gpu"), ("yaml", "mpi4py")),   # mpi4py: which MPI launches the runs
     # the what-if command: the report's reading of a run, the trainer's refusals (backend.check_options)
     "whatif": (("perfmlp.whatif",), (*BASE, *CONFIG, *MODEL, *TRACE, *REPORT, "perfmlp.backend"), ("yaml",)),
     "fetch": (("perfmlp.fetch",), BASE, ()),
