@@ -92,7 +92,10 @@ for part in "$@"; do
     done
     python3 benchmarks/kernel_breakdown.py $T/kernels-* --out $B/kernel_breakdown.md | grep "^rank" ;;
   calibrate)
-    timeout 200 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base h200 --out $B/calibrated.yaml 2>&1 \
+    # the datasheet file of the GPU present for what is not measured; every precision the trainer runs
+    base=h200; nvidia-smi -L | grep -q H100 && base=h100-sxm
+    timeout 300 $MPIRUN -n $NGPU python3 -m perfmlp.calibrate --base $base --out $B/calibrated.yaml \
+      --precisions ${CAL_PRECISIONS:-float32,float64,tf32,bf16,fp16} 2>&1 \
       | tee $B/calibrate.log | grep -v "allreduce p=" | tail -16 ;;
   sweeps)
     for s in modes q2_2; do
