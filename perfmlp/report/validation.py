@@ -19,8 +19,9 @@ results (validation_section.py puts them into words).
   the host clock where the work blocks the host); other measured groups are
   shown, not compared.
 - What-if: from the reference-scheme run of a size on one GPU, each other
-  measured configuration of that size predicted by perfmlp.whatif, beside
-  its measurement.
+  measured configuration of that size predicted by the what-if solver
+  (perfmlp/model/whatif.py, from the run as report/whatif.py reads it),
+  beside its measurement.
 - History: the blind tests made so far, one row per configuration and sweep
   (blind_tests.py), when the report is given them.
 """
@@ -35,6 +36,7 @@ from ..model.predict import GROUPS
 from .analysis import Analysis, RunSummary, predicted_terms
 from .model_error import ErrorStats, error_stats, resolution, within_noise
 from .predictions import blind_status, more_predictions, read_predictions
+from .whatif import what_if_run
 
 MIN_STEADY = 20
 
@@ -140,7 +142,7 @@ class TermSummary:
 
 @dataclass(frozen=True)
 class WhatIfCheck:
-    """perfmlp.whatif from a size's reference-scheme run to another measured configuration."""
+    """The what-if from a size's reference-scheme run to another measured configuration."""
     from_label: str
     to_label: str
     changed_terms: tuple
@@ -296,9 +298,8 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
 
 
 def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
-    """perfmlp.whatif from each size's one-GPU reference-scheme run to every
+    """The what-if from each size's one-GPU reference-scheme run to every
     other measured configuration of that size."""
-    from .whatif import what_if_run as what_if
     machine = a.machines.primary
     traces = {t.run_id: t for t in a.traces}
     out = []
@@ -310,7 +311,7 @@ def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
         base = traces[groups[base_key].runs[0].run_id]
         sets = {"comm": comm, "batch_transfer": transfer, "exec": exec_mode, "overlap": overlap}
         try:
-            w = what_if(base, machine, sets, procs)
+            w = what_if_run(base, machine, sets, procs)
         except ValueError:
             continue
         host = any(r.host_enqueue for r in groups[base_key].runs + c.runs)
