@@ -93,7 +93,7 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
     assert float(util[0]["reference (Quadro RTX 6000) ms"]) == 4.9
     # 5 x 6.45% = 32.25%, printed to one place
     assert util[0]["target (5x) utilisation"] == "32.2%"
-    assert float(util[0]["perfmlp, reference scheme (pageable, mpi-staged) ms"]) == 2.0
+    assert float(util[0]["perfmlp, reference scheme (pageable, mpi-staged, eager): ms"]) == 2.0
     md = (out / "report.md").read_text()
     assert "Question 2.1" in md and "Question 2.2" in md and "Scaling" in md
     for fig in ("roofline_modified", "roofline_standard", "measured_vs_predicted", "scaling_strong"):
@@ -153,12 +153,14 @@ def test_the_study_is_data(tmp_path):
                      .replace("{1: 0.0645, 2: 0.0224, 4: 0.0096}", "{1: 0.5, 2: 0.25}")
                      .replace("{1: 4.9, 2: 7.0, 4: 8.2}", "{1: 1.0, 2: 2.0}"))
     out = build_from_runs(four_runs(), [], tmp_path / "rep", study=str(other))
-    flops = {r["part"]: int(r["exact"]) for r in read_csv(out / "q2_1_flops.csv")}
-    assert flops["batch"] == batch_counts((784, 256, 10), 3200, 4).flops_total
+    # no run of H=256: the FLOPs table counts the shapes the runs had (B split over 1, 2, 4), not the study's
+    flops = {(r["shape"], r["part"]): int(r["exact"]) for r in read_csv(out / "q2_1_flops.csv")}
+    assert flops[("784-512-10, B=1600", "batch")] == batch_counts((784, 512, 10), 1600, 4).flops_total
+    assert not any("784-256-10" in shape for shape, _ in flops)
     util = read_csv(out / "q2_1_utilisation.csv")
     assert [u["GPUs"] for u in util] == ["1", "2"] and util[1]["reference (Quadro RTX 6000) utilisation"] == "25.00%"
     # no run of H=256: nothing measured to set beside the reference
-    assert util[0]["perfmlp, reference scheme utilisation"] == "-"
+    assert util[0]["perfmlp, reference scheme (pageable, mpi-staged, eager): utilisation"] == "-"
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("{1: 4.9, 2: 7.0, 4: 8.2}", "{1: 4.9, 2: 7.0}"))
     with pytest.raises(PerfmlpError, match=r"bad.yaml: reference_ms_per_batch must give a value for each of procs"):
@@ -295,19 +297,16 @@ def test_report_command_without_matplotlib(tmp_path):
 
 def test_verdict_of_a_graph_run_never_blames_the_hosts_launches():
     # a replayed step's compute phase is GPU time (events around the replay): twice the model's
-    # GEMM and kernel time is GPU time the model misses, while the same figures eager mean host-bound
-    from perfmlp.model.predict import predict_batch
-    from perfmlp.report.analysis import verdict
+    # GPU time is GPU time the model misses, while the same figures eager are the host's
+    from perfmlp.report.verdicts import GEMMS, HOST, attribute
     m = load_machine("h200-calibrated")
     pred = predict_batch(m, (784, 512, 10), 3200, 2, comm="nccl", batch_transfer="resident", exec_mode="graph")
-    gpu_ms = (pred.terms["gemm"] + pred.terms["elementwise"]) * 1e3
-    terms = {"compute": 2 * gpu_ms, "allreduce": 0.0, "h2d_batch": 0.0, "d2h_grad": 0.0, "h2d_grad": 0.0}
-    eager = verdict(terms, pred, 2, "nccl", "resident", 0.0, "eager")
-    graph = verdict(terms, pred, 2, "nccl", "resident", 0.0, "graph")
-    assert "host-bound" in eager
-    assert "host" not in graph.replace("GPU", "") and "replayed step" in graph
-    inside = gpu_ms + (pred.terms["kernel_gaps"] + pred.terms["allreduce"] + pred.terms["rank_wait"]) * 1e3
-    assert f"{2 * gpu_ms / inside:.2f}x" in graph
+    inside = sum(pred.terms.values()) * 1e3
+    runs = {mode: fake_run(2, "resident", "nccl", 2 * inside, exec_mode=mode) for mode in ("eager", "graph")}
+    a = analyse(list(runs.values()), [], load_study())
+    graph, eager = (attribute(next(r for r in a.runs if r.exec == mode)) for mode in ("graph", "eager"))
+    assert graph.bound_by == GEMMS and graph.share(HOST) < 0.2
+    assert eager.bound_by == HOST
 
 
 MiB = 1 << 20

@@ -478,4 +478,4 @@ def test_report_maps_the_strategies_and_checks_the_bytes(tmp_path):
     md = (out / "report.md").read_text()
     assert "Partitioning strategies" in md
     util = list(csv.DictReader(open(out / "q2_1_utilisation.csv")))
-    assert util[1]["perfmlp best (resident, nccl) ms"] == "0.17"
+    assert util[1]["perfmlp, resident + NCCL, eager: ms"] == "0.17"

@@ -466,11 +466,11 @@ def test_an_eager_pageable_staged_run_at_counters_keeps_the_phases_that_block_th
 
 def test_a_host_clock_runs_verdict_takes_the_models_split():
     # a graph replay's launch call (0.1 ms here) must not make the copies look like the whole batch
-    s = summary_of(clocked_run("graph", "pinned", "nccl", "host", procs=2))
-    assert "by the model" in s.verdict and "the model's split, not the trace's" in s.verdict
-    assert s.verdict.startswith("compute") and "GPU-bound" in s.verdict
-    events = summary_of(clocked_run("graph", "pinned", "nccl", "cuda-events", procs=2))
-    assert "by the model" not in events.verdict
+    from perfmlp.report.verdicts import COPIES, attribute
+    v = attribute(summary_of(clocked_run("graph", "pinned", "nccl", "host", procs=2)))
+    assert v.source == "the model's split" and v.share(COPIES) < 0.5
+    events = attribute(summary_of(clocked_run("graph", "pinned", "nccl", "cuda-events", procs=2)))
+    assert events.source == "measured phases"
 
 
 @pytest.mark.parametrize("exec_mode, transfer, comm", [("graph", "resident", "nccl"), ("eager", "pinned", "nccl"),

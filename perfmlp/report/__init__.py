@@ -19,13 +19,17 @@ from ..trace.reader import Run, read_traces
 from . import figures
 from .analysis import Analysis, analyse
 from .execution import section_execution
+from .configurations import run_labels
 from .extras import section_correctness, section_nsys, section_profiles
+from .findings import section_configurations, section_recommendations
+from .overview import overview_of, section_overview
 from .psasync import is_async, section_psasync
-from .strategies import section_strategies
 from .published import section_published
+from .questions import section_modes, section_q2_1, section_q2_2
 from .render import render
-from .sections import (section_model, section_modes, section_no_gpu, section_phases, section_q2_1, section_q2_2,
-                       section_runs, section_scaling)
+from .scaling import section_host_timeline, section_phases, section_scaling
+from .sections import section_model, section_no_gpu, section_runs
+from .strategies import section_strategies
 from .study import Study, load_study
 from .blind_tests import History, read_blind_tests
 from .timeline_section import section_timeline
@@ -33,17 +37,23 @@ from .validation_section import section_history, section_validation
 
 
 def sections_of(a: Analysis, history: History | None = None) -> list:
-    """The report's sections, in order (`history`: the blind-test history, in the validation section)."""
-    out = [section_runs(a), section_q2_1(a)]
+    """The report's sections, in order: the overview, its full tables, then the details (`history`: the
+    blind-test history, in the validation section)."""
+    o = overview_of(a)
+    labels = run_labels(list(o.configs))
+    bound = {r.run_id: o.verdicts[c.label].text for c in o.configs for r in c.runs}
+    out = [section_overview(a, o), section_configurations(o), section_recommendations(o),
+           section_runs(a, labels, bound), section_q2_1(a)]
     if a.gpu_runs:
         out += [s for s in (section_published(a),) if s is not None]
-        out += [section_modes(a), section_q2_2(a), section_model(a), section_validation(a, history)]
+        out += [section_modes(a), section_q2_2(a), section_model(a, labels), section_validation(a, history)]
         out += [s for s in (section_execution(a),) if s is not None]
         out.append(section_scaling(a))
     else:
         out += [s for s in (section_no_gpu(a), section_history(history)) if s is not None]
     out += [s for s in (section_strategies(a),) if s is not None]
     out.append(section_phases(a))
+    out += [s for s in (section_host_timeline(a),) if s is not None]
     out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)
     if a.folder is not None:
         out += [s for s in (section_correctness(a.folder), section_profiles(a), section_nsys(a)) if s is not None]
@@ -59,7 +69,7 @@ def header_of(a: Analysis, runs: int | None = None) -> list[str]:
     else:
         machines = "No machine file used: no run ran on a GPU."
     n = len(a.runs) if runs is None else runs   # with ps-async runs, which the analysis leaves to their section
-    return [f"Traces: {a.folder or 'in memory'} ({n} runs). {machines} Study: {a.study.title} "
+    return [f"Traces: {a.folder or 'in memory'} ({n} run{'s' if n != 1 else ''}). {machines} Study: {a.study.title} "
             f"({Path(a.study.path).name}).", "Made by `python -m perfmlp.report` from the trace files alone."]
 
 

@@ -105,7 +105,6 @@ class RunSummary:
     util_datasheet: float | None
     util_calibrated_peak: float | None
     imbalance_ms: float
-    verdict: str
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
     exec: str = "eager"         # the execution mode that ran (exec_of)
@@ -115,6 +114,8 @@ class RunSummary:
     overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
     bucket_bytes: int = DEFAULT_BUCKET_BYTES   # run --bucket-bytes (used only with overlap)
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
+    trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
+    layer_sizes: tuple = ()     # D, the hidden sizes, C
 
     @property
     def strategy(self) -> str:
@@ -273,7 +274,6 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
 
     p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated)
-    pred = p_cal or p_ds   # the verdict's model: the calibrated one where there is one
     comparable = comparable_terms(run.phase_clock, gpu, c["batch_transfer"], comm, c.get("parallel", "data"))
     busy = [busy_ms(ph) for ph in phases.values()]
     imbalance = max(busy) - min(busy)
@@ -286,60 +286,10 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         imbalance_ms=imbalance,
-        verdict=(verdict(measured_terms(phases[slowest]), pred, run.procs, comm, c["batch_transfer"], imbalance,
-                         exec_of(run)) if comparable == frozenset(TERMS) or pred is None
-                 else model_verdict(pred, t_ms, c["batch_transfer"], comm)),
         parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
-        overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)))
-
-
-def batch_parts(terms: dict[str, float]) -> tuple[float, dict[str, float], str]:
-    """(the batch's total, its copies, allreduce and compute, the largest of
-    them) from terms by group (ms): what a verdict names."""
-    parts = {"host-device copies": sum(terms[t] for t in COPY_TERMS), "the gradient allreduce": terms["allreduce"],
-             "compute": terms[COMPUTE]}
-    return sum(terms.values()) or 1.0, parts, max(parts, key=parts.get)
-
-
-def verdict(terms: dict[str, float], pred: Prediction | None, procs: int, comm: str, transfer: str,
-            imbalance_ms: float, exec_mode: str = "eager") -> str:
-    """What limits a run, from the slowest rank's measured terms (and the model's GPU time). In
-    graph mode the compute phase is the replay's GPU time (events around it, NCCL's allreduce
-    inside): time beyond the model's is GPU time the model misses, never the host's launches."""
-    total, parts, top = batch_parts(terms)
-    share = 100 * parts[top] / total
-    if top == "compute" and pred is None:
-        return f"compute {share:.0f}% of the batch (no GPU model for this backend)"
-    if top == "compute":
-        gpu_ms = (pred.terms["gemm"] + pred.terms["elementwise"]) * 1e3
-        if exec_mode == "graph":
-            inside = gpu_ms + sum(pred.terms.get(t, 0.0) for t in ("kernel_gaps", "allreduce", "rank_wait")) * 1e3
-            return (f"the replayed step {share:.0f}% of the batch (GPU time), {terms[COMPUTE] / inside:.2f}x the "
-                    f"model's GPU time for it (kernels, gaps, collectives inside the graph)")
-        if terms[COMPUTE] > 1.5 * gpu_ms:
-            return (f"compute phases {share:.0f}% of the batch, {terms[COMPUTE] / gpu_ms:.1f}x the model's GPU "
-                    f"time: host-bound (kernel launches, synchronisation)")
-        gemm_share = 100 * pred.terms["gemm"] * 1e3 / total
-        return f"compute {share:.0f}% of the batch, GEMMs about {gemm_share:.0f}%: GPU-bound"
-    if top == "the gradient allreduce" and procs > 1:
-        extra = f"; ranks' compute differs by {imbalance_ms:.2f} ms (waiting)" if imbalance_ms > 0.05 * total else ""
-        return f"the gradient allreduce {share:.0f}% of the batch ({comm}){extra}"
-    return f"{top} {share:.0f}% of the batch ({transfer} memory)"
-
-
-def model_verdict(pred: Prediction, t_ms: float, transfer: str, comm: str) -> str:
-    """What limits a GPU run whose phases the host clock timed (trace level
-    counters): those phase times are mostly the host's enqueue, so the split
-    is the model's, beside the measured total."""
-    total, parts, top = batch_parts(predicted_terms(pred))
-    what = {"host-device copies": f"({transfer} memory)", "the gradient allreduce": f"({comm})"}.get(top, "")
-    if top == "compute" and {"host_s", "gpu_compute_s"} <= pred.detail.keys():
-        host_ms, gpu_ms = pred.detail["host_s"] * 1e3, pred.detail["gpu_compute_s"] * 1e3
-        what = (f"(host-bound: the host issues the step in {host_ms:.3f} ms, the GPU computes {gpu_ms:.3f} ms)"
-                if host_ms > gpu_ms else f"(GPU-bound: GPU {gpu_ms:.3f} ms, host {host_ms:.3f} ms)")
-    return (f"{top} {100 * parts[top] / total:.0f}% of the batch by the model {what}; measured "
-            f"{t_ms / total:.2f}x its total (phases on the host clock: the model's split, not the trace's)")
+        overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),
+        trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes))
 
 
 # ---- every run ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ is drawn (`require` checks for it up front).
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 
@@ -16,8 +17,14 @@ from ..errors import PerfmlpError
 from ..model.roofline import modified_roofline, standard_roofline
 from ..trace.format import PHASES
 
-MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}
+MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}                 # process count
 H_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")   # over the study's H list
+TRANSFER_MARKERS = {"pageable": "o", "prefetch-pageable": "v", "pinned": "s", "prefetch": "D", "resident": "^"}
+TRANSFER_STYLES = {"pageable": "-", "pinned": "--", "resident": ":"}
+# what bounds a configuration (report/verdicts.py CATEGORIES): the overview's colours, in HTML too (render.py)
+CATEGORY_COLORS = {"GEMMs": "#4c72b0", "elementwise kernels": "#64b5cd", "launches and host": "#8172b2",
+                   "copies": "#dd8452", "communication": "#55a868", "waiting for a rank": "#c44e52",
+                   "compute (NumPy)": "#937860"}
 PHASE_COLORS = dict(zip(PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green", "tab:pink", "tab:purple",
                                  "tab:orange", "tab:olive", "tab:gray", "tab:brown", "gold", "black")))
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
@@ -53,111 +60,249 @@ def encode(fig) -> dict[str, bytes]:
     return out
 
 
+def plain_log(ax, axis: str = "both", unit: str = "") -> None:
+    """Log axes labelled 1, 10, 100, 1k, 10k, ... (no mathtext: quicker to draw, as clear)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def label(v, _pos=None):
+        for size, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if v >= size:
+                return f"{v / size:g}{suffix}{unit}"
+        return f"{v:g}{unit}"
+    for which in ("x", "y") if axis == "both" else (axis,):
+        a = ax.xaxis if which == "x" else ax.yaxis
+        a.set_major_locator(LogLocator(base=10))
+        a.set_major_formatter(FuncFormatter(label))
+        a.set_minor_formatter(NullFormatter())
+
+
+def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
+    """A legend under the axes, where it hides no data."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    # anchored to the axes' bottom edge and pushed down by a fixed number of font sizes, clear of the
+    # tick labels and the axis label whatever the axes' height
+    kw.setdefault("borderaxespad", 4.2)
+    return ax.legend(handles, labels, fontsize=7, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                     frameon=False, **kw)
+
+
+def _roof_lines(ax, x, peak, bws: dict, kind: str):
+    for label, bw in bws.items():
+        y = modified_roofline(x, peak, bw) if kind == "modified" else standard_roofline(x, peak, bw)
+        ax.plot(x, y, TRANSFER_STYLES.get(label, "-."), color="black", lw=1.1,
+                label=f"{kind} roofline, {label} copies ({bw / 1e9:.1f} GB/s)")
+    ax.axhline(peak, color="tab:red", lw=0.8, label=f"peak {peak / 1e12:.1f} TFLOP/s")
+
+
 def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=()):
-    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs.
-    bws: label -> bytes/s. kind: 'modified' or 'standard'. model: which
-    machine file predicted ('calibrated' or 'datasheet')."""
+    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs,
+    transfer. bws: label -> bytes/s. kind: 'modified' or 'standard'. model:
+    which machine file predicted ('calibrated' or 'datasheet'). Colour: H;
+    marker: p; the copy bandwidth each point pays is its transfer mode's
+    line (the modes share a position on the x axis, pageable and pinned
+    copying the same bytes)."""
     plt = _plt()
     colors = dict(zip(h_list, H_COLORS))
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 5.6))
     ais = [p["ai"] for p in points] or [100.0]
     lo, hi = min(ais) / 4, max(max(ais) * 8, max(peak / bw for bw in bws.values()) * 4)
     x = np.logspace(np.log10(lo), np.log10(hi), 300)
-    styles = ["-", "--", ":", "-."]
-    for (label, bw), ls in zip(bws.items(), styles):
-        y = modified_roofline(x, peak, bw) if kind == "modified" else standard_roofline(x, peak, bw)
-        ax.plot(x, y, ls, color="black", lw=1.2, label=f"{kind} roofline, {label} {bw / 1e9:.1f} GB/s")
-        ridge = peak / bw
-        ax.axvline(ridge, color="grey", lw=0.6, ls=ls)
-        ax.annotate(f"ridge {ridge:.0f}", (ridge, peak * 0.03), rotation=90, fontsize=7, color="grey")
-    ax.axhline(peak, color="tab:red", lw=0.8)
-    ax.annotate(f"peak {peak / 1e12:.1f} TFLOP/s", (lo * 1.1, peak * 1.08), fontsize=8, color="tab:red")
-    seen = set()
+    _roof_lines(ax, x, peak, bws, kind)
+    for label, bw in bws.items():
+        ax.axvline(peak / bw, color="grey", lw=0.6, ls=TRANSFER_STYLES.get(label, "-."),
+                   label=f"ridge point, {label} copies (AI {peak / bw:,.0f})")
     for p in points:
-        c = colors.get(p["H"], "tab:purple")
-        m = MARKERS.get(p["procs"], "x")
-        lab = f"H={p['H']}, p={p['procs']}"
-        ax.scatter([p["ai"]], [p["measured"]], color=c, marker=m, s=40, zorder=3,
-                   label=(lab + " measured") if lab not in seen else None)
+        c, m = colors.get(p["H"], "tab:purple"), MARKERS.get(p["procs"], "x")
+        filled = p.get("transfer") != "pageable"
+        ax.scatter([p["ai"]], [p["measured"]], marker=m, s=45, zorder=3, edgecolors=c, linewidths=1.2,
+                   facecolors=c if filled else "white")
         if p.get("predicted"):
-            ax.scatter([p["ai"]], [p["predicted"]], facecolors="none", edgecolors=c, marker=m, s=70, zorder=3)
+            ax.scatter([p["ai"]], [p["predicted"]], marker="_", color=c, s=90, zorder=3)
             ax.plot([p["ai"], p["ai"]], [p["measured"], p["predicted"]], color=c, lw=0.6, alpha=0.6)
-        seen.add(lab)
+    handles, labels = ax.get_legend_handles_labels()
+    from matplotlib.lines import Line2D
+    for h in h_list:
+        handles.append(Line2D([], [], color=colors.get(h, "tab:purple"), marker="o", ls="", label=f"H={h}"))
+    for procs in sorted({p["procs"] for p in points}):
+        handles.append(Line2D([], [], color="grey", marker=MARKERS.get(procs, "x"), ls="", label=f"p={procs}"))
+    handles += [Line2D([], [], color="grey", marker="o", mfc="white", ls="", label="pageable (hollow)"),
+                Line2D([], [], color="grey", marker="o", ls="", label="pinned or resident (filled)"),
+                Line2D([], [], color="grey", marker="_", ms=10, ls="", label=f"predicted ({model} model)")]
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per cudaMemcpy byte)")
+    plain_log(ax, "x")
+    plain_log(ax, "y", "FLOP/s")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte copied between host and device)")
     ax.set_ylabel("FLOP/s per GPU")
-    ax.set_title(title + f"\nfilled: measured, hollow: predicted ({model} model)", fontsize=10)
-    ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    legend_below(ax, handles, [h.get_label() for h in handles], ncol=3)
+    return encode(fig)
+
+
+def overview_roofline(points, peak, bws: dict, title: str, precision: str):
+    """Every configuration on the modified roofline, coloured by what bounds
+    it. points: dicts with ai (inf: nothing copied), flops (per GPU),
+    category, transfer. Configurations that copy nothing stand in a band at
+    the right, under the peak."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    finite = [p["ai"] for p in points if math.isfinite(p["ai"])]
+    ridge = max(peak / bw for bw in bws.values())
+    lo = min(finite + [ridge / 30]) / 3
+    hi = max(finite + [ridge]) * 6
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    _roof_lines(ax, x, peak, bws, "modified")
+    band = hi * 3
+    ax.axvspan(hi * 1.6, hi * 6, color="0.92", zorder=0)
+    ax.annotate("no host-device\ncopies", (band, peak * 1.15), ha="center", fontsize=7, color="0.3")
+    for p in points:
+        ai = p["ai"] if math.isfinite(p["ai"]) else band
+        ax.scatter([ai], [p["flops"]], marker=TRANSFER_MARKERS.get(p["transfer"], "o"), s=36, zorder=3,
+                   color=CATEGORY_COLORS.get(p["category"], "black"), edgecolors="black", linewidths=0.4)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi * 6)
+    ymin = min([p["flops"] for p in points] + [peak / 100]) / 2
+    ax.set_ylim(ymin, peak * 2)
+    plain_log(ax, "x")
+    plain_log(ax, "y")
+    ax.set_xlabel("FLOP per byte copied between host and device", fontsize=8)
+    ax.set_ylabel("FLOP/s per GPU", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    handles, labels = ax.get_legend_handles_labels()
+    cats = list(dict.fromkeys(p["category"] for p in points))
+    handles += [Patch(color=CATEGORY_COLORS.get(c, "black"), label=f"bound by {c}") for c in cats]
+    handles += [Line2D([], [], color="grey", marker=TRANSFER_MARKERS.get(t, "o"), ls="", label=f"{t} data")
+                for t in dict.fromkeys(p["transfer"] for p in points)]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=6.5, ncol=3, loc="upper center",
+              bbox_to_anchor=(0.5, 0.0), borderaxespad=4.5, frameon=False, columnspacing=1.0, handletextpad=0.4)
+    return encode(fig)
+
+
+def time_split(rows, title: str):
+    """Where each configuration's time per batch goes. rows: (label, [(category, ms)])."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.2, 0.34 * len(rows) + 1.6))
+    seen = []
+    for i, (_, parts) in enumerate(rows):
+        left = 0.0
+        for cat, ms in parts:
+            ax.barh(i, ms, left=left, color=CATEGORY_COLORS.get(cat, "black"), height=0.7,
+                    label=None if cat in seen else cat)
+            seen.append(cat)
+            left += ms
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([lab for lab, _ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per batch", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlim(0, max(sum(ms for _, ms in parts) for _, parts in rows) * 1.05)
+    legend_below(ax, ncol=3)
     return encode(fig)
 
 
 def scaling(groups, title: str, ticks=(1, 2, 4)):
-    """groups: label -> list of (procs, time_ms, efficiency)."""
+    """groups: label -> list of (procs, time_ms, efficiency). Each mode its own colour and marker."""
     plt = _plt()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for label, pts in groups.items():
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.4))
+    markers = ("o", "s", "^", "D", "v", "P", "X")
+    for i, (label, pts) in enumerate(groups.items()):
         pts = sorted(pts)
-        a1.plot([p for p, _, _ in pts], [t for _, t, _ in pts], "o-", label=label)
-        a2.plot([p for p, _, _ in pts], [100 * e for _, _, e in pts], "o-", label=label)
+        m = markers[i % len(markers)]
+        a1.plot([p for p, _, _ in pts], [t for _, t, _ in pts], marker=m, label=label)
+        a2.plot([p for p, _, _ in pts], [100 * e for _, _, e in pts], marker=m, label=label)
     for a in (a1, a2):
         a.set_xlabel("processes (GPUs)")
         a.set_xticks(list(ticks))
         a.grid(True, lw=0.3)
     a1.set_ylabel("time per batch (ms)")
     a1.set_yscale("log")
+    plain_log(a1, "y")
+    a1.set_title("time per batch", fontsize=9)
     a2.set_ylabel("efficiency (%)")
+    a2.set_title("efficiency", fontsize=9)
     a2.axhline(100, color="grey", lw=0.6)
-    a1.legend(fontsize=7)
+    a2.set_ylim(0, max(110, max(100 * e for pts in groups.values() for _, _, e in pts) * 1.1))
+    handles, labels = a1.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, ncol=min(4, len(labels)), loc="lower center", frameon=False)
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * (len(labels) // 5), 1, 1))
     return encode(fig)
 
 
 def phases(runs_phases, title: str):
-    """runs_phases: list of (run label, {rank: {phase: ms}})."""
+    """runs_phases: list of (run label, {rank: {phase: ms}}): each rank's median phase times, stacked."""
     plt = _plt()
-    rows = [(f"{lab} r{r}", ph) for lab, per in runs_phases for r, ph in sorted(per.items())]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
+    rows = [(f"{lab}, rank {r}", ph) for lab, per in runs_phases for r, ph in sorted(per.items())]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.8))
+    used = [n for n in PHASE_COLORS if any(ph.get(n) for _, ph in rows)]
     for i, (lab, ph) in enumerate(rows):
         left = 0.0
-        for name_, c in PHASE_COLORS.items():
+        for name_ in used:
             v = ph.get(name_, 0.0)
             if v:
-                ax.barh(i, v, left=left, color=c, label=name_ if i == 0 or name_ not in rows[0][1] else None)
+                ax.barh(i, v, left=left, color=PHASE_COLORS[name_])
                 left += v
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("median time per batch (ms)")
     ax.set_title(title, fontsize=10)
-    handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=7, ncol=4, loc="lower right")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[n]) for n in used]
+    legend_below(ax, handles, used, ncol=min(6, len(used)))
     return encode(fig)
 
 
-def measured_vs_predicted(rows, series: dict[str, str]):
+def measured_vs_predicted(rows, series: dict[str, str], title: str = "Predicted against measured time per batch"):
     """rows: dicts with measured_ms and one key per series; series: key ->
     label (each machine file's prediction: calibrated, datasheet)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = plt.subplots(figsize=(5.5, 5.4))
     m = np.array([r["measured_ms"] for r in rows])
     for (key, label), mk in zip(series.items(), ("o", "x")):
         v = np.array([r[key] or np.nan for r in rows])
-        ax.scatter(m, v, marker=mk, label=label, s=25)
+        ax.scatter(m, v, marker=mk, label=f"{label} machine file", s=25)
     lo, hi = m.min() / 2, m.max() * 2
     x = np.array([lo, hi])
-    ax.plot(x, x, color="black", lw=0.8)
-    ax.fill_between(x, x * 0.95, x * 1.05, color="grey", alpha=0.2, label="±5%")
+    ax.plot(x, x, color="black", lw=0.8, label="predicted = measured")
+    ax.fill_between(x, x * 0.95, x * 1.05, color="grey", alpha=0.2, label="within ±5%")
     ax.plot(x, x * 0.85, ":", color="grey", lw=0.6)
     ax.plot(x, x * 1.15, ":", color="grey", lw=0.6, label="±15%")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log(ax)
     ax.set_xlabel("measured time per batch (ms)")
     ax.set_ylabel("predicted time per batch (ms)")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.set_title(title, fontsize=10)
+    legend_below(ax, ncol=2)
+    ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    return encode(fig)
+
+
+def host_batch(tracks, title: str):
+    """One batch's phases per rank on the host clock. tracks: (lane, [(phase, start ms, end ms)])."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(tracks) + 1.6))
+    used = []
+    for i, (_, items) in enumerate(tracks):
+        for name_, s, e in items:
+            ax.barh(i, max(e - s, 1e-4), left=s, color=PHASE_COLORS.get(name_, "black"), edgecolor="black",
+                    linewidth=0.3, height=0.6)
+            if name_ not in used:
+                used.append(name_)
+    ax.set_yticks(range(len(tracks)))
+    ax.set_yticklabels([lane for lane, _ in tracks], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the rank's batch start")
+    ax.set_title(title, fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS.get(n, "black")) for n in used]
+    legend_below(ax, handles, used, ncol=min(6, len(used)))
     return encode(fig)
 
 
@@ -206,9 +351,10 @@ def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
                 seen.add(lab)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log(ax)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of the memory level)")
     ax.set_ylabel("FLOP/s per GPU")
     ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    legend_below(ax, ncol=2)
     return encode(fig)

@@ -14,12 +14,19 @@ import math
 from pathlib import Path
 
 from ..errors import write_atomic
-from .sections import Section
+from .figures import CATEGORY_COLORS
+from .sections import Cell, Figure, Section, Table
+from .thresholds import COLLAPSE_ROWS
+
+# the verdict colours as CSS classes (dark backgrounds take white text)
+CELL_COLORS = {f"v{i}": (c, i in (0, 2, 5, 6)) for i, c in enumerate(CATEGORY_COLORS.values())}
 
 
 def fmt(v, nd=3) -> str:
     if v is None:
         return "-"
+    if isinstance(v, Cell):
+        return v.text
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -41,7 +48,7 @@ def csv_text(rows: list[dict]) -> str:
     w = csv.DictWriter(f, columns(rows), lineterminator="\r\n")
     w.writeheader()
     for r in rows:
-        w.writerow(r)
+        w.writerow({k: (v.text if isinstance(v, Cell) else v) for k, v in r.items()})
     return f.getvalue()
 
 
@@ -50,23 +57,38 @@ def md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def md_table(rows: list[dict]) -> str:
-    if not rows:
+def shown(t: Table) -> list[str]:
+    return [k for k in columns(t.rows) if k not in t.hidden]
+
+
+def md_table(t: Table) -> str:
+    if not t.rows:
         return "(none)\n"
-    keys = columns(rows)
+    keys = shown(t)
     out = ["| " + " | ".join(map(md_cell, keys)) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
-    for r in rows:
+    for r in t.rows:
         out.append("| " + " | ".join(md_cell(fmt(r.get(k))) for k in keys) + " |")
     return "\n".join(out) + "\n"
 
 
-def html_table(rows: list[dict]) -> str:
-    if not rows:
+def html_cell(row: dict, key: str, tips: dict) -> str:
+    v = row.get(key)
+    tip = v.tip if isinstance(v, Cell) else ""
+    if key in tips and row.get(tips[key]) is not None:
+        tip = fmt(row[tips[key]])
+    attrs = (f' class="{v.css}"' if isinstance(v, Cell) and v.css else "") + (f' title="{html.escape(tip)}"'
+                                                                                if tip else "")
+    return f"<td{attrs}>{html.escape(fmt(v))}</td>"
+
+
+def html_table(t: Table) -> str:
+    if not t.rows:
         return "<p>(none)</p>"
-    keys = columns(rows)
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(k)))}</td>" for k in keys) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    keys = shown(t)
+    head = "<tr>" + "".join(f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>" if t.header else ""
+    body = "".join("<tr>" + "".join(html_cell(r, k, t.tips) for k in keys) + "</tr>" for r in t.rows)
+    css = f' class="{t.css}"' if t.css else ""
+    return f"<table{css}>{head}{body}</table>"
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:
@@ -81,35 +103,99 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;"
-         "font-size:11px;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 5px}img{max-width:100%}")
+def collapsed(t: Table) -> bool:
+    return t.collapse if t.collapse is not None else len(t.rows) > COLLAPSE_ROWS.value
+
+
+def html_table_block(t: Table) -> str:
+    link = f' (<a href="{html.escape(t.name)}.csv">{html.escape(t.name)}.csv</a>)'
+    if not t.caption:
+        return html_table(t)
+    if collapsed(t):
+        return (f"<details><summary><b>{html.escape(t.caption)}</b>: {len(t.rows)} rows{link}</summary>"
+                f"{html_table(t)}</details>")
+    return f'<h3>{html.escape(t.caption)}</h3>{html_table(t)}'
+
+
+def html_figure(fig: Figure, png: bytes) -> str:
+    data = base64.b64encode(png).decode()
+    cap = html.escape(fig.caption)
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{cap}"><figcaption>{cap}</figcaption></figure>'
+
+
+def anchor(s: Section) -> str:
+    return s.anchor or "".join(c if c.isalnum() else "-" for c in s.title.lower()).strip("-")[:40]
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1240px;margin:auto;padding:0 12px;font-size:14px}"
+         "h1{font-size:20px;margin:6px 0 2px}h2{font-size:17px;margin:18px 0 6px}h3{font-size:13px;margin:8px 0 3px}"
+         "p.meta{font-size:11px;color:#555;margin:0 0 4px}"
+         "table{border-collapse:collapse;font-size:11px;margin-bottom:.6em}td,th{border:1px solid #ccc;"
+         "padding:1px 4px}th{background:#f4f4f4}img{max-width:100%}figure{margin:4px 0}"
+         "figcaption{font-size:11px;color:#444}details{margin:4px 0 10px}summary{cursor:pointer;font-size:12px}"
+         "td[title]{text-decoration:underline dotted #999}"
+         "section.overview{font-size:12.5px}section.overview h2{margin-top:4px}section.overview p{margin:2px 0 5px}"
+         ".cols{display:flex;gap:14px;align-items:flex-start}.cols .main{flex:1 1 58%;min-width:0}"
+         ".cols .side{flex:0 0 40%}nav{font-size:11px;margin:6px 0}"
+         "table.map td{padding:0 3px;white-space:nowrap;font-size:10.5px;text-align:right}"
+         "table.map td:first-child{text-align:left}table.map th{font-size:10px;font-weight:normal;padding:0 2px}"
+         "table.legend td{font-size:11px;padding:1px 6px}"
+         + "".join(f".{css}{{background:{color};color:{'#fff' if dark else '#000'}}}"
+                   for css, (color, dark) in CELL_COLORS.items()))
+
+
+def html_section(s: Section, images: dict) -> str:
+    """One section: its words, then its figures and tables; laid out in columns
+    (main beside side, wide below) where its tables and figures say where."""
+    paras = "".join(f"<p>{html.escape(p)}</p>" for p in s.paragraphs)
+    items = [(t.place, html_table_block(t)) for t in s.tables] + \
+            [(f.place, html_figure(f, images[f.name])) for f in s.figures]
+    if any(place for place, _ in items):
+        main = "".join(h for place, h in items if place in ("main", ""))
+        side = "".join(h for place, h in items if place == "side")
+        wide = "".join(h for place, h in items if place == "wide")
+        body = f'<div class="cols"><div class="main">{main}</div><div class="side">{side}</div></div>{wide}'
+        css = ' class="overview"'
+    else:
+        body = "".join(html_figure(f, images[f.name]) for f in s.figures) + \
+            "".join(html_table_block(t) for t in s.tables)
+        css = ""
+    return f'<section id="{anchor(s)}"{css}><h2>{html.escape(s.title)}</h2>{paras}{body}</section>'
+
+
+def md_section(s: Section) -> list[str]:
+    md = [f"## {s.title}", ""]
+    for p in s.paragraphs:
+        md += [p, ""]
+    for fig in s.figures:
+        md += [f"![{fig.caption}]({fig.name}.png)", "", f"*{fig.caption}* ([SVG]({fig.name}.svg))", ""]
+    for t in s.tables:
+        title = f"**{t.caption}** " if t.caption else ""
+        md += [f"{title}([{t.name}.csv]({t.name}.csv))", "", md_table(t), ""]
+    return md
 
 
 def render(sections: list[Section], out: Path, title: str, header: list[str]) -> None:
-    """Draw every figure and write every file of the report into `out` (which exists)."""
+    """Draw every figure and write every file of the report into `out` (which exists).
+    The first section opens the page; a line of links to the others follows it."""
     md = [f"# {title}", ""] + header + [""]
-    hb = [f"<h1>{html.escape(title)}</h1>"] + [f"<p>{html.escape(h)}</p>" for h in header]
-    for s in sections:
-        md += [f"## {s.title}", ""]
-        hb.append(f"<h2>{html.escape(s.title)}</h2>")
-        for p in s.paragraphs:
-            md += [p, ""]
-            hb.append(f"<p>{html.escape(p)}</p>")
+    parts = [f"<h1>{html.escape(title)}</h1>"] + [f'<p class="meta">{html.escape(h)}</p>' for h in header]
+    for i, s in enumerate(sections):
+        images = {}
         for fig in s.figures:
-            images = fig.draw(**fig.args)
-            for ext, data in images.items():
+            drawn = fig.draw(**fig.args)
+            for ext, data in drawn.items():
                 write_if_changed(out / f"{fig.name}.{ext}", data)
-            cap = fig.caption
-            md += [f"![{cap}]({fig.name}.png)", "", f"*{cap}* ([SVG]({fig.name}.svg))", ""]
-            data = base64.b64encode(images["png"]).decode()
-            hb.append(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(cap)}">'
-                      f"<figcaption>{html.escape(cap)}</figcaption></figure>")
+            images[fig.name] = drawn["png"]
         for t in s.tables:
             write_if_changed(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
-            md += [f"**{t.caption}** ([{t.name}.csv]({t.name}.csv))", "", md_table(t.rows), ""]
-            hb.append(f"<h3>{html.escape(t.caption)}</h3>{html_table(t.rows)}")
+        md += md_section(s)
+        parts.append(html_section(s, images))
+        if i == 0 and len(sections) > 1:
+            links = " · ".join(f'<a href="#{anchor(x)}">{html.escape(x.title)}</a>' for x in sections[1:])
+            parts.append(f"<nav>Details: {links}</nav>")
     # surrogateescape: a path the C locale could not decode goes back out as the bytes it was
     write_if_changed(out / "report.md", "\n".join(md).encode("utf-8", "surrogateescape"))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(hb)}</body></html>")
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
     write_if_changed(out / "report.html", page.encode("utf-8", "surrogateescape"))

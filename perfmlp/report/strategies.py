@@ -14,7 +14,8 @@ import numpy as np
 from ..model.costs import itemsize
 from ..model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
 from .analysis import Analysis, RunSummary
-from .figures import _plt, encode
+from .configurations import Configuration, configurations
+from .figures import _plt, encode, legend_below, plain_log
 from .sections import Figure, Section, Table
 
 STRATEGY_COLORS = {"data": "tab:blue", "ps": "tab:gray", "model": "tab:orange", "tie": "white"}  # hybrids: green
@@ -38,8 +39,24 @@ def comm_bytes(a: Analysis, r: RunSummary) -> tuple[int | None, int | None]:
     return counted, model
 
 
-def _key(r: RunSummary) -> tuple:
-    return (r.hidden, r.batch, r.procs, r.precision, r.transfer)
+GROUP_SETTINGS = ("backend", "hidden", "batch", "procs", "precision", "transfer", "exec", "trace_level")
+
+
+def group_key(c: Configuration) -> tuple:
+    """What the strategies compared at one point share: every setting but the strategy and its exchange,
+    and whether that exchange runs on the device (NCCL) or the host."""
+    s = c.s
+    return (*(s[k] for k in GROUP_SETTINGS), s["comm"] in DEVICE_COMMS)
+
+
+def strategy_groups(a: Analysis) -> dict[tuple, dict[str, list]]:
+    """group_key -> strategy -> its configurations (cuBLAS, judged, no overlap); one per strategy unless the
+    set ran it with two exchanges of the same kind, and then every one is listed."""
+    groups: dict = {}
+    for c in configurations(a):
+        if c.judged and c.s["gemm"] in ("cublas", None) and c.s["overlap"] in ("no overlap", None):
+            groups.setdefault(group_key(c), {}).setdefault(c.s["strategy"], []).append(c)
+    return groups
 
 
 def section_strategies(a: Analysis) -> Section | None:
@@ -47,23 +64,37 @@ def section_strategies(a: Analysis) -> Section | None:
         return None
     s = Section("Partitioning strategies: data, model, hybrid, parameter server")
     s.paragraphs.append(_pencil_and_paper(a))
-    groups: dict = {}
-    for r in a.runs:
-        if not r.profiled and r.gemm == "cublas":
-            groups.setdefault(_key(r), {}).setdefault(r.strategy, r)
-    rows, winners, points = _measured(a, groups)
+    s.paragraphs.append(
+        "Strategies are compared only where every other setting is the same (H, B, p, precision, batch transfer, "
+        "execution mode, trace level, and an exchange on the device or on the host for all): each a configuration, "
+        "the median of its repeats; the speed-up is over the one-GPU data-parallel configuration with the same "
+        "settings.")
+    groups = strategy_groups(a)
+    one_gpu = {k[:3] + k[4:]: by["data"][0] for k, by in groups.items() if k[3] == 1 and "data" in by}
+    rows, winners, points = [], [], []
+    for key, by in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        procs = key[3]
+        if procs == 1 or not any(n != "data" for n in by):
+            continue
+        base = one_gpu.get(key[:3] + key[4:])
+        for name, cs in sorted(by.items()):
+            for c in cs:
+                rows.append(strategy_row(a, c, name, base))
+                if c.predicted_ms:
+                    points.append({"strategy": name, "measured_ms": c.t_ms, "predicted_ms": c.predicted_ms})
+        w = winner_row(by, base)
+        if w:
+            winners.append(w)
     s.tables.append(Table("partition_runs", "Every strategy measured beside predicted (the report's primary machine "
                           "file), and the bytes each rank handed to collectives per step: counted in the trace "
-                          "against the model's closed form", rows))
+                          "against the model's closed form", rows, hidden=("run",), tips={"configuration": "run"}))
     if winners:
         agree = sum(w["agree"] == "yes" for w in winners)
         s.paragraphs.append(f"The predicted winner is the measured one at {agree} of {len(winners)} measured points"
                             f"{'' if agree == len(winners) else ' (a tie is a predicted margin under 2%)'}.")
         s.tables.append(Table("partition_winners", "Which strategy won at each measured point, measured and "
                               "predicted", winners))
-    figure = _map_figure(a, groups, winners)
-    if figure:
-        s.figures.append(figure)
+    s.figures += map_figure(a, groups, winners)
     if points:
         s.figures.append(Figure("partition_measured_vs_predicted", "Measured against predicted time per batch, "
                                 "per strategy", measured_vs_predicted_by_strategy, dict(points=points)))
@@ -86,80 +117,63 @@ def _pencil_and_paper(a: Analysis) -> str:
             f"whole-batch loss on every rank move the crossover (the map below).")
 
 
-def _measured(a: Analysis, groups: dict) -> tuple[list, list, list]:
-    """(a row per measured strategy run, a row per measured point with its
-    measured and predicted winner, measured-against-predicted points)."""
-    one_gpu = {(k[0], k[1], k[3], k[4]): g["data"] for k, g in groups.items() if k[2] == 1 and "data" in g}
-    rows, winners, points = [], [], []
-    for key, by in sorted(groups.items()):
-        hidden, batch, procs, prec, transfer = key
-        if procs == 1 or not any(n != "data" for n in by):
-            continue
-        base = one_gpu.get((hidden, batch, prec, transfer))
-        for name, r in sorted(by.items()):
-            counted, model = comm_bytes(a, r)
-            pred = r.predicted
-            rows.append({"H": r.hidden_label, "B": batch, "procs": procs, "strategy": name, "comm": r.comm,
-                         "transfer": transfer, "exec": r.exec, "ms per batch": r.t_ms,
-                         "predicted ms": pred.total_s * 1e3 if pred else None,
-                         "error %": r.error_pct(pred), "bytes to collectives per rank (counted)": counted,
-                         "bytes per rank (model)": model, "counted = model": counted == model,
-                         "speed-up over 1 GPU": base.t_ms / r.t_ms if base else None, "run": r.run_id})
-            if pred:
-                points.append({"strategy": name, "measured_ms": r.t_ms, "predicted_ms": pred.total_s * 1e3})
-        winner = _winner(key, by, base)
-        if winner:
-            winners.append(winner)
-    return rows, winners, points
+def strategy_row(a: Analysis, c: Configuration, name: str, base: Configuration | None) -> dict:
+    r = c.representative
+    counted, model = comm_bytes(a, r)
+    return {"configuration": c.label, "H": r.hidden_label, "B": r.batch, "procs": r.procs, "strategy": name,
+            "comm": r.comm, "transfer": r.transfer, "exec": r.exec, "trace level": r.trace_level,
+            "runs": len(c.runs), "ms per batch": c.t_ms, "predicted ms": c.predicted_ms,
+            "error %": r.error_pct(r.predicted) if r.predicted else None,
+            "bytes to collectives per rank (counted)": counted, "bytes per rank (model)": model,
+            "counted = model": counted == model, "speed-up over 1 GPU": base.t_ms / c.t_ms if base else None,
+            "run": " ".join(x.run_id for x in c.runs)}
 
 
-def _winner(key: tuple, by: dict, base) -> dict | None:
-    """The measured and the predicted winner at one measured point."""
-    hidden, batch, procs, _, transfer = key
-    measured = min(by.items(), key=lambda kv: kv[1].t_ms)[0]
-    preds = {n: r.predicted.total_s for n, r in by.items() if r.predicted}
+def winner_row(by: dict, base: Configuration | None) -> dict | None:
+    """Which strategy won at one point, measured and predicted (a strategy run two ways: its fastest)."""
+    best = {n: min(cs, key=lambda c: c.t_ms) for n, cs in by.items()}
+    preds = {n: c.predicted_ms for n, c in best.items() if c.predicted_ms}
     if not preds:
         return None
+    r = next(iter(best.values())).representative
+    measured = min(best, key=lambda n: best[n].t_ms)
     order = sorted(preds, key=preds.get)
     margin = (preds[order[1]] / preds[order[0]] - 1) if len(order) > 1 else None
     tie = margin is not None and margin < TIE
-    return {"H": "x".join(map(str, hidden)), "B": batch, "procs": procs, "transfer": transfer,
+    return {"H": r.hidden_label, "B": r.batch, "procs": r.procs, "transfer": r.transfer, "exec": r.exec,
             "measured winner": measured, "predicted winner": order[0],
             "predicted margin %": 100 * margin if margin is not None else None,
             "agree": "yes" if measured == order[0] else ("tie predicted" if tie else "no"),
-            "best speed-up over 1 GPU": (base.t_ms / by[measured].t_ms) if base else None}
+            "best speed-up over 1 GPU": (base.t_ms / best[measured].t_ms) if base else None}
 
 
-def _map_figure(a: Analysis, groups: dict, winners: list) -> Figure | None:
-    """The predicted-best map at the measured GPU points' most common setting."""
-    gpu_groups = [k for k, by in groups.items() if k[2] > 1 and any(r.gpu for r in by.values())]
-    if not gpu_groups:
-        return None
+def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
+    """The predicted best strategy over H and B at the set's usual p, transfer, exchange and execution mode,
+    with the points measured at exactly those settings."""
     st = a.study
-    D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
-    procs = statistics.mode(k[2] for k in gpu_groups)
-    transfer = statistics.mode(k[4] for k in gpu_groups)
-    prec = statistics.mode(k[3] for k in gpu_groups)
-    device = statistics.mode(r.comm in DEVICE_COMMS for k in gpu_groups for r in groups[k].values())
-    mode = statistics.mode(r.exec for k in gpu_groups for r in groups[k].values())
-    hs = sorted({k[0][0] for k in gpu_groups if len(k[0]) == 1})
-    bs = sorted({k[1] for k in gpu_groups})
-    meas = [{"H": k[0][0], "B": k[1], "winner": w["measured winner"], "agree": w["agree"] != "no"}
-            for k in gpu_groups if len(k[0]) == 1 and k[2] == procs
-            for w in winners if (w["H"], w["B"], w["procs"]) == (str(k[0][0]), k[1], k[2])]
-    m = a.machines.primary
-    return Figure(
+    keys = [k for k, by in groups.items() if k[3] > 1 and k[0] == "cupy" and any(n != "data" for n in by)]
+    if not keys:
+        return []
+    procs, prec, transfer, mode, device = (statistics.mode(k[i] for k in keys) for i in (3, 4, 5, 6, 8))
+    mine = [k for k in keys if (k[3], k[4], k[5], k[6], k[8]) == (procs, prec, transfer, mode, device)]
+    hs = sorted({int(k[1]) for k in mine if "x" not in str(k[1])})
+    bs = sorted({k[2] for k in mine})
+    meas = [{"H": int(w["H"]), "B": w["B"], "winner": w["measured winner"], "agree": w["agree"] != "no"}
+            for w in winners if "x" not in w["H"] and (w["procs"], w["transfer"], w["exec"]) == (procs, transfer, mode)
+            and (int(w["H"]) in hs and w["B"] in bs)]
+    m, H, B = a.machines.primary, st.hidden_size, st.batch_size
+    return [Figure(
         "partition_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
-        f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); measured points: the measured "
-        "winner, a red cross where the model disagreed", strategy_map,
-        dict(machine=m, D=D, C=C, procs=procs, precision=prec, transfer=transfer, device=device, exec_mode=mode,
-             h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2), b_range=(min(bs + [B]) / 2, max(bs + [B]) * 2),
-             measured=meas))
+        f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); each measured point coloured by the "
+        "strategy that won it, a red cross where the model predicted another", strategy_map,
+        dict(machine=m, D=st.input_size, C=10, procs=procs, precision=prec, transfer=transfer, device=device,
+             exec_mode=mode, h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2),
+             b_range=(min(bs + [B]) / 2, max(bs + [B]) * 2), measured=meas))]
 
 
 # ---- figures ----------------------------------------------------------------------------------
 
-def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=25,
+def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=18,
                  exec_mode="eager"):
     """The predicted best strategy on a log grid of H and B, and the measured winners on it
     (GPU runs: `device` NCCL, else MPI staged through the host; exec_mode graph: each strategy
@@ -190,15 +204,24 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
         ax.scatter(pt["H"], pt["B"], s=90, color=_color(pt["winner"]), edgecolors="black", zorder=3)
         if not pt["agree"]:
             ax.scatter(pt["H"], pt["B"], s=160, marker="x", color="red", zorder=4)
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(facecolor=_color(x), edgecolor="gray", alpha=0.6,
-                             label=f"{x} predicted best" if x != "tie" else f"within {100 * TIE:g}%: a tie")
-                       for x in names], loc="upper left", fontsize=8)
+    handles = [Patch(facecolor=_color(x), edgecolor="gray", alpha=0.6,
+                     label=f"{x} predicted fastest" if x != "tie" else f"predicted within {100 * TIE:g}%: a tie")
+               for x in names]
+    for w in dict.fromkeys(pt["winner"] for pt in measured):
+        handles.append(Line2D([], [], marker="o", ls="", markersize=8, color=_color(w), markeredgecolor="black",
+                              label=f"measured: {w} fastest"))
+    if any(not pt["agree"] for pt in measured):
+        handles.append(Line2D([], [], marker="x", ls="", markersize=9, color="red",
+                              label="measured winner not the predicted one"))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log(ax)
     ax.set_xlabel("hidden units H")
     ax.set_ylabel("batch B (split or shared over the ranks)")
-    ax.set_title(f"Fastest strategy predicted, p={procs}")
+    ax.set_title(f"Fastest strategy predicted, p={procs}, {exec_mode} execution", fontsize=10)
+    legend_below(ax, handles, [h.get_label() for h in handles], ncol=2)
     return encode(fig)
 
 
@@ -214,7 +237,9 @@ def measured_vs_predicted_by_strategy(points):
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log(ax)
     ax.set_xlabel("predicted ms per batch")
     ax.set_ylabel("measured ms per batch")
-    ax.legend(fontsize=8)
+    ax.set_title("Measured against predicted time per batch, per strategy", fontsize=10)
+    legend_below(ax, ncol=3)
     return encode(fig)

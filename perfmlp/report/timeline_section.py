@@ -41,10 +41,12 @@ def _section(run: Run, t: Timeline) -> Section:
                                     "gain ceiling ms": p.gain_ceiling_ms} for p in t.critical_path]))
         s.figures.append(Figure(f"timeline_{t.run_id}", f"Batch {batch} of epoch {epoch} (the median one): host "
                                 "phases and GPU records of every rank on one time axis", draw_batch,
-                                {"run_batch": batch_tracks(run, t.representative)}))
+                                {"run_batch": batch_tracks(run, t.representative),
+                                 "title": f"{t.run_id}: batch {batch} of epoch {epoch}, every rank"}))
     s.figures.append(Figure(f"breakdown_{t.run_id}", "Where each steady batch's GPU time went, per rank",
                             draw_breakdown, {"per_rank": {r: [b.parts() for b in bds] for r, bds in
-                                                          t.per_rank.items()}}))
+                                                          t.per_rank.items()},
+                                             "title": f"{t.run_id}: each steady batch's GPU time by part"}))
     s.paragraphs.append(_checks_note(t))
     if t.host_bound:
         s.paragraphs.append(f"The GPU waits for host launches {100 * t.host_launch_share:.0f}% of a batch: "
@@ -131,8 +133,8 @@ def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, f
     return [(lab, [(n, c, (s - t0) * 1e3, (e - t0) * 1e3) for n, c, s, e in items]) for lab, items in tracks]
 
 
-def draw_batch(run_batch):
-    from .figures import _plt, encode
+def draw_batch(run_batch, title: str = ""):
+    from .figures import _plt, encode, legend_below
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(run_batch) + 1.2))
     for i, (_, items) in enumerate(run_batch):
@@ -144,16 +146,19 @@ def draw_batch(run_batch):
     ax.set_yticklabels([lab for lab, _ in run_batch], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the batch's first start (run time axis)")
+    ax.set_title(title, fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*CAT_COLORS.values(), "tab:gray")]
-    ax.legend(handles, [*CAT_COLORS, "host phase"], fontsize=7, ncol=5, loc="lower right")
+    legend_below(ax, handles, [*CAT_COLORS, "host phase"], ncol=5)   # below the lanes: it hides none
     return encode(fig)
 
 
-def draw_breakdown(per_rank):
-    """per_rank: rank -> each steady batch's PARTS -> ms, stacked."""
+def draw_breakdown(per_rank, title: str = ""):
+    """per_rank: rank -> each steady batch's PARTS -> ms, stacked; every rank on one y scale that holds
+    the tallest batch."""
     from .figures import _plt, encode
     plt = _plt()
-    fig, axes = plt.subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 0.6), squeeze=False)
+    fig, axes = plt.subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 1.0), squeeze=False)
+    top = max((sum(b[p] for p in PARTS) for bds in per_rank.values() for b in bds), default=1.0) or 1.0
     for ax, (r, bds) in zip(axes[:, 0], sorted(per_rank.items())):
         x = range(len(bds))
         bottom = [0.0] * len(bds)
@@ -162,6 +167,10 @@ def draw_breakdown(per_rank):
             ax.bar(x, v, bottom=bottom, color=c, width=1.0, label=part)
             bottom = [a + b for a, b in zip(bottom, v)]
         ax.set_ylabel(f"rank {r}: ms", fontsize=8)
+        ax.set_ylim(0, top * 1.08)
     axes[-1, 0].set_xlabel("steady batch")
-    axes[0, 0].legend(fontsize=7, ncol=3, loc="upper right")
+    axes[0, 0].set_title(title, fontsize=10)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=len(labels), loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return encode(fig)

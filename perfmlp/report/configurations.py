@@ -1,0 +1,199 @@
+"""Runs grouped into configurations, and the short labels tables name them by.
+
+A configuration is every setting a run ran with (backend, H, B, p,
+precision, strategy, batch transfer, exchange, GEMM kernel, execution mode,
+overlap, trace level, profiler): runs that share all of them are repeats,
+merged: the configuration's time per batch is the median of the repeats'
+(each the slowest rank's median over its steady batches), and the repeat
+whose time is the median (the faster of the two middle ones for an even
+count) stands for it where one run's phases are needed. Nothing is dropped:
+every repeat is listed in configurations.csv.
+
+Settings that mean nothing on the NumPy backend (batch transfer, GEMM
+kernel, execution mode, overlap) are None there, so no table shows a GPU's
+value for a CPU run.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from .analysis import Analysis, RunSummary
+
+# The settings, in the order labels and tables name them; SHAPE names the problem, the rest how it ran.
+SHAPE = ("hidden", "batch", "procs")
+HOW = ("backend", "precision", "strategy", "transfer", "comm", "gemm", "exec", "overlap", "trace_level", "profiler")
+SETTINGS = SHAPE + HOW
+# Settings named in a label only where they differ from the set's usual value (the shape and the modes always).
+QUIET_SETTINGS = ("backend", "precision", "strategy", "gemm", "overlap", "trace_level", "profiler")
+GPU_ONLY = ("transfer", "gemm", "exec", "overlap")
+SHORT = {"mpi-staged": "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
+ORDER = {"transfer": ("pageable", "prefetch-pageable", "pinned", "prefetch", "resident"),
+         "comm": ("mpi", "mpi-staged", "ps", "nccl", "ps-nccl"), "exec": ("eager", "graph"),
+         "trace_level": ("counters", "phases", "timeline", "kernels")}
+
+
+def settings_of(r: RunSummary) -> dict:
+    """A run's settings (SETTINGS), None where one means nothing for its backend."""
+    gpu = r.gpu
+    return {"hidden": r.hidden_label, "batch": r.batch, "procs": r.procs, "backend": r.backend,
+            "precision": r.precision, "strategy": r.strategy, "transfer": r.transfer if gpu else None,
+            "comm": r.comm, "gemm": r.gemm if gpu else None, "exec": r.exec if gpu else None,
+            "overlap": (f"overlap {r.bucket_bytes >> 10} KiB" if r.overlap else "no overlap") if gpu else None,
+            "trace_level": r.trace_level, "profiler": "nsys" if r.profiled else ("cProfile" if r.cprofile else None)}
+
+
+def sort_key(settings: dict) -> tuple:
+    def rank(k):
+        v = settings[k]
+        order = ORDER.get(k, ())
+        return (order.index(v) if v in order else len(order), str(v) if v is not None else "")
+    hidden = tuple(int(h) for h in str(settings["hidden"]).split("x"))
+    return (hidden, settings["procs"], settings["batch"], *(rank(k) for k in HOW))
+
+
+@dataclass(frozen=True)
+class Configuration:
+    settings: tuple          # (name, value) for each of SETTINGS
+    runs: tuple              # RunSummary of each repeat, by run id
+    label: str = ""          # short, unique in the set (labels())
+
+    @property
+    def s(self) -> dict:
+        return dict(self.settings)
+
+    @property
+    def t_ms(self) -> float:
+        """Time per batch: the median over the repeats."""
+        return statistics.median(r.t_ms for r in self.runs)
+
+    @property
+    def representative(self) -> RunSummary:
+        """The repeat whose time is the median (the faster middle one of an even count)."""
+        ordered = sorted(self.runs, key=lambda r: (r.t_ms, r.run_id))
+        return ordered[(len(ordered) - 1) // 2]
+
+    @property
+    def repeat(self) -> int:
+        """The representative's number among the repeats (1 = first by run id)."""
+        return self.runs.index(self.representative) + 1
+
+    @property
+    def gpu(self) -> bool:
+        return self.representative.gpu
+
+    @property
+    def util(self) -> float | None:
+        """The job's FLOPs per second over p x the datasheet peak, at the median time."""
+        r = self.representative
+        return r.util_datasheet * r.t_ms / self.t_ms if r.util_datasheet is not None else None
+
+    @property
+    def predicted_ms(self) -> float | None:
+        return self.representative.predicted_ms
+
+    @property
+    def judged(self) -> bool:
+        """Complete, not under a profiler, its batch times the GPU's (not the host's enqueue)."""
+        return all(r.complete and not r.profiled and not r.cprofile and not r.host_enqueue for r in self.runs)
+
+    def which(self) -> str:
+        """Which run stands for the configuration, and why, in words."""
+        r = self.representative
+        mode = f"{r.exec}, " if r.gpu else ""
+        if len(self.runs) == 1:
+            return f"{r.run_id} ({mode}trace level {r.trace_level}; the only run)"
+        return (f"{r.run_id} ({mode}trace level {r.trace_level}; repeat {self.repeat} of {len(self.runs)}, "
+                f"the median of the repeats' times)")
+
+
+def group(runs) -> list[Configuration]:
+    """The runs as configurations (repeats merged), labelled, in the report's order."""
+    by: dict[tuple, list] = {}
+    for r in runs:
+        s = settings_of(r)
+        by.setdefault(tuple(s.items()), []).append(r)
+    configs = [Configuration(k, tuple(sorted(v, key=lambda r: r.run_id))) for k, v in by.items()]
+    configs.sort(key=lambda c: sort_key(c.s))
+    names = labels([c.s for c in configs])
+    return [Configuration(c.settings, c.runs, n) for c, n in zip(configs, names)]
+
+
+def configurations(a: Analysis) -> list[Configuration]:
+    return group(a.runs)
+
+
+def usual(settings: list[dict]) -> dict:
+    """Each setting's most common value in the set (ties: the first in report order)."""
+    return {k: Counter(s[k] for s in settings).most_common(1)[0][0] for k in SETTINGS} if settings else {}
+
+
+def varying(settings: list[dict]) -> list[str]:
+    """The settings that take more than one value in the set."""
+    return [k for k in SETTINGS if len({s[k] for s in settings}) > 1]
+
+
+def value_text(key: str, value) -> str:
+    if value is None:
+        return ""
+    if key == "hidden":
+        return f"H{value}"
+    if key == "batch":
+        return f"B{value}"
+    if key == "procs":
+        return f"p{value}"
+    if key == "strategy" and value == "data":
+        return "data parallel"
+    if key == "trace_level":
+        return f"trace {value}"
+    return SHORT.get(value, str(value))
+
+
+def label_of(s: dict, shown: list[str], usual_values: dict) -> str:
+    parts = [value_text(k, s[k]) for k in shown
+             if k not in QUIET_SETTINGS or s[k] != usual_values.get(k)]
+    return " ".join(p for p in parts if p)
+
+
+def shown_settings(settings: list[dict]) -> list[str]:
+    """The settings a label names: those that vary in the set (the shape when nothing does)."""
+    return varying(settings) or list(SHAPE)
+
+
+def labels(settings: list[dict]) -> list[str]:
+    """A short label per configuration: the settings that vary in the set, the
+    quiet ones (QUIET_SETTINGS) only where they differ from the usual value."""
+    shown, u = shown_settings(settings), usual(settings)
+    return [label_of(s, shown, u) or "the one configuration" for s in settings]
+
+
+def split_label(s: dict, shown: list[str], usual_values: dict) -> tuple[str, str]:
+    """(shape part, how part) of a label: the verdict map's column and row."""
+    shape = " ".join(value_text(k, s[k]) for k in SHAPE if k in shown) or "all"
+    how = label_of(s, [k for k in shown if k in HOW], usual_values) or "as run"
+    return shape, how
+
+
+def legend(settings: list[dict]) -> str:
+    """What the labels leave out: the usual value of each quiet setting, and the settings that never vary."""
+    if not settings:
+        return ""
+    shown, u = shown_settings(settings), usual(settings)
+    fixed = [value_text(k, u[k]) for k in SETTINGS if k not in shown and u[k] is not None]
+    quiet = [value_text(k, u[k]) for k in QUIET_SETTINGS if k in shown and u[k] is not None]
+    out = []
+    if fixed:
+        out.append("every configuration: " + ", ".join(fixed))
+    if quiet:
+        out.append("unless a label says otherwise: " + ", ".join(quiet))
+    return "; ".join(out)
+
+
+def run_labels(configs: list[Configuration]) -> dict[str, str]:
+    """run id -> a short label: its configuration's, with #k for the k-th of several repeats."""
+    out = {}
+    for c in configs:
+        for i, r in enumerate(c.runs, 1):
+            out[r.run_id] = c.label + (f" #{i}" if len(c.runs) > 1 else "")
+    return out

@@ -1,0 +1,258 @@
+"""The report's first screen: what ran, the headline figures, what bounds
+each configuration and what to change first, with its predicted and (where
+the set ran it) measured gain.
+
+`overview_of(a)` computes it once (configurations, verdicts, priced changes,
+peers); `section_overview` puts it into words and tables for the first
+screen, `section_configurations` and `section_recommendations` give the
+full tables after it.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .analysis import Analysis
+from .configurations import Configuration, configurations, legend, shown_settings, split_label, usual
+from .figures import CATEGORY_COLORS, overview_roofline, time_split
+from .peers import read_peers
+from .recommend import Advice, Recommendation, advice, describable, first_change, recommendations
+from .sections import Cell, Figure, Section, Table, pct
+from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, TOP_RECOMMENDATIONS
+from .verdicts import CATEGORIES, Verdict, attribute
+
+LETTERS = dict(zip(CATEGORIES, "GEHCMWN"))   # a verdict's letter in the map (its colour in report.html)
+CSS = {c: f"v{i}" for i, c in enumerate(CATEGORY_COLORS)}
+NARROW_MAP = 8      # shapes: a map this narrow fits the overview's left column
+
+
+@dataclass(frozen=True)
+class Overview:
+    configs: tuple          # Configuration, in the report's order
+    verdicts: dict          # configuration label -> Verdict
+    recs: tuple             # every priced change (Recommendation)
+    advice: tuple           # each change recommended somewhere (Advice), most gain first
+    peers: tuple            # Peer
+
+    def first(self, c: Configuration) -> Recommendation | None:
+        return first_change(list(self.recs), c)
+
+
+def overview_of(a: Analysis) -> Overview:
+    configs = configurations(a)
+    m = a.machines.primary
+
+    def unpriced(gemm) -> bool:   # a GEMM kernel the machine file has no rate for: priced as cuBLAS
+        return gemm not in (None, "cublas") and not m.has_gemm_kernel(gemm)
+    verdicts = {c.label: attribute(c.representative, unpriced(c.s["gemm"])) for c in configs}
+    by_id = {r.run_id: r for r in a.traces}
+    recs = recommendations(configs, by_id, m, a.machines.datasheet, unpriced)
+    return Overview(tuple(configs), verdicts, tuple(recs), tuple(advice(recs)), tuple(read_peers(a.folder)))
+
+
+# ---- words -------------------------------------------------------------------------------
+
+def gain(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.0f}%"
+
+
+def what_ran(a: Analysis, o: Overview) -> str:
+    """One sentence: runs, configurations, machine, dates and code."""
+    ms = [t.manifest for t in a.traces]
+    dates = sorted({str(m.get("start", ""))[:10] for m in ms if m.get("start")})
+    recorded = [(m.get("versions") or {}).get("perfmlp_git") for m in ms]
+    commits = sorted(set(recorded) - {None})
+    gpus = Counter()
+    for m in ms:
+        for node in ((m.get("machine") or {}).get("nodes") or {}).values():
+            if node.get("gpu"):
+                gpus[(node["gpu"], int(node.get("gpu_count", 1)))] += 1
+    where = ", ".join(f"{n} x {g}" if n > 1 else g for (g, n) in sorted(gpus)) or "the CPU (NumPy)"
+    if gpus and len(a.gpu_runs) < len(a.runs):
+        where += " and the CPU (NumPy)"
+    repeated = sum(len(c.runs) > 1 for c in o.configs)
+    when = (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}") if dates else "date not recorded"
+    unknown = recorded.count(None)
+    code = (f"code {', '.join(c[:7] for c in commits)}" + (f" ({unknown} runs recorded none)" if unknown else "")
+            if commits else "code not recorded in the manifests")
+    n, note = len(a.runs), legend([c.s for c in o.configs])
+    return (f"{n} run{'s' if n != 1 else ''} in {len(o.configs)} configuration{'s' if len(o.configs) != 1 else ''}"
+            f"{f' ({repeated} with repeats, merged: the median)' if repeated else ''} on {where}; {when}; {code}. "
+            + (note[0].upper() + note[1:] + "." if note else ""))
+
+
+def verdict_sentence(a: Analysis, o: Overview) -> str:
+    counts = Counter(o.verdicts[c.label].bound_by for c in o.configs if c.judged)
+    if not counts:
+        return "No configuration ran to completion outside a profiler: no verdict."
+    parts = [f"{cat} in {counts[cat]}" for cat in CATEGORIES if counts[cat]]
+    pool, ours = headline_pool(a, o)
+    fastest = min(pool, key=lambda c: c.t_ms)
+    rec = o.first(fastest)
+    if rec:
+        nxt = f"its first change: {rec.change}, predicted {gain(rec.predicted_gain)}" + \
+              (f", measured {gain(rec.measured_gain)}" if rec.measured_gain is not None else "")
+    elif describable(fastest):
+        nxt = f"no change the what-if engine prices saves {100 * MIN_GAIN.value:.0f}% or more of it"
+    else:
+        nxt = f"the what-if engine prices changes of data parallelism only (the strategies are compared below)"
+    return (f"Bound by: {'; '.join(parts)} (of {sum(counts.values())} configurations judged). Fastest"
+            f"{' at the study' + chr(39) + 's job' if ours else ''}: {fastest.label}, {fastest.t_ms:.3f} ms per "
+            f"batch ({o.verdicts[fastest.label].text}); {nxt}.")
+
+
+# ---- tables ------------------------------------------------------------------------------
+
+def study_shaped(a: Analysis, c: Configuration) -> bool:
+    st, s = a.study, c.s
+    return (c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
+            and s["precision"] == st.precision)
+
+
+def peer_ms(peers, name: str, c: Configuration) -> float | None:
+    r = c.representative
+    return next((p.ms for p in peers if p.name == name and p.hidden == r.hidden and p.batch == r.batch
+                 and p.procs == r.procs), None)
+
+
+def headline_pool(a: Analysis, o: Overview) -> tuple[list, bool]:
+    """The configurations the headline compares: the study's job where it ran (True), else every judged one."""
+    pool = [c for c in o.configs if study_shaped(a, c)]
+    return (pool, True) if pool else ([c for c in o.configs if c.judged], False)
+
+
+def headline(a: Analysis, o: Overview) -> Table:
+    """The fastest configuration per process count: the study's job where it ran, else any."""
+    st = a.study
+    pool, ours = headline_pool(a, o)
+    gpu = any(c.gpu for c in pool)
+    rows = []
+    for p in sorted({c.s["procs"] for c in pool}):
+        best = min((c for c in pool if c.s["procs"] == p), key=lambda c: c.t_ms)
+        row = {"GPUs" if gpu else "processes": p, "fastest configuration": Cell(best.label, best.which()),
+               "run": best.representative.run_id, "ms per batch": best.t_ms}
+        if gpu:
+            row["utilisation"] = pct(best.util)
+        if ours and p in st.reference_ms_per_batch:
+            ref = st.reference_ms_per_batch[p]
+            row[f"reference solution ({st.reference_gpu})"] = f"{ref:g} ms, {pct(st.reference_utilisation[p])}"
+            row["speed-up over it"] = f"{ref / best.t_ms:.1f}x"
+        for name in sorted({peer.name for peer in o.peers}):
+            ms = peer_ms(o.peers, name, best)
+            if ms is not None:
+                row[f"{name} (benchmark)"] = ms
+        rows.append(row)
+    what = (f"the study's job (H={st.hidden_size}, B={st.batch_size} split over p, {st.precision})" if ours
+            else "any configuration (none ran the study's job)")
+    return Table("overview_headline", f"Fastest per process count, {what}", rows, hidden=("run",), place="main")
+
+
+def advice_rows(items: list[Advice], configs: int) -> list[dict]:
+    rows = []
+    for i, ad in enumerate(items, 1):
+        where = (ad.recs[0].configuration.label if len(ad.recs) == 1 and configs == 1
+                 else f"{len(ad.recs)} of {ad.applicable} configurations")
+        preds = [r.predicted_gain for r in ad.recs]
+        spread = f" ({gain(max(preds))} to {gain(min(preds))})" if len(preds) > 1 and max(preds) != min(preds) else ""
+        pairs = ad.measured_pairs
+        if not pairs:
+            measured = "not run"
+        elif len(pairs) == len(ad.recs):
+            measured = gain(ad.measured) + (f" ({len(pairs)} run)" if len(pairs) > 1 else "")
+        else:
+            measured = (f"{gain(ad.measured)} in the {len(pairs)} run (predicted {gain(ad.predicted_for_measured)} "
+                        "for them)")
+        rows.append({"#": i, "change": ad.change, "where it helps": where, "predicted": gain(ad.predicted) + spread,
+                     "measured": measured})
+    return rows
+
+
+def verdict_map(o: Overview) -> tuple[Table, Table, str]:
+    """(the colours' legend, the map: settings x shape, each cell a configuration, a note on what it leaves out)."""
+    settings = [c.s for c in o.configs]
+    shown, u = shown_settings(settings), usual(settings)
+    cells: dict[tuple, Configuration] = {}
+    for c in o.configs:
+        cells[split_label(c.s, shown, u)] = c
+    cols = Counter(shape for shape, _ in cells)
+    rows = Counter(how for _, how in cells)
+    keep_cols = [k for k in dict.fromkeys(shape for shape, _ in cells) if k in dict(cols.most_common(MAP_COLUMNS.value))]
+    order = {how: min(i for i, c in enumerate(o.configs) if split_label(c.s, shown, u)[1] == how) for how in rows}
+    keep_rows = sorted(dict(rows.most_common(MAP_ROWS.value)), key=lambda how: _how_rank(o, how, shown, u, order))
+    table = []
+    for how in keep_rows:
+        row = {"settings \\ shape": how}
+        for shape in keep_cols:
+            c = cells.get((shape, how))
+            row[shape] = map_cell(o, c) if c else Cell("")
+        table.append(row)
+    left = len(o.configs) - sum(1 for (shape, how) in cells if shape in keep_cols and how in keep_rows)
+    note = f" ({left} configurations not in the map: see the configurations table)" if left else ""
+    used = [cat for cat in CATEGORIES if any(o.verdicts[c.label].bound_by == cat for c in o.configs)]
+    key = Table("overview_legend", "What bounds each configuration: its ms per batch, coloured and lettered by what "
+                "bounds it, and →n: the change above to make first; hover a cell for its verdict and that change's "
+                "predicted and measured gain" + note,
+                [{LETTERS[cat]: Cell(f"{LETTERS[cat]} {cat}", css=CSS[cat]) for cat in used}], place="wide",
+                collapse=False, header=False, css="legend")
+    # a narrow map sits under the headline tables, beside the figure; a wide one below both
+    place = "main" if len(keep_cols) <= NARROW_MAP else "wide"
+    key.place = place
+    grid = Table("overview_map", "", table, place=place, collapse=False, css="map")
+    return key, grid, note
+
+
+def _how_rank(o: Overview, how: str, shown, u, order) -> tuple:
+    from .configurations import sort_key
+    c = next(c for c in o.configs if split_label(c.s, shown, u)[1] == how)
+    return sort_key({**c.s, "hidden": "0", "batch": 0, "procs": 0})[3:] + (order[how],)
+
+
+def map_cell(o: Overview, c: Configuration) -> Cell:
+    v: Verdict = o.verdicts[c.label]
+    rec = o.first(c)
+    tip = f"{c.label}: {c.t_ms:.3f} ms per batch ({len(c.runs)} run{'s' if len(c.runs) > 1 else ''}); " \
+          f"bound by {v.text} ({v.source})"
+    if rec:
+        tip += f"; first change: {rec.change}, predicted {gain(rec.predicted_gain)}" + \
+               (f", measured {gain(rec.measured_gain)}" if rec.measured_gain is not None else "")
+    if not c.judged:
+        tip += "; not judged (incomplete, profiled or timed by the host's enqueue)"
+    rank = next((i for i, ad in enumerate(o.advice[:int(TOP_RECOMMENDATIONS.value)], 1)
+                 if rec and ad.change == rec.change), None)
+    return Cell(f"{c.t_ms:.3g} {LETTERS.get(v.bound_by, '?')}" + (f" →{rank}" if rank else ""), tip,
+                CSS.get(v.bound_by, ""))
+
+
+def overview_figure(a: Analysis, o: Overview) -> Figure:
+    """The roofline with every GPU configuration on it; a NumPy-only set: where each one's time goes."""
+    gpu = [c for c in o.configs if c.gpu and c.judged]
+    if not gpu:
+        rows = [(c.label, list(o.verdicts[c.label].parts_ms)) for c in o.configs]
+        return Figure("overview_time", "Where each configuration's time per batch goes (measured phases)",
+                      time_split, dict(rows=rows, title="Time per batch by part, each configuration"), place="side")
+    m = a.machines.primary
+    prec = a.study.precision
+    points = [{"ai": c.representative.ai, "flops": c.representative.flops_rank0 / (c.t_ms * 1e-3),
+               "category": o.verdicts[c.label].bound_by, "transfer": c.s["transfer"]} for c in gpu]
+    bws = {"pageable": m.h2d_pageable_bytes_per_s, "pinned": m.h2d_pinned_bytes_per_s}
+    return Figure("overview_roofline", f"Every GPU configuration on the modified roofline ({m.name}, {prec} peak), "
+                  "coloured by what bounds it", overview_roofline,
+                  dict(points=points, peak=m.peak_flops_per_s(prec), bws=bws, precision=prec,
+                       title=f"{len(gpu)} configurations on the modified roofline, {m.name}"), place="side")
+
+
+def section_overview(a: Analysis, o: Overview) -> Section:
+    s = Section("Overview", anchor="overview")
+    s.paragraphs += [what_ran(a, o), verdict_sentence(a, o)]
+    s.tables.append(headline(a, o))
+    top = list(o.advice)[:int(TOP_RECOMMENDATIONS.value)]
+    more = len(o.advice) - len(top)
+    s.tables.append(Table("overview_changes", f"What to change first: the what-if engine's predicted gain, and the "
+                          f"measured one where the set ran the change{f' ({more} more below)' if more else ''}",
+                          advice_rows(top, len(o.configs)) or [{"change": "none predicted to save "
+                                                                f"{100 * MIN_GAIN.value:.0f}% or more"}],
+                          place="main", collapse=False))
+    key, grid, _ = verdict_map(o)
+    s.tables += [key, grid]
+    s.figures.append(overview_figure(a, o))
+    return s

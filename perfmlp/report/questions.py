@@ -1,0 +1,191 @@
+"""The study's questions: Question 2.1's FLOPs and utilisation, the modes
+that bought the gains, Question 2.2's rooflines.
+
+Every cell that shows a time is a configuration's (report/configurations.py:
+the median of its repeats, every repeat named in the CSV), chosen by the
+settings the column names, execution mode included: nothing is the first
+run of several by id.
+"""
+from __future__ import annotations
+
+import math
+
+from ..model.costs import batch_counts, itemsize
+from ..model.summary import reference_approx
+from ..model.roofline import modified_roofline
+from .analysis import Analysis
+from .ceilings import ceilings_figures
+from .configurations import Configuration, configurations
+from .figures import roofline
+from .sections import Figure, Section, Table, pct
+
+# perfmlp's transfer and communication modes, from the reference's scheme to the fastest.
+MODES = (("pageable", "mpi-staged"), ("pinned", "mpi-staged"), ("resident", "mpi-staged"), ("resident", "nccl"))
+REFERENCE_SCHEME, BEST = MODES[0], MODES[-1]
+
+
+def study_job(a: Analysis, c: Configuration) -> bool:
+    """A judged GPU configuration of the study's own job (its H, B split over p, precision), data parallel."""
+    st, s = a.study, c.s
+    return (c.gpu and c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
+            and s["precision"] == st.precision and s["strategy"] == "data")
+
+
+def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str,
+         gemm: str = "cublas") -> Configuration | None:
+    """The study-job configuration with exactly these settings (there is at most one: repeats are merged)."""
+    found = [c for c in configs if study_job(a, c) and c.s["procs"] == procs and c.s["transfer"] == transfer
+             and c.s["comm"] == comm and c.s["exec"] == exec_mode and c.s["gemm"] == gemm
+             and c.s["overlap"] == "no overlap"]
+    return min(found, key=lambda c: (c.s["trace_level"] != "phases", c.s["trace_level"])) if found else None
+
+
+def runs_text(c: Configuration | None) -> str:
+    return " ".join(r.run_id for r in c.runs) if c else "-"
+
+
+def flops_shapes(a: Analysis) -> list[tuple]:
+    """The (layer sizes, B on one process) Question 2.1's FLOPs table counts: the study's where a run had
+    it, else each one the runs had (at most 4)."""
+    st = a.study
+    shapes = list(dict.fromkeys((r.layer_sizes, r.batch // r.procs, r.precision) for r in a.runs))
+    study = (st.layer_sizes, st.batch_size, st.precision)
+    if any(r.layer_sizes == st.layer_sizes and r.batch == st.batch_size for r in a.runs) or not shapes:
+        return [study]
+    return shapes[:4]
+
+
+def flops_table(a: Analysis) -> Table:
+    rows = []
+    for layers, b, prec in flops_shapes(a):
+        ex = batch_counts(layers, b, itemsize(prec))
+        ap = reference_approx(layers[0], layers[1], b) if len(layers) == 3 else None
+        shape = f"{'-'.join(map(str, layers))}, B={b}"
+        for part in ("forward", "backward", "loss", "update"):
+            rows.append({"shape": shape, "part": {"loss": "loss (softmax, cross-entropy, output delta)"}.get(part, part),
+                         "approx (2BHD)": ap.get(part) if ap else None, "exact": ex.flops[part]})
+        rows.append({"shape": shape, "part": "batch", "approx (2BHD)": ap["batch"] if ap else None,
+                     "exact": ex.flops_total})
+    return Table("q2_1_flops", "FLOPs per batch on one process, the approximation 2BHD against the exact count "
+                 "(every GEMM, elementwise op and reduction), for the shapes the runs had", rows)
+
+
+def section_q2_1(a: Analysis) -> Section:
+    st, ds = a.study, a.machines.datasheet
+    s = Section("Question 2.1: FLOPs per batch and effective compute utilisation")
+    s.tables.append(flops_table(a))
+    configs = configurations(a)
+    if not any(study_job(a, c) for c in configs):
+        s.paragraphs.append(f"No run of the study's job (H={st.hidden_size}, B={st.batch_size} split over p, "
+                            f"{st.precision}, on a GPU): no utilisation to set beside the reference's.")
+    if not a.gpu_runs:
+        return s
+    ref_exec = st.scheme.get("exec", "eager")
+    cols = [("reference scheme (pageable, mpi-staged, eager)", REFERENCE_SCHEME, ref_exec),
+            ("resident + NCCL, eager", BEST, "eager"), ("resident + NCCL, CUDA graph", BEST, "graph")]
+    table = []
+    for p in st.procs:
+        row = {"GPUs": p, f"reference ({st.reference_gpu}) ms": st.reference_ms_per_batch[p],
+               f"reference ({st.reference_gpu}) utilisation": pct(st.reference_utilisation[p]),
+               f"target ({st.target_factor:g}x) utilisation": pct(st.target_factor * st.reference_utilisation[p], 1)}
+        for name, (tr, cm), ex in cols:
+            c = pick(a, configs, p, tr, cm, ex)
+            row.update({f"perfmlp, {name}: ms": c.t_ms if c else None,
+                        f"perfmlp, {name}: utilisation": pct(c.util) if c else "-",
+                        f"perfmlp, {name}: runs": runs_text(c)})
+        table.append(row)
+    s.paragraphs.append(
+        f"Each perfmlp cell is one configuration of the study's job (H={st.hidden_size}, B={st.batch_size} split "
+        f"over p GPUs, {st.precision}, cuBLAS, data parallel, no overlap) in the modes its column names, execution "
+        "mode included: the median of its repeats' times per batch (the runs are named in the CSV's 'runs' "
+        "columns; a configuration traced at several levels shows the `phases` one). The reference scheme's "
+        f"column is {ref_exec}, as the reference ran ({st.title}, {a.study.path and 'the study file'}).")
+    hidden = tuple(f"perfmlp, {name}: runs" for name, _, _ in cols)
+    s.tables.append(Table("q2_1_utilisation", f"Effective compute utilisation, B={st.batch_size} split over p GPUs: "
+                          f"job FLOPs per second over p x {ds.peak_flops_per_s_float32 / 1e12:.1f} TFLOP/s ({ds.name} "
+                          f"fp32 datasheet); the reference's published figures ({st.title})", table, hidden=hidden))
+    return s
+
+
+def section_modes(a: Analysis) -> Section:
+    st = a.study
+    s = Section(f"Which change bought how much (H={st.hidden_size}, B={st.batch_size} split)")
+    configs = configurations(a)
+    table = []
+    for p in st.procs:
+        prev = None
+        steps = [(tr, cm, "eager") for tr, cm in MODES] + [(*BEST, "graph")]
+        for tr, cm, ex in steps:
+            c = pick(a, configs, p, tr, cm, ex)
+            if c is None:
+                continue
+            table.append({"GPUs": p, "batch": tr, "gradients": cm, "exec": ex, "ms per batch": c.t_ms,
+                          "speed-up over previous": (prev / c.t_ms) if prev else None, "utilisation": pct(c.util),
+                          "runs": len(c.runs), "run ids": runs_text(c)})
+            prev = c.t_ms
+    for c in sorted((c for c in configs if study_job(a, c) and c.s["procs"] == 1 and c.s["gemm"] != "cublas"
+                     and (c.s["transfer"], c.s["comm"]) == BEST), key=lambda c: c.t_ms):
+        table.append({"GPUs": 1, "batch": BEST[0], "gradients": BEST[1], "exec": c.s["exec"], "GEMM": c.s["gemm"],
+                      "ms per batch": c.t_ms, "utilisation": pct(c.util), "runs": len(c.runs),
+                      "run ids": runs_text(c)})
+    s.paragraphs.append("Each row one configuration (the median of its repeats), eager, cuBLAS, from the reference's "
+                        "scheme to resident data and NCCL, then the same step as one CUDA graph where it ran; each "
+                        "speed-up over the row before it. The fused elementwise kernels' gain over an unfused step "
+                        "is measured by benchmarks/gpu_step.py (generic CuPy against perfmlp rows), not by these "
+                        "traces.")
+    s.tables.append(Table("modes", "Transfer and communication modes, the CUDA graph, then the reference's GEMM "
+                          "kernels", table, hidden=("run ids",)))
+    return s
+
+
+def _modified(ai: float, peak: float, bw: float) -> float:
+    return peak if not math.isfinite(ai) else modified_roofline(ai, peak, bw)
+
+
+def q2_2_configs(a: Analysis) -> list[Configuration]:
+    """Question 2.2's points: B / p = the study's B, one of its H, its precision, cuBLAS, data parallel."""
+    st = a.study
+    return [c for c in configurations(a) if c.gpu and c.judged and c.s["gemm"] == "cublas"
+            and c.s["batch"] == st.batch_size * c.s["procs"] and c.s["precision"] == st.precision
+            and c.s["hidden"] in {str(h) for h in st.q2_2_hidden_sizes} and c.s["strategy"] == "data"]
+
+
+def section_q2_2(a: Analysis) -> Section:
+    st, primary = a.study, a.machines.primary
+    s = Section("Question 2.2: the modified and the standard roofline")
+    pts, inf_pts = [], []
+    for c in q2_2_configs(a):
+        r = c.representative
+        point = {"ai": r.ai, "measured": r.flops_rank0 / (c.t_ms * 1e-3),
+                 "predicted": r.flops_rank0 / r.predicted.total_s if r.predicted else None,
+                 "H": r.hidden[0], "procs": r.procs, "label": c.label, "runs": runs_text(c),
+                 "transfer": r.transfer, "comm": r.comm, "exec": r.exec}
+        (pts if math.isfinite(r.ai) else inf_pts).append(point)
+    peak = primary.peak_flops_per_s(st.precision)
+    bws = {"pageable": primary.h2d_pageable_bytes_per_s, "pinned": primary.h2d_pinned_bytes_per_s}
+    s.paragraphs.append(
+        f"Each point is one configuration (B / p = {st.batch_size}, {st.precision}, cuBLAS; the median of its "
+        f"repeats): x = FLOPs per batch on one GPU over the bytes that GPU copied with cudaMemcpy (the batch, and "
+        f"with mpi-staged the gradients twice), from the counters; y = those FLOPs over the measured time per "
+        f"batch. Modified roofline: FLOP/s = AI / (AI / P + 1 / BW) with P = {peak / 1e12:.1f} TFLOP/s and BW the "
+        f"host-device bandwidth ({primary.name}). Pageable and pinned configurations copy the same bytes, so they "
+        "share an x; each pays its own line. Configurations with resident data and NCCL copy nothing (their AI is "
+        "infinite) and are not on these plots: "
+        + (", ".join(f"{p['label']} ({p['measured'] / 1e12:.2f} TFLOP/s per GPU)" for p in inf_pts) or "none") + ".")
+    if pts:
+        for kind in ("modified", "standard"):
+            s.figures.append(Figure(f"roofline_{kind}", f"{kind.capitalize()} roofline per GPU with the Question 2.2 "
+                                    "configurations", roofline, dict(points=pts, peak=peak, bws=bws, kind=kind,
+                                    title=f"{kind.capitalize()} roofline per GPU, {primary.name}, B/p = "
+                                          f"{st.batch_size}", model=a.machines.primary_kind,
+                                    h_list=st.q2_2_hidden_sizes)))
+    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/ceilings.py)
+    s.tables.append(Table("q2_2_points", "The Question 2.2 points", [
+        {"configuration": p["label"], "H": p["H"], "procs": p["procs"], "transfer": p["transfer"],
+         "comm": p["comm"], "exec": p["exec"], "AI (FLOP/B)": p["ai"] if math.isfinite(p["ai"]) else None,
+         "measured TFLOP/s per GPU": p["measured"] / 1e12,
+         "predicted TFLOP/s per GPU": (p["predicted"] or 0) / 1e12,
+         "modified roofline TFLOP/s (pageable BW)": _modified(p["ai"], peak, bws["pageable"]) / 1e12,
+         "modified roofline TFLOP/s (pinned BW)": _modified(p["ai"], peak, bws["pinned"]) / 1e12, "runs": p["runs"]}
+        for p in pts + inf_pts], hidden=("runs",)))
+    return s

@@ -1,0 +1,194 @@
+"""What to change, and by how much it would help: each configuration's
+candidate changes priced by the what-if engine, beside the measured gain
+where the set also ran the change.
+
+A change (CHANGES) is one setting changed, the rest kept. Its predicted
+time is the what-if engine's (perfmlp/model/whatif.py: what the change does not
+touch stays measured, what it touches is predicted by the model) from the
+configuration's representative run; its predicted gain is that time over
+the run's measured one, less 1. Where another configuration of the set
+differs from this one in that setting only, its measured time over this
+one's, less 1, is the measured gain. A change is recommended where its
+predicted gain is at least MIN_GAIN (thresholds.py).
+
+A NumPy run's change is the GPU: the model's time for the same job on the
+report's GPU machine file (nothing of the CPU run carries over). Steps the
+what-if engine does not describe (model and hybrid parallelism, the
+parameter server, a run under a profiler) get no recommendation here; the
+strategies section compares those.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import PerfmlpError
+from ..model.costs import DEFAULT_BUCKET_BYTES
+from ..model.machine import Machine
+from ..model.predict import graph_refusal, predict_batch
+from ..model.whatif import WhatIfError
+from .configurations import Configuration
+from .thresholds import MIN_GAIN
+from .whatif import what_if_run
+
+OVERLAP_DEFAULT = f"overlap {DEFAULT_BUCKET_BYTES >> 10} KiB"
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    sets: tuple           # the what-if's (key, value) changes
+    applies: Callable     # settings -> bool
+    target: tuple         # (setting, value) of the configuration that made the change
+
+    @property
+    def gpu_move(self) -> bool:
+        return not self.sets
+
+
+CHANGES = (
+    Change("pinned copies instead of pageable", (("batch_transfer", "pinned"),),
+           lambda s: s["transfer"] == "pageable", (("transfer", "pinned"),)),
+    Change("resident data instead of pageable copies", (("batch_transfer", "resident"),),
+           lambda s: s["transfer"] == "pageable", (("transfer", "resident"),)),
+    Change("resident data instead of pinned copies", (("batch_transfer", "resident"),),
+           lambda s: s["transfer"] == "pinned", (("transfer", "resident"),)),
+    Change("prefetched copies instead of pinned", (("batch_transfer", "prefetch"),),
+           lambda s: s["transfer"] == "pinned", (("transfer", "prefetch"),)),
+    Change("NCCL instead of MPI staged through the host", (("comm", "nccl"),),
+           lambda s: s["comm"] == "mpi-staged", (("comm", "nccl"),)),
+    Change("one CUDA graph per step instead of eager launches", (("exec", "graph"),),
+           lambda s: s["exec"] == "eager" and graph_refusal("cupy", "data", s["comm"]) is None,
+           (("exec", "graph"),)),
+    Change("cuBLAS instead of the course's GEMM kernel", (("gemm", "cublas"),),
+           lambda s: s["gemm"] not in (None, "cublas"), (("gemm", "cublas"),)),
+    Change("overlap the allreduce with the backward pass", (("overlap", True),),
+           lambda s: s["procs"] > 1 and s["comm"] == "nccl" and s["overlap"] == "no overlap",
+           (("overlap", OVERLAP_DEFAULT),)),
+)
+GPU_MOVE = "run it on a GPU"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    configuration: Configuration
+    change: str
+    predicted_gain: float                 # predicted time / measured time - 1 (negative: faster)
+    measured_gain: float | None = None    # the sibling's measured time / this one's - 1
+    sibling: Configuration | None = None
+    how: str = ""                         # what priced it
+
+    @property
+    def predicted_ms(self) -> float:
+        return self.configuration.t_ms * (1 + self.predicted_gain)
+
+    @property
+    def recommended(self) -> bool:
+        return self.predicted_gain <= -MIN_GAIN.value
+
+
+def describable(c: Configuration) -> bool:
+    """A configuration the what-if engine describes: data parallelism on a GPU, not under a profiler."""
+    s = c.s
+    return c.judged and c.gpu and s["strategy"] == "data" and s["comm"] not in ("ps", "ps-nccl")
+
+
+def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | None:
+    s = dict(c.settings)
+    s.update(target)
+    found = index.get(tuple(s.items()))
+    return found if found is not None and found.judged else None
+
+
+def whatif_gain(c: Configuration, change: Change, run, machine: Machine, unpriced_gemm: bool) -> float | None:
+    """The what-if engine's predicted gain of one change for the configuration's representative run."""
+    try:
+        w = what_if_run(run, machine, dict(change.sets))
+    except (WhatIfError, PerfmlpError, ValueError, KeyError):
+        return None
+    if change.target[0][0] == "gemm" and unpriced_gemm:
+        # the machine file has no rate for the run's kernel: the model priced it as cuBLAS, so the
+        # measured compute is replaced by the model's cuBLAS compute whole
+        g = "compute"
+        return (w.measured_ms - w.measured_groups_ms[g] + w.predicted_after.groups()[g] * 1e3) / w.measured_ms - 1
+    return w.total_ms / w.measured_ms - 1
+
+
+def gpu_gain(c: Configuration, gpu: Machine) -> tuple[float, str]:
+    """The NumPy run's job on a GPU, resident data, NCCL, one CUDA graph per step: the model's time."""
+    r = c.representative
+    p = predict_batch(gpu, r.layer_sizes, r.batch, r.procs, r.precision if r.precision in ("float32", "float64") else "float32",
+                      "nccl", "resident", r.trace_level, exec_mode="graph")
+    return p.total_s * 1e3 / c.t_ms - 1, f"the model on {gpu.name}, resident data, NCCL, CUDA graph"
+
+
+def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Machine, gpu: Machine,
+                    unpriced: Callable[[str], bool]) -> list[Recommendation]:
+    """Every change that applies to every describable configuration, priced (recommended or not)."""
+    index = {c.settings: c for c in configs}
+    out = []
+    for c in configs:
+        if not c.gpu and c.judged:
+            gain, how = gpu_gain(c, gpu)
+            out.append(Recommendation(c, f"{GPU_MOVE} ({gpu.name})", gain, how=how))
+            continue
+        if not describable(c):
+            continue
+        run = runs_by_id.get(c.representative.run_id)
+        if run is None:
+            continue
+        for ch in CHANGES:
+            if not ch.applies(c.s):
+                continue
+            gain = whatif_gain(c, ch, run, machine, unpriced(c.s["gemm"]))
+            if gain is None:
+                continue
+            sib = sibling_of(c, ch.target, index)
+            out.append(Recommendation(c, ch.name, gain, sib.t_ms / c.t_ms - 1 if sib else None, sib,
+                                      f"what-if on {machine.name}"))
+    return out
+
+
+def first_change(recs: list[Recommendation], c: Configuration) -> Recommendation | None:
+    """The configuration's recommended change with the most predicted gain."""
+    mine = [r for r in recs if r.configuration is c and r.recommended]
+    return min(mine, key=lambda r: r.predicted_gain) if mine else None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One change over the set: where it is recommended, predicted and measured."""
+    change: str
+    recs: tuple          # the recommended Recommendations
+    applicable: int      # configurations it was priced for
+
+    @property
+    def predicted(self) -> float:
+        return statistics.median(r.predicted_gain for r in self.recs)
+
+    @property
+    def measured_pairs(self) -> tuple:
+        return tuple(r for r in self.recs if r.measured_gain is not None)
+
+    @property
+    def measured(self) -> float | None:
+        pairs = self.measured_pairs
+        return statistics.median(r.measured_gain for r in pairs) if pairs else None
+
+    @property
+    def predicted_for_measured(self) -> float | None:
+        pairs = self.measured_pairs
+        return statistics.median(r.predicted_gain for r in pairs) if pairs else None
+
+
+def advice(recs: list[Recommendation]) -> list[Advice]:
+    """Each change recommended somewhere, most median predicted gain first."""
+    names = list(dict.fromkeys(r.change for r in recs))
+    out = []
+    for n in names:
+        mine = [r for r in recs if r.change == n]
+        good = tuple(r for r in mine if r.recommended)
+        if good:
+            out.append(Advice(n, good, len(mine)))
+    return sorted(out, key=lambda a: a.predicted)

@@ -1,0 +1,147 @@
+"""Scaling over process counts, each rank's phases, and one batch's phases
+on the host clock for runs without GPU activity records.
+
+Each point and row is a configuration (report/configurations.py: the median
+of its repeats), so the scaling curves compare like with like: the same
+settings, execution mode and trace level included, at each p.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .analysis import Analysis
+from .configurations import Configuration, configurations
+from .figures import host_batch, phases, scaling
+from .sections import Figure, Section, Table
+
+PHASE_FIGURE_MODES = (("pageable", "mpi-staged"), ("resident", "nccl"), ("pinned", "mpi-staged"))
+FIGURE_CONFIGS = 4          # configurations in the phase figure when the study's modes did not run
+HOST_TIMELINES = 2          # runs whose one batch is drawn on the host clock
+
+
+def mode_label(c: Configuration) -> str:
+    s = c.s
+    out = f"{s['transfer']}, {s['comm']}, {s['exec']}"
+    return out + ("" if s["strategy"] == "data" else f", {s['strategy']}") + \
+        ("" if s["trace_level"] == "phases" else f", trace {s['trace_level']}")
+
+
+def scaling_groups(a: Analysis) -> dict:
+    """(kind, every setting but p and the batch, B or B/p) -> {p: configuration}, data parallelism on a GPU."""
+    groups: dict = {}
+    for c in configurations(a):
+        s = c.s
+        if not (c.gpu and c.judged and s["strategy"] == "data"):
+            continue
+        rest = tuple((k, v) for k, v in c.settings if k not in ("procs", "batch"))
+        for kind, b in (("strong", s["batch"]), ("weak", s["batch"] // s["procs"])):
+            groups.setdefault((kind, rest, b), {})[s["procs"]] = c
+    return {k: v for k, v in groups.items() if 1 in v and len(v) > 1}
+
+
+def section_scaling(a: Analysis) -> Section:
+    st = a.study
+    s = Section("Scaling")
+    table, fig = [], {}
+    for (kind, rest, b), byp in sorted(scaling_groups(a).items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2])):
+        t1 = byp[1].t_ms
+        for p, c in sorted(byp.items()):
+            eff = t1 / (p * c.t_ms) if kind == "strong" else t1 / c.t_ms
+            sv = c.s
+            table.append({"scaling": kind, "H": sv["hidden"], ("B" if kind == "strong" else "B/p"): b,
+                          "precision": sv["precision"], "transfer": sv["transfer"], "comm": sv["comm"],
+                          "exec": sv["exec"], "gemm": sv["gemm"], "trace level": sv["trace_level"], "procs": p,
+                          "ms per batch": c.t_ms, "runs": len(c.runs), "speed-up": t1 / c.t_ms,
+                          "efficiency %": 100 * eff, "run ids": " ".join(r.run_id for r in c.runs)})
+            if sv["gemm"] == "cublas" and sv["precision"] == st.precision and sv["hidden"] == str(st.hidden_size):
+                fig.setdefault(kind, {}).setdefault(mode_label(c) + (f", B={b}" if kind == "strong" else ""),
+                                                    []).append((p, c.t_ms, eff))
+    tg, pmax = st.targets, max(st.procs)
+    s.paragraphs.append(f"Strong scaling: B fixed and split over p GPUs, efficiency T1 / (p Tp). Weak scaling: "
+                        f"B / p fixed, efficiency T1 / Tp. Each point a configuration (the median of its repeats) "
+                        f"against the one-GPU configuration with every other setting equal, execution mode and trace "
+                        f"level included; data parallelism only (the strategies section compares the others). "
+                        f"Targets ({Path(st.path).name}; NCCL and resident data): weak >= "
+                        f"{tg.weak_efficiency_pct:g}% at {pmax} GPUs; strong: {pmax} GPUs at least "
+                        f"{tg.strong_speedup:g}x faster than 1.")
+    for kind in ("strong", "weak"):
+        if fig.get(kind):
+            s.figures.append(Figure(f"scaling_{kind}", f"{kind.capitalize()} scaling, H={st.hidden_size}, each "
+                                    "transfer, exchange and execution mode", scaling,
+                                    dict(groups=fig[kind], ticks=sorted({p for g in fig[kind].values() for p, _, _ in g}),
+                                         title=f"{kind.capitalize()} scaling, H={st.hidden_size}, "
+                                               f"{'B split over p' if kind == 'strong' else f'B/p = {st.batch_size}'}")))
+    s.tables.append(Table("scaling", "Scaling per configuration", table, hidden=("run ids",)))
+    return s
+
+
+def phase_figure_configs(a: Analysis, configs: list[Configuration]) -> list[Configuration]:
+    """The study's modes at its largest p where they ran, else the configurations with the most ranks."""
+    st = a.study
+    study = [c for c in configs if c.gpu and c.judged and c.s["procs"] == max(st.procs)
+             and c.s["hidden"] == str(st.hidden_size) and c.s["batch"] == st.batch_size and c.s["gemm"] == "cublas"
+             and c.s["exec"] == "eager" and c.s["strategy"] == "data"
+             and (c.s["transfer"], c.s["comm"]) in PHASE_FIGURE_MODES]
+    if study:
+        return sorted(study, key=lambda c: PHASE_FIGURE_MODES.index((c.s["transfer"], c.s["comm"])))
+    ranked = sorted((c for c in configs if c.judged), key=lambda c: (-c.s["procs"], c.t_ms))
+    return ranked[:FIGURE_CONFIGS]
+
+
+def section_phases(a: Analysis) -> Section:
+    s = Section("Phase breakdown per rank")
+    configs = configurations(a)
+    table = []
+    for c in (c for c in configs if c.s["procs"] > 1):
+        r = c.representative
+        busy = [r.busy_ms(k) for k in sorted(r.phases_ms)]
+        ar = [ph.get("allreduce", 0) for _, ph in sorted(r.phases_ms.items())]
+        table.append({"configuration": c.label, "run": r.run_id, "procs": r.procs,
+                      "compute+copy min ms": min(busy), "compute+copy max ms": max(busy),
+                      "imbalance ms": max(busy) - min(busy), "allreduce min ms": min(ar), "allreduce max ms": max(ar),
+                      "waiting (allreduce max - min) ms": max(ar) - min(ar)})
+    chosen = phase_figure_configs(a, configs)
+    s.paragraphs.append("Each rank's median phase times in a steady batch, for the run that stands for each "
+                        "configuration (the median repeat). A rank that finishes its compute early waits inside the "
+                        "allreduce for the others: the spread of the allreduce phase across ranks is that waiting."
+                        + ("" if table else " Every run used one process: no imbalance or waiting between ranks."))
+    if chosen:
+        s.figures.append(Figure("phases_per_rank", "Median phase times per rank, "
+                                + "; ".join(c.label for c in chosen), phases,
+                                dict(runs_phases=[(c.label, dict(c.representative.phases_ms)) for c in chosen],
+                                     title="Median phase times per rank (one steady batch)")))
+    if table:
+        s.tables.append(Table("imbalance", "Imbalance and waiting across ranks", table, hidden=("run",),
+                              tips={"configuration": "run"}))
+    return s
+
+
+def host_tracks(run) -> list[tuple[str, list[tuple[str, float, float]]]]:
+    """One steady batch (the middle one) of each rank: (rank, [(phase, start ms, end ms)]), host clock."""
+    steady = run.steady_batches()
+    if not steady:
+        return []
+    key = sorted(steady)[len(steady) // 2]
+    return [(f"rank {r}", [(p, o, o + d) for p, (o, d) in rec["t_ms"].items()])
+            for r, rec in sorted(steady[key].items())]
+
+
+def section_host_timeline(a: Analysis) -> Section | None:
+    """One batch of the NumPy configurations (no GPU activity records), phase by phase on the host clock."""
+    configs = [c for c in configurations(a) if not c.gpu and c.judged]
+    if not configs:
+        return None
+    by_id = {t.run_id: t for t in a.traces}
+    chosen = sorted(configs, key=lambda c: -c.s["procs"])[:HOST_TIMELINES]
+    s = Section("One batch on the host clock (NumPy runs)")
+    s.paragraphs.append("The middle steady batch of the run that stands for each configuration, each rank's phases "
+                        "from that rank's own batch start (host clock): where the time goes inside a batch, and "
+                        "which rank waits in the allreduce.")
+    for c in chosen:
+        run = by_id.get(c.representative.run_id)
+        tracks = host_tracks(run) if run else []
+        if tracks:
+            name = "host_batch_" + "".join(ch if ch.isalnum() else "_" for ch in c.label)[:40]
+            s.figures.append(Figure(name, f"One batch of {c.label} ({c.representative.run_id}), host clock",
+                                    host_batch, dict(tracks=tracks, title=f"One steady batch, {c.label}")))
+    return s

@@ -1,0 +1,149 @@
+"""What bounds each configuration: its time per batch split into the parts a
+change can shrink, and the largest named.
+
+The parts (CATEGORIES): GEMMs, elementwise kernels, launches and host (the
+host's launches the GPU waits for, the gaps between kernels, a graph's
+launch, the tracer's own cost, and in an eager run the host's time between
+the traced phases), copies (the batch and the staged gradients between
+host and device), communication (the collective itself) and waiting for a
+rank (what a rank spends in the collective beyond the least any rank
+spent: it arrived early and waited for the others). A NumPy run has one
+compute part (compute (NumPy)): no model splits its compute.
+
+Where the run's phases were timed on the GPU (CUDA events, CUPTI), the
+measured phase groups are split by the model's terms: each group's
+measured time shared among the model's terms of that group in proportion,
+but in an eager run's compute group only the model's GPU time is the
+kernels' and what the group takes beyond the model is the host's (the GPU
+waited for launches); a GEMM kernel the machine file has no rate for takes
+that excess instead (the model priced it as cuBLAS). A graph replay's one
+phase holds what the model's collective terms price too. Where the phases
+are the host's (trace level counters on a GPU) the model's terms scaled to
+the measured time per batch stand in, and the verdict says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .analysis import COMPUTE, COPY_TERMS, RunSummary
+from .thresholds import CO_BOUND
+
+GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING = (
+    "GEMMs", "elementwise kernels", "launches and host", "copies", "communication", "waiting for a rank")
+CPU_COMPUTE = "compute (NumPy)"
+CATEGORIES = (GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING, CPU_COMPUTE)
+TERM_CATEGORY = {"gemm": GEMMS, "elementwise": ELEMENTWISE, "kernel_gaps": HOST, "launches": HOST,
+                 "graph_launch": HOST, "tracing": HOST, "h2d_batch": COPIES, "d2h_grad": COPIES,
+                 "h2d_grad": COPIES, "allreduce": COMMUNICATION, "rank_wait": WAITING}
+GROUP_DEFAULT = {"h2d_batch": COPIES, "d2h_grad": COPIES, "h2d_grad": COPIES, "allreduce": COMMUNICATION,
+                 COMPUTE: HOST}
+GPU_TERMS = ("gemm", "elementwise", "kernel_gaps", "tracing")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    parts_ms: tuple          # (category, ms) for each of CATEGORIES with time, largest first
+    source: str              # "measured phases" or "the model's split"
+
+    @property
+    def total_ms(self) -> float:
+        return sum(ms for _, ms in self.parts_ms) or 1.0
+
+    @property
+    def bound_by(self) -> str:
+        return self.parts_ms[0][0] if self.parts_ms else "-"
+
+    def share(self, category: str) -> float:
+        return dict(self.parts_ms).get(category, 0.0) / self.total_ms
+
+    @property
+    def also(self) -> str | None:
+        """A second part within CO_BOUND of the first, else None."""
+        if len(self.parts_ms) > 1 and self.parts_ms[1][1] >= CO_BOUND.value * self.parts_ms[0][1]:
+            return self.parts_ms[1][0]
+        return None
+
+    @property
+    def text(self) -> str:
+        if not self.parts_ms:
+            return "-"
+        out = f"{self.bound_by} {100 * self.share(self.bound_by):.0f}%"
+        if self.also:
+            out += f", {self.also} {100 * self.share(self.also):.0f}%"
+        return out
+
+
+def _sorted(parts: dict) -> tuple:
+    return tuple(sorted(((k, v) for k, v in parts.items() if v > 0), key=lambda kv: (-kv[1], CATEGORIES.index(kv[0]))))
+
+
+def model_terms_ms(r: RunSummary) -> dict[str, float]:
+    return {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
+
+
+def waiting_ms(r: RunSummary, rank: int) -> float:
+    """What `rank` spent in the collective beyond the least any rank spent."""
+    spent = [ph.get("allreduce", 0.0) for ph in r.phases_ms.values()]
+    return max(0.0, r.phases_ms[rank].get("allreduce", 0.0) - min(spent)) if len(spent) > 1 else 0.0
+
+
+def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpriced_gemm: bool) -> dict:
+    """The measured compute group among the model's terms (see the module's words)."""
+    inside = dict(model)
+    total = sum(inside.values())
+    out: dict[str, float] = {}
+    if total <= 0:
+        out[GEMMS if unpriced_gemm else HOST] = measured
+        return out
+    if measured > total and r.exec == "eager":
+        for t, ms in inside.items():
+            out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + ms
+        extra = GEMMS if unpriced_gemm else HOST
+        out[extra] = out.get(extra, 0.0) + measured - total
+        return out
+    for t, ms in inside.items():
+        out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + measured * ms / total
+    return out
+
+
+def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
+    """The run's time per batch in CATEGORIES (ms), from its slowest rank."""
+    rank = r.slowest_rank
+    measured = r.measured_terms(rank)
+    model = model_terms_ms(r)
+    parts = dict.fromkeys(CATEGORIES, 0.0)
+    if not r.gpu:
+        parts[CPU_COMPUTE] = measured[COMPUTE]
+        wait = min(waiting_ms(r, rank), measured["allreduce"])
+        parts[WAITING] = wait
+        parts[COMMUNICATION] = measured["allreduce"] - wait
+        parts[COPIES] = sum(measured[g] for g in COPY_TERMS)
+        parts[HOST] = max(0.0, r.t_ms - sum(measured.values()))
+        return Verdict(_sorted(parts), "measured phases")
+    if r.incomparable_terms or not model:
+        total = sum(model.values()) or 1.0
+        for t, ms in model.items():
+            parts[TERM_CATEGORY[t]] += r.t_ms * ms / total
+        return Verdict(_sorted(parts), "the model's split")
+    by_group: dict[str, dict] = {}
+    for t, ms in model.items():
+        g = COMPUTE if t in GPU_TERMS or t in ("launches", "graph_launch") else t
+        g = {"rank_wait": "allreduce"}.get(g, g)
+        if measured.get(g, 0.0) == 0.0 and g != COMPUTE and r.exec == "graph":
+            g = COMPUTE   # inside the replay: the graph's one phase holds it
+        by_group.setdefault(g, {})[t] = ms
+    for g, ms in measured.items():
+        if ms <= 0:
+            continue
+        terms = by_group.get(g, {})
+        if g == COMPUTE:
+            for k, v in split_compute(ms, terms, r, unpriced_gemm).items():
+                parts[k] += v
+        elif g == "allreduce" and r.procs > 1:
+            wait = min(waiting_ms(r, rank), ms)
+            parts[WAITING] += wait
+            parts[COMMUNICATION] += ms - wait
+        else:
+            parts[GROUP_DEFAULT[g]] += ms
+    parts[HOST] += max(0.0, r.t_ms - sum(measured.values()))
+    return Verdict(_sorted(parts), "measured phases")
