@@ -112,8 +112,9 @@ def main() -> int:
 
 
 def write_run_md(out: Path, a, load: list[float], section) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip() or "?"
+    # PERFMLP_GIT_COMMIT where the copy's .git is not the code's (the GPU machine's copy)
+    commit = os.environ.get("PERFMLP_GIT_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
     lines = ["# The asynchronous parameter server's trade-off", "",
              f"- command: `python benchmarks/async_tradeoff.py {' '.join(shlex.quote(x) for x in sys.argv[1:])}`",
              f"- commit: {commit}; date: {dt.date.today().isoformat()}",

@@ -26,6 +26,8 @@ TARGET_POINTS = 0.5
 
 
 def commit() -> str:
+    if os.environ.get("PERFMLP_GIT_COMMIT"):  # the GPU machine's copy: its .git is not the code's
+        return os.environ["PERFMLP_GIT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent).stdout.strip() or "unknown"

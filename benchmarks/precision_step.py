@@ -33,6 +33,7 @@ import contextlib
 import datetime as dt
 import json
 import platform
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -213,8 +214,10 @@ def main() -> int:
 def write(out: Path, rows: list, command: str, cp) -> None:
     out.mkdir(parents=True, exist_ok=True)
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip()
+        # PERFMLP_GIT_COMMIT where the copy's .git is not the code's (the GPU machine's copy)
+        commit = os.environ.get("PERFMLP_GIT_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            cwd=Path(__file__).parent).stdout.strip()
     except OSError:
         commit = ""
     props = cp.cuda.runtime.getDeviceProperties(0)
