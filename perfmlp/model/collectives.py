@@ -1,0 +1,157 @@
+"""Collectives priced on a cluster (`cluster.py`): ring, double binary tree,
+hierarchical and in-switch all-reduce, the chain reduce and broadcast, and
+the best of them for a group of ranks.
+
+Notation: n bytes, a group of g ranks, k of them in each of its N nodes
+(G GPUs a node). Bandwidths are line rate x efficiency: B a GPU's into the
+node's fabric, S the network share of the group in a node: the node's ports
+(nics x port rate) x k / G, since a grid's other groups (the other shards'
+data groups) exchange at the same time through the same ports. Latencies:
+`base` a collective, l_i (l_i^tree) a step inside a node, l_n (l_n^tree) a
+step across nodes (NCCL's own model's figures, in the cluster files).
+
+- ring: 2(g-1) steps, 2(N-1) of them across nodes; every rank sends
+  2(g-1)/g n. With a ring a channel and the channels spread over the ports
+  (as NCCL builds them), a node sends 2(g-1)/g n through its ports in all,
+  so the ring runs at min(B, S):
+      t = base + (2(g-1) - 2(N-1)) l_i + 2(N-1) l_n + 2(g-1)/g n / min(B, S)
+- tree: NCCL's double binary tree over the nodes, a chain inside each: every
+  node is inside one tree and a leaf of the other, each tree carrying n/2,
+  so a node sends and receives 2n (as a chain's rank does):
+      t = base + 2 ((k-1) l_i^tree + ceil(log2 N) l_n^tree) + 2 n / min(B, S)
+  (latency logarithmic in the nodes, bandwidth a little worse than the ring).
+- hierarchical: reduce-scatter inside the node (a ring of k), the k shards
+  all-reduced across nodes at once (k rings of N, n/k each through S/k),
+  all-gather inside (docs/model.md: the HKUST lecture's "hybrid" all-reduce):
+      t = 3 base + 2 (k-1) l_i + 2(k-1)/k n / B + 2(N-1) l_n + 2(N-1)/N n / S
+  fewer steps than the ring (2(k-1) + 2(N-1) against 2(g-1)), the phases
+  one after the other.
+- switch (NVLink SHARP, NCCL's NVLS; one node whose switch reduces): every
+  rank sends its n to the switch and receives its reduced share and the
+  others' (n/g more), at the link's rate times the switch's efficiency:
+      t = l_switch + (1 + 1/g) n / (B e_switch)
+- reduce, broadcast (the parameter server): a pipelined chain, the buffer
+  crossing each link once: t = base + (g-N) l_i + (N-1) l_n + n / min(B, S).
+
+Where a term does not exist it drops: no B inside a node of one rank of the
+group, no S on one node. Not modelled: the LL and LL128 protocols NCCL picks
+for small messages (the Simple protocol's latencies throughout), the
+pipeline's ramp at sizes below a few hundred MB, NVLS across nodes (NVLS
+tree), congestion in the network beyond the ports.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .cluster import Cluster
+
+ALGORITHMS = ("ring", "tree", "hierarchical", "switch")
+CHAINS = ("reduce", "bcast")
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ranks of one collective: `size` of them, `per_node` in each node they use."""
+    size: int
+    per_node: int
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.size // self.per_node)
+
+
+def group_of(cluster: Cluster, size: int, stride: int = 1) -> Group:
+    """The group of `size` ranks r0, r0 + stride, ... on a cluster whose
+    nodes are filled in rank order (a model group: stride 1; a hybrid grid's
+    data group: stride p_model)."""
+    G = cluster.gpus_per_node
+    per_node = max(1, min(size, G // stride)) if stride <= G else 1
+    return Group(size, per_node)
+
+
+def _bandwidth(cluster: Cluster, group: Group) -> float:
+    """min(B, S) of the group (module docstring); inf for a group of one rank."""
+    bw = math.inf
+    if group.per_node > 1:
+        bw = cluster.intra.effective_bytes_per_s
+    if group.nodes > 1:
+        bw = min(bw, cluster.node_network_bytes_per_s() * group.per_node / cluster.gpus_per_node)
+    return bw
+
+
+def ring_s(cluster: Cluster, nbytes: float, group: Group) -> float:
+    g, N = group.size, group.nodes
+    cross = 2 * (N - 1)
+    lat = cluster.base_latency_s + (2 * (g - 1) - cross) * cluster.intra.latency_s + cross * cluster.inter.latency_s
+    return lat + 2 * (g - 1) / g * nbytes / _bandwidth(cluster, group)
+
+
+def tree_s(cluster: Cluster, nbytes: float, group: Group) -> float:
+    k, N = group.per_node, group.nodes
+    lat = cluster.base_latency_s + 2 * ((k - 1) * cluster.intra.tree_latency_s
+                                        + math.ceil(math.log2(N)) * cluster.inter.tree_latency_s)
+    return lat + 2 * nbytes / _bandwidth(cluster, group)
+
+
+def hierarchical_s(cluster: Cluster, nbytes: float, group: Group) -> float | None:
+    """None where it is the ring (one node, or one rank a node)."""
+    k, N = group.per_node, group.nodes
+    if k <= 1 or N <= 1:
+        return None
+    B = cluster.intra.effective_bytes_per_s
+    S = cluster.node_network_bytes_per_s() * k / cluster.gpus_per_node
+    inside = 2 * (k - 1) * cluster.intra.latency_s + 2 * (k - 1) / k * nbytes / B
+    across = 2 * (N - 1) * cluster.inter.latency_s + 2 * (N - 1) / N * nbytes / S
+    return 3 * cluster.base_latency_s + inside + across
+
+
+def switch_s(cluster: Cluster, nbytes: float, group: Group) -> float | None:
+    """None where the switch cannot reduce: no switch reduction, or the group spans nodes."""
+    if not cluster.switch_reduction or group.nodes > 1 or group.size <= 1:
+        return None
+    g = group.size
+    return cluster.switch_latency_s + (1 + 1 / g) * nbytes / (cluster.intra.effective_bytes_per_s
+                                                             * cluster.switch_efficiency)
+
+
+_ALLREDUCE = {"ring": ring_s, "tree": tree_s, "hierarchical": hierarchical_s, "switch": switch_s}
+
+
+def allreduce_s(cluster: Cluster, nbytes: float, group: Group, algorithm: str) -> float | None:
+    """Seconds of one all-reduce of nbytes over `group` by `algorithm`; 0 on
+    one rank; None where the algorithm does not apply to the group."""
+    if algorithm not in _ALLREDUCE:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if group.size <= 1 or nbytes <= 0:
+        return 0.0
+    return _ALLREDUCE[algorithm](cluster, nbytes, group)
+
+
+def allreduce_times(cluster: Cluster, nbytes: float, group: Group) -> dict[str, float]:
+    """Every algorithm that applies to the group: name -> seconds."""
+    out = {a: allreduce_s(cluster, nbytes, group, a) for a in ALGORITHMS}
+    return {a: t for a, t in out.items() if t is not None}
+
+
+def best_allreduce(cluster: Cluster, nbytes: float, group: Group) -> tuple[str, float]:
+    """(algorithm, seconds) of the fastest all-reduce for the group (ties:
+    the first of ALGORITHMS)."""
+    times = allreduce_times(cluster, nbytes, group)
+    best = min(times, key=lambda a: (times[a], ALGORITHMS.index(a)))
+    return best, times[best]
+
+
+def chain_s(cluster: Cluster, nbytes: float, group: Group) -> float:
+    """A pipelined chain's reduce or broadcast (module docstring); 0 on one rank."""
+    if group.size <= 1 or nbytes <= 0:
+        return 0.0
+    g, N = group.size, group.nodes
+    lat = cluster.base_latency_s + (g - N) * cluster.intra.latency_s + (N - 1) * cluster.inter.latency_s
+    return lat + nbytes / _bandwidth(cluster, group)
+
+
+def bus_bytes_per_s(nbytes: float, procs: int, seconds: float) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce: algbw x 2(p-1)/p, algbw = bytes / time
+    (nccl-tests doc/PERFORMANCE.md)."""
+    return nbytes / seconds * 2 * (procs - 1) / procs

@@ -1,0 +1,169 @@
+"""The strategies projected onto a cluster (`cluster.py`): data, model and
+hybrid parallelism on 1 to 1,024 GPUs, each exchange priced by its best
+collective (`collectives.py`), strong and weak scaling, and which strategy
+wins where over (p, H, B).
+
+A step on the cluster is rank 0's own step on its GPU (its shard and its
+piece of the batch, priced by the GPUs' machine file as one process: graph
+mode, resident data, as the trainer runs NCCL strategies, so no host copy
+and no exchange), then every collective the strategy's rank 0 calls
+(perfmlp/model/partition.py rank_collectives), serialised as the trainer
+runs them. A model group is consecutive ranks (inside a node while it fits);
+a hybrid grid's data group is every p_model-th rank (one rank a node once
+p_model fills a node). The hybrid grid is the fastest of the powers of two
+p_model in [2, p/2] whose shard has at least one hidden unit a rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cluster import Cluster
+from .collectives import best_allreduce, chain_s, group_of
+from .costs import itemsize as itemsize_of, pieces
+from .machine import Machine
+from .partition import PartitionError, check_shard, grid, rank_collectives, shard_sizes
+from .predict import predict_batch
+
+STRATEGIES = ("data", "model", "hybrid")
+PROCS = tuple(2 ** k for k in range(11))          # 1 .. 1,024 GPUs
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One collective of a step: its kind, bytes, ranks, algorithm and time."""
+    kind: str
+    nbytes: int
+    ranks: int
+    algorithm: str
+    s: float
+
+
+@dataclass(frozen=True)
+class ClusterStep:
+    """One strategy's step on a cluster: rank 0's compute and its exchanges."""
+    strategy: str          # data, model, hybrid
+    grid: tuple            # (p_data, p_model)
+    procs: int
+    batch: int
+    compute_s: float
+    exchanges: tuple
+
+    @property
+    def comm_s(self) -> float:
+        return sum(e.s for e in self.exchanges)
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch / self.total_s
+
+    def collectives(self) -> str:
+        """The exchanges in words: 'switch 1.6 MB x 8', one per collective."""
+        return ", ".join(f"{e.kind} {e.algorithm} {e.nbytes / 1e6:.3g} MB over {e.ranks}"
+                         for e in self.exchanges if e.ranks > 1) or "none"
+
+
+def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int, parallel: str = "data",
+                 model_procs: int = 0, precision: str = "float32") -> ClusterStep:
+    """A strategy's predicted step on the cluster (module docstring); a
+    PartitionError where it cannot run (a shard without a hidden unit, more
+    data pieces than samples, more GPUs than the cluster has)."""
+    if procs > cluster.max_procs:
+        raise PartitionError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.name}")
+    p_data, p_model = grid(procs, parallel, model_procs)
+    check_shard(layer_sizes, p_model)
+    if p_data > batch:
+        raise PartitionError(f"{p_data} data pieces of a batch of {batch}")
+    s = itemsize_of(precision)
+    b = pieces(batch, p_data)[0]
+    own = predict_batch(machine, shard_sizes(layer_sizes, p_model, 0), b, 1, precision, "nccl", "resident",
+                        exec_mode="graph")
+    exchanges = []
+    for c in rank_collectives(layer_sizes, batch, procs, 0, parallel, model_procs, "nccl"):
+        data_group = c.phase == "allreduce"
+        group = group_of(cluster, c.group, p_model if data_group else 1)
+        n = s * c.elements
+        if c.kind == "allreduce":
+            algorithm, t = best_allreduce(cluster, n, group) if c.group > 1 else ("none", 0.0)
+        else:
+            algorithm, t = "chain", chain_s(cluster, n, group)
+        exchanges.append(Exchange(c.kind, n, c.group, algorithm, t))
+    return ClusterStep(parallel, (p_data, p_model), procs, batch, own.total_s, tuple(exchanges))
+
+
+def hybrid_grids(layer_sizes, procs: int) -> list[int]:
+    """The p_model a hybrid grid of `procs` can take: powers of two in [2, procs/2]."""
+    out, m = [], 2
+    while m <= procs // 2:
+        try:
+            check_shard(layer_sizes, m)
+        except PartitionError:
+            break
+        out.append(m)
+        m *= 2
+    return out
+
+
+def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
+                   precision: str = "float32") -> dict[str, ClusterStep]:
+    """Each strategy's step at this size, those that can run: data, model,
+    and the fastest hybrid grid."""
+    out = {}
+    for parallel in ("data", "model"):
+        try:
+            out[parallel] = cluster_step(cluster, machine, layer_sizes, batch, procs, parallel, 0, precision)
+        except PartitionError:
+            pass
+    hybrids = []
+    for m in hybrid_grids(layer_sizes, procs):
+        try:
+            hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, "hybrid", m, precision))
+        except PartitionError:
+            pass
+    if hybrids:
+        out["hybrid"] = min(hybrids, key=lambda st: st.total_s)
+    return out
+
+
+def scaling(cluster: Cluster, machine: Machine, layer_sizes, batch: int, weak: bool = False,
+            procs_list=PROCS, precision: str = "float32") -> list[dict]:
+    """Rows of strong scaling (the batch fixed) or weak scaling (`batch`
+    samples a GPU): one per (p, strategy) that can run, with its time per
+    batch, its throughput, its speedup over one GPU and its collectives."""
+    rows = []
+    one = None
+    for p in procs_list:
+        if p > cluster.max_procs:
+            break
+        B = batch * p if weak else batch
+        for name, st in strategy_steps(cluster, machine, layer_sizes, B, p, precision).items():
+            if p == 1:
+                one = one or st
+            rows.append({"procs": p, "strategy": name, "grid": f"{st.grid[0]}x{st.grid[1]}", "batch": B,
+                         "time_ms": 1e3 * st.total_s, "comm_ms": 1e3 * st.comm_s,
+                         "samples_per_s": st.samples_per_s,
+                         "speedup": st.samples_per_s / one.samples_per_s if one else None,
+                         "collectives": st.collectives()})
+    return rows
+
+
+def crossover(cluster: Cluster, machine: Machine, hidden_sizes, batches, procs_list, input_size: int = 784,
+              classes: int = 10, precision: str = "float32") -> list[dict]:
+    """Which strategy is fastest at each (H, B, p): rows with each
+    strategy's time per batch (ms; None where it cannot run) and the winner."""
+    rows = []
+    for H in hidden_sizes:
+        for B in batches:
+            for p in procs_list:
+                steps = strategy_steps(cluster, machine, (input_size, H, classes), B, p, precision)
+                if not steps:
+                    continue
+                win = min(steps, key=lambda k: steps[k].total_s)
+                rows.append({"H": H, "B": B, "procs": p, "winner": win,
+                             **{f"{k} ms": (1e3 * steps[k].total_s if k in steps else None) for k in STRATEGIES},
+                             "hybrid grid": f"{steps['hybrid'].grid[0]}x{steps['hybrid'].grid[1]}"
+                             if "hybrid" in steps else None})
+    return rows
