@@ -13,10 +13,11 @@ from ..model.costs import grad_buffer_bytes, itemsize
 from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
-from .gemm import peak_rates, step_rates
-from .host import dispatch_size_factors, host_dispatch, mean_dispatch
-from .kernels import event_gap, kernel_gaps
+from .gemm import peak_rates, step_network, step_rates
+from .host import dispatch_size_factors, host_dispatch, mean_dispatch, pageable_launch_factors
+from .kernels import event_gap, kernel_gaps, queued_gap
 from .precision import TENSOR, precision_rates, stage_rate
+from .spread import gpu_rounds, spread_table, spread_words
 
 GEMM_KERNELS = ("naive", "tiled", "regblock")
 # the machine file's scalars: measured, else the base file's
@@ -27,17 +28,21 @@ SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_p
            "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s")
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
-            "graph_launch_s", "graph_step_host_s", "host_stage_bytes_per_s",
+            "graph_launch_s", "graph_step_host_s", "host_stage_bytes_per_s", "queued_gap_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-          "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
+          "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
+          "spread")
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
     """What rank 0's GPU measures alone, in this order: GEMMs and own
-    kernels, the gaps between kernels, device memory, the copies into a
-    graph's static inputs, host <-> device bandwidth, a CUDA event's cost,
-    a small copy's latency."""
+    kernels, the gaps between kernels and the launch gap inside a kernel's
+    back-to-back time (at the smallest size), the step's GPU work in rounds
+    (its spread, at the largest), device memory, the copies into a graph's
+    static inputs, host <-> device bandwidth, a CUDA event's cost, a small
+    copy's latency."""
+    D, C = Config.input_size, Config.num_classes
     res = peak_rates(cp, precisions, log)
     res.update(step_rates(cp, hidden, local_batches, [p for p in precisions if p not in TENSOR], log, gemm_kernels))
     tensor = precision_rates(cp, hidden, local_batches, precisions, log)   # tf32, bf16, fp16 where asked for
@@ -45,6 +50,10 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
         res[k] += tensor.pop(k)
     res.update(tensor)
     res.update(kernel_gaps(cp, log))
+    if "graph_kernel_gap_s" in res:
+        net, x, y = step_network(cp, (D, min(hidden), C), "float32", min(local_batches))
+        res.update(queued_gap(cp, net, x, y, res["graph_kernel_gap_s"], log))
+    res["_spread_gpu"] = gpu_rounds(cp, *step_network(cp, (D, max(hidden), C), "float32", max(local_batches)))
     res.update(device_bandwidth(cp, log))
     res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
     res.update(host_bandwidth(cp, hidden, local_batches, log))
@@ -66,9 +75,11 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     world.barrier()
     grads = sorted({grad_buffer_bytes((D, h, C), itemsize(p)) for h in hidden for p in precisions})
     pieces = sorted({itemsize(p) * b * n for p in precisions for b in local for n in (D, C)})
+    spread = {"gpu": res.pop("_spread_gpu", [])}
     res["host_copy_s"], res["copy_aggregate_bytes_per_s"] = host_copies(
-        cp, world, {"h2d": sorted(set(pieces) | set(grads)), "d2h": grads}, log)
+        cp, world, {"h2d": sorted(set(pieces) | set(grads)), "d2h": grads}, log, spread)
     col = collective_times(cp, world, log, grads)
+    spread["collective"] = col.pop("_spread_collective", [])
     res["host_copy_s"] += col.pop("host_copy_s", [])
     res.update(col)
     hs = sorted({min(hidden), max(hidden)})   # the staged step's wait: float32, the sizes' extremes
@@ -77,8 +88,12 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     if world.rank == 0 and waits:
         res["collective_wait_s"] = res.get("collective_wait_s", []) + waits
     res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
+    spread["host"] = res.pop("_spread_host", [])
     if world.rank == 0:
         res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
+        res["pageable_launch_factor"] = pageable_launch_factors(cp, hidden, local, log)
+        res["spread"] = spread_table(spread)
+        log(spread_words(res["spread"]))
     world.barrier()
     return res
 

@@ -29,12 +29,14 @@ SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # the allreduce ladder: 1 KiB 
 MPI_REPS, MPI_WARM = 25, 5                        # host MPI calls per point, the first ones dropped
 
 
-def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events) -> tuple[list, list]:
+def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: list) -> tuple[list, list]:
     """One size's host MPI_Allreduce points, through a pinned and through a
     pageable host buffer, each call after a D2H into it (the buffer as the
     trainer hands it to MPI: just written by the GPU) and a barrier; at a
     gradient size, the H2D copy back right after each allreduce too (the
-    staged exchange's). The slowest rank's medians."""
+    staged exchange's). The slowest rank's medians; `spread` receives this
+    rank's ratios of the calls' medians in groups of 5 (calibrate.spread)."""
+    from .spread import ROUND_MEDIANS, chunk_medians, ratios
     from mpi4py import MPI
     import cupyx
     s = cp.cuda.get_current_stream()
@@ -52,22 +54,27 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events) -> tuple[l
             if i >= MPI_WARM:
                 tm.append(t)
         points.append((g, nbytes, max(sub.allgather(float(np.median(tm)))), memory))
+        spread.extend(ratios(chunk_medians(tm, ROUND_MEDIANS)))
         if tc:
             reduced.append({"procs": g, "direction": "h2d", "memory": memory, "bytes": nbytes,
                             "s": max(sub.allgather(float(np.median(tc[MPI_WARM:])))), "buffer": "reduced"})
     return points, reduced
 
 
-def _nccl_time(cp, sub, nc, db) -> float:
+def _nccl_time(cp, sub, nc, db, spread: list) -> float:
     """NCCL's allreduce of db is a kernel on the stream: its GPU time, calls
     queued ahead behind a spin on every rank of the group (the ranks' skew
     is spread over the calls), as the step's other kernels are timed; the
-    host's call is part of the launch term. The slowest rank's."""
+    host's call is part of the launch term. The slowest rank's; `spread`
+    receives this rank's repeats over their median."""
+    from .spread import ratios
     from cupy.cuda import nccl
     s = cp.cuda.get_current_stream()
     sub.Barrier()
+    reps: list = []
     tn = queued_ahead(cp, lambda: nc.allReduce(db.data.ptr, db.data.ptr, db.size, nccl.NCCL_FLOAT32,
-                                               nccl.NCCL_SUM, s.ptr), calls=20)[0]
+                                               nccl.NCCL_SUM, s.ptr), calls=20, samples=reps)[0]
+    spread.extend(ratios(reps))
     return max(sub.allgather(float(tn)))
 
 
@@ -115,7 +122,7 @@ def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
     return alpha, 1.0 / inv_bw if inv_bw > 0 else float("inf")
 
 
-def _group_times(cp, world, g: int, sizes, grads: set, events) -> tuple[list, list, list, float] | None:
+def _group_times(cp, world, g: int, sizes, grads: set, events, spread: list) -> tuple[list, list, list, float] | None:
     """The points of one group of g ranks (rank < g): MPI, NCCL, the copies
     back after MPI, the wait for the slowest rank; None off the group."""
     from mpi4py import MPI
@@ -128,10 +135,10 @@ def _group_times(cp, world, g: int, sizes, grads: set, events) -> tuple[list, li
     mpi, nccl_pts, reduced = [], [], []
     for nbytes in sizes:
         db = cp.ones(nbytes // 4, cp.float32)
-        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events)
+        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events, spread)
         mpi += pts
         reduced += back
-        nccl_pts.append((g, nbytes, _nccl_time(cp, sub, nc, db), "device"))
+        nccl_pts.append((g, nbytes, _nccl_time(cp, sub, nc, db, spread), "device"))
     wait = _rank_wait(cp, sub)
     sub.Free()
     return mpi, nccl_pts, reduced, wait
@@ -141,24 +148,27 @@ def collective_times(cp, world, log, grad_bytes=()) -> dict:
     """Host MPI_Allreduce and NCCL allreduce on groups of 2 and P ranks, at
     the trainer's gradient sizes and a size ladder, the copies back from a
     reduced buffer at the gradient sizes, and the wait for the slowest rank
-    (rank 0's: allreduce_s, the ring fits, collective_wait_s, host_copy_s);
-    {} on one process and on the other ranks."""
+    (rank 0's: allreduce_s, the ring fits, collective_wait_s, host_copy_s,
+    and `_spread_collective`, its repeats' ratios: calibrate.spread); {} on
+    one process and on the other ranks."""
     P = world.size
     if P < 2:
         return {}
     grads = {int(n) // 4 * 4 for n in grad_bytes}
     sizes = sorted(set(SIZES_BYTES) | grads)
     events = cp.cuda.Event(), cp.cuda.Event()
-    pts_mpi, pts_nccl, waits, reduced = [], [], [], []
+    pts_mpi, pts_nccl, waits, reduced, spread = [], [], [], [], []
     for g in sorted({2, P}):
-        got = _group_times(cp, world, g, sizes, grads, events)
+        got = _group_times(cp, world, g, sizes, grads, events, spread)
         if got is not None:
             pts_mpi += got[0]
             pts_nccl += got[1]
             reduced += got[2]
             waits.append((g, got[3]))
         world.comm.Barrier()
-    return _collective_results(pts_mpi, pts_nccl, waits, reduced, log) if world.rank == 0 else {}
+    if world.rank != 0:
+        return {}
+    return {**_collective_results(pts_mpi, pts_nccl, waits, reduced, log), "_spread_collective": spread}
 
 
 def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:

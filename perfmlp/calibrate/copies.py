@@ -185,7 +185,7 @@ def _copy_calls(cp, keys, hosts, d) -> dict:
     return copies
 
 
-def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
+def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tuple[list[dict], list[dict]]:
     """Host <-> device copies as the trainer makes them: rank 0 alone, then
     groups of 2 and of all P ranks copying at once after a barrier, at each
     size of `sizes` ({direction: [bytes]}: the batch pieces H2D, the gradient
@@ -198,8 +198,11 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
     pageable one by the host's wall clock (it blocks the host); a point is
     the slowest member's median. Returns (host_copy_s points,
     copy_aggregate_bytes_per_s: each group's g x bytes over that time at the
-    largest size, for sizes beyond the points)."""
+    largest size, for sizes beyond the points). `spread`: a dict whose
+    "pageable_copy" and "pinned_copy" lists receive this rank's ratios of
+    each round's median to the point's median (calibrate.spread)."""
     import cupyx
+    from .spread import chunk_medians, ratios
     P = world.size
     top = max(n for ns in sizes.values() for n in ns)
     big = max(HOST_BYTES, 8 * top)
@@ -226,6 +229,9 @@ def host_copies(cp, world, sizes: dict, log) -> tuple[list[dict], list[dict]]:
         # moved 27-54% within 16 s of one process): each point's calls are spread over the group's
         # whole measurement, in rounds over every point, not taken in one burst
         ts = rounds({key: measure(key) for key in keys}, 3, per_round=8, warmup_calls=4)
+        if spread is not None and member:
+            for key in keys:
+                spread.setdefault(f"{key[1]}_copy", []).extend(ratios(chunk_medians(ts[key], 8)))
         group = _group_points(cp, world, g, member, keys, ts, copies, log)
         points += group
         aggregate += [{"procs": g, "direction": p["direction"], "memory": p["memory"],

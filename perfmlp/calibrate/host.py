@@ -13,7 +13,10 @@ from one launch of a process to the next and over minutes):
   inputs and the loop's own work between batches);
 - the eager step's host time per operation at each of the trainer's sizes
   over its time at the tiny one, in the same rounds (launch_size_factor:
-  dispatch_size_factors).
+  dispatch_size_factors);
+- the eager step's host time to launch its kernels right after the
+  batch's pageable copies over its time without them, at each of the
+  trainer's sizes (pageable_launch_factor: pageable_launch_factors).
 """
 from __future__ import annotations
 
@@ -42,13 +45,13 @@ def resident_step(cp, sizes, b, group, pieces: int = 1):
     return net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net)
 
 
-def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
+def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[dict, dict]:
     """This rank's host seconds per step of the trainer's eager step at a
     tiny size (median over rounds, each round started together after a
     barrier and ended synchronised; a first round warms up and captures the
     graph), untraced and traced (counters), and of its graph step (the
     whole step one replay, resident pieces copied into its static inputs),
-    untraced."""
+    untraced; and each round's value (their spread)."""
     import tempfile
     from types import SimpleNamespace
     from ..comm import SingleWorld
@@ -81,7 +84,7 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> dict:
     out = timing.rounds({"untraced": steps(NullTracer(), None), "traced": steps(tracer, None),
                          "graph": steps(NullTracer(), graph)}, rounds, warmup_rounds=1)
     tracer.close("complete")
-    return {k: float(median(v)) for k, v in out.items()}
+    return {k: float(median(v)) for k, v in out.items()}, out
 
 
 def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
@@ -151,7 +154,7 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         if member:
             group = Group(sub, world.library) if P > 1 else LocalGroup()
             groups.append(group)
-            t = _dispatch_step_times(cp, group, sub.Barrier if P > 1 else (lambda: None), rounds, reps)
+            t, by_round = _dispatch_step_times(cp, group, sub.Barrier if P > 1 else (lambda: None), rounds, reps)
             per_rank = group.allgather(t)
         world.barrier()
         if world.rank != 0:
@@ -165,6 +168,7 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         if g == 1:
             res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
             res["graph_step_host_s"] = per_rank[0]["graph"]
+            res["_rounds"] = {k: by_round[k] for k in ("untraced", "graph")}   # rank 0's, for the spread
             log(f"host time per batch of the graph step (resident, one replay), one rank: "
                 f"{per_rank[0]['graph'] * 1e6:.2f} us")
         else:
@@ -175,11 +179,82 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
 
 
 def mean_dispatch(a: dict, b: dict) -> dict:
-    """The mean of two host_dispatch results (rank 0's; {} elsewhere)."""
+    """The mean of two host_dispatch results (rank 0's; {} elsewhere), and
+    in `_spread_host` the ratios of every round of both to their median,
+    the eager step's and the graph step's apart (calibrate.spread)."""
     if not a:
         return {}
+    from .spread import ratios
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s")}
+    out["_spread_host"] = [r for k in ("untraced", "graph") for r in ratios(a["_rounds"][k] + b["_rounds"][k])]
     if a.get("host_dispatch_s"):
         out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
                                   for x, y in zip(a["host_dispatch_s"], b["host_dispatch_s"])]
+    return out
+
+
+def pageable_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 20) -> list[dict]:
+    """The eager step's launches after a pageable batch copy: at 784-H-10
+    for H in `hidden` and pieces of b in `local`, the host's time from the
+    return of the piece's two pageable H2D copies (batches.DeviceBatches,
+    as the trainer copies them, a new piece of a host array larger than the
+    host's caches each step) to the end of the step's launches, over the
+    same step's launch time from resident data, both after the stream is
+    synchronised (so neither waits for the GPU), in interleaved rounds.
+    A copy of megabytes through the runtime's staging evicts the host's
+    caches, and the launches after it are slower (on one H100 the model,
+    pricing them as resident launches, predicted eager pageable steps
+    12-17% too fast). Median ratio over the rounds after the first;
+    pageable_launch_factor entries {hidden, batch, factor}."""
+    import time
+    from contextlib import contextmanager
+    from ..batches import DeviceBatches
+    from ..gpu import use_device
+    from ..partition import LocalGroup
+    from ..step import step
+    from ..trace.format import Counts
+    from ..trace.writer import NullTracer
+    from .copies import HOST_BYTES
+    stream = use_device(cp, cp.cuda.Device().id)
+    group, tr, counts = LocalGroup(), NullTracer(), Counts()
+    D, C = Config.input_size, Config.num_classes
+    host = np.ones(HOST_BYTES // 4, dtype=np.float32)
+    marks = {}
+
+    @contextmanager
+    def phase(name):
+        yield
+        if name == "h2d":
+            marks["copied"] = time.perf_counter()
+
+    def launch_time(sizes, b, pageable):
+        net, batches, reducer = resident_step(cp, sizes, b, group)
+        n = max(2, len(host) // (b * D) - 1)
+        if pageable:
+            y = np.eye(C, dtype=np.float32)[np.arange(n * b) % C]
+            batches = DeviceBatches(cp, host[:n * b * D].reshape(n * b, D), y, "pageable", b)
+
+        def one_round():
+            net.ops = tr.ops
+            t = []
+            for i in range(reps):
+                lo = (i % n) * b if pageable else 0
+                stream.synchronize()
+                marks["copied"] = time.perf_counter()   # resident: no copy, the launches start here
+                step(net, batches, reducer, lo, lo + b, phase, counts)
+                t.append(time.perf_counter() - marks["copied"])
+                counts.reset()
+            stream.synchronize()
+            return median(t)
+        return one_round
+    measures = {}
+    for h in hidden:
+        for b in local:
+            for pageable in (False, True):
+                measures[h, b, pageable] = launch_time((D, h, C), b, pageable)
+    t = timing.rounds(measures, rounds, warmup_rounds=1)
+    out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b, True], t[h, b, False])))}
+           for (h, b, pageable) in measures if pageable]
+    log("host time of the eager step's launches after its pageable copies, over without them: "
+        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out))
     return out

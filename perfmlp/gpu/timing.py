@@ -162,13 +162,15 @@ def host_times(cp, fn, reps: int, warmup: int = 3) -> list[float]:
     return [wall_s(lambda: (fn(), s.synchronize())) for _ in range(reps)]
 
 
-def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5) -> tuple[float, float]:
+def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5,
+                 samples: list | None = None) -> tuple[float, float]:
     """(GPU seconds per call, host seconds per call) of `calls` back-to-back
     fn() queued behind a spin kernel: the host enqueues them all while the
     GPU spins, so the events around them time the GPU alone (median of reps).
     The spin is sized from the device clock; a host slower than the spin
     would show as a GPU time that grows with it, so a host that took longer
-    than 0.8 x spin_s to queue the calls is an error."""
+    than 0.8 x spin_s to queue the calls is an error. `samples`: a list
+    that receives each rep's GPU seconds per call (their spread)."""
     spin, _ = spin_kernels(cp)
     cycles = spin_cycles(cp, spin_s)
     s = cp.cuda.get_current_stream()
@@ -187,6 +189,8 @@ def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5) -> tup
     if h * calls > 0.8 * spin_s:
         raise RuntimeError(f"the host took {h * calls * 1e3:.1f} ms to queue {calls} calls, longer than the "
                            f"{spin_s * 1e3:.0f} ms spin: the GPU time would include host time")
+    if samples is not None:
+        samples.extend(gpu)
     return median(gpu), h
 
 

@@ -1,0 +1,227 @@
+"""Prediction intervals: the spread the calibration measured, carried to a
+distribution of the predicted time per batch.
+
+A calibrated machine file may hold `spread`: for each source of its figures
+(SOURCES) the ratios of the repeated measurements the calibration made
+(rounds of the host's dispatch, of every copy; repeats of the step's GPU
+work, of the collectives) to their median, pooled over that source's
+points. A source's figures price these terms:
+
+    host           launches, graph_launch (the host's time per operation, per graph launch, the
+                   loop's own host work, a host thread's staging copy)
+    pageable_copy  h2d_batch, d2h_grad, h2d_grad through pageable memory
+    pinned_copy    the same through pinned memory
+    gpu            gemm, elementwise, kernel_gaps, tracing (and the GPU time under launches)
+    collective     allreduce, rank_wait
+
+Monte Carlo, fixed seed (SEED, DRAWS draws): each draw takes one factor a
+source, from the empirical distribution of its ratios (u uniform in [0, 1),
+linear between the sorted ratios at u (n - 1)), scales every figure of that
+source by it (a time times the factor, a rate divided by it: the whole
+source at once, since the host's speed, say, is one thing in a run) and
+predicts the batch again, the host/GPU timeline included (a host-bound
+step's total moves with the host, a GPU-bound one's does not). The 90%
+interval is the 5th to 95th percentile of the draws' totals; `quantiles_s`
+holds every fifth percentile (the predicted distribution a measurement is
+placed in: `pit`). Draws are independent across sources and whole within
+one: a source's figures drift together.
+
+A file without `spread` (a datasheet file, or one calibrated before it was
+recorded) has no interval: `interval` returns None and the outputs say
+"unknown" rather than inventing one. A file with some sources only says
+which terms carry no spread (`Interval.unmeasured`).
+
+Judging an interval over a blind sweep (`coverage`, `ks_distance`): the
+fraction of configurations whose measured median lies inside its interval,
+and, as PRISM (arXiv 2510.15596) reports its 20.8%, the Kolmogorov-Smirnov
+distance of the pooled probability integral transforms: each repeat's
+measured time placed in its configuration's predicted distribution (F(t),
+`pit`), which are uniform on [0, 1] if the predicted distributions are
+right; the distance is the largest gap between their empirical CDF and the
+uniform one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .machine import Machine
+
+SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective")
+SOURCE_TERMS = {"host": ("launches", "graph_launch"),
+                "pageable_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
+                "pinned_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
+                "gpu": ("gemm", "elementwise", "kernel_gaps", "tracing"),
+                "collective": ("allreduce", "rank_wait")}
+DRAWS = 200
+SEED = 0
+PERCENTILES = tuple(range(0, 101, 5))
+LEVEL = (5, 95)            # the 90% interval's percentiles
+
+# The machine's scalar figures each source scales (a rate divided, a time multiplied).
+_SCALARS = {
+    "host": ("launch_overhead_s", "traced_launch_overhead_s", "trace_phase_host_s", "graph_launch_s",
+             "graph_step_host_s", "host_stage_bytes_per_s"),
+    "pageable_copy": ("h2d_pageable_bytes_per_s", "d2h_pageable_bytes_per_s", "h2d_pageable_latency_s",
+                      "d2h_pageable_latency_s", "copy_latency_s", "h2d_pageable_aggregate_bytes_per_s",
+                      "d2h_pageable_aggregate_bytes_per_s"),
+    "pinned_copy": ("h2d_pinned_bytes_per_s", "d2h_pinned_bytes_per_s", "h2d_pinned_latency_s",
+                    "d2h_pinned_latency_s", "h2d_pinned_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"),
+    "gpu": ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
+            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
+            "graph_replay_gap_s", "trace_event_s"),
+    "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
+}
+# The machine's tables each source scales: (field, the point's figures, which points)
+_TABLES = {
+    "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None),),
+    "pageable_copy": (("host_copy_s", ("s", "ahead_s", "ahead_delay_s"), "pageable"),
+                      ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pageable")),
+    "pinned_copy": (("host_copy_s", ("s",), "pinned"), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pinned")),
+    "gpu": (("gemm_flops_per_s", ("flops_per_s",), None), ("kernel_s", ("s",), None), ("d2d_copy_s", ("s",), None)),
+    "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
+}
+# Fields no source scales: words and counts, ratios, and the spread itself.
+UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "spread")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A prediction's distribution: the 90% interval, every fifth
+    percentile, how it was drawn, and the terms no measured spread covers."""
+    lo_s: float
+    hi_s: float
+    quantiles_s: tuple
+    draws: int
+    seed: int
+    sources: tuple            # the sources whose spread was drawn
+    unmeasured: tuple         # terms of this prediction (non-zero) whose source has no spread
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval over its middle: 0.05 for +-5%."""
+        return (self.hi_s - self.lo_s) / (self.hi_s + self.lo_s)
+
+    def as_json(self) -> dict:
+        return {"interval_s": [self.lo_s, self.hi_s], "quantiles_s": list(self.quantiles_s),
+                "percentiles": list(PERCENTILES), "draws": self.draws, "seed": self.seed,
+                "spread_sources": list(self.sources), "unmeasured_terms": list(self.unmeasured)}
+
+
+def spread_of(machine: Machine) -> dict[str, tuple]:
+    """source -> sorted ratios, from the machine file's `spread` (none: {})."""
+    return {e.source: tuple(sorted(e.ratios)) for e in getattr(machine, "spread", ()) or ()}
+
+
+def _scale(value, factor: float, rate: bool):
+    if value is None:
+        return None
+    return value / factor if rate else value * factor
+
+
+def perturbed(machine: Machine, factors: dict[str, float]) -> Machine:
+    """The machine with every figure of each source scaled by its factor:
+    times multiplied, rates (`_per_s` in the name) divided."""
+    changes = {}
+    for source, f in factors.items():
+        if f == 1.0:
+            continue
+        for key in _SCALARS[source]:
+            changes[key] = _scale(getattr(machine, key), f, "_per_s" in key)
+        for key, attrs, memory in _TABLES[source]:
+            rows = changes.get(key, getattr(machine, key))
+            changes[key] = tuple(_with(r, {a: _scale(getattr(r, a), f, "_per_s" in a) for a in attrs})
+                                 if memory is None or r.memory == memory else r for r in rows)
+    return dataclasses.replace(machine, **changes) if changes else machine
+
+
+def _with(point, values: dict):
+    """A copy of a frozen table point with some figures changed (what
+    dataclasses.replace does, without re-running __init__ for each of the
+    thousands of points a draw scales)."""
+    new = object.__new__(type(point))
+    new.__dict__.update(point.__dict__)
+    new.__dict__.update(values)
+    return new
+
+
+def draw_factor(ratios: tuple, u: float) -> float:
+    """The ratio at quantile u of the empirical distribution (linear between
+    the sorted ratios)."""
+    if len(ratios) == 1:
+        return ratios[0]
+    x = u * (len(ratios) - 1)
+    i = min(int(x), len(ratios) - 2)
+    return ratios[i] + (ratios[i + 1] - ratios[i]) * (x - i)
+
+
+def interval(machine: Machine, predict: Callable[[Machine], object], draws: int = DRAWS,
+             seed: int = SEED, spread: dict | None = None) -> Interval | None:
+    """The distribution of `predict(machine).total_s` under the machine's
+    measured spread (module docstring; `spread`: source -> ratios, default
+    the file's); None for a file without spread."""
+    spread = spread_of(machine) if spread is None else {k: tuple(sorted(v)) for k, v in spread.items()}
+    if not spread:
+        return None
+    point = predict(machine)
+    rng = np.random.default_rng(seed)
+    u = rng.random((draws, len(SOURCES)))
+    totals = np.empty(draws)
+    for d in range(draws):
+        factors = {s: draw_factor(spread[s], u[d, i]) for i, s in enumerate(SOURCES) if s in spread}
+        totals[d] = predict(perturbed(machine, factors)).total_s
+    q = np.percentile(totals, PERCENTILES)
+    lo, hi = np.percentile(totals, LEVEL)
+    terms = getattr(point, "terms", {})
+    unmeasured = tuple(t for s in SOURCES if s not in spread for t in SOURCE_TERMS[s] if terms.get(t, 0.0) > 0)
+    return Interval(float(lo), float(hi), tuple(float(x) for x in q), draws, seed, tuple(s for s in SOURCES
+                                                                                          if s in spread),
+                    tuple(dict.fromkeys(unmeasured)))
+
+
+def interval_words(iv: Interval | None) -> str:
+    """One line for a table: the interval, or why there is none."""
+    if iv is None:
+        return "90% interval: unknown (the machine file records no measured spread)"
+    text = (f"90% interval: {iv.lo_s * 1e6:.1f} - {iv.hi_s * 1e6:.1f} us (+-{100 * iv.half_width:.1f}%; "
+            f"{iv.draws} draws, seed {iv.seed}, spread of {', '.join(iv.sources)})")
+    if iv.unmeasured:
+        text += f"; no measured spread for {', '.join(iv.unmeasured)}"
+    return text
+
+
+# ---- judging intervals over a blind sweep --------------------------------------------------------
+
+def pit(quantiles_s, t: float, percentiles=PERCENTILES) -> float:
+    """F(t): where t falls in the predicted distribution given by its
+    quantiles (linear between them; 0 below the lowest, 1 above the highest)."""
+    q = np.asarray(quantiles_s, dtype=float)
+    p = np.asarray(percentiles, dtype=float) / 100
+    if t <= q[0]:
+        return 0.0
+    if t >= q[-1]:
+        return 1.0
+    return float(np.interp(t, q, p))
+
+
+def ks_distance(pits) -> float:
+    """The Kolmogorov-Smirnov distance of the values' empirical CDF from the
+    uniform one on [0, 1]: max over the sorted values u_(i) of
+    max(i/n - u_(i), u_(i) - (i-1)/n)."""
+    u = np.sort(np.asarray(list(pits), dtype=float))
+    n = len(u)
+    if not n:
+        raise ValueError("ks_distance of no values")
+    i = np.arange(1, n + 1)
+    return float(max(np.max(i / n - u), np.max(u - (i - 1) / n)))
+
+
+def coverage(rows) -> float:
+    """The fraction of (lo_s, hi_s, measured_s) rows whose measurement lies in [lo, hi]."""
+    rows = list(rows)
+    if not rows:
+        raise ValueError("coverage of no rows")
+    return sum(lo <= t <= hi for lo, hi, t in rows) / len(rows)

@@ -1,0 +1,97 @@
+"""Prediction intervals: the calibration's spread carried to a distribution
+of the predicted time, and the judgement of intervals over a sweep."""
+import dataclasses
+
+import pytest
+
+from perfmlp.calibrate.spread import MAX_RATIOS, chunk_medians, ratios, spread_table, spread_words
+from perfmlp.model import load_machine, predict_batch
+from perfmlp.model.interval import (SOURCES, UNSCALED, _SCALARS, _TABLES, coverage, draw_factor, interval,
+                                    interval_words, ks_distance, perturbed, pit)
+
+CALIBRATED = "tests/data/h200-x2-calibrated.yaml"
+SPREAD = {"host": (0.8, 0.9, 1.0, 1.0, 1.1, 1.4), "pageable_copy": (0.7, 1.0, 1.3), "pinned_copy": (0.99, 1.0, 1.01),
+          "gpu": (0.995, 1.0, 1.005), "collective": (0.9, 1.0, 1.1)}
+
+
+def predictor(comm, transfer, exec_mode, H=512, B=3200):
+    return lambda m: predict_batch(m, (784, H, 10), B, 1, "float32", comm, transfer, None, exec_mode=exec_mode)
+
+
+def test_every_machine_figure_has_a_source_or_is_left_alone():
+    m = load_machine(CALIBRATED)
+    scaled = {k for keys in _SCALARS.values() for k in keys} | {t for ts in _TABLES.values() for t, _, _ in ts}
+    fields = {f.name for f in dataclasses.fields(m)}
+    assert fields - scaled - set(UNSCALED) == set()       # a new figure must say which spread moves it
+    assert scaled <= fields
+
+
+def test_perturbed_scales_times_up_and_rates_down_per_source():
+    m = load_machine(CALIBRATED)
+    p = perturbed(m, {"host": 2.0, "gpu": 0.5})
+    assert p.launch_overhead_s == pytest.approx(2 * m.launch_overhead_s)
+    assert p.gemm_flops_per_s[0].flops_per_s == pytest.approx(2 * m.gemm_flops_per_s[0].flops_per_s)
+    assert p.kernel_gap_s == pytest.approx(0.5 * m.kernel_gap_s)
+    assert p.h2d_pageable_bytes_per_s == m.h2d_pageable_bytes_per_s        # another source: untouched
+    assert m.launch_overhead_s == load_machine(CALIBRATED).launch_overhead_s   # the original is unchanged
+    q = perturbed(m, {"pageable_copy": 3.0})
+    assert q.h2d_pageable_bytes_per_s == pytest.approx(m.h2d_pageable_bytes_per_s / 3)
+    assert q.h2d_pinned_bytes_per_s == m.h2d_pinned_bytes_per_s
+
+
+def test_draw_factor_is_linear_between_order_statistics():
+    r = (0.8, 1.0, 1.4)
+    assert draw_factor(r, 0.0) == 0.8
+    assert draw_factor(r, 0.25) == pytest.approx(0.9)      # x = 0.5: halfway from 0.8 to 1.0
+    assert draw_factor(r, 0.75) == pytest.approx(1.2)      # x = 1.5: halfway from 1.0 to 1.4
+    assert draw_factor((1.1,), 0.3) == 1.1
+
+
+def test_no_spread_no_interval():
+    m = load_machine("h100-sxm")                           # datasheet figures: nothing measured
+    assert interval(m, predictor("nccl", "resident", "graph")) is None
+    assert "unknown" in interval_words(None)
+
+
+def test_interval_brackets_the_point_and_follows_what_bounds_the_step():
+    m = load_machine(CALIBRATED)
+    host_bound = predictor("mpi-staged", "pageable", "eager")
+    gpu_bound = predictor("nccl", "resident", "graph", H=2048)
+    a = interval(m, host_bound, draws=60, spread=SPREAD)
+    b = interval(m, gpu_bound, draws=60, spread=SPREAD)
+    for iv, f in ((a, host_bound), (b, gpu_bound)):
+        assert iv.lo_s <= f(m).total_s <= iv.hi_s
+        assert list(iv.quantiles_s) == sorted(iv.quantiles_s)
+    assert a.half_width > 5 * b.half_width                 # host and pageable spread against the GPU's
+    assert interval(m, host_bound, draws=60, spread=SPREAD) == a    # a fixed seed: the same draws
+    json = a.as_json()
+    assert json["interval_s"] == [a.lo_s, a.hi_s] and len(json["quantiles_s"]) == len(json["percentiles"]) == 21
+
+
+def test_a_source_without_spread_is_named():
+    m = load_machine(CALIBRATED)
+    iv = interval(m, predictor("mpi-staged", "pageable", "eager"), draws=20, spread={"gpu": (0.99, 1.01)})
+    assert iv.sources == ("gpu",)
+    assert "launches" in iv.unmeasured and "h2d_batch" in iv.unmeasured
+    assert "no measured spread for" in interval_words(iv)
+
+
+def test_pit_ks_and_coverage():
+    q = [1.0 + 0.05 * i for i in range(21)]               # a uniform distribution on [1, 2]
+    assert pit(q, 1.5) == pytest.approx(0.5)
+    assert pit(q, 0.5) == 0.0 and pit(q, 3.0) == 1.0
+    # 4 values at 1/8, 3/8, 5/8, 7/8: the largest gap to the uniform CDF is 1/8
+    assert ks_distance([0.125, 0.375, 0.625, 0.875]) == pytest.approx(0.125)
+    assert ks_distance([0.0, 0.0, 0.0]) == pytest.approx(1.0)
+    assert coverage([(1, 2, 1.5), (1, 2, 2.5), (1, 2, 1.0), (1, 2, 0.9)]) == 0.5
+
+
+def test_calibration_spread_table():
+    assert ratios([1.0, 2.0, 3.0]) == [0.5, 1.0, 1.5]
+    assert chunk_medians([1, 2, 3, 10, 20, 30, 7], 3) == [2, 20]     # the last short chunk dropped
+    table = spread_table({"gpu": [1.0] * 3, "host": [1 + i / 1000 for i in range(500)], "collective": [1.0]})
+    assert [e["source"] for e in table] == ["host", "gpu"]          # SOURCES order; one ratio is no spread
+    host = table[0]["ratios"]
+    assert len(host) == MAX_RATIOS and host == sorted(host) and host[0] == 1.0 and host[-1] == 1.499
+    assert set(e["source"] for e in table) <= set(SOURCES)
+    assert "host 1.0" in spread_words(table)
