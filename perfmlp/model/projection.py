@@ -11,7 +11,9 @@ and no exchange), then every collective the strategy's rank 0 calls
 runs them. A model group is consecutive ranks (inside a node while it fits);
 a hybrid grid's data group is every p_model-th rank (one rank a node once
 p_model fills a node). The hybrid grid is the fastest of the powers of two
-p_model in [2, p/2] whose shard has at least one hidden unit a rank.
+p_model in [2, min(p/2, GPUs a node)] whose shard has at least one hidden
+unit a rank: model groups inside a node, as tensor parallelism is placed
+(its exchanges are on the critical path of every layer).
 """
 from __future__ import annotations
 
@@ -94,10 +96,11 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
     return ClusterStep(parallel, (p_data, p_model), procs, batch, own.total_s, tuple(exchanges))
 
 
-def hybrid_grids(layer_sizes, procs: int) -> list[int]:
-    """The p_model a hybrid grid of `procs` can take: powers of two in [2, procs/2]."""
+def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[int]:
+    """The p_model a hybrid grid of `procs` can take: powers of two in
+    [2, procs/2], at most `per_node` (a model group inside a node)."""
     out, m = [], 2
-    while m <= procs // 2:
+    while m <= min(procs // 2, per_node or procs):
         try:
             check_shard(layer_sizes, m)
         except PartitionError:
@@ -118,7 +121,7 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
         except PartitionError:
             pass
     hybrids = []
-    for m in hybrid_grids(layer_sizes, procs):
+    for m in hybrid_grids(layer_sizes, procs, cluster.gpus_per_node):
         try:
             hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, "hybrid", m, precision))
         except PartitionError:
