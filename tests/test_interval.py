@@ -1,6 +1,7 @@
 """Prediction intervals: the calibration's spread carried to a distribution
 of the predicted time, and the judgement of intervals over a sweep."""
 import dataclasses
+import statistics
 
 import pytest
 
@@ -95,3 +96,32 @@ def test_calibration_spread_table():
     assert len(host) == MAX_RATIOS and host == sorted(host) and host[0] == 1.0 and host[-1] == 1.499
     assert set(e["source"] for e in table) <= set(SOURCES)
     assert "host 1.0" in spread_words(table)
+
+
+def test_blind_intervals_judged_over_a_sweep():
+    from types import SimpleNamespace as NS
+    from perfmlp.report.interval_check import judge_intervals, interval_table_rows
+    q = [1e-3 * (1.0 + 0.01 * i) for i in range(21)]        # uniform on 1.00-1.20 ms: 90% interval 1.01-1.19
+
+    def entry(**kw):
+        return {"predicted_at": "2026-01-01T00:00:00+00:00", "total_s": 1.1e-3, "interval_s": [1.01e-3, 1.19e-3],
+                "quantiles_s": q, **kw}
+
+    def group(label, exec_mode, times):
+        runs = [NS(run_id=f"{label}-r{i}", t_ms=t) for i, t in enumerate(times)]
+        return NS(label=label, runs=runs, key=(0,) * 7 + (exec_mode,), t_ms=statistics.median(times))
+    groups = {1: group("a", "graph", [1.05, 1.15]), 2: group("b", "eager", [1.30, 1.40]),
+              3: group("c", "graph", [1.10, 1.10]), 4: group("d", "eager", [1.0, 1.0])}
+    preds = {"runs": {r.run_id: entry() for g in groups.values() for r in g.runs}}
+    for r in groups[4].runs:                                  # a machine file without spread
+        preds["runs"][r.run_id] = entry(interval_s=None, quantiles_s=None)
+    starts = {r.run_id: "2026-01-01T00:00:01+00:00" for g in groups.values() for r in g.runs}
+    j = judge_intervals(groups, {"a", "b", "c", "d"}, preds, starts)
+    assert [r.label for r in j.rows] == ["a", "b", "c"] and j.unknown == 1
+    assert j.coverage == pytest.approx(2 / 3)                 # b's median 1.35 ms is above 1.19
+    assert j.graph_half_width == pytest.approx(0.18 / 2.20)   # (1.19 - 1.01) / (1.19 + 1.01)
+    # the six repeats' quantiles: 0.25, 0.75, 1, 1, 0.5, 0.5; the largest gap to the uniform CDF is 1/3
+    assert j.ks == pytest.approx(1 / 3) and j.repeats == 6
+    assert "cover 67%" in j.verdict() and "PRISM" in j.verdict()
+    assert len(interval_table_rows(j)) == 3
+    assert judge_intervals(groups, {"a"}, {"runs": {}}, starts) is None   # no blind prediction: nothing to judge

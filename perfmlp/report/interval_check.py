@@ -1,0 +1,115 @@
+"""The blind predictions' intervals judged against the measurements
+(perfmlp/model/interval.py makes them; the sweep writes each run's
+`interval_s` and `quantiles_s` beside its prediction, before the run):
+
+- coverage: the fraction of configurations whose measured median (over its
+  repeats) lies inside its 90% interval; a 90% interval should cover at
+  least 90% of them;
+- half-width: (hi - lo) / (hi + lo), the interval's width over its middle,
+  the median over the configurations, graph mode apart (the target: at
+  most 5% there);
+- the pooled Kolmogorov-Smirnov distance: each repeat's measured time
+  placed in its configuration's predicted distribution (its quantile,
+  interval.pit), pooled over the sweep, against the uniform distribution
+  they would follow if every predicted distribution were right; PRISM
+  (arXiv 2510.15596) reports 20.8% for its distributions against real runs.
+
+Only configurations judged by the validation whose every repeat has a
+blind prediction with an interval count; a prediction without one (a
+machine file that records no spread) is counted as unknown.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..model.interval import coverage, ks_distance, pit
+from .predictions import blind_status
+
+PRISM_KS = 0.208          # PRISM's pooled KS distance (arXiv 2510.15596)
+COVERAGE_TARGET = 0.90
+GRAPH_HALF_WIDTH_TARGET = 0.05
+
+
+@dataclass(frozen=True)
+class IntervalRow:
+    label: str
+    exec: str
+    measured_ms: float
+    lo_ms: float
+    hi_ms: float
+    covered: bool
+    half_width: float
+    pits: tuple
+
+
+@dataclass(frozen=True)
+class IntervalJudgement:
+    rows: tuple               # IntervalRow, judged configurations with intervals
+    unknown: int              # judged configurations whose blind predictions carry no interval
+    coverage: float | None
+    median_half_width: float | None
+    graph_half_width: float | None
+    ks: float | None
+    repeats: int              # the pooled measurements
+
+    def verdict(self) -> str:
+        if not self.rows:
+            return (f"no judged configuration has a blind prediction with an interval ({self.unknown} without: "
+                    "the machine file records no measured spread)")
+        graph = "-" if self.graph_half_width is None else f"{100 * self.graph_half_width:.1f}%"
+        return (f"90% intervals of {len(self.rows)} configuration(s) cover {100 * self.coverage:.0f}% of their "
+                f"measured medians (target at least {100 * COVERAGE_TARGET:.0f}%); median half-width "
+                f"{100 * self.median_half_width:.1f}%, {graph} in graph mode (target at most "
+                f"{100 * GRAPH_HALF_WIDTH_TARGET:.0f}%); pooled Kolmogorov-Smirnov distance of the {self.repeats} "
+                f"repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv 2510.15596: "
+                f"{100 * PRISM_KS:.1f}%)" + (f"; {self.unknown} configuration(s) without an interval"
+                                              if self.unknown else ""))
+
+
+def _entries(group, preds: dict | None, starts: dict) -> list | None:
+    """The blind prediction of every repeat of a configuration, or None."""
+    out = []
+    for r in group.runs:
+        p = (preds or {}).get("runs", {}).get(r.run_id)
+        if blind_status(p, starts.get(r.run_id)) != "blind":
+            return None
+        out.append(p)
+    return out
+
+
+def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts: dict) -> IntervalJudgement | None:
+    """The intervals of the judged configurations' blind predictions against
+    their measurements; None where no judged configuration has a blind
+    prediction at all."""
+    rows, unknown = [], 0
+    for c in sorted(groups.values(), key=lambda c: c.label):
+        if c.label not in judged_labels:
+            continue
+        entries = _entries(c, preds, starts)
+        if entries is None:
+            continue
+        if any(not e.get("interval_s") or not e.get("quantiles_s") for e in entries):
+            unknown += 1
+            continue
+        lo, hi = entries[0]["interval_s"]
+        pits = tuple(pit(e["quantiles_s"], r.t_ms * 1e-3, e.get("percentiles") or range(0, 101, 5))
+                     for e, r in zip(entries, c.runs))
+        rows.append(IntervalRow(c.label, c.key[7], c.t_ms, lo * 1e3, hi * 1e3, lo * 1e3 <= c.t_ms <= hi * 1e3,
+                                (hi - lo) / (hi + lo), pits))
+    if not rows and not unknown:
+        return None
+    if not rows:
+        return IntervalJudgement((), unknown, None, None, None, None, 0)
+    graph = [r.half_width for r in rows if r.exec == "graph"]
+    pooled = [u for r in rows for u in r.pits]
+    return IntervalJudgement(tuple(rows), unknown, coverage((r.lo_ms, r.hi_ms, r.measured_ms) for r in rows),
+                             statistics.median(r.half_width for r in rows),
+                             statistics.median(graph) if graph else None, ks_distance(pooled), len(pooled))
+
+
+def interval_table_rows(j: IntervalJudgement) -> list[dict]:
+    return [{"configuration": r.label, "exec": r.exec, "measured ms (median)": r.measured_ms,
+             "interval lo ms": r.lo_ms, "interval hi ms": r.hi_ms, "covered": "yes" if r.covered else "no",
+             "half-width %": 100 * r.half_width, "repeats' quantiles": " ".join(f"{u:.2f}" for u in r.pits)}
+            for r in j.rows]
