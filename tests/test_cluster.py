@@ -184,3 +184,24 @@ def test_report_section_projects_the_traces_gpu_with_its_measured_points():
     panels = s.figures[0].args["panels"]                           # drawn by the report's own tests
     assert [name for name, _, _ in panels] == ["strong, B = 3200", "weak, 3200 a GPU"]
     assert panels[0][2] == pts and panels[1][2] == {"data": [pts["data"][0]]}   # weak: only p=1 has B = 3200 p
+
+
+def test_model_command_projects_onto_a_cluster(capsys):
+    import json
+    from perfmlp.model.__main__ import main
+    assert main(["--cluster", "dgx-h100", "--procs", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "256 GPUs on 32 node(s) of 8" in out and all(s in out for s in ("data", "model", "hybrid"))
+    assert main(["--cluster", "dgx-h100", "--procs", "8", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["schema"] == "perfmlp.model.cluster/1" and s["cluster"]["nodes"] == 1
+    totals = [st["total_s"] for st in s["strategies"]]
+    assert totals == sorted(totals)                                  # fastest first
+    data = next(st for st in s["strategies"] if st["strategy"] == "data")
+    ex = data["exchanges"][0]
+    assert ex["algorithm"] == min(ex["algorithms_s"], key=ex["algorithms_s"].get) and "switch" in ex["algorithms_s"]
+    for argv, words in ((["--cluster", "nope"], "no cluster named 'nope'"),
+                        (["--cluster", "dgx-h100", "--procs", "2048", "--batch-size", "4096"], "more than the 1024")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1

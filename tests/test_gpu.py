@@ -98,7 +98,8 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
     from perfmlp.comm import SingleWorld
     lines = []
     res = host_dispatch(cp, SingleWorld(), lines.append, rounds=2, reps=20)
-    assert set(res) == {"launch_overhead_s", "trace_phase_host_s", "graph_step_host_s"}
+    assert set(res) == {"launch_overhead_s", "trace_phase_host_s", "graph_step_host_s", "_rounds"}
+    assert [len(res["_rounds"][k]) for k in ("untraced", "graph")] == [2, 2]   # each round's time: the spread
     assert 1e-7 < res["launch_overhead_s"] < 1e-3 and 0 <= res["trace_phase_host_s"] < 1e-3
     # the graph step's host a batch: one replay and the two copies into its inputs, not the eager
     # step's 10 launches (the loop's own work in both)

@@ -125,3 +125,18 @@ def test_blind_intervals_judged_over_a_sweep():
     assert "cover 67%" in j.verdict() and "PRISM" in j.verdict()
     assert len(interval_table_rows(j)) == 3
     assert judge_intervals(groups, {"a"}, {"runs": {}}, starts) is None   # no blind prediction: nothing to judge
+
+
+def test_model_summary_carries_the_interval():
+    from perfmlp.model.machine import machine_from_mapping
+    from perfmlp.model.summary import summary
+    import yaml
+    data = yaml.safe_load(open(CALIBRATED))
+    spread = [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]
+    m = machine_from_mapping({**data, "spread": spread}, "x.yaml")
+    p = summary(m, (784, 512, 10), 3200, comm="nccl", batch_transfer="resident", exec_mode="graph")["prediction"]
+    lo, hi = p["interval_s"]
+    assert lo <= p["total_s"] <= hi and len(p["distribution"]["quantiles_s"]) == 21
+    assert "90% interval" in p["interval_note"]
+    q = summary(load_machine(CALIBRATED), (784, 512, 10), 3200)["prediction"]    # no spread in the file
+    assert q["interval_s"] is None and q["distribution"] is None and "unknown" in q["interval_note"]

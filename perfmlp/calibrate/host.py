@@ -210,7 +210,7 @@ def pageable_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int =
     from contextlib import contextmanager
     from ..batches import DeviceBatches
     from ..gpu import use_device
-    from ..partition import LocalGroup
+    from ..strategies.groups import LocalGroup
     from ..step import step
     from ..trace.format import Counts
     from ..trace.writer import NullTracer

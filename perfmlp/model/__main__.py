@@ -6,11 +6,13 @@ import json
 import os
 import sys
 
+from .cluster import ClusterError, cluster_files, load_cluster
 from .costs import DEFAULT_BUCKET_BYTES
 from .machine import DEFAULT_MACHINE, GEMM_KERNELS, MachineError, load_machine, machine_files
 from .precision import NAMES as PRECISION_NAMES
 from .predict import PREFETCH, TRACE_LEVELS, UNTRACED, default_trace_level, resolve_exec, trace_words
 from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_exec, strategy_summary
+from .projection import cluster_summary, format_cluster
 from .summary import summary
 
 
@@ -71,6 +73,7 @@ def format_table(s: dict) -> str:
         lines.append(f"  {k:<26}{v * 1e6:>12.1f}")
     lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
     lines.append(f"  {'overlapped lower bound':<26}{p['overlapped_s'] * 1e6:>12.1f}")
+    lines.append(p["interval_note"])
     d = p["detail"]
     lines.append(f"step: {d['kernels']} kernels, host {d['host_s'] * 1e6:.1f} us, GPU compute "
                  f"{d['gpu_compute_s'] * 1e6:.1f} us"
@@ -141,6 +144,11 @@ def parser() -> argparse.ArgumentParser:
                          "host time per phase, phases that and a CUDA event per phase; the CUPTI cost of "
                          "timeline and kernels is not calibrated; auto: the trainer's default level for the "
                          f"execution mode (default: {d['trace_level']})")
+    ap.add_argument("--cluster", default=None, metavar="NAME|FILE.yaml",
+                    help="project onto a cluster (a models/clusters file: "
+                         f"{', '.join(f.name.removesuffix('.yaml') for f in cluster_files())}): every strategy "
+                         "at --procs GPUs with each exchange's fastest collective, compute from --machine "
+                         "(default: the cluster's GPUs' file) (default: one node, the options above)")
     ap.add_argument("--json", action="store_true", help="print JSON, schema in docs/model.md (default: a table)")
     return ap
 
@@ -148,16 +156,25 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     try:
+        if a.cluster:   # every strategy at --procs on a cluster (perfmlp/model/projection.py)
+            cluster = load_cluster(a.cluster)
+            s = cluster_summary(cluster, load_machine(a.machine or cluster.machine),
+                                (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.precision)
+            return _print(json.dumps(s, indent=1) if a.json else format_cluster(s))
         if a.procs > a.batch_size:
             raise StrategyError(f"{a.procs} processes but a batch of {a.batch_size}")
         if a.model_procs and a.parallel != "hybrid":
             raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
         s, text = _prediction(a, load_machine(a.machine))
-    except (MachineError, StrategyError) as e:
+    except (MachineError, ClusterError, StrategyError) as e:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
+    return _print(json.dumps(s, indent=1) if a.json else text)
+
+
+def _print(text: str) -> int:
     try:
-        print(json.dumps(s, indent=1) if a.json else text, flush=True)
+        print(text, flush=True)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
         return 1

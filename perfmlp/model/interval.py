@@ -48,9 +48,8 @@ from typing import Callable
 
 import numpy as np
 
-from .machine import Machine
+from .machine import SPREAD_SOURCES as SOURCES, Machine
 
-SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective")
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
                 "pageable_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
                 "pinned_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
@@ -72,7 +71,7 @@ _SCALARS = {
                     "d2h_pinned_latency_s", "h2d_pinned_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"),
     "gpu": ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
             "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
-            "graph_replay_gap_s", "trace_event_s"),
+            "graph_replay_gap_s", "trace_event_s", "queued_gap_s"),
     "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
 }
 # The machine's tables each source scales: (field, the point's figures, which points)
@@ -85,7 +84,8 @@ _TABLES = {
     "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
-UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "spread")
+UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
+            "spread")
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Interval:
 
 def spread_of(machine: Machine) -> dict[str, tuple]:
     """source -> sorted ratios, from the machine file's `spread` (none: {})."""
-    return {e.source: tuple(sorted(e.ratios)) for e in getattr(machine, "spread", ()) or ()}
+    return {e.source: e.ratios for e in machine.spread}
 
 
 def _scale(value, factor: float, rate: bool):
@@ -180,6 +180,17 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     return Interval(float(lo), float(hi), tuple(float(x) for x in q), draws, seed, tuple(s for s in SOURCES
                                                                                           if s in spread),
                     tuple(dict.fromkeys(unmeasured)))
+
+
+def interval_json(iv: Interval | None) -> dict:
+    """A prediction's JSON keys for its interval: `interval_s` ([lo, hi], or
+    None where the machine file records no spread), `distribution` (every
+    fifth percentile and how they were drawn, or None) and `interval_note`
+    (interval_words)."""
+    if iv is None:
+        return {"interval_s": None, "distribution": None, "interval_note": interval_words(None)}
+    d = iv.as_json()
+    return {"interval_s": d.pop("interval_s"), "distribution": d, "interval_note": interval_words(iv)}
 
 
 def interval_words(iv: Interval | None) -> str:

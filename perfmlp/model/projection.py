@@ -7,7 +7,7 @@ A step on the cluster is rank 0's own step on its GPU (its shard and its
 piece of the batch, priced by the GPUs' machine file as one process: graph
 mode, resident data, as the trainer runs NCCL strategies, so no host copy
 and no exchange), then every collective the strategy's rank 0 calls
-(perfmlp/model/partition.py rank_collectives), serialised as the trainer
+(perfmlp/model/strategies rank_collectives), serialised as the trainer
 runs them. A model group is consecutive ranks (inside a node while it fits);
 a hybrid grid's data group is every p_model-th rank (one rank a node once
 p_model fills a node). The hybrid grid is the fastest of the powers of two
@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cluster import Cluster
-from .collectives import best_allreduce, chain_s, group_of
+from .collectives import ALGORITHMS, allreduce_times, chain_s, group_of
 from .costs import itemsize as itemsize_of, pieces
 from .machine import Machine
-from .partition import PartitionError, check_shard, grid, rank_collectives, shard_sizes
+from .strategies import StrategyError, check_shard, grid, rank_collectives, shard_sizes
 from .predict import predict_batch
 
 STRATEGIES = ("data", "model", "hybrid")
@@ -32,12 +32,14 @@ PROCS = tuple(2 ** k for k in range(11))          # 1 .. 1,024 GPUs
 
 @dataclass(frozen=True)
 class Exchange:
-    """One collective of a step: its kind, bytes, ranks, algorithm and time."""
+    """One collective of a step: its kind, bytes, ranks, the fastest
+    algorithm and its time, and every algorithm that applies (name -> s)."""
     kind: str
     nbytes: int
     ranks: int
     algorithm: str
     s: float
+    alternatives: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -71,14 +73,14 @@ class ClusterStep:
 def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int, parallel: str = "data",
                  model_procs: int = 0, precision: str = "float32") -> ClusterStep:
     """A strategy's predicted step on the cluster (module docstring); a
-    PartitionError where it cannot run (a shard without a hidden unit, more
+    StrategyError where it cannot run (a shard without a hidden unit, more
     data pieces than samples, more GPUs than the cluster has)."""
     if procs > cluster.max_procs:
-        raise PartitionError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.name}")
+        raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.name}")
     p_data, p_model = grid(procs, parallel, model_procs)
     check_shard(layer_sizes, p_model)
     if p_data > batch:
-        raise PartitionError(f"{p_data} data pieces of a batch of {batch}")
+        raise StrategyError(f"{p_data} data pieces of a batch of {batch}")
     s = itemsize_of(precision)
     b = pieces(batch, p_data)[0]
     own = predict_batch(machine, shard_sizes(layer_sizes, p_model, 0), b, 1, precision, "nccl", "resident",
@@ -88,11 +90,12 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
         data_group = c.phase == "allreduce"
         group = group_of(cluster, c.group, p_model if data_group else 1)
         n = s * c.elements
-        if c.kind == "allreduce":
-            algorithm, t = best_allreduce(cluster, n, group) if c.group > 1 else ("none", 0.0)
-        else:
-            algorithm, t = "chain", chain_s(cluster, n, group)
-        exchanges.append(Exchange(c.kind, n, c.group, algorithm, t))
+        if c.group <= 1:
+            exchanges.append(Exchange(c.kind, n, c.group, "none", 0.0))
+            continue
+        times = allreduce_times(cluster, n, group) if c.kind == "allreduce" else {"chain": chain_s(cluster, n, group)}
+        algorithm = min(times, key=lambda a: (times[a], ALGORITHMS.index(a) if a in ALGORITHMS else 0))
+        exchanges.append(Exchange(c.kind, n, c.group, algorithm, times[algorithm], tuple(times.items())))
     return ClusterStep(parallel, (p_data, p_model), procs, batch, own.total_s, tuple(exchanges))
 
 
@@ -103,7 +106,7 @@ def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[i
     while m <= min(procs // 2, per_node or procs):
         try:
             check_shard(layer_sizes, m)
-        except PartitionError:
+        except StrategyError:
             break
         out.append(m)
         m *= 2
@@ -118,13 +121,13 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
     for parallel in ("data", "model"):
         try:
             out[parallel] = cluster_step(cluster, machine, layer_sizes, batch, procs, parallel, 0, precision)
-        except PartitionError:
+        except StrategyError:
             pass
     hybrids = []
     for m in hybrid_grids(layer_sizes, procs, cluster.gpus_per_node):
         try:
             hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, "hybrid", m, precision))
-        except PartitionError:
+        except StrategyError:
             pass
     if hybrids:
         out["hybrid"] = min(hybrids, key=lambda st: st.total_s)
@@ -170,3 +173,55 @@ def crossover(cluster: Cluster, machine: Machine, hidden_sizes, batches, procs_l
                              "hybrid grid": f"{steps['hybrid'].grid[0]}x{steps['hybrid'].grid[1]}"
                              if "hybrid" in steps else None})
     return rows
+
+
+# ---- one configuration on a cluster (python -m perfmlp.model --cluster) ----------------------------
+
+SCHEMA = "perfmlp.model.cluster/1"
+
+
+def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
+                    precision: str = "float32") -> dict:
+    """Every strategy that can run at this size on the cluster, fastest
+    first, each exchange with its best collective and every algorithm's
+    time (schema in docs/model.md)."""
+    if procs > cluster.max_procs:
+        raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.path} "
+                            f"({cluster.nodes} nodes of {cluster.gpus_per_node})")
+    steps = sorted(strategy_steps(cluster, machine, layer_sizes, batch, procs, precision).values(),
+                   key=lambda st: st.total_s)
+    if not steps:
+        raise StrategyError(f"no strategy runs {'-'.join(map(str, layer_sizes))} with a batch of {batch} on "
+                            f"{procs} GPUs")
+    return {
+        "schema": SCHEMA,
+        "cluster": {"name": cluster.name, "path": cluster.path, "gpus_per_node": cluster.gpus_per_node,
+                    "nodes": cluster.nodes_for(procs)},
+        "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
+        "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
+                   "exec": "graph", "batch_transfer": "resident"},
+        "strategies": [{"strategy": st.strategy, "grid": list(st.grid), "compute_s": st.compute_s,
+                        "comm_s": st.comm_s, "total_s": st.total_s, "samples_per_s": st.samples_per_s,
+                        "exchanges": [{"kind": e.kind, "bytes": e.nbytes, "ranks": e.ranks,
+                                       "algorithm": e.algorithm, "s": e.s, "algorithms_s": dict(e.alternatives)}
+                                      for e in st.exchanges]} for st in steps],
+    }
+
+
+def format_cluster(s: dict) -> str:
+    """The table `python -m perfmlp.model --cluster` prints."""
+    c, cfg = s["cluster"], s["config"]
+    lines = [f"cluster: {c['name']} ({c['path']}), {cfg['procs']} GPUs on {c['nodes']} node(s) of "
+             f"{c['gpus_per_node']}; compute: {s['machine']['name']} ({s['machine']['path']})",
+             f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']}, {cfg['precision']}, "
+             "graph mode, resident data, NCCL; each exchange by its fastest collective", "",
+             f"{'strategy':<10}{'grid':>10}{'compute us':>12}{'comm us':>12}{'total us':>12}{'samples/s':>14}"]
+    for st in s["strategies"]:
+        lines.append(f"{st['strategy']:<10}{'x'.join(map(str, st['grid'])):>10}{st['compute_s'] * 1e6:>12.1f}"
+                     f"{st['comm_s'] * 1e6:>12.1f}{st['total_s'] * 1e6:>12.1f}{st['samples_per_s']:>14.3g}")
+        for e in st["exchanges"]:
+            if e["ranks"] > 1:
+                every = ", ".join(f"{a} {t * 1e6:.1f}" for a, t in e["algorithms_s"].items())
+                lines.append(f"    {e['kind']} {e['bytes']:,} B over {e['ranks']}: {e['algorithm']} "
+                             f"({every} us)")
+    return "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from .costs import DEFAULT_BUCKET_BYTES, batch_counts, pieces, widths
+from .interval import interval, interval_json
 from .machine import Machine
 from .predict import predict_batch, staging_memory
 from .roofline import modified_roofline, overlapped_roofline, ridge_point, standard_roofline
@@ -28,8 +29,11 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas",
             trace_level: str | None = None) -> dict:
     itemsize = widths(precision)   # the batch at its activation width, the gradients at its parameters'
-    pred = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
-                         exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
+
+    def predict(m):
+        return predict_batch(m, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
+                             exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
+    pred = predict(machine)
     per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, bucket_bytes if overlap else None,
                         pred.detail["exec"]) for b in pieces(batch, procs)]
     big = per[0]  # the largest piece (the first ranks get the extra sample)
@@ -70,6 +74,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             "groups_s": pred.groups(),
             "detail": pred.detail,
             "total_s": pred.total_s,
+            **interval_json(interval(machine, predict)),
             "overlapped_s": pred.overlapped_s,
             "staging_memory": staging_memory(batch_transfer) if comm == "mpi-staged" else None,
             "job_flops_per_s": job_flops / pred.total_s,

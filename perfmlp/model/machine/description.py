@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
 from .points import (CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint, KernelTime, LaunchFactor,
-                     SharedCopyPoint, WaitPoint, piecewise_linear)
+                     SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
 
 
 class MachineError(ValueError):
@@ -62,6 +62,10 @@ class Machine:
     peak_flops_per_s_bf16: float = 0.0
     peak_flops_per_s_fp16: float = 0.0
     host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
+    # the eager step's launches after its pageable batch copies over without them, by size (ratio)
+    pageable_launch_factor: tuple[LaunchFactor, ...] = ()
+    queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
+    spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
     gpus: int = 1
     date: str = ""
     device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
@@ -213,11 +217,12 @@ class Machine:
     def launch_factor(self, hidden: int, batch: int) -> float:
         """launch_size_factor at the measured (hidden, batch) nearest to these
         (by the ratio of each, summed in log), 1 in a file without it."""
-        if not self.launch_size_factor:
-            return 1.0
-        near = min(self.launch_size_factor,
-                   key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))
-        return near.factor
+        return _nearest_factor(self.launch_size_factor, hidden, batch)
+
+    def pageable_launch(self, hidden: int, batch: int) -> float:
+        """pageable_launch_factor the same way: how much slower the eager
+        step's launches run after its pageable batch copies (1 without it)."""
+        return _nearest_factor(self.pageable_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
@@ -276,3 +281,12 @@ class Machine:
         def dist(g):
             return sum(math.log(a / b) ** 2 for a, b in ((g.m, m), (g.n, n), (g.k, k)))
         return min(rates, key=dist).flops_per_s
+
+
+def _nearest_factor(table, hidden: int, batch: int) -> float:
+    """The factor of the (hidden, batch) point nearest by the ratio of each,
+    summed in log; 1 for an empty table."""
+    if not table:
+        return 1.0
+    near = min(table, key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))
+    return near.factor

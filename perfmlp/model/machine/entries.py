@@ -9,8 +9,8 @@ from ... import checks
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
-from .points import (COMMS, GEMM_KERNELS, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
-                     KernelTime, LaunchFactor, SharedCopyPoint, WaitPoint)
+from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
+                     HostCopyPoint, KernelTime, LaunchFactor, SharedCopyPoint, SpreadPoint, WaitPoint)
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
                      "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
@@ -18,9 +18,10 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s")
+                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor")
+           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
+           "spread")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -118,6 +119,16 @@ def _launch_factor(entry) -> LaunchFactor:
                         checks.positive("factor", checks.number("factor", entry["factor"])))
 
 
+def _spread_point(entry) -> SpreadPoint:
+    entry = _entry(entry, ("source", "ratios"))
+    ratios = entry["ratios"]
+    if not isinstance(ratios, list) or len(ratios) < 2:
+        raise checks.CheckError(f"ratios must be a list of at least 2 numbers, got {ratios!r}")
+    return SpreadPoint(checks.choice("source", entry["source"], SPREAD_SOURCES),
+                       tuple(sorted(checks.positive(f"ratios[{i}]", checks.number(f"ratios[{i}]", r))
+                                    for i, r in enumerate(ratios))))
+
+
 def _kernel_time(entry) -> KernelTime:
     entry = _entry(entry, ("kernel", "shape", "precision", "s"))
     shape = entry["shape"]
@@ -133,7 +144,8 @@ def _kernel_time(entry) -> KernelTime:
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
-                "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor}
+                "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
+                "pageable_launch_factor": _launch_factor, "spread": _spread_point}
 
 
 
@@ -169,7 +181,7 @@ def check_scalars(data) -> dict:
 
 
 # one time per point: interpolation needs distinct sizes
-_POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision),
+_POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision), "spread": lambda s: (s.source,),
               "host_copy_s": lambda c: (c.procs, c.direction, c.memory, c.buffer, c.bytes)}
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 GEMM_KERNELS = ("cublas", "naive", "tiled", "regblock")  # perfmlp.config's CHOICES["gemm"]
 COMMS = ("mpi", "nccl")
+# the sources of a file's figures whose measured spread it may record (model/interval.py)
+SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective")
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,16 @@ class KernelTime:
     precision: str
     s: float
 
+
+
+@dataclass(frozen=True)
+class SpreadPoint:
+    """The spread the calibration measured for one source of the file's
+    figures (SPREAD_SOURCES): its repeated measurements (a round's median)
+    over their median, pooled over the source's points, sorted
+    (calibrate/spread.py; model/interval.py draws from them)."""
+    source: str
+    ratios: tuple[float, ...]
 
 
 def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:

@@ -44,7 +44,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
     terms["gemm"], terms["elementwise"], phase_kernels, n_kernels = step_compute(
-        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap)
+        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
+        machine.queued_gap_s if graph else 0.0)
     terms["kernel_gaps"] = n_kernels * gap
     copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs)
     terms["h2d_batch"] = sum(copies)
@@ -114,7 +115,10 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
     ev_host = machine.trace_host_s(procs) if traced else 0.0
     per_kernel = launch_host_s(machine, traced, procs)
     if not graph:   # the eager step's host per operation at this size (calibrated at a tiny one)
-        per_kernel *= machine.launch_factor(max(layer_sizes[1:-1], default=layer_sizes[0]), b)
+        hidden = max(layer_sizes[1:-1], default=layer_sizes[0])
+        per_kernel *= machine.launch_factor(hidden, b)
+        if batch_transfer == "pageable":   # and slower after the batch's pageable copies (calibrated)
+            per_kernel *= machine.pageable_launch(hidden, b)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     return Step(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
                 traced)

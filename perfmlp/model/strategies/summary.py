@@ -3,6 +3,7 @@ perfmlp.model` prints (schema in docs/model.md)."""
 from __future__ import annotations
 
 from ..costs import itemsize as itemsize_of
+from ..interval import interval, interval_json
 from ..machine import Machine
 from ..predict import trace_words
 from .choice import best_strategy, label
@@ -25,8 +26,11 @@ def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     ranks = [rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer)
              for r in range(procs)]
     mode = strategy_exec(exec_mode, parallel, comm)
-    pred = predict_strategy(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, parallel,
-                            model_procs, trace_level, exec_mode=mode)
+
+    def predict(m):
+        return predict_strategy(m, layer_sizes, batch, procs, precision, comm, batch_transfer, parallel,
+                                model_procs, trace_level, exec_mode=mode)
+    pred = predict(machine)
     device = comm in DEVICE_COMMS or comm == "mpi-staged"
     return {
         "schema": SCHEMA,
@@ -41,7 +45,8 @@ def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
                    "phases": list(step_phases(layer_sizes, procs, c.rank, parallel, model_procs, comm,
                                               batch_transfer, mode))} for c in ranks],
         "bytes_per_step": {"per_rank": max(c.bytes_comm for c in ranks), "job": sum(c.bytes_comm for c in ranks)},
-        "prediction": {"terms_s": pred.terms, "total_s": pred.total_s, "overlapped_s": pred.overlapped_s,
+        "prediction": {"terms_s": pred.terms, "total_s": pred.total_s, **interval_json(interval(machine, predict)),
+                       "overlapped_s": pred.overlapped_s,
                        "trace_uncalibrated": pred.detail["trace_uncalibrated"],
                        "job_flops_per_s": pred.flops_job / pred.total_s,
                        "utilisation": pred.flops_job / pred.total_s / (procs * machine.peak_flops_per_s(precision))},
@@ -69,6 +74,7 @@ def format_strategy(s: dict) -> str:
                   f"{s['bytes_per_step']['job']:,} over the job", "", "predicted time per batch (us):"]
     lines += [f"  {k:<26}{v * 1e6:>12.1f}" for k, v in p["terms_s"].items()]
     lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
+    lines.append(p["interval_note"])
     if p["trace_uncalibrated"]:
         lines.append(f"tracer, not in the prediction: {p['trace_uncalibrated']}")
     lines += ["", "every strategy at this size, fastest first (us, communication in brackets):"]
