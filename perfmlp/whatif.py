@@ -20,6 +20,7 @@ import yaml
 
 from .config import Config, from_mapping
 from .errors import PerfmlpError
+from .model.interval import Interval, interval, interval_json, interval_words
 from .model.machine import MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP
 from .model.whatif import KEYS, Setting, WhatIf, WhatIfError, changed_setting, what_if
@@ -108,7 +109,17 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _what_if(a: argparse.Namespace) -> WhatIf:
+def what_if_interval(machine, w: WhatIf) -> Interval | None:
+    """The what-if's 90% interval (perfmlp/model/interval.py): the same
+    what-if under each draw of the machine file's measured spread, the
+    measured groups as measured; None for a file that records no spread."""
+    from types import SimpleNamespace
+    return interval(machine, lambda m: SimpleNamespace(
+        total_s=what_if(m, w.before, w.after, w.measured_ms, w.measured_groups_ms).total_ms * 1e-3,
+        terms=w.predicted_after.terms))
+
+
+def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:
     if a.procs is not None and a.procs <= 0:
         raise PerfmlpError(f"--procs must be a positive integer, got {a.procs}")
     values = set_values(dict(a.sets))
@@ -123,17 +134,19 @@ def _what_if(a: argparse.Namespace) -> WhatIf:
     after = changed_setting(before, values, a.procs)
     refuse_as_the_trainer(after)
     t, groups = measured_groups_ms(run)
-    return what_if(machine, before, after, t, groups, run.run_id)
+    return what_if(machine, before, after, t, groups, run.run_id), machine
 
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     try:
-        w = _what_if(a)
+        w, machine = _what_if(a)
+        iv = what_if_interval(machine, w)
     except (PerfmlpError, TraceError, MachineError, WhatIfError) as e:
         print(f"perfmlp.whatif: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(w.to_json(), indent=1) if a.json else format_table(w))
+    print(json.dumps({**w.to_json(), **interval_json(iv)}, indent=1) if a.json
+          else format_table(w) + "\n" + interval_words(iv))
     return 0
 
 

@@ -140,3 +140,51 @@ def test_model_summary_carries_the_interval():
     assert "90% interval" in p["interval_note"]
     q = summary(load_machine(CALIBRATED), (784, 512, 10), 3200)["prediction"]    # no spread in the file
     assert q["interval_s"] is None and q["distribution"] is None and "unknown" in q["interval_note"]
+
+
+def test_the_reports_validation_judges_the_blind_intervals(tmp_path):
+    from synthetic import gpu_run, write_predictions
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    from perfmlp.report.validation_section import section_validation
+    started = "2026-11-21T13:14:21+00:00"
+    resident = dict(transfer="resident", comm="nccl", batches=6, start=started)
+    runs = [gpu_run(**resident, run_id="r1"), gpu_run(**resident, run_id="r2", phase_ms={"forward": 0.12})]
+    q = [1e-3 * (0.45 + 0.005 * i) for i in range(21)]      # 0.45-0.55 ms: the repeats' 0.50 and 0.52 inside
+    entry = {"total_s": 0.5e-3, "groups_s": {"compute": 0.5e-3}, "predicted_at": "2026-11-21T00:00:00+00:00",
+             "interval_s": [q[1], q[19]], "quantiles_s": q}
+    write_predictions(tmp_path, {"r1": entry, "r2": entry})
+    sec = section_validation(analyse(runs, [], load_study(None), "h200-calibrated", tmp_path))
+    words = next(p for p in sec.paragraphs if p.startswith("Intervals:"))
+    assert "cover 100%" in words and "PRISM" in words
+    rows = {t.name: t.rows for t in sec.tables}["validation_intervals"]
+    # the repeats' 0.50 and 0.52 ms at quantiles 0.5 and 0.7 of 0.45-0.55 ms
+    assert len(rows) == 1 and rows[0]["covered"] == "yes" and rows[0]["repeats' quantiles"] == "0.50 0.70"
+
+
+def test_what_if_carries_the_interval(tmp_path, capsys):
+    import json
+    import yaml
+    from synthetic import gpu_records, write_run
+    from perfmlp.model.machine import machine_from_mapping
+    from perfmlp.trace.reader import read_run
+    from perfmlp.model.whatif import what_if
+    from perfmlp.report.whatif import measured_groups_ms, setting_of
+    from perfmlp.model.whatif import changed_setting
+    from perfmlp.whatif import main, what_if_interval
+    folder = write_run(tmp_path, gpu_records(transfer="pageable", comm="mpi-staged", run_id="ref"))
+    run = read_run(folder)
+    data = yaml.safe_load(open(CALIBRATED))
+    path = tmp_path / "spread.yaml"
+    path.write_text(yaml.safe_dump({**data, "spread": [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]}))
+    m = load_machine(path)
+    before = setting_of(run)
+    after = changed_setting(before, {"batch_transfer": "resident"})
+    w = what_if(m, before, after, *measured_groups_ms(run))
+    assert what_if_interval(load_machine(CALIBRATED), w) is None
+    assert main([str(folder), "--set", "batch_transfer=resident", "--machine", CALIBRATED]) == 0
+    assert "90% interval: unknown" in capsys.readouterr().out
+    assert main([str(folder), "--set", "batch_transfer=resident", "--machine", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["interval_s"][0] <= out["predicted_ms"] * 1e-3 <= out["interval_s"][1]
+    assert w.total_ms == pytest.approx(out["predicted_ms"])

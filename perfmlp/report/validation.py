@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..model.predict import GROUPS
 from .analysis import Analysis, RunSummary, predicted_terms
+from .interval_check import judge_intervals
 from .model_error import ErrorStats, error_stats, resolution, within_noise
 from .predictions import blind_status, more_predictions, read_predictions
 from .whatif import what_if_run
@@ -182,6 +183,7 @@ class Validation:
     others: tuple                     # OtherMachine
     whatif: tuple                     # WhatIfCheck
     quiet_pct: float                  # the spread below which a configuration's noise lets it be judged
+    intervals: object = None          # interval_check.IntervalJudgement of the blind intervals, or None
 
     @property
     def judged(self) -> tuple:
@@ -337,4 +339,5 @@ def analyse_validation(a: Analysis) -> Validation:
         configs, tuple(p[1] for p in pairs), tuple(summary_rows(judged, quiet)),
         tuple(per_term([p[1] for p in pairs])),
         tuple(other_machine(path, judged, groups, starts) for path in more_predictions(a.folder)) if configs else (),
-        tuple(what_if_rows(a, groups)) if configs else (), quiet)
+        tuple(what_if_rows(a, groups)) if configs else (), quiet,
+        judge_intervals(groups, {c.label for c in judged}, preds, starts))

@@ -11,6 +11,7 @@ from .blind_tests import (WORST_PER_MACHINE, History, MachineHistory, history_by
                           worst_configurations)
 from .model_error import SIGN_TEST_LEVEL, ErrorStats, sign_test_p
 from .sections import HOST_CLOCK_COLUMN, Section, Table, host_clock_cell, host_clock_note
+from .interval_check import interval_table_rows
 from .validation import MIN_STEADY, OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
 
 TITLE = "The model tested blind: protocol, noise floor and error per term"
@@ -100,6 +101,12 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
                           "per communication, execution and transfer mode: the calibrated (or blind) prediction, "
                           "then the datasheet-only model's (columns 'datasheet ...')", summary_table_rows(v.summary)))
+    if v.intervals is not None:   # the blind predictions' 90% intervals (interval_check.py)
+        s.paragraphs.append("Intervals: " + v.intervals.verdict() + ".")
+        if v.intervals.rows:
+            s.tables.append(Table("validation_intervals", "Each judged configuration's blind 90% interval against "
+                                  "the median of its repeats, and where each repeat falls in its predicted "
+                                  "distribution (its quantile)", interval_table_rows(v.intervals)))
     for o in v.others:
         other_machine_words(s, o)
     note = host_clock_note([t.apart for t in v.terms], "configuration(s)", "are left out of the error per term")
