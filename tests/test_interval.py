@@ -188,3 +188,12 @@ def test_what_if_carries_the_interval(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["interval_s"][0] <= out["predicted_ms"] * 1e-3 <= out["interval_s"][1]
     assert w.total_ms == pytest.approx(out["predicted_ms"])
+
+
+def test_the_host_spread_pools_both_dispatch_draws():
+    from perfmlp.calibrate import mean_dispatch
+    a = {"launch_overhead_s": 1e-5, "trace_phase_host_s": 0.0, "graph_step_host_s": 1e-5,
+         "_rounds": {"untraced": [1.0, 1.0], "graph": [2.0, 2.0]}}
+    b = {**a, "_rounds": {"untraced": [1.0, 3.0], "graph": [2.0, 4.0]}}
+    # the eager step's 1, 1, 1, 3 over their median 1; the graph step's 2, 2, 2, 4 over 2
+    assert sorted(mean_dispatch(a, b)["_spread_host"]) == [1.0] * 6 + [2.0, 3.0]

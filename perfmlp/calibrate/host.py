@@ -186,7 +186,8 @@ def mean_dispatch(a: dict, b: dict) -> dict:
         return {}
     from .spread import ratios
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s")}
-    out["_spread_host"] = [r for k in ("untraced", "graph") for r in ratios(a["_rounds"][k] + b["_rounds"][k])]
+    rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in ("untraced", "graph")]
+    out["_spread_host"] = [r for values in rounds for r in ratios(values)]
     if a.get("host_dispatch_s"):
         out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
                                   for x, y in zip(a["host_dispatch_s"], b["host_dispatch_s"])]

@@ -18,6 +18,7 @@ from ..errors import PerfmlpError
 from ..trace.reader import Run, read_traces
 from . import figures
 from .analysis import Analysis, analyse
+from .cluster import section_cluster
 from .execution import section_execution
 from .configurations import run_labels
 from .extras import section_correctness, section_nsys, section_profiles
@@ -51,7 +52,7 @@ def sections_of(a: Analysis, history: History | None = None) -> list:
         out.append(section_scaling(a))
     else:
         out += [s for s in (section_no_gpu(a), section_history(history)) if s is not None]
-    out += [s for s in (section_strategies(a),) if s is not None]
+    out += [s for s in (section_strategies(a), section_cluster(a)) if s is not None]
     out.append(section_phases(a))
     out += [s for s in (section_host_timeline(a),) if s is not None]
     out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)

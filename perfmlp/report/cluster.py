@@ -10,6 +10,7 @@ cluster's all-reduce set beside published nccl-tests figures
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 from ..model.cluster import ClusterError, cluster_files, load_cluster
 from ..model.machine import MachineError, load_machine
@@ -61,7 +62,7 @@ def measured_points(a: Analysis, hidden: int, batch: int, weak: bool) -> dict[st
 def scaling_figure(panels, title: str):
     """panels: [(panel title, rows of projection.scaling, measured_points)]."""
     plt = _plt()
-    from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4))
     for ax, (name, rows, measured) in zip(axes, panels):
         for strategy in STRATEGIES:
@@ -77,6 +78,7 @@ def scaling_figure(panels, title: str):
         ax.set_xticks([p for p in PROCS if p <= max(r["procs"] for r in rows)])
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("GPUs")
@@ -112,7 +114,8 @@ def section_cluster(a: Analysis) -> Section | None:
     weak = scaling(cluster, machine, sizes, st.batch_size, weak=True, procs_list=PROCS, precision=st.precision)
     s = Section(f"Projection onto a cluster: {cluster.name}")
     s.paragraphs.append(
-        f"Cluster file {cluster.path}; compute priced with {machine.name} ({machine.path}). A step is rank 0's own "
+        f"Cluster file models/clusters/{Path(cluster.path).name}; compute priced with {machine.name} "
+        f"({machine.path}). A step is rank 0's own "
         f"step on its GPU (graph mode, resident data) plus every collective it calls, each by its fastest algorithm "
         f"(ring, double binary tree, hierarchical, in-switch reduction inside a node), serialised as the trainer "
         f"runs them; the hybrid grid is the fastest p_data x p_model. The all-reduce model is set beside published "
@@ -129,11 +132,14 @@ def section_cluster(a: Analysis) -> Section | None:
             for mode, rs in (("strong", strong), ("weak", weak)) for r in rs if r["procs"] in SHOWN_PROCS]
     s.tables.append(Table("cluster_scaling", "Each strategy at its best collective: time per batch, its "
                                              "communication, speedup in samples per second over one GPU", rows))
-    best = max((r for r in strong if r["procs"] == PROCS[-1]), key=lambda r: r["samples_per_s"], default=None)
-    if best:
-        s.paragraphs.append(f"At {best['procs']} GPUs and B = {st.batch_size} the fastest is {best['strategy']} "
-                            f"({best['grid']}): {best['time_ms']:.3f} ms a batch, {best['speedup']:.1f} x one GPU, "
-                            f"{best['comm_ms']:.3f} ms of it communication ({best['collectives']}).")
+    last = max((r for r in strong if r["procs"] == PROCS[-1]), key=lambda r: r["samples_per_s"], default=None)
+    top = max(strong, key=lambda r: r["samples_per_s"])
+    if last:
+        s.paragraphs.append(
+            f"Strong scaling, B = {st.batch_size}: the fastest anywhere is {top['strategy']} ({top['grid']}) on "
+            f"{top['procs']} GPUs, {top['time_ms']:.3f} ms a batch, {top['speedup']:.2f} x one GPU; at "
+            f"{last['procs']} GPUs the fastest is {last['strategy']} ({last['grid']}), {last['time_ms']:.3f} ms, "
+            f"{last['speedup']:.2f} x one GPU, {last['comm_ms']:.3f} ms of it communication ({last['collectives']}).")
     cross = crossover(cluster, machine, CROSSOVER_H, CROSSOVER_B, CROSSOVER_P, st.input_size, st.num_classes,
                       st.precision)
     s.tables.append(Table("cluster_crossover", "The fastest strategy over (p, H, B) and its time per batch",

@@ -273,19 +273,14 @@ class Machine:
     def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = "cublas") -> float:
         """FLOP/s of an m x n x k GEMM by `kernel`: the calibrated entry of
         that kernel nearest in log-shape space when the file has some, else
-        the peak rate; never so slow that the GEMM would take longer than a
-        measured one at least as large in every dimension (a shape far from
-        the table, a model-parallel shard's, can be nearest to a thin
-        GEMM's slow rate)."""
+        the peak rate."""
         rates = [g for g in self.gemm_flops_per_s if g.precision == precision and g.kernel == kernel]
         if not rates:
             return self.peak_flops_per_s(precision)
 
         def dist(g):
             return sum(math.log(a / b) ** 2 for a, b in ((g.m, m), (g.n, n), (g.k, k)))
-        rate = min(rates, key=dist).flops_per_s
-        larger = [2 * g.m * g.n * g.k / g.flops_per_s for g in rates if g.m >= m and g.n >= n and g.k >= k]
-        return max(rate, 2 * m * n * k / min(larger)) if larger else rate
+        return min(rates, key=dist).flops_per_s
 
 
 def _nearest_factor(table, hidden: int, batch: int) -> float:
