@@ -14,7 +14,13 @@
 # VALIDATE_FROM (default h200-calibrated, shipped) and VALIDATE_FROM_DATASHEET
 #   (default h200): the other GPU's calibration and its datasheet file;
 # VALIDATE_BUDGET_S (default 400) caps calibration + sweep; the sweep runs
-#   every configuration once before repeating any, so a cut keeps them all.
+#   every configuration once before repeating any, so a cut keeps them all;
+# VALIDATE_CALIBRATE_S (default 300) caps the calibration alone (it times
+#   every H with every per-rank batch the sweep uses).
+# The calibration records its measured spread, so the blind predictions
+# carry 90% intervals (prediction interval_s and quantiles_s, written before
+# the first run); the report judges them (coverage, half-width, the pooled
+# Kolmogorov-Smirnov distance), and the line "Intervals: ..." says so.
 # Writes into the set $OUT/SET/ (gpu_env.sh): benchmarks/validate/
 # (calibrated.yaml and calibrate.log, scaled.yaml: the carried file,
 # sweep.log, report.md: its validation section shows each prediction file's
@@ -47,7 +53,7 @@ print(f"GPU {name!r}: datasheet file {ds.name!r}" + ("" if ds.describes(name) el
 PY
 SECONDS=0
 echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
-timeout 150 $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden $HID \
+timeout ${VALIDATE_CALIBRATE_S:-300} $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden $HID \
   --local-batch $LB --precisions float32 2>&1 | tee $R/calibrate.log | tail -8
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 python3 -m perfmlp.model.scaled $FROM --from $FROM_DS --to $DS --out $R/scaled.yaml || exit 1
@@ -61,6 +67,7 @@ REP=$(mktemp -d)   # only report.md is kept (the set's own report covers the res
 timeout 60 python3 -m perfmlp.report $T --out $REP --machine $R/calibrated.yaml > $R/report.log 2>&1 \
   && cp $REP/report.md $R/report.md || echo "report not made here ($(tail -1 $R/report.log)); make it from the traces"
 rm -rf $REP
-grep -h -o -e "Judged: .*" -e "Predicted with another machine file.*" $R/report.md 2>/dev/null | cut -c1-400
+grep -h -o -e "Judged: .*" -e "Intervals: .*" -e "Predicted with another machine file.*" $R/report.md 2>/dev/null \
+  | cut -c1-600
 pack_set
 echo "done in ${SECONDS} s"

@@ -197,3 +197,25 @@ def test_the_host_spread_pools_both_dispatch_draws():
     b = {**a, "_rounds": {"untraced": [1.0, 3.0], "graph": [2.0, 4.0]}}
     # the eager step's 1, 1, 1, 3 over their median 1; the graph step's 2, 2, 2, 4 over 2
     assert sorted(mean_dispatch(a, b)["_spread_host"]) == [1.0] * 6 + [2.0, 3.0]
+
+
+def test_the_sweeps_blind_predictions_carry_their_intervals(tmp_path):
+    import json
+    import yaml
+    from perfmlp.sweep import expand, write_predictions
+    spec = {"name": "v", "base": {"data": "synthetic", "backend": "cupy", "hidden_sizes": [64], "batch_size": 400,
+                                  "epochs": 1, "batch_transfer": "resident", "comm": "nccl", "exec": "graph"},
+            "matrix": {"procs": [1]}, "repeats": 2}
+    runs = expand(spec, "v.yaml")
+    data = yaml.safe_load(open(CALIBRATED))
+    path = tmp_path / "spread.yaml"
+    path.write_text(yaml.safe_dump({**data, "spread": [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]}))
+    f = tmp_path / "predictions.json"
+    assert write_predictions(f, str(path), runs) == 2
+    entries = list(json.loads(f.read_text())["runs"].values())
+    lo, hi = entries[0]["interval_s"]
+    assert lo <= entries[0]["total_s"] <= hi and len(entries[0]["quantiles_s"]) == 21
+    assert entries[0]["quantiles_s"] == entries[1]["quantiles_s"]     # the repeats share one distribution
+    g = tmp_path / "plain.json"
+    write_predictions(g, CALIBRATED, runs)
+    assert all(e["interval_s"] is None for e in json.loads(g.read_text())["runs"].values())

@@ -91,7 +91,9 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     spread["host"] = res.pop("_spread_host", [])
     if world.rank == 0:
         res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
-        res["pageable_launch_factor"] = pageable_launch_factors(cp, hidden, local, log)
+        # the launches after a pageable copy: the smallest, middle and largest H, the extremes of b
+        hs = sorted({min(hidden), sorted(hidden)[len(hidden) // 2], max(hidden)})
+        res["pageable_launch_factor"] = pageable_launch_factors(cp, hs, sorted({min(local), max(local)}), log)
         res["spread"] = spread_table(spread)
         log(spread_words(res["spread"]))
     world.barrier()

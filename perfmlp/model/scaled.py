@@ -89,6 +89,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                         for c in measured.host_copy_s]
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
     v["launch_size_factor"] = [dataclasses.asdict(f) for f in measured.launch_size_factor]   # the host's
+    v["pageable_launch_factor"] = [dataclasses.asdict(f) for f in measured.pageable_launch_factor]
+    v["spread"] = [{"source": e.source, "ratios": list(e.ratios)} for e in measured.spread]   # ratios: as measured
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
                               for w in measured.collective_wait_s]   # host and jitter: carried as measured
     v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
@@ -101,8 +103,9 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                    f"(fp64), memory bandwidth x{r['mem_bw']:.3f}, copies " +
                    ", ".join(f"{k} x{r[k]:.3f}" for k in COPY_KEYS) +
                    f", MPI x{r['mpi']:.3f}, NCCL x{r['nccl']:.3f}; latencies, host launch times, kernel gaps, "
-                   "the own kernels' times, the tracer's costs, the collective wait and the host's staging of pageable "
-                   "copies ahead of the stream (ahead_s) as measured")
+                   "the own kernels' times, the tracer's costs, the collective wait, the host's staging of pageable "
+                   "copies ahead of the stream (ahead_s), the launches after a pageable copy and the measured "
+                   "spread (ratios) as measured")
     return v
 
 

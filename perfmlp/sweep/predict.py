@@ -26,6 +26,26 @@ def resolved_comm(cfg: Config) -> str:
 
 
 def predict_run(machine, run: SweepRun) -> dict:
+    pred = run_prediction(machine, run)
+    return {"predicted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
+            "total_s": pred.total_s, "terms_s": pred.terms, "groups_s": pred.groups(), "procs": run.procs,
+            "repeat": run.repeat, "trace_level": pred.detail["trace_level"]}
+
+
+def run_interval(machine, run: SweepRun) -> dict:
+    """The run's predicted distribution (perfmlp/model/interval.py):
+    `interval_s` (the 90% interval), `quantiles_s` at `percentiles`; None
+    where the machine file records no spread."""
+    from ..model.interval import interval
+    iv = interval(machine, lambda m: run_prediction(m, run))
+    if iv is None:
+        return {"interval_s": None, "quantiles_s": None}
+    d = iv.as_json()
+    return {k: d[k] for k in ("interval_s", "quantiles_s", "percentiles", "draws", "seed", "spread_sources")}
+
+
+def run_prediction(machine, run: SweepRun):
+    """The model's Prediction of a run as the trainer will run it."""
     from ..model.strategies import PS_COMMS, StrategyError, predict_strategy
     from ..model.predict import predict_batch, resolve_exec
     from ..trace.format import resolve_trace_level
@@ -46,9 +66,7 @@ def predict_run(machine, run: SweepRun) -> dict:
         pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
                              c.batch_transfer, level, exec_mode=mode, overlap=c.overlap,
                              bucket_bytes=c.bucket_bytes, gemm=c.gemm)
-    return {"predicted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
-            "total_s": pred.total_s, "terms_s": pred.terms, "groups_s": pred.groups(), "procs": run.procs,
-            "repeat": run.repeat, "trace_level": pred.detail["trace_level"]}
+    return pred
 
 
 def more_predictions_path(trace_dir: Path, machine_arg: str) -> Path:
@@ -77,8 +95,9 @@ def _existing(path: Path, sha: str, runs: list[SweepRun]) -> dict | None:
 
 def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int:
     """Add the predictions of `runs` not yet in the file (never rewriting
-    one); returns how many were added. A file made with another machine
-    file is an error."""
+    one), each with its 90% interval and quantiles (run_interval); returns
+    how many were added. A file made with another machine file is an
+    error."""
     from ..model.machine import load_machine, resolve_machine_path
     machine = load_machine(machine_arg)
     mpath = resolve_machine_path(machine_arg)
@@ -87,8 +106,12 @@ def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int
         "schema": PREDICTIONS_SCHEMA, "machine": {"name": machine.name, "path": str(machine.path), "sha256": sha},
         "runs": {}}
     new = [r for r in runs if r.run_id not in data["runs"]]
+    intervals: dict = {}   # a configuration's repeats share one distribution
     for r in new:
-        data["runs"][r.run_id] = predict_run(machine, r)
+        key = (repr(r.config), r.procs)
+        if key not in intervals:
+            intervals[key] = run_interval(machine, r)
+        data["runs"][r.run_id] = {**predict_run(machine, r), **intervals[key]}
     if new:
         write_atomic(path, json.dumps(data, indent=1))
     return len(new)
