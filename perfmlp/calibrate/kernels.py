@@ -129,21 +129,26 @@ def queued_gap(cp, net, x, y, graph_gap_s: float, log, calls: int = 50) -> dict:
     prices its kernels at their measured time less queued_gap_s (short
     kernels, small H: where the model predicted graph steps 7-11% too
     slow on one H100)."""
-    net.capture_kernels = []
+    # the kernels are recorded and relaunched on a stream of their own: the network's may be the
+    # legacy default stream, which cannot be captured
+    gs, own = cp.cuda.Stream(), net.stream
+    net.stream, net.capture_kernels = gs, []
     try:
-        net.forward(x.T); net.loss(y.T); net.backward(); net.update()
+        with gs:
+            net.forward(x.T); net.loss(y.T); net.backward(); net.update()
         launched = dict(net.capture_kernels)   # one relaunch a kernel name
     finally:
-        net.capture_kernels = None
+        net.stream, net.capture_kernels = own, None
+    gs.synchronize()
     diffs = []
-    with net.stream:
+    with gs:
         for name, relaunch in launched.items():
             eager = queued_ahead(cp, relaunch, calls)[0]
-            net.stream.begin_capture()
+            gs.begin_capture()
             for _ in range(calls):
                 relaunch()
-            graph = net.stream.end_capture()
-            in_graph = queued_ahead(cp, lambda g=graph: g.launch(stream=net.stream), 4)[0] / calls
+            graph = gs.end_capture()
+            in_graph = queued_ahead(cp, lambda g=graph: g.launch(stream=gs), 4)[0] / calls
             diffs.append(eager - in_graph)
     graph_gap = graph_gap_s
     res = {"queued_gap_s": max(0.0, median(diffs) + graph_gap)}
