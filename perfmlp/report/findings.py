@@ -39,7 +39,7 @@ def section_configurations(o: Overview) -> Section:
         "the most predicted gain (section Recommendations).")
     rows = [configuration_row(o, c) for c in o.configs]
     s.tables.append(Table("configurations", "Every configuration", rows, hidden=("stands for it", "run ids")))
-    if len(o.configs) <= SPLIT_FIGURE_MAX:
+    if len(o.configs) <= SPLIT_FIGURE_MAX and any(c.gpu for c in o.configs):   # else the overview's figure
         split = [(c.label, list(o.verdicts[c.label].parts_ms)) for c in o.configs]
         s.figures.append(Figure("time_split", "Where each configuration's time per batch goes", time_split,
                                 dict(rows=split, title="Time per batch by part, each configuration")))

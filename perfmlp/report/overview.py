@@ -247,8 +247,9 @@ def section_overview(a: Analysis, o: Overview) -> Section:
     s.tables.append(headline(a, o))
     top = list(o.advice)[:int(TOP_RECOMMENDATIONS.value)]
     more = len(o.advice) - len(top)
-    s.tables.append(Table("overview_changes", f"What to change first: the what-if engine's predicted gain, and the "
-                          f"measured one where the set ran the change{f' ({more} more below)' if more else ''}",
+    s.tables.append(Table("overview_changes", f"What to change first: the predicted gain (the what-if engine's; a move "
+                          f"to a GPU: the model's), and the measured one where the set ran the change"
+                          f"{f' ({more} more below)' if more else ''}",
                           advice_rows(top, len(o.configs)) or [{"change": "none predicted to save "
                                                                 f"{100 * MIN_GAIN.value:.0f}% or more"}],
                           place="main", collapse=False))

@@ -9,6 +9,7 @@ run of several by id.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..model.costs import batch_counts, itemsize
 from ..model.summary import reference_approx
@@ -99,7 +100,7 @@ def section_q2_1(a: Analysis) -> Section:
         f"over p GPUs, {st.precision}, cuBLAS, data parallel, no overlap) in the modes its column names, execution "
         "mode included: the median of its repeats' times per batch (the runs are named in the CSV's 'runs' "
         "columns; a configuration traced at several levels shows the `phases` one). The reference scheme's "
-        f"column is {ref_exec}, as the reference ran ({st.title}, {a.study.path and 'the study file'}).")
+        f"column is {ref_exec}, as the reference ran (the study's reference_scheme, {Path(st.path).name}).")
     hidden = tuple(f"perfmlp, {name}: runs" for name, _, _ in cols)
     s.tables.append(Table("q2_1_utilisation", f"Effective compute utilisation, B={st.batch_size} split over p GPUs: "
                           f"job FLOPs per second over p x {ds.peak_flops_per_s_float32 / 1e12:.1f} TFLOP/s ({ds.name} "
