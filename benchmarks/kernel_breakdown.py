@@ -28,11 +28,11 @@ LIBRARY_GEMM = ("gemm", "cutlass", "xmma", "splitkreduce")
 
 
 def group(rec: dict) -> str:
-    if rec["cat"] == "copy":
+    if rec.cat == "copy":
         return "copy"
-    if rec["cat"] == "comm":
+    if rec.cat == "comm":
         return "NCCL"
-    name = (rec["name"] or "").lower()
+    name = (rec.name or "").lower()
     return "GEMM" if any(k in name for k in LIBRARY_GEMM) else "perfmlp kernels"
 
 
@@ -51,7 +51,7 @@ def breakdown(run_dir: Path) -> list[str]:
     lines = [f"## {run_dir.name}", "",
              f"{'-'.join(map(str, run.layer_sizes[1:-1]))} hidden, B={cfg['batch_size']} over p={run.procs}, "
              f"{cfg['batch_transfer']}, {cfg['comm']}, exec {run.exec}, overlap {run.overlap}, "
-             f"trace level {run.manifest.get('trace_level')}", ""]
+             f"trace level {run.trace_level}", ""]
     steady = run.steady_batches()
     for rank in sorted(run.ranks):
         per_kernel: dict = {}
@@ -59,28 +59,28 @@ def breakdown(run_dir: Path) -> list[str]:
         spans, idle = [], []
         for by_rank in steady.values():
             b = by_rank.get(rank)
-            recs = sorted(b.get("gpu") or [], key=lambda r: r["start_ns"]) if b else []
+            recs = sorted(b.gpu or (), key=lambda r: r.start_ns) if b else []
             if not recs:
                 continue
             # numbered in launch order on each stream (the overlapped exchange's NCCL kernels run on
             # a stream of their own, interleaved differently with the GEMMs from batch to batch)
-            streams = sorted({r.get("stream") for r in recs}, key=lambda s: (s is None, s or 0))
-            first = {s: next(r["start_ns"] for r in recs if r.get("stream") == s) for s in streams}
+            streams = sorted({r.stream for r in recs}, key=lambda s: (s is None, s or 0))
+            first = {s: next(r.start_ns for r in recs if r.stream == s) for s in streams}
             order = {s: k for k, s in enumerate(sorted(streams, key=first.get))}
             seen: dict = {}
             for r in recs:
-                s = order[r.get("stream")]
+                s = order[r.stream]
                 i = seen[s] = seen.get(s, -1) + 1
-                per_kernel.setdefault(((s, i), group(r), short(r["name"] or r["copy"])), []).append(
-                    (r["end_ns"] - r["start_ns"]) / 1e3)
+                per_kernel.setdefault(((s, i), group(r), short(r.name or r.copy)), []).append(
+                    (r.end_ns - r.start_ns) / 1e3)
             tot: dict = {}
             for r in recs:
-                tot[group(r)] = tot.get(group(r), 0.0) + (r["end_ns"] - r["start_ns"]) / 1e3
+                tot[group(r)] = tot.get(group(r), 0.0) + (r.end_ns - r.start_ns) / 1e3
             for g, v in tot.items():
                 groups.setdefault(g, []).append(v)
-            span = (recs[-1]["end_ns"] - recs[0]["start_ns"]) / 1e3
+            span = (recs[-1].end_ns - recs[0].start_ns) / 1e3
             spans.append(span)
-            idle.append(span - length([(r["start_ns"], r["end_ns"]) for r in recs]) / 1e3)
+            idle.append(span - length([(r.start_ns, r.end_ns) for r in recs]) / 1e3)
         if not spans:
             lines.append(f"rank {rank}: no kernel records in steady batches")
             continue

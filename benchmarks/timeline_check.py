@@ -97,13 +97,13 @@ def nsys_batches(db: Path, run) -> tuple[dict[int, dict], list[str]]:
                    "whole_graphs": sum(1 for r in inside if r[1] == "graph"),
                    "counters": _counters(b)}
             row.update({d: sum(r[4] for r in inside if r[1] == d) for d in DIRECTIONS})
-            rows[(b["epoch"], b["batch"])] = row
+            rows[(b.epoch, b.batch)] = row
         out[rank] = rows
     return out, notes
 
 
 def _counters(b: dict) -> dict:
-    return {d: b.get(f"bytes_{d}", 0) for d in DIRECTIONS}
+    return {d: getattr(b, f"bytes_{d}") for d in DIRECTIONS}
 
 
 def ours(run) -> dict[int, dict]:
@@ -112,12 +112,12 @@ def ours(run) -> dict[int, dict]:
     for rank, rt in run.ranks.items():
         rows = {}
         for b in rt.batches:
-            g = b.get("gpu") or []
-            row = {"kernel_ms": length([(r["start_ns"], r["end_ns"]) for r in g
-                                        if r["cat"] in ("compute", "comm", "graph")]) / 1e6,
-                   "whole_graphs": sum(1 for r in g if r["cat"] == "graph"), "counters": _counters(b)}
-            row.update({d: sum(r["bytes"] for r in g if r["copy"] == d) for d in DIRECTIONS})
-            rows[(b["epoch"], b["batch"])] = row
+            g = b.gpu or ()
+            row = {"kernel_ms": length([(r.start_ns, r.end_ns) for r in g
+                                        if r.cat in ("compute", "comm", "graph")]) / 1e6,
+                   "whole_graphs": sum(1 for r in g if r.cat == "graph"), "counters": _counters(b)}
+            row.update({d: sum(r.bytes for r in g if r.copy == d) for d in DIRECTIONS})
+            rows[(b.epoch, b.batch)] = row
         out[rank] = rows
     return out
 
@@ -173,12 +173,12 @@ def check(ours_dir: str, nsys_dir: str) -> dict:
     if any(r["nsys_whole_graphs"] for r in rows):
         notes.append("nsys recorded CUDA graphs whole (no --cuda-graph-trace=node): kernel busy not compared")
     if any(r["cupti_whole_graphs"] for r in rows):
-        notes.append(f"the CUPTI run is at the {mine.manifest.get('trace_level')} level: graphs are one record each")
+        notes.append(f"the CUPTI run is at the {mine.trace_level} level: graphs are one record each")
     c = mine.config
     return {"ours": ours_dir, "nsys": nsys_dir, "procs": mine.procs, "exec": mine.exec, "comm": mine.comm,
-            "batch_transfer": c.get("batch_transfer"), "trace_level": mine.manifest.get("trace_level"),
-            "nsys_trace_level": theirs_run.manifest.get("trace_level"),
-            "nsys_trace_level_note": theirs_run.manifest.get("trace_level_note"), "notes": notes, "rows": rows}
+            "batch_transfer": c.get("batch_transfer"), "trace_level": mine.trace_level,
+            "nsys_trace_level": theirs_run.trace_level,
+            "nsys_trace_level_note": theirs_run.ran.trace_level_note, "notes": notes, "rows": rows}
 
 
 def summary(files: list[str]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .mixed import device_view
+from .trace.records import Phase
 
 PREFETCH = {"prefetch": "pinned", "prefetch-pageable": "pageable"}   # mode -> the host source's memory
 
@@ -32,7 +33,7 @@ class HostBatches:
         self.x, self.y = self.x0[order], self.y0[order]
 
     def get(self, lo: int, hi: int, phase, counts):
-        with phase("h2d"):
+        with phase(Phase.H2D):
             return self.x[lo:hi].T, self.y[lo:hi].T
 
 
@@ -101,7 +102,7 @@ class DeviceBatches:
         if self.mode == "resident":
             return self.xr[lo:hi].T, self.yr[lo:hi].T  # no copy, so no h2d phase (and no CUDA event)
         b = hi - lo
-        with phase("h2d"):
+        with phase(Phase.H2D):
             if self._pipe is not None:   # copied ahead: the compute stream waits for it (and the next starts)
                 return self._pipe.get(lo, hi, counts)
             xd, yd = self.xd[:b], self.yd[:b]

@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from .errors import PerfmlpError
+from .trace.records import Phase
 
 
 class SingleWorld:
@@ -142,13 +143,13 @@ class HostReducer:
     def reduce(self, flat: np.ndarray, phase, counts) -> None:
         mpi = self.world.library != "none"
         if self._flat is None:
-            with phase("allreduce"):
+            with phase(Phase.ALLREDUCE):
                 self.world.allreduce_sum(flat)
             if mpi:
                 counts.bytes_mpi += flat.nbytes
                 counts.collectives.append(("MPI_Allreduce", int(flat.size)))
             return
-        with phase("allreduce"):
+        with phase(Phase.ALLREDUCE):
             self.world.waitall([r for r, _ in self._started])
         if mpi:
             for _, n in self._started:
@@ -178,15 +179,15 @@ class StagedReducer:
 
     def reduce(self, flat, phase, counts) -> None:
         stream = self.stream
-        with phase("d2h"):
+        with phase(Phase.D2H):
             flat.get(out=self.host, stream=stream)
             stream.synchronize()  # MPI reads the host buffer the GPU just wrote
         counts.bytes_d2h += flat.nbytes
-        with phase("allreduce"):
+        with phase(Phase.ALLREDUCE):
             self.world.allreduce_sum(self.host)
         counts.bytes_mpi += self.host.nbytes
         counts.collectives.append(("MPI_Allreduce", int(self.host.size)))
-        with phase("h2d_grad"):
+        with phase(Phase.H2D_GRAD):
             flat.set(self.host, stream=stream)
         counts.bytes_h2d += flat.nbytes
 
@@ -266,13 +267,13 @@ class NcclReducer:
 
     def reduce(self, flat, phase, counts) -> None:
         if self._comm_stream is None:
-            with phase("allreduce"):
+            with phase(Phase.ALLREDUCE):
                 self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM,
                                     self._stream_ptr)
             counts.bytes_nccl += flat.nbytes
             counts.collectives.append(("ncclAllReduce", int(flat.size)))
             return
-        with phase("allreduce"):
+        with phase(Phase.ALLREDUCE):
             self._rt.eventRecord(self._done.ptr, self._comm_ptr)
             self._rt.streamWaitEvent(self._stream_ptr, self._done.ptr, 0)  # the update waits for the last piece
         for n in self._started:

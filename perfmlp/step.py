@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import RunFailure
+from .trace.records import Phase
 
 
 class NonFiniteLoss(RunFailure):
@@ -39,11 +40,11 @@ class NonFiniteLoss(RunFailure):
 
 def compute(net, x, y, phase, counts) -> None:
     """Data parallelism's: forward, loss and backward on the rank's piece."""
-    with phase("forward"):
+    with phase(Phase.FORWARD):
         net.forward(x)
-    with phase("loss"):
+    with phase(Phase.LOSS):
         net.loss(y)
-    with phase("backward"):
+    with phase(Phase.BACKWARD):
         net.backward()
 
 
@@ -53,7 +54,7 @@ def exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | No
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):
         raise nonfinite(ce)  # before the update: the parameters are still the last finite ones
-    with phase("update"):
+    with phase(Phase.UPDATE):
         net.update()
     return ce
 

@@ -126,8 +126,8 @@ def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:
     run = read_run(a.run)
     if not run.steady_batches():
         raise PerfmlpError(f"{a.run}: no finished batch past the warm-up")
-    if run.manifest.get("backend") != "cupy":
-        raise PerfmlpError(f"{a.run}: ran on the {run.manifest.get('backend', '?')} backend; the model "
+    if not run.on_gpu:
+        raise PerfmlpError(f"{a.run}: ran on the {run.backend} backend; the model "
                            "describes a GPU")
     machine = load_machine(a.machine) if a.machine else pick_machines([run], None).primary
     before = setting_of(run)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from perfmlp.model.costs import batch_counts
 from perfmlp.model.predict import predict_batch
-from perfmlp.trace.format import PHASE_TERMS, SCHEMA, batch_phases
+from perfmlp.trace.format import PHASE_TERMS, batch_phases
 from perfmlp.trace.reader import Run
+from perfmlp.trace.upgrade import SCHEMA_V1 as SCHEMA, format1  # format-1 records, read through the upgrader
 
 GPU = "NVIDIA H200"
 
@@ -88,7 +89,7 @@ def gpu_records(exec_mode="eager", transfer="pageable", comm="mpi-staged", clock
 
 
 def as_run(records: tuple[dict, dict]) -> Run:
-    return Run.from_records(*records)
+    return Run.from_records(*format1(*records))
 
 
 def gpu_run(**kw) -> Run:

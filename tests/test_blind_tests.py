@@ -66,10 +66,12 @@ def test_the_report_words_the_history(tmp_path):
 
 def test_a_cpu_runs_report_still_shows_the_history(tmp_path):
     from test_report import fake_run
+    import dataclasses
     run = fake_run(1, "resident", "nccl", 0.25)
-    run.manifest["backend"] = "numpy"
-    run.manifest["config"]["backend"] = "numpy"
-    run.manifest["machine"] = {"nodes": {"h": {"cpu": "x86_64", "ranks": [0]}}}
+    m = run.manifest
+    run = dataclasses.replace(run, manifest=dataclasses.replace(
+        m, config={**m.config, "backend": "numpy"}, machine={"nodes": {"h": {"cpu": "x86_64", "ranks": [0]}}},
+        ran=dataclasses.replace(m.ran, backend="numpy", gpu=None)))
     out = build_from_runs([run], [], tmp_path / "rep", history=read_blind_tests(HISTORY))
     assert "## The model's blind tests so far" in (out / "report.md").read_text()
 

@@ -50,13 +50,13 @@ def test_a_faulty_rank_ends_the_job_and_keeps_what_was_written(tmp_path, fault, 
     # the fault is at batch 3: rank 0 finished batches 0-2; on the GPU a batch's
     # line is written when a later batch starts (docs/trace-format.md), so a
     # rank torn down by the abort may lack its last one
-    kept = [b["batch"] for b in run.ranks[0].batches]
-    assert kept == list(range(len(kept))) and len(kept) >= (2 if run.manifest.get("backend") == "cupy" else 3)
+    kept = [b.batch for b in run.ranks[0].batches]
+    assert kept == list(range(len(kept))) and len(kept) >= (2 if run.on_gpu else 3)
     assert json.loads((tmp_path / "t" / "f" / "manifest.json").read_text())["config"]["batch_size"] == 30
     with np.load(tmp_path / "p" / "initial.npz", allow_pickle=False) as f:
         assert f["W1"].shape == (8, 50)
     if fault.endswith(("term", "int", "hup")):
-        assert run.ranks[1].end["status"] == ("interrupted" if fault.endswith("int") else "terminated")
+        assert run.ranks[1].end.status == ("interrupted" if fault.endswith("int") else "terminated")
 
 
 def test_a_full_disk_on_one_process_is_one_line(tmp_path):
@@ -145,7 +145,7 @@ def test_the_manifest_says_which_exchange_ran(tmp_path):
     r = run_perfmlp(*JOB, "--epochs", "1", "--backend", "numpy", "--trace-dir", str(tmp_path), "--run-id", "m")
     assert r.returncode == 0, r.stderr
     m = json.loads((tmp_path / "m" / "manifest.json").read_text())
-    assert (m["backend"], m["comm"], m["exec"]) == ("numpy", "mpi", "eager")
+    assert (m["ran"]["backend"], m["ran"]["comm"], m["ran"]["exec"]) == ("numpy", "mpi", "eager")
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -163,9 +163,9 @@ def test_bf16_prefetch_trace_counts_16_bit_batches(tmp_path):
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "g")
     for b in run.ranks[0].batches:
-        want = batch_counts((64, 32, 10), b["local_samples"], widths("bf16"), "nccl", "prefetch", exec_mode=run.exec)
-        assert (b["bytes_h2d"], b["bytes_nccl"]) == (want.bytes_h2d, want.bytes_nccl)   # 2-byte batch, 4-byte grads
-        assert "h2d" in b["t_ms"]
+        want = batch_counts((64, 32, 10), b.local_samples, widths("bf16"), "nccl", "prefetch", exec_mode=run.exec)
+        assert (b.bytes_h2d, b.bytes_nccl) == (want.bytes_h2d, want.bytes_nccl)   # 2-byte batch, 4-byte grads
+        assert "h2d" in b.t_ms
 
 
 @gpu

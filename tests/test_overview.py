@@ -20,7 +20,7 @@ from perfmlp.report.sections import Table
 from perfmlp.report.study import load_study
 from perfmlp.report.thresholds import ALL as THRESHOLDS
 from perfmlp.report.verdicts import COMMUNICATION, COPIES, CPU_COMPUTE, GEMMS, HOST, WAITING, attribute
-from perfmlp.trace.format import SCHEMA
+from perfmlp.trace.upgrade import SCHEMA_V1 as SCHEMA, format1  # format-1 records, through the upgrader
 from perfmlp.trace.reader import Run
 
 from synthetic import gpu_run, model_phase_ms
@@ -56,7 +56,7 @@ def cpu_run(procs=1, batch=100, phase_ms=None, run_id=None, batches=5):
                          "bytes_mpi": 0, "bytes_nccl": 0, "wall_ms": t, "t_ms": spans, "clock": "host"})
         recs += [{"kind": "epoch", "epoch": 0}, {"kind": "end", "status": "complete"}]
         ranks[r] = recs
-    return Run.from_records(manifest, ranks)
+    return Run.from_records(*format1(manifest, ranks))
 
 
 def modelled(run_id, transfer="pageable", comm="mpi-staged", exec_mode="eager", procs=1, scale=1.0, **kw):

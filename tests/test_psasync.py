@@ -16,7 +16,10 @@ from perfmlp.psasync.replay import replay_run
 from perfmlp.psasync.schedule import Piece, Schedule
 from perfmlp.psasync.server import apply_gradient
 from perfmlp.report.psasync import section_psasync
-from perfmlp.trace.reader import Run, parse_line, read_run
+from perfmlp.trace import records as R
+from perfmlp.trace.lines import parse as parse_line
+from perfmlp.trace.reader import Run, read_run
+from perfmlp.trace.updates import update_record
 
 SMALL = ("--data", "synthetic", "--input-size", "12", "--hidden-size", "6", "--precision", "float64")
 
@@ -77,9 +80,9 @@ def test_a_stale_run_is_replayed_from_its_trace(tmp_path):
     run = read_run(folder)
     ups = run.ranks[0].updates
     assert len(ups) == 2 * 5 * 3                # epochs x batches (20 20 20 20 10) x pieces
-    assert all(u["staleness"] <= 2 and u["read"] <= u["update"] for u in ups)
-    assert max(u["staleness"] for u in ups) > 0
-    per_worker = {w: sum(u["worker"] == w for u in ups) for w in (1, 2, 3)}
+    assert all(u.staleness <= 2 and u.read <= u.update for u in ups)
+    assert max(u.staleness for u in ups) > 0
+    per_worker = {w: sum(u.worker == w for u in ups) for w in (1, 2, 3)}
     assert per_worker[3] < (per_worker[1] + per_worker[2]) / 2   # the others took the straggler's share
     final = np.load(tmp_path / "p" / "final.npz")
     again = replay_run(run)
@@ -126,8 +129,8 @@ def test_a_loss_that_is_not_finite_stops_every_rank(tmp_path):
 def test_a_damaged_update_line_is_refused_by_name():
     good = ('{"kind":"update","update":3,"worker":1,"epoch":0,"batch":1,"piece":0,"read":2,"staleness":1,'
             '"queue":0,"blocked":0,"t_s":0.5,"apply_ms":0.1,"reply_ms":0.1}')
-    assert parse_line(good)["read"] == 2
-    for bad, field in ((good.replace('"read":2', '"read":5'), "read 5 after"),
+    assert parse_line(good).read == 2
+    for bad, field in ((good.replace('"read":2', '"read":5'), "read: 5, after"),
                        (good.replace('"queue":0', '"queue":-1'), "queue"),
                        (good.replace('"t_s":0.5', '"t_s":"x"'), "t_s")):
         with pytest.raises(ValueError, match=field):
@@ -176,23 +179,33 @@ JOB = dict(input_size=4, hidden_sizes=[3], num_classes=2, n_train=40, batch_size
            reg=0.0, precision="float64", seed=0, shuffle=False, data="synthetic", n_heldout=10, parallel="data")
 
 
+def _manifest(run_id, procs, comm, config):
+    ran = R.Ran(backend="numpy", comm=comm, exec="eager", parallel="data", model_procs=0, batch_transfer="pageable",
+                overlap=False, bucket_bytes=1, gemm="cublas", output_grad_cols=256, fuse_output=True,
+                trace_level="counters", trace_level_asked="auto")
+    return R.Manifest(schema=R.SCHEMA, run_id=run_id, config=config, procs=procs, status="complete", start="",
+                      ran=ran)
+
+
 def _async_run():
-    ups = [dict(kind="update", update=u, worker=1 + u % 2, epoch=u // 4, batch=u // 2 % 2, piece=u % 2,
-                read=max(0, u - 1), staleness=u % 2, queue=u % 3, blocked=0, t_s=0.01 * u, apply_ms=0.3,
-                reply_ms=0.2) for u in range(8)]
-    epochs = [dict(kind="epoch", epoch=e, accuracy=0.6 + 0.1 * e, seconds=0.02, updates=4 * (e + 1)) for e in (0, 1)]
+    ups = [update_record(update=u, worker=1 + u % 2, epoch=u // 4, batch=u // 2 % 2, piece=u % 2,
+                         read=max(0, u - 1), staleness=u % 2, queue=u % 3, blocked=0, t_s=0.01 * u, apply_ms=0.3,
+                         reply_ms=0.2) for u in range(8)]
+    epochs = [R.Epoch(epoch=e, accuracy=0.6 + 0.1 * e, seconds=0.02, updates=4 * (e + 1)) for e in (0, 1)]
     # each worker: 10 ms a piece, 3 of them waiting for the server's answer (pull):
     # a cycle of 10 - 3 + 0.5 (the server's 0.3 + 0.2 ms on its request) = 7.5 ms
-    work = [dict(kind="batch", epoch=0, batch=0, wall_ms=10.0,
-                 t_ms={"forward": [0, 5.0], "pull": [5.0, 3.0], "params": [9.0, 1.0]})] * 4
-    return Run.from_records({"config": dict(JOB, comm="ps-async", staleness=1), "procs": 3, "comm": "ps-async"},
-                            {0: ups + epochs, 1: work, 2: work}, "async-s1")
+    shape = R.Shape(id=1, samples=20, local_samples=10, phases=(R.Phase.FORWARD, R.Phase.PULL, R.Phase.PARAMS),
+                    flops={}, ops={}, bytes_h2d=0, bytes_d2h=0, bytes_d2d=0, bytes_mpi=0, bytes_nccl=0,
+                    collectives=())
+    work = [shape, R.Batch(epoch=0, batch=0, shape=shape, t0_s=0.0, wall_ms=10.0, clock="host",
+                           t_ms={"forward": R.Span(0, 5.0), "pull": R.Span(5.0, 3.0), "params": R.Span(9.0, 1.0)})]
+    return Run.from_records(_manifest("async-s1", 3, "ps-async", dict(JOB, comm="ps-async", staleness=1)),
+                            {0: ups + epochs, 1: work, 2: work})
 
 
 def test_the_report_puts_a_stale_run_beside_its_synchronous_one():
-    sync = Run.from_records({"config": dict(JOB, comm="auto"), "procs": 2, "comm": "mpi"},
-                            {0: [dict(kind="epoch", epoch=e, accuracy=0.65 + 0.1 * e, seconds=0.05) for e in (0, 1)],
-                             1: []}, "sync")
+    sync = Run.from_records(_manifest("sync", 2, "mpi", dict(JOB, comm="auto")),
+                            {0: [R.Epoch(epoch=e, accuracy=0.65 + 0.1 * e, seconds=0.05) for e in (0, 1)], 1: []})
     s = section_psasync([_async_run(), sync])
     rows = s.tables[0].rows
     assert [r["scheme"] for r in rows] == ["synchronous all-reduce", "ps-async S=1"]

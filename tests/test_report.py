@@ -14,6 +14,7 @@ from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
 from perfmlp.trace.format import PHASES
 from perfmlp.trace.reader import Run
+from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures
 from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
 from perfmlp.report.sections import section_model
@@ -25,8 +26,13 @@ SIZES = (784, 512, 10)
 H200 = "NVIDIA H200"
 
 
+def profiled(run, attached=True):
+    """The run as if an NVTX tool had been attached."""
+    return dataclasses.replace(run, manifest=dataclasses.replace(run.manifest, profiler_attached=attached))
+
+
 def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None, gemm="cublas", gpu=H200, endings=None,
-             manifest_status="complete", exec_mode=None, bucket_bytes=None):
+             manifest_status="complete", exec_mode=None, bucket_bytes=None, trace_level=None):
     """A run as its trace files would hold it: 4 batches per rank, the first
     (warm-up) 50 ms. `endings`: rank -> end-line status, None for no end line.
     `exec_mode`: run --exec (None: not in the configuration, as before --exec
@@ -40,6 +46,8 @@ def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None, gemm="cublas", gp
     manifest = {"schema": "perfmlp.trace/1", "run_id": run_id or f"p{procs}-{transfer}-{comm}-{gemm}",
                 "config": cfg, "procs": procs, "status": manifest_status, "backend": "cupy",
                 "machine": {"nodes": {"h": {"gpu": gpu, "gpu_count": 4, "ranks": list(range(procs))}}}}
+    if trace_level:
+        manifest["trace_level"] = trace_level
     endings = endings or dict.fromkeys(range(procs), "complete")
     ranks = {}
     for r in range(procs):
@@ -57,7 +65,7 @@ def fake_run(procs, transfer, comm, t_ms, B=3200, run_id=None, gemm="cublas", gp
         if endings[r] is not None:
             recs.append({"kind": "end", "status": endings[r]})
         ranks[r] = recs
-    return Run.from_records(manifest, ranks)
+    return Run.from_records(*format1(manifest, ranks))  # format-1 objects, through the upgrader
 
 
 def read_csv(path):
@@ -128,8 +136,8 @@ def test_summaries_are_typed_and_frozen():
 def test_terms_come_from_the_trace_format():
     # every phase of the trace format lands in one of the report's terms
     # and has a colour in the phase figure
-    phases = {p: float(i + 1) for i, p in enumerate(PHASES)}  # 1 + 2 + ... + 12 = 78
-    assert sum(measured_terms(phases).values()) == 78
+    phases = {p: float(i + 1) for i, p in enumerate(PHASES)}  # 1 + 2 + ... + 16 = 136
+    assert sum(measured_terms(phases).values()) == 136
     assert set(figures.PHASE_COLORS) == set(PHASES)
     # forward + loss + backward + update + graph = 2 + 3 + 4 + 8 + 9 = 26 ms of compute
     assert measured_terms(phases)["compute"] == 26
@@ -198,7 +206,7 @@ def test_no_calibration_is_not_called_calibrated(tmp_path):
 def test_reference_gemm_runs_are_not_accuracy_points():
     runs = four_runs() + [fake_run(1, "resident", "nccl", 2.3, gemm="naive"),
                           fake_run(1, "resident", "nccl", 0.3, run_id="profiled")]
-    runs[-1].manifest["profiler_attached"] = True
+    runs[-1] = profiled(runs[-1])
     a = analyse(runs, [], load_study())
     (fig,) = section_model(a).figures
     labels = {p["label"] for p in fig.args["rows"]}
@@ -340,7 +348,7 @@ def test_execution_modes_set_measured_changes_beside_predicted(tmp_path):
             + mode_variant(1, "eager", None, [0.25]) + mode_variant(1, "graph", None, [0.2])
             + [fake_run(1, "resident", "nccl", 0.19, run_id="killed", exec_mode="graph", bucket_bytes=MiB,
                         endings={0: None})])
-    runs[-2].manifest["profiler_attached"] = True
+    runs[-2] = profiled(runs[-2])
     out = build_from_runs(runs, [], tmp_path / "rep")
     rows = read_csv(out / "execution_modes.csv")
     assert [(r["p"], r["exec"], r["overlap"], r["runs"]) for r in rows] == [
@@ -434,9 +442,9 @@ def test_no_configuration_ran_two_ways():
     from perfmlp.report.execution import section_execution
     # repeats of one variant, and a second variant only under a profiler: nothing to set side by side
     runs = mode_variant(2, "eager", None, [0.3, 0.31]) + mode_variant(2, "graph", None, [0.2])
-    runs[-1].manifest["profiler_attached"] = True
+    runs[-1] = profiled(runs[-1])
     assert section_execution(analyse(runs, [], load_study())) is None
-    runs[-1].manifest["profiler_attached"] = False
+    runs[-1] = profiled(runs[-1], False)
     assert section_execution(analyse(runs, [], load_study())) is not None
 
 
@@ -445,9 +453,7 @@ def test_each_run_is_predicted_at_the_trace_level_it_ran_at():
     machines = Machines(load_machine("h200"), load_machine("h200-calibrated"))
     preds = {}
     for recorded in (None, "auto", "counters", "phases", "kernels"):
-        run = fake_run(1, "resident", "nccl", 0.2, exec_mode="graph")
-        if recorded:
-            run.manifest["trace_level"] = recorded
+        run = fake_run(1, "resident", "nccl", 0.2, exec_mode="graph", trace_level=recorded)
         preds[recorded] = summarise(run, machines).calibrated
         assert trace_level_of(run) == {None: "phases", "auto": "counters"}.get(recorded, recorded)
     # no level recorded: a run made before the levels, its phases timed with CUDA events (one per replay here)
@@ -456,8 +462,7 @@ def test_each_run_is_predicted_at_the_trace_level_it_ran_at():
     assert preds["auto"].terms == preds["counters"].terms and preds["counters"].terms["tracing"] == 0
     assert preds["kernels"].detail["trace_uncalibrated"] and not preds["phases"].detail["trace_uncalibrated"]
     # the report says what its predictions leave out
-    runs = [fake_run(1, "resident", "nccl", 0.2, exec_mode="graph")]
-    runs[0].manifest["trace_level"] = "kernels"
+    runs = [fake_run(1, "resident", "nccl", 0.2, exec_mode="graph", trace_level="kernels")]
     text = " ".join(section_model(analyse(runs, [], load_study(None), "h200-calibrated")).paragraphs)
     assert ("Not in the predictions (those levels priced as `counters`): CUPTI activity records, every kernel "
             "inside CUDA graphs too (kernels level), not calibrated, 1 run(s).") in text

@@ -363,15 +363,15 @@ def test_counters_equal_the_model(tmp_path, procs, flags, hidden):
     for rank, rt in run.ranks.items():
         assert len(rt.batches) == 8  # 6 6 6 5, two epochs
         for b in rt.batches:
-            want = rank_counts(sizes, b["samples"], procs, rank, 4, c["parallel"], c["model_procs"], run.comm,
+            want = rank_counts(sizes, b.samples, procs, rank, 4, c["parallel"], c["model_procs"], run.comm,
                                "resident")  # NumPy copies nothing to a device
-            assert b["local_samples"] == want.b
-            assert (b["bytes_h2d"], b["bytes_d2h"], b["bytes_mpi"], b["bytes_nccl"]) == \
-                (want.bytes_h2d, want.bytes_d2h, want.bytes_mpi, want.bytes_nccl), (rank, b["batch"])
-            assert b["collectives"] == want.collective_list(run.comm)
-            assert {k: v for k, v in b["flops"].items() if v} == {k: v for k, v in want.flops.items() if v}
+            assert b.local_samples == want.b
+            assert (b.bytes_h2d, b.bytes_d2h, b.bytes_mpi, b.bytes_nccl) == \
+                (want.bytes_h2d, want.bytes_d2h, want.bytes_mpi, want.bytes_nccl), (rank, b.batch)
+            assert [list(c) for c in b.collectives] == want.collective_list(run.comm)
+            assert {k: v for k, v in b.flops.items() if v} == {k: v for k, v in want.flops.items() if v}
             # HostBatches opens the h2d phase (copying nothing), as a pageable run does
-            assert set(b["t_ms"]) == set(step_phases(sizes, procs, rank, c["parallel"], c["model_procs"], run.comm,
+            assert set(b.t_ms) == set(step_phases(sizes, procs, rank, c["parallel"], c["model_procs"], run.comm,
                                                      "pageable"))
             seen += 1
     assert seen == 8 * procs
@@ -431,6 +431,7 @@ def test_model_cli_takes_the_strategy(tmp_path):
 def fake_gpu_run(H, B, procs, parallel, comm, t_ms, model_procs=0):
     """A GPU run as its trace would hold it: counters from the model, 4 batches (the first a warm-up)."""
     from perfmlp.trace.reader import Run
+    from perfmlp.trace.upgrade import format1
     sizes = (784, H, 10)
     cfg = {"input_size": 784, "hidden_sizes": [H], "num_classes": 10, "batch_size": B, "n_train": 4 * B,
            "precision": "float32", "batch_transfer": "resident", "comm": comm, "gemm": "cublas",
@@ -451,7 +452,7 @@ def fake_gpu_run(H, B, procs, parallel, comm, t_ms, model_procs=0):
                          "t_ms_total": 50.0 if k == 0 else t_ms, "wall_ms": t_ms, "clock": "cuda-events"})
         recs.append({"kind": "end", "status": "complete"})
         ranks[r] = recs
-    return Run.from_records(manifest, ranks)
+    return Run.from_records(*format1(manifest, ranks))  # format-1 objects, through the upgrader
 
 
 def test_report_maps_the_strategies_and_checks_the_bytes(tmp_path):

@@ -9,17 +9,32 @@ import sys
 import pytest
 
 from perfmlp.report import build_from_runs
-from perfmlp.report.crosscheck import cross_check
+from perfmlp.report.crosscheck import cross_check as batch_cross_check
 from perfmlp.report.intervals import intersect, length, subtract, union
 from perfmlp.report.timeline import PARTS, breakdown, collective_waits, critical_path, run_breakdowns, run_collectives
 from perfmlp.trace import activity as act
+from perfmlp.trace import records as R
 from perfmlp.trace import writer as writer_mod
-from perfmlp.trace.chrome import TID_STREAM0, chrome_events
-from perfmlp.trace.format import ACTIVITY_FIELDS, DEFAULT_TRACE_LEVEL, Counts
+from perfmlp.trace.chrome import STREAM0, chrome_events, tid
+from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, Counts
 from perfmlp.trace.reader import read_run
+from perfmlp.trace.records import ACTIVITY_FIELDS
 
 from conftest import ROOT, gpu, run_perfmlp
 from synthetic import gpu_records, write_run
+
+
+def batch_of(b: dict) -> R.Batch:
+    """A trace Batch with a batch line's counters (`b`: its keys) and GPU records."""
+    shape = R.Shape(id=1, samples=1, local_samples=1, phases=(), flops={}, ops={}, kernels=b.get("kernels"),
+                    gemms=b.get("gemms"), bytes_h2d=b.get("bytes_h2d", 0), bytes_d2h=b.get("bytes_d2h", 0),
+                    bytes_d2d=b.get("bytes_d2d", 0), bytes_mpi=0, bytes_nccl=0,
+                    collectives=tuple(tuple(c) for c in b.get("collectives", ())))
+    return R.Batch(epoch=0, batch=0, shape=shape, t0_s=0.0, wall_ms=0.0, clock="cupti", t_ms={}, gpu=tuple(b["gpu"]))
+
+
+def cross_check(b, *args, **kw):
+    return batch_cross_check(b if isinstance(b, R.Batch) else batch_of(b), *args, **kw)
 
 
 # ---- interval arithmetic -------------------------------------------------------------------
@@ -42,8 +57,8 @@ def test_intersect_and_subtract():
 # ---- one batch -----------------------------------------------------------------------------
 
 def rec(cat, phase, s, e, stream=7, nbytes=0, copy=None, name=None, api=None):
-    return {"cat": cat, "phase": phase, "start_ns": s, "end_ns": e, "stream": stream, "bytes": nbytes, "copy": copy,
-            "name": name, "api_ns": api, "corr": 0}
+    return R.GpuRecord(cat=cat, phase=phase, start_ns=s, end_ns=e, stream=stream, bytes=nbytes, copy=copy, name=name,
+                       api_ns=api, corr=0)
 
 
 def test_breakdown_adds_up_to_the_window_from_unions():
@@ -180,8 +195,8 @@ def test_clock_offset_takes_the_tightest_bracket():
 
 def test_to_run_s_puts_ranks_on_rank_zeros_axis():
     # rank 1's host clock runs 2 s behind rank 0's; its CUPTI clock is 7 s ahead of its host clock
-    c1 = {"host_start_ns": 10 * 10**9, "rank0_minus_host_ns": 2 * 10**9, "rank0_start_ns": 11 * 10**9,
-          "cupti_minus_host_ns": 7 * 10**9}
+    c1 = R.Clock(at="start", host_start_ns=10 * 10**9, rank0_minus_host_ns=2 * 10**9, rank0_err_ns=0,
+                 rank0_start_ns=11 * 10**9, cupti_minus_host_ns=7 * 10**9)
     # host 10 s on rank 1 = 12 s on rank 0 = 1 s after rank 0 started
     assert act.to_run_s(c1, 10 * 10**9, False) == 1.0
     # CUPTI 17.5 s on rank 1 = host 10.5 s = 1.5 s on the run axis
@@ -260,20 +275,28 @@ class FakeWorld:
 
 class FakeNet:
     kernels_launched = 0
+    ops = None         # the tracer hands a list here in the batches it records
+    fuse_output = True
+
+
+class FakeReducer:
+    name = "nccl"
 
 
 class FakeBackend:
     name = "cupy"
+    exec = "eager"
 
     def __init__(self):
         self.net = FakeNet()
+        self.reducer = FakeReducer()
 
 
 def traced_run(tmp_path, monkeypatch, batches=6):
     from perfmlp.config import from_mapping
     fake = FakeCollector()
     monkeypatch.setattr(act, "collector_or_reason", lambda level, nvtx_tool: (fake, None))
-    monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
+    monkeypatch.setattr(writer_mod, "machine_seen", lambda *a: {"nodes": {}})
     cfg = from_mapping({"trace_dir": str(tmp_path), "run_id": "fake", "batch_size": 10, "n_train": 40,
                         "backend": "cupy", "trace_level": "timeline"})
     world = FakeWorld()
@@ -289,7 +312,8 @@ def traced_run(tmp_path, monkeypatch, batches=6):
         with tr.phase("forward"):  # 2 cuBLAS GEMMs and 2 of our kernels, recorded as the network records them
             for op, shape, name in (("gemm", (3, 10, 4), GEMM), ("bias_sigmoid", (3, 10), "bias_sigmoid"),
                                     ("gemm", (2, 10, 3), GEMM), ("bias_add", (2, 10), "bias_add")):
-                tr.ops.append((op, shape))
+                if be.net.ops is not None:  # as the network records what it launches
+                    be.net.ops.append((op, shape))
                 be.net.kernels_launched += 1
                 fake.launch("kernel", 10_000, name=name)
         with tr.phase("allreduce"):
@@ -308,17 +332,17 @@ def traced_run(tmp_path, monkeypatch, batches=6):
 
 def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
     run = traced_run(tmp_path, monkeypatch)
-    assert run.manifest["trace_level"] == "timeline" and "trace_level_note" not in run.manifest
+    assert run.manifest.ran.trace_level == "timeline" and run.manifest.ran.trace_level_note is None
     rt = run.ranks[0]
-    assert rt.activity["schema"] == "perfmlp.activity/1" and rt.clock["cupti_minus_host_ns"] is not None
+    assert rt.activity.schema == "perfmlp.activity/1" and rt.clock.cupti_minus_host_ns is not None
     b = rt.batches[1]
-    assert b["clock"] == "cupti" and b["kernels"] == {"forward": 4, "update": 1} and b["gemms"] == {"forward": 2}
-    assert len(b["gpu"]) == 1 + 4 + 1 + 1
+    assert b.clock == "cupti" and b.kernels == {"forward": 4, "update": 1} and b.gemms == {"forward": 2}
+    assert len(b.gpu) == 1 + 4 + 1 + 1
     # h2d 2 us, forward 4 x 10 us + 3 gaps of 1 us, ...: the GPU spans, not the host's
-    off, dur = b["t_ms"]["forward"]
+    off, dur = b.t_ms["forward"]
     assert dur == pytest.approx((1000 + 4 * 10_000 + 3 * 1000) / 1e6)
-    assert set(b["t_ms_host"]) == {"h2d", "forward", "allreduce", "update"}
-    c = cross_check(b, rt.activity["own_kernels"])
+    assert set(b.t_ms_host) == {"h2d", "forward", "allreduce", "update"}
+    c = cross_check(b, rt.activity.own_kernels)
     assert c.bytes_ok and c.kernels_ok and c.nccl_kernels == c.collectives == 1
     assert c.library_kernels == 2
     bd = run_breakdowns(run)[0]
@@ -329,9 +353,12 @@ def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
 
 
 def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
+    import dataclasses
     run = traced_run(tmp_path, monkeypatch)
-    run.manifest["machine"] = {"nodes": {"h": {"gpu": "NVIDIA H200", "gpu_count": 1, "ranks": [0]}}}
-    run.manifest["config"].update({"hidden_sizes": [512]})
+    m = run.manifest
+    run = dataclasses.replace(run, manifest=dataclasses.replace(
+        m, machine={"nodes": {"h": {"gpu": "NVIDIA H200", "gpu_count": 1, "ranks": [0]}}},
+        config={**m.config, "hidden_sizes": [512]}, ran=dataclasses.replace(m.ran, gpu="NVIDIA H200")))
     out = build_from_runs([run], [], tmp_path / "rep")
     md = (out / "report.md").read_text()
     assert "GPU timeline: fake" in md and (out / "timeline_fake.png").exists() and (out / "breakdown_fake.svg").exists()
@@ -340,7 +367,8 @@ def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
     copies = [e for e in ev if e.get("cat") == "copy"]
     assert len(copies) == 6 and all(e["args"]["bytes"] == 3000 for e in copies)
     # two streams (7: compute and copies, 9: NCCL) on their own tracks
-    assert {e["tid"] for e in ev if e.get("cat") in ("compute", "comm", "copy")} == {TID_STREAM0, TID_STREAM0 + 1}
+    assert {e["tid"] for e in ev if e.get("cat") in ("compute", "comm", "copy")} == {tid(0, STREAM0),
+                                                                                   tid(0, STREAM0 + 1)}
     json.dumps(ev)
 
 
@@ -390,7 +418,7 @@ def test_the_default_level_of_each_mode_is_the_richest_the_overhead_table_shows_
 
 def test_auto_resolves_at_attach_and_the_manifest_says_why(tmp_path, monkeypatch):
     from perfmlp.config import from_mapping
-    monkeypatch.setattr(writer_mod, "record_machine", lambda *a: None)
+    monkeypatch.setattr(writer_mod, "machine_seen", lambda *a: {"nodes": {}})
     for mode in ("eager", "graph"):
         want = DEFAULT_TRACE_LEVEL[mode]
         fake = FakeCollector()
@@ -401,9 +429,9 @@ def test_auto_resolves_at_attach_and_the_manifest_says_why(tmp_path, monkeypatch
         tr = writer_mod.make_tracer(cfg, FakeWorld())
         tr.attach(FakeWorld(), be)
         tr.close("complete")
-        m = read_run(tmp_path / mode).manifest
-        assert (m["trace_level"], m["trace_level_asked"]) == (want, "auto")
-        assert m["trace_level_why"] == f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
+        m = read_run(tmp_path / mode).manifest.ran
+        assert (m.trace_level, m.trace_level_asked) == (want, "auto")
+        assert m.trace_level_why == f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
 
 
 @pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters"), ("auto", "counters")])
@@ -413,11 +441,12 @@ def test_cpu_runs_say_which_level_ran(tmp_path, level, used):
                     "--trace-dir", str(tmp_path), "--run-id", "lv", "--trace-level", level)
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "lv")
-    assert run.manifest["trace_level"] == used and run.manifest["trace_level_asked"] == level
-    assert ("no GPU" in run.manifest.get("trace_level_note", "")) == (level not in (used, "auto"))
+    ran = run.manifest.ran
+    assert ran.trace_level == used and ran.trace_level_asked == level
+    assert ("no GPU" in (ran.trace_level_note or "")) == (level not in (used, "auto"))
     # auto on numpy: the eager default, and the manifest says so
-    assert ("trace_level_why" in run.manifest) == (level == "auto")
-    assert run.ranks[0].clock["rank0_minus_host_ns"] == 0 and not run.ranks[0].gpu
+    assert (ran.trace_level_why is not None) == (level == "auto")
+    assert run.ranks[0].clock.rank0_minus_host_ns == 0 and not any(b.gpu for b in run.ranks[0].batches)
 
 
 def _has_cupti():
@@ -437,14 +466,14 @@ def test_cupti_records_match_the_counters_on_the_gpu(tmp_path, transfer, comm):
                     "--trace-dir", str(tmp_path), "--run-id", "g", timeout=300)
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "g")
-    assert run.manifest["trace_level"] == "kernels", run.manifest.get("trace_level_note")
+    assert run.manifest.ran.trace_level == "kernels", run.manifest.ran.trace_level_note
     batches = run.ranks[0].batches
-    assert len(batches) == 8 and all(b["clock"] == "cupti" for b in batches)
-    own = run.ranks[0].activity["own_kernels"]
+    assert len(batches) == 8 and all(b.clock == "cupti" for b in batches)
+    own = run.ranks[0].activity.own_kernels
     for b in batches:
         c = cross_check(b, own, ranks=1)
-        assert c.bytes_ok, (b["batch"], c)
-        assert c.kernels_ok, (b["batch"], c.kernel_mismatch, [g["name"] for g in b["gpu"]])
+        assert c.bytes_ok, (b.batch, c)
+        assert c.kernels_ok, (b.batch, c.kernel_mismatch, [g.name for g in b.gpu])
     assert run_breakdowns(run)[0][0].compute > 0
 
 

@@ -1,3 +1,7 @@
+"""The trace (format 2): what a run writes, read back as records; damaged
+traces end in one line naming the file, line and field (exit 2); format-1
+traces read through the upgrader; the Chrome export is what Perfetto
+imports whole."""
 import gzip
 import json
 import os
@@ -10,96 +14,121 @@ import time
 import pytest
 
 from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
-from perfmlp.trace.reader import read_run, read_traces
+from perfmlp.trace.reader import TraceError, read_run, read_traces
 
 from conftest import ROOT, run_perfmlp
-from synthetic import gpu_records, write_run
 
 TINY = ["--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
         "--n-train", "13", "--batch-size", "5", "--epochs", "1", "--learning-rate", "1e-4"]
+FORMAT1 = ROOT / "tests" / "data" / "format1" / "format1-p2"
+
+
+def tiny_run(tmp_path, run_id="t", *extra, procs=None):
+    r = run_perfmlp(*TINY, *extra, "--trace-dir", str(tmp_path), "--run-id", run_id, procs=procs)
+    assert r.returncode == 0, r.stderr
+    return tmp_path / run_id
 
 
 def test_counters_match_hand_counts(tmp_path):
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "tiny")
-    assert r.returncode == 0, r.stderr
-    run = read_run(tmp_path / "tiny")
-    assert run.complete and [b["samples"] for b in run.ranks[0].batches] == [5, 5, 3]
+    run = read_run(tiny_run(tmp_path))
+    assert run.complete and [b.samples for b in run.ranks[0].batches] == [5, 5, 3]
     b0 = run.ranks[0].batches[0]
     # forward, b=5: W1 (3x4) @ X (4x5): 2*3*5*4 = 120; bias+sigmoid 4*3*5 = 60;
     #               W2 (2x3) @ A1 (3x5): 2*2*5*3 = 60; bias 2*5 = 10  -> 250
-    assert b0["flops"]["forward"] == 250
+    assert b0.flops["forward"] == 250
     # backward: dW2 2*2*3*5 = 60, db2 2*4 = 8, dA1 2*3*5*2 = 60, sigmoid' 3*3*5 = 45,
     #           dW1 2*3*4*5 = 120, db1 3*4 = 12 -> 305
-    assert b0["flops"]["backward"] == 305
+    assert b0.flops["backward"] == 305
     # update: 4 * (12 + 6) + 2 * (3 + 2) = 82
-    assert b0["flops"]["update"] == 82
+    assert b0.flops["update"] == 82
     # gradient buffer: 12 + 3 + 6 + 2 params + 1 loss slot = 24 float32 = 96 bytes, to MPI
-    assert b0["bytes_mpi"] == 96 and b0["collectives"] == [["MPI_Allreduce", 24]]
-    assert b0["bytes_h2d"] == b0["bytes_d2h"] == 0  # NumPy: nothing crosses PCIe
+    assert b0.bytes_mpi == 96 and b0.collectives == (("MPI_Allreduce", 24),)
+    assert b0.bytes_h2d == b0.bytes_d2h == 0  # NumPy: nothing crosses PCIe
+    # the launch shapes as launched: the first GEMM is W1 (3x4) @ X (4x5)
+    assert b0.shape.launches["forward"][0] == ("gemm", (3, 5, 4))
+    # one shape per piece size, referenced by every batch of that size
+    shapes = run.ranks[0].shapes
+    assert sorted(s.local_samples for s in shapes.values()) == [3, 5]
+    assert run.ranks[0].batches[0].shape is run.ranks[0].batches[1].shape
 
 
 def test_counters_match_the_model_on_three_ranks(tmp_path):
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "p3", procs=3)
-    assert r.returncode == 0, r.stderr
-    run = read_run(tmp_path / "p3")
+    run = read_run(tiny_run(tmp_path, "p3", procs=3))
     assert run.complete and sorted(run.ranks) == [0, 1, 2]
     sizes = (4, 3, 2)
     for rank, rt in run.ranks.items():
         for b in rt.batches:
-            local = pieces(b["samples"], 3)[rank]
-            assert b["local_samples"] == local
+            local = pieces(b.samples, 3)[rank]
+            assert b.local_samples == local
             want = batch_counts(sizes, local, 4, "mpi", "resident")
             for phase in ("forward", "loss", "backward", "update"):
-                assert b["flops"][phase] == want.flops[phase], (rank, b["batch"], phase)
-            assert b["bytes_mpi"] == grad_buffer_bytes(sizes, 4)
+                assert b.flops[phase] == want.flops[phase], (rank, b.batch, phase)
+            assert b.bytes_mpi == grad_buffer_bytes(sizes, 4)
 
 
-def test_killed_run_is_read_and_marked_incomplete(tmp_path):
+def test_what_ran_is_in_the_manifest(tmp_path):
+    run = read_run(tiny_run(tmp_path))
+    ran = run.manifest.ran
+    assert (ran.backend, ran.comm, ran.exec, ran.parallel, ran.trace_level) == ("numpy", "mpi", "eager", "data",
+                                                                                "counters")
+    assert ran.trace_level_asked == "auto" and ran.output_grad_cols >= 1 and ran.fuse_output
+    assert (run.comm, run.exec, run.trace_level, run.on_gpu) == ("mpi", "eager", "counters", False)
+
+
+def _batches_read(folder):
+    try:
+        return len(read_run(folder).ranks[0].batches)
+    except (TraceError, KeyError):
+        return 0
+
+
+def test_killed_run_keeps_every_finished_batch(tmp_path):
+    # SIGKILL: no handler runs, no file is closed; the batch records are in the mapped file's pages
     args = [sys.executable, "-m", "perfmlp.run", "--data", "synthetic", "--input-size", "200", "--hidden-size",
             "300", "--n-train", "4000", "--batch-size", "10", "--epochs", "50", "--trace-dir", str(tmp_path),
             "--run-id", "killed"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-    f = tmp_path / "killed" / "rank-0.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not f.exists() or f.read_text().count('"kind":"batch"') < 5):
+    while time.monotonic() < deadline and _batches_read(tmp_path / "killed") < 5:
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
     run = read_run(tmp_path / "killed")
     assert not run.complete and "incomplete" in run.status
-    assert len(run.ranks[0].batches) >= 5
+    kept = [b.batch for b in run.ranks[0].batches]
+    assert len(kept) >= 5 and kept == list(range(len(kept)))
+    assert (tmp_path / "killed" / "rank-0.batches").stat().st_size > 16  # the preallocated file, not cut yet
     runs, skipped = read_traces(tmp_path)
     assert [r.run_id for r in runs] == ["killed"]
 
 
-def test_malformed_lines_are_reported_by_file_and_line(tmp_path):
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "m")
-    assert r.returncode == 0
-    f = tmp_path / "m" / "rank-0.jsonl"
+def test_a_batch_cut_off_as_it_was_written_is_left_out_and_noted(tmp_path):
+    folder = tiny_run(tmp_path)
+    path = folder / "rank-0.batches"
+    data = bytearray(path.read_bytes())
+    data[-4:] = b"\0\0\0\0"  # the last record's size, stored last: not there yet
+    path.write_bytes(bytes(data) + b"\0" * 4096)  # and the preallocated rest
+    (folder / "rank-0.jsonl").write_text("\n".join(
+        line for line in (folder / "rank-0.jsonl").read_text().splitlines() if '"kind":"end"' not in line) + "\n")
+    run = read_run(folder)
+    assert [b.batch for b in run.ranks[0].batches] == [0, 1]
+    assert any("cut off as it was written" in p for p in run.problems)
+
+
+def test_a_malformed_line_is_one_line_naming_file_line_and_field(tmp_path):
+    folder = tiny_run(tmp_path)
+    f = folder / "rank-0.jsonl"
     lines = f.read_text().splitlines()
-    lines[2] = "{not json"
-    lines.insert(3, '{"kind": "batch", "epoch": 0}')
+    lines[2] = lines[2].replace('"local_samples":5', '"local_samples":"five"')
     f.write_text("\n".join(lines) + "\n")
-    run = read_run(tmp_path / "m")
-    assert any(p.startswith(f"{f}:3: malformed line") for p in run.problems)
-    assert any(p.startswith(f"{f}:4: malformed line (batch line without batch)") for p in run.problems)
-    assert len(run.ranks[0].batches) == 2
-
-
-def test_chrome_export_has_one_event_per_range(tmp_path):
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "c")
-    assert r.returncode == 0
-    out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(tmp_path / "c"), "-o", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(out.read_text())
-    run = read_run(tmp_path / "c")
-    ranges = sum(1 + len(b["t_ms"]) for b in run.ranks[0].batches)
-    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
-    assert len(xs) == ranges == 3 * (1 + 6)  # 3 batches, each a batch range and 6 phases (NumPy: no copies)
-    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in xs)
+    with pytest.raises(TraceError) as e:
+        read_run(folder)
+    assert str(e.value) == f"{f}:3: local_samples: 'five', not an integer >= 1"
+    lines[2] = "{not json"
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=r"rank-0.jsonl:3: not JSON"):
+        read_run(folder)
 
 
 def test_no_trace_writes_nothing(tmp_path):
@@ -109,9 +138,8 @@ def test_no_trace_writes_nothing(tmp_path):
 
 def test_cprofile_writes_rank_profiles(tmp_path):
     import pstats
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "prof", "--cprofile")
-    assert r.returncode == 0, r.stderr
-    st = pstats.Stats(str(tmp_path / "prof" / "rank-0.prof"))
+    folder = tiny_run(tmp_path, "prof", "--cprofile")
+    st = pstats.Stats(str(folder / "rank-0.prof"))
     assert any(fn[2] == "_train" for fn in st.stats)
 
 
@@ -126,101 +154,80 @@ def test_nvtx_range_is_free_without_a_profiler():
     assert enabled() is False
 
 
-def test_a_batch_line_round_trips_through_the_reader():
-    from perfmlp.trace.format import BATCH_KEYS
-    from perfmlp.trace.reader import parse_line
-    from perfmlp.trace.writer import batch_line
-    rec = {"epoch": 1, "batch": 7, "samples": 3200, "local_samples": 1600, "t0_s": 0.25, "loss": 2.5,
-           "counts": '"flops":{"forward":100,"update":8},"ops":{"forward":4,"update":2}',
-           "bytes": (10, 20, 40, 30, 0), "collectives": '[["MPI_Allreduce",24]]', "wall_ms": 1.5,
-           "t_ms": [("forward", 0.0, 0.75), ("update", 0.75, 0.25)], "t_ms_total": 1.0, "clock": "cuda-events"}
-    line = batch_line(rec)
-    assert line.endswith("\n") and line.count("\n") == 1
-    back = parse_line(line)
-    assert set(BATCH_KEYS) <= set(back)
-    assert (back["epoch"], back["batch"], back["samples"], back["local_samples"]) == (1, 7, 3200, 1600)
-    assert back["flops"] == {"forward": 100, "update": 8} and back["ops"] == {"forward": 4, "update": 2}
-    assert (back["bytes_h2d"], back["bytes_d2h"], back["bytes_d2d"], back["bytes_mpi"], back["bytes_nccl"]) == (
-        10, 20, 40, 30, 0)
-    assert back["collectives"] == [["MPI_Allreduce", 24]]
-    assert back["t_ms"] == {"forward": [0.0, 0.75], "update": [0.75, 0.25]} and back["t_ms_total"] == 1.0
-    assert back["loss"] == 2.5 and back["clock"] == "cuda-events"
-    with pytest.raises(ValueError, match="without bytes_nccl"):
-        parse_line(line.replace('"bytes_nccl"', '"other"'))
-
-
-def test_chrome_export_to_an_unwritable_path_is_one_line(tmp_path):
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "c")
-    assert r.returncode == 0, r.stderr
-    out = tmp_path / "no-such-folder" / "run.json"
-    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(tmp_path / "c"), "-o", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2
-    assert r.stderr.strip() == f"perfmlp.trace.chrome: error: cannot write {out}: No such file or directory"
+def test_every_line_record_round_trips():
+    from perfmlp.trace import lines as L
+    from perfmlp.trace import records as R
+    recs = [R.Header(schema=R.SCHEMA, rank=1, size=2, start="s", pid=7, clock="host", host_start_ns=5),
+            R.Clock(at="start", host_start_ns=5, rank0_minus_host_ns=-3, rank0_err_ns=1, rank0_start_ns=2),
+            R.Shape(id=1, samples=10, local_samples=5, phases=(R.Phase.FORWARD, R.Phase.UPDATE),
+                    flops={R.Phase.FORWARD: 100}, ops={R.Phase.FORWARD: 2}, kernels=None, gemms=None,
+                    launches={R.Phase.FORWARD: (("gemm", (3, 5, 4)),)}, bytes_h2d=1, bytes_d2h=2, bytes_d2d=3,
+                    bytes_mpi=4, bytes_nccl=0, collectives=(("MPI_Allreduce", 24),)),
+            R.Epoch(epoch=0, loss=0.5, accuracy=None, seconds=1.0, steady_ms_per_batch=None, warmup_batches=2),
+            R.GpuActivity(epoch=0, batch=3, records=(R.GpuRecord("copy", R.Phase.UPDATE, 1, 2, 7, 64, "h2d", None,
+                                                                 None, 9),)),
+            R.Activity(orphans=3), R.End(status="complete", end="e", batches=4)]
+    for rec in recs:
+        back = L.parse(L.line(rec))
+        assert L.as_json(back) == L.as_json(rec) and type(back) is type(rec)
+    assert L.parse(L.line(recs[2])).phases == (R.Phase.FORWARD, R.Phase.UPDATE)
 
 
 def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
     """Host-clock batch lines of a GPU run hold the host's enqueue time; the
     epoch's synchronised steady time per batch stands in for them."""
+    import dataclasses
+    from perfmlp.trace import records as R
     from perfmlp.trace.reader import Run
+    base = json.loads((FORMAT1 / "manifest.json").read_text())
+    manifest = R.read(R.Manifest, {**base, "schema": R.SCHEMA, "ran": None})
 
     def run(backend, epoch_line, steady=True):
-        manifest = {"schema": "perfmlp.trace/1", "run_id": "r", "procs": 2, "status": "complete",
-                    "config": {"backend": backend, "batch_size": 100}}
+        ran = R.Ran(backend=backend, comm="nccl", exec="eager", parallel="data", model_procs=0,
+                    batch_transfer="resident", overlap=False, bucket_bytes=1, gemm="cublas", output_grad_cols=256,
+                    fuse_output=True, trace_level="counters", trace_level_asked="auto")
+        m = dataclasses.replace(manifest, ran=ran, procs=2)
+        shape = R.Shape(id=1, samples=100, local_samples=50, phases=(R.Phase.FORWARD,), flops={}, ops={},
+                        bytes_h2d=0, bytes_d2h=0, bytes_d2d=0, bytes_mpi=0, bytes_nccl=0, collectives=())
         ranks = {}
         for r in range(2):
-            recs = [{"kind": "header", "schema": "perfmlp.trace/1", "rank": r, "pid": 1}]
-            for k in range(3):
-                recs.append({"kind": "batch", "epoch": 0, "batch": k, "samples": 100, "local_samples": 50,
-                             "t0_s": 0.0, "flops": {}, "bytes_h2d": 0, "bytes_d2h": 0, "bytes_mpi": 0,
-                             "bytes_nccl": 0, "t_ms": {"forward": [0.0, 0.01]}, "wall_ms": 0.02, "clock": "host"})
+            recs = [shape] + [R.Batch(epoch=0, batch=k, shape=shape, t0_s=0.0, wall_ms=0.02, loss=None, clock="host",
+                                      t_ms={R.Phase.FORWARD: R.Span(0.0, 0.01)}) for k in range(3)]
             if epoch_line:
-                recs.append({"kind": "epoch", "epoch": 0, "seconds": 0.003 + 0.003 * r,
-                             **({"steady_ms_per_batch": 0.2 + 0.1 * r} if steady else {})})
+                recs.append(R.Epoch(epoch=0, seconds=0.003 + 0.003 * r,
+                                    steady_ms_per_batch=0.2 + 0.1 * r if steady else None))
             ranks[r] = recs
-        return Run.from_records(manifest, ranks)
+        return Run.from_records(m, ranks)
 
     assert run("cupy", True).batch_times_ms() == pytest.approx([0.3, 0.3])  # the slowest rank's epoch time
-    assert run("cupy", True, steady=False).batch_times_ms() == pytest.approx([0.02, 0.02])  # older: what they hold
+    assert run("cupy", True, steady=False).batch_times_ms() == pytest.approx([0.02, 0.02])  # what they hold
     assert run("numpy", True).batch_times_ms() == pytest.approx([0.02, 0.02])  # the CPU's host time is its time
-    # the report leaves out of its error figures the GPU runs whose times are still the host's
     assert run("cupy", True, steady=False).host_enqueue_times and run("cupy", False).host_enqueue_times
     assert not run("cupy", True).host_enqueue_times and not run("numpy", False).host_enqueue_times
 
 
-def test_a_packed_trace_set_reads_and_reports_as_the_plain_one(tmp_path):
+def test_a_packed_run_reads_as_the_plain_one(tmp_path):
     from perfmlp.trace.pack import main as pack
-    run_dir = write_run(tmp_path / "set", gpu_records(procs=2, batches=6, run_id="staged-p2"))
-    plain = read_run(run_dir)
-    report = [sys.executable, "-m", "perfmlp.report", str(tmp_path / "set")]
-    r1 = subprocess.run([*report, "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
-    assert r1.returncode == 0, r1.stderr
-    md1 = (tmp_path / "r" / "report.md").read_text()
+    folder = tiny_run(tmp_path / "set", "z", procs=2)
+    plain = read_run(folder)
     assert pack([str(tmp_path / "set")]) == 0
-    assert not list(run_dir.glob("rank-*.jsonl")) and len(list(run_dir.glob("rank-*.jsonl.gz"))) == 2
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "rank-0.batches.gz", "rank-0.jsonl.gz",
+                                                        "rank-1.batches.gz", "rank-1.jsonl.gz"]
     assert pack([str(tmp_path / "set")]) == 0     # again: nothing left to pack, nothing lost
-    packed = read_run(run_dir)
-    assert sorted(packed.ranks) == sorted(plain.ranks) == [0, 1]
+    packed = read_run(folder)
     for rank in plain.ranks:
         assert packed.ranks[rank].batches == plain.ranks[rank].batches
         assert packed.ranks[rank].epochs == plain.ranks[rank].epochs
-    assert [run.run_id for run in read_traces(tmp_path / "set")[0]] == [plain.run_id]
-    shutil.rmtree(tmp_path / "r")
-    r2 = subprocess.run([*report, "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
-    assert r2.returncode == 0, r2.stderr
-    assert (tmp_path / "r" / "report.md").read_text() == md1
 
 
 def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
     from perfmlp.trace.pack import main as pack
-    r = run_perfmlp(*TINY, "--trace-dir", str(tmp_path), "--run-id", "z", procs=2)
-    assert r.returncode == 0, r.stderr
-    run_dir = tmp_path / "z"
+    run_dir = tiny_run(tmp_path, "z", procs=2)
     plain0 = (run_dir / "rank-0.jsonl").read_bytes()
     assert pack([str(run_dir)]) == 0
     (run_dir / "rank-0.jsonl").write_bytes(plain0)      # rank 0 now in both forms
     report = [sys.executable, "-m", "perfmlp.report", str(run_dir), "--out", str(tmp_path / "r")]
-    with pytest.raises(Exception, match="both packed and plain"):
+    with pytest.raises(TraceError, match="both packed and plain"):
         read_run(run_dir)
     (run_dir / "rank-0.jsonl").unlink()
     packed1 = (run_dir / "rank-1.jsonl.gz").read_bytes()
@@ -229,18 +236,16 @@ def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
     for damage in (b"\x1f\x8b\x08\x00 not gzip after all",   # header cut short: EOFError
                    deflate[:10] + b"\xff" * 8 + deflate[18:]):  # invalid deflate block: zlib.error
         (run_dir / "rank-1.jsonl.gz").write_bytes(damage)
-        with pytest.raises(Exception, match="rank-1.jsonl.gz: unreadable"):
+        with pytest.raises(TraceError, match="rank-1.jsonl.gz: unreadable"):
             read_run(run_dir)
         r = subprocess.run(report, capture_output=True, text=True, cwd=ROOT)
         assert r.returncode != 0 and "Traceback" not in r.stderr
-        # the report's way: a line per run it skipped (naming the file), then its one-line error
         lines = r.stderr.strip().splitlines()
         assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")
 
 
 @pytest.mark.parametrize("n_train, warmup", [(13, 2), (40, 3)])  # 3 and 8 batches of 5
 def test_the_epochs_steady_window_leaves_out_the_warm_up_batches(tmp_path, n_train, warmup):
-    # trace.format.WARMUP_BATCHES (3) before the synchronised window starts; a 3-batch epoch keeps its last
     from perfmlp.trace.format import WARMUP_BATCHES
     args = [a if a != "13" else str(n_train) for a in TINY]
     r = run_perfmlp(*args, "--trace-dir", str(tmp_path), "--run-id", "w")
@@ -248,8 +253,268 @@ def test_the_epochs_steady_window_leaves_out_the_warm_up_batches(tmp_path, n_tra
     run = read_run(tmp_path / "w")
     (epoch,) = run.ranks[0].epochs
     batches = len(run.ranks[0].batches)
-    assert epoch["warmup_batches"] == warmup == min(WARMUP_BATCHES, batches - 1)
-    assert 0 < epoch["steady_ms_per_batch"] * (batches - warmup) <= epoch["seconds"] * 1e3
-    # the reader: batches 3.. of the epoch; a run with none past them keeps all but its first
+    assert epoch.warmup_batches == warmup == min(WARMUP_BATCHES, batches - 1)
+    assert 0 < epoch.steady_ms_per_batch * (batches - warmup) <= epoch.seconds * 1e3
     want = list(range(WARMUP_BATCHES, batches)) if batches > WARMUP_BATCHES else list(range(1, batches))
     assert sorted(k[1] for k in run.steady_batches()) == want
+
+
+# ---- format 1, read through the upgrader -----------------------------------------------------
+
+def test_a_format1_run_reads_as_records(tmp_path):
+    run = read_run(FORMAT1)
+    assert run.complete and sorted(run.ranks) == [0, 1] and run.manifest.schema == "perfmlp.trace/1"
+    ran = run.manifest.ran  # worked out once, by the upgrader, from what format 1 wrote
+    assert (ran.backend, ran.comm, ran.exec, ran.trace_level, ran.output_grad_cols, ran.fuse_output) == (
+        "numpy", "mpi", "eager", "counters", 256, True)
+    b = run.ranks[1].batches[0]
+    # 26 samples in batches of 6 on 2 ranks: pieces of 3; the last batch (2 samples) pieces of 1
+    assert [x.local_samples for x in run.ranks[1].batches[:5]] == [3, 3, 3, 3, 1]
+    assert b.flops["forward"] == batch_counts((4, 3, 2), 3, 4, "mpi", "resident").flops["forward"]
+    assert len(run.ranks[0].shapes) == 2 and b.shape.launches is None  # format 1 kept no launch shapes
+    assert set(b.t_ms) == {"h2d", "forward", "loss", "backward", "allreduce", "update"}
+    r = subprocess.run([sys.executable, "-m", "perfmlp.report", str(FORMAT1.parent), "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("key, value, rule", [
+    ("comm", None, "mpi"),                      # no record of the exchange: the configuration's auto on NumPy
+    ("exec", None, "eager"),                    # made before graph mode
+    ("trace_level", None, "phases"),            # made before trace levels: every phase was timed
+    ("perfmlp_git", "05bac0a", 1024),           # the fused backward's column block by the commit that ran
+])
+def test_the_upgrader_works_out_what_format1_left_unsaid(tmp_path, key, value, rule):
+    folder = tmp_path / "r"
+    shutil.copytree(FORMAT1, folder)
+    m = json.loads((folder / "manifest.json").read_text())
+    if key == "perfmlp_git":
+        m["versions"][key] = value
+    else:
+        m.pop(key)
+    (folder / "manifest.json").write_text(json.dumps(m))
+    ran = read_run(folder).manifest.ran
+    got = {"comm": ran.comm, "exec": ran.exec, "trace_level": ran.trace_level, "perfmlp_git": ran.output_grad_cols}
+    assert got[key] == rule
+
+
+def _damaged(tmp_path, what):
+    """The format-1 fixture with one damage; returns (folder, the file, its line or None)."""
+    folder = tmp_path / "damaged"
+    shutil.copytree(FORMAT1, folder)
+    man, r0, r1 = folder / "manifest.json", folder / "rank-0.jsonl", folder / "rank-1.jsonl"
+    m = json.loads(man.read_text())
+    lines = r0.read_text().splitlines()
+    batch = next(i for i, s in enumerate(lines) if '"kind":"batch"' in s)
+    rec = json.loads(lines[batch])
+
+    def set_batch(**kv):
+        lines[batch] = json.dumps({**rec, **kv})
+        r0.write_text("\n".join(lines) + "\n")
+        return r0, batch + 1
+    if what in ("procs string", "procs null"):
+        m["procs"] = "two" if what == "procs string" else None
+        man.write_text(json.dumps(m))
+        return folder, man, None
+    if what == "no hidden_sizes":
+        del m["config"]["hidden_sizes"]
+        man.write_text(json.dumps(m))
+        return folder, man, None
+    if what == "t_ms 5":
+        return (folder, *set_batch(t_ms=5))
+    if what == "epoch [0]":
+        return (folder, *set_batch(epoch=[0]))
+    if what == "wall_ms slow":
+        return (folder, *set_batch(wall_ms="slow"))
+    if what == "t_ms abc":
+        return (folder, *set_batch(t_ms={"forward": "abc"}))
+    if what == "t0_s null":
+        return (folder, *set_batch(t0_s=None))
+    if what == "NaN wall_ms":
+        lines[batch] = lines[batch].replace(f'"wall_ms":{json.dumps(rec["wall_ms"])}', '"wall_ms":NaN')
+        r0.write_text("\n".join(lines) + "\n")
+        return folder, r0, batch + 1
+    if what == "negative flops":
+        return (folder, *set_batch(flops={**rec["flops"], "forward": -6}))
+    if what == "gpu line without a batch":
+        lines.insert(batch, '{"kind": "gpu", "records": []}')
+        r0.write_text("\n".join(lines) + "\n")
+        return folder, r0, batch + 1
+    if what == "batch lines three times":
+        lines[batch + 1:batch + 1] = [lines[batch], lines[batch]]
+        r0.write_text("\n".join(lines) + "\n")
+        return folder, r0, batch + 2
+    if what == "rank 1 a copy of rank 0":
+        shutil.copy(r0, r1)
+        return folder, r1, 1
+    if what == "stray rank-x.jsonl":
+        (folder / "rank-x.jsonl").write_text("")
+        return folder, folder / "rank-x.jsonl", None
+    if what == "a link to /dev/zero":
+        r1.unlink()
+        r1.symlink_to("/dev/zero")
+        return folder, r1, None
+    raise AssertionError(what)
+
+
+DAMAGES = {
+    "procs string": "procs: 'two', not an integer >= 1",
+    "procs null": "procs: None, not an integer >= 1",
+    "no hidden_sizes": "config.hidden_sizes: missing",
+    "t_ms 5": "t_ms: 5, not an object",
+    "epoch [0]": "epoch: [0], not an integer >= 0",
+    "wall_ms slow": "wall_ms: 'slow', not a finite number >= 0",
+    "t_ms abc": "t_ms.forward: 'abc', not [offset ms, duration ms]",
+    "t0_s null": "t0_s: None, not a finite number",
+    "NaN wall_ms": "wall_ms: NaN, not a finite number >= 0",
+    "negative flops": "flops.forward: -6, not an integer >= 0",
+    "gpu line without a batch": "epoch: missing",
+    "batch lines three times": "batch 0 of epoch 0 recorded twice",
+    "rank 1 a copy of rank 0": "rank: 0, but the file is rank 1's",
+    "stray rank-x.jsonl": "not a rank file (rank-<number>.jsonl)",
+    "a link to /dev/zero": "not a regular file",
+}
+
+
+@pytest.mark.parametrize("what", DAMAGES)
+def test_a_damaged_trace_is_one_line_naming_file_line_and_field(tmp_path, what):
+    folder, path, line = _damaged(tmp_path, what)
+    where = f"{path}:{line}: " if line else f"{path}: "
+    with pytest.raises(TraceError) as e:
+        read_run(folder)
+    assert str(e.value).startswith(where) and DAMAGES[what] in str(e.value), str(e.value)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(folder), "-o", str(tmp_path / "c.json")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stderr == f"perfmlp.trace.chrome: error: {e.value}\n"
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("what, words", [
+    ("unknown shape", "shape: 9, no shape line with that id"),
+    ("batches of another rank", "rank 0, but its rank-1.jsonl header says 1"),
+    ("no batch file", "no rank-1.batches beside it"),
+    ("procs string", "manifest.json: procs: 'two', not an integer >= 1"),
+    ("record count", "batch records, but its end line says"),
+])
+def test_a_damaged_format2_trace_is_one_line(tmp_path, what, words):
+    folder = tiny_run(tmp_path, "d", procs=2)
+    b1 = folder / "rank-1.batches"
+    if what == "unknown shape":
+        data = bytearray(b1.read_bytes())
+        data[16:20] = (9).to_bytes(4, "little")   # the first record's shape id
+        b1.write_bytes(bytes(data))
+    elif what == "batches of another rank":
+        shutil.copy(folder / "rank-0.batches", b1)
+    elif what == "no batch file":
+        b1.unlink()
+    elif what == "procs string":
+        m = json.loads((folder / "manifest.json").read_text())
+        (folder / "manifest.json").write_text(json.dumps({**m, "procs": "two"}))
+    elif what == "record count":
+        (folder / "rank-1.jsonl").write_text((folder / "rank-1.jsonl").read_text().replace('"batches":3', '"batches":4'))
+    with pytest.raises(TraceError, match=words):
+        read_run(folder)
+
+
+# ---- the Chrome / Perfetto export ------------------------------------------------------------
+
+def check_chrome(doc: dict) -> list:
+    """The constraints Perfetto's importer needs: no thread id 0, every
+    track's id its own in the file, no slice partly overlapping another on
+    its track (nesting is allowed). Returns the X events."""
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    names = [e for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert all(e["tid"] != 0 for e in xs + names) and all(e["pid"] != 0 for e in doc["traceEvents"])
+    owner = {}
+    for e in names:
+        assert owner.setdefault(e["tid"], e["pid"]) == e["pid"], "a thread id in two processes"
+    assert len({(e["pid"], e["tid"]) for e in names}) == len(names), "a track named twice"
+    assert {(e["pid"], e["tid"]) for e in xs} <= {(e["pid"], e["tid"]) for e in names}
+    tracks: dict = {}
+    for e in xs:
+        tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in tracks.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        open_ = []
+        for s, t in spans:
+            while open_ and open_[-1] <= s:
+                open_.pop()
+            assert not open_ or t <= open_[-1], f"slice [{s}, {t}] partly overlaps one ending at {open_[-1]}"
+            open_.append(t)
+    return xs
+
+
+def test_the_chrome_export_keeps_every_track_apart(tmp_path):
+    folder = tiny_run(tmp_path, "c", procs=3)
+    out = tmp_path / "c.json"
+    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(folder), "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    xs = check_chrome(json.loads(out.read_text()))
+    run = read_run(folder)
+    assert len(xs) == sum(1 + len(b.t_ms) for rt in run.ranks.values() for b in rt.batches) == 3 * 3 * (1 + 6)
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in xs)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_overlapping_slices_are_cut_where_the_next_starts():
+    from perfmlp.trace.chrome import one_after_another
+    ev = [{"ts": 10.0, "dur": 5.2, "args": {}}, {"ts": 0.0, "dur": 10.0000001, "args": {}}, {"ts": 15.0, "dur": 1.0,
+                                                                                           "args": {}}]
+    out = one_after_another(ev)
+    assert [(e["ts"], e["dur"]) for e in out] == [(0.0, 10.0), (10.0, 5.0), (15.0, 1.0)]
+    assert out[1]["args"]["measured_us"] == 5.2
+    check_chrome({"traceEvents": [{**e, "ph": "X", "pid": 1, "tid": 1} for e in out]
+                  + [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1}]})
+
+
+def test_the_chrome_export_to_an_unwritable_path_is_one_line_and_leaves_nothing(tmp_path):
+    folder = tiny_run(tmp_path, "c")
+    out = tmp_path / "no-such-folder" / "run.json"
+    r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(folder), "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"perfmlp.trace.chrome: error: cannot write {out}: No such file or directory"
+    # a full disk: the previous export stays whole, no temporary file is left
+    good = tmp_path / "good.json"
+    good.write_text("previous")
+    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c\n"
+                        "real = open\n"
+                        "class Full:\n"
+                        "    def __init__(s, f): s.f = f\n"
+                        "    def __enter__(s): return s\n"
+                        "    def __exit__(s, *a): s.f.close()\n"
+                        "    def write(s, t): raise OSError(28, 'No space left on device')\n"
+                        "    def flush(s): pass\n"
+                        "    def close(s): s.f.close()\n"
+                        "c.open = lambda p, *a, **k: Full(real(p, *a, **k))\n"
+                        f"sys.exit(c.main([{str(folder)!r}, '-o', {str(good)!r}]))"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"perfmlp.trace.chrome: error: cannot write {good}: No space left on device")
+    assert good.read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == ["c", "good.json"]
+
+
+def test_a_manifest_that_cannot_be_written_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    import builtins
+    from perfmlp.trace import manifest
+    real = builtins.open
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+    monkeypatch.setattr(manifest, "open", lambda p, *a, **k: Full(real(p, *a, **k)), raising=False)
+    with pytest.raises(OSError) as e:
+        manifest.write_json(tmp_path / "manifest.json", {"a": 1})
+    assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path / 'manifest.json'}'"
+    assert list(tmp_path.iterdir()) == []

@@ -51,6 +51,7 @@ import contextlib
 from ..model.strategies import DEVICE_COMMS
 from ..step import DATA
 from ..trace.format import Counts
+from ..trace.records import Phase
 
 NOPHASE = contextlib.nullcontext()
 
@@ -113,7 +114,7 @@ class GraphStep:
         resident = self.batches.mode == "resident"
         if not resident:
             x, y = self.batches.get(lo, hi, phase, counts)  # copied into the static buffers (h2d phase)
-        with phase("graph"):
+        with phase(Phase.GRAPH):
             if resident:
                 x, y = self.batches.static(lo, hi, counts)
             key = (x.data.ptr, y.data.ptr, hi - lo, net.global_batch)

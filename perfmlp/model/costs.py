@@ -210,9 +210,10 @@ def fused_output(layer_sizes) -> bool:
     return len(layer_sizes) >= 3 and layer_sizes[-1] <= FUSED_OUTPUT_MAX_CLASSES
 
 
-def output_grad_splits(b: int) -> int:
-    """Column blocks (partial sums) of the fused output backward on b samples."""
-    return -(-b // OUTPUT_GRAD_COLS)
+def output_grad_splits(b: int, cols: int = OUTPUT_GRAD_COLS) -> int:
+    """Column blocks (partial sums) of the fused output backward on b
+    samples, in blocks of `cols` (a run's trace records the block it launched)."""
+    return -(-b // cols)
 
 
 def output_grad_sums(c: int, h: int) -> int:
@@ -221,8 +222,8 @@ def output_grad_sums(c: int, h: int) -> int:
     return c * h + h + c
 
 
-def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
-                 itemsize=4, fuse_output: bool = True) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
+def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=4, fuse_output: bool = True,
+                 output_grad_cols: int = OUTPUT_GRAD_COLS) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
     """The kernels of one training step on a piece of b samples, per phase, in
     the order the trainer launches them (layer_sizes = D, H1, ..., C); each
     kernel is the tuple of operations it computes (a fused kernel may compute
@@ -244,7 +245,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None,
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
         if l == L and fuse:
             bwd.append((("output_backward", (n_out, n_in, b)),))
-            bwd.append((("partial_sums", (output_grad_sums(n_out, n_in), output_grad_splits(b))),))
+            bwd.append((("partial_sums", (output_grad_sums(n_out, n_in), output_grad_splits(b, output_grad_cols))),))
             continue
         for r0, r1 in row_blocks(n_out, n_in, w.param, bucket_bytes):
             bwd.append((("gemm", (r1 - r0, n_in, b)),))      # dW = delta @ a^T (a row block of it)

@@ -27,35 +27,35 @@ def _no_phase(name: str):
     return contextlib.nullcontext()
 
 
-def replay(cfg, workers: int, updates: list[dict], xtrain, ytrain, params: FlatParams) -> FlatParams:
+def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> FlatParams:
     """`params` (the initial ones, updated in place and returned) after
-    every update of `updates`, in their order."""
-    updates = sorted(updates, key=lambda u: u["update"])
-    if [u["update"] for u in updates] != list(range(len(updates))):
+    every update of `updates` (trace Update records), in their order."""
+    updates = sorted(updates, key=lambda u: u.update)
+    if [u.update for u in updates] != list(range(len(updates))):
         raise ValueError("the update lines are not 0, 1, ... without a gap")
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     batches = HostBatches(xtrain, ytrain)
     N, B = len(xtrain), cfg.batch_size
     nbatches = -(-N // B)
-    last_use = {u["read"]: i for i, u in enumerate(updates)}
+    last_use = {u.read: i for i, u in enumerate(updates)}
     kept = {0: params.flat.copy()} if 0 in last_use else {}
     applied: Counter = Counter()
     order_epoch = None
     for i, u in enumerate(updates):
-        if cfg.shuffle and u["epoch"] != order_epoch:
-            batches.reorder(np.random.default_rng(cfg.seed + 1 + u["epoch"]).permutation(N))
-            order_epoch = u["epoch"]
-        start = u["batch"] * B
+        if cfg.shuffle and u.epoch != order_epoch:
+            batches.reorder(np.random.default_rng(cfg.seed + 1 + u.epoch).permutation(N))
+            order_epoch = u.epoch
+        start = u.batch * B
         samples = min(B, N - start)
-        lo, hi = piece_bounds(samples, workers, u["piece"])
-        net.p.params[...] = kept[u["read"]]
-        if last_use[u["read"]] == i:
-            del kept[u["read"]]
+        lo, hi = piece_bounds(samples, workers, u.piece)
+        net.p.params[...] = kept[u.read]
+        if last_use[u.read] == i:
+            del kept[u.read]
         net.global_batch = samples
         x, y = batches.get(start + lo, start + hi, _no_phase, None)
         compute(net, x, y, _no_phase, None)
         g, p = net.g.flat, params
-        step = u["epoch"] * nbatches + u["batch"]
+        step = u.epoch * nbatches + u.batch
         apply_gradient(p, g[:p.n_weights], g[p.n_weights:p.n_params], cfg.learning_rate, cfg.reg,
                        applied[step] == 0)
         applied[step] += 1

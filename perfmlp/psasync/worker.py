@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from ..step import compute
+from ..trace.records import Phase
 from . import OK, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS
 
 
@@ -72,29 +73,29 @@ class Worker:
     def push(self, phase, counts) -> None:
         g = self.net.g.flat
         if self.stream is not None:
-            with phase("d2h"):
+            with phase(Phase.D2H):
                 g.get(out=self.grad_host, stream=self.stream)
                 self.stream.synchronize()   # MPI reads the host copy the GPU just wrote
                 self.net.g.extra.fill(0)    # the loss kernel adds into the slot: sent, so cleared
             counts.bytes_d2h += g.nbytes
-        with phase("push"):   # until MPI has the buffer back: a large one only once the server took it
+        with phase(Phase.PUSH):   # until MPI has the buffer back: a large one only once the server took it
             wait(self.comm.Isend(self.grad_host, dest=SERVER, tag=TAG_GRAD))
         counts.bytes_mpi += self.grad_host.nbytes
         counts.collectives.append(("MPI_Isend", int(self.grad_host.size)))
 
     def pull(self, phase, counts) -> tuple[int, int, int]:
         """The next header (status, step, piece) and, with OK, the parameters."""
-        with phase("pull"):   # the server's queue, its update and the staleness bound
+        with phase(Phase.PULL):   # the server's queue, its update and the staleness bound
             wait(self.comm.Irecv(self.header, source=SERVER, tag=TAG_HEADER))
         status = int(self.header[0])
         if status != OK:
             return status, -1, -1
-        with phase("params"):  # the parameters' message alone, sent as the header was
+        with phase(Phase.PARAMS):  # the parameters' message alone, sent as the header was
             wait(self.comm.Irecv(self.params_host, source=SERVER, tag=TAG_PARAMS))
         counts.bytes_mpi += self.params_host.nbytes
         counts.collectives.append(("MPI_Irecv", int(self.params_host.size)))
         if self.stream is not None:
-            with phase("h2d_params"):
+            with phase(Phase.H2D_PARAMS):
                 self.net.p.params.set(self.params_host, stream=self.stream)
             counts.bytes_h2d += self.net.p.params.nbytes
         return status, int(self.header[1]), int(self.header[2])

@@ -18,9 +18,9 @@ from typing import Mapping
 
 from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
-from ..model.predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
+from ..model.predict import TERM_GROUP, Prediction, predict_batch
 from ..model.strategies import label as strategy_label, predict_strategy
-from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms, resolve_trace_level
+from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms
 from ..trace.reader import Run
 from .study import Study
 
@@ -208,22 +208,13 @@ def predicted_terms(pred: Prediction) -> dict[str, float]:
 
 
 def exec_of(run: Run) -> str:
-    """The execution mode that ran: the manifest's record, else the
-    configuration's as the trainer resolves it (`auto`: resolve_exec's
-    choice for the run's backend, strategy and exchange); a trace made
-    before --exec existed ran eagerly."""
-    c = run.config
-    backend = run.manifest.get("backend") or c.get("backend", "cupy")
-    return resolve_exec(run.manifest.get("exec") or c.get("exec", "eager"), "numpy" if backend == "numpy" else "cupy",
-                        c.get("parallel", "data"), run.comm)
+    """The execution mode that ran (the manifest's record of what ran)."""
+    return run.exec
 
 
 def trace_level_of(run: Run) -> str:
-    """The trace level that ran (the manifest's record; `auto`, where the
-    run stopped before the tracer resolved it, as the tracer would have;
-    none recorded: an older run, which timed its phases with CUDA events on
-    a GPU, priced as `phases` as the report did before levels existed)."""
-    return resolve_trace_level(run.manifest.get("trace_level"), exec_of(run))
+    """The trace level that ran (the manifest's record of what ran)."""
+    return run.trace_level
 
 
 def _endings(run: Run) -> tuple[tuple[int, str], ...]:
@@ -235,7 +226,7 @@ def _endings(run: Run) -> tuple[tuple[int, str], ...]:
         elif rt.end is None:
             out.append((rank, "killed (no end line)"))
         else:
-            out.append((rank, str(rt.end.get("status", "?"))))
+            out.append((rank, rt.end.status))
     return tuple(out)
 
 
@@ -247,12 +238,12 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     slowest = max(per_rank_ms, key=per_rank_ms.get)
     phases = {r: MappingProxyType(run.phase_ms(r)) for r in ranks}
     counters = {r: run.counters(r) for r in ranks}
-    flops_job = sum(sum(rec.get("flops", {}).values()) for rec in counters.values())
-    flops_rank0 = sum(counters[ranks[0]].get("flops", {}).values())
-    bytes_rank = max(rec.get("bytes_h2d", 0) + rec.get("bytes_d2h", 0) for rec in counters.values())
+    flops_job = sum(sum(b.flops.values()) for b in counters.values() if b)
+    flops_rank0 = sum(counters[ranks[0]].flops.values()) if counters[ranks[0]] else 0
+    bytes_rank = max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0)
     t_ms = run.median_batch_ms()
     comm = run.comm  # the reader names old traces' exchanges as --comm does
-    gpu = run.manifest.get("backend") == "cupy"
+    gpu = run.on_gpu
     overlap, bucket_bytes = bool(c.get("overlap", False)), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES))
 
     def predict(m: Machine | None) -> Prediction | None:
@@ -266,7 +257,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                              c["batch_transfer"], trace_level_of(run), exec_mode=exec_of(run),
                              overlap=overlap, bucket_bytes=bucket_bytes,
-                             gemm=gemm if m.has_gemm_kernel(gemm) else "cublas")
+                             gemm=gemm if m.has_gemm_kernel(gemm) else "cublas",
+                             fuse_output=run.ran.fuse_output, output_grad_cols=run.ran.output_grad_cols)
 
     def util(m: Machine | None) -> float | None:
         if m is None or not gpu:
@@ -280,8 +272,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     return RunSummary(
         run_id=run.run_id, path=run.path, hidden=tuple(int(h) for h in c["hidden_sizes"]),
         batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=c["batch_transfer"],
-        comm=comm, gemm=c.get("gemm", "?"), backend=run.manifest.get("backend", "?"), complete=run.complete,
-        profiled=run.profiled, endings=_endings(run), manifest_status=str(run.manifest.get("status", "?")),
+        comm=comm, gemm=c.get("gemm", "?"), backend=run.backend, complete=run.complete,
+        profiled=run.profiled, endings=_endings(run), manifest_status=run.manifest.status,
         batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=flops_rank0, bytes_copied_rank=bytes_rank,
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),

@@ -28,17 +28,17 @@ class CrossCheck:
     collectives: int = 0
 
 
-def _kernel_mismatch(recs: list[dict], batch: dict, own: frozenset, library_gemms: bool) -> tuple[dict, int]:
+def _kernel_mismatch(recs, batch, own: frozenset, library_gemms: bool) -> tuple[dict, int]:
     """(phase -> {"own" | "library": (records, expected)}, library kernel records)."""
-    graphs = {r["phase"] for r in recs if r["cat"] == "graph"}
+    graphs = {r.phase for r in recs if r.cat == "graph"}
     seen_own: dict = {}
     seen_lib: dict = {}
     for r in recs:
-        if r["cat"] == "compute":
-            d = seen_own if r["name"] in own else seen_lib
-            d[r["phase"]] = d.get(r["phase"], 0) + 1
-    launched = {p: n for p, n in (batch.get("kernels") or {}).items() if p not in graphs}
-    gemms = batch.get("gemms")
+        if r.cat == "compute":
+            d = seen_own if r.name in own else seen_lib
+            d[r.phase] = d.get(r.phase, 0) + 1
+    launched = {p: n for p, n in (batch.kernels or {}).items() if p not in graphs}
+    gemms = batch.gemms
     bad: dict = {}
     if gemms is not None:
         for p in sorted(set(launched) | {q for q in seen_own if q not in graphs}):
@@ -51,7 +51,7 @@ def _kernel_mismatch(recs: list[dict], batch: dict, own: frozenset, library_gemm
     return bad, sum(seen_lib.values())
 
 
-def cross_check(batch: dict, own_kernels=None, library_gemms: bool = True, ranks: int = 2) -> CrossCheck:
+def cross_check(batch, own_kernels=None, library_gemms: bool = True, ranks: int = 2) -> CrossCheck:
     """A batch's records against its counters.
 
     Bytes: memcpy bytes per direction equal bytes_h2d, bytes_d2h and
@@ -68,17 +68,17 @@ def cross_check(batch: dict, own_kernels=None, library_gemms: bool = True, ranks
       kernel (one rank's collective may launch none).
     A batch line without `gemms` (traces written before it) cannot split
     its launches: kernels_ok is None there."""
-    recs = batch.get("gpu") or []
-    got = {k: sum(r["bytes"] for r in recs if r["copy"] == k) for k in COPY_DIRECTIONS}
-    want = {k: batch.get(f"bytes_{k}", 0) for k in COPY_DIRECTIONS}
+    recs = batch.gpu or ()
+    got = {k: sum(r.bytes for r in recs if r.copy == k) for k in COPY_DIRECTIONS}
+    want = {k: getattr(batch, f"bytes_{k}") for k in COPY_DIRECTIONS}
     own = frozenset(own_kernel_names() if own_kernels is None else own_kernels)
     bad, library = _kernel_mismatch(recs, batch, own, library_gemms)
-    nccl = sum(1 for r in recs if r["cat"] == "comm")
-    colls = sum(1 for c in batch.get("collectives") or [] if str(c[0]).startswith("nccl"))
+    nccl = sum(1 for r in recs if r.cat == "comm")
+    colls = sum(1 for c in batch.collectives if str(c[0]).startswith("nccl"))
     if nccl < colls and ranks >= 2:
         bad["nccl"] = {"kernels": (nccl, colls)}
     return CrossCheck(*((got[k], want[k]) for k in COPY_DIRECTIONS), bytes_ok=got == want,
-                      kernels_ok=not bad if batch.get("gemms") is not None or bad else None, kernel_mismatch=bad,
+                      kernels_ok=not bad if batch.gemms is not None or bad else None, kernel_mismatch=bad,
                       library_kernels=library, nccl_kernels=nccl, collectives=colls)
 
 
@@ -90,7 +90,8 @@ def run_cross_checks(run: Run) -> list[tuple[int, CrossCheck]]:
     out = []
     for recs in run.steady_batches().values():
         for r, b in recs.items():
-            if b.get("clock") == "cupti":
-                own = run.ranks[r].activity.get("own_kernels")
+            if b.clock == "cupti":
+                act = run.ranks[r].activity
+                own = act.own_kernels if act is not None else None
                 out.append((r, cross_check(b, own, lib, run.procs)))
     return out

@@ -26,7 +26,8 @@ CATEGORY_COLORS = {"GEMMs": "#4c72b0", "elementwise kernels": "#64b5cd", "launch
                    "copies": "#dd8452", "communication": "#55a868", "waiting for a rank": "#c44e52",
                    "compute (NumPy)": "#937860"}
 PHASE_COLORS = dict(zip(PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green", "tab:pink", "tab:purple",
-                                 "tab:orange", "tab:olive", "tab:gray", "tab:brown", "gold", "black")))
+                                 "tab:orange", "tab:olive", "tab:gray", "tab:brown", "gold", "black",
+                                 "navy", "teal", "maroon", "lime")))
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 _SVG_SALT = "perfmlp.report"
 

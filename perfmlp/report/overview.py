@@ -59,12 +59,12 @@ def gain(x: float | None) -> str:
 def what_ran(a: Analysis, o: Overview) -> str:
     """One sentence: runs, configurations, machine, dates and code."""
     ms = [t.manifest for t in a.traces]
-    dates = sorted({str(m.get("start", ""))[:10] for m in ms if m.get("start")})
-    recorded = [(m.get("versions") or {}).get("perfmlp_git") for m in ms]
+    dates = sorted({str(m.start)[:10] for m in ms if m.start})
+    recorded = [m.versions.get("perfmlp_git") for m in ms]
     commits = sorted(set(recorded) - {None})
     gpus = Counter()
     for m in ms:
-        for node in ((m.get("machine") or {}).get("nodes") or {}).values():
+        for node in ((m.machine or {}).get("nodes") or {}).values():
             if node.get("gpu"):
                 gpus[(node["gpu"], int(node.get("gpu_count", 1)))] += 1
     where = ", ".join(f"{n} x {g}" if n > 1 else g for (g, n) in sorted(gpus)) or "the CPU (NumPy)"

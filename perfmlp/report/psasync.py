@@ -66,10 +66,10 @@ def curve(run: Run) -> list[tuple[float, float, float]]:
     c = run.config
     nbatches = -(-int(c["n_train"]) // int(c["batch_size"]))
     W, out, wall = workers_of(run), [], 0.0
-    for e in sorted(rt.epochs, key=lambda e: e["epoch"]):
-        wall += float(e.get("seconds") or 0.0)
-        x = e["updates"] / W if is_async(run) and "updates" in e else (e["epoch"] + 1) * nbatches
-        out.append((x, wall, float(e.get("accuracy", float("nan")))))
+    for e in sorted(rt.epochs, key=lambda e: e.epoch):
+        wall += float(e.seconds or 0.0)
+        x = e.updates / W if is_async(run) and e.updates is not None else (e.epoch + 1) * nbatches
+        out.append((x, wall, float("nan") if e.accuracy is None else e.accuracy))
     return out
 
 
@@ -78,8 +78,7 @@ def _cycle_s(run: Run, rank: int, server_s: float) -> float | None:
     time less its wait for the server's answer (the pull phase), plus the
     server's time on its request."""
     rt = run.ranks.get(rank)
-    t = [b["wall_ms"] - b["t_ms"].get("pull", (0.0, 0.0))[1] for b in (rt.batches if rt else [])
-         if isinstance(b.get("t_ms"), dict)]
+    t = [b.wall_ms - b.t_ms.get("pull", (0.0, 0.0))[1] for b in (rt.batches if rt else ())]
     return statistics.median(t) / 1e3 + server_s if t else None
 
 
@@ -88,14 +87,14 @@ def async_row(run: Run) -> dict:
     ups = run.ranks[0].updates if 0 in run.ranks else []
     if not ups:
         return {}
-    seconds = sum(float(e.get("seconds") or 0.0) for e in run.ranks[0].epochs)
-    row = {"staleness_mean": statistics.fmean(u["staleness"] for u in ups),
-           "staleness_max": max(u["staleness"] for u in ups),
-           "delay_mean": statistics.fmean(u["update"] - u["read"] for u in ups),
-           "queue_mean": statistics.fmean(u["queue"] for u in ups), "queue_max": max(u["queue"] for u in ups),
-           "blocked_mean": statistics.fmean(u["blocked"] for u in ups),
+    seconds = sum(float(e.seconds or 0.0) for e in run.ranks[0].epochs)
+    row = {"staleness_mean": statistics.fmean(u.staleness for u in ups),
+           "staleness_max": max(u.staleness for u in ups),
+           "delay_mean": statistics.fmean(u.update - u.read for u in ups),
+           "queue_mean": statistics.fmean(u.queue for u in ups), "queue_max": max(u.queue for u in ups),
+           "blocked_mean": statistics.fmean(u.blocked for u in ups),
            "measured_ms_per_update": 1e3 * seconds / len(ups) if seconds else None}
-    server_s = statistics.median(u["apply_ms"] + u["reply_ms"] for u in ups) / 1e3
+    server_s = statistics.median(u.apply_ms + u.reply_ms for u in ups) / 1e3
     cycles = [_cycle_s(run, r, server_s) for r in range(1, run.procs)]
     if all(cycles):
         p = predict_async(cycles, int(run.config.get("staleness", 0)), apply_s=server_s)

@@ -122,7 +122,7 @@ def host_tracks(run) -> list[tuple[str, list[tuple[str, float, float]]]]:
     if not steady:
         return []
     key = sorted(steady)[len(steady) // 2]
-    return [(f"rank {r}", [(p, o, o + d) for p, (o, d) in rec["t_ms"].items()])
+    return [(f"rank {r}", [(p, o, o + d) for p, (o, d) in rec.t_ms.items()])
             for r, rec in sorted(steady[key].items())]
 
 

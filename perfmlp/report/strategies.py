@@ -33,7 +33,7 @@ def comm_bytes(a: Analysis, r: RunSummary) -> tuple[int | None, int | None]:
     if run is None:
         return None, None
     per = [c for c in (run.counters(rank) for rank in sorted(run.ranks)) if c]
-    counted = max(c.get("bytes_mpi", 0) + c.get("bytes_nccl", 0) for c in per) if per else None
+    counted = max(c.bytes_mpi + c.bytes_nccl for c in per) if per else None
     model = step_bytes(run.layer_sizes, r.batch, r.procs, itemsize(r.precision), r.parallel, r.model_procs,
                        r.comm)["per_rank"]
     return counted, model

@@ -68,13 +68,13 @@ class Breakdown:
                                 self.idle_copies, self.idle_other_ranks)))
 
 
-def breakdown(records: list[dict], window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
+def breakdown(records, window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
     """A batch's GPU window [start, end] (ns) split into BUSY_PARTS
     (exclusive, in that priority) and IDLE_PARTS (the idle time while the
     host was in a collective phase, in a copy phase, or else: `host_phases`
     phase -> (start, end) ns on the same clock)."""
     lo, hi = window
-    by = {c: clip([(r["start_ns"], r["end_ns"]) for r in records if r["cat"] == c], lo, hi)
+    by = {c: clip([(r.start_ns, r.end_ns) for r in records if r.cat == c], lo, hi)
           for c in ("compute", "comm", "copy", "graph")}
     compute = union(by["compute"] + by["graph"])
     exposed = subtract(by["comm"], compute)
@@ -94,13 +94,13 @@ def breakdown(records: list[dict], window: tuple[float, float], host_phases: dic
                      comm=length(by["comm"]) / 1e6, window=(hi - lo) / 1e6)
 
 
-def host_phases_ns(batch: dict, clock: dict | None) -> dict:
+def host_phases_ns(batch, clock) -> dict:
     """The host's phase spans of a batch on the CUPTI clock (ns)."""
-    if not clock or clock.get("cupti_minus_host_ns") is None:
+    if clock is None or clock.cupti_minus_host_ns is None:
         return {}
-    base = clock["host_start_ns"] + clock["cupti_minus_host_ns"] + batch["t0_s"] * 1e9
+    base = clock.host_start_ns + clock.cupti_minus_host_ns + batch.t0_s * 1e9
     return {p: (base + off * 1e6, base + (off + dur) * 1e6)
-            for p, (off, dur) in batch.get("t_ms_host", batch["t_ms"]).items()}
+            for p, (off, dur) in (batch.t_ms_host or batch.t_ms).items()}
 
 
 # ---- one batch across ranks ----------------------------------------------------------------
@@ -127,16 +127,16 @@ class PathSegment:
     gain_ceiling_ms: float
 
 
-def rank_segments(batch: dict, clock: dict) -> list[tuple[str, float, float]]:
+def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
     """A rank's phases of one batch as (phase, start s, end s) on the run's
     time axis: GPU spans where measured on the GPU, else host spans."""
-    if batch.get("clock") == "cupti":
-        t0 = batch["gpu_t0_ns"]
+    if batch.clock == "cupti":
+        t0 = batch.gpu_t0_ns
         return [(p, to_run_s(clock, t0 + off * 1e6, True), to_run_s(clock, t0 + (off + d) * 1e6, True))
-                for p, (off, d) in batch["t_ms"].items()]
-    base = clock["host_start_ns"] + batch["t0_s"] * 1e9
+                for p, (off, d) in batch.t_ms.items()]
+    base = clock.host_start_ns + batch.t0_s * 1e9
     return [(p, to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False))
-            for p, (off, d) in batch["t_ms"].items()]
+            for p, (off, d) in batch.t_ms.items()]
 
 
 def collective_waits(arrivals: dict[int, tuple[float, float]], epoch: int = 0, batch: int = 0) -> CollectiveWait:
@@ -182,7 +182,7 @@ def critical_path(segments: dict[int, list[tuple[str, float, float]]],
 # ---- a run ---------------------------------------------------------------------------------
 
 def has_timeline(run: Run) -> bool:
-    return any(b.get("clock") == "cupti" for rt in run.ranks.values() for b in rt.batches)
+    return any(b.clock == "cupti" for rt in run.ranks.values() for b in rt.batches)
 
 
 def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
@@ -190,10 +190,10 @@ def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
     out: dict = {}
     for key, recs in sorted(run.steady_batches().items()):
         for r, b in recs.items():
-            if b.get("clock") != "cupti":
+            if b.clock != "cupti":
                 continue
-            t0 = b["gpu_t0_ns"]
-            bd = breakdown(b["gpu"], (t0, t0 + b["t_ms_total"] * 1e6), host_phases_ns(b, run.ranks[r].clock))
+            t0 = b.gpu_t0_ns
+            bd = breakdown(b.gpu, (t0, t0 + b.t_ms_total * 1e6), host_phases_ns(b, run.ranks[r].clock))
             out.setdefault(r, []).append(Breakdown(**{**_values(bd), "epoch": key[0], "batch": key[1]}))
     return out
 
@@ -202,18 +202,18 @@ def _values(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
-def _comm_span(b: dict, clock: dict) -> tuple[float, float] | None:
+def _comm_span(b, clock) -> tuple[float, float] | None:
     """(start, end) s of a rank's collective in a batch: its NCCL kernels,
     else the host's allreduce phase (a host MPI collective)."""
-    comm = [r for r in b.get("gpu") or [] if r["cat"] == "comm"]
+    comm = [r for r in b.gpu or () if r.cat == "comm"]
     if comm:
-        s, e = min(r["start_ns"] for r in comm), max(r["end_ns"] for r in comm)
+        s, e = min(r.start_ns for r in comm), max(r.end_ns for r in comm)
         return to_run_s(clock, s, True), to_run_s(clock, e, True)
-    host = b.get("t_ms_host", b["t_ms"])
+    host = b.t_ms_host or b.t_ms
     if "allreduce" not in host:
         return None
     off, d = host["allreduce"]
-    base = clock["host_start_ns"] + b["t0_s"] * 1e9
+    base = clock.host_start_ns + b.t0_s * 1e9
     return to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False)
 
 
@@ -236,7 +236,7 @@ def run_collectives(run: Run) -> list[CollectiveWait]:
 def representative(run: Run) -> tuple[int, int] | None:
     """The steady batch whose slowest rank's time is the median one."""
     items = [(max(run.batch_time_ms(b) for b in recs.values()), key)
-             for key, recs in run.steady_batches().items() if all(b.get("clock") == "cupti" for b in recs.values())]
+             for key, recs in run.steady_batches().items() if all(b.clock == "cupti" for b in recs.values())]
     if not items:
         return None
     items.sort()
@@ -308,10 +308,10 @@ class Timeline:
 def _clocks(run: Run) -> tuple[float | None, float | None]:
     """(the ranks' alignment error, the largest CUPTI-against-host drift), us."""
     clocks = [rt.clock for rt in run.ranks.values() if rt.clock]
-    err = max((c.get("rank0_err_ns", 0) + (c.get("cupti_err_ns") or 0)) / 1e3 for c in clocks) if clocks else None
-    drift = [(rt.clock_end["cupti_minus_host_ns"] - rt.clock["cupti_minus_host_ns"]) / 1e3
-             for rt in run.ranks.values() if rt.clock_end and rt.clock and rt.clock.get("cupti_minus_host_ns")
-             is not None and rt.clock_end.get("cupti_minus_host_ns") is not None]
+    err = max((c.rank0_err_ns + (c.cupti_err_ns or 0)) / 1e3 for c in clocks) if clocks else None
+    drift = [(rt.clock_end.cupti_minus_host_ns - rt.clock.cupti_minus_host_ns) / 1e3
+             for rt in run.ranks.values() if rt.clock_end and rt.clock and rt.clock.cupti_minus_host_ns
+             is not None and rt.clock_end.cupti_minus_host_ns is not None]
     return err, (max(map(abs, drift)) if drift else None)
 
 
@@ -332,7 +332,7 @@ def analyse_timeline(run: Run) -> Timeline | None:
     err, drift = _clocks(run)
     rep = representative(run)
     share = statistics.median(m.median.idle_host_launch / m.median.window for m in medians if m.median.window)
-    return Timeline(run.run_id, run.manifest.get("trace_level", "?"), per_rank, medians, run_collectives(run), rep,
+    return Timeline(run.run_id, run.trace_level, per_rank, medians, run_collectives(run), rep,
                     _path(run, rep), run_cross_checks(run), err, drift,
-                    sum(rt.activity.get("orphans", 0) for rt in run.ranks.values()), share,
+                    sum(rt.activity.orphans for rt in run.ranks.values() if rt.activity), share,
                     host_functions(run) if share > HOST_BOUND_SHARE else [])

@@ -123,11 +123,11 @@ def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, f
         clock = run.ranks[r].clock
         if clock is None:
             continue
-        base = clock["host_start_ns"] + b["t0_s"] * 1e9
+        base = clock.host_start_ns + b.t0_s * 1e9
         host = [(p, "tab:gray", to_run_s(clock, base + o * 1e6, False), to_run_s(clock, base + (o + d) * 1e6, False))
-                for p, (o, d) in b.get("t_ms_host", b["t_ms"]).items()]
-        gpu = [(g["phase"], CAT_COLORS[g["cat"]], to_run_s(clock, g["start_ns"], True),
-                to_run_s(clock, g["end_ns"], True)) for g in b.get("gpu") or []]
+                for p, (o, d) in (b.t_ms_host or b.t_ms).items()]
+        gpu = [(g.phase, CAT_COLORS[g.cat], to_run_s(clock, g.start_ns, True),
+                to_run_s(clock, g.end_ns, True)) for g in b.gpu or ()]
         tracks += [(f"rank {r} host", host), (f"rank {r} GPU", gpu)]
     t0 = min((s for _, items in tracks for _, _, s, _ in items), default=0.0)
     return [(lab, [(n, c, (s - t0) * 1e3, (e - t0) * 1e3) for n, c, s, e in items]) for lab, items in tracks]

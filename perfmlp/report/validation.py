@@ -326,7 +326,7 @@ def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
 def analyse_validation(a: Analysis) -> Validation:
     cal = a.machines.calibrated
     preds, pred_note = read_predictions(a.folder)
-    starts = {t.run_id: t.manifest.get("start") for t in a.traces}
+    starts = {t.run_id: t.manifest.start for t in a.traces}
     groups = repeat_groups(a)
     pairs = [config_error(c, preds, starts, cal) for c in sorted(groups.values(), key=lambda c: c.label)]
     configs = tuple(p[0] for p in pairs)
@@ -335,7 +335,7 @@ def analyse_validation(a: Analysis) -> Validation:
     return Validation(
         cal, pred_note, (preds or {}).get("machine", {}) if preds else None,
         tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY),
-        tuple(sorted({str((t.manifest.get("versions") or {}).get("perfmlp_git")) for t in a.traces})),
+        tuple(sorted({str(t.manifest.versions.get("perfmlp_git")) for t in a.traces})),
         configs, tuple(p[1] for p in pairs), tuple(summary_rows(judged, quiet)),
         tuple(per_term([p[1] for p in pairs])),
         tuple(other_machine(path, judged, groups, starts) for path in more_predictions(a.folder)) if configs else (),

@@ -2,23 +2,18 @@
 the configuration it ran and its measured time per batch by phase group."""
 from __future__ import annotations
 
-from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import Machine
-from ..model.predict import GROUPS, resolve_exec
+from ..model.predict import GROUPS
 from ..model.whatif import Setting, WhatIf, changed_setting, what_if
-from ..trace.format import PHASE_TERMS, resolve_trace_level
+from ..trace.format import PHASE_TERMS
 from ..trace.reader import Run
 
 
 def setting_of(run: Run) -> Setting:
-    """The configuration a run ran with (the manifest's record of what ran
-    first, then its configuration)."""
-    c, m = run.config, run.manifest  # a trace made before --exec existed (no exec anywhere) ran eagerly
-    mode = resolve_exec(m.get("exec") or c.get("exec", "eager"), comm=run.comm)
-    return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], run.comm,
-                   c["batch_transfer"], mode,
-                   bool(m.get("overlap", c.get("overlap", False))), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES)),
-                   c.get("gemm", "cublas"), resolve_trace_level(m.get("trace_level"), mode))
+    """The configuration a run ran with (the manifest's record of what ran)."""
+    c, ran = run.config, run.ran
+    return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], ran.comm,
+                   ran.batch_transfer, ran.exec, ran.overlap, ran.bucket_bytes, ran.gemm, ran.trace_level)
 
 
 def measured_groups_ms(run: Run) -> tuple[float, dict]:

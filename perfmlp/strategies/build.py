@@ -9,7 +9,7 @@ from ..comm import HostReducer, NcclReducer, StagedReducer
 from ..errors import PerfmlpError
 from ..mlp import Network
 from ..model.costs import pieces
-from ..model.predict import staging_memory
+from ..model.predict import resolve_comm, staging_memory
 from ..model.strategies import PS_COMMS, StrategyError, check_shard, coords, grid, shard_sizes
 from .activations import HostAllreduce, NcclAllreduce, StagedAllreduce
 from .groups import split_groups
@@ -24,7 +24,7 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
         check_shard(cfg.layer_sizes, p_model)
     except StrategyError as e:
         raise PerfmlpError(str(e)) from None
-    comm = cfg.comm if cfg.comm != "auto" else ("mpi" if name == "numpy" else "mpi-staged")
+    comm = resolve_comm(cfg.comm, name)
     d, m = coords(world.rank, p_model)
     max_local = max(pieces(cfg.batch_size, p_data))
     args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)

@@ -8,6 +8,7 @@ from ..mlp import FlatParams
 from ..model.costs import LOSS_SLOTS
 from ..model.strategies import ROOT
 from ..step import NonFiniteLoss, Parts, compute
+from ..trace.records import Phase
 from .activations import nccl_communicator, nccl_dtype
 from .groups import world_group
 
@@ -25,15 +26,15 @@ class HostParamServer:
 
     def exchange(self, phase, counts) -> None:
         g, p, grp = self.net.g, self.net.p, self.group
-        with phase("reduce"):
+        with phase(Phase.REDUCE):
             grp.reduce_sum(g.flat, ROOT)
         self._count(counts, "MPI_Reduce", g.flat)
         if grp.rank == ROOT:
             p.extra[0] = g.extra[0]
             if np.isfinite(p.extra[0]):
-                with phase("update"):
+                with phase(Phase.UPDATE):
                     self.net.update()
-        with phase("bcast"):
+        with phase(Phase.BCAST):
             grp.bcast_buffer(p.flat, ROOT)
         self._count(counts, "MPI_Bcast", p.flat)
 
@@ -71,7 +72,7 @@ class NcclParamServer:
 
     def exchange(self, phase, counts) -> None:
         g, p, root = self.net.g, self.net.p, self.group.rank == ROOT
-        with phase("reduce"):
+        with phase(Phase.REDUCE):
             self.comm.reduce(g.flat.data.ptr, g.flat.data.ptr, g.flat.size, self._dtype, self.nccl.NCCL_SUM, ROOT,
                              self._stream_ptr)
             if not root:
@@ -79,9 +80,9 @@ class NcclParamServer:
         counts.bytes_nccl += g.flat.nbytes
         counts.collectives.append(("ncclReduce", int(g.flat.size)))
         if root:
-            with phase("update"):
+            with phase(Phase.UPDATE):
                 self.net.update()
-        with phase("bcast"):
+        with phase(Phase.BCAST):
             self.comm.bcast(p.params.data.ptr, p.n_params, self._dtype, ROOT, self._stream_ptr)
         counts.bytes_nccl += p.params.nbytes
         counts.collectives.append(("ncclBroadcast", int(p.n_params)))

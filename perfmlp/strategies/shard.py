@@ -9,6 +9,7 @@ from ..mlp import Network, _to_host
 from ..model.costs import piece
 from ..model.strategies import layer_splits
 from ..step import Parts, exchange
+from ..trace.records import Phase
 
 class ShardStep:
     """Mixed in before Network (or GpuNetwork): the step of shard m of a model
@@ -134,14 +135,14 @@ def shard_compute(net, x, y, phase, counts) -> None:
     run inside forward and backward (the hooks count them into `counts`),
     and a column-split output is combined in its own phase after forward."""
     net.counts = counts
-    with phase("forward"):
+    with phase(Phase.FORWARD):
         net.forward(x)
     if net.combines_output:
-        with phase("combine"):
+        with phase(Phase.COMBINE):
             net.combine_output()
-    with phase("loss"):
+    with phase(Phase.LOSS):
         net.loss(y)
-    with phase("backward"):
+    with phase(Phase.BACKWARD):
         net.backward()
 
 

@@ -19,10 +19,9 @@ PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
 
 
 def resolved_comm(cfg: Config) -> str:
-    """The exchange a run will use: `auto` is mpi-staged on a GPU, mpi on NumPy."""
-    if cfg.comm != "auto":
-        return cfg.comm
-    return "mpi" if cfg.backend == "numpy" else "mpi-staged"
+    """The exchange a run will use (the trainer's rule: model.predict.resolve_comm)."""
+    from ..model.predict import resolve_comm
+    return resolve_comm(cfg.comm, cfg.backend)
 
 
 def predict_run(machine, run: SweepRun) -> dict:

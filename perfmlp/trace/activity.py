@@ -32,7 +32,8 @@ import threading
 import time
 from importlib import resources
 
-from .format import ACTIVITY_FIELDS, COPY_KINDS
+from .format import COPY_KINDS
+from .records import ACTIVITY_FIELDS as ACTIVITY_FIELDS  # the writer names them in the activity line
 
 PHASE_BITS = 6  # ext id = seq << PHASE_BITS | phase code (code 0: the batch itself, between phases)
 BUFFER_BYTES = 8 << 20  # CUPTI buffers: 8 MiB held 300k records without drops on an H200
@@ -104,13 +105,8 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
     return out, orphans
 
 
-def as_dicts(records: list[list]) -> list[dict]:
-    """Record arrays (a `gpu` line's `records`) as dicts keyed by ACTIVITY_FIELDS."""
-    return [dict(zip(ACTIVITY_FIELDS, r)) for r in records]
-
-
-def gpu_phase_spans(records: list[dict], prev_end_ns: int | None = None, host_only: dict | None = None
-                    ) -> tuple[dict[str, tuple[float, float]], float, int, int]:
+def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | None = None
+                    ) -> tuple[dict, float, int, int]:
     """A batch's phases measured on the GPU, as the CUDA events measured them:
     each phase runs from the end of the GPU work before it (the previous
     phase's; for the first, the previous batch's end `prev_end_ns` where that
@@ -119,12 +115,13 @@ def gpu_phase_spans(records: list[dict], prev_end_ns: int | None = None, host_on
     its own last record.
     `host_only`: phase -> (start, end) ns on the CUPTI clock for phases that
     launched nothing (a host MPI allreduce): they end where the host ended
-    them, as a CUDA event recorded then would. Returns ({phase: (offset ms,
-    duration ms)} from the batch's GPU start, total ms, start ns, end ns)."""
-    ends: dict[str, int] = {}
+    them, as a CUDA event recorded then would. `records`: GpuRecords.
+    Returns ({phase: (offset ms, duration ms)} from the batch's GPU start,
+    total ms, start ns, end ns)."""
+    ends: dict = {}
     for r in records:
-        ends[r["phase"]] = max(ends.get(r["phase"], 0), r["end_ns"])
-    first = min(r["start_ns"] for r in records)
+        ends[r.phase] = max(ends.get(r.phase, 0), r.end_ns)
+    first = min(r.start_ns for r in records)
     for p, (_, end) in (host_only or {}).items():
         ends.setdefault(p, end)
     order = sorted(ends, key=lambda p: ends[p])
@@ -155,10 +152,10 @@ def pingpong_offset(rounds: list[tuple[int, int, int]]) -> tuple[int, int]:
 
 def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
     """A rank's timestamp on the run's one time axis: seconds since rank 0's
-    tracer started. `clock`: the rank's clock line; `cupti`: t_ns is a CUPTI
+    tracer started. `clock`: the rank's Clock record; `cupti`: t_ns is a CUPTI
     timestamp (else the rank's host clock, perf_counter_ns)."""
-    host = t_ns - clock["cupti_minus_host_ns"] if cupti else t_ns
-    return (host + clock["rank0_minus_host_ns"] - clock["rank0_start_ns"]) / 1e9
+    host = t_ns - clock.cupti_minus_host_ns if cupti else t_ns
+    return (host + clock.rank0_minus_host_ns - clock.rank0_start_ns) / 1e9
 
 
 def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:

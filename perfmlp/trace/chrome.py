@@ -6,70 +6,125 @@ with every kernel, copy and memset. Where the trace has clock lines, every
 rank is on rank 0's time axis (trace/activity.py: to_run_s).
 
     python -m perfmlp.trace.chrome traces/<run-id> -o run.json
+
+What Perfetto's importer needs (its trace processor folds thread id 0 into
+the process's own track, and drops a slice that partly overlaps another on
+its track): every track has a thread id of its own, never 0 and unique in
+the whole file (`tid`); the slices of a track follow one another (a slice
+that would run past the next one's start, by clock rounding or a record's
+sub-microsecond overlap, is cut there and keeps its measured length in
+`args.measured_us`). The file is written to a temporary name and renamed.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
 from .activity import to_run_s
 from .reader import Run, TraceError, read_run
 
-TID_BATCH, TID_HOST, TID_GPU_PHASES, TID_STREAM0 = 0, 1, 2, 10  # a stream's track: TID_STREAM0 + its index
+BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank; a stream's: STREAM0 + its index
+TRACKS_PER_RANK = 1000
+
+
+def tid(rank: int, track: int) -> int:
+    """A track's thread id: unique in the file, never 0."""
+    return (rank + 1) * TRACKS_PER_RANK + track
+
+
+def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
+    """track -> its X events (unordered) for one rank."""
+    rt = run.ranks[rank]
+    clock = rt.clock
+    pid = rank + 1
+    out: dict = {BATCHES: [], HOST: [], GPU_PHASES: []}
+    streams: dict = {}
+
+    def host_us(t0_s: float, off_ms: float = 0.0) -> float:
+        if clock is None:
+            return (t0_s + off_ms / 1e3) * 1e6
+        return to_run_s(clock, clock.host_start_ns + t0_s * 1e9 + off_ms * 1e6, False) * 1e6
+
+    def add(track, name, cat, ts, dur, args):
+        out.setdefault(track, []).append({"name": str(name), "cat": cat, "ph": "X", "pid": pid,
+                                          "tid": tid(rank, track), "ts": ts, "dur": max(dur, 0.0), "args": args})
+
+    for b in rt.batches:
+        add(BATCHES, f"batch {b.batch}", "batch", host_us(b.t0_s), b.wall_ms * 1e3,
+            {"epoch": b.epoch, "batch": b.batch, "samples": b.local_samples, "bytes_h2d": b.bytes_h2d,
+             "bytes_d2h": b.bytes_d2h, "bytes_d2d": b.bytes_d2d, "bytes_mpi": b.bytes_mpi,
+             "bytes_nccl": b.bytes_nccl, "clock": b.clock})
+        if b.clock != "cuda-events":  # CUDA-event phases start on the GPU, not on the host clock
+            for phase, (off, dur) in (b.t_ms_host or b.t_ms).items():
+                add(HOST, phase, "phase", host_us(b.t0_s, off), dur * 1e3,
+                    {"batch": b.batch, "flops": b.flops.get(phase, 0)})
+        if b.clock == "cupti" and clock is not None:
+            for phase, (off, dur) in b.t_ms.items():
+                add(GPU_PHASES, phase, "gpu phase", to_run_s(clock, b.gpu_t0_ns + off * 1e6, True) * 1e6, dur * 1e3,
+                    {"batch": b.batch})
+            for g in b.gpu:
+                track = streams.setdefault(g.stream, STREAM0 + len(streams))
+                a = {"batch": b.batch, "phase": str(g.phase), "correlation": g.corr}
+                if g.cat == "copy":
+                    a.update(bytes=g.bytes, kind=g.copy)
+                add(track, g.name or g.copy or g.cat, g.cat, to_run_s(clock, g.start_ns, True) * 1e6,
+                    (g.end_ns - g.start_ns) / 1e3, a)
+        elif b.clock == "cuda-events":  # offsets from the batch's start on the GPU, drawn from its host start
+            for phase, (off, dur) in b.t_ms.items():
+                add(GPU_PHASES, phase, "gpu phase", host_us(b.t0_s, off), dur * 1e3, {"batch": b.batch})
+    out["names"] = {BATCHES: "batches (host)", HOST: "phases (host)", GPU_PHASES: "phases (GPU)",
+                    **{t: f"GPU stream {s}" for s, t in streams.items()}}
+    return out
+
+
+def one_after_another(events: list[dict]) -> list[dict]:
+    """A track's slices in order, each cut where the next one starts."""
+    events.sort(key=lambda e: (e["ts"], -e["dur"]))
+    for a, b in zip(events, events[1:]):
+        if a["ts"] + a["dur"] > b["ts"]:
+            a["args"]["measured_us"] = a["dur"]
+            a["dur"] = max(b["ts"] - a["ts"], 0.0)
+    return events
 
 
 def chrome_events(run: Run) -> list[dict]:
     ev = []
-    for rank, rt in sorted(run.ranks.items()):
-        clock = rt.clock
-        ev.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
-        names = {TID_BATCH: "batches (host)", TID_HOST: "phases (host)", TID_GPU_PHASES: "phases (GPU)"}
-        streams: dict = {}
-
-        def host_us(t0_s, off_ms=0.0):
-            if clock is None:
-                return (t0_s + off_ms / 1e3) * 1e6
-            return to_run_s(clock, clock["host_start_ns"] + t0_s * 1e9 + off_ms * 1e6, False) * 1e6
-
-        for b in rt.batches:
-            gpu = b.get("clock") == "cupti"
-            host_phases = b.get("t_ms_host", b["t_ms"])
-            args = {"epoch": b["epoch"], "batch": b["batch"], "samples": b["local_samples"],
-                    "bytes_h2d": b["bytes_h2d"], "bytes_d2h": b["bytes_d2h"], "bytes_d2d": b.get("bytes_d2d", 0),
-                    "bytes_mpi": b["bytes_mpi"], "bytes_nccl": b["bytes_nccl"], "clock": b.get("clock")}
-            ev.append({"name": f"batch {b['batch']}", "cat": "batch", "ph": "X", "pid": rank, "tid": TID_BATCH,
-                       "ts": host_us(b["t0_s"]), "dur": b.get("wall_ms", 0.0) * 1e3, "args": args})
-            on_gpu = b.get("clock") in ("cuda-events", "cupti")
-            for phase, (off, dur) in host_phases.items():
-                if on_gpu and not gpu:
-                    break  # CUDA-event phases: their origin is on the GPU, not the host clock
-                ev.append({"name": phase, "cat": "phase", "ph": "X", "pid": rank, "tid": TID_HOST,
-                           "ts": host_us(b["t0_s"], off), "dur": dur * 1e3,
-                           "args": {"batch": b["batch"], "flops": b["flops"].get(phase, 0)}})
-            if gpu and clock is not None:
-                t0 = b["gpu_t0_ns"]
-                for phase, (off, dur) in b["t_ms"].items():
-                    ev.append({"name": phase, "cat": "gpu phase", "ph": "X", "pid": rank, "tid": TID_GPU_PHASES,
-                               "ts": to_run_s(clock, t0 + off * 1e6, True) * 1e6, "dur": dur * 1e3,
-                               "args": {"batch": b["batch"]}})
-                for g in b["gpu"]:
-                    tid = streams.setdefault(g["stream"], TID_STREAM0 + len(streams))
-                    a = {"batch": b["batch"], "phase": g["phase"], "correlation": g["corr"]}
-                    if g["cat"] == "copy":
-                        a.update(bytes=g["bytes"], kind=g["copy"])
-                    ev.append({"name": g["name"] or g["copy"] or g["cat"], "cat": g["cat"], "ph": "X", "pid": rank,
-                               "tid": tid, "ts": to_run_s(clock, g["start_ns"], True) * 1e6,
-                               "dur": (g["end_ns"] - g["start_ns"]) / 1e3, "args": a})
-            elif on_gpu:  # CUDA events: offsets from the batch's start on the GPU, drawn from its host start
-                for phase, (off, dur) in b["t_ms"].items():
-                    ev.append({"name": phase, "cat": "gpu phase", "ph": "X", "pid": rank, "tid": TID_GPU_PHASES,
-                               "ts": host_us(b["t0_s"], off), "dur": dur * 1e3, "args": {"batch": b["batch"]}})
-        names.update({tid: f"GPU stream {s}" for s, tid in streams.items()})
-        ev += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": n}}
-               for tid, n in names.items()]
+    for rank in sorted(run.ranks):
+        tracks = _slices(run, rank)
+        names = tracks.pop("names")
+        pid = rank + 1
+        ev.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {rank}"}})
+        ev.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": rank}})
+        for track, name in names.items():
+            if not tracks.get(track):
+                continue
+            t = tid(rank, track)
+            ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": name}})
+            ev.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": track}})
+            ev += one_after_another(tracks[track])
     return ev
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all (a temporary name beside it, renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        try:
+            f.write(text)
+            f.flush()
+        except BaseException:
+            f.close()
+            tmp.unlink(missing_ok=True)
+            raise
+    try:
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def main(argv=None) -> int:
@@ -82,14 +137,22 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         run = read_run(a.run)
+        text = json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
     except TraceError as e:
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("perfmlp.trace.chrome: interrupted", file=sys.stderr)
+        return 130
     try:
-        Path(a.out).write_text(json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"}))
+        write_atomically(Path(a.out), text)
     except OSError as e:
         print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
-        return 2
+        bad_path = e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR)
+        return 2 if bad_path else 1  # a path that cannot be written: bad input; a full disk: failed
+    except KeyboardInterrupt:
+        print("perfmlp.trace.chrome: interrupted", file=sys.stderr)
+        return 130
     print(f"wrote {a.out} ({run.run_id}, {run.status})")
     return 0
 

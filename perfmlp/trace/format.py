@@ -1,20 +1,22 @@
-"""The trace format: the only contract between a run and its report.
+"""The trace format's constants: the only contract between a run and its
+report. The records themselves (and the Phase enum) are trace/records.py;
+docs/trace-format.md is generated from them.
 
-A run writes `<trace-dir>/<run-id>/manifest.json` (rank 0; rewritten at the
-end with the status) and `rank-<r>.jsonl` per rank: a header line, one line
-per batch (flushed as written, so a killed run keeps every finished batch),
-one line per epoch and an end line (a committed set may hold them gzipped,
-`rank-<r>.jsonl.gz`: rank_files, read_rank_text). `docs/trace-format.md`
-describes every field; this module names them, and the writer and the
-reader both use it.
+A run writes `<trace-dir>/<run-id>/manifest.json` (rank 0) and per rank
+`rank-<r>.jsonl` (JSON lines) and `rank-<r>.batches` (the batch records); a
+committed set may hold the rank files gzipped (`.gz`: rank_files,
+read_rank_bytes).
 """
 from __future__ import annotations
 
 import gzip
+import os
+import stat
 import zlib
 from pathlib import Path
 
-SCHEMA = "perfmlp.trace/1"
+from .records import Phase
+
 # Batches left out at the start of every epoch, by the trainer's synchronised
 # steady window (the epoch line's steady_ms_per_batch, `warmup_batches`) and
 # by the reader (trace/reader.py STEADY_RULE). Three: the first compiles,
@@ -30,26 +32,31 @@ MANIFEST = "manifest.json"
 # the model's term it measures (perfmlp/model/predict.py: TERMS; "compute"
 # is the model's gemm + elementwise + launches).
 PHASE_TERMS = {
-    "h2d": "h2d_batch",        # the batch piece copied to the device (not with resident data)
-    "forward": "compute",
-    "loss": "compute",
-    "backward": "compute",
-    "d2h": "d2h_grad",         # the gradient buffer staged to the host (mpi-staged)
-    "allreduce": "allreduce",
-    "h2d_grad": "h2d_grad",    # the reduced gradients copied back (mpi-staged)
-    "update": "compute",
+    Phase.H2D: "h2d_batch",        # not with resident data
+    Phase.FORWARD: "compute",
+    Phase.LOSS: "compute",
+    Phase.BACKWARD: "compute",
+    Phase.D2H: "d2h_grad",
+    Phase.ALLREDUCE: "allreduce",
+    Phase.H2D_GRAD: "h2d_grad",
+    Phase.UPDATE: "compute",
     # graph mode (--exec graph): one CUDA-graph replay in place of forward,
     # loss and backward, and with nccl also the allreduce and the update;
     # with resident data the piece is first copied (device to device) into
     # the graph's static input buffers, in this phase too
-    "graph": "compute",
-    # the partitioning strategies' exchanges (perfmlp/strategies), after the others so the
-    # phases above keep their order (and the report's colours)
-    "combine": "allreduce",    # model parallelism: the output's partial sums, allreduced over the model group
-    "reduce": "allreduce",     # the parameter server: gradients reduced to rank 0
-    "bcast": "allreduce",      # the parameter server: parameters broadcast from rank 0
+    Phase.GRAPH: "compute",
+    # the partitioning strategies' exchanges, after the others so the phases
+    # above keep their order (and the report's colours)
+    Phase.COMBINE: "allreduce",
+    Phase.REDUCE: "allreduce",
+    Phase.BCAST: "allreduce",
+    # the asynchronous parameter server's worker: its exchange with the server
+    Phase.PUSH: "allreduce",
+    Phase.PULL: "allreduce",
+    Phase.PARAMS: "allreduce",
+    Phase.H2D_PARAMS: "h2d_grad",
 }
-PHASES = tuple(PHASE_TERMS)
+PHASES = tuple(Phase)
 
 
 PHASE_GROUPS = tuple(dict.fromkeys(PHASE_TERMS.values()))  # the report's terms, in a batch's order
@@ -106,11 +113,7 @@ def comparable_terms(clock: str, on_gpu: bool, batch_transfer: str, comm: str, p
     return host_clock_terms(batch_transfer, comm, parallel)
 
 
-NVTX_RANGES = (*PHASES, "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
-
-# Keys every batch line has (the writer writes more: docs/trace-format.md).
-BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "bytes_h2d", "bytes_d2h",
-              "bytes_mpi", "bytes_nccl")
+NVTX_RANGES = (*(p.value for p in PHASES), "batch", "epoch")  # every NVTX range a run opens (domain "perfmlp")
 
 
 # How much a run records, cheapest first (`--trace-level`). Where a level
@@ -119,13 +122,14 @@ BATCH_KEYS = ("epoch", "batch", "samples", "local_samples", "t_ms", "flops", "by
 # perfmlp/model/predict.py TRACE_COSTS prices each level under these names
 # (a test holds the two equal).
 TRACE_LEVELS = {
-    "counters": "FLOPs, bytes and collectives per batch, host wall time; no device timing",
+    "counters": "FLOPs, bytes and collectives per batch (priced once per piece size), host times of the batch "
+                "and its phases; no device timing",
     "phases": "+ each phase's GPU time from CUDA events recorded between the phases (about 2 us of GPU time each)",
     "timeline": "+ CUPTI activity records: every kernel launched outside a CUDA graph, every copy and memset, "
                 "one record per graph launch; phase times from the records, no CUDA events",
     "kernels": "+ one record per kernel inside CUDA graphs too (about 0.5 us of GPU time per graph kernel node)",
 }
-OVERHEAD_TARGET = 0.02  # issue 12: the default level costs under 2% of untraced time per batch
+OVERHEAD_TARGET = 0.02  # the default level costs under 2% of untraced time per batch
 # The default level (`--trace-level auto`) per execution mode: the richest
 # level whose median overhead was under OVERHEAD_TARGET at H=512, B=3200
 # resident + NCCL on 1 and on 2 GPUs, else the cheapest. Evidence:
@@ -161,29 +165,29 @@ def resolve_trace_level(level: str | None, exec_mode: str) -> str:
 ACTIVITY_LEVELS = ("timeline", "kernels")  # the levels that collect CUPTI activity records
 
 # Activity lines (`kind: "gpu"`, one per batch and rank, written between epochs):
-# `records` is a list of arrays with these fields, in this order.
+# `records` is a list of arrays of records.ACTIVITY_FIELDS, in that order.
 ACTIVITY_SCHEMA = "perfmlp.activity/1"
-ACTIVITY_FIELDS = ("cat", "phase", "start_ns", "end_ns", "stream", "bytes", "copy", "name", "api_ns", "corr")
 # cat: what the GPU did. compute (kernels), copy (memcpy, memset), comm
 # (NCCL kernels), graph (a whole CUDA-graph launch at the `timeline` level).
 COPY_KINDS = {1: "h2d", 2: "d2h", 8: "d2d"}  # CUPTI's memcpy kinds the trainer issues (others: "other")
 
 
-def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
+def batch_phases(comm: str, batch_transfer: str, exec_mode: str = "eager") -> tuple[Phase, ...]:
     """The phases one batch records, in order, for a communication, transfer
     and execution mode."""
-    skip = {"combine", "reduce", "bcast"}  # the partitioning strategies' (perfmlp/model/strategies: step_phases)
+    skip = {Phase.COMBINE, Phase.REDUCE, Phase.BCAST,  # the partitioning strategies' (model.strategies: step_phases)
+            Phase.PUSH, Phase.PULL, Phase.PARAMS, Phase.H2D_PARAMS}  # and the asynchronous server's workers
     if batch_transfer == "resident":
-        skip.add("h2d")
+        skip.add(Phase.H2D)
     if comm != "mpi-staged":
-        skip |= {"d2h", "h2d_grad"}
+        skip |= {Phase.D2H, Phase.H2D_GRAD}
     if exec_mode == "graph":
-        skip |= {"forward", "loss", "backward"}
+        skip |= {Phase.FORWARD, Phase.LOSS, Phase.BACKWARD}
         if comm == "nccl":
-            skip |= {"allreduce", "update"}
+            skip |= {Phase.ALLREDUCE, Phase.UPDATE}
     else:
-        skip.add("graph")
-    order = ("h2d", "graph", *(p for p in PHASES if p not in ("h2d", "graph")))
+        skip.add(Phase.GRAPH)
+    order = (Phase.H2D, Phase.GRAPH, *(p for p in PHASES if p not in (Phase.H2D, Phase.GRAPH)))
     return tuple(p for p in order if p not in skip)
 
 
@@ -191,41 +195,65 @@ def rank_file(rank: int) -> str:
     return f"rank-{rank}.jsonl"
 
 
+def batch_file(rank: int) -> str:
+    return f"rank-{rank}.batches"
+
+
 # A committed trace set may hold its rank files gzipped (python -m perfmlp.trace.pack):
-# every reader takes either form of a rank's file through these two
+# every reader takes either form of a rank's files through these
 PACKED = ".gz"
+RANK_SUFFIXES = (".jsonl", ".batches")
 
 
-def rank_files(folder: Path) -> dict[int, Path]:
-    """rank -> its file in `folder` (rank-<r>.jsonl, or rank-<r>.jsonl.gz as
-    packed). ValueError: a name without a rank number, or a rank in both forms."""
+def rank_of(name: str) -> tuple[int, str] | None:
+    """(rank, suffix) of a rank file's name (packed or not), or None where
+    the name is not rank-<number>.jsonl or rank-<number>.batches."""
+    stem = name[:-len(PACKED)] if name.endswith(PACKED) else name
+    for suffix in RANK_SUFFIXES:
+        if stem.startswith("rank-") and stem.endswith(suffix):
+            digits = stem[len("rank-"):-len(suffix)]
+            if digits.isdigit() and digits.isascii():
+                return int(digits), suffix
+    return None
+
+
+def rank_files(folder: Path, suffix: str = ".jsonl") -> dict[int, Path]:
+    """rank -> its file with `suffix` in `folder`, plain or packed.
+    ValueError: a file named like a rank file that is not one (rank-x.jsonl),
+    or a rank in both forms."""
     out: dict[int, Path] = {}
-    for p in sorted([*folder.glob("rank-*.jsonl"), *folder.glob("rank-*.jsonl" + PACKED)]):
-        stem = p.name[:-len(PACKED)] if p.name.endswith(PACKED) else p.name
-        try:
-            rank = int(stem[len("rank-"):-len(".jsonl")])
-        except ValueError:
-            raise ValueError(f"{p}: not a rank file name") from None
+    for p in sorted([*folder.glob("rank-*" + suffix), *folder.glob("rank-*" + suffix + PACKED)]):
+        got = rank_of(p.name)
+        if got is None:
+            raise ValueError(f"{p}: not a rank file (rank-<number>{suffix})")
+        rank = got[0]
         if rank in out:
             raise ValueError(f"{folder}: rank {rank} is there both packed and plain ({out[rank].name}, {p.name})")
         out[rank] = p
     return out
 
 
-def read_rank_text(path: Path, first_line: bool = False) -> str:
-    """A rank file's text (or only its first line, the header), plain or
-    gzipped. OSError (gzip.BadGzipFile for a damaged pack) or EOFError (a
-    cut-off one) on a damaged file."""
-    packed = path.name.endswith(PACKED)
+def read_rank_bytes(path: Path) -> bytes:
+    """A rank file's bytes, plain or gzipped. OSError naming the file: not a
+    regular file (a FIFO, a link to a device), unreadable, or a damaged
+    pack (gzip.BadGzipFile; EOFError for a cut-off one)."""
     try:
-        with gzip.open(path, "rt", errors="replace") if packed else open(path, errors="replace") as f:
-            return f.readline() if first_line else f.read()
+        st = os.stat(path)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path}: not a regular file")
+    try:
+        if path.name.endswith(PACKED):
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        return path.read_bytes()
     except zlib.error as e:     # damaged deflate data: not an OSError of its own
         raise gzip.BadGzipFile(str(e)) from None
 
 
 class Counts:
-    """The byte and collective counters of one batch line, filled where the
+    """The byte and collective counters of one batch, filled where the
     copies and collectives are issued (the batch source and the reducer) and
     handed to the tracer by the training loop."""
 

@@ -1,9 +1,11 @@
-"""The manifest of a run (trace/format.py: MANIFEST): what ran, on what,
-from which code, and how it ended. Written by rank 0 at the start, completed
-once the backend is built (`record_machine`, a collective) and at the end
-(`finish_manifest`); each write replaces the file whole."""
+"""The manifest of a run (records.Manifest): what ran, on what, from which
+code, and how it ended. Rank 0 writes it at the start, again once the
+backend is built (`what_ran`, `machine_seen`: collectives) and at the end;
+each write goes to a temporary name and is renamed over the last, so the
+file is always whole, and an error names it."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -14,6 +16,9 @@ from pathlib import Path
 
 from .. import __version__
 from .format import MANIFEST
+from .lines import as_json
+from .records import SCHEMA, Manifest, Ran
+from .store import named
 
 
 def now_iso() -> str:
@@ -53,7 +58,7 @@ def versions() -> dict:
 
 
 def machine_seen(world, backend: str) -> dict:
-    """Host, GPU name and count per node, gathered from every rank."""
+    """Host, GPU name and count per node, gathered from every rank (a collective)."""
     me = {"host": socket.gethostname(), "gpu": None, "gpus_on_node": 0, "device": None}
     if backend == "cupy":
         import cupy
@@ -69,38 +74,54 @@ def machine_seen(world, backend: str) -> dict:
     return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks], "cpu": platform.processor() or platform.machine()}
 
 
-
-def record_machine(run_dir: Path, world, backend) -> None:
-    """Add what the run saw (GPUs per node, library versions) and what ran
-    (the backend, the gradient reducer) to the manifest (a collective: every
-    rank calls it)."""
-    seen = machine_seen(world, backend.name)
-    if world.rank == 0:
-        path = run_dir / MANIFEST
-        m = json.loads(path.read_text())
-        m["machine"] = seen
-        m["backend"] = backend.name
-        m["comm"] = backend.reducer.name if backend.reducer is not None else None
-        m["exec"] = getattr(backend, "exec", None)
-        if m["exec"] == "graph":
-            m["phase_timing"] = ("graph mode: one CUDA-event span per graph replay (phase 'graph'), not per "
-                                 "kernel phase; operations and bytes are counted per batch as in eager mode")
-        m["versions"] = versions()
-        m["mpi_library"] = world.library
-        write_json(path, m)
+def what_ran(cfg, backend, machine: dict, levels: dict) -> Ran:
+    """What ran, from the built backend (its reducer names the exchange, its
+    network the launch shapes) and the trace levels the ranks resolved
+    (`levels`: Ran's trace_level* fields)."""
+    from ..model import costs
+    net = backend.net
+    gpus = sorted({n["gpu"] for n in machine["nodes"].values() if n.get("gpu")})
+    return Ran(backend=backend.name, comm=backend.reducer.name, exec=getattr(backend, "exec", "eager"),
+               parallel=cfg.parallel,
+               model_procs=cfg.model_procs, batch_transfer=cfg.batch_transfer, overlap=cfg.overlap,
+               bucket_bytes=cfg.bucket_bytes, gemm=cfg.gemm, output_grad_cols=costs.OUTPUT_GRAD_COLS,
+               fuse_output=bool(getattr(net, "fuse_output", True)), gpu=gpus[0] if gpus else None, **levels)
 
 
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
+def new_manifest(run_id: str, cfg, world, profiler_attached: bool) -> Manifest:
+    return Manifest(schema=SCHEMA, run_id=run_id, config=cfg.to_dict(), procs=world.size,
+                    status="running", start=now_iso(), end=None, versions=versions(), argv=tuple(sys.argv),
+                    mpi_library=world.library, machine=None, profiler_attached=profiler_attached, ran=None)
+
+
+def write_manifest(run_dir: Path, m: Manifest) -> None:
+    write_json(run_dir / MANIFEST, as_json(m))
+
+
+def finished(m: Manifest, status: str) -> Manifest:
+    return dataclasses.replace(m, status=status, end=now_iso())
 
 
 def finish_manifest(run_dir: Path, status: str) -> None:
+    """The manifest on disk with its status and end (for a process that
+    holds no Manifest record: the watchdog ending the job)."""
     path = run_dir / MANIFEST
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
+    m = json.loads(path.read_text(encoding="utf-8"))
     m["status"], m["end"] = status, now_iso()
     write_json(path, m)
+
+
+def write_json(path: Path, obj) -> None:
+    """`obj` as JSON at `path`, whole or not at all: written to a temporary
+    name beside it and renamed; an error names `path`."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(obj, indent=1))
+        tmp.replace(path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise named(e, path) from None

@@ -17,7 +17,6 @@ import sqlite3
 import statistics
 from pathlib import Path
 
-from .format import rank_files, read_rank_text
 
 PID_SHIFT = 0x1000000  # nsys: globalTid = globalPid + tid
 
@@ -92,13 +91,13 @@ def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
             inside = _inside(copies.get(gpid, []), lo, hi)
             h2d = sum(b for _, b, kind in inside if kind == 1)
             d2h = sum(b for _, b, kind in inside if kind == 2)
-            tot["trace_h2d"] += rec["bytes_h2d"]
+            tot["trace_h2d"] += rec.bytes_h2d
             tot["nsys_h2d"] += h2d
-            tot["trace_d2h"] += rec["bytes_d2h"]
+            tot["trace_d2h"] += rec.bytes_d2h
             tot["nsys_d2h"] += d2h
-            exact_h2d += h2d == rec["bytes_h2d"]
-            exact_d2h += d2h == rec["bytes_d2h"]
-            if first_bad is None and (h2d != rec["bytes_h2d"] or d2h != rec["bytes_d2h"]):
+            exact_h2d += h2d == rec.bytes_h2d
+            exact_d2h += d2h == rec.bytes_d2h
+            if first_bad is None and (h2d != rec.bytes_h2d or d2h != rec.bytes_d2h):
                 first_bad = f"batch line {k}: trace {rec['bytes_h2d']}/{rec['bytes_d2h']}, nsys {h2d}/{d2h}"
         rows.append({"rank": rank, "check": "bytes per batch (H2D / D2H)", "batches": n,
                      "exact H2D": f"{exact_h2d}/{n}", "exact D2H": f"{exact_d2h}/{n}",
@@ -107,14 +106,14 @@ def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
                      "first mismatch": first_bad or "none"})
         # phase times: NVTX (host) and kernels in the phase (device) beside the trace (CUDA events)
         first_batch_end = batch_ranges[0][2] if batch_ranges else 0
-        for phase in sorted({p for b in rt.batches for p in b["t_ms"]}):
+        for phase in sorted({p for b in rt.batches for p in b.t_ms}):
             prs = [r for r in ranges[gpid] if r[0] == phase and r[1] > first_batch_end]
             if not prs:
                 continue
             nvtx_ms = statistics.median((e - s) / 1e6 for _, s, e, _ in prs)
             kern_ms = statistics.median(sum(d for _, d in _inside(kerns.get(gpid, []), s, e)) / 1e6
                                         for _, s, e, _ in prs)
-            trace_ms = statistics.median(b["t_ms"][phase][1] for b in rt.batches[1:] if phase in b["t_ms"])
+            trace_ms = statistics.median(b.t_ms[phase].ms for b in rt.batches[1:] if phase in b.t_ms)
             rows.append({"rank": rank, "check": f"phase {phase} (median ms)", "batches": len(prs),
                          "NVTX range (host)": nvtx_ms, "kernels in range (GPU)": kern_ms,
                          "trace (CUDA events)": trace_ms})
@@ -122,10 +121,6 @@ def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
 
 
 def rank_pid(run, rank):
-    """The process id a rank's header line recorded (None if unreadable)."""
-    import json
-    try:
-        path = rank_files(Path(run.path))[rank]
-        return json.loads(read_rank_text(path, first_line=True)).get("pid")
-    except (OSError, EOFError, ValueError, KeyError):
-        return None
+    """The process id a rank's header recorded (None without one)."""
+    header = run.ranks[rank].header
+    return header.pid if header is not None else None

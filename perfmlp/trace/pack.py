@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         for d in map(Path, a.dirs):
             if not d.is_dir():
                 raise OSError(f"{d}: no such folder")
-            for p in sorted(d.rglob("rank-*.jsonl")):
+            for p in sorted([*d.rglob("rank-*.jsonl"), *d.rglob("rank-*.batches")]):
                 if p.with_name(p.name + PACKED).exists():
                     raise OSError(f"{p}: already packed beside it ({p.name + PACKED}); remove one")
                 b, g = pack_file(p)

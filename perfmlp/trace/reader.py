@@ -1,28 +1,40 @@
-"""The one reader of the trace format (docs/trace-format.md), plus a
-constructor from in-memory records for tests.
+"""The one reader of the trace: it returns records (trace/records.py) and
+nothing else, every field checked. A damaged field ends the reading of its
+run with one line naming the file, the line (or batch record) and the
+field (`TraceError`); a run cut off (killed, a full disk) is read with
+every batch it finished and marked incomplete. Format-1 traces are read
+through trace/upgrade.py. `Run.from_records` builds a run from in-memory
+records (tests need no files).
 
-`read_traces(folder)` reads every run under a folder and returns the runs it
-could read and one line per thing it skipped; `read_run(folder)` reads one.
-A run whose manifest or rank files lack their end (a killed run) is read
-with every finished batch and marked incomplete; a malformed line is
-reported by file and line and skipped.
+`read_traces(folder)` reads every run under a folder and returns the runs
+it could read and one line per thing it skipped; `read_run(folder)` one.
 
-Where a rank wrote GPU activity (`gpu` lines, `--trace-level timeline` or
-`kernels`), each of its batches gets `gpu` (the records as dicts), its phases
-measured on the GPU from them (`t_ms`, `t_ms_total`, `clock: "cupti"`) and
-the host's phase times kept as `t_ms_host`.
+Where a rank collected GPU activity (`timeline`, `kernels`), each of its
+batches gets its `GpuRecord`s and its phases measured on the GPU from them
+(`t_ms`, `t_ms_total`, `clock` cupti), the host's phase times kept as
+`t_ms_host`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
 
-from .activity import as_dicts, gpu_phase_spans
-from .format import (ACTIVITY_SCHEMA, BATCH_KEYS, MANIFEST, PACKED, SCHEMA, WARMUP_BATCHES, rank_files,
-                     read_rank_text)
-from .updates import KIND as UPDATE, check_update
+from . import fields as F
+from . import upgrade
+from .activity import gpu_phase_spans
+from .format import MANIFEST, PACKED, WARMUP_BATCHES, rank_files, read_rank_bytes
+from .batchfile import decode_batches
+from .fields import TraceError
+from .lines import parse
+from .updates import Update
+from .records import (SCHEMA, Activity, Batch, Clock, End, Epoch, GpuActivity, Header, Manifest, Shape, Span,
+                      read)
 
 STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch are left out (the run's first compiles "
                "kernels, allocates and captures a CUDA graph, the next two still carried one-off costs of up to "
@@ -32,83 +44,56 @@ STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch are left out 
                "batch keeps every batch but the run's first")
 
 
-class TraceError(ValueError):
-    """A run folder that cannot be read at all (one-line message)."""
-
-
-@dataclass
+@dataclass(frozen=True)
 class RankTrace:
     rank: int
-    batches: list[dict] = field(default_factory=list)
-    epochs: list[dict] = field(default_factory=list)
-    end: dict | None = None
-    clock: dict | None = None          # the clock line written at the start (activity.to_run_s)
-    clock_end: dict | None = None      # and at the end (CUPTI's drift)
-    activity: dict = field(default_factory=dict)   # the activity lines, merged (orphans summed)
-    gpu: dict = field(default_factory=dict)        # (epoch, batch) -> the gpu line's records
-    updates: list[dict] = field(default_factory=list)  # the parameter server's update lines (trace/updates.py)
-
-    def finish(self) -> None:
-        """Measure each batch's phases on the GPU from its activity records."""
-        if not self.gpu:
-            return
-        prev = None  # (epoch, batch, GPU end ns) of the batch before
-        for b in self.batches:
-            recs = self.gpu.get((b["epoch"], b["batch"]))
-            if not recs or "gpu" in b:
-                prev = None
-                continue
-            b["gpu"] = recs = as_dicts(recs)
-            after = prev[2] if prev and prev[:2] == (b["epoch"], b["batch"] - 1) else None
-            spans, total, t0, end = gpu_phase_spans(recs, after, self._host_only(b, recs))
-            b["t_ms_host"], b["t_ms"], b["t_ms_total"], b["clock"] = b["t_ms"], spans, total, "cupti"
-            b["gpu_t0_ns"] = t0  # the batch's GPU start on the CUPTI clock (t_ms's origin)
-            prev = (b["epoch"], b["batch"], end)
-
-    def _host_only(self, b: dict, recs: list[dict]) -> dict:
-        """Phases that launched nothing on the GPU (a host MPI allreduce), as
-        CUPTI-clock spans from the host's phase times."""
-        c = self.clock
-        if not c or c.get("cupti_minus_host_ns") is None:
-            return {}
-        on_gpu = {r["phase"] for r in recs}
-        base = c["host_start_ns"] + c["cupti_minus_host_ns"] + b["t0_s"] * 1e9
-        return {p: (int(base + off * 1e6), int(base + (off + dur) * 1e6))
-                for p, (off, dur) in b["t_ms"].items() if p not in on_gpu}
+    header: Header | None = None
+    shapes: Mapping = field(default_factory=dict)      # id -> Shape
+    batches: tuple = ()                                 # Batch records, in order
+    epochs: tuple = ()
+    end: End | None = None
+    clock: Clock | None = None          # at the start (activity.to_run_s)
+    clock_end: Clock | None = None      # at the end (CUPTI's drift)
+    activity: Activity | None = None    # what the gpu lines hold, orphans summed
+    updates: tuple = ()                 # the asynchronous parameter server's Update records (rank 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
     run_id: str
-    manifest: dict
-    ranks: dict[int, RankTrace]
+    manifest: Manifest
+    ranks: Mapping            # rank -> RankTrace
     path: str = ""
-    problems: list[str] = field(default_factory=list)
+    problems: tuple = ()
 
-    # -- what the manifest says ----------------------------------------------------
-    @property
-    def config(self) -> dict:
-        return self.manifest.get("config", {})
-
-    @property
-    def procs(self) -> int:
-        return int(self.manifest.get("procs", len(self.ranks)))
+    # -- what the manifest says (resolved at run time: never worked out here) ---------------
+    config = property(lambda self: self.manifest.config)
+    procs = property(lambda self: self.manifest.procs)
+    ran = property(lambda self: self.manifest.ran)
+    backend = property(lambda self: self.manifest.ran.backend)
+    comm = property(lambda self: self.manifest.ran.comm)
+    exec = property(lambda self: self.manifest.ran.exec)
+    parallel = property(lambda self: self.manifest.ran.parallel)
+    overlap = property(lambda self: self.manifest.ran.overlap)
+    trace_level = property(lambda self: self.manifest.ran.trace_level)
+    gpu = property(lambda self: self.manifest.ran.gpu)
+    on_gpu = property(lambda self: self.manifest.ran.on_gpu)
 
     @property
     def complete(self) -> bool:
-        return (self.manifest.get("status") == "complete" and len(self.ranks) == self.procs
-                and all(r.end is not None and r.end.get("status") == "complete" for r in self.ranks.values()))
+        return (self.manifest.status == "complete" and len(self.ranks) == self.procs
+                and all(r.end is not None and r.end.status == "complete" for r in self.ranks.values()))
 
     @property
     def status(self) -> str:
-        return "complete" if self.complete else f"incomplete ({self.manifest.get('status', '?')})"
+        return "complete" if self.complete else f"incomplete ({self.manifest.status})"
 
     @property
     def profiled(self) -> bool:
         """Ran under a profiler (its times include the profiler's cost): the
         manifest says an NVTX tool was attached, or an Nsight Systems export
         sits beside the trace."""
-        if self.manifest.get("profiler_attached"):
+        if self.manifest.profiler_attached:
             return True
         return bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir())
 
@@ -117,219 +102,268 @@ class Run:
         c = self.config
         return (c["input_size"], *c["hidden_sizes"], c["num_classes"])
 
-    @property
-    def comm(self) -> str:
-        """The gradient exchange that ran, named as `run --comm` names it."""
-        if self.manifest.get("comm"):
-            return self.manifest["comm"]
-        c = self.config.get("comm", "auto")
-        if c not in ("auto", "mpi-host"):  # traces made before the manifest said which ran
-            return c
-        return "mpi-staged" if self.manifest.get("backend") == "cupy" else "mpi"
-
-    @property
-    def exec(self) -> str:
-        """The execution mode that ran: eager or graph (traces made before
-        graph mode existed ran eagerly)."""
-        return self.manifest.get("exec") or "eager"
-
-    @property
-    def overlap(self) -> bool:
-        return bool(self.config.get("overlap", False))
-
-    @property
-    def gpu(self) -> str | None:
-        nodes = (self.manifest.get("machine") or {}).get("nodes") or {}
-        names = {n.get("gpu") for n in nodes.values() if n.get("gpu")}
-        return sorted(names)[0] if names else None
-
     # -- per batch ---------------------------------------------------------------------
-    def steady_batches(self) -> dict[tuple[int, int], dict[int, dict]]:
-        """(epoch, batch) -> {rank: record} of the steady batches (STEADY_RULE)."""
+    @cached_property
+    def _steady(self) -> dict:
         every: dict = {}
         for r, rt in self.ranks.items():
             for b in rt.batches:
-                every.setdefault((b["epoch"], b["batch"]), {})[r] = b
+                every.setdefault(b.key, {})[r] = b
         done = {k: v for k, v in every.items() if len(v) == len(self.ranks)}
         steady = {k: v for k, v in done.items() if k[1] >= WARMUP_BATCHES}
-        if steady:
-            return steady
-        return {k: v for k, v in done.items() if k != (0, 0)}
+        return steady or {k: v for k, v in done.items() if k != (0, 0)}
 
-    def batch_time_ms(self, rec: dict) -> float:
+    def steady_batches(self) -> dict[tuple[int, int], dict[int, Batch]]:
+        """(epoch, batch) -> {rank: Batch} of the steady batches (STEADY_RULE)."""
+        return self._steady
+
+    def batch_time_ms(self, b: Batch) -> float:
         """A batch's time: on the GPU (CUDA events or CUPTI records) where the
         trace has it. On the host clock a GPU run's batch time is the host's
         enqueue time, not the GPU's (nothing waits for the device each batch):
         there the epoch's synchronised steady time per batch stands in for
         each of its batches. Traces written before the epoch line had it
-        keep the host time (their whole-epoch time includes the first
-        batch's warm-up, so it cannot stand in)."""
-        t = rec.get("t_ms_total")
-        if t:
-            return t
-        if rec.get("clock") == "host" and self.on_gpu:
-            ep = self._epoch_ms.get(rec["epoch"])
+        keep the host time."""
+        if b.t_ms_total:
+            return b.t_ms_total
+        if b.clock == "host" and self.on_gpu:
+            ep = self._epoch_ms.get(b.epoch)
             if ep:
                 return ep
-        return rec["wall_ms"]
+        return b.wall_ms
 
-    @property
-    def on_gpu(self) -> bool:
-        return self.config.get("backend") == "cupy" or bool(self.gpu)
-
-    @property
+    @cached_property
     def phase_clock(self) -> str:
-        """The clock of the steady batches' phase times: cupti, cuda-events,
-        or host (older traces, without the key: host)."""
-        clocks = [rec.get("clock", "host") for recs in self.steady_batches().values() for rec in recs.values()]
+        """The clock of the steady batches' phase times: cupti, cuda-events or host."""
+        clocks = [b.clock for recs in self._steady.values() for b in recs.values()]
         return max(set(clocks), key=clocks.count) if clocks else "host"
 
     @property
     def host_enqueue_times(self) -> bool:
         """A GPU run some of whose steady batch times are the host's enqueue
-        times: host-clock batch lines and no synchronised steady time on
-        their epoch's line to stand in (traces written before the epoch line
-        carried it). Its time per batch measures the host, not the GPU."""
+        times: host-clock batches and no synchronised steady time on their
+        epoch's line to stand in. Its time per batch measures the host."""
         if not self.on_gpu:
             return False
-        return any(not rec.get("t_ms_total") and rec.get("clock") == "host" and not self._epoch_ms.get(rec["epoch"])
-                   for recs in self.steady_batches().values() for rec in recs.values())
+        return any(not b.t_ms_total and b.clock == "host" and not self._epoch_ms.get(b.epoch)
+                   for recs in self._steady.values() for b in recs.values())
 
-    @property
+    @cached_property
     def _epoch_ms(self) -> dict[int, float]:
         """epoch -> its synchronised steady ms per batch, the slowest rank's."""
-        if "_epoch_ms_cache" in self.__dict__:
-            return self.__dict__["_epoch_ms_cache"]
         out: dict = {}
-        self.__dict__["_epoch_ms_cache"] = out
         for rt in self.ranks.values():
             for e in rt.epochs:
-                v = e.get("steady_ms_per_batch")
-                if v:
-                    out[e["epoch"]] = max(out.get(e["epoch"], 0.0), v)
+                if e.steady_ms_per_batch:
+                    out[e.epoch] = max(out.get(e.epoch, 0.0), e.steady_ms_per_batch)
         return out
 
     def batch_times_ms(self) -> list[float]:
         """Time per batch of the job: the slowest rank's, per steady batch."""
-        return [max(self.batch_time_ms(rec) for rec in recs.values()) for recs in self.steady_batches().values()]
+        return [max(self.batch_time_ms(b) for b in recs.values()) for recs in self._steady.values()]
 
     def median_batch_ms(self) -> float | None:
         t = self.batch_times_ms()
         return statistics.median(t) if t else None
 
-    def phase_ms(self, rank: int) -> dict[str, float]:
+    def phase_ms(self, rank: int) -> dict:
         """Median duration of each phase on one rank over the steady batches."""
-        acc: dict[str, list] = {}
-        for recs in self.steady_batches().values():
-            for name, (_, dur) in recs[rank]["t_ms"].items():
-                acc.setdefault(name, []).append(dur)
+        acc: dict = {}
+        for recs in self._steady.values():
+            for name, span in recs[rank].t_ms.items():
+                acc.setdefault(name, []).append(span.ms)
         return {k: statistics.median(v) for k, v in acc.items()}
 
-    def counters(self, rank: int) -> dict:
-        """FLOPs and bytes of one steady full-size batch on `rank` (the first one)."""
-        for recs in self.steady_batches().values():
-            rec = recs[rank]
-            if rec["samples"] == self.config.get("batch_size"):
-                return rec
-        return {}
+    def counters(self, rank: int) -> Batch | None:
+        """One steady full-size batch on `rank` (the first), whose shape holds its counts."""
+        for recs in self._steady.values():
+            if recs[rank].samples == self.config["batch_size"]:
+                return recs[rank]
+        return None
 
     @classmethod
-    def from_records(cls, manifest: dict, ranks: dict[int, list[dict]], run_id: str | None = None) -> "Run":
-        """A Run from in-memory records (the lines a run would write)."""
-        rts = {}
-        for r, recs in ranks.items():
-            rt = RankTrace(r)
-            for rec in recs:
-                _take(rt, rec)
-            rt.finish()
-            rts[r] = rt
-        return cls(run_id or manifest.get("run_id", "run"), manifest, rts)
+    def from_records(cls, manifest: Manifest, ranks: dict, run_id: str | None = None) -> "Run":
+        """A Run from in-memory records (rank -> the records it would have
+        written: Header, Shape, Batch, Epoch, GpuActivity, Clock, Activity, End)."""
+        once = manifest.ran is None or manifest.ran.comm != "ps-async"
+        rts = {r: rank_trace(r, [(rec, f"rank {r} record {i}") for i, rec in enumerate(recs)], once)
+               for r, recs in ranks.items()}
+        return cls(run_id or manifest.run_id, manifest, rts)
 
 
-def _take(rt: RankTrace, rec: dict) -> None:
-    kind = rec.get("kind")
-    if kind == "batch":
-        rt.batches.append(rec)
-    elif kind == "epoch":
-        rt.epochs.append(rec)
-    elif kind == "end":
-        rt.end = rec
-    elif kind == "gpu":
-        rt.gpu[(rec["epoch"], rec["batch"])] = rec["records"]
-    elif kind == "clock":
-        if rec.get("at") == "end":
-            rt.clock_end = rec
-        else:
-            rt.clock = rec
-    elif kind == UPDATE:
-        rt.updates.append(rec)
-    elif kind == "activity":
-        orphans = rt.activity.get("orphans", 0) + rec.get("orphans", 0)
-        rt.activity.update(rec)
-        rt.activity["orphans"] = orphans
+def rank_trace(rank: int, recs: list, once: bool = True) -> RankTrace:
+    """A rank's records (each with where it came from) put together: the
+    batches in order, each once (`once`; an asynchronous parameter server's
+    worker may compute several pieces of one batch), their phases measured
+    on the GPU where the rank recorded GPU activity."""
+    parts: dict = {"batches": [], "epochs": [], "shapes": {}, "updates": []}
+    gpu: dict = {}
+    seen: dict = {}
+    for rec, where in recs:
+        if isinstance(rec, Batch):
+            if once and rec.key in seen:
+                raise TraceError(f"{where}: batch {rec.batch} of epoch {rec.epoch} recorded twice "
+                                 f"(first at {seen[rec.key]})")
+            seen[rec.key] = where
+            parts["batches"].append(rec)
+        elif isinstance(rec, Shape):
+            parts["shapes"][rec.id] = rec
+        elif isinstance(rec, Epoch):
+            parts["epochs"].append(rec)
+        elif isinstance(rec, GpuActivity):
+            gpu[(rec.epoch, rec.batch)] = rec.records
+        elif isinstance(rec, Clock):
+            parts["clock_end" if rec.at == "end" else "clock"] = rec
+        elif isinstance(rec, Activity):
+            act = parts.get("activity")
+            parts["activity"] = rec if act is None else dataclasses.replace(
+                act if act.schema else rec, orphans=act.orphans + rec.orphans)
+        elif isinstance(rec, Header):
+            parts["header"] = rec
+        elif isinstance(rec, End):
+            parts["end"] = rec
+        elif isinstance(rec, Update):
+            parts["updates"].append(rec)
+    batches = _on_gpu(parts.pop("batches"), gpu, parts.get("clock")) if gpu else parts.pop("batches")
+    return RankTrace(rank, batches=tuple(batches), epochs=tuple(parts.pop("epochs")),
+                     updates=tuple(parts.pop("updates")), **parts)
 
 
-def parse_line(line: str) -> dict:
-    """One line of a rank file as a record, or ValueError saying what is wrong."""
-    rec = json.loads(line)
-    if not isinstance(rec, dict) or "kind" not in rec:
-        raise ValueError("no kind")
-    if rec["kind"] == "header" and rec.get("schema") != SCHEMA:
-        raise ValueError(f"schema {rec.get('schema')!r}")
-    if rec["kind"] == "activity" and rec.get("schema", ACTIVITY_SCHEMA) != ACTIVITY_SCHEMA:
-        raise ValueError(f"activity schema {rec.get('schema')!r}")
-    if rec["kind"] == UPDATE:
-        check_update(rec)
-    if rec["kind"] == "batch":
-        missing = [k for k in BATCH_KEYS if k not in rec]
-        if missing:
-            raise ValueError(f"batch line without {missing[0]}")
-    return rec
+def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
+    """Each batch's phases measured on the GPU from its activity records."""
+    out, prev = [], None  # prev: (epoch, batch, GPU end ns) of the batch before
+    for b in batches:
+        recs = gpu.get(b.key)
+        if not recs:
+            out.append(b)
+            prev = None
+            continue
+        after = prev[2] if prev and prev[:2] == (b.epoch, b.batch - 1) else None
+        spans, total, t0, end = gpu_phase_spans(recs, after, _host_only(b, recs, clock))
+        out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=MappingProxyType({p: Span(*s) for p, s in spans.items()}),
+                                       t_ms_total=total, clock="cupti", gpu_t0_ns=t0, gpu=recs))
+        prev = (b.epoch, b.batch, end)
+    return out
+
+
+def _host_only(b: Batch, recs, clock: Clock | None) -> dict:
+    """Phases that launched nothing on the GPU (a host MPI allreduce), as
+    CUPTI-clock spans from the host's phase times."""
+    if clock is None or clock.cupti_minus_host_ns is None:
+        return {}
+    on_gpu = {r.phase for r in recs}
+    base = clock.host_start_ns + clock.cupti_minus_host_ns + b.t0_s * 1e9
+    return {p: (int(base + s.offset_ms * 1e6), int(base + (s.offset_ms + s.ms) * 1e6))
+            for p, s in b.t_ms.items() if p not in on_gpu}
+
+
+# ---- from disk ----------------------------------------------------------------------------
+
+def _bytes(path: Path) -> bytes:
+    """A trace file's bytes; TraceError naming it (not a regular file, unreadable, a damaged pack)."""
+    try:
+        return read_rank_bytes(path)
+    except (OSError, EOFError) as e:
+        msg = str(e)
+        raise TraceError(msg if msg.startswith(str(path)) else f"{path}: unreadable ({type(e).__name__}: {e})") from None
+
+
+def read_manifest(folder: Path) -> tuple[Manifest, int]:
+    """The manifest and its format (1 or 2)."""
+    mpath = folder / MANIFEST
+    if not mpath.exists():
+        raise TraceError(f"{folder}: no {MANIFEST}")
+    try:
+        obj = json.loads(_bytes(mpath))
+    except ValueError as e:
+        raise TraceError(f"{mpath}: unreadable manifest (not JSON: {e})") from None
+    schema = obj.get("schema") if isinstance(obj, dict) else None
+    try:
+        if schema == SCHEMA:
+            return read(Manifest, obj), 2
+        if schema == upgrade.SCHEMA_V1:
+            return upgrade.manifest(obj), 1
+    except F.Bad as e:
+        raise TraceError(f"{mpath}: {e}") from None
+    raise TraceError(f"{mpath}: not a perfmlp trace (schema {F.shown(schema if schema is not None else F.MISSING)})")
+
+
+def _lines(path: Path, problems: list) -> list[tuple[int, str]]:
+    """(line number, text) of a rank file's non-empty lines; a last line cut
+    off mid-way (a run killed, a full disk) is left out and noted."""
+    text = _bytes(path).decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    out = [(i, s) for i, s in enumerate(lines, 1) if s.strip()]
+    if out and not text.endswith("\n"):
+        i, last = out[-1]
+        try:
+            json.loads(last)
+        except ValueError:
+            out.pop()
+            problems.append(f"{path}:{i}: truncated last line (the run was cut off)")
+    return out
+
+
+def _rank_records(path: Path, batches_path: Path | None, fmt: int, problems: list) -> list:
+    lines = _lines(path, problems)
+    if fmt == 1:
+        try:
+            return upgrade.rank_records(lines, str(path))
+        except upgrade.LineError as e:
+            raise TraceError(str(e)) from None
+    recs = []
+    for i, text in lines:
+        try:
+            recs.append((parse(text), f"{path}:{i}"))
+        except F.Bad as e:
+            raise TraceError(f"{path}:{i}: {e}") from None
+    header = recs[0][0] if recs else None
+    if not isinstance(header, Header):
+        raise TraceError(f"{path}:1: kind: the first line is not the header")
+    shapes = {r.id: r for r, _ in recs if isinstance(r, Shape)}
+    if batches_path is not None:
+        recs += decode_batches(_bytes(batches_path), batches_path, shapes, header, problems)
+    return recs
 
 
 def read_run(folder: str | Path) -> Run:
     folder = Path(folder)
-    mpath = folder / MANIFEST
-    try:
-        manifest = json.loads(mpath.read_text())
-    except FileNotFoundError:
-        raise TraceError(f"{folder}: no {MANIFEST}") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"{mpath}: unreadable manifest ({e.__class__.__name__})") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise TraceError(f"{mpath}: not a perfmlp trace (schema {manifest.get('schema') if isinstance(manifest, dict) else '?'!r})")
-    if not isinstance(manifest.get("config"), dict):
-        raise TraceError(f"{mpath}: manifest has no configuration")
-    run = Run(manifest.get("run_id", folder.name), manifest, {}, str(folder))
+    manifest, fmt = read_manifest(folder)
+    problems: list = []
     try:
         files = rank_files(folder)
+        bfiles = rank_files(folder, ".batches")
     except ValueError as e:
         raise TraceError(str(e)) from None
+    for rank, p in {**files, **bfiles}.items():
+        if rank >= manifest.procs:
+            raise TraceError(f"{p}: rank {rank}, but the run had {manifest.procs} process(es)")
+    for rank in sorted(set(bfiles) - set(files)):
+        raise TraceError(f"{bfiles[rank]}: no rank-{rank}.jsonl beside it")
+    ranks = {}
     for rank, p in files.items():
-        rt = RankTrace(rank)
-        try:
-            lines = read_rank_text(p).split("\n")
-        except (OSError, EOFError) as e:
-            raise TraceError(f"{p}: unreadable ({e.__class__.__name__}: {e})") from None
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = parse_line(line)
-            except ValueError as e:
-                last = i == len(lines) or (i == len(lines) - 1 and not lines[-1])
-                what = "truncated last line (the run was cut off)" if last else f"malformed line ({e})"
-                run.problems.append(f"{p}:{i}: {what}")
-                continue
-            _take(rt, rec)
-        rt.finish()
-        run.ranks[rank] = rt
-    if not run.ranks:
+        recs = _rank_records(p, bfiles.get(rank), fmt, problems)
+        header = next((r for r, _ in recs if isinstance(r, Header)), None)
+        if header is not None and header.rank != rank:
+            raise TraceError(f"{p}:1: rank: {header.rank}, but the file is rank {rank}'s")
+        if fmt == 2 and rank not in bfiles:
+            raise TraceError(f"{p}: no rank-{rank}.batches beside it")
+        rt = rank_trace(rank, recs, once=manifest.ran is None or manifest.ran.comm != "ps-async")
+        if fmt == 2 and rt.end is not None and rt.end.batches != len(rt.batches):
+            raise TraceError(f"{bfiles[rank]}: {len(rt.batches)} batch records, but its end line says "
+                             f"{rt.end.batches}")
+        ranks[rank] = rt
+    if not ranks:
         raise TraceError(f"{folder}: no rank-<r>.jsonl files")
-    missing = sorted(set(range(run.procs)) - set(run.ranks))
+    if manifest.ran is None and any(rt.batches for rt in ranks.values()):
+        raise TraceError(f"{folder / MANIFEST}: ran: missing, but batches were recorded")
+    if fmt == 1:
+        first = next((rt.batches[0] for _, rt in sorted(ranks.items()) if rt.batches), None)
+        manifest = upgrade.with_launch(manifest, first)
+    missing = sorted(set(range(manifest.procs)) - set(ranks))
     if missing:
-        run.problems.append(f"{folder}: rank file(s) missing for rank {', '.join(map(str, missing))}")
-    return run
+        problems.append(f"{folder}: rank file(s) missing for rank {', '.join(map(str, missing))}")
+    return Run(manifest.run_id, manifest, ranks, str(folder), tuple(problems))
 
 
 def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:

@@ -23,28 +23,44 @@ lines alone determine the final parameters (perfmlp/psasync/replay.py).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+from . import fields as F
+from .records import _f
+
 KIND = "update"
 INT_FIELDS = ("update", "worker", "epoch", "batch", "piece", "read", "staleness", "queue", "blocked")
 TIME_FIELDS = ("t_s", "apply_ms", "reply_ms")
 FIELDS = INT_FIELDS + TIME_FIELDS
+_count, _time = F.integer(0), F.number(0)
 
 
-def update_record(**values) -> dict:
+@dataclass(frozen=True, slots=True)
+class Update:
+    """`update` line: one gradient the asynchronous parameter server applied."""
+
+    KIND: ClassVar[str] = KIND
+    update: int = _f("the update's index, in the order the server applied them", _count)
+    worker: int = _f("the rank that computed the gradient", _count)
+    epoch: int = _f("what it was computed on: the epoch", _count)
+    batch: int = _f("the batch", _count)
+    piece: int = _f("the piece of the batch (costs.piece)", _count)
+    read: int = _f("updates the parameters it was computed on held", _count)
+    staleness: int = _f("complete steps those parameters lacked", _count)
+    queue: int = _f("gradients waiting behind this one as it was applied", _count)
+    blocked: int = _f("workers kept waiting by the staleness bound", _count)
+    t_s: float = _f("when it was applied, seconds since the rank's trace started", _time)
+    apply_ms: float = _f("the update's time", _time)
+    reply_ms: float = _f("the replies it released", _time)
+
+    def __post_init__(self):
+        if self.read > self.update:
+            raise F.Bad(f"{self.read}, after its own update {self.update}", "read")
+
+
+def update_record(**values) -> Update:
     """An update line's record; every field of FIELDS, no other."""
     if set(values) != set(FIELDS):
         raise ValueError(f"update record fields {sorted(set(values) ^ set(FIELDS))} missing or unknown")
-    return {"kind": KIND, **values}
-
-
-def check_update(rec: dict) -> None:
-    """ValueError naming the first field of an update line that is missing or wrong."""
-    for k in INT_FIELDS:
-        v = rec.get(k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"update line: {k} is {v!r}, not a non-negative integer")
-    for k in TIME_FIELDS:
-        v = rec.get(k)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
-            raise ValueError(f"update line: {k} is {v!r}, not a non-negative number")
-    if rec["read"] > rec["update"]:
-        raise ValueError(f"update line: read {rec['read']} after its own update {rec['update']}")
+    return Update(**values)

@@ -2,7 +2,7 @@
 summed (the package docstring says what each term is)."""
 from __future__ import annotations
 
-from ..costs import DEFAULT_BUCKET_BYTES, batch_counts, pieces, widths
+from ..costs import DEFAULT_BUCKET_BYTES, OUTPUT_GRAD_COLS, batch_counts, pieces, widths
 from ..machine import Machine
 from .compute import step_compute
 from .copies import batch_copies
@@ -16,7 +16,8 @@ from .tracing import trace_cost, trace_detail, traced_phases
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = "mpi-staged", batch_transfer: str = "pageable", trace_level: str | None = None,
                   exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                  gemm: str = "cublas", fuse_output: bool = True) -> Prediction:
+                  gemm: str = "cublas", fuse_output: bool = True,
+                  output_grad_cols: int = OUTPUT_GRAD_COLS) -> Prediction:
     """Predicted time per batch. `trace_level`: the level perfmlp's tracer
     runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
     TRACE_COSTS: counters, timeline and kernels the hooks' host time
@@ -26,7 +27,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
     allreduce pipelined with the backward pass; `gemm`: the GEMM kernel;
     `fuse_output=False`: a step without the fused output backward (the
-    reference solution's: every product a GEMM).
+    reference solution's: every product a GEMM); `output_grad_cols`: the
+    fused backward's column block (a trace's launch shapes, where a run's
+    prediction is remade from its trace: its manifest's `ran`).
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
     adds to the sum of the other terms: where the step synchronises (a
@@ -45,7 +48,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     terms = dict.fromkeys(TERMS, 0.0)
     terms["gemm"], terms["elementwise"], phase_kernels, n_kernels = step_compute(
         machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
-        machine.queued_gap_s if graph else 0.0)
+        machine.queued_gap_s if graph else 0.0, output_grad_cols)
     terms["kernel_gaps"] = n_kernels * gap
     copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs)
     terms["h2d_batch"] = sum(copies)
@@ -56,7 +59,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
     if overlap:   # the staged copies ride in the buckets: their exposed part is in allreduce too
         terms["allreduce"], more = _overlapped_exchange(machine, layer_sizes, b, isz, precision, gemm, gap, comm,
-                                                        procs, batch_transfer, bucket_bytes, fuse_output)
+                                                        procs, batch_transfer, bucket_bytes, fuse_output,
+                                                        output_grad_cols)
         detail.update(more)
     else:
         terms.update(comm_s(machine, comm, counts.bytes_mpi or counts.bytes_nccl, procs, batch_transfer))
@@ -88,14 +92,14 @@ def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> 
 
 def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: str, gemm: str, gap: float,
                          comm: str, procs: int, batch_transfer: str, bucket_bytes: int,
-                         fuse_output: bool) -> tuple[float, dict]:
+                         fuse_output: bool, output_grad_cols: int = OUTPUT_GRAD_COLS) -> tuple[float, dict]:
     """(the exchange's exposed seconds, its detail) when each bucket's
     allreduce starts as the backward pass writes it (the package docstring's
     Overlap)."""
     buckets = gradient_buckets(layer_sizes, isz.param, bucket_bytes)
     bucket_comm = lambda n: sum(comm_s(machine, comm, n, procs, batch_transfer).values())  # noqa: E731
     stages = backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm,
-                             fuse_output)
+                             fuse_output, output_grad_cols)
     t_compute, t_end = overlap_pipeline(stages)
     exposed = t_end - t_compute
     total_comm = sum(m for _, m in stages)

@@ -12,7 +12,7 @@ H100: +11% below H = 512, +7% at H = 768). Eager steps keep it: there the
 host's launches, not the queue, set the gaps."""
 from __future__ import annotations
 
-from ..costs import kernel_name, kernel_shape, op_cost, step_kernels
+from ..costs import OUTPUT_GRAD_COLS, kernel_name, kernel_shape, op_cost, step_kernels
 from ..machine import Machine
 
 
@@ -39,8 +39,8 @@ def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str)
 
 
 def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
-                 fuse_output: bool, gap_s: float,
-                 queued_gap_s: float = 0.0) -> tuple[float, float, dict[str, list[float]], int]:
+                 fuse_output: bool, gap_s: float, queued_gap_s: float = 0.0,
+                 output_grad_cols: int = OUTPUT_GRAD_COLS) -> tuple[float, float, dict[str, list[float]], int]:
     """The step's kernels on a piece of b samples: (GEMM seconds, the other
     kernels' seconds, phase -> each kernel's GPU time with the gap after it,
     kernels). `split`: the weight gradients' GEMMs in row blocks of at most
@@ -49,7 +49,7 @@ def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision
     the module docstring)."""
     gemm_s = other_s = 0.0
     phase_kernels: dict[str, list[float]] = {}
-    for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output).items():
+    for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output, output_grad_cols).items():
         phase_kernels[phase] = []
         for kernel in kernels:
             t = kernel_s(machine, kernel, itemsize, precision, gemm)

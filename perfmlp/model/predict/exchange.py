@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..costs import LOSS_SLOTS, as_widths, fused_output, row_blocks, step_kernels
+from ..costs import LOSS_SLOTS, OUTPUT_GRAD_COLS, as_widths, fused_output, row_blocks, step_kernels
 from ..machine import Machine
 from .compute import kernel_s
 
@@ -92,14 +92,14 @@ def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm,
-                     fuse_output=True):
+                    fuse_output=True, output_grad_cols=OUTPUT_GRAD_COLS):
     """(compute, communication) of each piece of the overlapped exchange: the
     backward kernels (costs.step_kernels with the row-block GEMMs) are cut
     where the trainer starts each piece's allreduce (gradient_buckets).
     itemsize: an int or a precision's Widths (the gradients: its param)."""
     L = len(layer_sizes) - 1
     grad_bytes = as_widths(itemsize).param
-    kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output)["backward"])
+    kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output, output_grad_cols)["backward"])
     stages, acc = [], 0.0
 
     def run(n=1):

@@ -21,6 +21,14 @@ def graph_refusal(backend: str, parallel: str = "data", comm: str = "nccl") -> s
     return None
 
 
+def resolve_comm(comm: str, backend: str) -> str:
+    """The exchange that runs, for the trainer and a prediction made before
+    a run alike: `auto` is mpi-staged on the GPU (cupy), mpi on NumPy."""
+    if comm != "auto":
+        return comm
+    return "mpi" if backend == "numpy" else "mpi-staged"
+
+
 def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "data", comm: str = "nccl") -> str:
     """The execution mode that runs, for the trainer (perfmlp/backend.py)
     and the model alike: `auto` is CUDA graphs wherever the step can be

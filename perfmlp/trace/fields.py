@@ -1,0 +1,180 @@
+"""Checks of one field of a trace record as read from disk.
+
+Each checker takes the raw value (MISSING where the key is absent) and
+returns it converted, or raises `Bad` with what is wrong in a few words; the
+reader adds the file, the line and the field's name (`Bad.at`), so every
+damaged field is one line: `rank-0.jsonl:7: t_ms.forward: 'abc', not
+[offset ms, duration ms]`. A record class lists its fields' checkers in
+their metadata (trace/records.py), next to their documentation.
+"""
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Any, Callable
+
+MISSING = object()
+Checker = Callable[[Any], Any]
+
+
+class TraceError(ValueError):
+    """A run folder that cannot be read: one line naming the file, line and field."""
+
+
+class Bad(ValueError):
+    """A field that is not what the format says: `field` (dotted path) and why."""
+
+    def __init__(self, why: str, field: str = ""):
+        super().__init__(why)
+        self.why, self.field = why, field
+
+    def at(self, name: str) -> "Bad":
+        """The same problem one level up: `name.field`."""
+        return Bad(self.why, f"{name}.{self.field}" if self.field else name)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.why}" if self.field else self.why
+
+
+def shown(v: Any) -> str:
+    """A value as a message shows it: repr, cut to 40 characters."""
+    if v is MISSING:
+        return "missing"
+    s = "NaN" if isinstance(v, float) and math.isnan(v) else repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def _bad(v: Any, want: str) -> Bad:
+    return Bad("missing" if v is MISSING else f"{shown(v)}, {want}")
+
+
+def integer(lo: int | None = 0) -> Checker:
+    """An integer (not a bool), at least `lo` (None: any)."""
+    want = "not an integer" if lo is None else f"not an integer >= {lo}"
+
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
+            raise _bad(v, want)
+        return v
+    return check
+
+
+def number(lo: float | None = None) -> Checker:
+    """A finite number (an integer is taken as a float), at least `lo`."""
+    want = "not a finite number" + ("" if lo is None else f" >= {lo:g}")
+
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (lo is not None and v < lo):
+            raise _bad(v, want)
+        return float(v)
+    return check
+
+
+def string(v):
+    if not isinstance(v, str):
+        raise _bad(v, "not a string")
+    return v
+
+
+def boolean(v):
+    if not isinstance(v, bool):
+        raise _bad(v, "not true or false")
+    return v
+
+
+def choice(*names: str) -> Checker:
+    def check(v):
+        if v not in names:
+            raise _bad(v, "not one of " + ", ".join(names))
+        return v
+    return check
+
+
+def optional(inner: Checker, default=None) -> Checker:
+    """`inner`, or `default` where the value is null or missing."""
+    def check(v):
+        return default if v is None or v is MISSING else inner(v)
+    return check
+
+
+def if_missing(inner: Checker, default) -> Checker:
+    """`inner`, or `default` where the key is absent (null is checked by `inner`)."""
+    def check(v):
+        return default if v is MISSING else inner(v)
+    return check
+
+
+def mapping(v):
+    """A JSON object, kept read-only."""
+    if not isinstance(v, dict):
+        raise _bad(v, "not an object")
+    return MappingProxyType(v)
+
+
+def string_list(v):
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise _bad(v, "not a list of strings")
+    return tuple(v)
+
+
+def list_of(inner: Checker) -> Checker:
+    def check(v):
+        if not isinstance(v, list):
+            raise _bad(v, "not a list")
+        out = []
+        for i, x in enumerate(v):
+            try:
+                out.append(inner(x))
+            except Bad as e:
+                raise e.at(str(i)) from None
+        return tuple(out)
+    return check
+
+
+def keyed(key: Checker, value: Checker) -> Checker:
+    """A JSON object whose keys pass `key` (converted) and values `value`, read-only."""
+    def check(v):
+        if not isinstance(v, dict):
+            raise _bad(v, "not an object")
+        out = {}
+        for k, x in v.items():
+            try:
+                kk = key(k)
+            except Bad as e:
+                raise Bad(f"key {e.why}") from None
+            try:
+                out[kk] = value(x)
+            except Bad as e:
+                raise e.at(str(k)) from None
+        return MappingProxyType(out)
+    return check
+
+
+def pair(first: Checker, second: Checker, want: str) -> Checker:
+    """A two-element list, as a tuple."""
+    def check(v):
+        if not isinstance(v, list) or len(v) != 2:
+            raise _bad(v, f"not {want}")
+        try:
+            return first(v[0]), second(v[1])
+        except Bad:
+            raise _bad(v, f"not {want}") from None
+    return check
+
+
+def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
+    """The checked values of the dataclass `cls`'s fields in the JSON object
+    `obj` (each field's checker is its metadata's `check`)."""
+    import dataclasses
+    if not isinstance(obj, dict):
+        raise _bad(obj, "not a JSON object")
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip or not f.metadata.get("check"):
+            continue
+        key = f.metadata.get("key", f.name)
+        try:
+            out[f.name] = f.metadata["check"](obj.get(key, MISSING))
+        except Bad as e:
+            raise e.at(key) from None
+    return out

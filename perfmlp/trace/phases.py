@@ -1,0 +1,112 @@
+"""The phase hooks a Tracer hands out (`tracer.phase(Phase.X)`, a dict
+look-up done in C), and the pricing of the operations a batch launched.
+
+Per phase, at the default level, the host pays one `with` and one
+perf_counter() appended to the batch's stamp list (`stamp_class`), all in
+C; what the phase launched is not looked at. Only the first batch of each piece size
+(`Recording`, around the same hooks) notes which phases ran and which
+operations the network launched in each, which `price` turns into the
+batch's `Shape` counts; later batches of that size reference it.
+
+`Event` (the `phases` level on the GPU) records a CUDA event as a phase
+ends (a pool reused batch after batch, through the runtime directly: the
+Event wrappers cost host time on every phase); `Hooked` pushes and pops an
+NVTX range (only where a tool is attached: with none, nothing is called)
+and a CUPTI external correlation id (GPU activity levels).
+"""
+from __future__ import annotations
+
+import time
+
+from . import activity as act
+from . import nvtx as nv
+from .records import Phase
+
+_now = time.perf_counter  # seconds as a float: cheaper to pack than integer ns
+DRAIN_AT = (Phase.BACKWARD, Phase.GRAPH)  # finished GPU batches are written as one of these starts
+
+
+# A C callable that takes any arguments and returns None: object.__init__ of
+# an immutable object (the empty tuple's). A `with` block's __exit__ that
+# runs no Python code, and returns a false value (exceptions propagate).
+NOOP = ().__init__
+
+
+def stamp_class(stamps: list) -> type:
+    """The class of a phase on the host clock: one stamp into `stamps` as it
+    starts (a phase ends where the next one starts, the last where the
+    batch ends). Both hooks are C code: __enter__ is `map(stamps.append,
+    iter(perf_counter, None)).__next__`, which reads the clock and appends
+    it (the `with` statement calls it with no arguments), __exit__ is NOOP.
+    No Python frame runs per phase."""
+    stamp = map(stamps.append, iter(_now, None)).__next__
+    return type("Stamp", (), {"__slots__": (), "__enter__": stamp, "__exit__": NOOP})
+
+
+class Event:
+    """A phase timed on the GPU: a CUDA event as it ends (it starts at the
+    event before it, the previous phase's or the batch's first)."""
+
+    __slots__ = ("t", "drain")
+
+    def __init__(self, tracer, name: Phase):
+        self.t, self.drain = tracer, name in DRAIN_AT
+
+    def __enter__(self):
+        t = self.t
+        if self.drain and t._pending:
+            t._drain(block=False)  # the host waits on the GPU here anyway
+
+    def __exit__(self, tp, v, tb):
+        self.t._stamps.append(self.t._event())
+
+
+class Hooked:
+    """An NVTX range and, collecting GPU activity, a CUPTI external
+    correlation id around a phase (the batch's sequence and the phase's code)."""
+
+    __slots__ = ("t", "base", "name", "code")
+
+    def __init__(self, tracer, name: Phase, base):
+        self.t, self.base, self.name = tracer, base, name
+        self.code = list(Phase).index(name) + 1  # 0: the batch itself, between phases
+
+    def __enter__(self):
+        t = self.t
+        nv.push(self.name.value, t._batch_no)
+        if t._push is not None:
+            t._push((t._seq << act.PHASE_BITS) | self.code)
+        self.base.__enter__()
+
+    def __exit__(self, tp, v, tb):
+        self.base.__exit__(tp, v, tb)
+        t = self.t
+        if t._push is not None:
+            t._collector.pop()
+        nv.pop()
+
+
+class Recording:
+    """The first batch of a piece size: which phases ran, in order, and the
+    operations and kernels the network launched in each."""
+
+    __slots__ = ("t", "base", "name")
+
+    def __init__(self, tracer, name: Phase, base):
+        self.t, self.base, self.name = tracer, base, name
+
+    def __enter__(self):
+        t = self.t
+        t._open = (len(t._ops), t._kernels.kernels_launched)
+        self.base.__enter__()
+
+    def __exit__(self, tp, v, tb):
+        self.base.__exit__(tp, v, tb)
+        t = self.t
+        i0, k0 = t._open
+        t._ran.append((self.name, i0, len(t._ops), t._kernels.kernels_launched - k0))
+
+
+def phase_code_names() -> dict[int, Phase]:
+    """CUPTI external correlation code -> phase (Hooked's codes)."""
+    return {i + 1: p for i, p in enumerate(Phase)}

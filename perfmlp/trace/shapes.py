@@ -1,0 +1,109 @@
+"""The Shape a batch references: what a batch of one piece size costs,
+priced once. The first batch of each piece size records which phases ran
+and the operations the network launched in each (trace/phases.py:
+Recording); `price` turns them into the Shape's counts with the model's
+formulas (perfmlp/model/costs.py) on the launched shapes, and the tracer
+writes its line once. A later batch of that size references it by id; one
+whose byte counts or collectives differ gets a Shape of its own, and one
+that recorded other phases one without phases (its next batch of that size
+records again).
+"""
+from __future__ import annotations
+
+from ..model.costs import op_cost
+from .records import BatchLayout, Shape
+
+
+def price(ran: list, ops: list, itemsize: int, counts_kernels: bool) -> dict:
+    """The Shape fields of a recorded batch: `ran` (phase, first op, end op,
+    kernels) in order, `ops` the (operation, shape) the network launched.
+    FLOPs are the model's formulas (perfmlp/model/costs.py) on the launched
+    shapes; a GEMM is one launch (a library call on cuBLAS)."""
+    flops: dict = {}
+    nops: dict = {}
+    kernels: dict = {}
+    gemms: dict = {}
+    launches: dict = {}
+    for name, i0, i1, k in ran:
+        mine = ops[i0:i1]
+        flops[name] = flops.get(name, 0) + sum(op_cost(op, tuple(shape), itemsize)[0] for op, shape in mine)
+        launches.setdefault(name, []).extend((op, tuple(shape)) for op, shape in mine)
+        if mine:
+            nops[name] = nops.get(name, 0) + len(mine)
+        if k:
+            kernels[name] = kernels.get(name, 0) + k
+        g = sum(1 for op, _ in mine if op == "gemm")
+        if g:
+            gemms[name] = gemms.get(name, 0) + g
+    return {"phases": tuple(name for name, *_ in ran), "flops": flops, "ops": nops, "launches": launches,
+            "kernels": kernels if counts_kernels else None, "gemms": gemms if counts_kernels else None}
+
+
+class Note:
+    """The writer's note of a Shape: what a batch of it must match, and its
+    record's layout. `coll` None: a batch whose shape is being recorded."""
+
+    __slots__ = ("id", "bytes", "coll", "nstamps", "record", "size", "priced", "key")
+
+
+class ShapeBook:
+    """The tracer's part that keeps its Shapes (a mixin of trace.writer.Tracer)."""
+
+    def _recording_entry(self, samples: int, local: int) -> Note:
+        self._ops.clear()
+        self._ran.clear()
+        if self._net is not None:
+            self._net.ops = self._ops
+        self._phases.update(self._recording)  # in place: a caller may hold the tracer's phase function
+        e = Note()
+        e.coll, e.key = None, (samples, local)
+        return e
+
+    def _shape_for(self, entry, counts) -> Note:
+        """The Shape this batch's counts are (a new one written where none
+        matches): after a recording batch, priced from what it launched."""
+        byte_counts = (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi, counts.bytes_nccl)
+        key = entry.key
+        if entry.coll is None:
+            self._phases.update(self._fast)
+            if self._net is not None:
+                self._net.ops = None
+            priced = price(self._ran, self._ops, self.itemsize, self._net is not None)
+        else:
+            priced = entry.priced
+        n = len(priced["phases"])
+        phases = len(self._stamps) == (n + 1 if self._events is not None else n)
+        new = self._entry(key, priced, byte_counts, counts, phases)
+        if phases:
+            self._shapes[key[0] << 32 | key[1]] = new
+        else:  # other phases than its size's first batch: not kept; the next batch of this size records again
+            self._shapes.pop(key[0] << 32 | key[1], None)
+            self._stamps.clear()
+            if self._events is not None:
+                self._stamps.append(self._last_event or self._event())
+        return new
+
+    def _entry(self, key, priced, byte_counts, counts, phases: bool) -> Note:
+        e = Note()
+        e.id, e.key, e.priced = self._next_shape, key, priced
+        self._entries.append(e)
+        self._next_shape += 1
+        e.bytes, e.coll = byte_counts, list(counts.collectives)
+        n = len(priced["phases"]) if phases else 0
+        e.nstamps = n + 1 if self._events is not None else n
+        e.record = BatchLayout.record(n)
+        e.size = e.record.size
+        names = dict(zip(("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl"), byte_counts))
+        self._write(Shape(id=e.id, samples=key[0], local_samples=key[1], **{**priced, "phases": priced["phases"][:n]},
+                          **names, collectives=tuple((str(c), int(k)) for c, k in counts.collectives)))
+        return e
+
+    def _records(self) -> int:
+        """Batch records written: those of the mapped file, walked (the hot
+        path counts nothing), and those written through _write_batch."""
+        sizes = {e.id: e.size for e in self._entries}
+        pos, n, mm = self._store.start, 0, self._mm
+        while pos < self._pos:
+            pos += sizes[BatchLayout.HEAD.unpack_from(mm, pos)[0]]
+            n += 1
+        return n + (self._count if self._written is not None else 0)

@@ -1,0 +1,184 @@
+"""Format 1 (`perfmlp.trace/1`) read as format 2's records, so that trace
+sets made before format 2 stay readable. The one place where what a
+format-1 run ran is worked out from what it wrote:
+
+- the exchange: the manifest's `comm`, else the configuration's where it
+  names one, else `mpi-staged` on the GPU and `mpi` on NumPy (the rule the
+  trainer had); the execution mode: `exec`, else the configuration's as the
+  trainer resolves it (eager where it names none: graph mode came later); the trace level: `trace_level`, else `phases` (that tracer timed
+  every phase, with CUDA events on a GPU); `auto` as the mode's default;
+- the launch shapes: whether the output layer's backward ran fused, from
+  the operations the first batch line counted; the fused backward's column
+  block by the commit that ran (`COLS_BY_COMMIT`; 256 otherwise, the value
+  before and after those commits);
+- each batch line's counts become a `Shape` (one per distinct set), its
+  times a `Batch`.
+Every field is checked as format 2's are: one line naming file, line and
+field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import MappingProxyType
+
+from . import fields as F
+from ..model.predict import resolve_exec
+from .format import resolve_trace_level
+from .lines import parse
+from .records import Batch, Header, Manifest, Ran, Shape, Span, phase
+
+SCHEMA_V1 = "perfmlp.trace/1"
+# the fused output backward's column block where it was not 256 (perfmlp/model/costs.py: OUTPUT_GRAD_COLS)
+COLS_BY_COMMIT = {**dict.fromkeys("7e49c2e 4bd1a76 59e92a7 4251416 e0f3d07 6412022 22ec83a 71f960f".split(), 512),
+                  **dict.fromkeys("dde65af 72a401e f8768e6 5f89014 2304ad6 039394d 1e18ed7 6cb6b78 424130c 9e65b6a "
+                                  "cff1eab da8246c 7160c1a 42efcd5 3c20fa3 e4e23b6 e652cc3 dd40da3 17f4500 b6c9a8e "
+                                  "cba38bf 8fdc90f fb5a059 05bac0a".split(), 1024)}
+DEFAULT_COLS = 256
+
+
+class LineError(ValueError):
+    """One line naming the file, line and field."""
+
+
+def manifest(obj: dict) -> Manifest:
+    """A format-1 manifest as a Manifest (F.Bad names the field)."""
+    base = {k: obj.get(k, F.MISSING) for k in ("run_id", "config", "procs", "status", "start", "end", "versions",
+                                               "argv", "mpi_library", "machine", "profiler_attached")}
+    if base["start"] is F.MISSING:
+        base["start"] = ""  # metadata no reader computes with: absent in hand-made format-1 runs
+    m = F.fields_of(Manifest, {**base, "schema": "perfmlp.trace/2"}, skip=("ran",))
+    c = m["config"]
+    backend = obj.get("backend") or c.get("backend")
+    if backend not in ("numpy", "cupy"):
+        raise F.Bad(f"{F.shown(backend if backend is not None else F.MISSING)}, not numpy or cupy", "backend")
+    comm = obj.get("comm") or (c.get("comm") if c.get("comm") not in (None, "auto", "mpi-host") else
+                               "mpi-staged" if backend == "cupy" else "mpi")
+    # no record of the mode: the configuration's as the trainer resolved it (none: made before graph mode)
+    exec_mode = obj.get("exec") or resolve_exec(c.get("exec", "eager"), backend, c.get("parallel", "data"), comm)
+    nodes = (m["machine"] or {}).get("nodes") or {}
+    gpus = sorted({n.get("gpu") for n in nodes.values() if isinstance(n, dict) and n.get("gpu")})
+    commit = str((m["versions"] or {}).get("perfmlp_git") or "")[:7]
+    ran = {"backend": backend, "comm": comm, "exec": exec_mode, "parallel": c.get("parallel", "data"),
+           "model_procs": c.get("model_procs", 0), "batch_transfer": c["batch_transfer"],
+           "overlap": c.get("overlap", False), "bucket_bytes": c.get("bucket_bytes", 25 << 20),
+           "gemm": c.get("gemm", "cublas"), "output_grad_cols": COLS_BY_COMMIT.get(commit, DEFAULT_COLS),
+           "fuse_output": True, "trace_level": resolve_trace_level(obj.get("trace_level"), exec_mode),
+           "trace_level_asked": obj.get("trace_level_asked") or c.get("trace_level") or "phases",
+           "trace_level_why": obj.get("trace_level_why"), "trace_level_note": obj.get("trace_level_note"),
+           "trace_levels": obj.get("trace_levels"), "gpu": gpus[0] if gpus else None}
+    try:
+        m["ran"] = Ran(**F.fields_of(Ran, ran))
+    except F.Bad as e:
+        raise e.at("ran") from None
+    m["schema"] = SCHEMA_V1
+    return Manifest(**m)
+
+
+def with_launch(m: Manifest, first: Batch | None) -> Manifest:
+    """The manifest with `fuse_output` as the run's first batch shows it:
+    the operations it counted are the fused step's or the unfused one's."""
+    if first is None or m.ran is None or m.ran.parallel != "data" or m.ran.comm in ("ps", "ps-nccl"):
+        return m
+    from ..model.costs import batch_counts
+    c = m.config
+    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
+    split = m.ran.bucket_bytes if m.ran.overlap else None
+    got = sum(first.ops.values())
+    for fused in (True, False):
+        if sum(batch_counts(sizes, first.local_samples, 4, bucket_bytes=split, fuse_output=fused)
+               .operations.values()) == got:
+            return dataclasses.replace(m, ran=dataclasses.replace(m.ran, fuse_output=fused))
+    return m
+
+
+_count = F.integer(0)
+_counts = F.keyed(phase, _count)
+BATCH_V1 = {
+    "epoch": _count, "batch": _count, "samples": F.integer(1), "local_samples": F.integer(1),
+    "t0_s": F.number(), "loss": F.optional(F.number()), "flops": _counts, "ops": F.optional(_counts, {}),
+    "kernels": F.optional(_counts), "gemms": F.optional(_counts),
+    "bytes_h2d": _count, "bytes_d2h": _count, "bytes_d2d": F.if_missing(_count, 0), "bytes_mpi": _count,
+    "bytes_nccl": _count, "collectives": F.if_missing(F.list_of(F.pair(F.string, _count, "[name, element count]")), ()),
+    "wall_ms": F.number(0),
+    "t_ms": F.keyed(phase, F.pair(F.number(), F.number(0), "[offset ms, duration ms]")),
+    "t_ms_total": F.optional(F.number(0)), "clock": F.optional(F.choice("host", "cuda-events", "cupti"), "host"),
+}
+SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "bytes_h2d", "bytes_d2h", "bytes_d2d",
+              "bytes_mpi", "bytes_nccl", "collectives")
+
+
+def _batch_values(obj: dict) -> dict:
+    out = {}
+    for k, check in BATCH_V1.items():
+        try:
+            out[k] = check(obj.get(k, F.MISSING))
+        except F.Bad as e:
+            raise e.at(k) from None
+    return out
+
+
+def _frozen(v):
+    return tuple(sorted(v.items())) if hasattr(v, "items") else v
+
+
+def rank_records(lines: list[tuple[int, str]], path: str) -> list:
+    """A format-1 rank file's lines as format-2 records, each with where it
+    came from (LineError: file, line and field)."""
+    out, shapes = [], {}
+    header = None
+    first_clock = {"host_start_ns": 0}
+    for i, text in lines:
+        where = f"{path}:{i}"
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            raise LineError(f"{where}: not JSON ({e})") from None
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        try:
+            if kind == "header":
+                if obj.get("schema") != SCHEMA_V1:
+                    raise F.Bad(f"{F.shown(obj.get('schema', F.MISSING))}, not {SCHEMA_V1} (the manifest's)", "schema")
+                header = (F.fields_of(Header, {"start": "", "pid": 0, "size": 1, **obj, "schema": "perfmlp.trace/2",
+                                               "clock": "host", "host_start_ns": 0}), where)
+            elif kind == "batch":
+                v = _batch_values(obj)
+                key = tuple(_frozen(v[k]) for k in SHAPE_KEYS) + (tuple(v["t_ms"]),)
+                shape = shapes.get(key)
+                if shape is None:
+                    shape = shapes[key] = Shape(id=len(shapes) + 1, phases=tuple(v["t_ms"]), launches=None,
+                                                **{k: v[k] for k in SHAPE_KEYS})
+                    out.append((shape, where))
+                out.append((Batch(epoch=v["epoch"], batch=v["batch"], shape=shape, t0_s=v["t0_s"],
+                                  wall_ms=v["wall_ms"], loss=v["loss"], clock=v["clock"],
+                                  t_ms=MappingProxyType({p: Span(*s) for p, s in v["t_ms"].items()}),
+                                  t_ms_total=v["t_ms_total"]), where))
+            else:
+                rec = parse(json.dumps({"end": "", **obj}) if kind == "end" else text)
+                if getattr(rec, "KIND", None) == "clock" and rec.at == "start":
+                    first_clock["host_start_ns"] = rec.host_start_ns
+                out.append((rec, where))
+        except F.Bad as e:
+            raise LineError(f"{where}: {e}") from None
+    if header is None:
+        raise LineError(f"{path}:1: kind: no header line")
+    h, where = header
+    clock = next((r.clock for r, _ in out if isinstance(r, Batch)), "host")
+    h.update(schema=SCHEMA_V1, clock="cuda-events" if clock == "cuda-events" else "host", **first_clock)
+    return [(Header(**h), where)] + out
+
+
+def format1(manifest_obj: dict, ranks: dict) -> tuple:
+    """Format-1 objects held in memory (a manifest, rank -> its lines as
+    dicts) as Run.from_records takes them: (Manifest, rank -> records),
+    read as from disk (a rank without a header line gets one)."""
+    m = manifest(manifest_obj)
+    out = {}
+    for r, objs in ranks.items():
+        objs = list(objs)
+        if not objs or objs[0].get("kind") != "header":
+            objs.insert(0, {"kind": "header", "schema": SCHEMA_V1, "rank": r, "size": m.procs})
+        recs = rank_records([(i, json.dumps(o)) for i, o in enumerate(objs, 1)], f"rank {r}")
+        out[r] = [rec for rec, _ in recs]
+    first = next((rec for r in sorted(out) for rec in out[r] if isinstance(rec, Batch)), None)
+    return with_launch(m, first), out
