@@ -2,7 +2,7 @@
 run untraced and at every --trace-level, interleaved, in one process per
 rank (under mpirun for several GPUs), on the same data.
 
-Each run: H=512, B=3200 split over the ranks, resident data, NCCL, N =
+Each run: H=512, B (--batch-size, 3200 by default) split over the ranks, resident data, NCCL, N =
 B * --batches-per-epoch synthetic samples, --epochs epochs, --exec eager or
 graph. What is measured, and what is dropped:
 - a run's time per batch is the mean over its epochs but the first of the
@@ -86,7 +86,7 @@ def measure(a, world) -> dict:
     train_mod.data_mod.to_arrays = _cached_arrays()
     tdir = Path(tempfile.mkdtemp()) if world.rank == 0 else None
     tdir = Path(world.bcast(str(tdir) if tdir else None))
-    B = 3200
+    B = a.batch_size
     base = {"batch_size": B, "n_train": B * a.batches_per_epoch, "epochs": a.epochs, "hidden_sizes": [512],
             "learning_rate": 1e-4, "batch_transfer": "resident", "comm": "nccl", "backend": "cupy",
             "data": "synthetic", "n_heldout": 0, "quiet": True, "trace_dir": str(tdir)}
@@ -192,6 +192,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--exec", dest="exec_mode", default="eager", choices=("eager", "graph"))
+    ap.add_argument("--batch-size", type=int, default=3200, help="B, split over the ranks (default 3200)")
     ap.add_argument("--repeats", type=int, default=12)
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--batches-per-epoch", type=int, default=150)
