@@ -217,13 +217,17 @@ def section_model(a: Analysis, labels: dict[str, str] | None = None) -> Section:
     s.tables.append(Table("terms", f"Term by term, {kind} model" + (" (datasheet total beside it)" if cal else "") +
                           f"; '-': measured on the host clock, not comparable (the column '{HOST_CLOCK_COLUMN}')",
                           table, hidden=("run",) if labels else (), tips={"label": "run"} if labels else {}))
-    series = {"predicted_ms": "calibrated", "datasheet_ms": "datasheet"} if cal else {"datasheet_ms": "datasheet"}
+    s.figures += accuracy_figure(judged, cal is not None)
+    return s
+
+
+def accuracy_figure(judged: list[RunSummary], calibrated: bool) -> list[Figure]:
+    """Predicted against measured time per batch for the runs the accuracy is judged on."""
+    series = {"predicted_ms": "calibrated", "datasheet_ms": "datasheet"} if calibrated else {"datasheet_ms": "datasheet"}
     points = [{"label": r.run_id, "measured_ms": r.t_ms, "datasheet_ms": r.datasheet.total_s * 1e3,
                "predicted_ms": r.predicted.total_s * 1e3} for r in judged]
-    if points:
-        s.figures.append(Figure("measured_vs_predicted", "Predicted against measured time per batch (cuBLAS runs, "
-                                "not profiled)", measured_vs_predicted, dict(rows=points, series=series)))
-    return s
+    return [Figure("measured_vs_predicted", "Predicted against measured time per batch (cuBLAS runs, not profiled)",
+                   measured_vs_predicted, dict(rows=points, series=series))] if points else []
 
 
 def _study_file(a: Analysis) -> str:
