@@ -518,3 +518,14 @@ def test_a_manifest_that_cannot_be_written_names_the_file_and_leaves_no_temporar
         manifest.write_json(tmp_path / "manifest.json", {"a": 1})
     assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path / 'manifest.json'}'"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_format_page_is_made_from_the_records():
+    import dataclasses
+    from perfmlp.trace import docs, records
+    page = (ROOT / "docs" / "trace-format.md").read_text()
+    assert page == docs.render(), "docs/trace-format.md is stale: python -m perfmlp.trace.docs"
+    for cls in (records.Manifest, records.Ran, records.Shape, records.Batch, records.Epoch, records.GpuRecord):
+        for f in dataclasses.fields(cls):
+            assert f"| `{f.name}` | {f.metadata['doc']} |" in page
+    assert all(f"| `{p.value}` |" in page for p in records.Phase)

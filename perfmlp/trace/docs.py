@@ -1,0 +1,117 @@
+"""docs/trace-format.md, made from the records themselves (trace/records.py:
+each field's documentation is its metadata), so the page cannot drift
+from the format; a test holds the committed page to `render()`.
+
+    python -m perfmlp.trace.docs            (writes docs/trace-format.md)
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from . import records as R
+from .format import PHASE_TERMS, TRACE_LEVELS, WARMUP_BATCHES
+from .updates import Update
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "trace-format.md"
+
+INTRO = f"""# Trace format (`{R.SCHEMA}`)
+
+<!-- Made by `python -m perfmlp.trace.docs` from perfmlp/trace/records.py; do not edit by hand. -->
+
+A run writes a folder `traces/<run-id>/`, the only contract between a run
+and its report. Its records are frozen dataclasses in
+`perfmlp/trace/records.py`; the writer (`perfmlp/trace/writer.py`) emits
+only them and the one reader (`perfmlp/trace/reader.py`: `read_run`,
+`read_traces`, `Run.from_records` for records held in memory) returns only
+them, every field checked: a damaged field ends the reading of its run
+with one line naming the file, the line (or batch record) and the field,
+and the commands that read traces exit with status 2. Only regular files
+are read (a link to a device, a FIFO is refused by name).
+
+- `manifest.json` (rank 0): a `Manifest`, with `Ran`, what ran, resolved
+  once at run time. Written to a temporary name and renamed, at the start
+  (status `running`), once the backend is built and at the end; a full
+  disk is an error naming the file.
+- `rank-<r>.jsonl` (every rank): one JSON object a line, each written
+  whole by one write(2), `kind` saying which record: the `Header` first,
+  then `Clock`, `Activity`, `Shape`, `Epoch`, `GpuActivity`, `Update`
+  and, once the rank is done, `End`.
+- `rank-<r>.batches` (every rank): the `Batch` records, binary (the layout
+  below). A batch record holds only what changes from batch to batch; what
+  depends only on the piece's size (FLOPs, bytes, collectives, the
+  launched operations) is its `Shape`, written once and referenced by id.
+  The records are stored into a memory-mapped, preallocated file, so a run
+  killed outright (SIGKILL) keeps every batch it finished, with no system
+  call per batch; the end cuts the file to what was written.
+
+Format-1 traces (`perfmlp.trace/1`: a JSON line per batch) are read
+through `perfmlp/trace/upgrade.py`, the one place where what such a run
+ran is worked out from what it wrote (the exchange, the execution mode,
+the trace level, the launch shapes: see that module).
+
+The first {WARMUP_BATCHES} batches of every epoch are left out of the
+report's timing statistics (`trace.reader.STEADY_RULE`). A committed set
+may hold the rank files gzipped (`python -m perfmlp.trace.pack`: both
+`.jsonl` and `.batches`); every reader takes either form.
+"""
+
+PHASES_TEXT = """## Phases (`Phase`)
+
+A phase runs from its start to the next phase's start, the last to the
+batch's end (the host's work between two phases counts in the first); a
+phase a mode does not have is absent. Each measures one of the model's
+terms:
+
+| phase | term |
+| --- | --- |
+"""
+
+TAIL = """## The Chrome / Perfetto export
+
+`python -m perfmlp.trace.chrome traces/<run-id> -o run.json` writes the
+Chrome trace-event JSON that Perfetto and chrome://tracing open: a process
+per rank (pid rank + 1) with a track each for its batches, host phases,
+GPU phases and, with GPU activity, one per CUDA stream. Every track has a
+thread id of its own, never 0 and unique in the file; the slices of a
+track follow one another (one that would run past the next one's start is
+cut there, its measured length kept in `args.measured_us`); the file is
+written to a temporary name and renamed.
+"""
+
+
+def _table(cls, title: str, text: str) -> list[str]:
+    out = [f"### {title}", "", text, "", "| field | meaning |", "| --- | --- |"]
+    for f in fields(cls):
+        out.append(f"| `{f.name}` | {f.metadata.get('doc', '')} |")
+    return out + [""]
+
+
+def render() -> str:
+    parts = [INTRO, "## manifest.json", ""]
+    parts += _table(R.Manifest, "`Manifest`", R.Manifest.__doc__.split("\n\n")[0].replace("\n    ", " "))
+    parts += _table(R.Ran, "`Ran` (the manifest's `ran`)", R.Ran.__doc__)
+    parts += ["## rank-<r>.jsonl", ""]
+    for cls in (R.Header, R.Clock, R.Activity, R.Shape, R.Epoch, R.GpuActivity, Update, R.End):
+        doc = " ".join(line.strip() for line in (cls.__doc__ or "").split("\n") if line.strip())
+        parts += _table(cls, f"`{cls.__name__}` (`kind: \"{cls.KIND}\"`)", doc)
+    parts += _table(R.GpuRecord, "`GpuRecord`", " ".join(s.strip() for s in R.GpuRecord.__doc__.split("\n")))
+    parts += ["## rank-<r>.batches", "",
+              " ".join(s.strip() for s in R.BatchLayout.__doc__.split("\n")), ""]
+    parts += _table(R.Batch, "`Batch` (as the reader returns it)",
+                    "Its counts (samples, FLOPs, bytes, collectives) are its shape's, read through it.")
+    parts += [PHASES_TEXT.rstrip("\n")] + [f"| `{p.value}` | {PHASE_TERMS[p]} |" for p in R.Phase] + [""]
+    parts += ["## Trace levels (`--trace-level`)", "", "| level | records |", "| --- | --- |"]
+    parts += [f"| `{k}` | {v} |" for k, v in TRACE_LEVELS.items()] + [""]
+    return "\n".join(parts) + "\n" + TAIL
+
+
+def main() -> int:
+    PAGE.write_text(render(), encoding="utf-8")
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
