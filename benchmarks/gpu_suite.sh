@@ -15,7 +15,7 @@
 #   nsys         the README's Nsight Systems command as typed, and with its SQLite export beside
 #                the trace (the counters' cross-check)
 #   profile      a cProfile run (rank-<r>.prof beside the trace)
-#   overhead     tracing on against off, interleaved (benchmarks/trace_overhead.json)
+#   overhead     tracing at each level against off, eager and graph, B 3200 and 800 (benchmarks/trace_overhead.{json,md})
 #   step         one training step against PyTorch and the GEMMs alone (benchmarks/gpu_step.md)
 #   graph        eager vs CUDA-graph steps vs PyTorch eager/DDP/graph/torch.compile, p = 1 and GPUs,
 #                each NCCL protocol (benchmarks/graph_step.md)
@@ -58,7 +58,7 @@ for part in "$@"; do
     timeout 120 $MPIRUN -n $NGPU python3 -m perfmlp.run $CFG --n-train 12800 --batch-transfer resident \
       --comm nccl --cprofile --trace-dir $T --run-id cprofile-p$NGPU-resident-nccl 2>&1 | tail -2 ;;
   overhead)
-    timeout 200 python3 benchmarks/trace_overhead.py --out $B/trace_overhead.json 2>&1 | tail -4 ;;
+    timeout 500 python3 benchmarks/trace_overhead.py --out $B 2>&1 | tail -12 ;;
   step)
     timeout 300 python3 benchmarks/gpu_step.py --out $B --reps 50 2>&1 | tail -31 ;;
   graph)
