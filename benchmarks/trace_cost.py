@@ -36,7 +36,7 @@ from perfmlp.config import from_mapping  # noqa: E402
 from perfmlp.mlp import init_weights  # noqa: E402
 from perfmlp.step import step  # noqa: E402
 from perfmlp.trace.format import Counts  # noqa: E402
-from perfmlp.trace.manifest import _git_commit  # noqa: E402
+from perfmlp.trace.manifest import git_commit  # noqa: E402
 from perfmlp.trace.records import Phase  # noqa: E402
 from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
 
@@ -125,7 +125,7 @@ def main() -> int:
     tracer.close("complete")
     res = {"machine": f"{platform.node()}: {platform.processor() or platform.machine()}, Python "
                       f"{platform.python_version()}, NumPy {np.__version__}",
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": _git_commit(),
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": git_commit(),
            "command": " ".join(["python", *sys.argv]), "level": tracer.level, "rounds": a.rounds, "steps": a.steps,
            "untraced_us_median": statistics.median(off), "cost_us_median": statistics.median(cost),
            "cost_us_p10": pct(cost, 10), "cost_us_p25": pct(cost, 25), "cost_us_p75": pct(cost, 75),

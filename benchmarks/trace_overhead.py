@@ -37,7 +37,7 @@ from perfmlp.gpu.timing import per_call_s  # noqa: E402
 from perfmlp.mlp import init_weights  # noqa: E402
 from perfmlp.step import step  # noqa: E402
 from perfmlp.trace.format import OVERHEAD_TARGET, Counts  # noqa: E402
-from perfmlp.trace.manifest import _git_commit  # noqa: E402
+from perfmlp.trace.manifest import git_commit  # noqa: E402
 from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
 
 NB = 4  # batch positions cycled (resident data: the same buffers)
@@ -114,7 +114,7 @@ def main() -> int:
                       f"[{row['overhead_pct_min']:+.2f}, {row['overhead_pct_max']:+.2f}]", flush=True)
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     meta = {"gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _git_commit(), "command": " ".join(["python", *sys.argv]), "target_pct": 100 * OVERHEAD_TARGET}
+            "commit": git_commit(), "command": " ".join(["python", *sys.argv]), "target_pct": 100 * OVERHEAD_TARGET}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "trace_overhead.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")

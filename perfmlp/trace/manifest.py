@@ -25,7 +25,7 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """The commit of the code that runs: PERFMLP_GIT_COMMIT where the copy has
     no .git (the GPU machine's), else git's answer."""
     if os.environ.get("PERFMLP_GIT_COMMIT"):
@@ -40,7 +40,7 @@ def _git_commit() -> str | None:
 
 
 def versions() -> dict:
-    v = {"perfmlp": __version__, "perfmlp_git": _git_commit(), "python": platform.python_version()}
+    v = {"perfmlp": __version__, "perfmlp_git": git_commit(), "python": platform.python_version()}
     import numpy
     v["numpy"] = numpy.__version__
     for mod in ("cupy", "mpi4py", "nvtx"):
