@@ -14,7 +14,7 @@ def main(argv=None) -> int:
                                  description="Roofline report from traces: report.md, a self-contained "
                                              "report.html, figures (PNG, SVG) and tables (CSV)")
     ap.add_argument("traces", help="folder holding run folders (any depth)")
-    ap.add_argument("--out", default=None, help="report folder (default: reports/<name of the traces folder>)")
+    ap.add_argument("--out", default=None, help="report folder (default: report/ inside the traces folder, beside the runs it describes)")
     ap.add_argument("--machine", default=None,
                     help="machine file or shipped name (default: the datasheet and calibrated files for the "
                          "traces' GPU)")
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
                     help="the model's blind-test history (reports/blind-tests.csv): its error per machine in the "
                          "validation section")
     a = ap.parse_args(argv)
-    out = a.out or str(Path("reports") / (Path(a.traces).resolve().name or "report"))
+    out = a.out or str(Path(a.traces) / "report")
     try:
         path = build(a.traces, out, a.machine, log=lambda m: say(m, file=sys.stderr), study=a.study,
                      blind_tests=a.blind_tests)
