@@ -165,7 +165,9 @@ def test_a_failed_run_is_removed_and_its_own_error_quoted(tmp_path):
     out = tmp_path / "tr" / ".sweep" / f"{ids[1]}.out"
     assert (f"{ids[1]}: FAILED: perfmlp.run: rank 1: error: RuntimeError: injected fault at batch 1 "
             f"(its output: {out})") in r.stdout
-    assert "Abort(" in out.read_text()           # the launcher's lines are kept, not quoted
+    # the job's whole output is kept there (MPICH's "Abort(...)" lines too, when it prints them
+    # before the job ends: it does not always)
+    assert "injected fault at batch 1" in out.read_text()
     assert not (tmp_path / "tr" / ids[1]).exists()  # no trace folder for a report to read
     assert "skipped:" not in r.stderr and (tmp_path / "rep" / "report.md").is_file()
     # a failed run is not "already traced": a rerun tries again
