@@ -1,6 +1,6 @@
 """The own kernels' measured time (machine files' kernel_s): parsing, the
 interpolation rule, and predictions using it where a file has it and bytes
-over bandwidth where it does not (issue 13)."""
+over bandwidth where it does not."""
 import dataclasses
 
 import pytest

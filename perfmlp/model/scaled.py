@@ -1,7 +1,7 @@
 """A calibrated machine file carried to another GPU by datasheet ratios:
 `python -m perfmlp.model.scaled CAL.yaml --from h200 --to h100-sxm --out FILE`.
 
-For a prediction across GPUs (issue 13: the H200's calibration predicting an
+For a prediction across GPUs (the H200's calibration predicting an
 H100's runs), every measured number of CAL is multiplied by the ratio of
 the two datasheet files' figure for the same resource:
 - FLOP rates (the peaks and every GEMM rate of the table, cuBLAS and the

@@ -1,4 +1,4 @@
-"""Execution mode and overlap, measured beside predicted (issue 11).
+"""Execution mode and overlap, measured beside predicted.
 
 Runs that differ only in how the step ran (eager, or one CUDA graph
 replay) and in whether the gradient allreduce overlapped the backward pass

@@ -24,7 +24,7 @@ from .records import Phase
 # the second still took 3-7x a steady batch's host time in graph runs (the
 # first replay) and the third 1.7-40x in eager pinned mpi-staged runs, one
 # such batch adding up to 2x to a 20-batch window's mean. Traces written
-# before 2026-11-22's seventh session left out one (no `warmup_batches`).
+# before 2026-11-22 (code of that day) left out one (no `warmup_batches`).
 WARMUP_BATCHES = 3
 MANIFEST = "manifest.json"
 
