@@ -9,6 +9,8 @@ finished run (characters the terminal's encoding lacks are escaped).
 """
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -91,3 +93,21 @@ def write_atomic(path: str | Path, data) -> None:
         if isinstance(e, OSError):
             raise RunFailure(f"cannot write {path}: {e.strerror or e}") from None
         raise
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (a PerfmlpError), not usage + message."""
+
+    def error(self, message):
+        raise PerfmlpError(message)
+
+
+def seconds_arg(text: str) -> float:
+    """A command-line duration: a finite number of seconds above 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return v

@@ -7,15 +7,13 @@ the loader would trust. Files already present with the right digest are kept.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
-import math
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import PerfmlpError, cli, say
+from .errors import OneLineParser, PerfmlpError, cli, say, seconds_arg
 
 DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
@@ -77,30 +75,15 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
     return done
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        raise PerfmlpError(message)
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return v
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="python -m perfmlp.fetch",
+    ap = OneLineParser(prog="python -m perfmlp.fetch",
                                  description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", default="data/mnist", metavar="DIR",
                     help="folder to write the files to (default: data/mnist, where perfmlp.run looks)")
     ap.add_argument("--mirror", action="append", metavar="URL",
                     help="base URL to fetch from, tried in the order given; repeatable "
                          f"(default: {', '.join(DEFAULT_MIRRORS)})")
-    ap.add_argument("--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+    ap.add_argument("--timeout", type=seconds_arg, default=30.0, metavar="SECONDS",
                     help="seconds to wait for each connection (default: 30)")
     try:
         args = ap.parse_args(argv)

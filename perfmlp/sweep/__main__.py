@@ -3,35 +3,19 @@ format and what the sweep promises: perfmlp/sweep/__init__.py)."""
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 from pathlib import Path
 
 import yaml
 
-from ..errors import PerfmlpError, cli, safe_stdio, say, write_atomic
+from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
 from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
 
 SIGNALS = {signal.SIGINT: "interrupted (SIGINT)", signal.SIGTERM: "terminated (SIGTERM)",
            signal.SIGHUP: "hung up (SIGHUP)"}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        raise PerfmlpError(message)
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return v
 
 
 def _procs(text: str) -> int:
@@ -45,7 +29,7 @@ def _procs(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m perfmlp.sweep", description=sys.modules[__package__].__doc__,
+    ap = OneLineParser(prog="python -m perfmlp.sweep", description=sys.modules[__package__].__doc__,
                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file", metavar="FILE.yaml", help="the sweep file (see above)")
     ap.add_argument("--trace-dir", default="traces", metavar="DIR",
@@ -56,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="folder for the report (default: reports/<name of the trace folder>)")
     ap.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
                     help="machine file for the report (default: the calibrated file for the traces' GPU)")
-    ap.add_argument("--timeout", type=_seconds, default=600, metavar="SECONDS",
+    ap.add_argument("--timeout", type=seconds_arg, default=600, metavar="SECONDS",
                     help="seconds a run may take before it is stopped and counted as failed (default: 600)")
     ap.add_argument("--max-procs", type=_procs, default=None, metavar="P",
                     help="skip the runs that need more than P processes (default: run them all)")
