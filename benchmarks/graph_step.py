@@ -110,17 +110,18 @@ def perfmlp_variants(world, hidden, B):
                     counts.reset()
         out[name] = (run, be.sync)
         if name == "perfmlp eager":
-            out["perfmlp GEMMs alone"] = (_gemms_alone(be, step, lo, hi, nophase, counts, True), be.sync)
-            out["the five products as cuBLAS GEMMs"] = (_gemms_alone(be, step, lo, hi, nophase, counts, False),
+            out["perfmlp GEMMs alone"] = (gemms_alone(be, step, lo, hi, nophase, counts, True)[0], be.sync)
+            out["the five products as cuBLAS GEMMs"] = (gemms_alone(be, step, lo, hi, nophase, counts, False)[0],
                                                         be.sync)
     return out
 
 
-def _gemms_alone(be, step, lo, hi, nophase, counts, fuse):
+def gemms_alone(be, step, lo, hi, nophase, counts, fuse):
     """The GEMMs one eager step launches (recorded by GpuNetwork.capture),
-    captured in one CUDA graph on the step's stream: a function running n
-    replays. `fuse=False`: the step with its output layer as GEMMs too (all
-    of the step's products through cuBLAS, as PyTorch runs them)."""
+    captured in one CUDA graph on the step's stream: (a function running n
+    replays, the GEMMs' (a, b, out) operands). `fuse=False`: the step with
+    its output layer as GEMMs too (all of the step's products through
+    cuBLAS, as PyTorch runs them). precision_step.py uses it too."""
     net = be.net
     with be.stream:
         net.capture = []
@@ -140,7 +141,7 @@ def _gemms_alone(be, step, lo, hi, nophase, counts, fuse):
     def run(n):
         for _ in range(n):
             g.launch(be.stream)
-    return run
+    return run, calls
 
 
 def torch_variants(world, hidden, B, compile_ok=True):

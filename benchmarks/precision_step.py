@@ -79,27 +79,13 @@ def perfmlp_step(world, H, B, precision, transfer="resident"):
 
 
 def gemms_alone(world, H, B, precision):
-    """The GEMMs of one eager step in that precision, captured in one graph."""
+    """The GEMMs of one eager step in that precision, captured in one graph
+    (graph_step.gemms_alone), with their FLOPs."""
+    from graph_step import gemms_alone as captured   # benchmarks/ is sys.path[0] when run as a script
     from perfmlp.trace.format import Counts
     from perfmlp.train import step
     _, sync, be = perfmlp_step(world, H, B, precision)
-    net, counts = be.net, Counts()
-    with be.stream:
-        net.capture = []
-        step(net, be.batches, be.reducer, 0, B, NOPHASE, counts)   # eager: be.graph not passed
-        calls, net.capture = net.capture, None
-        be.sync()
-        be.stream.begin_capture()
-        try:
-            for a, b, c in calls:
-                net._gemm(a, b, c)
-        finally:
-            g = be.stream.end_capture()
-    g.upload(be.stream)
-
-    def run(n):
-        for _ in range(n):
-            g.launch(be.stream)
+    run, calls = captured(be, step, 0, B, NOPHASE, Counts(), be.net.fuse_output)
     flops = sum(2 * a.shape[0] * b.shape[1] * a.shape[1] for a, b, _ in calls)
     return run, sync, flops
 

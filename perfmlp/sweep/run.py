@@ -8,7 +8,7 @@ mpiexec), then on PATH, and asked its version to be sure it belongs to
 that MPI. PERFMLP_MPIRUN names another (e.g. "mpirun --allow-run-as-root
 --oversubscribe -x PYTHONPATH").
 
-Each job runs in a new session (its own process group): the sweep ends
+Each job runs in a process group of its own (setsid): the sweep ends
 that group (SIGTERM, then SIGKILL after END_GRACE_S) when the job times out,
 when the sweep is interrupted (SIGINT, SIGTERM, SIGHUP) and on the sweep's
 own errors; the launcher also gets SIGTERM should the sweep itself die
