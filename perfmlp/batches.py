@@ -53,26 +53,38 @@ class DeviceBatches:
             self.yd = cupy.empty((max_local, y.shape[1]), y.dtype)
 
     def _set_host(self, x, y):
+        """The samples in their first order (x0, y0, kept: every epoch's
+        order is a permutation of it, as HostBatches') and the arrays the
+        pieces are read from (xh, yh on the host; xr, yr resident)."""
         memory = PREFETCH.get(self.mode, self.mode)
         if memory == "pinned":
             import cupyx
+            self.x0, self.y0 = x, y
             self.xh = cupyx.empty_pinned(x.shape, x.dtype)
             self.yh = cupyx.empty_pinned(y.shape, y.dtype)
             self.xh[...] = x
             self.yh[...] = y
         elif memory == "pageable":
+            self.x0, self.y0 = x, y
             self.xh, self.yh = np.ascontiguousarray(x), np.ascontiguousarray(y)
         else:
-            self.xr, self.yr = self.cp.asarray(x), self.cp.asarray(y)
+            self.x0, self.y0 = self.cp.asarray(x), self.cp.asarray(y)
+            self.xr, self.yr = self.x0, self.y0
 
     def reorder(self, order: np.ndarray) -> None:
+        """Epoch order `order` of the first order (not of the last epoch's)."""
         if self.mode == "resident":
             idx = self.cp.asarray(order)
-            self.xr, self.yr = self.xr[idx], self.yr[idx]
+            self.xr, self.yr = self.x0[idx], self.y0[idx]
+            return
+        if self._pipe is not None:
+            self._pipe.reset()   # the copies in flight read the old order
+        if PREFETCH.get(self.mode, self.mode) == "pinned":   # into the same pinned buffers,
+            self.stream.synchronize()                          # once no copy reads them
+            np.take(self.x0, order, axis=0, out=self.xh)
+            np.take(self.y0, order, axis=0, out=self.yh)
         else:
-            if self._pipe is not None:
-                self._pipe.reset()   # the copies in flight read the old order
-            self._set_host(self.xh[order], self.yh[order])
+            self.xh, self.yh = self.x0[order], self.y0[order]
 
     def static(self, lo: int, hi: int, counts):
         """The piece [lo, hi) in the static device buffers (x, y as `get`).

@@ -233,12 +233,14 @@ def test_own_kernel_times_cover_the_models_step(dtype):
 
 
 @gpu
-@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
+@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident", "prefetch", "prefetch-pageable"])
 @pytest.mark.parametrize("comm", ["mpi-staged", "nccl"])
 def test_gpu_training_matches_cpu(tmp_path, transfer, comm):
+    """Shuffled: every epoch's order is a permutation of the first order,
+    on the GPU as on the CPU (not of the last epoch's)."""
     base = ["--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64",
-            "--hidden-size", "32", "--learning-rate", "0.5", "--epochs", "2", "--precision", "float64",
-            "--no-trace"]
+            "--hidden-size", "32", "--learning-rate", "0.5", "--epochs", "3", "--shuffle", "--precision",
+            "float64", "--no-trace"]
     r = run_perfmlp(*base, "--backend", "numpy", "--save-params", str(tmp_path / "cpu"))
     assert r.returncode == 0, r.stderr
     r = run_perfmlp(*base, "--backend", "cupy", "--batch-transfer", transfer, "--comm", comm,
