@@ -16,7 +16,11 @@
 # VALIDATE_BUDGET_S (default 400) caps calibration + sweep; the sweep runs
 #   every configuration once before repeating any, so a cut keeps them all;
 # VALIDATE_CALIBRATE_S (default 300) caps the calibration alone (it times
-#   every H with every per-rank batch the sweep uses).
+#   every H with every per-rank batch the sweep uses);
+# VALIDATE_PRECISIONS (default float32): the precisions it times them in
+#   (tf32,bf16,fp16 for sweeps/validate-precision.yaml);
+# VALIDATE_NAME (default validate): the folder in the set, benchmarks/NAME and
+#   traces/NAME, that the sweep's calibration, runs and report go to.
 # The calibration records its measured spread, so the blind predictions
 # carry 90% intervals (prediction interval_s and quantiles_s, written before
 # the first run); the report judges them (coverage, half-width, the pooled
@@ -33,7 +37,8 @@ set -u
 SET=${1:?usage: gpu_validate_1gpu.sh SET}
 source benchmarks/gpu_env.sh
 set_dir "$SET" validate
-R=$B/validate; T=$T/validate; mkdir -p $R $T   # from here on R and T are this script's folders in the set
+NAME=${VALIDATE_NAME:-validate}
+R=$B/$NAME; T=$T/$NAME; mkdir -p $R $T   # from here on R and T are this script's folders in the set
 DS=${VALIDATE_DATASHEET:-h100-sxm}
 FROM=${VALIDATE_FROM:-h200-calibrated}
 FROM_DS=${VALIDATE_FROM_DATASHEET:-h200}
@@ -54,7 +59,7 @@ PY
 SECONDS=0
 echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
 timeout ${VALIDATE_CALIBRATE_S:-300} $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden $HID \
-  --local-batch $LB --precisions float32 2>&1 | tee $R/calibrate.log | tail -8
+  --local-batch $LB --precisions ${VALIDATE_PRECISIONS:-float32} 2>&1 | tee $R/calibrate.log | tail -8
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
 python3 -m perfmlp.model.scaled $FROM --from $FROM_DS --to $DS --out $R/scaled.yaml || exit 1
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
