@@ -574,3 +574,16 @@ def test_a_copy_staged_in_part_hides_the_queued_work_less_its_delay():
     assert period((0.0, 0.0)) == 16.0
     # nothing queued (the host is the slower side): nothing to hide
     assert timeline_batch_s([Item(1.0, 4.0), Item(5.0, 1.0, blocking=True, hides=(3.0, 0.0))]) == 10.0
+
+
+def test_the_summary_has_a_row_per_precision_where_several_ran():
+    from perfmlp.report.validation import ConfigError, summary_rows
+
+    def row(prec, err):
+        return ConfigError(f"H=8 {prec} {err}", 2, 20, 1.0, 1.0, 1.0 + err / 100, "blind", err, "no", None, "",
+                           1, "nccl", "graph", "resident", "yes", prec)
+    judged = [row("bf16", 2.0), row("bf16", -4.0), row("tf32", 8.0)]
+    rows = {r.name: r for r in summary_rows(judged)}
+    assert rows["precision bf16"].model.n == 2 and rows["precision tf32"].model.n == 1
+    assert rows["precision bf16"].model.median_abs_pct == 3.0
+    assert not any(n.startswith("precision") for n in (r.name for r in summary_rows(judged[:2])))

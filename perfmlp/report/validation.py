@@ -98,6 +98,7 @@ class ConfigError:
     exec: str
     transfer: str
     judged: str                   # "yes", or "no: why"
+    precision: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -
     ds = 100 * (ref.datasheet.total_s * 1e3 / c.t_ms - 1) if ref.datasheet else None
     row = ConfigError(c.label, len(c.runs), min(r.batches for r in c.runs), c.t_ms, spread, pred_ms, status, err,
                       within_noise(err, spread), ds, within_noise(ds, spread), c.key[2], c.key[5], c.key[7],
-                      c.key[4], _judged(c, calibrated))
+                      c.key[4], _judged(c, calibrated), c.key[3])
     meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
     if c.key[7] == "graph" and c.key[5] != "mpi-staged":
         # one replay holds the NCCL collectives: the trace times them inside compute, so the
@@ -243,13 +244,16 @@ def quiet_label(quiet_pct: float) -> str:
 
 def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> list[SelectionErrors]:
     """Error figures overall, per p, communication, execution and transfer
-    mode; with `quiet_pct`, also over the configurations whose repeats agree
+    mode, and per precision where more than one ran; with `quiet_pct`, also over the configurations whose repeats agree
     within it (spread below) and over the others: where a configuration's
     own noise lets its error be judged at the target's level."""
     selections = [("all", judged)]
     for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer ")):
         for v in sorted({getattr(r, key) for r in judged}):
             selections.append((f"{name}{v}", [r for r in judged if getattr(r, key) == v]))
+    precisions = sorted({r.precision for r in judged})
+    if len(precisions) > 1:
+        selections += [(f"precision {v}", [r for r in judged if r.precision == v]) for v in precisions]
     if quiet_pct is not None:
         quiet = [r for r in judged if r.spread_pct is not None and r.spread_pct < quiet_pct]
         selections += [(quiet_label(quiet_pct), quiet),
