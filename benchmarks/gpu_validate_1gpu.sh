@@ -19,6 +19,9 @@
 #   every H with every per-rank batch the sweep uses);
 # VALIDATE_PRECISIONS (default float32): the precisions it times them in
 #   (tf32,bf16,fp16 for sweeps/validate-precision.yaml);
+# VALIDATE_MODEL_ERROR_KIND (default: none): a machine kind of
+#   reports/blind-tests.csv whose blind tests' error goes into the calibrated
+#   file's intervals (python -m perfmlp.report.blind_spread), h100 on an H100;
 # VALIDATE_NAME (default validate): the folder in the set, benchmarks/NAME and
 #   traces/NAME, that the sweep's calibration, runs and report go to.
 # The calibration records its measured spread, so the blind predictions
@@ -61,6 +64,9 @@ echo "== calibrate ($(date -u +%H:%M:%S)): --hidden $HID --local-batch $LB"
 timeout ${VALIDATE_CALIBRATE_S:-300} $MPIRUN -n 1 python3 -m perfmlp.calibrate --base $DS --out $R/calibrated.yaml --hidden $HID \
   --local-batch $LB --precisions ${VALIDATE_PRECISIONS:-float32} 2>&1 | tee $R/calibrate.log | tail -8
 [ -f $R/calibrated.yaml ] || { echo "calibration failed: see $R/calibrate.log"; exit 1; }
+# the model's own error on this machine kind, from its earlier blind tests, into the intervals
+[ -n "${VALIDATE_MODEL_ERROR_KIND:-}" ] && { python3 -m perfmlp.report.blind_spread reports/blind-tests.csv \
+  --machine-kind $VALIDATE_MODEL_ERROR_KIND --into $R/calibrated.yaml || exit 1; }
 python3 -m perfmlp.model.scaled $FROM --from $FROM_DS --to $DS --out $R/scaled.yaml || exit 1
 echo "== sweep, predicted first ($(date -u +%H:%M:%S), ${SECONDS} s in)"
 PERFMLP_MPIRUN="$MPIRUN" timeout $((${VALIDATE_BUDGET_S:-400} - SECONDS)) python3 -m perfmlp.sweep \

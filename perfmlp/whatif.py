@@ -116,7 +116,7 @@ def what_if_interval(machine, w: WhatIf) -> Interval | None:
     from types import SimpleNamespace
     return interval(machine, lambda m: SimpleNamespace(
         total_s=what_if(m, w.before, w.after, w.measured_ms, w.measured_groups_ms).total_ms * 1e-3,
-        terms=w.predicted_after.terms))
+        terms=w.predicted_after.terms, detail=getattr(w.predicted_after, "detail", {})))
 
 
 def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:

@@ -219,3 +219,41 @@ def test_the_sweeps_blind_predictions_carry_their_intervals(tmp_path):
     g = tmp_path / "plain.json"
     write_predictions(g, CALIBRATED, runs)
     assert all(e["interval_s"] is None for e in json.loads(g.read_text())["runs"].values())
+
+
+def test_the_models_own_error_scales_the_total_of_its_execution_mode_only():
+    m = load_machine(CALIBRATED)
+    gpu = {"gpu": (0.999, 1.0, 1.001)}
+    graph, eager = predictor("nccl", "resident", "graph", H=2048), predictor("nccl", "resident", "eager", H=2048)
+    narrow = interval(m, graph, draws=80, spread=gpu)
+    wide = interval(m, graph, draws=80, spread={**gpu, "model_graph": (0.8, 1.0, 1.3)})
+    other = interval(m, graph, draws=80, spread={**gpu, "model_eager": (0.5, 1.0, 2.0)})
+    assert narrow.half_width < 0.01 < 0.1 < wide.half_width
+    assert wide.lo_s < 0.9 * graph(m).total_s and wide.hi_s > 1.15 * graph(m).total_s
+    assert other == narrow and "model_eager" not in other.sources     # the eager error leaves a graph step alone
+    assert "model_eager" in interval(m, eager, draws=20, spread={**gpu, "model_eager": (0.5, 1.0, 2.0)}).sources
+
+
+def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
+    from perfmlp.report.blind_spread import main, model_error_ratios
+    from perfmlp.report.blind_tests import read_blind_tests
+    from perfmlp.model.machine import load_machine as load
+    head = ("machine,commit,date,sweep,run,hidden_sizes,batch_size,procs,batch_transfer,comm,exec,parallel,"
+            "precision,repeats,predicted_s,measured_s,measured_min_s,measured_max_s,spread")
+    rows = [f"k,abc,2026-11-25,s,r{i},512,800,1,resident,nccl,{'graph' if i < 6 else 'eager'},data,float32,2,"
+            f"1.0,{m},{m},{m},0.0" for i, m in enumerate((1.1, 0.9, 1.0, 1.2, 0.95, 1.05, 2.0, 1.0))]
+    csv = tmp_path / "b.csv"
+    csv.write_text("\n".join([head, *rows, rows[0].replace("k,", "other,", 1)]) + "\n")
+    ratios = model_error_ratios(read_blind_tests(csv).tests, "k")
+    assert ratios == {"model_graph": (0.9, 0.95, 1.0, 1.05, 1.1, 1.2)}     # 2 eager tests: too few
+    f = tmp_path / "m.yaml"
+    f.write_text(open(CALIBRATED).read())
+    before = load(str(f))
+    assert main([str(csv), "--machine-kind", "k", "--into", str(f)]) == 0
+    after = load(str(f))
+    assert {e.source: e.ratios for e in after.spread}["model_graph"] == ratios["model_graph"]
+    assert [e for e in after.spread if e.source != "model_graph"] == list(before.spread)
+    assert main([str(csv), "--machine-kind", "k", "--into", str(f)]) == 0   # replaced, not added twice
+    assert sum(e.source == "model_graph" for e in load(str(f)).spread) == 1
+    with pytest.raises(Exception, match="kinds: k, other"):
+        main([str(csv), "--machine-kind", "nope", "--into", str(f)])

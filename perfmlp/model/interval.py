@@ -13,6 +13,11 @@ points. A source's figures price these terms:
     pinned_copy    the same through pinned memory
     gpu            gemm, elementwise, kernel_gaps, tracing (and the GPU time under launches)
     collective     allreduce, rank_wait
+    model_eager,   the whole total: the model's own error, measured over
+    model_graph    predicted times of earlier blind tests on the machine
+                   kind, per execution mode (model/residuals.py): what no
+                   microbenchmark's repeats show (the run-to-run spread of
+                   a host between processes, the model's known biases)
 
 Monte Carlo, fixed seed (SEED, DRAWS draws): each draw takes one factor a
 source, from the empirical distribution of its ratios (u uniform in [0, 1),
@@ -20,7 +25,9 @@ linear between the sorted ratios at u (n - 1)), scales every figure of that
 source by it (a time times the factor, a rate divided by it: the whole
 source at once, since the host's speed, say, is one thing in a run) and
 predicts the batch again, the host/GPU timeline included (a host-bound
-step's total moves with the host, a GPU-bound one's does not). The 90%
+step's total moves with the host, a GPU-bound one's does not), then
+scales that total by a factor drawn from the model's error of the
+prediction's execution mode, where the file records it. The 90%
 interval is the 5th to 95th percentile of the draws' totals; `quantiles_s`
 holds every fifth percentile (the predicted distribution a measurement is
 placed in: `pit`). Draws are independent across sources and whole within
@@ -48,13 +55,14 @@ from typing import Callable
 
 import numpy as np
 
-from .machine import SPREAD_SOURCES as SOURCES, Machine
+from .machine import MODEL_ERROR_SOURCES, SPREAD_SOURCES as SOURCES, Machine
 
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
                 "pageable_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
                 "pinned_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
                 "gpu": ("gemm", "elementwise", "kernel_gaps", "tracing"),
-                "collective": ("allreduce", "rank_wait")}
+                "collective": ("allreduce", "rank_wait"),
+                **{m: () for m in MODEL_ERROR_SOURCES.values()}}
 DRAWS = 200
 SEED = 0
 PERCENTILES = tuple(range(0, 101, 5))
@@ -73,6 +81,7 @@ _SCALARS = {
             "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
             "graph_replay_gap_s", "trace_event_s", "queued_gap_s"),
     "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
+    **{m: () for m in MODEL_ERROR_SOURCES.values()},   # the total, not a figure
 }
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
@@ -82,6 +91,7 @@ _TABLES = {
     "pinned_copy": (("host_copy_s", ("s",), "pinned"), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pinned")),
     "gpu": (("gemm_flops_per_s", ("flops_per_s",), None), ("kernel_s", ("s",), None), ("d2d_copy_s", ("s",), None)),
     "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
+    **{m: () for m in MODEL_ERROR_SOURCES.values()},
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
 UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
@@ -167,18 +177,20 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     if not spread:
         return None
     point = predict(machine)
+    model = MODEL_ERROR_SOURCES.get(getattr(point, "detail", {}).get("exec"))
+    drawn = [s for s in SOURCES if s in spread and (s not in MODEL_ERROR_SOURCES.values() or s == model)]
     rng = np.random.default_rng(seed)
     u = rng.random((draws, len(SOURCES)))
     totals = np.empty(draws)
     for d in range(draws):
-        factors = {s: draw_factor(spread[s], u[d, i]) for i, s in enumerate(SOURCES) if s in spread}
-        totals[d] = predict(perturbed(machine, factors)).total_s
+        factors = {s: draw_factor(spread[s], u[d, i]) for i, s in enumerate(SOURCES) if s in drawn}
+        scale = factors.pop(model, 1.0)
+        totals[d] = predict(perturbed(machine, factors)).total_s * scale
     q = np.percentile(totals, PERCENTILES)
     lo, hi = np.percentile(totals, LEVEL)
     terms = getattr(point, "terms", {})
     unmeasured = tuple(t for s in SOURCES if s not in spread for t in SOURCE_TERMS[s] if terms.get(t, 0.0) > 0)
-    return Interval(float(lo), float(hi), tuple(float(x) for x in q), draws, seed, tuple(s for s in SOURCES
-                                                                                          if s in spread),
+    return Interval(float(lo), float(hi), tuple(float(x) for x in q), draws, seed, tuple(drawn),
                     tuple(dict.fromkeys(unmeasured)))
 
 

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 GEMM_KERNELS = ("cublas", "naive", "tiled", "regblock")  # perfmlp.config's CHOICES["gemm"]
 COMMS = ("mpi", "nccl")
-# the sources of a file's figures whose measured spread it may record (model/interval.py)
-SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective")
+# the sources of a file's figures whose measured spread it may record (model/interval.py), and
+# the model's own error, measured blind per execution mode (model/residuals.py)
+MODEL_ERROR_SOURCES = {"eager": "model_eager", "graph": "model_graph"}
+SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_ERROR_SOURCES.values())
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,9 @@ class SpreadPoint:
     """The spread the calibration measured for one source of the file's
     figures (SPREAD_SOURCES): its repeated measurements (a round's median)
     over their median, pooled over the source's points, sorted
-    (calibrate/spread.py; model/interval.py draws from them)."""
+    (calibrate/spread.py; model/interval.py draws from them). For the
+    model's own error (MODEL_ERROR_SOURCES) the ratios are measured over
+    predicted times per batch of earlier blind tests (model/residuals.py)."""
     source: str
     ratios: tuple[float, ...]
 

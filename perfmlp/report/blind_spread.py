@@ -1,0 +1,77 @@
+"""The model's own error, from its blind tests, into a machine file:
+
+    python -m perfmlp.report.blind_spread reports/blind-tests.csv --machine-kind h100 \\
+        --into calibrated.yaml
+
+For each execution mode (eager, graph), the measured over predicted times
+per batch of every blind test of that machine kind (blind_tests.py: the
+median of a configuration's repeats over the prediction made before its
+first run) become the file's `spread` entry `model_eager` or `model_graph`
+(model/interval.py draws the whole predicted total's factor from it, the
+calibration's own sources drawn as before). So an interval covers what the
+calibration's repeats cannot show: a host's speed from one process to the
+next, and the model's known biases, in the proportion the blind tests met
+them. The entries replace any the file held; the rest of the file is kept.
+The tests are pooled over the sweeps and commits the history holds (each
+one's error is of the model of its own commit).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+from ..checks import CheckError, read_yaml
+from ..errors import PerfmlpError, cli, say, write_atomic
+from ..model.machine import MODEL_ERROR_SOURCES, machine_from_mapping, machine_to_yaml
+from .blind_tests import read_blind_tests
+
+MIN_TESTS = 5   # an execution mode with fewer blind tests records no model error
+
+
+def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]:
+    """spread source -> the sorted measured / predicted ratios of the
+    machine kind's blind tests in that execution mode (modes with fewer
+    than MIN_TESTS left out)."""
+    out = {}
+    for mode, source in MODEL_ERROR_SOURCES.items():
+        ratios = sorted(round(t.measured_s / t.predicted_s, 4) for t in tests
+                        if t.machine == machine_kind and t.exec == mode)
+        if len(ratios) >= MIN_TESTS:
+            out[source] = tuple(ratios)
+    return out
+
+
+def with_model_error(values: dict, ratios: dict[str, tuple]) -> dict:
+    """The machine file's mapping with its model-error spread entries replaced."""
+    kept = [e for e in values.get("spread") or [] if e.get("source") not in MODEL_ERROR_SOURCES.values()]
+    return {**values, "spread": kept + [{"source": s, "ratios": list(r)} for s, r in ratios.items()]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perfmlp.report.blind_spread", description=__doc__.split("\n\n")[0])
+    ap.add_argument("history", metavar="BLIND-TESTS.csv")
+    ap.add_argument("--machine-kind", required=True, help="the history's machine column to take (h100, h200-x2, ...)")
+    ap.add_argument("--into", required=True, metavar="FILE.yaml", help="the machine file to write the entries into")
+    a = ap.parse_args(argv)
+    tests = read_blind_tests(a.history).tests
+    ratios = model_error_ratios(tests, a.machine_kind)
+    if not ratios:
+        kinds = sorted({t.machine for t in tests})
+        raise PerfmlpError(f"{a.history}: fewer than {MIN_TESTS} blind tests of machine kind {a.machine_kind!r} in "
+                           f"either execution mode (kinds: {', '.join(kinds)})")
+    try:
+        values = read_yaml(Path(a.into), "machine file")
+    except CheckError as e:
+        raise PerfmlpError(str(e)) from None
+    new = with_model_error(values, ratios)
+    machine_from_mapping(new, a.into)   # the file still reads
+    write_atomic(a.into, machine_to_yaml(new))
+    say("; ".join(f"{s}: {len(r)} blind tests, ratios {r[0]:.3f} to {r[-1]:.3f}" for s, r in ratios.items())
+        + f" -> {a.into}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli("perfmlp.report.blind_spread", main))
