@@ -20,10 +20,10 @@
 # 4. report: python -m perfmlp.report on the sweep's traces (its partitioning
 #    section: the predicted-best map with the measured winners, measured vs
 #    predicted per strategy, counted bytes vs the model, speed-ups; report.md
-#    and partition_winners.csv kept), and the model's tables for the
+#    and strategy_winners.csv kept), and the model's tables for the
 #    reference shapes (eager and graph).
 # Writes into the set $OUT/SET/ (gpu_env.sh): benchmarks/partition/ (tests.log,
-# sweep.log, exec.txt, report.md, partition_winners.csv, model-*.txt) and the
+# sweep.log, exec.txt, report.md, strategy_winners.csv, model-*.txt) and the
 # runs under traces/partition/.
 set -u
 SET=${1:?usage: gpu_partition.sh SET}
@@ -51,11 +51,11 @@ cat $R/exec.txt
 echo "== report ($(date -u +%H:%M:%S))"
 REP=$(mktemp -d)
 timeout 120 python3 -m perfmlp.report $T --out $REP 2>&1 | tail -2
-cp $REP/report.md $REP/partition_winners.csv $R/ 2>/dev/null; rm -rf $REP
+cp $REP/report.md $REP/strategy_winners.csv $R/ 2>/dev/null; rm -rf $REP
 M="python3 -m perfmlp.model --machine h200-calibrated --procs $NGPU --batch-transfer resident"
 $M --parallel model --comm nccl > $R/model-model.txt 2>&1; $M --comm ps-nccl > $R/model-ps.txt 2>&1
 $M --parallel model --comm nccl --exec graph > $R/model-model-graph.txt 2>&1
 grep -A12 "^## Partitioning" $R/report.md | head -4
-tail -n +1 $R/partition_winners.csv 2>/dev/null
+tail -n +1 $R/strategy_winners.csv 2>/dev/null
 pack_set
 echo "== done ($(date -u +%H:%M:%S))"

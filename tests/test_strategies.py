@@ -463,17 +463,17 @@ def test_report_maps_the_strategies_and_checks_the_bytes(tmp_path):
             fake_gpu_run(512, 3200, 2, "data", "ps-nccl", 0.20),
             fake_gpu_run(8192, 800, 2, "data", "nccl", 0.60), fake_gpu_run(8192, 800, 2, "model", "nccl", 0.41)]
     out = build_from_runs(runs, [], tmp_path / "rep")
-    rows = list(csv.DictReader(open(out / "partition_runs.csv")))
+    rows = list(csv.DictReader(open(out / "strategy_runs.csv")))
     assert len(rows) == 5 and all(r["counted = model"] == "True" for r in rows)
     by = {(r["H"], r["strategy"]): r for r in rows}
     assert int(by[("512", "data")]["bytes to collectives per rank (counted)"]) == 1_628_204
     assert int(by[("512", "model")]["bytes to collectives per rank (counted)"]) == 128_000
     # strong scaling with the better strategy: 0.22 / 0.12 ms
     assert float(by[("512", "model")]["speed-up over 1 GPU"]) == pytest.approx(0.22 / 0.12)
-    win = {r["H"]: r for r in csv.DictReader(open(out / "partition_winners.csv"))}
+    win = {r["H"]: r for r in csv.DictReader(open(out / "strategy_winners.csv"))}
     assert win["512"]["measured winner"] == "model" and win["8192"]["measured winner"] == "model"
     assert win["512"]["agree"] in ("yes", "no", "tie predicted")
-    for fig in ("partition_map", "partition_measured_vs_predicted"):
+    for fig in ("strategy_map", "strategy_measured_vs_predicted"):
         assert (out / f"{fig}.png").stat().st_size > 1000
     # the partitioned runs stay out of the data-parallel sections (Question 2.1 takes p=2 nccl data: 0.17)
     md = (out / "report.md").read_text()

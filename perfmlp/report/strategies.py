@@ -85,18 +85,18 @@ def section_strategies(a: Analysis) -> Section | None:
         w = winner_row(by, base)
         if w:
             winners.append(w)
-    s.tables.append(Table("partition_runs", "Every strategy measured beside predicted (the report's primary machine "
+    s.tables.append(Table("strategy_runs", "Every strategy measured beside predicted (the report's primary machine "
                           "file), and the bytes each rank handed to collectives per step: counted in the trace "
                           "against the model's closed form", rows, hidden=("run",), tips={"configuration": "run"}))
     if winners:
         agree = sum(w["agree"] == "yes" for w in winners)
         s.paragraphs.append(f"The predicted winner is the measured one at {agree} of {len(winners)} measured points"
                             f"{'' if agree == len(winners) else ' (a tie is a predicted margin under 2%)'}.")
-        s.tables.append(Table("partition_winners", "Which strategy won at each measured point, measured and "
+        s.tables.append(Table("strategy_winners", "Which strategy won at each measured point, measured and "
                               "predicted", winners))
     s.figures += map_figure(a, groups, winners)
     if points:
-        s.figures.append(Figure("partition_measured_vs_predicted", "Measured against predicted time per batch, "
+        s.figures.append(Figure("strategy_measured_vs_predicted", "Measured against predicted time per batch, "
                                 "per strategy", measured_vs_predicted_by_strategy, dict(points=points)))
     return s
 
@@ -163,7 +163,7 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
             and (int(w["H"]) in hs and w["B"] in bs)]
     m, H, B = a.machines.primary, st.hidden_size, st.batch_size
     return [Figure(
-        "partition_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
+        "strategy_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
         f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); each measured point coloured by the "
         "strategy that won it, a red cross where the model predicted another", strategy_map,
         dict(machine=m, D=st.input_size, C=10, procs=procs, precision=prec, transfer=transfer, device=device,
