@@ -44,10 +44,10 @@ class DeviceBatches:
         self.stream = cupy.cuda.get_current_stream()
         x, y = device_view(x), device_view(y)   # bf16: its bits
         self._set_host(x, y)
-        self._pipe = None
+        self.prefetcher = None
         if mode in PREFETCH:
             from .gpu.prefetch import Prefetcher
-            self._pipe = Prefetcher(cupy, self, next_piece, staged=PREFETCH[mode] == "pageable")
+            self.prefetcher = Prefetcher(cupy, self, next_piece, staged=PREFETCH[mode] == "pageable")
         elif mode != "resident":
             self.xd = cupy.empty((max_local, x.shape[1]), x.dtype)
             self.yd = cupy.empty((max_local, y.shape[1]), y.dtype)
@@ -77,8 +77,8 @@ class DeviceBatches:
             idx = self.cp.asarray(order)
             self.xr, self.yr = self.x0[idx], self.y0[idx]
             return
-        if self._pipe is not None:
-            self._pipe.reset()   # the copies in flight read the old order
+        if self.prefetcher is not None:
+            self.prefetcher.reset()   # the copies in flight read the old order
         if PREFETCH.get(self.mode, self.mode) == "pinned":   # into the same pinned buffers,
             self.stream.synchronize()                          # once no copy reads them
             np.take(self.x0, order, axis=0, out=self.xh)
@@ -115,8 +115,8 @@ class DeviceBatches:
             return self.xr[lo:hi].T, self.yr[lo:hi].T  # no copy, so no h2d phase (and no CUDA event)
         b = hi - lo
         with phase(Phase.H2D):
-            if self._pipe is not None:   # copied ahead: the compute stream waits for it (and the next starts)
-                return self._pipe.get(lo, hi, counts)
+            if self.prefetcher is not None:   # copied ahead: the compute stream waits for it (and the next starts)
+                return self.prefetcher.get(lo, hi, counts)
             xd, yd = self.xd[:b], self.yd[:b]
             # on the step's stream, after the previous step's kernels: from
             # pageable memory the copy also blocks the host; from pinned, not

@@ -113,8 +113,8 @@ HELP = {
             "applies each worker's gradient as it arrives, within --staleness; host MPI, staged through the "
             "host on the GPU; ps-async-nccl is refused: NCCL cannot receive from whichever rank sends first)",
     "batch_transfer": "how each batch reaches the GPU: pageable or pinned copies, or resident; prefetch (from "
-                      "pinned memory) or prefetch-pageable (staged into pinned buffers by a host thread): the "
-                      "next batch copied on a copy stream while this one computes",
+                      "pinned memory) or prefetch-pageable (staged into pinned buffers by host threads): the "
+                      "next batches copied on copy streams while this one computes",
     "gemm": "GEMM implementation on the GPU",
     "exec": "how the GPU step is issued: auto (graph on the cupy backend where the step can be captured: "
             "partitioned strategies need --comm nccl or ps-nccl; else eager), eager (kernel by kernel from "

@@ -96,8 +96,9 @@ def test_fp16_device_loss_scale_skips_an_overflowing_step():
 
 
 @gpu
-@pytest.mark.parametrize("mode", ["prefetch", "prefetch-pageable"])
-def test_prefetched_pieces_are_the_datas_rows_in_order_and_after_a_shuffle(mode):
+@pytest.mark.parametrize("mode, chunked", [("prefetch", False), ("prefetch-pageable", False),
+                                           ("prefetch-pageable", True)])
+def test_prefetched_pieces_are_the_datas_rows_in_order_and_after_a_shuffle(mode, chunked):
     import cupy as cp
     from perfmlp.backend import _next_piece
     from perfmlp.batches import DeviceBatches
@@ -107,6 +108,10 @@ def test_prefetched_pieces_are_the_datas_rows_in_order_and_after_a_shuffle(mode)
     rng = np.random.default_rng(0)
     x, y = rng.random((N, D)).astype(np.float32), rng.random((N, C)).astype(np.float32)
     batches = DeviceBatches(cp, x, y, mode, B, next_piece=_next_piece(B, N, 1, 0))
+    pipe = batches.prefetcher.pipe
+    if chunked:   # each piece staged by several tasks, each copying its rows at their offset
+        pipe.min_chunk_bytes = 0
+        assert len(pipe._chunks(B)) > 1
     counts = Counts()
     for epoch in range(3):
         if epoch == 2:   # a shuffle drops what was prefetched
@@ -118,7 +123,9 @@ def test_prefetched_pieces_are_the_datas_rows_in_order_and_after_a_shuffle(mode)
             xd, yd = batches.get(lo, hi, nophase, counts)
             cp.cuda.get_current_stream().synchronize()
             assert np.array_equal(xd.T.get(), x[lo:hi]) and np.array_equal(yd.T.get(), y[lo:hi])
+            assert len(pipe.ahead) == pipe.lookahead   # the next pieces are on their way meanwhile
     assert counts.bytes_h2d == 3 * N * (D + C) * 4
+    pipe.close()
 
 
 BASE = ["--data", "synthetic", "--n-train", "230", "--batch-size", "50", "--input-size", "64", "--hidden-size",
@@ -138,7 +145,7 @@ def test_graph_and_prefetch_leave_the_arithmetic_alone(tmp_path, precision):
     # the same kernels and GEMMs whatever issues them and wherever the batch lands: bit-identical
     runs = {(ex, bt): _final(tmp_path, f"{ex}-{bt}", "--precision", precision, "--exec", ex, "--batch-transfer", bt)
             for ex, bt in (("eager", "pinned"), ("graph", "resident"), ("graph", "prefetch"),
-                           ("eager", "prefetch-pageable"))}
+                           ("eager", "prefetch-pageable"), ("graph", "prefetch-pageable"))}
     ref = runs[("eager", "pinned")]
     for key, params in runs.items():
         for k in ref:

@@ -27,7 +27,7 @@ pageable and pinned copies land there anyway; resident data is copied device
 to device (batches.DeviceBatches.static, inside the `graph` phase), as
 PyTorch's CUDA-graph recipe copies into its static inputs. One graph serves
 every batch of a piece size (a short last batch gets its own); a prefetched
-batch (gpu/prefetch.py) lands in one half of a double buffer, so each half
+batch (gpu/prefetch.py) lands in one of the pipeline's slots, so each slot
 has its graph. The
 alternative, a graph per batch position reading the resident slices in
 place, saves that copy (7.5 us at b = 3200 on an H200:
