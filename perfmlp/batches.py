@@ -7,9 +7,9 @@ the bytes it copied to `counts.bytes_h2d`.
 - `HostBatches` (NumPy): views into the host arrays.
 - `DeviceBatches` (CuPy): copied each batch from pageable host memory (the
   reference scheme) or from pinned memory, or resident (uploaded once), or
-  prefetched: the next batch copied on a copy stream while this one
-  computes, from pinned memory or staged from pageable memory by a host
-  thread (perfmlp/gpu/prefetch.py).
+  prefetched: the next batches copied on copy streams while this one
+  computes, from pinned memory or staged from pageable memory by a pool of
+  host threads (perfmlp/gpu/prefetch.py).
   `static(lo, hi, counts)` gives the piece in the same device buffers every
   batch, as a CUDA graph needs (perfmlp/gpu/graph.py): the copies already
   land there; resident data is copied device to device into them.
