@@ -71,11 +71,11 @@ import numpy as np
 
 from ..errors import RunFailure
 
-# A step 2x faster than pageable copies (H=512, B=3200 on an H100) needs about
-# 17 GB/s of staging, 4 threads were calibrated at 5-6 GB/s on its 16-core host:
-# how the rate grows with threads, on a host alone: benchmarks/prefetch_stage.py;
-# in the trainer: benchmarks/precision_step.py --stage-threads.
-STAGE_THREADS = 8
+# The staging threads. On the H100 machine's 16-core host (benchmarks/prefetch_stage.py
+# and precision_step.py --stage-threads, reports/h100/benchmarks/input/) a 10 MB piece
+# staged alone at 6 GB/s on 1 thread, 11 on 2, 15-18 on 4 and less on 8 or 12; in the
+# trainer's graph step 4 threads staged at 12.6 GB/s, 8 at 9.3 and 12 at 6.0.
+STAGE_THREADS = 4
 LOOKAHEAD = 2                 # pieces staged and copied ahead of the one the step reads
 MIN_CHUNK_BYTES = 1 << 18     # a smaller piece is staged by fewer tasks: a task costs tens of us
 X, Y = 0, 1                   # the parts of a piece: samples, labels
