@@ -116,6 +116,82 @@ def test_a_batch_cut_off_as_it_was_written_is_left_out_and_noted(tmp_path):
     assert any("cut off as it was written" in p for p in run.problems)
 
 
+def _driven_run(tmp_path, monkeypatch, plan):
+    """A Tracer driven by hand on a clock that reads 1.0, 2.0, ... s: `plan`
+    is (piece size, phases, MPI bytes) per batch; odd batches have a loss.
+    Returns the run read back, the batches end_batch's general path took
+    and the tracer."""
+    import numpy as np
+    from itertools import count
+    from perfmlp.backend import build
+    from perfmlp.comm import SingleWorld
+    from perfmlp.config import from_mapping
+    from perfmlp.trace import phases as phases_mod, writer as writer_mod
+    from perfmlp.trace.format import Counts
+    ticks = count(1.0)
+    monkeypatch.setattr(phases_mod, "_now", lambda: next(ticks))
+    monkeypatch.setattr(writer_mod, "_now", lambda: next(ticks))
+    general, end_other = [], writer_mod.Tracer._end_other
+    monkeypatch.setattr(writer_mod.Tracer, "_end_other", lambda t, *a: general.append(t._rec[4]) or end_other(t, *a))
+    cfg = from_mapping(dict(batch_size=4, n_train=8, input_size=4, hidden_sizes=[3], num_classes=2, backend="numpy",
+                            trace_dir=str(tmp_path), run_id="driven", quiet=True))
+    world = SingleWorld()
+    be = build(cfg, world, np.zeros((8, 4), np.float32), np.eye(2, dtype=np.float32)[[0, 1] * 4])
+    tracer = writer_mod.make_tracer(cfg, world)
+    tracer.attach(world, be)
+    counts = Counts()
+    for k, (samples, phases, nbytes) in enumerate(plan):
+        tracer.begin_batch(0, k, samples, samples)
+        for p in phases:
+            with tracer.phase(p):
+                pass
+        counts.bytes_mpi = nbytes
+        counts.collectives.append(("MPI_Allreduce", nbytes // 4))
+        tracer.end_batch(k / 2 if k % 2 else None, counts)
+        counts.reset()
+    tracer.close("complete")
+    return read_run(tmp_path / "driven"), general, tracer
+
+
+def test_every_batch_reads_back_as_stamped_through_size_count_and_phase_changes(tmp_path, monkeypatch):
+    from perfmlp.trace.records import Phase as P
+    four, two = (P.H2D, P.FORWARD, P.BACKWARD, P.UPDATE), (P.FORWARD, P.UPDATE)
+    plan = [(4, four, 96), (4, four, 96), (4, four, 96),   # the size's first batch is priced, then the fast path
+            (2, four, 96), (4, four, 96),                  # another size, and back
+            (4, four, 104),                                # other counts: a Shape of their own
+            (4, two, 96),                                  # other phases: a Shape without phases
+            (4, four, 96), (4, four, 96)]                  # priced again, then the fast path
+    run, general, _ = _driven_run(tmp_path, monkeypatch, plan)
+    assert general == [0, 3, 5, 6, 7]  # the rest took the fast path
+    batches = run.ranks[0].batches
+    assert [(b.batch, b.samples, b.bytes_mpi) for b in batches] == [(k, s, n) for k, (s, _, n) in enumerate(plan)]
+    assert [b.loss for b in batches] == [None if k % 2 == 0 else k / 2 for k in range(len(plan))]
+    # one clock read at the start, one per phase, one at the end, 1 s apart:
+    # phase i starts i s after the batch, and every phase lasts 1 s
+    for b, (_, phases, _) in zip(batches, plan):
+        assert b.wall_ms == (len(phases) + 1) * 1e3
+        want = {} if phases == two else {p: (i * 1e3, 1e3) for i, p in enumerate(phases, 1)}
+        assert {p: tuple(s) for p, s in b.t_ms.items()} == want
+    shape = [b.shape.id for b in batches]
+    assert shape[0] == shape[1] == shape[2] == shape[4] and len(set(shape)) == 5  # 4, 2, 104 B, no phases, 4 again
+    assert shape[7] == shape[8] and batches[7].shape.phases == four and batches[6].shape.phases == ()
+
+
+@pytest.mark.parametrize("advice", [23, -1])  # MADV_POPULATE_WRITE; -1: a kernel without it
+def test_batches_past_the_faulted_in_pages_and_the_first_reservation_read_back(tmp_path, monkeypatch, advice):
+    from perfmlp.trace import store
+    from perfmlp.trace.records import Phase as P
+    monkeypatch.setattr(store, "FIRST_BYTES", 2 * 4096)
+    monkeypatch.setattr(store, "POPULATE_BYTES", 4096)
+    monkeypatch.setattr(store, "MADV_POPULATE_WRITE", advice)
+    plan = [(4, (P.FORWARD, P.UPDATE), 96)] * 300  # 300 records of 64 bytes: 19,200 bytes
+    run, general, tracer = _driven_run(tmp_path, monkeypatch, plan)
+    assert general == [0] and (advice == 23 or not tracer._store._populate)
+    assert [b.batch for b in run.ranks[0].batches] == list(range(300))
+    assert all(b.t_ms[P.UPDATE] == (2e3, 1e3) for b in run.ranks[0].batches)
+    assert (tmp_path / "driven" / "rank-0.batches").stat().st_size == 16 + 300 * 64  # cut to what was written
+
+
 def test_a_malformed_line_is_one_line_naming_file_line_and_field(tmp_path):
     folder = tiny_run(tmp_path)
     f = folder / "rank-0.jsonl"

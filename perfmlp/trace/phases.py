@@ -17,6 +17,7 @@ and a CUPTI external correlation id (GPU activity levels).
 from __future__ import annotations
 
 import time
+from itertools import repeat, starmap
 
 from . import activity as act
 from . import nvtx as nv
@@ -36,10 +37,11 @@ def stamp_class(stamps: list) -> type:
     """The class of a phase on the host clock: one stamp into `stamps` as it
     starts (a phase ends where the next one starts, the last where the
     batch ends). Both hooks are C code: __enter__ is `map(stamps.append,
-    iter(perf_counter, None)).__next__`, which reads the clock and appends
-    it (the `with` statement calls it with no arguments), __exit__ is NOOP.
-    No Python frame runs per phase."""
-    stamp = map(stamps.append, iter(_now, None)).__next__
+    starmap(perf_counter, repeat(()))).__next__`, which reads the clock and
+    appends it (the `with` statement calls it with no arguments; starmap,
+    unlike iter(perf_counter, None), compares no stamp with a sentinel),
+    __exit__ is NOOP. No Python frame runs per phase."""
+    stamp = map(stamps.append, starmap(_now, repeat(()))).__next__
     return type("Stamp", (), {"__slots__": (), "__enter__": stamp, "__exit__": NOOP})
 
 

@@ -15,13 +15,18 @@ completed, never by synchronising the device), the host clock on the CPU;
 (trace/activity.py), written as `gpu` lines between epochs.
 
 Host cost per batch, which a host-bound step pays in full (budget: 3 us on
-the project's CPU machine, benchmarks/trace_cost.py): two perf_counter()
-per phase (trace/phases.py), a dictionary look-up of the piece size's
-`Shape`, a comparison of the batch's byte counts with it, and one
-struct.pack_into into the mapped batch file (trace/store.py); no JSON, no
-system call. The first batch of each piece size records the operations
-the network launched, prices them (the model's formulas) and writes the
-`Shape` line once.
+the project's CPU machine, benchmarks/trace_cost.py): one perf_counter()
+per phase, appended in C (trace/phases.py), and a Python frame each for
+begin_batch and end_batch. Their fast path, taken by a batch of the
+same piece size as the one before it (with no NVTX tool, CUPTI or CUDA
+events): two clock reads, a few stores into the record's pack_into
+arguments (a list kept from batch to batch), a comparison of the
+batch's byte counts and collectives with its `Shape`, and one
+struct.pack_into into the mapped batch file, whose pages are faulted in
+ahead (trace/store.py); no dictionary look-up, no JSON, no system call.
+The first batch of
+each piece size records the operations the network launched, prices them
+(the model's formulas) and writes the `Shape` line once.
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ from .gpu_side import GpuSide
 from .phases import NOOP, Event, Hooked, Recording, stamp_class
 from .shapes import ShapeBook
 from .lines import line
-from .records import SCHEMA, Activity, End, Epoch, Header, Phase
+from .records import SCHEMA, Activity, BatchLayout, End, Epoch, Header, Phase
 from .store import BatchFile, LineFile, WrittenBatchFile
 
 _ns = time.perf_counter_ns
@@ -102,7 +107,7 @@ class Tracer(ShapeBook, GpuSide):
         self.t_start_ns = _ns()
         self._lines = LineFile(run_dir / rank_file(rank))
         self._store = BatchFile(run_dir / batch_file(rank), rank)
-        self._mm, self._pos, self._cap = self._store.mm, self._store.start, self._store.cap
+        self._mm, self._pos, self._ready = self._store.mm, self._store.start, self._store.limit
         self._count = 0              # batch records written once writes are redirected
         self._entries: list = []     # every _Entry made (their record sizes, to count the records at the end)
         self._written = None         # a WrittenBatchFile once writes are redirected
@@ -114,7 +119,13 @@ class Tracer(ShapeBook, GpuSide):
         self._stamps: list = []      # this batch's phase stamps (host ns, or CUDA events)
         self._shapes: dict = {}      # samples << 32 | local samples -> _Entry
         self._next_shape = 1
-        self._cur = None
+        self._note = None            # the batch's Note
+        # the batch record's pack_into arguments, kept from batch to batch: file, offset, shape id,
+        # epoch, batch, loss, t0, t1, GPU total, a place per phase start, size (records.BatchLayout)
+        self._rec: list = [None] * 10
+        self._pack = None            # the Note's record.pack_into
+        # the fast path: batches of this piece size (-1: none), with this many stamps (-1: none)
+        self._samples = self._local = self._nfast = -1
         self._net = None
         self._kernels = _NoNet
         self._collector = self._push = None
@@ -200,30 +211,60 @@ class Tracer(ShapeBook, GpuSide):
                                host_start_ns=self.t_start_ns))
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
-        entry = self._shapes.get(samples << 32 | local)
-        if entry is None:  # the first batch of this piece size: note what it launches
-            entry = self._recording_entry(samples, local)
+        if samples != self._samples or local != self._local:  # another piece size, or the general path
+            return self._begin_other(epoch, batch, samples, local)
+        rec = self._rec
+        rec[3] = epoch
+        rec[4] = batch
         self._stamps.clear()
-        self._cur = (epoch, batch, entry, _now())
-        if self._slow:
-            self._begin_slow(epoch, batch)
+        rec[6] = _now()
 
     def end_batch(self, loss, counts) -> None:
         """`counts`: the batch's trace.format.Counts (read here, not kept)."""
-        t1 = _now()
-        epoch, batch, entry, t0 = self._cur
+        rec = self._rec
+        rec[7] = _now()
+        note = self._note
         stamps = self._stamps
-        if (self._slow or entry.coll != counts.collectives or len(stamps) != entry.nstamps
-                or entry.bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
-                                   counts.bytes_nccl)):
-            return self._end_other(epoch, batch, entry, t0, t1, loss, counts)
+        if (len(stamps) != self._nfast or note.coll != counts.collectives
+                or note.bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
+                                  counts.bytes_nccl)):
+            return self._end_other(loss, counts)
+        rec[5] = NAN if loss is None else loss
+        rec[9:-1] = stamps
         pos = self._pos
-        self._pos = end = pos + entry.size
-        if end > self._cap:
+        self._pos = end = pos + note.size
+        if end > self._ready:
             self._grow(end)
+        rec[1] = pos
         # one store into the mapped file: in the page cache at once, kept if the process is killed
-        entry.record.pack_into(self._mm, pos, entry.id, epoch, batch, NAN if loss is None else loss, t0, t1, -1.0,
-                               *stamps, entry.size)
+        self._pack(*rec)
+
+    def _begin_other(self, epoch: int, batch: int, samples: int, local: int) -> None:
+        """begin_batch's general path: the first batch of a piece size, a
+        batch after one that took end_batch's general path, or every batch
+        with hooks, CUDA events or redirected writes."""
+        note = self._shapes.get(samples << 32 | local)
+        if note is None:  # the first batch of this piece size: note what it launches
+            note = self._recording_entry(samples, local)
+        if note is not self._note:
+            self._use(note)
+        rec = self._rec
+        rec[3] = epoch
+        rec[4] = batch
+        self._stamps.clear()
+        rec[6] = _now()
+        if self._slow:
+            self._begin_slow(epoch, batch)
+        elif note.coll is not None:  # a priced Shape: this batch's end, and its size's next batches, go fast
+            self._samples, self._local, self._nfast = samples, local, note.nstamps
+
+    def _use(self, note) -> None:
+        """Make `note` the batch's Note, and its record the one end_batch packs."""
+        self._note = note
+        if note.coll is not None:
+            n = (note.size - BatchLayout.HEAD_BYTES) // 8  # the phase starts its record holds
+            self._rec[:] = [self._mm, self._pos, note.id, 0, 0, NAN, 0.0, 0.0, -1.0, *[0.0] * n, note.size]
+            self._pack = note.record.pack_into
 
     def _begin_slow(self, epoch: int, batch: int) -> None:
         if self._hooks:
@@ -233,14 +274,17 @@ class Tracer(ShapeBook, GpuSide):
             # stream): one CUDA event fewer per batch; a new one after an epoch
             self._stamps.append(self._last_event if self._last_event is not None else self._event())
 
-    def _end_other(self, epoch, batch, entry, t0, t1, loss, counts) -> None:
+    def _end_other(self, loss, counts) -> None:
         """end_batch's general path: hooks to close, CUDA events, redirected
-        writes, or a batch whose counts its shape does not hold."""
+        writes, or a batch whose counts its Note does not hold (the next batch
+        takes begin_batch's general path)."""
+        self._samples = self._local = self._nfast = -1
         if self._hooks:
             nv.pop()
             if self._push is not None:
                 self._collector.pop()
-        stamps = self._stamps
+        rec, entry, stamps = self._rec, self._note, self._stamps
+        epoch, batch, t0, t1 = rec[3], rec[4], rec[6], rec[7]
         if (entry.coll != counts.collectives or len(stamps) != entry.nstamps
                 or entry.bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
                                    counts.bytes_nccl)):
@@ -260,14 +304,14 @@ class Tracer(ShapeBook, GpuSide):
             self._count += 1
         else:
             end = self._pos + entry.size
-            if end > self._cap:
+            if end > self._ready:
                 self._grow(end)
             entry.record.pack_into(self._mm, self._pos, *values)
             self._pos = end
 
     def _grow(self, need: int) -> None:
-        self._cap = self._store.grow(need)
-        self._mm = self._store.mm
+        self._ready = self._store.ready_to(need)
+        self._mm = self._rec[0] = self._store.mm
 
     def end_epoch(self, **values) -> None:
         self._drain(block=True)
@@ -315,6 +359,7 @@ class Tracer(ShapeBook, GpuSide):
         self._lines = LineFile(Path(path))
         self._written = WrittenBatchFile(Path(path))
         self._slow = True
+        self._samples = self._local = self._nfast = -1
 
     # -- internals ------------------------------------------------------------------
     def _write(self, rec) -> None:
