@@ -200,3 +200,27 @@ def test_calibration_times_the_trainers_gemms_and_kernels_in_each_tensor_precisi
     slow = predict_batch(m, (784, 64, 10), 128, 1, "bf16", "nccl", "resident").terms["gemm"]
     fast = predict_batch(h200, (784, 64, 10), 128, 1, "bf16", "nccl", "resident").terms["gemm"]
     assert slow > fast   # the measured rates at these small shapes are under the datasheet peak
+
+
+@gpu
+def test_a_cublas_handle_keeps_its_stream_alive():
+    """A handle outliving its stream was found again under a later stream's
+    address and its launches failed (cuBLAS status 13)."""
+    import gc
+
+    import cupy as cp
+    s = cp.cuda.Stream(non_blocking=True)
+    g = cublas_gemm(cp, np.float32, s)
+    assert g.stream is s and cublas_gemm(cp, np.float32, s) is g
+    ptr = s.ptr
+    del s
+    gc.collect()
+    assert g.stream.ptr == ptr                     # not destroyed: the handle holds it
+    s2 = cp.cuda.Stream(non_blocking=True)
+    g2 = cublas_gemm(cp, np.float32, s2)
+    assert g2.stream is s2
+    a, b = cp.ones((64, 32), cp.float32), cp.ones((32, 16), cp.float32)
+    out = cp.empty((64, 16), cp.float32)
+    g2(a, b, out)
+    s2.synchronize()
+    assert float(out[0, 0]) == 32.0

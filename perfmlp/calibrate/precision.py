@@ -9,6 +9,8 @@ storage (kernel_s); and the prefetching input pipeline's host staging rate
 into pinned memory)."""
 from __future__ import annotations
 
+from ..errors import PerfmlpError
+
 import time
 from statistics import median
 
@@ -73,7 +75,13 @@ def precision_rates(cp, hidden, local_batches, precisions, log) -> dict:
                 calls, net.capture = net.capture, None
                 for a, b, out in calls:
                     m_, k_, n_ = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
-                    r = gemm_rate(cp, lambda a=a, b=b, out=out: g(a, b, out), m_, n_, k_)
+                    try:
+                        r = gemm_rate(cp, lambda a=a, b=b, out=out: g(a, b, out), m_, n_, k_)
+                    except PerfmlpError as e:
+                        raise PerfmlpError(f"{prec} GEMM {m_} x {n_} x {k_} of H={H}, b={bl} "
+                                           f"({a.dtype}{'' if a.flags.c_contiguous else ' transposed'} x "
+                                           f"{b.dtype}{'' if b.flags.c_contiguous else ' transposed'} -> "
+                                           f"{out.dtype}): {e}") from None
                     res["gemm_flops_per_s"].append({"m": m_, "n": n_, "k": k_, "precision": prec,
                                                     "flops_per_s": float(r)})
                 for e in own_kernel_times(cp, net, x, y):   # a shape met again (sgd_update's) keeps its first time

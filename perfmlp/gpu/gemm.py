@@ -52,14 +52,14 @@ class CublasGemm:
 
     WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper
 
-    def __init__(self, cupy, dtype, stream_ptr: int, precision=None):
+    def __init__(self, cupy, dtype, stream, precision=None):
         lib = _libcublas(cupy)
-        self.cupy = cupy
+        self.cupy, self.stream = cupy, stream   # kept alive as long as the handle bound to it
         handle = ctypes.c_void_p()
         _check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
         self.handle = handle
         self.workspace = cupy.empty(self.WORKSPACE_BYTES, np.uint8)
-        _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream")
+        _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream.ptr)), "cublasSetStream")
         _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(self.workspace.data.ptr),
                                          ctypes.c_size_t(self.WORKSPACE_BYTES)), "cublasSetWorkspace")
         i, p = ctypes.c_int, ctypes.c_void_p
@@ -128,16 +128,20 @@ def _check(status: int, what: str) -> None:
 _cublas_gemms: dict = {}
 
 
-def cublas_gemm(cupy, dtype, stream_ptr: int | None = None, precision=None) -> CublasGemm:
-    """The CublasGemm of the current device, dtype, stream (default: the
-    current stream) and precision (default: the dtype's), one per process."""
-    if stream_ptr is None:
-        stream_ptr = cupy.cuda.get_current_stream().ptr
+def cublas_gemm(cupy, dtype, stream=None, precision=None) -> CublasGemm:
+    """The CublasGemm of the current device, dtype, stream (a CuPy Stream;
+    default: the current stream) and precision (default: the dtype's), one
+    per process. The CublasGemm keeps its stream alive: a handle outliving
+    its stream would be found again under the address of a later stream
+    (the driver reuses it) and launch into a destroyed one (cuBLAS status
+    13, seen on an H100 after the calibration's own streams were collected)."""
+    if stream is None:
+        stream = cupy.cuda.get_current_stream()
     name = precision_of(precision or dtype).name
-    key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream_ptr, name)
+    key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream.ptr, name)
     g = _cublas_gemms.get(key)
-    if g is None:
-        g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream_ptr, name)
+    if g is None or g.stream is not stream:
+        g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream, name)
     return g
 
 
@@ -147,7 +151,7 @@ def gemm(cupy, kind: str, a, b, out=None, stream=None):
     if kind == "cublas":
         if out is None or not out.flags.c_contiguous:
             return cupy.matmul(a, b, out=out)
-        return cublas_gemm(cupy, a.dtype, None if stream is None else stream.ptr)(a, b, out)
+        return cublas_gemm(cupy, a.dtype, stream)(a, b, out)
     M, K = a.shape
     K2, N = b.shape
     assert K == K2, (a.shape, b.shape)

@@ -53,7 +53,7 @@ class GpuNetwork(Network):
         # every kernel of the step goes to this stream, named at each launch
         # (never "the current stream", which CUDA-graph capture and callers change)
         self.stream = cupy.cuda.get_current_stream()
-        self._cublas = cublas_gemm(cupy, dtype, self.stream.ptr, prec.name) if gemm_kind == "cublas" else None
+        self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == "cublas" else None
         self._views: dict = {}
         self._ints: dict = {}
         self.T = self.dtype.type
