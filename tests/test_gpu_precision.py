@@ -209,6 +209,7 @@ def test_a_cublas_handle_keeps_its_stream_alive():
     import gc
 
     import cupy as cp
+    from perfmlp.gpu.gemm import cublas_gemm
     s = cp.cuda.Stream(non_blocking=True)
     g = cublas_gemm(cp, np.float32, s)
     assert g.stream is s and cublas_gemm(cp, np.float32, s) is g
