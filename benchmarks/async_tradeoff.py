@@ -9,7 +9,7 @@ OUT/traces; the figure and the tables are the report's own ps-async
 section (perfmlp/report/psasync.py) made from them, written to OUT with a
 RUN.md naming the command, the commit, the date and the machine.
 
-    python benchmarks/async_tradeoff.py --out benchmarks/results/cpu/psasync
+    python benchmarks/async_tradeoff.py --out reports/cpu/psasync
     python benchmarks/async_tradeoff.py --out DIR --backend cupy --workers 3 --straggler-ms 2 --launcher mpirun
     python benchmarks/async_tradeoff.py --out DIR --report-only      # the figure again from OUT/traces
 """

@@ -4,7 +4,7 @@ configuration (perfmlp.config.Config: 784-512-10, B = 100, 10 epochs on the
 bf16 and fp16 (NumPy computes what the GPU computes: perfmlp/mixed.py), each
 held-out accuracy against float32's (the target: within 0.5 points).
 
-    python benchmarks/precision_accuracy.py --out benchmarks/results/cpu/precision_accuracy.md
+    python benchmarks/precision_accuracy.py --out reports/cpu/precision_accuracy.md
 """
 from __future__ import annotations
 

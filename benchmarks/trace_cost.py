@@ -12,7 +12,7 @@ per batch, one figure per round; reported: the median and the spread
 no step between them (everything in cache: the floor), and NVTX's cost
 where the nvtx package is installed and no profiler is attached.
 
-    python benchmarks/trace_cost.py --out benchmarks/results/cpu/trace_cost
+    python benchmarks/trace_cost.py --out reports/cpu/trace_cost
 """
 from __future__ import annotations
 

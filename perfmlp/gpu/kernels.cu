@@ -144,7 +144,7 @@ __device__ T warp_sum(T v) {
 // (db), the warps' sums added in order. (The first design, a block per
 // OB_ROWS rows whose threads each took a few columns and reduced across the
 // block, took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
-// benchmarks/results/h200/obv2.)
+// benchmarks/results/h200/obv2, in git before 54cb3ab.)
 __global__ void __launch_bounds__(OB_THREADS)
 output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __restrict__ a, S* __restrict__ dz,
                 T* __restrict__ part, int C, int H, int cols, int bcols) {

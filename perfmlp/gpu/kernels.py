@@ -15,7 +15,7 @@ _modules: dict = {}
 # Compile-time constants of kernels.cu, which the launches (network.py) use
 # too: output_backward's rows a warp and threads a block (its columns a
 # block, a launch argument, are the model's OUTPUT_GRAD_COLS). Chosen on an
-# H200 with benchmarks/output_backward_v2.py (benchmarks/results/h200/obv2:
+# H200 with benchmarks/output_backward_v2.py (benchmarks/results/h200/obv2 in git before 54cb3ab:
 # one row a warp and 256 columns a block took 11.3, 7.6 and 6.4 us for the
 # pair at b = 3200, 1600 and 800; 512 columns were faster at 3200, 10.6,
 # but slower at the smaller pieces).

@@ -18,7 +18,7 @@ loop between pieces: per batch the pipeline takes about the largest of the
 host's staging, the copy and the step, not their sum.
 
 Why so (benchmarks/prefetch_stage.py measures it on any host, no GPU
-needed; benchmarks/results/cpu/prefetch_stage/ on a 2-core one): NumPy
+needed; reports/cpu/prefetch_stage/ on a 2-core one): NumPy
 lets go of the GIL for a copy, but a task needs the GIL to start, after
 each call that let go of it, and to return, and while the loop's thread
 runs Python it gets the GIL only when that thread lets go of it (a launch,

@@ -172,7 +172,7 @@ def itemsize(precision: str) -> int:
 # computed and reduced in row blocks of at most this size. 25 MiB, as PyTorch
 # DDP's bucket_cap_mb: no weight of the trainer's networks is that large, so
 # each layer's gradient is one piece. Measured on 2 x H200 (2026-11-22,
-# benchmarks/results/h200-x2/graph): 1 MiB blocks hid more of the allreduce
+# reports/h200-x2/benchmarks/graph): 1 MiB blocks hid more of the allreduce
 # but slowed the split GEMMs by more than they hid.
 DEFAULT_BUCKET_BYTES = 25 << 20
 
@@ -192,7 +192,7 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
 # The output layer (C rows: 10 for MNIST) is too thin for a GEMM library:
 # on an H200 at H = 512, b = 3200 cuBLAS took 7-17 us for each of its
 # backward products, where reading the activations once takes about 1.4 us
-# (benchmarks/results/h200-x2/graph/kernel_breakdown.md). With at most this
+# (benchmarks/results/h200-x2/graph/kernel_breakdown.md, in git before 54cb3ab). With at most this
 # many classes (one accumulator per class in registers) the trainer runs the
 # output layer's backward as two kernels of its own instead of 2 GEMMs, a row
 # sum and the sigmoid gradient: `output_backward` (per block of

@@ -142,7 +142,7 @@ OVERHEAD_TARGET = 0.02  # the default level costs under 2% of untraced time per 
 # host-bound (161 us of host time a step untraced, 188 us with the
 # counters hooks) and every level over.
 DEFAULT_TRACE_LEVEL = {"graph": "counters", "eager": "counters"}
-OVERHEAD_EVIDENCE = "benchmarks/results/h200-x2/overhead"
+OVERHEAD_EVIDENCE = "reports/h200-x2/benchmarks/overhead"
 TRACE_LEVEL_CHOICES = ("auto", *TRACE_LEVELS)  # auto: default_trace_level of the execution mode that runs
 
 
