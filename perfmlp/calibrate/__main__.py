@@ -169,7 +169,12 @@ def main(argv=None) -> int:
     cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
     log = (lambda m: print(m, flush=True)) if world.rank == 0 else (lambda m: None)
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
-    res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
+    try:
+        res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
+    except PerfmlpError as e:   # one line; the other ranks ended with it (they may wait in a collective)
+        print(f"perfmlp.calibrate: error: rank {world.rank}: {e}", file=sys.stderr, flush=True)
+        world.abort(1)
+        return 1
     if world.rank != 0:
         return 0
     write_machine(machine_values(res, base, a.name, gpu_name, world.size), a.out)

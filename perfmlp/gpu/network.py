@@ -132,6 +132,14 @@ class GpuNetwork(Network):
         if self.capture_kernels is not None:
             self.capture_kernels.append((name, lambda: fn(grid, block, args, stream=s)))
 
+    def gemm_again(self, a, b, out):
+        """One of the step's GEMMs (as net.capture recorded it) launched
+        again alone, with the step's handle on the step's stream: what the
+        calibration times (perfmlp/calibrate/), whatever stream is current."""
+        if self._cublas is not None and out is not None:
+            return self._cublas(a, b, out)
+        return gemm(self.cp, self.gemm_kind, a, b, out=out, stream=self.stream)
+
     def _gemm(self, a, b, out):
         if self.capture is not None:
             self.capture.append((a, b, out))
