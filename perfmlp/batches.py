@@ -80,9 +80,11 @@ class DeviceBatches:
         if self.prefetcher is not None:
             self.prefetcher.reset()   # the copies in flight read the old order
         if PREFETCH.get(self.mode, self.mode) == "pinned":   # into the same pinned buffers,
-            self.stream.synchronize()                          # once no copy reads them
-            np.take(self.x0, order, axis=0, out=self.xh)
-            np.take(self.y0, order, axis=0, out=self.yh)
+            if self.prefetcher is None:                        # once no copy reads them (reset waited
+                self.stream.synchronize()                      # for the prefetching copies)
+            # mode "clip": an order is a permutation, and "raise" would buffer the whole output first
+            np.take(self.x0, order, axis=0, out=self.xh, mode="clip")
+            np.take(self.y0, order, axis=0, out=self.yh, mode="clip")
         else:
             self.xh, self.yh = self.x0[order], self.y0[order]
 

@@ -111,3 +111,14 @@ def seconds_arg(text: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return v
+
+
+def parent_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A child process's preexec_fn (Linux): SIGTERM to the child when its
+    parent dies (PR_SET_PDEATHSIG), so a killed tool leaves no process behind."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

@@ -257,3 +257,27 @@ def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
     assert sum(e.source == "model_graph" for e in load(str(f)).spread) == 1
     with pytest.raises(Exception, match="kinds: k, other"):
         main([str(csv), "--machine-kind", "nope", "--into", str(f)])
+
+
+def test_only_the_other_modes_model_error_gives_no_interval():
+    m = load_machine(CALIBRATED)
+    graph = predictor("nccl", "resident", "graph")
+    assert interval(m, graph, draws=10, spread={"model_eager": (0.9, 1.0, 1.2)}) is None
+
+
+def test_blind_spread_refuses_a_file_that_is_not_a_machine_file_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    head = ("machine,commit,date,sweep,run,hidden_sizes,batch_size,procs,batch_transfer,comm,exec,parallel,"
+            "precision,repeats,predicted_s,measured_s,measured_min_s,measured_max_s,spread")
+    rows = [f"k,abc,2026-11-25,s,r{i},512,800,1,resident,nccl,graph,data,float32,2,1.0,1.0,1.0,1.0,0.0"
+            for i in range(6)]
+    (tmp_path / "b.csv").write_text("\n".join([head, *rows]) + "\n")
+    for name, text in (("list.yaml", "- 1\n- 2\n"), ("bad.yaml", "name: x\npeak_flops_per_s_float32: -3\n")):
+        (tmp_path / name).write_text(text)
+        r = subprocess.run([sys.executable, "-m", "perfmlp.report.blind_spread", str(tmp_path / "b.csv"),
+                            "--machine-kind", "k", "--into", str(tmp_path / name)], capture_output=True, text=True)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and name in r.stderr, r.stderr
+        assert (tmp_path / name).read_text() == text          # left as it was
+    r = subprocess.run([sys.executable, "-m", "perfmlp.report.blind_spread", "--nope"], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1

@@ -171,10 +171,12 @@ def main(argv=None) -> int:
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     try:
         res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
-    except PerfmlpError as e:   # one line; the other ranks ended with it (they may wait in a collective)
-        print(f"perfmlp.calibrate: error: rank {world.rank}: {e}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:   # one line (a CUDA, cuBLAS or NCCL error too); the other ranks, which may wait
+        what = str(e) if isinstance(e, PerfmlpError) else f"{type(e).__name__}: {e}"   # in a collective, end with it
+        print(f"perfmlp.calibrate: error: rank {world.rank}: {what}".splitlines()[0], file=sys.stderr, flush=True)
         world.abort(1)
-        return 1
     if world.rank != 0:
         return 0
     write_machine(machine_values(res, base, a.name, gpu_name, world.size), a.out)

@@ -15,7 +15,7 @@ points. A source's figures price these terms:
     collective     allreduce, rank_wait
     model_eager,   the whole total: the model's own error, measured over
     model_graph    predicted times of earlier blind tests on the machine
-                   kind, per execution mode (model/residuals.py): what no
+                   kind, per execution mode (report/blind_spread.py): what no
                    microbenchmark's repeats show (the run-to-run spread of
                    a host between processes, the model's known biases)
 
@@ -172,13 +172,16 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
              seed: int = SEED, spread: dict | None = None) -> Interval | None:
     """The distribution of `predict(machine).total_s` under the machine's
     measured spread (module docstring; `spread`: source -> ratios, default
-    the file's); None for a file without spread."""
+    the file's); None for a file without spread, or with none that bears on
+    this prediction."""
     spread = spread_of(machine) if spread is None else {k: tuple(sorted(v)) for k, v in spread.items()}
     if not spread:
         return None
     point = predict(machine)
     model = MODEL_ERROR_SOURCES.get(getattr(point, "detail", {}).get("exec"))
     drawn = [s for s in SOURCES if s in spread and (s not in MODEL_ERROR_SOURCES.values() or s == model)]
+    if not drawn:   # only the other execution mode's model error: nothing measured for this prediction
+        return None
     rng = np.random.default_rng(seed)
     u = rng.random((draws, len(SOURCES)))
     totals = np.empty(draws)

@@ -17,14 +17,13 @@ one's error is of the model of its own commit).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 
 from ..checks import CheckError, read_yaml
-from ..errors import PerfmlpError, cli, say, write_atomic
-from ..model.machine import MODEL_ERROR_SOURCES, machine_from_mapping, machine_to_yaml
+from ..errors import OneLineParser, PerfmlpError, cli, say, write_atomic
+from ..model.machine import MODEL_ERROR_SOURCES, MachineError, machine_from_mapping, machine_to_yaml
 from .blind_tests import read_blind_tests
 
 MIN_TESTS = 5   # an execution mode with fewer blind tests records no model error
@@ -50,7 +49,7 @@ def with_model_error(values: dict, ratios: dict[str, tuple]) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.report.blind_spread", description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog="python -m perfmlp.report.blind_spread", description=__doc__.split("\n\n")[0])
     ap.add_argument("history", metavar="BLIND-TESTS.csv")
     ap.add_argument("--machine-kind", required=True, help="the history's machine column to take (h100, h200-x2, ...)")
     ap.add_argument("--into", required=True, metavar="FILE.yaml", help="the machine file to write the entries into")
@@ -65,8 +64,13 @@ def main(argv=None) -> int:
         values = read_yaml(Path(a.into), "machine file")
     except CheckError as e:
         raise PerfmlpError(str(e)) from None
+    if not isinstance(values, dict):
+        raise PerfmlpError(f"{a.into}: not a machine file (a YAML mapping of machine keys)")
     new = with_model_error(values, ratios)
-    machine_from_mapping(new, a.into)   # the file still reads
+    try:
+        machine_from_mapping(new, a.into)   # the file still reads
+    except MachineError as e:
+        raise PerfmlpError(str(e)) from None
     write_atomic(a.into, machine_to_yaml(new))
     say("; ".join(f"{s}: {len(r)} blind tests, ratios {r[0]:.3f} to {r[-1]:.3f}" for s, r in ratios.items())
         + f" -> {a.into}")

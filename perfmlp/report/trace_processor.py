@@ -23,11 +23,12 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from ..errors import PerfmlpError, RunFailure
+from ..errors import PerfmlpError, RunFailure, parent_death_signal
 from .browser import BrowserError, find_browser
 
 ENGINE_FILES = ("engine_bundle.js", "trace_processor.wasm", "trace_processor_memory64.wasm")
@@ -129,13 +130,15 @@ class TraceProcessor:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
                                                        _handler(engine, self._requests, self._replies))
         self._server.daemon_threads = True
+        self._server.handle_error = lambda request, address: None   # a dropped connection: no traceback
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self._profile = tempfile.TemporaryDirectory(prefix="perfmlp-perfetto-")
+        self._profile = tempfile.TemporaryDirectory(prefix="perfmlp-perfetto-", ignore_cleanup_errors=True)
         url = f"http://127.0.0.1:{self._server.server_address[1]}/"
         try:
             self._chromium = subprocess.Popen([self.exe, *FLAGS, f"--user-data-dir={self._profile.name}", url],
                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL, start_new_session=True)
+                                              stderr=subprocess.DEVNULL, start_new_session=True,
+                                              preexec_fn=parent_death_signal if sys.platform == "linux" else None)
         except OSError as e:
             self._server.shutdown()
             self._server.server_close()
@@ -154,8 +157,12 @@ class TraceProcessor:
             try:
                 self._chromium.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(self._chromium.pid, signal.SIGKILL)
-                self._chromium.wait()
+                pass
+        try:   # whatever of the group is left (a helper of a browser that ended first)
+            os.killpg(self._chromium.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._chromium.wait()
         self._server.shutdown()
         self._server.server_close()
         self._profile.cleanup()

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ..config import NOT_COMPUTED, first_difference
-from ..errors import PerfmlpError, RunFailure
+from ..errors import PerfmlpError, RunFailure, parent_death_signal
 from ..trace.reader import TraceError, read_run
 from .plan import SweepRun, run_identity
 
@@ -145,14 +145,6 @@ def remove_failed(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _parent_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
     """Run one job in a process group of its own, its stdout and stderr into
     `output`; (ok, why it failed: perfmlp's own line, else the last line)."""
@@ -164,7 +156,7 @@ def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True,
-                                    preexec_fn=_parent_death_signal if sys.platform == "linux" else None)
+                                    preexec_fn=parent_death_signal if sys.platform == "linux" else None)
         except OSError as e:
             return False, f"cannot start {cmd[0]}: {e.strerror}"
         try:

@@ -109,15 +109,15 @@ class Tracer(ShapeBook, GpuSide):
         self._store = BatchFile(run_dir / batch_file(rank), rank)
         self._mm, self._pos, self._ready = self._store.mm, self._store.start, self._store.limit
         self._count = 0              # batch records written once writes are redirected
-        self._entries: list = []     # every _Entry made (their record sizes, to count the records at the end)
+        self._entries: list = []     # every Note made (their record sizes, to count the records at the end)
         self._written = None         # a WrittenBatchFile once writes are redirected
         self._header = False
         self.ops = None              # train.py gives it to the network; begin_batch sets the network's per batch
         self._ops: list = []         # what the network launched in a recording batch
         self._ran: list = []         # (phase, first op, end op, kernels) of a recording batch
         self._open = (0, 0)
-        self._stamps: list = []      # this batch's phase stamps (host ns, or CUDA events)
-        self._shapes: dict = {}      # samples << 32 | local samples -> _Entry
+        self._stamps: list = []      # this batch's phase stamps (host seconds, or CUDA events)
+        self._shapes: dict = {}      # samples << 32 | local samples -> Note
         self._next_shape = 1
         self._note = None            # the batch's Note
         # the batch record's pack_into arguments, kept from batch to batch: file, offset, shape id,
@@ -232,12 +232,13 @@ class Tracer(ShapeBook, GpuSide):
         rec[5] = NAN if loss is None else loss
         rec[9:-1] = stamps
         pos = self._pos
-        self._pos = end = pos + note.size
+        end = pos + note.size
         if end > self._ready:
-            self._grow(end)
+            self._grow(end)   # a full disk raises here, the record not counted
         rec[1] = pos
         # one store into the mapped file: in the page cache at once, kept if the process is killed
         self._pack(*rec)
+        self._pos = end
 
     def _begin_other(self, epoch: int, batch: int, samples: int, local: int) -> None:
         """begin_batch's general path: the first batch of a piece size, a

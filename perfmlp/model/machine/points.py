@@ -7,7 +7,7 @@ from dataclasses import dataclass
 GEMM_KERNELS = ("cublas", "naive", "tiled", "regblock")  # perfmlp.config's CHOICES["gemm"]
 COMMS = ("mpi", "nccl")
 # the sources of a file's figures whose measured spread it may record (model/interval.py), and
-# the model's own error, measured blind per execution mode (model/residuals.py)
+# the model's own error, measured blind per execution mode (report/blind_spread.py)
 MODEL_ERROR_SOURCES = {"eager": "model_eager", "graph": "model_graph"}
 SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_ERROR_SOURCES.values())
 
@@ -139,7 +139,7 @@ class SpreadPoint:
     over their median, pooled over the source's points, sorted
     (calibrate/spread.py; model/interval.py draws from them). For the
     model's own error (MODEL_ERROR_SOURCES) the ratios are measured over
-    predicted times per batch of earlier blind tests (model/residuals.py)."""
+    predicted times per batch of earlier blind tests (report/blind_spread.py)."""
     source: str
     ratios: tuple[float, ...]
 
