@@ -88,6 +88,11 @@ class DeviceBatches:
         else:
             self.xh, self.yh = self.x0[order], self.y0[order]
 
+    def close(self) -> None:
+        """The prefetching pipeline's threads ended (no-op without one)."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+
     def static(self, lo: int, hi: int, counts):
         """The piece [lo, hi) in the static device buffers (x, y as `get`).
         Resident: two cudaMemcpyAsync device to device on the step's stream

@@ -253,6 +253,8 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
             log(f"epoch {epoch + 1}/{cfg.epochs}: loss {ep.loss:.4f}, held-out accuracy {ep.accuracy:.4f}, "
                 f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")
     result.params = be.net.get_params()
+    if hasattr(be.batches, "close"):   # the prefetching threads, once the last batch is done
+        be.batches.close()
     if cfg.save_params and world.rank == 0:
         save_params(Path(cfg.save_params) / "final.npz", result.params)
     return result

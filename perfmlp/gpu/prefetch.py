@@ -331,3 +331,7 @@ class Prefetcher:
 
     def reset(self) -> None:
         self.pipe.reset()
+
+    def close(self) -> None:
+        """Its tasks and copies done, its threads ended."""
+        self.pipe.close()
