@@ -218,6 +218,7 @@ def test_a_cublas_handle_keeps_its_stream_alive():
     gc.collect()
     assert g.stream.ptr == ptr                     # not destroyed: the handle holds it
     s2 = cp.cuda.Stream(non_blocking=True)
+    assert s2.ptr != ptr                           # its address not reused while the handle lives
     g2 = cublas_gemm(cp, np.float32, s2)
     assert g2.stream is s2
     a, b = cp.ones((64, 32), cp.float32), cp.ones((32, 16), cp.float32)

@@ -140,7 +140,7 @@ def cublas_gemm(cupy, dtype, stream=None, precision=None) -> CublasGemm:
     name = precision_of(precision or dtype).name
     key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream.ptr, name)
     g = _cublas_gemms.get(key)
-    if g is None or g.stream is not stream:
+    if g is None:   # (a live stream's address is its own: the cached handle keeps its stream alive)
         g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream, name)
     return g
 
