@@ -9,13 +9,12 @@ storage (kernel_s); and the prefetching input pipeline's host staging rate
 into pinned memory)."""
 from __future__ import annotations
 
-from ..errors import PerfmlpError
-
 import time
 from statistics import median
 
 import numpy as np
 
+from ..errors import PerfmlpError
 from ..model.precision import precision as precision_of
 from .gemm import gemm_rate
 from .kernels import own_kernel_times
