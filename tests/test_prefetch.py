@@ -184,3 +184,14 @@ def test_a_failure_in_a_dropped_piece_is_raised_when_it_is_dropped():
 def test_too_few_slots_for_the_lookahead_is_refused():
     with pytest.raises(ValueError, match="3 slots for a lookahead of 3"):
         Pipeline(HostSlots(B, np.float32, np.float32, D, C, 3), Source(), next_piece, True, 2, 3)
+
+
+def test_close_ends_the_staging_threads_after_the_pieces_ahead():
+    import threading
+    src = Source()
+    pipe = pipeline(src, threads=3)
+    pipe.get(0, B)                        # pieces queued ahead, staged by the pool's threads
+    assert any(t.name.startswith("perfmlp-stage") for t in threading.enumerate())
+    pipe.close()
+    assert not pipe.ahead
+    assert not [t for t in threading.enumerate() if t.name.startswith("perfmlp-stage") and t.is_alive()]
