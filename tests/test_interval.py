@@ -9,6 +9,7 @@ from perfmlp.calibrate.spread import MAX_RATIOS, chunk_medians, ratios, spread_t
 from perfmlp.model import load_machine, predict_batch
 from perfmlp.model.interval import (SOURCES, UNSCALED, _SCALARS, _TABLES, coverage, draw_factor, interval,
                                     interval_words, ks_distance, perturbed, pit)
+from perfmlp.report.blind_tests import COLUMNS
 
 CALIBRATED = "tests/data/h200-x2-calibrated.yaml"
 SPREAD = {"host": (0.8, 0.9, 1.0, 1.0, 1.1, 1.4), "pageable_copy": (0.7, 1.0, 1.3), "pinned_copy": (0.99, 1.0, 1.01),
@@ -238,8 +239,7 @@ def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
     from perfmlp.report.blind_spread import main, model_error_ratios
     from perfmlp.report.blind_tests import read_blind_tests
     from perfmlp.model.machine import load_machine as load
-    head = ("machine,commit,date,sweep,run,hidden_sizes,batch_size,procs,batch_transfer,comm,exec,parallel,"
-            "precision,repeats,predicted_s,measured_s,measured_min_s,measured_max_s,spread")
+    head = ",".join(COLUMNS)
     rows = [f"k,abc,2026-11-25,s,r{i},512,800,1,resident,nccl,{'graph' if i < 6 else 'eager'},data,float32,2,"
             f"1.0,{m},{m},{m},0.0" for i, m in enumerate((1.1, 0.9, 1.0, 1.2, 0.95, 1.05, 2.0, 1.0))]
     csv = tmp_path / "b.csv"
@@ -268,8 +268,7 @@ def test_only_the_other_modes_model_error_gives_no_interval():
 def test_blind_spread_refuses_a_file_that_is_not_a_machine_file_in_one_line(tmp_path):
     import subprocess
     import sys
-    head = ("machine,commit,date,sweep,run,hidden_sizes,batch_size,procs,batch_transfer,comm,exec,parallel,"
-            "precision,repeats,predicted_s,measured_s,measured_min_s,measured_max_s,spread")
+    head = ",".join(COLUMNS)
     rows = [f"k,abc,2026-11-25,s,r{i},512,800,1,resident,nccl,graph,data,float32,2,1.0,1.0,1.0,1.0,0.0"
             for i in range(6)]
     (tmp_path / "b.csv").write_text("\n".join([head, *rows]) + "\n")

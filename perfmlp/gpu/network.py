@@ -143,9 +143,7 @@ class GpuNetwork(Network):
     def _gemm(self, a, b, out):
         if self.capture is not None:
             self.capture.append((a, b, out))
-        if self._cublas is not None and out is not None:
-            return self._cublas(a, b, out)
-        return gemm(self.cp, self.gemm_kind, a, b, out=out, stream=self.stream)
+        return self.gemm_again(a, b, out)
 
     def _bias_sigmoid(self, z, bias):
         n = z.size
