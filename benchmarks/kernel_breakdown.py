@@ -22,18 +22,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfmlp.report.timeline import length  # noqa: E402
+from perfmlp.trace.activity import own_kernel_names  # noqa: E402
 from perfmlp.trace.reader import read_run  # noqa: E402
 
-LIBRARY_GEMM = ("gemm", "cutlass", "xmma", "splitkreduce")
-
-
-def group(rec: dict) -> str:
+def group(rec, own: frozenset) -> str:
+    """copy, NCCL, perfmlp's own kernels (the names the trace's activity
+    line lists), or GEMM: every other kernel is a library's (cuBLAS's
+    sgemm/cutlass/xmma kernels, cuBLASLt's nvjet ones, their split-K reductions)."""
     if rec.cat == "copy":
         return "copy"
     if rec.cat == "comm":
         return "NCCL"
-    name = (rec.name or "").lower()
-    return "GEMM" if any(k in name for k in LIBRARY_GEMM) else "perfmlp kernels"
+    return "perfmlp kernels" if (rec.name or "") in own else "GEMM"
 
 
 def short(name: str | None) -> str:
@@ -54,6 +54,8 @@ def breakdown(run_dir: Path) -> list[str]:
              f"trace level {run.trace_level}", ""]
     steady = run.steady_batches()
     for rank in sorted(run.ranks):
+        act = run.ranks[rank].activity
+        own = frozenset((act.own_kernels if act is not None else None) or own_kernel_names())
         per_kernel: dict = {}
         groups: dict = {}
         spans, idle = [], []
@@ -71,11 +73,12 @@ def breakdown(run_dir: Path) -> list[str]:
             for r in recs:
                 s = order[r.stream]
                 i = seen[s] = seen.get(s, -1) + 1
-                per_kernel.setdefault(((s, i), group(r), short(r.name or r.copy)), []).append(
+                per_kernel.setdefault(((s, i), group(r, own), short(r.name or r.copy)), []).append(
                     (r.end_ns - r.start_ns) / 1e3)
             tot: dict = {}
             for r in recs:
-                tot[group(r)] = tot.get(group(r), 0.0) + (r.end_ns - r.start_ns) / 1e3
+                g = group(r, own)
+                tot[g] = tot.get(g, 0.0) + (r.end_ns - r.start_ns) / 1e3
             for g, v in tot.items():
                 groups.setdefault(g, []).append(v)
             span = (recs[-1].end_ns - recs[0].start_ns) / 1e3
