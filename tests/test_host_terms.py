@@ -4,6 +4,7 @@ through the staged buffer's memory (allreduce_s memory) and the GPU's time
 per graph replay (graph_replay_gap_s)."""
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -204,9 +205,48 @@ def test_the_staged_exchange_copies_back_from_the_reduced_buffer_at_p_above_one(
     assert one.terms["h2d_grad"] == pytest.approx(m.copy_s("h2d", "pageable", grad))   # no MPI at p = 1
 
 
+WARM = [{"procs": 1, "direction": "h2d", "memory": "pageable", "bytes": n, "s": s, "buffer": "cached"}
+        for n, s in ((1_254_400, 90e-6), (5_017_600, 300e-6))]
+
+
+def test_a_source_that_fits_in_the_host_cache_is_copied_warm():
+    # the batch pieces of a training set that fits in the host's last-level cache read at the warm points;
+    # one larger than the cache, one of unknown size, or a machine that does not know its cache: rotating
+    m = machine_from_mapping(_values(host_copy_s=HOST + WARM, host_cache_bytes=100 * 2**20), "x.yaml")
+    sizes, b = (784, 512, 10), 1600
+    x, y = 4 * b * 784, 4 * b * 10
+    small, large = 20_000, 60_000   # 20,000 x 794 x 4 = 63.5 MB fits; 60,000 x 794 x 4 = 190.6 MB does not
+    assert m.source_buffer(4 * small * 794) == "cached" and m.source_buffer(4 * large * 794) == "rotating"
+    warm = predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pageable", n_train=small)
+    cold = predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pageable", n_train=large)
+    unknown = predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pageable")
+    assert warm.terms["h2d_batch"] == pytest.approx(m.copy_s("h2d", "pageable", x, buffer="cached")
+                                                    + m.copy_s("h2d", "pageable", y, buffer="cached"))
+    assert m.copy_s("h2d", "pageable", x, buffer="cached") == pytest.approx(90e-6 + 210e-6 * (x - 1_254_400) / 3_763_200)
+    assert cold.terms["h2d_batch"] == unknown.terms["h2d_batch"] == pytest.approx(
+        m.copy_s("h2d", "pageable", x) + m.copy_s("h2d", "pageable", y))
+    assert warm.terms["h2d_batch"] < 0.6 * cold.terms["h2d_batch"]
+    # pinned copies are not read through the host's cache by the CPU: the same either way
+    pinned = [predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pinned", n_train=n).terms["h2d_batch"]
+              for n in (small, large)]
+    assert pinned[0] == pinned[1]
+    # two ranks at once have no warm points of their own: the rotating ones
+    assert m.copy_s("h2d", "pageable", x, sharing=2, buffer="cached") == m.copy_s("h2d", "pageable", x, sharing=2)
+    no_cache = machine_from_mapping(_values(host_copy_s=HOST + WARM), "x.yaml")
+    assert no_cache.source_buffer(1) == "rotating"
+
+
+def test_the_host_cache_size_is_read_from_sysfs_or_unknown():
+    from perfmlp.calibrate.copies import host_cache_bytes
+    n = host_cache_bytes()
+    assert isinstance(n, int) and n >= 0
+    if Path("/sys/devices/system/cpu/cpu0/cache/index0").exists():
+        assert n >= 32 * 1024   # at least a first-level cache
+
+
 @pytest.mark.parametrize("entry, words", [
     ({"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": 8, "s": 1e-6, "buffer": "stale"},
-     "host_copy_s[0] buffer must be one of rotating, reduced"),
+     "host_copy_s[0] buffer must be one of rotating, reduced, cached"),
     ({"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": 8}, "host_copy_s[0] needs exactly"),
 ])
 def test_a_bad_host_copy_point_is_one_line(entry, words):

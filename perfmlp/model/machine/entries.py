@@ -18,7 +18,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s")
+                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s", "host_cache_bytes")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
            "spread")
@@ -82,7 +82,7 @@ def _host_copy_point(entry) -> HostCopyPoint:
                           checks.choice("memory", entry["memory"], ("pageable", "pinned")),
                           checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                           checks.positive("s", checks.number("s", entry["s"])),
-                          checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced")))
+                          checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced", "cached")))
     ahead, blocks, delay = entry.get("ahead_s"), entry.get("blocks", True), entry.get("ahead_delay_s")
     if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
         return point
