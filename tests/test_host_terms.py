@@ -371,3 +371,48 @@ def test_carried_to_another_gpu_the_staging_ahead_stays_as_measured():
     w = scaled_values(machine_from_mapping(_values(host_copy_s=_delayed(80e-6)), "x.yaml"), load_machine("h200"),
                       load_machine("h100-sxm"))
     assert machine_from_mapping(w, "y.yaml").pageable_ahead_delay(10_035_200, sharing=2) == pytest.approx(80e-6)
+
+
+PREFETCH_PTS = [{"exec": "graph", "source": "prefetch", "bytes": 635_200, "s": 40e-6, "loop_s": 30e-6},
+                {"exec": "graph", "source": "prefetch", "bytes": 5_081_600, "s": 220e-6, "loop_s": 30e-6},
+                {"exec": "graph", "source": "prefetch-pageable", "bytes": 635_200, "s": 280e-6, "loop_s": 30e-6},
+                {"exec": "graph", "source": "prefetch-pageable", "bytes": 5_081_600, "s": 1000e-6, "loop_s": 30e-6}]
+
+
+def test_the_input_pipeline_runs_at_the_pace_calibrated_beside_the_loop():
+    m = machine_from_mapping(_values(prefetch_s=PREFETCH_PTS), "x.yaml")
+    # linear in bytes between the points, the smallest's below, in proportion beyond the largest
+    assert m.prefetch_pace("graph", "prefetch-pageable", 2 * 635_200) == pytest.approx(280e-6 + 720e-6 * 635_200 /
+                                                                                      (5_081_600 - 635_200))
+    assert m.prefetch_pace("graph", "prefetch-pageable", 1000) == pytest.approx(280e-6)
+    assert m.prefetch_pace("graph", "prefetch-pageable", 2 * 5_081_600) == pytest.approx(2000e-6)
+    assert m.prefetch_pace("eager", "prefetch-pageable", 635_200) is None
+    # the loop's calls: the smallest pinned point's step less the resident loop's
+    assert m.prefetch_host_s("graph") == pytest.approx(10e-6) and m.prefetch_host_s("eager") is None
+    sizes = (784, 512, 10)
+    staged = predict_batch(m, sizes, 400, 1, "fp16", "nccl", "prefetch-pageable", None, exec_mode="graph")
+    assert staged.detail["prefetch_s"] == pytest.approx(280e-6)   # 400 x 794 x 2 = 635,200 bytes
+    assert staged.total_s == pytest.approx(280e-6)                # the pipeline is the longer: it sets the pace
+    eager = predict_batch(m, sizes, 400, 1, "fp16", "nccl", "prefetch-pageable", None, exec_mode="eager")
+    copies = m.copy_s("h2d", "pinned", 2 * 400 * 784) + m.copy_s("h2d", "pinned", 2 * 400 * 10)
+    assert eager.detail["prefetch_s"] == pytest.approx(max(copies, 635_200 / m.stage_bw()))   # no eager points
+    # from pinned memory the copies set the pipeline's time, and the loop pays its calls as measured
+    plain = machine_from_mapping(_values(), "x.yaml")
+    pinned, before = (predict_batch(x, sizes, 400, 1, "fp16", "nccl", "prefetch", None, exec_mode="graph")
+                      for x in (m, plain))
+    assert pinned.detail["host_s"] == pytest.approx(before.detail["host_s"] - 6 * plain.launch_overhead_s + 10e-6)
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"exec": "graph", "source": "pinned", "bytes": 8, "s": 1e-6, "loop_s": 1e-6}, "prefetch_s[0] source must be"),
+    ({"exec": "graph", "source": "prefetch", "bytes": 8, "s": 1e-6}, "prefetch_s[0] needs exactly"),
+])
+def test_a_bad_prefetch_point_is_one_line(entry, words):
+    with pytest.raises(MachineError, match=re.escape(words)):
+        machine_from_mapping(_values(prefetch_s=[entry]), "x.yaml")
+
+
+def test_the_pipeline_is_calibrated_at_the_pieces_bytes_in_float32_rows():
+    from perfmlp.calibrate.pipeline import rows_for
+    # a bf16 piece of 400 samples holds the bytes of 200 float32 rows; sizes repeated once
+    assert rows_for([2 * 400 * 794, 4 * 400 * 794, 4 * 200 * 794, 2 * 1600 * 794]) == [200, 400, 800]

@@ -1,5 +1,6 @@
-"""Measure the machine it runs on with microbenchmarks (never the
-trainer's loop) and write a machine file (an empirical roofline):
+"""Measure the machine it runs on with microbenchmarks (the trainer's own
+kernels, copies and step, each at sizes that isolate one cost; never a
+training run) and write a machine file (an empirical roofline):
 `python -m perfmlp.calibrate --out models/NAME.yaml`, under
 `mpirun -n P` for what several ranks share. What is not measured is taken
 from --base, and the file's source line says so.
@@ -16,6 +17,8 @@ spin kernel; host wall time; interleaved rounds):
   static inputs, host <-> device bandwidth and the trainer's own copies by
   1, 2 and P ranks at once (host_copy_s), pageable copies behind a busy
   stream;
+- pipeline.py: the trainer's step beside its input pipeline (prefetch_s),
+  at a size whose GPU work is negligible;
 - host.py: the host's time per launched operation and per traced phase,
   alone and with 2 and P ranks launching at once, the graph step's host
   time, and the eager step's host time by size;

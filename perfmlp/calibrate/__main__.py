@@ -16,6 +16,7 @@ from .copies import cached_copies, copy_latency, device_bandwidth, host_bandwidt
 from .gemm import peak_rates, step_network, step_rates
 from .host import dispatch_size_factors, host_dispatch, mean_dispatch, pageable_launch_factors
 from .kernels import event_gap, kernel_gaps, queued_gap
+from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
 from .spread import gpu_rounds, spread_table, spread_words
 
@@ -33,7 +34,7 @@ OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel
             "host_cache_bytes")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-          "spread")
+          "spread", "prefetch_s")
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
@@ -94,6 +95,7 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
         cached = cached_copies(cp, pieces, log)
         res["host_copy_s"] += cached.pop("host_copy_s", [])
         res.update(cached)
+        res["prefetch_s"] = prefetch_points(cp, [itemsize(p) * b * (D + C) for p in precisions for b in local], log)
         res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
         # the launches after a pageable copy: the smallest, middle and largest H, the extremes of b
         hs = sorted({min(hidden), sorted(hidden)[len(hidden) // 2], max(hidden)})

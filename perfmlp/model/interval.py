@@ -85,7 +85,7 @@ _SCALARS = {
 }
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
-    "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None),),
+    "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None), ("prefetch_s", ("s", "loop_s"), None)),
     "pageable_copy": (("host_copy_s", ("s", "ahead_s", "ahead_delay_s"), "pageable"),
                       ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pageable")),
     "pinned_copy": (("host_copy_s", ("s",), "pinned"), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pinned")),

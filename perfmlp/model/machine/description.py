@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
 from .points import (CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint, KernelTime, LaunchFactor,
-                     SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
+                     PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
 
 
 class MachineError(ValueError):
@@ -65,6 +65,7 @@ class Machine:
     # the eager step's launches after its pageable batch copies over without them, by size (ratio)
     pageable_launch_factor: tuple[LaunchFactor, ...] = ()
     queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
+    prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
     host_cache_bytes: float = 0.0           # the host's last-level cache: a dataset this small is copied warm (0: unknown)
     spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
     gpus: int = 1
@@ -154,6 +155,28 @@ class Machine:
         ahead = piecewise_linear([(n, a) for n, a, _ in pts], nbytes)
         blocks = next((b for n, _, b in pts if n >= nbytes), pts[-1][2])
         return min(ahead, self.copy_s("h2d", "pageable", nbytes, sharing)), blocks
+
+    def prefetch_pace(self, exec_mode: str, source: str, nbytes: int) -> float | None:
+        """Seconds per batch of the input pipeline (`source`: prefetch or
+        prefetch-pageable) beside the `exec_mode` loop, pieces of nbytes:
+        prefetch_s's `s`, linear in bytes between its points, the smallest's
+        below them, in proportion to the bytes beyond the largest; None
+        without points."""
+        pts = sorted((q.bytes, q.s) for q in self.prefetch_s if q.exec == exec_mode and q.source == source)
+        if not pts:
+            return None
+        if nbytes > pts[-1][0]:
+            return pts[-1][1] * nbytes / pts[-1][0]
+        return piecewise_linear(pts, nbytes)
+
+    def prefetch_host_s(self, exec_mode: str) -> float | None:
+        """The host time per batch that prefetching from pinned memory adds
+        to the `exec_mode` loop (its event and copy calls): at the smallest
+        piece, where its copies are shortest, prefetch_s's `s` less the
+        resident loop's `loop_s` (not below 0); None without points."""
+        pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
+                     if q.exec == exec_mode and q.source == "prefetch")
+        return max(0.0, pts[0][1]) if pts else None
 
     def source_buffer(self, source_bytes: int | None) -> str:
         """The host buffer a batch copy reads: "cached" where the whole

@@ -10,7 +10,7 @@ from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
 from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
-                     HostCopyPoint, KernelTime, LaunchFactor, SharedCopyPoint, SpreadPoint, WaitPoint)
+                     HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
                      "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
@@ -21,7 +21,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s", "host_cache_bytes")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-           "spread")
+           "spread", "prefetch_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -119,6 +119,15 @@ def _launch_factor(entry) -> LaunchFactor:
                         checks.positive("factor", checks.number("factor", entry["factor"])))
 
 
+def _prefetch_point(entry) -> PrefetchPoint:
+    entry = _entry(entry, ("exec", "source", "bytes", "s", "loop_s"))
+    return PrefetchPoint(checks.choice("exec", entry["exec"], ("eager", "graph")),
+                         checks.choice("source", entry["source"], ("prefetch", "prefetch-pageable")),
+                         checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
+                         checks.positive("s", checks.number("s", entry["s"])),
+                         checks.positive("loop_s", checks.number("loop_s", entry["loop_s"])))
+
+
 def _spread_point(entry) -> SpreadPoint:
     entry = _entry(entry, ("source", "ratios"))
     ratios = entry["ratios"]
@@ -145,7 +154,7 @@ _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
                 "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
-                "pageable_launch_factor": _launch_factor, "spread": _spread_point}
+                "pageable_launch_factor": _launch_factor, "spread": _spread_point, "prefetch_s": _prefetch_point}
 
 
 
@@ -182,7 +191,8 @@ def check_scalars(data) -> dict:
 
 # one time per point: interpolation needs distinct sizes
 _POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision), "spread": lambda s: (s.source,),
-              "host_copy_s": lambda c: (c.procs, c.direction, c.memory, c.buffer, c.bytes)}
+              "host_copy_s": lambda c: (c.procs, c.direction, c.memory, c.buffer, c.bytes),
+              "prefetch_s": lambda q: (q.exec, q.source, q.bytes)}
 
 
 def check_tables(data: dict) -> dict:

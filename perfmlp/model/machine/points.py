@@ -59,6 +59,21 @@ class LaunchFactor:
 
 
 @dataclass(frozen=True)
+class PrefetchPoint:
+    """The trainer's step at a negligible size with its batch prefetched
+    (perfmlp.calibrate.pipeline): `source` prefetch (from pinned memory) or
+    prefetch-pageable (staged by the pipeline's threads), `exec` eager or
+    graph, pieces of `bytes`: seconds per batch (`s`: the larger of the
+    loop's host time and the pipeline's pace) and the same loop's with the
+    batch resident, in the same rounds (`loop_s`)."""
+    exec: str
+    source: str
+    bytes: int
+    s: float
+    loop_s: float
+
+
+@dataclass(frozen=True)
 class DispatchPoint:
     """The host's time per operation an eager step launches (`launch_s`)
     and the tracer's per recorded phase (`trace_phase_s`), with `procs`

@@ -32,9 +32,11 @@ each with the trace phase group that measures it (TERM_GROUP):
   precision's storage width), the node's aggregate bandwidth shared by the
   ranks copying at once; 0 when resident; prefetched (the next batch's copy
   on a copy stream while this one computes) only what the pipeline
-  (prefetch_s: the copies, and a pageable source's staging by a host
-  thread) takes beyond the rest of the step, which is then
-  max(pipeline, the rest) plus the loop's calls that order the two streams;
+  (prefetch_s: the copies, and a pageable source's staging by the host's
+  threads at the pace calibrated beside the loop of the execution mode,
+  Machine.prefetch_pace) takes beyond the rest of the step, which is then
+  max(pipeline, the rest) plus the loop's calls that order the two streams
+  (Machine.prefetch_host_s where calibrated);
   a pageable copy less what its staging hides behind the previous batch's
   GPU work (the timeline with it against the one without it): one the
   runtime stages whole (Machine.pageable_ahead: not `blocks`) up to its

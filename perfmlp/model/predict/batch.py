@@ -52,7 +52,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
         machine.queued_gap_s if graph else 0.0, output_grad_cols)
     terms["kernel_gaps"] = n_kernels * gap
-    copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs, n_train)
+    copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs, n_train, exec_mode)
     terms["h2d_batch"] = sum(copies)
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     staging = [machine.device_copy_s(isz.act * b * n) for n in (layer_sizes[0], layer_sizes[-1])] \

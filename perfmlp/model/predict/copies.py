@@ -12,17 +12,24 @@ PREFETCH = ("prefetch", "prefetch-pageable")
 PREFETCH_CALLS = {"prefetch": 6, "prefetch-pageable": 4}
 
 
-def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbytes: int) -> float:
+def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbytes: int,
+               exec_mode: str = "eager") -> float:
     """Per batch, the prefetching pipeline's own time: its copies on the
-    copy engine and, from a pageable source, the host thread's staging of
-    the piece's nbytes into pinned memory (Machine.stage_bw); each runs
-    beside the other and beside the step, so the slowest sets the pace."""
-    stage = nbytes / machine.stage_bw() if batch_transfer == "prefetch-pageable" else 0.0
-    return max(sum(copies), stage)
+    copy engine and, from a pageable source, the host threads' staging of
+    the piece's nbytes into pinned memory; each runs beside the other and
+    beside the step, so the slowest sets the pace. The staging: the pace the
+    calibration measured for the pipeline beside the `exec_mode` loop
+    (Machine.prefetch_pace: the threads wait for the GIL the loop holds),
+    else the threads' copy rate alone (Machine.stage_bw)."""
+    if batch_transfer != "prefetch-pageable":
+        return sum(copies)
+    pace = machine.prefetch_pace(exec_mode, batch_transfer, nbytes)
+    return max(sum(copies), pace if pace is not None else nbytes / machine.stage_bw())
 
 
 def batch_copies(machine: Machine, layer_sizes, b: int, act_bytes: int, batch_transfer: str,
-                 procs: int, n_train: int | None = None) -> tuple[list[float], list[tuple], float | None]:
+                 procs: int, n_train: int | None = None,
+                 exec_mode: str = "eager") -> tuple[list[float], list[tuple], float | None]:
     """The batch's two copies, X and Y, at act_bytes an element (seconds
     each, the node's bandwidth shared by the ranks copying at once; none
     when resident or prefetched); for pageable ones the host's staging of
@@ -40,7 +47,7 @@ def batch_copies(machine: Machine, layer_sizes, b: int, act_bytes: int, batch_tr
     buffer = machine.source_buffer(source) if mem == "pageable" else "rotating"
     copies = [machine.copy_s("h2d", mem, n, sharing=procs, buffer=buffer) for n in sizes]
     if batch_transfer in PREFETCH:   # on a copy stream, beside the step: priced after the timeline
-        return [], [], prefetch_s(machine, batch_transfer, copies, sum(sizes))
+        return [], [], prefetch_s(machine, batch_transfer, copies, sum(sizes), exec_mode)
     ahead = []
     if mem == "pageable":
         for n in sizes:

@@ -107,7 +107,7 @@ def step_items(step: Step, ahead=()) -> list[Item]:
     event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
     items = _copy_items(step, ahead)
     if step.batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
-        items.append(Item(0.0, PREFETCH_CALLS[step.batch_transfer] * step.per_kernel))
+        items.append(Item(0.0, prefetch_calls_s(m, step)))
     if step.batch_transfer != "resident":
         items += event
     loop = [Item(0.0, graph_loop_host_s(m))] if step.graph else []   # the loop's host work between replays
@@ -127,6 +127,17 @@ def step_items(step: Step, ahead=()) -> list[Item]:
         items += [Item(terms["allreduce"] + wait, per_kernel), *event]
     items += _segment(step, ("update",), False, event)  # one kernel, launched after the exchange in both modes
     return items + loop
+
+
+def prefetch_calls_s(m: Machine, step: Step) -> float:
+    """The host time per batch of the loop's calls that order the input
+    pipeline (PREFETCH_CALLS): as the calibration measured them from pinned
+    memory in this execution mode (Machine.prefetch_host_s: its 6 calls,
+    prefetch-pageable's 4 in proportion), else each at the eager step's
+    host time per launched operation."""
+    measured = m.prefetch_host_s("graph" if step.graph else "eager")
+    calls = PREFETCH_CALLS[step.batch_transfer]
+    return step.per_kernel * calls if measured is None else measured * calls / PREFETCH_CALLS["prefetch"]
 
 
 def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
