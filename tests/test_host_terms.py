@@ -205,45 +205,6 @@ def test_the_staged_exchange_copies_back_from_the_reduced_buffer_at_p_above_one(
     assert one.terms["h2d_grad"] == pytest.approx(m.copy_s("h2d", "pageable", grad))   # no MPI at p = 1
 
 
-WARM = [{"procs": 1, "direction": "h2d", "memory": "pageable", "bytes": n, "s": s, "buffer": "cached"}
-        for n, s in ((1_254_400, 90e-6), (5_017_600, 300e-6))]
-
-
-def test_a_source_that_fits_in_the_host_cache_is_copied_warm():
-    # the batch pieces of a training set that fits in the host's last-level cache read at the warm points;
-    # one larger than the cache, one of unknown size, or a machine that does not know its cache: rotating
-    m = machine_from_mapping(_values(host_copy_s=HOST + WARM, host_cache_bytes=100 * 2**20), "x.yaml")
-    sizes, b = (784, 512, 10), 1600
-    x, y = 4 * b * 784, 4 * b * 10
-    small, large = 20_000, 60_000   # 20,000 x 794 x 4 = 63.5 MB fits; 60,000 x 794 x 4 = 190.6 MB does not
-    assert m.source_buffer(4 * small * 794) == "cached" and m.source_buffer(4 * large * 794) == "rotating"
-    warm = predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pageable", n_train=small)
-    cold = predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pageable", n_train=large)
-    unknown = predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pageable")
-    assert warm.terms["h2d_batch"] == pytest.approx(m.copy_s("h2d", "pageable", x, buffer="cached")
-                                                    + m.copy_s("h2d", "pageable", y, buffer="cached"))
-    assert m.copy_s("h2d", "pageable", x, buffer="cached") == pytest.approx(90e-6 + 210e-6 * (x - 1_254_400) / 3_763_200)
-    assert cold.terms["h2d_batch"] == unknown.terms["h2d_batch"] == pytest.approx(
-        m.copy_s("h2d", "pageable", x) + m.copy_s("h2d", "pageable", y))
-    assert warm.terms["h2d_batch"] < 0.6 * cold.terms["h2d_batch"]
-    # pinned copies are not read through the host's cache by the CPU: the same either way
-    pinned = [predict_batch(m, sizes, b, 1, comm="nccl", batch_transfer="pinned", n_train=n).terms["h2d_batch"]
-              for n in (small, large)]
-    assert pinned[0] == pinned[1]
-    # two ranks at once have no warm points of their own: the rotating ones
-    assert m.copy_s("h2d", "pageable", x, sharing=2, buffer="cached") == m.copy_s("h2d", "pageable", x, sharing=2)
-    no_cache = machine_from_mapping(_values(host_copy_s=HOST + WARM), "x.yaml")
-    assert no_cache.source_buffer(1) == "rotating"
-
-
-def test_the_host_cache_size_is_read_from_sysfs_or_unknown():
-    from perfmlp.calibrate.copies import host_cache_bytes
-    n = host_cache_bytes()
-    assert isinstance(n, int) and n >= 0
-    if Path("/sys/devices/system/cpu/cpu0/cache/index0").exists():
-        assert n >= 32 * 1024   # at least a first-level cache
-
-
 @pytest.mark.parametrize("entry, words", [
     ({"procs": 2, "direction": "h2d", "memory": "pageable", "bytes": 8, "s": 1e-6, "buffer": "stale"},
      "host_copy_s[0] buffer must be one of rotating, reduced, cached"),
@@ -416,3 +377,14 @@ def test_the_pipeline_is_calibrated_at_the_pieces_bytes_in_float32_rows():
     from perfmlp.calibrate.pipeline import rows_for
     # a bf16 piece of 400 samples holds the bytes of 200 float32 rows; sizes repeated once
     assert rows_for([2 * 400 * 794, 4 * 400 * 794, 4 * 200 * 794, 2 * 1600 * 794]) == [200, 400, 800]
+
+
+def test_a_file_with_the_retired_warm_source_copies_loads_and_predicts_as_without_them():
+    path = Path(__file__).resolve().parents[1] / "reports/h100/benchmarks/validate-precision3/calibrated.yaml"
+    m = load_machine(str(path))
+    assert any(p.buffer == "cached" for p in m.host_copy_s)
+    plain = dataclasses.replace(m, host_copy_s=tuple(p for p in m.host_copy_s if p.buffer != "cached"))
+    for transfer in ("pageable", "prefetch-pageable"):
+        a, b = (predict_batch(x, (784, 512, 10), 400, 1, "bf16", "nccl", transfer, None, exec_mode="graph")
+                for x in (m, plain))
+        assert a.total_s == b.total_s

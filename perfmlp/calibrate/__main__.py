@@ -12,7 +12,7 @@ from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
 from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
-from .copies import cached_copies, copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
+from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
 from .host import dispatch_size_factors, host_dispatch, mean_dispatch, pageable_launch_factors
 from .kernels import event_gap, kernel_gaps, queued_gap
@@ -30,8 +30,7 @@ SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_p
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
             "graph_launch_s", "graph_step_host_s", "host_stage_bytes_per_s", "queued_gap_s",
-            "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s",
-            "host_cache_bytes")
+            "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
           "spread", "prefetch_s")
@@ -92,9 +91,6 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     res.update(mean_dispatch(first, host_dispatch(cp, world, log)))
     spread["host"] = res.pop("_spread_host", [])
     if world.rank == 0:
-        cached = cached_copies(cp, pieces, log)
-        res["host_copy_s"] += cached.pop("host_copy_s", [])
-        res.update(cached)
         res["prefetch_s"] = prefetch_points(cp, [itemsize(p) * b * (D + C) for p in precisions for b in local], log)
         res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
         # the launches after a pageable copy: the smallest, middle and largest H, the extremes of b

@@ -17,14 +17,11 @@
   (pageable_ahead); the aggregate bandwidth of each group at the largest
   size (copy_aggregate_bytes_per_s) for sizes beyond them.
 Each copy reads a new slice of a host array larger than the host's caches
-(rotating_offsets), as the trainer copies a new batch every step; and
-  the pageable H2D batch pieces again from a source that fits in the
-  host's last-level cache (cached_copies: a small dataset, read warm).
+(rotating_offsets), as the trainer copies a new batch every step.
 """
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from statistics import median
 
 import numpy as np
@@ -241,48 +238,6 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
                        "bytes_per_s": g * p["bytes"] / p["s"]}
                       for p in group if g > 1 and p["bytes"] == max(sizes[p["direction"]])]
     return points, aggregate
-
-
-def host_cache_bytes() -> int:
-    """The host's last-level cache, bytes (Linux: the highest cache level
-    cpu0 reports in sysfs); 0 where it says nothing."""
-    sizes = {}
-    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            level, size = int((d / "level").read_text()), (d / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
-        digits = size[:-1] if unit > 1 else size
-        if digits.isdigit():
-            sizes[level] = max(sizes.get(level, 0), int(digits) * unit)
-    return sizes[max(sizes)] if sizes else 0
-
-
-def cached_copies(cp, pieces: list[int], log) -> dict:
-    """Pageable H2D copies of the batch pieces from a dataset that fits in
-    the host's last-level cache (a small training source, which every epoch
-    reads warm): rank 0 alone, each copy from a rotating offset of a host
-    array of half the cache, in rounds over every size. Returns
-    host_cache_bytes and the host_copy_s points with buffer "cached" (none
-    where the cache size is unknown, or a piece is larger than the array)."""
-    cache = host_cache_bytes()
-    total = cache // 2
-    sizes = sorted(n for n in set(pieces) if 0 < n <= total // 4)
-    if not sizes:
-        log("host cache: size unknown or smaller than the batch pieces; no warm-source copies timed")
-        return {"host_cache_bytes": float(cache)} if cache else {}
-    host = np.ones(total, dtype=np.uint8)
-    d = cp.empty(max(sizes), dtype=cp.uint8)
-    calls = _copy_calls(cp, [("h2d", "pageable", n) for n in sizes], {"pageable": host}, d)
-    events = cp.cuda.Event(), cp.cuda.Event()
-    ts = rounds({n: (lambda c=calls[("h2d", "pageable", n)]: copy_s(cp, c, False, events)) for n in sizes}, 3,
-                per_round=8, warmup_calls=4)
-    points = [{"procs": 1, "direction": "h2d", "memory": "pageable", "bytes": n, "s": float(median(ts[n])),
-               "buffer": "cached"} for n in sizes]
-    log(f"h2d pageable from a source in the host's {cache / 2**20:.0f} MiB cache, one rank alone (us): "
-        + ", ".join(f"{p['bytes'] / 1e6:.2f} MB {p['s'] * 1e6:.0f}" for p in points))
-    return {"host_cache_bytes": float(cache), "host_copy_s": points}
 
 
 def _group_points(cp, world, g, member, keys, ts, copies, log) -> list[dict]:

@@ -112,9 +112,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=_positive, default=d["batch_size"], metavar="B",
                     help=f"samples per batch, split over the processes (default: {d['batch_size']}, the trainer's)")
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
-    ap.add_argument("--n-train", type=_positive, default=None, metavar="N",
-                    help="training samples: a source that fits in the host's last-level cache (the machine file's "
-                         "host_cache_bytes) is copied warm (default: one larger than the caches)")
     ap.add_argument("--precision", choices=PRECISION_NAMES, default=d["precision"],
                     help="arithmetic of the step: float32, float64, tf32, bf16 or fp16, as perfmlp.model.precision "
                          f"says (default: {d['precision']})")
@@ -197,8 +194,7 @@ def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
                              a.parallel, a.model_procs or 0, exec_mode, trace_level)
         return s, format_strategy(s)
     s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer, exec_mode=exec_mode,
-                overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm, trace_level=trace_level,
-                n_train=a.n_train)
+                overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm, trace_level=trace_level)
     return s, format_table(s)
 
 

@@ -93,9 +93,9 @@ _TABLES = {
     "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
     **{m: () for m in MODEL_ERROR_SOURCES.values()},
 }
-# Fields no source scales: words and counts, sizes, ratios, and the spread itself.
+# Fields no source scales: words and counts, ratios, and the spread itself.
 UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
-            "spread", "host_cache_bytes")
+            "spread")
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,12 @@ def pcie_bw(machine: Machine, batch_transfer: str) -> float:
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
             comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
             overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas",
-            trace_level: str | None = None, n_train: int | None = None) -> dict:
+            trace_level: str | None = None) -> dict:
     itemsize = widths(precision)   # the batch at its activation width, the gradients at its parameters'
 
     def predict(m):
         return predict_batch(m, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
-                             exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm,
-                             n_train=n_train)
+                             exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
     pred = predict(machine)
     per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, bucket_bytes if overlap else None,
                         pred.detail["exec"]) for b in pieces(batch, procs)]

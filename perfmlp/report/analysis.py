@@ -258,8 +258,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
                              c["batch_transfer"], trace_level_of(run), exec_mode=exec_of(run),
                              overlap=overlap, bucket_bytes=bucket_bytes,
                              gemm=gemm if m.has_gemm_kernel(gemm) else "cublas",
-                             fuse_output=run.ran.fuse_output, output_grad_cols=run.ran.output_grad_cols,
-                             n_train=c.get("n_train"))
+                             fuse_output=run.ran.fuse_output, output_grad_cols=run.ran.output_grad_cols)
 
     def util(m: Machine | None) -> float | None:
         if m is None or not gpu:

@@ -64,7 +64,7 @@ def run_prediction(machine, run: SweepRun):
     else:
         pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
                              c.batch_transfer, level, exec_mode=mode, overlap=c.overlap,
-                             bucket_bytes=c.bucket_bytes, gemm=c.gemm, n_train=c.n_train)
+                             bucket_bytes=c.bucket_bytes, gemm=c.gemm)
     return pred
 
 

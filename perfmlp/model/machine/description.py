@@ -66,7 +66,6 @@ class Machine:
     pageable_launch_factor: tuple[LaunchFactor, ...] = ()
     queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
     prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
-    host_cache_bytes: float = 0.0           # the host's last-level cache: a dataset this small is copied warm (0: unknown)
     spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
     gpus: int = 1
     date: str = ""
@@ -178,18 +177,10 @@ class Machine:
                      if q.exec == exec_mode and q.source == "prefetch")
         return max(0.0, pts[0][1]) if pts else None
 
-    def source_buffer(self, source_bytes: int | None) -> str:
-        """The host buffer a batch copy reads: "cached" where the whole
-        training source (every rank's pieces) fits in the host's last-level
-        cache (host_cache_bytes), so each epoch reads it warm; else
-        "rotating" (a source larger than the caches, or of unknown size)."""
-        fits = source_bytes is not None and 0 < source_bytes <= self.host_cache_bytes
-        return "cached" if fits else "rotating"
-
     def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
         """(bytes, seconds) of host_copy_s for this kind, rank count and host
-        buffer, by size; a "reduced" or "cached" buffer without points of
-        its own: the "rotating" ones."""
+        buffer, by size; a "reduced" buffer without points: the "rotating"
+        ones."""
         def pts(buf):
             return sorted((p.bytes, p.s) for p in self.host_copy_s if p.direction == direction
                           and p.memory == memory and p.procs == max(procs, 1) and p.buffer == buf)

@@ -103,9 +103,7 @@ class HostCopyPoint:
     pageable: the host's wall time, the copy blocks it). `buffer`: where the
     host side is: "rotating" (a new slice of a large array every copy, as
     the batch pieces are) or "reduced" (the host buffer an MPI_Allreduce
-    just wrote, as the staged exchange's gradient before its copy back) or
-    "cached" (a new slice of an array that fits in the host's last-level
-    cache, as a small dataset's pieces are: Machine.source_buffer).
+    just wrote, as the staged exchange's gradient before its copy back).
     A pageable H2D point may also say how the copy behaves queued behind
     GPU work still running (the CUDA runtime stages pageable memory through
     pinned buffers of its own, and only the DMA waits for the stream):

@@ -17,7 +17,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   comm: str = "mpi-staged", batch_transfer: str = "pageable", trace_level: str | None = None,
                   exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                   gemm: str = "cublas", fuse_output: bool = True,
-                  output_grad_cols: int = OUTPUT_GRAD_COLS, n_train: int | None = None) -> Prediction:
+                  output_grad_cols: int = OUTPUT_GRAD_COLS) -> Prediction:
     """Predicted time per batch. `trace_level`: the level perfmlp's tracer
     runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
     TRACE_COSTS: counters, timeline and kernels the hooks' host time
@@ -29,9 +29,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     `fuse_output=False`: a step without the fused output backward (the
     reference solution's: every product a GEMM); `output_grad_cols`: the
     fused backward's column block (a trace's launch shapes, where a run's
-    prediction is remade from its trace: its manifest's `ran`);
-    `n_train`: the training samples (a source that fits in the host's
-    cache is copied warm: batch_copies; None: one larger than the caches).
+    prediction is remade from its trace: its manifest's `ran`).
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
     adds to the sum of the other terms: where the step synchronises (a
@@ -52,7 +50,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
         machine.queued_gap_s if graph else 0.0, output_grad_cols)
     terms["kernel_gaps"] = n_kernels * gap
-    copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs, n_train, exec_mode)
+    copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs, exec_mode)
     terms["h2d_batch"] = sum(copies)
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     staging = [machine.device_copy_s(isz.act * b * n) for n in (layer_sizes[0], layer_sizes[-1])] \

@@ -28,24 +28,18 @@ def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbyte
 
 
 def batch_copies(machine: Machine, layer_sizes, b: int, act_bytes: int, batch_transfer: str,
-                 procs: int, n_train: int | None = None,
-                 exec_mode: str = "eager") -> tuple[list[float], list[tuple], float | None]:
+                 procs: int, exec_mode: str = "eager") -> tuple[list[float], list[tuple], float | None]:
     """The batch's two copies, X and Y, at act_bytes an element (seconds
     each, the node's bandwidth shared by the ranks copying at once; none
     when resident or prefetched); for pageable ones the host's staging of
     each ahead of the stream: (seconds, blocks, the queued work it does not
     hide or None); and the prefetching pipeline's time (prefetch_s; None
-    when not prefetched), which the step hides up to its own length.
-    `n_train`: the training samples the pieces come from; where all of
-    them fit in the host's last-level cache, a pageable copy reads them
-    warm (Machine.source_buffer; None: a source larger than the caches)."""
+    when not prefetched), which the step hides up to its own length."""
     if batch_transfer == "resident":
         return [], [], None
     mem = "pageable" if batch_transfer == "pageable" else "pinned"
     sizes = [act_bytes * b * n for n in (layer_sizes[0], layer_sizes[-1])]
-    source = act_bytes * n_train * (layer_sizes[0] + layer_sizes[-1]) if n_train else None
-    buffer = machine.source_buffer(source) if mem == "pageable" else "rotating"
-    copies = [machine.copy_s("h2d", mem, n, sharing=procs, buffer=buffer) for n in sizes]
+    copies = [machine.copy_s("h2d", mem, n, sharing=procs) for n in sizes]
     if batch_transfer in PREFETCH:   # on a copy stream, beside the step: priced after the timeline
         return [], [], prefetch_s(machine, batch_transfer, copies, sum(sizes), exec_mode)
     ahead = []
