@@ -103,13 +103,14 @@ def error_pct(r: dict) -> float:
 
 
 def select(rows: list[dict], label: str) -> list[dict]:
-    """A summary row's rows: a machine, a sweep or all, optionally ', spread < 3%'."""
+    """A summary row's rows: a machine, a sweep or all, optionally ', spread < 3%' (run at least twice,
+    the repeats within 3%: a configuration run once has no repeats to agree, as the report's validation)."""
     name, quiet = label.replace("`", ""), False
     if name.endswith(", spread < 3%"):
         name, quiet = name[: -len(", spread < 3%")], True
     out = [r for r in rows if name == "all" or name in (r["machine"], r["sweep"])]
     assert out, f"no row of blind-tests.csv is {label!r}"
-    return [r for r in out if float(r["spread"]) < QUIET] if quiet else out
+    return [r for r in out if float(r["spread"]) < QUIET and int(r["repeats"]) > 1] if quiet else out
 
 
 def summary_cell(column: str, rows: list[dict]) -> str:
@@ -120,7 +121,7 @@ def summary_cell(column: str, rows: list[dict]) -> str:
              "median |error|": f"{statistics.median(abs(e) for e in errs):.1f}%",
              "worst |error|": f"{max(abs(e) for e in errs):.1f}%",
              "above / below": f"{sum(e > 0 for e in errs)} / {sum(e < 0 for e in errs)}",
-             "median spread": f"{100 * statistics.median(float(r['spread']) for r in rows):.1f}%",
+             "median spread": f"{100 * statistics.median(float(r['spread']) for r in rows if int(r['repeats']) > 1):.1f}%",
              "commit": one("commit"), "date": one("date")}
     return cells[column]
 
