@@ -52,29 +52,16 @@ __device__ T block_sum(T v) {
 
 extern "C" {
 
-// a = sigmoid(z + b[row]) in place; z is rows x cols, C order. Grid: x over
-// the columns (a thread a column), y over the rows (each block y takes rows
-// y, y + gridDim.y, ...): the row's bias is one load a row, and no thread
-// divides a 64-bit index to find its row (the first design, a thread per
-// element of the flat array and b[i / cols], took 6.24 us at 512 x 3200 in
-// bf16 on an H100, three times its bytes' time).
-__global__ void bias_sigmoid(S* z, const T* b, int rows, int cols) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-        const long long i = (long long)r * cols + j;
-        z[i] = st((T)1 / ((T)1 + exp(-(ld(z[i]) + b[r]))));
-    }
+// a = sigmoid(z + b[row]) in place; z is rows x cols, C order
+__global__ void bias_sigmoid(S* z, const T* b, long long n, int cols) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = st((T)1 / ((T)1 + exp(-(ld(z[i]) + b[i / cols]))));
 }
 
-// z += b[row]; the grid as bias_sigmoid's
-__global__ void bias_add(S* z, const T* b, int rows, int cols) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-        const long long i = (long long)r * cols + j;
-        z[i] = st(ld(z[i]) + b[r]);
-    }
+// z += b[row]
+__global__ void bias_add(S* z, const T* b, long long n, int cols) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = st(ld(z[i]) + b[i / cols]);
 }
 
 // One thread per column of the C x cols logits: softmax, cross-entropy

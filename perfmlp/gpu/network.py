@@ -41,12 +41,6 @@ def _grid(n):
     return ((n + _BLOCK - 1) // _BLOCK,), (_BLOCK,)
 
 
-def _row_grid(rows: int, cols: int):
-    """bias_sigmoid's and bias_add's grid: x over the columns, y over the
-    rows (at most CUDA's 65,535; the kernels take the rest by stride)."""
-    return ((cols + _BLOCK - 1) // _BLOCK, min(rows, 65535)), (_BLOCK,)
-
-
 class GpuNetwork(Network):
 
     def __init__(self, cupy, layer_sizes, precision, lr, reg, global_batch, max_local: int, gemm_kind: str):
@@ -119,6 +113,12 @@ class GpuNetwork(Network):
             r = self._ints[("i", v)] = np.int32(v)
         return r
 
+    def _i64(self, v):
+        r = self._ints.get(("l", v))
+        if r is None:
+            r = self._ints[("l", v)] = np.int64(v)
+        return r
+
     def _scale(self, batch):
         r = self._ints.get(("s", batch))
         if r is None:
@@ -146,15 +146,15 @@ class GpuNetwork(Network):
         return self.gemm_again(a, b, out)
 
     def _bias_sigmoid(self, z, bias):
-        rows, cols = z.shape
-        g, blk = _row_grid(rows, cols)
-        self._launch("bias_sigmoid", g, blk, (z, bias, self._i32(rows), self._i32(cols)))
+        n = z.size
+        g, blk = _grid(n)
+        self._launch("bias_sigmoid", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
     def _bias_add(self, z, bias):
-        rows, cols = z.shape
-        g, blk = _row_grid(rows, cols)
-        self._launch("bias_add", g, blk, (z, bias, self._i32(rows), self._i32(cols)))
+        n = z.size
+        g, blk = _grid(n)
+        self._launch("bias_add", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
     def _output_backward(self, w, d, a, gw, gb, out, gb_below):
