@@ -52,7 +52,12 @@ __device__ T block_sum(T v) {
 
 extern "C" {
 
-// a = sigmoid(z + b[row]) in place; z is rows x cols, C order
+// a = sigmoid(z + b[row]) in place; z is rows x cols, C order. At 512 x 3200
+// in bf16 it takes 6.24 us on an H100, three times its bytes' time: a grid
+// over (columns, rows) with the row's bias loaded once a row and no 64-bit
+// division took 6.18 (commit 8c4fd2e, reverted), so what bounds it is the
+// two bytes each thread has in flight, not the index arithmetic; several
+// elements a thread (vector loads) is the next thing to try.
 __global__ void bias_sigmoid(S* z, const T* b, long long n, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) z[i] = st((T)1 / ((T)1 + exp(-(ld(z[i]) + b[i / cols]))));
