@@ -147,13 +147,13 @@ class GpuNetwork(Network):
 
     def _bias_sigmoid(self, z, bias):
         n = z.size
-        g, blk = _grid(n)
+        g, blk = _grid(-(-n // (16 // z.itemsize)))   # a thread takes 16 bytes (kernels.cu: VEC)
         self._launch("bias_sigmoid", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
     def _bias_add(self, z, bias):
         n = z.size
-        g, blk = _grid(n)
+        g, blk = _grid(-(-n // (16 // z.itemsize)))
         self._launch("bias_add", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
