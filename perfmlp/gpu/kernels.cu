@@ -82,15 +82,19 @@ __device__ __forceinline__ void by_row(S* z, const T* b, long long n, int cols, 
 }
 
 struct Sigmoid { __device__ T operator()(T v) const { return (T)1 / ((T)1 + exp(-v)); } };
-struct Same { __device__ T operator()(T v) const { return v; } };
 
 extern "C" {
 
-// a = sigmoid(z + b[row]) in place; grid: ceil(n / VEC) threads
+// a = sigmoid(z + b[row]) in place; grid: ceil(n / VEC) threads. On an H100 (d99daec), 512 x 3200:
+// 4.19 us in bf16 and 4.06 in float32, against 6.18 and 5.92 one element a thread.
 __global__ void bias_sigmoid(S* z, const T* b, long long n, int cols) { by_row(z, b, n, cols, Sigmoid()); }
 
-// z += b[row]; grid: ceil(n / VEC) threads
-__global__ void bias_add(S* z, const T* b, long long n, int cols) { by_row(z, b, n, cols, Same()); }
+// z += b[row], one element a thread: the logits are C rows only (10 x 3200: 32,000 elements), too few
+// threads when each takes VEC of them (by_row's way took 1.70 us in bf16 there, against 1.31).
+__global__ void bias_add(S* z, const T* b, long long n, int cols) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = st(ld(z[i]) + b[i / cols]);
+}
 
 // One thread per column of the C x cols logits: softmax, cross-entropy
 // log(sum exp(z - max)) - (z_y - max), delta = (p - y) * scale; the column

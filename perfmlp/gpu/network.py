@@ -153,7 +153,7 @@ class GpuNetwork(Network):
 
     def _bias_add(self, z, bias):
         n = z.size
-        g, blk = _grid(-(-n // (16 // z.itemsize)))
+        g, blk = _grid(n)
         self._launch("bias_add", g, blk, (z, bias, self._i64(n), self._i32(z.shape[1])))
         return z
 
