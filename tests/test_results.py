@@ -116,12 +116,13 @@ def select(rows: list[dict], label: str) -> list[dict]:
 def summary_cell(column: str, rows: list[dict]) -> str:
     """A summary column's cell, formatted as the documents write it."""
     errs = [error_pct(r) for r in rows]
+    repeated = [r for r in rows if int(r["repeats"]) > 1]   # a configuration run once has no spread
     one = lambda key: ", ".join(sorted({r[key] for r in rows}))  # noqa: E731
     cells = {"sweeps": str(len({r["sweep"] for r in rows})), "configurations": str(len(rows)),
              "median |error|": f"{statistics.median(abs(e) for e in errs):.1f}%",
              "worst |error|": f"{max(abs(e) for e in errs):.1f}%",
              "above / below": f"{sum(e > 0 for e in errs)} / {sum(e < 0 for e in errs)}",
-             "median spread": f"{100 * statistics.median(float(r['spread']) for r in rows if int(r['repeats']) > 1):.1f}%",
+             "median spread": f"{100 * statistics.median(float(r['spread']) for r in repeated):.1f}%",
              "commit": one("commit"), "date": one("date")}
     return cells[column]
 
