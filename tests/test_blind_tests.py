@@ -124,3 +124,46 @@ def test_an_empty_history_is_said_so(tmp_path):
     empty.write_text(",".join(COLUMNS) + "\n")
     out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(empty))
     assert f"Blind-test history ({empty}): the file holds no blind test." in (out / "report.md").read_text()
+
+
+def test_a_sweeps_rows_come_from_its_traces_as_the_report_times_them(tmp_path, capsys):
+    from synthetic import write_predictions
+    from perfmlp.report.blind_rows import main
+    sweep = tmp_path / "validate-x"
+    sweep.mkdir()
+    started = "2026-11-21T13:14:21+00:00"
+    runs = {"validate-x-h512-b3200-p1-float32-resident-nccl-cublas-graph-r1-0a1b2c3d": 0.10,   # ms a replay
+            "validate-x-h512-b3200-p1-float32-resident-nccl-cublas-graph-r2-4e5f6a7b": 0.12,
+            "validate-x-h512-b3200-p1-float32-pinned-nccl-cublas-graph-r1-8c9d0e1f": 0.10}
+    for run_id, replay_ms in runs.items():
+        transfer = "pinned" if "pinned" in run_id else "resident"
+        manifest, ranks = gpu_records(transfer=transfer, comm="nccl", exec_mode="graph", batches=6, start=started,
+                                      run_id=run_id, phase_ms={"graph": replay_ms})
+        manifest["versions"] = {"perfmlp_git": "abc1234def"}
+        write_run(sweep, (manifest, ranks))
+    blind = {"total_s": 0.5e-3, "groups_s": {"compute": 0.5e-3}, "predicted_at": "2026-11-21T00:00:00+00:00"}
+    late = {**blind, "predicted_at": "2026-11-22T00:00:00+00:00"}   # written after its run started
+    write_predictions(sweep, {**{r: blind for r in runs if "resident" in r},
+                              next(r for r in runs if "pinned" in r): late})
+    assert main([str(sweep), "--machine-kind", "h200", "--machine", "h200-calibrated"]) == 0
+    out = capsys.readouterr()
+    rows = list(csv.DictReader([",".join(COLUMNS) + "\n", *out.out.splitlines(keepends=True)]))
+    assert len(rows) == 1 and "pinned" in out.err and "left out" in out.err   # the late prediction is not blind
+    r = rows[0]
+    assert (r["machine"], r["commit"], r["date"], r["sweep"], r["repeats"]) == \
+        ("h200", "abc1234", "2026-11-21", "h200/validate-x", "2")
+    assert r["run"] == "validate-x-h512-b3200-p1-float32-resident-nccl-cublas-graph"
+    lo, med, hi = float(r["measured_min_s"]), float(r["measured_s"]), float(r["measured_max_s"])
+    assert lo < med < hi and med == pytest.approx((lo + hi) / 2) and float(r["spread"]) == pytest.approx(hi / lo - 1)
+    assert hi - lo == pytest.approx(0.02e-3, rel=1e-6)    # the repeats differ by 0.02 ms a batch
+    history = tmp_path / "history.csv"
+    history.write_text(",".join(COLUMNS) + "\n" + out.out)
+    assert read_blind_tests(history).tests[0].predicted_s == pytest.approx(0.5e-3)
+
+
+def test_a_sweep_without_predictions_is_one_line(tmp_path):
+    write_run(tmp_path / "s", gpu_records(run_id="a"))
+    r = subprocess.run([sys.executable, "-m", "perfmlp.report.blind_rows", str(tmp_path / "s"), "--machine-kind",
+                        "h200", "--machine", "h200-calibrated"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert "predictions.json" in r.stderr
