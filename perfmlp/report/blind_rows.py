@@ -27,9 +27,9 @@ from ..model.machine import MachineError
 from ..trace.reader import TraceError, read_traces
 from .analysis import analyse
 from .blind_tests import COLUMNS
-from .predictions import blind_status, read_predictions
+from .predictions import read_predictions
 from .study import load_study
-from .validation import repeat_groups
+from .validation import repeat_groups, repeat_prediction
 
 _REPEAT = re.compile(r"-r\d+-[0-9a-f]+$")   # a sweep run id's repeat and hash (sweep.plan.sweep_run_id)
 
@@ -47,8 +47,7 @@ def blind_rows(folder: Path, machine_kind: str, machine: str) -> tuple[list[dict
     rows, left = [], []
     groups = repeat_groups(analyse(runs, skipped, load_study(None), machine, folder))
     for g in sorted(groups.values(), key=lambda g: g.label):
-        ps = [preds["runs"].get(r.run_id) for r in g.runs]
-        if not all(blind_status(p, starts[r.run_id]) == "blind" for p, r in zip(ps, g.runs)):
+        if repeat_prediction(g, preds, starts)[2] != "blind":   # the validation section's rule
             left.append(f"{g.label}: not every repeat has a prediction made before it started")
             continue
         commit = {commits[r.run_id] for r in g.runs}
@@ -61,7 +60,7 @@ def blind_rows(folder: Path, machine_kind: str, machine: str) -> tuple[list[dict
                      "hidden_sizes": "x".join(map(str, first.hidden)), "batch_size": first.batch,
                      "procs": first.procs, "batch_transfer": first.transfer, "comm": first.comm, "exec": first.exec,
                      "parallel": first.parallel, "precision": first.precision, "repeats": len(t),
-                     "predicted_s": f"{ps[0]['total_s']:.12g}", "measured_s": f"{statistics.median(t):.12g}",
+                     "predicted_s": f"{preds['runs'][first.run_id]['total_s']:.12g}", "measured_s": f"{statistics.median(t):.12g}",
                      "measured_min_s": f"{t[0]:.12g}", "measured_max_s": f"{t[-1]:.12g}",
                      "spread": f"{t[-1] / t[0] - 1:.6f}"})
     return rows, left

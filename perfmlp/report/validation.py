@@ -191,7 +191,7 @@ class Validation:
         return tuple(c for c in self.configs if c.judged == "yes")
 
 
-def _predicted(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:
+def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:
     """(predicted ms, group -> ms, prediction status) of a configuration:
     the blind prediction where every repeat has one, else the report's own."""
     statuses, totals, groups = [], [], []
@@ -221,7 +221,7 @@ def _judged(c: RepeatGroup, calibrated) -> str:
 
 
 def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -> tuple[ConfigError, TermErrors]:
-    pred_ms, pred_groups, status = _predicted(c, preds, starts)
+    pred_ms, pred_groups, status = repeat_prediction(c, preds, starts)
     spread, ref = c.spread_pct, c.runs[0]
     err = 100 * (pred_ms / c.t_ms - 1) if pred_ms else None
     ds = 100 * (ref.datasheet.total_s * 1e3 / c.t_ms - 1) if ref.datasheet else None
