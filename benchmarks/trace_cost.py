@@ -1,18 +1,28 @@
-"""The tracer's host time per batch on the CPU, at the default level.
+"""The tracer's time per batch, at the default level, in one process.
 
-NumPy, one process, a tiny step (D=784, H=4, C=10, B=4: the step is all
-host time, so every microsecond the tracer adds shows). The same network
-and batches take blocks of steps untraced (NullTracer) and traced (a real
-Tracer at `--trace-level auto`, counters on NumPy, writing its trace),
-alternately in ABBA order; each block is timed by the thread's CPU time
-(time.thread_time: what other processes on a shared machine take is not
-counted). The cost is the traced block's time less the untraced one's,
-per batch, one figure per round; reported: the median and the spread
-(10th, 25th, 75th, 90th percentiles). Also the hooks alone, in a loop with
-no step between them (everything in cache: the floor), and NVTX's cost
-where the nvtx package is installed and no profiler is attached.
+The same network and batches take blocks of steps untraced (NullTracer)
+and traced (a real Tracer at `--trace-level auto`, writing its trace),
+alternately in ABBA order, through the trainer's own `step`. The cost is
+the traced block's time less the untraced one's, per batch, one figure
+per round; reported: the median and the spread (10th, 25th, 75th, 90th
+percentiles). Also the hooks alone, in a loop with no step between them
+(everything in cache: the floor), and NVTX's cost where the nvtx package
+is installed and no profiler is attached.
+
+On the CPU (the default): NumPy, a tiny step (D=784, H=4, C=10, B=4: the
+step is all host time, so every microsecond the tracer adds shows), each
+block timed by the thread's CPU time (time.thread_time: what other
+processes on a shared machine take is not counted); budget 3 us.
 
     python benchmarks/trace_cost.py --out reports/cpu/trace_cost
+
+On one GPU (`--backend cupy --hidden 512 --batch 3200 --exec eager`): the
+trainer's step at that size, resident batches, each block timed on the
+wall clock between two device synchronisations (an eager step is
+host-bound, so the host's extra time is the step's); reported as a share
+of the untraced step, budget 2%.
+
+    python benchmarks/trace_cost.py --backend cupy --hidden 512 --batch 3200 --exec eager --out DIR
 """
 from __future__ import annotations
 
@@ -40,35 +50,42 @@ from perfmlp.trace.manifest import git_commit  # noqa: E402
 from perfmlp.trace.records import Phase  # noqa: E402
 from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
 
-BUDGET_US = 3.0  # the default level's host time per batch on this machine, at most
-H, B, NB = 4, 4, 8
+BUDGET_US = 3.0  # the default level's host time per batch on the CPU machine, at most
+BUDGET_PCT = 2.0  # the default level's share of the step on one GPU, at most
+NB = 8  # batches in the data set (the blocks cycle through them)
+LAST = [Counts()]
 
 
-def block(net, be, tracer, n: int) -> float:
-    """Seconds of thread CPU time per step over n steps."""
+def block(be, tracer, n: int, B: int, clock) -> float:
+    """Seconds per step over n steps, on `clock` (the device synchronised
+    before and after)."""
+    net = be.net
     net.ops = tracer.ops
     counts = Counts()
-    t0 = time.thread_time()
+    be.sync()
+    t0 = clock()
     for k in range(n):
         lo = (k % NB) * B
         tracer.begin_batch(0, k, B, B)
-        step(net, be.batches, be.reducer, lo, lo + B, tracer.phase, counts)
+        step(net, be.batches, be.reducer, lo, lo + B, tracer.phase, counts, be.graph, be.parts)
         tracer.end_batch(0.5, counts)
-        counts.reset()
-    return (time.thread_time() - t0) / n
+        if k < n - 1:
+            counts.reset()
+    be.sync()
+    LAST[0] = counts  # the last step's counters, for hooks_only
+    return (clock() - t0) / n
 
 
-def hooks_only(tracer, n: int) -> float:
-    """Seconds per batch of the hooks alone: six phases, no step."""
-    counts = Counts()
-    phases = (Phase.H2D, Phase.FORWARD, Phase.LOSS, Phase.BACKWARD, Phase.ALLREDUCE, Phase.UPDATE)
+def hooks_only(tracer, n: int, B: int, last: Counts, nphases: int) -> float:
+    """Seconds per batch of the hooks alone: the step's number of phases and
+    its counters (`last`, a step's), no step between them."""
     t0 = time.thread_time()
     for k in range(n):
         tracer.begin_batch(0, k, B, B)
-        for p in phases:
-            with tracer.phase(p):
+        for _ in range(nphases):
+            with tracer.phase(Phase.FORWARD):
                 pass
-        tracer.end_batch(0.5, counts)
+        tracer.end_batch(0.5, last)
     return (time.thread_time() - t0) / n
 
 
@@ -93,16 +110,11 @@ def pct(xs, q) -> float:
     return statistics.quantiles(xs, n=100)[q - 1]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder: trace_cost.json and trace_cost.md")
-    ap.add_argument("--rounds", type=int, default=400)
-    ap.add_argument("--steps", type=int, default=100, help="steps per block")
-    a = ap.parse_args()
-    np.seterr(all="ignore")
-    tdir = tempfile.mkdtemp()
-    cfg = from_mapping(dict(batch_size=B, n_train=B * NB, hidden_sizes=[H], backend="numpy", trace=True,
-                            trace_dir=tdir, run_id="cost", quiet=True))
+def setup(a, tdir: str):
+    """The backend (its network initialised) and a Tracer attached to it."""
+    cfg = from_mapping(dict(batch_size=a.batch, n_train=a.batch * NB, hidden_sizes=[a.hidden], backend=a.backend,
+                            exec=a.exec, trace=True, trace_dir=tdir, run_id="cost",
+                            quiet=True, **({"batch_transfer": "resident"} if a.backend == "cupy" else {})))
     world = SingleWorld()
     rng = np.random.default_rng(0)
     x = rng.random((cfg.n_train, 784)).astype(np.float32)
@@ -110,46 +122,93 @@ def main() -> int:
     be = build(cfg, world, x, y)
     tracer = make_tracer(cfg, world)
     tracer.attach(world, be)
-    net = be.net
-    net.set_params(init_weights(cfg.layer_sizes, 0))
+    be.net.set_params(init_weights(cfg.layer_sizes, 0))
+    be.net.global_batch = a.batch
+    return be, tracer
+
+
+def measure(a) -> dict:
+    be, tracer = setup(a, tempfile.mkdtemp())
+    clock = time.thread_time if a.backend == "numpy" else time.perf_counter
     null = NullTracer()
-    block(net, be, null, 1000)
-    block(net, be, tracer, 1000)
+    warm = 1000 if a.backend == "numpy" else 100
+    block(be, null, warm, a.batch, clock)
+    block(be, tracer, warm, a.batch, clock)
     off, cost = [], []
     for r in range(a.rounds):
         order = (null, tracer) if r % 2 == 0 else (tracer, null)   # ABBA
-        t = {id(tr): block(net, be, tr, a.steps) for tr in order}
+        t = {id(tr): block(be, tr, a.steps, a.batch, clock) for tr in order}
         off.append(t[id(null)] * 1e6)
         cost.append((t[id(tracer)] - t[id(null)]) * 1e6)
-    floor = [(hooks_only(tracer, 20_000) - hooks_only(null, 20_000)) * 1e6 for _ in range(5)]
+    nph = tracer._nfast  # the stamps of the step's fast path (the phases it ran)
+    floor = [(hooks_only(tracer, 20_000, a.batch, LAST[0], nph) - hooks_only(null, 20_000, a.batch, LAST[0], nph))
+             * 1e6 for _ in range(5)]
     tracer.close("complete")
-    res = {"machine": f"{platform.node()}: {platform.processor() or platform.machine()}, Python "
-                      f"{platform.python_version()}, NumPy {np.__version__}",
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": git_commit(),
-           "command": " ".join(["python", *sys.argv]), "level": tracer.level, "rounds": a.rounds, "steps": a.steps,
-           "untraced_us_median": statistics.median(off), "cost_us_median": statistics.median(cost),
-           "cost_us_p10": pct(cost, 10), "cost_us_p25": pct(cost, 25), "cost_us_p75": pct(cost, 75),
-           "cost_us_p90": pct(cost, 90), "hooks_only_us_median": statistics.median(floor), "budget_us": BUDGET_US,
-           **nvtx_cost()}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "trace_cost.json").write_text(json.dumps(res, indent=1) + "\n")
-    ok = "within" if res["cost_us_median"] <= BUDGET_US else "over"
-    md = [f"# Tracer host time per batch, CPU ({res['level']} level)", "",
-          f"Machine: {res['machine']}. Date: {res['date']}. Commit: {res['commit']}.", "",
+    share = [100 * c / u for c, u in zip(cost, off)]
+    return {"level": tracer.level, "exec": be.exec, "untraced_us_median": statistics.median(off),
+            "cost_us_median": statistics.median(cost), "cost_us_p10": pct(cost, 10), "cost_us_p25": pct(cost, 25),
+            "cost_us_p75": pct(cost, 75), "cost_us_p90": pct(cost, 90), "cost_pct_median": statistics.median(share),
+            "cost_pct_p25": pct(share, 25), "cost_pct_p75": pct(share, 75),
+            "hooks_only_us_median": statistics.median(floor)}
+
+
+def machine(backend: str) -> str:
+    where = f"{platform.node()}: {platform.processor() or platform.machine()}, Python {platform.python_version()}, " \
+            f"NumPy {np.__version__}"
+    if backend == "cupy":
+        import cupy as cp
+        where += f", CuPy {cp.__version__}, {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
+    return where
+
+
+def verdict(res: dict) -> str:
+    if res["backend"] == "numpy":
+        return f"Budget {BUDGET_US:g} us: the median is {'within' if res['cost_us_median'] <= BUDGET_US else 'over'} it."
+    ok = "within" if res["cost_pct_median"] < BUDGET_PCT else "over"
+    return f"Budget {BUDGET_PCT:g}% of the untraced step: the median is {ok} it."
+
+
+def markdown(res: dict) -> str:
+    head = f"# Tracer time per batch, {res['backend']}, {res['exec']}, H={res['hidden']}, B={res['batch']} " \
+           f"({res['level']} level)"
+    md = [head, "", f"Machine: {res['machine']}. Date: {res['date']}. Commit: {res['commit']}.", "",
           f"Command: `{res['command']}`", "",
-          "| | us per batch |", "| --- | --- |",
-          f"| untraced step (median) | {res['untraced_us_median']:.2f} |",
-          f"| tracer's cost, median of {a.rounds} ABBA rounds of {a.steps} steps | {res['cost_us_median']:.2f} |",
+          "| | us per batch | share of the untraced step |", "| --- | --- | --- |",
+          f"| untraced step (median) | {res['untraced_us_median']:.2f} | |",
+          f"| tracer's cost, median of {res['rounds']} ABBA rounds of {res['steps']} steps | "
+          f"{res['cost_us_median']:.2f} | {res['cost_pct_median']:+.2f}% |",
           f"| spread: 10th / 25th / 75th / 90th percentile | {res['cost_us_p10']:.2f} / {res['cost_us_p25']:.2f} / "
-          f"{res['cost_us_p75']:.2f} / {res['cost_us_p90']:.2f} |",
-          f"| the hooks alone, no step between them (median of 5) | {res['hooks_only_us_median']:.2f} |", "",
-          f"Budget {BUDGET_US:g} us: the median is {ok} it. NVTX with no profiler attached: "
+          f"{res['cost_us_p75']:.2f} / {res['cost_us_p90']:.2f} | {res['cost_pct_p25']:+.2f}% to "
+          f"{res['cost_pct_p75']:+.2f}% (25th to 75th) |",
+          f"| the hooks alone, no step between them (median of 5) | {res['hooks_only_us_median']:.2f} | |", "",
+          verdict(res) + " NVTX with no profiler attached: "
           + (f"{res['push_pop_ns']:.0f} ns a push and pop ({res['domain']}); the tracer calls none unless a tool is "
              "attached." if "push_pop_ns" in res else "the nvtx package is not installed here; the tracer calls "
              "NVTX only where a tool is attached."), ""]
-    (out / "trace_cost.md").write_text("\n".join(md))
-    print("\n".join(md))
+    return "\n".join(md)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder: trace_cost.json and trace_cost.md")
+    ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=100, help="steps per block")
+    ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
+    ap.add_argument("--hidden", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--exec", choices=("auto", "eager", "graph"), default="auto")
+    a = ap.parse_args()
+    np.seterr(all="ignore")
+    res = {"machine": machine(a.backend), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "commit": git_commit(), "command": " ".join(["python", *sys.argv]), "backend": a.backend,
+           "hidden": a.hidden, "batch": a.batch, "rounds": a.rounds, "steps": a.steps, **measure(a),
+           "budget_us": BUDGET_US, "budget_pct": BUDGET_PCT, **nvtx_cost()}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trace_cost.json").write_text(json.dumps(res, indent=1) + "\n")
+    md = markdown(res)
+    (out / "trace_cost.md").write_text(md)
+    print(md)
     return 0
 
 
