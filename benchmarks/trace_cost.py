@@ -22,7 +22,7 @@ wall clock between two device synchronisations (an eager step is
 host-bound, so the host's extra time is the step's); reported as a share
 of the untraced step, budget 2%.
 
-    python benchmarks/trace_cost.py --backend cupy --hidden 512 --batch 3200 --exec eager --out DIR
+    python benchmarks/trace_cost.py --backend cupy --hidden 512 --batch 3200 --exec eager --comm nccl --out DIR
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def pct(xs, q) -> float:
 def setup(a, tdir: str):
     """The backend (its network initialised) and a Tracer attached to it."""
     cfg = from_mapping(dict(batch_size=a.batch, n_train=a.batch * NB, hidden_sizes=[a.hidden], backend=a.backend,
-                            exec=a.exec, trace=True, trace_dir=tdir, run_id="cost",
+                            exec=a.exec, comm=a.comm, trace=True, trace_dir=tdir, run_id="cost",
                             quiet=True, **({"batch_transfer": "resident"} if a.backend == "cupy" else {})))
     world = SingleWorld()
     rng = np.random.default_rng(0)
@@ -169,7 +169,8 @@ def verdict(res: dict) -> str:
 
 
 def markdown(res: dict) -> str:
-    head = f"# Tracer time per batch, {res['backend']}, {res['exec']}, H={res['hidden']}, B={res['batch']} " \
+    head = f"# Tracer time per batch, {res['backend']}, {res['exec']}, H={res['hidden']}, B={res['batch']}, " \
+           f"comm {res['comm']} " \
            f"({res['level']} level)"
     md = [head, "", f"Machine: {res['machine']}. Date: {res['date']}. Commit: {res['commit']}.", "",
           f"Command: `{res['command']}`", "",
@@ -197,11 +198,13 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=4)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--exec", choices=("auto", "eager", "graph"), default="auto")
+    ap.add_argument("--comm", choices=("auto", "nccl"), default="auto", help="the gradient exchange (p = 1: nccl's "
+                    "all-reduce of one rank, as the trainer runs under mpirun -n 1 --comm nccl)")
     a = ap.parse_args()
     np.seterr(all="ignore")
     res = {"machine": machine(a.backend), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "commit": git_commit(), "command": " ".join(["python", *sys.argv]), "backend": a.backend,
-           "hidden": a.hidden, "batch": a.batch, "rounds": a.rounds, "steps": a.steps, **measure(a),
+           "hidden": a.hidden, "batch": a.batch, "comm": a.comm, "rounds": a.rounds, "steps": a.steps, **measure(a),
            "budget_us": BUDGET_US, "budget_pct": BUDGET_PCT, **nvtx_cost()}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
