@@ -98,13 +98,18 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
     from perfmlp.comm import SingleWorld
     lines = []
     res = host_dispatch(cp, SingleWorld(), lines.append, rounds=2, reps=20)
-    assert set(res) == {"launch_overhead_s", "trace_phase_host_s", "graph_step_host_s", "_rounds"}
+    assert set(res) == {"launch_overhead_s", "trace_phase_host_s", "graph_step_host_s", "static_copy_host_s",
+                        "pinned_copy_host_s", "_rounds"}
     assert [len(res["_rounds"][k]) for k in ("untraced", "graph")] == [2, 2]   # each round's time: the spread
     assert 1e-7 < res["launch_overhead_s"] < 1e-3 and 0 <= res["trace_phase_host_s"] < 1e-3
     # the graph step's host a batch: one replay and the two copies into its inputs, not the eager
     # step's 10 launches (the loop's own work in both)
     assert 1e-7 < res["graph_step_host_s"] < 10 * res["launch_overhead_s"]
-    assert len(lines) == 2 and "1 rank(s) at once" in lines[0] and "graph step" in lines[1]
+    assert len(lines) == 3 and "1 rank(s) at once" in lines[0] and "graph step" in lines[1]
+    # a copy call's host time: a cudaMemcpyAsync, or CuPy's set from pinned memory (more Python), each
+    # well under a whole graph step's
+    assert 1e-7 < res["static_copy_host_s"] < res["graph_step_host_s"]
+    assert 1e-7 < res["pinned_copy_host_s"] < 10 * res["launch_overhead_s"]
 
 
 @gpu

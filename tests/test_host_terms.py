@@ -231,12 +231,14 @@ def test_carried_to_another_gpu_a_host_copy_keeps_its_latency():
 def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
     from perfmlp.calibrate import mean_dispatch
     a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "graph_step_host_s": 50e-6,
-         "host_dispatch_s": DISPATCH}
+         "static_copy_host_s": 5e-6, "pinned_copy_host_s": 20e-6, "host_dispatch_s": DISPATCH}
     b = {"launch_overhead_s": 14e-6, "trace_phase_host_s": 2e-6, "graph_step_host_s": 70e-6,
+         "static_copy_host_s": 7e-6, "pinned_copy_host_s": 30e-6,
          "host_dispatch_s": [{**d, "launch_s": 2 * d["launch_s"]} for d in DISPATCH]}
     m = mean_dispatch(a, b)
     assert m["launch_overhead_s"] == pytest.approx(12e-6) and m["trace_phase_host_s"] == pytest.approx(3e-6)
     assert m["graph_step_host_s"] == pytest.approx(60e-6)
+    assert m["static_copy_host_s"] == pytest.approx(6e-6) and m["pinned_copy_host_s"] == pytest.approx(25e-6)
     assert [d["launch_s"] for d in m["host_dispatch_s"]] == pytest.approx([30e-6, 24e-6])
     assert [d["procs"] for d in m["host_dispatch_s"]] == [2, 4]
     assert mean_dispatch({}, {}) == {}   # ranks other than 0
@@ -388,3 +390,37 @@ def test_a_file_with_the_retired_warm_source_copies_loads_and_predicts_as_withou
         a, b = (predict_batch(x, (784, 512, 10), 400, 1, "bf16", "nccl", transfer, None, exec_mode="graph")
                 for x in (m, plain))
         assert a.total_s == b.total_s
+
+
+def test_a_batch_copys_call_costs_the_host_what_the_calibration_measured_for_its_kind():
+    from perfmlp.model.predict.timeline import copy_call_host_s
+    plain = machine_from_mapping(_values(), "x.yaml")
+    m = machine_from_mapping(_values(static_copy_host_s=6e-6, pinned_copy_host_s=30e-6, graph_launch_s=4e-6,
+                                     graph_step_host_s=100e-6), "x.yaml")
+    assert copy_call_host_s(plain, "resident", 17e-6) == copy_call_host_s(plain, "pinned", 17e-6) == 17e-6
+    assert copy_call_host_s(m, "resident", 17e-6) == 6e-6 and copy_call_host_s(m, "pinned", 17e-6) == 30e-6
+    # a pageable copy's calibrated time is the call's whole wall time: no launch on top of it
+    assert copy_call_host_s(plain, "pageable", 17e-6) == 17e-6
+    staged = machine_from_mapping(_values(host_copy_s=AHEAD[:1]), "x.yaml")
+    assert copy_call_host_s(staged, "pageable", 17e-6) == 0.0
+    # the graph loop: the step's host less its two static copies as measured and the launch
+    from perfmlp.model.predict import graph_loop_host_s
+    assert graph_loop_host_s(m) == pytest.approx(100e-6 - 2 * 6e-6 - 4e-6)
+    # a host-bound pinned step pays its two copy calls as measured: 2 x 13 us more than at 17 us
+    kw = dict(layer_sizes=(784, 16, 10), batch=16, procs=1, comm="nccl", batch_transfer="pinned", exec_mode="eager")
+    a = predict_batch(machine_from_mapping(_values(pinned_copy_host_s=17e-6), "x.yaml"), **kw).total_s
+    b = predict_batch(machine_from_mapping(_values(pinned_copy_host_s=30e-6), "x.yaml"), **kw).total_s
+    assert b - a == pytest.approx(2 * 13e-6, rel=1e-6)
+
+
+def test_a_prefetched_graph_step_adds_back_the_static_copies_the_calibrations_resident_loop_made():
+    from perfmlp.model.predict.timeline import prefetch_calls_s
+    from perfmlp.model.predict import Step
+    pts = [{"exec": "graph", "source": "prefetch", "bytes": 1000, "s": 60e-6, "loop_s": 40e-6}]
+    without = machine_from_mapping(_values(prefetch_s=pts), "x.yaml")
+    m = machine_from_mapping(_values(prefetch_s=pts, static_copy_host_s=6e-6), "x.yaml")
+
+    def calls(machine, transfer, graph=True):
+        return prefetch_calls_s(machine, Step(machine, {}, [], transfer, "nccl", {}, graph, 1e-5, 0.0, 0.0, False))
+    assert calls(without, "prefetch") == pytest.approx(20e-6) and calls(m, "prefetch") == pytest.approx(32e-6)
+    assert calls(m, "prefetch-pageable") == pytest.approx(32e-6 * 4 / 6)

@@ -29,7 +29,8 @@ SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_p
            "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s")
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
-            "graph_launch_s", "graph_step_host_s", "host_stage_bytes_per_s", "queued_gap_s",
+            "graph_launch_s", "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s",
+            "host_stage_bytes_per_s", "queued_gap_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",

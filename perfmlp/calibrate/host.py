@@ -11,6 +11,11 @@ from one launch of a process to the next and over minutes):
 - the host's time per batch of the same step as a CUDA graph, one rank
   (graph_step_host_s: the replay's launch, the copies into its static
   inputs and the loop's own work between batches);
+- the host's time per call of the trainer's batch copies, in the same
+  rounds, one rank: the resident piece into a graph's static inputs
+  (static_copy_host_s: DeviceBatches.static's cudaMemcpyAsync) and a
+  piece from pinned memory (pinned_copy_host_s: DeviceBatches.get's
+  CuPy set), each call's share of the piece's two;
 - the eager step's host time per operation at each of the trainer's sizes
   over its time at the tiny one, in the same rounds (launch_size_factor:
   dispatch_size_factors);
@@ -51,7 +56,9 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     barrier and ended synchronised; a first round warms up and captures the
     graph), untraced and traced (counters), and of its graph step (the
     whole step one replay, resident pieces copied into its static inputs),
-    untraced; and each round's value (their spread)."""
+    untraced; the host's seconds per batch of the resident piece's two
+    copies into the graph's static inputs and of a pinned piece's two
+    copies; and each round's value (their spread)."""
     import tempfile
     from types import SimpleNamespace
     from ..comm import SingleWorld
@@ -68,6 +75,14 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
     counts = Counts()
     graph = GraphStep(cp, net, batches, reducer, stream)
+    from ..batches import DeviceBatches
+    pinned = DeviceBatches(cp, cp.asnumpy(batches.xr), cp.asnumpy(batches.yr), "pinned", bl)
+    quiet, copied = NullTracer().phase, Counts()   # the copies' counts apart: the steps' stay a batch's
+
+    def copies(copy):
+        def one_round():
+            return timing.per_call_s(copy, reps, start=barrier, end=stream.synchronize)
+        return one_round
 
     def steps(tr, graph_step):
         def one_round():
@@ -82,7 +97,9 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
             return timing.per_call_s(one_step, reps, start=barrier, end=stream.synchronize)
         return one_round
     out = timing.rounds({"untraced": steps(NullTracer(), None), "traced": steps(tracer, None),
-                         "graph": steps(NullTracer(), graph)}, rounds, warmup_rounds=1)
+                         "graph": steps(NullTracer(), graph),
+                         "static": copies(lambda: batches.static(0, bl, copied)),
+                         "pinned": copies(lambda: pinned.get(0, bl, quiet, copied))}, rounds, warmup_rounds=1)
     tracer.close("complete")
     return {k: float(median(v)) for k, v in out.items()}, out
 
@@ -133,8 +150,9 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
 
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     """The host's time per operation of the eager step and the tracer's per
-    phase: one rank alone (launch_overhead_s, trace_phase_host_s, and the
-    graph step's graph_step_host_s), then groups of 2 and P ranks launching
+    phase: one rank alone (launch_overhead_s, trace_phase_host_s, the
+    graph step's graph_step_host_s and the batch copies' calls,
+    static_copy_host_s and pinned_copy_host_s), then groups of 2 and P ranks launching
     at once, the slowest rank's (host_dispatch_s). Operations: the step's
     kernels and its collective call, as the model counts them (predict.py's
     timeline items)."""
@@ -168,6 +186,9 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         if g == 1:
             res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
             res["graph_step_host_s"] = per_rank[0]["graph"]
+            res["static_copy_host_s"], res["pinned_copy_host_s"] = per_rank[0]["static"] / 2, per_rank[0]["pinned"] / 2
+            log(f"host time per batch copy call, one rank: into a graph's static inputs "
+                f"{res['static_copy_host_s'] * 1e6:.2f} us, from pinned memory {res['pinned_copy_host_s'] * 1e6:.2f} us")
             res["_rounds"] = {k: by_round[k] for k in ("untraced", "graph")}   # rank 0's, for the spread
             log(f"host time per batch of the graph step (resident, one replay), one rank: "
                 f"{per_rank[0]['graph'] * 1e6:.2f} us")
@@ -185,7 +206,8 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     if not a:
         return {}
     from .spread import ratios
-    out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s")}
+    out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s",
+                                          "static_copy_host_s", "pinned_copy_host_s") if k in a and k in b}
     rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in ("untraced", "graph")]
     out["_spread_host"] = [r for values in rounds for r in ratios(values)]
     if a.get("host_dispatch_s"):

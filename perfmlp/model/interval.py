@@ -71,7 +71,7 @@ LEVEL = (5, 95)            # the 90% interval's percentiles
 # The machine's scalar figures each source scales (a rate divided, a time multiplied).
 _SCALARS = {
     "host": ("launch_overhead_s", "traced_launch_overhead_s", "trace_phase_host_s", "graph_launch_s",
-             "graph_step_host_s", "host_stage_bytes_per_s"),
+             "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s", "host_stage_bytes_per_s"),
     "pageable_copy": ("h2d_pageable_bytes_per_s", "d2h_pageable_bytes_per_s", "h2d_pageable_latency_s",
                       "d2h_pageable_latency_s", "copy_latency_s", "h2d_pageable_aggregate_bytes_per_s",
                       "d2h_pageable_aggregate_bytes_per_s"),

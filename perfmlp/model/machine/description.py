@@ -41,6 +41,8 @@ class Machine:
     d2h_pinned_latency_s: float = 0.0
     graph_launch_s: float = 0.0             # host time of one cudaGraphLaunch (a replayed step or segment)
     graph_step_host_s: float = 0.0          # host time per batch of the resident graph step, its loop included
+    static_copy_host_s: float = 0.0         # host time of one copy call into a graph's static inputs (0: a launch's)
+    pinned_copy_host_s: float = 0.0         # host time of one pinned H2D batch copy call (0: a launch's)
     kernel_gap_s: float = 0.0               # GPU idle time between two kernels launched one by one
     graph_kernel_gap_s: float = 0.0         # the same between two kernels of a replayed graph
     graph_replay_gap_s: float = 0.0         # GPU time per graph replay beyond its kernels (replays back to back)

@@ -14,6 +14,7 @@ from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyP
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
                      "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
+                     "static_copy_host_s", "pinned_copy_host_s",
                      "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s",
                      "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",

@@ -24,11 +24,28 @@ def graph_loop_host_s(machine: Machine) -> float:
     piece's views, the step's Python). graph_step_host_s, the host's time
     per batch of the resident graph step on one rank, less what the
     timeline already gives that step's host (its two copies into the
-    static inputs at launch_overhead_s each and the graph launch); 0 in a
-    file without it."""
+    static inputs, static_copy_host_s each, launch_overhead_s each in a
+    file without it, and the graph launch); 0 in a file without it."""
     if not machine.graph_step_host_s:
         return 0.0
-    return max(0.0, machine.graph_step_host_s - 2 * machine.launch_overhead_s - machine.graph_launch_s)
+    copy = machine.static_copy_host_s or machine.launch_overhead_s
+    return max(0.0, machine.graph_step_host_s - 2 * copy - machine.graph_launch_s)
+
+
+def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -> float:
+    """Host time of one batch copy's call, beside its time on the stream:
+    resident pieces into a graph's static inputs (a cudaMemcpyAsync each)
+    and pinned ones (CuPy's set) as calibrated (static_copy_host_s,
+    pinned_copy_host_s), else a launch's; a pageable one nothing more where
+    host_copy_s has pageable H2D points (their time is the call's, from
+    call to return, on the host's wall clock), else a launch's."""
+    if batch_transfer == "resident":
+        return machine.static_copy_host_s or per_kernel
+    if batch_transfer == "pinned":
+        return machine.pinned_copy_host_s or per_kernel
+    if any(p.direction == "h2d" and p.memory == "pageable" for p in machine.host_copy_s):
+        return 0.0
+    return per_kernel
 
 
 @dataclass(frozen=True)
@@ -134,10 +151,17 @@ def prefetch_calls_s(m: Machine, step: Step) -> float:
     pipeline (PREFETCH_CALLS): as the calibration measured them from pinned
     memory in this execution mode (Machine.prefetch_host_s: its 6 calls,
     prefetch-pageable's 4 in proportion), else each at the eager step's
-    host time per launched operation."""
+    host time per launched operation. In graph mode the calibration's
+    resident loop made two copies into the static inputs, which a
+    prefetched step does not: their calls (static_copy_host_s) are added
+    back."""
     measured = m.prefetch_host_s("graph" if step.graph else "eager")
     calls = PREFETCH_CALLS[step.batch_transfer]
-    return step.per_kernel * calls if measured is None else measured * calls / PREFETCH_CALLS["prefetch"]
+    if measured is None:
+        return step.per_kernel * calls
+    if step.graph:
+        measured += 2 * m.static_copy_host_s
+    return measured * calls / PREFETCH_CALLS["prefetch"]
 
 
 def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
@@ -153,19 +177,20 @@ def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
 
 
 def _copy_items(step: Step, ahead) -> list[Item]:
-    """The batch copies: a copy's host call costs about one launch; its
-    latency and transfer are GPU time (resident data in graph mode: the
-    device copies into the graph's inputs, in its phase)."""
+    """The batch copies: a copy's host call (copy_call_host_s); its latency
+    and transfer are GPU time (resident data in graph mode: the device
+    copies into the graph's inputs, in its phase)."""
     items = []
+    call = copy_call_host_s(step.machine, step.batch_transfer, step.per_kernel)
     for i, c in enumerate(step.copies):
         if i < len(ahead):
             a, blocks, delay = ahead[i]
             if not blocks:     # staged whole: the call returns; only its DMA waits for the stream
-                items.append(Item(c - a, step.per_kernel + a, reuses=True))
+                items.append(Item(c - a, call + a, reuses=True))
             elif delay is not None:   # staged in part while the stream runs, then the call waits for the rest
-                items.append(Item(c, step.per_kernel, blocking=True, hides=(a, delay)))
+                items.append(Item(c, call, blocking=True, hides=(a, delay)))
             else:              # not measured: the whole copy waits for the stream
-                items.append(Item(c, step.per_kernel, blocking=True))
+                items.append(Item(c, call, blocking=True))
         else:
-            items.append(Item(c, step.per_kernel, blocking=step.batch_transfer == "pageable"))
+            items.append(Item(c, call, blocking=step.batch_transfer == "pageable"))
     return items
