@@ -187,11 +187,11 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
             res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
             res["graph_step_host_s"] = per_rank[0]["graph"]
             res["static_copy_host_s"], res["pinned_copy_host_s"] = per_rank[0]["static"] / 2, per_rank[0]["pinned"] / 2
-            log(f"host time per batch copy call, one rank: into a graph's static inputs "
-                f"{res['static_copy_host_s'] * 1e6:.2f} us, from pinned memory {res['pinned_copy_host_s'] * 1e6:.2f} us")
             res["_rounds"] = {k: by_round[k] for k in ("untraced", "graph")}   # rank 0's, for the spread
             log(f"host time per batch of the graph step (resident, one replay), one rank: "
                 f"{per_rank[0]['graph'] * 1e6:.2f} us")
+            log(f"host time per batch copy call, one rank: into a graph's static inputs "
+                f"{res['static_copy_host_s'] * 1e6:.2f} us, from pinned memory {res['pinned_copy_host_s'] * 1e6:.2f} us")
         else:
             points.append({"procs": g, "launch_s": float(launch[slow]), "trace_phase_s": float(trace[slow])})
     if points:
