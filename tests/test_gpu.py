@@ -105,7 +105,7 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
     # the graph step's host a batch: one replay and the two copies into its inputs, not the eager
     # step's 10 launches (the loop's own work in both)
     assert 1e-7 < res["graph_step_host_s"] < 10 * res["launch_overhead_s"]
-    assert len(lines) == 3 and "1 rank(s) at once" in lines[0] and "graph step" in lines[1]
+    assert len(lines) == 3 and "1 rank(s) at once" in lines[0] and "graph step" in lines[1] and "copy call" in lines[2]
     # a copy call's host time: a cudaMemcpyAsync, or CuPy's set from pinned memory (more Python), each
     # well under a whole graph step's
     assert 1e-7 < res["static_copy_host_s"] < res["graph_step_host_s"]
