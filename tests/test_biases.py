@@ -41,6 +41,17 @@ def test_launches_after_a_pageable_copy_are_slower_by_the_calibrated_factor():
         assert predict(slow, transfer, exec_mode).total_s == predict(base, transfer, exec_mode).total_s
 
 
+def test_launches_after_pinned_or_prefetched_copies_are_slower_by_their_own_factor():
+    base = calibrated()
+    slow = calibrated(pinned_launch_factor=[{"hidden": 512, "batch": 800, "factor": 1.2}])
+    assert slow.pinned_launch(512, 800) == 1.2 and base.pinned_launch(512, 800) == 1.0
+    for transfer in ("pinned", "prefetch", "prefetch-pageable"):   # the prefetched copies come from pinned memory
+        a, b = predict(base, transfer, "eager"), predict(slow, transfer, "eager")
+        assert b.detail["host_s"] > a.detail["host_s"] and b.terms["gemm"] == a.terms["gemm"]
+    for transfer, exec_mode in (("pageable", "eager"), ("resident", "eager"), ("pinned", "graph")):
+        assert predict(slow, transfer, exec_mode).total_s == predict(base, transfer, exec_mode).total_s
+
+
 def test_a_replayed_graph_takes_the_queued_gap_off_each_measured_kernel():
     base, gapped = calibrated(), calibrated(queued_gap_s=1e-6)
     a, b = predict(base, "resident", "graph"), predict(gapped, "resident", "graph")
@@ -82,14 +93,17 @@ def test_a_spread_table_loads_sorted():
 # ---- the microbenchmarks, on the GPU ---------------------------------------------------------
 
 @gpu
-def test_pageable_launch_factors_time_the_launches_after_the_copies():
+def test_copied_launch_factors_time_the_launches_after_the_copies():
     import cupy as cp
-    from perfmlp.calibrate.host import pageable_launch_factors
+    from perfmlp.calibrate.host import copied_launch_factors
     lines = []
-    out = pageable_launch_factors(cp, [256], [400, 3200], lines.append, rounds=2, reps=5)
-    assert [(e["hidden"], e["batch"]) for e in out] == [(256, 400), (256, 3200)]
-    assert all(0.5 < e["factor"] < 10 for e in out) and len(lines) == 1
-    calibrated(pageable_launch_factor=out)   # it loads
+    out = copied_launch_factors(cp, [256], [400, 3200], lines.append, rounds=2, reps=5)
+    assert set(out) == {"pageable_launch_factor", "pinned_launch_factor"}
+    for factors in out.values():
+        assert [(e["hidden"], e["batch"]) for e in factors] == [(256, 400), (256, 3200)]
+        assert all(0.5 < e["factor"] < 10 for e in factors)
+    assert len(lines) == 2 and "pageable" in lines[0] and "pinned" in lines[1]
+    calibrated(**out)   # it loads
 
 
 @gpu

@@ -14,7 +14,7 @@ from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
-from .host import dispatch_size_factors, host_dispatch, mean_dispatch, pageable_launch_factors
+from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
 from .kernels import event_gap, kernel_gaps, queued_gap
 from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
@@ -34,6 +34,7 @@ OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
+          "pinned_launch_factor",
           "spread", "prefetch_s")
 
 
@@ -96,7 +97,7 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
         res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
         # the launches after a pageable copy: the smallest, middle and largest H, the extremes of b
         hs = sorted({min(hidden), sorted(hidden)[len(hidden) // 2], max(hidden)})
-        res["pageable_launch_factor"] = pageable_launch_factors(cp, hs, sorted({min(local), max(local)}), log)
+        res.update(copied_launch_factors(cp, hs, sorted({min(local), max(local)}), log))
         res["spread"] = spread_table(spread)
         log(spread_words(res["spread"]))
     world.barrier()

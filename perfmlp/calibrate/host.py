@@ -216,19 +216,22 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     return out
 
 
-def pageable_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 20) -> list[dict]:
-    """The eager step's launches after a pageable batch copy: at 784-H-10
-    for H in `hidden` and pieces of b in `local`, the host's time from the
-    return of the piece's two pageable H2D copies (batches.DeviceBatches,
-    as the trainer copies them, a new piece of a host array larger than the
-    host's caches each step) to the end of the step's launches, over the
-    same step's launch time from resident data, both after the stream is
-    synchronised (so neither waits for the GPU), in interleaved rounds.
-    A copy of megabytes through the runtime's staging evicts the host's
-    caches, and the launches after it are slower (on one H100 the model,
-    pricing them as resident launches, predicted eager pageable steps
-    12-17% too fast). Median ratio over the rounds after the first;
-    pageable_launch_factor entries {hidden, batch, factor}."""
+def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 20) -> dict:
+    """The eager step's launches after its batch copies: at 784-H-10 for H
+    in `hidden` and pieces of b in `local`, the host's time from the return
+    of the piece's two H2D copies (batches.DeviceBatches, as the trainer
+    copies them, a new piece of a host array larger than the host's caches
+    each step), pageable and pinned, to the end of the step's launches,
+    over the same step's launch time from resident data, all after the
+    stream is synchronised (so none waits for the GPU), in interleaved
+    rounds. A copy of megabytes through the runtime's staging evicts the
+    host's caches, and the launches after it are slower (on one H100 the
+    model, pricing them as resident launches, predicted eager pageable
+    steps 12-17% too fast; after pinned and prefetched copies, 16-33% too
+    fast on four host-bound steps, the forward phase's launches 20-25 us
+    an operation against 17-18 resident). Median ratio over the rounds
+    after the first; {"pageable_launch_factor": [...],
+    "pinned_launch_factor": [...]}, entries {hidden, batch, factor}."""
     import time
     from contextlib import contextmanager
     from ..batches import DeviceBatches
@@ -243,6 +246,7 @@ def pageable_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int =
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
     marks = {}
+    memories = ("pageable", "pinned")
 
     @contextmanager
     def phase(name):
@@ -250,18 +254,18 @@ def pageable_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int =
         if name == "h2d":
             marks["copied"] = time.perf_counter()
 
-    def launch_time(sizes, b, pageable):
+    def launch_time(sizes, b, memory):
         net, batches, reducer = resident_step(cp, sizes, b, group)
         n = max(2, len(host) // (b * D) - 1)
-        if pageable:
+        if memory:
             y = np.eye(C, dtype=np.float32)[np.arange(n * b) % C]
-            batches = DeviceBatches(cp, host[:n * b * D].reshape(n * b, D), y, "pageable", b)
+            batches = DeviceBatches(cp, host[:n * b * D].reshape(n * b, D), y, memory, b)
 
         def one_round():
             net.ops = tr.ops
             t = []
             for i in range(reps):
-                lo = (i % n) * b if pageable else 0
+                lo = (i % n) * b if memory else 0
                 stream.synchronize()
                 marks["copied"] = time.perf_counter()   # resident: no copy, the launches start here
                 step(net, batches, reducer, lo, lo + b, phase, counts)
@@ -270,14 +274,13 @@ def pageable_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int =
             stream.synchronize()
             return median(t)
         return one_round
-    measures = {}
-    for h in hidden:
-        for b in local:
-            for pageable in (False, True):
-                measures[h, b, pageable] = launch_time((D, h, C), b, pageable)
+    measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
-    out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b, True], t[h, b, False])))}
-           for (h, b, pageable) in measures if pageable]
-    log("host time of the eager step's launches after its pageable copies, over without them: "
-        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out))
+    out = {}
+    for m in memories:
+        out[f"{m}_launch_factor"] = [{"hidden": h, "batch": b,
+                                      "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
+                                     for h in hidden for b in local]
+        log(f"host time of the eager step's launches after its {m} copies, over without them: "
+            + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out[f"{m}_launch_factor"]))
     return out

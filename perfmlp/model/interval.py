@@ -95,6 +95,7 @@ _TABLES = {
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
 UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
+            "pinned_launch_factor",
             "spread")
 
 

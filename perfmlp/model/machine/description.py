@@ -66,6 +66,7 @@ class Machine:
     host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
     # the eager step's launches after its pageable batch copies over without them, by size (ratio)
     pageable_launch_factor: tuple[LaunchFactor, ...] = ()
+    pinned_launch_factor: tuple[LaunchFactor, ...] = ()   # the same after the batch's pinned copies
     queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
     prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
     spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
@@ -248,6 +249,12 @@ class Machine:
         """pageable_launch_factor the same way: how much slower the eager
         step's launches run after its pageable batch copies (1 without it)."""
         return _nearest_factor(self.pageable_launch_factor, hidden, batch)
+
+    def pinned_launch(self, hidden: int, batch: int) -> float:
+        """pinned_launch_factor the same way: how much slower the eager
+        step's launches run after its batch copies from pinned memory (1
+        without it)."""
+        return _nearest_factor(self.pinned_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective

@@ -123,6 +123,8 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
         per_kernel *= machine.launch_factor(hidden, b)
         if batch_transfer == "pageable":   # and slower after the batch's pageable copies (calibrated)
             per_kernel *= machine.pageable_launch(hidden, b)
+        elif batch_transfer != "resident":   # or after copies from pinned memory (the prefetched ones too)
+            per_kernel *= machine.pinned_launch(hidden, b)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     return Step(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
                 traced)
