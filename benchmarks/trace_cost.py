@@ -169,9 +169,8 @@ def verdict(res: dict) -> str:
 
 
 def markdown(res: dict) -> str:
-    head = f"# Tracer time per batch, {res['backend']}, {res['exec']}, H={res['hidden']}, B={res['batch']}, " \
-           f"comm {res['comm']} " \
-           f"({res['level']} level)"
+    head = (f"# Tracer time per batch, {res['backend']}, {res['exec']}, H={res['hidden']}, B={res['batch']}, "
+            f"comm {res['comm']} ({res['level']} level)")
     md = [head, "", f"Machine: {res['machine']}. Date: {res['date']}. Commit: {res['commit']}.", "",
           f"Command: `{res['command']}`", "",
           "| | us per batch | share of the untraced step |", "| --- | --- | --- |",

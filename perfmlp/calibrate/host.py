@@ -227,11 +227,13 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     rounds. A copy of megabytes through the runtime's staging evicts the
     host's caches, and the launches after it are slower (on one H100 the
     model, pricing them as resident launches, predicted eager pageable
-    steps 12-17% too fast; after pinned and prefetched copies, 16-33% too
-    fast on four host-bound steps, the forward phase's launches 20-25 us
-    an operation against 17-18 resident). Median ratio over the rounds
-    after the first; {"pageable_launch_factor": [...],
-    "pinned_launch_factor": [...]}, entries {hidden, batch, factor}."""
+    steps 12-17% too fast; here 1.13-1.76). After pinned copies the
+    trainer's forward launches ran at 20-25 us an operation against 17-18
+    resident in one blind sweep's traces, where this microbenchmark saw
+    0.95-1.11 at five of six sizes and 1.27 at the largest (H = 4096,
+    b = 12800). Median ratio over the rounds after the first;
+    {"pageable_launch_factor": [...], "pinned_launch_factor": [...]},
+    entries {hidden, batch, factor}."""
     import time
     from contextlib import contextmanager
     from ..batches import DeviceBatches
