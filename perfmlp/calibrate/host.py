@@ -234,21 +234,41 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     b = 12800). Median ratio over the rounds after the first;
     {"pageable_launch_factor": [...], "pinned_launch_factor": [...]},
     entries {hidden, batch, factor}."""
+    from ..gpu import use_device
+    from .copies import HOST_BYTES
+    stream = use_device(cp, cp.cuda.Device().id)
+    D, C = Config.input_size, Config.num_classes
+    host = np.ones(HOST_BYTES // 4, dtype=np.float32)
+    memories = ("pageable", "pinned")
+    launch_time = _launches_after_copies(cp, stream, host, reps)
+    measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
+    t = timing.rounds(measures, rounds, warmup_rounds=1)
+    out = {}
+    for m in memories:
+        out[f"{m}_launch_factor"] = [{"hidden": h, "batch": b,
+                                      "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
+                                     for h in hidden for b in local]
+        log(f"host time of the eager step's launches after its {m} copies, over without them: "
+            + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out[f"{m}_launch_factor"]))
+    return out
+
+
+def _launches_after_copies(cp, stream, host, reps: int):
+    """launch_time(sizes, b, memory): a round of copied_launch_factors, the
+    median over `reps` steps of the host's time from the end of the piece's
+    copies from `host` (memory "pageable" or "pinned"; None: resident, no
+    copy) to the end of the step's launches, each step after a synchronised
+    stream."""
     import time
     from contextlib import contextmanager
     from ..batches import DeviceBatches
-    from ..gpu import use_device
     from ..strategies.groups import LocalGroup
     from ..step import step
     from ..trace.format import Counts
     from ..trace.writer import NullTracer
-    from .copies import HOST_BYTES
-    stream = use_device(cp, cp.cuda.Device().id)
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
     D, C = Config.input_size, Config.num_classes
-    host = np.ones(HOST_BYTES // 4, dtype=np.float32)
     marks = {}
-    memories = ("pageable", "pinned")
 
     @contextmanager
     def phase(name):
@@ -276,13 +296,4 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
             stream.synchronize()
             return median(t)
         return one_round
-    measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
-    t = timing.rounds(measures, rounds, warmup_rounds=1)
-    out = {}
-    for m in memories:
-        out[f"{m}_launch_factor"] = [{"hidden": h, "batch": b,
-                                      "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
-                                     for h in hidden for b in local]
-        log(f"host time of the eager step's launches after its {m} copies, over without them: "
-            + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out[f"{m}_launch_factor"]))
-    return out
+    return launch_time
