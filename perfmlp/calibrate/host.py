@@ -20,8 +20,9 @@ from one launch of a process to the next and over minutes):
   over its time at the tiny one, in the same rounds (launch_size_factor:
   dispatch_size_factors);
 - the eager step's host time to launch its kernels right after the
-  batch's pageable copies over its time without them, at each of the
-  trainer's sizes (pageable_launch_factor: pageable_launch_factors).
+  batch's pageable, or pinned, copies over its time without them, at each
+  of the trainer's sizes (pageable_launch_factor, pinned_launch_factor:
+  copied_launch_factors).
 """
 from __future__ import annotations
 
