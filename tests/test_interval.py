@@ -235,6 +235,20 @@ def test_the_models_own_error_scales_the_total_of_its_execution_mode_only():
     assert "model_eager" in interval(m, eager, draws=20, spread={**gpu, "model_eager": (0.5, 1.0, 2.0)}).sources
 
 
+def test_a_step_staged_through_pageable_memory_draws_the_pageable_model_error_where_the_file_has_it():
+    m = load_machine(CALIBRATED)
+    gpu = {"gpu": (0.999, 1.0, 1.001)}
+    errors = {"model_graph": (0.99, 1.0, 1.01), "model_graph_pageable": (0.7, 1.0, 1.5)}
+    resident, pageable = predictor("nccl", "resident", "graph", H=2048), predictor("nccl", "pageable", "graph", H=2048)
+    a, b = interval(m, resident, draws=80, spread={**gpu, **errors}), interval(m, pageable, draws=80,
+                                                                              spread={**gpu, **errors})
+    assert "model_graph" in a.sources and "model_graph_pageable" not in a.sources and a.half_width < 0.05
+    assert "model_graph_pageable" in b.sources and "model_graph" not in b.sources and b.half_width > 0.1
+    # a file with the execution mode's error only: every transfer draws it, as before
+    c = interval(m, pageable, draws=80, spread={**gpu, "model_graph": (0.99, 1.0, 1.01)})
+    assert "model_graph" in c.sources and c.half_width < 0.05
+
+
 def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
     from perfmlp.report.blind_spread import main, model_error_ratios
     from perfmlp.report.blind_tests import read_blind_tests
@@ -246,6 +260,9 @@ def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
     csv.write_text("\n".join([head, *rows, rows[0].replace("k,", "other,", 1)]) + "\n")
     ratios = model_error_ratios(read_blind_tests(csv).tests, "k")
     assert ratios == {"model_graph": (0.9, 0.95, 1.0, 1.05, 1.1, 1.2)}     # 2 eager tests: too few
+    staged = tmp_path / "p.csv"   # the same tests staged through pageable memory: the pageable entry
+    staged.write_text("\n".join([head, *(r.replace(",resident,", ",prefetch-pageable,") for r in rows)]) + "\n")
+    assert model_error_ratios(read_blind_tests(staged).tests, "k") == {"model_graph_pageable": ratios["model_graph"]}
     f = tmp_path / "m.yaml"
     f.write_text(open(CALIBRATED).read())
     before = load(str(f))

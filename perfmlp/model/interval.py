@@ -17,7 +17,11 @@ points. A source's figures price these terms:
     model_graph    predicted times of earlier blind tests on the machine
                    kind, per execution mode (report/blind_spread.py): what no
                    microbenchmark's repeats show (the run-to-run spread of
-                   a host between processes, the model's known biases)
+                   a host between processes, the model's known biases);
+                   where a file has model_eager_pageable and
+                   model_graph_pageable, those are the error of steps whose
+                   batch is staged through pageable memory and the first
+                   two the other steps' (model_source)
 
 Monte Carlo, fixed seed (SEED, DRAWS draws): each draw takes one factor a
 source, from the empirical distribution of its ratios (u uniform in [0, 1),
@@ -55,14 +59,15 @@ from typing import Callable
 
 import numpy as np
 
-from .machine import MODEL_ERROR_SOURCES, SPREAD_SOURCES as SOURCES, Machine
+from .machine import MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS, \
+    SPREAD_SOURCES as SOURCES, Machine
 
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
                 "pageable_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
                 "pinned_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
                 "gpu": ("gemm", "elementwise", "kernel_gaps", "tracing"),
                 "collective": ("allreduce", "rank_wait"),
-                **{m: () for m in MODEL_ERROR_SOURCES.values()}}
+                **{m: () for m in MODEL_SOURCES}}
 DRAWS = 200
 SEED = 0
 PERCENTILES = tuple(range(0, 101, 5))
@@ -81,7 +86,7 @@ _SCALARS = {
             "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
             "graph_replay_gap_s", "trace_event_s", "queued_gap_s"),
     "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
-    **{m: () for m in MODEL_ERROR_SOURCES.values()},   # the total, not a figure
+    **{m: () for m in MODEL_SOURCES},   # the total, not a figure
 }
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
@@ -91,7 +96,7 @@ _TABLES = {
     "pinned_copy": (("host_copy_s", ("s",), "pinned"), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pinned")),
     "gpu": (("gemm_flops_per_s", ("flops_per_s",), None), ("kernel_s", ("s",), None), ("d2d_copy_s", ("s",), None)),
     "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
-    **{m: () for m in MODEL_ERROR_SOURCES.values()},
+    **{m: () for m in MODEL_SOURCES},
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
 UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
@@ -169,6 +174,18 @@ def draw_factor(ratios: tuple, u: float) -> float:
     return ratios[i] + (ratios[i + 1] - ratios[i]) * (x - i)
 
 
+def model_source(detail: dict, spread: dict) -> str | None:
+    """The spread source of the model's own error for a prediction (its
+    detail's `exec` and `batch_transfer`): the pageable one of its execution
+    mode for a batch staged through pageable memory where `spread` has it,
+    else its execution mode's."""
+    mode = detail.get("exec")
+    pageable = PAGEABLE_MODEL_ERROR_SOURCES.get(mode)
+    if detail.get("batch_transfer") in PAGEABLE_TRANSFERS and pageable in spread:
+        return pageable
+    return MODEL_ERROR_SOURCES.get(mode)
+
+
 def interval(machine: Machine, predict: Callable[[Machine], object], draws: int = DRAWS,
              seed: int = SEED, spread: dict | None = None) -> Interval | None:
     """The distribution of `predict(machine).total_s` under the machine's
@@ -179,8 +196,8 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     if not spread:
         return None
     point = predict(machine)
-    model = MODEL_ERROR_SOURCES.get(getattr(point, "detail", {}).get("exec"))
-    drawn = [s for s in SOURCES if s in spread and (s not in MODEL_ERROR_SOURCES.values() or s == model)]
+    model = model_source(getattr(point, "detail", {}), spread)
+    drawn = [s for s in SOURCES if s in spread and (s not in MODEL_SOURCES or s == model)]
     if not drawn:   # only the other execution mode's model error: nothing measured for this prediction
         return None
     rng = np.random.default_rng(seed)

@@ -6,9 +6,13 @@
 For each execution mode (eager, graph), the measured over predicted times
 per batch of every blind test of that machine kind (blind_tests.py: the
 median of a configuration's repeats over the prediction made before its
-first run) become the file's `spread` entry `model_eager` or `model_graph`
-(model/interval.py draws the whole predicted total's factor from it, the
-calibration's own sources drawn as before). So an interval covers what the
+first run) become the file's `spread` entries: `model_eager_pageable` or
+`model_graph_pageable` those whose batch was staged through pageable
+memory (pageable, prefetch-pageable), `model_eager` or `model_graph` the
+others (model/interval.py draws the whole predicted total's factor from
+the one of its prediction, the calibration's own sources drawn as
+before); a group with fewer than MIN_TESTS tests records none, and its
+steps draw from their execution mode's other entry. So an interval covers what the
 calibration's repeats cannot show: a host's speed from one process to the
 next, and the model's known biases, in the proportion the blind tests met
 them. The entries replace any the file held; the rest of the file is kept.
@@ -23,7 +27,8 @@ from pathlib import Path
 
 from ..checks import CheckError, read_yaml
 from ..errors import OneLineParser, PerfmlpError, cli, say, write_atomic
-from ..model.machine import MODEL_ERROR_SOURCES, MachineError, machine_from_mapping, machine_to_yaml
+from ..model.machine import (MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS,
+                             MachineError, machine_from_mapping, machine_to_yaml)
 from .blind_tests import read_blind_tests
 
 MIN_TESTS = 5   # an execution mode with fewer blind tests records no model error
@@ -31,20 +36,22 @@ MIN_TESTS = 5   # an execution mode with fewer blind tests records no model erro
 
 def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]:
     """spread source -> the sorted measured / predicted ratios of the
-    machine kind's blind tests in that execution mode (modes with fewer
-    than MIN_TESTS left out)."""
+    machine kind's blind tests in that execution mode, staged through
+    pageable memory or not (groups with fewer than MIN_TESTS left out)."""
     out = {}
-    for mode, source in MODEL_ERROR_SOURCES.items():
-        ratios = sorted(round(t.measured_s / t.predicted_s, 4) for t in tests
-                        if t.machine == machine_kind and t.exec == mode)
-        if len(ratios) >= MIN_TESTS:
-            out[source] = tuple(ratios)
+    for sources, pageable in ((MODEL_ERROR_SOURCES, False), (PAGEABLE_MODEL_ERROR_SOURCES, True)):
+        for mode, source in sources.items():
+            ratios = sorted(round(t.measured_s / t.predicted_s, 4) for t in tests
+                            if t.machine == machine_kind and t.exec == mode
+                            and (t.batch_transfer in PAGEABLE_TRANSFERS) == pageable)
+            if len(ratios) >= MIN_TESTS:
+                out[source] = tuple(ratios)
     return out
 
 
 def with_model_error(values: dict, ratios: dict[str, tuple]) -> dict:
     """The machine file's mapping with its model-error spread entries replaced."""
-    kept = [e for e in values.get("spread") or [] if e.get("source") not in MODEL_ERROR_SOURCES.values()]
+    kept = [e for e in values.get("spread") or [] if e.get("source") not in MODEL_SOURCES]
     return {**values, "spread": kept + [{"source": s, "ratios": list(r)} for s, r in ratios.items()]}
 
 

@@ -9,7 +9,12 @@ COMMS = ("mpi", "nccl")
 # the sources of a file's figures whose measured spread it may record (model/interval.py), and
 # the model's own error, measured blind per execution mode (report/blind_spread.py)
 MODEL_ERROR_SOURCES = {"eager": "model_eager", "graph": "model_graph"}
-SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_ERROR_SOURCES.values())
+# the same for steps whose batch is staged through pageable host memory (PAGEABLE_TRANSFERS), where a file
+# has it; the ones above are then the other transfers' (resident, pinned, prefetched from pinned memory)
+PAGEABLE_MODEL_ERROR_SOURCES = {"eager": "model_eager_pageable", "graph": "model_graph_pageable"}
+PAGEABLE_TRANSFERS = ("pageable", "prefetch-pageable")
+MODEL_SOURCES = (*MODEL_ERROR_SOURCES.values(), *PAGEABLE_MODEL_ERROR_SOURCES.values())
+SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_SOURCES)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     staging = [machine.device_copy_s(isz.act * b * n) for n in (layer_sizes[0], layer_sizes[-1])] \
         if counts.bytes_d2d else []
     terms["elementwise"] += sum(staging)
-    detail = {"exec": exec_mode, "kernels": n_kernels, "overlap": bool(overlap)}
+    detail = {"exec": exec_mode, "batch_transfer": batch_transfer, "kernels": n_kernels, "overlap": bool(overlap)}
     if overlap:   # the staged copies ride in the buckets: their exposed part is in allreduce too
         terms["allreduce"], more = _overlapped_exchange(machine, layer_sizes, b, isz, precision, gemm, gap, comm,
                                                         procs, batch_transfer, bucket_bytes, fuse_output,
