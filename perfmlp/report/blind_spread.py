@@ -12,10 +12,10 @@ memory (pageable, prefetch-pageable), `model_eager` or `model_graph` the
 others (model/interval.py draws the whole predicted total's factor from
 the one of its prediction, the calibration's own sources drawn as
 before); a group with fewer than MIN_TESTS tests records none, and its
-steps draw from their execution mode's other entry. So an interval covers what the
-calibration's repeats cannot show: a host's speed from one process to the
-next, and the model's known biases, in the proportion the blind tests met
-them. The entries replace any the file held; the rest of the file is kept.
+steps draw from their execution mode's other entry. So an interval covers
+what the calibration's repeats cannot show: a host's speed from one
+process to the next, and the model's known biases, in the proportion the
+blind tests met them. The entries replace any the file held; the rest of the file is kept.
 The tests are pooled over the sweeps and commits the history holds (each
 one's error is of the model of its own commit).
 """

@@ -24,4 +24,5 @@ from .points import (COMMS, GEMM_KERNELS, CollectivePoint, CopyPoint, DispatchPo
 __all__ = ["Machine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine", "machine_files",
            "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "COMMS", "GEMM_KERNELS",
            "CollectivePoint", "CopyPoint", "DispatchPoint", "GemmRate", "HostCopyPoint", "KernelTime", "LaunchFactor",
-           "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS", "SPREAD_SOURCES", "SharedCopyPoint", "SpreadPoint", "WaitPoint", "piecewise_linear"]
+           "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS",
+           "SPREAD_SOURCES", "SharedCopyPoint", "SpreadPoint", "WaitPoint", "piecewise_linear"]
