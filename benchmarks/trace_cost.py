@@ -163,7 +163,8 @@ def machine(backend: str) -> str:
 
 def verdict(res: dict) -> str:
     if res["backend"] == "numpy":
-        return f"Budget {BUDGET_US:g} us: the median is {'within' if res['cost_us_median'] <= BUDGET_US else 'over'} it."
+        ok = "within" if res["cost_us_median"] <= BUDGET_US else "over"
+        return f"Budget {BUDGET_US:g} us: the median is {ok} it."
     ok = "within" if res["cost_pct_median"] < BUDGET_PCT else "over"
     return f"Budget {BUDGET_PCT:g}% of the untraced step: the median is {ok} it."
 

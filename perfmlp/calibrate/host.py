@@ -192,7 +192,8 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
             log(f"host time per batch of the graph step (resident, one replay), one rank: "
                 f"{per_rank[0]['graph'] * 1e6:.2f} us")
             log(f"host time per batch copy call, one rank: into a graph's static inputs "
-                f"{res['static_copy_host_s'] * 1e6:.2f} us, from pinned memory {res['pinned_copy_host_s'] * 1e6:.2f} us")
+                f"{res['static_copy_host_s'] * 1e6:.2f} us, "
+                f"from pinned memory {res['pinned_copy_host_s'] * 1e6:.2f} us")
         else:
             points.append({"procs": g, "launch_s": float(launch[slow]), "trace_phase_s": float(trace[slow])})
     if points:
