@@ -53,7 +53,6 @@ from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
 BUDGET_US = 3.0  # the default level's host time per batch on the CPU machine, at most
 BUDGET_PCT = 2.0  # the default level's share of the step on one GPU, at most
 NB = 8  # batches in the data set (the blocks cycle through them)
-LAST = [Counts()]
 
 
 def block(be, tracer, n: int, B: int, clock) -> float:
@@ -69,11 +68,22 @@ def block(be, tracer, n: int, B: int, clock) -> float:
         tracer.begin_batch(0, k, B, B)
         step(net, be.batches, be.reducer, lo, lo + B, tracer.phase, counts, be.graph, be.parts)
         tracer.end_batch(0.5, counts)
-        if k < n - 1:
-            counts.reset()
+        counts.reset()
     be.sync()
-    LAST[0] = counts  # the last step's counters, for hooks_only
     return (clock() - t0) / n
+
+
+def step_shape(be, B: int) -> tuple[Counts, int]:
+    """(a step's counters, the number of phases it enters): one untraced step."""
+    null, counts, entered = NullTracer(), Counts(), []
+
+    def phase(name):
+        entered.append(name)
+        return null.phase(name)
+    be.net.ops = None
+    step(be.net, be.batches, be.reducer, 0, B, phase, counts, be.graph, be.parts)
+    be.sync()
+    return counts, len(entered)
 
 
 def hooks_only(tracer, n: int, B: int, last: Counts, nphases: int) -> float:
@@ -140,9 +150,9 @@ def measure(a) -> dict:
         t = {id(tr): block(be, tr, a.steps, a.batch, clock) for tr in order}
         off.append(t[id(null)] * 1e6)
         cost.append((t[id(tracer)] - t[id(null)]) * 1e6)
-    nph = tracer._nfast  # the stamps of the step's fast path (the phases it ran)
-    floor = [(hooks_only(tracer, 20_000, a.batch, LAST[0], nph) - hooks_only(null, 20_000, a.batch, LAST[0], nph))
-             * 1e6 for _ in range(5)]
+    last, nph = step_shape(be, a.batch)
+    floor = [(hooks_only(tracer, 20_000, a.batch, last, nph) - hooks_only(null, 20_000, a.batch, last, nph)) * 1e6
+             for _ in range(5)]
     tracer.close("complete")
     share = [100 * c / u for c, u in zip(cost, off)]
     return {"level": tracer.level, "exec": be.exec, "untraced_us_median": statistics.median(off),

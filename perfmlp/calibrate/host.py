@@ -62,6 +62,7 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     copies; and each round's value (their spread)."""
     import tempfile
     from types import SimpleNamespace
+    from ..batches import DeviceBatches
     from ..comm import SingleWorld
     from ..gpu import use_device
     from ..gpu.graph import GraphStep
@@ -76,7 +77,6 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
     counts = Counts()
     graph = GraphStep(cp, net, batches, reducer, stream)
-    from ..batches import DeviceBatches
     pinned = DeviceBatches(cp, cp.asnumpy(batches.xr), cp.asnumpy(batches.yr), "pinned", bl)
     quiet, copied = NullTracer().phase, Counts()   # the copies' counts apart: the steps' stay a batch's
 

@@ -47,7 +47,8 @@ def blind_rows(folder: Path, machine_kind: str, machine: str) -> tuple[list[dict
     rows, left = [], []
     groups = repeat_groups(analyse(runs, skipped, load_study(None), machine, folder))
     for g in sorted(groups.values(), key=lambda g: g.label):
-        if repeat_prediction(g, preds, starts)[2] != "blind":   # the validation section's rule
+        pred_ms, _, status = repeat_prediction(g, preds, starts)
+        if status != "blind":   # the validation section's rule
             left.append(f"{g.label}: not every repeat has a prediction made before it started")
             continue
         commit = {commits[r.run_id] for r in g.runs}
@@ -60,7 +61,7 @@ def blind_rows(folder: Path, machine_kind: str, machine: str) -> tuple[list[dict
                      "hidden_sizes": "x".join(map(str, first.hidden)), "batch_size": first.batch,
                      "procs": first.procs, "batch_transfer": first.transfer, "comm": first.comm, "exec": first.exec,
                      "parallel": first.parallel, "precision": first.precision, "repeats": len(t),
-                     "predicted_s": f"{preds['runs'][first.run_id]['total_s']:.12g}", "measured_s": f"{statistics.median(t):.12g}",
+                     "predicted_s": f"{pred_ms / 1e3:.12g}", "measured_s": f"{statistics.median(t):.12g}",
                      "measured_min_s": f"{t[0]:.12g}", "measured_max_s": f"{t[-1]:.12g}",
                      "spread": f"{t[-1] / t[0] - 1:.6f}"})
     return rows, left

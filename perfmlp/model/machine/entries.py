@@ -22,8 +22,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-           "pinned_launch_factor",
-           "spread", "prefetch_s")
+           "pinned_launch_factor", "spread", "prefetch_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 # Keys files calibrated at 0.4.0.dev0 (commits dbb4050 to 673d1b2) hold and the model no longer reads:
 # host_cache_bytes, with host_copy_s points of buffer "cached" (pageable copies from a source in the
@@ -161,7 +160,8 @@ _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
                 "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
-                "pageable_launch_factor": _launch_factor, "pinned_launch_factor": _launch_factor, "spread": _spread_point, "prefetch_s": _prefetch_point}
+                "pageable_launch_factor": _launch_factor, "pinned_launch_factor": _launch_factor,
+                "spread": _spread_point, "prefetch_s": _prefetch_point}
 
 
 
