@@ -24,6 +24,9 @@ if ls $KIT/cupti/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target "$PWD/.pyext" $KIT/cupti/*.whl 2>&1 | tail -2
 fi
 for f in $KIT/libdw1_*.deb $KIT/libelf1_*.deb; do [ -f "$f" ] && dpkg -x "$f" "$PWD/.dw"; done
+# the tracer's batch hooks in C (perfmlp/trace/_fastpath.c), built in place as pip install -e . does;
+# where it cannot be built, the Python hooks run and the manifests say so (ran.batch_hooks)
+python3 setup.py -q build_ext --inplace > /dev/null 2>&1 || echo "the C batch hooks were not built: the Python ones run"
 export PYTHONPATH="$PWD:$PWD/.pyext${PYTHONPATH:+:$PYTHONPATH}"
 export LD_LIBRARY_PATH="$PWD/.dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NSYS=${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-*/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}

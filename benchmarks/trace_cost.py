@@ -1,11 +1,12 @@
 """The tracer's time per batch, at the default level, in one process.
 
 The same network and batches take blocks of steps untraced (NullTracer)
-and traced (a real Tracer at `--trace-level auto`, writing its trace),
-alternately in ABBA order, through the trainer's own `step`. The cost is
-the traced block's time less the untraced one's, per batch, one figure
-per round; reported: the median and the spread (10th, 25th, 75th, 90th
-percentiles). Also the hooks alone, in a loop with no step between them
+and traced (a real Tracer at `--trace-level auto`, writing its trace: one
+with the C batch hooks where they are built, one with the Python ones),
+in turn, the order reversed every other round, through the trainer's own
+`step`. The cost is a traced block's time less the untraced one's, per
+batch, one figure per round; reported: the median and the spread (10th,
+25th, 75th, 90th percentiles). Also the hooks alone, in a loop with no step between them
 (everything in cache: the floor), and NVTX's cost where the nvtx package
 is installed and no profiler is attached.
 
@@ -27,6 +28,7 @@ of the untraced step, budget 2%.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import platform
@@ -45,6 +47,7 @@ from perfmlp.comm import SingleWorld  # noqa: E402
 from perfmlp.config import from_mapping  # noqa: E402
 from perfmlp.mlp import init_weights  # noqa: E402
 from perfmlp.step import step  # noqa: E402
+from perfmlp.trace.fastpath import CFastPath  # noqa: E402
 from perfmlp.trace.format import Counts  # noqa: E402
 from perfmlp.trace.manifest import git_commit  # noqa: E402
 from perfmlp.trace.records import Phase  # noqa: E402
@@ -121,7 +124,9 @@ def pct(xs, q) -> float:
 
 
 def setup(a, tdir: str):
-    """The backend (its network initialised) and a Tracer attached to it."""
+    """The backend (its network initialised) and the tracers attached to it:
+    {"c": ..., "python": ...}, the batch hooks each has (only "python" where
+    the C hooks are not built)."""
     cfg = from_mapping(dict(batch_size=a.batch, n_train=a.batch * NB, hidden_sizes=[a.hidden], backend=a.backend,
                             exec=a.exec, comm=a.comm, trace=True, trace_dir=tdir, run_id="cost",
                             quiet=True, **({"batch_transfer": "resident"} if a.backend == "cupy" else {})))
@@ -130,36 +135,50 @@ def setup(a, tdir: str):
     x = rng.random((cfg.n_train, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, cfg.n_train)]
     be = build(cfg, world, x, y)
-    tracer = make_tracer(cfg, world)
-    tracer.attach(world, be)
+    tracers = {}
+    for hooks in (("c", "python") if CFastPath is not None else ("python",)):
+        tracers[hooks] = make_tracer(dataclasses.replace(cfg, run_id=f"cost-{hooks}"), world,
+                                     compiled=hooks == "c")
+        tracers[hooks].attach(world, be)
     be.net.set_params(init_weights(cfg.layer_sizes, 0))
     be.net.global_batch = a.batch
-    return be, tracer
+    return be, tracers
 
 
-def measure(a) -> dict:
-    be, tracer = setup(a, tempfile.mkdtemp())
-    clock = time.thread_time if a.backend == "numpy" else time.perf_counter
-    null = NullTracer()
-    warm = 1000 if a.backend == "numpy" else 100
-    block(be, null, warm, a.batch, clock)
-    block(be, tracer, warm, a.batch, clock)
-    off, cost = [], []
-    for r in range(a.rounds):
-        order = (null, tracer) if r % 2 == 0 else (tracer, null)   # ABBA
-        t = {id(tr): block(be, tr, a.steps, a.batch, clock) for tr in order}
-        off.append(t[id(null)] * 1e6)
-        cost.append((t[id(tracer)] - t[id(null)]) * 1e6)
-    last, nph = step_shape(be, a.batch)
-    floor = [(hooks_only(tracer, 20_000, a.batch, last, nph) - hooks_only(null, 20_000, a.batch, last, nph)) * 1e6
-             for _ in range(5)]
-    tracer.close("complete")
+def spread(cost: list, off: list, floor: list) -> dict:
     share = [100 * c / u for c, u in zip(cost, off)]
-    return {"level": tracer.level, "exec": be.exec, "untraced_us_median": statistics.median(off),
-            "cost_us_median": statistics.median(cost), "cost_us_p10": pct(cost, 10), "cost_us_p25": pct(cost, 25),
+    return {"cost_us_median": statistics.median(cost), "cost_us_p10": pct(cost, 10), "cost_us_p25": pct(cost, 25),
             "cost_us_p75": pct(cost, 75), "cost_us_p90": pct(cost, 90), "cost_pct_median": statistics.median(share),
             "cost_pct_p25": pct(share, 25), "cost_pct_p75": pct(share, 75),
             "hooks_only_us_median": statistics.median(floor)}
+
+
+def measure(a) -> dict:
+    """Untraced and each tracer's blocks, interleaved: round r runs them in
+    one order, round r + 1 in the reverse (ABC CBA), so that drift in the
+    host's speed weighs on each alike."""
+    be, tracers = setup(a, tempfile.mkdtemp())
+    clock = time.thread_time if a.backend == "numpy" else time.perf_counter
+    null = NullTracer()
+    runs = [null, *tracers.values()]
+    warm = 1000 if a.backend == "numpy" else 100
+    for tr in runs:
+        block(be, tr, warm, a.batch, clock)
+    t = {id(tr): [] for tr in runs}
+    for r in range(a.rounds):
+        for tr in (runs if r % 2 == 0 else runs[::-1]):
+            t[id(tr)].append(block(be, tr, a.steps, a.batch, clock) * 1e6)
+    off = t[id(null)]
+    last, nph = step_shape(be, a.batch)
+    res = {"level": next(iter(tracers.values())).level, "exec": be.exec, "untraced_us_median": statistics.median(off),
+           "hooks": list(tracers)}
+    for hooks, tr in tracers.items():
+        cost = [x - u for x, u in zip(t[id(tr)], off)]
+        floor = [(hooks_only(tr, 20_000, a.batch, last, nph) - hooks_only(null, 20_000, a.batch, last, nph)) * 1e6
+                 for _ in range(5)]
+        res[hooks] = spread(cost, off, floor)
+        tr.close("complete")
+    return res
 
 
 def machine(backend: str) -> str:
@@ -171,12 +190,13 @@ def machine(backend: str) -> str:
     return where
 
 
-def verdict(res: dict) -> str:
+def verdict(res: dict, hooks: str) -> str:
+    r = res[hooks]
     if res["backend"] == "numpy":
-        ok = "within" if res["cost_us_median"] <= BUDGET_US else "over"
-        return f"Budget {BUDGET_US:g} us: the median is {ok} it."
-    ok = "within" if res["cost_pct_median"] < BUDGET_PCT else "over"
-    return f"Budget {BUDGET_PCT:g}% of the untraced step: the median is {ok} it."
+        ok = "within" if r["cost_us_median"] <= BUDGET_US else "over"
+        return f"Budget {BUDGET_US:g} us: the median of the {hooks} hooks is {ok} it."
+    ok = "within" if r["cost_pct_median"] < BUDGET_PCT else "over"
+    return f"Budget {BUDGET_PCT:g}% of the untraced step: the median of the {hooks} hooks is {ok} it."
 
 
 def markdown(res: dict) -> str:
@@ -184,18 +204,20 @@ def markdown(res: dict) -> str:
             f"comm {res['comm']} ({res['level']} level)")
     md = [head, "", f"Machine: {res['machine']}. Date: {res['date']}. Commit: {res['commit']}.", "",
           f"Command: `{res['command']}`", "",
-          "| | us per batch | share of the untraced step |", "| --- | --- | --- |",
-          f"| untraced step (median) | {res['untraced_us_median']:.2f} | |",
-          f"| tracer's cost, median of {res['rounds']} ABBA rounds of {res['steps']} steps | "
-          f"{res['cost_us_median']:.2f} | {res['cost_pct_median']:+.2f}% |",
-          f"| spread: 10th / 25th / 75th / 90th percentile | {res['cost_us_p10']:.2f} / {res['cost_us_p25']:.2f} / "
-          f"{res['cost_us_p75']:.2f} / {res['cost_us_p90']:.2f} | {res['cost_pct_p25']:+.2f}% to "
-          f"{res['cost_pct_p75']:+.2f}% (25th to 75th) |",
-          f"| the hooks alone, no step between them (median of 5) | {res['hooks_only_us_median']:.2f} | |", "",
-          verdict(res) + " NVTX with no profiler attached: "
-          + (f"{res['push_pop_ns']:.0f} ns a push and pop ({res['domain']}); the tracer calls none unless a tool is "
-             "attached." if "push_pop_ns" in res else "the nvtx package is not installed here; the tracer calls "
-             "NVTX only where a tool is attached."), ""]
+          f"Untraced step (median): {res['untraced_us_median']:.2f} us. {res['rounds']} rounds of {res['steps']} "
+          f"steps, each round the untraced step and each tracer in turn, the order reversed every other round.", "",
+          "| batch hooks | tracer's cost, median us | share of the untraced step | 10th / 25th / 75th / 90th "
+          "percentile us | share, 25th to 75th | the hooks alone, no step between them (median of 5) |",
+          "| --- | --- | --- | --- | --- | --- |"]
+    for hooks in res["hooks"]:
+        r = res[hooks]
+        md.append(f"| {hooks} | {r['cost_us_median']:.2f} | {r['cost_pct_median']:+.2f}% | {r['cost_us_p10']:.2f} / "
+                  f"{r['cost_us_p25']:.2f} / {r['cost_us_p75']:.2f} / {r['cost_us_p90']:.2f} | "
+                  f"{r['cost_pct_p25']:+.2f}% to {r['cost_pct_p75']:+.2f}% | {r['hooks_only_us_median']:.2f} |")
+    md += ["", " ".join(verdict(res, h) for h in res["hooks"]) + " NVTX with no profiler attached: "
+           + (f"{res['push_pop_ns']:.0f} ns a push and pop ({res['domain']}); the tracer calls none unless a tool is "
+              "attached." if "push_pop_ns" in res else "the nvtx package is not installed here; the tracer calls "
+              "NVTX only where a tool is attached."), ""]
     return "\n".join(md)
 
 

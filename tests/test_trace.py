@@ -126,18 +126,18 @@ def _driven_run(tmp_path, monkeypatch, plan):
     from perfmlp.backend import build
     from perfmlp.comm import SingleWorld
     from perfmlp.config import from_mapping
-    from perfmlp.trace import phases as phases_mod, writer as writer_mod
+    from perfmlp.trace import fastpath as fastpath_mod, phases as phases_mod, writer as writer_mod
     from perfmlp.trace.format import Counts
     ticks = count(1.0)
-    monkeypatch.setattr(phases_mod, "_now", lambda: next(ticks))
-    monkeypatch.setattr(writer_mod, "_now", lambda: next(ticks))
+    for mod in (phases_mod, writer_mod, fastpath_mod):
+        monkeypatch.setattr(mod, "_now", lambda: next(ticks))
     general, end_other = [], writer_mod.Tracer._end_other
-    monkeypatch.setattr(writer_mod.Tracer, "_end_other", lambda t, *a: general.append(t._rec[4]) or end_other(t, *a))
+    monkeypatch.setattr(writer_mod.Tracer, "_end_other", lambda t, *a: general.append(t._fp.batch) or end_other(t, *a))
     cfg = from_mapping(dict(batch_size=4, n_train=8, input_size=4, hidden_sizes=[3], num_classes=2, backend="numpy",
                             trace_dir=str(tmp_path), run_id="driven", quiet=True))
     world = SingleWorld()
     be = build(cfg, world, np.zeros((8, 4), np.float32), np.eye(2, dtype=np.float32)[[0, 1] * 4])
-    tracer = writer_mod.make_tracer(cfg, world)
+    tracer = writer_mod.make_tracer(cfg, world, compiled=False)  # the Python batch hooks read the clock above
     tracer.attach(world, be)
     counts = Counts()
     for k, (samples, phases, nbytes) in enumerate(plan):

@@ -4,7 +4,8 @@ parts, interleaved in one process (a one-off diagnostic).
 Variants, each a block of `--steps` steps of the trainer's own `step`, in a
 new random order every round:
 - null: NullTracer (its begin_batch and end_batch are Python no-ops);
-- full: the real Tracer at the default level;
+- full: the real Tracer at the default level, with the Python batch hooks;
+- full-c: the same with the C batch hooks (where built);
 - stamps: the Tracer's phase stamps (C), begin/end as null's (Python no-ops);
 - cnull: no stamps, begin/end C callables that do nothing of note;
 - cstamps: the Tracer's phase stamps, begin/end C callables;
@@ -57,8 +58,8 @@ _now = time.perf_counter
 def lean_parts(tracer, phase, stamps):
     """Begin and end that store and pack the record as the fast path does,
     without its checks, into a buffer of one block's records."""
-    rec, note = list(tracer._rec), tracer._note
-    pack, size = note.record.pack_into, note.size
+    fp, note = tracer._fp, tracer._note
+    rec, pack, size = list(fp._rec), fp._pack, fp.size
     buf = bytearray(size * 2000)
     rec[0] = buf
     pos = [0]
@@ -86,12 +87,12 @@ def lean_parts(tracer, phase, stamps):
 def one_parts(tracer, stamps):
     """begin_batch: one C stamp; end_batch(epoch, batch, samples, local, loss,
     counts) does the fast path's checks and packs."""
-    rec, note = list(tracer._rec), tracer._note
-    pack, size = note.record.pack_into, note.size
+    fp, note = tracer._fp, tracer._note
+    rec, pack, size = list(fp._rec), fp._pack, fp.size
     buf = bytearray(size * 2000)
     rec[0] = buf
     pos = [0]
-    shape = [tracer._samples, tracer._local, tracer._nfast + 1]
+    shape = [fp.samples, fp.local, fp.nfast + 1]
     begin = stamp_class(stamps)().__enter__
 
     def end(epoch, batch, samples, local, loss, counts):
@@ -123,13 +124,14 @@ def phase_of(stamps: list):
     return dict.fromkeys(Phase, stamp_class(stamps)()).__getitem__
 
 
-def variants(tracer):
-    """The variants; `tracer` on its fast path (after a batch of the size)."""
+def variants(tracers: dict):
+    """The variants; the tracers on their fast path (after a batch of the size)."""
     null = NullTracer()
     stamps: list = []
     phase = phase_of(stamps)
     lean: list = []
-    return {"null": null, "full": tracer,
+    tracer = tracers["python"]
+    return {"null": null, "full": tracer, **({"full-c": tracers["c"]} if "c" in tracers else {}),
             "stamps": Parts(phase, null.begin_batch, null.end_batch, stamps.clear),
             "cnull": Parts(null.phase, max, slice, None),
             "cstamps": Parts(phase, max, slice, stamps.clear),
@@ -173,9 +175,10 @@ def main() -> int:
     ap.add_argument("--backend", default="cupy")
     a = ap.parse_args()
     a.exec, a.comm = "eager", ("nccl" if a.backend == "cupy" else "auto")
-    be, tracer = setup(a, tempfile.mkdtemp())
-    block(be, tracer, 100, a.batch)
-    vs = variants(tracer)
+    be, tracers = setup(a, tempfile.mkdtemp())
+    for tracer in tracers.values():
+        block(be, tracer, 100, a.batch)
+    vs = variants(tracers)
     for tr in vs.values():
         block(be, tr, 100, a.batch)
     rng = np.random.default_rng(0)
@@ -187,7 +190,8 @@ def main() -> int:
             w, c = block(be, vs[names[i]], a.steps, a.batch)
             wall[names[i]].append(w)
             cpu[names[i]].append(c)
-    tracer.close("complete")
+    for tracer in tracers.values():
+        tracer.close("complete")
     res = {"hidden": a.hidden, "batch": a.batch, "rounds": a.rounds, "steps": a.steps, "variants": {}}
     lines = [f"H={a.hidden} B={a.batch} eager nccl, {a.rounds} rounds of {a.steps} steps, random order",
              "variant | wall us | cost us median (p25, p75) | cpu us | cpu cost median"]

@@ -125,6 +125,9 @@ class Ran:
                                       F.optional(F.string))
     trace_levels: tuple | None = _f("each rank's level, where they differ", F.optional(F.string_list))
     gpu: str | None = _f("the GPU's name (null on the CPU)", F.optional(F.string))
+    batch_hooks: str | None = _f("the tracer's begin_batch and end_batch: `c` (compiled) or `python` (absent "
+                                 "before perfmlp 0.4.0: Python)", F.if_missing(F.optional(F.choice("c", "python")),
+                                                                              None))
 
     @property
     def on_gpu(self) -> bool:

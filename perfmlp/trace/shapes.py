@@ -102,8 +102,8 @@ class ShapeBook:
         """Batch records written: those of the mapped file, walked (the hot
         path counts nothing), and those written through _write_batch."""
         sizes = {e.id: e.size for e in self._entries}
-        pos, n, mm = self._store.start, 0, self._mm
-        while pos < self._pos:
+        pos, n, mm, end = self._store.start, 0, self._fp.mm, self._fp.pos
+        while pos < end:
             pos += sizes[BatchLayout.HEAD.unpack_from(mm, pos)[0]]
             n += 1
         return n + (self._count if self._written is not None else 0)

@@ -15,18 +15,17 @@ completed, never by synchronising the device), the host clock on the CPU;
 (trace/activity.py), written as `gpu` lines between epochs.
 
 Host cost per batch, which a host-bound step pays in full (budget: 3 us on
-the project's CPU machine, benchmarks/trace_cost.py): one perf_counter()
-per phase, appended in C (trace/phases.py), and a Python frame each for
-begin_batch and end_batch. Their fast path, taken by a batch of the
-same piece size as the one before it (with no NVTX tool, CUPTI or CUDA
-events): two clock reads, a few stores into the record's pack_into
-arguments (a list kept from batch to batch), a comparison of the
-batch's byte counts and collectives with its `Shape`, and one
-struct.pack_into into the mapped batch file, whose pages are faulted in
-ahead (trace/store.py); no dictionary look-up, no JSON, no system call.
-The first batch of
-each piece size records the operations the network launched, prices them
-(the model's formulas) and writes the `Shape` line once.
+the project's CPU machine, and 2% of an eager GPU step;
+benchmarks/trace_cost.py): one perf_counter() per phase, appended in C
+(trace/phases.py), and begin_batch and end_batch, in C where the
+extension was built (trace/fastpath.py). Their fast path, taken by a batch
+of the same piece size as the one before it (with no NVTX tool, CUPTI or
+CUDA events): two clock reads, a comparison of the batch's byte counts
+and collectives with its `Shape`, and one record stored into the mapped
+batch file, whose pages are faulted in ahead (trace/store.py); no
+dictionary look-up, no JSON, no system call. The first batch of each
+piece size records the operations the network launched, prices them (the
+model's formulas) and writes the `Shape` line once.
 """
 from __future__ import annotations
 
@@ -42,11 +41,12 @@ from . import activity as act
 from . import nvtx as nv
 from .format import ACTIVITY_LEVELS, ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
 from .manifest import finished, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
+from .fastpath import CFastPath, fast_path
 from .gpu_side import GpuSide
 from .phases import NOOP, Event, Hooked, Recording, stamp_class
 from .shapes import ShapeBook
 from .lines import line
-from .records import SCHEMA, Activity, BatchLayout, End, Epoch, Header, Phase
+from .records import SCHEMA, Activity, End, Epoch, Header, Phase
 from .store import BatchFile, LineFile, WrittenBatchFile
 
 _ns = time.perf_counter_ns
@@ -98,7 +98,7 @@ class _NoNet:
 class Tracer(ShapeBook, GpuSide):
     """Writes one rank's trace."""
 
-    def __init__(self, run_dir: Path, rank: int, world, cfg, manifest=None):
+    def __init__(self, run_dir: Path, rank: int, world, cfg, manifest=None, compiled: bool | None = None):
         self.run_dir, self.rank, self.world, self.cfg = run_dir, rank, world, cfg
         self.manifest = manifest  # rank 0's
         self.backend = None
@@ -107,7 +107,6 @@ class Tracer(ShapeBook, GpuSide):
         self.t_start_ns = _ns()
         self._lines = LineFile(run_dir / rank_file(rank))
         self._store = BatchFile(run_dir / batch_file(rank), rank)
-        self._mm, self._pos, self._ready = self._store.mm, self._store.start, self._store.limit
         self._count = 0              # batch records written once writes are redirected
         self._entries: list = []     # every Note made (their record sizes, to count the records at the end)
         self._written = None         # a WrittenBatchFile once writes are redirected
@@ -120,12 +119,12 @@ class Tracer(ShapeBook, GpuSide):
         self._shapes: dict = {}      # samples << 32 | local samples -> Note
         self._next_shape = 1
         self._note = None            # the batch's Note
-        # the batch record's pack_into arguments, kept from batch to batch: file, offset, shape id,
-        # epoch, batch, loss, t0, t1, GPU total, a place per phase start, size (records.BatchLayout)
-        self._rec: list = [None] * 10
-        self._pack = None            # the Note's record.pack_into
-        # the fast path: batches of this piece size (-1: none), with this many stamps (-1: none)
-        self._samples = self._local = self._nfast = -1
+        # begin_batch and end_batch: the fast path's (trace/fastpath.py: C where built), which hands any
+        # other batch to _begin_other and _end_other; it keeps the batch's ids and stamps, and the offset
+        self._fp = fast_path(self._stamps, self._store.mm, self._store.start, self._store.limit,
+                             self._begin_other, self._end_other, self._grow, compiled)
+        self.begin_batch, self.end_batch = self._fp.begin_batch, self._fp.end_batch
+        self.batch_hooks = "c" if CFastPath is not None and isinstance(self._fp, CFastPath) else "python"
         self._net = None
         self._kernels = _NoNet
         self._collector = self._push = None
@@ -187,7 +186,8 @@ class Tracer(ShapeBook, GpuSide):
         ran = what_ran(self.cfg, backend, machine, {
             "trace_level": self.level, "trace_level_asked": asked, "trace_level_why": why,
             "trace_level_note": "; ".join(notes[:4]) + (" ..." if len(notes) > 4 else "") if notes else None,
-            "trace_levels": tuple(lv for lv, _ in levels) if len({lv for lv, _ in levels}) > 1 else None})
+            "trace_levels": tuple(lv for lv, _ in levels) if len({lv for lv, _ in levels}) > 1 else None,
+            "batch_hooks": self.batch_hooks})
         self.manifest = dataclasses.replace(self.manifest, ran=ran, machine=machine, versions=versions(),
                                             mpi_library=self.world.library)
         write_manifest(self.run_dir, self.manifest)
@@ -210,36 +210,6 @@ class Tracer(ShapeBook, GpuSide):
                                clock="cuda-events" if self._events is not None else "host",
                                host_start_ns=self.t_start_ns))
 
-    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
-        if samples != self._samples or local != self._local:  # another piece size, or the general path
-            return self._begin_other(epoch, batch, samples, local)
-        rec = self._rec
-        rec[3] = epoch
-        rec[4] = batch
-        self._stamps.clear()
-        rec[6] = _now()
-
-    def end_batch(self, loss, counts) -> None:
-        """`counts`: the batch's trace.format.Counts (read here, not kept)."""
-        rec = self._rec
-        rec[7] = _now()
-        note = self._note
-        stamps = self._stamps
-        if (len(stamps) != self._nfast or note.coll != counts.collectives
-                or note.bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
-                                  counts.bytes_nccl)):
-            return self._end_other(loss, counts)
-        rec[5] = NAN if loss is None else loss
-        rec[9:-1] = stamps
-        pos = self._pos
-        end = pos + note.size
-        if end > self._ready:
-            self._grow(end)   # a full disk raises here, the record not counted
-        rec[1] = pos
-        # one store into the mapped file: in the page cache at once, kept if the process is killed
-        self._pack(*rec)
-        self._pos = end
-
     def _begin_other(self, epoch: int, batch: int, samples: int, local: int) -> None:
         """begin_batch's general path: the first batch of a piece size, a
         batch after one that took end_batch's general path, or every batch
@@ -247,25 +217,24 @@ class Tracer(ShapeBook, GpuSide):
         note = self._shapes.get(samples << 32 | local)
         if note is None:  # the first batch of this piece size: note what it launches
             note = self._recording_entry(samples, local)
+        fp = self._fp
+        fp.samples = fp.local = fp.nfast = -1  # this batch's end takes the general path unless set below
         if note is not self._note:
             self._use(note)
-        rec = self._rec
-        rec[3] = epoch
-        rec[4] = batch
+        fp.epoch = epoch
+        fp.batch = batch
         self._stamps.clear()
-        rec[6] = _now()
+        fp.t0 = _now()
         if self._slow:
             self._begin_slow(epoch, batch)
         elif note.coll is not None:  # a priced Shape: this batch's end, and its size's next batches, go fast
-            self._samples, self._local, self._nfast = samples, local, note.nstamps
+            fp.samples, fp.local, fp.nfast = samples, local, note.nstamps
 
     def _use(self, note) -> None:
-        """Make `note` the batch's Note, and its record the one end_batch packs."""
+        """Make `note` the batch's Note, and the Shape the fast path's records reference."""
         self._note = note
         if note.coll is not None:
-            n = (note.size - BatchLayout.HEAD_BYTES) // 8  # the phase starts its record holds
-            self._rec[:] = [self._mm, self._pos, note.id, 0, 0, NAN, 0.0, 0.0, -1.0, *[0.0] * n, note.size]
-            self._pack = note.record.pack_into
+            self._fp.set_shape(note.id, note.size, note.bytes, note.coll)
 
     def _begin_slow(self, epoch: int, batch: int) -> None:
         if self._hooks:
@@ -279,13 +248,14 @@ class Tracer(ShapeBook, GpuSide):
         """end_batch's general path: hooks to close, CUDA events, redirected
         writes, or a batch whose counts its Note does not hold (the next batch
         takes begin_batch's general path)."""
-        self._samples = self._local = self._nfast = -1
+        fp = self._fp
+        fp.samples = fp.local = fp.nfast = -1
         if self._hooks:
             nv.pop()
             if self._push is not None:
                 self._collector.pop()
-        rec, entry, stamps = self._rec, self._note, self._stamps
-        epoch, batch, t0, t1 = rec[3], rec[4], rec[6], rec[7]
+        entry, stamps = self._note, self._stamps
+        epoch, batch, t0, t1 = fp.epoch, fp.batch, fp.t0, fp.t1
         if (entry.coll != counts.collectives or len(stamps) != entry.nstamps
                 or entry.bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
                                    counts.bytes_nccl)):
@@ -304,15 +274,17 @@ class Tracer(ShapeBook, GpuSide):
             self._written.append(entry.record, *values)
             self._count += 1
         else:
-            end = self._pos + entry.size
-            if end > self._ready:
+            fp = self._fp
+            end = fp.pos + entry.size
+            if end > fp.limit:
                 self._grow(end)
-            entry.record.pack_into(self._mm, self._pos, *values)
-            self._pos = end
+            entry.record.pack_into(fp.mm, fp.pos, *values)
+            fp.pos = end
 
     def _grow(self, need: int) -> None:
-        self._ready = self._store.ready_to(need)
-        self._mm = self._rec[0] = self._store.mm
+        """Make the batch file ready for `need` bytes (the fast path calls it too)."""
+        self._fp.limit = self._store.ready_to(need)
+        self._fp.mm = self._store.mm
 
     def end_epoch(self, **values) -> None:
         self._drain(block=True)
@@ -338,7 +310,7 @@ class Tracer(ShapeBook, GpuSide):
                      self._stop_activity,
                      self._write_header,
                      lambda: self._write(End(status=status, end=now_iso(), batches=self._records())),
-                     lambda: self._store.close(self._pos),
+                     lambda: self._store.close(self._fp.pos),
                      lambda: self._written.close() if self._written is not None else None,
                      self._lines.close,
                      lambda: self._finish_manifest(status)):
@@ -360,7 +332,7 @@ class Tracer(ShapeBook, GpuSide):
         self._lines = LineFile(Path(path))
         self._written = WrittenBatchFile(Path(path))
         self._slow = True
-        self._samples = self._local = self._nfast = -1
+        self._fp.samples = self._fp.local = self._fp.nfast = -1
 
     # -- internals ------------------------------------------------------------------
     def _write(self, rec) -> None:
@@ -377,8 +349,9 @@ def new_run_id(cfg, world) -> str:
     return world.bcast(rid)
 
 
-def make_tracer(cfg, world):
-    """A Tracer writing under cfg.trace_dir, or the no-op tracer with --no-trace."""
+def make_tracer(cfg, world, compiled: bool | None = None):
+    """A Tracer writing under cfg.trace_dir, or the no-op tracer with
+    --no-trace; `compiled`: its batch hooks in C (None: where built)."""
     if not cfg.trace:
         return NullTracer()
     run_id = new_run_id(cfg, world)
@@ -394,4 +367,4 @@ def make_tracer(cfg, world):
         manifest = new_manifest(run_id, cfg, world, nv.enabled())
         write_manifest(run_dir, manifest)
     world.barrier()
-    return Tracer(run_dir, world.rank, world, cfg, manifest)
+    return Tracer(run_dir, world.rank, world, cfg, manifest, compiled)
