@@ -103,3 +103,18 @@ def test_python_hooks_where_c_is_not_built(monkeypatch):
 def test_the_manifest_names_the_hooks_that_ran(tmp_path, compiled):
     run = read_run(_drive(tmp_path, compiled, "named"))
     assert run.manifest.ran.batch_hooks == ("c" if compiled else "python")
+
+
+@needs_c
+def test_the_c_stamper_appends_perf_counters_clock():
+    import time
+    from perfmlp.trace.phases import stamp_class
+    stamps: list = []
+    hook = stamp_class(stamps, compiled=True)()
+    before = time.perf_counter()
+    for _ in range(3):
+        with hook:
+            pass
+    after = time.perf_counter()
+    assert len(stamps) == 3 and before <= stamps[0] <= stamps[1] <= stamps[2] <= after
+    assert all(type(t) is float for t in stamps)

@@ -8,7 +8,8 @@ again (`samples`, `local`, `nfast`, `set_shape`).
 
 Two implementations with one interface: `perfmlp.trace._fastpath.FastPath`
 in C (built where a C compiler was found at install, on little-endian
-Linux) and `PyFastPath` below. They write the same bytes (tests/
+Linux; with it `Stamper`, the phases' clock stamp: trace/phases.py) and
+`PyFastPath` below. They write the same bytes (tests/
 test_fastpath.py). Why C: inside an eager GPU step, which is host-bound,
 the Python hooks cost 5-6.6 us a batch on one H200 host at H=512, B=800
 (3.4-3.9% of the step; benchmarks/trace_cost.py), about three times what
@@ -22,9 +23,9 @@ import time
 from .records import BatchLayout
 
 try:
-    from ._fastpath import FastPath as CFastPath
+    from ._fastpath import FastPath as CFastPath, Stamper as CStamper
 except ImportError:  # not built: no compiler at install, another system, or run from a source tree
-    CFastPath = None
+    CFastPath = CStamper = None
 
 _now = time.perf_counter
 NAN = float("nan")

@@ -193,7 +193,7 @@ class Tracer(ShapeBook, GpuSide):
         write_manifest(self.run_dir, self.manifest)
 
     def _make_phases(self) -> None:
-        stamp = stamp_class(self._stamps)
+        stamp = stamp_class(self._stamps, compiled=self.batch_hooks == "c")
         fast, rec = {}, {}
         for p in Phase:
             hook = Event(self, p) if self._events is not None else stamp()
