@@ -3,6 +3,7 @@ operation with p ranks launching at once (host_dispatch_s), host MPI
 through the staged buffer's memory (allreduce_s memory) and the GPU's time
 per graph replay (graph_replay_gap_s)."""
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -76,6 +77,40 @@ def test_host_mpi_through_the_staged_buffers_memory():
     with pytest.raises(MachineError, match=r"allreduce_s\[0\] memory must be one of pinned, pageable"):
         machine_from_mapping(_values(allreduce_s=[{"comm": "mpi", "procs": 2, "bytes": 8, "s": 1e-6,
                                                    "memory": "managed"}]), "x.yaml")
+
+
+def test_host_mpi_on_one_rank_is_priced_by_its_measured_call():
+    """One process still calls MPI_Allreduce in place: with one-rank points
+    the staged step pays it (log-log between sizes, the nearest beyond
+    them); a file without them prices 0, as before."""
+    pts = [{"comm": "mpi", "procs": 1, "bytes": n, "s": s, "memory": "pinned"}
+           for n, s in ((10**6, 4e-6), (10**8, 16e-6))]
+    one, plain = machine_from_mapping(_values(allreduce_s=pts), "x.yaml"), machine_from_mapping(_values(), "x.yaml")
+    H = 512   # gradients: 4 bytes x (784 x 512 + 512 + 512 x 10 + 10) = 1,628,200 bytes
+    nbytes = 4 * (784 * H + H + H * 10 + 10)
+    at = {m: predict_batch(m, (784, H, 10), 3200, 1, comm="mpi-staged", batch_transfer="pinned") for m in (one, plain)}
+    # log-log between 1e6 and 1e8 bytes: 4 us x 4 ** log100(n / 1e6)
+    assert at[one].terms["allreduce"] == pytest.approx(4e-6 * 4 ** (math.log(nbytes / 1e6) / math.log(100)))
+    assert at[plain].terms["allreduce"] == 0.0
+    assert at[one].total_s > at[plain].total_s
+    tiny = predict_batch(one, (784, 4, 10), 3200, 1, comm="mpi-staged", batch_transfer="pinned")
+    assert tiny.terms["allreduce"] == 4e-6                                        # below the table: its first point
+    nccl = predict_batch(one, (784, H, 10), 3200, 1, comm="nccl", batch_transfer="pinned")
+    assert nccl.terms["allreduce"] == 0.0                                         # no NCCL point on one rank
+
+
+def test_prefetched_pieces_share_the_link_with_the_staged_gradients():
+    """With the gradients staged, their copy back and the prefetched pieces'
+    copies take the same host-to-device link: a pipeline-bound step takes
+    their sum, not the pipeline alone."""
+    m = machine_from_mapping(_values(), "x.yaml")
+    kw = dict(batch_transfer="prefetch", exec_mode="graph")
+    staged = predict_batch(m, (784, 512, 10), 12800, 1, comm="mpi-staged", **kw)
+    pipe = staged.detail["prefetch_s"]
+    rest = staged.total_s - staged.terms["h2d_batch"]
+    assert staged.total_s == pytest.approx(max(pipe, rest))
+    assert pipe == pytest.approx(predict_batch(m, (784, 512, 10), 12800, 1, comm="nccl", **kw).detail["prefetch_s"]
+                                 + staged.terms["h2d_grad"])
 
 
 def test_a_graph_replay_costs_its_gap_on_the_gpu():

@@ -1,8 +1,9 @@
-"""Collectives, under `mpirun -n P` (P >= 2; nothing on one process):
+"""Collectives, under `mpirun -n P` (P >= 2; on one process only the
+first item's call on one rank):
 
 - host MPI_Allreduce (host wall time, the host buffer freshly written by a
   D2H copy as the trainer's is) through pinned and through pageable host
-  buffers (the staged scheme's two kinds), and NCCL allreduce (GPU time,
+  buffers (the staged scheme's two kinds), on one rank too, and NCCL allreduce (GPU time,
   calls queued ahead: what a replayed graph or a host running ahead sees;
   the host's call is the launch term), over groups of 2 and P ranks at the
   trainer's gradient sizes and a size ladder (allreduce_s, and the
@@ -144,17 +145,39 @@ def _group_times(cp, world, g: int, sizes, grads: set, events, spread: list) -> 
     return mpi, nccl_pts, reduced, wait
 
 
+def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
+    """Host MPI_Allreduce on one rank (rank 0 on MPI_COMM_SELF), in place,
+    through pinned and pageable buffers just written by a D2H, at the
+    trainer's gradient sizes: what the staged exchange's call costs a run
+    of one process (3-13 us a batch in the H100 host's staged runs, where
+    the model had priced 0). allreduce_s points with procs 1; [] without
+    MPI (the NumPy-only world) and on the other ranks."""
+    if world.rank != 0 or getattr(world, "comm", None) is None:
+        return []
+    from mpi4py import MPI
+    events = cp.cuda.Event(), cp.cuda.Event()
+    out = []
+    for nbytes in grads:
+        db = cp.ones(nbytes // 4, cp.float32)
+        for _, n, x, mem in _mpi_points(cp, MPI.COMM_SELF, 1, db, nbytes, set(), events, [])[0]:
+            out.append({"comm": "mpi", "procs": 1, "bytes": int(n), "s": float(x), "memory": mem})
+            log(f"mpi allreduce p=1 {n} B ({mem} host buffer): {x * 1e6:.1f} us")
+    return out
+
+
 def collective_times(cp, world, log, grad_bytes=()) -> dict:
     """Host MPI_Allreduce and NCCL allreduce on groups of 2 and P ranks, at
     the trainer's gradient sizes and a size ladder, the copies back from a
     reduced buffer at the gradient sizes, and the wait for the slowest rank
     (rank 0's: allreduce_s, the ring fits, collective_wait_s, host_copy_s,
-    and `_spread_collective`, its repeats' ratios: calibrate.spread); {} on
-    one process and on the other ranks."""
+    and `_spread_collective`, its repeats' ratios: calibrate.spread); and
+    host MPI's call on one rank (one_rank_mpi), on one process too. {} on
+    the other ranks."""
     P = world.size
-    if P < 2:
-        return {}
     grads = {int(n) // 4 * 4 for n in grad_bytes}
+    one = one_rank_mpi(cp, world, log, sorted(grads))
+    if P < 2:
+        return {"allreduce_s": one} if one else {}
     sizes = sorted(set(SIZES_BYTES) | grads)
     events = cp.cuda.Event(), cp.cuda.Event()
     pts_mpi, pts_nccl, waits, reduced, spread = [], [], [], [], []
@@ -168,7 +191,9 @@ def collective_times(cp, world, log, grad_bytes=()) -> dict:
         world.comm.Barrier()
     if world.rank != 0:
         return {}
-    return {**_collective_results(pts_mpi, pts_nccl, waits, reduced, log), "_spread_collective": spread}
+    res = _collective_results(pts_mpi, pts_nccl, waits, reduced, log)
+    res["allreduce_s"] += one
+    return {**res, "_spread_collective": spread}
 
 
 def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:

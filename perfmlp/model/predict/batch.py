@@ -70,6 +70,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     detail.update(trace_detail(trace_level))
     timeline = _launch_terms(step, terms, ahead)
     if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
+        if batch_transfer == "prefetch":   # the staged gradients' copy back shares the host-to-device
+            pipe_s += terms["h2d_grad"]      # link with the prefetched pieces' copies (0 without staging)
         terms["h2d_batch"], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
         detail.update(prefetch_s=pipe_s, prefetch_hidden_s=hidden)
     detail.update(host_s=timeline["host_s"],

@@ -27,19 +27,31 @@ def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: st
     """One allreduce of nbytes over procs ranks: the measured table (log-log
     interpolation between the two nearest sizes; beyond the table, the
     nearest point scaled by the ring model's ratio; host MPI's through
-    `memory`, the host buffer's) else the ring model."""
-    if procs <= 1 or nbytes <= 0:
+    `memory`, the host buffer's) else the ring model. On one rank, the
+    measured call where the file has one-rank points (host MPI's in-place
+    call is not free: 3-13 us a batch in the H100 host's staged runs), the
+    nearest point's time beyond them (no ring to scale by), else 0."""
+    if procs < 1 or nbytes <= 0:
         return 0.0
     kind = "nccl" if comm == "nccl" else "mpi"
+    if procs == 1:
+        return _interpolated(machine.allreduce_points(kind, 1, memory), nbytes, lambda n: 1.0)
     alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == "nccl" else \
         (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
     ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == "mpi")  # noqa: E731
     pts = machine.allreduce_points(kind, procs, memory)
+    return _interpolated(pts, nbytes, ring) if pts else ring(nbytes)
+
+
+def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale) -> float:
+    """Seconds at nbytes from measured (bytes, seconds) points: log-log
+    between the two around it, beyond them the nearest point times
+    scale(nbytes) / scale(its bytes); 0 with no point."""
     if not pts:
-        return ring(nbytes)
+        return 0.0
     if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
         n0, s0 = pts[0] if nbytes <= pts[0][0] else pts[-1]
-        return s0 * ring(nbytes) / ring(n0)
+        return s0 * scale(nbytes) / scale(n0)
     for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
         if n0 <= nbytes <= n1:
             f = math.log(nbytes / n0) / math.log(n1 / n0)
