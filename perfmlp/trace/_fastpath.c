@@ -169,6 +169,10 @@ static int store(FastPath *self, double loss)
         return -1;
     }
     Py_buffer view;
+    if (self->mm == NULL || self->mm == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "the batch file is not mapped");
+        return -1;
+    }
     if (PyObject_GetBuffer(self->mm, &view, PyBUF_WRITABLE) < 0)
         return -1;
     if (view.len < end || (Py_ssize_t)self->size != HEAD_BYTES + 8 * nst) {
@@ -270,7 +274,7 @@ static PyMethodDef fp_methods[] = {
 };
 
 static PyMemberDef fp_members[] = {
-    {"mm", T_OBJECT_EX, offsetof(FastPath, mm), 0, "the mapped batch file"},
+    {"mm", T_OBJECT, offsetof(FastPath, mm), 0, "the mapped batch file (None: none)"},
     {"pos", T_PYSSIZET, offsetof(FastPath, pos), 0, "the next record's offset"},
     {"limit", T_PYSSIZET, offsetof(FastPath, limit), 0, "stores below it take no page fault"},
     {"samples", T_LONGLONG, offsetof(FastPath, samples), 0, "the fast path's batch size (-1: none)"},
