@@ -120,3 +120,34 @@ def write_predictions(folder: Path, entries: dict, name: str = "predictions.json
     path = Path(folder) / name
     path.write_text(json.dumps({"schema": PREDICTIONS_SCHEMA, "machine": machine or {}, "runs": entries}))
     return path
+
+
+def drive_tracer(tmp_path: Path, name: str, plan, compiled: bool | None, epoch: int = 0, loss_every: int = 2):
+    """A real Tracer (NumPy backend, a tiny network) driven by hand through
+    `plan`, (piece size, phases, MPI bytes) per batch, into tmp_path/name;
+    batch k has the loss k / 2 where k % loss_every, else none. `compiled`:
+    the batch hooks (make_tracer's). Returns the closed tracer."""
+    import numpy as np
+    from perfmlp.backend import build
+    from perfmlp.comm import SingleWorld
+    from perfmlp.config import from_mapping
+    from perfmlp.trace.format import Counts
+    from perfmlp.trace.writer import make_tracer
+    cfg = from_mapping(dict(batch_size=4, n_train=8, input_size=4, hidden_sizes=[3], num_classes=2, backend="numpy",
+                            trace_dir=str(tmp_path), run_id=name, quiet=True))
+    world = SingleWorld()
+    be = build(cfg, world, np.zeros((8, 4), np.float32), np.eye(2, dtype=np.float32)[[0, 1] * 4])
+    tracer = make_tracer(cfg, world, compiled=compiled)
+    tracer.attach(world, be)
+    counts = Counts()
+    for k, (samples, phases, nbytes) in enumerate(plan):
+        tracer.begin_batch(epoch, k, samples, samples)
+        for p in phases:
+            with tracer.phase(p):
+                pass
+        counts.bytes_mpi = nbytes
+        counts.collectives.append(("MPI_Allreduce", nbytes // 4))
+        tracer.end_batch(k / 2 if k % loss_every else None, counts)
+        counts.reset()
+    tracer.close("complete")
+    return tracer

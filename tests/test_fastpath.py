@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from perfmlp.trace import fastpath as fastpath_mod
-from perfmlp.trace.format import Counts
 from perfmlp.trace.reader import read_run
 from perfmlp.trace.records import BatchLayout, Phase as P
+from synthetic import drive_tracer
 
 needs_c = pytest.mark.skipif(fastpath_mod.CFastPath is None, reason="perfmlp.trace._fastpath is not built here")
 
@@ -24,27 +23,7 @@ PLAN = ([(4, FOUR, 96)] * 3 + [(2, FOUR, 96), (4, FOUR, 96), (4, TWO, 96), (4, F
 
 def _drive(tmp_path, compiled: bool, name: str):
     """The PLAN through a Tracer with the given hooks, on the real clock."""
-    from perfmlp.backend import build
-    from perfmlp.comm import SingleWorld
-    from perfmlp.config import from_mapping
-    from perfmlp.trace.writer import make_tracer
-    cfg = from_mapping(dict(batch_size=4, n_train=8, input_size=4, hidden_sizes=[3], num_classes=2, backend="numpy",
-                            trace_dir=str(tmp_path), run_id=name, quiet=True))
-    world = SingleWorld()
-    be = build(cfg, world, np.zeros((8, 4), np.float32), np.eye(2, dtype=np.float32)[[0, 1] * 4])
-    tracer = make_tracer(cfg, world, compiled=compiled)
-    tracer.attach(world, be)
-    counts = Counts()
-    for k, (samples, phases, nbytes) in enumerate(PLAN):
-        tracer.begin_batch(1, k, samples, samples)
-        for p in phases:
-            with tracer.phase(p):
-                pass
-        counts.bytes_mpi = nbytes
-        counts.collectives.append(("MPI_Allreduce", nbytes // 4))
-        tracer.end_batch(k / 2 if k % 3 else None, counts)
-        counts.reset()
-    tracer.close("complete")
+    drive_tracer(tmp_path, name, PLAN, compiled, epoch=1, loss_every=3)
     return tmp_path / name
 
 

@@ -121,35 +121,15 @@ def _driven_run(tmp_path, monkeypatch, plan):
     is (piece size, phases, MPI bytes) per batch; odd batches have a loss.
     Returns the run read back, the batches end_batch's general path took
     and the tracer."""
-    import numpy as np
     from itertools import count
-    from perfmlp.backend import build
-    from perfmlp.comm import SingleWorld
-    from perfmlp.config import from_mapping
     from perfmlp.trace import fastpath as fastpath_mod, phases as phases_mod, writer as writer_mod
-    from perfmlp.trace.format import Counts
+    from synthetic import drive_tracer
     ticks = count(1.0)
     for mod in (phases_mod, writer_mod, fastpath_mod):
         monkeypatch.setattr(mod, "_now", lambda: next(ticks))
     general, end_other = [], writer_mod.Tracer._end_other
     monkeypatch.setattr(writer_mod.Tracer, "_end_other", lambda t, *a: general.append(t._fp.batch) or end_other(t, *a))
-    cfg = from_mapping(dict(batch_size=4, n_train=8, input_size=4, hidden_sizes=[3], num_classes=2, backend="numpy",
-                            trace_dir=str(tmp_path), run_id="driven", quiet=True))
-    world = SingleWorld()
-    be = build(cfg, world, np.zeros((8, 4), np.float32), np.eye(2, dtype=np.float32)[[0, 1] * 4])
-    tracer = writer_mod.make_tracer(cfg, world, compiled=False)  # the Python batch hooks read the clock above
-    tracer.attach(world, be)
-    counts = Counts()
-    for k, (samples, phases, nbytes) in enumerate(plan):
-        tracer.begin_batch(0, k, samples, samples)
-        for p in phases:
-            with tracer.phase(p):
-                pass
-        counts.bytes_mpi = nbytes
-        counts.collectives.append(("MPI_Allreduce", nbytes // 4))
-        tracer.end_batch(k / 2 if k % 2 else None, counts)
-        counts.reset()
-    tracer.close("complete")
+    tracer = drive_tracer(tmp_path, "driven", plan, compiled=False)  # the Python batch hooks read the clock above
     return read_run(tmp_path / "driven"), general, tracer
 
 

@@ -55,14 +55,25 @@ def py_noop(*a):
 _now = time.perf_counter
 
 
+def _record_buffer(tracer, stamps: list):
+    """The Python fast path's record arguments (the tracer on its fast
+    path), packing into a buffer of one block's records: (rec, pack, size,
+    pos, clear)."""
+    fp = tracer._fp
+    rec, pack, size = list(fp._rec), fp._pack, fp.size
+    rec[0] = bytearray(size * 2000)
+    pos = [0]
+
+    def clear():
+        pos[0] = 0
+        stamps.clear()
+    return rec, pack, size, pos, clear
+
+
 def lean_parts(tracer, phase, stamps):
     """Begin and end that store and pack the record as the fast path does,
     without its checks, into a buffer of one block's records."""
-    fp, note = tracer._fp, tracer._note
-    rec, pack, size = list(fp._rec), fp._pack, fp.size
-    buf = bytearray(size * 2000)
-    rec[0] = buf
-    pos = [0]
+    rec, pack, size, pos, clear = _record_buffer(tracer, stamps)
 
     def begin(epoch, batch, samples, local):
         rec[3] = epoch
@@ -77,10 +88,6 @@ def lean_parts(tracer, phase, stamps):
         rec[1] = pos[0]
         pack(*rec)
         pos[0] += size
-
-    def clear():
-        pos[0] = 0
-        stamps.clear()
     return Parts(phase, begin, end, clear)
 
 
@@ -88,10 +95,7 @@ def one_parts(tracer, stamps):
     """begin_batch: one C stamp; end_batch(epoch, batch, samples, local, loss,
     counts) does the fast path's checks and packs."""
     fp, note = tracer._fp, tracer._note
-    rec, pack, size = list(fp._rec), fp._pack, fp.size
-    buf = bytearray(size * 2000)
-    rec[0] = buf
-    pos = [0]
+    rec, pack, size, pos, clear = _record_buffer(tracer, stamps)
     shape = [fp.samples, fp.local, fp.nfast + 1]
     begin = stamp_class(stamps)().__enter__
 
@@ -111,10 +115,6 @@ def one_parts(tracer, stamps):
         rec[1] = pos[0]
         pack(*rec)
         pos[0] += size
-
-    def clear():
-        pos[0] = 0
-        stamps.clear()
     p = Parts(phase_of(stamps), begin, end, clear)
     p.zero = True
     return p
