@@ -96,6 +96,42 @@ def test_fp16_device_loss_scale_skips_an_overflowing_step():
 
 
 @gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("b", [1000, 1003])   # 16-byte passes of the fused output backward; one element a lane
+def test_wide_16_bit_steps_compute_what_numpy_computes(precision, b):
+    import cupy as cp
+    from perfmlp.gpu.network import GpuNetwork
+    from perfmlp.mlp import Network
+    if precision == "bf16" and mixed.ml_dtypes is None:
+        pytest.skip("NumPy's bfloat16 needs ml_dtypes")
+    sizes = (33, 301, 10)   # rows not a multiple of a block's, columns over a block's 256
+    make_gpu = lambda p: GpuNetwork(cp, sizes, p, 0.5, 1e-3, b, b, "cublas")  # noqa: E731
+    p0, gpu_p = train_steps(make_gpu, precision, sizes, b, k=3)
+    _, cpu_p = train_steps(lambda p: Network(np, sizes, p, 0.5, 1e-3, b), precision, sizes, b, k=3)
+    assert change_error(gpu_p, cpu_p, p0) < BOUND[precision]
+
+
+@gpu
+@pytest.mark.parametrize("where", [0, -1])
+def test_fp16_grad_check_finds_one_overflow_in_a_large_gradient(where):
+    import cupy as cp
+    from perfmlp.gpu.network import GpuNetwork
+    from perfmlp.mixed import INIT_SCALE
+    sizes = (784, 2048, 10)   # 1.6 million gradients: many more than the check's threads
+    net = GpuNetwork(cp, sizes, "fp16", 0.5, 0.0, 8, 8, "cublas")
+    net.g.flat[:] = cp.asarray(np.random.default_rng(3).standard_normal(net.p.n_params), dtype=net.g.flat.dtype)
+    before = net.p.flat.get()
+    net.g.flat[where] = cp.inf
+    net.update()
+    assert np.array_equal(net.p.flat.get(), before)
+    assert net.loss_scale() == (INIT_SCALE * mixed.BACKOFF_FACTOR, 1)
+    net.g.flat[where] = 0.25
+    net.update()
+    assert not np.array_equal(net.p.flat.get(), before)
+    assert net.loss_scale() == (INIT_SCALE * mixed.BACKOFF_FACTOR, 1)
+
+
+@gpu
 @pytest.mark.parametrize("mode, chunked", [("prefetch", False), ("prefetch-pageable", False),
                                            ("prefetch-pageable", True)])
 def test_prefetched_pieces_are_the_datas_rows_in_order_and_after_a_shuffle(mode, chunked):

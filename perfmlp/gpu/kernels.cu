@@ -169,14 +169,30 @@ __device__ T warp_sum(T v) {
 // layer below's db = the row sums of dz (k = C*H + h) and of db = the row
 // sums of d (k = C*H + H + c). Grid: (ceil(H / R) + 1) x ceil(cols / bcols),
 // R = OB_WROWS * OB_THREADS / 32 rows a block: each warp takes OB_WROWS
-// rows, its lanes the block's columns (one in 32), with d staged
-// OB_THREADS columns at a time in shared memory. A lane keeps its rows'
-// sums in registers over all its columns, so each warp reduces them once
-// (warp shuffles) and lane 0 writes them. The last x-block sums d alone
-// (db), the warps' sums added in order. (The first design, a block per
-// OB_ROWS rows whose threads each took a few columns and reduced across the
-// block, took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
+// rows, with d staged OB_THREADS columns at a time in shared memory. Where
+// cols and bcols are multiples of VEC (and a, dz 16-byte aligned) a lane
+// takes VEC adjacent columns a pass, one 16-byte load of a and one store
+// of dz, so a warp covers 32 * VEC columns a pass; the chunk's deltas lie
+// in ds so that a lane's k-th column of a pass is at k * 32 + lane in the
+// pass's slots (ob_slot: no two lanes on one bank). Else a lane takes one
+// column in 32, one element at a time (the first vectorised version's
+// predecessor: 10.80 us for the pair's first kernel at H = 512, b = 3200
+// in bf16 on an H100, commit 493df76). A lane keeps its rows' sums in
+// registers over all its columns, so each warp reduces them once (warp
+// shuffles) and lane 0 writes them. The last x-block sums d alone (db),
+// the warps' sums added in order. (The first design, a block per OB_ROWS
+// rows whose threads each took a few columns and reduced across the block,
+// took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
 // benchmarks/results/h200/obv2, in git before 54cb3ab.)
+#define OB_PASS (32 * VEC)
+static_assert(OB_THREADS % OB_PASS == 0, "a chunk is whole passes");
+
+__device__ __forceinline__ int ob_slot(int jj, bool vec) {  // column jj of a chunk: its slot in ds
+    if (!vec) return jj;
+    const int q = jj / OB_PASS, rem = jj - q * OB_PASS;
+    return q * OB_PASS + (rem % VEC) * 32 + rem / VEC;
+}
+
 __global__ void __launch_bounds__(OB_THREADS)
 output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __restrict__ a, S* __restrict__ dz,
                 T* __restrict__ part, int C, int H, int cols, int bcols) {
@@ -186,6 +202,7 @@ output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __res
     const long long CH = (long long)C * H;
     T* out = part + blockIdx.y * (CH + H + C);
     const bool bias_block = blockIdx.x == gridDim.x - 1;
+    const bool vec = cols % VEC == 0 && bcols % VEC == 0 && ((((unsigned long long)a) | ((unsigned long long)dz)) & 15ull) == 0;
     const int h0 = (blockIdx.x * (OB_THREADS / 32) + warp) * OB_WROWS;
     T w[OB_WROWS][MAXC];
     T acc[OB_WROWS][MAXC + 1];  // [r][c]: dW (bias block: [0][c], db); [r][MAXC]: the layer below's db
@@ -197,15 +214,42 @@ output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __res
             acc[r][c] = 0;
         }
     for (int jc = 0; jc < n; jc += OB_THREADS) {
-        const int m = min(OB_THREADS, n - jc);
+        const int m = min(OB_THREADS, n - jc), slot = ob_slot(tid, vec);
         __syncthreads();  // the previous chunk is used up
 #pragma unroll
-        for (int c = 0; c < MAXC; ++c) ds[c][tid] = (c < C && tid < m) ? ld(d[(long long)c * cols + j0 + jc + tid]) : (T)0;
+        for (int c = 0; c < MAXC; ++c) ds[c][slot] = (c < C && tid < m) ? ld(d[(long long)c * cols + j0 + jc + tid]) : (T)0;
         __syncthreads();
-        if (bias_block) {
-            for (int j = tid; j < m; j += OB_THREADS)
+        if (bias_block) {  // every slot (zero past m)
 #pragma unroll
-                for (int c = 0; c < MAXC; ++c) acc[0][c] += ds[c][j];
+            for (int c = 0; c < MAXC; ++c) acc[0][c] += ds[c][tid];
+            continue;
+        }
+        if (vec) {
+            for (int j = lane * VEC; j < m; j += OB_PASS) {
+                const int s0 = (j / OB_PASS) * OB_PASS + lane;   // column j + k's slot: s0 + 32 k
+#pragma unroll
+                for (int r = 0; r < OB_WROWS; ++r) {
+                    if (h0 + r < H) {
+                        const long long i = (long long)(h0 + r) * cols + j0 + jc + j;
+                        const Pack pa = *reinterpret_cast<const Pack*>(a + i);
+                        Pack pz;
+#pragma unroll
+                        for (int k = 0; k < VEC; ++k) {
+                            T v = ld(pa.s[k]), da = 0;
+#pragma unroll
+                            for (int c = 0; c < MAXC; ++c) {
+                                const T dl = ds[c][s0 + 32 * k];
+                                acc[r][c] += dl * v;
+                                da += w[r][c] * dl;
+                            }
+                            T g = da * v * ((T)1 - v);
+                            pz.s[k] = st(g);
+                            acc[r][MAXC] += g;
+                        }
+                        *reinterpret_cast<Pack*>(dz + i) = pz;
+                    }
+                }
+            }
             continue;
         }
         for (int j = lane; j < m; j += 32) {
@@ -229,7 +273,7 @@ output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __res
             }
         }
     }
-    if (bias_block) {  // each thread summed its columns of every class: the block's sums, warps in order
+    if (bias_block) {  // each thread summed its slots of every class: the block's sums, warps in order
         __shared__ T red[OB_THREADS / 32][MAXC];
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) {
@@ -300,10 +344,16 @@ __global__ void sgd_update(T* p, const T* g, long long n, long long n_weights, T
 // flags an inf or a NaN; the last block to finish sets the update's
 // multiplier (1 / scale, or 0: skip) and the next step's scale (halved on
 // an overflow, doubled after GROWTH_INTERVAL finite steps), then clears the
-// flag and the count for the next step.
+// flag and the count for the next step. A grid of a few blocks an SM, each
+// thread striding over the gradients: every block adds one to the shared
+// count, and one block a thread's element (the first version) queued about
+// 6,300 such atomics on one word at H = 2048, 11.5 us on an H100 (493df76).
 __global__ void grad_check(const T* g, long long n, T* ls, int* state) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const bool bad = i < n && !(g[i] - g[i] == (T)0);   // inf - inf and NaN - NaN are NaN: not finite
+    bool bad = false;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+#pragma unroll 4
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        bad |= !(g[i] - g[i] == (T)0);   // inf - inf and NaN - NaN are NaN: not finite
     if (__syncthreads_or(bad) && threadIdx.x == 0) atomicExch(&state[0], 1);
     __shared__ bool last;
     if (threadIdx.x == 0) {
@@ -337,73 +387,4 @@ __global__ void to_storage(const T* src, S* dst, long long n) {
     if (i < n) dst[i] = st(src[i]);
 }
 
-// ---- the reference's GEMM kernels: C (M x N, C order) = A @ B, where
-// A(i, k) = A[i * sa0 + k * sa1] and B(k, j) = B[k * sb0 + j * sb1]
-// (strides in elements, so transposed views need no copy).
-
-// Algorithm 1: one thread per output element
-__global__ void gemm_naive(const T* A, const T* B, T* Cm, int M, int N, int K,
-                           long long sa0, long long sa1, long long sb0, long long sb1) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    int i = blockIdx.y * blockDim.y + threadIdx.y;
-    if (i < M && j < N) {
-        T s = 0;
-        for (int k = 0; k < K; ++k) s += A[i * sa0 + k * sa1] * B[k * sb0 + j * sb1];
-        Cm[(long long)i * N + j] = s;
-    }
-}
-
-// Algorithm 2: 16 x 16 shared-memory tiles
-#define TS 16
-__global__ void gemm_tiled(const T* A, const T* B, T* Cm, int M, int N, int K,
-                           long long sa0, long long sa1, long long sb0, long long sb1) {
-    __shared__ T As[TS][TS + 1];
-    __shared__ T Bs[TS][TS + 1];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int i = blockIdx.y * TS + ty, j = blockIdx.x * TS + tx;
-    T s = 0;
-    for (int k0 = 0; k0 < K; k0 += TS) {
-        As[ty][tx] = (i < M && k0 + tx < K) ? A[i * sa0 + (k0 + tx) * sa1] : (T)0;
-        Bs[ty][tx] = (k0 + ty < K && j < N) ? B[(k0 + ty) * sb0 + j * sb1] : (T)0;
-        __syncthreads();
-        for (int k = 0; k < TS; ++k) s += As[ty][k] * Bs[k][tx];
-        __syncthreads();
-    }
-    if (i < M && j < N) Cm[(long long)i * N + j] = s;
-}
-
-// Section 4.2 of the final-project text: a 16 x 4 thread block computes a
-// 64 x 16 block of C; each step loads a 4 x 16 piece of B into shared
-// memory (one element per thread) and each thread keeps its 1 x 4 piece of A
-// in registers and its 1 x 16 row of C in registers.
-__global__ void gemm_regblock(const T* A, const T* B, T* Cm, int M, int N, int K,
-                              long long sa0, long long sa1, long long sb0, long long sb1) {
-    __shared__ T Bs[4][16];
-    int t = threadIdx.y * 16 + threadIdx.x;     // 0..63
-    int i = blockIdx.y * 64 + t;                // this thread's row of C
-    int j0 = blockIdx.x * 16;                   // first column of the block
-    T acc[16];
-#pragma unroll
-    for (int c = 0; c < 16; ++c) acc[c] = 0;
-    for (int k0 = 0; k0 < K; k0 += 4) {
-        int bk = k0 + threadIdx.y, bj = j0 + threadIdx.x;
-        Bs[threadIdx.y][threadIdx.x] = (bk < K && bj < N) ? B[bk * sb0 + bj * sb1] : (T)0;
-        T a[4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-            a[kk] = (i < M && k0 + kk < K) ? A[i * sa0 + (k0 + kk) * sa1] : (T)0;
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-            for (int c = 0; c < 16; ++c) acc[c] += a[kk] * Bs[kk][c];
-        __syncthreads();
-    }
-    if (i < M) {
-#pragma unroll
-        for (int c = 0; c < 16; ++c)
-            if (j0 + c < N) Cm[(long long)i * N + j0 + c] = acc[c];
-    }
-}
-
-}
+}  // extern "C"

@@ -1,5 +1,6 @@
-"""perfmlp's CUDA kernels (kernels.cu), compiled once per process, precision
-and output-layer width as a CuPy RawModule."""
+"""perfmlp's CUDA kernels (kernels.cu, and the reference's GEMMs in
+reference_gemm.cu), compiled once per process, precision and output-layer
+width as one CuPy RawModule."""
 from __future__ import annotations
 
 from importlib import resources
@@ -21,7 +22,15 @@ _modules: dict = {}
 # but slower at the smaller pieces).
 LAUNCH = {"OB_WROWS": 1, "OB_THREADS": 256}
 # the storage type's kind in kernels.cu (S_KIND): the master type itself, IEEE half, bfloat16
-_S_KIND = {"float32": 0, "float64": 0, "float16": 1, "bfloat16": 2}
+S_KIND = {"float32": 0, "float64": 0, "float16": 1, "bfloat16": 2}
+
+
+SOURCES = ("kernels.cu", "reference_gemm.cu")
+
+
+def source() -> str:
+    """The module's CUDA source: SOURCES in order."""
+    return "\n".join(resources.files(__package__).joinpath(f).read_text() for f in SOURCES)
 
 
 def device_dtype(precision) -> np.dtype:
@@ -40,11 +49,10 @@ def kernels(cupy, precision, classes: int = FUSED_OUTPUT_MAX_CLASSES):
     key = (p.name, classes)
     if key not in _modules:
         t = {"float32": "float", "float64": "double"}[p.master]
-        kind = _S_KIND[p.storage]
+        kind = S_KIND[p.storage]
         defines = {"T": t, "S": t if kind == 0 else "unsigned short", "S_KIND": kind, "MAXC": classes,
                    "WCOPY": int(p.mixed), "LOSS_SCALING": int(p.loss_scaling), "GROWTH_INTERVAL": GROWTH_INTERVAL,
                    "GROWTH_FACTOR": repr(GROWTH_FACTOR), "BACKOFF_FACTOR": repr(BACKOFF_FACTOR), **LAUNCH}
-        src = resources.files(__package__).joinpath("kernels.cu").read_text()
-        _modules[key] = cupy.RawModule(code="".join(f"#define {k} {v}\n" for k, v in defines.items()) + src,
+        _modules[key] = cupy.RawModule(code="".join(f"#define {k} {v}\n" for k, v in defines.items()) + source(),
                                        options=("--std=c++14",))
     return _modules[key]

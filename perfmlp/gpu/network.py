@@ -35,10 +35,18 @@ from .gemm import cublas_gemm, gemm
 from .kernels import LAUNCH, device_dtype, kernels
 
 _BLOCK = 256
+CHECK_BLOCKS_PER_SM = 4
 
 
 def _grid(n):
     return ((n + _BLOCK - 1) // _BLOCK,), (_BLOCK,)
+
+
+def check_grid(cupy, n):
+    """grad_check's grid: its threads stride over the n gradients, at most
+    CHECK_BLOCKS_PER_SM blocks an SM (kernels.cu says why)."""
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    return (min((n + _BLOCK - 1) // _BLOCK, CHECK_BLOCKS_PER_SM * sms),)
 
 
 class GpuNetwork(Network):
@@ -197,10 +205,11 @@ class GpuNetwork(Network):
             wcopy = self.wcopy if self.wcopy is not None else p.flat   # (not written without a copy)
             args = self._ints["update"] = (_grid(n), (p.flat, g.flat, np.int64(n), np.int64(p.n_weights),
                                                       self.T(self.lr), self.T(self.reg), g.extra, self.ce_acc,
-                                                      wcopy, self.ls), (g.flat, np.int64(n), self.ls, self.ls_state))
-        (grid, blk), a, check = args
+                                                      wcopy, self.ls), (g.flat, np.int64(n), self.ls, self.ls_state),
+                                           check_grid(self.cp, n))
+        (grid, blk), a, check, cgrid = args
         if self.scaler is not None:   # fp16: the gradients' finite check sets the update's multiplier
-            self._launch("grad_check", grid, blk, check)
+            self._launch("grad_check", cgrid, blk, check)
         self._launch("sgd_update", grid, blk, a)
 
     def take_epoch_loss_sum(self) -> float:

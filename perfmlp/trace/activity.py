@@ -26,11 +26,11 @@ cross-check tells apart from cuBLAS's and NCCL's).
 from __future__ import annotations
 
 import functools
+from importlib import resources
 import os
 import re
 import threading
 import time
-from importlib import resources
 
 from .format import COPY_KINDS
 from .records import ACTIVITY_FIELDS as ACTIVITY_FIELDS  # the writer names them in the activity line
@@ -57,10 +57,11 @@ def profiler_owning_cupti(environ=os.environ) -> str | None:
 @functools.cache
 def own_kernel_names() -> tuple[str, ...]:
     """The kernels perfmlp compiles itself: every `__global__` function of
-    perfmlp/gpu/kernels.cu, read from the source (extern "C": CUPTI and nsys
+    perfmlp/gpu's CUDA sources (its *.cu files; extern "C": CUPTI and nsys
     name them as written). Every other kernel of a step is a library's:
     cuBLAS's GEMMs and their split-K reductions, NCCL's collectives."""
-    src = resources.files("perfmlp.gpu").joinpath("kernels.cu").read_text()
+    gpu = resources.files("perfmlp.gpu")
+    src = "\n".join(f.read_text() for f in gpu.iterdir() if f.name.endswith(".cu"))
     return tuple(sorted(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", src)))
 
 

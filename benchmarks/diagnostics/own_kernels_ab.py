@@ -1,0 +1,192 @@
+"""The step's own kernels of two versions of perfmlp/gpu/kernels.cu side by
+side: the fused output backward (output_backward and partial_sums, by rows
+a warp) and fp16's gradient check, in each precision at the trainer's
+shapes, each checked against the other version and against CuPy.
+
+    git show COMMIT:perfmlp/gpu/kernels.cu > /tmp/base.cu
+    python benchmarks/diagnostics/own_kernels_ab.py --baseline /tmp/base.cu --out DIR
+
+Method: C = 10, H = 512 and 2048, b = 400, 1600, 3200 and 12800 (one GPU's
+pieces in the blind sweeps); each kernel is run 20 times to warm up, then
+200 launches are captured in one CUDA graph and the replay is timed with
+CUDA events, 5 repeats, the two versions (and the launch shapes) in turn,
+the order reversed every other repeat; the median per launch. The check:
+the largest difference between the versions over the largest value, for
+dz and for the partial sums (16-bit dz: both round to the storage type).
+grad_check: n = the parameters of 784-H-10, one finite pass; the baseline
+one block a thread's element, the new one kernels.cu's grid
+(gpu/network.py check_grid). Writes DIR/own_kernels_ab.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from perfmlp.gpu.kernels import S_KIND, source  # noqa: E402
+from perfmlp.gpu.timing import event_s  # noqa: E402
+
+THREADS, C, D = 256, 10, 784
+STORAGE = {"float32": ("float", np.float32), "bf16": ("unsigned short", np.uint16),
+           "fp16": ("unsigned short", np.uint16)}
+KIND = {"float32": S_KIND["float32"], "bf16": S_KIND["bfloat16"], "fp16": S_KIND["float16"]}
+
+
+def module(cp, src: str, prec: str, wrows: int):
+    defines = {"T": "float", "S": STORAGE[prec][0], "S_KIND": KIND[prec], "MAXC": C, "WCOPY": 0,
+               "LOSS_SCALING": int(prec == "fp16"), "GROWTH_INTERVAL": 2000, "GROWTH_FACTOR": "2.0",
+               "BACKOFF_FACTOR": "0.5", "OB_WROWS": wrows, "OB_THREADS": THREADS}
+    return cp.RawModule(code="".join(f"#define {k} {v}\n" for k, v in defines.items()) + src,
+                        options=("--std=c++14",))
+
+
+def to_storage(cp, x, prec):
+    x = cp.asarray(x, dtype=cp.float32)
+    if prec == "float32":
+        return x
+    if prec == "fp16":
+        return x.astype(cp.float16).view(cp.uint16)
+    u = x.view(cp.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+
+
+def from_storage(cp, s, prec):
+    if prec == "float32":
+        return s
+    if prec == "fp16":
+        return s.view(cp.float16).astype(cp.float32)
+    return (s.astype(cp.uint32) << 16).view(cp.float32)
+
+
+def graph_timer(cp, launch):
+    """A callable giving one timing (us per launch) of 200 launches replayed as a graph."""
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        for _ in range(20):
+            launch()
+        s.begin_capture()
+        for _ in range(200):
+            launch()
+        g = s.end_capture()
+        g.launch(s)
+
+    def timing():
+        with s:
+            return event_s(cp, lambda: g.launch(s)) * 1e6 / 200
+    return timing
+
+
+def interleaved(timers: dict, repeats: int = 5) -> dict:
+    got = {k: [] for k in timers}
+    keys = list(timers)
+    for r in range(repeats):
+        for k in (keys if r % 2 == 0 else keys[::-1]):
+            got[k].append(timers[k]())
+    return {k: median(v) for k, v in got.items()}
+
+
+def output_backward_rows(cp, mods, prec, H, b):
+    i32 = np.int32
+    rng = np.random.default_rng(0)
+    W = cp.asarray(rng.standard_normal((C, H)), dtype=cp.float32)
+    d = to_storage(cp, rng.standard_normal((C, b)) / b, prec)
+    a = to_storage(cp, rng.random((H, b)), prec)
+    n = C * H + H + C
+    splits = -(-b // 256)
+    timers, results = {}, {}
+    for (version, wrows), mod in mods.items():
+        k, ps = mod.get_function("output_backward"), mod.get_function("partial_sums")
+        rows = wrows * THREADS // 32
+        grid = ((H + rows - 1) // rows + 1, splits)
+        part = cp.empty(splits * n, dtype=cp.float32)
+        dz = cp.zeros((H, b), dtype=a.dtype)
+        res = cp.zeros(n, dtype=cp.float32)
+        args = (W, d, a, dz, part, i32(C), i32(H), i32(b), i32(256))
+
+        def pair(k=k, ps=ps, grid=grid, args=args, part=part, res=res):
+            st = cp.cuda.get_current_stream()
+            k(grid, (THREADS,), args, stream=st)
+            ps(((n + 255) // 256,), (256,), (part, i32(splits), i32(C), i32(H), res[:C * H], res[C * H:C * H + H],
+                                             res[C * H + H:]), stream=st)
+        pair()
+        cp.cuda.get_current_stream().synchronize()
+        results[version, wrows] = (from_storage(cp, dz, prec).copy(), res.copy())
+        timers[version, wrows] = graph_timer(cp, pair)
+    t = interleaved(timers)
+    base_dz, base_res = results["baseline", 1]
+    af, df = from_storage(cp, a, prec), from_storage(cp, d, prec)
+    ref_dz = (W.T @ df) * af * (1 - af)
+    rows = []
+    for key, (dz, res) in results.items():
+        vs = max(float(cp.abs(dz - base_dz).max() / cp.abs(base_dz).max()),
+                 float(cp.abs(res - base_res).max() / cp.abs(base_res).max()))
+        ref = float(cp.abs(dz - ref_dz).max() / cp.abs(ref_dz).max())
+        rows.append(f"| {prec} | {H} | {b} | output_backward + partial_sums | {key[0]} | {key[1]} | {t[key]:.2f} "
+                    f"| {vs:.1e} | {ref:.1e} |")
+    return rows
+
+
+def grad_check_rows(cp, mods, H):
+    from perfmlp.gpu.network import check_grid
+    n = H * D + C * H + H + C
+    g = cp.asarray(np.random.default_rng(1).standard_normal(n), dtype=cp.float32)
+    timers, flags = {}, {}
+    for version in ("baseline", "new"):
+        mod = mods[version, 1]
+        k = mod.get_function("grad_check")
+        ls = cp.asarray([1024.0, 0.0], dtype=cp.float32)
+        state = cp.zeros(4, dtype=cp.int32)
+        grid = ((n + 255) // 256,) if version == "baseline" else check_grid(cp, n)
+
+        def launch(k=k, grid=grid, ls=ls, state=state):
+            k(grid, (256,), (g, np.int64(n), ls, state), stream=cp.cuda.get_current_stream())
+        launch()
+        flags[version] = float(ls[1])
+        timers[version] = graph_timer(cp, launch)
+        g[n // 2] = cp.inf
+        launch()
+        flags[version] = (flags[version], float(ls[1]))   # finite: 1 / scale; after an inf: 0 (skip)
+        g[n // 2] = 0.5
+    t = interleaved(timers)
+    return [f"| fp16 | {H} | - | grad_check (n = {n}) | {v} | - | {t[v]:.2f} | finite, inf: {flags[v]} | - |"
+            for v in timers]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--baseline", required=True,
+                    help="the other version's source (git show COMMIT:perfmlp/gpu/kernels.cu, one file before 2026-11-28)")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    import cupy as cp
+    new = source()
+    base = Path(a.baseline).read_text()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = ["| precision | H | b | kernel | version | rows a warp | us a launch | against the baseline | against CuPy |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for prec in ("float32", "bf16", "fp16"):
+        mods = {("baseline", 1): module(cp, base, prec, 1)}
+        mods.update({("new", w): module(cp, new, prec, w) for w in (1, 2, 4)})
+        for H in (512, 2048):
+            for b in (400, 1600, 3200, 12800):
+                for line in output_backward_rows(cp, mods, prec, H, b):
+                    md.append(line)
+                    print(line, flush=True)
+            if prec == "fp16":
+                for line in grad_check_rows(cp, mods, H):
+                    md.append(line)
+                    print(line, flush=True)
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    (out / "own_kernels_ab.md").write_text(
+        f"# The step's own kernels, two versions side by side\n\nGPU: {dev}. Baseline: {a.baseline}.\n\n"
+        + "\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
