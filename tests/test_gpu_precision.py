@@ -117,8 +117,10 @@ def test_fp16_grad_check_finds_one_overflow_in_a_large_gradient(where):
     import cupy as cp
     from perfmlp.gpu.network import GpuNetwork
     from perfmlp.mixed import INIT_SCALE
+    from perfmlp.mlp import init_weights
     sizes = (784, 2048, 10)   # 1.6 million gradients: many more than the check's threads
     net = GpuNetwork(cp, sizes, "fp16", 0.5, 0.0, 8, 8, "cublas")
+    net.set_params(init_weights(sizes, 2))
     net.g.flat[:] = cp.asarray(np.random.default_rng(3).standard_normal(net.p.n_params), dtype=net.g.flat.dtype)
     before = net.p.flat.get()
     net.g.flat[where] = cp.inf

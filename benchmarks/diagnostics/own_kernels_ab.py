@@ -16,6 +16,12 @@ dz and for the partial sums (16-bit dz: both round to the storage type).
 grad_check: n = the parameters of 784-H-10, one finite pass; the baseline
 one block a thread's element, the new one kernels.cu's grid
 (gpu/network.py check_grid). Writes DIR/own_kernels_ab.md.
+
+Found on an H100 (2026-11-27, bab0413 against 493df76): the 16-byte
+passes are worth about a fifth at b = 12800 and at H = 2048, b = 3200 in
+fp32, little elsewhere, and one row a warp lost up to a third in 16 bits,
+so LAUNCH takes two rows a warp; the strided check took 4.35 us against
+10.81 at H = 2048 (own_kernels_ab.md in reports/h100/benchmarks/kernels-ab).
 """
 from __future__ import annotations
 
@@ -74,10 +80,12 @@ def graph_timer(cp, launch):
             launch()
         g = s.end_capture()
         g.launch(s)
+        s.synchronize()
 
     def timing():
         with s:
             return event_s(cp, lambda: g.launch(s)) * 1e6 / 200
+    timing.keep = launch   # the graph writes into launch's buffers: they live as long as it
     return timing
 
 
