@@ -121,13 +121,14 @@ def test_fp16_grad_check_finds_one_overflow_in_a_large_gradient(where):
     sizes = (784, 2048, 10)   # 1.6 million gradients: many more than the check's threads
     net = GpuNetwork(cp, sizes, "fp16", 0.5, 0.0, 8, 8, "cublas")
     net.set_params(init_weights(sizes, 2))
-    net.g.flat[:] = cp.asarray(np.random.default_rng(3).standard_normal(net.p.n_params), dtype=net.g.flat.dtype)
+    n = net.p.n_params   # the gradients (g.flat holds the loss slot after them)
+    net.g.flat[:n] = cp.asarray(np.random.default_rng(3).standard_normal(n), dtype=net.g.flat.dtype)
     before = net.p.flat.get()
-    net.g.flat[where] = cp.inf
+    net.g.flat[where % n] = cp.inf
     net.update()
     assert np.array_equal(net.p.flat.get(), before)
     assert net.loss_scale() == (INIT_SCALE * mixed.BACKOFF_FACTOR, 1)
-    net.g.flat[where] = 0.25
+    net.g.flat[where % n] = 0.25
     net.update()
     assert not np.array_equal(net.p.flat.get(), before)
     assert net.loss_scale() == (INIT_SCALE * mixed.BACKOFF_FACTOR, 1)

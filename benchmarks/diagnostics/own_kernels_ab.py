@@ -17,11 +17,13 @@ grad_check: n = the parameters of 784-H-10, one finite pass; the baseline
 one block a thread's element, the new one kernels.cu's grid
 (gpu/network.py check_grid). Writes DIR/own_kernels_ab.md.
 
-Found on an H100 (2026-11-27, bab0413 against 493df76): the 16-byte
-passes are worth about a fifth at b = 12800 and at H = 2048, b = 3200 in
-fp32, little elsewhere, and one row a warp lost up to a third in 16 bits,
-so LAUNCH takes two rows a warp; the strided check took 4.35 us against
-10.81 at H = 2048 (own_kernels_ab.md in reports/h100/benchmarks/kernels-ab).
+Found on an H100 (2026-11-27, a8094bf against 493df76; own_kernels_ab.md
+in reports/h100/benchmarks/kernels-ab): with two rows a warp the 16-byte
+passes took 0.77-0.90 times as long at b = 12800, 0.81-0.95 at H = 2048,
+b = 3200, and 0.97-1.07 elsewhere but float32 at H = 512, b = 400 (1.16)
+and 1600 (1.06); one row a warp was up to 1.28 times slower in 16 bits and
+four up to 1.56, so LAUNCH takes two. The strided check took 4.37 us
+against 10.79 at H = 2048 and 4.02 against 4.55 at H = 512.
 """
 from __future__ import annotations
 
