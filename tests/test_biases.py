@@ -133,3 +133,32 @@ def test_the_calibration_records_spread_of_the_gpu_and_the_copies():
     table = spread_table(spread)
     assert {e["source"] for e in table} == {"gpu", "pageable_copy", "pinned_copy"}
     assert calibrated(spread=table).spread                     # it loads
+
+
+def test_a_replayed_graph_adds_the_calibrated_node_extra_to_each_kernels_gap():
+    base, extra = calibrated(), calibrated(graph_node_extra_s=0.5e-6)
+    for transfer in ("resident", "pinned"):
+        a, b = predict(base, transfer, "graph"), predict(extra, transfer, "graph")
+        assert b.terms["kernel_gaps"] - a.terms["kernel_gaps"] == pytest.approx(a.detail["kernels"] * 0.5e-6)
+        assert b.terms["gemm"] == a.terms["gemm"] and b.total_s > a.total_s
+    for transfer in ("resident", "pageable"):   # eager steps: the host's launches set the gaps
+        assert predict(extra, transfer, "eager").total_s == predict(base, transfer, "eager").total_s
+
+
+@gpu
+def test_graph_node_extra_prices_the_replayed_step_beyond_its_parts():
+    import cupy as cp
+    from perfmlp.calibrate.gemm import step_rates
+    from perfmlp.calibrate.graphstep import graph_node_extra
+    from perfmlp.calibrate.kernels import kernel_gaps, queued_gap
+    from perfmlp.calibrate.gemm import step_network
+    lines = []
+    res = step_rates(cp, [256], [800], ["float32"], lines.append)
+    res.update(kernel_gaps(cp, lines.append))
+    res.update(queued_gap(cp, *step_network(cp, (784, 256, 10), "float32", 800), res["graph_kernel_gap_s"],
+                          lines.append, calls=20))
+    m = calibrated(**res)
+    got = graph_node_extra(cp, m, [256], [800], ["float32"], lines.append)
+    # one step priced; what it adds is a few microseconds a kernel at most, never negative
+    assert 0.0 <= got["graph_node_extra_s"] < 5e-6
+    assert any(line.startswith("graph step float32 H=256 b=800") for line in lines)

@@ -15,6 +15,7 @@ from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
 from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
+from .graphstep import graph_node_extra
 from .kernels import event_gap, kernel_gaps, queued_gap
 from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
@@ -30,7 +31,7 @@ SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_p
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
             "graph_launch_s", "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s",
-            "host_stage_bytes_per_s", "queued_gap_s",
+            "host_stage_bytes_per_s", "queued_gap_s", "graph_node_extra_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
@@ -174,6 +175,9 @@ def main(argv=None) -> int:
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     try:
         res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
+        if world.rank == 0 and "graph_kernel_gap_s" in res:   # priced by the model with what was measured
+            model = machine_from_mapping(machine_values(res, base, a.name, gpu_name, world.size), a.out)
+            res.update(graph_node_extra(cp, model, hidden, local, a.precisions.split(","), log))
     except KeyboardInterrupt:
         raise
     except Exception as e:   # one line (a CUDA, cuBLAS or NCCL error too); the other ranks, which may wait

@@ -11,7 +11,9 @@
 - trace_event_s: a CUDA event's GPU time between kernels;
 - queued_gap_s: the launch gap inside a kernel's back-to-back time per
   call (what kernel_s and the GEMM rates hold beyond the kernel itself),
-  from the step's own kernels relaunched eagerly and inside a graph.
+  from the step's own kernels relaunched eagerly and inside a graph;
+- (graph_node_extra_s, the replayed step beyond the model's price of its
+  parts: calibrate/graphstep.py).
 """
 from __future__ import annotations
 
@@ -156,3 +158,4 @@ def queued_gap(cp, net, x, y, graph_gap_s: float, log, calls: int = 50) -> dict:
         f"(eager less in-graph per call over {len(diffs)} own kernels, median {median(diffs) * 1e6:.2f} us, "
         f"plus the graph's gap {graph_gap * 1e6:.2f} us)")
     return res
+

@@ -44,7 +44,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
     counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode, fuse_output)
     graph = exec_mode == "graph"
-    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
+    # a replayed graph: the graph's gap and what its kernels take there beyond their calibrated prices
+    gap = machine.graph_kernel_gap_s + machine.graph_node_extra_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
     terms["gemm"], terms["elementwise"], phase_kernels, n_kernels = step_compute(
         machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
