@@ -30,18 +30,15 @@ def graph_node_extra(cp, machine, hidden, local_batches, precisions, log, replay
               for h in sorted({min(hidden), max(hidden)}) for b in sorted({min(local_batches), max(local_batches)})]
     per_node = []
     for prec, h, b in shapes:
-        net, x, y = precision_network(cp, (D, h, C), prec, b)
-        gs, own = cp.cuda.Stream(), net.stream
-        net.stream = gs   # the network's stream may be the legacy default one, which cannot be captured
-        try:
-            with gs:
-                net.forward(x.T); net.loss(y.T); net.backward(); net.update()   # modules loaded, handles made
-                gs.begin_capture()
-                net.forward(x.T); net.loss(y.T); net.backward(); net.update()
-                graph = gs.end_capture()
-                t = queued_ahead(cp, lambda g=graph: g.launch(stream=gs), replays)[0] - machine.graph_replay_gap_s
-        finally:
-            net.stream = own
+        gs = cp.cuda.Stream(non_blocking=True)   # capturable: the network's kernels and GEMMs go to it
+        with gs:
+            net, x, y = precision_network(cp, (D, h, C), prec, b)
+            net.forward(x.T); net.loss(y.T); net.backward(); net.update()   # modules loaded, handles made
+            gs.synchronize()
+            gs.begin_capture()
+            net.forward(x.T); net.loss(y.T); net.backward(); net.update()
+            graph = gs.end_capture()
+            t = queued_ahead(cp, lambda g=graph: g.launch(stream=gs), replays)[0] - machine.graph_replay_gap_s
         gemm, other, _, n = step_compute(machine, (D, h, C), b, widths(prec), prec, "cublas", None, True,
                                          machine.graph_kernel_gap_s, machine.queued_gap_s)
         per_node.append((t - gemm - other - n * machine.graph_kernel_gap_s) / n)
