@@ -148,10 +148,9 @@ def test_a_replayed_graph_adds_the_calibrated_node_extra_to_each_kernels_gap():
 @gpu
 def test_graph_node_extra_prices_the_replayed_step_beyond_its_parts():
     import cupy as cp
-    from perfmlp.calibrate.gemm import step_rates
+    from perfmlp.calibrate.gemm import step_network, step_rates
     from perfmlp.calibrate.graphstep import graph_node_extra
     from perfmlp.calibrate.kernels import kernel_gaps, queued_gap
-    from perfmlp.calibrate.gemm import step_network
     lines = []
     res = step_rates(cp, [256], [800], ["float32"], lines.append)
     res.update(kernel_gaps(cp, lines.append))

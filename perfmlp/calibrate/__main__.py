@@ -14,8 +14,8 @@ from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
-from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
 from .graphstep import graph_node_extra
+from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
 from .kernels import event_gap, kernel_gaps, queued_gap
 from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate

@@ -158,4 +158,3 @@ def queued_gap(cp, net, x, y, graph_gap_s: float, log, calls: int = 50) -> dict:
         f"(eager less in-graph per call over {len(diffs)} own kernels, median {median(diffs) * 1e6:.2f} us, "
         f"plus the graph's gap {graph_gap * 1e6:.2f} us)")
     return res
-

@@ -26,11 +26,11 @@ cross-check tells apart from cuBLAS's and NCCL's).
 from __future__ import annotations
 
 import functools
-from importlib import resources
 import os
 import re
 import threading
 import time
+from importlib import resources
 
 from .format import COPY_KINDS
 from .records import ACTIVITY_FIELDS as ACTIVITY_FIELDS  # the writer names them in the activity line
