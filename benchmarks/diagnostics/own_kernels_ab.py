@@ -19,10 +19,10 @@ one block a thread's element, the new one kernels.cu's grid
 
 Found on an H100 (2026-11-27, a8094bf against 493df76; own_kernels_ab.md
 in reports/h100/benchmarks/kernels-ab): with two rows a warp the 16-byte
-passes took 0.77-0.90 times as long at b = 12800, 0.81-0.95 at H = 2048,
+passes took 0.77-0.93 times as long at b = 12800, 0.81-0.95 at H = 2048,
 b = 3200, and 0.97-1.07 elsewhere but float32 at H = 512, b = 400 (1.16)
-and 1600 (1.06); one row a warp was up to 1.28 times slower in 16 bits and
-four up to 1.56, so LAUNCH takes two. The strided check took 4.37 us
+and 1600 (1.06); with one row a warp they took up to 1.28 times the
+baseline's time in 16 bits and with four up to 1.56, so LAUNCH takes two. The strided check took 4.37 us
 against 10.79 at H = 2048 and 4.02 against 4.55 at H = 512.
 """
 from __future__ import annotations
