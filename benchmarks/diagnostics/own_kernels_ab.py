@@ -1,10 +1,14 @@
-"""The step's own kernels of two versions of perfmlp/gpu/kernels.cu side by
-side: the fused output backward (output_backward and partial_sums, by rows
-a warp) and fp16's gradient check, in each precision at the trainer's
-shapes, each checked against the other version and against CuPy.
+"""The step's own kernels of two versions of perfmlp/gpu's CUDA source side
+by side: the fused output backward (output_backward and partial_sums, by
+rows a warp), the loss kernel (softmax_ce_grad) and fp16's gradient check,
+in each precision at the trainer's shapes, each checked against the other
+version (and the output backward against CuPy).
 
-    git show COMMIT:perfmlp/gpu/kernels.cu > /tmp/base.cu
+    git show COMMIT:perfmlp/gpu/kernels.cu COMMIT:perfmlp/gpu/output_backward.cu > /tmp/base.cu
     python benchmarks/diagnostics/own_kernels_ab.py --baseline /tmp/base.cu --out DIR
+
+(the source files of kernels.py's SOURCES at COMMIT but the reference's
+GEMMs; before 2026-11-28 kernels.cu alone)
 
 Method: C = 10, H = 512 and 2048, b = 400, 1600, 3200 and 12800 (one GPU's
 pieces in the blind sweeps); each kernel is run 20 times to warm up, then
@@ -141,6 +145,30 @@ def output_backward_rows(cp, mods, prec, H, b):
     return rows
 
 
+def softmax_rows(cp, mods, prec, b):
+    rng = np.random.default_rng(2)
+    z = to_storage(cp, rng.standard_normal((C, b)) * 3, prec)
+    y = to_storage(cp, np.eye(C)[rng.integers(0, C, b)], prec)   # one sample a row, as in the batch
+    ls = cp.asarray([1024.0, 0.0], dtype=cp.float32)
+    timers, got = {}, {}
+    for version in ("baseline", "new"):
+        k = mods[version, 1].get_function("softmax_ce_grad")
+        delta, ce = cp.zeros((C, b), dtype=z.dtype), cp.zeros(1, dtype=cp.float32)
+
+        def launch(k=k, delta=delta, ce=ce):
+            k(((b + 255) // 256,), (256,), (z, y, delta, ce, np.int32(C), np.int32(b), np.float32(1.0 / b), ls),
+              stream=cp.cuda.get_current_stream())
+        launch()
+        cp.cuda.get_current_stream().synchronize()
+        got[version] = (from_storage(cp, delta, prec).copy(), float(ce[0]))
+        timers[version] = graph_timer(cp, launch)
+    t = interleaved(timers)
+    (d0, c0), (d1, c1) = got["baseline"], got["new"]
+    vs = max(float(cp.abs(d1 - d0).max() / cp.abs(d0).max()), abs(c1 - c0) / abs(c0))
+    return [f"| {prec} | - | {b} | softmax_ce_grad | {v} | - | {t[v]:.2f} | {vs if v == 'new' else 0:.1e} | - |"
+            for v in timers]
+
+
 def grad_check_rows(cp, mods, H):
     from perfmlp.gpu.network import check_grid
     n = H * D + C * H + H + C
@@ -169,8 +197,7 @@ def grad_check_rows(cp, mods, H):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--baseline", required=True,
-                    help="the other version's source (git show COMMIT:perfmlp/gpu/kernels.cu, one file before 2026-11-28)")
+    ap.add_argument("--baseline", required=True, help="the other version's CUDA source, one file (above)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     import cupy as cp
@@ -183,6 +210,10 @@ def main():
     for prec in ("float32", "bf16", "fp16"):
         mods = {("baseline", 1): module(cp, base, prec, 1)}
         mods.update({("new", w): module(cp, new, prec, w) for w in (1, 2, 4)})
+        for b in (400, 1600, 3200, 12800):
+            for line in softmax_rows(cp, mods, prec, b):
+                md.append(line)
+                print(line, flush=True)
         for H in (512, 2048):
             for b in (400, 1600, 3200, 12800):
                 for line in output_backward_rows(cp, mods, prec, H, b):

@@ -1,6 +1,6 @@
 """The step's own kernels and the GPU's time between kernels, as GPU time:
 
-- the step's own kernels (gpu/kernels.cu: bias_sigmoid, output_backward,
+- the step's own kernels (gpu/*.cu: bias_sigmoid, output_backward,
   ...) each relaunched as one eager step at the trainer's shapes launched
   it, with the fused output backward and without it (kernel_s);
 - kernel_gap_s (an empty kernel queued ahead, per kernel),

@@ -1,4 +1,4 @@
-"""The CuPy backend: CUDA kernels (kernels.cu, loaded by kernels.py), the
+"""The CuPy backend: CUDA kernels (*.cu, compiled by kernels.py), the
 GEMMs (gemm.py: cuBLAS called directly, and the reference's own kernels), the
 network on one GPU (network.py) and the timing primitives the calibration
 and the benchmarks share (timing.py). The batch source lives in

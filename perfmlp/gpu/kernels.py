@@ -1,6 +1,7 @@
-"""perfmlp's CUDA kernels (kernels.cu, and the reference's GEMMs in
-reference_gemm.cu), compiled once per process, precision and output-layer
-width as one CuPy RawModule."""
+"""perfmlp's CUDA kernels (kernels.cu, the fused output backward in
+output_backward.cu and the reference's GEMMs in reference_gemm.cu),
+compiled once per process, precision and output-layer width as one CuPy
+RawModule."""
 from __future__ import annotations
 
 from importlib import resources
@@ -13,7 +14,7 @@ from ..model.precision import precision as precision_of
 
 _modules: dict = {}
 
-# Compile-time constants of kernels.cu, which the launches (network.py) use
+# Compile-time constants of the CUDA source, which the launches (network.py) use
 # too: output_backward's rows a warp and threads a block (its columns a
 # block, a launch argument, are the model's OUTPUT_GRAD_COLS). Two rows a
 # warp: with the 16-byte passes, on an H100, 0.77-1.16 times the time of
@@ -27,7 +28,7 @@ LAUNCH = {"OB_WROWS": 2, "OB_THREADS": 256}
 S_KIND = {"float32": 0, "float64": 0, "float16": 1, "bfloat16": 2}
 
 
-SOURCES = ("kernels.cu", "reference_gemm.cu")
+SOURCES = ("kernels.cu", "output_backward.cu", "reference_gemm.cu")
 
 
 def source() -> str:

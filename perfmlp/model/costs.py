@@ -268,7 +268,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
     }
 
 
-# The trainer's own kernels (kernels.cu, launched by perfmlp/gpu/network.py
+# The trainer's own kernels (perfmlp/gpu/*.cu, launched by perfmlp/gpu/network.py
 # under these names) by the operations each computes, as step_kernels lists
 # them; every other kernel of the step is one GEMM ("gemm").
 OWN_KERNELS = {("bias_sigmoid",): "bias_sigmoid", ("bias_add",): "bias_add",
