@@ -44,17 +44,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from perfmlp import mixed  # noqa: E402
 from perfmlp.gpu.kernels import S_KIND, source  # noqa: E402
 from perfmlp.gpu.timing import event_s  # noqa: E402
 
 THREADS, C, D = 256, 10, 784
-STORAGE = {"float32": ("float", np.float32), "bf16": ("unsigned short", np.uint16),
-           "fp16": ("unsigned short", np.uint16)}
+STORAGE = {"float32": "float", "bf16": "unsigned short", "fp16": "unsigned short"}
 KIND = {"float32": S_KIND["float32"], "bf16": S_KIND["bfloat16"], "fp16": S_KIND["float16"]}
 
 
 def module(cp, src: str, prec: str, wrows: int):
-    defines = {"T": "float", "S": STORAGE[prec][0], "S_KIND": KIND[prec], "MAXC": C, "WCOPY": 0,
+    defines = {"T": "float", "S": STORAGE[prec], "S_KIND": KIND[prec], "MAXC": C, "WCOPY": 0,
                "LOSS_SCALING": int(prec == "fp16"), "GROWTH_INTERVAL": 2000, "GROWTH_FACTOR": "2.0",
                "BACKOFF_FACTOR": "0.5", "OB_WROWS": wrows, "OB_THREADS": THREADS}
     return cp.RawModule(code="".join(f"#define {k} {v}\n" for k, v in defines.items()) + src,
@@ -62,21 +62,13 @@ def module(cp, src: str, prec: str, wrows: int):
 
 
 def to_storage(cp, x, prec):
-    x = cp.asarray(x, dtype=cp.float32)
-    if prec == "float32":
-        return x
-    if prec == "fp16":
-        return x.astype(cp.float16).view(cp.uint16)
-    u = x.view(cp.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+    """Host values x on the device in the precision's storage type (perfmlp.mixed's rounding)."""
+    return cp.asarray(mixed.device_view(mixed.to_storage(np.asarray(x, np.float32), prec)))
 
 
 def from_storage(cp, s, prec):
-    if prec == "float32":
-        return s
-    if prec == "fp16":
-        return s.view(cp.float16).astype(cp.float32)
-    return (s.astype(cp.uint32) << 16).view(cp.float32)
+    """A storage-type device array's values as float32, on the device."""
+    return cp.asarray(mixed.from_device(cp.asnumpy(s), prec))
 
 
 def graph_timer(cp, launch):

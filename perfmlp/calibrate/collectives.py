@@ -150,8 +150,9 @@ def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
     through pinned and pageable buffers just written by a D2H, at the
     trainer's gradient sizes: what the staged exchange's call costs a run
     of one process (1.0-2.3 us through pinned and 1.0-9.3 us through
-    pageable buffers on the H100 host, 2026-11-27; the model had priced 0). allreduce_s points with procs 1; [] without
-    MPI (the NumPy-only world) and on the other ranks."""
+    pageable buffers on the H100 host, 2026-11-27; the model had priced
+    0). allreduce_s points with procs 1; [] without MPI (the NumPy-only
+    world) and on the other ranks."""
     if world.rank != 0 or getattr(world, "comm", None) is None:
         return []
     from mpi4py import MPI

@@ -266,6 +266,10 @@ class Counts:
         self.bytes_h2d = self.bytes_d2h = self.bytes_d2d = self.bytes_mpi = self.bytes_nccl = 0
         self.collectives: list[tuple[str, int]] = []
 
+    def byte_counts(self) -> tuple[int, int, int, int, int]:
+        """(h2d, d2h, d2d, mpi, nccl) bytes, as a Shape holds them (the fast path compares them inline)."""
+        return self.bytes_h2d, self.bytes_d2h, self.bytes_d2d, self.bytes_mpi, self.bytes_nccl
+
     def add(self, other: "Counts") -> None:
         """Add another batch's counters (a CUDA graph's, recorded at its capture)."""
         self.bytes_h2d += other.bytes_h2d

@@ -62,7 +62,7 @@ class ShapeBook:
     def _shape_for(self, entry, counts) -> Note:
         """The Shape this batch's counts are (a new one written where none
         matches): after a recording batch, priced from what it launched."""
-        byte_counts = (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi, counts.bytes_nccl)
+        byte_counts = counts.byte_counts()
         key = entry.key
         if entry.coll is None:
             self._phases.update(self._fast)

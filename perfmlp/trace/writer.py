@@ -257,8 +257,7 @@ class Tracer(ShapeBook, GpuSide):
         entry, stamps = self._note, self._stamps
         epoch, batch, t0, t1 = fp.epoch, fp.batch, fp.t0, fp.t1
         if (entry.coll != counts.collectives or len(stamps) != entry.nstamps
-                or entry.bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
-                                   counts.bytes_nccl)):
+                or entry.bytes != counts.byte_counts()):
             entry = self._shape_for(entry, counts)
         loss = NAN if loss is None else loss
         if self._events is None:
