@@ -94,6 +94,30 @@ def test_queued_ahead_times_the_gpu_not_the_host():
     assert 40e-6 < gpu_s < 80e-6, gpu_s   # 20 spins of 50 us each, back to back
 
 
+class _FakeCupy:
+    """What queued_ahead asks of CuPy outside the measurement: the stream."""
+    class cuda:
+        @staticmethod
+        def get_current_stream():
+            return type("S", (), {"synchronize": lambda self: None})()
+
+
+def test_queued_ahead_measures_again_behind_a_longer_spin_where_the_host_stalled(monkeypatch):
+    spins = []
+
+    def behind(cp, fn, calls, spin_s, reps):   # the host takes 3 ms to queue the calls the first time
+        spins.append(spin_s)
+        return [5e-6] * reps, (3e-3 if len(spins) == 1 else 10e-6) / calls
+    monkeypatch.setattr(timing, "_behind_spin", behind)
+    samples = []
+    assert timing.queued_ahead(_FakeCupy, lambda: None, 4, spin_s=0.002, reps=3, samples=samples) == (5e-6, 2.5e-6)
+    assert spins == [0.002, 0.008] and samples == [5e-6] * 3   # the stalled measurement is not kept
+    # a host that stays slower than the spin each time is an error naming how slow
+    monkeypatch.setattr(timing, "_behind_spin", lambda cp, fn, calls, spin_s, reps: ([5e-6], 1.0 / calls))
+    with pytest.raises(RuntimeError, match=r"took 1000\.0 ms to queue 4 calls, longer than the 32 ms spin, 3 times"):
+        timing.queued_ahead(_FakeCupy, lambda: None, 4, spin_s=0.002)
+
+
 @gpu
 def test_a_copy_is_timed_by_its_kind_of_memory():
     import cupy as cp
