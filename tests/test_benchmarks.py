@@ -58,3 +58,20 @@ def test_a_set_is_laid_out_as_the_committed_sets(tmp_path):
             "--machine reports/h100/benchmarks/calibrated.yaml") in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "abc1234" in line]
     assert [row.split(" | ")[0] for row in rows] == ["| tests", "| step"]   # one line per part run, in order
+
+
+def test_the_gemm_floor_adds_the_steps_bytes_at_bandwidth_to_its_gemms():
+    spec = importlib.util.spec_from_file_location("gemm_floor", ROOT / "benchmarks" / "gemm_floor.py")
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    result = {"rows": [{"variant": "GEMMs alone", "H": 512, "B": 3200, "precision": "bf16", "median_us": 20.0},
+                       {"variant": "perfmlp", "H": 512, "B": 3200, "precision": "bf16", "median_us": 50.0},
+                       {"variant": "pytorch", "H": 512, "B": 3200, "precision": "bf16", "median_us": 150.0}]}
+    (row,) = floor.floor_rows(result, 1e12)   # 1 TB/s: a microsecond a megabyte
+    own, static = floor.step_bytes((784, 512, 10), 3200, "bf16")
+    assert static == 2 * 2 * 3200 * (784 + 10)          # X and Y in bf16, read and written
+    assert own > 4 * 2 * 512 * 3200                      # at least the hidden layer's 4 passes of 2 bytes
+    assert row["floor_us"] == pytest.approx(20.0 + own / 1e6 + static / 1e6)
+    assert row["step_x"] == pytest.approx(2.5) and row["floor_x"] == pytest.approx(row["floor_us"] / 20.0)
+    # tf32 stores 32 bits: twice bf16's static copy
+    assert floor.step_bytes((784, 512, 10), 3200, "tf32")[1] == 2 * static
