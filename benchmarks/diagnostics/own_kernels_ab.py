@@ -8,12 +8,13 @@ version (and the output backward against CuPy).
     python benchmarks/diagnostics/own_kernels_ab.py --baseline /tmp/base.cu --out DIR
 
 (the source files of kernels.py's SOURCES at COMMIT but the reference's
-GEMMs; before 2026-11-28 kernels.cu alone)
+GEMMs; before 95cddd8 kernels.cu alone)
 
 Method: C = 10, H = 512 and 2048, b = 400, 1600, 3200 and 12800 (one GPU's
 pieces in the blind sweeps); each kernel is run 20 times to warm up, then
 200 launches are captured in one CUDA graph and the replay is timed with
-CUDA events, 5 repeats, the two versions (and the launch shapes) in turn,
+CUDA events, 5 repeats, the two versions (the output backward at 1 and 2
+rows a warp in the baseline, 1, 2 and 4 in the new) in turn,
 the order reversed every other repeat; the median per launch. The check:
 the largest difference between the versions over the largest value, for
 dz and for the partial sums (16-bit dz: both round to the storage type).
@@ -204,7 +205,7 @@ def main():
     md = ["| precision | H | b | kernel | version | rows a warp | us a launch | against the baseline | against CuPy |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for prec in ("float32", "bf16", "fp16"):
-        mods = {("baseline", 1): module(cp, base, prec, 1)}
+        mods = {("baseline", w): module(cp, base, prec, w) for w in (1, 2)}
         mods.update({("new", w): module(cp, new, prec, w) for w in (1, 2, 4)})
         for b in (400, 1600, 3200, 12800):
             for line in softmax_rows(cp, mods, prec, b):
