@@ -32,6 +32,10 @@ extern "C" {
 // rows whose threads each took a few columns and reduced across the block,
 // took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
 // benchmarks/results/h200/obv2, in git before 54cb3ab.)
+// Loading a chunk's activations before staging its deltas, so that the two
+// loads' latencies overlap (caaa43b), took 0.81-1.10 times as long at two rows
+// a warp over the 24 shapes, longer at large b (1.10 in bf16 at H = 2048,
+// b = 12800): not kept (reports/h100/benchmarks/kernels-ab3).
 #define OB_PASS (32 * VEC)
 static_assert(OB_THREADS % OB_PASS == 0, "a chunk is whole passes");
 
@@ -63,19 +67,6 @@ output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __res
         }
     for (int jc = 0; jc < n; jc += OB_THREADS) {
         const int m = min(OB_THREADS, n - jc), slot = ob_slot(tid, vec);
-        // the 16-byte passes: this chunk's a loaded before its deltas are staged, so that the
-        // two loads' latencies overlap (m is a multiple of VEC here: j < m holds a whole Pack)
-        Pack pre[OB_THREADS / OB_PASS][OB_WROWS];
-        if (vec && !bias_block) {
-#pragma unroll
-            for (int p = 0; p < OB_THREADS / OB_PASS; ++p)
-#pragma unroll
-                for (int r = 0; r < OB_WROWS; ++r) {
-                    const int j = p * OB_PASS + lane * VEC;
-                    if (j < m && h0 + r < H)
-                        pre[p][r] = *reinterpret_cast<const Pack*>(a + (long long)(h0 + r) * cols + j0 + jc + j);
-                }
-        }
         __syncthreads();  // the previous chunk is used up
 #pragma unroll
         for (int c = 0; c < MAXC; ++c) ds[c][slot] = (c < C && tid < m) ? ld(d[(long long)c * cols + j0 + jc + tid]) : (T)0;
@@ -86,16 +77,13 @@ output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __res
             continue;
         }
         if (vec) {
-#pragma unroll
-            for (int p = 0; p < OB_THREADS / OB_PASS; ++p) {
-                const int j = p * OB_PASS + lane * VEC;
-                if (j >= m) break;
-                const int s0 = p * OB_PASS + lane;   // column j + k's slot: s0 + 32 k
+            for (int j = lane * VEC; j < m; j += OB_PASS) {
+                const int s0 = (j / OB_PASS) * OB_PASS + lane;   // column j + k's slot: s0 + 32 k
 #pragma unroll
                 for (int r = 0; r < OB_WROWS; ++r) {
                     if (h0 + r < H) {
                         const long long i = (long long)(h0 + r) * cols + j0 + jc + j;
-                        const Pack pa = pre[p][r];
+                        const Pack pa = *reinterpret_cast<const Pack*>(a + i);
                         Pack pz;
 #pragma unroll
                         for (int k = 0; k < VEC; ++k) {
