@@ -448,7 +448,7 @@ def test_a_batch_copys_call_costs_the_host_what_the_calibration_measured_for_its
     assert b - a == pytest.approx(2 * 13e-6, rel=1e-6)
 
 
-def test_a_prefetched_graph_step_adds_back_the_static_copies_the_calibrations_resident_loop_made():
+def test_without_the_graph_steps_host_time_a_prefetched_graph_step_takes_the_resident_loops_wall_time_less_its_copies():
     from perfmlp.model.predict.timeline import prefetch_calls_s
     from perfmlp.model.predict import Step
     pts = [{"exec": "graph", "source": "prefetch", "bytes": 1000, "s": 60e-6, "loop_s": 40e-6}]
