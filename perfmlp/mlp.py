@@ -235,11 +235,11 @@ class Network:
     def output_backward(self, w, d, a, gw, gb, out, gb_below):
         """The output layer's backward: gw = d @ a^T, gb = the row sums of d,
         and, into `out`, dz = (w^T @ d) * a * (1 - a) for the layer below,
-        whose bias gradient (the row sums of dz) goes into gb_below. One
-        kernel: partial sums per column block, which the last block of
-        each column adds."""
+        whose bias gradient (the row sums of dz) goes into gb_below. Two
+        kernels: the partial sums per column block, then their sum."""
         C, H, b = w.shape[0], w.shape[1], d.shape[1]
-        self._record(("output_backward", (C, H, b)), ("partial_sums", (output_grad_sums(C, H), output_grad_splits(b))))
+        self._record(("output_backward", (C, H, b)))
+        self._record(("partial_sums", (output_grad_sums(C, H), output_grad_splits(b))))
         return self._output_backward(w, d, a, gw, gb, out, gb_below)
 
     def softmax_ce_grad(self, z, y, out):

@@ -262,6 +262,7 @@ def test_a_cublas_handle_keeps_its_stream_alive():
     assert g2.stream is s2
     a, b = cp.ones((64, 32), cp.float32), cp.ones((32, 16), cp.float32)
     out = cp.empty((64, 16), cp.float32)
+    cp.cuda.get_current_stream().synchronize()    # s2 does not wait for the stream that filled a and b
     g2(a, b, out)
     s2.synchronize()
     assert float(out[0, 0]) == 32.0

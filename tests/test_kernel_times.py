@@ -39,7 +39,8 @@ def test_every_step_kernel_has_a_launch_name_and_a_shape():
                     assert kernel_name(k) in ("gemm", *OWN_KERNELS.values())
                     assert kernel_shape(k) == k[0][1]
     own = [kernel_name(k) for ks in step_kernels((784, 512, 10), 3200).values() for k in ks]
-    assert own == ["gemm", "bias_sigmoid", "gemm", "bias_add", "softmax_ce_grad", OB, "gemm", "sgd_update"]
+    assert own == ["gemm", "bias_sigmoid", "gemm", "bias_add", "softmax_ce_grad", OB, "partial_sums", "gemm",
+                   "sgd_update"]
     assert kernel_shape(step_kernels((784, 512, 10), 3200)["update"][0]) == (784 * 512 + 512 * 10,)
 
 

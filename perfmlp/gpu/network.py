@@ -1,12 +1,12 @@
 """The network on one GPU: the Network's step (perfmlp/mlp.py) with each
 kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py).
 
-A step launches 8 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
+A step launches 9 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
 bias+sigmoid, bias add), loss 1 (softmax + cross-entropy + output delta,
-the loss summed into the gradient buffer's slot), backward 2 (the output
+the loss summed into the gradient buffer's slot), backward 3 (the output
 layer's fused backward: per block of columns dz and partial sums of its
-weight and bias gradients and of the hidden bias gradient, which the last
-block of each column adds in order; the hidden weight gradient's GEMM), update 1
+weight and bias gradients and of the hidden bias gradient, then those
+partials added in order; the hidden weight gradient's GEMM), update 1
 (weights and biases in one pass, which also moves the loss slot into the
 epoch's running sum and clears it). With `fuse_output` off the output
 layer's backward is 2 GEMMs, a row sum and the sigmoid derivative with the
@@ -82,9 +82,6 @@ class GpuNetwork(Network):
         # the fused output backward's partial sums, one set per column block
         self._partials = cupy.empty(output_grad_splits(max_local) * output_grad_sums(layer_sizes[-1], layer_sizes[-2]),
                                     dtype) if L >= 2 else None
-        # and a count per block column of the blocks done (the last adds the partials and zeroes it)
-        self._done = cupy.zeros(-(-layer_sizes[-2] // (LAUNCH["OB_WROWS"] * LAUNCH["OB_THREADS"] // 32)) + 1,
-                                np.uint32) if L >= 2 else None
 
     def storage_type(self):
         return device_dtype(self.precision)   # bf16: its uint16 bits
@@ -173,14 +170,14 @@ class GpuNetwork(Network):
         b = d.shape[1]
         shape = self._ints.get(("ob", C, H, b))
         if shape is None:
-            threads = LAUNCH["OB_THREADS"]
+            splits, threads = output_grad_splits(b), LAUNCH["OB_THREADS"]
             rows = LAUNCH["OB_WROWS"] * threads // 32
             shape = self._ints[("ob", C, H, b)] = (
-                ((H + rows - 1) // rows + 1, output_grad_splits(b)), (threads,),
-                np.int32(C), np.int32(H), np.int32(b), np.int32(OUTPUT_GRAD_COLS))
-        grid, block, c, h, cols, bcols = shape
-        self._launch("output_backward", grid, block,
-                     (w, d, a, out, self._partials, c, h, cols, bcols, gw, gb_below, gb, self._done))
+                ((H + rows - 1) // rows + 1, splits), (threads,), *_grid(output_grad_sums(C, H)),
+                np.int32(C), np.int32(H), np.int32(b), np.int32(OUTPUT_GRAD_COLS), np.int32(splits))
+        grid, block, sgrid, sblock, c, h, cols, bcols, splits = shape
+        self._launch("output_backward", grid, block, (w, d, a, out, self._partials, c, h, cols, bcols))
+        self._launch("partial_sums", sgrid, sblock, (self._partials, splits, c, h, gw, gb_below, gb))
         return out
 
     def _softmax_ce_grad(self, z, y, out):

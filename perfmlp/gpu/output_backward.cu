@@ -7,8 +7,7 @@ extern "C" {
 // fused_output: at most MAXC classes, one accumulator per class in
 // registers). MAXC (the network's classes), OB_WROWS and OB_THREADS are
 // defined by kernels.py, whose LAUNCH the launches read too. Every sum is
-// taken in a fixed order (an atomic counter only decides which block adds
-// the partial sums, not their order), so the results are the same at every
+// taken in a fixed order (no atomics), so the results are the same at every
 // run.
 
 // Given delta d (C x cols), the layer's input a (H x cols, sigmoid
@@ -16,9 +15,7 @@ extern "C" {
 // for the columns of block y (bcols of them), the partial sums
 // part[y * n + k], n = C*H + H + C, of dW = d a^T (k = c * H + h), of the
 // layer below's db = the row sums of dz (k = C*H + h) and of db = the row
-// sums of d (k = C*H + H + c); the last block of each x adds its column's
-// partials into gW, gb_below and gb (ob_sums; done: one zeroed
-// count per x). Grid: (ceil(H / R) + 1) x ceil(cols / bcols),
+// sums of d (k = C*H + H + c). Grid: (ceil(H / R) + 1) x ceil(cols / bcols),
 // R = OB_WROWS * OB_THREADS / 32 rows a block: each warp takes OB_WROWS
 // rows, with d staged OB_THREADS columns at a time in shared memory. Where
 // cols and bcols are multiples of VEC (and a, dz 16-byte aligned) a lane
@@ -39,6 +36,12 @@ extern "C" {
 // loads' latencies overlap (caaa43b), took 0.81-1.10 times as long at two rows
 // a warp over the 24 shapes, longer at large b (1.10 in bf16 at H = 2048,
 // b = 12800): not kept (reports/h100/benchmarks/kernels-ab3).
+// The partial sums added by the last block of each block column (an atomic
+// count per column, the sums in the same order: bit for bit the same) instead
+// of the kernel partial_sums (95a0755) took 1.01-1.18 times as long as the
+// pair: that block's serial tail outlasts a launch (in the bf16 graph step at
+// H = 512, B = 3200: 14.19 us against 10.24 + 1.63 at 95cddd8). Not kept
+// (reports/h100/benchmarks/kernels-ab4).
 #define OB_PASS (32 * VEC)
 static_assert(OB_THREADS % OB_PASS == 0, "a chunk is whole passes");
 
@@ -48,49 +51,9 @@ __device__ __forceinline__ int ob_slot(int jj, bool vec) {  // column jj of a ch
     return q * OB_PASS + (rem % VEC) * 32 + rem / VEC;
 }
 
-// The last of a column x's blocks to finish adds every block's partial sums of
-// that column's entries (its rows' dW and the layer below's db, or, for the
-// bias column, db), in block order: the same sums in the same order at every
-// run. The n = C*H + H + C partials of block y are at part + y * n. Each
-// block's threads fence their partials before its count goes up, and the
-// last block reads them past L1 (__ldcg); it sets the count back to 0 for
-// the next launch (a graph's next replay). (Before this, a kernel of its own
-// after output_backward, partial_sums.)
-__device__ void ob_sums(const T* part, int C, int H, T* gW, T* gb_below, T* gb, unsigned int* done,
-                        bool bias_block) {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const long long CH = (long long)C * H, n = CH + H + C;
-    const int splits = gridDim.y, R = OB_WROWS * OB_THREADS / 32, hb = blockIdx.x * R;
-    const int entries = bias_block ? C : min(R, H - hb) * (C + 1);
-    for (int e = threadIdx.x; e < entries; e += blockDim.x) {
-        const int r = e / (C + 1), c = e - r * (C + 1);
-        const long long k = bias_block ? CH + H + e : (c < C ? (long long)c * H + hb + r : CH + hb + r);
-        T s = __ldcg(part + k);
-        int t = 1;
-        for (; t + 4 <= splits; t += 4) {   // four loads in flight, added in block order
-            const T v0 = __ldcg(part + t * n + k), v1 = __ldcg(part + (t + 1) * n + k);
-            const T v2 = __ldcg(part + (t + 2) * n + k), v3 = __ldcg(part + (t + 3) * n + k);
-            s += v0; s += v1; s += v2; s += v3;
-        }
-        for (; t < splits; ++t) s += __ldcg(part + t * n + k);
-        if (bias_block) gb[e] = s;
-        else if (c < C) gW[k] = s;
-        else gb_below[hb + r] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) done[blockIdx.x] = 0;
-}
-
 __global__ void __launch_bounds__(OB_THREADS)
 output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __restrict__ a, S* __restrict__ dz,
-                T* __restrict__ part, int C, int H, int cols, int bcols, T* gW, T* gb_below, T* gb,
-                unsigned int* done) {
+                T* __restrict__ part, int C, int H, int cols, int bcols) {
     __shared__ T ds[MAXC][OB_THREADS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j0 = blockIdx.y * bcols, n = min(bcols, cols - j0);
@@ -181,19 +144,31 @@ output_backward(const T* __restrict__ W, const S* __restrict__ d, const S* __res
             for (int k = 1; k < OB_THREADS / 32; ++k) v += red[k][tid];
             out[CH + H + tid] = v;
         }
-    } else {
-#pragma unroll
-        for (int r = 0; r < OB_WROWS; ++r)
-#pragma unroll
-            for (int c = 0; c <= MAXC; ++c) {
-                T v = warp_sum(acc[r][c]);
-                if (lane == 0 && h0 + r < H) {
-                    if (c < C) out[(long long)c * H + h0 + r] = v;
-                    else if (c == MAXC) out[CH + h0 + r] = v;
-                }
-            }
+        return;
     }
-    ob_sums(part, C, H, gW, gb_below, gb, done, bias_block);
+#pragma unroll
+    for (int r = 0; r < OB_WROWS; ++r)
+#pragma unroll
+        for (int c = 0; c <= MAXC; ++c) {
+            T v = warp_sum(acc[r][c]);
+            if (lane == 0 && h0 + r < H) {
+                if (c < C) out[(long long)c * H + h0 + r] = v;
+                else if (c == MAXC) out[CH + h0 + r] = v;
+            }
+        }
+}
+
+// The n = C*H + H + C sums of output_backward: part's `splits` blocks added
+// in order, into dW (C x H), the layer below's db (H) and db (C).
+__global__ void partial_sums(const T* part, int splits, int C, int H, T* gW, T* gb_below, T* gb) {
+    const long long CH = (long long)C * H, n = CH + H + C;
+    long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) return;
+    T s = part[k];
+    for (int t = 1; t < splits; ++t) s += part[t * n + k];
+    if (k < CH) gW[k] = s;
+    else if (k < CH + H) gb_below[k - CH] = s;
+    else gb[k - CH - H] = s;
 }
 
 }  // extern "C"

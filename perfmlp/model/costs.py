@@ -194,11 +194,11 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
 # backward products, where reading the activations once takes about 1.4 us
 # (benchmarks/results/h200-x2/graph/kernel_breakdown.md, in git before 54cb3ab). With at most this
 # many classes (one accumulator per class in registers) the trainer runs the
-# output layer's backward as one kernel of its own instead of 2 GEMMs, a row
-# sum and the sigmoid gradient: `output_backward`, per block of
-# OUTPUT_GRAD_COLS columns dz and partial sums of dW, db and the layer below's
-# db (the operation `output_backward`), which the last block of each column
-# adds in a fixed order (`partial_sums`). The column block was chosen on an
+# output layer's backward as two kernels of its own instead of 2 GEMMs, a row
+# sum and the sigmoid gradient: `output_backward` (per block of
+# OUTPUT_GRAD_COLS columns: dz, and partial sums of dW, db and the layer
+# below's db) and `partial_sums` (the partials added in a fixed order, so
+# the result is the same at every run). The column block was chosen on an
 # H200 (gpu/kernels.py: LAUNCH); on an H100 (65d8d70) 1024 columns took 0.77 and 0.81 times 256's
 # at H = 2048, b = 12800 and 3200 in bf16 but 1.34 at H = 512, b = 400: a block growing with b would gain.
 FUSED_OUTPUT_MAX_CLASSES = 16
@@ -245,8 +245,8 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
     for l in range(L, 0, -1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
         if l == L and fuse:
-            bwd.append((("output_backward", (n_out, n_in, b)),
-                        ("partial_sums", (output_grad_sums(n_out, n_in), output_grad_splits(b, output_grad_cols)))))
+            bwd.append((("output_backward", (n_out, n_in, b)),))
+            bwd.append((("partial_sums", (output_grad_sums(n_out, n_in), output_grad_splits(b, output_grad_cols))),))
             continue
         for r0, r1 in row_blocks(n_out, n_in, w.param, bucket_bytes):
             bwd.append((("gemm", (r1 - r0, n_in, b)),))      # dW = delta @ a^T (a row block of it)
@@ -274,8 +274,8 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
 # them; every other kernel of the step is one GEMM ("gemm").
 OWN_KERNELS = {("bias_sigmoid",): "bias_sigmoid", ("bias_add",): "bias_add",
                ("softmax_ce_grad",): "softmax_ce_grad", ("row_sum",): "row_sum",
-               ("sigmoid_grad", "row_sum"): "sigmoid_grad_row_sum", ("output_backward", "partial_sums"):
-               "output_backward", ("update_weights", "update_biases"): "sgd_update",
+               ("sigmoid_grad", "row_sum"): "sigmoid_grad_row_sum", ("output_backward",): "output_backward",
+               ("partial_sums",): "partial_sums", ("update_weights", "update_biases"): "sgd_update",
                ("grad_check",): "grad_check"}
 
 

@@ -145,18 +145,12 @@ def _spread_point(entry) -> SpreadPoint:
                                     for i, r in enumerate(ratios))))
 
 
-# Own kernels a machine file may still time that the trainer no longer launches
-# alone: partial_sums, whose sums output_backward's last blocks now add (a file
-# calibrated before times the two apart: predict.compute adds them).
-RETIRED_KERNELS = ("partial_sums",)
-
-
 def _kernel_time(entry) -> KernelTime:
     entry = _entry(entry, ("kernel", "shape", "precision", "s"))
     shape = entry["shape"]
     if not isinstance(shape, list) or not shape:
         raise checks.CheckError(f"shape must be a non-empty list of sizes, got {shape!r}")
-    return KernelTime(checks.choice("kernel", entry["kernel"], (*OWN_KERNELS.values(), *RETIRED_KERNELS)),
+    return KernelTime(checks.choice("kernel", entry["kernel"], OWN_KERNELS.values()),
                       tuple(checks.positive(f"shape[{i}]", checks.integer(f"shape[{i}]", n))
                             for i, n in enumerate(shape)),
                       checks.choice("precision", entry["precision"], PRECISION_NAMES),

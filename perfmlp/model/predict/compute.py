@@ -34,17 +34,8 @@ def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str)
         return op_cost("gemm", shape, itemsize)[0] / machine.gemm_rate(*shape, precision, kernel=gemm)
     measured = machine.kernel_time_s(name, kernel_shape(kernel), precision)
     if measured is not None:
-        return measured + _retired_s(machine, kernel, precision)
+        return measured
     return sum(op_cost(op, shape, itemsize)[1] for op, shape in kernel) / machine.mem_bw_bytes_per_s
-
-
-def _retired_s(machine: Machine, kernel, precision: str) -> float:
-    """What a file calibrated before the fused output backward added its own
-    partial sums times for them apart (its retired `partial_sums` entries,
-    machine.entries.RETIRED_KERNELS): 0 for a newer file or another kernel."""
-    if kernel_name(kernel) != "output_backward" or len(kernel) < 2:
-        return 0.0
-    return machine.kernel_time_s("partial_sums", tuple(kernel[1][1]), precision) or 0.0
 
 
 def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
