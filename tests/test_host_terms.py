@@ -448,7 +448,7 @@ def test_a_batch_copys_call_costs_the_host_what_the_calibration_measured_for_its
     assert b - a == pytest.approx(2 * 13e-6, rel=1e-6)
 
 
-def test_without_the_graph_steps_host_time_a_prefetched_graph_step_takes_the_resident_loops_wall_time_less_its_copies():
+def test_a_prefetched_graph_step_adds_back_the_static_copies_the_calibrations_resident_loop_made():
     from perfmlp.model.predict.timeline import prefetch_calls_s
     from perfmlp.model.predict import Step
     pts = [{"exec": "graph", "source": "prefetch", "bytes": 1000, "s": 60e-6, "loop_s": 40e-6}]
@@ -460,20 +460,3 @@ def test_without_the_graph_steps_host_time_a_prefetched_graph_step_takes_the_res
     assert calls(without, "prefetch") == pytest.approx(20e-6) and calls(m, "prefetch") == pytest.approx(32e-6)
     assert calls(m, "prefetch-pageable") == pytest.approx(32e-6 * 4 / 6)
 
-
-def test_a_prefetched_graph_steps_calls_are_its_pace_less_the_resident_loops_host_time_not_its_wall_time():
-    # the calibration's resident graph loop took 40 us a batch, but its host only 24 (15 of them
-    # its two static copies): the GPU set that loop's pace, so the prefetched step's 60 us
-    # (host-bound) hold 60 - (24 - 2 x 7.5) = 51 us of the pipeline's calls, not 60 - 40 + 15 = 35
-    from perfmlp.model.predict import graph_loop_host_s
-    pts = [{"exec": "graph", "source": "prefetch", "bytes": 635_200, "s": 60e-6, "loop_s": 40e-6},
-           {"exec": "eager", "source": "prefetch", "bytes": 635_200, "s": 90e-6, "loop_s": 70e-6}]
-    m = machine_from_mapping(_values(prefetch_s=pts, static_copy_host_s=7.5e-6, graph_step_host_s=24e-6,
-                                     graph_launch_s=2e-6), "x.yaml")
-    assert m.prefetch_host_s("graph") == pytest.approx(51e-6)
-    assert m.prefetch_host_s("eager") == pytest.approx(20e-6)   # the eager loop is the host's: its wall time
-    # so the prefetched step's host time is the pace the calibration measured: the loop's own
-    # work between replays, the graph's launch and those calls
-    p = predict_batch(m, (784, 16, 10), 200, 1, "float32", "nccl", "prefetch", None, exec_mode="graph")
-    assert p.detail["host_s"] == pytest.approx(graph_loop_host_s(m) + m.graph_launch_s + 51e-6)
-    assert p.detail["host_s"] == pytest.approx(60e-6)

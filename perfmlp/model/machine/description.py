@@ -173,24 +173,13 @@ class Machine:
         return piecewise_linear(pts, nbytes)
 
     def prefetch_host_s(self, exec_mode: str) -> float | None:
-        """The host time per batch of the loop's calls that order the input
-        pipeline from pinned memory (its events and copies), measured at the
-        smallest piece, where the prefetched step is host-bound: prefetch_s's
-        `s` less the resident loop's own host time beside it (not below 0);
-        None without points. Eager: the resident loop's `loop_s` (host-bound
-        at the calibration's hidden size). Graph: the resident loop's host
-        time is graph_step_host_s where the file has it (its `loop_s` may be
-        the GPU's: its replay and copies outlast the host's work), else
-        `loop_s`; less its two copies into the static inputs, which a
-        prefetched step does not make."""
-        pts = sorted((q.bytes, q.s, q.loop_s) for q in self.prefetch_s
+        """The host time per batch that prefetching from pinned memory adds
+        to the `exec_mode` loop (its event and copy calls): at the smallest
+        piece, where its copies are shortest, prefetch_s's `s` less the
+        resident loop's `loop_s` (not below 0); None without points."""
+        pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
                      if q.exec == exec_mode and q.source == "prefetch")
-        if not pts:
-            return None
-        _, s, loop = pts[0]
-        if exec_mode == "graph":
-            loop = (self.graph_step_host_s or loop) - 2 * self.static_copy_host_s
-        return max(0.0, s - loop)
+        return max(0.0, pts[0][1]) if pts else None
 
     def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
         """(bytes, seconds) of host_copy_s for this kind, rank count and host
