@@ -459,4 +459,3 @@ def test_a_prefetched_graph_step_adds_back_the_static_copies_the_calibrations_re
         return prefetch_calls_s(machine, Step(machine, {}, [], transfer, "nccl", {}, graph, 1e-5, 0.0, 0.0, False))
     assert calls(without, "prefetch") == pytest.approx(20e-6) and calls(m, "prefetch") == pytest.approx(32e-6)
     assert calls(m, "prefetch-pageable") == pytest.approx(32e-6 * 4 / 6)
-
