@@ -62,10 +62,12 @@ def table(rows: list[dict], result: dict, machine) -> str:
             "bandwidth, no gaps; step: the measured perfmlp graph step.\n\n"
             "| H | B | precision | GEMMs alone | own kernels MB | own kernels' bytes | static copy's bytes "
             "| floor | floor / GEMMs | step | step / GEMMs |\n" + "| --- " * 11 + "|\n")
+    def step(r, key, spec):   # "-" where the result has no perfmlp step beside its GEMMs
+        return "-" if r[key] is None else format(r[key], spec)
     return head + "".join(
         f"| {r['H']} | {r['B']} | {r['precision']} | {r['gemm_us']:.1f} | {r['own_mb']:.1f} | {r['own_us']:.1f} | "
-        f"{r['static_us']:.1f} | {r['floor_us']:.1f} | {r['floor_x']:.2f} | {r['step_us']:.1f} | "
-        f"{r['step_x']:.2f} |\n" for r in rows)
+        f"{r['static_us']:.1f} | {r['floor_us']:.1f} | {r['floor_x']:.2f} | {step(r, 'step_us', '.1f')} | "
+        f"{step(r, 'step_x', '.2f')} |\n" for r in rows)
 
 
 def main(argv=None) -> int:
