@@ -161,3 +161,48 @@ def test_graph_node_extra_prices_the_replayed_step_beyond_its_parts():
     # one step priced; what it adds is a few microseconds a kernel at most, never negative
     assert 0.0 <= got["graph_node_extra_s"] < 5e-6
     assert any(line.startswith("graph step float32 H=256 b=800") for line in lines)
+
+
+def test_engine_switches_are_counted_where_the_stream_passes_between_engines_batch_after_batch():
+    from perfmlp.model.predict.timeline import D2H, H2D, Item, engine_switches, timeline_batch_s, with_switches
+    items = [Item(2e-6, 1e-6, engine=H2D), Item(1e-6, 1e-6, engine=H2D), Item(1e-6, 0.0, engine=None),
+             Item(5e-6, 1e-6), Item(3e-6, 1e-6, engine=D2H, blocking=True), Item(0.0, 2e-6, host_only=True),
+             Item(3e-6, 1e-6, engine=H2D), Item(1e-6, 1e-6)]
+    # H2D H2D [event] K D2H [host] H2D K, then the next batch's H2D: into K, D2H, H2D, K and the H2D after it
+    assert engine_switches(items) == [0, 3, 4, 6, 7]
+    assert engine_switches([Item(1e-6, 1e-6), Item(2e-6, 1e-6, engine=None), Item(1e-6, 1e-6)]) == []
+    switched = with_switches(items, 4e-6)
+    assert [b.gpu_s - a.gpu_s for a, b in zip(items, switched)] == pytest.approx(
+        [4e-6, 0, 0, 4e-6, 4e-6, 0, 4e-6, 4e-6])
+    assert with_switches(items, 0.0) == items
+    # a GPU-bound batch: longer by the five switches
+    assert timeline_batch_s(switched) - timeline_batch_s(items) == pytest.approx(5 * 4e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("transfer, comm, exec_mode, switches", [
+    ("resident", "nccl", "graph", 0),       # device copies and one replay: no copy engine
+    ("resident", "nccl", "eager", 0),
+    ("pinned", "nccl", "graph", 2),         # the batch's copies into the replay, the replay into the next's
+    ("pinned", "nccl", "eager", 2),
+    ("resident", "mpi-staged", "graph", 3),  # replay -> D2H -> H2D -> update
+    ("pinned", "mpi-staged", "eager", 5),
+])
+def test_a_step_prices_each_switch_between_kernels_and_pcie_copies(transfer, comm, exec_mode, switches):
+    base, switched = calibrated(), calibrated(engine_switch_s=4e-6)
+    a = predict(base, transfer, exec_mode, comm, B=3200, sizes=(784, 2048, 10))
+    b = predict(switched, transfer, exec_mode, comm, B=3200, sizes=(784, 2048, 10))
+    assert b.terms["kernel_gaps"] - a.terms["kernel_gaps"] == pytest.approx(switches * 4e-6)
+    assert b.total_s >= a.total_s
+    if not switches:
+        assert b.total_s == a.total_s
+
+
+@gpu
+def test_engine_switch_is_the_idle_time_between_a_kernel_and_a_pinned_copy():
+    import cupy as cp
+    from perfmlp.calibrate.copies import engine_switch
+    lines = []
+    got = engine_switch(cp, lines.append)["engine_switch_s"]
+    assert 0.0 <= got < 20e-6    # microseconds (4.0-4.3 on an H100: reports/h100/benchmarks/engine-switch.txt)
+    assert "K D2H" in lines[0] and "D2H H2D" in lines[0]
+    calibrated(engine_switch_s=got)   # it loads

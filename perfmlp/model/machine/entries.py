@@ -20,7 +20,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
                      "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s",
-                     "graph_node_extra_s")
+                     "graph_node_extra_s", "engine_switch_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
            "pinned_launch_factor", "spread", "prefetch_s")
