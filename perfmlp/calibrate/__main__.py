@@ -12,7 +12,7 @@ from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
 from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
-from .copies import copy_latency, device_bandwidth, engine_switch, host_bandwidth, host_copies, static_copies
+from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
 from .graphstep import graph_node_extra
 from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
@@ -31,7 +31,7 @@ SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_p
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
             "graph_launch_s", "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s",
-            "host_stage_bytes_per_s", "queued_gap_s", "graph_node_extra_s", "engine_switch_s",
+            "host_stage_bytes_per_s", "queued_gap_s", "graph_node_extra_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
@@ -64,7 +64,6 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
                                for p in precisions for b in local_batches], log))
     res.update(event_gap(cp, log))
     res.update(copy_latency(cp, log))
-    res.update(engine_switch(cp, log))
     return res
 
 

@@ -15,10 +15,7 @@
   P ranks copying at once (host memory and PCIe shared; the slowest rank's
   time), and each pageable H2D copy queued behind a busy stream
   (pageable_ahead); the aggregate bandwidth of each group at the largest
-  size (copy_aggregate_bytes_per_s) for sizes beyond them;
-- engine_switch_s: the GPU's idle time where the stream passes between a
-  kernel and a pinned copy, or between the two directions' copy engines
-  (engine_switch).
+  size (copy_aggregate_bytes_per_s) for sizes beyond them.
 Each copy reads a new slice of a host array larger than the host's caches
 (rotating_offsets), as the trainer copies a new batch every step.
 """
@@ -114,34 +111,6 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
             log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == 'pinned' else 'host wall time'}): "
                 f"{sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
                 f"-> {bw / 1e9:.1f} GB/s + {lat * 1e6:.1f} us")
-    return res
-
-
-SWITCH_BYTES = 1 << 20   # the copies between kernels: about a gradient buffer's size
-SWITCH_PAIRS = 50
-
-
-def engine_switch(cp, log) -> dict:
-    """engine_switch_s: queued ahead (GPU time), an empty kernel K, a pinned
-    D2H and a pinned H2D copy of SWITCH_BYTES each alone and in alternating
-    pairs (K D2H, K H2D, D2H H2D); a pair's time beyond its two parts alone
-    is two switches (one into the pair's second operation, one back into the
-    next pair's first). The median of the three pairs' extra per switch."""
-    _, empty = spin_kernels(cp)
-    dev = cp.empty(SWITCH_BYTES, dtype=cp.uint8)
-    host = cp.cuda.alloc_pinned_memory(SWITCH_BYTES)
-    rt, s = cp.cuda.runtime, cp.cuda.get_current_stream()
-    ops = {"K": lambda: empty((1,), (1,), ()),
-           "D2H": lambda: rt.memcpyAsync(host.ptr, dev.data.ptr, SWITCH_BYTES, rt.memcpyDeviceToHost, s.ptr),
-           "H2D": lambda: rt.memcpyAsync(dev.data.ptr, host.ptr, SWITCH_BYTES, rt.memcpyHostToDevice, s.ptr)}
-    alone = {k: queued_ahead(cp, f, 2 * SWITCH_PAIRS)[0] for k, f in ops.items()}
-    extra = {}
-    for a, b in (("K", "D2H"), ("K", "H2D"), ("D2H", "H2D")):
-        pair = queued_ahead(cp, lambda a=ops[a], b=ops[b]: (a(), b()), SWITCH_PAIRS)[0]
-        extra[a + " " + b] = (pair - alone[a] - alone[b]) / 2
-    res = {"engine_switch_s": max(median(extra.values()), 0.0)}
-    log("a switch between the compute engine and a copy engine, queued ahead (GPU us per switch): " +
-        ", ".join(f"{k} {v * 1e6:.2f}" for k, v in extra.items()) + f" -> {res['engine_switch_s'] * 1e6:.2f}")
     return res
 
 

@@ -84,7 +84,7 @@ _SCALARS = {
                     "d2h_pinned_latency_s", "h2d_pinned_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"),
     "gpu": ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
             "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
-            "graph_replay_gap_s", "trace_event_s", "queued_gap_s", "graph_node_extra_s", "engine_switch_s"),
+            "graph_replay_gap_s", "trace_event_s", "queued_gap_s", "graph_node_extra_s"),
     "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
     **{m: () for m in MODEL_SOURCES},   # the total, not a figure
 }

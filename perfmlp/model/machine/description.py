@@ -69,7 +69,6 @@ class Machine:
     pinned_launch_factor: tuple[LaunchFactor, ...] = ()   # the same after the batch's pinned copies
     queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
     graph_node_extra_s: float = 0.0         # a replayed step's kernel beyond its calibrated price (+ the graph gap)
-    engine_switch_s: float = 0.0            # GPU idle time where the stream passes between kernels and PCIe copies
     prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
     spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
     gpus: int = 1

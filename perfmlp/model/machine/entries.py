@@ -20,7 +20,7 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
                      "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s",
-                     "graph_node_extra_s", "engine_switch_s")
+                     "graph_node_extra_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
            "pinned_launch_factor", "spread", "prefetch_s")
@@ -28,8 +28,10 @@ _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBER
 # Keys files calibrated at 0.4.0.dev0 (commits dbb4050 to 673d1b2) hold and the model no longer reads:
 # host_cache_bytes, with host_copy_s points of buffer "cached" (pageable copies from a source in the
 # host's cache, which on the H100 host ran 0-13% faster than from a large one, within the host's drift,
-# while the trainer's own copies ran 15-30% slower than both). Accepted, and left unused.
-RETIRED = frozenset({"host_cache_bytes"})
+# while the trainer's own copies ran 15-30% slower than both). And engine_switch_s (commit c3ffb3b: the
+# GPU's idle time where the stream passes between kernels and PCIe copies, priced per switch; withdrawn
+# after a blind sweep, docs/model.md). Accepted, and left unused.
+RETIRED = frozenset({"host_cache_bytes", "engine_switch_s"})
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 

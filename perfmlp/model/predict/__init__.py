@@ -13,9 +13,7 @@ each with the trace phase group that measures it (TERM_GROUP):
 - kernel_gaps: the GPU's idle time between consecutive kernels (one per
   kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay,
   there with graph_node_extra_s, what a kernel of the replayed step takes
-  beyond its calibrated price: calibrate.graphstep.graph_node_extra), and
-  engine_switch_s where the stream passes between kernels and a PCIe copy
-  or between the two directions' copies (timeline.engine_switches);
+  beyond its calibrated price: calibrate.graphstep.graph_node_extra);
 - launches (eager): the host time to launch the step's kernels (kernels
   times the host's time per launched operation, plus the tracer's host time
   per phase, both as calibrated with p ranks launching at once:

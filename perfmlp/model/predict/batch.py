@@ -9,7 +9,7 @@ from .copies import batch_copies
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
 from .execution import EXECS, resolve_exec
 from .terms import COMPUTE_TERMS, TERMS, Prediction
-from .timeline import Step, engine_switches, launch_host_s, step_items, timeline_batch_s
+from .timeline import Step, launch_host_s, step_items, timeline_batch_s
 from .tracing import trace_cost, trace_detail, traced_phases
 
 
@@ -134,15 +134,13 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
 
 
 def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
-    """Add the stream's engine switches to kernel_gaps (timeline.engine_switches);
-    set launches (eager) or graph_launch (graph): what the host/GPU
+    """Set launches (eager) or graph_launch (graph): what the host/GPU
     timeline adds to the other terms; and take off h2d_batch what pageable
     copies staged by the host hide behind the previous batch's GPU work (the
     timeline with that staging against the one without), up to what the host
     stages ahead; the rest is host launch time that no longer waits for a
     copy. Returns the timeline's detail."""
     items = step_items(step)
-    terms["kernel_gaps"] += len(engine_switches(items)) * step.machine.engine_switch_s
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)
     launch_term = "graph_launch" if step.graph else "launches"

@@ -2,7 +2,6 @@
 launches, synchronisations and pageable copies add to the GPU's work."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ..machine import Machine
@@ -56,10 +55,7 @@ class Item:
     host-only item, the work itself); blocking: the host waits until the
     stream has finished it (a pageable copy, a synchronisation); the
     host part of a `reuses` item waits for the stream to finish that item
-    in the batch before; engine: what runs it on the GPU (COMPUTE: kernels,
-    graph replays, device-to-device copies; H2D, D2H: a copy over PCIe on
-    that direction's copy engine; None: nothing that holds an engine, a
-    tracer's CUDA event)."""
+    in the batch before."""
     gpu_s: float
     host_s: float
     blocking: bool = False
@@ -68,27 +64,6 @@ class Item:
                               # (a pageable copy's staging buffer, freed by the copy's DMA)
     hides: tuple | None = None  # (ahead, delay): a blocking copy whose staging hides min(ahead, max(0, w - delay))
                                 # of the work w still queued on the stream when its call starts
-    engine: str | None = "compute"
-
-
-COMPUTE, H2D, D2H = "compute", "h2d", "d2h"
-
-
-def engine_switches(items: list[Item]) -> list[int]:
-    """The indices of the items whose engine differs from that of the GPU
-    work before them on the stream, batch after batch (the first item's
-    predecessor is the last of the batch before): where the stream switches
-    between the compute engine and a copy engine, or between the two copy
-    engines (Machine.engine_switch_s each)."""
-    on_gpu = [i for i, it in enumerate(items) if it.gpu_s > 0 and not it.host_only and it.engine is not None]
-    return [i for k, i in enumerate(on_gpu) if items[i].engine != items[on_gpu[k - 1]].engine]
-
-
-def with_switches(items: list[Item], switch_s: float) -> list[Item]:
-    """The items with each engine switch's idle time on the stream
-    (engine_switches) added to the GPU time of the item it precedes."""
-    at = set(engine_switches(items)) if switch_s else set()
-    return [dataclasses.replace(it, gpu_s=it.gpu_s + switch_s) if i in at else it for i, it in enumerate(items)]
 
 
 def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
@@ -146,7 +121,7 @@ def step_items(step: Step, ahead=()) -> list[Item]:
     (Machine.pageable_ahead, pageable_ahead_delay); without it a pageable
     copy waits for the stream and blocks the host."""
     m, terms = step.machine, step.terms
-    event = [Item(step.ev_gpu, step.ev_host, engine=None)] if step.traced else []
+    event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
     items = _copy_items(step, ahead)
     if step.batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
         items.append(Item(0.0, prefetch_calls_s(m, step)))
@@ -157,18 +132,18 @@ def step_items(step: Step, ahead=()) -> list[Item]:
         gpu = sum(sum(k) for k in step.phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
         items.append(Item(gpu + m.graph_replay_gap_s + step.ev_gpu * step.traced,
                           m.graph_launch_s + step.ev_host * step.traced))
-        return with_switches(items + loop, m.engine_switch_s)
+        return items + loop
     items += _segment(step, ("forward", "loss", "backward"), step.graph, event)
     wait, per_kernel = terms["rank_wait"], step.per_kernel
     if step.comm == "mpi-staged":
         staged_pageable = staging_memory(step.batch_transfer) == "pageable"
-        items += [Item(terms["d2h_grad"], per_kernel, blocking=True, engine=D2H), *event]   # then it is synchronised
+        items += [Item(terms["d2h_grad"], per_kernel, blocking=True), *event]   # then the stream is synchronised
         items += [Item(0.0, terms["allreduce"] + wait, host_only=True), *event]
-        items += [Item(terms["h2d_grad"], per_kernel, blocking=staged_pageable, engine=H2D), *event]
+        items += [Item(terms["h2d_grad"], per_kernel, blocking=staged_pageable), *event]
     elif step.comm == "nccl":
         items += [Item(terms["allreduce"] + wait, per_kernel), *event]
     items += _segment(step, ("update",), False, event)  # one kernel, launched after the exchange in both modes
-    return with_switches(items + loop, m.engine_switch_s)
+    return items + loop
 
 
 def prefetch_calls_s(m: Machine, step: Step) -> float:
@@ -207,16 +182,15 @@ def _copy_items(step: Step, ahead) -> list[Item]:
     copies into the graph's inputs, in its phase)."""
     items = []
     call = copy_call_host_s(step.machine, step.batch_transfer, step.per_kernel)
-    engine = COMPUTE if step.batch_transfer == "resident" else H2D   # resident: into the static inputs, on the GPU
     for i, c in enumerate(step.copies):
         if i < len(ahead):
             a, blocks, delay = ahead[i]
             if not blocks:     # staged whole: the call returns; only its DMA waits for the stream
-                items.append(Item(c - a, call + a, reuses=True, engine=engine))
+                items.append(Item(c - a, call + a, reuses=True))
             elif delay is not None:   # staged in part while the stream runs, then the call waits for the rest
-                items.append(Item(c, call, blocking=True, hides=(a, delay), engine=engine))
+                items.append(Item(c, call, blocking=True, hides=(a, delay)))
             else:              # not measured: the whole copy waits for the stream
-                items.append(Item(c, call, blocking=True, engine=engine))
+                items.append(Item(c, call, blocking=True))
         else:
-            items.append(Item(c, call, blocking=step.batch_transfer == "pageable", engine=engine))
+            items.append(Item(c, call, blocking=step.batch_transfer == "pageable"))
     return items
