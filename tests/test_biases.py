@@ -161,3 +161,12 @@ def test_graph_node_extra_prices_the_replayed_step_beyond_its_parts():
     # one step priced; what it adds is a few microseconds a kernel at most, never negative
     assert 0.0 <= got["graph_node_extra_s"] < 5e-6
     assert any(line.startswith("graph step float32 H=256 b=800") for line in lines)
+
+
+@pytest.mark.parametrize("key", ["host_cache_bytes", "engine_switch_s"])
+def test_a_file_holding_a_withdrawn_figure_still_loads_and_predicts_as_without_it(key):
+    old = calibrated(**{key: 4.1e-6})
+    assert predict(old, "pinned", "graph", "mpi-staged").total_s == predict(calibrated(), "pinned", "graph",
+                                                                             "mpi-staged").total_s
+    with pytest.raises(MachineError, match="engine_switch_z"):
+        calibrated(engine_switch_z=1e-6)   # an unknown key is still an error naming it
