@@ -160,9 +160,10 @@ def test_host_copies_time_each_size_alone_and_load():
     ahead = {p["bytes"]: (p["ahead_s"], p["blocks"]) for p in pts if "ahead_s" in p}
     assert sorted(ahead) == sizes["h2d"] and {p["memory"] for p in pts if "ahead_s" in p} == {"pageable"}
     assert not ahead[32_000][1] and ahead[10_035_200][1]
-    # 10 MB stages only its first part ahead (the runtime's buffers); a small one's call behind a busy
-    # stream may take longer than the whole copy alone (2 x H200, e672497: 0.03 MB 22 us alone, 23 ahead)
-    assert 0 < ahead[10_035_200][0] < h2d["pageable", 10_035_200] and ahead[32_000][0] > 0
+    # 10 MB stages only its first part ahead (the runtime's buffers), or none where the copy behind the spin
+    # ran slower than alone (the host's pace drifts: an H100, 5ae0b5e, measured 0); a small one's call behind
+    # a busy stream may take longer than the whole copy alone (2 x H200, e672497: 0.03 MB 22 us alone, 23 ahead)
+    assert 0 <= ahead[10_035_200][0] < h2d["pageable", 10_035_200] and ahead[32_000][0] > 0
     # a copy that waits says how much of the work queued before it it does not hide: at most what it stages ahead
     delay = {p["bytes"]: p.get("ahead_delay_s") for p in pts if "ahead_s" in p}
     assert delay[32_000] is None and 0 <= delay[10_035_200] <= ahead[10_035_200][0]
