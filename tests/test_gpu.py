@@ -166,7 +166,8 @@ def test_host_copies_time_each_size_alone_and_load():
     assert 0 <= ahead[10_035_200][0] < h2d["pageable", 10_035_200] and ahead[32_000][0] > 0
     # a copy that waits says how much of the work queued before it it does not hide: at most what it stages ahead
     delay = {p["bytes"]: p.get("ahead_delay_s") for p in pts if "ahead_s" in p}
-    assert delay[32_000] is None and 0 <= delay[10_035_200] <= ahead[10_035_200][0]
+    # (timed behind work of what it stages ahead, at least 20 us: copies.pageable_ahead)
+    assert delay[32_000] is None and 0 <= delay[10_035_200] <= max(ahead[10_035_200][0], 20e-6)
     m = machine_from_mapping({**machine_values("h200"), "host_copy_s": pts}, "x.yaml")
     assert m.copy_s("h2d", "pinned", 2_508_800) == pytest.approx(h2d["pinned", 2_508_800])
     assert m.pageable_ahead(10_035_200) == (pytest.approx(min(ahead[10_035_200][0], h2d["pageable", 10_035_200])), True)

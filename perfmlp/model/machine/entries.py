@@ -28,7 +28,7 @@ _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBER
 # Keys files calibrated at 0.4.0.dev0 (commits dbb4050 to 673d1b2) hold and the model no longer reads:
 # host_cache_bytes, with host_copy_s points of buffer "cached" (pageable copies from a source in the
 # host's cache, which on the H100 host ran 0-13% faster than from a large one, within the host's drift,
-# while the trainer's own copies ran 15-30% slower than both). And engine_switch_s (commit c3ffb3b: the
+# while the trainer's own copies ran 15-30% slower than both). And engine_switch_s (commits 8e05d89 to c3ffb3b: the
 # GPU's idle time where the stream passes between kernels and PCIe copies, priced per switch; withdrawn
 # after a blind sweep, docs/model.md). Accepted, and left unused.
 RETIRED = frozenset({"host_cache_bytes", "engine_switch_s"})
