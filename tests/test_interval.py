@@ -297,3 +297,28 @@ def test_blind_spread_refuses_a_file_that_is_not_a_machine_file_in_one_line(tmp_
         assert (tmp_path / name).read_text() == text          # left as it was
     r = subprocess.run([sys.executable, "-m", "perfmlp.report.blind_spread", "--nope"], capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_run_to_run_floor_of_a_graph_interval():
+    from perfmlp.report.interval_check import MEDIAN_SD, judge_intervals, noise_floor
+    # first two runs 2%, 4% and 0% apart (over their median): median |d| 2/101, sigma = that / (0.6745 sqrt 2)
+    runs = [[1.0, 1.02], [1.0, 1.04], [1.0, 1.0]]
+    sigma = (0.02 / 1.01) / (0.6745 * 2 ** 0.5)
+    assert noise_floor(runs) == pytest.approx(1.6449 * sigma / 2 ** 0.5, rel=1e-3)   # the mean of two
+    # three runs each: the first two's difference, the median of three's spread
+    assert noise_floor([rs + [1.5] for rs in runs]) == pytest.approx(noise_floor(runs) / 0.7071 * 0.6696, rel=1e-3)
+    assert noise_floor(runs[:2] + [[1.0]]) is None            # fewer than three configurations ran twice
+    assert MEDIAN_SD[2] == pytest.approx(0.5 ** 0.5, abs=1e-4)
+    # judged: three graph configurations with two runs each say the floor in the verdict
+    from types import SimpleNamespace as NS
+    q = [1e-3 * (1.0 + 0.01 * i) for i in range(21)]
+    groups = {i: NS(label=k, runs=[NS(run_id=f"{k}-r{j}", t_ms=t) for j, t in enumerate(ts)],
+                    key=(0,) * 7 + ("graph",), t_ms=statistics.median(ts))
+              for i, (k, ts) in enumerate(zip("abc", runs))}
+    preds = {"runs": {r.run_id: {"predicted_at": "2026-01-01T00:00:00+00:00", "total_s": 1.1e-3,
+                                 "interval_s": [1.01e-3, 1.19e-3], "quantiles_s": q}
+                      for g in groups.values() for r in g.runs}}
+    starts = {r.run_id: "2026-01-01T00:00:01+00:00" for g in groups.values() for r in g.runs}
+    j = judge_intervals(groups, {"a", "b", "c"}, preds, starts)
+    assert j.graph_floor == pytest.approx(noise_floor(runs)) and j.graph_floor_configs == 3
+    assert f"+-{100 * j.graph_floor:.1f}%" in j.verdict() and "run-to-run spread of 3 configurations" in j.verdict()

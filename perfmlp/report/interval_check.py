@@ -17,9 +17,21 @@
 Only configurations judged by the validation whose every repeat has a
 blind prediction with an interval count; a prediction without one (a
 machine file that records no spread) is counted as unknown.
+
+And the floor the repeats themselves set (`noise_floor`): a configuration's
+runs are separate processes, and their times differ. Taking each graph-mode
+configuration's first two runs, d = (t1 - t2) / their median; if one run's
+time is the configuration's times (1 + e), e normal with spread sigma, d
+has spread sigma sqrt(2), so sigma = median |d| / (0.6745 sqrt(2)) over the
+configurations; the measured median of n runs then has spread sigma s_n
+(s_n: the standard deviation of the median of n standard normal draws,
+MEDIAN_SD), and no interval can cover 90% of the measured medians with a
+half-width below 1.645 sigma s_n, however right the model. The target is
+judged beside it.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -29,6 +41,11 @@ from .predictions import blind_status
 PRISM_KS = 0.208          # PRISM's pooled KS distance (arXiv 2510.15596)
 COVERAGE_TARGET = 0.90
 GRAPH_HALF_WIDTH_TARGET = 0.05
+Z90 = 1.6449              # the standard normal's 95th percentile: a central 90% interval is +-Z90 sigma
+HALF_NORMAL_MEDIAN = 0.6745   # the median of |z| for z standard normal
+# The standard deviation of the median of n standard normal draws (n = 1, 2, 3, 4, 5): for two, their mean,
+# 1/sqrt(2); from 3 on, from 10^6 draws each (numpy default_rng(0)); beyond 5, sqrt(pi / (2 n)).
+MEDIAN_SD = {1: 1.0, 2: 0.7071, 3: 0.6696, 4: 0.5462, 5: 0.5353}
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,8 @@ class IntervalJudgement:
     graph_half_width: float | None
     ks: float | None
     repeats: int              # the pooled measurements
+    graph_floor: float | None = None   # noise_floor of the graph-mode configurations, None under 3 with 2 runs
+    graph_floor_configs: int = 0
 
     def verdict(self) -> str:
         if not self.rows:
@@ -64,7 +83,29 @@ class IntervalJudgement:
                 f"{100 * GRAPH_HALF_WIDTH_TARGET:.0f}%); pooled Kolmogorov-Smirnov distance of the {self.repeats} "
                 f"repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv 2510.15596: "
                 f"{100 * PRISM_KS:.1f}%)" + (f"; {self.unknown} configuration(s) without an interval"
-                                              if self.unknown else ""))
+                                              if self.unknown else "") + self._floor_words())
+
+    def _floor_words(self) -> str:
+        if self.graph_floor is None:
+            return ""
+        return (f"; the runs themselves set a floor: no 90% interval of a graph-mode configuration's measured "
+                f"median can be narrower than +-{100 * self.graph_floor:.1f}%, however right the model (the "
+                f"run-to-run spread of {self.graph_floor_configs} configurations run at least twice)")
+
+
+def noise_floor(runs_ms: list[list[float]]) -> float | None:
+    """The narrowest half-width a 90% interval of each configuration's
+    measured median can have, from the run-to-run spread of its runs (the
+    module docstring): `runs_ms`, each configuration's run times in run
+    order; those with at least two runs count, None under three of them;
+    n, their median number of runs."""
+    pairs = [rs for rs in runs_ms if len(rs) >= 2]
+    if len(pairs) < 3:
+        return None
+    d = [abs(rs[0] - rs[1]) / statistics.median(rs[:2]) for rs in pairs]
+    sigma = statistics.median(d) / (HALF_NORMAL_MEDIAN * math.sqrt(2))
+    n = round(statistics.median(len(rs) for rs in pairs))
+    return Z90 * sigma * MEDIAN_SD.get(n, math.sqrt(math.pi / (2 * n)))
 
 
 def _entries(group, preds: dict | None, starts: dict) -> list | None:
@@ -103,9 +144,12 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
         return IntervalJudgement((), unknown, None, None, None, None, 0)
     graph = [r.half_width for r in rows if r.exec == "graph"]
     pooled = [u for r in rows for u in r.pits]
+    graph_runs = [[r.t_ms for r in c.runs] for c in groups.values()
+                  if c.label in {r.label for r in rows if r.exec == "graph"}]
     return IntervalJudgement(tuple(rows), unknown, coverage((r.lo_ms, r.hi_ms, r.measured_ms) for r in rows),
                              statistics.median(r.half_width for r in rows),
-                             statistics.median(graph) if graph else None, ks_distance(pooled), len(pooled))
+                             statistics.median(graph) if graph else None, ks_distance(pooled), len(pooled),
+                             noise_floor(graph_runs), sum(len(rs) >= 2 for rs in graph_runs))
 
 
 def interval_table_rows(j: IntervalJudgement) -> list[dict]:
