@@ -19,7 +19,7 @@ MIN_GAIN = Threshold(
     "min_gain", 0.05,
     "a change is recommended only where the what-if engine predicts it saves at least this fraction of the "
     "time per batch",
-    "the model's median |error| over its blind tests, 6.5% over 618 configurations on four machine kinds "
+    "the model's median |error| over its blind tests, 6.6% over 638 configurations on four machine kinds "
     "(reports/BLIND-TESTS.md): a smaller predicted gain is inside the model's own error")
 
 CO_BOUND = Threshold(
@@ -32,7 +32,7 @@ MEASURED_AGREES = Threshold(
     "measured_agrees", 0.10,
     "a predicted gain agrees with the measured one when the two times (after the change) differ by less than "
     "this fraction",
-    "the median spread of repeated runs of one configuration in the blind tests (7.3%, "
+    "the median spread of repeated runs of one configuration in the blind tests (7.2%, "
     "reports/BLIND-TESTS.md), rounded up: a smaller difference is noise between repeats")
 
 COLLAPSE_ROWS = Threshold(
