@@ -41,8 +41,8 @@ from .predictions import blind_status
 PRISM_KS = 0.208          # PRISM's pooled KS distance (arXiv 2510.15596)
 COVERAGE_TARGET = 0.90
 GRAPH_HALF_WIDTH_TARGET = 0.05
-Z90 = 1.6449              # the standard normal's 95th percentile: a central 90% interval is +-Z90 sigma
-HALF_NORMAL_MEDIAN = 0.6745   # the median of |z| for z standard normal
+Z90 = statistics.NormalDist().inv_cdf(0.95)                  # a central 90% interval is +-Z90 sigma
+HALF_NORMAL_MEDIAN = statistics.NormalDist().inv_cdf(0.75)   # the median of |z| for z standard normal
 # The standard deviation of the median of n standard normal draws (n = 1, 2, 3, 4, 5): for two, their mean,
 # 1/sqrt(2); from 3 on, from 10^6 draws each (numpy default_rng(0)); beyond 5, sqrt(pi / (2 n)).
 MEDIAN_SD = {1: 1.0, 2: 0.7071, 3: 0.6696, 4: 0.5462, 5: 0.5353}
@@ -97,8 +97,8 @@ def noise_floor(runs_ms: list[list[float]]) -> float | None:
     """The narrowest half-width a 90% interval of each configuration's
     measured median can have, from the run-to-run spread of its runs (the
     module docstring): `runs_ms`, each configuration's run times in run
-    order; those with at least two runs count, None under three of them;
-    n, their median number of runs."""
+    order (n: their median number of runs); those with at least two runs
+    count, None under three of them."""
     pairs = [rs for rs in runs_ms if len(rs) >= 2]
     if len(pairs) < 3:
         return None
@@ -144,8 +144,8 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
         return IntervalJudgement((), unknown, None, None, None, None, 0)
     graph = [r.half_width for r in rows if r.exec == "graph"]
     pooled = [u for r in rows for u in r.pits]
-    graph_runs = [[r.t_ms for r in c.runs] for c in groups.values()
-                  if c.label in {r.label for r in rows if r.exec == "graph"}]
+    graph_labels = {r.label for r in rows if r.exec == "graph"}
+    graph_runs = [[r.t_ms for r in c.runs] for c in groups.values() if c.label in graph_labels]
     return IntervalJudgement(tuple(rows), unknown, coverage((r.lo_ms, r.hi_ms, r.measured_ms) for r in rows),
                              statistics.median(r.half_width for r in rows),
                              statistics.median(graph) if graph else None, ks_distance(pooled), len(pooled),
