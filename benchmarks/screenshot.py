@@ -1,0 +1,78 @@
+"""The first screen of each committed report, as a reader's browser shows it:
+headless Chromium opens reports/<set>/report.html in a 1280 x 900 window and
+writes reports/<set>/overview.png beside it, so the screenshot shows the
+numbers the committed report holds.
+
+    apt-get install -y chromium
+    python benchmarks/screenshot.py                  # every reports/<set>/report.html
+    python benchmarks/screenshot.py reports/h100     # one set
+
+Chromium runs with a fresh profile in a temporary folder, no sandbox, GPU,
+QUIC, network services or sync; the PNG is written to a temporary name and
+renamed. One line and exit status 2 for a missing report or Chromium, 1 when
+Chromium fails.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from perfmlp.report.browser import BrowserError, find_browser
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = "1280,900"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars", "--force-device-scale-factor=1", "--run-all-compositor-stages-before-draw",
+         "--virtual-time-budget=5000")
+TIMEOUT_S = 120
+
+
+def shoot(set_dir: Path, browser: str) -> Path:
+    """reports/<set>/report.html -> reports/<set>/overview.png."""
+    html = (set_dir / "report.html").resolve()
+    if not html.is_file():
+        raise BrowserError(f"{set_dir}: no report.html", 2)
+    out = set_dir / "overview.png"
+    with tempfile.TemporaryDirectory(prefix="perfmlp-screenshot-") as profile:
+        tmp = Path(profile) / "shot.png"
+        cmd = [browser, *FLAGS, f"--user-data-dir={profile}/profile", f"--window-size={WINDOW}",
+               f"--screenshot={tmp}", html.as_uri()]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise BrowserError(f"{browser}: no screenshot of {html} within {TIMEOUT_S} s") from None
+        if done.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise BrowserError(f"{browser}: no screenshot of {html} (exit {done.returncode}: {last})")
+        part = out.with_name(out.name + ".part")
+        part.write_bytes(tmp.read_bytes())
+        os.replace(part, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sets", nargs="*", help="set folders (default: every reports/<set> with a report.html)")
+    ap.add_argument("--browser", default=None, help="Chromium binary (default: chromium on PATH)")
+    a = ap.parse_args(argv)
+    sets = [Path(s) for s in a.sets] or sorted(p.parent for p in (ROOT / "reports").glob("*/report.html"))
+    try:
+        browser = find_browser(a.browser)
+        for s in sets:
+            print(f"screenshot: {shoot(s, browser)}")
+    except BrowserError as e:
+        print(f"screenshot: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        print(f"screenshot: error: {e.filename or 'overview.png'}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
