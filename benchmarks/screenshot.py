@@ -1,7 +1,9 @@
 """The first screen of each committed report, as a reader's browser shows it:
 headless Chromium opens reports/<set>/report.html in a 1280 x 900 window and
 writes reports/<set>/overview.png beside it, so the screenshot shows the
-numbers the committed report holds.
+numbers the committed report holds. The PNG carries the SHA-256 of the
+report.html it shows (a tEXt chunk, `report-sha256`), so a test can tell a
+screenshot of another version of the report.
 
     apt-get install -y chromium
     python benchmarks/screenshot.py                  # every reports/<set>/report.html
@@ -15,7 +17,10 @@ Chromium fails.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import struct
+import zlib
 import subprocess
 import sys
 import tempfile
@@ -30,6 +35,28 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--hide-scrollbars", "--force-device-scale-factor=1", "--run-all-compositor-stages-before-draw",
          "--virtual-time-budget=5000")
 TIMEOUT_S = 120
+KEY = b"report-sha256"
+PNG_END = b"IEND"
+
+
+def stamped(png: bytes, html: bytes) -> bytes:
+    """The PNG with a tEXt chunk naming the SHA-256 of the report it shows, placed before its end chunk."""
+    body = KEY + b"\0" + hashlib.sha256(html).hexdigest().encode()
+    chunk = struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    end = png.rindex(PNG_END) - 4            # the end chunk's length field
+    return png[:end] + chunk + png[end:]
+
+
+def stamp_of(png: bytes) -> str | None:
+    """The report's SHA-256 a screenshot carries, None where it carries none."""
+    pos = 8                                  # after the PNG signature
+    while pos + 8 <= len(png):
+        size, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        data = png[pos + 8:pos + 8 + size]
+        if kind == b"tEXt" and data.startswith(KEY + b"\0"):
+            return data[len(KEY) + 1:].decode("ascii", "replace")
+        pos += 12 + size
+    return None
 
 
 def shoot(set_dir: Path, browser: str) -> Path:
@@ -50,7 +77,7 @@ def shoot(set_dir: Path, browser: str) -> Path:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
             raise BrowserError(f"{browser}: no screenshot of {html} (exit {done.returncode}: {last})")
         part = out.with_name(out.name + ".part")
-        part.write_bytes(tmp.read_bytes())
+        part.write_bytes(stamped(tmp.read_bytes(), html.read_bytes()))
         os.replace(part, out)
     return out
 

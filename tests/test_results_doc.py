@@ -6,11 +6,14 @@
   states is in a committed file that section cites in backticks, at the
   number's precision (1.662 is any value in [1.6615, 1.6625]); for
   reports/blind-tests.csv the per-sweep and per-machine summaries count as
-  its values. The screenshot it shows is committed beside its report.
+  its values. The screenshot it shows was made from the committed
+  report.html beside it (benchmarks/screenshot.py stamps the report's
+  SHA-256 into the PNG).
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib.util
 import re
 import shutil
@@ -133,8 +136,29 @@ def test_the_number_check_catches_a_stale_figure():
     assert not matches("0.196", [0.19441999]) and not matches("40.00", [40.31])
 
 
-def test_the_readmes_screenshot_is_committed_beside_its_report():
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_readmes_screenshot_shows_the_committed_report():
+    shot_mod = load_benchmark("screenshot")
     shots = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", README.read_text(encoding="utf-8"))
     assert shots
     for shot in shots:
-        assert (ROOT / shot).is_file() and (ROOT / shot).with_name("report.html").is_file(), shot
+        html = (ROOT / shot).with_name("report.html")
+        made_from = shot_mod.stamp_of((ROOT / shot).read_bytes())
+        assert made_from == hashlib.sha256(html.read_bytes()).hexdigest(), \
+            f"{shot} is not a screenshot of the committed {html.relative_to(ROOT)}: python benchmarks/screenshot.py"
+
+
+def test_a_screenshots_stamp_names_the_report_it_shows():
+    shot_mod = load_benchmark("screenshot")
+    png = (ROOT / "reports" / "h100" / "overview.png").read_bytes()
+    bare = png[:png.index(b"tEXt") - 4] + png[png.rindex(b"IEND") - 4:]   # the stamp chunk cut out
+    assert shot_mod.stamp_of(bare) is None
+    made = shot_mod.stamped(bare, b"<html>one</html>")
+    assert shot_mod.stamp_of(made) == hashlib.sha256(b"<html>one</html>").hexdigest()
+    assert shot_mod.stamp_of(made) != hashlib.sha256(b"<html>two</html>").hexdigest()
