@@ -162,3 +162,20 @@ def test_a_screenshots_stamp_names_the_report_it_shows():
     made = shot_mod.stamped(bare, b"<html>one</html>")
     assert shot_mod.stamp_of(made) == hashlib.sha256(b"<html>one</html>").hexdigest()
     assert shot_mod.stamp_of(made) != hashlib.sha256(b"<html>two</html>").hexdigest()
+
+
+def test_the_readmes_blind_table_gives_each_sweep_its_own_figures():
+    mod = results_doc()
+    rows = list(csv.DictReader((ROOT / "reports" / "blind-tests.csv").open()))
+    (table,) = [t for t in tables(readme_section("Results").splitlines()) if t[0][0] == "sweep"]
+    for line in table[1:]:
+        name = CODE.findall(line[0])[0].strip("`")
+        sweep = [r for r in rows if r["sweep"] == name]
+        n, median, worst, _, _ = mod.summary(sweep)
+        quiet = mod.agree(sweep)
+        assert line[1:4] == [n, median, worst], f"README.md, {name}: {line[1:4]} (the CSV gives {[n, median, worst]})"
+        assert line[4].startswith(f"{mod.summary(quiet)[1]} ({len(quiet)}"), f"README.md, {name}: {line[4]}"
+    latest = {}
+    for r in rows:
+        latest[r["machine"]] = r["sweep"]
+    assert {CODE.findall(x[0])[0].strip("`") for x in table[1:]} == set(latest.values()), "one row per machine kind's latest sweep"
