@@ -3,7 +3,7 @@ here, with round rates so the arithmetic can be worked by hand."""
 import pytest
 
 from perfmlp import names as N
-from perfmlp.model.predict.cpu import (ELEMENTWISE, GEMM, LAUNCHES, RANK_WAIT, allreduce_s, cpu_ceilings,
+from perfmlp.model.predict.cpu import (ELEMENTWISE, GEMM, LAUNCHES, RANK_WAIT, TRACING, allreduce_s, cpu_ceilings,
                                        gemm_rate, predict_cpu, roofline_rates, setting_of, slowest_of)
 
 PASSES = ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")
@@ -49,6 +49,10 @@ def test_a_tiny_step_term_by_term():
     assert g[N.COMPUTE] == pytest.approx(420e-9 + 920e-9 + 11e-6) and g[N.ALLREDUCE] == pytest.approx(2e-6)
     assert g[N.H2D_BATCH] == g[N.D2H_GRAD] == g[N.H2D_GRAD] == 0.0
     assert p.flops_per_rank > 420 and p.detail["bytes_mpi"] == 96
+    # the tracer's host time per batch, in traced runs only
+    m["trace_batch_host_s"] = 5e-6
+    assert predict_cpu(m, SIZES, 5, threads=1).terms[TRACING] == pytest.approx(5e-6)
+    assert predict_cpu(m, SIZES, 5, threads=1, traced=False).terms[TRACING] == 0.0
 
 
 def test_the_ring_model_prices_ranks_the_table_lacks():

@@ -11,6 +11,7 @@ reads it):
   trainer's own Python per kernel; for each BLAS thread count in --threads
   (set through the library's API: cpu_blas) and with one rank alone and
   all P ranks at once on the same cores (the slowest rank's);
+- the tracer's host time per batch (cpu_loop);
 - a large square GEMM (the compute roof) and a triad over arrays beyond
   the caches (the memory roof); a small NumPy call's host time;
 - MPI allreduce on one rank and between the P local ranks (cpu_exchange);
@@ -39,14 +40,15 @@ from ..model.costs import grad_buffer_bytes, itemsize, op_cost
 from .cpu_blas import cpu_cores, cpu_name, find_blas
 from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
 from .cpu_kernels import GEMM, time_step
+from .cpu_loop import trace_host_s
 from .spread import MAX_RATIOS, ratios
 
 D, C = 784, 10          # the trainer's input and output layers (perfmlp.config's defaults)
 HIDDEN = (64, 128, 256, 512, 1024)
 LOCAL = (25, 100, 400, 1600, 3200)
 QUICK = {"hidden": (16, 32), "local": (8, 25), "budget_s": 0.01, "peak_n": 128, "triad_n": 1 << 16,
-         "sizes": QUICK_SIZES}
-FULL = {"budget_s": 0.25, "peak_n": 1024, "triad_n": 1 << 23, "sizes": SIZES}
+         "sizes": QUICK_SIZES, "trace_rounds": (3, 20)}
+FULL = {"budget_s": 0.1, "peak_n": 1024, "triad_n": 1 << 23, "sizes": SIZES, "trace_rounds": (7, 200)}
 SOURCES = ("blas", "memory", "step", "host", "collective")   # the spread's sources (predict/cpu.py prices them)
 
 
@@ -174,6 +176,7 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
     if rank != 0:
         return {}
     res["mem_bw_bytes_per_s"] = triad_bandwidth(setting["triad_n"])
+    res["trace_batch_host_s"], _ = trace_host_s(log, *setting["trace_rounds"])
     host = op_host_times()
     res["op_host_s"], spread["host"] = float(median(host)), ratios(host)
     res["spread"] = [{"source": s, "ratios": thinned(spread[s])} for s in SOURCES if len(spread[s]) > 1]
@@ -207,6 +210,7 @@ def machine_values(res: dict, name: str | None, procs: int, threads, log) -> dic
     out["mem_bw_bytes_per_s"] = res["mem_bw_bytes_per_s"]
     out["op_host_s"] = res["op_host_s"]
     out["kernel_host_s"] = kernel_host_s(res["_host"], log)
+    out["trace_batch_host_s"] = res["trace_batch_host_s"]
     for k in ("mpi_alpha_s", "mpi_bw_bytes_per_s"):
         if k in res:
             out[k] = float(res[k])

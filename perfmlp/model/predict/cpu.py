@@ -10,6 +10,7 @@ the slowest rank's piece. Terms, named and grouped as the GPU model's
 - elementwise: each other kernel's bytes (costs) over its pass bandwidth
   at that size (`pass_rate`);
 - launches: the trainer's own Python per kernel (kernel_host_s);
+- tracing (traced runs): the tracer's host time per batch (trace_batch_host_s);
 and allreduce holds
 - allreduce: MPI's in-place allreduce of the gradient buffer (the measured
   table at that many ranks, log-log between sizes, else the ring model);
@@ -25,8 +26,8 @@ min(1, c / p) for NumPy's one-threaded passes (time-sharing, stated, not
 measured).
 
 The interval: DRAWS draws (SEED), each scaling gemm by a factor from the
-blas source's ratios, elementwise from memory's, launches from host's and
-allreduce from collective's (linear between the sorted ratios); the 90%
+blas source's ratios, elementwise from memory's, launches and tracing from
+host's and allreduce from collective's (linear between the sorted ratios); the 90%
 interval is the 5th to 95th percentile of the totals; none without spread.
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ FIELDS = (
     ("mem_bw_bytes_per_s", "B/s", "a triad over arrays beyond the caches"),
     ("op_host_s", "s", "a one-element NumPy call"),
     ("kernel_host_s", "s", "the plain step's time beyond its kernels', per kernel"),
+    ("trace_batch_host_s", "s", "the trainer's step traced less untraced, per batch"),
     ("mpi_alpha_s", "s", "the ring model fitted to the allreduce table"),
     ("mpi_bw_bytes_per_s", "B/s", "the same"),
     ("gemm_flops_per_s", "FLOP/s", "each GEMM of the step: {m, n, k, precision, threads, ranks, flops_per_s}"),
@@ -59,9 +61,9 @@ FIELDS = (
     ("spread", "ratio", "each source's repeats over their median: {source, ratios}"),
 )
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
-GEMM, ELEMENTWISE, LAUNCHES, RANK_WAIT = "gemm", "elementwise", "launches", "rank_wait"
-TERMS = (GEMM, ELEMENTWISE, LAUNCHES, N.ALLREDUCE, RANK_WAIT)
-SOURCE_TERMS = {"blas": GEMM, "memory": ELEMENTWISE, "host": LAUNCHES, "collective": N.ALLREDUCE}
+GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
+TERMS = (GEMM, ELEMENTWISE, LAUNCHES, TRACING, N.ALLREDUCE, RANK_WAIT)
+SOURCE_TERMS = {"blas": (GEMM,), "memory": (ELEMENTWISE,), "host": (LAUNCHES, TRACING), "collective": (N.ALLREDUCE,)}
 DRAWS, SEED, LEVEL = 200, 0, (5, 95)
 
 
@@ -185,7 +187,7 @@ def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> t
 
 
 def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
-                precision: str = N.FLOAT32) -> Prediction:
+                precision: str = N.FLOAT32, traced: bool = True) -> Prediction:
     """Time per batch of a NumPy run of `batch` samples split over `procs`
     local ranks of `threads` BLAS threads each (None: the file's default):
     the module docstring's terms; detail holds the setting, the interval
@@ -197,10 +199,11 @@ def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int |
     s = setting_of(machine, procs, threads)
     b = max(pieces(batch, procs))
     terms, kernels = compute_terms(machine, layer_sizes, b, precision, s)
+    terms[TRACING] = machine.get("trace_batch_host_s", 0.0) / min(1.0, s.cores / s.procs) if traced else 0.0
     nbytes = grad_buffer_bytes(layer_sizes, itemsize(precision))
     terms[N.ALLREDUCE] = allreduce_s(machine, nbytes, procs)
     step = ratios_of(machine, "step")
-    compute = terms[GEMM] + terms[ELEMENTWISE] + terms[LAUNCHES]
+    compute = terms[GEMM] + terms[ELEMENTWISE] + terms[LAUNCHES] + terms[TRACING]
     terms[RANK_WAIT] = compute * max(0.0, slowest_of(step, procs) - slowest_of(step, 1)) if procs > 1 and step \
         else 0.0
     total = sum(terms.values())
@@ -217,13 +220,12 @@ def interval_s(machine, terms: dict) -> tuple[float, float] | None:
     rng = np.random.default_rng(SEED)
     totals = np.full(DRAWS, sum(terms.values()))
     drawn = False
-    for source, term in SOURCE_TERMS.items():
-        r = ratios_of(machine, source)
-        if len(r) < 2 or not terms.get(term):
+    for source, names in SOURCE_TERMS.items():
+        r, t = ratios_of(machine, source), sum(terms.get(n, 0.0) for n in names)
+        if len(r) < 2 or not t:
             continue
         u = rng.random(DRAWS) * (len(r) - 1)
-        factor = np.interp(u, np.arange(len(r)), r)
-        totals += terms[term] * (factor - 1.0)
+        totals += t * (np.interp(u, np.arange(len(r)), r) - 1.0)
         drawn = True
     if not drawn:
         return None
