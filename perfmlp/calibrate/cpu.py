@@ -152,7 +152,8 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
                            "with OPENBLAS_NUM_THREADS (or MKL_NUM_THREADS) set before the run")
     grid = [(p, H, b) for p in precisions for H in hidden for b in local]
     spread = {s: [] for s in SOURCES}
-    res: dict = {"gemm_flops_per_s": [], "pass_bytes_per_s": [], "peaks": [], "_host": []}
+    res: dict = {"gemm_flops_per_s": [], "pass_bytes_per_s": [], "peaks": [], "_host": [],
+                 "default_threads": (blas.threads() if blas is not None else None) or cpu_cores()}
     for t in threads:
         if blas is not None:
             blas.set_threads(t)
@@ -204,7 +205,7 @@ def machine_values(res: dict, name: str | None, procs: int, threads, log) -> dic
                      f"{procs} rank(s), {date}; {res['blas']}; peak_flops_per_s_* is a large GEMM's rate at "
                      f"{top} threads, mem_bw_bytes_per_s a triad's, not a datasheet's",
            "date": date, "cpu_name": cpu, "cores": cpu_cores(), "calibrated_ranks": procs,
-           "default_threads": int(os.environ.get("OPENBLAS_NUM_THREADS") or cpu_cores()), "blas": res["blas"]}
+           "default_threads": res["default_threads"], "blas": res["blas"]}
     for p in {e["precision"] for e in res["peaks"]}:
         out[f"peak_flops_per_s_{p}"] = max(e["flops_per_s"] for e in res["peaks"] if e["precision"] == p)
     out["mem_bw_bytes_per_s"] = res["mem_bw_bytes_per_s"]
