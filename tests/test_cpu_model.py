@@ -3,8 +3,9 @@ here, with round rates so the arithmetic can be worked by hand."""
 import pytest
 
 from perfmlp import names as N
-from perfmlp.model.predict.cpu import (ELEMENTWISE, GEMM, LAUNCHES, RANK_WAIT, TRACING, allreduce_s, cpu_ceilings,
-                                       gemm_rate, predict_cpu, roofline_rates, setting_of, slowest_of)
+from perfmlp.model.predict.cpu import (ELEMENTWISE, GEMM, LAUNCHES, RANK_WAIT, TRACING, allreduce_s,
+                                       cpu_alternatives, cpu_ceilings, gemm_rate, predict_cpu, roofline_rates,
+                                       setting_of, slowest_of)
 
 PASSES = ("bias_sigmoid", "bias_add", "softmax_ce_grad", "row_sum", "sigmoid_grad_row_sum", "sgd_update")
 SIZES = (4, 3, 2)    # D, H, C
@@ -135,3 +136,18 @@ def test_bad_settings_are_refused_in_words():
         predict_cpu(m, SIZES, 2, procs=4)
     with pytest.raises(ValueError, match="no float64"):
         predict_cpu(m, SIZES, 50, precision=N.FLOAT64)
+
+
+def test_the_alternatives_are_each_single_change_fastest_first():
+    m = machine(families=((1, 1), (2, 1)), ring=(1e-6, 1e9), fp64=True)
+    alts = cpu_alternatives(m, SIZES, 50, procs=1, threads=1)
+    changes = [a.change for a in alts]
+    # 2 cores: one more rank, one more thread, half and twice the batch, float64; and the run as it is
+    assert sorted(map(str, changes)) == sorted(map(str, [{}, {"procs": 2}, {"threads": 2}, {"batch": 25},
+                                                         {"batch": 100}, {"precision": N.FLOAT64}]))
+    per_sample = [a.s_per_sample for a in alts]
+    assert per_sample == sorted(per_sample)
+    asis = next(a for a in alts if a.change == {})
+    assert asis.prediction.total_s == pytest.approx(predict_cpu(m, SIZES, 50, procs=1, threads=1).total_s)
+    # a second thread doubles the GEMM rate of a rank alone: faster than the run as it is
+    assert next(a for a in alts if a.change == {"threads": 2}).s_per_sample < asis.s_per_sample

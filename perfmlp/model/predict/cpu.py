@@ -255,3 +255,38 @@ def roofline_rates(machine, ai_mem: float, ai_copy: float, precision: str = N.FL
     if c["copy_bytes_per_s"]:
         out["modified"] = float(modified_roofline(ai_copy, c["peak_flops_per_s"], c["copy_bytes_per_s"]))
     return out
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A change to a NumPy run and its prediction; per-sample time ranks
+    changes of the batch size alongside the others."""
+    change: dict              # the setting changed: procs, threads, batch, precision
+    prediction: Prediction
+    batch: int
+
+    @property
+    def s_per_sample(self) -> float:
+        return self.prediction.total_s / self.batch
+
+
+def cpu_alternatives(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
+                     precision: str = N.FLOAT32, traced: bool = True) -> list[Alternative]:
+    """The run as it is (change {}) and each single change the CPU offers:
+    ranks from 1 to the cores, BLAS threads per rank from 1 to the cores,
+    half and twice the batch, the other precision; fastest per sample first."""
+    s = setting_of(machine, procs, threads)
+    base = {"batch": batch, "procs": s.procs, "threads": s.threads, "precision": precision}
+    changes = [{}] + [{"procs": p} for p in range(1, s.cores + 1) if p != s.procs] \
+        + [{"threads": t} for t in range(1, s.cores + 1) if t != s.threads] \
+        + [{"batch": b} for b in (batch // 2, batch * 2) if b >= max(1, s.procs)] \
+        + [{"precision": p} for p in PRECISIONS if p != precision]
+    out = []
+    for change in changes:
+        c = {**base, **change}
+        try:
+            pred = predict_cpu(machine, layer_sizes, c["batch"], c["procs"], c["threads"], c["precision"], traced)
+        except ValueError:
+            continue          # a setting the file cannot price (no entries of that precision): not offered
+        out.append(Alternative(change, pred, c["batch"]))
+    return sorted(out, key=lambda a: a.s_per_sample)
