@@ -96,8 +96,7 @@ def step_sweep(comm, ranks: int, threads: int, grid, budget_s: float, spread: di
             g, p = rates_of(res, sizes, precision, b, threads, ranks)
             out["gemm_flops_per_s"] += g
             out["pass_bytes_per_s"] += p
-            n = len(res["kernels"])
-            out["_host"].append((res["step_s"] - sum(res["kernels"].values())) / n)
+            out["_host"].append(res["host_s"])
             for source, key in (("blas", "gemm_steps"), ("memory", "pass_steps"), ("step", "plain_steps")):
                 spread[source] += ratios(res[key])
     group.Free()
@@ -186,13 +185,12 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
 
 
 def kernel_host_s(excess: list[float], log) -> float:
-    """The trainer's own Python per kernel: the median of the plain steps'
-    time beyond their kernels' sum, per kernel, over the one-rank sweeps; a
-    negative median (the kernels' timers cost more than the work between
-    them) is written as 0 and said."""
+    """The trainer's own Python per kernel: the median over the one-rank
+    sweeps of each shape's (cpu_kernels.time_step's host_s); a negative
+    median is written as 0 and said."""
     m = float(median(excess)) if excess else 0.0
     if m < 0:
-        log(f"the step's time beyond its kernels is negative ({m * 1e6:.2f} us a kernel): written as 0")
+        log(f"the timed step's time beyond its kernels is negative ({m * 1e6:.2f} us a kernel): written as 0")
     return max(m, 0.0)
 
 

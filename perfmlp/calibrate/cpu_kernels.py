@@ -11,8 +11,11 @@ lists, so every kernel timed is one the model prices by its shape.
 What comes out, for one (H, b, precision) on this rank:
 - each GEMM's seconds (its rate: costs' FLOPs over them);
 - each other kernel's seconds (its pass bandwidth: costs' bytes over them);
-- the step's seconds untimed, whose excess over its kernels' sum is the
-  trainer's own Python per kernel (recording, buffers, method calls);
+- the trainer's own Python per kernel (recording, buffers, method calls):
+  each timed step's wall time less its kernels' sum, over its kernels
+  (the same step's, so the host's drift between steps cancels; the
+  timer's own two clock reads per kernel stay in it), median over steps;
+- the plain step's seconds, untimed (its spread: the step source);
 - the per-step sums of the GEMMs and of the passes (their spread).
 """
 from __future__ import annotations
@@ -113,13 +116,17 @@ def time_step(sizes, precision, b, budget_s: float, start=None) -> dict:
         net.times.clear()
         if start is not None:
             start()
-        gemm_steps, pass_steps = [], []
+        gemm_steps, pass_steps, excess = [], [], []
         for _ in range(reps):
             net.clear()
             before = {k: len(v) for k, v in net.times.items()}
+            t0 = time.perf_counter()
             one_step(net, x, y)
+            wall = time.perf_counter() - t0
             new = {k: v[before.get(k, 0):] for k, v in net.times.items()}
             gemm_steps.append(sum(sum(v) for k, v in new.items() if k[0] == GEMM))
             pass_steps.append(sum(sum(v) for k, v in new.items() if k[0] != GEMM))
+            excess.append((wall - gemm_steps[-1] - pass_steps[-1]) / sum(len(v) for v in new.values()))
     return {"kernels": {k: float(median(v)) for k, v in net.times.items()}, "step_s": float(median(plain_s)),
-            "plain_steps": plain_s, "gemm_steps": gemm_steps, "pass_steps": pass_steps}
+            "plain_steps": plain_s, "gemm_steps": gemm_steps, "pass_steps": pass_steps,
+            "host_s": float(median(excess))}

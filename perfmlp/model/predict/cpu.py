@@ -51,7 +51,7 @@ FIELDS = (
     ("peak_flops_per_s_float64", "FLOP/s", "the same in float64"),
     ("mem_bw_bytes_per_s", "B/s", "a triad over arrays beyond the caches"),
     ("op_host_s", "s", "a one-element NumPy call"),
-    ("kernel_host_s", "s", "the plain step's time beyond its kernels', per kernel"),
+    ("kernel_host_s", "s", "a timed step's wall time beyond its kernels', per kernel"),
     ("trace_batch_host_s", "s", "the trainer's step traced less untraced, per batch"),
     ("mpi_alpha_s", "s", "the ring model fitted to the allreduce table"),
     ("mpi_bw_bytes_per_s", "B/s", "the same"),
