@@ -1,15 +1,13 @@
 """The CPU calibration (perfmlp/calibrate/cpu*.py): what it times, the
 shape of the file a quick run writes, and its refusals. Timings are not
 asserted (the machine is shared): only that they exist and are positive."""
-import os
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import yaml
 
+from conftest import mpiexec, run_cmd
 from perfmlp import names as N
 from perfmlp.calibrate.cpu import QUICK, SOURCES, main
 from perfmlp.calibrate.cpu_blas import THREAD_ENV, cpu_cores, find_blas, thread_env
@@ -18,17 +16,10 @@ from perfmlp.mlp import Network, init_weights
 from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels
 from perfmlp.model.predict.cpu import FIELDS, predict_cpu
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "PYTHONPATH": ROOT}
-
-
 def _calibrate(tmp_path, procs=None, *flags):
     out = tmp_path / "cpu.yaml"
     cmd = [sys.executable, "-m", "perfmlp.calibrate.cpu", "--quick", "--out", str(out), *flags]
-    if procs:
-        cmd = [shutil.which("mpiexec"), "-n", str(procs), *cmd]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
-    return r, out
+    return run_cmd([mpiexec(), "-n", str(procs), *cmd] if procs else cmd), out
 
 
 def test_the_timed_kernels_are_the_ones_the_model_prices():
@@ -64,8 +55,7 @@ def test_the_blas_threads_are_read_and_set():
     # a child whose environment says 1, then set to 2 through the library's call
     code = ("from perfmlp.calibrate.cpu_blas import find_blas; b = find_blas(); a = b.threads(); "
             "b.set_threads(2); print(a, b.threads())")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "PYTHONPATH": ROOT},
-                       timeout=60)
+    r = run_cmd([sys.executable, "-c", code], env={v: env[v] for v in THREAD_ENV})
     assert r.stdout.split() == ["1", "2"], r.stderr
 
 
@@ -87,7 +77,6 @@ def test_a_quick_calibration_writes_a_machine_the_model_reads(tmp_path):
     assert p.total_s > 0 and p.detail["interval_s"] is not None
 
 
-@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec")
 def test_two_ranks_measure_the_exchange_and_sharing(tmp_path):
     r, out = _calibrate(tmp_path, 2, "--precisions", N.FLOAT32)
     assert r.returncode == 0, r.stderr
