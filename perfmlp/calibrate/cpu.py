@@ -153,6 +153,7 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
     spread = {s: [] for s in SOURCES}
     res: dict = {"gemm_flops_per_s": [], "pass_bytes_per_s": [], "peaks": [], "_host": [],
                  "default_threads": (blas.threads() if blas is not None else None) or cpu_cores()}
+    t0 = time.perf_counter()
     for t in threads:
         if blas is not None:
             blas.set_threads(t)
@@ -162,7 +163,7 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
                 res[k] += part[k]
             res["_host"] += part["_host"] if ranks == 1 else []
             log(f"threads {t}, {ranks} rank(s) at once: {len(part['gemm_flops_per_s'])} GEMMs, "
-                f"{len(part['pass_bytes_per_s'])} passes timed")
+                f"{len(part['pass_bytes_per_s'])} passes timed ({time.perf_counter() - t0:.0f} s)")
         if rank == 0:
             res["peaks"] += [{"precision": p, "threads": t, "flops_per_s": peak_rate(p, setting["peak_n"])}
                              for p in precisions]

@@ -88,7 +88,10 @@ def one_step(net, x, y) -> None:
 
 
 def reps_for(step_s: float, budget_s: float, lo: int = 3, hi: int = 30) -> int:
-    """Steps to time within about budget_s, at least lo and at most hi."""
+    """Steps to time within about budget_s, at least lo and at most hi; a
+    step over ten budgets gets lo - 1 (the largest shapes on shared cores)."""
+    if step_s > 10 * budget_s:
+        return max(2, lo - 1)
     return int(min(hi, max(lo, budget_s // max(step_s, 1e-9))))
 
 
