@@ -36,14 +36,15 @@ import numpy as np
 import yaml
 
 from .. import names as N
-from ..model.costs import grad_buffer_bytes, itemsize, op_cost
+from ..config import Config
+from ..model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, step_kernels
 from .cpu_blas import cpu_cores, cpu_name, find_blas
 from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
 from .cpu_kernels import GEMM, time_step
 from .cpu_loop import trace_host_s
 from .spread import MAX_RATIOS, ratios
 
-D, C = 784, 10          # the trainer's input and output layers (perfmlp.config's defaults)
+D, C = Config.input_size, Config.num_classes    # the trainer's input and output layers
 HIDDEN = (64, 128, 256, 512, 1024)
 LOCAL = (25, 100, 400, 1600, 3200)
 QUICK = {"hidden": (16, 32), "local": (8, 25), "budget_s": 0.01, "peak_n": 128, "triad_n": 1 << 16,
@@ -69,7 +70,6 @@ def rates_of(res: dict, sizes, precision: str, b: int, threads: int, ranks: int)
 
 def _kernel_bytes(name, shape, sizes, b, w) -> int:
     """costs' bytes of the unfused step's kernel `name` at `shape`."""
-    from ..model.costs import kernel_name, kernel_shape, step_kernels
     for kernels in step_kernels(sizes, b, None, w, fuse_output=False).values():
         for kernel in kernels:
             if kernel_name(kernel) == name and kernel_shape(kernel) == shape:
