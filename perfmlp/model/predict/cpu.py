@@ -26,9 +26,10 @@ min(1, c / p) for NumPy's one-threaded passes (time-sharing, stated, not
 measured).
 
 The interval: DRAWS draws (SEED), each scaling gemm by a factor from the
-blas source's ratios, elementwise from memory's, launches and tracing from
-host's and allreduce from collective's (linear between the sorted ratios); the 90%
-interval is the 5th to 95th percentile of the totals; none without spread.
+blas source's ratios, elementwise from memory's, launches and tracing
+from host's and allreduce from collective's (linear between the sorted
+ratios); the 90% interval is the 5th to 95th percentile of the totals;
+none without spread.
 """
 from __future__ import annotations
 
@@ -204,13 +205,13 @@ def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int |
     terms[N.ALLREDUCE] = allreduce_s(machine, nbytes, procs)
     step = ratios_of(machine, "step")
     compute = terms[GEMM] + terms[ELEMENTWISE] + terms[LAUNCHES] + terms[TRACING]
-    terms[RANK_WAIT] = compute * max(0.0, slowest_of(step, procs) - slowest_of(step, 1)) if procs > 1 and step \
-        else 0.0
+    # the quantile 0.5 ** (1 / p) grows with p: the wait is never negative
+    terms[RANK_WAIT] = compute * (slowest_of(step, procs) - slowest_of(step, 1)) if procs > 1 and step else 0.0
     total = sum(terms.values())
     detail = {"procs": s.procs, "threads": s.threads, "cores": s.cores, "oversubscribed": s.oversubscribed,
               "kernels": kernels, "bytes_mpi": nbytes, "interval_s": interval_s(machine, terms)}
-    return Prediction(terms=terms, total_s=total, overlapped_s=total, flops_per_rank=step_flops(layer_sizes, b, precision),
-                      flops_job=sum(step_flops(layer_sizes, pb, precision) for pb in pieces(batch, procs)),
+    return Prediction(terms=terms, total_s=total, overlapped_s=total,
+                      flops_per_rank=step_flops(layer_sizes, b, precision), flops_job=sum(step_flops(layer_sizes, pb, precision) for pb in pieces(batch, procs)),
                       bytes_copied_per_rank=0, machine=str(machine.get("name", "")), detail=detail)
 
 
