@@ -211,7 +211,8 @@ def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int |
     detail = {"procs": s.procs, "threads": s.threads, "cores": s.cores, "oversubscribed": s.oversubscribed,
               "kernels": kernels, "bytes_mpi": nbytes, "interval_s": interval_s(machine, terms)}
     return Prediction(terms=terms, total_s=total, overlapped_s=total,
-                      flops_per_rank=step_flops(layer_sizes, b, precision), flops_job=sum(step_flops(layer_sizes, pb, precision) for pb in pieces(batch, procs)),
+                      flops_per_rank=step_flops(layer_sizes, b, precision),
+                      flops_job=sum(step_flops(layer_sizes, pb, precision) for pb in pieces(batch, procs)),
                       bytes_copied_per_rank=0, machine=str(machine.get("name", "")), detail=detail)
 
 
