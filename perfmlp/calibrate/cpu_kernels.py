@@ -1,0 +1,135 @@
+"""The NumPy step's kernels timed where the trainer runs them: inside whole
+steps of perfmlp.mlp.Network (forward, loss, backward, update), each
+kernel's NumPy work timed by the host clock around the call, so a kernel
+meets the caches the step before it left (never one GEMM repeated alone).
+
+The network runs its output layer's backward unfused (its GEMMs and
+elementwise kernels one by one): the same NumPy calls the fused method
+makes on a CPU, and the kernels costs.step_kernels(..., fuse_output=False)
+lists, so every kernel timed is one the model prices by its shape.
+
+What comes out, for one (H, b, precision) on this rank:
+- each GEMM's seconds (its rate: costs' FLOPs over them);
+- each other kernel's seconds (its pass bandwidth: costs' bytes over them);
+- the trainer's own Python per kernel (recording, buffers, method calls):
+  each timed step's wall time less its kernels' sum, over its kernels
+  (the same step's, so the host's drift between steps cancels; the
+  timer's own two clock reads per kernel stay in it), median over steps;
+- the plain step's seconds, untimed (its spread: the step source);
+- the per-step sums of the GEMMs and of the passes (their spread).
+"""
+from __future__ import annotations
+
+import time
+from statistics import median
+
+import numpy as np
+
+from ..mlp import Network, init_weights
+from ..model.costs import kernel_name, kernel_shape
+
+# the Network's array-work methods, each timed around its call
+_WORK = ("_gemm", "_bias_sigmoid", "_bias_add", "_softmax_ce_grad", "_row_sum", "_sigmoid_grad_row_sum",
+         "_sgd_update")
+GEMM = "gemm"   # the cost registry's name of a GEMM, as operation and as kernel
+
+
+class TimedNetwork(Network):
+    """A NumPy Network whose kernels' array work is timed: `times` maps
+    (kernel name, shape) to the seconds of each call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fuse_output = False
+        self.ops = []
+        self.times: dict[tuple, list[float]] = {}
+        self._mark = 0
+        for name in _WORK:
+            setattr(self, name, self._timed(getattr(self, name)))
+
+    def _timed(self, work):
+        def call(*args):
+            kernel = tuple(self.ops[self._mark:])
+            self._mark = len(self.ops)
+            t0 = time.perf_counter()
+            out = work(*args)
+            dt = time.perf_counter() - t0
+            self.times.setdefault((kernel_name(kernel), kernel_shape(kernel)), []).append(dt)
+            return out
+        return call
+
+    def clear(self) -> None:
+        self.ops.clear()
+        self._mark = 0
+
+
+def step_piece(sizes, precision, b, seed: int = 0):
+    """A random piece of b samples (D x b, its one-hot labels C x b) in the precision's type."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(precision)
+    x = rng.random((sizes[0], b)).astype(dtype)
+    y = np.zeros((sizes[-1], b), dtype=dtype)
+    y[np.arange(b) % sizes[-1], np.arange(b)] = 1
+    return x, y
+
+
+def _net(cls, sizes, precision, b):
+    net = cls(np, sizes, precision, 0.1, 1e-4, b)
+    net.set_params(init_weights(sizes, 0))
+    net.fuse_output = False
+    return net
+
+
+def one_step(net, x, y) -> None:
+    net.forward(x)
+    net.loss(y)
+    net.backward()
+    net.update()
+
+
+def reps_for(step_s: float, budget_s: float, lo: int = 3, hi: int = 30) -> int:
+    """Steps to time within about budget_s, at least lo and at most hi; a
+    step over ten budgets gets lo - 1 (the largest shapes on shared cores)."""
+    if step_s > 10 * budget_s:
+        return max(2, lo - 1)
+    return int(min(hi, max(lo, budget_s // max(step_s, 1e-9))))
+
+
+def time_step(sizes, precision, b, budget_s: float, start=None) -> dict:
+    """The step's kernels on a piece of b samples, as the module docstring
+    says: {"kernels": {(name, shape): median seconds}, "step_s": the plain
+    step's median seconds, "gemm_steps", "pass_steps": per-step sums}.
+    `start` (a barrier) is called before each timed block, so ranks sharing
+    the cores run their blocks together."""
+    x, y = step_piece(sizes, precision, b)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        plain = _net(Network, sizes, precision, b)
+        t0 = time.perf_counter()
+        one_step(plain, x, y)                                      # warm-up, and the step's size
+        reps = reps_for(time.perf_counter() - t0, budget_s / 2)
+        if start is not None:
+            start()
+        plain_s = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            one_step(plain, x, y)
+            plain_s.append(time.perf_counter() - t0)
+        net = _net(TimedNetwork, sizes, precision, b)
+        one_step(net, x, y)
+        net.times.clear()
+        if start is not None:
+            start()
+        gemm_steps, pass_steps, excess = [], [], []
+        for _ in range(reps):
+            net.clear()
+            before = {k: len(v) for k, v in net.times.items()}
+            t0 = time.perf_counter()
+            one_step(net, x, y)
+            wall = time.perf_counter() - t0
+            new = {k: v[before.get(k, 0):] for k, v in net.times.items()}
+            gemm_steps.append(sum(sum(v) for k, v in new.items() if k[0] == GEMM))
+            pass_steps.append(sum(sum(v) for k, v in new.items() if k[0] != GEMM))
+            excess.append((wall - gemm_steps[-1] - pass_steps[-1]) / sum(len(v) for v in new.values()))
+    return {"kernels": {k: float(median(v)) for k, v in net.times.items()}, "step_s": float(median(plain_s)),
+            "plain_steps": plain_s, "gemm_steps": gemm_steps, "pass_steps": pass_steps,
+            "host_s": float(median(excess))}

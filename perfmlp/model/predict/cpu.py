@@ -1,0 +1,294 @@
+"""A NumPy run's time per batch on a CPU, from a CPU machine file
+(perfmlp.calibrate.cpu writes one; here a plain mapping, FIELDS).
+
+The step's kernels are the unfused ones (costs.step_kernels with
+fuse_output=False: NumPy's output-layer backward makes the same calls) on
+the slowest rank's piece. Terms, named and grouped as the GPU model's
+(terms.TERM_GROUP): compute holds
+- gemm: each GEMM's FLOPs over its rate at that shape, precision, BLAS
+  threads per rank and ranks sharing the cores (`gemm_rate`);
+- elementwise: each other kernel's bytes (costs) over its pass bandwidth
+  at that size (`pass_rate`);
+- launches: the trainer's own Python per kernel (kernel_host_s);
+- tracing (traced runs): the tracer's host time per batch (trace_batch_host_s);
+and allreduce holds
+- allreduce: MPI's in-place allreduce of the gradient buffer (the measured
+  table at that many ranks, log-log between sizes, else the ring model);
+- rank_wait: the wait for the slowest rank: the compute times the median
+  of the largest of p draws of a whole step's ratio to its median, less
+  the median (the step source of the spread: `slowest_of`); 0 on one rank.
+No copies: a NumPy batch is a view of the host's arrays.
+
+Ranks sharing cores: p ranks of t threads on c cores. A rate measured at
+(t, p) is used as it is; otherwise the measured family nearest in cores
+per rank, scaled by the cores each rank gets, min(t, c / p) for BLAS and
+min(1, c / p) for NumPy's one-threaded passes (time-sharing, stated, not
+measured).
+
+The interval: DRAWS draws (SEED), each scaling gemm by a factor from the
+blas source's ratios, elementwise from memory's, launches and tracing
+from host's and allreduce from collective's (linear between the sorted
+ratios); the 90% interval is the 5th to 95th percentile of the totals;
+none without spread.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import names as N
+from ..costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, pieces, step_kernels
+from ..roofline import modified_roofline, standard_roofline
+from .exchange import _interpolated, ring_allreduce_s
+from .terms import Prediction
+
+# the mapping's fields: (name, unit, what measures it)
+FIELDS = (
+    ("cores", "count", "the process's CPU affinity"),
+    ("default_threads", "count", "the BLAS's threads per rank when none is set"),
+    ("peak_flops_per_s_float32", "FLOP/s", "a large square GEMM at the most threads"),
+    ("peak_flops_per_s_float64", "FLOP/s", "the same in float64"),
+    ("mem_bw_bytes_per_s", "B/s", "a triad over arrays beyond the caches"),
+    ("op_host_s", "s", "a one-element NumPy call"),
+    ("kernel_host_s", "s", "a timed step's wall time beyond its kernels', per kernel"),
+    ("trace_batch_host_s", "s", "the trainer's step traced less untraced, per batch"),
+    ("mpi_alpha_s", "s", "the ring model fitted to the allreduce table"),
+    ("mpi_bw_bytes_per_s", "B/s", "the same"),
+    ("gemm_flops_per_s", "FLOP/s", "each GEMM of the step: {m, n, k, precision, threads, ranks, flops_per_s}"),
+    ("pass_bytes_per_s", "B/s", "each other kernel: {kernel, shape, precision, threads, ranks, bytes, bytes_per_s}"),
+    ("allreduce_s", "s", "mpi4py's in-place Allreduce: {procs, bytes, s}"),
+    ("spread", "ratio", "each source's repeats over their median: {source, ratios}"),
+)
+PRECISIONS = (N.FLOAT32, N.FLOAT64)
+GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
+TERMS = (GEMM, ELEMENTWISE, LAUNCHES, TRACING, N.ALLREDUCE, RANK_WAIT)
+SOURCE_TERMS = {"blas": (GEMM,), "memory": (ELEMENTWISE,), "host": (LAUNCHES, TRACING), "collective": (N.ALLREDUCE,)}
+DRAWS, SEED, LEVEL = 200, 0, (5, 95)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How a NumPy run shares the machine: ranks, BLAS threads per rank, cores."""
+    procs: int
+    threads: int
+    cores: int
+
+    def cores_per_rank(self, threads: int | None = None) -> float:
+        return min(self.threads if threads is None else threads, self.cores / self.procs)
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.procs * self.threads > self.cores
+
+
+def _family(entries, precision: str, s: Setting, threaded: bool):
+    """The entries of the measured (threads, ranks) family nearest to s
+    (exact first, then by cores per rank, then by threads), and the factor
+    its rates take for s."""
+    own = [e for e in entries if e["precision"] == precision]
+    if not own:
+        raise ValueError(f"the machine file has no {precision} entries")
+
+    def per_rank(t, p):
+        return min(t, s.cores / p) if threaded else min(1.0, s.cores / p)
+    want = per_rank(s.threads, s.procs)
+    keys = sorted({(e["threads"], e["ranks"]) for e in own},
+                  key=lambda k: (k != (s.threads, s.procs), abs(math.log(per_rank(*k) / want)),
+                                 abs(k[0] - s.threads), abs(k[1] - s.procs)))
+    t, p = keys[0]
+    factor = 1.0 if (t, p) == (s.threads, s.procs) else want / per_rank(t, p)
+    return [e for e in own if (e["threads"], e["ranks"]) == (t, p)], factor
+
+
+def gemm_rate(machine, shape, precision: str, s: Setting) -> float:
+    """FLOP/s of an (m, n, k) GEMM: the family's entries weighted by the
+    inverse square of their distance in log-shape space (the four nearest;
+    an exact shape is its own rate), geometric mean, times the family's factor."""
+    fam, factor = _family(machine["gemm_flops_per_s"], precision, s, threaded=True)
+    dist = [(sum(math.log(a / b) ** 2 for a, b in zip((e["m"], e["n"], e["k"]), shape)), e["flops_per_s"])
+            for e in fam]
+    dist.sort(key=lambda d: d[0])
+    if dist[0][0] == 0:
+        return dist[0][1] * factor
+    near = dist[:4]
+    w = [1 / d for d, _ in near]
+    return math.exp(sum(wi * math.log(r) for wi, (_, r) in zip(w, near)) / sum(w)) * factor
+
+
+def pass_rate(machine, kernel: str, nbytes: int, precision: str, s: Setting) -> float:
+    """Bytes/s of a kernel's pass over nbytes: log-log between the family's
+    two sizes around it, the nearest size's rate beyond them."""
+    fam, factor = _family(machine["pass_bytes_per_s"], precision, s, threaded=False)
+    pts = sorted((e["bytes"], e["bytes_per_s"]) for e in fam if e["kernel"] == kernel)
+    if not pts:
+        raise ValueError(f"the machine file has no {precision} pass of {kernel}")
+    return _interpolated(pts, nbytes, lambda n: 1.0) * factor
+
+
+def allreduce_s(machine, nbytes: int, procs: int) -> float:
+    """One in-place MPI allreduce of nbytes over procs local ranks: the
+    measured table at procs (log-log between sizes; beyond it the nearest
+    point scaled by the ring model's ratio), else the ring model of
+    mpi_alpha_s and mpi_bw_bytes_per_s; on one rank the table's one-rank
+    points, else 0."""
+    pts = sorted((e["bytes"], e["s"]) for e in machine.get("allreduce_s", ()) if e["procs"] == procs)
+    if procs <= 1:
+        return _interpolated(pts, nbytes, lambda n: 1.0)
+    alpha, bw = machine.get("mpi_alpha_s"), machine.get("mpi_bw_bytes_per_s")
+    if alpha is None or bw is None:
+        if not pts:
+            raise ValueError(f"the machine file has no allreduce on {procs} ranks and no ring fit")
+        return _interpolated(pts, nbytes, lambda n: 1.0)
+    ring = lambda n: ring_allreduce_s(n, procs, alpha, bw)  # noqa: E731
+    return _interpolated(pts, nbytes, ring) if pts else ring(nbytes)
+
+
+def ratios_of(machine, source: str) -> tuple:
+    """A spread source's sorted ratios ((): none measured)."""
+    return tuple(sorted(next((e["ratios"] for e in machine.get("spread", ()) if e["source"] == source), ())))
+
+
+def slowest_of(ratios, p: int) -> float:
+    """The median of the largest of p independent draws from sorted ratios:
+    the ratios' quantile 0.5 ** (1 / p) (linear between order statistics),
+    the median batch's slowest rank, as a run's median time per batch sees it."""
+    q = 0.5 ** (1.0 / p) * (len(ratios) - 1)
+    return float(np.interp(q, np.arange(len(ratios)), ratios))
+
+
+def step_flops(layer_sizes, b: int, precision: str) -> int:
+    """FLOPs of one step on a piece of b samples (costs' count)."""
+    w = itemsize(precision)
+    return sum(op_cost(op, sh, w)[0] for ks in step_kernels(layer_sizes, b, None, w, fuse_output=False).values()
+               for k in ks for op, sh in k)
+
+
+def setting_of(machine, procs: int, threads: int | None) -> Setting:
+    return Setting(int(procs), int(threads or machine["default_threads"]), int(machine["cores"]))
+
+
+def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> tuple[dict, int]:
+    """(gemm, elementwise, launches seconds; kernels) of one step on a piece of b samples."""
+    w = itemsize(precision)
+    out = {GEMM: 0.0, ELEMENTWISE: 0.0, LAUNCHES: 0.0}
+    n = 0
+    for kernels in step_kernels(layer_sizes, b, None, w, fuse_output=False).values():
+        for kernel in kernels:
+            n += 1
+            name, shape = kernel_name(kernel), kernel_shape(kernel)
+            if name == GEMM:
+                out[GEMM] += op_cost(GEMM, shape, w)[0] / gemm_rate(machine, shape, precision, s)
+            else:
+                nbytes = sum(op_cost(op, sh, w)[1] for op, sh in kernel)
+                out[ELEMENTWISE] += nbytes / pass_rate(machine, name, nbytes, precision, s)
+    out[LAUNCHES] = n * machine.get("kernel_host_s", 0.0) / min(1.0, s.cores / s.procs)
+    return out, n
+
+
+def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
+                precision: str = N.FLOAT32, traced: bool = True) -> Prediction:
+    """Time per batch of a NumPy run of `batch` samples split over `procs`
+    local ranks of `threads` BLAS threads each (None: the file's default):
+    the module docstring's terms; detail holds the setting, the interval
+    (None without spread) and the exchange's bytes."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"a NumPy run computes in {N.FLOAT32} or {N.FLOAT64}, not {precision}")
+    if procs < 1 or batch < procs:
+        raise ValueError(f"{procs} ranks cannot split a batch of {batch}")
+    s = setting_of(machine, procs, threads)
+    b = max(pieces(batch, procs))
+    terms, kernels = compute_terms(machine, layer_sizes, b, precision, s)
+    terms[TRACING] = machine.get("trace_batch_host_s", 0.0) / min(1.0, s.cores / s.procs) if traced else 0.0
+    nbytes = grad_buffer_bytes(layer_sizes, itemsize(precision))
+    terms[N.ALLREDUCE] = allreduce_s(machine, nbytes, procs)
+    step = ratios_of(machine, "step")
+    compute = terms[GEMM] + terms[ELEMENTWISE] + terms[LAUNCHES] + terms[TRACING]
+    # the quantile 0.5 ** (1 / p) grows with p: the wait is never negative
+    terms[RANK_WAIT] = compute * (slowest_of(step, procs) - slowest_of(step, 1)) if procs > 1 and step else 0.0
+    total = sum(terms.values())
+    detail = {"procs": s.procs, "threads": s.threads, "cores": s.cores, "oversubscribed": s.oversubscribed,
+              "kernels": kernels, "bytes_mpi": nbytes, "interval_s": interval_s(machine, terms)}
+    return Prediction(terms=terms, total_s=total, overlapped_s=total,
+                      flops_per_rank=step_flops(layer_sizes, b, precision),
+                      flops_job=sum(step_flops(layer_sizes, pb, precision) for pb in pieces(batch, procs)),
+                      bytes_copied_per_rank=0, machine=str(machine.get("name", "")), detail=detail)
+
+
+def interval_s(machine, terms: dict) -> tuple[float, float] | None:
+    """The 90% interval of the total: each measured source's factor drawn
+    for its term (the module docstring); None where no source has spread."""
+    rng = np.random.default_rng(SEED)
+    totals = np.full(DRAWS, sum(terms.values()))
+    drawn = False
+    for source, names in SOURCE_TERMS.items():
+        r, t = ratios_of(machine, source), sum(terms.get(n, 0.0) for n in names)
+        if len(r) < 2 or not t:
+            continue
+        u = rng.random(DRAWS) * (len(r) - 1)
+        totals += t * (np.interp(u, np.arange(len(r)), r) - 1.0)
+        drawn = True
+    if not drawn:
+        return None
+    lo, hi = np.percentile(totals, LEVEL)
+    return float(lo), float(hi)
+
+
+def cpu_ceilings(machine, precision: str = N.FLOAT32, procs: int = 1, threads: int | None = None) -> dict:
+    """The CPU's roofline ceilings for one rank of a run: its share of the
+    large-GEMM rate (peak_flops_per_s), the memory bandwidth, and the
+    exchange's bandwidth (the modified roofline's "copy": what a NumPy step
+    moves between ranks is its only traffic outside memory)."""
+    s = setting_of(machine, procs, threads)
+    share = s.cores_per_rank() / s.cores
+    bw = machine.get("mpi_bw_bytes_per_s")
+    return {"peak_flops_per_s": machine[f"peak_flops_per_s_{precision}"] * share,
+            "mem_bw_bytes_per_s": machine["mem_bw_bytes_per_s"] * min(1.0, s.cores / s.procs),  # one NumPy thread
+            "copy_bytes_per_s": bw}
+
+
+def roofline_rates(machine, ai_mem: float, ai_copy: float, precision: str = N.FLOAT32, procs: int = 1,
+                   threads: int | None = None) -> dict:
+    """The standard roofline at AI = FLOPs per memory byte and the modified
+    one at AI = FLOPs per exchanged byte (copies serialised with compute)."""
+    c = cpu_ceilings(machine, precision, procs, threads)
+    out = {"standard": float(standard_roofline(ai_mem, c["peak_flops_per_s"], c["mem_bw_bytes_per_s"]))}
+    if c["copy_bytes_per_s"]:
+        out["modified"] = float(modified_roofline(ai_copy, c["peak_flops_per_s"], c["copy_bytes_per_s"]))
+    return out
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A change to a NumPy run and its prediction; per-sample time ranks
+    changes of the batch size alongside the others."""
+    change: dict              # the setting changed: procs, threads, batch, precision
+    prediction: Prediction
+    batch: int
+
+    @property
+    def s_per_sample(self) -> float:
+        return self.prediction.total_s / self.batch
+
+
+def cpu_alternatives(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
+                     precision: str = N.FLOAT32, traced: bool = True) -> list[Alternative]:
+    """The run as it is (change {}) and each single change the CPU offers:
+    ranks from 1 to the cores, BLAS threads per rank from 1 to the cores,
+    half and twice the batch, the other precision; fastest per sample first."""
+    s = setting_of(machine, procs, threads)
+    base = {"batch": batch, "procs": s.procs, "threads": s.threads, "precision": precision}
+    changes = [{}] + [{"procs": p} for p in range(1, s.cores + 1) if p != s.procs] \
+        + [{"threads": t} for t in range(1, s.cores + 1) if t != s.threads] \
+        + [{"batch": b} for b in (batch // 2, batch * 2) if b >= max(1, s.procs)] \
+        + [{"precision": p} for p in PRECISIONS if p != precision]
+    out = []
+    for change in changes:
+        c = {**base, **change}
+        try:
+            pred = predict_cpu(machine, layer_sizes, c["batch"], c["procs"], c["threads"], c["precision"], traced)
+        except ValueError:
+            continue          # a setting the file cannot price (no entries of that precision): not offered
+        out.append(Alternative(change, pred, c["batch"]))
+    return sorted(out, key=lambda a: a.s_per_sample)
