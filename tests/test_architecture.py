@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "perfmlp"
 # ---- the parts and what each may import ----------------------------------------------------------
 # A name stands for the module and everything under it ("perfmlp" alone is the package's __init__:
 # its version). Every module of perfmlp belongs to exactly one part; a new one must be placed here.
-BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors")          # typed checks and the one error type
+BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors", "perfmlp.names")  # checks, the error type, the vocabulary
 MODEL = ("perfmlp.model",)                                        # pure: shapes and machine numbers
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
 CONFIG = ("perfmlp.config", "perfmlp.data")                       # the configuration, the data sets
@@ -27,7 +27,7 @@ REPORT = ("perfmlp.report",)
 PARTS = {
     # part: (its modules, the perfmlp modules it may import, the libraries beyond the standard one it may import)
     "base": (BASE, ("perfmlp",), ("yaml",)),
-    "model": (MODEL, (*MODEL, "perfmlp", "perfmlp.checks"), ("numpy", "yaml")),
+    "model": (MODEL, (*MODEL, "perfmlp", "perfmlp.checks", "perfmlp.names"), ("numpy", "yaml")),
     "trace": (TRACE, (*TRACE, *BASE, *MODEL), ("numpy", "cupy", "cupti", "nvtx")),
     "config": (CONFIG, (*CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "yaml")),
     "trainer": (TRAINER, (*TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "cupy", "cupyx", "mpi4py", "ml_dtypes")),

@@ -49,10 +49,10 @@ from __future__ import annotations
 
 import contextlib
 
-from ..model.strategies import DEVICE_COMMS
+from .. import names as N
 from ..step import DATA
 from ..trace.format import Counts
-from ..trace.records import Phase
+from ..names import Phase
 
 NOPHASE = contextlib.nullcontext()
 
@@ -75,7 +75,7 @@ class GraphStep:
         self.cp, self.net, self.batches, self.reducer, self.stream = cupy, net, batches, reducer, stream
         self.parts = parts
         # every collective on the device: else the exchange and the update run after the replay
-        self.whole_step = reducer.name in DEVICE_COMMS
+        self.whole_step = reducer.name in N.DEVICE_COMMS
         self.graphs: dict = {}
 
     def _capture(self, x, y) -> _Captured:
@@ -112,7 +112,7 @@ class GraphStep:
         first use): the compute part, and with device collectives the
         exchange and the update too (`whole_step`)."""
         net = self.net
-        resident = self.batches.mode == "resident"
+        resident = self.batches.mode == N.RESIDENT
         if not resident:
             x, y = self.batches.get(lo, hi, phase, counts)  # copied into the static buffers (h2d phase)
         with phase(Phase.GRAPH):
