@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
+from ..cli import Parser, add_machine
+from ..errors import PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
 from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
@@ -29,7 +30,7 @@ def _procs(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = OneLineParser(prog="python -m perfmlp.sweep", description=sys.modules[__package__].__doc__,
+    ap = Parser(prog="python -m perfmlp.sweep", description=sys.modules[__package__].__doc__,
                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file", metavar="FILE.yaml", help="the sweep file (see above)")
     ap.add_argument("--trace-dir", default="traces", metavar="DIR",
@@ -38,8 +39,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="do not make the report after the runs (default: make it)")
     ap.add_argument("--report-out", default=None, metavar="DIR",
                     help="folder for the report (default: reports/<name of the trace folder>)")
-    ap.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
-                    help="machine file for the report (default: the calibrated file for the traces' GPU)")
+    add_machine(ap, "the report's: the calibrated file for the traces' GPU")
     ap.add_argument("--timeout", type=seconds_arg, default=600, metavar="SECONDS",
                     help="seconds a run may take before it is stopped and counted as failed (default: 600)")
     ap.add_argument("--max-procs", type=_procs, default=None, metavar="P",
