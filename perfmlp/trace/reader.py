@@ -361,10 +361,20 @@ def read_run(folder: str | Path) -> Run:
     if fmt == 1:
         first = next((rt.batches[0] for _, rt in sorted(ranks.items()) if rt.batches), None)
         manifest = upgrade.with_launch(manifest, first)
+    ranks = {rank: _with_mem_bytes(rt, manifest) for rank, rt in ranks.items()}
     missing = sorted(set(range(manifest.procs)) - set(ranks))
     if missing:
         problems.append(f"{folder}: rank file(s) missing for rank {', '.join(map(str, missing))}")
     return Run(manifest.run_id, manifest, ranks, str(folder), tuple(problems))
+
+
+def _with_mem_bytes(rt: RankTrace, m: Manifest) -> RankTrace:
+    """The rank's Shapes (and its batches') with mem_bytes, filled where an older run lacks them."""
+    if all(s.mem_bytes is not None for s in rt.shapes.values()):
+        return rt
+    shapes = {i: upgrade.with_mem_bytes(s, m) for i, s in rt.shapes.items()}
+    batches = tuple(dataclasses.replace(b, shape=shapes.get(b.shape.id, b.shape)) for b in rt.batches)
+    return dataclasses.replace(rt, shapes=MappingProxyType(shapes), batches=batches)
 
 
 def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:

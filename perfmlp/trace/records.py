@@ -202,6 +202,10 @@ class Shape:
     gemms: Mapping | None = _f("phase -> GEMM calls among them", F.optional(_phase_counts))
     launches: Mapping | None = _f("phase -> `[operation, [dimensions]]` as launched (null in upgraded format-1 "
                                   "traces)", F.optional(_launches))
+    mem_bytes: Mapping | None = _f("phase -> device-memory bytes the kernels launched in it read and write: the "
+                                   "model's formulas (model/costs.py) on the launched shapes at the precision's "
+                                   "widths, the roofline's bytes (absent in older traces: the reader fills it "
+                                   "from the run's own layer sizes)", F.optional(_phase_counts))
     bytes_h2d: int = _f("bytes handed to cudaMemcpy host to device", _count)
     bytes_d2h: int = _f("bytes handed to cudaMemcpy device to host", _count)
     bytes_d2d: int = _f("bytes copied device to device (resident data into a graph's static inputs)", _count)
@@ -244,6 +248,7 @@ class Batch:
     ops = property(lambda self: self.shape.ops)
     kernels = property(lambda self: self.shape.kernels)
     gemms = property(lambda self: self.shape.gemms)
+    mem_bytes = property(lambda self: self.shape.mem_bytes)
     bytes_h2d = property(lambda self: self.shape.bytes_h2d)
     bytes_d2h = property(lambda self: self.shape.bytes_d2h)
     bytes_d2d = property(lambda self: self.shape.bytes_d2d)

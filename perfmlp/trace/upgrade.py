@@ -27,6 +27,7 @@ from . import fields as F
 from ..model.predict import resolve_exec
 from .format import resolve_trace_level
 from .lines import parse
+from ..names import Phase
 from .records import Batch, Header, Manifest, Ran, Shape, Span, phase
 
 SCHEMA_V1 = "perfmlp.trace/1"
@@ -74,6 +75,28 @@ def manifest(obj: dict) -> Manifest:
         raise e.at("ran") from None
     m["schema"] = SCHEMA_V1
     return Manifest(**m)
+
+
+def with_mem_bytes(shape: Shape, m: Manifest) -> Shape:
+    """A Shape written before `mem_bytes` with it, from the run's own layer
+    sizes and precision: the model's formulas on the launched shapes where
+    the Shape holds them, else (format 1) on the shapes the run's step
+    launches (model.costs.batch_counts), a graph replay holding them all."""
+    if shape.mem_bytes is not None or m.ran is None:
+        return shape
+    from ..model.costs import batch_counts, weight_grad_elements, widths
+    from .shapes import mem_bytes
+    c, ran = m.config, m.ran
+    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
+    w = widths(c["precision"])
+    if shape.launches is not None:
+        mem = mem_bytes(shape.launches, w, weight_grad_elements(sizes, ran.fuse_output))
+    else:
+        counts = batch_counts(sizes, shape.local_samples, w, ran.comm, ran.batch_transfer,
+                              ran.bucket_bytes if ran.overlap else None, ran.exec, ran.fuse_output).mem_bytes
+        mem = ({Phase.GRAPH: sum(counts.values())} if Phase.GRAPH in shape.phases else
+               {phase(k): v for k, v in counts.items() if phase(k) in shape.phases})
+    return dataclasses.replace(shape, mem_bytes=MappingProxyType(mem))
 
 
 def with_launch(m: Manifest, first: Batch | None) -> Manifest:

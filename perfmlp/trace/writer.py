@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from ..errors import PerfmlpError
-from ..model.costs import itemsize
+from ..model.costs import itemsize, widths
 from .. import names as N
 from . import activity as act
 from . import nvtx as nv
@@ -104,6 +104,7 @@ class Tracer(ShapeBook, GpuSide):
         self.manifest = manifest  # rank 0's
         self.backend = None
         self.itemsize = itemsize(cfg.precision)
+        self.widths = widths(cfg.precision)   # the Shape's device-memory bytes
         self.level = cfg.trace_level  # attach() resolves auto
         self.t_start_ns = _ns()
         self._lines = LineFile(run_dir / rank_file(rank))
