@@ -116,8 +116,9 @@ class ShapeBook:
         return e
 
     def _weight_grads(self) -> int:
-        """Elements the network's weight-gradient GEMMs write (0 without a network)."""
-        if self._net is None:
+        """Elements the network's weight-gradient GEMMs write, where that
+        costs bytes of its own (operands narrower than the parameters)."""
+        if self._net is None or self.widths.act == self.widths.param:
             return 0
         return weight_grad_elements(self._net.p.layer_sizes, getattr(self._net, "fuse_output", True))
 
