@@ -104,8 +104,8 @@ class DeviceBatches:
     def static(self, lo: int, hi: int, counts):
         """The piece [lo, hi) in the static device buffers (x, y as `get`).
         Resident: two cudaMemcpyAsync device to device on the step's stream
-        (2 (D + C) b itemsize bytes of memory traffic: 7.5 us measured on
-        an H200 for b = 3200), counted in `counts.bytes_d2d`; the caller
+        (2 (D + C) b itemsize bytes of memory traffic), counted in
+        `counts.bytes_d2d`; the caller
         names the phase. Copied modes: `get` (its own h2d phase)."""
         if self.mode != N.RESIDENT:
             raise RuntimeError("static(): only resident data; copied pieces already land in static buffers")

@@ -134,7 +134,7 @@ def cublas_gemm(cupy, dtype, stream=None, precision=None) -> CublasGemm:
     per process. The CublasGemm keeps its stream alive: a handle outliving
     its stream would be found again under the address of a later stream
     (the driver reuses it) and launch into a destroyed one (cuBLAS status
-    13, seen on an H100 after the calibration's own streams were collected)."""
+    13, once the calibration's own streams were collected)."""
     if stream is None:
         stream = cupy.cuda.get_current_stream()
     name = precision_of(precision or dtype).name

@@ -30,9 +30,7 @@ every batch of a piece size (a short last batch gets its own); a prefetched
 batch (gpu/prefetch.py) lands in one of the pipeline's slots, so each slot
 has its graph. The
 alternative, a graph per batch position reading the resident slices in
-place, saves that copy (7.5 us at b = 3200 on an H200:
-benchmarks/results/h200-x2/graph/kernel_breakdown.md in git before
-54cb3ab) but pays a capture and
+place, saves that copy (a few us a step) but pays a capture and
 an instantiation per position in the first epoch (a graph step's first
 batch took 0.8 ms there, against 0.22 ms steady: graph_step.md).
 
