@@ -2,7 +2,6 @@
 one-line argument errors, one --machine, and the model command's
 configuration flags built from Config's fields, so its defaults are the
 trainer's by construction."""
-import argparse
 import sys
 
 import pytest
