@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ..cli import Parser, add_machine
-from ..errors import PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
+from ..cli import add_machine
+from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
 from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
@@ -30,7 +30,7 @@ def _procs(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="python -m perfmlp.sweep", description=sys.modules[__package__].__doc__,
+    ap = OneLineParser(prog="python -m perfmlp.sweep", description=sys.modules[__package__].__doc__,
                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file", metavar="FILE.yaml", help="the sweep file (see above)")
     ap.add_argument("--trace-dir", default="traces", metavar="DIR",
