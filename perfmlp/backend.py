@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import names as N
 from . import psasync
 from .batches import DeviceBatches, HostBatches
 from .comm import HostReducer, NcclReducer, StagedReducer
@@ -16,7 +17,6 @@ from .config import Config
 from .errors import PerfmlpError
 from .mlp import Network
 from .model.costs import piece, pieces
-from .model.strategies import PS_COMMS
 from .model.precision import precision as precision_of
 from .model.predict import graph_refusal, resolve_exec, staging_memory
 from .step import DATA, Parts
@@ -30,7 +30,7 @@ class Backend:
     batches: object            # batches.HostBatches or batches.DeviceBatches
     reducer: object            # one of comm's reducers (or perfmlp/strategies')
     sync: Callable[[], None]   # waits for the device's queued work (a no-op on the host)
-    exec: str = "eager"        # "eager" or "graph"
+    exec: str = N.EAGER        # N.EXECS
     graph: object = None       # gpu.graph.GraphStep in graph mode
     stream: object = None      # the CuPy stream everything of the step is issued on (current once built)
     parts: Parts = DATA        # the strategy's step (perfmlp/step.py; the others: perfmlp/strategies)
@@ -39,15 +39,15 @@ class Backend:
 
 def resolve(cfg: Config) -> str:
     """The backend a configuration runs on ("auto": CuPy where a GPU is present)."""
-    if cfg.backend != "auto":
+    if cfg.backend != N.AUTO:
         return cfg.backend
     from . import gpu
-    return "cupy" if gpu.available() else "numpy"
+    return N.CUPY if gpu.available() else N.NUMPY
 
 
 def partitioned(cfg: Config) -> bool:
     """A strategy other than data parallelism with an allreduce (perfmlp/strategies)."""
-    return cfg.parallel != "data" or cfg.comm in PS_COMMS
+    return cfg.parallel != N.DATA or cfg.comm in N.PS_COMMS
 
 
 def check_options(cfg: Config) -> str:
@@ -57,34 +57,35 @@ def check_options(cfg: Config) -> str:
     why = psasync.refusal(cfg, name)
     if why:
         raise PerfmlpError(why)
-    what = f"--parallel {cfg.parallel}" if cfg.parallel != "data" else f"--comm {cfg.comm}"
+    what = f"--parallel {cfg.parallel}" if cfg.parallel != N.DATA else f"--comm {cfg.comm}"
     if partitioned(cfg) and cfg.overlap:
         raise PerfmlpError(f"--overlap is for data parallelism with an allreduce (this run: {what})")
     prec = precision_of(cfg.precision)
     if partitioned(cfg) and prec.mixed:
         raise PerfmlpError(f"--precision {cfg.precision} is for data parallelism with an allreduce (this run: "
                            f"{what}): there every rank's update rewrites its 16-bit weight copy")
-    if partitioned(cfg) and cfg.batch_transfer.startswith("prefetch"):
+    if partitioned(cfg) and cfg.batch_transfer in N.PREFETCH_TRANSFERS:
         raise PerfmlpError(f"--batch-transfer {cfg.batch_transfer} is for data parallelism with an allreduce "
                            f"(this run: {what})")
-    if name == "cupy" and prec.tensor_cores and cfg.gemm != "cublas":
+    if name == N.CUPY and prec.tensor_cores and cfg.gemm != N.CUBLAS:
         raise PerfmlpError(f"--precision {cfg.precision} runs its GEMMs on tensor cores through cuBLAS: "
                            f"use --gemm cublas, not --gemm {cfg.gemm}")
-    if name == "numpy":
+    if name == N.NUMPY:
         gpu_only = [f"--{flag} {value}" for flag, value, host in (
-            ("comm", cfg.comm, ("auto", "mpi", "ps", psasync.COMM)),
-            ("batch-transfer", cfg.batch_transfer, ("pageable",)), ("gemm", cfg.gemm, ("cublas",))) if value not in host]
+            ("comm", cfg.comm, (N.AUTO, *N.HOST_COMMS, N.PS_ASYNC)),
+            ("batch-transfer", cfg.batch_transfer, (N.PAGEABLE,)), ("gemm", cfg.gemm, (N.CUBLAS,)))
+            if value not in host]
         if gpu_only:
             raise PerfmlpError(f"{', '.join(gpu_only)} needs the cupy backend (this run is on numpy)")
-        if cfg.overlap and cfg.comm not in ("auto", "mpi"):
+        if cfg.overlap and cfg.comm not in (N.AUTO, N.MPI):
             raise PerfmlpError(f"--overlap with --comm {cfg.comm}: on numpy the overlapped exchange is mpi")
-    elif cfg.comm in ("mpi", "ps"):
-        raise PerfmlpError(f"--comm {cfg.comm} reduces host buffers (the numpy backend); on the GPU use "
-                           f"{'mpi-staged or nccl' if cfg.comm == 'mpi' else 'ps-nccl'}")
-    elif cfg.overlap and cfg.comm != "nccl":
+    elif cfg.comm in N.HOST_COMMS:
+        instead = f"{N.MPI_STAGED} or {N.NCCL}" if cfg.comm == N.MPI else N.PS_NCCL
+        raise PerfmlpError(f"--comm {cfg.comm} reduces host buffers (the numpy backend); on the GPU use {instead}")
+    elif cfg.overlap and cfg.comm != N.NCCL:
         raise PerfmlpError("--overlap on the GPU needs --comm nccl (the staged exchange needs the host "
                            "between the backward pass and the update)")
-    if cfg.exec == "graph":
+    if cfg.exec == N.GRAPH:
         why = graph_refusal(name, cfg.parallel, cfg.comm)
         if why:
             raise PerfmlpError(why)
@@ -101,20 +102,20 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
     name = check_options(cfg)
     if cfg.comm == psasync.COMM:
         from .psasync.loop import backend_fields
-        return Backend(**backend_fields(cfg, world, xtrain, ytrain, name), exec="eager")
+        return Backend(**backend_fields(cfg, world, xtrain, ytrain, name), exec=N.EAGER)
     if partitioned(cfg):
         from .strategies.build import backend_parts
         fields = backend_parts(cfg, world, xtrain, ytrain, name)
-    elif name == "cupy":
+    elif name == N.CUPY:
         fields = _cupy_fields(cfg, world, xtrain, ytrain)
     else:
         net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
         reducer = HostReducer(world)
         _overlap(cfg, net, reducer)
-        fields = dict(name="numpy", xp=np, net=net, batches=HostBatches(xtrain, ytrain), reducer=reducer,
+        fields = dict(name=N.NUMPY, xp=np, net=net, batches=HostBatches(xtrain, ytrain), reducer=reducer,
                       sync=lambda: None)
     mode = exec_mode(cfg, name)
-    if mode == "graph":
+    if mode == N.GRAPH:
         from .gpu.graph import GraphStep
         fields["graph"] = GraphStep(fields["xp"], fields["net"], fields["batches"], fields["reducer"],
                                     fields["stream"], fields.get("parts", DATA))
@@ -150,10 +151,10 @@ def _cupy_fields(cfg: Config, world, xtrain, ytrain) -> dict:
                      max_local, cfg.gemm)
     batches = DeviceBatches(cupy, xtrain, ytrain, cfg.batch_transfer, max_local,
                             next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size, world.rank))
-    if cfg.comm == "nccl":
+    if cfg.comm == N.NCCL:
         reducer = NcclReducer(cupy, world, net)
     else:
         reducer = StagedReducer(cupy, world, net, staging_memory(cfg.batch_transfer))
     _overlap(cfg, net, reducer)
-    return dict(name="cupy", xp=cupy, net=net, batches=batches, reducer=reducer, sync=stream.synchronize,
+    return dict(name=N.CUPY, xp=cupy, net=net, batches=batches, reducer=reducer, sync=stream.synchronize,
                 stream=stream)

@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import names as N
 from .mixed import device_view
 from .trace.records import Phase
 
-PREFETCH = {"prefetch": "pinned", "prefetch-pageable": "pageable"}   # mode -> the host source's memory
+
+
+def host_memory(mode: str) -> str | None:
+    """The host memory a transfer mode reads its pieces from (N.COPY_MEMORIES),
+    None for resident data."""
+    if mode == N.RESIDENT:
+        return None
+    return N.PAGEABLE if mode in N.PAGEABLE_SOURCES else N.PINNED
 
 
 class HostBatches:
@@ -45,10 +53,10 @@ class DeviceBatches:
         x, y = device_view(x), device_view(y)   # bf16: its bits
         self._set_host(x, y)
         self.prefetcher = None
-        if mode in PREFETCH:
+        if mode in N.PREFETCH_TRANSFERS:
             from .gpu.prefetch import Prefetcher
-            self.prefetcher = Prefetcher(cupy, self, next_piece, staged=PREFETCH[mode] == "pageable")
-        elif mode != "resident":
+            self.prefetcher = Prefetcher(cupy, self, next_piece, staged=host_memory(mode) == N.PAGEABLE)
+        elif mode != N.RESIDENT:
             self.xd = cupy.empty((max_local, x.shape[1]), x.dtype)
             self.yd = cupy.empty((max_local, y.shape[1]), y.dtype)
 
@@ -56,15 +64,15 @@ class DeviceBatches:
         """The samples in their first order (x0, y0, kept: every epoch's
         order is a permutation of it, as HostBatches') and the arrays the
         pieces are read from (xh, yh on the host; xr, yr resident)."""
-        memory = PREFETCH.get(self.mode, self.mode)
-        if memory == "pinned":
+        memory = host_memory(self.mode)
+        if memory == N.PINNED:
             import cupyx
             self.x0, self.y0 = x, y
             self.xh = cupyx.empty_pinned(x.shape, x.dtype)
             self.yh = cupyx.empty_pinned(y.shape, y.dtype)
             self.xh[...] = x
             self.yh[...] = y
-        elif memory == "pageable":
+        elif memory == N.PAGEABLE:
             self.x0, self.y0 = x, y
             self.xh, self.yh = np.ascontiguousarray(x), np.ascontiguousarray(y)
         else:
@@ -73,13 +81,13 @@ class DeviceBatches:
 
     def reorder(self, order: np.ndarray) -> None:
         """Epoch order `order` of the first order (not of the last epoch's)."""
-        if self.mode == "resident":
+        if self.mode == N.RESIDENT:
             idx = self.cp.asarray(order)
             self.xr, self.yr = self.x0[idx], self.y0[idx]
             return
         if self.prefetcher is not None:
             self.prefetcher.reset()   # the copies in flight read the old order
-        if PREFETCH.get(self.mode, self.mode) == "pinned":   # into the same pinned buffers,
+        if host_memory(self.mode) == N.PINNED:   # into the same pinned buffers,
             if self.prefetcher is None:                        # once no copy reads them (reset waited
                 self.stream.synchronize()                      # for the prefetching copies)
             # mode "clip": an order is a permutation, and "raise" would buffer the whole output first
@@ -96,10 +104,10 @@ class DeviceBatches:
     def static(self, lo: int, hi: int, counts):
         """The piece [lo, hi) in the static device buffers (x, y as `get`).
         Resident: two cudaMemcpyAsync device to device on the step's stream
-        (2 (D + C) b itemsize bytes of memory traffic: 7.5 us measured on
-        an H200 for b = 3200), counted in `counts.bytes_d2d`; the caller
+        (2 (D + C) b itemsize bytes of memory traffic), counted in
+        `counts.bytes_d2d`; the caller
         names the phase. Copied modes: `get` (its own h2d phase)."""
-        if self.mode != "resident":
+        if self.mode != N.RESIDENT:
             raise RuntimeError("static(): only resident data; copied pieces already land in static buffers")
         b = hi - lo
         views = self._static.get(b)
@@ -118,7 +126,7 @@ class DeviceBatches:
         return xt, yt
 
     def get(self, lo: int, hi: int, phase, counts):
-        if self.mode == "resident":
+        if self.mode == N.RESIDENT:
             return self.xr[lo:hi].T, self.yr[lo:hi].T  # no copy, so no h2d phase (and no CUDA event)
         b = hi - lo
         with phase(Phase.H2D):

@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from . import names as N
 from .errors import PerfmlpError
 from .trace.records import Phase
 
@@ -165,13 +166,13 @@ class StagedReducer:
     """The reference scheme: D2H of the one gradient buffer, MPI_Allreduce on
     the host copy, H2D back (through pageable or pinned host memory)."""
 
-    name = "mpi-staged"
+    name = N.MPI_STAGED
 
     def __init__(self, cupy, world, net, memory: str):
         self.cp, self.world, self.net = cupy, world, net
         self.stream = cupy.cuda.get_current_stream()  # the step's
         n, dtype = net.g.flat.size, net.dtype
-        if memory == "pinned":
+        if memory == N.PINNED:
             import cupyx
             self.host = cupyx.empty_pinned((n,), dtype)
         else:
@@ -225,7 +226,7 @@ class NcclReducer:
     wrote the piece; `reduce` makes the compute stream wait for the last.
     Both patterns capture into a CUDA graph (a fork and a join)."""
 
-    name = "nccl"
+    name = N.NCCL
 
     def __init__(self, cupy, world, net):
         from cupy.cuda import nccl

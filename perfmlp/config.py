@@ -22,19 +22,20 @@ from typing import Any
 from . import checks
 from .errors import PerfmlpError
 from .model.costs import DEFAULT_BUCKET_BYTES
-from .model.precision import NAMES as PRECISIONS
-from .trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVEL_CHOICES, TRACE_LEVELS
+from . import names as N
+from .trace.format import OVERHEAD_TARGET
 
+# each choice field's values, from the vocabulary (N.AUTO: resolved at run time)
 CHOICES = {
-    "precision": PRECISIONS,
-    "backend": ("auto", "numpy", "cupy"),
-    "comm": ("auto", "mpi", "mpi-staged", "nccl", "ps", "ps-nccl", "ps-async", "ps-async-nccl"),
-    "batch_transfer": ("pageable", "pinned", "resident", "prefetch", "prefetch-pageable"),
-    "gemm": ("cublas", "naive", "tiled", "regblock"),
-    "exec": ("auto", "eager", "graph"),
-    "data": ("auto", "mnist", "synthetic"),
-    "trace_level": TRACE_LEVEL_CHOICES,
-    "parallel": ("data", "model", "hybrid"),
+    "precision": N.PRECISIONS,
+    "backend": (N.AUTO, *N.BACKENDS),
+    "comm": (N.AUTO, *N.COMMS),
+    "batch_transfer": N.TRANSFERS,
+    "gemm": N.GEMM_KERNELS,
+    "exec": (N.AUTO, *N.EXECS),
+    "data": (N.AUTO, *N.DATA_SOURCES),
+    "trace_level": N.TRACE_LEVEL_CHOICES,
+    "parallel": N.STRATEGIES,
 }
 
 
@@ -50,21 +51,21 @@ class Config:
     n_train: int = 8000              # N
     epochs: int = 10
     batch_size: int = 100            # B
-    precision: str = "float32"
+    precision: str = N.FLOAT32
     seed: int = 0
     shuffle: bool = False
-    data: str = "auto"
+    data: str = N.AUTO
     data_dir: str = "data/mnist"
     n_heldout: int = 2000
-    backend: str = "auto"
-    comm: str = "auto"
-    batch_transfer: str = "pageable"
-    gemm: str = "cublas"
-    exec: str = "auto"
+    backend: str = N.AUTO
+    comm: str = N.AUTO
+    batch_transfer: str = N.PAGEABLE
+    gemm: str = N.CUBLAS
+    exec: str = N.AUTO
     overlap: bool = False
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     trace: bool = True
-    trace_level: str = "auto"
+    trace_level: str = N.AUTO
     trace_dir: str = "traces"
     run_id: str = ""
     save_params: str = ""
@@ -72,7 +73,7 @@ class Config:
     cprofile: bool = False
     quiet: bool = False
     stall_limit: float = 300.0
-    parallel: str = "data"
+    parallel: str = N.DATA
     model_procs: int = 0
     staleness: int = 0
     straggler_delay_ms: float = 0.0
@@ -124,9 +125,9 @@ HELP = {
     "bucket_bytes": "with --overlap, the largest piece of a weight gradient reduced as one collective",
     "trace": "write a trace folder for the report",
     "trace_level": ("what the trace records: auto (depends on --exec: "
-                    + ", ".join(f"{m} -> {lv}" for m, lv in DEFAULT_TRACE_LEVEL.items())
+                    + ", ".join(f"{m} -> {lv}" for m, lv in N.DEFAULT_TRACE_LEVEL.items())
                     + f", the richest level measured under {100 * OVERHEAD_TARGET:.0f}% overhead), or, cheapest first, "
-                    + "; ".join(f"{k}: {v}" for k, v in TRACE_LEVELS.items())),
+                    + "; ".join(f"{k}: {v}" for k, v in N.TRACE_LEVELS.items())),
     "trace_dir": "folder the trace folders go under",
     "run_id": "name of the trace folder: letters, digits, '-', '_', '.'",
     "save_params": "folder to save initial.npz and final.npz in",
@@ -224,14 +225,14 @@ def check_consistent(cfg: Config) -> None:
     """Checks that involve more than one value (the process count comes later)."""
     if cfg.batch_size > cfg.n_train:
         raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than n_train ({cfg.n_train})")
-    if cfg.model_procs and cfg.parallel != "hybrid":
+    if cfg.model_procs and cfg.parallel != N.HYBRID:
         raise PerfmlpError(f"model_procs ({cfg.model_procs}) is for parallel hybrid, not parallel {cfg.parallel}")
-    if cfg.staleness and cfg.comm != "ps-async":
+    if cfg.staleness and cfg.comm != N.PS_ASYNC:
         raise PerfmlpError(f"staleness ({cfg.staleness}) is for comm ps-async, not comm {cfg.comm}")
     if cfg.cprofile and not cfg.trace:
         raise PerfmlpError("--cprofile writes rank-<r>.prof into the run's trace folder: it needs the trace "
                            "(drop --no-trace)")
-    if cfg.comm in ("ps", "ps-nccl", "ps-async") and cfg.parallel != "data":
+    if cfg.comm in (*N.PS_COMMS, N.PS_ASYNC) and cfg.parallel != N.DATA:
         raise PerfmlpError(f"comm {cfg.comm} (the parameter server) is data parallelism's exchange, "
                            f"not parallel {cfg.parallel}'s")
 
@@ -259,8 +260,8 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _help(name: str) -> str:
-    default = _FIELDS[name].default
+def _help(name: str, default: Any = dataclasses.MISSING) -> str:
+    default = _FIELDS[name].default if default is dataclasses.MISSING else default
     if name == "hidden_sizes":
         shown = ",".join(map(str, default))
     elif isinstance(default, bool):
@@ -270,22 +271,65 @@ def _help(name: str) -> str:
     return f"{HELP[name]} (default: {shown})".replace("%", "%%")  # argparse %-formats help
 
 
+def field_value(name: str, flag: str | None = None):
+    """argparse `type` for field `name`: the text converted and checked as
+    the configuration checks it (a bad value: argparse's one-line error)."""
+    def convert(text):
+        try:
+            if name == "hidden_sizes":
+                return list(_convert(name, [t for t in str(text).split(",")], flag or _flag(name)))
+            return _convert(name, text, flag or _flag(name))
+        except checks.CheckError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = name   # argparse names the type in its messages
+    return convert
+
+
+def add_field(parser: argparse.ArgumentParser, name: str, *, default: Any = None, typed: bool = False,
+              choices: tuple | None = None, dest: str | None = None, aliases: tuple = (), convert=None) -> None:
+    """--flag (and `aliases`) of the configuration field `name`: its help,
+    choices (CHOICES, or `choices`) and metavar. With `typed`, the value is
+    converted and checked as it is parsed (field_value, or `convert`) and
+    `default` shows in the help; otherwise it is None and from_args converts."""
+    kw = {"dest": dest or name, "default": default,
+          "help": _help(name, default) if typed else _help(name)}
+    if isinstance(_FIELDS[name].default, bool):
+        parser.add_argument(_flag(name), *aliases, action=argparse.BooleanOptionalAction, **kw)
+        return
+    if typed:
+        kw["type"] = convert or field_value(name)
+    if name in CHOICES:
+        kw["choices"] = choices or CHOICES[name]
+    else:
+        kw["metavar"] = METAVAR.get(name, "H1,H2,...")
+    parser.add_argument(_flag(name), *aliases, **kw)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One --flag per configuration field (values converted and checked later)."""
     parser.add_argument("--config", metavar="FILE.yaml",
                         help="configuration file (YAML) applied over the defaults, before the flags "
                              "(default: none; configs/reference.yaml is the reference configuration)")
     for f in fields(Config):
+        add_field(parser, f.name)
         if f.name == "hidden_sizes":
-            parser.add_argument("--hidden-sizes", dest="hidden_sizes", metavar="H1,H2,...", help=_help(f.name))
             parser.add_argument("--hidden-size", dest="hidden_size", metavar="H",
                                 help="one hidden layer of H units (default: 512)")
-        elif isinstance(f.default, bool):
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=_help(f.name))
-        else:
-            kw = {"choices": CHOICES[f.name]} if f.name in CHOICES else {"metavar": METAVAR[f.name]}
-            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=_help(f.name), **kw)
+
+
+def add_fields(parser: argparse.ArgumentParser, names, *, choices: dict | None = None,
+               dests: dict | None = None, aliases: dict | None = None, convert: dict | None = None) -> None:
+    """A flag for each configuration field in `names`, parsed to the field's
+    type with Config's default (so a command's defaults are the trainer's by
+    construction). `choices`, `dests`, `aliases` and `convert` (field ->
+    argparse type) narrow or rename a field's flag for a command that
+    handles only part of its values."""
+    defaults = Config()
+    for name in names:
+        default = getattr(defaults, name)
+        add_field(parser, name, default=list(default) if isinstance(default, tuple) else default,
+                  typed=True, choices=(choices or {}).get(name), dest=(dests or {}).get(name),
+                  aliases=(aliases or {}).get(name, ()), convert=(convert or {}).get(name))
 
 
 def from_args(args: argparse.Namespace) -> Config:
@@ -316,7 +360,7 @@ def data_procs(cfg: Config, nprocs: int) -> int:
     """The ranks a batch is split over: all of them for data parallelism,
     one per model group otherwise (checked by the model's grid rule); with
     ps-async every rank but the server."""
-    if cfg.comm == "ps-async":
+    if cfg.comm == N.PS_ASYNC:
         return max(1, nprocs - 1)
     from .model.strategies import StrategyError, grid
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import names as N
 from .errors import PerfmlpError
 
 IMAGES_MAGIC = 0x00000803
@@ -158,21 +159,21 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
     test set (training on its first part, holding out its last `n_heldout`);
     mnist: the same, but a missing folder is an error; synthetic: generated.
     """
-    if data == "synthetic":
+    if data == N.SYNTHETIC:
         # one draw, split: held-out samples share the training prototypes
         both = synthetic(n_train + n_heldout, input_size, num_classes, seed)
         train = Dataset(both.images[:n_train], both.labels[:n_train], both.source)
         held = Dataset(both.images[n_train:], both.labels[n_train:], "synthetic held-out")
         return Split(train, held, f"data: synthetic, {n_train} training and {n_heldout} held-out samples (seed {seed})")
     folder = Path(data_dir)
-    if data == "mnist" and not folder.is_dir():
+    if data == N.MNIST and not folder.is_dir():
         raise PerfmlpError(f"MNIST folder {folder} does not exist (run `python -m perfmlp.fetch --out {folder}`)")
     train_full = read_mnist_pair(folder, TRAIN_FILES, "MNIST training set") if folder.is_dir() else None
     if train_full is not None:
         _check_width(train_full, input_size)
         _check_labels(train_full, num_classes)
         return _validation_split(train_full, folder, n_train, n_heldout)
-    if data == "mnist":
+    if data == N.MNIST:
         raise PerfmlpError(f"{folder}: no MNIST training files (train-images-idx3-ubyte[.gz])")
     test = shipped_test_set()
     _check_width(test, input_size)

@@ -96,10 +96,12 @@ def write_atomic(path: str | Path, data) -> None:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (a PerfmlpError), not usage + message."""
+    """An argument parser whose errors are one line (a PerfmlpError), not
+    usage + message: for a command that says its errors itself (the run, once
+    every rank has started). perfmlp/cli.py's Parser prints them instead."""
 
     def error(self, message):
-        raise PerfmlpError(message)
+        raise PerfmlpError(" ".join(str(message).split()))
 
 
 def seconds_arg(text: str) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import names as N
 from .errors import PerfmlpError
 from .model.precision import Precision, precision as precision_of
 
@@ -89,7 +90,7 @@ def round_tf32(x: np.ndarray) -> np.ndarray:
 def gemm_operand(p: Precision):
     """f(x): a GEMM operand as the precision's products take it, as float32
     (None: float32 or float64, the products in the operands' own type)."""
-    if p.gemm == "tf32":
+    if p.gemm == N.TF32:
         return round_tf32
     if p.mixed:   # (the type looked up when a product runs: NumPy's networks only)
         return lambda x: x.astype(storage_dtype(p), copy=False).astype(np.float32)

@@ -18,6 +18,7 @@ import sys
 
 import yaml
 
+from .cli import Parser, add_machine
 from .config import Config, from_mapping
 from .errors import PerfmlpError
 from .model.interval import Interval, interval, interval_json, interval_words
@@ -88,14 +89,8 @@ def _parse_set(text: str) -> tuple[str, object]:
     return k, value
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"perfmlp.whatif: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m perfmlp.whatif", description=__doc__,
+    ap = Parser(prog="python -m perfmlp.whatif", description=__doc__,
                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", metavar="traces/RUN", help="a run's trace folder (manifest.json and rank-<r>.jsonl)")
     ap.add_argument("--set", dest="sets", action="append", type=_parse_set, default=[], metavar="KEY=VALUE",
@@ -103,8 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--procs", type=int, default=None, metavar="P",
                     help="processes, one GPU each; the batch stays the same unless batch_size is set "
                          "(default: the run's)")
-    ap.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
-                    help="machine file (default: the calibrated file for the run's GPU, else its datasheet)")
+    add_machine(ap, "the calibrated file for the run's GPU, else its datasheet")
     ap.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     return ap
 

@@ -363,22 +363,6 @@ def test_a_datasheet_file_names_the_device_cuda_reports():
 
 # ---- the model's command predicts the run the trainer makes -----------------------------------
 
-def test_the_model_commands_defaults_are_the_trainers():
-    from perfmlp.config import Config
-    from perfmlp.model.__main__ import DEFAULTS, parser
-    from perfmlp.model.predict import DEFAULT_TRACE_LEVEL
-    from perfmlp.trace import format as trace_format
-    c = Config()
-    for key in ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "parallel", "batch_transfer",
-                "exec", "overlap", "bucket_bytes", "gemm", "trace_level"):
-        assert DEFAULTS[key] == getattr(c, key), key
-    # the trainer's comm auto on a GPU is the staged exchange (backend.py: anything but nccl is staged there)
-    assert c.comm == "auto" and DEFAULTS["comm"] == "mpi-staged"
-    assert c.trace and DEFAULT_TRACE_LEVEL == trace_format.DEFAULT_TRACE_LEVEL   # traced by default, at auto's level
-    a = parser().parse_args([])
-    assert (a.batch_size, a.hidden, a.exec_mode, a.trace_level) == (c.batch_size, list(c.hidden_sizes), "auto", "auto")
-
-
 def test_the_model_command_by_default_predicts_the_trainers_default_run(capsys):
     from perfmlp.backend import exec_mode
     from perfmlp.config import Config

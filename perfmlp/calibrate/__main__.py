@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..cli import Parser
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
 from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
@@ -136,8 +137,8 @@ def write_machine(values: dict, out: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.calibrate",
-                                 description="Measure this machine with microbenchmarks and write a machine file "
+    ap = Parser(prog="python -m perfmlp.calibrate",
+                description="Measure this machine with microbenchmarks and write a machine file "
                                              "(run under mpirun -n P for what several ranks share)")
     ap.add_argument("--out", required=True, help="machine file to write (YAML)")
     ap.add_argument("--base", default="h200", help="datasheet machine file for what is not measured")

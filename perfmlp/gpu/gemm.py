@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 
-from ..config import CHOICES
+from .. import names as N
 from ..errors import PerfmlpError
 from ..model.precision import precision as precision_of
 from .kernels import kernels
@@ -18,7 +18,7 @@ def _elem_strides(a):
     return a.strides[0] // s, a.strides[1] // s
 
 
-GEMMS = CHOICES["gemm"]
+GEMMS = N.GEMM_KERNELS
 
 # cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t
 # by CuPy type (bfloat16 is held as its uint16 bits: gpu/kernels.py device_dtype),
@@ -26,7 +26,7 @@ GEMMS = CHOICES["gemm"]
 CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.uint16): 14}
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_COMPUTE_32F_FAST_TF32 = 77
-COMPUTE = {"tf32": CUBLAS_COMPUTE_32F_FAST_TF32, "bf16": CUBLAS_COMPUTE_32F, "fp16": CUBLAS_COMPUTE_32F}
+COMPUTE = {N.TF32: CUBLAS_COMPUTE_32F_FAST_TF32, N.BF16: CUBLAS_COMPUTE_32F, N.FP16: CUBLAS_COMPUTE_32F}
 CUBLAS_GEMM_DEFAULT = -1
 
 
@@ -134,7 +134,7 @@ def cublas_gemm(cupy, dtype, stream=None, precision=None) -> CublasGemm:
     per process. The CublasGemm keeps its stream alive: a handle outliving
     its stream would be found again under the address of a later stream
     (the driver reuses it) and launch into a destroyed one (cuBLAS status
-    13, seen on an H100 after the calibration's own streams were collected)."""
+    13, once the calibration's own streams were collected)."""
     if stream is None:
         stream = cupy.cuda.get_current_stream()
     name = precision_of(precision or dtype).name
@@ -148,7 +148,7 @@ def cublas_gemm(cupy, dtype, stream=None, precision=None) -> CublasGemm:
 def gemm(cupy, kind: str, a, b, out=None, stream=None):
     """out = a @ b (2-D, any strides) with cuBLAS or one of the reference's
     kernels, on `stream` (default: the current stream)."""
-    if kind == "cublas":
+    if kind == N.CUBLAS:
         if out is None or not out.flags.c_contiguous:
             return cupy.matmul(a, b, out=out)
         return cublas_gemm(cupy, a.dtype, stream)(a, b, out)
@@ -163,11 +163,11 @@ def gemm(cupy, kind: str, a, b, out=None, stream=None):
     sb0, sb1 = _elem_strides(b)
     args = (a, b, out, np.int32(M), np.int32(N), np.int32(K),
             np.int64(sa0), np.int64(sa1), np.int64(sb0), np.int64(sb1))
-    if kind == "naive":
+    if kind == N.NAIVE:
         mod.get_function("gemm_naive")(((N + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
-    elif kind == "tiled":
+    elif kind == N.TILED:
         mod.get_function("gemm_tiled")(((N + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
-    elif kind == "regblock":
+    elif kind == N.REGBLOCK:
         mod.get_function("gemm_regblock")(((N + 15) // 16, (M + 63) // 64), (16, 4), args, stream=stream)
     else:
         raise PerfmlpError(f"unknown GEMM {kind!r} (one of {', '.join(GEMMS)})")

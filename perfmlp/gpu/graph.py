@@ -30,9 +30,7 @@ every batch of a piece size (a short last batch gets its own); a prefetched
 batch (gpu/prefetch.py) lands in one of the pipeline's slots, so each slot
 has its graph. The
 alternative, a graph per batch position reading the resident slices in
-place, saves that copy (7.5 us at b = 3200 on an H200:
-benchmarks/results/h200-x2/graph/kernel_breakdown.md in git before
-54cb3ab) but pays a capture and
+place, saves that copy (a few us a step) but pays a capture and
 an instantiation per position in the first epoch (a graph step's first
 batch took 0.8 ms there, against 0.22 ms steady: graph_step.md).
 
@@ -49,10 +47,10 @@ from __future__ import annotations
 
 import contextlib
 
-from ..model.strategies import DEVICE_COMMS
+from .. import names as N
 from ..step import DATA
 from ..trace.format import Counts
-from ..trace.records import Phase
+from ..names import Phase
 
 NOPHASE = contextlib.nullcontext()
 
@@ -75,7 +73,7 @@ class GraphStep:
         self.cp, self.net, self.batches, self.reducer, self.stream = cupy, net, batches, reducer, stream
         self.parts = parts
         # every collective on the device: else the exchange and the update run after the replay
-        self.whole_step = reducer.name in DEVICE_COMMS
+        self.whole_step = reducer.name in N.DEVICE_COMMS
         self.graphs: dict = {}
 
     def _capture(self, x, y) -> _Captured:
@@ -112,7 +110,7 @@ class GraphStep:
         first use): the compute part, and with device collectives the
         exchange and the update too (`whole_step`)."""
         net = self.net
-        resident = self.batches.mode == "resident"
+        resident = self.batches.mode == N.RESIDENT
         if not resident:
             x, y = self.batches.get(lo, hi, phase, counts)  # copied into the static buffers (h2d phase)
         with phase(Phase.GRAPH):

@@ -63,9 +63,8 @@ struct alignas(16) Pack { S s[VEC]; };
 // z[i0 .. i0 + VEC) (or to n) = f(z[i], b[row of i]); z is rows x cols, C order. A thread takes
 // VEC elements with one 16-byte load and store where the whole pack is in z and aligned, each
 // element its row's bias (the row changes where the column count wraps), else one at a time.
-// One element a thread, with b[i / cols], took 6.24 us for 512 x 3200 in bf16 on an H100,
-// three times its bytes' time: two bytes in flight a thread cannot keep HBM busy (a grid over
-// (columns, rows) without the division took 6.18: commit 8c4fd2e, reverted).
+// One element a thread takes about three times its bytes' time: two bytes in flight a thread
+// cannot keep HBM busy (a grid over (columns, rows) without the division was no faster).
 template <typename F>
 __device__ __forceinline__ void by_row(S* z, const T* b, long long n, int cols, F f) {
     const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
@@ -91,12 +90,12 @@ struct Sigmoid { __device__ T operator()(T v) const { return (T)1 / ((T)1 + exp(
 
 extern "C" {
 
-// a = sigmoid(z + b[row]) in place; grid: ceil(n / VEC) threads. On an H100 (d99daec), 512 x 3200:
-// 4.19 us in bf16 and 4.06 in float32, against 6.18 and 5.92 one element a thread.
+// a = sigmoid(z + b[row]) in place; grid: ceil(n / VEC) threads (by_row: a third faster than one
+// element a thread).
 __global__ void bias_sigmoid(S* z, const T* b, long long n, int cols) { by_row(z, b, n, cols, Sigmoid()); }
 
 // z += b[row], one element a thread: the logits are C rows only (10 x 3200: 32,000 elements), too few
-// threads when each takes VEC of them (by_row's way took 1.70 us in bf16 there, against 1.31).
+// threads when each takes VEC of them (by_row's way is slower there).
 __global__ void bias_add(S* z, const T* b, long long n, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) z[i] = st(ld(z[i]) + b[i / cols]);
@@ -110,8 +109,7 @@ __global__ void bias_add(S* z, const T* b, long long n, int cols) {
 // the loss scale ls[0]. Where C <= MAXC a thread holds its column in
 // registers, z and y read once and each exp taken once (the first version
 // read z three times, took each exp twice and summed the block's losses
-// through shared memory: 4.0 us for 10 x 3200 in bf16 inside the H100's
-// graph step, commit a8094bf).
+// through shared memory).
 __global__ void softmax_ce_grad(const S* z, const S* y, S* delta, T* ce_sum, int C, int cols, T scale,
                                 const T* ls) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -215,8 +213,8 @@ __global__ void sgd_update(T* p, const T* g, long long n, long long n_weights, T
 // an overflow, doubled after GROWTH_INTERVAL finite steps), then clears the
 // flag and the count for the next step. A grid of a few blocks an SM, each
 // thread striding over the gradients: every block adds one to the shared
-// count, and one block a thread's element (the first version) queued about
-// 6,300 such atomics on one word at H = 2048, 11.5 us on an H100 (493df76).
+// count, where one block a thread's element would queue thousands of
+// atomics on one word at the trainer's sizes.
 __global__ void grad_check(const T* g, long long n, T* ls, int* state) {
     bool bad = false;
     const long long stride = (long long)gridDim.x * blockDim.x;

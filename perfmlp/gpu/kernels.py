@@ -17,11 +17,8 @@ _modules: dict = {}
 # Compile-time constants of the CUDA source, which the launches (network.py) use
 # too: output_backward's rows a warp and threads a block (its columns a
 # block, a launch argument, are the model's OUTPUT_GRAD_COLS). Two rows a
-# warp: with the 16-byte passes, on an H100, 0.77-1.16 times the time of
-# the one-row version of 493df76 over float32, bf16 and fp16, H = 512 and
-# 2048, b = 400 to 12800 (0.77-0.93 at b = 12800); with one row a warp
-# the passes took up to 1.28 times 493df76's time in 16 bits, with four up
-# to 1.56
+# warp: the fastest of one, two and four rows with the 16-byte passes over
+# the precisions and the trainer's shapes
 # (benchmarks/diagnostics/own_kernels_ab.py; reports/h100/benchmarks/kernels-ab).
 LAUNCH = {"OB_WROWS": 2, "OB_THREADS": 256}
 # the storage type's kind in kernels.cu (S_KIND): the master type itself, IEEE half, bfloat16

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import names as N
 from ..mixed import INIT_SCALE
 from ..mlp import Network
 from ..model.costs import OUTPUT_GRAD_COLS, OWN_KERNELS, fused_output, output_grad_splits, output_grad_sums
@@ -61,7 +62,7 @@ class GpuNetwork(Network):
         # every kernel of the step goes to this stream, named at each launch
         # (never "the current stream", which CUDA-graph capture and callers change)
         self.stream = cupy.cuda.get_current_stream()
-        self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == "cublas" else None
+        self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == N.CUBLAS else None
         self._views: dict = {}
         self._ints: dict = {}
         self.T = self.dtype.type

@@ -23,25 +23,16 @@ extern "C" {
 // of dz, so a warp covers 32 * VEC columns a pass; the chunk's deltas lie
 // in ds so that a lane's k-th column of a pass is at k * 32 + lane in the
 // pass's slots (ob_slot: no two lanes on one bank). Else a lane takes one
-// column in 32, one element at a time (the first vectorised version's
-// predecessor: 10.80 us for the pair's first kernel at H = 512, b = 3200
-// in bf16 on an H100, commit 493df76). A lane keeps its rows' sums in
+// column in 32, one element at a time (slower: 16-bit elements one at a
+// time cannot keep the memory busy). A lane keeps its rows' sums in
 // registers over all its columns, so each warp reduces them once (warp
 // shuffles) and lane 0 writes them. The last x-block sums d alone (db),
-// the warps' sums added in order. (The first design, a block per OB_ROWS
-// rows whose threads each took a few columns and reduced across the block,
-// took 15.0 us for the pair at b = 3200 on an H200 against 11.3:
-// benchmarks/results/h200/obv2, in git before 54cb3ab.)
-// Loading a chunk's activations before staging its deltas, so that the two
-// loads' latencies overlap (caaa43b), took 0.81-1.10 times as long at two rows
-// a warp over the 24 shapes, longer at large b (1.10 in bf16 at H = 2048,
-// b = 12800): not kept (reports/h100/benchmarks/kernels-ab3).
-// The partial sums added by the last block of each block column (an atomic
-// count per column, the sums in the same order: bit for bit the same) instead
-// of the kernel partial_sums (95a0755) took 1.01-1.18 times as long as the
-// pair: that block's serial tail outlasts a launch (in the bf16 graph step at
-// H = 512, B = 3200: 14.19 us against 10.24 + 1.63 at 95cddd8). Not kept
-// (reports/h100/benchmarks/kernels-ab4).
+// the warps' sums added in order. (A block per OB_ROWS rows reducing
+// across the block was slower; so was loading a chunk's activations before
+// staging its deltas, at large b.)
+// The partial sums are added by the kernel partial_sums, not by the last
+// block of each block column (an atomic count per column): that block's
+// serial tail outlasts a launch.
 #define OB_PASS (32 * VEC)
 static_assert(OB_THREADS % OB_PASS == 0, "a chunk is whole passes");
 

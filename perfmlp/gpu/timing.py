@@ -170,9 +170,9 @@ def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5,
     The spin is sized from the device clock; a host slower than the spin
     would show as a GPU time that grows with it, so where the host took
     longer than 0.8 x spin_s to queue the calls the measurement is made
-    again behind a spin four times as long (a host stalls now and then: one
-    H100's host once took 2.4 ms to queue 4 pinned copies that take it
-    tens of us), and after `tries` such measurements it is an error.
+    again behind a spin four times as long (a host stalls now and then, for
+    milliseconds, while queueing copies that take tens of us), and after
+    `tries` such measurements it is an error.
     `samples`: a list that receives each rep's GPU seconds per call (their
     spread)."""
     s = cp.cuda.get_current_stream()

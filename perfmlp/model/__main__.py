@@ -6,20 +6,15 @@ import json
 import os
 import sys
 
+from .. import names as N
+from ..cli import Parser, add_machine
+from ..config import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
-from .costs import DEFAULT_BUCKET_BYTES
 from .machine import DEFAULT_MACHINE, GEMM_KERNELS, MachineError, load_machine, machine_files
-from .precision import NAMES as PRECISION_NAMES
-from .predict import PREFETCH, TRACE_LEVELS, UNTRACED, default_trace_level, resolve_exec, trace_words
+from .predict import UNTRACED, default_trace_level, resolve_comm, resolve_exec, trace_words
 from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_exec, strategy_summary
 from .projection import cluster_summary, format_cluster
 from .summary import summary
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"perfmlp.model: error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def _positive(text: str) -> int:
@@ -30,10 +25,6 @@ def _positive(text: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
-
-
-def _hidden(text: str) -> list[int]:
-    return [_positive(t) for t in text.split(",")]
 
 
 def format_table(s: dict) -> str:
@@ -86,64 +77,23 @@ def format_table(s: dict) -> str:
     return "\n".join(lines)
 
 
-# The trainer's defaults (perfmlp/config.py Config, as it runs on a GPU: comm
-# auto is mpi-staged, exec auto is CUDA graphs where the step can be
-# captured, the tracer on at trace level auto): the model predicts the run
-# `python -m perfmlp.run` makes. A test holds them equal.
-DEFAULTS = {"input_size": 784, "hidden_sizes": (512,), "num_classes": 10, "batch_size": 100, "precision": "float32",
-            "comm": "mpi-staged", "parallel": "data", "batch_transfer": "pageable", "exec": "auto", "overlap": False,
-            "bucket_bytes": DEFAULT_BUCKET_BYTES, "gemm": "cublas", "trace_level": "auto"}
-BATCH_TRANSFERS = ("pageable", "pinned", "resident", *PREFETCH)
+# The flags of the configuration the model predicts: the trainer's, with its
+# defaults (perfmlp/config.py add_fields builds them from Config), so that with none given
+# the model predicts the run `python -m perfmlp.run` makes on a GPU (comm auto
+# resolved as the trainer resolves it there).
+CONFIG_FLAGS = ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "comm", "parallel",
+                "model_procs", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "trace_level")
 
 
 def parser() -> argparse.ArgumentParser:
-    d = DEFAULTS
-    ap = _Parser(prog="python -m perfmlp.model", description=__doc__)
-    ap.add_argument("--machine", default=None,
-                    help=f"machine file (a .yaml path) or the name of a shipped one: "
-                         f"{', '.join(f.name.removesuffix('.yaml') for f in _shipped())} (default: {DEFAULT_MACHINE})")
-    ap.add_argument("--input-size", type=_positive, default=d["input_size"], metavar="D",
-                    help=f"input features (default: {d['input_size']})")
-    ap.add_argument("--hidden-size", "--hidden-sizes", dest="hidden", type=_hidden, default=list(d["hidden_sizes"]),
-                    metavar="H1,H2,...", help=f"hidden layer sizes, comma separated "
-                                              f"(default: {','.join(map(str, d['hidden_sizes']))})")
-    ap.add_argument("--num-classes", type=_positive, default=d["num_classes"], metavar="C",
-                    help=f"output classes (default: {d['num_classes']})")
-    ap.add_argument("--batch-size", type=_positive, default=d["batch_size"], metavar="B",
-                    help=f"samples per batch, split over the processes (default: {d['batch_size']}, the trainer's)")
+    ap = Parser(prog="python -m perfmlp.model", description=__doc__)
+    add_machine(ap, DEFAULT_MACHINE, shipped=tuple(f.name.removesuffix(".yaml") for f in _shipped()))
+    add_fields(ap, CONFIG_FLAGS, dests={"hidden_sizes": "hidden", "exec": "exec_mode"},
+                     aliases={"hidden_sizes": ("--hidden-size",)},
+                     choices={"comm": (N.AUTO, *N.ALLREDUCE_COMMS, *N.PS_COMMS), "parallel": PARALLEL,
+                              "gemm": GEMM_KERNELS, "trace_level": (*N.TRACE_LEVEL_CHOICES, UNTRACED)},
+                     convert={"comm": lambda t: resolve_comm(t, N.CUPY), "trace_level": str})
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
-    ap.add_argument("--precision", choices=PRECISION_NAMES, default=d["precision"],
-                    help="arithmetic of the step: float32, float64, tf32, bf16 or fp16, as perfmlp.model.precision "
-                         f"says (default: {d['precision']})")
-    ap.add_argument("--comm", choices=("mpi-staged", "nccl", "mpi", *PS_COMMS), default=d["comm"],
-                    help="gradient all-reduce: mpi-staged (GPU buffers through the host), nccl, or mpi "
-                         "(host buffers, the NumPy backend); or the parameter server, ps-nccl (GPU) or ps (host "
-                         f"MPI) (default: {d['comm']}, the trainer's on a GPU)")
-    ap.add_argument("--parallel", choices=PARALLEL, default=d["parallel"],
-                    help="the strategy: data (batch split), model (every layer split, whole batch on every "
-                         "rank), hybrid (a p_data x p_model grid); any but data with an allreduce prints the "
-                         f"strategy's counts per rank and every strategy's predicted time (default: {d['parallel']})")
-    ap.add_argument("--model-procs", type=_positive, default=None, metavar="M",
-                    help="ranks per model group with --parallel hybrid (default: none, hybrid needs it)")
-    ap.add_argument("--batch-transfer", choices=BATCH_TRANSFERS, default=d["batch_transfer"],
-                    help=f"how each batch reaches the GPU (default: {d['batch_transfer']})")
-    ap.add_argument("--exec", dest="exec_mode", choices=("eager", "graph", "auto"), default=d["exec"],
-                    help="how the step is issued: eager (kernel by kernel, host launch per kernel), graph "
-                         "(one captured graph replayed per step) or auto (as the trainer on a GPU: graph where "
-                         f"the step can be captured) (default: {d['exec']})")
-    ap.add_argument("--overlap", action="store_true",
-                    help="gradient allreduce started per layer during the backward pass (default: after it)")
-    ap.add_argument("--bucket-bytes", type=_positive, default=d["bucket_bytes"], metavar="BYTES",
-                    help="with --overlap, the largest piece of a weight gradient reduced alone; larger ones are "
-                         f"computed and reduced in row blocks (default: {d['bucket_bytes']})")
-    ap.add_argument("--gemm", choices=GEMM_KERNELS, default=d["gemm"],
-                    help="GEMM kernel (the machine file's rates for it where calibrated, else the peak) "
-                         f"(default: {d['gemm']})")
-    ap.add_argument("--trace-level", choices=("auto", UNTRACED, *TRACE_LEVELS), default=d["trace_level"],
-                    help="predict a run with perfmlp's tracer at this level: counters, timeline and kernels its "
-                         "host time per phase, phases that and a CUDA event per phase; the CUPTI cost of "
-                         "timeline and kernels is not calibrated; auto: the trainer's default level for the "
-                         f"execution mode (default: {d['trace_level']})")
     ap.add_argument("--cluster", default=None, metavar="NAME|FILE.yaml",
                     help="project onto a cluster (a models/clusters file: "
                          f"{', '.join(f.name.removesuffix('.yaml') for f in cluster_files())}): every strategy "

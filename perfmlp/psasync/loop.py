@@ -20,6 +20,7 @@ from ..mlp import Network
 from ..model.costs import piece as piece_bounds, pieces
 from ..model.precision import precision
 from ..model.predict import staging_memory
+from .. import names as N
 from ..trace.format import Counts
 from ..step import NonFiniteLoss
 from . import FAILED, SERVER, check_world
@@ -36,7 +37,7 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
     args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     dtype = np.dtype(precision(cfg.precision).master)   # the parameters' and gradients' type
     stream, batches, sync = None, None, (lambda: None)
-    if name == "cupy":
+    if name == N.CUPY:
         from ..gpu import require_cupy, use_device
         from ..gpu.network import GpuNetwork
         xp = require_cupy()
@@ -45,7 +46,7 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
         net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
         if world.rank != SERVER:
             batches = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local)
-        if staging_memory(cfg.batch_transfer) == "pinned":
+        if staging_memory(cfg.batch_transfer) == N.PINNED:
             import cupyx
             host_buffer = (lambda n: cupyx.empty_pinned((n,), dtype))
         else:
@@ -60,7 +61,7 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
         role = Server(world.comm, net, Schedule(cfg.epochs * nbatches, W, cfg.staleness), nbatches, host_buffer,
                       stream)
     else:
-        role = Worker(world.comm, net, batches, host_buffer if name == "cupy" else None, stream)
+        role = Worker(world.comm, net, batches, host_buffer if name == N.CUPY else None, stream)
     return dict(name=name, xp=xp, net=net, batches=batches, reducer=role, sync=sync, stream=stream,
                 data_group=(W, world.rank - 1))
 

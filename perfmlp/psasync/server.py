@@ -9,6 +9,7 @@ from collections import deque
 
 import numpy as np
 
+from .. import names as N
 from ..trace.updates import update_record
 from . import DONE, FAILED, OK, TAG_GRAD, TAG_HEADER, TAG_PARAMS
 from .schedule import Piece, Schedule
@@ -31,7 +32,7 @@ class Server:
     """The parameter server over MPI point to point. `host_buffer(n)` makes
     a host array (pinned on the GPU where the batches are)."""
 
-    name = "ps-async"
+    name = N.PS_ASYNC
 
     def __init__(self, comm, net, schedule: Schedule, batches_per_epoch: int, host_buffer, stream=None):
         self.comm, self.net, self.sched = comm, net, schedule

@@ -18,6 +18,7 @@ import os
 
 import numpy as np
 
+from .. import names as N
 from ..step import compute
 from ..trace.records import Phase
 from . import OK, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS
@@ -38,7 +39,7 @@ class Worker:
     batches are); None on NumPy, where MPI reads and writes the network's
     own buffers."""
 
-    name = "ps-async"
+    name = N.PS_ASYNC
 
     def __init__(self, comm, net, batches, host_buffer=None, stream=None):
         self.comm, self.net, self.batches, self.stream = comm, net, batches, stream

@@ -1,7 +1,7 @@
-import argparse
 import sys
 from pathlib import Path
 
+from ..cli import Parser, add_machine
 from ..errors import PerfmlpError, cli, say
 from ..model.machine import MachineError
 from ..trace.reader import TraceError
@@ -10,14 +10,12 @@ from .study import DEFAULT_STUDY
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.report",
-                                 description="Roofline report from traces: report.md, a self-contained "
-                                             "report.html, figures (PNG, SVG) and tables (CSV)")
+    ap = Parser(prog="python -m perfmlp.report",
+                description="Roofline report from traces: report.md, a self-contained "
+                            "report.html, figures (PNG, SVG) and tables (CSV)")
     ap.add_argument("traces", help="folder holding run folders (any depth)")
     ap.add_argument("--out", default=None, help="report folder (default: report/ inside the traces folder, beside the runs it describes)")
-    ap.add_argument("--machine", default=None,
-                    help="machine file or shipped name (default: the datasheet and calibrated files for the "
-                         "traces' GPU)")
+    add_machine(ap, "the datasheet and calibrated files for the traces' GPU")
     ap.add_argument("--study", default=DEFAULT_STUDY,
                     help="the reference question the tables compare with: a shipped study name "
                          f"(perfmlp/report/studies/) or a .yaml file (default: {DEFAULT_STUDY})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import names as N
 from ..comm import new_nccl_communicator
 from ..errors import PerfmlpError
 
@@ -26,7 +27,7 @@ class StagedAllreduce:
 
     def __init__(self, cupy, group, max_elements: int, dtype, memory: str):
         self.cp, self.group = cupy, group
-        if memory == "pinned":
+        if memory == N.PINNED:
             import cupyx
             self.host = cupyx.empty_pinned((max_elements,), dtype)
         else:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import names as N
 from ..batches import DeviceBatches, HostBatches
 from ..comm import HostReducer, NcclReducer, StagedReducer
 from ..errors import PerfmlpError
 from ..mlp import Network
 from ..model.costs import pieces
 from ..model.predict import resolve_comm, staging_memory
-from ..model.strategies import PS_COMMS, StrategyError, check_shard, coords, grid, shard_sizes
+from ..model.strategies import StrategyError, check_shard, coords, grid, shard_sizes
 from .activations import HostAllreduce, NcclAllreduce, StagedAllreduce
 from .groups import split_groups
 from .server import SERVER, HostParamServer, NcclParamServer
@@ -30,17 +31,17 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
     args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
     xp, batches, sync, stream = _device(cfg, world, xtrain, ytrain, name, max_local)
     fields = dict(name=name, xp=xp, batches=batches, sync=sync, stream=stream)
-    if comm in PS_COMMS:
-        if name == "cupy":
+    if comm in N.PS_COMMS:
+        if name == N.CUPY:
             from ..gpu.network import GpuNetwork
             net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
         else:
             net = Network(np, cfg.layer_sizes, *args)
-        server = NcclParamServer(xp, world, net) if comm == "ps-nccl" else HostParamServer(world, net)
+        server = NcclParamServer(xp, world, net) if comm == N.PS_NCCL else HostParamServer(world, net)
         return dict(fields, net=net, reducer=server, parts=SERVER, data_group=(world.size, world.rank))
     data_group, model_group = split_groups(world, p_model)
     sizes = shard_sizes(cfg.layer_sizes, p_model, m)
-    if name == "cupy":
+    if name == N.CUPY:
         from ..gpu.network import GpuNetwork
         net = type("GpuShardNetwork", (ShardStep, GpuNetwork), {})(xp, sizes, *args, max_local, cfg.gemm)
     else:
@@ -53,7 +54,7 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
 
 def _device(cfg, world, xtrain, ytrain, name: str, max_local: int) -> tuple:
     """(array module, batch source, synchronisation, stream) of this rank."""
-    if name != "cupy":
+    if name != N.CUPY:
         return np, HostBatches(xtrain, ytrain), (lambda: None), None
     from ..gpu import require_cupy, use_device
     xp = require_cupy()
@@ -64,9 +65,9 @@ def _device(cfg, world, xtrain, ytrain, name: str, max_local: int) -> tuple:
 def _activation_allreduce(cfg, comm: str, xp, net, model_group, max_local: int):
     """The model group's allreduce of activations for this communication mode."""
     largest = max(cfg.layer_sizes[1:]) * max_local
-    if comm == "nccl":
+    if comm == N.NCCL:
         return NcclAllreduce(xp, model_group, net.dtype, largest)
-    if comm == "mpi-staged":
+    if comm == N.MPI_STAGED:
         return StagedAllreduce(xp, model_group, largest, net.dtype, staging_memory(cfg.batch_transfer))
     return HostAllreduce(model_group)
 
@@ -74,9 +75,9 @@ def _activation_allreduce(cfg, comm: str, xp, net, model_group, max_local: int):
 def _data_reducer(cfg, comm: str, xp, net, data_group, p_data: int, name: str):
     """The gradient exchange over the data group (none on a group of one)."""
     if p_data == 1:
-        return LocalReducer(comm, net, on_host=name == "numpy")
-    if comm == "nccl":
+        return LocalReducer(comm, net, on_host=name == N.NUMPY)
+    if comm == N.NCCL:
         return NcclReducer(xp, data_group, net)
-    if comm == "mpi-staged":
+    if comm == N.MPI_STAGED:
         return StagedReducer(xp, data_group, net, staging_memory(cfg.batch_transfer))
     return HostReducer(data_group)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import names as N
 from ..mlp import FlatParams
 from ..model.costs import LOSS_SLOTS
 from ..model.strategies import ROOT
@@ -55,7 +56,7 @@ class NcclParamServer:
     sum, which is broadcast once per epoch (8 bytes over host MPI, outside
     every batch's counters)."""
 
-    name = "ps-nccl"
+    name = N.PS_NCCL
 
     def __init__(self, cupy, world, net):
         self.group, self.net = world_group(world), net

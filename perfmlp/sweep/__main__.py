@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from ..cli import add_machine
 from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
 from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
@@ -38,8 +39,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="do not make the report after the runs (default: make it)")
     ap.add_argument("--report-out", default=None, metavar="DIR",
                     help="folder for the report (default: reports/<name of the trace folder>)")
-    ap.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
-                    help="machine file for the report (default: the calibrated file for the traces' GPU)")
+    add_machine(ap, "the report's: the calibrated file for the traces' GPU")
     ap.add_argument("--timeout", type=seconds_arg, default=600, metavar="SECONDS",
                     help="seconds a run may take before it is stopped and counted as failed (default: 600)")
     ap.add_argument("--max-procs", type=_procs, default=None, metavar="P",

@@ -4,10 +4,9 @@
  *
  * Why C: an eager GPU step is host-bound, and between two batches the
  * step's own Python and CuPy work has evicted the tracer's code and data
- * from the caches. On one H200 host at H=512, B=800 the Python hooks cost
- * 5-6.6 us a batch inside the step (3.4-3.9% of it) against about 1.5 us
- * run back to back; these functions touch a few cache lines and run no
- * bytecode. The record is the one struct.pack_into writes (records.py:
+ * from the caches, so the Python hooks cost several times inside the step
+ * what they cost run back to back (benchmarks/trace_cost.py); these
+ * functions touch a few cache lines and run no bytecode. The record is the one struct.pack_into writes (records.py:
  * BatchLayout), field by field in order, its size last.
  *
  * Linux on little-endian machines only: time.perf_counter() there is

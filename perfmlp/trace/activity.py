@@ -32,11 +32,12 @@ import threading
 import time
 from importlib import resources
 
+from .. import names as N
 from .format import COPY_KINDS
 from .records import ACTIVITY_FIELDS as ACTIVITY_FIELDS  # the writer names them in the activity line
 
 PHASE_BITS = 6  # ext id = seq << PHASE_BITS | phase code (code 0: the batch itself, between phases)
-BUFFER_BYTES = 8 << 20  # CUPTI buffers: 8 MiB held 300k records without drops on an H200
+BUFFER_BYTES = 8 << 20  # CUPTI buffers: large enough that a run's records are not dropped
 PROFILER_ENV = ("NSYS_PROFILING_SESSION_ID", "NSYS_TARGET_STD_REDIRECT_ACTIVE", "CUDA_INJECTION64_PATH")
 
 
@@ -72,9 +73,9 @@ def classify(kind: str, name: str | None) -> str:
     and memsets, graph for a whole graph launch, else compute."""
     if kind in ("memcpy", "memset"):
         return "copy"
-    if kind == "graph":
-        return "graph"
-    return "comm" if name and "nccl" in name.lower() else "compute"
+    if kind == N.GRAPH:       # a whole CUDA-graph launch
+        return N.GRAPH
+    return "comm" if name and N.NCCL in name.lower() else "compute"
 
 
 def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase_names: dict
@@ -226,7 +227,7 @@ class Collector:
             for k in self.kinds:
                 cupti.activity_enable(k)
                 self.enabled.append(k)
-            if level == "timeline":  # a replayed graph: one record, its kernels none
+            if level == N.TIMELINE:  # a replayed graph: one record, its kernels none
                 try:
                     cupti.activity_enable(K.GRAPH_TRACE)
                     self.enabled.append(K.GRAPH_TRACE)
@@ -255,7 +256,7 @@ class Collector:
                 gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, a.copy_kind, None))
             elif what == "memset":
                 gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, 0, None))
-            elif what == "graph":
+            elif what == N.GRAPH:
                 gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, f"graph {a.graph_id}"))
             elif kind == k_ext:
                 ext[a.correlation_id] = a.external_id

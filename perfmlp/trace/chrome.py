@@ -30,6 +30,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..cli import Parser
 from .activity import to_run_s
 from .reader import Run, TraceError, read_run
 
@@ -158,7 +159,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmlp.trace.chrome",
+    ap = Parser(prog="python -m perfmlp.trace.chrome",
                                  description="Export a run's trace to Chrome trace-event JSON (Perfetto, "
                                              "chrome://tracing): a process per rank with its batches, host phases, "
                                              "GPU phases and, with GPU activity, a track per CUDA stream.")

@@ -11,10 +11,9 @@ in C (built where a C compiler was found at install, on little-endian
 Linux; with it `Stamper`, the phases' clock stamp: trace/phases.py) and
 `PyFastPath` below. They write the same bytes (tests/
 test_fastpath.py). Why C: inside an eager GPU step, which is host-bound,
-the Python hooks cost 5-6.6 us a batch on one H200 host at H=512, B=800
-(3.4-3.9% of the step; benchmarks/trace_cost.py), about three times what
-they cost run back to back, since the step's own work evicts their code
-and data between batches; the C hooks run no bytecode.
+the Python hooks cost several times what they cost run back to back
+(benchmarks/trace_cost.py measures it), since the step's own work evicts
+their code and data between batches; the C hooks run no bytecode.
 """
 from __future__ import annotations
 

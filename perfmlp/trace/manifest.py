@@ -14,6 +14,7 @@ import socket
 import sys
 from pathlib import Path
 
+from .. import names as N
 from .. import __version__
 from .format import MANIFEST
 from .lines import as_json
@@ -47,7 +48,7 @@ def versions() -> dict:
         m = sys.modules.get(mod)
         if m is not None:
             v[mod] = getattr(m, "__version__", "?")
-    if "cupy" in sys.modules:
+    if N.CUPY in sys.modules:
         try:
             import cupy
             v["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
@@ -60,7 +61,7 @@ def versions() -> dict:
 def machine_seen(world, backend: str) -> dict:
     """Host, GPU name and count per node, gathered from every rank (a collective)."""
     me = {"host": socket.gethostname(), "gpu": None, "gpus_on_node": 0, "device": None}
-    if backend == "cupy":
+    if backend == N.CUPY:
         import cupy
         dev = cupy.cuda.Device()
         me["device"] = dev.id
@@ -81,7 +82,7 @@ def what_ran(cfg, backend, machine: dict, levels: dict) -> Ran:
     from ..model import costs
     net = backend.net
     gpus = sorted({n["gpu"] for n in machine["nodes"].values() if n.get("gpu")})
-    return Ran(backend=backend.name, comm=backend.reducer.name, exec=getattr(backend, "exec", "eager"),
+    return Ran(backend=backend.name, comm=backend.reducer.name, exec=getattr(backend, "exec", N.EAGER),
                parallel=cfg.parallel,
                model_procs=cfg.model_procs, batch_transfer=cfg.batch_transfer, overlap=cfg.overlap,
                bucket_bytes=cfg.bucket_bytes, gemm=cfg.gemm, output_grad_cols=costs.OUTPUT_GRAD_COLS,

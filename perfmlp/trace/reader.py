@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from .. import names as N
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
@@ -185,7 +186,7 @@ class Run:
     def from_records(cls, manifest: Manifest, ranks: dict, run_id: str | None = None) -> "Run":
         """A Run from in-memory records (rank -> the records it would have
         written: Header, Shape, Batch, Epoch, GpuActivity, Clock, Activity, End)."""
-        once = manifest.ran is None or manifest.ran.comm != "ps-async"
+        once = manifest.ran is None or manifest.ran.comm != N.PS_ASYNC
         rts = {r: rank_trace(r, [(rec, f"rank {r} record {i}") for i, rec in enumerate(recs)], once)
                for r, recs in ranks.items()}
         return cls(run_id or manifest.run_id, manifest, rts)
@@ -241,7 +242,7 @@ def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
         after = prev[2] if prev and prev[:2] == (b.epoch, b.batch - 1) else None
         spans, total, t0, end = gpu_phase_spans(recs, after, _host_only(b, recs, clock))
         out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=MappingProxyType({p: Span(*s) for p, s in spans.items()}),
-                                       t_ms_total=total, clock="cupti", gpu_t0_ns=t0, gpu=recs))
+                                       t_ms_total=total, clock=N.CUPTI, gpu_t0_ns=t0, gpu=recs))
         prev = (b.epoch, b.batch, end)
     return out
 
@@ -348,7 +349,7 @@ def read_run(folder: str | Path) -> Run:
             raise TraceError(f"{p}:1: rank: {header.rank}, but the file is rank {rank}'s")
         if fmt == 2 and rank not in bfiles:
             raise TraceError(f"{p}: no rank-{rank}.batches beside it")
-        rt = rank_trace(rank, recs, once=manifest.ran is None or manifest.ran.comm != "ps-async")
+        rt = rank_trace(rank, recs, once=manifest.ran is None or manifest.ran.comm != N.PS_ASYNC)
         if fmt == 2 and rt.end is not None and rt.end.batches != len(rt.batches):
             raise TraceError(f"{bfiles[rank]}: {len(rt.batches)} batch records, but its end line says "
                              f"{rt.end.batches}")
@@ -360,10 +361,20 @@ def read_run(folder: str | Path) -> Run:
     if fmt == 1:
         first = next((rt.batches[0] for _, rt in sorted(ranks.items()) if rt.batches), None)
         manifest = upgrade.with_launch(manifest, first)
+    ranks = {rank: _with_mem_bytes(rt, manifest) for rank, rt in ranks.items()}
     missing = sorted(set(range(manifest.procs)) - set(ranks))
     if missing:
         problems.append(f"{folder}: rank file(s) missing for rank {', '.join(map(str, missing))}")
     return Run(manifest.run_id, manifest, ranks, str(folder), tuple(problems))
+
+
+def _with_mem_bytes(rt: RankTrace, m: Manifest) -> RankTrace:
+    """The rank's Shapes (and its batches') with mem_bytes, filled where an older run lacks them."""
+    if all(s.mem_bytes is not None for s in rt.shapes.values()):
+        return rt
+    shapes = {i: upgrade.with_mem_bytes(s, m) for i, s in rt.shapes.items()}
+    batches = tuple(dataclasses.replace(b, shape=shapes.get(b.shape.id, b.shape)) for b in rt.batches)
+    return dataclasses.replace(rt, shapes=MappingProxyType(shapes), batches=batches)
 
 
 def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:

@@ -13,47 +13,21 @@ changes from batch to batch (its position, loss and timestamps); what
 depends only on the piece's shape (FLOPs, bytes, collectives, the launched
 operations) is its `Shape`, written once and referenced by id.
 
-`Phase` names the phases of a batch: the trainer, the writer, the reader
-and the model use it, so a phase name cannot be misspelled.
+`Phase` (perfmlp/names.py) names the phases of a batch: the trainer, the
+writer, the reader and the model use it, so a phase name cannot be misspelled.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from enum import Enum
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, NamedTuple
 
+from .. import names as N
+from ..names import Phase  # the phases' one definition; records.Phase names it for the trace's readers
 from . import fields as F
 
 SCHEMA = "perfmlp.trace/2"
-
-
-class Phase(str, Enum):
-    """The phases of a batch, in the order a batch goes through them."""
-
-    H2D = "h2d"              # the batch piece copied to the device
-    FORWARD = "forward"
-    LOSS = "loss"
-    BACKWARD = "backward"
-    D2H = "d2h"              # the gradient buffer staged to the host (mpi-staged)
-    ALLREDUCE = "allreduce"
-    H2D_GRAD = "h2d_grad"    # the reduced gradients copied back (mpi-staged)
-    UPDATE = "update"
-    GRAPH = "graph"          # one CUDA-graph replay in place of the phases it holds
-    COMBINE = "combine"      # model parallelism: the output's partial sums allreduced over the model group
-    REDUCE = "reduce"        # the parameter server: gradients reduced to rank 0
-    BCAST = "bcast"          # the parameter server: parameters broadcast from rank 0
-    PUSH = "push"            # the asynchronous parameter server's worker: its gradient sent to the server
-    PULL = "pull"            # waiting for the server's answer (its queue, its update, the staleness bound)
-    PARAMS = "params"        # the parameters' message received
-    H2D_PARAMS = "h2d_params"  # the parameters copied to the device
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 def phase(v) -> Phase:
@@ -76,8 +50,6 @@ def _f(doc: str, check, default=None, key: str | None = None):
     return field(default=default, metadata=meta)
 
 
-STATUSES = ("running", "complete", "failed", "terminated", "interrupted", "stalled")
-CLOCKS = ("host", "cuda-events", "cupti")
 _count = F.integer(0)
 _phase_counts = F.keyed(phase, _count)
 
@@ -104,11 +76,11 @@ def _config(v) -> Mapping:
 class Ran:
     """What ran, resolved once at run time (the reader never works it out again)."""
 
-    backend: str = _f("`numpy` or `cupy`", F.choice("numpy", "cupy"))
+    backend: str = _f("`numpy` or `cupy`", F.choice(*N.BACKENDS))
     comm: str = _f("the exchange, as `--comm` names it: `mpi`, `mpi-staged`, `nccl`, `ps`, `ps-nccl`, `ps-async`",
-                   F.choice("mpi", "mpi-staged", "nccl", "ps", "ps-nccl", "ps-async"))
-    exec: str = _f("`eager` or `graph`", F.choice("eager", "graph"))
-    parallel: str = _f("the strategy: `data`, `model` or `hybrid`", F.choice("data", "model", "hybrid"))
+                   F.choice(*(c for c in N.COMMS if c != N.PS_ASYNC_NCCL)))
+    exec: str = _f("`eager` or `graph`", F.choice(*N.EXECS))
+    parallel: str = _f("the strategy: `data`, `model` or `hybrid`", F.choice(*N.STRATEGIES))
     model_procs: int = _f("ranks of a model group (hybrid; 0 otherwise)", _count)
     batch_transfer: str = _f("`pageable`, `pinned`, `resident`, `prefetch`, `prefetch-pageable`", F.string)
     overlap: bool = _f("the allreduce pipelined with the backward pass", F.boolean)
@@ -118,7 +90,7 @@ class Ran:
                                "are ceil(b / this) per row)", F.integer(1))
     fuse_output: bool = _f("the output layer's backward ran as the fused pair of kernels", F.boolean)
     trace_level: str = _f("the level that ran (`counters`, `phases`, `timeline`, `kernels`)",
-                          F.choice("counters", "phases", "timeline", "kernels"))
+                          F.choice(*N.TRACE_LEVELS))
     trace_level_asked: str = _f("the level asked for (`auto` or a level)", F.string)
     trace_level_why: str | None = _f("with `auto`: the execution mode whose default ran", F.optional(F.string))
     trace_level_note: str | None = _f("why the level that ran differs from the one asked for",
@@ -131,7 +103,7 @@ class Ran:
 
     @property
     def on_gpu(self) -> bool:
-        return self.backend == "cupy"
+        return self.backend == N.CUPY
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +117,7 @@ class Manifest:
     procs: int = _f("MPI processes", F.integer(1))
     status: str = _f("`running` (or the run was killed), `complete`, `failed`, `terminated` (SIGTERM), "
                      "`interrupted` (SIGINT), `stalled` (the watchdog ended it)",
-                     F.choice(*STATUSES))
+                     F.choice(*N.STATUSES))
     start: str = _f("ISO 8601, UTC", F.string)
     end: str | None = _f("ISO 8601, UTC; null while running", F.optional(F.string))
     versions: Mapping = _f("perfmlp and `perfmlp_git` (the commit that ran), Python, NumPy, CuPy, CUDA, "
@@ -171,7 +143,7 @@ class Header:
     start: str = _f("ISO 8601, UTC", F.string)
     pid: int = _f("the process id", _count)
     clock: str = _f("what the batch records' phase stamps are: `host` (perf_counter()) or `cuda-events` "
-                    "(seconds from the batch's first CUDA event)", F.choice("host", "cuda-events"))
+                    "(seconds from the batch's first CUDA event)", F.choice(N.HOST_CLOCK, N.CUDA_EVENTS))
     host_start_ns: int = _f("perf_counter_ns() when the tracer started (batch times count from it)", _count)
 
 
@@ -230,6 +202,10 @@ class Shape:
     gemms: Mapping | None = _f("phase -> GEMM calls among them", F.optional(_phase_counts))
     launches: Mapping | None = _f("phase -> `[operation, [dimensions]]` as launched (null in upgraded format-1 "
                                   "traces)", F.optional(_launches))
+    mem_bytes: Mapping | None = _f("phase -> device-memory bytes the kernels launched in it read and write: the "
+                                   "model's formulas (model/costs.py) on the launched shapes at the precision's "
+                                   "widths, the roofline's bytes (absent in older traces: the reader fills it "
+                                   "from the run's own layer sizes)", F.optional(_phase_counts))
     bytes_h2d: int = _f("bytes handed to cudaMemcpy host to device", _count)
     bytes_d2h: int = _f("bytes handed to cudaMemcpy device to host", _count)
     bytes_d2d: int = _f("bytes copied device to device (resident data into a graph's static inputs)", _count)
@@ -258,7 +234,7 @@ class Batch:
     loss: float | None = _f("mean cross-entropy over all ranks; null where reading it would synchronise the "
                             "device (NaN on disk)", F.optional(F.number()))
     clock: str = _f("what timed `t_ms`: `host`, `cuda-events`, or `cupti` (the reader's, from GPU activity)",
-                    F.choice(*CLOCKS))
+                    F.choice(*N.CLOCKS))
     t_ms: Mapping = _f("phase -> (offset, duration) ms from the batch's start", None)
     t_ms_total: float | None = _f("batch start to last phase end on the GPU; null on the host clock", None)
     t_ms_host: Mapping | None = _f("with `cupti`: the host's phase times", None)
@@ -272,6 +248,7 @@ class Batch:
     ops = property(lambda self: self.shape.ops)
     kernels = property(lambda self: self.shape.kernels)
     gemms = property(lambda self: self.shape.gemms)
+    mem_bytes = property(lambda self: self.shape.mem_bytes)
     bytes_h2d = property(lambda self: self.shape.bytes_h2d)
     bytes_d2h = property(lambda self: self.shape.bytes_d2h)
     bytes_d2d = property(lambda self: self.shape.bytes_d2d)
@@ -369,7 +346,7 @@ class GpuActivity:
 @dataclass(frozen=True, slots=True)
 class End:
     KIND: ClassVar[str] = "end"
-    status: str = _f("as the manifest's", F.choice(*STATUSES))
+    status: str = _f("as the manifest's", F.choice(*N.STATUSES))
     end: str = _f("ISO 8601, UTC", F.string)
     batches: int | None = _f("batch records written (absent in format 1)", F.optional(_count))
 

@@ -10,15 +10,31 @@ records again).
 """
 from __future__ import annotations
 
-from ..model.costs import op_cost
+from ..model.costs import Widths, op_cost, weight_grad_elements
+from ..names import Phase
 from .records import BatchLayout, Shape
 
 
-def price(ran: list, ops: list, itemsize: int, counts_kernels: bool) -> dict:
+def mem_bytes(launches, w: Widths, weight_grads: int) -> dict:
+    """phase -> device-memory bytes the operations launched in it read and
+    write: the model's formulas (model.costs.op_cost) at the precision's
+    widths, and where the weight-gradient GEMMs' operands are narrower than
+    the parameters their float32 writes of `weight_grads` elements
+    (model.costs.weight_grad_elements), in the phase that ran them, as
+    model.costs.batch_counts counts them."""
+    out = {p: sum(op_cost(op, tuple(shape), w)[1] for op, shape in ops) for p, ops in launches.items()}
+    grads = Phase.BACKWARD if Phase.BACKWARD in out else Phase.GRAPH
+    if grads in out:
+        out[grads] += (w.param - w.act) * weight_grads
+    return out
+
+
+def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: int = 0) -> dict:
     """The Shape fields of a recorded batch: `ran` (phase, first op, end op,
     kernels) in order, `ops` the (operation, shape) the network launched.
-    FLOPs are the model's formulas (perfmlp/model/costs.py) on the launched
-    shapes; a GEMM is one launch (a library call on cuBLAS)."""
+    FLOPs and device-memory bytes are the model's formulas
+    (perfmlp/model/costs.py) on the launched shapes at the precision's
+    widths `w` (mem_bytes); a GEMM is one launch (a library call on cuBLAS)."""
     flops: dict = {}
     nops: dict = {}
     kernels: dict = {}
@@ -26,7 +42,7 @@ def price(ran: list, ops: list, itemsize: int, counts_kernels: bool) -> dict:
     launches: dict = {}
     for name, i0, i1, k in ran:
         mine = ops[i0:i1]
-        flops[name] = flops.get(name, 0) + sum(op_cost(op, tuple(shape), itemsize)[0] for op, shape in mine)
+        flops[name] = flops.get(name, 0) + sum(op_cost(op, tuple(shape), w)[0] for op, shape in mine)
         launches.setdefault(name, []).extend((op, tuple(shape)) for op, shape in mine)
         if mine:
             nops[name] = nops.get(name, 0) + len(mine)
@@ -36,6 +52,7 @@ def price(ran: list, ops: list, itemsize: int, counts_kernels: bool) -> dict:
         if g:
             gemms[name] = gemms.get(name, 0) + g
     return {"phases": tuple(name for name, *_ in ran), "flops": flops, "ops": nops, "launches": launches,
+            "mem_bytes": mem_bytes(launches, w, weight_grads),
             "kernels": kernels if counts_kernels else None, "gemms": gemms if counts_kernels else None}
 
 
@@ -68,7 +85,7 @@ class ShapeBook:
             self._phases.update(self._fast)
             if self._net is not None:
                 self._net.ops = None
-            priced = price(self._ran, self._ops, self.itemsize, self._net is not None)
+            priced = price(self._ran, self._ops, self.widths, self._net is not None, self._weight_grads())
         else:
             priced = entry.priced
         n = len(priced["phases"])
@@ -97,6 +114,13 @@ class ShapeBook:
         self._write(Shape(id=e.id, samples=key[0], local_samples=key[1], **{**priced, "phases": priced["phases"][:n]},
                           **names, collectives=tuple((str(c), int(k)) for c, k in counts.collectives)))
         return e
+
+    def _weight_grads(self) -> int:
+        """Elements the network's weight-gradient GEMMs write, where that
+        costs bytes of its own (operands narrower than the parameters)."""
+        if self._net is None or self.widths.act == self.widths.param:
+            return 0
+        return weight_grad_elements(self._net.p.layer_sizes, getattr(self._net, "fuse_output", True))
 
     def _records(self) -> int:
         """Batch records written: those of the mapped file, walked (the hot

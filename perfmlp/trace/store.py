@@ -4,8 +4,8 @@ records.BatchLayout, written into a memory-mapped, preallocated file).
 
 Why a mapped file: a record stored into a shared mapping is in the kernel's
 page cache at once, so a run killed outright (SIGKILL) keeps every batch it
-finished, without a system call per batch (one write(2) cost 1.6 us on the
-project's CPU machine, half the tracer's budget). The file is reserved
+finished, without a system call per batch (one write(2) costs about half
+the tracer's budget on the project's CPU machine). The file is reserved
 ahead with posix_fallocate, so a full disk shows up as an error naming the
 file when it grows, never as a SIGBUS on a store; at the end it is cut to
 what was written. Every error names the file.

@@ -22,10 +22,12 @@ import dataclasses
 import json
 from types import MappingProxyType
 
+from .. import names as N
 from . import fields as F
 from ..model.predict import resolve_exec
 from .format import resolve_trace_level
 from .lines import parse
+from ..names import Phase
 from .records import Batch, Header, Manifest, Ran, Shape, Span, phase
 
 SCHEMA_V1 = "perfmlp.trace/1"
@@ -50,21 +52,21 @@ def manifest(obj: dict) -> Manifest:
     m = F.fields_of(Manifest, {**base, "schema": "perfmlp.trace/2"}, skip=("ran",))
     c = m["config"]
     backend = obj.get("backend") or c.get("backend")
-    if backend not in ("numpy", "cupy"):
+    if backend not in N.BACKENDS:
         raise F.Bad(f"{F.shown(backend if backend is not None else F.MISSING)}, not numpy or cupy", "backend")
-    comm = obj.get("comm") or (c.get("comm") if c.get("comm") not in (None, "auto", "mpi-host") else
-                               "mpi-staged" if backend == "cupy" else "mpi")
+    comm = obj.get("comm") or (c.get("comm") if c.get("comm") not in (None, N.AUTO, "mpi-host") else
+                               N.MPI_STAGED if backend == N.CUPY else N.MPI)
     # no record of the mode: the configuration's as the trainer resolved it (none: made before graph mode)
-    exec_mode = obj.get("exec") or resolve_exec(c.get("exec", "eager"), backend, c.get("parallel", "data"), comm)
+    exec_mode = obj.get("exec") or resolve_exec(c.get("exec", N.EAGER), backend, c.get("parallel", N.DATA), comm)
     nodes = (m["machine"] or {}).get("nodes") or {}
     gpus = sorted({n.get("gpu") for n in nodes.values() if isinstance(n, dict) and n.get("gpu")})
     commit = str((m["versions"] or {}).get("perfmlp_git") or "")[:7]
-    ran = {"backend": backend, "comm": comm, "exec": exec_mode, "parallel": c.get("parallel", "data"),
+    ran = {"backend": backend, "comm": comm, "exec": exec_mode, "parallel": c.get("parallel", N.DATA),
            "model_procs": c.get("model_procs", 0), "batch_transfer": c["batch_transfer"],
            "overlap": c.get("overlap", False), "bucket_bytes": c.get("bucket_bytes", 25 << 20),
-           "gemm": c.get("gemm", "cublas"), "output_grad_cols": COLS_BY_COMMIT.get(commit, DEFAULT_COLS),
+           "gemm": c.get("gemm", N.CUBLAS), "output_grad_cols": COLS_BY_COMMIT.get(commit, DEFAULT_COLS),
            "fuse_output": True, "trace_level": resolve_trace_level(obj.get("trace_level"), exec_mode),
-           "trace_level_asked": obj.get("trace_level_asked") or c.get("trace_level") or "phases",
+           "trace_level_asked": obj.get("trace_level_asked") or c.get("trace_level") or N.PHASES_LEVEL,
            "trace_level_why": obj.get("trace_level_why"), "trace_level_note": obj.get("trace_level_note"),
            "trace_levels": obj.get("trace_levels"), "gpu": gpus[0] if gpus else None}
     try:
@@ -75,10 +77,32 @@ def manifest(obj: dict) -> Manifest:
     return Manifest(**m)
 
 
+def with_mem_bytes(shape: Shape, m: Manifest) -> Shape:
+    """A Shape written before `mem_bytes` with it, from the run's own layer
+    sizes and precision: the model's formulas on the launched shapes where
+    the Shape holds them, else (format 1) on the shapes the run's step
+    launches (model.costs.batch_counts), a graph replay holding them all."""
+    if shape.mem_bytes is not None or m.ran is None:
+        return shape
+    from ..model.costs import batch_counts, weight_grad_elements, widths
+    from .shapes import mem_bytes
+    c, ran = m.config, m.ran
+    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
+    w = widths(c["precision"])
+    if shape.launches is not None:
+        mem = mem_bytes(shape.launches, w, weight_grad_elements(sizes, ran.fuse_output))
+    else:
+        counts = batch_counts(sizes, shape.local_samples, w, ran.comm, ran.batch_transfer,
+                              ran.bucket_bytes if ran.overlap else None, ran.exec, ran.fuse_output).mem_bytes
+        mem = ({Phase.GRAPH: sum(counts.values())} if Phase.GRAPH in shape.phases else
+               {phase(k): v for k, v in counts.items() if phase(k) in shape.phases})
+    return dataclasses.replace(shape, mem_bytes=MappingProxyType(mem))
+
+
 def with_launch(m: Manifest, first: Batch | None) -> Manifest:
     """The manifest with `fuse_output` as the run's first batch shows it:
     the operations it counted are the fused step's or the unfused one's."""
-    if first is None or m.ran is None or m.ran.parallel != "data" or m.ran.comm in ("ps", "ps-nccl"):
+    if first is None or m.ran is None or m.ran.parallel != N.DATA or m.ran.comm in N.PS_COMMS:
         return m
     from ..model.costs import batch_counts
     c = m.config
@@ -102,7 +126,7 @@ BATCH_V1 = {
     "bytes_nccl": _count, "collectives": F.if_missing(F.list_of(F.pair(F.string, _count, "[name, element count]")), ()),
     "wall_ms": F.number(0),
     "t_ms": F.keyed(phase, F.pair(F.number(), F.number(0), "[offset ms, duration ms]")),
-    "t_ms_total": F.optional(F.number(0)), "clock": F.optional(F.choice("host", "cuda-events", "cupti"), "host"),
+    "t_ms_total": F.optional(F.number(0)), "clock": F.optional(F.choice(*N.CLOCKS), N.HOST_CLOCK),
 }
 SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "bytes_h2d", "bytes_d2h", "bytes_d2d",
               "bytes_mpi", "bytes_nccl", "collectives")
@@ -163,8 +187,8 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
     if header is None:
         raise LineError(f"{path}:1: kind: no header line")
     h, where = header
-    clock = next((r.clock for r, _ in out if isinstance(r, Batch)), "host")
-    h.update(schema=SCHEMA_V1, clock="cuda-events" if clock == "cuda-events" else "host", **first_clock)
+    clock = next((r.clock for r, _ in out if isinstance(r, Batch)), N.HOST_CLOCK)
+    h.update(schema=SCHEMA_V1, clock=N.CUDA_EVENTS if clock == N.CUDA_EVENTS else N.HOST_CLOCK, **first_clock)
     return [(Header(**h), where)] + out
 
 

@@ -36,10 +36,11 @@ import time
 from pathlib import Path
 
 from ..errors import PerfmlpError
-from ..model.costs import itemsize
+from ..model.costs import itemsize, widths
+from .. import names as N
 from . import activity as act
 from . import nvtx as nv
-from .format import ACTIVITY_LEVELS, ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
+from .format import ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
 from .manifest import finished, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
 from .fastpath import CFastPath, fast_path
 from .gpu_side import GpuSide
@@ -103,6 +104,7 @@ class Tracer(ShapeBook, GpuSide):
         self.manifest = manifest  # rank 0's
         self.backend = None
         self.itemsize = itemsize(cfg.precision)
+        self.widths = widths(cfg.precision)   # the Shape's device-memory bytes
         self.level = cfg.trace_level  # attach() resolves auto
         self.t_start_ns = _ns()
         self._lines = LineFile(run_dir / rank_file(rank))
@@ -150,19 +152,19 @@ class Tracer(ShapeBook, GpuSide):
         self._net = getattr(backend, "net", None)
         self._kernels = self._net if self._net is not None else _NoNet
         asked, note, why = self.level, None, None
-        if self.level == "auto":
-            mode = getattr(backend, "exec", None) or "eager"
+        if self.level == N.AUTO:
+            mode = getattr(backend, "exec", None) or N.EAGER
             self.level = default_trace_level(mode)
             why = f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
-        if backend.name != "cupy" and self.level in ACTIVITY_LEVELS:
-            self.level, note = "phases", "no GPU: phases on the host clock"
-        elif self.level in ACTIVITY_LEVELS:
+        if backend.name != N.CUPY and self.level in N.ACTIVITY_LEVELS:
+            self.level, note = N.PHASES_LEVEL, "no GPU: phases on the host clock"
+        elif self.level in N.ACTIVITY_LEVELS:
             self._collector, refused = act.collector_or_reason(self.level, nv.enabled())
             if self._collector is None:
-                self.level, note = "phases", f"no GPU activity records: {refused}; phases from CUDA events"
+                self.level, note = N.PHASES_LEVEL, f"no GPU activity records: {refused}; phases from CUDA events"
             else:
                 self._push, note = self._collector.push, self._collector.note
-        if backend.name == "cupy" and self.level == "phases":
+        if backend.name == N.CUPY and self.level == N.PHASES_LEVEL:
             self._cupy, self._rt = backend.xp, backend.xp.cuda.runtime
             self._stream_ptr = backend.xp.cuda.get_current_stream().ptr
             self._events = []
@@ -207,7 +209,7 @@ class Tracer(ShapeBook, GpuSide):
         if not self._header:
             self._header = True
             self._write(Header(schema=SCHEMA, rank=self.rank, size=self.world.size, start=now_iso(), pid=os.getpid(),
-                               clock="cuda-events" if self._events is not None else "host",
+                               clock=N.CUDA_EVENTS if self._events is not None else N.HOST_CLOCK,
                                host_start_ns=self.t_start_ns))
 
     def _begin_other(self, epoch: int, batch: int, samples: int, local: int) -> None:
