@@ -34,6 +34,12 @@ def prefix(value, n: int = PREFIX_CHARS) -> str:
     return text if len(text) <= n else text[:n] + "..."
 
 
+def key(k) -> str:
+    """A mapping's key for a message: a string as it is, anything else as prefix() shows it, both cut short."""
+    text = k if isinstance(k, str) else prefix(k)
+    return text if len(text) <= PREFIX_CHARS else text[:PREFIX_CHARS] + "..."
+
+
 def _small(value, budget: int = 200) -> bool:
     stack, seen = [value], 0
     while stack:

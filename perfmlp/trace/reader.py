@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from ..safeio import read_json
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
@@ -274,7 +275,7 @@ def read_manifest(folder: Path) -> tuple[Manifest, int]:
     if not mpath.exists():
         raise TraceError(f"{folder}: no {MANIFEST}")
     try:
-        obj = json.loads(_bytes(mpath))
+        obj = read_json(_bytes(mpath))   # deep nesting: an InputError, a ValueError
     except ValueError as e:
         raise TraceError(f"{mpath}: unreadable manifest (not JSON: {e})") from None
     schema = obj.get("schema") if isinstance(obj, dict) else None
