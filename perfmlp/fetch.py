@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"perfmlp.fetch: error: {e}", file=sys.stderr)
         return e.exit_code
     except Terminated as e:
-        say(f"perfmlp.fetch: {signal.Signals(e.signum).name.lower().removeprefix('sig')}: "
-            "stopped (no partial file is left)", file=sys.stderr)
+        what = "terminated (SIGTERM)" if e.signum == signal.SIGTERM else "hung up (SIGHUP)"
+        say(f"perfmlp.fetch: {what}; no partial file is left", file=sys.stderr)
         return 128 + e.signum
     return 0
 

@@ -104,6 +104,8 @@ def load_yaml(text: str, loader_class):
     """The data of one YAML document read by `loader_class` (a SafeLoader),
     refusing nesting deeper than MAX_DEPTH and aliases that expand to more
     than MAX_YAML_NODES nodes (an InputError), before anything is built."""
+    if _flow_depth(text) > MAX_DEPTH:   # before PyYAML's scanner, whose time grows with the square of it
+        raise InputError(f"YAML nested deeper than {MAX_DEPTH} levels")
     loader = loader_class(text)
     try:
         try:
@@ -116,6 +118,25 @@ def load_yaml(text: str, loader_class):
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside quotes (a bound, not a parse)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    quote = None
+    for c in text:
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 def _check_size(root) -> None:

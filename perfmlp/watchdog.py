@@ -43,6 +43,7 @@ import numpy as np
 
 from . import names as N
 from .faults import launcher_rank
+from .safeio import write_line
 
 DEFAULT_LIMIT_S = 300.0
 STARTUP_MIN_S = 10.0    # before the first batch the limit is at least this (data, backend, MPI start-up)
@@ -245,11 +246,8 @@ class Watchdog:
 
     def _end(self, line: str | None, status: str, code: int) -> None:
         """One line (unless None), the manifest's status (best effort), then the whole job ends."""
-        try:
-            if line is not None:
-                print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
-        except (OSError, ValueError):
-            pass
+        if line is not None:
+            write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
         if self.run_dir is not None:
             try:
                 from .trace.manifest import finish_manifest
@@ -259,7 +257,10 @@ class Watchdog:
         w = self.world
         if w is not None and w.size > 1 and _may_abort_from_thread(w):
             w.abort(code)
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):   # a full or closed stdout must not keep the job alive
+            pass
         os._exit(code)
 
 

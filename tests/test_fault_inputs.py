@@ -77,19 +77,23 @@ def traced_run(tmp_path_factory):
     return d / "r"
 
 
-def test_chrome_never_writes_over_the_run_it_reads_a_link_or_a_fifo(traced_run, tmp_path):
+def test_chrome_never_writes_over_the_run_it_reads_a_link_or_a_fifo(traced_run, tmp_path, capsys):
+    from perfmlp.trace import chrome
     manifest = (traced_run / "manifest.json").read_bytes()
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere.json")
     for out, words in ((traced_run / "manifest.json", "which this command reads"),
                        (traced_run / "rank-0.jsonl", "which this command reads"),
                        (tmp_path / "fifo", "not a regular file"), (tmp_path / "link", "a symbolic link")):
-        r = run_cmd([sys.executable, "-m", "perfmlp.trace.chrome", str(traced_run), "-o", str(out)], timeout=30)
-        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert chrome.main([str(traced_run), "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
     assert (traced_run / "manifest.json").read_bytes() == manifest
     assert (tmp_path / "fifo").is_fifo() and (tmp_path / "link").is_symlink()
-    r = run_cmd([sys.executable, "-m", "perfmlp.trace.chrome", str(traced_run)])   # -o missing: one line
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert chrome.main([str(traced_run), "-o", str(tmp_path / "ok.json")]) == 0   # a new name is written
+    assert json.loads((tmp_path / "ok.json").read_text())["traceEvents"]
+    assert chrome.main([str(traced_run)]) == 2   # -o missing: one line, not argparse's usage
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_a_sweep_is_counted_before_it_is_expanded(monkeypatch):
