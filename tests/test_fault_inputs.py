@@ -219,3 +219,33 @@ def test_fetch_out_naming_a_file_says_so(tmp_path):
     (tmp_path / "f").write_text("x")
     r = run_cmd([sys.executable, "-m", "perfmlp.fetch", "--out", str(tmp_path / "f")], timeout=30)
     assert r.returncode == 2 and r.stderr.strip() == f"perfmlp.fetch: error: --out {tmp_path / 'f'}: a file, not a folder"
+
+
+def test_a_rank_header_claiming_another_size_is_refused(traced_run, tmp_path):
+    import shutil
+    bad = tmp_path / "r"
+    shutil.copytree(traced_run, bad)
+    lines = (bad / "rank-0.jsonl").read_text().splitlines(keepends=True)
+    lines[0] = lines[0].replace('"size":1,', '"size":1000000,')
+    (bad / "rank-0.jsonl").write_text("".join(lines))
+    with pytest.raises(TraceError, match="size: 1000000, but the run had 1 process"):
+        read_run(bad)
+
+
+def test_the_automatic_run_id_stays_a_file_name():
+    from perfmlp.comm import SingleWorld
+    from perfmlp.config import from_mapping
+    from perfmlp.trace.writer import new_run_id
+    cfg = from_mapping({"hidden_sizes": [1024] * 48})
+    assert len(new_run_id(cfg, SingleWorld())) < 255
+
+
+def test_mnist_files_that_are_folders_and_a_data_dir_that_is_a_file(tmp_path):
+    from perfmlp import data
+    (tmp_path / "train-images-idx3-ubyte.gz").mkdir()
+    with pytest.raises(PerfmlpError, match="train-images-idx3-ubyte.gz: not a file"):
+        data.load("mnist", str(tmp_path), 100, 10, 784, 10, 0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PerfmlpError) as e:
+        data.load("mnist", str(tmp_path / "file"), 100, 10, 784, 10, 0)
+    assert str(e.value) == f"--data-dir {tmp_path / 'file'}: a file, not the folder of the MNIST files"

@@ -347,6 +347,8 @@ def read_run(folder: str | Path) -> Run:
         header = next((r for r, _ in recs if isinstance(r, Header)), None)
         if header is not None and header.rank != rank:
             raise TraceError(f"{p}:1: rank: {header.rank}, but the file is rank {rank}'s")
+        if header is not None and header.size != manifest.procs:
+            raise TraceError(f"{p}:1: size: {header.size}, but the run had {manifest.procs} process(es)")
         if fmt == 2 and rank not in bfiles:
             raise TraceError(f"{p}: no rank-{rank}.batches beside it")
         rt = rank_trace(rank, recs, once=manifest.ran is None or manifest.ran.comm != "ps-async")
