@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
+
+from .errors import PerfmlpError
 
 MAX_DEPTH = 100            # brackets or mappings, nested
 MAX_YAML_NODES = 100_000   # nodes of a YAML document, its aliases expanded
 PREFIX_CHARS = 60          # of a value, quoted in a message
 
 
-class InputError(ValueError):
-    """An input beyond the bounds (its message names what, not where: the caller adds the file)."""
+class InputError(PerfmlpError, ValueError):
+    """An input beyond its bounds, or an output that would replace an input
+    (a ValueError too, for the parsers that catch those); exit status 2."""
 
 
 def prefix(value, n: int = PREFIX_CHARS) -> str:
@@ -90,6 +94,49 @@ def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:
         if target == s or s in target.parents:
             raise InputError(f"{what} {p}: it would write over {source}, which this command reads")
     return p
+
+
+def check_output_folder(path: str | Path, runs=(), what: str = "--out") -> Path:
+    """`path` if a command may fill it: a folder or a new name (not a link
+    or a file), neither one of the `runs` it reads nor inside one, nor a
+    folder that holds one (replacing it would replace the runs)."""
+    p = Path(path)
+    if p.is_symlink():
+        raise InputError(f"{what} {p}: a symbolic link (name a folder or a new name)")
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{what} {p}: a file, not a folder")
+    target = p.resolve()
+    for run in runs:
+        r = Path(run).resolve()
+        if target == r or r in target.parents or target in r.parents:
+            raise InputError(f"{what} {p}: it would write over the run {run}, which this command reads")
+    return p
+
+
+def replace_folder(target: str | Path, fill, marker: str) -> None:
+    """`fill(folder)` writes into a new folder beside `target`, which then
+    takes its place in two renames: a failure (a full disk, Ctrl-C) leaves
+    the previous `target` whole and no new folder behind. A `target` that
+    holds anything must hold `marker` (a file an earlier fill wrote): a
+    folder of other files is refused, never replaced."""
+    given, target = target, Path(target).resolve()
+    if target.is_dir() and any(target.iterdir()) and not (target / marker).is_file():
+        raise InputError(f"{given}: holds files but no {marker} (name a new folder or an earlier one's)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = target.with_name(f".{target.name}.new-{os.getpid()}")
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    try:
+        new.mkdir()
+        fill(new)
+        if target.exists():
+            os.rename(target, old)
+        os.rename(new, target)
+    except BaseException:
+        if old.exists() and not target.exists():
+            os.rename(old, target)
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_json(text: str | bytes):

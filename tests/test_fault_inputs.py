@@ -249,3 +249,30 @@ def test_mnist_files_that_are_folders_and_a_data_dir_that_is_a_file(tmp_path):
     with pytest.raises(PerfmlpError) as e:
         data.load("mnist", str(tmp_path / "file"), 100, 10, 784, 10, 0)
     assert str(e.value) == f"--data-dir {tmp_path / 'file'}: a file, not the folder of the MNIST files"
+
+
+def test_a_report_folder_is_replaced_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("# the previous report\n")
+
+    def half(folder):
+        (folder / "report.md").write_text("# half a report\n")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        safeio.replace_folder(out, half, "report.md")
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]
+    assert (out / "report.md").read_text() == "# the previous report\n"
+    safeio.replace_folder(out, lambda d: (d / "report.md").write_text("# new\n"), "report.md")
+    assert (out / "report.md").read_text() == "# new\n" and [p.name for p in tmp_path.iterdir()] == ["report"]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's own file")
+    with pytest.raises(PerfmlpError, match="holds files but no report.md"):
+        safeio.replace_folder(tmp_path / "mine", lambda d: None, "report.md")
+
+
+def test_a_report_folder_never_replaces_a_run_it_reads(traced_run):
+    for out in (traced_run, traced_run / "inner", traced_run.parent):
+        with pytest.raises(PerfmlpError, match="which this command reads"):
+            safeio.check_output_folder(out, [traced_run])
+    safeio.check_output_folder(traced_run.parent / "report", [traced_run])   # beside the runs: fine
