@@ -126,7 +126,10 @@ def replace_folder(target: str | Path, fill, marker: str) -> None:
     new = target.with_name(f".{target.name}.new-{os.getpid()}")
     old = target.with_name(f".{target.name}.old-{os.getpid()}")
     try:
-        new.mkdir()
+        if target.is_dir():   # the previous files, times kept: what `fill` leaves unchanged stays unchanged
+            shutil.copytree(target, new, symlinks=True)
+        else:
+            new.mkdir()
         fill(new)
         if target.exists():
             os.rename(target, old)
