@@ -2,13 +2,15 @@
 
 PERFMLP_FAULT=RANK:WHEN[:KIND[:PHASE]] makes rank RANK fail at WHEN: a
 batch number (as that batch starts, or as it enters PHASE), `start` (before
-MPI starts: the other ranks wait inside MPI_Init) or `end` (after the last
-batch: the final evaluation, saving, the trace's end). KIND is `raise` (an
+MPI starts: the other ranks wait inside MPI_Init), `end` (after the last
+batch: the final evaluation, saving, the trace's end) or `exit` (as the
+process exits, before MPI's teardown). KIND is `raise` (an
 exception, the default), `disk` (the rank's trace writes go to /dev/full
 from here: ENOSPC, as on a full disk), `kill` (SIGKILL: no cleanup at all),
 `term`, `int`, `hup` (SIGTERM, SIGINT, SIGHUP), `stop` (SIGSTOP, as a
-debugger or a swapped-out node) or `hang` (the rank sleeps for ever, on the
-CPU, holding no lock).
+debugger or a swapped-out node), `hang` (the rank sleeps for ever, on the
+CPU, holding no lock) or `hold` (it sleeps holding Python's lock, as a
+teardown inside a C library does: no Python thread runs).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import time
 SPEC = os.environ.get("PERFMLP_FAULT")
 START = "start"   # before MPI starts
 END = "end"       # after the last batch
+EXIT = "exit"     # as the process exits
 _SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT, "hup": signal.SIGHUP,
             "stop": signal.SIGSTOP}
 
@@ -48,6 +51,9 @@ def hook(rank: int, when, tracer=None, phase: str | None = None) -> None:
     elif kind == "hang":
         while True:
             time.sleep(1)
+    elif kind == "hold":
+        import ctypes
+        ctypes.PyDLL(None).sleep(1 << 20)   # a C call made with the GIL held
     else:
         os.kill(os.getpid(), _SIGNALS[kind])
 

@@ -199,9 +199,21 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, job)
     finally:
         if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
-            from .watchdog import EXITING
-            job.watchdog.mark(EXITING)
+            _watch_exit(job)
         _quiet_stdout()
+
+
+def _watch_exit(job: _Job) -> None:
+    """The watchdog thread, then (should teardown hold Python's lock) a
+    process started for it, watch the exit; the fault hook may hold it."""
+    from . import faults
+    from .startup import watch_exit
+    from .watchdog import EXITING, GRACE_S
+    job.watchdog.mark(EXITING)
+    if job.world is not None and job.watchdog.limit_s > 0:
+        limit = job.watchdog.limit_s
+        watch_exit(limit + GRACE_S, limit, "perfmlp.run", job.rank, "at its exit")   # the thread speaks first
+    faults.hook(job.rank, faults.EXIT)
 
 
 def _quiet_stdout() -> None:

@@ -1,5 +1,7 @@
-"""MPI's start-up, watched: a rank that a signal ends, or a job that does
-not start, inside MPI_Init ends the whole job with one line.
+"""MPI's start-up and the process's exit, watched: a rank that a signal
+ends, or a job that does not start, inside MPI_Init ends the whole job with
+one line; so does a rank whose exit (MPI, NCCL or CUDA teardown) stalls
+where the run's watchdog thread cannot run.
 
 mpi4py's MPI_Init holds Python's lock until every rank has arrived, so no
 Python thread can watch it (the run's watchdog starts after it). Under a
@@ -79,7 +81,7 @@ def _watcher(control: int, pipes: dict, signals: dict, limit_s: float, prog: str
         ready, _, _ = select.select([control, *pipes], [], [], wait)
         if not ready:
             _say(f"{prog}: rank {rank}: error: MPI did not start within {limit_s:g} s (a rank is missing, "
-                 "stopped or slow to start; --stall-limit, at least the start-up's); the job is ended")
+                 "stopped or slow to start); the job is ended")
             os.kill(os.getppid(), signal.SIGKILL)
             os._exit(0)
         for fd in ready:
@@ -98,3 +100,39 @@ def _say(line: str) -> None:
         os.write(sys.stderr.fileno(), (line + "\n").encode("utf-8", "backslashreplace"))
     except (OSError, ValueError):
         pass
+
+
+_EXIT_WATCHER = """
+import os, select, signal, sys
+fd, limit, parent, line = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+if not select.select([fd], [], [], limit)[0]:
+    os.write(2, (line + "\\n").encode("utf-8", "backslashreplace"))
+    os.kill(parent, signal.SIGKILL)
+"""
+
+
+def watch_exit(limit_s: float, stall_limit_s: float, prog: str, rank: int, where: str) -> None:
+    """From here to the process's end at most `limit_s` (`stall_limit_s`, the
+    user's, is named in the line): past it, a small
+    process started now (not forked: MPI and CUDA are live) says so in one
+    line and kills this one, which makes the launcher end the other ranks.
+    It ends with this process (its pipe closes), however this one ends."""
+    if limit_s <= 0:
+        return
+    import subprocess
+    r, w = os.pipe()
+    line = (f"{prog}: error: rank {rank} stalled {where}: no progress for {limit_s:g} s (--stall-limit "
+            f"{stall_limit_s:g}; MPI, NCCL or CUDA teardown, where the watchdog thread could not run); "
+            "the job is ended")
+    try:
+        subprocess.Popen([sys.executable, "-c", _EXIT_WATCHER, str(r), str(limit_s), str(os.getpid()), line],
+                         pass_fds=(r,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except OSError:
+        os.close(w)   # no watcher: the exit goes on unwatched
+    finally:
+        os.close(r)
+    _exit_pipe.append(w)   # held open until the process ends
+
+
+_exit_pipe: list = []

@@ -220,9 +220,11 @@ class Watchdog:
         stalled = behind(rows)
         limit = f"no progress for {waited_s:.1f} s (--stall-limit {self.limit_s:g})"
         self._stop.set()   # this thread reports once, whatever follows
-        if stalled is None:   # every rank of this node is waiting: for a rank elsewhere
+        if stalled is None:   # every rank of this node is waiting: at the exit, or for a rank elsewhere
             code, epoch, batch = self._where()
-            line = f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
+            line = f"every rank of this node stalled at its exit (MPI, NCCL or CUDA teardown): {limit}" \
+                if all(int(c) == EXITING for c in rows[:, CODE]) else \
+                f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
             reporter = int(rows[:, RANK].min())
         else:
             r = int(stalled[RANK])

@@ -95,3 +95,15 @@ def test_an_error_every_rank_meets_is_one_line(tmp_path):
     r = run_perfmlp(*SHORT, "--no-trace", "--resume", str(tmp_path / "p.npz"), procs=2, timeout=60)
     mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
     assert r.returncode == 2 and len(mine) == 1 and "not an .npz archive" in mine[0], r.stderr
+
+
+@needs_proc
+def test_an_exit_that_holds_pythons_lock_still_ends(tmp_path):
+    # rank 1 sleeps inside a C call at its exit, as a teardown in a C library would: no Python thread runs
+    t0 = time.monotonic()
+    r = run_perfmlp(*SHORT, "--stall-limit", "1", "--no-trace", procs=2, env={"PERFMLP_FAULT": "1:exit:hold"},
+                    timeout=60, cwd=tmp_path)
+    assert r.returncode != 0 and time.monotonic() - t0 < 20, r.stderr
+    mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
+    assert len(mine) == 1 and mine[0].startswith("perfmlp.run: error: rank 1 stalled at its exit: no progress "
+                                                 "for 3 s (--stall-limit 1;"), r.stderr
