@@ -287,6 +287,8 @@ def describe(code: int, epoch: int, batch: int) -> str:
         return f"at the end of epoch {epoch + 1}"
     if code == FINISHING:
         return "after its last batch"
+    if code == EXITING:
+        return "at its exit"
     if code == SERVING:
         return "serving the workers (the asynchronous parameter server)"
     if code >= PACKED:
