@@ -2,13 +2,14 @@
 
 Outputs: a path a command writes must be a regular file or a new name (not
 a folder, a FIFO, a device node or a symbolic link, which a rename would
-replace) and none of the files the command reads. Lines go out in one write
-each, so that two ranks' lines are never glued.
+replace) and none of the files the command reads; a folder of outputs (the
+report) is filled beside its target and renamed into place. Lines go out in
+one write each, so that two ranks' lines are never glued.
 
-Inputs: JSON nested deeper than MAX_DEPTH and YAML whose aliases expand to
-more than MAX_YAML_NODES nodes are refused in one line, before Python's
-recursion limit or the memory is reached; a message quotes at most
-PREFIX_CHARS characters of any value.
+Inputs: JSON nested deeper than Python's recursion allows, and YAML nested
+deeper than MAX_DEPTH or whose aliases expand to more than MAX_YAML_NODES
+values, are refused in one line before the memory or the recursion limit is
+reached; a message quotes at most PREFIX_CHARS characters of any value.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from .errors import PerfmlpError
 
-MAX_DEPTH = 100            # brackets or mappings, nested
+MAX_DEPTH = 100            # YAML brackets or mappings, nested
 MAX_YAML_NODES = 100_000   # nodes of a YAML document, its aliases expanded
 PREFIX_CHARS = 60          # of a value, quoted in a message
 
