@@ -131,8 +131,12 @@ def load_yaml_text(text: str, source) -> Any:
     """The data in YAML `text` (safe loading only, every key of a mapping
     once); a CheckError naming `source` otherwise."""
     import yaml
+
+    from . import safeio
     try:
-        return yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader: no Python objects
+        return safeio.load_yaml(text, _unique_key_loader())  # a SafeLoader: no Python objects; bounded
+    except safeio.InputError as e:
+        raise CheckError(f"{source}: {e}") from None
     except _DuplicateKey as e:
         raise CheckError(f"{source}: key {e.key!r} appears twice (again at line {e.line})") from None
     except yaml.YAMLError as e:

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import checks
 from .errors import PerfmlpError
+from .safeio import key, prefix
 from .model.costs import DEFAULT_BUCKET_BYTES
 from . import names as N
 from .trace.format import OVERHEAD_TARGET
@@ -134,8 +135,9 @@ HELP = {
     "resume": "start from the parameters in this .npz file",
     "cprofile": "profile each rank with cProfile, into rank-<r>.prof in the trace folder",
     "quiet": "print nothing but errors",
-    "stall_limit": "seconds a rank may go without progress (no phase of a batch begun) before the whole job "
-                   "is ended with one line naming the rank that stopped and its phase; 0: wait forever",
+    "stall_limit": "seconds a rank may go without progress before the whole job is ended with one line naming "
+                   "the rank and where it stopped; watched from MPI's start (at least 10 s before the first "
+                   "batch) to the process's exit; 0: wait forever",
     "parallel": "partitioning over the ranks: data (the batch split), model (each rank a shard of every layer, "
                 "the whole batch), hybrid (a p_data x p_model grid)",
     "model_procs": "ranks per model group with --parallel hybrid (must divide the ranks)",
@@ -155,6 +157,8 @@ _FIELDS = {f.name: f for f in fields(Config)}
 _POSITIVE = {"input_size", "num_classes", "n_train", "epochs", "batch_size", "learning_rate", "bucket_bytes"}
 _NON_NEGATIVE = {"reg", "seed", "n_heldout", "model_procs", "staleness", "straggler_delay_ms", "straggler_rank",
                  "stall_limit"}
+_SIZES = {"input_size", "num_classes", "n_train", "batch_size", "n_heldout"}
+MAX_SIZE = 2 ** 31 - 1   # an array dimension: larger sizes are refused as input, not met as allocation errors
 # Keys that say where a run's output goes or how it is watched, not what it computes.
 NOT_COMPUTED = ("trace_dir", "run_id", "quiet", "save_params", "stall_limit")
 
@@ -166,12 +170,16 @@ def _convert(name: str, value: Any, label: str) -> Any:
     if name == "hidden_sizes":
         if not isinstance(value, (list, tuple)):
             value = [value]
-        if not value:
-            raise checks.CheckError(f"{label} must be a non-empty list of integers, got {value!r}")
+        if not value or any(isinstance(v, (list, dict)) for v in value):
+            raise checks.CheckError(f"{label} must be a non-empty list of integers, got {prefix(value)}")
         sizes = tuple(checks.integer(label, v) for v in value)
         if any(v <= 0 for v in sizes):
-            raise checks.CheckError(f"{label} must all be positive, got {list(sizes)}")
+            raise checks.CheckError(f"{label} must all be positive, got {prefix(list(sizes))}")
+        if any(v > MAX_SIZE for v in sizes):
+            raise checks.CheckError(f"{label} must each be at most {MAX_SIZE}, got {prefix(list(sizes))}")
         return sizes
+    if isinstance(value, (list, dict)):
+        raise checks.CheckError(f"{label} must be a single value, got {prefix(value)}")
     if isinstance(default, bool):
         value = checks.boolean(label, value)
     elif isinstance(default, int):
@@ -184,6 +192,8 @@ def _convert(name: str, value: Any, label: str) -> Any:
             value = checks.choice(label, value, CHOICES[name])
     if name in _POSITIVE:
         checks.positive(label, value)
+    if name in _SIZES and value > MAX_SIZE:
+        raise checks.CheckError(f"{label} must be at most {MAX_SIZE}, got {prefix(value)}")
     if name in _NON_NEGATIVE:
         checks.non_negative(label, value)
     if name == "run_id" and value and not all(c.isalnum() or c in "-_." for c in value):
@@ -194,9 +204,10 @@ def _convert(name: str, value: Any, label: str) -> Any:
 def from_mapping(values: dict[str, Any], where: str = "", base: Config | None = None,
                  check: bool = True) -> Config:
     """A Config from `base` (default: the defaults) with `values` applied, all checked."""
-    unknown = sorted(set(values) - set(_FIELDS))
+    unknown = [key(k) for k in values if k not in _FIELDS]
     if unknown:
-        raise PerfmlpError(f"{where}unknown configuration key{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}")
+        raise PerfmlpError(f"{where}unknown configuration key{'s' if len(unknown) > 1 else ''}: "
+                           f"{', '.join(sorted(unknown)[:10])}")
     try:
         converted = {k: _convert(k, v, k) for k, v in values.items()}
     except checks.CheckError as e:

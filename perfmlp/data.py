@@ -83,6 +83,8 @@ def read_idx(path: str | Path, expect_magic: int) -> np.ndarray:
 def _find(folder: Path, stem: str) -> Path | None:
     for name in (stem + ".gz", stem, stem.replace("-idx", ".idx")):
         p = folder / name
+        if p.exists() and not p.is_file():
+            raise PerfmlpError(f"{p}: not a file")
         if p.is_file():
             return p
     return None
@@ -166,6 +168,8 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
         held = Dataset(both.images[n_train:], both.labels[n_train:], "synthetic held-out")
         return Split(train, held, f"data: synthetic, {n_train} training and {n_heldout} held-out samples (seed {seed})")
     folder = Path(data_dir)
+    if folder.exists() and not folder.is_dir():
+        raise PerfmlpError(f"--data-dir {folder}: a file, not the folder of the MNIST files")
     if data == N.MNIST and not folder.is_dir():
         raise PerfmlpError(f"MNIST folder {folder} does not exist (run `python -m perfmlp.fetch --out {folder}`)")
     train_full = read_mnist_pair(folder, TRAIN_FILES, "MNIST training set") if folder.is_dir() else None

@@ -43,9 +43,12 @@ def safe_stdio() -> None:
 
 
 def say(*args, file=None) -> None:
-    """print(), except that a closed or broken output is not an error."""
+    """print(), except that a closed or broken output is not an error; the
+    line goes out in one write, so two ranks' lines are never glued."""
+    out = file or sys.stdout
     try:
-        print(*args, file=file or sys.stdout, flush=True)
+        out.write(" ".join(map(str, args)) + "\n")
+        out.flush()
     except (OSError, ValueError):
         pass
 

@@ -8,7 +8,9 @@ the loader would trust. Files already present with the right digest are kept.
 from __future__ import annotations
 
 import hashlib
+import signal
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,6 +28,22 @@ FILES = {
     "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
     "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
 }
+# Their sizes in bytes: a server that sends more is cut off there.
+SIZES = {
+    "train-images-idx3-ubyte.gz": 9_912_422,
+    "train-labels-idx1-ubyte.gz": 28_881,
+    "t10k-images-idx3-ubyte.gz": 1_648_877,
+    "t10k-labels-idx1-ubyte.gz": 4_542,
+}
+DEADLINE_S = 600.0   # the whole download, however slowly a server sends
+
+
+class Terminated(Exception):
+    """SIGTERM or SIGHUP during a download (the partial file is removed)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def md5_of(path: Path) -> str:
@@ -36,12 +54,29 @@ def md5_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def _download(url: str, tmp: Path, size: int, timeout_s: float, deadline: float) -> None:
+    """`url` into `tmp`: at most `size` bytes, by `deadline` (time.monotonic());
+    OSError (ValueError for a URL urllib cannot open) otherwise."""
+    got = 0
+    with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
+        while chunk := r.read(min(1 << 20, size + 1 - got)):
+            got += len(chunk)
+            if got > size:
+                raise OSError(f"sends more than the file's {size:,} bytes")
+            if time.monotonic() > deadline:
+                raise OSError(f"not done within {DEADLINE_S:g} s")
+            f.write(chunk)
+
+
 def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: float = 30.0,
           log=print) -> list[Path]:
+    if out.exists() and not out.is_dir():
+        raise PerfmlpError(f"--out {out}: a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PerfmlpError(f"cannot create {out}: {e.strerror}") from None
+    deadline = time.monotonic() + DEADLINE_S
     done = []
     for name, digest in FILES.items():
         dest = out / name
@@ -54,13 +89,14 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
             url = base.rstrip("/") + "/" + name
             tmp = dest.with_suffix(dest.suffix + ".part")
             try:
-                with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
-                    while chunk := r.read(1 << 20):
-                        f.write(chunk)
+                _download(url, tmp, SIZES[name], timeout_s, deadline)
             except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: not a URL urllib can open
                 tmp.unlink(missing_ok=True)
                 errors.append(f"{url}: {getattr(e, 'reason', None) or e}")
                 continue
+            except BaseException:   # Ctrl-C, SIGTERM: no partial file is left
+                tmp.unlink(missing_ok=True)
+                raise
             got = md5_of(tmp)
             if got != digest:
                 tmp.unlink(missing_ok=True)
@@ -85,13 +121,23 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default: {', '.join(DEFAULT_MIRRORS)})")
     ap.add_argument("--timeout", type=seconds_arg, default=30.0, metavar="SECONDS",
                     help="seconds to wait for each connection (default: 30)")
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _terminated)
     try:
         args = ap.parse_args(argv)
         fetch(Path(args.out), tuple(args.mirror) if args.mirror else DEFAULT_MIRRORS, args.timeout, log=say)
     except PerfmlpError as e:
         say(f"perfmlp.fetch: error: {e}", file=sys.stderr)
         return e.exit_code
+    except Terminated as e:
+        what = "terminated (SIGTERM)" if e.signum == signal.SIGTERM else "hung up (SIGHUP)"
+        say(f"perfmlp.fetch: {what}; no partial file is left", file=sys.stderr)
+        return 128 + e.signum
     return 0
+
+
+def _terminated(signum, frame):
+    raise Terminated(signum)
 
 
 if __name__ == "__main__":

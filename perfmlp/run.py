@@ -89,13 +89,17 @@ import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from . import config as config_mod  # noqa: E402
+from . import params as params_mod  # noqa: E402
 from .errors import PerfmlpError, cli, safe_stdio, say  # noqa: E402
+from .safeio import write_line  # noqa: E402
 
-PARAM_FILES = ("initial.npz", "final.npz", "at-failure.npz")
+
+ONE_LINE_S = 1.0   # a rank other than 0 waits this long before saying an error that rank 0 may say too
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,23 +128,6 @@ class EveryRank(PerfmlpError):
     def __init__(self, message: str, exit_code: int, rank: int | None = None):
         super().__init__(message)
         self.exit_code, self.rank = exit_code, rank   # rank: the one that has it, None: every rank
-
-
-def check_outputs(cfg) -> None:
-    """Before anything is written: --save-params must be a folder we can
-    write that holds no parameters of an earlier run."""
-    if not cfg.save_params:
-        return
-    d = Path(cfg.save_params)
-    if d.exists() and not d.is_dir():
-        raise PerfmlpError(f"--save-params {d}: not a folder")
-    old = [n for n in PARAM_FILES if (d / n).exists()]
-    if old:
-        raise PerfmlpError(f"--save-params {d}: already holds {', '.join(old)} of an earlier run "
-                           f"(choose a new folder; nothing is overwritten)")
-    probe = d if d.exists() else next((p for p in d.parents if p.exists()), Path("."))
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise PerfmlpError(f"--save-params {d}: {probe} is not writable")
 
 
 def agree(world, error: PerfmlpError | None) -> None:
@@ -211,31 +198,63 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # one line, then end the whole job
         return _fail(e, job)
     finally:
-        if job.watchdog is not None:
-            job.watchdog.stop()
+        if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
+            _watch_exit(job)
+        _quiet_stdout()
+
+
+def _watch_exit(job: _Job) -> None:
+    """The watchdog thread, then (should teardown hold Python's lock) a
+    process started for it, watch the exit; the fault hook may hold it."""
+    from . import faults
+    from .startup import watch_exit
+    from .watchdog import EXITING, GRACE_S
+    job.watchdog.mark(EXITING)
+    if job.world is not None and job.watchdog.limit_s > 0:
+        limit = job.watchdog.limit_s
+        watch_exit(limit + GRACE_S, limit, "perfmlp.run", job.rank, "at its exit")   # the thread speaks first
+    faults.hook(job.rank, faults.EXIT)
+
+
+def _quiet_stdout() -> None:
+    """A stdout that cannot be written (a full device, a closed pipe) must
+    not fail a finished run at exit: what it holds is dropped."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
 
 
 def _start(argv, job: _Job):
     """Parse, start MPI under the watchdog, agree on the configuration and
     its checks; the checked configuration."""
-    from .watchdog import DEFAULT_LIMIT_S, Watchdog
+    from . import faults
+    from .startup import start_watched
+    from .watchdog import DEFAULT_LIMIT_S, SIGNALS, STARTUP_MIN_S, Watchdog
     try:
         cfg, error = parse(argv), None
     except PerfmlpError as e:  # said once MPI has started, so that every rank ends
         cfg, error = None, e
-    job.watchdog = Watchdog(cfg.stall_limit if cfg else DEFAULT_LIMIT_S)
-    job.watchdog.start(job.on_signal)
+    limit = cfg.stall_limit if cfg else DEFAULT_LIMIT_S
+    job.watchdog = Watchdog(limit)
+    faults.hook(faults.launcher_rank(), faults.START)
     from .comm import make_world
-    job.world = make_world()
+    job.world = start_watched(make_world, SIGNALS, limit and max(limit, STARTUP_MIN_S), "perfmlp.run",
+                              faults.launcher_rank())
     job.rank = job.world.rank
-    job.watchdog.handle_signals(job.on_signal)  # MPI's transport may have taken SIGHUP
+    job.watchdog.start(job.on_signal)   # after MPI's start: its transport may have taken SIGHUP
     job.watchdog.attach(job.world)
     agree(job.world, error)
     check_same_config(job.world, cfg)
     from .backend import check_options
     try:
-        check_outputs(cfg)
+        params_mod.check_folder(cfg.save_params)
         check_options(cfg)
+        if job.rank == 0:
+            params_mod.claim_folder(cfg.save_params)
         error = None
     except PerfmlpError as e:
         error = e
@@ -249,14 +268,12 @@ def _main(argv, job: _Job) -> int:
     from . import train as train_mod
     from .trace.format import WARMUP_BATCHES
     from .trace.writer import make_tracer
-    from .watchdog import FINISHING
     job.tracer = tracer = make_tracer(cfg, world)
     job.watchdog.run_dir = tracer.run_dir
     try:
         res = _train(train_mod, cfg, world, tracer, job.watchdog)
     except train_mod.NonFiniteLoss as e:
         return _non_finite(e, cfg, world, tracer)
-    job.watchdog.mark(FINISHING)
     problem = _cleanup(tracer, "complete")
     if problem:
         raise PerfmlpError(problem)
@@ -274,10 +291,10 @@ def _main(argv, job: _Job) -> int:
 def _train(train_mod, cfg, world, tracer, watchdog):
     watchdog = watchdog if cfg.stall_limit > 0 else None  # no marks to watch
     if not cfg.cprofile:
-        return train_mod.train(cfg, world, tracer, watchdog=watchdog)
+        return train_mod.train(cfg, world, tracer, log=say, watchdog=watchdog)
     import cProfile
     prof = cProfile.Profile()
-    res = prof.runcall(train_mod.train, cfg, world, tracer, watchdog=watchdog)
+    res = prof.runcall(train_mod.train, cfg, world, tracer, log=say, watchdog=watchdog)
     prof.dump_stats(Path(tracer.run_dir) / f"rank-{world.rank}.prof")  # --cprofile needs the trace folder
     return res
 
@@ -285,16 +302,15 @@ def _train(train_mod, cfg, world, tracer, watchdog):
 def _non_finite(e, cfg, world, tracer) -> int:
     where = None
     if world.rank == 0 and e.params is not None:
-        from .train import save_params
         folder = Path(cfg.save_params or tracer.run_dir or ".").resolve()
-        where = folder / "at-failure.npz"
-        save_params(where, e.params)
+        where = folder / params_mod.AT_FAILURE
+        params_mod.save(where, e.params)
     problem = _cleanup(tracer, "failed")
     if world.size > 1:
         world.barrier()  # every rank saw the same reduced loss: a clean collective stop
     if world.rank == 0:
         saved = f" (parameters {e.where} saved to {where})" if where else ""
-        say(f"perfmlp.run: error: {e}{saved}" + (f"; {problem}" if problem else ""), file=sys.stderr)
+        write_line(f"perfmlp.run: error: {e}{saved}" + (f"; {problem}" if problem else ""))
     return e.exit_code
 
 
@@ -320,13 +336,29 @@ def _fail(e: BaseException, job: _Job) -> int:
     if isinstance(e, EveryRank):
         if job.rank == 0:
             who = "" if e.rank is None else f"rank {e.rank}: "
-            say(f"perfmlp.run: {who}error: {msg}", file=sys.stderr)
+            write_line(f"perfmlp.run: {who}error: {msg}")
         return code
+    if several and job.rank != 0:
+        _mark_manifest(job, status)   # rank 0 may be waiting in a collective, ended by the abort below
+        if isinstance(e, PerfmlpError) and not isinstance(e, EveryRank):
+            time.sleep(ONE_LINE_S)   # bad input every rank meets: rank 0's line and abort come first
     who = f"rank {job.rank}: " if several else ""
-    say(f"perfmlp.run: {who}error: {msg}" + (f"; {problem}" if problem else ""), file=sys.stderr)
+    write_line(f"perfmlp.run: {who}error: {msg}" + (f"; {problem}" if problem else ""))
     if several:
         world.abort(code)  # the other ranks may be waiting in a collective
     return code
+
+
+def _mark_manifest(job: _Job, status: str) -> None:
+    """The manifest's status from a rank other than 0 (best effort)."""
+    run_dir = getattr(job.tracer, "run_dir", None)
+    if run_dir is None:
+        return
+    try:
+        from .trace.manifest import finish_manifest
+        finish_manifest(Path(run_dir), status)
+    except Exception:  # a full disk, a manifest not yet written: the job must still end
+        pass
 
 
 if __name__ == "__main__":

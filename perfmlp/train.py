@@ -14,18 +14,19 @@ strategies' parts: perfmlp/strategies).
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import data as data_mod
+from . import faults
+from . import names as N
+from . import params as params_mod
 from .backend import build
 from .config import Config, check_procs, data_procs
-from .errors import PerfmlpError, RunFailure, write_atomic
+from .errors import PerfmlpError
 from .mixed import to_storage
 from .mlp import init_weights
 from .model.costs import piece
@@ -34,7 +35,7 @@ from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call 
 from .straggler import straggler
 from .trace.format import WARMUP_BATCHES, Counts
 from .trace.writer import NullTracer
-from .watchdog import EPOCH_END, SERVING
+from .watchdog import EPOCH_END, FINISHING, SERVING, NoWatchdog, Watched
 
 
 @dataclass
@@ -62,123 +63,13 @@ class Result:
     backend: str = ""
 
 
-_FAULT = os.environ.get("PERFMLP_FAULT")
-
-
-def fault_hook(rank: int, batch: int, tracer, phase: str | None = None) -> None:
-    """Testing hook: PERFMLP_FAULT=RANK:BATCH[:KIND[:PHASE]] makes that rank
-    fail as batch BATCH starts (or as it enters PHASE), so tests can show
-    how the whole job ends: `raise` an exception (the default), `disk` (the
-    rank's trace writes go to /dev/full from here: ENOSPC, as on a full
-    disk), `kill` (SIGKILL: no cleanup at all), `term`, `int`, `hup`
-    (SIGTERM, SIGINT, SIGHUP), `stop` (SIGSTOP, as a debugger or a
-    swapped-out node) or `hang` (the rank sleeps for ever)."""
-    if not _FAULT:
-        return
-    r, b, *rest = _FAULT.split(":")
-    kind, where = (rest[0] if rest else "raise"), (rest[1] if len(rest) > 1 else None)
-    if int(r) != rank or int(b) != batch or where != phase:
-        return
-    if kind == "raise":
-        raise RuntimeError(f"injected fault at batch {batch}")
-    if kind == "disk":
-        tracer.redirect_writes("/dev/full")
-    elif kind == "hang":
-        while True:
-            time.sleep(1)
-    else:
-        import signal
-        os.kill(os.getpid(), {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT,
-                              "hup": signal.SIGHUP, "stop": signal.SIGSTOP}[kind])
-
-
-def _faulty(phase, rank: int, tracer, where: list):
-    """`phase` with fault_hook called as each phase starts (PERFMLP_FAULT names a phase)."""
-    def faulty(name):
-        entered = phase(name)  # the phase is marked as entered before the fault
-        fault_hook(rank, where[0], tracer, name)
-        return entered
-    return faulty
-
-
-def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            if not hasattr(f, "files"):  # a bare .npy array
-                raise ValueError("not an .npz archive")
-            params = {k: f[k] for k in f.files}
-    except FileNotFoundError:
-        raise PerfmlpError(f"--resume: no such file {path}") from None
-    except IsADirectoryError:
-        raise PerfmlpError(f"--resume: {path} is a folder, not an .npz file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        # numpy says "pickled data" of any file that is not .npy/.npz
-        why = "not an .npz archive" if "pickle" in str(e) else f"{type(e).__name__}: {e}"
-        raise PerfmlpError(f"--resume: {path} is not a readable .npz file ({why})") from None
-    L = len(layer_sizes) - 1
-    for l in range(1, L + 1):
-        for name, shape in ((f"W{l}", (layer_sizes[l], layer_sizes[l - 1])), (f"b{l}", (layer_sizes[l],))):
-            if name not in params:
-                raise PerfmlpError(f"--resume: {path} has no array {name}")
-            if params[name].shape != shape:
-                raise PerfmlpError(f"--resume: {path}: {name} has shape {params[name].shape}, the network needs {shape}")
-    extra = sorted(set(params) - {f"{k}{l}" for l in range(1, L + 1) for k in "Wb"})
-    if extra:
-        raise PerfmlpError(f"--resume: {path} has arrays this network lacks: {', '.join(extra)}")
-    for name, a in params.items():
-        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
-            raise PerfmlpError(f"--resume: {path}: {name} is not all finite numbers")
-    return params
-
-
-def save_params(path: Path, params: dict[str, np.ndarray]) -> None:
-    """The parameters as an .npz file, written whole or not at all (a
-    RunFailure naming the file on a full disk)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RunFailure(f"cannot create {path.parent}: {e.strerror}") from None
-    write_atomic(path, lambda f: np.savez(f, **params))
-
-
 def train(cfg: Config, world, tracer=None, log=print, watchdog=None) -> Result:
     """Train on `world`'s ranks, recording into `tracer` and marking progress
     for `watchdog` (perfmlp/watchdog.py), both optional."""
     # exp overflow in the sigmoid is expected (it saturates to 0); a loss that
     # is not finite is caught below, so NumPy's warnings are only noise
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        return _train(cfg, world, tracer or NullTracer(), log, watchdog or _NoWatchdog())
-
-
-class _Watched:
-    """The tracer, with the watchdog marking each batch and phase it begins
-    (for a loop that calls the tracer, not the watchdog)."""
-
-    def __init__(self, tracer, watchdog, rank: int):
-        self._tracer, self._watchdog = tracer, watchdog
-        self._at = [0]  # the batch the fault hook sees
-        self.phase = watchdog.watch(tracer.phase)
-        if _FAULT and len(_FAULT.split(":")) > 3:
-            self.phase = _faulty(self.phase, rank, tracer, self._at)
-
-    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
-        self._watchdog.batch(epoch, batch)
-        self._at[0] = batch
-        self._tracer.begin_batch(epoch, batch, samples, local)
-
-    def __getattr__(self, name):
-        return getattr(self._tracer, name)
-
-
-class _NoWatchdog:
-    def watch(self, phase):
-        return phase
-
-    def batch(self, epoch: int, batch: int) -> None:
-        pass
-
-    def mark(self, state: int) -> None:
-        pass
+        return _train(cfg, world, tracer or NullTracer(), log, watchdog or NoWatchdog())
 
 
 @dataclass
@@ -213,14 +104,14 @@ def _setup(cfg: Config, world, tracer, log) -> _Setup:
     tracer.attach(world, be)
     be.net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
     if cfg.resume:
-        init = load_resume(cfg.resume, cfg.layer_sizes)
+        init = params_mod.load_resume(cfg.resume, cfg.layer_sizes)
         L = len(cfg.layer_sizes) - 1
         be.net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
     else:
         be.net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
     initial = be.net.get_params() if cfg.save_params else None  # every rank: a collective for a shard
     if initial is not None and rank == 0:
-        save_params(Path(cfg.save_params) / "initial.npz", initial)
+        params_mod.save(Path(cfg.save_params) / params_mod.INITIAL, initial)
     x_held = be.xp.asarray(xheld.T) if len(xheld) else None
     return _Setup(cfg, be, split, x_held, be.data_group or (P, rank), straggler(cfg, rank, P))
 
@@ -229,19 +120,17 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
     s = _setup(cfg, world, tracer, log)
     cfg, be = s.cfg, s.be
     result = Result(backend=be.name)
-    if cfg.comm == "ps-async":  # the asynchronous parameter server runs a loop of its own
+    if cfg.comm == N.PS_ASYNC:  # the asynchronous parameter server runs a loop of its own
         from .psasync.loop import train_async
         watchdog.mark(SERVING)  # the server marks nothing more; a worker's batches and phases are marked
         heldout = (s.x_held, s.split.heldout.labels)
-        train_async(cfg, world, be, _Watched(tracer, watchdog, world.rank), log, s.straggle, heldout, result,
-                    EpochResult)
-        if cfg.save_params and world.rank == 0:
-            save_params(Path(cfg.save_params) / "final.npz", result.params)
+        watched = Watched(tracer, watchdog)
+        watched.phase = faults.per_phase(watched.phase, world.rank, tracer, watched.at)
+        train_async(cfg, world, be, watched, log, s.straggle, heldout, result, EpochResult)
+        _finish(cfg, world, tracer, watchdog, result)
         return result
-    phase = watchdog.watch(tracer.phase)
     at = [0]  # the batch the fault hook sees
-    if _FAULT and len(_FAULT.split(":")) > 3:
-        phase = _faulty(phase, world.rank, tracer, at)
+    phase = faults.per_phase(watchdog.watch(tracer.phase), world.rank, tracer, at)
     nbatches = -(-cfg.n_train // cfg.batch_size)
     warmup = min(WARMUP_BATCHES, nbatches - 1)  # the steady window starts after these (JIT, allocations, capture)
     for epoch in range(cfg.epochs):
@@ -255,9 +144,16 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
     result.params = be.net.get_params()
     if hasattr(be.batches, "close"):   # the prefetching threads, once the last batch is done
         be.batches.close()
-    if cfg.save_params and world.rank == 0:
-        save_params(Path(cfg.save_params) / "final.npz", result.params)
+    _finish(cfg, world, tracer, watchdog, result)
     return result
+
+
+def _finish(cfg: Config, world, tracer, watchdog, result: Result) -> None:
+    """After the last batch: the final parameters saved (rank 0)."""
+    watchdog.mark(FINISHING)
+    faults.hook(world.rank, faults.END, tracer)
+    if cfg.save_params and world.rank == 0:
+        params_mod.save(Path(cfg.save_params) / params_mod.FINAL, result.params)
 
 
 def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warmup: int,
@@ -278,7 +174,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
     for k in range(nbatches):
         watchdog.batch(epoch, k)
         at[0] = k
-        fault_hook(world.rank, k, tracer)
+        faults.hook(world.rank, k, tracer)
         start = k * B
         Bk = min(B, N - start)
         lo, hi = piece(Bk, *s.pieces_of)

@@ -41,16 +41,19 @@ import time
 
 import numpy as np
 
-from .trace.format import PHASE_TERMS
+from . import names as N
+from .faults import launcher_rank
+from .safeio import write_line
 
 DEFAULT_LIMIT_S = 300.0
+STARTUP_MIN_S = 10.0    # before the first batch the limit is at least this (data, backend, MPI start-up)
 GRACE_S = 2.0           # a signal's Python handler has this long to run before the thread acts
 SIGNALS = {signal.SIGINT: ("interrupted (SIGINT)", "interrupted"),
            signal.SIGTERM: ("terminated (SIGTERM)", "terminated"),
            signal.SIGHUP: ("hung up (SIGHUP)", "terminated")}
 # Where a rank can be: these states, then every phase of a batch.
-STATES = ("starting", "the start of a batch", "the end of an epoch", "finishing", "serving")
-STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING = range(len(STATES))
+STATES = ("starting", "the start of a batch", "the end of an epoch", "finishing", "serving", "exiting")
+STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING, EXITING = range(len(STATES))
 
 
 class _Codes(dict):
@@ -64,13 +67,14 @@ class _Codes(dict):
         return code
 
 
-NAMES = (*STATES, *PHASE_TERMS, "a phase")
+NAMES = (*STATES, *(p.value for p in N.PHASES), "a phase")
 UNKNOWN = len(NAMES) - 1
 PACKED = 256   # codes from here on are packed names
-PHASE_CODES = _Codes({name: len(STATES) + i for i, name in enumerate(PHASE_TERMS)})
-# Where a rank waits for others: their collectives, a CUDA graph that may hold one, the server's loop.
-WAITING = {PHASE_CODES[p] for p, term in PHASE_TERMS.items() if term == "allreduce"} | \
-    {PHASE_CODES["graph"], SERVING}
+REPORTING = PACKED - 1   # the rank that reports a stall, once it does
+PHASE_CODES = _Codes({p.value: len(STATES) + i for i, p in enumerate(N.PHASES)})
+# Where a rank waits for others: their collectives, a CUDA graph that may hold one, the server's loop,
+# the exit (MPI_Finalize waits for every rank).
+WAITING = {PHASE_CODES[p.value] for p in N.EXCHANGE_PHASES} | {PHASE_CODES[N.Phase.GRAPH.value], SERVING, EXITING}
 CODE, EPOCH, BATCH, RANK, PID = range(5)   # a rank's row: int64 each
 ROW_BYTES = 5 * 8
 
@@ -92,9 +96,8 @@ class Watchdog:
         self.world = None
         self.run_dir = None     # where the manifest is, once the trace folder exists
         self.handled = False    # the main thread ran a signal's handler
-        rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if v in os.environ), "0")
         self.row = _row(bytearray(ROW_BYTES))
-        self.row[:] = array("q", (STARTING, -1, -1, int(rank) if rank.isdigit() else 0, os.getpid()))
+        self.row[:] = array("q", (STARTING, -1, -1, launcher_rank(), os.getpid()))
         self.table = _Rows([self.row])   # every rank of this node (this one alone until attach)
         self._stop = threading.Event()
         self._wake_r = self._wake_w = None
@@ -182,9 +185,14 @@ class Watchdog:
             where = self._node()
             if where != last:
                 last, since = where, now
-            elif self.limit_s > 0 and now - since >= self.limit_s and not self._stop.is_set():
+            elif self.limit_s > 0 and now - since >= self._limit() and not self._stop.is_set():
                 self._end_for_stall(now - since)
                 since = float("inf")   # ended, or waiting for the rank that reports
+
+    def _limit(self) -> float:
+        """The stall limit; before this node's first batch at least STARTUP_MIN_S."""
+        starting = any(int(r[CODE]) == STARTING for r in self.table.rows)
+        return max(self.limit_s, STARTUP_MIN_S) if starting else self.limit_s
 
     def _where(self) -> tuple:
         row = self.row
@@ -211,32 +219,37 @@ class Watchdog:
         me = int(self.row[RANK])
         stalled = behind(rows)
         limit = f"no progress for {waited_s:.1f} s (--stall-limit {self.limit_s:g})"
-        if stalled is None:   # every rank of this node is waiting: for a rank elsewhere
+        self._stop.set()   # this thread reports once, whatever follows
+        if stalled is None:   # every rank of this node is waiting: at the exit, or for a rank elsewhere
             code, epoch, batch = self._where()
-            line = f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
+            line = f"every rank of this node stalled at its exit (MPI, NCCL or CUDA teardown): {limit}" \
+                if all(int(c) == EXITING for c in rows[:, CODE]) else \
+                f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
             reporter = int(rows[:, RANK].min())
         else:
             r = int(stalled[RANK])
-            state = " (its process is stopped)" if process_stopped(int(stalled[PID])) else ""
-            line = f"rank {r} stalled {describe(*map(int, stalled[:3]))}{state}: {limit}"
+            stopped = process_stopped(int(stalled[PID]))
+            line = f"rank {r} stalled {describe(*map(int, stalled[:3]))}" \
+                   f"{' (its process is stopped)' if stopped else ''}: {limit}"
             others = [int(x) for x in rows[:, RANK] if int(x) != r]
-            reporter = me if me == r else min(others, default=me)
-        if me != reporter:
-            time.sleep(2 * GRACE_S)   # the reporter's abort ends this rank first
+            reporter = min(others, default=me) if stopped else r   # a stalled rank that is alive speaks
+        if me == reporter:
+            self.row[CODE] = REPORTING
         else:
-            time.sleep(min(GRACE_S / 4, self.limit_s))  # a stalled rank that is alive speaks first
+            time.sleep(2 * GRACE_S)   # the reporter's abort ends this rank first
+            if any(int(row[CODE]) == REPORTING for row in self.table.rows):
+                time.sleep(4 * GRACE_S)   # it has spoken: this rank only ends, silently
+                self._end(None, "stalled", 1)
         self._end(f"error: {line}; the job is ended", "stalled", 1)
 
     def _who(self) -> str:
         w = self.world
         return f"rank {w.rank}: " if w is not None and w.size > 1 else ""
 
-    def _end(self, line: str, status: str, code: int) -> None:
-        """One line, the manifest's status (best effort), then the whole job ends."""
-        try:
-            print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
-        except (OSError, ValueError):
-            pass
+    def _end(self, line: str | None, status: str, code: int) -> None:
+        """One line (unless None), the manifest's status (best effort), then the whole job ends."""
+        if line is not None:
+            write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
         if self.run_dir is not None:
             try:
                 from .trace.manifest import finish_manifest
@@ -246,7 +259,10 @@ class Watchdog:
         w = self.world
         if w is not None and w.size > 1 and _may_abort_from_thread(w):
             w.abort(code)
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):   # a full or closed stdout must not keep the job alive
+            pass
         os._exit(code)
 
 
@@ -271,6 +287,8 @@ def describe(code: int, epoch: int, batch: int) -> str:
         return f"at the end of epoch {epoch + 1}"
     if code == FINISHING:
         return "after its last batch"
+    if code == EXITING:
+        return "at its exit"
     if code == SERVING:
         return "serving the workers (the asynchronous parameter server)"
     if code >= PACKED:
@@ -308,3 +326,35 @@ def process_stopped(pid: int) -> bool:
 def _may_abort_from_thread(world) -> bool:
     MPI = getattr(world, "MPI", None)
     return MPI is not None and MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
+
+class Watched:
+    """The tracer, with the watchdog marking each batch and phase it begins
+    (for a loop that calls the tracer, not the watchdog); `at[0]` is the
+    batch begun last."""
+
+    def __init__(self, tracer, watchdog):
+        self._tracer, self._watchdog = tracer, watchdog
+        self.at = [0]
+        self.phase = watchdog.watch(tracer.phase)
+
+    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
+        self._watchdog.batch(epoch, batch)
+        self.at[0] = batch
+        self._tracer.begin_batch(epoch, batch, samples, local)
+
+    def __getattr__(self, name):
+        return getattr(self._tracer, name)
+
+
+class NoWatchdog:
+    """What the loop calls when nothing watches it."""
+
+    def watch(self, phase):
+        return phase
+
+    def batch(self, epoch: int, batch: int) -> None:
+        pass
+
+    def mark(self, state: int) -> None:
+        pass

@@ -17,19 +17,19 @@ PKG = Path(__file__).resolve().parents[1] / "perfmlp"
 # A name stands for the module and everything under it ("perfmlp" alone is the package's __init__:
 # its version). Every module of perfmlp belongs to exactly one part; a new one must be placed here.
 BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors", "perfmlp.names",   # checks, the error type, the vocabulary,
-        "perfmlp.cli")                                                   # the commands' parser and --machine
+        "perfmlp.cli", "perfmlp.safeio")                                 # the commands' parser and --machine, safe I/O
 MODEL = ("perfmlp.model",)                                        # pure: shapes and machine numbers
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
-CONFIG = ("perfmlp.config", "perfmlp.data")                       # the configuration, the data sets
+CONFIG = ("perfmlp.config", "perfmlp.data", "perfmlp.params")                     # the configuration, the data sets
 TRAINER = ("perfmlp.backend", "perfmlp.batches", "perfmlp.comm", "perfmlp.mlp", "perfmlp.step", "perfmlp.train",
            "perfmlp.mixed", "perfmlp.straggler", "perfmlp.watchdog", "perfmlp.gpu", "perfmlp.strategies",
-           "perfmlp.psasync")
+           "perfmlp.psasync", "perfmlp.faults", "perfmlp.startup")
 REPORT = ("perfmlp.report",)
 # a package's command (python -m perfmlp.model) is a part of its own: it may read the configuration
 COMMANDS = ("perfmlp.model.__main__",)
 PARTS = {
     # part: (its modules, the perfmlp modules it may import, the libraries beyond the standard one it may import)
-    "base": (BASE, ("perfmlp",), ("yaml",)),
+    "base": (BASE, BASE, ("yaml",)),
     "model": (MODEL, (*MODEL, "perfmlp", "perfmlp.checks", "perfmlp.names"), ("numpy", "yaml")),
     "trace": (TRACE, (*TRACE, *BASE, *MODEL), ("numpy", "cupy", "cupti", "nvtx")),
     "config": (CONFIG, (*CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "yaml")),

@@ -292,7 +292,7 @@ def test_cprofile_without_a_trace_writes_nothing(tmp_path):
 
 
 def test_a_full_disk_under_save_params_names_the_file_and_leaves_no_part(tmp_path, monkeypatch):
-    from perfmlp import train
+    from perfmlp import params as train
     from perfmlp.errors import RunFailure
 
     def full(f, **arrays):
@@ -300,7 +300,7 @@ def test_a_full_disk_under_save_params_names_the_file_and_leaves_no_part(tmp_pat
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(train.np, "savez", full)
     with pytest.raises(RunFailure) as e:
-        train.save_params(tmp_path / "p" / "final.npz", {"W1": np.zeros(2)})
+        train.save(tmp_path / "p" / "final.npz", {"W1": np.zeros(2)})
     assert str(e.value) == f"cannot write {tmp_path / 'p' / 'final.npz'}: No space left on device"
     assert list((tmp_path / "p").iterdir()) == []
 

@@ -407,8 +407,8 @@ def test_bad_strategies_are_one_line(procs, args, words):
     lines = r.stderr.strip().splitlines()
     if procs is None:
         assert len(lines) == 1 and words in lines[0], r.stderr
-    else:  # every rank finds it and says it in one line (rank r: ...; the ranks' lines may interleave)
-        assert r.stderr.count("perfmlp.run: rank ") == r.stderr.count(words) == procs, r.stderr
+    else:  # every rank finds it; the job says it once
+        assert r.stderr.count("perfmlp.run: ") == 1 and words in r.stderr, r.stderr
 
 
 def test_model_cli_takes_the_strategy(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import PerfmlpError
+from ..safeio import check_output_folder, replace_folder
 from ..trace.reader import Run, read_traces
 from . import figures
 from .analysis import Analysis, analyse
@@ -98,11 +99,9 @@ def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machin
     st = study if isinstance(study, Study) else load_study(study)
     a = analyse([r for r in runs if not is_async(r)], skipped, st, machine, folder)  # ps-async: its own section
     sections = (sections_of(a, history) if a.runs else []) + [s for s in (section_psasync(runs),) if s is not None]
-    if out.exists() and not out.is_dir():
-        raise PerfmlpError(f"{out}: a file, not a folder for the report")
+    check_output_folder(out, [r.path for r in runs if r.path], what="report folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        render(sections, out, "perfmlp report", header_of(a, len(runs)))
+        replace_folder(out, lambda d: render(sections, d, "perfmlp report", header_of(a, len(runs))), "report.md")
     except OSError as e:
         where = e.filename or out
         raise PerfmlpError(f"{where}: cannot write the report ({e.strerror or e})") from None

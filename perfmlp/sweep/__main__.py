@@ -183,7 +183,8 @@ def _run_one(sweep: _Sweep, launcher: list[str], run, head: str) -> None:
     ok, why = launch(cmd, sweep.a.timeout, out)
     sweep.current = None
     if not ok:
-        remove_failed(folder)
+        for old, new in remove_failed(folder, sweep.own / f"{run.run_id}.at-failure.npz").items():
+            why = why.replace(old, new)   # the line names the parameters where they are kept
         sweep.failed += 1
     say(f"{head} ok" if ok else f"{head} FAILED: {why} (its output: {out})")
 

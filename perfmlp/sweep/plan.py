@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import checks
+from .. import names as N
 from ..config import NOT_COMPUTED, Config, from_mapping, load_yaml
 from ..errors import PerfmlpError
+from ..safeio import key, prefix
 from ..trace.format import WARMUP_BATCHES
 
 SWEEP_KEYS = {"name", "config", "base", "matrix", "runs", "batch_per_proc", "repeats", "min_steady_batches",
@@ -46,8 +48,8 @@ def sweep_run_id(name: str, cfg: Config, procs: int, repeat: int = 0) -> str:
         ident["repeat"] = repeat
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:8]
     hs = "x".join(str(h) for h in cfg.hidden_sizes)
-    par = "" if cfg.parallel == "data" else f"-{cfg.parallel}{cfg.model_procs or ''}"
-    extra = (f"-{cfg.exec}" if cfg.exec != "auto" else "") + ("-overlap" if cfg.overlap else "") + \
+    par = "" if cfg.parallel == N.DATA else f"-{cfg.parallel}{cfg.model_procs or ''}"
+    extra = (f"-{cfg.exec}" if cfg.exec != N.AUTO else "") + ("-overlap" if cfg.overlap else "") + \
         (f"-r{repeat}" if repeat else "")
     return (f"{name}-h{hs}-b{cfg.batch_size}-p{procs}{par}-{cfg.precision}-{cfg.batch_transfer}-{cfg.comm}-"
             f"{cfg.gemm}{extra}-{digest}")
@@ -63,14 +65,14 @@ def _count(spec: dict, key: str, where: str) -> int:
     except checks.CheckError:
         n = 0
     if n <= 0:
-        raise PerfmlpError(f"{where}: {key} must be a positive integer, got {v!r}")
+        raise PerfmlpError(f"{where}: {key} must be a positive integer, got {prefix(v)}")
     return n
 
 
 def load_sweep(path: str) -> dict:
     """The sweep file's mapping (a regular UTF-8 file, YAML keys unique)."""
     spec = load_yaml(path)
-    unknown = sorted(set(spec) - SWEEP_KEYS)
+    unknown = sorted(key(k) for k in spec if k not in SWEEP_KEYS)
     if unknown:
         raise PerfmlpError(f"{path}: unknown sweep key {unknown[0]} (known: {', '.join(sorted(SWEEP_KEYS))})")
     return spec
@@ -98,32 +100,38 @@ def _entries(spec: dict, where: str) -> tuple[dict, list[dict]]:
         raise PerfmlpError(f"{where}: base and matrix must be mappings")
     for k, v in matrix.items():
         if not isinstance(v, list) or not v:
-            raise PerfmlpError(f"{where}: matrix.{k} must be a non-empty list")
-    combos = [dict(zip(matrix, vals)) for vals in itertools.product(*matrix.values())] if matrix else []
+            raise PerfmlpError(f"{where}: matrix.{key(k)} must be a non-empty list")
     extra = spec.get("runs") or []
     if not isinstance(extra, list) or not all(isinstance(r, dict) for r in extra):
         raise PerfmlpError(f"{where}: runs must be a list of mappings")
+    if not matrix and not extra:
+        raise PerfmlpError(f"{where}: no runs (give a matrix or runs; base is what every run starts from)")
+    configurations = (math.prod(len(v) for v in matrix.values()) if matrix else 0) + len(extra)
+    repeats = max(_count(spec, "repeats", where), 1)
+    if configurations * repeats > MAX_RUNS:   # counted before anything is expanded
+        raise PerfmlpError(f"{where}: {configurations} configurations x {repeats} repeats would be "
+                           f"{configurations * repeats:,} runs (at most {MAX_RUNS:,})")
+    from_mapping({k: v for k, v in {**start, **base}.items() if k != "procs"}, where=f"{where}: base: ",
+                 check=False)   # the base's own errors name it
+    combos = [dict(zip(matrix, vals)) for vals in itertools.product(*matrix.values())] if matrix else []
     return {**start, **base}, combos + extra
 
 
 def expand(spec: dict, where: str) -> list[SweepRun]:
     """Every run of a sweep file, each configuration checked."""
-    unknown = sorted(set(spec) - SWEEP_KEYS)
+    unknown = sorted(key(k) for k in spec if k not in SWEEP_KEYS)
     if unknown:
         raise PerfmlpError(f"{where}: unknown sweep key {unknown[0]} (known: {', '.join(sorted(SWEEP_KEYS))})")
     name = sweep_name(spec, where)
     start, entries = _entries(spec, where)
     repeats, min_steady = _count(spec, "repeats", where), _count(spec, "min_steady_batches", where)
     per_proc = _count(spec, "batch_per_proc", where)
-    if len(entries) * max(repeats, 1) > MAX_RUNS:
-        raise PerfmlpError(f"{where}: {len(entries)} configurations x {max(repeats, 1)} repeats would be "
-                           f"{len(entries) * max(repeats, 1):,} runs (at most {MAX_RUNS:,})")
     runs = []
     for entry in entries:
         values = {**start, **entry}
         procs = values.pop("procs", 1)
         if isinstance(procs, bool) or not isinstance(procs, int) or procs <= 0:
-            raise PerfmlpError(f"{where}: procs must be a positive integer, got {procs!r}")
+            raise PerfmlpError(f"{where}: procs must be a positive integer, got {prefix(procs)}")
         if per_proc and "batch_size" not in entry:
             values["batch_size"] = per_proc * procs
         if min_steady and "n_train" not in entry:
@@ -170,7 +178,7 @@ def calibration_sizes(runs: list[SweepRun]) -> tuple[list[int], list[int]]:
     for r in runs:
         c = r.config
         hidden.update(c.hidden_sizes)
-        groups = {"data": r.procs, "model": 1}.get(c.parallel, max(r.procs // max(c.model_procs, 1), 1))
+        groups = {N.DATA: r.procs, N.MODEL: 1}.get(c.parallel, max(r.procs // max(c.model_procs, 1), 1))
         local.add(max(pieces(c.batch_size, groups)))
     return sorted(hidden), sorted(local)
 
@@ -178,11 +186,11 @@ def calibration_sizes(runs: list[SweepRun]) -> tuple[list[int], list[int]]:
 def gpu_need(cfg: Config) -> str | None:
     """Why a configuration cannot run on the NumPy backend (None if it can):
     the trainer's own refusal, word for word."""
-    if cfg.backend == "cupy":
+    if cfg.backend == N.CUPY:
         return "backend cupy"
     from ..backend import check_options
     try:
-        check_options(dataclasses.replace(cfg, backend="numpy"))
+        check_options(dataclasses.replace(cfg, backend=N.NUMPY))
     except PerfmlpError as e:
         return str(e).replace(" (this run is on numpy)", "")
     return None

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from .. import names as N
 from ..config import Config, from_mapping
 from ..errors import PerfmlpError, write_atomic
 from ..trace.format import WARMUP_BATCHES
@@ -51,11 +52,11 @@ def run_prediction(machine, run: SweepRun):
     c = run.config
     comm = resolved_comm(c)
     # the execution mode the trainer will run (auto: graph where the step can be captured)
-    mode = resolve_exec(c.exec, "numpy" if c.backend == "numpy" else "cupy", c.parallel, comm)
+    mode = resolve_exec(c.exec, N.NUMPY if c.backend == N.NUMPY else N.CUPY, c.parallel, comm)
     # the level the tracer will run at (auto: the mode's default); a level that cannot run falls back at run
     # time (trace/writer.py attach), which no prediction made before the run can know
     level = resolve_trace_level(c.trace_level, mode) if c.trace else None
-    if c.parallel != "data" or comm in PS_COMMS:
+    if c.parallel != N.DATA or comm in PS_COMMS:
         try:
             pred = predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
                                     c.batch_transfer, c.parallel, c.model_procs, level, exec_mode=mode)

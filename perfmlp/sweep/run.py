@@ -17,6 +17,7 @@ own errors; the launcher also gets SIGTERM should the sweep itself die
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -27,11 +28,13 @@ from pathlib import Path
 
 from ..config import NOT_COMPUTED, first_difference
 from ..errors import PerfmlpError, RunFailure, parent_death_signal
+from ..params import AT_FAILURE
 from ..trace.reader import TraceError, read_run
 from .plan import SweepRun, run_identity
 
 SWEEP_DIR = ".sweep"       # under the trace folder: the lock, each run's configuration and its output
 END_GRACE_S = 5.0          # a job's ranks close their traces on SIGTERM (a rank's watchdog acts within 2 s)
+KILLED = re.compile(r"\(signal (\d+)\)|on signal (\d+)")   # MPICH's and Open MPI's words for a rank a signal ended
 LAUNCHERS = {"MPICH": ("mpiexec", "HYDRA"), "Open MPI": ("mpirun", "Open MPI")}
 
 
@@ -139,10 +142,21 @@ def trace_state(folder: Path, run: SweepRun) -> tuple[str, str]:
     return "complete", ""
 
 
-def remove_failed(folder: Path) -> None:
+def remove_failed(folder: Path, keep_as: Path | None = None) -> dict[str, str]:
     """A failed run's trace folder removed, so that no report reads it (its
-    output is kept in the sweep's folder)."""
+    output is kept in the sweep's folder), its at-failure.npz (the
+    parameters its error line names) moved to `keep_as` first; the paths
+    moved, old -> new."""
+    moved = {}
+    saved = folder / AT_FAILURE
+    if keep_as is not None and saved.is_file():
+        try:
+            os.replace(saved, keep_as)
+            moved[str(saved.resolve())] = str(keep_as)
+        except OSError:
+            return moved   # the folder stays rather than lose what it holds
     shutil.rmtree(folder, ignore_errors=True)
+    return moved
 
 
 def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
@@ -179,7 +193,12 @@ def why_failed(output: Path, rc: int) -> str:
         lines = []
     lines = [ln for ln in lines if ln]
     ours = [ln for ln in lines if ln.startswith("perfmlp.") and "error:" in ln]
-    return (ours or lines or [f"exit status {rc}"])[0 if ours else -1]
+    if ours:
+        return ours[0]
+    signals = [m.group(1) or m.group(2) for ln in lines if (m := KILLED.search(ln))]   # the launcher's notice of a signal
+    if signals or rc < 0:
+        return f"killed (signal {signals[0] if signals else -rc})"
+    return (lines or [f"exit status {rc}"])[-1]
 
 
 def end_group(proc: subprocess.Popen, grace_s: float = END_GRACE_S) -> None:

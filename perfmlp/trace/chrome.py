@@ -23,14 +23,16 @@ trace processor.
 """
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
 import sys
 from pathlib import Path
 
+from .. import names as N
 from ..cli import Parser
+from ..errors import PerfmlpError
+from ..safeio import InputError, check_output
 from .activity import to_run_s
 from .reader import Run, TraceError, read_run
 
@@ -71,11 +73,11 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
             {"epoch": b.epoch, "batch": b.batch, "samples": b.local_samples, "bytes_h2d": b.bytes_h2d,
              "bytes_d2h": b.bytes_d2h, "bytes_d2d": b.bytes_d2d, "bytes_mpi": b.bytes_mpi,
              "bytes_nccl": b.bytes_nccl, "clock": b.clock})
-        if b.clock != "cuda-events":  # CUDA-event phases start on the GPU, not on the host clock
+        if b.clock != N.CUDA_EVENTS:  # CUDA-event phases start on the GPU, not on the host clock
             for phase, (off, dur) in (b.t_ms_host or b.t_ms).items():
                 add(HOST, phase, "phase", host_us(b.t0_s, off), dur * 1e3,
                     {"batch": b.batch, "flops": b.flops.get(phase, 0)})
-        if b.clock == "cupti" and clock is not None:
+        if b.clock == N.CUPTI and clock is not None:
             for phase, (off, dur) in b.t_ms.items():
                 add(GPU_PHASES, phase, "gpu phase", to_run_s(clock, b.gpu_t0_ns + off * 1e6, True) * 1e6, dur * 1e3,
                     {"batch": b.batch})
@@ -86,7 +88,7 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
                     a.update(bytes=g.bytes, kind=g.copy)
                 add(track, g.name or g.copy or g.cat, g.cat, to_run_s(clock, g.start_ns, True) * 1e6,
                     (g.end_ns - g.start_ns) / 1e3, a)
-        elif b.clock == "cuda-events" and b.t_ms:
+        elif b.clock == N.CUDA_EVENTS and b.t_ms:
             # offsets from the batch's first event on the GPU: drawn where the host recorded it or, if
             # later, where the batch before ends (the stream runs them in order; the GPU trails the host)
             start = max(host_us(b.t0_s), gpu_free_us)
@@ -165,12 +167,16 @@ def main(argv=None) -> int:
                                              "GPU phases and, with GPU activity, a track per CUDA stream.")
     ap.add_argument("run", help="a run folder (traces/<run-id>)")
     ap.add_argument("-o", "--out", required=True, help="the JSON file to write (required)")
-    a = ap.parse_args(argv)
     try:
+        a = ap.parse_args(argv)
+        check_output(a.out, inputs=[a.run], what="-o")   # never over the run it reads, a link or a device
         run = read_run(a.run)
         text = chrome_json(run)
-    except TraceError as e:
+    except (TraceError, InputError, PerfmlpError) as e:
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print(f"perfmlp.trace.chrome: error: {a.run}: JSON nested too deeply", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("perfmlp.trace.chrome: interrupted", file=sys.stderr)

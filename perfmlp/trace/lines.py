@@ -7,6 +7,7 @@ from dataclasses import fields
 from enum import Enum
 from typing import Mapping
 
+from ..safeio import read_json
 from . import fields as F
 from .records import LINE_RECORDS, read
 from .updates import Update
@@ -44,7 +45,7 @@ def line(rec) -> str:
 def parse(text: str):
     """One line of a rank's file as its record (F.Bad: what is wrong, by field)."""
     try:
-        obj = json.loads(text)
+        obj = read_json(text)   # deep nesting: an InputError, a ValueError
     except ValueError as e:
         raise F.Bad(f"not JSON ({e})") from None
     if not isinstance(obj, dict):

@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .. import names as N
+from ..safeio import read_json
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
@@ -275,7 +276,7 @@ def read_manifest(folder: Path) -> tuple[Manifest, int]:
     if not mpath.exists():
         raise TraceError(f"{folder}: no {MANIFEST}")
     try:
-        obj = json.loads(_bytes(mpath))
+        obj = read_json(_bytes(mpath))   # deep nesting: an InputError, a ValueError
     except ValueError as e:
         raise TraceError(f"{mpath}: unreadable manifest (not JSON: {e})") from None
     schema = obj.get("schema") if isinstance(obj, dict) else None
@@ -347,6 +348,8 @@ def read_run(folder: str | Path) -> Run:
         header = next((r for r, _ in recs if isinstance(r, Header)), None)
         if header is not None and header.rank != rank:
             raise TraceError(f"{p}:1: rank: {header.rank}, but the file is rank {rank}'s")
+        if header is not None and header.size != manifest.procs:
+            raise TraceError(f"{p}:1: size: {header.size}, but the run had {manifest.procs} process(es)")
         if fmt == 2 and rank not in bfiles:
             raise TraceError(f"{p}: no rank-{rank}.batches beside it")
         rt = rank_trace(rank, recs, once=manifest.ran is None or manifest.ran.comm != N.PS_ASYNC)

@@ -346,6 +346,7 @@ def new_run_id(cfg, world) -> str:
     if world.rank == 0:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         h = "x".join(str(h) for h in cfg.hidden_sizes)
+        h = h if len(h) <= 64 else f"{len(cfg.hidden_sizes)}layers-{max(cfg.hidden_sizes)}"   # a name under 255
         rid = f"{stamp}-h{h}-b{cfg.batch_size}-p{world.size}-{os.getpid()}"
     return world.bcast(rid)
 

@@ -1,0 +1,216 @@
+"""Outputs that never replace an input, and inputs read within bounds.
+
+Outputs: a path a command writes must be a regular file or a new name (not
+a folder, a FIFO, a device node or a symbolic link, which a rename would
+replace) and none of the files the command reads; a folder of outputs (the
+report) is filled beside its target and renamed into place. Lines go out in
+one write each, so that two ranks' lines are never glued.
+
+Inputs: JSON nested deeper than Python's recursion allows, and YAML nested
+deeper than MAX_DEPTH or whose aliases expand to more than MAX_YAML_NODES
+values, are refused in one line before the memory or the recursion limit is
+reached; a message quotes at most PREFIX_CHARS characters of any value.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+from .errors import PerfmlpError
+
+MAX_DEPTH = 100            # YAML brackets or mappings, nested
+MAX_YAML_NODES = 100_000   # nodes of a YAML document, its aliases expanded
+PREFIX_CHARS = 60          # of a value, quoted in a message
+
+
+class InputError(PerfmlpError, ValueError):
+    """An input beyond its bounds, or an output that would replace an input
+    (a ValueError too, for the parsers that catch those); exit status 2."""
+
+
+def prefix(value, n: int = PREFIX_CHARS) -> str:
+    """repr(value), cut to n characters with '...' where longer (it is not expanded first when huge)."""
+    text = repr(value) if not isinstance(value, (list, dict, tuple)) or _small(value) else \
+        f"a {type(value).__name__} of {len(value)} items"
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def key(k) -> str:
+    """A mapping's key for a message: a string as it is, anything else as prefix() shows it, both cut short."""
+    text = k if isinstance(k, str) else prefix(k)
+    return text if len(text) <= PREFIX_CHARS else text[:PREFIX_CHARS] + "..."
+
+
+def _small(value, budget: int = 200) -> bool:
+    stack, seen = [value], 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        if seen > budget:
+            return False
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return True
+
+
+def write_line(text: str, stream=None) -> None:
+    """`text` and its newline in one write (never an error: a closed or full output is ignored)."""
+    stream = stream or sys.stderr
+    try:
+        stream.flush()
+        os.write(stream.fileno(), (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8",
+                                                         "backslashreplace"))
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:
+    """`path` if a command may write it: a regular file or a new name in an
+    existing folder, and none of `inputs` (files or folders the command
+    reads: their files are refused too). An InputError naming it otherwise."""
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise InputError(f"{what} {p}: {e.strerror}") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise InputError(f"{what} {p}: a symbolic link (name a new file or a regular one)")
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{what} {p}: a folder, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {p}: not a regular file (a FIFO, socket or device is never written)")
+    target = p.resolve()
+    for source in inputs:
+        s = Path(source).resolve()
+        if target == s or s in target.parents:
+            raise InputError(f"{what} {p}: it would write over {source}, which this command reads")
+    return p
+
+
+def check_output_folder(path: str | Path, runs=(), what: str = "--out") -> Path:
+    """`path` if a command may fill it: a folder or a new name (not a link
+    or a file), neither one of the `runs` it reads nor inside one, nor a
+    folder that holds one (replacing it would replace the runs)."""
+    p = Path(path)
+    if p.is_symlink():
+        raise InputError(f"{what} {p}: a symbolic link (name a folder or a new name)")
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{what} {p}: a file, not a folder")
+    target = p.resolve()
+    for run in runs:
+        r = Path(run).resolve()
+        if target == r or r in target.parents or target in r.parents:
+            raise InputError(f"{what} {p}: it would write over the run {run}, which this command reads")
+    return p
+
+
+def replace_folder(target: str | Path, fill, marker: str) -> None:
+    """`fill(folder)` writes into a new folder beside `target`, which then
+    takes its place in two renames: a failure (a full disk, Ctrl-C) leaves
+    the previous `target` whole and no new folder behind. A `target` that
+    holds anything must hold `marker` (a file an earlier fill wrote): a
+    folder of other files is refused, never replaced."""
+    given, target = target, Path(target).resolve()
+    if target.is_dir() and any(target.iterdir()) and not (target / marker).is_file():
+        raise InputError(f"{given}: holds files but no {marker} (name a new folder or an earlier one's)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = target.with_name(f".{target.name}.new-{os.getpid()}")
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    try:
+        if target.is_dir():   # the previous files, times kept: what `fill` leaves unchanged stays unchanged
+            shutil.copytree(target, new, symlinks=True)
+        else:
+            new.mkdir()
+        fill(new)
+        if target.exists():
+            os.rename(target, old)
+        os.rename(new, target)
+    except BaseException:
+        if old.exists() and not target.exists():
+            os.rename(old, target)
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_json(text: str | bytes):
+    """json.loads, with nesting too deep for Python's recursion an InputError, not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError("JSON nested too deeply") from None
+
+
+def load_yaml(text: str, loader_class):
+    """The data of one YAML document read by `loader_class` (a SafeLoader),
+    refusing nesting deeper than MAX_DEPTH and aliases that expand to more
+    than MAX_YAML_NODES nodes (an InputError), before anything is built."""
+    if _flow_depth(text) > MAX_DEPTH:   # before PyYAML's scanner, whose time grows with the square of it
+        raise InputError(f"YAML nested deeper than {MAX_DEPTH} levels")
+    loader = loader_class(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise InputError(f"YAML nested deeper than Python can read") from None
+        if node is None:
+            return None
+        _check_size(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside quotes (a bound, not a parse)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    quote = None
+    for c in text:
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_size(root) -> None:
+    """Count the nodes with every alias expanded (each node's size once, by
+    identity, so that a bomb is counted, not walked) and the nesting."""
+    size: dict[int, int] = {}
+    stack = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"YAML nested deeper than {MAX_DEPTH} levels")
+        children = _children(node)
+        if done:
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            if size[id(node)] > MAX_YAML_NODES:
+                raise InputError(f"YAML aliases expand to more than {MAX_YAML_NODES:,} values")
+        elif id(node) not in size:
+            stack.append((node, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in size)
+
+
+def _children(node) -> list:
+    value = node.value
+    if isinstance(value, list):
+        return [c for item in value for c in (item if isinstance(item, tuple) else (item,))]
+    return []

@@ -1,0 +1,138 @@
+"""MPI's start-up and the process's exit, watched: a rank that a signal
+ends, or a job that does not start, inside MPI_Init ends the whole job with
+one line; so does a rank whose exit (MPI, NCCL or CUDA teardown) stalls
+where the run's watchdog thread cannot run.
+
+mpi4py's MPI_Init holds Python's lock until every rank has arrived, so no
+Python thread can watch it (the run's watchdog starts after it). Under a
+launcher of several ranks, a small process forked before MPI starts does:
+it prints the line when the rank gets SIGINT, SIGTERM or SIGHUP (the rank
+then dies of the signal itself, from a handler at the C level, which makes
+the launcher end the other ranks) or when MPI has not started within the
+start-up limit (it then kills the rank, with the same effect). It ends as
+soon as MPI has started or the rank has gone: it never outlives the rank.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import select
+import signal
+import sys
+import time
+
+LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+STARTED = b"started"
+
+
+def launched_size() -> int:
+    """How many ranks the launcher started (1 outside a launcher)."""
+    sizes = [os.environ.get(v, "") for v in LAUNCHER_SIZE_VARS]
+    return max([int(s) for s in sizes if s.isdigit()] or [1])
+
+
+def start_watched(make_world, signals: dict, limit_s: float, prog: str, rank: int):
+    """make_world() (which starts MPI), watched by a forked process when
+    several ranks must meet; `signals`: signal number -> (words, status);
+    `limit_s`: the longest start-up (0: no limit)."""
+    if launched_size() <= 1:
+        return make_world()
+    control_r, control_w = os.pipe()
+    pipes = {s: os.pipe() for s in signals}
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the watcher; it never returns
+        os.close(control_w)
+        for r, w in pipes.values():
+            os.close(w)
+        _watcher(control_r, {r: s for s, (r, w) in pipes.items()}, signals, limit_s, prog, rank)
+    os.close(control_r)
+    previous = {s: signal.getsignal(s) for s in signals}
+    for s, (r, w) in pipes.items():
+        os.close(r)
+        signal.signal(s, signal.SIG_DFL)   # the rank dies of it, after the handler below writes its number
+        faulthandler.register(s, file=w, all_threads=False, chain=True)
+    try:
+        return make_world()
+    finally:
+        for s in pipes:
+            faulthandler.unregister(s)
+            signal.signal(s, previous[s])
+        try:
+            os.write(control_w, STARTED)
+        finally:
+            os.close(control_w)
+            os.waitpid(pid, 0)
+            for r, w in pipes.values():
+                os.close(w)
+
+
+def _watcher(control: int, pipes: dict, signals: dict, limit_s: float, prog: str, rank: int):  # pragma: no cover
+    """The forked process: wait for MPI's start, the rank's end, a signal or the limit."""
+    for s in signals:
+        signal.signal(s, signal.SIG_IGN)   # a Ctrl-C to the process group is the rank's to handle
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+    deadline = time.monotonic() + limit_s if limit_s > 0 else None
+    said = False
+    while True:
+        wait = None if deadline is None or said else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([control, *pipes], [], [], wait)
+        if not ready:
+            _say(f"{prog}: rank {rank}: error: MPI did not start within {limit_s:g} s (a rank is missing, "
+                 "stopped or slow to start); the job is ended")
+            os.kill(os.getppid(), signal.SIGKILL)
+            os._exit(0)
+        for fd in ready:
+            if fd == control:
+                os._exit(0)   # MPI started, or the rank has gone
+            if not os.read(fd, 1 << 16):
+                os._exit(0)   # the rank has gone
+            if not said:
+                said = True
+                _say(f"{prog}: rank {rank}: error: {signals[pipes[fd]][0]} while MPI was starting; "
+                     "the job is ended")
+
+
+def _say(line: str) -> None:
+    try:
+        os.write(sys.stderr.fileno(), (line + "\n").encode("utf-8", "backslashreplace"))
+    except (OSError, ValueError):
+        pass
+
+
+_EXIT_WATCHER = """
+import os, select, signal, sys
+fd, limit, parent, line = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+if not select.select([fd], [], [], limit)[0]:
+    os.write(2, (line + "\\n").encode("utf-8", "backslashreplace"))
+    os.kill(parent, signal.SIGKILL)
+"""
+
+
+def watch_exit(limit_s: float, stall_limit_s: float, prog: str, rank: int, where: str) -> None:
+    """From here to the process's end at most `limit_s` (`stall_limit_s`, the
+    user's, is named in the line): past it, a small
+    process started now (not forked: MPI and CUDA are live) says so in one
+    line and kills this one, which makes the launcher end the other ranks.
+    It ends with this process (its pipe closes), however this one ends."""
+    if limit_s <= 0:
+        return
+    import subprocess
+    r, w = os.pipe()
+    line = (f"{prog}: error: rank {rank} stalled {where}: no progress for {limit_s:g} s (--stall-limit "
+            f"{stall_limit_s:g}; MPI, NCCL or CUDA teardown, where the watchdog thread could not run); "
+            "the job is ended")
+    try:
+        subprocess.Popen([sys.executable, "-c", _EXIT_WATCHER, str(r), str(limit_s), str(os.getpid()), line],
+                         pass_fds=(r,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except OSError:
+        os.close(w)   # no watcher: the exit goes on unwatched
+    finally:
+        os.close(r)
+    _exit_pipe.append(w)   # held open until the process ends
+
+
+_exit_pipe: list = []

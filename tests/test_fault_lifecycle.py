@@ -1,0 +1,109 @@
+"""From start-up to exit nothing hangs and one line says why: a signal
+while MPI starts, a tiny --stall-limit before the first batch, a rank that
+stops after its last batch, SIGTERM to a rank other than 0, a full stdout
+and an error every rank meets."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, mpiexec, run_perfmlp
+from test_faults import JOB, needs_proc, processes_with, wait_for
+
+SHORT = [*JOB[:-4], "--epochs", "2"]   # 80 batches of 30 on 2 ranks, a second or two
+
+
+def rank_processes(marker: str, rank: int) -> list[Path]:
+    found = []
+    for p in processes_with(marker):
+        try:
+            if f"PMI_RANK={rank}".encode() in (p / "environ").read_bytes().split(b"\0"):
+                found.append(p)
+        except OSError:
+            pass
+    return found
+
+
+@needs_proc
+def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path):
+    # rank 1 is held before MPI starts, so rank 0 waits inside MPI_Init, where Python runs no handler
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PERFMLP_FAULT="1:start:hang")
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "perfmlp.run", *SHORT, "--trace-dir", str(tmp_path / "t")]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        # rank 0 and the process that watches its start-up
+        assert wait_for(lambda: len(rank_processes(str(tmp_path), 0)) == 2, 20)
+        time.sleep(0.5)
+        rank0 = min(int(p.name) for p in rank_processes(str(tmp_path), 0))
+        os.kill(rank0, signal.SIGTERM)
+        _, err = job.communicate(timeout=20)
+    finally:
+        job.kill()
+    mine = [line for line in err.splitlines() if line.startswith("perfmlp.")]
+    assert mine == ["perfmlp.run: rank 0: error: terminated (SIGTERM) while MPI was starting; the job is ended"], err
+    assert job.returncode != 0
+    assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
+
+
+def test_a_tiny_stall_limit_never_fires_before_the_first_batch(tmp_path):
+    r = run_perfmlp(*SHORT, "--stall-limit", "0.001", "--trace-dir", str(tmp_path / "t"), "--run-id", "s",
+                    timeout=60)
+    assert "before its first batch" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    status = json.loads((tmp_path / "t" / "s" / "manifest.json").read_text())["status"]
+    # a limit of a millisecond may fire later, between batches: then as any stall does
+    assert (r.returncode, status) in ((0, "complete"), (1, "stalled")), (r.returncode, status, r.stderr)
+    if r.returncode:
+        assert len([l for l in r.stderr.splitlines() if l.startswith("perfmlp.")]) == 1, r.stderr
+
+
+@needs_proc
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_that_stops_after_its_last_batch_is_named(tmp_path, rank):
+    t0 = time.monotonic()
+    r = run_perfmlp(*SHORT, "--stall-limit", "1", "--trace-dir", str(tmp_path / "t"), "--run-id", "s", procs=2,
+                    env={"PERFMLP_FAULT": f"{rank}:end:hang"}, timeout=60)
+    assert r.returncode == 1 and time.monotonic() - t0 < 25, r.stderr
+    mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
+    assert len(mine) == 1 and mine[0].startswith(f"perfmlp.run: error: rank {rank} stalled after its last batch: "
+                                                 "no progress for "), r.stderr
+    assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
+
+
+def test_sigterm_to_rank_1_leaves_the_manifest_terminated(tmp_path):
+    r = run_perfmlp(*SHORT, "--trace-dir", str(tmp_path / "t"), "--run-id", "s", procs=2,
+                    env={"PERFMLP_FAULT": "1:3:term"}, timeout=60)
+    assert r.returncode != 0 and "rank 1: error: terminated (SIGTERM)" in r.stderr, r.stderr
+    assert json.loads((tmp_path / "t" / "s" / "manifest.json").read_text())["status"] == "terminated"
+
+
+def test_a_full_stdout_never_fails_a_finished_run(tmp_path):
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "perfmlp.run", *SHORT, "--trace-dir", str(tmp_path / "t"),
+                            "--run-id", "s"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert json.loads((tmp_path / "t" / "s" / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_an_error_every_rank_meets_is_one_line(tmp_path):
+    (tmp_path / "p.npz").write_text("not parameters")
+    r = run_perfmlp(*SHORT, "--no-trace", "--resume", str(tmp_path / "p.npz"), procs=2, timeout=60)
+    mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
+    assert r.returncode == 2 and len(mine) == 1 and "not an .npz archive" in mine[0], r.stderr
+
+
+@needs_proc
+def test_an_exit_that_holds_pythons_lock_still_ends(tmp_path):
+    # rank 1 sleeps inside a C call at its exit, as a teardown in a C library would: no Python thread runs
+    t0 = time.monotonic()
+    r = run_perfmlp(*SHORT, "--stall-limit", "1", "--no-trace", procs=2, env={"PERFMLP_FAULT": "1:exit:hold"},
+                    timeout=60, cwd=tmp_path)
+    assert r.returncode != 0 and time.monotonic() - t0 < 20, r.stderr
+    mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
+    assert len(mine) == 1 and mine[0].startswith("perfmlp.run: error: rank 1 stalled at its exit: no progress "
+                                                 "for 3 s (--stall-limit 1;"), r.stderr
