@@ -196,7 +196,8 @@ class StagedReducer:
         return float(self.host[index])
 
 
-_communicators: dict = {}
+_communicators: dict = {}   # (world, device) -> the process's communicator over that world
+_made: list = []            # every communicator this process made, ended together by close_communicators
 
 
 def new_nccl_communicator(nccl, group):
@@ -206,7 +207,31 @@ def new_nccl_communicator(nccl, group):
     os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
     uid = nccl.get_unique_id() if group.rank == 0 else None
     uid = group.bcast(uid)
-    return nccl.NcclCommunicator(group.size, uid, group.rank)
+    comm = nccl.NcclCommunicator(group.size, uid, group.rank)
+    _made.append(comm)
+    return comm
+
+
+def close_communicators() -> None:
+    """End every NCCL communicator of this process once its device work is
+    done, before MPI ends. Left to the garbage collector, ncclCommDestroy (a
+    collective of the node's ranks) runs when each rank drops its last
+    reference: at once on one rank, at exit on another whose reference sits
+    in a cycle (a captured step's), and the first then waits in it while the
+    other waits in MPI_Finalize. ncclCommAbort needs no peer."""
+    if not _made:
+        return
+    import sys
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.cuda.Device().synchronize()   # the last step's collectives are done on this rank
+    while _made:
+        comm = _made.pop()
+        try:
+            comm.abort()
+        except Exception:  # already ended (destroy or abort): nothing to free
+            pass
+    _communicators.clear()
 
 
 def _nccl_communicator(nccl, world, device: int):

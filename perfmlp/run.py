@@ -274,6 +274,8 @@ def _main(argv, job: _Job) -> int:
         res = _train(train_mod, cfg, world, tracer, job.watchdog)
     except train_mod.NonFiniteLoss as e:
         return _non_finite(e, cfg, world, tracer)
+    from .comm import close_communicators
+    close_communicators()   # on every rank, before MPI ends: none waits in a peer's teardown
     problem = _cleanup(tracer, "complete")
     if problem:
         raise PerfmlpError(problem)

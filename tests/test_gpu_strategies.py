@@ -195,3 +195,24 @@ def test_exec_auto_runs_the_shard_step_as_graphs_where_it_can(tmp_path, comm, mo
     assert r.returncode == 0, r.stderr
     from perfmlp.trace.reader import read_run
     assert read_run(tmp_path / "a").exec == mode
+
+
+# ---- every strategy in graph mode ends: the trainer's teardown on several GPUs ----------------------------
+
+@pytest.mark.parametrize("procs, flags", [
+    (2, ["--parallel", "model"]),
+    (2, ["--parallel", "data"]),
+    (4, ["--parallel", "model"]),
+    (4, ["--parallel", "hybrid", "--model-procs", "2"]),
+])
+def test_graph_mode_strategies_run_to_their_end(procs, flags):
+    # the sizes at which model and hybrid parallelism in graph mode printed their last epoch and never
+    # ended: each NCCL communicator is now ended on every rank before MPI is (comm.close_communicators)
+    if gpus() < procs:
+        pytest.skip(f"needs CuPy and {procs} CUDA GPUs")
+    r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "19200", "--epochs", "2",
+                    "--hidden-sizes", "512", "--batch-size", "3200", "--batch-transfer", "resident",
+                    "--comm", "nccl", "--no-trace", "--exec", "graph", "--stall-limit", "60", *flags,
+                    procs=procs, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "done:" in r.stdout and "epoch 2/2" in r.stdout
