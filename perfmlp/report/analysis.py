@@ -23,6 +23,7 @@ from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms
 from ..trace.reader import Run
 from .study import Study
+from .. import names as N
 
 # The report's terms, in the order a batch goes through them: each is the
 # sum of the phases that measure it (perfmlp/trace/format.py). A model term
@@ -30,8 +31,8 @@ from .study import Study
 # falls inside the compute phases.
 TERMS = PHASE_GROUPS
 COMPUTE = "compute"
-BUSY_TERMS = ("h2d_batch", COMPUTE)  # a rank's own work before it waits for the others
-COPY_TERMS = ("h2d_batch", "d2h_grad", "h2d_grad")
+BUSY_TERMS = (N.H2D_BATCH, COMPUTE)  # a rank's own work before it waits for the others
+COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
 
 
 # ---- machines --------------------------------------------------------------------------
@@ -107,7 +108,7 @@ class RunSummary:
     imbalance_ms: float
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
-    exec: str = "eager"         # the execution mode that ran (exec_of)
+    exec: str = N.EAGER         # the execution mode that ran (exec_of)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
     phase_clock: str = "host"   # the steady batches' phase clock: host, cuda-events or cupti (Run.phase_clock)
     comparable: frozenset = frozenset(TERMS)  # terms measured as the model means them (trace.format.comparable_terms)
@@ -124,7 +125,7 @@ class RunSummary:
 
     @property
     def gpu(self) -> bool:
-        return self.backend == "cupy"
+        return self.backend == N.CUPY
 
     @property
     def hidden_label(self) -> str:
@@ -249,15 +250,15 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     def predict(m: Machine | None) -> Prediction | None:
         if m is None or not gpu:  # the machine files describe GPUs
             return None
-        if c.get("parallel", "data") != "data" or comm in ("ps", "ps-nccl"):
+        if c.get("parallel", "data") != N.DATA or comm in (N.PS, N.PS_NCCL):
             return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                                     c["batch_transfer"], c.get("parallel", "data"), c.get("model_procs", 0),
                                     trace_level_of(run), exec_mode=exec_of(run))
-        gemm = c.get("gemm", "cublas")
+        gemm = c.get("gemm", N.CUBLAS)
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                              c["batch_transfer"], trace_level_of(run), exec_mode=exec_of(run),
                              overlap=overlap, bucket_bytes=bucket_bytes,
-                             gemm=gemm if m.has_gemm_kernel(gemm) else "cublas",
+                             gemm=gemm if m.has_gemm_kernel(gemm) else N.CUBLAS,
                              fuse_output=run.ran.fuse_output, output_grad_cols=run.ran.output_grad_cols)
 
     def util(m: Machine | None) -> float | None:

@@ -13,6 +13,7 @@ from ..model.costs import batch_counts, pieces, widths
 from ..model.machine import MachineError
 from ..model.precision import precision as precision_of
 from .figures import ceilings_roofline
+from .. import names as N
 
 
 def ceilings_points(a) -> list[dict]:
@@ -22,7 +23,7 @@ def ceilings_points(a) -> list[dict]:
     out = []
     D, C = a.study.input_size, a.study.num_classes
     for r in a.runs:
-        if r.backend != "cupy" or r.strategy != "data" or not r.t_ms:
+        if r.backend != N.CUPY or r.strategy != N.DATA or not r.t_ms:
             continue
         c = batch_counts((D, *r.hidden, C), max(pieces(r.batch, r.procs)), widths(r.precision), r.comm, r.transfer,
                          exec_mode=r.exec)

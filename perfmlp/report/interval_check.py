@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from ..model.interval import coverage, ks_distance, pit
 from .predictions import blind_status
+from .. import names as N
 
 PRISM_KS = 0.208          # PRISM's pooled KS distance (arXiv 2510.15596)
 COVERAGE_TARGET = 0.90
@@ -142,9 +143,9 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
         return None
     if not rows:
         return IntervalJudgement((), unknown, None, None, None, None, 0)
-    graph = [r.half_width for r in rows if r.exec == "graph"]
+    graph = [r.half_width for r in rows if r.exec == N.GRAPH]
     pooled = [u for r in rows for u in r.pits]
-    graph_labels = {r.label for r in rows if r.exec == "graph"}
+    graph_labels = {r.label for r in rows if r.exec == N.GRAPH}
     graph_runs = [[r.t_ms for r in c.runs] for c in groups.values() if c.label in graph_labels]
     return IntervalJudgement(tuple(rows), unknown, coverage((r.lo_ms, r.hi_ms, r.measured_ms) for r in rows),
                              statistics.median(r.half_width for r in rows),

@@ -12,9 +12,10 @@ from ..model.published import (ONE_CONSTANT, Explanation, ScaledKernels, explain
                                reference_prediction, scaled_kernels, unknowns_alone, with_networks)
 from .analysis import Analysis
 from .sections import Section, Table
+from .. import names as N
 
 TITLE = "The reference's published times beside the model"
-TERM_NAMES = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "d2h_grad", "allreduce", "h2d_grad")
+TERM_NAMES = (N.H2D_BATCH, "gemm", "elementwise", "kernel_gaps", "launches", N.D2H_GRAD, "allreduce", N.H2D_GRAD)
 CLOSE = 0.25         # a prediction within this fraction of the published time "accounts for" it
 UNKNOWN_WORDS = {"gemm": "the GEMM rate", "copy": "the copy bandwidth", "mpi": "the MPI bandwidth"}
 
@@ -104,7 +105,7 @@ def _terms(s: Section, st, ref: Machine, base: dict, scaled: ScaledKernels | Non
         f"{_trend([pub[p] for p in procs])}. Its GEMM term is {base[procs[0]].terms['gemm'] * 1e3:.2f} ms at "
         f"p = {procs[0]} (the peak, {ref.peak_flops_per_s(prec) / 1e12:.1f} TFLOP/s); the copies, at "
         f"{ref.h2d_pageable_bytes_per_s / 1e9:g} GB/s, "
-        f"{sum(base[procs[0]].terms[t] for t in ('h2d_batch', 'd2h_grad', 'h2d_grad')) * 1e3:.2f} ms.")
+        f"{sum(base[procs[0]].terms[t] for t in (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)) * 1e3:.2f} ms.")
     s.tables.append(Table("published_terms", f"The reference's scheme on {ref.name}: the model's terms beside "
                           "the published time per batch", rows))
 
@@ -112,7 +113,7 @@ def _terms(s: Section, st, ref: Machine, base: dict, scaled: ScaledKernels | Non
 def _unknowns(s: Section, st, ref: Machine) -> None:
     """3. One unknown alone, per p."""
     kernel, procs = st.scheme["gemm"], _procs(st)
-    mem = "pageable" if st.scheme["batch_transfer"] == "pageable" else "pinned"
+    mem = N.PAGEABLE if st.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
     alone = unknowns_alone(ref, st)
     what = {"gemm": (f"{kernel} GEMM rate (one for every shape)", "TFLOP/s", 1e12),
             "copy": (f"{mem} copy bandwidth, both ways", "GB/s", 1e9),
@@ -123,7 +124,7 @@ def _unknowns(s: Section, st, ref: Machine) -> None:
         for p in procs:
             v = alone[key].values[p]
             row[f"p={p}"] = v / scale if v is not None else (
-                "-" if key == "mpi" and p <= 1 else "none: the other terms alone exceed it")
+                "-" if key == N.MPI and p <= 1 else "none: the other terms alone exceed it")
         rows.append(row)
     s.tables.append(Table("published_unknowns", "What one unknown alone would have to be for the model to give "
                           "each published time (the other terms as the datasheet file says)", rows))

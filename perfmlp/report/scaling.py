@@ -13,8 +13,9 @@ from .analysis import Analysis
 from .configurations import Configuration, configurations
 from .figures import host_batch, phases, scaling
 from .sections import Figure, Section, Table
+from .. import names as N
 
-PHASE_FIGURE_MODES = (("pageable", "mpi-staged"), ("resident", "nccl"), ("pinned", "mpi-staged"))
+PHASE_FIGURE_MODES = ((N.PAGEABLE, N.MPI_STAGED), (N.RESIDENT, N.NCCL), (N.PINNED, N.MPI_STAGED))
 FIGURE_CONFIGS = 4          # configurations in the phase figure when the study's modes did not run
 HOST_TIMELINES = 2          # runs whose one batch is drawn on the host clock
 
@@ -22,8 +23,8 @@ HOST_TIMELINES = 2          # runs whose one batch is drawn on the host clock
 def mode_label(c: Configuration) -> str:
     s = c.s
     out = f"{s['transfer']}, {s['comm']}, {s['exec']}"
-    return out + ("" if s["strategy"] == "data" else f", {s['strategy']}") + \
-        ("" if s["trace_level"] == "phases" else f", trace {s['trace_level']}")
+    return out + ("" if s["strategy"] == N.DATA else f", {s['strategy']}") + \
+        ("" if s["trace_level"] == N.PHASES_LEVEL else f", trace {s['trace_level']}")
 
 
 def scaling_groups(a: Analysis) -> dict:
@@ -31,7 +32,7 @@ def scaling_groups(a: Analysis) -> dict:
     groups: dict = {}
     for c in configurations(a):
         s = c.s
-        if not (c.gpu and c.judged and s["strategy"] == "data"):
+        if not (c.gpu and c.judged and s["strategy"] == N.DATA):
             continue
         rest = tuple((k, v) for k, v in c.settings if k not in ("procs", "batch"))
         for kind, b in (("strong", s["batch"]), ("weak", s["batch"] // s["procs"])):
@@ -53,7 +54,7 @@ def section_scaling(a: Analysis) -> Section:
                           "exec": sv["exec"], "gemm": sv["gemm"], "trace level": sv["trace_level"], "procs": p,
                           "ms per batch": c.t_ms, "runs": len(c.runs), "speed-up": t1 / c.t_ms,
                           "efficiency %": 100 * eff, "run ids": " ".join(r.run_id for r in c.runs)})
-            if sv["gemm"] == "cublas" and sv["precision"] == st.precision and sv["hidden"] == str(st.hidden_size):
+            if sv["gemm"] == N.CUBLAS and sv["precision"] == st.precision and sv["hidden"] == str(st.hidden_size):
                 fig.setdefault(kind, {}).setdefault(mode_label(c) + (f", B={b}" if kind == "strong" else ""),
                                                     []).append((p, c.t_ms, eff))
     tg, pmax = st.targets, max(st.procs)
@@ -79,8 +80,8 @@ def phase_figure_configs(a: Analysis, configs: list[Configuration]) -> list[Conf
     """The study's modes at its largest p where they ran, else the configurations with the most ranks."""
     st = a.study
     study = [c for c in configs if c.gpu and c.judged and c.s["procs"] == max(st.procs)
-             and c.s["hidden"] == str(st.hidden_size) and c.s["batch"] == st.batch_size and c.s["gemm"] == "cublas"
-             and c.s["exec"] == "eager" and c.s["strategy"] == "data"
+             and c.s["hidden"] == str(st.hidden_size) and c.s["batch"] == st.batch_size and c.s["gemm"] == N.CUBLAS
+             and c.s["exec"] == N.EAGER and c.s["strategy"] == N.DATA
              and (c.s["transfer"], c.s["comm"]) in PHASE_FIGURE_MODES]
     if study:
         return sorted(study, key=lambda c: PHASE_FIGURE_MODES.index((c.s["transfer"], c.s["comm"])))

@@ -16,6 +16,7 @@ from typing import Callable
 from ..trace.reader import STEADY_RULE
 from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
 from .figures import measured_vs_predicted
+from .. import names as N
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,14 @@ def cublas_gpu(s: RunSummary) -> bool:
     """The runs the model's accuracy is judged on: cuBLAS (the machine files
     hold cuBLAS rates), not under a profiler, timed on the GPU (not by the
     host's enqueue)."""
-    return s.gpu and s.gemm == "cublas" and not s.profiled and not s.host_enqueue
+    return s.gpu and s.gemm == N.CUBLAS and not s.profiled and not s.host_enqueue
 
 
 def in_q2_2(a: Analysis, s: RunSummary) -> bool:
     """A Question 2.2 point: B / p = the study's B, one of its H, its precision, cuBLAS."""
     st = a.study
     return (cublas_gpu(s) and s.batch == st.batch_size * s.procs and s.precision == st.precision
-            and s.hidden in {(h,) for h in st.q2_2_hidden_sizes} and s.strategy == "data")
+            and s.hidden in {(h,) for h in st.q2_2_hidden_sizes} and s.strategy == N.DATA)
 
 
 # ---- sections ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from .analysis import Analysis, RunSummary
 from .configurations import Configuration, configurations
 from .figures import _plt, encode, legend_below, plain_log
 from .sections import Figure, Section, Table
+from .. import names as N
 
 STRATEGY_COLORS = {"data": "tab:blue", "ps": "tab:gray", "model": "tab:orange", "tie": "white"}  # hybrids: green
 TIE = 0.02   # predicted times within 2% of each other: the model calls it a tie
@@ -54,13 +55,13 @@ def strategy_groups(a: Analysis) -> dict[tuple, dict[str, list]]:
     set ran it with two exchanges of the same kind, and then every one is listed."""
     groups: dict = {}
     for c in configurations(a):
-        if c.judged and c.s["gemm"] in ("cublas", None) and c.s["overlap"] in ("no overlap", None):
+        if c.judged and c.s["gemm"] in (N.CUBLAS, None) and c.s["overlap"] in ("no overlap", None):
             groups.setdefault(group_key(c), {}).setdefault(c.s["strategy"], []).append(c)
     return groups
 
 
 def section_strategies(a: Analysis) -> Section | None:
-    if not any(r.strategy != "data" for r in a.runs):
+    if not any(r.strategy != N.DATA for r in a.runs):
         return None
     s = Section("Partitioning strategies: data, model, hybrid, parameter server")
     s.paragraphs.append(_pencil_and_paper(a))
@@ -70,11 +71,11 @@ def section_strategies(a: Analysis) -> Section | None:
         "the median of its repeats; the speed-up is over the one-GPU data-parallel configuration with the same "
         "settings.")
     groups = strategy_groups(a)
-    one_gpu = {k[:3] + k[4:]: by["data"][0] for k, by in groups.items() if k[3] == 1 and "data" in by}
+    one_gpu = {k[:3] + k[4:]: by["data"][0] for k, by in groups.items() if k[3] == 1 and N.DATA in by}
     rows, winners, points = [], [], []
     for key, by in sorted(groups.items(), key=lambda kv: str(kv[0])):
         procs = key[3]
-        if procs == 1 or not any(n != "data" for n in by):
+        if procs == 1 or not any(n != N.DATA for n in by):
             continue
         base = one_gpu.get(key[:3] + key[4:])
         for name, cs in sorted(by.items()):
@@ -105,7 +106,7 @@ def _pencil_and_paper(a: Analysis) -> str:
     st = a.study
     D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
     sz = itemsize(st.precision)
-    P = max(r.procs for r in a.runs if r.strategy != "data")   # the set's largest strategy run
+    P = max(r.procs for r in a.runs if r.strategy != N.DATA)   # the set's largest strategy run
     pen = {name: closed_form_bytes(D, H, C, B, P, sz, name) for name in ("data", "ps", "model")}
     return (f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p={P}, {st.precision}: per step each rank "
             f"hands {pen['data']:,} bytes to the gradient allreduce with data parallelism (the whole gradient, "
@@ -151,7 +152,7 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
     """The predicted best strategy over H and B at the set's usual p, transfer, exchange and execution mode,
     with the points measured at exactly those settings."""
     st = a.study
-    keys = [k for k, by in groups.items() if k[3] > 1 and k[0] == "cupy" and any(n != "data" for n in by)]
+    keys = [k for k, by in groups.items() if k[3] > 1 and k[0] == N.CUPY and any(n != N.DATA for n in by)]
     if not keys:
         return []
     procs, prec, transfer, mode, device = (statistics.mode(k[i] for k in keys) for i in (3, 4, 5, 6, 8))
@@ -174,7 +175,7 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
 # ---- figures ----------------------------------------------------------------------------------
 
 def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=18,
-                 exec_mode="eager"):
+                 exec_mode=N.EAGER):
     """The predicted best strategy on a log grid of H and B, and the measured winners on it
     (GPU runs: `device` NCCL, else MPI staged through the host; exec_mode graph: each strategy
     in graph mode where its step can be captured)."""

@@ -32,9 +32,10 @@ from ..trace.activity import to_run_s
 from ..trace.reader import Run
 from .crosscheck import CrossCheck, run_cross_checks
 from .intervals import clip, intersect, length, subtract, union
+from .. import names as N
 
 COLLECTIVE_PHASES = ("allreduce",)
-COPY_PHASES = ("h2d", "d2h", "h2d_grad")
+COPY_PHASES = ("h2d", "d2h", N.H2D_GRAD)
 BUSY_PARTS = ("compute", "exposed comm", "copies")
 IDLE_PARTS = ("idle: host launch", "idle: copies", "idle: other ranks")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
@@ -130,7 +131,7 @@ class PathSegment:
 def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
     """A rank's phases of one batch as (phase, start s, end s) on the run's
     time axis: GPU spans where measured on the GPU, else host spans."""
-    if batch.clock == "cupti":
+    if batch.clock == N.CUPTI:
         t0 = batch.gpu_t0_ns
         return [(p, to_run_s(clock, t0 + off * 1e6, True), to_run_s(clock, t0 + (off + d) * 1e6, True))
                 for p, (off, d) in batch.t_ms.items()]
@@ -182,7 +183,7 @@ def critical_path(segments: dict[int, list[tuple[str, float, float]]],
 # ---- a run ---------------------------------------------------------------------------------
 
 def has_timeline(run: Run) -> bool:
-    return any(b.clock == "cupti" for rt in run.ranks.values() for b in rt.batches)
+    return any(b.clock == N.CUPTI for rt in run.ranks.values() for b in rt.batches)
 
 
 def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
@@ -190,7 +191,7 @@ def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
     out: dict = {}
     for key, recs in sorted(run.steady_batches().items()):
         for r, b in recs.items():
-            if b.clock != "cupti":
+            if b.clock != N.CUPTI:
                 continue
             t0 = b.gpu_t0_ns
             bd = breakdown(b.gpu, (t0, t0 + b.t_ms_total * 1e6), host_phases_ns(b, run.ranks[r].clock))
@@ -210,7 +211,7 @@ def _comm_span(b, clock) -> tuple[float, float] | None:
         s, e = min(r.start_ns for r in comm), max(r.end_ns for r in comm)
         return to_run_s(clock, s, True), to_run_s(clock, e, True)
     host = b.t_ms_host or b.t_ms
-    if "allreduce" not in host:
+    if N.ALLREDUCE not in host:
         return None
     off, d = host["allreduce"]
     base = clock.host_start_ns + b.t0_s * 1e9
@@ -236,7 +237,7 @@ def run_collectives(run: Run) -> list[CollectiveWait]:
 def representative(run: Run) -> tuple[int, int] | None:
     """The steady batch whose slowest rank's time is the median one."""
     items = [(max(run.batch_time_ms(b) for b in recs.values()), key)
-             for key, recs in run.steady_batches().items() if all(b.clock == "cupti" for b in recs.values())]
+             for key, recs in run.steady_batches().items() if all(b.clock == N.CUPTI for b in recs.values())]
     if not items:
         return None
     items.sort()
