@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..trace.activity import to_run_s
+from ..trace.clocks import clock_quality_us, host_phases_ns, host_span_s, rank_segments, to_run_s
 from ..trace.reader import Run
 from .crosscheck import CrossCheck, run_cross_checks
 from .intervals import clip, intersect, length, subtract, union
@@ -95,15 +95,6 @@ def breakdown(records, window: tuple[float, float], host_phases: dict | None = N
                      comm=length(by["comm"]) / 1e6, window=(hi - lo) / 1e6)
 
 
-def host_phases_ns(batch, clock) -> dict:
-    """The host's phase spans of a batch on the CUPTI clock (ns)."""
-    if clock is None or clock.cupti_minus_host_ns is None:
-        return {}
-    base = clock.host_start_ns + clock.cupti_minus_host_ns + batch.t0_s * 1e9
-    return {p: (base + off * 1e6, base + (off + dur) * 1e6)
-            for p, (off, dur) in (batch.t_ms_host or batch.t_ms).items()}
-
-
 # ---- one batch across ranks ----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -126,18 +117,6 @@ class PathSegment:
     rank: int
     ms: float
     gain_ceiling_ms: float
-
-
-def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
-    """A rank's phases of one batch as (phase, start s, end s) on the run's
-    time axis: GPU spans where measured on the GPU, else host spans."""
-    if batch.clock == N.CUPTI:
-        t0 = batch.gpu_t0_ns
-        return [(p, to_run_s(clock, t0 + off * 1e6, True), to_run_s(clock, t0 + (off + d) * 1e6, True))
-                for p, (off, d) in batch.t_ms.items()]
-    base = clock.host_start_ns + batch.t0_s * 1e9
-    return [(p, to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False))
-            for p, (off, d) in batch.t_ms.items()]
 
 
 def collective_waits(arrivals: dict[int, tuple[float, float]], epoch: int = 0, batch: int = 0) -> CollectiveWait:
@@ -213,9 +192,7 @@ def _comm_span(b, clock) -> tuple[float, float] | None:
     host = b.t_ms_host or b.t_ms
     if N.ALLREDUCE not in host:
         return None
-    off, d = host["allreduce"]
-    base = clock.host_start_ns + b.t0_s * 1e9
-    return to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False)
+    return host_span_s(clock, b, *host[N.ALLREDUCE])
 
 
 def run_collectives(run: Run) -> list[CollectiveWait]:
@@ -306,16 +283,6 @@ class Timeline:
         return self.host_launch_share > HOST_BOUND_SHARE
 
 
-def _clocks(run: Run) -> tuple[float | None, float | None]:
-    """(the ranks' alignment error, the largest CUPTI-against-host drift), us."""
-    clocks = [rt.clock for rt in run.ranks.values() if rt.clock]
-    err = max((c.rank0_err_ns + (c.cupti_err_ns or 0)) / 1e3 for c in clocks) if clocks else None
-    drift = [(rt.clock_end.cupti_minus_host_ns - rt.clock.cupti_minus_host_ns) / 1e3
-             for rt in run.ranks.values() if rt.clock_end and rt.clock and rt.clock.cupti_minus_host_ns
-             is not None and rt.clock_end.cupti_minus_host_ns is not None]
-    return err, (max(map(abs, drift)) if drift else None)
-
-
 def _path(run: Run, rep: tuple[int, int] | None) -> list[PathSegment]:
     if rep is None:
         return []
@@ -330,7 +297,7 @@ def analyse_timeline(run: Run) -> Timeline | None:
         return None
     per_rank = run_breakdowns(run)
     medians = [rank_medians(r, bds) for r, bds in sorted(per_rank.items())]
-    err, drift = _clocks(run)
+    err, drift = clock_quality_us(run.ranks.values())
     rep = representative(run)
     share = statistics.median(m.median.idle_host_launch / m.median.window for m in medians if m.median.window)
     return Timeline(run.run_id, run.trace_level, per_rank, medians, run_collectives(run), rep,
