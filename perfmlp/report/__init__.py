@@ -101,7 +101,6 @@ def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machin
     if out.exists() and not out.is_dir():
         raise PerfmlpError(f"{out}: a file, not a folder for the report")
     try:
-        out.mkdir(parents=True, exist_ok=True)
         render(sections, out, "perfmlp report", header_of(a, len(runs)))
     except OSError as e:
         where = e.filename or out

@@ -1,8 +1,12 @@
 """The report on disk: report.md, a self-contained report.html (figures
 embedded as PNG), each table as CSV and each figure as PNG and SVG.
 
-A file whose bytes would not change is not rewritten, so regenerating a
-report over a committed one touches only what changed.
+The report is written whole or not at all: every file goes first into a
+fresh folder beside the target (`staged`), and only once all are written do
+they take their places by rename, so a failure halfway (a full disk) leaves
+the previous report as it was. A file whose bytes would not change is not
+replaced, so regenerating a report over a committed one touches only what
+changed.
 """
 from __future__ import annotations
 
@@ -11,9 +15,13 @@ import csv
 import html
 import io
 import math
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import write_atomic
+from ..errors import PerfmlpError, write_atomic
 from .figures import CATEGORY_COLORS
 from .sections import Cell, Figure, Section, Table
 from .thresholds import COLLAPSE_ROWS
@@ -103,6 +111,52 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return b.is_file() and a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _put_in_place(stage: Path, out: Path) -> None:
+    """The staged files into `out` by rename: the folder itself where `out`
+    does not exist yet, else file by file (`out` may hold other things: the
+    traces, a set's notes), those whose bytes are unchanged left alone."""
+    if not out.exists():
+        os.rename(stage, out)
+        return
+    files = sorted(stage.iterdir())
+    for f in files:
+        dest = out / f.name
+        if dest.exists() and not dest.is_file():
+            raise PerfmlpError(f"{dest}: not a file, where the report writes {f.name}")
+    for f in files:
+        if not _same_bytes(f, out / f.name):
+            os.replace(f, out / f.name)
+
+
+@contextmanager
+def staged(out: Path):
+    """A fresh folder beside `out` to write a whole report into; once the
+    block ends without an error its files are put in place (`_put_in_place`),
+    and on any error `out` is left as it was. The staging folder is removed
+    either way."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        stage.chmod(0o777 & ~_umask())   # as a folder made by mkdir, not mkdtemp's private 0700
+        yield stage
+        _put_in_place(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def collapsed(t: Table) -> bool:
     return t.collapse if t.collapse is not None else len(t.rows) > COLLAPSE_ROWS.value
 
@@ -176,8 +230,14 @@ def md_section(s: Section) -> list[str]:
 
 
 def render(sections: list[Section], out: Path, title: str, header: list[str]) -> None:
-    """Draw every figure and write every file of the report into `out` (which exists).
-    The first section opens the page; a line of links to the others follows it."""
+    """Draw every figure and write every file of the report, whole, into `out`
+    (made if missing; see `staged`). The first section opens the page; a line
+    of links to the others follows it."""
+    with staged(Path(out)) as stage:
+        _write_report(sections, stage, title, header)
+
+
+def _write_report(sections: list[Section], out: Path, title: str, header: list[str]) -> None:
     md = [f"# {title}", ""] + header + [""]
     parts = [f"<h1>{html.escape(title)}</h1>"] + [f'<p class="meta">{html.escape(h)}</p>' for h in header]
     for i, s in enumerate(sections):
@@ -185,17 +245,22 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
         for fig in s.figures:
             drawn = fig.draw(**fig.args)
             for ext, data in drawn.items():
-                write_if_changed(out / f"{fig.name}.{ext}", data)
+                _write(out / f"{fig.name}.{ext}", data)
             images[fig.name] = drawn["png"]
         for t in s.tables:
-            write_if_changed(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
+            _write(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
         md += md_section(s)
         parts.append(html_section(s, images))
         if i == 0 and len(sections) > 1:
             links = " · ".join(f'<a href="#{anchor(x)}">{html.escape(x.title)}</a>' for x in sections[1:])
             parts.append(f"<nav>Details: {links}</nav>")
     # surrogateescape: a path the C locale could not decode goes back out as the bytes it was
-    write_if_changed(out / "report.md", "\n".join(md).encode("utf-8", "surrogateescape"))
+    _write(out / "report.md", "\n".join(md).encode("utf-8", "surrogateescape"))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
-    write_if_changed(out / "report.html", page.encode("utf-8", "surrogateescape"))
+    _write(out / "report.html", page.encode("utf-8", "surrogateescape"))
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
