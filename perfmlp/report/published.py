@@ -13,10 +13,10 @@ from ..model.published import (ONE_CONSTANT, Explanation, ScaledKernels, explain
 from .analysis import Analysis
 from .sections import Section, Table
 from .. import names as N
+from .thresholds import PUBLISHED_CLOSE
 
 TITLE = "The reference's published times beside the model"
 TERM_NAMES = (N.H2D_BATCH, "gemm", "elementwise", "kernel_gaps", "launches", N.D2H_GRAD, "allreduce", N.H2D_GRAD)
-CLOSE = 0.25         # a prediction within this fraction of the published time "accounts for" it
 UNKNOWN_WORDS = {"gemm": "the GEMM rate", "copy": "the copy bandwidth", "mpi": "the MPI bandwidth"}
 
 
@@ -215,8 +215,9 @@ def _kernels(s: Section, st, ref: Machine, ex: Explanation, scaled: ScaledKernel
         f"and the model with it predicts {mine[key]:.2f} ms ({100 * err:+.0f}% against {pub[p0]:g}); by the "
         f"memory-bandwidth ratio, {mine[f'p={p0} predicted ms (bandwidth ratio)']:.2f} ms. The closest of the "
         f"reference's kernels by the peak ratio is {best['kernel']} ({best[key]:.2f} ms). " +
-        (f"So the reference's own GEMM kernel accounts for the p = {p0} time within {100 * CLOSE:.0f}%: the "
+        (f"So the reference's own GEMM kernel accounts for the p = {p0} time within "
+         f"{100 * PUBLISHED_CLOSE.value:.0f}%: the "
          f"datasheet file's peak GEMM rate is what makes the model {pub[p0] / datasheet_ms:.1f}x too fast there."
-         if abs(err) <= CLOSE else
+         if abs(err) <= PUBLISHED_CLOSE.value else
          f"The reference's kernel, priced from these measurements, does not account for the p = {p0} time "
-         f"within {100 * CLOSE:.0f}%: the kernel rate on the reference GPU is itself an unknown."))
+         f"within {100 * PUBLISHED_CLOSE.value:.0f}%: the kernel rate on the reference GPU is itself an unknown."))

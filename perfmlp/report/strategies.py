@@ -18,9 +18,9 @@ from .configurations import Configuration, configurations
 from .figures import _plt, encode, legend_below, plain_log
 from .sections import Figure, Section, Table
 from .. import names as N
+from .thresholds import STRATEGY_TIE
 
 STRATEGY_COLORS = {"data": "tab:blue", "ps": "tab:gray", "model": "tab:orange", "tie": "white"}  # hybrids: green
-TIE = 0.02   # predicted times within 2% of each other: the model calls it a tie
 
 
 def _color(name: str) -> str:
@@ -140,7 +140,7 @@ def winner_row(by: dict, base: Configuration | None) -> dict | None:
     measured = min(best, key=lambda n: best[n].t_ms)
     order = sorted(preds, key=preds.get)
     margin = (preds[order[1]] / preds[order[0]] - 1) if len(order) > 1 else None
-    tie = margin is not None and margin < TIE
+    tie = margin is not None and margin < STRATEGY_TIE.value
     return {"H": r.hidden_label, "B": r.batch, "procs": r.procs, "transfer": r.transfer, "exec": r.exec,
             "measured winner": measured, "predicted winner": order[0],
             "predicted margin %": 100 * margin if margin is not None else None,
@@ -192,7 +192,7 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
             if not ranking:
                 continue
             best = ranking[0][0]
-            if len(ranking) > 1 and ranking[1][1].total_s < (1 + TIE) * ranking[0][1].total_s:
+            if len(ranking) > 1 and ranking[1][1].total_s < (1 + STRATEGY_TIE.value) * ranking[0][1].total_s:
                 best = "tie"
             if best not in names:
                 names.append(best)
@@ -208,7 +208,8 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=_color(x), edgecolor="gray", alpha=0.6,
-                     label=f"{x} predicted fastest" if x != "tie" else f"predicted within {100 * TIE:g}%: a tie")
+                     label=f"{x} predicted fastest" if x != "tie"
+                     else f"predicted within {100 * STRATEGY_TIE.value:g}%: a tie")
                for x in names]
     for w in dict.fromkeys(pt["winner"] for pt in measured):
         handles.append(Line2D([], [], marker="o", ls="", markersize=8, color=_color(w), markeredgecolor="black",

@@ -33,13 +33,13 @@ from ..trace.reader import Run
 from .crosscheck import CrossCheck, run_cross_checks
 from .intervals import clip, intersect, length, subtract, union
 from .. import names as N
+from .thresholds import HOST_BOUND_SHARE
 
 COLLECTIVE_PHASES = ("allreduce",)
 COPY_PHASES = ("h2d", "d2h", N.H2D_GRAD)
 BUSY_PARTS = ("compute", "exposed comm", "copies")
 IDLE_PARTS = ("idle: host launch", "idle: copies", "idle: other ranks")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
-HOST_BOUND_SHARE = 0.10  # a run whose GPU waits for host launches this share of a batch is host-bound
 
 
 # ---- one batch on one rank -----------------------------------------------------------------
@@ -280,7 +280,7 @@ class Timeline:
 
     @property
     def host_bound(self) -> bool:
-        return self.host_launch_share > HOST_BOUND_SHARE
+        return self.host_launch_share > HOST_BOUND_SHARE.value
 
 
 def _path(run: Run, rep: tuple[int, int] | None) -> list[PathSegment]:
@@ -303,4 +303,4 @@ def analyse_timeline(run: Run) -> Timeline | None:
     return Timeline(run.run_id, run.trace_level, per_rank, medians, run_collectives(run), rep,
                     _path(run, rep), run_cross_checks(run), err, drift,
                     sum(rt.activity.orphans for rt in run.ranks.values() if rt.activity), share,
-                    host_functions(run) if share > HOST_BOUND_SHARE else [])
+                    host_functions(run) if share > HOST_BOUND_SHARE.value else [])

@@ -39,8 +39,8 @@ from .model_error import ErrorStats, error_stats, resolution, within_noise
 from .predictions import blind_status, more_predictions, read_predictions
 from .whatif import what_if_run
 from .. import names as N
+from .thresholds import MIN_STEADY
 
-MIN_STEADY = 20
 
 
 @dataclass
@@ -339,7 +339,7 @@ def analyse_validation(a: Analysis) -> Validation:
     quiet = a.study.targets.model_median_error_pct
     return Validation(
         cal, pred_note, (preds or {}).get("machine", {}) if preds else None,
-        tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY),
+        tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY.value),
         tuple(sorted({str(t.manifest.versions.get("perfmlp_git")) for t in a.traces})),
         configs, tuple(p[1] for p in pairs), tuple(summary_rows(judged, quiet)),
         tuple(per_term([p[1] for p in pairs])),
