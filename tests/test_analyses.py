@@ -85,3 +85,19 @@ def test_a_host_paced_prediction_prints_its_limit():
 def test_load_reads_a_folder_and_names_an_empty_one(tmp_path):
     with pytest.raises(PerfmlpError, match="no readable run"):
         analyses.load(tmp_path)
+
+
+def test_ceilings_use_each_runs_own_counts():
+    # a run of input size 20 (not the study's 784): its HBM intensity is its own FLOPs over its own bytes
+    from types import SimpleNamespace
+    from perfmlp.report.ceilings import ceilings_points
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.study import load_study
+    run = fake_run(1, "pageable", "mpi-staged", 2.0, run_id="small")
+    s = analyse([run], [], load_study()).runs[0]
+    s = dataclasses.replace(s, layer_sizes=(20, 512, 10), mem_bytes_rank0=4_000_000)
+    (pt,) = ceilings_points(SimpleNamespace(runs=(s,)))
+    assert pt["ai_hbm"] == pytest.approx(s.flops_rank0 / 4_000_000)    # FLOPs / 4 MB
+    assert pt["measured"] == pytest.approx(s.flops_rank0 / 2e-3)        # per 2 ms batch
+    (none,) = ceilings_points(SimpleNamespace(runs=(dataclasses.replace(s, mem_bytes_rank0=None),)))
+    assert none["ai_hbm"] is None                                       # a trace that counts no memory bytes

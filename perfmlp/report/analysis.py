@@ -76,6 +76,7 @@ class RunSummary:
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
     trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
     layer_sizes: tuple = ()     # D, the hidden sizes, C
+    mem_bytes_rank0: int | None = None   # device-memory bytes rank 0's kernels move in a batch (the trace's Shape)
 
     @property
     def strategy(self) -> str:
@@ -201,6 +202,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     flops_job = sum(sum(b.flops.values()) for b in counters.values() if b)
     flops_rank0 = sum(counters[ranks[0]].flops.values()) if counters[ranks[0]] else 0
     bytes_rank = max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0)
+    # the one place the device-memory bytes are read: the Shape record's per-phase counts, where the trace has them
+    mem = getattr(counters[ranks[0]], "mem_bytes", None) if counters[ranks[0]] else None
     t_ms = run.median_batch_ms()
     comm = run.comm  # the reader names old traces' exchanges as --comm does
     gpu = run.on_gpu
@@ -241,7 +244,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         parallel=ran.parallel, model_procs=ran.model_procs, exec=exec_of(run),
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),
-        trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes))
+        trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes),
+        mem_bytes_rank0=sum(mem.values()) if mem else None)
 
 
 # ---- every run ---------------------------------------------------------------------------
