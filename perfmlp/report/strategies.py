@@ -11,7 +11,7 @@ import statistics
 
 import numpy as np
 
-from ..model.costs import itemsize
+from ..model.precision import precision as precision_of
 from ..model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
 from .analysis import Analysis, RunSummary
 from .configurations import Configuration, configurations
@@ -35,7 +35,7 @@ def comm_bytes(a: Analysis, r: RunSummary) -> tuple[int | None, int | None]:
         return None, None
     per = [c for c in (run.counters(rank) for rank in sorted(run.ranks)) if c]
     counted = max(c.bytes_mpi + c.bytes_nccl for c in per) if per else None
-    model = step_bytes(run.layer_sizes, r.batch, r.procs, itemsize(r.precision), r.parallel, r.model_procs,
+    model = step_bytes(run.layer_sizes, r.batch, r.procs, precision_of(r.precision).act_bytes, r.parallel, r.model_procs,
                        r.comm)["per_rank"]
     return counted, model
 
@@ -105,7 +105,7 @@ def section_strategies(a: Analysis) -> Section | None:
 def _pencil_and_paper(a: Analysis) -> str:
     st = a.study
     D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
-    sz = itemsize(st.precision)
+    sz = precision_of(st.precision).act_bytes
     P = max(r.procs for r in a.runs if r.strategy != N.DATA)   # the set's largest strategy run
     pen = {name: closed_form_bytes(D, H, C, B, P, sz, name) for name in ("data", "ps", "model")}
     return (f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p={P}, {st.precision}: per step each rank "
