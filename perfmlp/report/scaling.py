@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import analyses
+from .analyses.imbalance import imbalance
+from .analyses.scaling import STRONG, WEAK, scaling as scaling_table
 from .analysis import Analysis
 from .configurations import Configuration, configurations
 from .figures import host_batch, phases, scaling
@@ -31,12 +32,12 @@ def section_scaling(a: Analysis) -> Section:
     st = a.study
     s = Section("Scaling")
     table, fig = [], {}
-    for row in analyses.scaling(a):
+    for row in scaling_table(a):
         kind = row["scaling"]
         shown = {k: v for k, v in row.items() if k not in ("B", "B/p") or v is not None}
         table.append(shown)
         if row["gemm"] == N.CUBLAS and row["precision"] == st.precision and row["H"] == str(st.hidden_size):
-            label = mode_label(row) + (f", B={row['B']}" if kind == analyses.STRONG else "")
+            label = mode_label(row) + (f", B={row['B']}" if kind == STRONG else "")
             fig.setdefault(kind, {}).setdefault(label, []).append(
                 (row["procs"], row["ms per batch"], row["efficiency %"] / 100))
     tg, pmax = st.targets, max(st.procs)
@@ -47,7 +48,7 @@ def section_scaling(a: Analysis) -> Section:
                         f"Targets ({Path(st.path).name}; NCCL and resident data): weak >= "
                         f"{tg.weak_efficiency_pct:g}% at {pmax} GPUs; strong: {pmax} GPUs at least "
                         f"{tg.strong_speedup:g}x faster than 1.")
-    for kind in (analyses.STRONG, analyses.WEAK):
+    for kind in (STRONG, WEAK):
         if fig.get(kind):
             s.figures.append(Figure(f"scaling_{kind}", f"{kind.capitalize()} scaling, H={st.hidden_size}, each "
                                     "transfer, exchange and execution mode", scaling,
@@ -74,7 +75,7 @@ def phase_figure_configs(a: Analysis, configs: list[Configuration]) -> list[Conf
 def section_phases(a: Analysis) -> Section:
     s = Section("Phase breakdown per rank")
     configs = configurations(a)
-    table = analyses.imbalance(a).records()
+    table = imbalance(a).records()
     chosen = phase_figure_configs(a, configs)
     s.paragraphs.append("Each rank's median phase times in a steady batch, for the run that stands for each "
                         "configuration (the median repeat). A rank that finishes its compute early waits inside the "

@@ -15,9 +15,8 @@ from typing import Callable
 
 from ..trace.reader import STEADY_RULE
 from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
-from . import analyses
-from .analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell  # noqa: F401  (the validation section's)
-from .analyses.runs import judged_for_model
+from .analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell, model_accuracy, terms
+from .analyses.runs import judged_for_model, runs as runs_table
 from .figures import measured_vs_predicted
 from .. import names as N
 
@@ -104,7 +103,7 @@ def section_runs(a: Analysis, labels: dict[str, str], bound: dict[str, str]) -> 
                             "describe GPUs.")
     if a.skipped:
         s.paragraphs.append("Skipped: " + "; ".join(a.skipped))
-    rows = analyses.runs(a, labels, bound).records()
+    rows = runs_table(a, labels, bound).records()
     s.tables.append(Table("runs", "Every run (hover a label for its run id)", rows, hidden=("run",),
                           tips={"label": "run"}))
     return s
@@ -115,8 +114,8 @@ def section_model(a: Analysis, labels: dict[str, str] | None = None) -> Section:
     ds, cal, kind = a.machines.datasheet, a.machines.calibrated, a.machines.primary_kind
     tg = a.study.targets
     s = Section("Measured against predicted time per batch")
-    table = analyses.terms(a, labels).records()
-    lines = analyses.model_accuracy(a).records()
+    table = terms(a, labels).records()
+    lines = model_accuracy(a).records()
     judged = [r for r in a.runs if judged_for_model(r)]
     s.paragraphs.append(
         "Prediction: the model package's sum of named terms (GEMMs at the machine file's rate for each shape, "

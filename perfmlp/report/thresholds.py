@@ -59,8 +59,7 @@ TOP_RECOMMENDATIONS = Threshold(
 WITHIN_CLOSE = Threshold(
     "within_close", 5,
     "the model accuracy table counts the runs whose |error| is at most this many percent",
-    "this report's convention: between the model's targets on GPU-paced steps, 3% median and 8% worst "
-    "(SPEC.md section 6)")
+    "this report's convention: between the model's targets on GPU-paced steps, 3% median and 8% worst")
 
 WITHIN_FAIR = Threshold(
     "within_fair", 15,
@@ -70,8 +69,7 @@ WITHIN_FAIR = Threshold(
 STRATEGY_TIE = Threshold(
     "strategy_tie", 0.02,
     "two strategies whose predicted times are within this fraction of each other are called a tie",
-    "the model's median |error| on GPU-paced steps (SPEC.md section 6 targets 3%): a smaller margin does not "
-    "rank them")
+    "the model's target median |error| on GPU-paced steps, 3%: a smaller margin does not rank them")
 
 HOST_BOUND_SHARE = Threshold(
     "host_bound_share", 0.10,
@@ -101,12 +99,12 @@ MIN_TESTS = Threshold(
 COVERAGE_TARGET = Threshold(
     "coverage_target", 0.90,
     "the 90% intervals should cover at least this fraction of the measured medians",
-    "SPEC.md section 6: a 90% interval covering at least 90%")
+    "the model's target: a 90% interval covering at least 90% of the configurations")
 
 GRAPH_HALF_WIDTH_TARGET = Threshold(
     "graph_half_width_target", 0.05,
     "the target half-width of a graph-mode step's interval",
-    "SPEC.md section 6's GPU-paced accuracy (8% worst) less the repeats' own spread")
+    "the model's worst-case target on GPU-paced steps (8%) less the repeats' own spread")
 
 PRISM_KS = Threshold(
     "prism_ks", 0.208,

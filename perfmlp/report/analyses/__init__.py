@@ -29,7 +29,7 @@ from .imbalance import imbalance
 from .runs import in_q2_2, judged_for_model, runs
 from .scaling import STRONG, WEAK, scaling, scaling_groups
 from .table import Table
-from .. import configurations as _configurations
+from ..configurations import configurations as configurations_of
 
 __all__ = ["Analyses", "Table", "load", "runs", "configurations", "scaling", "scaling_groups", "imbalance", "terms",
            "model_accuracy", "host_paced_spread", "limit_text", "judged_for_model", "in_q2_2", "STRONG", "WEAK"]
@@ -39,7 +39,7 @@ def configurations(a: Analysis) -> Table:
     """Repeats merged: one row per configuration, its settings, the median time per batch over its repeats,
     their fastest and slowest, and the run that stands for it."""
     rows = []
-    for c in _configurations.configurations(a):
+    for c in configurations_of(a):
         times = [r.t_ms for r in c.runs]
         rows.append({"configuration": c.label, **c.s, "ms per batch": c.t_ms, "repeats": len(c.runs),
                      "fastest ms": min(times), "slowest ms": max(times), "judged": c.judged,

@@ -5,7 +5,7 @@ early waits inside the allreduce: the allreduce's spread across ranks is
 that waiting."""
 from __future__ import annotations
 
-from .. import configurations as C
+from ..configurations import configurations
 from ... import names as N
 from .table import Table
 
@@ -15,7 +15,7 @@ COLUMNS = ("configuration", "run", "procs", "compute+copy min ms", "compute+copy
 
 def imbalance(a) -> Table:
     rows = []
-    for c in (c for c in C.configurations(a) if c.s["procs"] > 1):
+    for c in (c for c in configurations(a) if c.s["procs"] > 1):
         r = c.representative
         busy = [r.busy_ms(k) for k in sorted(r.phases_ms)]
         ar = [ph.get(N.ALLREDUCE, 0) for _, ph in sorted(r.phases_ms.items())]

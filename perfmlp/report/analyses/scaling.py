@@ -4,7 +4,7 @@ a GPU against the one-GPU configuration with every other setting equal
 splits it over p (efficiency T1 / (p Tp)); weak keeps B / p (T1 / Tp)."""
 from __future__ import annotations
 
-from .. import configurations as C
+from ..configurations import configurations
 from ... import names as N
 from .table import Table
 
@@ -16,7 +16,7 @@ COLUMNS = ("scaling", "H", "B", "B/p", "precision", "transfer", "comm", "exec", 
 def scaling_groups(a) -> dict:
     """(kind, every setting but p and the batch, B or B/p) -> {p: configuration}, data parallelism on a GPU."""
     groups: dict = {}
-    for c in C.configurations(a):
+    for c in configurations(a):
         s = c.s
         if not (c.gpu and c.judged and s["strategy"] == N.DATA):
             continue
