@@ -5,12 +5,10 @@ words, Markdown, HTML, CSV and figures.
 
 One front door, callable from Python:
 
-    >>> from perfmlp.report import analyses
-    >>> a = analyses.load("traces/")               # every run under the folder, read once
-    >>> t = a.scaling()                            # a Table
-    >>> t.columns[:3]
-    ('scaling', 'H', 'B')
-    >>> [(r["procs"], r["efficiency %"]) for r in t.where(scaling="weak")]
+    from perfmlp.report import analyses
+    a = analyses.load("traces/")          # every run under the folder, read once
+    t = a.scaling()                       # a Table: t.columns[:3] == ("scaling", "H", "B")
+    [(r["procs"], r["efficiency %"]) for r in t.where(scaling="weak")]
 
 Runs made in memory (the trace reader's `Run.from_records`) go through
 `Analyses.from_runs(runs)`. Each method returns a fresh Table; `a.analysis`
