@@ -16,13 +16,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from ..model.costs import DEFAULT_BUCKET_BYTES
-from ..model.machine import DEFAULT_MACHINE, Machine, MachineError, load_machine, machine_files
+from ..model.machine import Machine
+from ..model.machine.choose import Machines, pick_machines  # noqa: F401  (perfmlp/whatif.py imports it from here)
 from ..model.predict import TERM_GROUP, Prediction, predict_batch
 from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms
 from ..trace.reader import Run
 from .study import Study
+from .. import names as N
 
 # The report's terms, in the order a batch goes through them: each is the
 # sum of the phases that measure it (perfmlp/trace/format.py). A model term
@@ -30,49 +31,8 @@ from .study import Study
 # falls inside the compute phases.
 TERMS = PHASE_GROUPS
 COMPUTE = "compute"
-BUSY_TERMS = ("h2d_batch", COMPUTE)  # a rank's own work before it waits for the others
-COPY_TERMS = ("h2d_batch", "d2h_grad", "h2d_grad")
-
-
-# ---- machines --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Machines:
-    datasheet: Machine
-    calibrated: Machine | None
-
-    @property
-    def primary(self) -> Machine:
-        """The machine the report predicts with: the calibrated one where there is one."""
-        return self.calibrated or self.datasheet
-
-    @property
-    def primary_kind(self) -> str:
-        return "calibrated" if self.calibrated else "datasheet"
-
-
-def pick_machines(runs: list[Run], machine_arg: str | None) -> Machines:
-    """The datasheet and the calibrated file (if any) for the GPU the traces
-    saw; `machine_arg` replaces the one of its kind."""
-    gpus = [r.gpu for r in runs if r.gpu]
-    gpu = statistics.mode(gpus) if gpus else None
-    files = []
-    for f in machine_files():
-        try:
-            files.append(load_machine(f))
-        except MachineError:
-            continue
-    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
-    calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
-    if datasheet is None:
-        datasheet = load_machine(DEFAULT_MACHINE)
-    if machine_arg:
-        given = load_machine(machine_arg)
-        if given.calibrated:
-            calibrated = given
-        else:
-            datasheet = given
-    return Machines(datasheet, calibrated)
+BUSY_TERMS = (N.H2D_BATCH, COMPUTE)  # a rank's own work before it waits for the others
+COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
 
 
 # ---- one run ---------------------------------------------------------------------------
@@ -107,15 +67,16 @@ class RunSummary:
     imbalance_ms: float
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
-    exec: str = "eager"         # the execution mode that ran (exec_of)
+    exec: str = N.EAGER         # the execution mode that ran (exec_of)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
     phase_clock: str = "host"   # the steady batches' phase clock: host, cuda-events or cupti (Run.phase_clock)
     comparable: frozenset = frozenset(TERMS)  # terms measured as the model means them (trace.format.comparable_terms)
     overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
-    bucket_bytes: int = DEFAULT_BUCKET_BYTES   # run --bucket-bytes (used only with overlap)
+    bucket_bytes: int = 0       # run --bucket-bytes (used only with overlap)
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
     trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
     layer_sizes: tuple = ()     # D, the hidden sizes, C
+    mem_bytes_rank0: int | None = None   # device-memory bytes rank 0's kernels move in a batch (the trace's Shape)
 
     @property
     def strategy(self) -> str:
@@ -124,7 +85,7 @@ class RunSummary:
 
     @property
     def gpu(self) -> bool:
-        return self.backend == "cupy"
+        return self.backend == N.CUPY
 
     @property
     def hidden_label(self) -> str:
@@ -231,7 +192,7 @@ def _endings(run: Run) -> tuple[tuple[int, str], ...]:
 
 
 def summarise(run: Run, machines: Machines) -> RunSummary:
-    c = run.config
+    c, ran = run.config, run.ran   # the configuration asked for; what ran (the strategy, transfer, GEMM, overlap)
     steady = run.steady_batches().values()
     ranks = sorted(run.ranks)
     per_rank_ms = {r: statistics.median(run.batch_time_ms(recs[r]) for recs in steady) for r in ranks}
@@ -241,24 +202,26 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     flops_job = sum(sum(b.flops.values()) for b in counters.values() if b)
     flops_rank0 = sum(counters[ranks[0]].flops.values()) if counters[ranks[0]] else 0
     bytes_rank = max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0)
+    # the one place the device-memory bytes are read: the Shape record's per-phase counts, where the trace has them
+    mem = getattr(counters[ranks[0]], "mem_bytes", None) if counters[ranks[0]] else None
     t_ms = run.median_batch_ms()
     comm = run.comm  # the reader names old traces' exchanges as --comm does
     gpu = run.on_gpu
-    overlap, bucket_bytes = bool(c.get("overlap", False)), int(c.get("bucket_bytes", DEFAULT_BUCKET_BYTES))
+    overlap, bucket_bytes = ran.overlap, ran.bucket_bytes
 
     def predict(m: Machine | None) -> Prediction | None:
         if m is None or not gpu:  # the machine files describe GPUs
             return None
-        if c.get("parallel", "data") != "data" or comm in ("ps", "ps-nccl"):
+        if ran.parallel != N.DATA or comm in N.PS_COMMS:
             return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
-                                    c["batch_transfer"], c.get("parallel", "data"), c.get("model_procs", 0),
+                                    ran.batch_transfer, ran.parallel, ran.model_procs,
                                     trace_level_of(run), exec_mode=exec_of(run))
-        gemm = c.get("gemm", "cublas")
+        gemm = ran.gemm
         return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
-                             c["batch_transfer"], trace_level_of(run), exec_mode=exec_of(run),
+                             ran.batch_transfer, trace_level_of(run), exec_mode=exec_of(run),
                              overlap=overlap, bucket_bytes=bucket_bytes,
-                             gemm=gemm if m.has_gemm_kernel(gemm) else "cublas",
-                             fuse_output=run.ran.fuse_output, output_grad_cols=run.ran.output_grad_cols)
+                             gemm=gemm if m.has_gemm_kernel(gemm) else N.CUBLAS,
+                             fuse_output=ran.fuse_output, output_grad_cols=ran.output_grad_cols)
 
     def util(m: Machine | None) -> float | None:
         if m is None or not gpu:
@@ -266,22 +229,23 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
 
     p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated)
-    comparable = comparable_terms(run.phase_clock, gpu, c["batch_transfer"], comm, c.get("parallel", "data"))
+    comparable = comparable_terms(run.phase_clock, gpu, ran.batch_transfer, comm, ran.parallel)
     busy = [busy_ms(ph) for ph in phases.values()]
     imbalance = max(busy) - min(busy)
     return RunSummary(
         run_id=run.run_id, path=run.path, hidden=tuple(int(h) for h in c["hidden_sizes"]),
-        batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=c["batch_transfer"],
-        comm=comm, gemm=c.get("gemm", "?"), backend=run.backend, complete=run.complete,
+        batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=ran.batch_transfer,
+        comm=comm, gemm=ran.gemm, backend=run.backend, complete=run.complete,
         profiled=run.profiled, endings=_endings(run), manifest_status=run.manifest.status,
         batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=flops_rank0, bytes_copied_rank=bytes_rank,
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         imbalance_ms=imbalance,
-        parallel=c.get("parallel", "data"), model_procs=int(c.get("model_procs", 0)), exec=exec_of(run),
+        parallel=ran.parallel, model_procs=ran.model_procs, exec=exec_of(run),
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),
-        trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes))
+        trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes),
+        mem_bytes_rank0=sum(mem.values()) if mem else None)
 
 
 # ---- every run ---------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from ..errors import OneLineParser, PerfmlpError, cli, say, write_atomic
 from ..model.machine import (MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS,
                              MachineError, machine_from_mapping, machine_to_yaml)
 from .blind_tests import read_blind_tests
+from .thresholds import MIN_TESTS
 
-MIN_TESTS = 5   # an execution mode with fewer blind tests records no model error
 
 
 def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]:
@@ -44,7 +44,7 @@ def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]
             ratios = sorted(round(t.measured_s / t.predicted_s, 4) for t in tests
                             if t.machine == machine_kind and t.exec == mode
                             and (t.batch_transfer in PAGEABLE_TRANSFERS) == pageable)
-            if len(ratios) >= MIN_TESTS:
+            if len(ratios) >= MIN_TESTS.value:
                 out[source] = tuple(ratios)
     return out
 
@@ -65,7 +65,8 @@ def main(argv=None) -> int:
     ratios = model_error_ratios(tests, a.machine_kind)
     if not ratios:
         kinds = sorted({t.machine for t in tests})
-        raise PerfmlpError(f"{a.history}: fewer than {MIN_TESTS} blind tests of machine kind {a.machine_kind!r} in "
+        raise PerfmlpError(f"{a.history}: fewer than {MIN_TESTS.value} blind tests of machine kind "
+                           f"{a.machine_kind!r} in "
                            f"either execution mode (kinds: {', '.join(kinds)})")
     try:
         values = read_yaml(Path(a.into), "machine file")

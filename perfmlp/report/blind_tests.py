@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import PerfmlpError
 from .model_error import ErrorStats, error_stats, resolution
+from .. import names as N
 
 COLUMNS = ("machine", "commit", "date", "sweep", "run", "hidden_sizes", "batch_size", "procs", "batch_transfer",
            "comm", "exec", "parallel", "precision", "repeats", "predicted_s", "measured_s", "measured_min_s",
@@ -69,7 +70,7 @@ class BlindTest:
     def label(self) -> str:
         """The configuration in the report's words."""
         return (f"H={self.hidden_sizes} B={self.batch_size} p={self.procs} {self.precision} "
-                f"{self.batch_transfer}/{self.comm} {self.exec}" + ("" if self.parallel == "data" else
+                f"{self.batch_transfer}/{self.comm} {self.exec}" + ("" if self.parallel == N.DATA else
                                                                      f" {self.parallel}"))
 
 

@@ -1,32 +1,31 @@
 """The roofline of several ceilings: every GPU run of the report under the
 ceiling of the precision it ran in (the primary machine's FFMA, TF32 and
 BF16/FP16 tensor-core peaks), at two memory levels: FLOPs per device-memory
-byte against HBM (the model's counts of the step's kernels at the widths
-that run) and FLOPs per copied byte against PCIe, where the overlapped
-(prefetched) bound is the slanted line and the serialised one the modified
-curve below it."""
+byte against HBM (the trace's counts of the bytes the step's kernels read
+and write, at the run's own layer sizes and widths) and FLOPs per copied
+byte against PCIe, where the overlapped (prefetched) bound is the slanted
+line and the serialised one the modified curve below it."""
 from __future__ import annotations
 
 import math
 
-from ..model.costs import batch_counts, pieces, widths
 from ..model.machine import MachineError
 from ..model.precision import precision as precision_of
 from .figures import ceilings_roofline
+from .. import names as N
 
 
 def ceilings_points(a) -> list[dict]:
     """One point per GPU run of data parallelism: its precision's GEMM format,
     measured FLOP/s per GPU (rank 0's FLOPs over the time per batch) and its
-    two intensities."""
+    two intensities, from the run's own trace: its FLOPs over the
+    device-memory bytes its kernels moved (None where the trace does not
+    count them), and over the bytes it copied."""
     out = []
-    D, C = a.study.input_size, a.study.num_classes
     for r in a.runs:
-        if r.backend != "cupy" or r.strategy != "data" or not r.t_ms:
+        if r.backend != N.CUPY or r.strategy != N.DATA or not r.t_ms:
             continue
-        c = batch_counts((D, *r.hidden, C), max(pieces(r.batch, r.procs)), widths(r.precision), r.comm, r.transfer,
-                         exec_mode=r.exec)
-        mem = sum(c.mem_bytes.values())
+        mem = r.mem_bytes_rank0
         out.append({"precision": precision_of(r.precision).gemm, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
                     "ai_hbm": r.flops_rank0 / mem if mem else None,
                     "ai_pcie": r.ai if math.isfinite(r.ai) else None, "run": r.run_id})

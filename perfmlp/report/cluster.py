@@ -19,8 +19,9 @@ from ..model.projection import PROCS, STRATEGIES, crossover, scaling
 from .analysis import Analysis
 from .figures import _plt, encode
 from .sections import Figure, Section, Table
+from .. import names as N
 
-STRATEGY_COLORS = {"data": "tab:blue", "model": "tab:orange", "hybrid": "tab:green"}
+STRATEGY_COLORS = {"data": "tab:blue", "model": "tab:orange", N.HYBRID: "tab:green"}
 SHOWN_PROCS = (1, 8, 64, 256, 1024)          # the scaling table's rows (the figure has every power of two)
 CROSSOVER_H, CROSSOVER_B, CROSSOVER_P = (256, 1024, 4096), (800, 3200, 12800), (8, 64, 256, 1024)
 
@@ -47,8 +48,8 @@ def measured_points(a: Analysis, hidden: int, batch: int, weak: bool) -> dict[st
     `batch` a GPU when weak), the median of a configuration's repeats."""
     times: dict = {}
     for r in a.gpu_runs:
-        if (r.profiled or r.comm != "nccl" or r.transfer != "resident" or r.exec != "graph"
-                or r.precision != "float32" or r.hidden != (hidden,) or r.parallel not in STRATEGIES):
+        if (r.profiled or r.comm != N.NCCL or r.transfer != N.RESIDENT or r.exec != N.GRAPH
+                or r.precision != N.FLOAT32 or r.hidden != (hidden,) or r.parallel not in STRATEGIES):
             continue
         if r.batch != (batch * r.procs if weak else batch):
             continue
@@ -96,7 +97,7 @@ def _crossover_rows(rows: list[dict]) -> list[dict]:
     for r in rows:
         row = out.setdefault((r["H"], r["B"]), {"H": r["H"], "B": r["B"]})
         ms = r[f"{r['winner']} ms"]
-        grid = f" {r['hybrid grid']}" if r["winner"] == "hybrid" else ""
+        grid = f" {r['hybrid grid']}" if r["winner"] == N.HYBRID else ""
         row[f"p={r['procs']}"] = f"{r['winner']}{grid} {ms:.3g} ms"
     return list(out.values())
 

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .analysis import Analysis, RunSummary
+from .. import names as N
 
 # The settings, in the order labels and tables name them; SHAPE names the problem, the rest how it ran.
 SHAPE = ("hidden", "batch", "procs")
@@ -28,10 +29,10 @@ SETTINGS = SHAPE + HOW
 # Settings named in a label only where they differ from the set's usual value (the shape and the modes always).
 QUIET_SETTINGS = ("backend", "precision", "strategy", "gemm", "overlap", "trace_level", "profiler")
 GPU_ONLY = ("transfer", "gemm", "exec", "overlap")
-SHORT = {"mpi-staged": "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
-ORDER = {"transfer": ("pageable", "prefetch-pageable", "pinned", "prefetch", "resident"),
-         "comm": ("mpi", "mpi-staged", "ps", "nccl", "ps-nccl"), "exec": ("eager", "graph"),
-         "trace_level": ("counters", "phases", "timeline", "kernels")}
+SHORT = {N.MPI_STAGED: "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
+ORDER = {"transfer": (N.PAGEABLE, N.PREFETCH_PAGEABLE, N.PINNED, N.PREFETCH, N.RESIDENT),
+         "comm": ("mpi", N.MPI_STAGED, "ps", N.NCCL, N.PS_NCCL), "exec": (N.EAGER, "graph"),
+         "trace_level": (N.COUNTERS, "phases", "timeline", "kernels")}
 
 
 def settings_of(r: RunSummary) -> dict:
@@ -143,7 +144,7 @@ def value_text(key: str, value) -> str:
         return f"B{value}"
     if key == "procs":
         return f"p{value}"
-    if key == "strategy" and value == "data":
+    if key == "strategy" and value == N.DATA:
         return "data parallel"
     if key == "trace_level":
         return f"trace {value}"

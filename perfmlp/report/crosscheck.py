@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..trace.activity import own_kernel_names
 from ..trace.reader import Run
+from .. import names as N
 
 COPY_DIRECTIONS = ("h2d", "d2h", "d2d")
 
@@ -30,11 +31,11 @@ class CrossCheck:
 
 def _kernel_mismatch(recs, batch, own: frozenset, library_gemms: bool) -> tuple[dict, int]:
     """(phase -> {"own" | "library": (records, expected)}, library kernel records)."""
-    graphs = {r.phase for r in recs if r.cat == "graph"}
+    graphs = {r.phase for r in recs if r.cat == N.GRAPH}
     seen_own: dict = {}
     seen_lib: dict = {}
     for r in recs:
-        if r.cat == "compute":
+        if r.cat == N.COMPUTE:
             d = seen_own if r.name in own else seen_lib
             d[r.phase] = d.get(r.phase, 0) + 1
     launched = {p: n for p, n in (batch.kernels or {}).items() if p not in graphs}
@@ -74,9 +75,9 @@ def cross_check(batch, own_kernels=None, library_gemms: bool = True, ranks: int 
     own = frozenset(own_kernel_names() if own_kernels is None else own_kernels)
     bad, library = _kernel_mismatch(recs, batch, own, library_gemms)
     nccl = sum(1 for r in recs if r.cat == "comm")
-    colls = sum(1 for c in batch.collectives if str(c[0]).startswith("nccl"))
+    colls = sum(1 for c in batch.collectives if str(c[0]).startswith(N.NCCL))
     if nccl < colls and ranks >= 2:
-        bad["nccl"] = {"kernels": (nccl, colls)}
+        bad[N.NCCL] = {"kernels": (nccl, colls)}
     return CrossCheck(*((got[k], want[k]) for k in COPY_DIRECTIONS), bytes_ok=got == want,
                       kernels_ok=not bad if batch.gemms is not None or bad else None, kernel_mismatch=bad,
                       library_kernels=library, nccl_kernels=nccl, collectives=colls)
@@ -86,11 +87,11 @@ def run_cross_checks(run: Run) -> list[tuple[int, CrossCheck]]:
     """(rank, cross_check()) of every steady batch with activity records,
     with the run's own kernel names (its activity line; the source's for
     traces written before it held them), its GEMM and its rank count."""
-    lib = run.config.get("gemm", "cublas") == "cublas"
+    lib = run.config.get("gemm", N.CUBLAS) == N.CUBLAS
     out = []
     for recs in run.steady_batches().values():
         for r, b in recs.items():
-            if b.clock == "cupti":
+            if b.clock == N.CUPTI:
                 act = run.ranks[r].activity
                 own = act.own_kernels if act is not None else None
                 out.append((r, cross_check(b, own, lib, run.procs)))

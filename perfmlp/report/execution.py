@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .analysis import Analysis, RunSummary, error_pct
 from .sections import Section, Table
+from .. import names as N
 
 EAGER_TO_GRAPH, TO_OVERLAP = "eager -> graph", "no overlap -> overlap"
 
@@ -60,7 +61,7 @@ def comparable(r: RunSummary) -> bool:
 def configuration(r: RunSummary) -> str:
     """A run's configuration, but for its exec mode, overlap and buckets."""
     return (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm}"
-            + ("" if r.strategy == "data" else f" {r.strategy}"))
+            + ("" if r.strategy == N.DATA else f" {r.strategy}"))
 
 
 def variant_groups(a: Analysis) -> dict[tuple, dict[tuple, Variant]]:
@@ -77,7 +78,7 @@ def variant_groups(a: Analysis) -> dict[tuple, dict[tuple, Variant]]:
 
 def baseline(variants: dict[tuple, Variant]) -> Variant | None:
     """Eager without overlap where it ran, else the graph without overlap."""
-    return variants.get(("eager", None)) or variants.get(("graph", None))
+    return variants.get((N.EAGER, None)) or variants.get(("graph", None))
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,8 @@ def changes(configuration: str, variants: dict[tuple, Variant]) -> list[Change]:
     without overlap."""
     out = []
     for (ex, bucket), v in variants.items():
-        if ex == "graph" and ("eager", bucket) in variants:
-            out.append(Change(EAGER_TO_GRAPH, configuration, variants[("eager", bucket)], v))
+        if ex == N.GRAPH and (N.EAGER, bucket) in variants:
+            out.append(Change(EAGER_TO_GRAPH, configuration, variants[(N.EAGER, bucket)], v))
         if bucket is not None and (ex, None) in variants:
             out.append(Change(TO_OVERLAP, configuration, variants[(ex, None)], v))
     return out
@@ -132,7 +133,7 @@ def section_execution(a: Analysis) -> Section | None:
     for _, variants in sorted(groups.items()):
         r = next(iter(variants.values())).runs[0]   # the configuration, as every run of the group has it
         base = baseline(variants)
-        order = sorted(variants.values(), key=lambda v: (v is not base, v.exec != "eager", v.bucket_bytes is not None,
+        order = sorted(variants.values(), key=lambda v: (v is not base, v.exec != N.EAGER, v.bucket_bytes is not None,
                                                          v.bucket_bytes or 0))
         for v in order:
             t = [r.t_ms for r in v.runs]

@@ -16,11 +16,12 @@ import numpy as np
 from ..errors import PerfmlpError
 from ..model.roofline import modified_roofline, standard_roofline
 from ..trace.format import PHASES
+from .. import names as N
 
 MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}                 # process count
 H_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")   # over the study's H list
-TRANSFER_MARKERS = {"pageable": "o", "prefetch-pageable": "v", "pinned": "s", "prefetch": "D", "resident": "^"}
-TRANSFER_STYLES = {"pageable": "-", "pinned": "--", "resident": ":"}
+TRANSFER_MARKERS = {N.PAGEABLE: "o", N.PREFETCH_PAGEABLE: "v", N.PINNED: "s", N.PREFETCH: "D", N.RESIDENT: "^"}
+TRANSFER_STYLES = {N.PAGEABLE: "-", N.PINNED: "--", N.RESIDENT: ":"}
 # what bounds a configuration (report/verdicts.py CATEGORIES): the overview's colours, in HTML too (render.py)
 CATEGORY_COLORS = {"GEMMs": "#4c72b0", "elementwise kernels": "#64b5cd", "launches and host": "#8172b2",
                    "copies": "#dd8452", "communication": "#55a868", "waiting for a rank": "#c44e52",
@@ -115,7 +116,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
                    label=f"ridge point, {label} copies (AI {peak / bw:,.0f})")
     for p in points:
         c, m = colors.get(p["H"], "tab:purple"), MARKERS.get(p["procs"], "x")
-        filled = p.get("transfer") != "pageable"
+        filled = p.get("transfer") != N.PAGEABLE
         ax.scatter([p["ai"]], [p["measured"]], marker=m, s=45, zorder=3, edgecolors=c, linewidths=1.2,
                    facecolors=c if filled else "white")
         if p.get("predicted"):
@@ -307,8 +308,8 @@ def host_batch(tracks, title: str):
     return encode(fig)
 
 
-CEILING_COLORS = {"float64": "tab:gray", "float32": "tab:blue", "tf32": "tab:green", "bf16": "tab:red",
-                  "fp16": "tab:orange"}
+CEILING_COLORS = {"float64": "tab:gray", "float32": "tab:blue", N.TF32: "tab:green", N.BF16: "tab:red",
+                  N.FP16: "tab:orange"}
 
 
 def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
@@ -331,7 +332,7 @@ def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
         drawn.setdefault(peak, []).append(fmt)
     for peak, fmts in drawn.items():
         c = CEILING_COLORS.get(fmts[0], "black")
-        names = "/".join(f.upper() if f in ("tf32", "bf16", "fp16") else f"FFMA {f}" for f in fmts)
+        names = "/".join(f.upper() if f in (N.TF32, N.BF16, N.FP16) else f"FFMA {f}" for f in fmts)
         ax.axhline(peak, color=c, lw=0.9)
         ax.annotate(f"{names} {peak / 1e12:.1f} TFLOP/s", (lo * 1.1, peak * 1.08), fontsize=7, color=c)
     for (label, bw), ls in zip(bws.items(), ("-", "--", "-.")):

@@ -37,10 +37,9 @@ from dataclasses import dataclass
 
 from ..model.interval import coverage, ks_distance, pit
 from .predictions import blind_status
+from .. import names as N
+from .thresholds import COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS
 
-PRISM_KS = 0.208          # PRISM's pooled KS distance (arXiv 2510.15596)
-COVERAGE_TARGET = 0.90
-GRAPH_HALF_WIDTH_TARGET = 0.05
 Z90 = statistics.NormalDist().inv_cdf(0.95)                  # a central 90% interval is +-Z90 sigma
 HALF_NORMAL_MEDIAN = statistics.NormalDist().inv_cdf(0.75)   # the median of |z| for z standard normal
 # The standard deviation of the median of n standard normal draws (n = 1, 2, 3, 4, 5): for two, their mean,
@@ -78,11 +77,12 @@ class IntervalJudgement:
                     "the machine file records no measured spread)")
         graph = "-" if self.graph_half_width is None else f"{100 * self.graph_half_width:.1f}%"
         return (f"90% intervals of {len(self.rows)} configuration(s) cover {100 * self.coverage:.0f}% of their "
-                f"measured medians (target at least {100 * COVERAGE_TARGET:.0f}%); median half-width "
+                f"measured medians (target at least {100 * COVERAGE_TARGET.value:.0f}%); median half-width "
                 f"{100 * self.median_half_width:.1f}%, {graph} in graph mode (target at most "
-                f"{100 * GRAPH_HALF_WIDTH_TARGET:.0f}%); pooled Kolmogorov-Smirnov distance of the {self.repeats} "
+                f"{100 * GRAPH_HALF_WIDTH_TARGET.value:.0f}%); pooled Kolmogorov-Smirnov distance of the "
+                f"{self.repeats} "
                 f"repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv 2510.15596: "
-                f"{100 * PRISM_KS:.1f}%)" + (f"; {self.unknown} configuration(s) without an interval"
+                f"{100 * PRISM_KS.value:.1f}%)" + (f"; {self.unknown} configuration(s) without an interval"
                                               if self.unknown else "") + self._floor_words())
 
     def _floor_words(self) -> str:
@@ -142,9 +142,9 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
         return None
     if not rows:
         return IntervalJudgement((), unknown, None, None, None, None, 0)
-    graph = [r.half_width for r in rows if r.exec == "graph"]
+    graph = [r.half_width for r in rows if r.exec == N.GRAPH]
     pooled = [u for r in rows for u in r.pits]
-    graph_labels = {r.label for r in rows if r.exec == "graph"}
+    graph_labels = {r.label for r in rows if r.exec == N.GRAPH}
     graph_runs = [[r.t_ms for r in c.runs] for c in groups.values() if c.label in graph_labels]
     return IntervalJudgement(tuple(rows), unknown, coverage((r.lo_ms, r.hi_ms, r.measured_ms) for r in rows),
                              statistics.median(r.half_width for r in rows),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from .thresholds import SIGN_TEST_LEVEL
 
-SIGN_TEST_LEVEL = 0.05  # a sign bias is stated when the two-sided sign test gives less than this
 
 
 def sign_test_p(above: int, below: int) -> float:
@@ -34,7 +34,7 @@ class ErrorStats:
 
     @property
     def biased(self) -> bool:
-        return self.sign_p < SIGN_TEST_LEVEL
+        return self.sign_p < SIGN_TEST_LEVEL.value
 
 
 def error_stats(errors: list[float | None], within_noise: int = 0) -> ErrorStats | None:

@@ -20,6 +20,7 @@ from .recommend import Advice, Recommendation, advice, describable, first_change
 from .sections import Cell, Figure, Section, Table, pct
 from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, TOP_RECOMMENDATIONS
 from .verdicts import CATEGORIES, Verdict, attribute
+from .. import names as N
 
 LETTERS = dict(zip(CATEGORIES, "GEHCMWN"))   # a verdict's letter in the map (its colour in report.html)
 CSS = {c: f"v{i}" for i, c in enumerate(CATEGORY_COLORS)}
@@ -43,7 +44,7 @@ def overview_of(a: Analysis) -> Overview:
     m = a.machines.primary
 
     def unpriced(gemm) -> bool:   # a GEMM kernel the machine file has no rate for: priced as cuBLAS
-        return gemm not in (None, "cublas") and not m.has_gemm_kernel(gemm)
+        return gemm not in (None, N.CUBLAS) and not m.has_gemm_kernel(gemm)
     verdicts = {c.label: attribute(c.representative, unpriced(c.s["gemm"])) for c in configs}
     by_id = {r.run_id: r for r in a.traces}
     recs = recommendations(configs, by_id, m, a.machines.datasheet, unpriced)
@@ -234,7 +235,7 @@ def overview_figure(a: Analysis, o: Overview) -> Figure:
     prec = a.study.precision
     points = [{"ai": c.representative.ai, "flops": c.representative.flops_rank0 / (c.t_ms * 1e-3),
                "category": o.verdicts[c.label].bound_by, "transfer": c.s["transfer"]} for c in gpu]
-    bws = {"pageable": m.h2d_pageable_bytes_per_s, "pinned": m.h2d_pinned_bytes_per_s}
+    bws = {N.PAGEABLE: m.h2d_pageable_bytes_per_s, N.PINNED: m.h2d_pinned_bytes_per_s}
     return Figure("overview_roofline", f"Every GPU configuration on the modified roofline ({m.name}, {prec} peak), "
                   "coloured by what bounds it", overview_roofline,
                   dict(points=points, peak=m.peak_flops_per_s(prec), bws=bws, precision=prec,

@@ -24,8 +24,9 @@ from ..model.psasync import predict_async
 from ..trace.reader import Run
 from .figures import _plt, encode
 from .sections import Figure, Section, Table
+from .. import names as N
 
-ASYNC = "ps-async"
+ASYNC = N.PS_ASYNC
 JOB_KEYS = ("input_size", "hidden_sizes", "num_classes", "n_train", "batch_size", "epochs", "learning_rate", "reg",
             "precision", "seed", "shuffle", "data", "n_heldout")
 S_COLORS = {0: "tab:blue", 1: "tab:orange", 2: "tab:green", 4: "tab:red"}
@@ -42,7 +43,7 @@ def workers_of(run: Run) -> int:
 def scheme(run: Run) -> str:
     if is_async(run):
         return f"ps-async S={run.config.get('staleness', 0)}"
-    return "synchronous ps" if run.comm in ("ps", "ps-nccl") else "synchronous all-reduce"
+    return "synchronous ps" if run.comm in (N.PS, N.PS_NCCL) else "synchronous all-reduce"
 
 
 def group_of(run: Run) -> tuple:
@@ -114,7 +115,7 @@ def section_psasync(runs: list[Run]) -> Section | None:
     if not asyncs:
         return None
     keys = {group_of(r) for r in asyncs}
-    groups = {k: sorted((r for r in runs if group_of(r) == k and r.config.get("parallel", "data") == "data"),
+    groups = {k: sorted((r for r in runs if group_of(r) == k and r.config.get("parallel", "data") == N.DATA),
                         key=_order) for k in sorted(keys, key=lambda k: (k[1], k[2]))}
     s = Section("Asynchronous SGD: statistical against hardware efficiency")
     s.paragraphs.append(

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..model.costs import grad_buffer_bytes, itemsize
+from ..model.costs import grad_buffer_bytes
+from ..model.precision import precision as precision_of
 from ..model.machine import Machine, MachineError, load_machine
 from ..model.published import (ONE_CONSTANT, Explanation, ScaledKernels, explain, kernel_rates,
                                reference_prediction, scaled_kernels, unknowns_alone, with_networks)
 from .analysis import Analysis
 from .sections import Section, Table
+from .. import names as N
+from .thresholds import PUBLISHED_CLOSE
 
 TITLE = "The reference's published times beside the model"
-TERM_NAMES = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "d2h_grad", "allreduce", "h2d_grad")
-CLOSE = 0.25         # a prediction within this fraction of the published time "accounts for" it
+TERM_NAMES = (N.H2D_BATCH, "gemm", "elementwise", "kernel_gaps", "launches", N.D2H_GRAD, "allreduce", N.H2D_GRAD)
 UNKNOWN_WORDS = {"gemm": "the GEMM rate", "copy": "the copy bandwidth", "mpi": "the MPI bandwidth"}
 
 
@@ -104,7 +106,7 @@ def _terms(s: Section, st, ref: Machine, base: dict, scaled: ScaledKernels | Non
         f"{_trend([pub[p] for p in procs])}. Its GEMM term is {base[procs[0]].terms['gemm'] * 1e3:.2f} ms at "
         f"p = {procs[0]} (the peak, {ref.peak_flops_per_s(prec) / 1e12:.1f} TFLOP/s); the copies, at "
         f"{ref.h2d_pageable_bytes_per_s / 1e9:g} GB/s, "
-        f"{sum(base[procs[0]].terms[t] for t in ('h2d_batch', 'd2h_grad', 'h2d_grad')) * 1e3:.2f} ms.")
+        f"{sum(base[procs[0]].terms[t] for t in (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)) * 1e3:.2f} ms.")
     s.tables.append(Table("published_terms", f"The reference's scheme on {ref.name}: the model's terms beside "
                           "the published time per batch", rows))
 
@@ -112,7 +114,7 @@ def _terms(s: Section, st, ref: Machine, base: dict, scaled: ScaledKernels | Non
 def _unknowns(s: Section, st, ref: Machine) -> None:
     """3. One unknown alone, per p."""
     kernel, procs = st.scheme["gemm"], _procs(st)
-    mem = "pageable" if st.scheme["batch_transfer"] == "pageable" else "pinned"
+    mem = N.PAGEABLE if st.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
     alone = unknowns_alone(ref, st)
     what = {"gemm": (f"{kernel} GEMM rate (one for every shape)", "TFLOP/s", 1e12),
             "copy": (f"{mem} copy bandwidth, both ways", "GB/s", 1e9),
@@ -123,7 +125,7 @@ def _unknowns(s: Section, st, ref: Machine) -> None:
         for p in procs:
             v = alone[key].values[p]
             row[f"p={p}"] = v / scale if v is not None else (
-                "-" if key == "mpi" and p <= 1 else "none: the other terms alone exceed it")
+                "-" if key == N.MPI and p <= 1 else "none: the other terms alone exceed it")
         rows.append(row)
     s.tables.append(Table("published_unknowns", "What one unknown alone would have to be for the model to give "
                           "each published time (the other terms as the datasheet file says)", rows))
@@ -175,7 +177,7 @@ def _network_words(st, ref: Machine, ex: Explanation) -> str:
     if not ex.network:
         return " No ring allreduce with a positive latency and bandwidth goes through those times."
     alpha, bw = ex.network
-    nbytes = grad_buffer_bytes(st.layer_sizes, itemsize(st.precision))
+    nbytes = grad_buffer_bytes(st.layer_sizes, precision_of(st.precision).act_bytes)
     text = (f" The host ring allreduce of the {nbytes:,}-byte gradient buffer, 2(p-1) alpha + 2(p-1)/p n / bw, "
             f"through those times: alpha = {alpha * 1e6:.1f} us, bw = {bw / 1e9:.3f} GB/s "
             f"({8 * bw / 1e9:.2f} Gb/s)")
@@ -214,8 +216,9 @@ def _kernels(s: Section, st, ref: Machine, ex: Explanation, scaled: ScaledKernel
         f"and the model with it predicts {mine[key]:.2f} ms ({100 * err:+.0f}% against {pub[p0]:g}); by the "
         f"memory-bandwidth ratio, {mine[f'p={p0} predicted ms (bandwidth ratio)']:.2f} ms. The closest of the "
         f"reference's kernels by the peak ratio is {best['kernel']} ({best[key]:.2f} ms). " +
-        (f"So the reference's own GEMM kernel accounts for the p = {p0} time within {100 * CLOSE:.0f}%: the "
+        (f"So the reference's own GEMM kernel accounts for the p = {p0} time within "
+         f"{100 * PUBLISHED_CLOSE.value:.0f}%: the "
          f"datasheet file's peak GEMM rate is what makes the model {pub[p0] / datasheet_ms:.1f}x too fast there."
-         if abs(err) <= CLOSE else
+         if abs(err) <= PUBLISHED_CLOSE.value else
          f"The reference's kernel, priced from these measurements, does not account for the p = {p0} time "
-         f"within {100 * CLOSE:.0f}%: the kernel rate on the reference GPU is itself an unknown."))
+         f"within {100 * PUBLISHED_CLOSE.value:.0f}%: the kernel rate on the reference GPU is itself an unknown."))

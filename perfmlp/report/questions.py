@@ -19,9 +19,10 @@ from .ceilings import ceilings_figures
 from .configurations import Configuration, configurations
 from .figures import roofline
 from .sections import Figure, Section, Table, pct
+from .. import names as N
 
 # perfmlp's transfer and communication modes, from the reference's scheme to the fastest.
-MODES = (("pageable", "mpi-staged"), ("pinned", "mpi-staged"), ("resident", "mpi-staged"), ("resident", "nccl"))
+MODES = ((N.PAGEABLE, N.MPI_STAGED), (N.PINNED, N.MPI_STAGED), (N.RESIDENT, N.MPI_STAGED), (N.RESIDENT, N.NCCL))
 REFERENCE_SCHEME, BEST = MODES[0], MODES[-1]
 
 
@@ -29,16 +30,16 @@ def study_job(a: Analysis, c: Configuration) -> bool:
     """A judged GPU configuration of the study's own job (its H, B split over p, precision), data parallel."""
     st, s = a.study, c.s
     return (c.gpu and c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
-            and s["precision"] == st.precision and s["strategy"] == "data")
+            and s["precision"] == st.precision and s["strategy"] == N.DATA)
 
 
 def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str,
-         gemm: str = "cublas") -> Configuration | None:
+         gemm: str = N.CUBLAS) -> Configuration | None:
     """The study-job configuration with exactly these settings (there is at most one: repeats are merged)."""
     found = [c for c in configs if study_job(a, c) and c.s["procs"] == procs and c.s["transfer"] == transfer
              and c.s["comm"] == comm and c.s["exec"] == exec_mode and c.s["gemm"] == gemm
              and c.s["overlap"] == "no overlap"]
-    return min(found, key=lambda c: (c.s["trace_level"] != "phases", c.s["trace_level"])) if found else None
+    return min(found, key=lambda c: (c.s["trace_level"] != N.PHASES_LEVEL, c.s["trace_level"])) if found else None
 
 
 def runs_text(c: Configuration | None) -> str:
@@ -81,9 +82,9 @@ def section_q2_1(a: Analysis) -> Section:
                             f"{st.precision}, on a GPU): no utilisation to set beside the reference's.")
     if not a.gpu_runs:
         return s
-    ref_exec = st.scheme.get("exec", "eager")
+    ref_exec = st.scheme.get("exec", N.EAGER)
     cols = [("reference scheme (pageable, mpi-staged, eager)", REFERENCE_SCHEME, ref_exec),
-            ("resident + NCCL, eager", BEST, "eager"), ("resident + NCCL, CUDA graph", BEST, "graph")]
+            ("resident + NCCL, eager", BEST, N.EAGER), ("resident + NCCL, CUDA graph", BEST, "graph")]
     table = []
     for p in st.procs:
         row = {"GPUs": p, f"reference ({st.reference_gpu}) ms": st.reference_ms_per_batch[p],
@@ -115,7 +116,7 @@ def section_modes(a: Analysis) -> Section:
     table = []
     for p in st.procs:
         prev = None
-        steps = [(tr, cm, "eager") for tr, cm in MODES] + [(*BEST, "graph")]
+        steps = [(tr, cm, N.EAGER) for tr, cm in MODES] + [(*BEST, "graph")]
         for tr, cm, ex in steps:
             c = pick(a, configs, p, tr, cm, ex)
             if c is None:
@@ -124,7 +125,7 @@ def section_modes(a: Analysis) -> Section:
                           "speed-up over previous": (prev / c.t_ms) if prev else None, "utilisation": pct(c.util),
                           "runs": len(c.runs), "run ids": runs_text(c)})
             prev = c.t_ms
-    for c in sorted((c for c in configs if study_job(a, c) and c.s["procs"] == 1 and c.s["gemm"] != "cublas"
+    for c in sorted((c for c in configs if study_job(a, c) and c.s["procs"] == 1 and c.s["gemm"] != N.CUBLAS
                      and (c.s["transfer"], c.s["comm"]) == BEST), key=lambda c: c.t_ms):
         table.append({"GPUs": 1, "batch": BEST[0], "gradients": BEST[1], "exec": c.s["exec"], "GEMM": c.s["gemm"],
                       "ms per batch": c.t_ms, "utilisation": pct(c.util), "runs": len(c.runs),
@@ -146,9 +147,9 @@ def _modified(ai: float, peak: float, bw: float) -> float:
 def q2_2_configs(a: Analysis) -> list[Configuration]:
     """Question 2.2's points: B / p = the study's B, one of its H, its precision, cuBLAS, data parallel."""
     st = a.study
-    return [c for c in configurations(a) if c.gpu and c.judged and c.s["gemm"] == "cublas"
+    return [c for c in configurations(a) if c.gpu and c.judged and c.s["gemm"] == N.CUBLAS
             and c.s["batch"] == st.batch_size * c.s["procs"] and c.s["precision"] == st.precision
-            and c.s["hidden"] in {str(h) for h in st.q2_2_hidden_sizes} and c.s["strategy"] == "data"]
+            and c.s["hidden"] in {str(h) for h in st.q2_2_hidden_sizes} and c.s["strategy"] == N.DATA]
 
 
 def section_q2_2(a: Analysis) -> Section:
@@ -163,7 +164,7 @@ def section_q2_2(a: Analysis) -> Section:
                  "transfer": r.transfer, "comm": r.comm, "exec": r.exec}
         (pts if math.isfinite(r.ai) else inf_pts).append(point)
     peak = primary.peak_flops_per_s(st.precision)
-    bws = {"pageable": primary.h2d_pageable_bytes_per_s, "pinned": primary.h2d_pinned_bytes_per_s}
+    bws = {N.PAGEABLE: primary.h2d_pageable_bytes_per_s, N.PINNED: primary.h2d_pinned_bytes_per_s}
     s.paragraphs.append(
         f"Each point is one configuration (B / p = {st.batch_size}, {st.precision}, cuBLAS; the median of its "
         f"repeats): x = FLOPs per batch on one GPU over the bytes that GPU copied with cudaMemcpy (the batch, and "
@@ -186,7 +187,7 @@ def section_q2_2(a: Analysis) -> Section:
          "comm": p["comm"], "exec": p["exec"], "AI (FLOP/B)": p["ai"] if math.isfinite(p["ai"]) else None,
          "measured TFLOP/s per GPU": p["measured"] / 1e12,
          "predicted TFLOP/s per GPU": (p["predicted"] or 0) / 1e12,
-         "modified roofline TFLOP/s (pageable BW)": _modified(p["ai"], peak, bws["pageable"]) / 1e12,
-         "modified roofline TFLOP/s (pinned BW)": _modified(p["ai"], peak, bws["pinned"]) / 1e12, "runs": p["runs"]}
+         "modified roofline TFLOP/s (pageable BW)": _modified(p["ai"], peak, bws[N.PAGEABLE]) / 1e12,
+         "modified roofline TFLOP/s (pinned BW)": _modified(p["ai"], peak, bws[N.PINNED]) / 1e12, "runs": p["runs"]}
         for p in pts + inf_pts], hidden=("runs",)))
     return s

@@ -31,6 +31,7 @@ from ..model.whatif import WhatIfError
 from .configurations import Configuration
 from .thresholds import MIN_GAIN
 from .whatif import what_if_run
+from .. import names as N
 
 OVERLAP_DEFAULT = f"overlap {DEFAULT_BUCKET_BYTES >> 10} KiB"
 
@@ -48,23 +49,23 @@ class Change:
 
 
 CHANGES = (
-    Change("pinned copies instead of pageable", (("batch_transfer", "pinned"),),
-           lambda s: s["transfer"] == "pageable", (("transfer", "pinned"),)),
-    Change("resident data instead of pageable copies", (("batch_transfer", "resident"),),
-           lambda s: s["transfer"] == "pageable", (("transfer", "resident"),)),
-    Change("resident data instead of pinned copies", (("batch_transfer", "resident"),),
-           lambda s: s["transfer"] == "pinned", (("transfer", "resident"),)),
-    Change("prefetched copies instead of pinned", (("batch_transfer", "prefetch"),),
-           lambda s: s["transfer"] == "pinned", (("transfer", "prefetch"),)),
-    Change("NCCL instead of MPI staged through the host", (("comm", "nccl"),),
-           lambda s: s["comm"] == "mpi-staged", (("comm", "nccl"),)),
+    Change("pinned copies instead of pageable", (("batch_transfer", N.PINNED),),
+           lambda s: s["transfer"] == N.PAGEABLE, (("transfer", N.PINNED),)),
+    Change("resident data instead of pageable copies", (("batch_transfer", N.RESIDENT),),
+           lambda s: s["transfer"] == N.PAGEABLE, (("transfer", N.RESIDENT),)),
+    Change("resident data instead of pinned copies", (("batch_transfer", N.RESIDENT),),
+           lambda s: s["transfer"] == N.PINNED, (("transfer", N.RESIDENT),)),
+    Change("prefetched copies instead of pinned", (("batch_transfer", N.PREFETCH),),
+           lambda s: s["transfer"] == N.PINNED, (("transfer", N.PREFETCH),)),
+    Change("NCCL instead of MPI staged through the host", (("comm", N.NCCL),),
+           lambda s: s["comm"] == N.MPI_STAGED, (("comm", N.NCCL),)),
     Change("one CUDA graph per step instead of eager launches", (("exec", "graph"),),
-           lambda s: s["exec"] == "eager" and graph_refusal("cupy", "data", s["comm"]) is None,
+           lambda s: s["exec"] == N.EAGER and graph_refusal("cupy", "data", s["comm"]) is None,
            (("exec", "graph"),)),
-    Change("cuBLAS instead of the course's GEMM kernel", (("gemm", "cublas"),),
-           lambda s: s["gemm"] not in (None, "cublas"), (("gemm", "cublas"),)),
+    Change("cuBLAS instead of the course's GEMM kernel", (("gemm", N.CUBLAS),),
+           lambda s: s["gemm"] not in (None, N.CUBLAS), (("gemm", N.CUBLAS),)),
     Change("overlap the allreduce with the backward pass", (("overlap", True),),
-           lambda s: s["procs"] > 1 and s["comm"] == "nccl" and s["overlap"] == "no overlap",
+           lambda s: s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap",
            (("overlap", OVERLAP_DEFAULT),)),
 )
 GPU_MOVE = "run it on a GPU"
@@ -91,7 +92,7 @@ class Recommendation:
 def describable(c: Configuration) -> bool:
     """A configuration the what-if engine describes: data parallelism on a GPU, not under a profiler."""
     s = c.s
-    return c.judged and c.gpu and s["strategy"] == "data" and s["comm"] not in ("ps", "ps-nccl")
+    return c.judged and c.gpu and s["strategy"] == N.DATA and s["comm"] not in (N.PS, N.PS_NCCL)
 
 
 def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | None:
@@ -118,8 +119,8 @@ def whatif_gain(c: Configuration, change: Change, run, machine: Machine, unprice
 def gpu_gain(c: Configuration, gpu: Machine) -> tuple[float, str]:
     """The NumPy run's job on a GPU, resident data, NCCL, one CUDA graph per step: the model's time."""
     r = c.representative
-    p = predict_batch(gpu, r.layer_sizes, r.batch, r.procs, r.precision if r.precision in ("float32", "float64") else "float32",
-                      "nccl", "resident", r.trace_level, exec_mode="graph")
+    p = predict_batch(gpu, r.layer_sizes, r.batch, r.procs, r.precision if r.precision in (N.FLOAT32, N.FLOAT64) else "float32",
+                      N.NCCL, N.RESIDENT, r.trace_level, exec_mode="graph")
     return p.total_s * 1e3 / c.t_ms - 1, f"the model on {gpu.name}, resident data, NCCL, CUDA graph"
 
 

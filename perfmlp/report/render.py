@@ -1,8 +1,12 @@
 """The report on disk: report.md, a self-contained report.html (figures
 embedded as PNG), each table as CSV and each figure as PNG and SVG.
 
-A file whose bytes would not change is not rewritten, so regenerating a
-report over a committed one touches only what changed.
+The report is written whole or not at all: every file goes first into a
+fresh folder beside the target (`staged`), and only once all are written do
+they take their places by rename, so a failure halfway (a full disk) leaves
+the previous report as it was. A file whose bytes would not change is not
+replaced, so regenerating a report over a committed one touches only what
+changed.
 """
 from __future__ import annotations
 
@@ -176,8 +180,12 @@ def md_section(s: Section) -> list[str]:
 
 
 def render(sections: list[Section], out: Path, title: str, header: list[str]) -> None:
-    """Draw every figure and write every file of the report into `out` (which exists).
-    The first section opens the page; a line of links to the others follows it."""
+    """Draw every figure and write every file of the report into `out`, a
+    folder (safeio.replace_folder gives it a new one and puts it in place
+    whole). The first section opens the page; a line of links to the others
+    follows it."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     md = [f"# {title}", ""] + header + [""]
     parts = [f"<h1>{html.escape(title)}</h1>"] + [f'<p class="meta">{html.escape(h)}</p>' for h in header]
     for i, s in enumerate(sections):
@@ -185,17 +193,22 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
         for fig in s.figures:
             drawn = fig.draw(**fig.args)
             for ext, data in drawn.items():
-                write_if_changed(out / f"{fig.name}.{ext}", data)
+                _write(out / f"{fig.name}.{ext}", data)
             images[fig.name] = drawn["png"]
         for t in s.tables:
-            write_if_changed(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
+            _write(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
         md += md_section(s)
         parts.append(html_section(s, images))
         if i == 0 and len(sections) > 1:
             links = " · ".join(f'<a href="#{anchor(x)}">{html.escape(x.title)}</a>' for x in sections[1:])
             parts.append(f"<nav>Details: {links}</nav>")
     # surrogateescape: a path the C locale could not decode goes back out as the bytes it was
-    write_if_changed(out / "report.md", "\n".join(md).encode("utf-8", "surrogateescape"))
+    _write(out / "report.md", "\n".join(md).encode("utf-8", "surrogateescape"))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
-    write_if_changed(out / "report.html", page.encode("utf-8", "surrogateescape"))
+    _write(out / "report.html", page.encode("utf-8", "surrogateescape"))
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)

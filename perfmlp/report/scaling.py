@@ -9,53 +9,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .analyses.imbalance import imbalance
+from .analyses.scaling import STRONG, WEAK, scaling as scaling_table
 from .analysis import Analysis
 from .configurations import Configuration, configurations
 from .figures import host_batch, phases, scaling
 from .sections import Figure, Section, Table
+from .. import names as N
 
-PHASE_FIGURE_MODES = (("pageable", "mpi-staged"), ("resident", "nccl"), ("pinned", "mpi-staged"))
+PHASE_FIGURE_MODES = ((N.PAGEABLE, N.MPI_STAGED), (N.RESIDENT, N.NCCL), (N.PINNED, N.MPI_STAGED))
 FIGURE_CONFIGS = 4          # configurations in the phase figure when the study's modes did not run
 HOST_TIMELINES = 2          # runs whose one batch is drawn on the host clock
 
 
-def mode_label(c: Configuration) -> str:
-    s = c.s
-    out = f"{s['transfer']}, {s['comm']}, {s['exec']}"
-    return out + ("" if s["strategy"] == "data" else f", {s['strategy']}") + \
-        ("" if s["trace_level"] == "phases" else f", trace {s['trace_level']}")
-
-
-def scaling_groups(a: Analysis) -> dict:
-    """(kind, every setting but p and the batch, B or B/p) -> {p: configuration}, data parallelism on a GPU."""
-    groups: dict = {}
-    for c in configurations(a):
-        s = c.s
-        if not (c.gpu and c.judged and s["strategy"] == "data"):
-            continue
-        rest = tuple((k, v) for k, v in c.settings if k not in ("procs", "batch"))
-        for kind, b in (("strong", s["batch"]), ("weak", s["batch"] // s["procs"])):
-            groups.setdefault((kind, rest, b), {})[s["procs"]] = c
-    return {k: v for k, v in groups.items() if 1 in v and len(v) > 1}
+def mode_label(row: dict) -> str:
+    """A scaling row's modes (data parallelism: its strategy goes unsaid)."""
+    out = f"{row['transfer']}, {row['comm']}, {row['exec']}"
+    return out + ("" if row["trace level"] == N.PHASES_LEVEL else f", trace {row['trace level']}")
 
 
 def section_scaling(a: Analysis) -> Section:
     st = a.study
     s = Section("Scaling")
     table, fig = [], {}
-    for (kind, rest, b), byp in sorted(scaling_groups(a).items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2])):
-        t1 = byp[1].t_ms
-        for p, c in sorted(byp.items()):
-            eff = t1 / (p * c.t_ms) if kind == "strong" else t1 / c.t_ms
-            sv = c.s
-            table.append({"scaling": kind, "H": sv["hidden"], ("B" if kind == "strong" else "B/p"): b,
-                          "precision": sv["precision"], "transfer": sv["transfer"], "comm": sv["comm"],
-                          "exec": sv["exec"], "gemm": sv["gemm"], "trace level": sv["trace_level"], "procs": p,
-                          "ms per batch": c.t_ms, "runs": len(c.runs), "speed-up": t1 / c.t_ms,
-                          "efficiency %": 100 * eff, "run ids": " ".join(r.run_id for r in c.runs)})
-            if sv["gemm"] == "cublas" and sv["precision"] == st.precision and sv["hidden"] == str(st.hidden_size):
-                fig.setdefault(kind, {}).setdefault(mode_label(c) + (f", B={b}" if kind == "strong" else ""),
-                                                    []).append((p, c.t_ms, eff))
+    for row in scaling_table(a):
+        kind = row["scaling"]
+        shown = {k: v for k, v in row.items() if k not in ("B", "B/p") or v is not None}
+        table.append(shown)
+        if row["gemm"] == N.CUBLAS and row["precision"] == st.precision and row["H"] == str(st.hidden_size):
+            label = mode_label(row) + (f", B={row['B']}" if kind == STRONG else "")
+            fig.setdefault(kind, {}).setdefault(label, []).append(
+                (row["procs"], row["ms per batch"], row["efficiency %"] / 100))
     tg, pmax = st.targets, max(st.procs)
     s.paragraphs.append(f"Strong scaling: B fixed and split over p GPUs, efficiency T1 / (p Tp). Weak scaling: "
                         f"B / p fixed, efficiency T1 / Tp. Each point a configuration (the median of its repeats) "
@@ -64,7 +48,7 @@ def section_scaling(a: Analysis) -> Section:
                         f"Targets ({Path(st.path).name}; NCCL and resident data): weak >= "
                         f"{tg.weak_efficiency_pct:g}% at {pmax} GPUs; strong: {pmax} GPUs at least "
                         f"{tg.strong_speedup:g}x faster than 1.")
-    for kind in ("strong", "weak"):
+    for kind in (STRONG, WEAK):
         if fig.get(kind):
             s.figures.append(Figure(f"scaling_{kind}", f"{kind.capitalize()} scaling, H={st.hidden_size}, each "
                                     "transfer, exchange and execution mode", scaling,
@@ -79,8 +63,8 @@ def phase_figure_configs(a: Analysis, configs: list[Configuration]) -> list[Conf
     """The study's modes at its largest p where they ran, else the configurations with the most ranks."""
     st = a.study
     study = [c for c in configs if c.gpu and c.judged and c.s["procs"] == max(st.procs)
-             and c.s["hidden"] == str(st.hidden_size) and c.s["batch"] == st.batch_size and c.s["gemm"] == "cublas"
-             and c.s["exec"] == "eager" and c.s["strategy"] == "data"
+             and c.s["hidden"] == str(st.hidden_size) and c.s["batch"] == st.batch_size and c.s["gemm"] == N.CUBLAS
+             and c.s["exec"] == N.EAGER and c.s["strategy"] == N.DATA
              and (c.s["transfer"], c.s["comm"]) in PHASE_FIGURE_MODES]
     if study:
         return sorted(study, key=lambda c: PHASE_FIGURE_MODES.index((c.s["transfer"], c.s["comm"])))
@@ -91,15 +75,7 @@ def phase_figure_configs(a: Analysis, configs: list[Configuration]) -> list[Conf
 def section_phases(a: Analysis) -> Section:
     s = Section("Phase breakdown per rank")
     configs = configurations(a)
-    table = []
-    for c in (c for c in configs if c.s["procs"] > 1):
-        r = c.representative
-        busy = [r.busy_ms(k) for k in sorted(r.phases_ms)]
-        ar = [ph.get("allreduce", 0) for _, ph in sorted(r.phases_ms.items())]
-        table.append({"configuration": c.label, "run": r.run_id, "procs": r.procs,
-                      "compute+copy min ms": min(busy), "compute+copy max ms": max(busy),
-                      "imbalance ms": max(busy) - min(busy), "allreduce min ms": min(ar), "allreduce max ms": max(ar),
-                      "waiting (allreduce max - min) ms": max(ar) - min(ar)})
+    table = imbalance(a).records()
     chosen = phase_figure_configs(a, configs)
     s.paragraphs.append("Each rank's median phase times in a steady batch, for the run that stands for each "
                         "configuration (the median repeat). A rank that finishes its compute early waits inside the "

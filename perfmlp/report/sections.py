@@ -15,7 +15,10 @@ from typing import Callable
 
 from ..trace.reader import STEADY_RULE
 from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
+from .analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell, model_accuracy, terms
+from .analyses.runs import judged_for_model, runs as runs_table
 from .figures import measured_vs_predicted
+from .. import names as N
 
 
 @dataclass(frozen=True)
@@ -61,15 +64,6 @@ class Section:
     anchor: str = ""            # report.html's id for the section ("" : made from the title)
 
 
-# The per-term tables' column for measured terms they do not compare: the host's time for each
-HOST_CLOCK_COLUMN = "host clock, not compared (ms)"
-
-
-def host_clock_cell(measured: dict[str, float], terms: tuple[str, ...]) -> str:
-    """HOST_CLOCK_COLUMN's cell: each term left out, with the host's time for it."""
-    return ", ".join(f"{t} {measured[t]:.3f}" for t in terms) or "-"
-
-
 def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
     """One sentence on the measured terms a per-term table does not compare:
     `left_out` holds each row's (a run's or a configuration's) terms left out."""
@@ -88,46 +82,7 @@ def pct(fraction: float | None, nd: int = 2) -> str:
     return "-" if fraction is None else f"{100 * fraction:.{nd}f}%"
 
 
-def cublas_gpu(s: RunSummary) -> bool:
-    """The runs the model's accuracy is judged on: cuBLAS (the machine files
-    hold cuBLAS rates), not under a profiler, timed on the GPU (not by the
-    host's enqueue)."""
-    return s.gpu and s.gemm == "cublas" and not s.profiled and not s.host_enqueue
-
-
-def in_q2_2(a: Analysis, s: RunSummary) -> bool:
-    """A Question 2.2 point: B / p = the study's B, one of its H, its precision, cuBLAS."""
-    st = a.study
-    return (cublas_gpu(s) and s.batch == st.batch_size * s.procs and s.precision == st.precision
-            and s.hidden in {(h,) for h in st.q2_2_hidden_sizes} and s.strategy == "data")
-
-
 # ---- sections ----------------------------------------------------------------------------
-
-def run_row(a: Analysis, r: RunSummary, label: str) -> dict:
-    """One run's row of the runs table: GPU-only settings and figures only for GPU runs."""
-    row = {"run": r.run_id, "label": label, "H": r.hidden_label, "B": r.batch, "procs": r.procs,
-           "precision": r.precision}
-    if r.gpu:
-        row.update({"transfer": r.transfer, "comm": r.comm, "gemm": r.gemm, "exec": r.exec})
-    else:
-        row["comm"] = r.comm
-    row.update({"backend": r.backend, "trace level": r.trace_level, "status": r.status, "profiled": r.profiled,
-                "batches": r.batches, "t_ms": r.t_ms, "flops_job": r.flops_job, "flops_rank0": r.flops_rank0})
-    if r.gpu:
-        row.update({"bytes_copied_rank": r.bytes_copied_rank, "ai": r.ai})
-    row["tflops_job"] = r.tflops_job
-    if r.gpu:
-        cal = a.machines.calibrated
-        row.update({"util_datasheet": r.util_datasheet,
-                    "pred_datasheet_ms": r.datasheet.total_s * 1e3 if r.datasheet else None,
-                    "err_datasheet_pct": r.error_pct(r.datasheet)})
-        if cal:
-            row.update({"pred_calibrated_ms": r.calibrated.total_s * 1e3 if r.calibrated else None,
-                        "err_calibrated_pct": r.error_pct(r.calibrated),
-                        "util_calibrated_peak": r.util_calibrated_peak})
-    return row
-
 
 def section_runs(a: Analysis, labels: dict[str, str], bound: dict[str, str]) -> Section:
     """Every run, named by its short label (`labels`: run id -> label; the id in the tooltip and
@@ -148,11 +103,7 @@ def section_runs(a: Analysis, labels: dict[str, str], bound: dict[str, str]) -> 
                             "describe GPUs.")
     if a.skipped:
         s.paragraphs.append("Skipped: " + "; ".join(a.skipped))
-    rows = []
-    for r in a.runs:
-        row = run_row(a, r, labels.get(r.run_id, r.run_id))
-        row["bound by"] = bound.get(r.run_id, "-")
-        rows.append(row)
+    rows = runs_table(a, labels, bound).records()
     s.tables.append(Table("runs", "Every run (hover a label for its run id)", rows, hidden=("run",),
                           tips={"label": "run"}))
     return s
@@ -163,30 +114,9 @@ def section_model(a: Analysis, labels: dict[str, str] | None = None) -> Section:
     ds, cal, kind = a.machines.datasheet, a.machines.calibrated, a.machines.primary_kind
     tg = a.study.targets
     s = Section("Measured against predicted time per batch")
-    table = []
-    for r in a.gpu_runs:
-        meas, pred = r.measured_terms(r.slowest_rank), predicted_terms(r.predicted)
-        entry = {"run": r.run_id, **({"label": labels.get(r.run_id, r.run_id)} if labels else {}),
-                 "rank": r.slowest_rank}
-        for k in TERMS:
-            entry[f"{k} measured ms"] = None if k in r.incomparable_terms else meas[k]
-            entry[f"{k} predicted ms"] = pred[k]
-        entry.update({HOST_CLOCK_COLUMN: host_clock_cell(meas, r.incomparable_terms),
-                      "total measured ms": r.t_ms, "total predicted ms": r.predicted_ms,
-                      "error %": error_pct(r.predicted_ms, r.t_ms),
-                      "datasheet predicted ms": r.datasheet.total_s * 1e3,
-                      "datasheet error %": r.error_pct(r.datasheet)})
-        table.append(entry)
-    judged = [r for r in a.runs if cublas_gpu(r)]
-    lines = []
-    for name, sel in (("Question 2.2 sweep and its pinned, resident and NCCL variants",
-                       [r for r in judged if in_q2_2(a, r)]), ("every cuBLAS GPU run", judged)):
-        for which, machine in (("calibrated", cal), ("datasheet", ds)):
-            errs = [abs(r.error_pct(getattr(r, which))) for r in sel if getattr(r, which)]
-            if errs:
-                lines.append({"runs": name, "machine file": machine.name, "n": len(errs),
-                              "median |error| %": statistics.median(errs), "worst |error| %": max(errs),
-                              "within 5%": sum(e <= 5 for e in errs), "within 15%": sum(e <= 15 for e in errs)})
+    table = terms(a, labels).records()
+    lines = model_accuracy(a).records()
+    judged = [r for r in a.runs if judged_for_model(r)]
     s.paragraphs.append(
         "Prediction: the model package's sum of named terms (GEMMs at the machine file's rate for each shape, "
         "perfmlp's own kernels at their measured time where the file has one (kernel_s), else at memory "

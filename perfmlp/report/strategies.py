@@ -11,15 +11,16 @@ import statistics
 
 import numpy as np
 
-from ..model.costs import itemsize
+from ..model.precision import precision as precision_of
 from ..model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
 from .analysis import Analysis, RunSummary
 from .configurations import Configuration, configurations
 from .figures import _plt, encode, legend_below, plain_log
 from .sections import Figure, Section, Table
+from .. import names as N
+from .thresholds import STRATEGY_TIE
 
 STRATEGY_COLORS = {"data": "tab:blue", "ps": "tab:gray", "model": "tab:orange", "tie": "white"}  # hybrids: green
-TIE = 0.02   # predicted times within 2% of each other: the model calls it a tie
 
 
 def _color(name: str) -> str:
@@ -34,7 +35,7 @@ def comm_bytes(a: Analysis, r: RunSummary) -> tuple[int | None, int | None]:
         return None, None
     per = [c for c in (run.counters(rank) for rank in sorted(run.ranks)) if c]
     counted = max(c.bytes_mpi + c.bytes_nccl for c in per) if per else None
-    model = step_bytes(run.layer_sizes, r.batch, r.procs, itemsize(r.precision), r.parallel, r.model_procs,
+    model = step_bytes(run.layer_sizes, r.batch, r.procs, precision_of(r.precision).act_bytes, r.parallel, r.model_procs,
                        r.comm)["per_rank"]
     return counted, model
 
@@ -54,13 +55,13 @@ def strategy_groups(a: Analysis) -> dict[tuple, dict[str, list]]:
     set ran it with two exchanges of the same kind, and then every one is listed."""
     groups: dict = {}
     for c in configurations(a):
-        if c.judged and c.s["gemm"] in ("cublas", None) and c.s["overlap"] in ("no overlap", None):
+        if c.judged and c.s["gemm"] in (N.CUBLAS, None) and c.s["overlap"] in ("no overlap", None):
             groups.setdefault(group_key(c), {}).setdefault(c.s["strategy"], []).append(c)
     return groups
 
 
 def section_strategies(a: Analysis) -> Section | None:
-    if not any(r.strategy != "data" for r in a.runs):
+    if not any(r.strategy != N.DATA for r in a.runs):
         return None
     s = Section("Partitioning strategies: data, model, hybrid, parameter server")
     s.paragraphs.append(_pencil_and_paper(a))
@@ -70,11 +71,11 @@ def section_strategies(a: Analysis) -> Section | None:
         "the median of its repeats; the speed-up is over the one-GPU data-parallel configuration with the same "
         "settings.")
     groups = strategy_groups(a)
-    one_gpu = {k[:3] + k[4:]: by["data"][0] for k, by in groups.items() if k[3] == 1 and "data" in by}
+    one_gpu = {k[:3] + k[4:]: by["data"][0] for k, by in groups.items() if k[3] == 1 and N.DATA in by}
     rows, winners, points = [], [], []
     for key, by in sorted(groups.items(), key=lambda kv: str(kv[0])):
         procs = key[3]
-        if procs == 1 or not any(n != "data" for n in by):
+        if procs == 1 or not any(n != N.DATA for n in by):
             continue
         base = one_gpu.get(key[:3] + key[4:])
         for name, cs in sorted(by.items()):
@@ -104,8 +105,8 @@ def section_strategies(a: Analysis) -> Section | None:
 def _pencil_and_paper(a: Analysis) -> str:
     st = a.study
     D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
-    sz = itemsize(st.precision)
-    P = max(r.procs for r in a.runs if r.strategy != "data")   # the set's largest strategy run
+    sz = precision_of(st.precision).act_bytes
+    P = max(r.procs for r in a.runs if r.strategy != N.DATA)   # the set's largest strategy run
     pen = {name: closed_form_bytes(D, H, C, B, P, sz, name) for name in ("data", "ps", "model")}
     return (f"Pencil and paper (docs/model.md), D={D}, H={H}, C={C}, B={B}, p={P}, {st.precision}: per step each rank "
             f"hands {pen['data']:,} bytes to the gradient allreduce with data parallelism (the whole gradient, "
@@ -139,7 +140,7 @@ def winner_row(by: dict, base: Configuration | None) -> dict | None:
     measured = min(best, key=lambda n: best[n].t_ms)
     order = sorted(preds, key=preds.get)
     margin = (preds[order[1]] / preds[order[0]] - 1) if len(order) > 1 else None
-    tie = margin is not None and margin < TIE
+    tie = margin is not None and margin < STRATEGY_TIE.value
     return {"H": r.hidden_label, "B": r.batch, "procs": r.procs, "transfer": r.transfer, "exec": r.exec,
             "measured winner": measured, "predicted winner": order[0],
             "predicted margin %": 100 * margin if margin is not None else None,
@@ -151,7 +152,7 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
     """The predicted best strategy over H and B at the set's usual p, transfer, exchange and execution mode,
     with the points measured at exactly those settings."""
     st = a.study
-    keys = [k for k, by in groups.items() if k[3] > 1 and k[0] == "cupy" and any(n != "data" for n in by)]
+    keys = [k for k, by in groups.items() if k[3] > 1 and k[0] == N.CUPY and any(n != N.DATA for n in by)]
     if not keys:
         return []
     procs, prec, transfer, mode, device = (statistics.mode(k[i] for k in keys) for i in (3, 4, 5, 6, 8))
@@ -174,7 +175,7 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
 # ---- figures ----------------------------------------------------------------------------------
 
 def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=18,
-                 exec_mode="eager"):
+                 exec_mode=N.EAGER):
     """The predicted best strategy on a log grid of H and B, and the measured winners on it
     (GPU runs: `device` NCCL, else MPI staged through the host; exec_mode graph: each strategy
     in graph mode where its step can be captured)."""
@@ -191,7 +192,7 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
             if not ranking:
                 continue
             best = ranking[0][0]
-            if len(ranking) > 1 and ranking[1][1].total_s < (1 + TIE) * ranking[0][1].total_s:
+            if len(ranking) > 1 and ranking[1][1].total_s < (1 + STRATEGY_TIE.value) * ranking[0][1].total_s:
                 best = "tie"
             if best not in names:
                 names.append(best)
@@ -207,7 +208,8 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=_color(x), edgecolor="gray", alpha=0.6,
-                     label=f"{x} predicted fastest" if x != "tie" else f"predicted within {100 * TIE:g}%: a tie")
+                     label=f"{x} predicted fastest" if x != "tie"
+                     else f"predicted within {100 * STRATEGY_TIE.value:g}%: a tie")
                for x in names]
     for w in dict.fromkeys(pt["winner"] for pt in measured):
         handles.append(Line2D([], [], marker="o", ls="", markersize=8, color=_color(w), markeredgecolor="black",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import checks
 from ..errors import PerfmlpError
+from .. import names as N
 
 DEFAULT_STUDY = "cme213"
 
@@ -34,9 +35,9 @@ class Network:
     mpi_bw_bytes_per_s: float
 
 
-REFERENCE_SCHEME_CHOICES = {"gemm": ("cublas", "naive", "tiled", "regblock"),
-                            "batch_transfer": ("pageable", "pinned", "resident"),
-                            "comm": ("mpi-staged", "nccl"), "exec": ("eager", "graph")}
+REFERENCE_SCHEME_CHOICES = {"gemm": (N.CUBLAS, N.NAIVE, N.TILED, N.REGBLOCK),
+                            "batch_transfer": (N.PAGEABLE, N.PINNED, N.RESIDENT),
+                            "comm": (N.MPI_STAGED, N.NCCL), "exec": (N.EAGER, "graph")}
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,64 @@ TOP_RECOMMENDATIONS = Threshold(
     "the overview lists this many changes, most predicted gain first (every one is in recommendations.csv)",
     "the overview's budget, as map_rows")
 
-ALL = (MIN_GAIN, CO_BOUND, MEASURED_AGREES, COLLAPSE_ROWS, MAP_ROWS, MAP_COLUMNS, TOP_RECOMMENDATIONS)
+WITHIN_CLOSE = Threshold(
+    "within_close", 5,
+    "the model accuracy table counts the runs whose |error| is at most this many percent",
+    "this report's convention: between the model's targets on GPU-paced steps, 3% median and 8% worst")
+
+WITHIN_FAIR = Threshold(
+    "within_fair", 15,
+    "the model accuracy table counts the runs whose |error| is at most this many percent",
+    "this report's convention: a prediction this far off names the wrong bound for the step")
+
+STRATEGY_TIE = Threshold(
+    "strategy_tie", 0.02,
+    "two strategies whose predicted times are within this fraction of each other are called a tie",
+    "the model's target median |error| on GPU-paced steps, 3%: a smaller margin does not rank them")
+
+HOST_BOUND_SHARE = Threshold(
+    "host_bound_share", 0.10,
+    "a run whose GPU waits for host launches more than this share of a batch is called host-bound",
+    "this report's convention: a tenth of the step idle on the GPU is more than its kernels' spread")
+
+PUBLISHED_CLOSE = Threshold(
+    "published_close", 0.25,
+    "a prediction within this fraction of a published time accounts for it",
+    "the spread of the published figures themselves (their GPU and kernel rates are unknowns)")
+
+SIGN_TEST_LEVEL = Threshold(
+    "sign_test_level", 0.05,
+    "the model's errors are called biased when the two-sided sign test gives less than this",
+    "the usual significance level of a two-sided test")
+
+MIN_STEADY = Threshold(
+    "min_steady", 20,
+    "a run with fewer steady batches than this is named in the validation section",
+    "this report's convention: a median over fewer batches moves with one slow batch")
+
+MIN_TESTS = Threshold(
+    "min_tests", 5,
+    "an execution mode with fewer blind tests than this records no model error in a machine file",
+    "this report's convention: the fewest ratios whose spread is more than one draw")
+
+COVERAGE_TARGET = Threshold(
+    "coverage_target", 0.90,
+    "the 90% intervals should cover at least this fraction of the measured medians",
+    "the model's target: a 90% interval covering at least 90% of the configurations")
+
+GRAPH_HALF_WIDTH_TARGET = Threshold(
+    "graph_half_width_target", 0.05,
+    "the target half-width of a graph-mode step's interval",
+    "the model's worst-case target on GPU-paced steps (8%) less the repeats' own spread")
+
+PRISM_KS = Threshold(
+    "prism_ks", 0.208,
+    "the pooled Kolmogorov-Smirnov distance the intervals are set beside",
+    "PRISM's pooled KS distance (arXiv 2510.15596)")
+
+ALL = (MIN_GAIN, CO_BOUND, MEASURED_AGREES, COLLAPSE_ROWS, MAP_ROWS, MAP_COLUMNS, TOP_RECOMMENDATIONS, WITHIN_CLOSE,
+       WITHIN_FAIR, STRATEGY_TIE, HOST_BOUND_SHARE, PUBLISHED_CLOSE, SIGN_TEST_LEVEL, MIN_STEADY, MIN_TESTS,
+       COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS)
 
 
 def table() -> list[dict]:

@@ -28,17 +28,18 @@ import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..trace.activity import to_run_s
+from ..trace.clocks import clock_quality_us, host_phases_ns, host_span_s, rank_segments, to_run_s
 from ..trace.reader import Run
 from .crosscheck import CrossCheck, run_cross_checks
 from .intervals import clip, intersect, length, subtract, union
+from .. import names as N
+from .thresholds import HOST_BOUND_SHARE
 
 COLLECTIVE_PHASES = ("allreduce",)
-COPY_PHASES = ("h2d", "d2h", "h2d_grad")
+COPY_PHASES = ("h2d", "d2h", N.H2D_GRAD)
 BUSY_PARTS = ("compute", "exposed comm", "copies")
 IDLE_PARTS = ("idle: host launch", "idle: copies", "idle: other ranks")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
-HOST_BOUND_SHARE = 0.10  # a run whose GPU waits for host launches this share of a batch is host-bound
 
 
 # ---- one batch on one rank -----------------------------------------------------------------
@@ -94,15 +95,6 @@ def breakdown(records, window: tuple[float, float], host_phases: dict | None = N
                      comm=length(by["comm"]) / 1e6, window=(hi - lo) / 1e6)
 
 
-def host_phases_ns(batch, clock) -> dict:
-    """The host's phase spans of a batch on the CUPTI clock (ns)."""
-    if clock is None or clock.cupti_minus_host_ns is None:
-        return {}
-    base = clock.host_start_ns + clock.cupti_minus_host_ns + batch.t0_s * 1e9
-    return {p: (base + off * 1e6, base + (off + dur) * 1e6)
-            for p, (off, dur) in (batch.t_ms_host or batch.t_ms).items()}
-
-
 # ---- one batch across ranks ----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -125,18 +117,6 @@ class PathSegment:
     rank: int
     ms: float
     gain_ceiling_ms: float
-
-
-def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
-    """A rank's phases of one batch as (phase, start s, end s) on the run's
-    time axis: GPU spans where measured on the GPU, else host spans."""
-    if batch.clock == "cupti":
-        t0 = batch.gpu_t0_ns
-        return [(p, to_run_s(clock, t0 + off * 1e6, True), to_run_s(clock, t0 + (off + d) * 1e6, True))
-                for p, (off, d) in batch.t_ms.items()]
-    base = clock.host_start_ns + batch.t0_s * 1e9
-    return [(p, to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False))
-            for p, (off, d) in batch.t_ms.items()]
 
 
 def collective_waits(arrivals: dict[int, tuple[float, float]], epoch: int = 0, batch: int = 0) -> CollectiveWait:
@@ -182,7 +162,7 @@ def critical_path(segments: dict[int, list[tuple[str, float, float]]],
 # ---- a run ---------------------------------------------------------------------------------
 
 def has_timeline(run: Run) -> bool:
-    return any(b.clock == "cupti" for rt in run.ranks.values() for b in rt.batches)
+    return any(b.clock == N.CUPTI for rt in run.ranks.values() for b in rt.batches)
 
 
 def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
@@ -190,7 +170,7 @@ def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
     out: dict = {}
     for key, recs in sorted(run.steady_batches().items()):
         for r, b in recs.items():
-            if b.clock != "cupti":
+            if b.clock != N.CUPTI:
                 continue
             t0 = b.gpu_t0_ns
             bd = breakdown(b.gpu, (t0, t0 + b.t_ms_total * 1e6), host_phases_ns(b, run.ranks[r].clock))
@@ -210,11 +190,9 @@ def _comm_span(b, clock) -> tuple[float, float] | None:
         s, e = min(r.start_ns for r in comm), max(r.end_ns for r in comm)
         return to_run_s(clock, s, True), to_run_s(clock, e, True)
     host = b.t_ms_host or b.t_ms
-    if "allreduce" not in host:
+    if N.ALLREDUCE not in host:
         return None
-    off, d = host["allreduce"]
-    base = clock.host_start_ns + b.t0_s * 1e9
-    return to_run_s(clock, base + off * 1e6, False), to_run_s(clock, base + (off + d) * 1e6, False)
+    return host_span_s(clock, b, *host[N.ALLREDUCE])
 
 
 def run_collectives(run: Run) -> list[CollectiveWait]:
@@ -236,7 +214,7 @@ def run_collectives(run: Run) -> list[CollectiveWait]:
 def representative(run: Run) -> tuple[int, int] | None:
     """The steady batch whose slowest rank's time is the median one."""
     items = [(max(run.batch_time_ms(b) for b in recs.values()), key)
-             for key, recs in run.steady_batches().items() if all(b.clock == "cupti" for b in recs.values())]
+             for key, recs in run.steady_batches().items() if all(b.clock == N.CUPTI for b in recs.values())]
     if not items:
         return None
     items.sort()
@@ -302,17 +280,7 @@ class Timeline:
 
     @property
     def host_bound(self) -> bool:
-        return self.host_launch_share > HOST_BOUND_SHARE
-
-
-def _clocks(run: Run) -> tuple[float | None, float | None]:
-    """(the ranks' alignment error, the largest CUPTI-against-host drift), us."""
-    clocks = [rt.clock for rt in run.ranks.values() if rt.clock]
-    err = max((c.rank0_err_ns + (c.cupti_err_ns or 0)) / 1e3 for c in clocks) if clocks else None
-    drift = [(rt.clock_end.cupti_minus_host_ns - rt.clock.cupti_minus_host_ns) / 1e3
-             for rt in run.ranks.values() if rt.clock_end and rt.clock and rt.clock.cupti_minus_host_ns
-             is not None and rt.clock_end.cupti_minus_host_ns is not None]
-    return err, (max(map(abs, drift)) if drift else None)
+        return self.host_launch_share > HOST_BOUND_SHARE.value
 
 
 def _path(run: Run, rep: tuple[int, int] | None) -> list[PathSegment]:
@@ -329,10 +297,10 @@ def analyse_timeline(run: Run) -> Timeline | None:
         return None
     per_rank = run_breakdowns(run)
     medians = [rank_medians(r, bds) for r, bds in sorted(per_rank.items())]
-    err, drift = _clocks(run)
+    err, drift = clock_quality_us(run.ranks.values())
     rep = representative(run)
     share = statistics.median(m.median.idle_host_launch / m.median.window for m in medians if m.median.window)
     return Timeline(run.run_id, run.trace_level, per_rank, medians, run_collectives(run), rep,
                     _path(run, rep), run_cross_checks(run), err, drift,
                     sum(rt.activity.orphans for rt in run.ranks.values() if rt.activity), share,
-                    host_functions(run) if share > HOST_BOUND_SHARE else [])
+                    host_functions(run) if share > HOST_BOUND_SHARE.value else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..trace.activity import to_run_s
+from ..trace.clocks import host_phase_spans_s, to_run_s
 from ..trace.reader import Run
 from .sections import Figure, Section, Table
 from .timeline import BUSY_PARTS, IDLE_PARTS, PARTS, Timeline, analyse_timeline
@@ -123,9 +123,7 @@ def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, f
         clock = run.ranks[r].clock
         if clock is None:
             continue
-        base = clock.host_start_ns + b.t0_s * 1e9
-        host = [(p, "tab:gray", to_run_s(clock, base + o * 1e6, False), to_run_s(clock, base + (o + d) * 1e6, False))
-                for p, (o, d) in (b.t_ms_host or b.t_ms).items()]
+        host = [(p, "tab:gray", s, e) for p, s, e in host_phase_spans_s(b, clock)]
         gpu = [(g.phase, CAT_COLORS[g.cat], to_run_s(clock, g.start_ns, True),
                 to_run_s(clock, g.end_ns, True)) for g in b.gpu or ()]
         tracks += [(f"rank {r} host", host), (f"rank {r} GPU", gpu)]

@@ -38,8 +38,9 @@ from .interval_check import judge_intervals
 from .model_error import ErrorStats, error_stats, resolution, within_noise
 from .predictions import blind_status, more_predictions, read_predictions
 from .whatif import what_if_run
+from .. import names as N
+from .thresholds import MIN_STEADY
 
-MIN_STEADY = 20
 
 
 @dataclass
@@ -216,7 +217,7 @@ def _judged(c: RepeatGroup, calibrated) -> str:
     gemm = c.key[6]
     return ("no: host enqueue times" if any(r.host_enqueue for r in c.runs) else
             "no: under cProfile" if c.key[10] else
-            "yes" if gemm == "cublas" or (calibrated is not None and calibrated.has_gemm_kernel(gemm)) else
+            "yes" if gemm == N.CUBLAS or (calibrated is not None and calibrated.has_gemm_kernel(gemm)) else
             "no: no rate for its GEMM kernel")
 
 
@@ -229,7 +230,7 @@ def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -
                       within_noise(err, spread), ds, within_noise(ds, spread), c.key[2], c.key[5], c.key[7],
                       c.key[4], _judged(c, calibrated), c.key[3])
     meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
-    if c.key[7] == "graph" and c.key[5] != "mpi-staged":
+    if c.key[7] == N.GRAPH and c.key[5] != N.MPI_STAGED:
         # one replay holds the NCCL collectives: the trace times them inside compute, so the
         # prediction is compared the same way
         inside = pred_groups.get("compute", 0.0) + pred_groups.get("allreduce", 0.0)
@@ -311,7 +312,7 @@ def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
     out = []
     for key, c in sorted(groups.items(), key=lambda kv: kv[1].label):
         hidden, batch, procs, prec, transfer, comm, gemm, exec_mode, overlap, bucket, cprofile = key
-        base_key = (hidden, batch, 1, prec, "pageable", "mpi-staged", gemm, "eager", False, bucket, cprofile)
+        base_key = (hidden, batch, 1, prec, N.PAGEABLE, N.MPI_STAGED, gemm, N.EAGER, False, bucket, cprofile)
         if key == base_key or base_key not in groups:
             continue
         base = traces[groups[base_key].runs[0].run_id]
@@ -338,7 +339,7 @@ def analyse_validation(a: Analysis) -> Validation:
     quiet = a.study.targets.model_median_error_pct
     return Validation(
         cal, pred_note, (preds or {}).get("machine", {}) if preds else None,
-        tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY),
+        tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY.value),
         tuple(sorted({str(t.manifest.versions.get("perfmlp_git")) for t in a.traces})),
         configs, tuple(p[1] for p in pairs), tuple(summary_rows(judged, quiet)),
         tuple(per_term([p[1] for p in pairs])),

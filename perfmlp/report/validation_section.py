@@ -9,10 +9,11 @@ from ..trace.reader import STEADY_RULE
 from .analysis import Analysis
 from .blind_tests import (WORST_PER_MACHINE, History, MachineHistory, history_by_machine,
                           worst_configurations)
-from .model_error import SIGN_TEST_LEVEL, ErrorStats, sign_test_p
+from .model_error import ErrorStats, sign_test_p
 from .sections import HOST_CLOCK_COLUMN, Section, Table, host_clock_cell, host_clock_note
 from .interval_check import interval_table_rows
-from .validation import MIN_STEADY, OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
+from .validation import OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
+from .thresholds import MIN_STEADY, SIGN_TEST_LEVEL
 
 TITLE = "The model tested blind: protocol, noise floor and error per term"
 STATS = ("median |error| %", "worst |error| %", "signed median %", "above", "below", "within noise", "sign test p")
@@ -24,12 +25,12 @@ def sign_verdict(above: int, below: int) -> str:
     if n == 0:
         return "no error with a sign"
     side = "too slow (above the measurement)" if above > below else "too fast (below the measurement)"
-    if p < SIGN_TEST_LEVEL:
+    if p < SIGN_TEST_LEVEL.value:
         return f"{above} above, {below} below: biased, the model is {side}; a fair coin splits {n} that unevenly " \
                f"with chance {p:.3f}"
     if above == 0 or below == 0:
         return f"all {n} {'above' if above else 'below'} (the model {side.split(' (')[0]}), but {n} are too few " \
-               f"for the sign test to call it a bias at {SIGN_TEST_LEVEL:g} (its least p with {n} is {p:.3g})"
+               f"for the sign test to call it a bias at {SIGN_TEST_LEVEL.value:g} (its least p with {n} is {p:.3g})"
     return f"{above} above, {below} below: within what chance gives (sign test p = {p:.2f})"
 
 
@@ -76,8 +77,8 @@ def _protocol(v: Validation) -> str:
          "blind when it was made before its run started" if m is not None else
          f"{v.predictions_note}: every prediction below is the report's own, made after the runs (not blind)") +
         f". Steady window: {STEADY_RULE}; " +
-        (f"{len(v.short_runs)} run(s) have fewer than {MIN_STEADY} steady batches: {', '.join(v.short_runs)}"
-         if v.short_runs else f"every run has at least {MIN_STEADY} steady batches") +
+        (f"{len(v.short_runs)} run(s) have fewer than {MIN_STEADY.value} steady batches: {', '.join(v.short_runs)}"
+         if v.short_runs else f"every run has at least {MIN_STEADY.value} steady batches") +
         ". Repeats: runs of one configuration are grouped; measured = the median of their times per batch, "
         "spread = (max - min) / median; an error within half the spread is within noise. Code: "
         f"{', '.join(v.commits)} (the manifests' perfmlp_git).")
@@ -94,7 +95,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     tg = a.study.targets
     s.paragraphs.append(f"Targets: {tg.model_median_error_pct:g}% median, {tg.model_worst_error_pct:g}% worst "
                         "(the study's), no sign bias (as many above as below, within what chance gives: a two-sided "
-                        f"sign test below {SIGN_TEST_LEVEL:g} is called a bias), per p and per communication mode; "
+                        f"sign test below {SIGN_TEST_LEVEL.value:g} is called a bias), per p and per communication mode; "
                         "where the median spread is larger than the error, the error is within the run-to-run "
                         "noise and cannot be judged finer (both are shown).")
     s.paragraphs.append(judged_note(v, tg))

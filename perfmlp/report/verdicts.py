@@ -27,15 +27,16 @@ from dataclasses import dataclass
 
 from .analysis import COMPUTE, COPY_TERMS, RunSummary
 from .thresholds import CO_BOUND
+from .. import names as N
 
 GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING = (
     "GEMMs", "elementwise kernels", "launches and host", "copies", "communication", "waiting for a rank")
 CPU_COMPUTE = "compute (NumPy)"
 CATEGORIES = (GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING, CPU_COMPUTE)
 TERM_CATEGORY = {"gemm": GEMMS, "elementwise": ELEMENTWISE, "kernel_gaps": HOST, "launches": HOST,
-                 "graph_launch": HOST, "tracing": HOST, "h2d_batch": COPIES, "d2h_grad": COPIES,
-                 "h2d_grad": COPIES, "allreduce": COMMUNICATION, "rank_wait": WAITING}
-GROUP_DEFAULT = {"h2d_batch": COPIES, "d2h_grad": COPIES, "h2d_grad": COPIES, "allreduce": COMMUNICATION,
+                 "graph_launch": HOST, "tracing": HOST, N.H2D_BATCH: COPIES, N.D2H_GRAD: COPIES,
+                 N.H2D_GRAD: COPIES, "allreduce": COMMUNICATION, "rank_wait": WAITING}
+GROUP_DEFAULT = {N.H2D_BATCH: COPIES, N.D2H_GRAD: COPIES, N.H2D_GRAD: COPIES, "allreduce": COMMUNICATION,
                  COMPUTE: HOST}
 GPU_TERMS = ("gemm", "elementwise", "kernel_gaps", "tracing")
 
@@ -95,7 +96,7 @@ def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpri
     if total <= 0:
         out[GEMMS if unpriced_gemm else HOST] = measured
         return out
-    if measured > total and r.exec == "eager":
+    if measured > total and r.exec == N.EAGER:
         for t, ms in inside.items():
             out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + ms
         extra = GEMMS if unpriced_gemm else HOST
@@ -129,7 +130,7 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     for t, ms in model.items():
         g = COMPUTE if t in GPU_TERMS or t in ("launches", "graph_launch") else t
         g = {"rank_wait": "allreduce"}.get(g, g)
-        if measured.get(g, 0.0) == 0.0 and g != COMPUTE and r.exec == "graph":
+        if measured.get(g, 0.0) == 0.0 and g != COMPUTE and r.exec == N.GRAPH:
             g = COMPUTE   # inside the replay: the graph's one phase holds it
         by_group.setdefault(g, {})[t] = ms
     for g, ms in measured.items():
@@ -139,7 +140,7 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
         if g == COMPUTE:
             for k, v in split_compute(ms, terms, r, unpriced_gemm).items():
                 parts[k] += v
-        elif g == "allreduce" and r.procs > 1:
+        elif g == N.ALLREDUCE and r.procs > 1:
             wait = min(waiting_ms(r, rank), ms)
             parts[WAITING] += wait
             parts[COMMUNICATION] += ms - wait

@@ -1,0 +1,57 @@
+"""Choosing the machine files for a set of runs: the datasheet file that
+describes the GPU they ran on, the calibrated file made on that GPU (if one
+ships), and a file the user named in place of the one of its kind."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable
+
+from .description import Machine
+from .files import DEFAULT_MACHINE, MachineError, load_machine, machine_files
+
+
+@dataclass(frozen=True)
+class Machines:
+    datasheet: Machine
+    calibrated: Machine | None
+
+    @property
+    def primary(self) -> Machine:
+        """The machine to predict with: the calibrated one where there is one."""
+        return self.calibrated or self.datasheet
+
+    @property
+    def primary_kind(self) -> str:
+        return "calibrated" if self.calibrated else "datasheet"
+
+
+def shipped_machines() -> list[Machine]:
+    """Every shipped machine file that loads (a broken one is passed over)."""
+    out = []
+    for f in machine_files():
+        try:
+            out.append(load_machine(f))
+        except MachineError:
+            continue
+    return out
+
+
+def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
+    """The datasheet and the calibrated file (if any) for the GPU most of
+    `runs` saw (each has a `gpu` attribute: its device name, or None on a
+    CPU); `machine_arg` replaces the one of its kind."""
+    gpus = [r.gpu for r in runs if r.gpu]
+    gpu = statistics.mode(gpus) if gpus else None
+    files = shipped_machines()
+    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
+    calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
+    if datasheet is None:
+        datasheet = load_machine(DEFAULT_MACHINE)
+    if machine_arg:
+        given = load_machine(machine_arg)
+        if given.calibrated:
+            calibrated = given
+        else:
+            datasheet = given
+    return Machines(datasheet, calibrated)

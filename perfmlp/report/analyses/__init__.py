@@ -1,0 +1,90 @@
+"""The report's analyses: each a pure function from the read runs (an
+`Analysis`: every run's summary, the machine files, the study) to a `Table`
+with named columns. The report's sections only put these tables into
+words, Markdown, HTML, CSV and figures.
+
+One front door, callable from Python:
+
+    from perfmlp.report import analyses
+    a = analyses.load("traces/")          # every run under the folder, read once
+    t = a.scaling()                       # a Table: t.columns[:3] == ("scaling", "H", "B")
+    [(r["procs"], r["efficiency %"]) for r in t.where(scaling="weak")]
+
+Runs made in memory (the trace reader's `Run.from_records`) go through
+`Analyses.from_runs(runs)`. Each method returns a fresh Table; `a.analysis`
+is the summary they are computed from.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import PerfmlpError
+from ...trace.reader import read_traces
+from ..analysis import Analysis, analyse
+from ..study import load_study
+from .accuracy import host_paced_spread, limit_text, model_accuracy, terms
+from .imbalance import imbalance
+from .runs import in_q2_2, judged_for_model, runs
+from .scaling import STRONG, WEAK, scaling, scaling_groups
+from .table import Table
+from ..configurations import configurations as configurations_of
+
+__all__ = ["Analyses", "Table", "load", "runs", "configurations", "scaling", "scaling_groups", "imbalance", "terms",
+           "model_accuracy", "host_paced_spread", "limit_text", "judged_for_model", "in_q2_2", "STRONG", "WEAK"]
+
+
+def configurations(a: Analysis) -> Table:
+    """Repeats merged: one row per configuration, its settings, the median time per batch over its repeats,
+    their fastest and slowest, and the run that stands for it."""
+    rows = []
+    for c in configurations_of(a):
+        times = [r.t_ms for r in c.runs]
+        rows.append({"configuration": c.label, **c.s, "ms per batch": c.t_ms, "repeats": len(c.runs),
+                     "fastest ms": min(times), "slowest ms": max(times), "judged": c.judged,
+                     "predicted ms": c.predicted_ms, "representative": c.representative.run_id})
+    return Table.from_records("configurations", rows)
+
+
+class Analyses:
+    """Every analysis of one set of runs, each method returning a Table."""
+
+    def __init__(self, analysis: Analysis):
+        self.analysis = analysis
+
+    @classmethod
+    def from_runs(cls, runs, machine: str | None = None, study: str | Path | None = None) -> "Analyses":
+        """From runs already read (trace.reader.read_traces or Run.from_records)."""
+        return cls(analyse(list(runs), [], load_study(study), machine))
+
+    def runs(self) -> Table:
+        """Every run: settings, time per batch, FLOPs, bytes, utilisation, predictions."""
+        return runs(self.analysis)
+
+    def configurations(self) -> Table:
+        """Repeats merged into configurations."""
+        return configurations(self.analysis)
+
+    def scaling(self) -> Table:
+        """Strong and weak scaling of data parallelism: speed-up and efficiency against p = 1."""
+        return scaling(self.analysis)
+
+    def imbalance(self) -> Table:
+        """Each multi-rank configuration's spread of busy time and allreduce time across ranks."""
+        return imbalance(self.analysis)
+
+    def terms(self) -> Table:
+        """Each GPU run's measured and predicted time, term by term."""
+        return terms(self.analysis)
+
+    def model_accuracy(self) -> Table:
+        """The model's median and worst |error| per selection of runs and machine file."""
+        return model_accuracy(self.analysis)
+
+
+def load(folder: str | Path, machine: str | None = None, study: str | Path | None = None) -> Analyses:
+    """Every readable run under `folder` (unreadable ones are listed in `.analysis.skipped`)."""
+    folder = Path(folder)
+    found, skipped = read_traces(folder)
+    if not found:
+        raise PerfmlpError(f"{folder}: no readable run" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    return Analyses(analyse(found, skipped, load_study(study), machine, folder))
