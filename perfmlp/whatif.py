@@ -25,7 +25,7 @@ from .model.interval import Interval, interval, interval_json, interval_words
 from .model.machine import MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP
 from .model.whatif import KEYS, Setting, WhatIf, WhatIfError, changed_setting, what_if
-from .report.analysis import pick_machines
+from .model.machine.choose import pick_machines
 from .report.whatif import measured_groups_ms, setting_of
 from .trace.reader import TraceError, read_run
 

@@ -188,7 +188,8 @@ class Run:
         """A Run from in-memory records (rank -> the records it would have
         written: Header, Shape, Batch, Epoch, GpuActivity, Clock, Activity, End)."""
         once = manifest.ran is None or manifest.ran.comm != N.PS_ASYNC
-        rts = {r: rank_trace(r, [(rec, f"rank {r} record {i}") for i, rec in enumerate(recs)], once)
+        rts = {r: _with_mem_bytes(rank_trace(r, [(rec, f"rank {r} record {i}") for i, rec in enumerate(recs)],
+                                             once), manifest)
                for r, recs in ranks.items()}
         return cls(run_id or manifest.run_id, manifest, rts)
 
