@@ -1,22 +1,19 @@
 """The house: what each part of perfmlp may import (allow-lists, imports
 inside functions included, read with ast), no import circle between modules
-or between the parts, and the phases the model counts are the ones the
-trace records."""
+or between the parts."""
 import ast
 import sys
 from pathlib import Path
 
 import pytest
 
-from perfmlp.model.predict import TRACE_LEVELS as MODEL_TRACE_LEVELS, traced_phases
-from perfmlp.trace.format import TRACE_LEVELS, batch_phases
 
 PKG = Path(__file__).resolve().parents[1] / "perfmlp"
 
 # ---- the parts and what each may import ----------------------------------------------------------
 # A name stands for the module and everything under it ("perfmlp" alone is the package's __init__:
 # its version). Every module of perfmlp belongs to exactly one part; a new one must be placed here.
-BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors")          # typed checks and the one error type
+BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors", "perfmlp.names")   # typed checks, the one error type, the vocabulary
 MODEL = ("perfmlp.model",)                                        # pure: shapes and machine numbers
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
 CONFIG = ("perfmlp.config", "perfmlp.data")                       # the configuration, the data sets
@@ -27,7 +24,7 @@ REPORT = ("perfmlp.report",)
 PARTS = {
     # part: (its modules, the perfmlp modules it may import, the libraries beyond the standard one it may import)
     "base": (BASE, ("perfmlp",), ("yaml",)),
-    "model": (MODEL, (*MODEL, "perfmlp", "perfmlp.checks"), ("numpy", "yaml")),
+    "model": (MODEL, (*MODEL, "perfmlp", "perfmlp.checks", "perfmlp.names"), ("numpy", "yaml")),
     "trace": (TRACE, (*TRACE, *BASE, *MODEL), ("numpy", "cupy", "cupti", "nvtx")),
     "config": (CONFIG, (*CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "yaml")),
     "trainer": (TRAINER, (*TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "cupy", "cupyx", "mpi4py", "ml_dtypes")),
@@ -178,18 +175,3 @@ def test_imports_inside_functions_count_and_a_circle_is_found():
     assert circle({"perfmlp.report": {"perfmlp.whatif"}, "perfmlp.whatif": {"perfmlp.report"}}) == [
         "perfmlp.report", "perfmlp.whatif", "perfmlp.report"]
     assert circle({"a": {"b"}, "b": set()}) is None
-
-
-@pytest.mark.parametrize("comm", ["mpi", "mpi-staged", "nccl"])
-@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
-@pytest.mark.parametrize("exec_mode", ["eager", "graph"])
-def test_the_models_tracer_events_are_the_traces_phases(comm, transfer, exec_mode):
-    # one CUDA event at the end of each phase a batch records
-    if exec_mode == "graph" and comm == "mpi":
-        pytest.skip("graph mode is GPU only")
-    assert traced_phases(comm, transfer, exec_mode) == len(batch_phases(comm, transfer, exec_mode))
-
-
-def test_the_model_prices_every_trace_level_the_tracer_has():
-    # the model owns its names (it imports nothing of the trace); they are the tracer's, in its order
-    assert MODEL_TRACE_LEVELS == tuple(TRACE_LEVELS)

@@ -20,8 +20,9 @@ from .kernels import event_gap, kernel_gaps, queued_gap
 from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
 from .spread import gpu_rounds, spread_table, spread_words
+from .. import names as N
 
-GEMM_KERNELS = ("naive", "tiled", "regblock")
+GEMM_KERNELS = N.REFERENCE_KERNELS
 # the machine file's scalars: measured, else the base file's
 SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s",

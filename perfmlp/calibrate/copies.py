@@ -30,6 +30,7 @@ from ..config import Config
 from ..gpu.timing import copy_s, host_times, per_call_s, queued_ahead, rounds, spin_cycles, spin_kernels, time_ms, \
     wall_s
 from ..model.costs import grad_buffer_bytes, itemsize
+from .. import names as N
 
 HOST_BYTES = 256 * 1000 * 1000   # the host arrays copies rotate through: larger than the host's caches
 
@@ -87,8 +88,8 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
     D, C, fp32 = Config.input_size, Config.num_classes, itemsize("float32")
     sizes = (grad_buffer_bytes((D, hidden[0], C), fp32), fp32 * max(local_batches) * D)
     d = cp.empty(max(sizes), dtype=cp.uint8)
-    hosts = {"pageable": np.ones(HOST_BYTES, dtype=np.uint8), "pinned": cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
-    hosts["pinned"][...] = 1
+    hosts = {N.PAGEABLE: np.ones(HOST_BYTES, dtype=np.uint8), N.PINNED: cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
+    hosts[N.PINNED][...] = 1
     s = cp.cuda.get_current_stream()
     res = {}
     for direction in ("h2d", "d2h"):
@@ -99,16 +100,16 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
 
                 def fn(h=h, n=n, direction=direction, mem=mem, offset=offset):
                     off = offset()
-                    if direction == "h2d":
+                    if direction == N.HOST_TO_DEVICE:
                         d[:n].set(h[off:off + n], stream=s)
                     else:   # pinned: not blocking, so that the calls queue behind the spin
-                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == "pageable")
-                ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == "pinned" else median(host_times(cp, fn, reps=25)))
+                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == N.PAGEABLE)
+                ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == N.PINNED else median(host_times(cp, fn, reps=25)))
             bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
             lat = max(ts[0] - sizes[0] / bw, 0.0)
             res[f"{direction}_{mem}_bytes_per_s"] = bw
             res[f"{direction}_{mem}_latency_s"] = lat
-            log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == 'pinned' else 'host wall time'}): "
+            log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == N.PINNED else 'host wall time'}): "
                 f"{sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
                 f"-> {bw / 1e9:.1f} GB/s + {lat * 1e6:.1f} us")
     return res
@@ -177,7 +178,7 @@ def _copy_calls(cp, keys, hosts, d) -> dict:
 
         def copy(direction=direction, h=h, n=n, offset=offset):
             off = offset()
-            if direction == "h2d":
+            if direction == N.HOST_TO_DEVICE:
                 d[:n].set(h[off:off + n], stream=s)
             else:
                 d[:n].get(out=h[off:off + n], stream=s, blocking=False)
@@ -206,8 +207,8 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
     P = world.size
     top = max(n for ns in sizes.values() for n in ns)
     big = max(HOST_BYTES, 8 * top)
-    hosts = {"pageable": np.ones(big, dtype=np.uint8), "pinned": cupyx.empty_pinned(big, dtype=np.uint8)}
-    hosts["pinned"][...] = 1
+    hosts = {N.PAGEABLE: np.ones(big, dtype=np.uint8), N.PINNED: cupyx.empty_pinned(big, dtype=np.uint8)}
+    hosts[N.PINNED][...] = 1
     keys = [(direction, mem, n) for direction, ns in sizes.items() for mem in hosts for n in sorted(set(ns))]
     d = cp.empty(top, dtype=cp.uint8)
     events = cp.cuda.Event(), cp.cuda.Event()
@@ -221,7 +222,7 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
                 world.barrier()
                 if not member:
                     return None
-                if key[1] == "pinned":   # GPU time per copy of 4 queued back to back behind a spin, as the
+                if key[1] == N.PINNED:   # GPU time per copy of 4 queued back to back behind a spin, as the
                     return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]   # trainer queues them
                 return copy_s(cp, copies[key], False, events)
             return one
@@ -253,7 +254,7 @@ def _group_points(cp, world, g, member, keys, ts, copies, log) -> list[dict]:
         point = {"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest}
         line = lines.setdefault((direction, mem), [])
         line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
-        if (direction, mem) == ("h2d", "pageable"):
+        if (direction, mem) == (N.HOST_TO_DEVICE, N.PAGEABLE):
             world.barrier()
             ahead = pageable_ahead(cp, copies[key], mine) if member else None
             got = [x for x in world.allgather(ahead) if x is not None]

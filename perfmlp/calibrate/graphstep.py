@@ -10,6 +10,7 @@ from ..gpu.timing import queued_ahead
 from ..model.costs import widths
 from ..model.predict.compute import step_compute
 from .precision import precision_network
+from .. import names as N
 
 
 def graph_node_extra(cp, machine, hidden, local_batches, precisions, log, replays: int = 20) -> dict:
@@ -26,7 +27,7 @@ def graph_node_extra(cp, machine, hidden, local_batches, precisions, log, replay
     finds its inputs where that one left them (sgd_update in bf16 at
     H = 2048: 8.06 us in the step on an H100, 6.01 calibrated)."""
     D, C = Config.input_size, Config.num_classes
-    shapes = [(p, h, b) for p in precisions if p != "float64"
+    shapes = [(p, h, b) for p in precisions if p != N.FLOAT64
               for h in sorted({min(hidden), max(hidden)}) for b in sorted({min(local_batches), max(local_batches)})]
     per_node = []
     for prec, h, b in shapes:
@@ -39,7 +40,7 @@ def graph_node_extra(cp, machine, hidden, local_batches, precisions, log, replay
             net.forward(x.T); net.loss(y.T); net.backward(); net.update()
             graph = gs.end_capture()
             t = queued_ahead(cp, lambda g=graph: g.launch(stream=gs), replays)[0] - machine.graph_replay_gap_s
-        gemm, other, _, n = step_compute(machine, (D, h, C), b, widths(prec), prec, "cublas", None, True,
+        gemm, other, _, n = step_compute(machine, (D, h, C), b, widths(prec), prec, N.CUBLAS, None, True,
                                          machine.graph_kernel_gap_s, machine.queued_gap_s)
         per_node.append((t - gemm - other - n * machine.graph_kernel_gap_s) / n)
         log(f"graph step {prec} H={h} b={b}: {t * 1e6:.1f} us GPU, the model's parts {(gemm + other) * 1e6:.1f} us "

@@ -33,6 +33,7 @@ import numpy as np
 from ..config import Config
 from ..gpu import timing
 from .gemm import step_network
+from .. import names as N
 
 DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is negligible
 
@@ -48,7 +49,7 @@ def resident_step(cp, sizes, b, group, pieces: int = 1):
     rng = np.random.default_rng(0)
     x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
     y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], pieces * b)]
-    return net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net)
+    return net, DeviceBatches(cp, x, y, N.RESIDENT, b), NcclReducer(cp, group, net)
 
 
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[dict, dict]:
@@ -77,7 +78,7 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
     counts = Counts()
     graph = GraphStep(cp, net, batches, reducer, stream)
-    pinned = DeviceBatches(cp, cp.asnumpy(batches.xr), cp.asnumpy(batches.yr), "pinned", bl)
+    pinned = DeviceBatches(cp, cp.asnumpy(batches.xr), cp.asnumpy(batches.yr), N.PINNED, bl)
     quiet, copied = NullTracer().phase, Counts()   # the copies' counts apart: the steps' stay a batch's
 
     def copies(copy):
@@ -97,10 +98,10 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
                 counts.reset()
             return timing.per_call_s(one_step, reps, start=barrier, end=stream.synchronize)
         return one_round
-    out = timing.rounds({"untraced": steps(NullTracer(), None), "traced": steps(tracer, None),
+    out = timing.rounds({N.UNTRACED: steps(NullTracer(), None), "traced": steps(tracer, None),
                          "graph": steps(NullTracer(), graph),
                          "static": copies(lambda: batches.static(0, bl, copied)),
-                         "pinned": copies(lambda: pinned.get(0, bl, quiet, copied))}, rounds, warmup_rounds=1)
+                         N.PINNED: copies(lambda: pinned.get(0, bl, quiet, copied))}, rounds, warmup_rounds=1)
     tracer.close("complete")
     return {k: float(median(v)) for k, v in out.items()}, out
 
@@ -155,13 +156,13 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     graph step's graph_step_host_s and the batch copies' calls,
     static_copy_host_s and pinned_copy_host_s), then groups of 2 and P ranks launching
     at once, the slowest rank's (host_dispatch_s). Operations: the step's
-    kernels and its collective call, as the model counts them (predict.py's
+    kernels and its collective call, as the model counts them (model/predict's
     timeline items)."""
     from ..model.costs import step_kernels
     from ..model.predict import traced_phases
     from ..strategies.groups import Group, LocalGroup
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
-    phases = traced_phases("nccl", "resident", "eager")
+    phases = traced_phases(N.NCCL, N.RESIDENT, N.EAGER)
     P = world.size
     res, points = {}, []
     groups = []   # kept alive: the reducers' NCCL communicators are cached by the group object's id
@@ -178,8 +179,8 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         world.barrier()
         if world.rank != 0:
             continue
-        launch = [r["untraced"] / ops for r in per_rank]
-        trace = [max(r["traced"] - r["untraced"], 0.0) / phases for r in per_rank]
+        launch = [r[N.UNTRACED] / ops for r in per_rank]
+        trace = [max(r["traced"] - r[N.UNTRACED], 0.0) / phases for r in per_rank]
         slow = max(range(g), key=lambda i: per_rank[i]["traced"])
         log(f"host time per launched operation, {g} rank(s) at once ({ops} a step): "
             + " ".join(f"{v * 1e6:.2f}" for v in launch) + " us; the tracer per phase: "
@@ -187,8 +188,8 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         if g == 1:
             res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
             res["graph_step_host_s"] = per_rank[0]["graph"]
-            res["static_copy_host_s"], res["pinned_copy_host_s"] = per_rank[0]["static"] / 2, per_rank[0]["pinned"] / 2
-            res["_rounds"] = {k: by_round[k] for k in ("untraced", "graph")}   # rank 0's, for the spread
+            res["static_copy_host_s"], res["pinned_copy_host_s"] = per_rank[0]["static"] / 2, per_rank[0][N.PINNED] / 2
+            res["_rounds"] = {k: by_round[k] for k in (N.UNTRACED, "graph")}   # rank 0's, for the spread
             log(f"host time per batch of the graph step (resident, one replay), one rank: "
                 f"{per_rank[0]['graph'] * 1e6:.2f} us")
             log(f"host time per batch copy call, one rank: into a graph's static inputs "
@@ -210,7 +211,7 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     from .spread import ratios
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s",
                                           "static_copy_host_s", "pinned_copy_host_s") if k in a and k in b}
-    rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in ("untraced", "graph")]
+    rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in (N.UNTRACED, "graph")]
     out["_spread_host"] = [r for values in rounds for r in ratios(values)]
     if a.get("host_dispatch_s"):
         out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
@@ -227,13 +228,8 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     over the same step's launch time from resident data, all after the
     stream is synchronised (so none waits for the GPU), in interleaved
     rounds. A copy of megabytes through the runtime's staging evicts the
-    host's caches, and the launches after it are slower (on one H100 the
-    model, pricing them as resident launches, predicted eager pageable
-    steps 12-17% too fast; here 1.13-1.76). After pinned copies the
-    trainer's forward launches ran at 20-25 us an operation against 17-18
-    resident in one blind sweep's traces, where this microbenchmark saw
-    0.95-1.11 at five of six sizes and 1.27 at the largest (H = 4096,
-    b = 12800). Median ratio over the rounds after the first;
+    host's caches, and the launches after it are slower (docs/model.md
+    gives the measurements). Median ratio over the rounds after the first;
     {"pageable_launch_factor": [...], "pinned_launch_factor": [...]},
     entries {hidden, batch, factor}."""
     from ..gpu import use_device
@@ -241,7 +237,7 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
-    memories = ("pageable", "pinned")
+    memories = (N.PAGEABLE, N.PINNED)
     launch_time = _launches_after_copies(cp, stream, host, reps)
     measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
@@ -275,7 +271,7 @@ def _launches_after_copies(cp, stream, host, reps: int):
     @contextmanager
     def phase(name):
         yield
-        if name == "h2d":
+        if name == N.HOST_TO_DEVICE:
             marks["copied"] = time.perf_counter()
 
     def launch_time(sizes, b, memory):

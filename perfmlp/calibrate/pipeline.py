@@ -33,9 +33,10 @@ import numpy as np
 from ..config import Config
 from ..gpu import timing
 from .host import DISPATCH_SIZES
+from .. import names as N
 
 PIECES = 6          # the pieces of each source, taken in order: the pipeline prefetches the next ones
-SOURCES = ("resident", "prefetch", "prefetch-pageable")
+SOURCES = (N.RESIDENT, N.PREFETCH, N.PREFETCH_PAGEABLE)
 
 
 def rows_for(piece_bytes: list[int]) -> list[int]:
@@ -93,17 +94,17 @@ def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int
     row = 4 * (Config.input_size + Config.num_classes)
     points, words = [], []
     for b in rows_for(piece_bytes):
-        loops = {(ex, src): _loop(cp, stream, src, b, ex == "graph") for ex in ("eager", "graph") for src in SOURCES}
+        loops = {(ex, src): _loop(cp, stream, src, b, ex == N.GRAPH) for ex in (N.EAGER, "graph") for src in SOURCES}
         try:
             ts = timing.rounds({key: (lambda f=f: f(steps)) for key, f in loops.items()}, rounds, warmup_rounds=1)
         finally:
             for f in loops.values():
                 f.close()
         med = {key: float(median(v)) for key, v in ts.items()}
-        for ex in ("eager", "graph"):
+        for ex in (N.EAGER, "graph"):
             for src in SOURCES[1:]:
                 points.append({"exec": ex, "source": src, "bytes": b * row, "s": med[(ex, src)],
-                               "loop_s": med[(ex, "resident")]})
+                               "loop_s": med[(ex, N.RESIDENT)]})
             words.append(f"{b * row / 1e6:.2f} MB {ex} " + " / ".join(f"{med[(ex, s)] * 1e6:.0f}" for s in SOURCES))
     log("the step at a negligible size, resident / prefetch / prefetch-pageable (us per batch): " + ", ".join(words))
     return points

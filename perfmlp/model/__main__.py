@@ -14,6 +14,7 @@ from .predict import PREFETCH, TRACE_LEVELS, UNTRACED, default_trace_level, reso
 from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_exec, strategy_summary
 from .projection import cluster_summary, format_cluster
 from .summary import summary
+from .. import names as N
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,9 +92,9 @@ def format_table(s: dict) -> str:
 # captured, the tracer on at trace level auto): the model predicts the run
 # `python -m perfmlp.run` makes. A test holds them equal.
 DEFAULTS = {"input_size": 784, "hidden_sizes": (512,), "num_classes": 10, "batch_size": 100, "precision": "float32",
-            "comm": "mpi-staged", "parallel": "data", "batch_transfer": "pageable", "exec": "auto", "overlap": False,
-            "bucket_bytes": DEFAULT_BUCKET_BYTES, "gemm": "cublas", "trace_level": "auto"}
-BATCH_TRANSFERS = ("pageable", "pinned", "resident", *PREFETCH)
+            "comm": N.MPI_STAGED, "parallel": "data", "batch_transfer": N.PAGEABLE, "exec": "auto", "overlap": False,
+            "bucket_bytes": DEFAULT_BUCKET_BYTES, "gemm": N.CUBLAS, "trace_level": "auto"}
+BATCH_TRANSFERS = (N.PAGEABLE, N.PINNED, N.RESIDENT, *PREFETCH)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
             return _print(json.dumps(s, indent=1) if a.json else format_cluster(s))
         if a.procs > a.batch_size:
             raise StrategyError(f"{a.procs} processes but a batch of {a.batch_size}")
-        if a.model_procs and a.parallel != "hybrid":
+        if a.model_procs and a.parallel != N.HYBRID:
             raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
         s, text = _prediction(a, load_machine(a.machine))
     except (MachineError, ClusterError, StrategyError) as e:
@@ -184,7 +185,7 @@ def _print(text: str) -> int:
 def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
     """(the JSON-ready summary, its table) of the configuration asked for."""
     sizes = (a.input_size, *a.hidden, a.num_classes)
-    strategy = a.parallel != "data" or a.comm in PS_COMMS
+    strategy = a.parallel != N.DATA or a.comm in PS_COMMS
     exec_mode = strategy_exec(a.exec_mode, a.parallel, a.comm) if strategy else resolve_exec(a.exec_mode,
                                                                                              comm=a.comm)
     trace_level = (None if a.trace_level == UNTRACED else

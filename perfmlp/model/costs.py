@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Callable, NamedTuple
 
 from .precision import precision as precision_of
+from .. import names as N
 
 OPS: dict[str, Callable[..., tuple[int, int]]] = {}
 
@@ -355,9 +356,9 @@ class BatchCounts:
         return self.bytes_h2d + self.bytes_d2h
 
 
-def batch_counts(layer_sizes, b: int, itemsize, comm: str = "mpi-staged",
-                 batch_transfer: str = "pageable", bucket_bytes: int | None = None,
-                 exec_mode: str = "eager", fuse_output: bool = True) -> BatchCounts:
+def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
+                 batch_transfer: str = N.PAGEABLE, bucket_bytes: int | None = None,
+                 exec_mode: str = N.EAGER, fuse_output: bool = True) -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
@@ -385,15 +386,15 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = "mpi-staged",
     mem["backward"] += (w.param - w.act) * weight_grad_elements(layer_sizes, fuse_output)
     D, C = layer_sizes[0], layer_sizes[-1]
     piece_bytes = w.act * b * (D + C)
-    resident = batch_transfer == "resident"
+    resident = batch_transfer == N.RESIDENT
     g = grad_buffer_bytes(layer_sizes, w.param)
-    staged = comm == "mpi-staged"
+    staged = comm == N.MPI_STAGED
     return BatchCounts(
         b=b, flops=flops, mem_bytes=mem, operations=ops, kernels=kern,
         bytes_h2d=(0 if resident else piece_bytes) + (g if staged else 0),
         bytes_d2h=g if staged else 0,
-        bytes_mpi=g if comm in ("mpi-staged", "mpi") else 0,
-        bytes_nccl=g if comm == "nccl" else 0,
-        bytes_d2d=piece_bytes if resident and exec_mode == "graph" else 0,
+        bytes_mpi=g if comm in (N.MPI_STAGED, N.MPI) else 0,
+        bytes_nccl=g if comm == N.NCCL else 0,
+        bytes_d2d=piece_bytes if resident and exec_mode == N.GRAPH else 0,
     )
 

@@ -61,10 +61,11 @@ import numpy as np
 
 from .machine import MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS, \
     SPREAD_SOURCES as SOURCES, Machine
+from .. import names as N
 
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
-                "pageable_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
-                "pinned_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
+                "pageable_copy": (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD),
+                "pinned_copy": (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD),
                 "gpu": ("gemm", "elementwise", "kernel_gaps", "tracing"),
                 "collective": ("allreduce", "rank_wait"),
                 **{m: () for m in MODEL_SOURCES}}
@@ -91,9 +92,9 @@ _SCALARS = {
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
     "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None), ("prefetch_s", ("s", "loop_s"), None)),
-    "pageable_copy": (("host_copy_s", ("s", "ahead_s", "ahead_delay_s"), "pageable"),
-                      ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pageable")),
-    "pinned_copy": (("host_copy_s", ("s",), "pinned"), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pinned")),
+    "pageable_copy": (("host_copy_s", ("s", "ahead_s", "ahead_delay_s"), N.PAGEABLE),
+                      ("copy_aggregate_bytes_per_s", ("bytes_per_s",), N.PAGEABLE)),
+    "pinned_copy": (("host_copy_s", ("s",), N.PINNED), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), N.PINNED)),
     "gpu": (("gemm_flops_per_s", ("flops_per_s",), None), ("kernel_s", ("s",), None), ("d2d_copy_s", ("s",), None)),
     "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
     **{m: () for m in MODEL_SOURCES},

@@ -30,8 +30,9 @@ import sys
 from pathlib import Path
 
 from .machine import Machine, MachineError, load_machine, machine_from_mapping, machine_to_yaml
+from .. import names as N
 
-COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in ("pageable", "pinned"))
+COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in (N.PAGEABLE, N.PINNED))
 
 
 def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, float]:
@@ -43,7 +44,7 @@ def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, fl
     out["mem_bw"] = t.mem_bw_bytes_per_s / s.mem_bw_bytes_per_s
     for k in COPY_KEYS:
         out[k] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
-    for lib in ("mpi", "nccl"):
+    for lib in ("mpi", N.NCCL):
         out[lib] = getattr(t, f"{lib}_bw_bytes_per_s") / getattr(s, f"{lib}_bw_bytes_per_s")
     return out
 
@@ -68,13 +69,13 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     r = ratios(source_datasheet, target_datasheet)
     v = {f.name: getattr(measured, f.name) for f in dataclasses.fields(Machine)
          if f.name not in ("path", "device_names")}
-    for p in ("float32", "float64", "tf32", "bf16", "fp16"):   # a tensor ceiling only where both GPUs have it
+    for p in ("float32", "float64", N.TF32, N.BF16, N.FP16):   # a tensor ceiling only where both GPUs have it
         v[f"peak_flops_per_s_{p}"] = v[f"peak_flops_per_s_{p}"] * r[f"flops_{p}"] if f"flops_{p}" in r else 0.0
     v["mem_bw_bytes_per_s"] *= r["mem_bw"]
     for k in COPY_KEYS:
         v[f"{k}_bytes_per_s"] *= r[k]
         v[f"{k}_aggregate_bytes_per_s"] *= r[k]
-    for lib in ("mpi", "nccl"):
+    for lib in ("mpi", N.NCCL):
         v[f"{lib}_bw_bytes_per_s"] *= r[lib]
     v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
                               "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
@@ -104,7 +105,7 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                    f"(perfmlp.model.scaled): FLOP rates x{r['flops_float32']:.3f} (fp32) x{r['flops_float64']:.3f} "
                    f"(fp64), memory bandwidth x{r['mem_bw']:.3f}, copies " +
                    ", ".join(f"{k} x{r[k]:.3f}" for k in COPY_KEYS) +
-                   f", MPI x{r['mpi']:.3f}, NCCL x{r['nccl']:.3f}; latencies, host launch times, kernel gaps, "
+                   f", MPI x{r['mpi']:.3f}, NCCL x{r[N.NCCL]:.3f}; latencies, host launch times, kernel gaps, "
                    "the own kernels' times, the tracer's costs, the collective wait, the host's staging of pageable "
                    "copies ahead of the stream (ahead_s), the launches after a pageable copy and the measured "
                    "spread (ratios) as measured")

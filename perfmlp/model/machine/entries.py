@@ -11,6 +11,7 @@ from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
 from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
                      HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
+from ... import names as N
 
 _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
                      "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
@@ -25,12 +26,8 @@ _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "
            "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
            "pinned_launch_factor", "spread", "prefetch_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
-# Keys files calibrated at 0.4.0.dev0 (commits dbb4050 to 673d1b2) hold and the model no longer reads:
-# host_cache_bytes, with host_copy_s points of buffer "cached" (pageable copies from a source in the
-# host's cache, which on the H100 host ran 0-13% faster than from a large one, within the host's drift,
-# while the trainer's own copies ran 15-30% slower than both). And engine_switch_s (commits 8e05d89 to c3ffb3b: the
-# GPU's idle time where the stream passes between kernels and PCIe copies, priced per switch; withdrawn
-# after a blind sweep, docs/model.md). Accepted, and left unused.
+# Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
+# accepted, and left unused.
 RETIRED = frozenset({"host_cache_bytes", "engine_switch_s"})
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
@@ -55,7 +52,7 @@ def _gemm_rate(entry) -> GemmRate:
     entry = _entry(entry, ("m", "n", "k", "precision", "flops_per_s"), ("kernel",))
     m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
     precision = checks.choice("precision", entry["precision"], PRECISION_NAMES)
-    kernel = checks.choice("kernel", entry.get("kernel", "cublas"), GEMM_KERNELS)
+    kernel = checks.choice("kernel", entry.get("kernel", N.CUBLAS), GEMM_KERNELS)
     return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]), kernel)
 
 
@@ -65,7 +62,7 @@ def _collective_point(entry) -> CollectivePoint:
                            checks.positive("procs", checks.integer("procs", entry["procs"])),
                            checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                            checks.positive("s", checks.number("s", entry["s"])),
-                           checks.choice("memory", entry.get("memory", "pinned"), ("pinned", "pageable")))
+                           checks.choice("memory", entry.get("memory", N.PINNED), (N.PINNED, N.PAGEABLE)))
 
 
 def _dispatch_point(entry) -> DispatchPoint:
@@ -79,7 +76,7 @@ def _shared_copy_point(entry) -> SharedCopyPoint:
     entry = _entry(entry, ("procs", "direction", "memory", "bytes_per_s"))
     return SharedCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                            checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                           checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                           checks.choice("memory", entry["memory"], (N.PAGEABLE, N.PINNED)),
                            checks.positive("bytes_per_s", checks.number("bytes_per_s", entry["bytes_per_s"])))
 
 
@@ -88,14 +85,14 @@ def _host_copy_point(entry) -> HostCopyPoint:
                    ("buffer", "ahead_s", "blocks", "ahead_delay_s"))
     point = HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                           checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                          checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                          checks.choice("memory", entry["memory"], (N.PAGEABLE, N.PINNED)),
                           checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                           checks.positive("s", checks.number("s", entry["s"])),
                           checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced", "cached")))
     ahead, blocks, delay = entry.get("ahead_s"), entry.get("blocks", True), entry.get("ahead_delay_s")
     if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
         return point
-    if (point.direction, point.memory) != ("h2d", "pageable"):
+    if (point.direction, point.memory) != (N.HOST_TO_DEVICE, N.PAGEABLE):
         raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
     if not isinstance(blocks, bool):
         raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
@@ -118,7 +115,7 @@ def _wait_point(entry) -> WaitPoint:
     memory = entry.get("memory")
     return WaitPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                      checks.non_negative("s", checks.number("s", entry["s"])),
-                     None if memory is None else checks.choice("memory", memory, ("pageable", "pinned")))
+                     None if memory is None else checks.choice("memory", memory, (N.PAGEABLE, N.PINNED)))
 
 
 def _launch_factor(entry) -> LaunchFactor:
@@ -130,8 +127,8 @@ def _launch_factor(entry) -> LaunchFactor:
 
 def _prefetch_point(entry) -> PrefetchPoint:
     entry = _entry(entry, ("exec", "source", "bytes", "s", "loop_s"))
-    return PrefetchPoint(checks.choice("exec", entry["exec"], ("eager", "graph")),
-                         checks.choice("source", entry["source"], ("prefetch", "prefetch-pageable")),
+    return PrefetchPoint(checks.choice("exec", entry["exec"], (N.EAGER, "graph")),
+                         checks.choice("source", entry["source"], (N.PREFETCH, N.PREFETCH_PAGEABLE)),
                          checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                          checks.positive("s", checks.number("s", entry["s"])),
                          checks.positive("loop_s", checks.number("loop_s", entry["loop_s"])))

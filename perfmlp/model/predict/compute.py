@@ -7,9 +7,8 @@ them as well as the kernel. In a replayed graph the gap is the graph's
 (the kernel_gaps term): there a measured kernel is priced at its time less
 the file's queued_gap_s (calibrate.kernels.queued_gap: a kernel's eager
 time per call less its time per call inside a graph, plus the graph's
-gap). Left in, that gap over-priced graph steps of short kernels (one
-H100: +11% below H = 512, +7% at H = 768). Eager steps keep it: there the
-host's launches, not the queue, set the gaps."""
+gap); left in, that gap would be priced twice. Eager steps keep it: there
+the host's launches, not the queue, set the gaps."""
 from __future__ import annotations
 
 from ..costs import OUTPUT_GRAD_COLS, kernel_name, kernel_shape, op_cost, step_kernels
