@@ -51,7 +51,8 @@ def predict_row(row: dict, machines: dict, draws: int) -> dict:
     p = predict(m)
     iv = interval(m, predict, draws=draws) if draws else None
     host_s = p.detail.get("host_s", 0.0)
-    return {"predicted_s": p.total_s, "host_s": host_s, "host_paced": host_s >= GPU_PACED_HOST * p.total_s,
+    paced = p.detail.get("host_paced", host_s >= GPU_PACED_HOST * p.total_s)   # older models: the same rule here
+    return {"predicted_s": p.total_s, "host_s": host_s, "host_paced": paced,
             "interval_s": list(iv.as_json()["interval_s"]) if iv is not None else None}
 
 

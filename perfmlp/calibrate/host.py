@@ -16,13 +16,9 @@ from one launch of a process to the next and over minutes):
   (static_copy_host_s: DeviceBatches.static's cudaMemcpyAsync) and a
   piece from pinned memory (pinned_copy_host_s: DeviceBatches.get's
   CuPy set), each call's share of the piece's two;
-- the eager step's host time per operation at each of the trainer's sizes
-  over its time at the tiny one, in the same rounds (launch_size_factor:
-  dispatch_size_factors);
 - the eager step's host time to launch its kernels right after the
-  batch's pageable, or pinned, copies over its time without them, at each
-  of the trainer's sizes (pageable_launch_factor, pinned_launch_factor:
-  copied_launch_factors).
+  batch's pageable copies over its time without them, at each of the
+  trainer's sizes (pageable_launch_factor: copied_launch_factors).
 """
 from __future__ import annotations
 
@@ -106,50 +102,6 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     return {k: float(median(v)) for k, v in out.items()}, out
 
 
-def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
-    """The host's time per operation of the eager step at the trainer's sizes
-    (784-H-10 for H in `hidden`, pieces of b in `local`; the step of
-    _dispatch_step_times, untraced, resident pieces, NCCL over one rank)
-    over its time at DISPATCH_SIZES, in the same rounds (the host's speed
-    drifts from one round to the next: a ratio of neighbours cancels it):
-    the host enqueues `reps` steps and the GPU runs them after (one H100:
-    12.4 us an operation at the calibration's size, 16-24 at the
-    trainer's). Median ratio over the rounds after the first;
-    launch_size_factor entries {hidden, batch, factor}."""
-    from ..gpu import use_device
-    from ..strategies.groups import LocalGroup
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer
-    stream = use_device(cp, cp.cuda.Device().id)
-    group, tr, counts = LocalGroup(), NullTracer(), Counts()
-
-    def host_time(sizes, b):
-        net, batches, reducer = resident_step(cp, sizes, b, group)
-
-        def one_round():
-            net.ops = tr.ops
-
-            def one_step():
-                step(net, batches, reducer, 0, b, tr.phase, counts)
-                counts.reset()
-            t = timing.per_call_s(one_step, reps, start=stream.synchronize)   # the host's time to enqueue them
-            stream.synchronize()
-            return t
-        return one_round
-    tiny = (0, DISPATCH_BATCH)
-    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH)}
-    for h in hidden:
-        for b in local:
-            measures[h, b] = host_time((Config.input_size, h, Config.num_classes), b)
-    t = timing.rounds(measures, rounds, warmup_rounds=1)
-    out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b], t[tiny])))}
-           for (h, b) in measures if (h, b) != tiny]
-    log("host time per operation of the eager step at the trainer's sizes, over the calibration's size: "
-        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out))
-    return out
-
-
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     """The host's time per operation of the eager step and the tracer's per
     phase: one rank alone (launch_overhead_s, trace_phase_host_s, the
@@ -224,20 +176,19 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     in `hidden` and pieces of b in `local`, the host's time from the return
     of the piece's two H2D copies (batches.DeviceBatches, as the trainer
     copies them, a new piece of a host array larger than the host's caches
-    each step), pageable and pinned, to the end of the step's launches,
+    each step) from pageable memory, to the end of the step's launches,
     over the same step's launch time from resident data, all after the
     stream is synchronised (so none waits for the GPU), in interleaved
     rounds. A copy of megabytes through the runtime's staging evicts the
     host's caches, and the launches after it are slower (docs/model.md
     gives the measurements). Median ratio over the rounds after the first;
-    {"pageable_launch_factor": [...], "pinned_launch_factor": [...]},
-    entries {hidden, batch, factor}."""
+    {"pageable_launch_factor": [...]}, entries {hidden, batch, factor}."""
     from ..gpu import use_device
     from .copies import HOST_BYTES
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
-    memories = (N.PAGEABLE, N.PINNED)
+    memories = (N.PAGEABLE,)
     launch_time = _launches_after_copies(cp, stream, host, reps)
     measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
@@ -271,7 +222,7 @@ def _launches_after_copies(cp, stream, host, reps: int):
     @contextmanager
     def phase(name):
         yield
-        if name == N.HOST_TO_DEVICE:
+        if name == N.Phase.H2D:
             marks["copied"] = time.perf_counter()
 
     def launch_time(sizes, b, memory):

@@ -85,7 +85,7 @@ _SCALARS = {
                     "d2h_pinned_latency_s", "h2d_pinned_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"),
     "gpu": ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
             "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
-            "graph_replay_gap_s", "trace_event_s", "queued_gap_s", "graph_node_extra_s"),
+            "graph_replay_gap_s", "trace_event_s"),
     "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
     **{m: () for m in MODEL_SOURCES},   # the total, not a figure
 }
@@ -100,9 +100,7 @@ _TABLES = {
     **{m: () for m in MODEL_SOURCES},
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
-UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
-            "pinned_launch_factor",
-            "spread")
+UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "pageable_launch_factor", "spread")
 
 
 @dataclass(frozen=True)
@@ -116,6 +114,7 @@ class Interval:
     seed: int
     sources: tuple            # the sources whose spread was drawn
     unmeasured: tuple         # terms of this prediction (non-zero) whose source has no spread
+    host_paced: bool = False  # the host paces the step: the interval is the run-to-run spread, not a point target
 
     @property
     def half_width(self) -> float:
@@ -125,7 +124,8 @@ class Interval:
     def as_json(self) -> dict:
         return {"interval_s": [self.lo_s, self.hi_s], "quantiles_s": list(self.quantiles_s),
                 "percentiles": list(PERCENTILES), "draws": self.draws, "seed": self.seed,
-                "spread_sources": list(self.sources), "unmeasured_terms": list(self.unmeasured)}
+                "spread_sources": list(self.sources), "unmeasured_terms": list(self.unmeasured),
+                "host_paced": self.host_paced}
 
 
 def spread_of(machine: Machine) -> dict[str, tuple]:
@@ -213,7 +213,7 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     terms = getattr(point, "terms", {})
     unmeasured = tuple(t for s in SOURCES if s not in spread for t in SOURCE_TERMS[s] if terms.get(t, 0.0) > 0)
     return Interval(float(lo), float(hi), tuple(float(x) for x in q), draws, seed, tuple(drawn),
-                    tuple(dict.fromkeys(unmeasured)))
+                    tuple(dict.fromkeys(unmeasured)), bool(getattr(point, "detail", {}).get("host_paced")))
 
 
 def interval_json(iv: Interval | None) -> dict:
@@ -231,6 +231,9 @@ def interval_words(iv: Interval | None) -> str:
     """One line for a table: the interval, or why there is none."""
     if iv is None:
         return "90% interval: unknown (the machine file records no measured spread)"
+    if iv.host_paced:
+        return (f"host-paced: +-{100 * iv.half_width:.1f}% from one run to the next "
+                f"({iv.lo_s * 1e6:.1f} - {iv.hi_s * 1e6:.1f} us, 90%, from the calibration's measured spread)")
     text = (f"90% interval: {iv.lo_s * 1e6:.1f} - {iv.hi_s * 1e6:.1f} us (+-{100 * iv.half_width:.1f}%; "
             f"{iv.draws} draws, seed {iv.seed}, spread of {', '.join(iv.sources)})")
     if iv.unmeasured:

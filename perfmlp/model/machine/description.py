@@ -59,7 +59,6 @@ class Machine:
     copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
     d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
     host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
-    launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
     # dense tensor-core peaks with float32 accumulation (model/precision.py; 0: none on this GPU)
     peak_flops_per_s_tf32: float = 0.0
     peak_flops_per_s_bf16: float = 0.0
@@ -67,9 +66,6 @@ class Machine:
     host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
     # the eager step's launches after its pageable batch copies over without them, by size (ratio)
     pageable_launch_factor: tuple[LaunchFactor, ...] = ()
-    pinned_launch_factor: tuple[LaunchFactor, ...] = ()   # the same after the batch's pinned copies
-    queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
-    graph_node_extra_s: float = 0.0         # a replayed step's kernel beyond its calibrated price (+ the graph gap)
     prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
     spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
     gpus: int = 1
@@ -242,21 +238,12 @@ class Machine:
             return alone
         return piecewise_linear([(1, alone)] + pts, procs)
 
-    def launch_factor(self, hidden: int, batch: int) -> float:
-        """launch_size_factor at the measured (hidden, batch) nearest to these
-        (by the ratio of each, summed in log), 1 in a file without it."""
-        return _nearest_factor(self.launch_size_factor, hidden, batch)
-
     def pageable_launch(self, hidden: int, batch: int) -> float:
-        """pageable_launch_factor the same way: how much slower the eager
-        step's launches run after its pageable batch copies (1 without it)."""
+        """pageable_launch_factor at the measured (hidden, batch) nearest to
+        these (by the ratio of each, summed in log): how much slower the
+        eager step's launches run after its pageable batch copies (1 in a
+        file without it)."""
         return _nearest_factor(self.pageable_launch_factor, hidden, batch)
-
-    def pinned_launch(self, hidden: int, batch: int) -> float:
-        """pinned_launch_factor the same way: how much slower the eager
-        step's launches run after its batch copies from pinned memory (1
-        without it)."""
-        return _nearest_factor(self.pinned_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective

@@ -20,15 +20,15 @@ _OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_
                      "h2d_pageable_aggregate_bytes_per_s",
                      "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
                      "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s",
-                     "graph_node_extra_s")
+                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s")
 _TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-           "pinned_launch_factor", "spread", "prefetch_s")
+           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "pageable_launch_factor", "spread",
+           "prefetch_s")
 _OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 # Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
 # accepted, and left unused.
-RETIRED = frozenset({"host_cache_bytes", "engine_switch_s"})
+RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "launch_size_factor", "pinned_launch_factor",
+                     "queued_gap_s", "graph_node_extra_s"})
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
 
 
@@ -159,8 +159,7 @@ def _kernel_time(entry) -> KernelTime:
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
-                "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
-                "pageable_launch_factor": _launch_factor, "pinned_launch_factor": _launch_factor,
+                "host_copy_s": _host_copy_point, "pageable_launch_factor": _launch_factor,
                 "spread": _spread_point, "prefetch_s": _prefetch_point}
 
 

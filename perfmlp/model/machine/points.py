@@ -56,9 +56,9 @@ class WaitPoint:
 
 @dataclass(frozen=True)
 class LaunchFactor:
-    """The eager step's host time per operation at 784-`hidden`-10 with
-    pieces of `batch` over its time at the calibration's dispatch size
-    (calibrate.dispatch_size_factors)."""
+    """The eager step's host time to launch its operations at 784-`hidden`-10
+    with pieces of `batch` after its pageable batch copies, over the same
+    without them (calibrate.host.copied_launch_factors)."""
     hidden: int
     batch: int
     factor: float

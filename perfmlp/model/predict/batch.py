@@ -14,6 +14,11 @@ from .tracing import trace_cost, trace_detail, traced_phases
 from ... import names as N
 
 
+# A step is host-paced where the host's time is at least this fraction of
+# it: its time then follows the host's speed, which drifts from one run to
+# the next beyond what any term can price (docs/model.md, the measured limit).
+HOST_PACED = 0.25
+
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, trace_level: str | None = None,
                   exec_mode: str = N.EAGER, overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
@@ -45,12 +50,10 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
     counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode, fuse_output)
     graph = exec_mode == N.GRAPH
-    # a replayed graph: the graph's gap and what its kernels take there beyond their calibrated prices
-    gap = machine.graph_kernel_gap_s + machine.graph_node_extra_s if graph else machine.kernel_gap_s
+    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
     terms["gemm"], terms["elementwise"], phase_kernels, n_kernels = step_compute(
-        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
-        machine.queued_gap_s if graph else 0.0, output_grad_cols)
+        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap, output_grad_cols)
     terms["kernel_gaps"] = n_kernels * gap
     copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs, exec_mode)
     terms[N.H2D_BATCH] = sum(copies)
@@ -76,7 +79,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
             pipe_s += terms[N.H2D_GRAD]      # link with the prefetched pieces' copies (0 without staging)
         terms[N.H2D_BATCH], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
         detail.update(prefetch_s=pipe_s, prefetch_hidden_s=hidden)
-    detail.update(host_s=timeline["host_s"],
+    detail.update(host_s=timeline["host_s"], host_paced=timeline["host_s"] >= HOST_PACED * sum(terms.values()),
                   gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
                   timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
     detail["bytes_d2d"] = counts.bytes_d2d
@@ -122,13 +125,8 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
     ev_gpu = machine.trace_event_s if traced and cost.events else 0.0
     ev_host = machine.trace_host_s(procs) if traced else 0.0
     per_kernel = launch_host_s(machine, traced, procs)
-    if not graph:   # the eager step's host per operation at this size (calibrated at a tiny one)
-        hidden = max(layer_sizes[1:-1], default=layer_sizes[0])
-        per_kernel *= machine.launch_factor(hidden, b)
-        if batch_transfer == N.PAGEABLE:   # and slower after the batch's pageable copies (calibrated)
-            per_kernel *= machine.pageable_launch(hidden, b)
-        elif batch_transfer != N.RESIDENT:   # or after copies from pinned memory (the prefetched ones too)
-            per_kernel *= machine.pinned_launch(hidden, b)
+    if not graph and batch_transfer == N.PAGEABLE:   # pageable copies evict the host's caches: slower launches
+        per_kernel *= machine.pageable_launch(max(layer_sizes[1:-1], default=layer_sizes[0]), b)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     return Step(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
                 traced)
