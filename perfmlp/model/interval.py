@@ -61,6 +61,7 @@ import numpy as np
 
 from .machine import MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS, \
     SPREAD_SOURCES as SOURCES, Machine
+from .machine.fields import FIELDS, scalars_of
 from .. import names as N
 
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
@@ -74,21 +75,8 @@ SEED = 0
 PERCENTILES = tuple(range(0, 101, 5))
 LEVEL = (5, 95)            # the 90% interval's percentiles
 
-# The machine's scalar figures each source scales (a rate divided, a time multiplied).
-_SCALARS = {
-    "host": ("launch_overhead_s", "traced_launch_overhead_s", "trace_phase_host_s", "graph_launch_s",
-             "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s", "host_stage_bytes_per_s"),
-    "pageable_copy": ("h2d_pageable_bytes_per_s", "d2h_pageable_bytes_per_s", "h2d_pageable_latency_s",
-                      "d2h_pageable_latency_s", "copy_latency_s", "h2d_pageable_aggregate_bytes_per_s",
-                      "d2h_pageable_aggregate_bytes_per_s"),
-    "pinned_copy": ("h2d_pinned_bytes_per_s", "d2h_pinned_bytes_per_s", "h2d_pinned_latency_s",
-                    "d2h_pinned_latency_s", "h2d_pinned_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"),
-    "gpu": ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
-            "graph_replay_gap_s", "trace_event_s"),
-    "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
-    **{m: () for m in MODEL_SOURCES},   # the total, not a figure
-}
+# The machine's scalar figures each source scales (a rate divided, a time multiplied): machine/fields.py.
+_SCALARS = {source: scalars_of(source) for source in SOURCES}
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
     "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None), ("prefetch_s", ("s", "loop_s"), None)),
@@ -100,7 +88,7 @@ _TABLES = {
     **{m: () for m in MODEL_SOURCES},
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
-UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "pageable_launch_factor", "spread")
+UNSCALED = tuple(k for k, f in FIELDS.items() if f.spread is None)
 
 
 @dataclass(frozen=True)

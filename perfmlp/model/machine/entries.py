@@ -9,34 +9,23 @@ from ... import checks
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
+from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
 from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
                      HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
 from ... import names as N
 
-_OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
-                     "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
-                     "static_copy_host_s", "pinned_copy_host_s",
-                     "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s",
-                     "h2d_pageable_aggregate_bytes_per_s",
-                     "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
-                     "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s")
-_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "pageable_launch_factor", "spread",
-           "prefetch_s")
-_OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
 # Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
 # accepted, and left unused.
 RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "launch_size_factor", "pinned_launch_factor",
                      "queued_gap_s", "graph_node_extra_s"})
-_NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
+_NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]
 
 
 def _rate_or_time(key: str, value) -> float:
     """A rate (`..._per_s...`) must be positive (an optional one may be 0:
     not measured), a time must not be negative."""
     v = checks.number(key, value)
-    if "_per_s" in key and not (key in _OPTIONAL_NUMBERS and v == 0):
+    if "_per_s" in key and not (key in OPTIONAL_NUMBERS and v == 0):
         return checks.positive(key, v)
     return checks.non_negative(key, v)
 
@@ -179,7 +168,7 @@ def check_scalars(data) -> dict:
     values = {key: checks.string(key, data[key], non_empty=True) for key in ("name", "source")}
     for key in _NUMERIC:
         values[key] = _rate_or_time(key, data[key])
-    for key in _OPTIONAL_NUMBERS:
+    for key in OPTIONAL_NUMBERS:
         values[key] = _rate_or_time(key, data.get(key, 0.0))
     if "gpus" in data:
         values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
@@ -189,7 +178,7 @@ def check_scalars(data) -> dict:
         raise checks.CheckError("device_names must be a list")
     values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
                                    for i, n in enumerate(names))
-    for key in _TABLES:
+    for key in TABLES:
         if not isinstance(data.get(key) or [], list):
             raise checks.CheckError(f"{key} must be a list")
     return values
@@ -205,7 +194,7 @@ def check_tables(data: dict) -> dict:
     """Every table's entries checked (messages name the table and entry),
     none repeating another's point where interpolation needs distinct ones."""
     values = {}
-    for key in _TABLES:
+    for key in TABLES:
         rows = []
         for i, entry in enumerate(data.get(key) or []):
             try:
