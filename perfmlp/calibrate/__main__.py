@@ -66,7 +66,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
 def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     """Every measurement, every rank taking part where ranks share one
     (rank 0's results; {} elsewhere). The host's speed differs from one
-    launch of a process to the next and over minutes (4 x H200): its
+    launch of a process to the next and over minutes: its
     dispatch is drawn twice, first and last, and the file takes the mean."""
     D, C = Config.input_size, Config.num_classes
     first = host_dispatch(cp, world, log)

@@ -150,9 +150,7 @@ def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
     """Host MPI_Allreduce on one rank (rank 0 on MPI_COMM_SELF), in place,
     through pinned and pageable buffers just written by a D2H, at the
     trainer's gradient sizes: what the staged exchange's call costs a run
-    of one process (1.0-2.3 us through pinned and 1.0-9.3 us through
-    pageable buffers on the H100 host, 2026-11-27; the model had priced
-    0). allreduce_s points with procs 1; [] without MPI (the NumPy-only
+    of one process (microseconds, not 0). allreduce_s points with procs 1; [] without MPI (the NumPy-only
     world) and on the other ranks."""
     if world.rank != 0 or getattr(world, "comm", None) is None:
         return []
@@ -308,10 +306,8 @@ def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int])
     (staged_parts) at each batch piece (x, y bytes) and gradient size; the
     group's excess per step over one rank's, median over the sizes, is the
     time a step of the staged exchange loses to the ranks' copies, D2H and
-    MPI differing from batch to batch and rank to rank (2 x H200: at p = 2
-    a median of 164 and 115 us a step through pageable memory in two
-    rounds, single sizes from -625 to +508, and 46 and 12 us through
-    pinned). Returns collective_wait_s points {procs, s, memory}; [] on one
+    MPI differing from batch to batch and rank to rank (larger through
+    pageable memory than through pinned). Returns collective_wait_s points {procs, s, memory}; [] on one
     process."""
     P = world.size
     if P < 2:

@@ -135,8 +135,7 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
     then timed behind work of just that much (w = ahead), `loop` times back
     to back as the trainer's batches are (median of 5): it hides
     w + alone - loop of it, and the rest of w is its delay (staging that
-    does not overlap: on 2 x H200, 5 MB pieces, about 25 us alone and
-    50-120 us with 2 ranks at once). Returns (median seconds ahead, blocks:
+    does not overlap, longer with several ranks at once). Returns (median seconds ahead, blocks:
     the call waited in most repeats, delay: None for a copy that does not
     block)."""
     spin, _ = spin_kernels(cp)
@@ -195,7 +194,7 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
     GPU time per copy of 4 queued back to back behind a spin kernel (the
     trainer queues its pinned copies behind the step's kernels and the
     piece's x before its y; one copy between two events adds the engines'
-    start, 6-11 us on an H100: 32 KB took 12.1 us alone, 4.6 queued), a
+    start, several microseconds), a
     pageable one by the host's wall clock (it blocks the host); a point is
     the slowest member's median. Returns (host_copy_s points,
     copy_aggregate_bytes_per_s: each group's g x bytes over that time at the
@@ -226,8 +225,7 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
                     return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]   # trainer queues them
                 return copy_s(cp, copies[key], False, events)
             return one
-        # the host's copy speed drifts over seconds (one H100: a pageable copy's median over 10 calls
-        # moved 27-54% within 16 s of one process): each point's calls are spread over the group's
+        # the host's copy speed drifts over seconds: each point's calls are spread over the group's
         # whole measurement, in rounds over every point, not taken in one burst
         ts = rounds({key: measure(key) for key in keys}, 3, per_round=8, warmup_calls=4)
         if spread is not None and member:

@@ -11,8 +11,8 @@ the GIL to start each task and after each call that lets it go, and the
 loop's thread holds it while it runs Python (an eager step's launches, a
 graph step's loop between replays), so the pipeline's pace depends on the
 loop beside it. Measured alone, the staging of a 0.6 MB piece took tens
-of microseconds; beside the trainer's loop, a whole step of a few hundred
-(the precision sweep validate-precision2, 2026-11-25). With the GPU work
+of microseconds; beside the trainer's loop, a whole step of a few hundred.
+With the GPU work
 negligible, a step's time is the larger of the loop's host time and the
 pipeline's pace, which is what the model needs: the pipeline's pace where
 it is the longer (prefetch_s points: `s`), and the loop's own time beside

@@ -17,9 +17,8 @@ Times that no datasheet gives (latencies, launch and graph-launch host
 time, kernel gaps, the tracer's costs, the wait at a collective) are kept
 as measured: they belong to the host, driver and software more than to the
 GPU. The trainer's own kernels' measured times (kernel_s) are kept too: at
-the trainer's sizes they are latency-bound (an H200's output_backward pair
-took 17-19 us where its bytes take 3 us), which no datasheet figure
-scales; a GPU with less memory bandwidth runs the largest of them slower
+the trainer's sizes they are latency-bound (several times what their
+bytes take), which no datasheet figure scales; a GPU with less memory bandwidth runs the largest of them slower
 than this says. The file's `source:` line says all of this with the ratios.
 """
 from __future__ import annotations

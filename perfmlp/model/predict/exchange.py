@@ -30,7 +30,7 @@ def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: st
     nearest point scaled by the ring model's ratio; host MPI's through
     `memory`, the host buffer's) else the ring model. On one rank, the
     measured call where the file has one-rank points (host MPI's in-place
-    call is not free: 1-9 us on the H100 host, calibrated), the nearest
+    call is not free: calibrated), the nearest
     point's time beyond them (no ring to scale by), else 0."""
     if procs < 1 or nbytes <= 0:
         return 0.0
