@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from .machine import Machine, MachineError, load_machine, machine_from_mapping, machine_to_yaml
+from .machine.fields import FIELDS
 from .. import names as N
 
 COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in (N.PAGEABLE, N.PINNED))
@@ -63,19 +64,29 @@ def copy_scaled(c, measured: Machine, ratio: float) -> float:
     return lat + (c.s - lat) / ratio
 
 
+def _ratio_key(key: str, f) -> str | None:
+    """The datasheet ratio (a key of `ratios`) a scalar figure scales by,
+    from its declared rule; None: carried as measured."""
+    if f.check == "table":
+        return None
+    if f.scales == "flops":
+        return "flops_" + key.removeprefix("peak_flops_per_s_")
+    if f.scales == "copy":
+        return "_".join(key.split("_")[:2])
+    if f.scales == "collective":
+        return key.split("_")[0]
+    return "mem_bw" if f.scales == "mem_bw" else None
+
+
 def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet: Machine) -> dict:
     """The machine-file mapping of `measured` carried to the target GPU."""
     r = ratios(source_datasheet, target_datasheet)
     v = {f.name: getattr(measured, f.name) for f in dataclasses.fields(Machine)
          if f.name not in ("path", "device_names")}
-    for p in ("float32", "float64", N.TF32, N.BF16, N.FP16):   # a tensor ceiling only where both GPUs have it
-        v[f"peak_flops_per_s_{p}"] = v[f"peak_flops_per_s_{p}"] * r[f"flops_{p}"] if f"flops_{p}" in r else 0.0
-    v["mem_bw_bytes_per_s"] *= r["mem_bw"]
-    for k in COPY_KEYS:
-        v[f"{k}_bytes_per_s"] *= r[k]
-        v[f"{k}_aggregate_bytes_per_s"] *= r[k]
-    for lib in ("mpi", N.NCCL):
-        v[f"{lib}_bw_bytes_per_s"] *= r[lib]
+    for key, f in FIELDS.items():   # each scalar by its declared rule (machine/fields.py)
+        rule = _ratio_key(key, f)
+        if rule is not None:   # a tensor ceiling only where both GPUs have it
+            v[key] = v[key] * r[rule] if rule in r else 0.0
     v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
                               "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
                              for g in measured.gemm_flops_per_s if f"flops_{g.precision}" in r]

@@ -7,7 +7,7 @@ the machine-file table of docs/model.md (`markdown_table`) read it.
 
 Checks: `rate` positive, `time` not negative, `optional-rate` positive or 0
 (0: absent), `table` a list of points checked by entries.py, `word` text.
-Scaling (scaled.py): `flops` by the ratio of the two datasheets' peaks of
+Scaling (scaled.py reads it for every scalar): `flops` by the ratio of the two datasheets' peaks of
 that format, `mem_bw` by their memory bandwidths, `copy` by their link of
 that kind, `collective` by their MPI or NCCL bandwidth, `measured` carried
 as measured (host, latencies, ratios), `none` (words, counts)."""
