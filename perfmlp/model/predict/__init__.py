@@ -88,9 +88,10 @@ from .timeline import Item, Step, graph_loop_host_s, launch_host_s, step_items, 
 from .tracing import (DEFAULT_TRACE_LEVEL, TRACE_COSTS, TRACE_LEVELS, UNTRACED, TraceCost, default_trace_level,
                       trace_cost, trace_detail, trace_words, traced_phases)
 
-__all__ = ["HOST_PACED", "predict_batch", "kernel_s", "step_compute", "PREFETCH", "PREFETCH_CALLS", "batch_copies", "prefetch_s",
-           "allreduce_s", "backward_stages", "comm_s",
-           "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory", "EXECS", "graph_refusal",
-           "resolve_comm", "resolve_exec", "COMPUTE_TERMS", "GROUPS", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step",
-           "graph_loop_host_s", "launch_host_s", "step_items", "timeline_batch_s", "TRACE_COSTS", "TRACE_LEVELS",
-           "UNTRACED", "TraceCost", "trace_cost", "DEFAULT_TRACE_LEVEL", "default_trace_level", "trace_detail", "trace_words", "traced_phases"]
+__all__ = ["HOST_PACED", "predict_batch", "kernel_s", "step_compute", "PREFETCH", "PREFETCH_CALLS", "batch_copies",
+           "prefetch_s", "allreduce_s", "backward_stages", "comm_s", "gradient_buckets", "overlap_pipeline",
+           "ring_allreduce_s", "staging_memory", "EXECS", "graph_refusal", "resolve_comm", "resolve_exec",
+           "COMPUTE_TERMS", "GROUPS", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step", "graph_loop_host_s",
+           "launch_host_s", "step_items", "timeline_batch_s", "TRACE_COSTS", "TRACE_LEVELS", "UNTRACED", "TraceCost",
+           "trace_cost", "DEFAULT_TRACE_LEVEL", "default_trace_level", "trace_detail", "trace_words",
+           "traced_phases"]

@@ -33,7 +33,8 @@ def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str)
 
 
 def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
-                 fuse_output: bool, gap_s: float, output_grad_cols: int = OUTPUT_GRAD_COLS) -> tuple[float, float, dict[str, list[float]], int]:
+                 fuse_output: bool, gap_s: float, output_grad_cols: int = OUTPUT_GRAD_COLS
+                 ) -> tuple[float, float, dict[str, list[float]], int]:
     """The step's kernels on a piece of b samples: (GEMM seconds, the other
     kernels' seconds, phase -> each kernel's GPU time with the gap after it,
     kernels). `split`: the weight gradients' GEMMs in row blocks of at most
