@@ -87,8 +87,10 @@ def summary(rows: list[dict], preds: list[dict]) -> dict:
                        ("all", lambda p: True)):
         e = [x for x, p in zip(err, preds) if keep(p)]
         out[name] = (len(e), statistics.median(e) if e else float("nan"), max(e) if e else float("nan"))
-    inside = [iv[0] <= float(r["measured_s"]) <= iv[1] for r, p in zip(rows, preds) if (iv := p["interval_s"])]
-    out["coverage"] = (len(inside), sum(inside) / len(inside) if inside else float("nan"))
+    for name, paced in (("coverage", None), ("coverage, host-paced", True), ("coverage, gpu-paced", False)):
+        inside = [iv[0] <= float(r["measured_s"]) <= iv[1] for r, p in zip(rows, preds)
+                  if (iv := p["interval_s"]) and paced in (None, p["host_paced"])]
+        out[name] = (len(inside), sum(inside) / len(inside) if inside else float("nan"))
     return out
 
 
@@ -96,11 +98,12 @@ def table(columns: dict[str, dict]) -> str:
     names = list(columns)
     lines = ["| rows | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     for pace in ("gpu-paced", "host-paced", "all"):
-        n = columns[names[0]][pace][0]
-        cells = [f"{100 * s[pace][1]:.1f}% / {100 * s[pace][2]:.1f}% ({s[pace][0]})" for s in columns.values()]
-        lines.append(f"| {pace}: median / worst \\|error\\| ({n} rows) | " + " | ".join(cells) + " |")
-    cells = [f"{100 * s['coverage'][1]:.0f}% of {s['coverage'][0]}" for s in columns.values()]
-    lines.append("| 90% interval covers the measured median | " + " | ".join(cells) + " |")
+        cells = [f"{100 * s[pace][1]:.2f}% / {100 * s[pace][2]:.1f}% ({s[pace][0]})" for s in columns.values()]
+        lines.append(f"| {pace}: median / worst \\|error\\| (rows) | " + " | ".join(cells) + " |")
+    for name in ("coverage", "coverage, host-paced", "coverage, gpu-paced"):
+        cells = [f"{100 * s[name][1]:.0f}% of {s[name][0]}" for s in columns.values()]
+        lines.append(f"| 90% interval covers the measured median ({name.removeprefix('coverage').strip(', ') or 'all'}) | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
