@@ -90,8 +90,7 @@ def test_the_calibration_records_spread_of_the_gpu_and_the_copies():
 
 @pytest.mark.parametrize("key, value", [
     ("host_cache_bytes", 4.1e-6), ("engine_switch_s", 4.1e-6), ("queued_gap_s", 1.3e-6),
-    ("graph_node_extra_s", 0.5e-6), ("launch_size_factor", [{"hidden": 512, "batch": 800, "factor": 1.3}]),
-    ("pinned_launch_factor", [{"hidden": 512, "batch": 800, "factor": 1.2}])])
+    ("graph_node_extra_s", 0.5e-6), ("pinned_launch_factor", [{"hidden": 512, "batch": 800, "factor": 1.2}])])
 def test_a_file_holding_a_withdrawn_figure_still_loads_and_predicts_as_without_it(key, value):
     old = calibrated(**{key: value})
     for transfer, exec_mode in (("pinned", "graph"), ("pinned", "eager"), ("resident", "graph")):

@@ -113,6 +113,17 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
 
 
 @gpu
+def test_the_eager_steps_host_time_by_size_is_a_ratio_to_the_tiny_one():
+    import cupy as cp
+    from perfmlp.calibrate import dispatch_size_factors
+    lines = []
+    out = dispatch_size_factors(cp, [512], [800, 3200], lines.append, rounds=2, reps=10)
+    assert [(e["hidden"], e["batch"]) for e in out] == [(512, 800), (512, 3200)]
+    # the same operations at a larger size: no faster than half the tiny step's, nor 10x slower on the host
+    assert all(0.5 < e["factor"] < 10 for e in out) and len(lines) == 1
+
+
+@gpu
 def test_static_copies_time_each_piece_size_and_load():
     # the calibration's d2d_copy_s: X's and Y's pieces at each local batch and precision, GPU time
     import cupy as cp

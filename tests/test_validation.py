@@ -131,6 +131,20 @@ def test_a_graph_runs_loop_costs_the_host_what_the_calibration_left_after_the_la
     assert a.detail["h2d_hidden_s"] > b.detail["h2d_hidden_s"] and b.total_s > a.total_s
 
 
+def test_an_eager_steps_launches_cost_as_calibrated_at_its_size():
+    factors = [{"hidden": 512, "batch": 800, "factor": 1.5}, {"hidden": 2048, "batch": 3200, "factor": 2.0}]
+    m, plain = machine(launch_size_factor=factors), machine()
+    assert plain.launch_factor(512, 800) == 1.0
+    assert m.launch_factor(512, 800) == 1.5 and m.launch_factor(2048, 6400) == 2.0 and m.launch_factor(400, 100) == 1.5
+    kw = dict(layer_sizes=(784, 512, 10), batch=800, procs=1, comm="nccl", batch_transfer="resident")
+    # the toy's GPU work is negligible: host-bound at 10 operations of 10 us, 1.5 x at this size
+    assert predict_batch(m, **kw).total_s == pytest.approx(1.5 * predict_batch(plain, **kw).total_s)
+    graph = {**kw, "exec_mode": "graph"}   # a replay is not an eager launch: unchanged
+    assert predict_batch(m, **graph).total_s == predict_batch(plain, **graph).total_s
+    with pytest.raises(MachineError, match="toy.yaml: launch_size_factor\\[0\\] factor"):
+        machine(launch_size_factor=[{"hidden": 512, "batch": 800, "factor": 0}])
+
+
 def test_the_staged_exchange_waits_as_calibrated_for_its_memory():
     waits = [{"procs": 2, "s": 2e-6}, {"procs": 4, "s": 6e-6},
              {"procs": 2, "s": 1.5e-4, "memory": "pageable"}, {"procs": 2, "s": 3e-5, "memory": "pinned"}]

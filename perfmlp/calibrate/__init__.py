@@ -21,7 +21,8 @@ spin kernel; host wall time; interleaved rounds):
   at a size whose GPU work is negligible;
 - host.py: the host's time per launched operation and per traced phase,
   alone and with 2 and P ranks launching at once, the graph step's host
-  time, and the eager step's launches after pageable batch copies;
+  time, the eager step's host time by size and its launches after
+  pageable batch copies;
 - collectives.py: MPI and NCCL allreduce (allreduce_s and the ring fit),
   the wait for the slowest rank, the staged exchange's own wait;
 - __main__.py: the command line, the order of the measurements, the file.
@@ -31,9 +32,9 @@ Nothing here imports CuPy or mpi4py at import time.
 from .collectives import collective_times, ring_fit, staged_parts, staged_wait
 from .copies import host_copies, pageable_ahead, static_copies
 from .gemm import step_network
-from .host import host_dispatch, mean_dispatch, resident_step
+from .host import dispatch_size_factors, host_dispatch, mean_dispatch, resident_step
 from .kernels import own_kernel_times
 
-__all__ = ["collective_times", "host_copies", "host_dispatch", "mean_dispatch",
+__all__ = ["collective_times", "dispatch_size_factors", "host_copies", "host_dispatch", "mean_dispatch",
            "own_kernel_times", "pageable_ahead", "resident_step", "ring_fit", "staged_parts", "staged_wait",
            "static_copies", "step_network"]

@@ -14,7 +14,7 @@ from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
-from .host import copied_launch_factors, host_dispatch, mean_dispatch
+from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
 from .kernels import event_gap, kernel_gaps
 from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
@@ -34,8 +34,8 @@ OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel
             "host_stage_bytes_per_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-          "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "pageable_launch_factor", "spread",
-          "prefetch_s")
+          "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
+          "spread", "prefetch_s")
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
@@ -90,6 +90,7 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     spread["host"] = res.pop("_spread_host", [])
     if world.rank == 0:
         res["prefetch_s"] = prefetch_points(cp, [itemsize(p) * b * (D + C) for p in precisions for b in local], log)
+        res["launch_size_factor"] = dispatch_size_factors(cp, hidden, local, log)
         # the launches after a pageable copy: the smallest, middle and largest H, the extremes of b
         hs = sorted({min(hidden), sorted(hidden)[len(hidden) // 2], max(hidden)})
         res.update(copied_launch_factors(cp, hs, sorted({min(local), max(local)}), log))

@@ -16,6 +16,9 @@ from one launch of a process to the next and over minutes):
   (static_copy_host_s: DeviceBatches.static's cudaMemcpyAsync) and a
   piece from pinned memory (pinned_copy_host_s: DeviceBatches.get's
   CuPy set), each call's share of the piece's two;
+- the eager step's host time per operation at each of the trainer's sizes
+  over its time at the tiny one, in the same rounds (launch_size_factor:
+  dispatch_size_factors);
 - the eager step's host time to launch its kernels right after the
   batch's pageable copies over its time without them, at each of the
   trainer's sizes (pageable_launch_factor: copied_launch_factors).
@@ -100,6 +103,49 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
                          N.PINNED: copies(lambda: pinned.get(0, bl, quiet, copied))}, rounds, warmup_rounds=1)
     tracer.close("complete")
     return {k: float(median(v)) for k, v in out.items()}, out
+
+
+def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
+    """The host's time per operation of the eager step at the trainer's sizes
+    (784-H-10 for H in `hidden`, pieces of b in `local`; the step of
+    _dispatch_step_times, untraced, resident pieces, NCCL over one rank)
+    over its time at DISPATCH_SIZES, in the same rounds (the host's speed
+    drifts from one round to the next: a ratio of neighbours cancels it):
+    the host enqueues `reps` steps and the GPU runs them after. Median ratio over the rounds after the first;
+    launch_size_factor entries {hidden, batch, factor}."""
+    from ..gpu import use_device
+    from ..strategies.groups import LocalGroup
+    from ..step import step
+    from ..trace.format import Counts
+    from ..trace.writer import NullTracer
+    stream = use_device(cp, cp.cuda.Device().id)
+    group, tr, counts = LocalGroup(), NullTracer(), Counts()
+
+    def host_time(sizes, b):
+        net, batches, reducer = resident_step(cp, sizes, b, group)
+
+        def one_round():
+            net.ops = tr.ops
+
+            def one_step():
+                step(net, batches, reducer, 0, b, tr.phase, counts)
+                counts.reset()
+            t = timing.per_call_s(one_step, reps, start=stream.synchronize)   # the host's time to enqueue them
+            stream.synchronize()
+            return t
+        return one_round
+    tiny = (0, DISPATCH_BATCH)
+    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH)}
+    for h in hidden:
+        for b in local:
+            measures[h, b] = host_time((Config.input_size, h, Config.num_classes), b)
+    t = timing.rounds(measures, rounds, warmup_rounds=1)
+    out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b], t[tiny])))}
+           for (h, b) in measures if (h, b) != tiny]
+    log("host time per operation of the eager step at the trainer's sizes, over the calibration's size: "
+        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out))
+    return out
+
 
 
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:

@@ -99,6 +99,7 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
                         for c in measured.host_copy_s]
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
+    v["launch_size_factor"] = [dataclasses.asdict(f) for f in measured.launch_size_factor]   # the host's
     v["pageable_launch_factor"] = [dataclasses.asdict(f) for f in measured.pageable_launch_factor]
     v["prefetch_s"] = [dataclasses.asdict(q) for q in measured.prefetch_s]   # the host's pipeline: as measured
     v["spread"] = [{"source": e.source, "ratios": list(e.ratios)} for e in measured.spread]   # ratios: as measured

@@ -59,6 +59,7 @@ class Machine:
     copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
     d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
     host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
+    launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
     # dense tensor-core peaks with float32 accumulation (model/precision.py; 0: none on this GPU)
     peak_flops_per_s_tf32: float = 0.0
     peak_flops_per_s_bf16: float = 0.0
@@ -238,11 +239,14 @@ class Machine:
             return alone
         return piecewise_linear([(1, alone)] + pts, procs)
 
+    def launch_factor(self, hidden: int, batch: int) -> float:
+        """launch_size_factor at the measured (hidden, batch) nearest to these
+        (by the ratio of each, summed in log), 1 in a file without it."""
+        return _nearest_factor(self.launch_size_factor, hidden, batch)
+
     def pageable_launch(self, hidden: int, batch: int) -> float:
-        """pageable_launch_factor at the measured (hidden, batch) nearest to
-        these (by the ratio of each, summed in log): how much slower the
-        eager step's launches run after its pageable batch copies (1 in a
-        file without it)."""
+        """pageable_launch_factor the same way: how much slower the eager
+        step's launches run after its pageable batch copies (1 without it)."""
         return _nearest_factor(self.pageable_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:

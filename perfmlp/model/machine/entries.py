@@ -16,7 +16,7 @@ from ... import names as N
 
 # Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
 # accepted, and left unused.
-RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "launch_size_factor", "pinned_launch_factor",
+RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "pinned_launch_factor",
                      "queued_gap_s", "graph_node_extra_s"})
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]
 
@@ -148,7 +148,8 @@ def _kernel_time(entry) -> KernelTime:
 _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
-                "host_copy_s": _host_copy_point, "pageable_launch_factor": _launch_factor,
+                "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
+                "pageable_launch_factor": _launch_factor,
                 "spread": _spread_point, "prefetch_s": _prefetch_point}
 
 

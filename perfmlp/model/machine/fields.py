@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ... import names as N
+
 GPU, CPU = "gpu", "cpu"   # machine classes: a CPU file has no PCIe, its exchange is MPI between local ranks
 BOTH = (GPU, CPU)
 DATASHEET = "datasheet"
@@ -36,8 +38,8 @@ def _f(unit, check, source, scales, spread, doc, applies=(GPU,), required=False)
     return Field(unit, check, source, scales, spread, applies, required, doc)
 
 
-_COPIES = {f"{d}_{m}": f"{'host to device' if d == 'h2d' else 'device to host'}, {m} memory"
-           for d in ("h2d", "d2h") for m in ("pageable", "pinned")}
+_COPIES = {f"{d}_{m}": f"{'host to device' if d == N.HOST_TO_DEVICE else 'device to host'}, {m} memory"
+           for d in N.COPY_DIRECTIONS for m in N.COPY_MEMORIES}
 
 FIELDS: dict[str, Field] = {
     "name": _f("", "word", DATASHEET, "none", None, "the machine's name", BOTH, True),
@@ -103,6 +105,8 @@ FIELDS: dict[str, Field] = {
                      "copies into a graph's static inputs"),
     "host_copy_s": _f("s", "table", "calibrate/copies.py host_copies", "copy", "pageable_copy",
                       "the trainer's own host <-> device copies by size and ranks"),
+    "launch_size_factor": _f("ratio", "table", "calibrate/host.py dispatch_size_factors", "measured", None,
+                             "the eager step's host time per operation by size over the tiny step's"),
     "peak_flops_per_s_tf32": _f("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
                                 "tf32 tensor-core ceiling (0: none)"),
     "peak_flops_per_s_bf16": _f("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",

@@ -56,9 +56,11 @@ class WaitPoint:
 
 @dataclass(frozen=True)
 class LaunchFactor:
-    """The eager step's host time to launch its operations at 784-`hidden`-10
-    with pieces of `batch` after its pageable batch copies, over the same
-    without them (calibrate.host.copied_launch_factors)."""
+    """A ratio of the eager step's host time at 784-`hidden`-10 with pieces
+    of `batch`: per operation over the tiny step's (launch_size_factor,
+    calibrate.host.dispatch_size_factors), or its launches after pageable
+    batch copies over without them (pageable_launch_factor,
+    calibrate.host.copied_launch_factors)."""
     hidden: int
     batch: int
     factor: float

@@ -15,8 +15,9 @@ each with the trace phase group that measures it (TERM_GROUP):
 - launches (eager): the host time to launch the step's kernels (kernels
   times the host's time per launched operation, plus the tracer's host time
   per phase, both as calibrated with p ranks launching at once:
-  Machine.launch_s, trace_host_s; after pageable batch copies the first
-  times Machine.pageable_launch) that the GPU work does not hide: the host
+  Machine.launch_s, trace_host_s, the first times the step's own size
+  factor, Machine.launch_factor, and after pageable batch copies
+  Machine.pageable_launch) that the GPU work does not hide: the host
   enqueues kernels while earlier ones run, so only max(0, host time - GPU
   time) adds to the batch;
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment

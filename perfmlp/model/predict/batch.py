@@ -125,8 +125,11 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
     ev_gpu = machine.trace_event_s if traced and cost.events else 0.0
     ev_host = machine.trace_host_s(procs) if traced else 0.0
     per_kernel = launch_host_s(machine, traced, procs)
-    if not graph and batch_transfer == N.PAGEABLE:   # pageable copies evict the host's caches: slower launches
-        per_kernel *= machine.pageable_launch(max(layer_sizes[1:-1], default=layer_sizes[0]), b)
+    if not graph:   # the eager step's host per operation at this size (calibrated at a tiny one)
+        hidden = max(layer_sizes[1:-1], default=layer_sizes[0])
+        per_kernel *= machine.launch_factor(hidden, b)
+        if batch_transfer == N.PAGEABLE:   # pageable copies evict the host's caches: slower launches
+            per_kernel *= machine.pageable_launch(hidden, b)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     return Step(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
                 traced)
