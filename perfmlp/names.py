@@ -198,3 +198,8 @@ def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, comb
         out += [Phase.D2H, Phase.ALLREDUCE, Phase.H2D_GRAD] if comm in STAGED_COMMS else [Phase.ALLREDUCE]
     out.append(Phase.UPDATE)
     return tuple(out)
+
+# --- copy directions between host and device (machine tables and calibration are keyed by these)
+HOST_TO_DEVICE = "h2d"
+DEVICE_TO_HOST = "d2h"
+COPY_DIRECTIONS = (HOST_TO_DEVICE, DEVICE_TO_HOST)

@@ -1,15 +1,12 @@
 """The house: what each part of perfmlp may import (allow-lists, imports
 inside functions included, read with ast), no import circle between modules
-or between the parts, and the phases the model counts are the ones the
-trace records."""
+or between the parts."""
 import ast
 import sys
 from pathlib import Path
 
 import pytest
 
-from perfmlp.model.predict import TRACE_LEVELS as MODEL_TRACE_LEVELS, traced_phases
-from perfmlp.trace.format import TRACE_LEVELS, batch_phases
 
 PKG = Path(__file__).resolve().parents[1] / "perfmlp"
 
@@ -184,18 +181,3 @@ def test_imports_inside_functions_count_and_a_circle_is_found():
     assert circle({"perfmlp.report": {"perfmlp.whatif"}, "perfmlp.whatif": {"perfmlp.report"}}) == [
         "perfmlp.report", "perfmlp.whatif", "perfmlp.report"]
     assert circle({"a": {"b"}, "b": set()}) is None
-
-
-@pytest.mark.parametrize("comm", ["mpi", "mpi-staged", "nccl"])
-@pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
-@pytest.mark.parametrize("exec_mode", ["eager", "graph"])
-def test_the_models_tracer_events_are_the_traces_phases(comm, transfer, exec_mode):
-    # one CUDA event at the end of each phase a batch records
-    if exec_mode == "graph" and comm == "mpi":
-        pytest.skip("graph mode is GPU only")
-    assert traced_phases(comm, transfer, exec_mode) == len(batch_phases(comm, transfer, exec_mode))
-
-
-def test_the_model_prices_every_trace_level_the_tracer_has():
-    # the model owns its names (it imports nothing of the trace); they are the tracer's, in its order
-    assert MODEL_TRACE_LEVELS == tuple(TRACE_LEVELS)

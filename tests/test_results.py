@@ -137,7 +137,7 @@ def test_blind_tests_csv_has_the_agreed_columns_and_sane_rows():
     rows = blind_rows()
     assert list(rows[0]) == ["machine", "commit", "date", "sweep", "run", "hidden_sizes", "batch_size", "procs",
                              "batch_transfer", "comm", "exec", "parallel", "precision", "repeats", "predicted_s",
-                             "measured_s", "measured_min_s", "measured_max_s", "spread"]
+                             "measured_s", "measured_min_s", "measured_max_s", "spread", "calibration"]
     keys = [(r["sweep"], r["run"]) for r in rows]
     assert len(keys) == len(set(keys)), "one row per sweep and configuration"
     for r in rows:

@@ -21,7 +21,8 @@ spin kernel; host wall time; interleaved rounds):
   at a size whose GPU work is negligible;
 - host.py: the host's time per launched operation and per traced phase,
   alone and with 2 and P ranks launching at once, the graph step's host
-  time, and the eager step's host time by size;
+  time, the eager step's host time by size and its launches after
+  pageable batch copies;
 - collectives.py: MPI and NCCL allreduce (allreduce_s and the ring fit),
   the wait for the slowest rank, the staged exchange's own wait;
 - __main__.py: the command line, the order of the measurements, the file.

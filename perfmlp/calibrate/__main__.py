@@ -15,14 +15,14 @@ from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
-from .graphstep import graph_node_extra
 from .host import copied_launch_factors, dispatch_size_factors, host_dispatch, mean_dispatch
-from .kernels import event_gap, kernel_gaps, queued_gap
+from .kernels import event_gap, kernel_gaps
 from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
 from .spread import gpu_rounds, spread_table, spread_words
+from .. import names as N
 
-GEMM_KERNELS = ("naive", "tiled", "regblock")
+GEMM_KERNELS = N.REFERENCE_KERNELS
 # the machine file's scalars: measured, else the base file's
 SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s",
@@ -32,17 +32,16 @@ SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_p
 # measured only: written where measured
 OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
             "graph_launch_s", "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s",
-            "host_stage_bytes_per_s", "queued_gap_s", "graph_node_extra_s",
+            "host_stage_bytes_per_s",
             "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
 TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-          "pinned_launch_factor", "spread", "prefetch_s")
+          "spread", "prefetch_s")
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
     """What rank 0's GPU measures alone, in this order: GEMMs and own
-    kernels, the gaps between kernels and the launch gap inside a kernel's
-    back-to-back time (at the smallest size), the step's GPU work in rounds
+    kernels, the gaps between kernels, the step's GPU work in rounds
     (its spread, at the largest), device memory, the copies into a graph's
     static inputs, host <-> device bandwidth, a CUDA event's cost, a small
     copy's latency."""
@@ -54,9 +53,6 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
         res[k] += tensor.pop(k)
     res.update(tensor)
     res.update(kernel_gaps(cp, log))
-    if "graph_kernel_gap_s" in res:
-        net, x, y = step_network(cp, (D, min(hidden), C), "float32", min(local_batches))
-        res.update(queued_gap(cp, net, x, y, res["graph_kernel_gap_s"], log))
     res["_spread_gpu"] = gpu_rounds(cp, *step_network(cp, (D, max(hidden), C), "float32", max(local_batches)))
     res.update(device_bandwidth(cp, log))
     res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
@@ -71,7 +67,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
 def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
     """Every measurement, every rank taking part where ranks share one
     (rank 0's results; {} elsewhere). The host's speed differs from one
-    launch of a process to the next and over minutes (4 x H200): its
+    launch of a process to the next and over minutes: its
     dispatch is drawn twice, first and last, and the file takes the mean."""
     D, C = Config.input_size, Config.num_classes
     first = host_dispatch(cp, world, log)
@@ -176,9 +172,6 @@ def main(argv=None) -> int:
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     try:
         res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
-        if world.rank == 0 and "graph_kernel_gap_s" in res:   # priced by the model with what was measured
-            model = machine_from_mapping(machine_values(res, base, a.name, gpu_name, world.size), a.out)
-            res.update(graph_node_extra(cp, model, hidden, local, a.precisions.split(","), log))
     except KeyboardInterrupt:
         raise
     except Exception as e:   # one line (a CUDA, cuBLAS or NCCL error too); the other ranks, which may wait

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..gpu.timing import copy_s, event_s, queued_ahead, spin_cycles, spin_kernels, wall_s
 from .copies import HOST_BYTES, rotating_offsets
+from .. import names as N
 
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # the allreduce ladder: 1 KiB .. 16 MiB
 MPI_REPS, MPI_WARM = 25, 5                        # host MPI calls per point, the first ones dropped
@@ -43,7 +44,7 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: li
     s = cp.cuda.get_current_stream()
     n = nbytes // 4
     points, reduced = [], []
-    for memory, hb in (("pinned", cupyx.empty_pinned(n, dtype=np.float32)), ("pageable", np.empty(n, dtype=np.float32))):
+    for memory, hb in ((N.PINNED, cupyx.empty_pinned(n, dtype=np.float32)), (N.PAGEABLE, np.empty(n, dtype=np.float32))):
         tm, tc = [], []
         for i in range(MPI_REPS):
             db.get(out=hb, stream=s)
@@ -51,7 +52,7 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: li
             sub.Barrier()
             t = wall_s(lambda: sub.Allreduce(MPI.IN_PLACE, hb, op=MPI.SUM))
             if nbytes in grads:   # the staged exchange's copy back, from the buffer MPI just wrote
-                tc.append(copy_s(cp, lambda: db.set(hb, stream=s), memory == "pinned", events))
+                tc.append(copy_s(cp, lambda: db.set(hb, stream=s), memory == N.PINNED, events))
             if i >= MPI_WARM:
                 tm.append(t)
         points.append((g, nbytes, max(sub.allgather(float(np.median(tm)))), memory))
@@ -115,7 +116,7 @@ def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
     (procs, bytes, seconds, memory), pageable host buffers left out; steps
     2 (p - 1) for MPI (alpha_steps), 1 for NCCL. Weighted least squares
     (relative error): each row divided by its time."""
-    fit = [pt for pt in points if pt[3] != "pageable"]
+    fit = [pt for pt in points if pt[3] != N.PAGEABLE]
     A = np.array([[2 * (p - 1) if alpha_steps else 1.0, 2 * (p - 1) / p * n] for p, n, _, _ in fit])
     t = np.array([x for _, _, x, _ in fit])
     coef, *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
@@ -149,9 +150,7 @@ def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
     """Host MPI_Allreduce on one rank (rank 0 on MPI_COMM_SELF), in place,
     through pinned and pageable buffers just written by a D2H, at the
     trainer's gradient sizes: what the staged exchange's call costs a run
-    of one process (1.0-2.3 us through pinned and 1.0-9.3 us through
-    pageable buffers on the H100 host, 2026-11-27; the model had priced
-    0). allreduce_s points with procs 1; [] without MPI (the NumPy-only
+    of one process (microseconds, not 0). allreduce_s points with procs 1; [] without MPI (the NumPy-only
     world) and on the other ranks."""
     if world.rank != 0 or getattr(world, "comm", None) is None:
         return []
@@ -199,16 +198,16 @@ def collective_times(cp, world, log, grad_bytes=()) -> dict:
 
 def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:
     res = {}
-    for name, pts, alpha_steps in (("mpi", pts_mpi, True), ("nccl", pts_nccl, False)):
+    for name, pts, alpha_steps in (("mpi", pts_mpi, True), (N.NCCL, pts_nccl, False)):
         alpha, bw = ring_fit(pts, alpha_steps)
         res[f"{name}_alpha_s"], res[f"{name}_bw_bytes_per_s"] = alpha, bw
         for p, n, x, mem in pts:
-            log(f"{name} allreduce p={p} {n} B{' (pageable host buffer)' if mem == 'pageable' else ''}: "
+            log(f"{name} allreduce p={p} {n} B{' (pageable host buffer)' if mem == N.PAGEABLE else ''}: "
                 f"{x * 1e6:.1f} us")
         log(f"{name} fit: alpha {alpha * 1e6:.2f} us, bw {bw / 1e9:.2f} GB/s")
     res["allreduce_s"] = [{"comm": c, "procs": int(p), "bytes": int(n), "s": float(x),
-                           **({"memory": mem} if c == "mpi" else {})}
-                          for c, pts in (("mpi", pts_mpi), ("nccl", pts_nccl)) for p, n, x, mem in pts]
+                           **({"memory": mem} if c == N.MPI else {})}
+                          for c, pts in (("mpi", pts_mpi), (N.NCCL, pts_nccl)) for p, n, x, mem in pts]
     res["collective_wait_s"] = [{"procs": int(p), "s": float(w)} for p, w in waits]
     res["host_copy_s"] = reduced
     for r in reduced:
@@ -227,7 +226,7 @@ def _staged_calls(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_byte
     is None), back (the gradients' H2D)."""
     import cupyx
     from mpi4py import MPI
-    pinned = memory == "pinned"
+    pinned = memory == N.PINNED
     s = cp.cuda.get_current_stream()
     nx, ny = (n // 4 for n in piece_bytes)
     big = max(HOST_BYTES // 4, 8 * (nx + ny))
@@ -266,7 +265,7 @@ def staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes
     step), the D2H, the allreduce with no barrier, the H2D back and one
     empty kernel (the update), median wall time per step, less the spin's
     GPU time. `comm` None: one rank."""
-    pinned = memory == "pinned"
+    pinned = memory == N.PINNED
     s = cp.cuda.get_current_stream()
     spin, empty = spin_kernels(cp)
     events = cp.cuda.Event(), cp.cuda.Event()
@@ -307,10 +306,8 @@ def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int])
     (staged_parts) at each batch piece (x, y bytes) and gradient size; the
     group's excess per step over one rank's, median over the sizes, is the
     time a step of the staged exchange loses to the ranks' copies, D2H and
-    MPI differing from batch to batch and rank to rank (2 x H200: at p = 2
-    a median of 164 and 115 us a step through pageable memory in two
-    rounds, single sizes from -625 to +508, and 46 and 12 us through
-    pinned). Returns collective_wait_s points {procs, s, memory}; [] on one
+    MPI differing from batch to batch and rank to rank (larger through
+    pageable memory than through pinned). Returns collective_wait_s points {procs, s, memory}; [] on one
     process."""
     P = world.size
     if P < 2:
@@ -318,7 +315,7 @@ def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int])
     from mpi4py import MPI
     cycles = spin_cycles(cp, 100e-6)
     out = []
-    for memory in ("pageable", "pinned"):
+    for memory in (N.PAGEABLE, N.PINNED):
         excess: dict[int, list[float]] = {}
         for g in sorted({1, 2, P}):
             sub = world.comm.Split(0 if world.rank < g else MPI.UNDEFINED, world.rank)

@@ -30,6 +30,7 @@ from ..config import Config
 from ..gpu.timing import copy_s, host_times, per_call_s, queued_ahead, rounds, spin_cycles, spin_kernels, time_ms, \
     wall_s
 from ..model.costs import grad_buffer_bytes, itemsize
+from .. import names as N
 
 HOST_BYTES = 256 * 1000 * 1000   # the host arrays copies rotate through: larger than the host's caches
 
@@ -87,8 +88,8 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
     D, C, fp32 = Config.input_size, Config.num_classes, itemsize("float32")
     sizes = (grad_buffer_bytes((D, hidden[0], C), fp32), fp32 * max(local_batches) * D)
     d = cp.empty(max(sizes), dtype=cp.uint8)
-    hosts = {"pageable": np.ones(HOST_BYTES, dtype=np.uint8), "pinned": cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
-    hosts["pinned"][...] = 1
+    hosts = {N.PAGEABLE: np.ones(HOST_BYTES, dtype=np.uint8), N.PINNED: cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
+    hosts[N.PINNED][...] = 1
     s = cp.cuda.get_current_stream()
     res = {}
     for direction in ("h2d", "d2h"):
@@ -99,16 +100,16 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
 
                 def fn(h=h, n=n, direction=direction, mem=mem, offset=offset):
                     off = offset()
-                    if direction == "h2d":
+                    if direction == N.HOST_TO_DEVICE:
                         d[:n].set(h[off:off + n], stream=s)
                     else:   # pinned: not blocking, so that the calls queue behind the spin
-                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == "pageable")
-                ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == "pinned" else median(host_times(cp, fn, reps=25)))
+                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == N.PAGEABLE)
+                ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == N.PINNED else median(host_times(cp, fn, reps=25)))
             bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
             lat = max(ts[0] - sizes[0] / bw, 0.0)
             res[f"{direction}_{mem}_bytes_per_s"] = bw
             res[f"{direction}_{mem}_latency_s"] = lat
-            log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == 'pinned' else 'host wall time'}): "
+            log(f"{direction} {mem} ({'GPU time, queued ahead' if mem == N.PINNED else 'host wall time'}): "
                 f"{sizes[0]} B {ts[0] * 1e6:.1f} us, {sizes[1]} B {ts[1] * 1e6:.1f} us "
                 f"-> {bw / 1e9:.1f} GB/s + {lat * 1e6:.1f} us")
     return res
@@ -134,8 +135,7 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
     then timed behind work of just that much (w = ahead), `loop` times back
     to back as the trainer's batches are (median of 5): it hides
     w + alone - loop of it, and the rest of w is its delay (staging that
-    does not overlap: on 2 x H200, 5 MB pieces, about 25 us alone and
-    50-120 us with 2 ranks at once). Returns (median seconds ahead, blocks:
+    does not overlap, longer with several ranks at once). Returns (median seconds ahead, blocks:
     the call waited in most repeats, delay: None for a copy that does not
     block)."""
     spin, _ = spin_kernels(cp)
@@ -177,7 +177,7 @@ def _copy_calls(cp, keys, hosts, d) -> dict:
 
         def copy(direction=direction, h=h, n=n, offset=offset):
             off = offset()
-            if direction == "h2d":
+            if direction == N.HOST_TO_DEVICE:
                 d[:n].set(h[off:off + n], stream=s)
             else:
                 d[:n].get(out=h[off:off + n], stream=s, blocking=False)
@@ -194,7 +194,7 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
     GPU time per copy of 4 queued back to back behind a spin kernel (the
     trainer queues its pinned copies behind the step's kernels and the
     piece's x before its y; one copy between two events adds the engines'
-    start, 6-11 us on an H100: 32 KB took 12.1 us alone, 4.6 queued), a
+    start, several microseconds), a
     pageable one by the host's wall clock (it blocks the host); a point is
     the slowest member's median. Returns (host_copy_s points,
     copy_aggregate_bytes_per_s: each group's g x bytes over that time at the
@@ -206,8 +206,8 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
     P = world.size
     top = max(n for ns in sizes.values() for n in ns)
     big = max(HOST_BYTES, 8 * top)
-    hosts = {"pageable": np.ones(big, dtype=np.uint8), "pinned": cupyx.empty_pinned(big, dtype=np.uint8)}
-    hosts["pinned"][...] = 1
+    hosts = {N.PAGEABLE: np.ones(big, dtype=np.uint8), N.PINNED: cupyx.empty_pinned(big, dtype=np.uint8)}
+    hosts[N.PINNED][...] = 1
     keys = [(direction, mem, n) for direction, ns in sizes.items() for mem in hosts for n in sorted(set(ns))]
     d = cp.empty(top, dtype=cp.uint8)
     events = cp.cuda.Event(), cp.cuda.Event()
@@ -221,12 +221,11 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
                 world.barrier()
                 if not member:
                     return None
-                if key[1] == "pinned":   # GPU time per copy of 4 queued back to back behind a spin, as the
+                if key[1] == N.PINNED:   # GPU time per copy of 4 queued back to back behind a spin, as the
                     return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]   # trainer queues them
                 return copy_s(cp, copies[key], False, events)
             return one
-        # the host's copy speed drifts over seconds (one H100: a pageable copy's median over 10 calls
-        # moved 27-54% within 16 s of one process): each point's calls are spread over the group's
+        # the host's copy speed drifts over seconds: each point's calls are spread over the group's
         # whole measurement, in rounds over every point, not taken in one burst
         ts = rounds({key: measure(key) for key in keys}, 3, per_round=8, warmup_calls=4)
         if spread is not None and member:
@@ -253,7 +252,7 @@ def _group_points(cp, world, g, member, keys, ts, copies, log) -> list[dict]:
         point = {"procs": g, "direction": direction, "memory": mem, "bytes": n, "s": slowest}
         line = lines.setdefault((direction, mem), [])
         line.append(f"{n / 1e6:.2f} MB {slowest * 1e6:.0f}")
-        if (direction, mem) == ("h2d", "pageable"):
+        if (direction, mem) == (N.HOST_TO_DEVICE, N.PAGEABLE):
             world.barrier()
             ahead = pageable_ahead(cp, copies[key], mine) if member else None
             got = [x for x in world.allgather(ahead) if x is not None]

@@ -54,12 +54,12 @@ def trace_batch_host_s(rounds: int = 7, reps: int = 200) -> list[float]:
         tracer = make_tracer(cfg, world)
         tracer.attach(world, SimpleNamespace(name=N.NUMPY, xp=np, net=net, reducer=reducer))
         try:
-            out = interleaved({"untraced": _loop(net, batches, reducer, NullTracer(), counts, reps),
+            out = interleaved({N.UNTRACED: _loop(net, batches, reducer, NullTracer(), counts, reps),
                                "traced": _loop(net, batches, reducer, tracer, counts, reps)}, rounds,
                               warmup_rounds=1)
         finally:
             tracer.close("complete")
-    return [t - u for t, u in zip(out["traced"], out["untraced"])]
+    return [t - u for t, u in zip(out["traced"], out[N.UNTRACED])]
 
 
 def trace_host_s(log, rounds: int = 7, reps: int = 200) -> tuple[float, list[float]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..config import Config
 from ..gpu.timing import queued_ahead
 from .kernels import own_kernel_times
+from .. import names as N
 
 PEAK_SIZES = (("float32", 8192), ("float64", 4096))   # n of the n x n x n GEMM per precision
 
@@ -27,7 +28,7 @@ def step_network(cp, sizes, precision, b):
     random piece x (b x D) and one-hot labels y (b x C)."""
     from ..gpu.network import GpuNetwork
     from ..mlp import init_weights
-    net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, "cublas")
+    net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, N.CUBLAS)
     net.set_params(init_weights(sizes, 0))
     x = cp.random.random((b, sizes[0]), dtype=precision)
     y = cp.zeros((b, sizes[-1]), dtype=precision)
@@ -64,11 +65,11 @@ def step_gemm_rates(cp, net, x, y, kinds) -> list[dict]:
     for kind in kinds:
         for a, b, out in captured:
             m_, k_, n_ = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
-            call = (lambda a=a, b=b, out=out, g=cublas_gemm(cp, prec): g(a, b, out)) if kind == "cublas" \
+            call = (lambda a=a, b=b, out=out, g=cublas_gemm(cp, prec): g(a, b, out)) if kind == N.CUBLAS \
                 else (lambda a=a, b=b, out=out, kind=kind: gemm(cp, kind, a, b, out=out))
-            r = gemm_rate(cp, call, m_, n_, k_, calls=50 if kind == "cublas" else 10)
+            r = gemm_rate(cp, call, m_, n_, k_, calls=50 if kind == N.CUBLAS else 10)
             rates.append({"m": m_, "n": n_, "k": k_, "precision": prec, "flops_per_s": float(r),
-                          **({"kernel": kind} if kind != "cublas" else {})})
+                          **({"kernel": kind} if kind != N.CUBLAS else {})})
     return rates
 
 
@@ -82,7 +83,7 @@ def step_rates(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
     D, C = Config.input_size, Config.num_classes
     rates, own = [], {}
     for prec in precisions:
-        kinds = ("cublas", *(gemm_kernels if prec == "float32" else ()))
+        kinds = (N.CUBLAS, *(gemm_kernels if prec == N.FLOAT32 else ()))
         for H in hidden:
             for bl in local_batches:
                 net, x, y = step_network(cp, (D, H, C), prec, bl)

@@ -20,9 +20,8 @@ from one launch of a process to the next and over minutes):
   over its time at the tiny one, in the same rounds (launch_size_factor:
   dispatch_size_factors);
 - the eager step's host time to launch its kernels right after the
-  batch's pageable, or pinned, copies over its time without them, at each
-  of the trainer's sizes (pageable_launch_factor, pinned_launch_factor:
-  copied_launch_factors).
+  batch's pageable copies over its time without them, at each of the
+  trainer's sizes (pageable_launch_factor: copied_launch_factors).
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ import numpy as np
 from ..config import Config
 from ..gpu import timing
 from .gemm import step_network
+from .. import names as N
 
 DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is negligible
 
@@ -48,7 +48,7 @@ def resident_step(cp, sizes, b, group, pieces: int = 1):
     rng = np.random.default_rng(0)
     x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
     y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], pieces * b)]
-    return net, DeviceBatches(cp, x, y, "resident", b), NcclReducer(cp, group, net)
+    return net, DeviceBatches(cp, x, y, N.RESIDENT, b), NcclReducer(cp, group, net)
 
 
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[dict, dict]:
@@ -77,7 +77,7 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     tracer.attach(world1, SimpleNamespace(name="cupy", xp=cp, net=net, reducer=reducer))
     counts = Counts()
     graph = GraphStep(cp, net, batches, reducer, stream)
-    pinned = DeviceBatches(cp, cp.asnumpy(batches.xr), cp.asnumpy(batches.yr), "pinned", bl)
+    pinned = DeviceBatches(cp, cp.asnumpy(batches.xr), cp.asnumpy(batches.yr), N.PINNED, bl)
     quiet, copied = NullTracer().phase, Counts()   # the copies' counts apart: the steps' stay a batch's
 
     def copies(copy):
@@ -97,10 +97,10 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
                 counts.reset()
             return timing.per_call_s(one_step, reps, start=barrier, end=stream.synchronize)
         return one_round
-    out = timing.rounds({"untraced": steps(NullTracer(), None), "traced": steps(tracer, None),
+    out = timing.rounds({N.UNTRACED: steps(NullTracer(), None), "traced": steps(tracer, None),
                          "graph": steps(NullTracer(), graph),
                          "static": copies(lambda: batches.static(0, bl, copied)),
-                         "pinned": copies(lambda: pinned.get(0, bl, quiet, copied))}, rounds, warmup_rounds=1)
+                         N.PINNED: copies(lambda: pinned.get(0, bl, quiet, copied))}, rounds, warmup_rounds=1)
     tracer.close("complete")
     return {k: float(median(v)) for k, v in out.items()}, out
 
@@ -111,9 +111,7 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     _dispatch_step_times, untraced, resident pieces, NCCL over one rank)
     over its time at DISPATCH_SIZES, in the same rounds (the host's speed
     drifts from one round to the next: a ratio of neighbours cancels it):
-    the host enqueues `reps` steps and the GPU runs them after (one H100:
-    12.4 us an operation at the calibration's size, 16-24 at the
-    trainer's). Median ratio over the rounds after the first;
+    the host enqueues `reps` steps and the GPU runs them after. Median ratio over the rounds after the first;
     launch_size_factor entries {hidden, batch, factor}."""
     from ..gpu import use_device
     from ..strategies.groups import LocalGroup
@@ -149,19 +147,20 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     return out
 
 
+
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     """The host's time per operation of the eager step and the tracer's per
     phase: one rank alone (launch_overhead_s, trace_phase_host_s, the
     graph step's graph_step_host_s and the batch copies' calls,
     static_copy_host_s and pinned_copy_host_s), then groups of 2 and P ranks launching
     at once, the slowest rank's (host_dispatch_s). Operations: the step's
-    kernels and its collective call, as the model counts them (predict.py's
+    kernels and its collective call, as the model counts them (model/predict's
     timeline items)."""
     from ..model.costs import step_kernels
     from ..model.predict import traced_phases
     from ..strategies.groups import Group, LocalGroup
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
-    phases = traced_phases("nccl", "resident", "eager")
+    phases = traced_phases(N.NCCL, N.RESIDENT, N.EAGER)
     P = world.size
     res, points = {}, []
     groups = []   # kept alive: the reducers' NCCL communicators are cached by the group object's id
@@ -178,8 +177,8 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         world.barrier()
         if world.rank != 0:
             continue
-        launch = [r["untraced"] / ops for r in per_rank]
-        trace = [max(r["traced"] - r["untraced"], 0.0) / phases for r in per_rank]
+        launch = [r[N.UNTRACED] / ops for r in per_rank]
+        trace = [max(r["traced"] - r[N.UNTRACED], 0.0) / phases for r in per_rank]
         slow = max(range(g), key=lambda i: per_rank[i]["traced"])
         log(f"host time per launched operation, {g} rank(s) at once ({ops} a step): "
             + " ".join(f"{v * 1e6:.2f}" for v in launch) + " us; the tracer per phase: "
@@ -187,8 +186,8 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
         if g == 1:
             res["launch_overhead_s"], res["trace_phase_host_s"] = launch[0], trace[0]
             res["graph_step_host_s"] = per_rank[0]["graph"]
-            res["static_copy_host_s"], res["pinned_copy_host_s"] = per_rank[0]["static"] / 2, per_rank[0]["pinned"] / 2
-            res["_rounds"] = {k: by_round[k] for k in ("untraced", "graph")}   # rank 0's, for the spread
+            res["static_copy_host_s"], res["pinned_copy_host_s"] = per_rank[0]["static"] / 2, per_rank[0][N.PINNED] / 2
+            res["_rounds"] = {k: by_round[k] for k in (N.UNTRACED, "graph")}   # rank 0's, for the spread
             log(f"host time per batch of the graph step (resident, one replay), one rank: "
                 f"{per_rank[0]['graph'] * 1e6:.2f} us")
             log(f"host time per batch copy call, one rank: into a graph's static inputs "
@@ -210,7 +209,7 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     from .spread import ratios
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s",
                                           "static_copy_host_s", "pinned_copy_host_s") if k in a and k in b}
-    rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in ("untraced", "graph")]
+    rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in (N.UNTRACED, "graph")]
     out["_spread_host"] = [r for values in rounds for r in ratios(values)]
     if a.get("host_dispatch_s"):
         out["host_dispatch_s"] = [{"procs": x["procs"], **{k: (x[k] + y[k]) / 2 for k in ("launch_s", "trace_phase_s")}}
@@ -223,25 +222,19 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     in `hidden` and pieces of b in `local`, the host's time from the return
     of the piece's two H2D copies (batches.DeviceBatches, as the trainer
     copies them, a new piece of a host array larger than the host's caches
-    each step), pageable and pinned, to the end of the step's launches,
+    each step) from pageable memory, to the end of the step's launches,
     over the same step's launch time from resident data, all after the
     stream is synchronised (so none waits for the GPU), in interleaved
     rounds. A copy of megabytes through the runtime's staging evicts the
-    host's caches, and the launches after it are slower (on one H100 the
-    model, pricing them as resident launches, predicted eager pageable
-    steps 12-17% too fast; here 1.13-1.76). After pinned copies the
-    trainer's forward launches ran at 20-25 us an operation against 17-18
-    resident in one blind sweep's traces, where this microbenchmark saw
-    0.95-1.11 at five of six sizes and 1.27 at the largest (H = 4096,
-    b = 12800). Median ratio over the rounds after the first;
-    {"pageable_launch_factor": [...], "pinned_launch_factor": [...]},
-    entries {hidden, batch, factor}."""
+    host's caches, and the launches after it are slower (docs/model.md
+    gives the measurements). Median ratio over the rounds after the first;
+    {"pageable_launch_factor": [...]}, entries {hidden, batch, factor}."""
     from ..gpu import use_device
     from .copies import HOST_BYTES
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
-    memories = ("pageable", "pinned")
+    memories = (N.PAGEABLE,)
     launch_time = _launches_after_copies(cp, stream, host, reps)
     measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
@@ -275,7 +268,7 @@ def _launches_after_copies(cp, stream, host, reps: int):
     @contextmanager
     def phase(name):
         yield
-        if name == "h2d":
+        if name == N.Phase.H2D:
             marks["copied"] = time.perf_counter()
 
     def launch_time(sizes, b, memory):

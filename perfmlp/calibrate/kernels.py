@@ -8,12 +8,7 @@
   graph_replay_gap_s (the GPU's time per replay beyond its kernels, graphs
   replayed back to back) and graph_launch_s (host time of one graph
   launch);
-- trace_event_s: a CUDA event's GPU time between kernels;
-- queued_gap_s: the launch gap inside a kernel's back-to-back time per
-  call (what kernel_s and the GEMM rates hold beyond the kernel itself),
-  from the step's own kernels relaunched eagerly and inside a graph;
-- (graph_node_extra_s, the replayed step beyond the model's price of its
-  parts: calibrate/graphstep.py).
+- trace_event_s: a CUDA event's GPU time between kernels.
 """
 from __future__ import annotations
 
@@ -114,47 +109,4 @@ def event_gap(cp, log) -> dict:
     t_events = median(time_ms(cp, lambda: chain(True), warmup=2, reps=15))
     res = {"trace_event_s": max((t_events - t_plain) * 1e-3 / len(evs), 0.0)}
     log(f"a CUDA event between GPU-bound kernels: {res['trace_event_s'] * 1e6:.2f} us of GPU time")
-    return res
-
-
-def queued_gap(cp, net, x, y, graph_gap_s: float, log, calls: int = 50) -> dict:
-    """queued_gap_s: how much of a kernel's time per call, relaunched back
-    to back eagerly queued ahead (kernel_s, the GEMM rates), is the launch
-    gap rather than the kernel. Each of the step's own kernels (one eager
-    step of `net` on x, y, recorded as own_kernel_times records them) is
-    relaunched `calls` times eagerly, then `calls` times inside one
-    captured CUDA graph, both queued ahead: its eager time per call less
-    its time per call in the graph is the eager gap less the graph's, and
-    queued_gap_s is the median of that over the kernels plus
-    graph_gap_s (graph_kernel_gap_s: a graph of empty kernels, graph_gaps). A replayed
-    step (graph mode) pays only the graph's gap between kernels; the model
-    prices its kernels at their measured time less queued_gap_s (short
-    kernels, small H: where the model predicted graph steps 7-11% too
-    slow on one H100)."""
-    # the kernels are recorded and relaunched on a stream of their own: the network's may be the
-    # legacy default stream, which cannot be captured
-    gs, own = cp.cuda.Stream(), net.stream
-    net.stream, net.capture_kernels = gs, []
-    try:
-        with gs:
-            net.forward(x.T); net.loss(y.T); net.backward(); net.update()
-        launched = dict(net.capture_kernels)   # one relaunch a kernel name
-    finally:
-        net.stream, net.capture_kernels = own, None
-    gs.synchronize()
-    diffs = []
-    with gs:
-        for name, relaunch in launched.items():
-            eager = queued_ahead(cp, relaunch, calls)[0]
-            gs.begin_capture()
-            for _ in range(calls):
-                relaunch()
-            graph = gs.end_capture()
-            in_graph = queued_ahead(cp, lambda g=graph: g.launch(stream=gs), 4)[0] / calls
-            diffs.append(eager - in_graph)
-    graph_gap = graph_gap_s
-    res = {"queued_gap_s": max(0.0, median(diffs) + graph_gap)}
-    log(f"launch gap inside a kernel's back-to-back time: {res['queued_gap_s'] * 1e6:.2f} us "
-        f"(eager less in-graph per call over {len(diffs)} own kernels, median {median(diffs) * 1e6:.2f} us, "
-        f"plus the graph's gap {graph_gap * 1e6:.2f} us)")
     return res

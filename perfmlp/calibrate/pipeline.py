@@ -11,8 +11,8 @@ the GIL to start each task and after each call that lets it go, and the
 loop's thread holds it while it runs Python (an eager step's launches, a
 graph step's loop between replays), so the pipeline's pace depends on the
 loop beside it. Measured alone, the staging of a 0.6 MB piece took tens
-of microseconds; beside the trainer's loop, a whole step of a few hundred
-(the precision sweep validate-precision2, 2026-11-25). With the GPU work
+of microseconds; beside the trainer's loop, a whole step of a few hundred.
+With the GPU work
 negligible, a step's time is the larger of the loop's host time and the
 pipeline's pace, which is what the model needs: the pipeline's pace where
 it is the longer (prefetch_s points: `s`), and the loop's own time beside
@@ -33,9 +33,10 @@ import numpy as np
 from ..config import Config
 from ..gpu import timing
 from .host import DISPATCH_SIZES
+from .. import names as N
 
 PIECES = 6          # the pieces of each source, taken in order: the pipeline prefetches the next ones
-SOURCES = ("resident", "prefetch", "prefetch-pageable")
+SOURCES = (N.RESIDENT, N.PREFETCH, N.PREFETCH_PAGEABLE)
 
 
 def rows_for(piece_bytes: list[int]) -> list[int]:
@@ -93,17 +94,17 @@ def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int
     row = 4 * (Config.input_size + Config.num_classes)
     points, words = [], []
     for b in rows_for(piece_bytes):
-        loops = {(ex, src): _loop(cp, stream, src, b, ex == "graph") for ex in ("eager", "graph") for src in SOURCES}
+        loops = {(ex, src): _loop(cp, stream, src, b, ex == N.GRAPH) for ex in (N.EAGER, "graph") for src in SOURCES}
         try:
             ts = timing.rounds({key: (lambda f=f: f(steps)) for key, f in loops.items()}, rounds, warmup_rounds=1)
         finally:
             for f in loops.values():
                 f.close()
         med = {key: float(median(v)) for key, v in ts.items()}
-        for ex in ("eager", "graph"):
+        for ex in (N.EAGER, "graph"):
             for src in SOURCES[1:]:
                 points.append({"exec": ex, "source": src, "bytes": b * row, "s": med[(ex, src)],
-                               "loop_s": med[(ex, "resident")]})
+                               "loop_s": med[(ex, N.RESIDENT)]})
             words.append(f"{b * row / 1e6:.2f} MB {ex} " + " / ".join(f"{med[(ex, s)] * 1e6:.0f}" for s in SOURCES))
     log("the step at a negligible size, resident / prefetch / prefetch-pageable (us per batch): " + ", ".join(words))
     return points

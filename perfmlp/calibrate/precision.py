@@ -18,8 +18,9 @@ from ..errors import PerfmlpError
 from ..model.precision import precision as precision_of
 from .gemm import gemm_rate
 from .kernels import own_kernel_times
+from .. import names as N
 
-TENSOR = ("tf32", "bf16", "fp16")
+TENSOR = (N.TF32, N.BF16, N.FP16)
 PEAK_N = 8192
 
 
@@ -29,7 +30,7 @@ def precision_network(cp, sizes, precision, b):
     from ..gpu.network import GpuNetwork
     from ..mixed import device_view, to_storage
     from ..mlp import init_weights
-    net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, "cublas")
+    net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, N.CUBLAS)
     net.set_params(init_weights(sizes, 0))
     rng = np.random.default_rng(0)
     x = cp.asarray(device_view(to_storage(rng.random((b, sizes[0])), precision)))
@@ -44,7 +45,7 @@ def tensor_peak(cp, precision: str, n: int = PEAK_N) -> float:
     from ..gpu.kernels import device_dtype
     def operand():   # random values in the storage type (bfloat16: a float32's top 16 bits)
         f = cp.random.random((n, n), dtype=cp.float32)
-        if precision == "bf16":
+        if precision == N.BF16:
             return (f.view(cp.uint32) >> 16).astype(cp.uint16)
         return f.astype(device_dtype(precision))
     a, b, c = operand(), operand(), operand()

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
             return _print(json.dumps(s, indent=1) if a.json else format_cluster(s))
         if a.procs > a.batch_size:
             raise StrategyError(f"{a.procs} processes but a batch of {a.batch_size}")
-        if a.model_procs and a.parallel != "hybrid":
+        if a.model_procs and a.parallel != N.HYBRID:
             raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
         s, text = _prediction(a, load_machine(a.machine))
     except (MachineError, ClusterError, StrategyError) as e:
@@ -134,7 +134,7 @@ def _print(text: str) -> int:
 def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
     """(the JSON-ready summary, its table) of the configuration asked for."""
     sizes = (a.input_size, *a.hidden, a.num_classes)
-    strategy = a.parallel != "data" or a.comm in PS_COMMS
+    strategy = a.parallel != N.DATA or a.comm in PS_COMMS
     exec_mode = strategy_exec(a.exec_mode, a.parallel, a.comm) if strategy else resolve_exec(a.exec_mode,
                                                                                              comm=a.comm)
     trace_level = (None if a.trace_level == UNTRACED else

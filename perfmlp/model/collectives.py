@@ -22,7 +22,7 @@ step across nodes (NCCL's own model's figures, in the cluster files).
   (latency logarithmic in the nodes, bandwidth a little worse than the ring).
 - hierarchical: reduce-scatter inside the node (a ring of k), the k shards
   all-reduced across nodes at once (k rings of N, n/k each through S/k),
-  all-gather inside (docs/model.md: the HKUST lecture's "hybrid" all-reduce):
+  all-gather inside (the HKUST lecture's "hybrid" all-reduce):
       t = 3 base + 2 (k-1) l_i + 2(k-1)/k n / B + 2(N-1) l_n + 2(N-1)/N n / S
   fewer steps than the ring (2(k-1) + 2(N-1) against 2(g-1)), the phases
   one after the other.

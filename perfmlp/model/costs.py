@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Callable, NamedTuple
 
 from .precision import precision as precision_of
+from .. import names as N
 
 OPS: dict[str, Callable[..., tuple[int, int]]] = {}
 
@@ -171,9 +172,8 @@ def itemsize(precision: str) -> int:
 # Overlapped communication's bucket: a weight gradient larger than this is
 # computed and reduced in row blocks of at most this size. 25 MiB, as PyTorch
 # DDP's bucket_cap_mb: no weight of the trainer's networks is that large, so
-# each layer's gradient is one piece. Measured on 2 x H200 (2026-11-22,
-# reports/h200-x2/benchmarks/graph): 1 MiB blocks hid more of the allreduce
-# but slowed the split GEMMs by more than they hid.
+# each layer's gradient is one piece (smaller blocks hid more of the
+# allreduce but slowed the split GEMMs by more than they hid).
 DEFAULT_BUCKET_BYTES = 25 << 20
 
 
@@ -190,17 +190,15 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
 
 
 # The output layer (C rows: 10 for MNIST) is too thin for a GEMM library:
-# on an H200 at H = 512, b = 3200 cuBLAS took 7-17 us for each of its
-# backward products, where reading the activations once takes about 1.4 us
-# (benchmarks/results/h200-x2/graph/kernel_breakdown.md, in git before 54cb3ab). With at most this
+# its backward products take several times what reading the activations
+# once takes. With at most this
 # many classes (one accumulator per class in registers) the trainer runs the
 # output layer's backward as two kernels of its own instead of 2 GEMMs, a row
 # sum and the sigmoid gradient: `output_backward` (per block of
 # OUTPUT_GRAD_COLS columns: dz, and partial sums of dW, db and the layer
 # below's db) and `partial_sums` (the partials added in a fixed order, so
-# the result is the same at every run). The column block was chosen on an
-# H200 (gpu/kernels.py: LAUNCH); on an H100 (65d8d70) 1024 columns took 0.77 and 0.81 times 256's
-# at H = 2048, b = 12800 and 3200 in bf16 but 1.34 at H = 512, b = 400: a block growing with b would gain.
+# the result is the same at every run). The column block is fixed
+# (gpu/kernels.py: LAUNCH); a block growing with b would gain at large b.
 FUSED_OUTPUT_MAX_CLASSES = 16
 OUTPUT_GRAD_COLS = 256
 
@@ -355,9 +353,9 @@ class BatchCounts:
         return self.bytes_h2d + self.bytes_d2h
 
 
-def batch_counts(layer_sizes, b: int, itemsize, comm: str = "mpi-staged",
-                 batch_transfer: str = "pageable", bucket_bytes: int | None = None,
-                 exec_mode: str = "eager", fuse_output: bool = True) -> BatchCounts:
+def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
+                 batch_transfer: str = N.PAGEABLE, bucket_bytes: int | None = None,
+                 exec_mode: str = N.EAGER, fuse_output: bool = True) -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
@@ -385,15 +383,15 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = "mpi-staged",
     mem["backward"] += (w.param - w.act) * weight_grad_elements(layer_sizes, fuse_output)
     D, C = layer_sizes[0], layer_sizes[-1]
     piece_bytes = w.act * b * (D + C)
-    resident = batch_transfer == "resident"
+    resident = batch_transfer == N.RESIDENT
     g = grad_buffer_bytes(layer_sizes, w.param)
-    staged = comm == "mpi-staged"
+    staged = comm == N.MPI_STAGED
     return BatchCounts(
         b=b, flops=flops, mem_bytes=mem, operations=ops, kernels=kern,
         bytes_h2d=(0 if resident else piece_bytes) + (g if staged else 0),
         bytes_d2h=g if staged else 0,
-        bytes_mpi=g if comm in ("mpi-staged", "mpi") else 0,
-        bytes_nccl=g if comm == "nccl" else 0,
-        bytes_d2d=piece_bytes if resident and exec_mode == "graph" else 0,
+        bytes_mpi=g if comm in (N.MPI_STAGED, N.MPI) else 0,
+        bytes_nccl=g if comm == N.NCCL else 0,
+        bytes_d2d=piece_bytes if resident and exec_mode == N.GRAPH else 0,
     )
 

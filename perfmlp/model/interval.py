@@ -61,10 +61,12 @@ import numpy as np
 
 from .machine import MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS, \
     SPREAD_SOURCES as SOURCES, Machine
+from .machine.fields import FIELDS, scalars_of
+from .. import names as N
 
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
-                "pageable_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
-                "pinned_copy": ("h2d_batch", "d2h_grad", "h2d_grad"),
+                "pageable_copy": (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD),
+                "pinned_copy": (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD),
                 "gpu": ("gemm", "elementwise", "kernel_gaps", "tracing"),
                 "collective": ("allreduce", "rank_wait"),
                 **{m: () for m in MODEL_SOURCES}}
@@ -73,35 +75,20 @@ SEED = 0
 PERCENTILES = tuple(range(0, 101, 5))
 LEVEL = (5, 95)            # the 90% interval's percentiles
 
-# The machine's scalar figures each source scales (a rate divided, a time multiplied).
-_SCALARS = {
-    "host": ("launch_overhead_s", "traced_launch_overhead_s", "trace_phase_host_s", "graph_launch_s",
-             "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s", "host_stage_bytes_per_s"),
-    "pageable_copy": ("h2d_pageable_bytes_per_s", "d2h_pageable_bytes_per_s", "h2d_pageable_latency_s",
-                      "d2h_pageable_latency_s", "copy_latency_s", "h2d_pageable_aggregate_bytes_per_s",
-                      "d2h_pageable_aggregate_bytes_per_s"),
-    "pinned_copy": ("h2d_pinned_bytes_per_s", "d2h_pinned_bytes_per_s", "h2d_pinned_latency_s",
-                    "d2h_pinned_latency_s", "h2d_pinned_aggregate_bytes_per_s", "d2h_pinned_aggregate_bytes_per_s"),
-    "gpu": ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s", "kernel_gap_s", "graph_kernel_gap_s",
-            "graph_replay_gap_s", "trace_event_s", "queued_gap_s", "graph_node_extra_s"),
-    "collective": ("mpi_alpha_s", "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s"),
-    **{m: () for m in MODEL_SOURCES},   # the total, not a figure
-}
+# The machine's scalar figures each source scales (a rate divided, a time multiplied): machine/fields.py.
+_SCALARS = {source: scalars_of(source) for source in SOURCES}
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
     "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None), ("prefetch_s", ("s", "loop_s"), None)),
-    "pageable_copy": (("host_copy_s", ("s", "ahead_s", "ahead_delay_s"), "pageable"),
-                      ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pageable")),
-    "pinned_copy": (("host_copy_s", ("s",), "pinned"), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), "pinned")),
+    "pageable_copy": (("host_copy_s", ("s", "ahead_s", "ahead_delay_s"), N.PAGEABLE),
+                      ("copy_aggregate_bytes_per_s", ("bytes_per_s",), N.PAGEABLE)),
+    "pinned_copy": (("host_copy_s", ("s",), N.PINNED), ("copy_aggregate_bytes_per_s", ("bytes_per_s",), N.PINNED)),
     "gpu": (("gemm_flops_per_s", ("flops_per_s",), None), ("kernel_s", ("s",), None), ("d2d_copy_s", ("s",), None)),
     "collective": (("allreduce_s", ("s",), None), ("collective_wait_s", ("s",), None)),
     **{m: () for m in MODEL_SOURCES},
 }
 # Fields no source scales: words and counts, ratios, and the spread itself.
-UNSCALED = ("name", "source", "gpus", "date", "device_names", "path", "launch_size_factor", "pageable_launch_factor",
-            "pinned_launch_factor",
-            "spread")
+UNSCALED = tuple(k for k, f in FIELDS.items() if f.spread is None)
 
 
 @dataclass(frozen=True)
@@ -115,6 +102,7 @@ class Interval:
     seed: int
     sources: tuple            # the sources whose spread was drawn
     unmeasured: tuple         # terms of this prediction (non-zero) whose source has no spread
+    host_paced: bool = False  # the host paces the step: the interval is the run-to-run spread, not a point target
 
     @property
     def half_width(self) -> float:
@@ -124,7 +112,8 @@ class Interval:
     def as_json(self) -> dict:
         return {"interval_s": [self.lo_s, self.hi_s], "quantiles_s": list(self.quantiles_s),
                 "percentiles": list(PERCENTILES), "draws": self.draws, "seed": self.seed,
-                "spread_sources": list(self.sources), "unmeasured_terms": list(self.unmeasured)}
+                "spread_sources": list(self.sources), "unmeasured_terms": list(self.unmeasured),
+                "host_paced": self.host_paced}
 
 
 def spread_of(machine: Machine) -> dict[str, tuple]:
@@ -212,7 +201,7 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     terms = getattr(point, "terms", {})
     unmeasured = tuple(t for s in SOURCES if s not in spread for t in SOURCE_TERMS[s] if terms.get(t, 0.0) > 0)
     return Interval(float(lo), float(hi), tuple(float(x) for x in q), draws, seed, tuple(drawn),
-                    tuple(dict.fromkeys(unmeasured)))
+                    tuple(dict.fromkeys(unmeasured)), bool(getattr(point, "detail", {}).get("host_paced")))
 
 
 def interval_json(iv: Interval | None) -> dict:
@@ -230,6 +219,9 @@ def interval_words(iv: Interval | None) -> str:
     """One line for a table: the interval, or why there is none."""
     if iv is None:
         return "90% interval: unknown (the machine file records no measured spread)"
+    if iv.host_paced:
+        return (f"host-paced: +-{100 * iv.half_width:.1f}% from one run to the next "
+                f"({iv.lo_s * 1e6:.1f} - {iv.hi_s * 1e6:.1f} us, 90%, from the calibration's measured spread)")
     text = (f"90% interval: {iv.lo_s * 1e6:.1f} - {iv.hi_s * 1e6:.1f} us (+-{100 * iv.half_width:.1f}%; "
             f"{iv.draws} draws, seed {iv.seed}, spread of {', '.join(iv.sources)})")
     if iv.unmeasured:

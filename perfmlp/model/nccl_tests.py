@@ -1,7 +1,7 @@
 """Published nccl-tests all-reduce figures set beside the cluster model
 (`collectives.py` on `models/clusters/*.yaml`): something no one here
 wrote. One place for the figures, each with the address it comes from; the
-tests hold the model to them, the report and docs/model.md show the table.
+tests hold the model to them, the report shows the table.
 
 A figure is a time (all_reduce_perf's out-of-place time, float, sum) or a
 bus bandwidth (busbw = algbw x 2(p-1)/p, algbw = bytes / time: nccl-tests

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from .. import names as N
 
 
 @dataclass(frozen=True)
@@ -52,17 +53,17 @@ class Precision:
 
     @property
     def tensor_cores(self) -> bool:
-        return self.gemm in ("tf32", "bf16", "fp16")
+        return self.gemm in (N.TF32, N.BF16, N.FP16)
 
 
 PRECISIONS = {p.name: p for p in (
-    Precision("float32", "float32", "float32", "float32"),
-    Precision("float64", "float64", "float64", "float64"),
-    Precision("tf32", "float32", "float32", "tf32"),
-    Precision("bf16", "bfloat16", "float32", "bf16"),
-    Precision("fp16", "float16", "float32", "fp16", loss_scaling=True),
+    Precision(N.FLOAT32, "float32", "float32", "float32"),
+    Precision(N.FLOAT64, "float64", "float64", "float64"),
+    Precision(N.TF32, "float32", "float32", N.TF32),
+    Precision(N.BF16, "bfloat16", "float32", N.BF16),
+    Precision(N.FP16, "float16", "float32", N.FP16, loss_scaling=True),
 )}
-NAMES = tuple(PRECISIONS)
+NAMES = N.PRECISIONS
 
 
 def precision(name) -> Precision:

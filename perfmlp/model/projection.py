@@ -25,8 +25,9 @@ from .costs import itemsize as itemsize_of, pieces
 from .machine import Machine
 from .strategies import StrategyError, check_shard, grid, rank_collectives, shard_sizes
 from .predict import predict_batch
+from .. import names as N
 
-STRATEGIES = ("data", "model", "hybrid")
+STRATEGIES = ("data", "model", N.HYBRID)
 PROCS = tuple(2 ** k for k in range(11))          # 1 .. 1,024 GPUs
 
 
@@ -83,17 +84,17 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
         raise StrategyError(f"{p_data} data pieces of a batch of {batch}")
     s = itemsize_of(precision)
     b = pieces(batch, p_data)[0]
-    own = predict_batch(machine, shard_sizes(layer_sizes, p_model, 0), b, 1, precision, "nccl", "resident",
+    own = predict_batch(machine, shard_sizes(layer_sizes, p_model, 0), b, 1, precision, N.NCCL, N.RESIDENT,
                         exec_mode="graph")
     exchanges = []
-    for c in rank_collectives(layer_sizes, batch, procs, 0, parallel, model_procs, "nccl"):
-        data_group = c.phase == "allreduce"
+    for c in rank_collectives(layer_sizes, batch, procs, 0, parallel, model_procs, N.NCCL):
+        data_group = c.phase == N.ALLREDUCE
         group = group_of(cluster, c.group, p_model if data_group else 1)
         n = s * c.elements
         if c.group <= 1:
             exchanges.append(Exchange(c.kind, n, c.group, "none", 0.0))
             continue
-        times = allreduce_times(cluster, n, group) if c.kind == "allreduce" else {"chain": chain_s(cluster, n, group)}
+        times = allreduce_times(cluster, n, group) if c.kind == N.ALLREDUCE else {"chain": chain_s(cluster, n, group)}
         algorithm = min(times, key=lambda a: (times[a], ALGORITHMS.index(a) if a in ALGORITHMS else 0))
         exchanges.append(Exchange(c.kind, n, c.group, algorithm, times[algorithm], tuple(times.items())))
     return ClusterStep(parallel, (p_data, p_model), procs, batch, own.total_s, tuple(exchanges))
@@ -126,11 +127,11 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
     hybrids = []
     for m in hybrid_grids(layer_sizes, procs, cluster.gpus_per_node):
         try:
-            hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, "hybrid", m, precision))
+            hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, N.HYBRID, m, precision))
         except StrategyError:
             pass
     if hybrids:
-        out["hybrid"] = min(hybrids, key=lambda st: st.total_s)
+        out[N.HYBRID] = min(hybrids, key=lambda st: st.total_s)
     return out
 
 
@@ -170,8 +171,8 @@ def crossover(cluster: Cluster, machine: Machine, hidden_sizes, batches, procs_l
                 win = min(steps, key=lambda k: steps[k].total_s)
                 rows.append({"H": H, "B": B, "procs": p, "winner": win,
                              **{f"{k} ms": (1e3 * steps[k].total_s if k in steps else None) for k in STRATEGIES},
-                             "hybrid grid": f"{steps['hybrid'].grid[0]}x{steps['hybrid'].grid[1]}"
-                             if "hybrid" in steps else None})
+                             "hybrid grid": f"{steps[N.HYBRID].grid[0]}x{steps[N.HYBRID].grid[1]}"
+                             if N.HYBRID in steps else None})
     return rows
 
 
@@ -199,7 +200,7 @@ def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int,
                     "nodes": cluster.nodes_for(procs)},
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
-                   "exec": "graph", "batch_transfer": "resident"},
+                   "exec": "graph", "batch_transfer": N.RESIDENT},
         "strategies": [{"strategy": st.strategy, "grid": list(st.grid), "compute_s": st.compute_s,
                         "comm_s": st.comm_s, "total_s": st.total_s, "samples_per_s": st.samples_per_s,
                         "exchanges": [{"kind": e.kind, "bytes": e.nbytes, "ranks": e.ranks,

@@ -33,8 +33,9 @@ import math
 from .costs import grad_buffer_bytes, itemsize, op_cost, pieces, step_kernels
 from .machine import GemmRate, Machine
 from .predict import Prediction, predict_batch
+from .. import names as N
 
-REFERENCE_KERNELS = ("naive", "tiled", "regblock")
+REFERENCE_KERNELS = (N.NAIVE, N.TILED, N.REGBLOCK)
 ONE_CONSTANT = 1.5   # an unknown whose implied values over p stay within this factor could be one constant
 
 
@@ -73,7 +74,7 @@ def with_copy_bw(machine: Machine, memory: str, bytes_per_s: float) -> Machine:
 def with_mpi(machine: Machine, alpha_s: float, bw_bytes_per_s: float) -> Machine:
     """`machine` with host MPI on the ring model at (alpha, bandwidth), no measured table."""
     return dataclasses.replace(machine, mpi_alpha_s=alpha_s, mpi_bw_bytes_per_s=bw_bytes_per_s,
-                               allreduce_s=tuple(p for p in machine.allreduce_s if p.comm != "mpi"))
+                               allreduce_s=tuple(p for p in machine.allreduce_s if p.comm != N.MPI))
 
 
 def solve(f, target: float, lo: float, hi: float, rel: float = 1e-9) -> float | None:
@@ -113,14 +114,14 @@ def implied_gemm_rate(machine: Machine, study, procs: int, target_s: float) -> f
 
 def implied_copy_bw(machine: Machine, study, procs: int, target_s: float) -> float | None:
     """The copy bandwidth (the scheme's host memory, both ways) that alone gives target_s."""
-    mem = "pageable" if study.scheme["batch_transfer"] == "pageable" else "pinned"
+    mem = N.PAGEABLE if study.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
     return solve(lambda bw: reference_prediction(with_copy_bw(machine, mem, bw), study, procs).total_s,
                  target_s, *BW_RANGE)
 
 
 def implied_mpi_bw(machine: Machine, study, procs: int, target_s: float) -> float | None:
     """The MPI bandwidth (the file's latency) that alone gives target_s (p > 1, host MPI)."""
-    if procs <= 1 or study.scheme["comm"] != "mpi-staged":
+    if procs <= 1 or study.scheme["comm"] != N.MPI_STAGED:
         return None
     return solve(lambda bw: reference_prediction(with_mpi(machine, machine.mpi_alpha_s, bw), study, procs).total_s,
                  target_s, *BW_RANGE)
@@ -173,7 +174,7 @@ def explain(machine: Machine, study) -> Explanation:
             pred = reference_prediction(m, study, p)
             left[p] = t - (pred.total_s - pred.terms["allreduce"])   # the allreduce adds to the batch as it is
     net = ring_fit(left, grad_buffer_bytes(study.layer_sizes, itemsize(study.precision))) \
-        if study.scheme["comm"] == "mpi-staged" else None
+        if study.scheme["comm"] == N.MPI_STAGED else None
     return Explanation(rate, left, net, with_mpi(m, *net) if net else None)
 
 
@@ -276,7 +277,7 @@ def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
     bandwidth, each alone, at every published p."""
     pub = {p: study.reference_ms_per_batch[p] * 1e-3 for p in sorted(study.reference_ms_per_batch)}
     kernel = study.scheme["gemm"]
-    mem = "pageable" if study.scheme["batch_transfer"] == "pageable" else "pinned"
+    mem = N.PAGEABLE if study.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
     solvers = {"gemm": (implied_gemm_rate, ref.gemm_rate(study.hidden_size, study.batch_size, study.input_size,
                                                          study.precision, kernel=kernel)),
                "copy": (implied_copy_bw, ref.copy_bw("h2d", mem)),

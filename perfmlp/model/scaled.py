@@ -17,9 +17,8 @@ Times that no datasheet gives (latencies, launch and graph-launch host
 time, kernel gaps, the tracer's costs, the wait at a collective) are kept
 as measured: they belong to the host, driver and software more than to the
 GPU. The trainer's own kernels' measured times (kernel_s) are kept too: at
-the trainer's sizes they are latency-bound (an H200's output_backward pair
-took 17-19 us where its bytes take 3 us), which no datasheet figure
-scales; a GPU with less memory bandwidth runs the largest of them slower
+the trainer's sizes they are latency-bound (several times what their
+bytes take), which no datasheet figure scales; a GPU with less memory bandwidth runs the largest of them slower
 than this says. The file's `source:` line says all of this with the ratios.
 """
 from __future__ import annotations
@@ -30,8 +29,10 @@ import sys
 from pathlib import Path
 
 from .machine import Machine, MachineError, load_machine, machine_from_mapping, machine_to_yaml
+from .machine.fields import FIELDS
+from .. import names as N
 
-COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in ("pageable", "pinned"))
+COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in (N.PAGEABLE, N.PINNED))
 
 
 def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, float]:
@@ -43,7 +44,7 @@ def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, fl
     out["mem_bw"] = t.mem_bw_bytes_per_s / s.mem_bw_bytes_per_s
     for k in COPY_KEYS:
         out[k] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
-    for lib in ("mpi", "nccl"):
+    for lib in ("mpi", N.NCCL):
         out[lib] = getattr(t, f"{lib}_bw_bytes_per_s") / getattr(s, f"{lib}_bw_bytes_per_s")
     return out
 
@@ -63,19 +64,29 @@ def copy_scaled(c, measured: Machine, ratio: float) -> float:
     return lat + (c.s - lat) / ratio
 
 
+def _ratio_key(key: str, f) -> str | None:
+    """The datasheet ratio (a key of `ratios`) a scalar figure scales by,
+    from its declared rule; None: carried as measured."""
+    if f.check == "table":
+        return None
+    if f.scales == "flops":
+        return "flops_" + key.removeprefix("peak_flops_per_s_")
+    if f.scales == "copy":
+        return "_".join(key.split("_")[:2])
+    if f.scales == "collective":
+        return key.split("_")[0]
+    return "mem_bw" if f.scales == "mem_bw" else None
+
+
 def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet: Machine) -> dict:
     """The machine-file mapping of `measured` carried to the target GPU."""
     r = ratios(source_datasheet, target_datasheet)
     v = {f.name: getattr(measured, f.name) for f in dataclasses.fields(Machine)
          if f.name not in ("path", "device_names")}
-    for p in ("float32", "float64", "tf32", "bf16", "fp16"):   # a tensor ceiling only where both GPUs have it
-        v[f"peak_flops_per_s_{p}"] = v[f"peak_flops_per_s_{p}"] * r[f"flops_{p}"] if f"flops_{p}" in r else 0.0
-    v["mem_bw_bytes_per_s"] *= r["mem_bw"]
-    for k in COPY_KEYS:
-        v[f"{k}_bytes_per_s"] *= r[k]
-        v[f"{k}_aggregate_bytes_per_s"] *= r[k]
-    for lib in ("mpi", "nccl"):
-        v[f"{lib}_bw_bytes_per_s"] *= r[lib]
+    for key, f in FIELDS.items():   # each scalar by its declared rule (machine/fields.py)
+        rule = _ratio_key(key, f)
+        if rule is not None:   # a tensor ceiling only where both GPUs have it
+            v[key] = v[key] * r[rule] if rule in r else 0.0
     v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
                               "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
                              for g in measured.gemm_flops_per_s if f"flops_{g.precision}" in r]
@@ -90,7 +101,6 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
     v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
     v["launch_size_factor"] = [dataclasses.asdict(f) for f in measured.launch_size_factor]   # the host's
     v["pageable_launch_factor"] = [dataclasses.asdict(f) for f in measured.pageable_launch_factor]
-    v["pinned_launch_factor"] = [dataclasses.asdict(f) for f in measured.pinned_launch_factor]
     v["prefetch_s"] = [dataclasses.asdict(q) for q in measured.prefetch_s]   # the host's pipeline: as measured
     v["spread"] = [{"source": e.source, "ratios": list(e.ratios)} for e in measured.spread]   # ratios: as measured
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
@@ -104,7 +114,7 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                    f"(perfmlp.model.scaled): FLOP rates x{r['flops_float32']:.3f} (fp32) x{r['flops_float64']:.3f} "
                    f"(fp64), memory bandwidth x{r['mem_bw']:.3f}, copies " +
                    ", ".join(f"{k} x{r[k]:.3f}" for k in COPY_KEYS) +
-                   f", MPI x{r['mpi']:.3f}, NCCL x{r['nccl']:.3f}; latencies, host launch times, kernel gaps, "
+                   f", MPI x{r['mpi']:.3f}, NCCL x{r[N.NCCL]:.3f}; latencies, host launch times, kernel gaps, "
                    "the own kernels' times, the tracer's costs, the collective wait, the host's staging of pageable "
                    "copies ahead of the stream (ahead_s), the launches after a pageable copy and the measured "
                    "spread (ratios) as measured")

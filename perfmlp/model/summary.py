@@ -10,6 +10,7 @@ from .interval import interval, interval_json
 from .machine import Machine
 from .predict import predict_batch, staging_memory
 from .roofline import modified_roofline, overlapped_roofline, ridge_point, standard_roofline
+from .. import names as N
 
 SCHEMA = "perfmlp.model/1"
 
@@ -21,12 +22,12 @@ def reference_approx(D: int, H: int, B: int) -> dict[str, int]:
 
 def pcie_bw(machine: Machine, batch_transfer: str) -> float:
     """The host-device bandwidth the run's copies see (H2D, its memory kind)."""
-    return machine.copy_bw("h2d", "pageable" if batch_transfer == "pageable" else "pinned")
+    return machine.copy_bw("h2d", N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED)
 
 
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-            comm: str = "mpi-staged", batch_transfer: str = "pageable", exec_mode: str = "eager",
-            overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = "cublas",
+            comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, exec_mode: str = N.EAGER,
+            overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = N.CUBLAS,
             trace_level: str | None = None) -> dict:
     itemsize = widths(precision)   # the batch at its activation width, the gradients at its parameters'
 
@@ -76,7 +77,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             "total_s": pred.total_s,
             **interval_json(interval(machine, predict)),
             "overlapped_s": pred.overlapped_s,
-            "staging_memory": staging_memory(batch_transfer) if comm == "mpi-staged" else None,
+            "staging_memory": staging_memory(batch_transfer) if comm == N.MPI_STAGED else None,
             "job_flops_per_s": job_flops / pred.total_s,
             "utilisation": job_flops / pred.total_s / (procs * P),
         },

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 
 from .machine import Machine
 from .predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
+from .. import names as N
 
 # The configuration keys a what-if may change (the model predicts each).
 KEYS = ("comm", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "batch_size", "precision",
         "hidden_sizes")
 # The exchanges predict_batch prices: data parallelism with an allreduce.
-COMMS = ("mpi", "mpi-staged", "nccl")
+COMMS = ("mpi", N.MPI_STAGED, N.NCCL)
 CHANGED_REL = 1e-6  # a group whose prediction moves by more than this (relative) is affected
 PRESENT_S = 1e-12   # a term below this in both predictions is absent (the timeline's float residue)
 
@@ -152,7 +153,7 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
     # "other" is the batch time outside the phases: in an eager run, the host's time between them
     # (launches, synchronisations). A replayed graph has none: the step is one launch, which the
     # model's graph_launch term holds
-    to_graph = after.exec_mode == "graph" and before.exec_mode != "graph"
+    to_graph = after.exec_mode == N.GRAPH and before.exec_mode != N.GRAPH
     used["other"] = 0.0 if to_graph else measured_groups_ms["other"]
     changed = tuple(g for g in GROUPS if any(TERM_GROUP[k] == g for k in terms)) + (("other",) if to_graph else ())
     return WhatIf(run_id, machine.name, before, after, measured_ms, measured_groups_ms, p0, p1, changed, terms, used)

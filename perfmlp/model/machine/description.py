@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
 from .points import (CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint, KernelTime, LaunchFactor,
                      PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
+from ... import names as N
 
 
 class MachineError(ValueError):
@@ -66,9 +67,6 @@ class Machine:
     host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
     # the eager step's launches after its pageable batch copies over without them, by size (ratio)
     pageable_launch_factor: tuple[LaunchFactor, ...] = ()
-    pinned_launch_factor: tuple[LaunchFactor, ...] = ()   # the same after the batch's pinned copies
-    queued_gap_s: float = 0.0               # the launch gap inside a kernel's back-to-back time per call
-    graph_node_extra_s: float = 0.0         # a replayed step's kernel beyond its calibrated price (+ the graph gap)
     prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
     spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
     gpus: int = 1
@@ -139,7 +137,7 @@ class Machine:
         """The pageable H2D batch-copy points of this rank count that were
         timed behind a busy stream (with ahead_s), by size."""
         return sorted((p for p in self.host_copy_s
-                       if p.direction == "h2d" and p.memory == "pageable" and p.procs == max(sharing, 1)
+                       if p.direction == N.HOST_TO_DEVICE and p.memory == N.PAGEABLE and p.procs == max(sharing, 1)
                        and p.buffer == "rotating" and p.ahead_s is not None), key=lambda p: p.bytes)
 
     def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
@@ -157,7 +155,7 @@ class Machine:
             return 0.0, True
         ahead = piecewise_linear([(n, a) for n, a, _ in pts], nbytes)
         blocks = next((b for n, _, b in pts if n >= nbytes), pts[-1][2])
-        return min(ahead, self.copy_s("h2d", "pageable", nbytes, sharing)), blocks
+        return min(ahead, self.copy_s("h2d", N.PAGEABLE, nbytes, sharing)), blocks
 
     def prefetch_pace(self, exec_mode: str, source: str, nbytes: int) -> float | None:
         """Seconds per batch of the input pipeline (`source`: prefetch or
@@ -178,7 +176,7 @@ class Machine:
         piece, where its copies are shortest, prefetch_s's `s` less the
         resident loop's `loop_s` (not below 0); None without points."""
         pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
-                     if q.exec == exec_mode and q.source == "prefetch")
+                     if q.exec == exec_mode and q.source == N.PREFETCH)
         return max(0.0, pts[0][1]) if pts else None
 
     def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
@@ -218,12 +216,12 @@ class Machine:
             return pts[-1][1] + 2 * (nbytes - pts[-1][0]) / self.mem_bw_bytes_per_s
         return piecewise_linear(pts, nbytes)
 
-    def allreduce_points(self, comm: str, procs: int, memory: str = "pinned") -> list[tuple[int, float]]:
+    def allreduce_points(self, comm: str, procs: int, memory: str = N.PINNED) -> list[tuple[int, float]]:
         """(bytes, seconds) measured for `comm` over `procs` ranks, by size;
         host MPI through `memory`, else (a file without it) through pinned."""
         pts = [p for p in self.allreduce_s if p.comm == comm and p.procs == procs]
         mine = [p for p in pts if p.memory == memory]
-        return sorted((p.bytes, p.s) for p in (mine or [p for p in pts if p.memory == "pinned"]))
+        return sorted((p.bytes, p.s) for p in (mine or [p for p in pts if p.memory == N.PINNED]))
 
     def launch_s(self, procs: int = 1) -> float:
         """Host time per operation an eager step launches with `procs` ranks
@@ -250,12 +248,6 @@ class Machine:
         """pageable_launch_factor the same way: how much slower the eager
         step's launches run after its pageable batch copies (1 without it)."""
         return _nearest_factor(self.pageable_launch_factor, hidden, batch)
-
-    def pinned_launch(self, hidden: int, batch: int) -> float:
-        """pinned_launch_factor the same way: how much slower the eager
-        step's launches run after its batch copies from pinned memory (1
-        without it)."""
-        return _nearest_factor(self.pinned_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
@@ -303,7 +295,7 @@ class Machine:
     def has_gemm_kernel(self, kernel: str) -> bool:
         return any(g.kernel == kernel for g in self.gemm_flops_per_s)
 
-    def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = "cublas") -> float:
+    def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = N.CUBLAS) -> float:
         """FLOP/s of an m x n x k GEMM by `kernel`: the calibrated entry of
         that kernel nearest in log-shape space when the file has some, else
         the peak rate."""

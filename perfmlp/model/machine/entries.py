@@ -9,37 +9,23 @@ from ... import checks
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
+from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
 from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
                      HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
+from ... import names as N
 
-_OPTIONAL_NUMBERS = ("traced_launch_overhead_s", "trace_event_s", "h2d_pageable_latency_s", "h2d_pinned_latency_s",
-                     "d2h_pageable_latency_s", "d2h_pinned_latency_s", "graph_launch_s", "graph_step_host_s",
-                     "static_copy_host_s", "pinned_copy_host_s",
-                     "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s", "trace_phase_host_s",
-                     "h2d_pageable_aggregate_bytes_per_s",
-                     "h2d_pinned_aggregate_bytes_per_s", "d2h_pageable_aggregate_bytes_per_s",
-                     "d2h_pinned_aggregate_bytes_per_s", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-                     "peak_flops_per_s_fp16", "host_stage_bytes_per_s", "queued_gap_s",
-                     "graph_node_extra_s")
-_TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-           "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-           "pinned_launch_factor", "spread", "prefetch_s")
-_OPTIONAL = {"gpus", "date", "device_names", "path", *_TABLES, *_OPTIONAL_NUMBERS}
-# Keys files calibrated at 0.4.0.dev0 (commits dbb4050 to 673d1b2) hold and the model no longer reads:
-# host_cache_bytes, with host_copy_s points of buffer "cached" (pageable copies from a source in the
-# host's cache, which on the H100 host ran 0-13% faster than from a large one, within the host's drift,
-# while the trainer's own copies ran 15-30% slower than both). And engine_switch_s (commits 8e05d89 to c3ffb3b: the
-# GPU's idle time where the stream passes between kernels and PCIe copies, priced per switch; withdrawn
-# after a blind sweep, docs/model.md). Accepted, and left unused.
-RETIRED = frozenset({"host_cache_bytes", "engine_switch_s"})
-_NUMERIC = [f.name for f in fields(Machine) if f.name not in _OPTIONAL and f.name not in ("name", "source")]
+# Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
+# accepted, and left unused.
+RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "pinned_launch_factor",
+                     "queued_gap_s", "graph_node_extra_s"})
+_NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]
 
 
 def _rate_or_time(key: str, value) -> float:
     """A rate (`..._per_s...`) must be positive (an optional one may be 0:
     not measured), a time must not be negative."""
     v = checks.number(key, value)
-    if "_per_s" in key and not (key in _OPTIONAL_NUMBERS and v == 0):
+    if "_per_s" in key and not (key in OPTIONAL_NUMBERS and v == 0):
         return checks.positive(key, v)
     return checks.non_negative(key, v)
 
@@ -55,7 +41,7 @@ def _gemm_rate(entry) -> GemmRate:
     entry = _entry(entry, ("m", "n", "k", "precision", "flops_per_s"), ("kernel",))
     m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
     precision = checks.choice("precision", entry["precision"], PRECISION_NAMES)
-    kernel = checks.choice("kernel", entry.get("kernel", "cublas"), GEMM_KERNELS)
+    kernel = checks.choice("kernel", entry.get("kernel", N.CUBLAS), GEMM_KERNELS)
     return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]), kernel)
 
 
@@ -65,7 +51,7 @@ def _collective_point(entry) -> CollectivePoint:
                            checks.positive("procs", checks.integer("procs", entry["procs"])),
                            checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                            checks.positive("s", checks.number("s", entry["s"])),
-                           checks.choice("memory", entry.get("memory", "pinned"), ("pinned", "pageable")))
+                           checks.choice("memory", entry.get("memory", N.PINNED), (N.PINNED, N.PAGEABLE)))
 
 
 def _dispatch_point(entry) -> DispatchPoint:
@@ -79,7 +65,7 @@ def _shared_copy_point(entry) -> SharedCopyPoint:
     entry = _entry(entry, ("procs", "direction", "memory", "bytes_per_s"))
     return SharedCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                            checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                           checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                           checks.choice("memory", entry["memory"], (N.PAGEABLE, N.PINNED)),
                            checks.positive("bytes_per_s", checks.number("bytes_per_s", entry["bytes_per_s"])))
 
 
@@ -88,14 +74,14 @@ def _host_copy_point(entry) -> HostCopyPoint:
                    ("buffer", "ahead_s", "blocks", "ahead_delay_s"))
     point = HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                           checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                          checks.choice("memory", entry["memory"], ("pageable", "pinned")),
+                          checks.choice("memory", entry["memory"], (N.PAGEABLE, N.PINNED)),
                           checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                           checks.positive("s", checks.number("s", entry["s"])),
                           checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced", "cached")))
     ahead, blocks, delay = entry.get("ahead_s"), entry.get("blocks", True), entry.get("ahead_delay_s")
     if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
         return point
-    if (point.direction, point.memory) != ("h2d", "pageable"):
+    if (point.direction, point.memory) != (N.HOST_TO_DEVICE, N.PAGEABLE):
         raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
     if not isinstance(blocks, bool):
         raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
@@ -118,7 +104,7 @@ def _wait_point(entry) -> WaitPoint:
     memory = entry.get("memory")
     return WaitPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
                      checks.non_negative("s", checks.number("s", entry["s"])),
-                     None if memory is None else checks.choice("memory", memory, ("pageable", "pinned")))
+                     None if memory is None else checks.choice("memory", memory, (N.PAGEABLE, N.PINNED)))
 
 
 def _launch_factor(entry) -> LaunchFactor:
@@ -130,8 +116,8 @@ def _launch_factor(entry) -> LaunchFactor:
 
 def _prefetch_point(entry) -> PrefetchPoint:
     entry = _entry(entry, ("exec", "source", "bytes", "s", "loop_s"))
-    return PrefetchPoint(checks.choice("exec", entry["exec"], ("eager", "graph")),
-                         checks.choice("source", entry["source"], ("prefetch", "prefetch-pageable")),
+    return PrefetchPoint(checks.choice("exec", entry["exec"], (N.EAGER, "graph")),
+                         checks.choice("source", entry["source"], (N.PREFETCH, N.PREFETCH_PAGEABLE)),
                          checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                          checks.positive("s", checks.number("s", entry["s"])),
                          checks.positive("loop_s", checks.number("loop_s", entry["loop_s"])))
@@ -163,7 +149,7 @@ _TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point
                 "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
                 "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
                 "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
-                "pageable_launch_factor": _launch_factor, "pinned_launch_factor": _launch_factor,
+                "pageable_launch_factor": _launch_factor,
                 "spread": _spread_point, "prefetch_s": _prefetch_point}
 
 
@@ -183,7 +169,7 @@ def check_scalars(data) -> dict:
     values = {key: checks.string(key, data[key], non_empty=True) for key in ("name", "source")}
     for key in _NUMERIC:
         values[key] = _rate_or_time(key, data[key])
-    for key in _OPTIONAL_NUMBERS:
+    for key in OPTIONAL_NUMBERS:
         values[key] = _rate_or_time(key, data.get(key, 0.0))
     if "gpus" in data:
         values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
@@ -193,7 +179,7 @@ def check_scalars(data) -> dict:
         raise checks.CheckError("device_names must be a list")
     values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
                                    for i, n in enumerate(names))
-    for key in _TABLES:
+    for key in TABLES:
         if not isinstance(data.get(key) or [], list):
             raise checks.CheckError(f"{key} must be a list")
     return values
@@ -209,7 +195,7 @@ def check_tables(data: dict) -> dict:
     """Every table's entries checked (messages name the table and entry),
     none repeating another's point where interpolation needs distinct ones."""
     values = {}
-    for key in _TABLES:
+    for key in TABLES:
         rows = []
         for i, entry in enumerate(data.get(key) or []):
             try:

@@ -3,16 +3,17 @@ kind of point, and the rule that interpolates between points."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ... import names as N
 
-GEMM_KERNELS = ("cublas", "naive", "tiled", "regblock")  # perfmlp.config's CHOICES["gemm"]
-COMMS = ("mpi", "nccl")
+GEMM_KERNELS = N.GEMM_KERNELS
+COMMS = N.COLLECTIVE_LIBS
 # the sources of a file's figures whose measured spread it may record (model/interval.py), and
 # the model's own error, measured blind per execution mode (report/blind_spread.py)
-MODEL_ERROR_SOURCES = {"eager": "model_eager", "graph": "model_graph"}
+MODEL_ERROR_SOURCES = {N.EAGER: "model_eager", N.GRAPH: "model_graph"}
 # the same for steps whose batch is staged through pageable host memory (PAGEABLE_TRANSFERS), where a file
 # has it; the ones above are then the other transfers' (resident, pinned, prefetched from pinned memory)
-PAGEABLE_MODEL_ERROR_SOURCES = {"eager": "model_eager_pageable", "graph": "model_graph_pageable"}
-PAGEABLE_TRANSFERS = ("pageable", "prefetch-pageable")
+PAGEABLE_MODEL_ERROR_SOURCES = {N.EAGER: "model_eager_pageable", N.GRAPH: "model_graph_pageable"}
+PAGEABLE_TRANSFERS = N.PAGEABLE_SOURCES
 MODEL_SOURCES = (*MODEL_ERROR_SOURCES.values(), *PAGEABLE_MODEL_ERROR_SOURCES.values())
 SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_SOURCES)
 
@@ -24,7 +25,7 @@ class GemmRate:
     k: int
     precision: str
     flops_per_s: float
-    kernel: str = "cublas"
+    kernel: str = N.CUBLAS
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class CollectivePoint:
     procs: int
     bytes: int
     s: float
-    memory: str = "pinned"
+    memory: str = N.PINNED
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,11 @@ class WaitPoint:
 
 @dataclass(frozen=True)
 class LaunchFactor:
-    """The eager step's host time per operation at 784-`hidden`-10 with
-    pieces of `batch` over its time at the calibration's dispatch size
-    (calibrate.dispatch_size_factors)."""
+    """A ratio of the eager step's host time at 784-`hidden`-10 with pieces
+    of `batch`: per operation over the tiny step's (launch_size_factor,
+    calibrate.host.dispatch_size_factors), or its launches after pageable
+    batch copies over without them (pageable_launch_factor,
+    calibrate.host.copied_launch_factors)."""
     hidden: int
     batch: int
     factor: float

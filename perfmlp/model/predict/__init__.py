@@ -11,14 +11,13 @@ each with the trace phase group that measures it (TERM_GROUP):
   piece's device-to-device copy into the graph's static inputs (read and
   written: twice its bytes);
 - kernel_gaps: the GPU's idle time between consecutive kernels (one per
-  kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay,
-  there with graph_node_extra_s, what a kernel of the replayed step takes
-  beyond its calibrated price: calibrate.graphstep.graph_node_extra);
+  kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay);
 - launches (eager): the host time to launch the step's kernels (kernels
   times the host's time per launched operation, plus the tracer's host time
   per phase, both as calibrated with p ranks launching at once:
   Machine.launch_s, trace_host_s, the first times the step's own size
-  factor, Machine.launch_factor) that the GPU work does not hide: the host
+  factor, Machine.launch_factor, and after pageable batch copies
+  Machine.pageable_launch) that the GPU work does not hide: the host
   enqueues kernels while earlier ones run, so only max(0, host time - GPU
   time) adds to the batch;
 - graph_launch (graph): the same for one cudaGraphLaunch per graph segment
@@ -79,7 +78,7 @@ kernels' GPU time), copies.py (the batch's copies, prefetched or not), exchange.
 pipeline), timeline.py (the host issuing a batch to the stream), batch.py
 (predict_batch, the sum).
 """
-from .batch import predict_batch
+from .batch import HOST_PACED, predict_batch
 from .compute import kernel_s, step_compute
 from .copies import PREFETCH, PREFETCH_CALLS, batch_copies, prefetch_s
 from .exchange import (allreduce_s, backward_stages, comm_s, gradient_buckets, overlap_pipeline, ring_allreduce_s,
@@ -90,9 +89,10 @@ from .timeline import Item, Step, graph_loop_host_s, launch_host_s, step_items, 
 from .tracing import (DEFAULT_TRACE_LEVEL, TRACE_COSTS, TRACE_LEVELS, UNTRACED, TraceCost, default_trace_level,
                       trace_cost, trace_detail, trace_words, traced_phases)
 
-__all__ = ["predict_batch", "kernel_s", "step_compute", "PREFETCH", "PREFETCH_CALLS", "batch_copies", "prefetch_s",
-           "allreduce_s", "backward_stages", "comm_s",
-           "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory", "EXECS", "graph_refusal",
-           "resolve_comm", "resolve_exec", "COMPUTE_TERMS", "GROUPS", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step",
-           "graph_loop_host_s", "launch_host_s", "step_items", "timeline_batch_s", "TRACE_COSTS", "TRACE_LEVELS",
-           "UNTRACED", "TraceCost", "trace_cost", "DEFAULT_TRACE_LEVEL", "default_trace_level", "trace_detail", "trace_words", "traced_phases"]
+__all__ = ["HOST_PACED", "predict_batch", "kernel_s", "step_compute", "PREFETCH", "PREFETCH_CALLS", "batch_copies",
+           "prefetch_s", "allreduce_s", "backward_stages", "comm_s", "gradient_buckets", "overlap_pipeline",
+           "ring_allreduce_s", "staging_memory", "EXECS", "graph_refusal", "resolve_comm", "resolve_exec",
+           "COMPUTE_TERMS", "GROUPS", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step", "graph_loop_host_s",
+           "launch_host_s", "step_items", "timeline_batch_s", "TRACE_COSTS", "TRACE_LEVELS", "UNTRACED", "TraceCost",
+           "trace_cost", "DEFAULT_TRACE_LEVEL", "default_trace_level", "trace_detail", "trace_words",
+           "traced_phases"]

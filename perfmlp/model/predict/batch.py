@@ -11,12 +11,18 @@ from .execution import EXECS, resolve_exec
 from .terms import COMPUTE_TERMS, TERMS, Prediction
 from .timeline import Step, launch_host_s, step_items, timeline_batch_s
 from .tracing import trace_cost, trace_detail, traced_phases
+from ... import names as N
 
+
+# A step is host-paced where the host's time is at least this fraction of
+# it: its time then follows the host's speed, which drifts from one run to
+# the next beyond what any term can price (docs/model.md, the measured limit).
+HOST_PACED = 0.25
 
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-                  comm: str = "mpi-staged", batch_transfer: str = "pageable", trace_level: str | None = None,
-                  exec_mode: str = "eager", overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                  gemm: str = "cublas", fuse_output: bool = True,
+                  comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, trace_level: str | None = None,
+                  exec_mode: str = N.EAGER, overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                  gemm: str = N.CUBLAS, fuse_output: bool = True,
                   output_grad_cols: int = OUTPUT_GRAD_COLS) -> Prediction:
     """Predicted time per batch. `trace_level`: the level perfmlp's tracer
     runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
@@ -43,16 +49,14 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
     counts = batch_counts(layer_sizes, b, isz, comm, batch_transfer, split, exec_mode, fuse_output)
-    graph = exec_mode == "graph"
-    # a replayed graph: the graph's gap and what its kernels take there beyond their calibrated prices
-    gap = machine.graph_kernel_gap_s + machine.graph_node_extra_s if graph else machine.kernel_gap_s
+    graph = exec_mode == N.GRAPH
+    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
     terms = dict.fromkeys(TERMS, 0.0)
     terms["gemm"], terms["elementwise"], phase_kernels, n_kernels = step_compute(
-        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap,
-        machine.queued_gap_s if graph else 0.0, output_grad_cols)
+        machine, layer_sizes, b, isz, precision, gemm, split, fuse_output, gap, output_grad_cols)
     terms["kernel_gaps"] = n_kernels * gap
     copies, ahead, pipe_s = batch_copies(machine, layer_sizes, b, isz.act, batch_transfer, procs, exec_mode)
-    terms["h2d_batch"] = sum(copies)
+    terms[N.H2D_BATCH] = sum(copies)
     # the resident piece into the graph's static inputs: one device copy each of X and Y
     staging = [machine.device_copy_s(isz.act * b * n) for n in (layer_sizes[0], layer_sizes[-1])] \
         if counts.bytes_d2d else []
@@ -71,11 +75,11 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     detail.update(trace_detail(trace_level))
     timeline = _launch_terms(step, terms, ahead)
     if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
-        if batch_transfer == "prefetch":   # the staged gradients' copy back shares the host-to-device
-            pipe_s += terms["h2d_grad"]      # link with the prefetched pieces' copies (0 without staging)
-        terms["h2d_batch"], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
+        if batch_transfer == N.PREFETCH:   # the staged gradients' copy back shares the host-to-device
+            pipe_s += terms[N.H2D_GRAD]      # link with the prefetched pieces' copies (0 without staging)
+        terms[N.H2D_BATCH], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
         detail.update(prefetch_s=pipe_s, prefetch_hidden_s=hidden)
-    detail.update(host_s=timeline["host_s"],
+    detail.update(host_s=timeline["host_s"], host_paced=timeline["host_s"] >= HOST_PACED * sum(terms.values()),
                   gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
                   timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
     detail["bytes_d2d"] = counts.bytes_d2d
@@ -88,9 +92,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
 def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> float:
     """The calibrated wait for the slowest rank at the collective: the staged
     step's own where the file has it; none on one process."""
-    if procs <= 1 or comm not in ("mpi-staged", "mpi", "nccl"):
+    if procs <= 1 or comm not in (N.MPI_STAGED, N.MPI, N.NCCL):
         return 0.0
-    return machine.wait_s(procs, staging_memory(batch_transfer) if comm == "mpi-staged" else None)
+    return machine.wait_s(procs, staging_memory(batch_transfer) if comm == N.MPI_STAGED else None)
 
 
 def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: str, gemm: str, gap: float,
@@ -116,18 +120,16 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
     tracing term, set here). Host MPI (comm mpi) is the NumPy backend's run:
     no GPU, no tracer cost priced."""
     cost = trace_cost(trace_level)
-    graph = exec_mode == "graph"
-    traced = cost is not None and comm != "mpi"
+    graph = exec_mode == N.GRAPH
+    traced = cost is not None and comm != N.MPI
     ev_gpu = machine.trace_event_s if traced and cost.events else 0.0
     ev_host = machine.trace_host_s(procs) if traced else 0.0
     per_kernel = launch_host_s(machine, traced, procs)
     if not graph:   # the eager step's host per operation at this size (calibrated at a tiny one)
         hidden = max(layer_sizes[1:-1], default=layer_sizes[0])
         per_kernel *= machine.launch_factor(hidden, b)
-        if batch_transfer == "pageable":   # and slower after the batch's pageable copies (calibrated)
+        if batch_transfer == N.PAGEABLE:   # pageable copies evict the host's caches: slower launches
             per_kernel *= machine.pageable_launch(hidden, b)
-        elif batch_transfer != "resident":   # or after copies from pinned memory (the prefetched ones too)
-            per_kernel *= machine.pinned_launch(hidden, b)
     terms["tracing"] = (traced_phases(comm, batch_transfer, exec_mode) if traced else 0) * ev_gpu
     return Step(machine, phase_kernels, copies, batch_transfer, comm, terms, graph, per_kernel, ev_gpu, ev_host,
                 traced)
@@ -147,6 +149,6 @@ def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
     terms[launch_term] = max(0.0, sim - sum(terms.values()))
     hidden = max(0.0, sim - timeline_batch_s(step_items(step, ahead=ahead))) if ahead else 0.0
     off_copies = min(hidden, sum(a for a, blocks, delay in ahead if not blocks or delay is not None))
-    terms["h2d_batch"] -= off_copies
+    terms[N.H2D_BATCH] -= off_copies
     terms[launch_term] = max(0.0, terms[launch_term] - (hidden - off_copies))
     return {"host_s": host_s, "timeline_s": sim - hidden, "h2d_hidden_s": hidden}

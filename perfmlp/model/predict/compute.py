@@ -2,14 +2,8 @@
 own kernels measured or at memory bandwidth).
 
 A measured time (a GEMM rate, an own kernel's kernel_s) is a time per call
-of calls queued back to back eagerly, so it holds the launch gap between
-them as well as the kernel. In a replayed graph the gap is the graph's
-(the kernel_gaps term): there a measured kernel is priced at its time less
-the file's queued_gap_s (calibrate.kernels.queued_gap: a kernel's eager
-time per call less its time per call inside a graph, plus the graph's
-gap). Left in, that gap over-priced graph steps of short kernels (one
-H100: +11% below H = 512, +7% at H = 768). Eager steps keep it: there the
-host's launches, not the queue, set the gaps."""
+of calls queued back to back eagerly, priced as it is in both execution
+modes; each kernel then adds the mode's gap (the kernel_gaps term)."""
 from __future__ import annotations
 
 from ..costs import OUTPUT_GRAD_COLS, kernel_name, kernel_shape, op_cost, step_kernels
@@ -39,22 +33,18 @@ def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str)
 
 
 def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
-                 fuse_output: bool, gap_s: float, queued_gap_s: float = 0.0,
-                 output_grad_cols: int = OUTPUT_GRAD_COLS) -> tuple[float, float, dict[str, list[float]], int]:
+                 fuse_output: bool, gap_s: float, output_grad_cols: int = OUTPUT_GRAD_COLS
+                 ) -> tuple[float, float, dict[str, list[float]], int]:
     """The step's kernels on a piece of b samples: (GEMM seconds, the other
     kernels' seconds, phase -> each kernel's GPU time with the gap after it,
     kernels). `split`: the weight gradients' GEMMs in row blocks of at most
-    that many bytes (the overlapped exchange), None for whole ones;
-    `queued_gap_s`: taken off each measured kernel's time (a replayed graph:
-    the module docstring)."""
+    that many bytes (the overlapped exchange), None for whole ones."""
     gemm_s = other_s = 0.0
     phase_kernels: dict[str, list[float]] = {}
     for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output, output_grad_cols).items():
         phase_kernels[phase] = []
         for kernel in kernels:
             t = kernel_s(machine, kernel, itemsize, precision, gemm)
-            if queued_gap_s and measured(machine, kernel, precision, gemm):
-                t = max(0.0, t - queued_gap_s)
             if kernel_name(kernel) == "gemm":
                 gemm_s += t
             else:

@@ -8,12 +8,13 @@ import math
 from ..costs import LOSS_SLOTS, OUTPUT_GRAD_COLS, as_widths, fused_output, row_blocks, step_kernels
 from ..machine import Machine
 from .compute import kernel_s
+from ... import names as N
 
 
 def staging_memory(batch_transfer: str) -> str:
     """Host memory the gradients are staged through: pageable for the
     reference scheme, pinned once the batch is pinned or resident."""
-    return "pageable" if batch_transfer == "pageable" else "pinned"
+    return N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED
 
 
 def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: float, steps_alpha: bool = True) -> float:
@@ -23,22 +24,22 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
     return (2 * (procs - 1) * alpha_s if steps_alpha else alpha_s) + f * nbytes / bw_bytes_per_s
 
 
-def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = "pinned") -> float:
+def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = N.PINNED) -> float:
     """One allreduce of nbytes over procs ranks: the measured table (log-log
     interpolation between the two nearest sizes; beyond the table, the
     nearest point scaled by the ring model's ratio; host MPI's through
     `memory`, the host buffer's) else the ring model. On one rank, the
     measured call where the file has one-rank points (host MPI's in-place
-    call is not free: 1-9 us on the H100 host, calibrated), the nearest
+    call is not free: calibrated), the nearest
     point's time beyond them (no ring to scale by), else 0."""
     if procs < 1 or nbytes <= 0:
         return 0.0
-    kind = "nccl" if comm == "nccl" else "mpi"
+    kind = N.NCCL if comm == N.NCCL else "mpi"
     if procs == 1:
         return _interpolated(machine.allreduce_points(kind, 1, memory), nbytes, lambda n: 1.0)
-    alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == "nccl" else \
+    alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == N.NCCL else \
         (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
-    ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == "mpi")  # noqa: E731
+    ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == N.MPI)  # noqa: E731
     pts = machine.allreduce_points(kind, procs, memory)
     return _interpolated(pts, nbytes, ring) if pts else ring(nbytes)
 
@@ -64,13 +65,13 @@ def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer:
     d2h_grad, allreduce, h2d_grad (the staged scheme's copies shared by the
     ranks copying at once; the copy back from the host buffer MPI has just
     reduced, which a pageable copy reads from the host's caches)."""
-    out = {"d2h_grad": 0.0, "allreduce": 0.0, "h2d_grad": 0.0}
-    mem = staging_memory(batch_transfer) if comm == "mpi-staged" else "pageable"  # mpi: NumPy's own buffers
-    if comm == "mpi-staged":
-        out["d2h_grad"] = machine.copy_s("d2h", mem, nbytes, sharing=procs)
-        out["h2d_grad"] = machine.copy_s("h2d", mem, nbytes, sharing=procs,
+    out = {N.D2H_GRAD: 0.0, "allreduce": 0.0, N.H2D_GRAD: 0.0}
+    mem = staging_memory(batch_transfer) if comm == N.MPI_STAGED else N.PAGEABLE  # mpi: NumPy's own buffers
+    if comm == N.MPI_STAGED:
+        out[N.D2H_GRAD] = machine.copy_s("d2h", mem, nbytes, sharing=procs)
+        out[N.H2D_GRAD] = machine.copy_s("h2d", mem, nbytes, sharing=procs,
                                          buffer="reduced" if procs > 1 else "rotating")
-    if comm in ("mpi-staged", "mpi", "nccl"):
+    if comm in (N.MPI_STAGED, N.MPI, N.NCCL):
         out["allreduce"] = allreduce_s(machine, comm, nbytes, procs, mem)
     return out
 

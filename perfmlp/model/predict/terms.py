@@ -3,16 +3,15 @@ and the Prediction itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from ... import names as N
 
-TERMS = ("h2d_batch", "gemm", "elementwise", "kernel_gaps", "launches", "graph_launch", "tracing",
-         "d2h_grad", "allreduce", "rank_wait", "h2d_grad")
-# The trace phase group (perfmlp/trace/format.py PHASE_TERMS' values) that
-# measures each term: a test holds the groups equal to the trace's.
-TERM_GROUP = {"h2d_batch": "h2d_batch", "gemm": "compute", "elementwise": "compute", "kernel_gaps": "compute",
-              "launches": "compute", "graph_launch": "compute", "tracing": "compute", "d2h_grad": "d2h_grad",
-              "allreduce": "allreduce", "rank_wait": "allreduce", "h2d_grad": "h2d_grad"}
-GROUPS = tuple(dict.fromkeys(TERM_GROUP.values()))
-COMPUTE_TERMS = tuple(t for t in TERMS if TERM_GROUP[t] == "compute")
+# Each term and the group of a batch's time (names.GROUPS) that measures it.
+TERM_GROUP = {N.H2D_BATCH: N.H2D_BATCH, "gemm": N.COMPUTE, "elementwise": N.COMPUTE, "kernel_gaps": N.COMPUTE,
+              "launches": N.COMPUTE, "graph_launch": N.COMPUTE, "tracing": N.COMPUTE, N.D2H_GRAD: N.D2H_GRAD,
+              N.ALLREDUCE: N.ALLREDUCE, "rank_wait": N.ALLREDUCE, N.H2D_GRAD: N.H2D_GRAD}
+TERMS = tuple(TERM_GROUP)
+GROUPS = N.GROUPS
+COMPUTE_TERMS = tuple(t for t in TERMS if TERM_GROUP[t] == N.COMPUTE)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..machine import Machine
 from .copies import PREFETCH, PREFETCH_CALLS
 from .exchange import staging_memory
+from ... import names as N
 
 
 def launch_host_s(machine: Machine, traced: bool, procs: int = 1) -> float:
@@ -39,11 +40,11 @@ def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -
     pinned_copy_host_s), else a launch's; a pageable one nothing more where
     host_copy_s has pageable H2D points (their time is the call's, from
     call to return, on the host's wall clock), else a launch's."""
-    if batch_transfer == "resident":
+    if batch_transfer == N.RESIDENT:
         return machine.static_copy_host_s or per_kernel
-    if batch_transfer == "pinned":
+    if batch_transfer == N.PINNED:
         return machine.pinned_copy_host_s or per_kernel
-    if any(p.direction == "h2d" and p.memory == "pageable" for p in machine.host_copy_s):
+    if any(p.direction == N.HOST_TO_DEVICE and p.memory == N.PAGEABLE for p in machine.host_copy_s):
         return 0.0
     return per_kernel
 
@@ -125,22 +126,22 @@ def step_items(step: Step, ahead=()) -> list[Item]:
     items = _copy_items(step, ahead)
     if step.batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
         items.append(Item(0.0, prefetch_calls_s(m, step)))
-    if step.batch_transfer != "resident":
+    if step.batch_transfer != N.RESIDENT:
         items += event
     loop = [Item(0.0, graph_loop_host_s(m))] if step.graph else []   # the loop's host work between replays
-    if step.graph and step.comm != "mpi-staged":  # one replay: the step with its NCCL allreduce inside
+    if step.graph and step.comm != N.MPI_STAGED:  # one replay: the step with its NCCL allreduce inside
         gpu = sum(sum(k) for k in step.phase_kernels.values()) + terms["allreduce"] + terms["rank_wait"]
         items.append(Item(gpu + m.graph_replay_gap_s + step.ev_gpu * step.traced,
                           m.graph_launch_s + step.ev_host * step.traced))
         return items + loop
     items += _segment(step, ("forward", "loss", "backward"), step.graph, event)
     wait, per_kernel = terms["rank_wait"], step.per_kernel
-    if step.comm == "mpi-staged":
-        staged_pageable = staging_memory(step.batch_transfer) == "pageable"
-        items += [Item(terms["d2h_grad"], per_kernel, blocking=True), *event]   # then the stream is synchronised
+    if step.comm == N.MPI_STAGED:
+        staged_pageable = staging_memory(step.batch_transfer) == N.PAGEABLE
+        items += [Item(terms[N.D2H_GRAD], per_kernel, blocking=True), *event]   # then the stream is synchronised
         items += [Item(0.0, terms["allreduce"] + wait, host_only=True), *event]
-        items += [Item(terms["h2d_grad"], per_kernel, blocking=staged_pageable), *event]
-    elif step.comm == "nccl":
+        items += [Item(terms[N.H2D_GRAD], per_kernel, blocking=staged_pageable), *event]
+    elif step.comm == N.NCCL:
         items += [Item(terms["allreduce"] + wait, per_kernel), *event]
     items += _segment(step, ("update",), False, event)  # one kernel, launched after the exchange in both modes
     return items + loop
@@ -155,13 +156,13 @@ def prefetch_calls_s(m: Machine, step: Step) -> float:
     resident loop made two copies into the static inputs, which a
     prefetched step does not: their calls (static_copy_host_s) are added
     back."""
-    measured = m.prefetch_host_s("graph" if step.graph else "eager")
+    measured = m.prefetch_host_s("graph" if step.graph else N.EAGER)
     calls = PREFETCH_CALLS[step.batch_transfer]
     if measured is None:
         return step.per_kernel * calls
     if step.graph:
         measured += 2 * m.static_copy_host_s
-    return measured * calls / PREFETCH_CALLS["prefetch"]
+    return measured * calls / PREFETCH_CALLS[N.PREFETCH]
 
 
 def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
@@ -192,5 +193,5 @@ def _copy_items(step: Step, ahead) -> list[Item]:
             else:              # not measured: the whole copy waits for the stream
                 items.append(Item(c, call, blocking=True))
         else:
-            items.append(Item(c, call, blocking=step.batch_transfer == "pageable"))
+            items.append(Item(c, call, blocking=step.batch_transfer == N.PAGEABLE))
     return items

@@ -8,6 +8,7 @@ from ..machine import Machine
 from ..predict import Prediction, resolve_exec
 from .grid import PS_COMMS, StrategyError, check_shard, grid
 from .prediction import predict_strategy
+from ... import names as N
 
 @dataclass(frozen=True)
 class Strategy:
@@ -20,7 +21,7 @@ def label(parallel: str, model_procs: int, comm: str, procs: int) -> str:
     """A strategy's short name: data, ps, model, hybrid <p_data>x<p_model>."""
     if comm in PS_COMMS:
         return "ps"
-    if parallel == "hybrid":
+    if parallel == N.HYBRID:
         p_data, p_model = grid(procs, parallel, model_procs)
         return f"hybrid {p_data}x{p_model}"
     return parallel
@@ -32,18 +33,18 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
     grid. device: on GPUs, the collectives by NCCL, or with `staged` through
     host MPI (mpi-staged; the GPU's parameter server is ps-nccl either way);
     else the NumPy backend's host MPI (mpi, ps)."""
-    comm = ("mpi-staged" if staged else "nccl") if device else "mpi"
+    comm = (N.MPI_STAGED if staged else N.NCCL) if device else "mpi"
     out = [Strategy("data", 0, comm)]
     if procs > 1:
-        out.append(Strategy("data", 0, "ps-nccl" if device else "ps"))
+        out.append(Strategy("data", 0, N.PS_NCCL if device else "ps"))
         out.append(Strategy("model", 0, comm))
-        out += [Strategy("hybrid", m, comm) for m in range(2, procs) if procs % m == 0]
+        out += [Strategy(N.HYBRID, m, comm) for m in range(2, procs) if procs % m == 0]
     return out
 
 
 def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = "float32",
-                  batch_transfer: str = "resident", device: bool = True, trace_level: str | None = None,
-                  exec_mode: str = "eager", staged: bool = False) -> list[tuple[str, Prediction]]:
+                  batch_transfer: str = N.RESIDENT, device: bool = True, trace_level: str | None = None,
+                  exec_mode: str = N.EAGER, staged: bool = False) -> list[tuple[str, Prediction]]:
     """Every candidate strategy that can run (candidates: `device`,
     `staged`), fastest first: (label, prediction). `exec_mode` graph or
     auto: each candidate in graph mode where its step can be captured, else
@@ -57,7 +58,7 @@ def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precisi
                 continue
         except StrategyError:
             continue
-        mode = "eager" if exec_mode == "eager" else resolve_exec("auto", "cupy", st.parallel, st.comm)
+        mode = N.EAGER if exec_mode == N.EAGER else resolve_exec("auto", "cupy", st.parallel, st.comm)
         pred = predict_strategy(machine, layer_sizes, batch, procs, precision, st.comm, batch_transfer,
                                 st.parallel, st.model_procs, trace_level, mode)
         out.append((label(st.parallel, st.model_procs, st.comm, procs), pred))
@@ -65,8 +66,8 @@ def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precisi
 
 
 def crossover_batch(machine: Machine, layer_sizes, procs: int, a: Strategy, b: Strategy, lo: int = 1,
-                    hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = "resident",
-                    exec_mode: str = "eager") -> int | None:
+                    hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = N.RESIDENT,
+                    exec_mode: str = N.EAGER) -> int | None:
     """The smallest batch in [lo, hi] at which strategy b is predicted no
     slower than a, found by bisection where the sign changes once (None: b
     never catches up in the range)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..costs import LOSS_SLOTS, batch_counts, n_params, pieces
 from .grid import DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, activation_collectives, coords, grid, shard_sizes
+from ... import names as N
 
 _NAMES = {("allreduce", False): "MPI_Allreduce", ("allreduce", True): "ncclAllReduce",
           ("reduce", False): "MPI_Reduce", ("reduce", True): "ncclReduce",
@@ -53,7 +54,7 @@ class RankCounts:
 
 
 def rank_collectives(layer_sizes, batch: int, procs: int, rank: int, parallel: str = "data",
-                     model_procs: int = 0, comm: str = "nccl") -> tuple[Collective, ...]:
+                     model_procs: int = 0, comm: str = N.NCCL) -> tuple[Collective, ...]:
     p_data, p_model = grid(procs, parallel, model_procs)
     d, m = coords(rank, p_model)
     b = pieces(batch, p_data)[d]
@@ -70,22 +71,22 @@ def rank_collectives(layer_sizes, batch: int, procs: int, rank: int, parallel: s
             raise StrategyError(f"--comm {comm} (the parameter server) is data parallelism's exchange")
         out.append(Collective("reduce", g, procs, "reduce"))
         # the host version broadcasts the loss slot too, so every rank sees a non-finite loss at once
-        out.append(Collective("bcast", n_params(sizes) + (LOSS_SLOTS if comm == "ps" else 0), procs, "bcast"))
-    elif p_data > 1 or parallel == "data":
-        # data parallelism hands the buffer to the collective even on one process (predict.py's rule)
+        out.append(Collective("bcast", n_params(sizes) + (LOSS_SLOTS if comm == N.PS else 0), procs, "bcast"))
+    elif p_data > 1 or parallel == N.DATA:
+        # data parallelism hands the buffer to the collective even on one process (model/predict's rule)
         out.append(Collective("allreduce", g, p_data, "allreduce"))
     return tuple(out)
 
 
 def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, parallel: str = "data",
-                model_procs: int = 0, comm: str = "nccl", batch_transfer: str = "resident") -> RankCounts:
+                model_procs: int = 0, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT) -> RankCounts:
     """What rank `rank` computes, copies and communicates in one step of a
     batch of `batch` samples (the trace's counters, to the byte)."""
     p_data, p_model = grid(procs, parallel, model_procs)
     d, m = coords(rank, p_model)
     b = pieces(batch, p_data)[d]
     sizes = shard_sizes(layer_sizes, p_model, m)
-    base = batch_counts(sizes, b, itemsize, "nccl", batch_transfer)  # compute and the batch copy only
+    base = batch_counts(sizes, b, itemsize, N.NCCL, batch_transfer)  # compute and the batch copy only
     flops = dict(base.flops)
     kernels = sum(base.kernels.values())
     if comm in PS_COMMS and rank != ROOT:
@@ -93,7 +94,7 @@ def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, p
         del flops["update"]  # only the server updates
     colls = rank_collectives(layer_sizes, batch, procs, rank, parallel, model_procs, comm)
     nbytes = itemsize * sum(c.elements for c in colls)
-    staged = comm == "mpi-staged"
+    staged = comm == N.MPI_STAGED
     return RankCounts(rank=rank, b=b, sizes=sizes, flops=flops, collectives=colls,
                       bytes_h2d=base.bytes_h2d + (nbytes if staged else 0), bytes_d2h=nbytes if staged else 0,
                       bytes_mpi=0 if comm in DEVICE_COMMS else nbytes, bytes_nccl=nbytes if comm in DEVICE_COMMS else 0,
@@ -101,7 +102,7 @@ def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, p
 
 
 def step_bytes(layer_sizes, batch: int, procs: int, itemsize: int, parallel: str = "data", model_procs: int = 0,
-               comm: str = "nccl") -> dict:
+               comm: str = N.NCCL) -> dict:
     """Bytes handed to collectives in one step: per rank (the most any rank
     hands) and summed over the ranks."""
     per = [rank_counts(layer_sizes, batch, procs, r, itemsize, parallel, model_procs, comm).bytes_comm
@@ -115,13 +116,13 @@ def step_bytes(layer_sizes, batch: int, procs: int, itemsize: int, parallel: str
 def closed_form_bytes(D: int, H: int, C: int, B: int, p: int, s: int, strategy: str, p_model: int = 1) -> int:
     """Bytes one rank (rank 0) hands to collectives per step, network D-H-C, fp size s."""
     n_theta = H * D + H + C * H + C
-    if strategy == "data":
+    if strategy == N.DATA:
         return s * (n_theta + 1)
-    if strategy == "ps":
+    if strategy == N.PS:
         return s * (n_theta + 1) + s * (n_theta + 1)
-    if strategy == "model":
+    if strategy == N.MODEL:
         return s * C * B if p > 1 else 0
-    if strategy == "hybrid":
+    if strategy == N.HYBRID:
         p_data = p // p_model
         b = -(-B // p_data)
         h = -(-H // p_model)

@@ -3,10 +3,11 @@ how each layer is split over a model group, and the shard a rank holds."""
 from __future__ import annotations
 
 from ..costs import piece
+from ... import names as N
 
-PARALLEL = ("data", "model", "hybrid")
-PS_COMMS = ("ps", "ps-nccl")           # the parameter server: host MPI (NumPy), NCCL (GPU)
-DEVICE_COMMS = ("nccl", "ps-nccl")     # collectives on device buffers
+PARALLEL = N.STRATEGIES
+PS_COMMS = N.PS_COMMS
+DEVICE_COMMS = N.DEVICE_COMMS
 ROOT = 0                               # the parameter server's rank
 
 
@@ -16,11 +17,11 @@ class StrategyError(ValueError):
 
 def grid(procs: int, parallel: str, model_procs: int = 0) -> tuple[int, int]:
     """(p_data, p_model) of a run on `procs` ranks."""
-    if parallel == "data":
+    if parallel == N.DATA:
         return procs, 1
-    if parallel == "model":
+    if parallel == N.MODEL:
         return 1, procs
-    if parallel != "hybrid":
+    if parallel != N.HYBRID:
         raise StrategyError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
     if model_procs <= 0:
         raise StrategyError("parallel hybrid needs model_procs, the ranks of each model group (p = p_data x p_model)")

@@ -10,9 +10,11 @@ from ..predict import (TERMS, Prediction, graph_refusal, launch_host_s, predict_
                        staging_memory, trace_cost, trace_detail)
 from .counts import Collective, rank_counts
 from .grid import DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, grid, layer_splits
+from ... import names as N
+
 
 def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> float:
-    """Time of one collective. Allreduce: the ring (predict.py). Reduce and
+    """Time of one collective. Allreduce: the ring (model/predict/exchange.py). Reduce and
     broadcast, pipelined along a chain (NCCL) or a binomial tree (MPI): the
     buffer crosses each link once, n / bw, after one latency per step
     (NCCL: one; MPI: ceil(log2 p))."""
@@ -21,7 +23,7 @@ def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> flo
     device = comm in DEVICE_COMMS
     alpha, bw = ((machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if device
                  else (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s))
-    if c.kind == "allreduce":
+    if c.kind == N.ALLREDUCE:
         return ring_allreduce_s(nbytes, c.group, alpha, bw, steps_alpha=not device)
     steps = 1 if device else math.ceil(math.log2(c.group))
     return steps * alpha + nbytes / bw
@@ -32,50 +34,37 @@ def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
     graph where the step cannot be captured is a StrategyError with the
     trainer's message (graph_refusal)."""
     mode = resolve_exec(exec_mode, "cupy", parallel, comm)
-    if mode == "graph":
-        why = graph_refusal("numpy" if comm in ("mpi", "ps") else "cupy", parallel, comm)
+    if mode == N.GRAPH:
+        why = graph_refusal("numpy" if comm in (N.MPI, N.PS) else "cupy", parallel, comm)
         if why:
             raise StrategyError(why)
     return mode
 
 
 def traced_events(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
-                  batch_transfer: str, exec_mode: str = "eager") -> int:
+                  batch_transfer: str, exec_mode: str = N.EAGER) -> int:
     """Phases a traced batch of this rank records, each with a CUDA event at
     the `phases` level (perfmlp/strategies/shard.py: shard_compute)."""
     return len(step_phases(layer_sizes, procs, rank, parallel, model_procs, comm, batch_transfer, exec_mode))
 
 
 def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
-                batch_transfer: str, exec_mode: str = "eager") -> tuple[str, ...]:
-    """The phases one batch of this rank records, in order. In graph mode
-    one replay (`graph`) stands for forward, combine, loss and backward, and
-    with NCCL for the exchange and the update too (trace/format.py's
-    batch_phases names data parallelism's the same way)."""
+                batch_transfer: str, exec_mode: str = N.EAGER) -> tuple[N.Phase, ...]:
+    """The phases one batch of this rank records, in order: names.batch_phases
+    with the strategy's part (a combine where the last layer is split by
+    columns, an exchange where the rank has a data group, the update on the
+    server's rank only)."""
     p_data, p_model = grid(procs, parallel, model_procs)
-    out = [] if batch_transfer == "resident" else ["h2d"]
-    if strategy_exec(exec_mode, parallel, comm) == "graph":
-        out.append("graph")
-        if comm in DEVICE_COMMS:
-            return tuple(out)
-    else:
-        out.append("forward")
-        if p_model > 1 and layer_splits(len(layer_sizes) - 1)[-1] == "col":
-            out.append("combine")
-        out += ["loss", "backward"]
-    if comm in PS_COMMS:
-        out += ["reduce"] + (["update"] if rank == ROOT else []) + ["bcast"]
-        return tuple(out)
-    if p_data > 1 or parallel == "data":
-        out += (["d2h", "allreduce", "h2d_grad"] if comm == "mpi-staged" else ["allreduce"])
-    out.append("update")
-    return tuple(out)
+    return N.batch_phases(comm, batch_transfer, strategy_exec(exec_mode, parallel, comm),
+                          combine=p_model > 1 and layer_splits(len(layer_sizes) - 1)[-1] == "col",
+                          exchange=p_data > 1 or parallel == N.DATA,
+                          updates=comm not in PS_COMMS or rank == ROOT)
 
 
 def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-                     comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
-                     model_procs: int = 0, trace_level: str | None = None, exec_mode: str = "eager") -> Prediction:
-    """Predicted time per batch of a strategy, with predict.py's terms. Data
+                     comm: str = N.NCCL, batch_transfer: str = N.RESIDENT, parallel: str = "data",
+                     model_procs: int = 0, trace_level: str | None = None, exec_mode: str = N.EAGER) -> Prediction:
+    """Predicted time per batch of a strategy, with model/predict's terms. Data
     parallelism with an allreduce is predict_batch itself. Otherwise the
     compute terms are predict_batch's for the slowest rank's own step (rank
     0: the largest piece and the largest shard) and `allreduce` holds every
@@ -91,25 +80,25 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     host's one launch where it exceeds the replay's GPU time (the rank's own
     step's, predict_batch's timeline, less the collectives that the replay
     also holds)."""
-    if parallel == "data" and comm not in PS_COMMS:
+    if parallel == N.DATA and comm not in PS_COMMS:
         return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
                              exec_mode=exec_mode)
     mode = strategy_exec(exec_mode, parallel, comm)
-    graph = mode == "graph"
+    graph = mode == N.GRAPH
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
-    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, "nccl", batch_transfer, trace_level, exec_mode=mode)
+    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level, exec_mode=mode)
     cost = trace_cost(trace_level)
     phases = traced_events(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode) \
         if cost else 0
     terms = dict.fromkeys(TERMS, 0.0)
-    for k in ("gemm", "elementwise", "h2d_batch") + (("kernel_gaps",) if graph else ()):
+    for k in ("gemm", "elementwise", N.H2D_BATCH) + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
     _collective_terms(machine, rc.collectives, s, comm, batch_transfer, terms)
     if graph:
         # the collectives run inside the replay: they hide the launch too, unless a pageable copy
         # synchronised the host before it (pinned copies and resident data do not)
-        hidden = terms["allreduce"] if batch_transfer != "pageable" else 0.0
+        hidden = terms["allreduce"] if batch_transfer != N.PAGEABLE else 0.0
         terms["graph_launch"] = max(0.0, own.terms["graph_launch"] - hidden)
     else:
         terms["launches"] = _eager_launches(machine, rc.kernels, phases, procs, cost is not None, comm,
@@ -133,9 +122,9 @@ def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, b
     for c in collectives:
         n = itemsize * c.elements
         terms["allreduce"] += collective_s(machine, c, n, comm)
-        if comm == "mpi-staged":
-            terms["d2h_grad"] += machine.copy_s("d2h", mem, n)
-            terms["h2d_grad"] += machine.copy_s("h2d", mem, n)
+        if comm == N.MPI_STAGED:
+            terms[N.D2H_GRAD] += machine.copy_s("d2h", mem, n)
+            terms[N.H2D_GRAD] += machine.copy_s("h2d", mem, n)
 
 
 def _eager_launches(machine: Machine, kernels: int, phases: int, procs: int, traced: bool, comm: str,
@@ -145,7 +134,7 @@ def _eager_launches(machine: Machine, kernels: int, phases: int, procs: int, tra
     collectives nothing synchronises the step, so the host runs ahead of
     the collectives too."""
     hidden_by = terms["gemm"] + terms["elementwise"]
-    if batch_transfer == "resident" and comm in DEVICE_COMMS:
+    if batch_transfer == N.RESIDENT and comm in DEVICE_COMMS:
         hidden_by += terms["allreduce"]
     host_s = kernels * launch_host_s(machine, traced, procs) + phases * machine.trace_host_s(procs)
     return max(0.0, host_s - hidden_by)

@@ -10,13 +10,14 @@ from .choice import best_strategy, label
 from .counts import rank_counts
 from .grid import DEVICE_COMMS, check_shard, grid, layer_splits
 from .prediction import predict_strategy, step_phases, strategy_exec
+from ... import names as N
 
 SCHEMA = "perfmlp.model.strategy/1"
 
 
 def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
-                      comm: str = "nccl", batch_transfer: str = "resident", parallel: str = "data",
-                      model_procs: int = 0, exec_mode: str = "eager", trace_level: str | None = None) -> dict:
+                      comm: str = N.NCCL, batch_transfer: str = N.RESIDENT, parallel: str = "data",
+                      model_procs: int = 0, exec_mode: str = N.EAGER, trace_level: str | None = None) -> dict:
     """A strategy's counts per rank, bytes per step and predicted time, and
     every candidate strategy at the same size, fastest first (schema in
     docs/model.md)."""
@@ -31,7 +32,7 @@ def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
         return predict_strategy(m, layer_sizes, batch, procs, precision, comm, batch_transfer, parallel,
                                 model_procs, trace_level, exec_mode=mode)
     pred = predict(machine)
-    device = comm in DEVICE_COMMS or comm == "mpi-staged"
+    device = comm in DEVICE_COMMS or comm == N.MPI_STAGED
     return {
         "schema": SCHEMA,
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
@@ -53,7 +54,7 @@ def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
         "strategies": [{"strategy": name, "total_s": p.total_s, "comm_s": p.terms["allreduce"]}
                        for name, p in best_strategy(machine, layer_sizes, batch, procs, precision, batch_transfer,
                                                     device=device, trace_level=trace_level, exec_mode=mode,
-                                                    staged=comm == "mpi-staged")],
+                                                    staged=comm == N.MPI_STAGED)],
     }
 
 

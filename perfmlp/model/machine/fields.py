@@ -1,0 +1,157 @@
+"""Each figure of a machine file, declared once: its unit, its check, where
+it comes from (a datasheet, or the calibrate module that measures it), how
+it scales to another GPU (model/scaled.py), which source of measured spread
+moves it in an interval (model/interval.py), and the machine classes it
+applies to. The loader's key lists (entries.py), the interval's scalars and
+the machine-file table of docs/model.md (`markdown_table`) read it.
+
+Checks: `rate` positive, `time` not negative, `optional-rate` positive or 0
+(0: absent), `table` a list of points checked by entries.py, `word` text.
+Scaling (scaled.py reads it for every scalar): `flops` by the ratio of the two datasheets' peaks of
+that format, `mem_bw` by their memory bandwidths, `copy` by their link of
+that kind, `collective` by their MPI or NCCL bandwidth, `measured` carried
+as measured (host, latencies, ratios), `none` (words, counts)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import names as N
+
+GPU, CPU = "gpu", "cpu"   # machine classes: a CPU file has no PCIe, its exchange is MPI between local ranks
+BOTH = (GPU, CPU)
+DATASHEET = "datasheet"
+
+
+@dataclass(frozen=True)
+class Field:
+    unit: str
+    check: str
+    source: str            # DATASHEET or the calibrate module (and function) that measures it
+    scales: str            # how scaled.py carries it to another GPU
+    spread: str | None     # the spread source whose draws move it (interval.py), None: none
+    applies: tuple = (GPU,)
+    required: bool = False
+    doc: str = ""
+
+
+def _f(unit, check, source, scales, spread, doc, applies=(GPU,), required=False):
+    return Field(unit, check, source, scales, spread, applies, required, doc)
+
+
+_COPIES = {f"{d}_{m}": f"{'host to device' if d == N.HOST_TO_DEVICE else 'device to host'}, {m} memory"
+           for d in N.COPY_DIRECTIONS for m in N.COPY_MEMORIES}
+
+FIELDS: dict[str, Field] = {
+    "name": _f("", "word", DATASHEET, "none", None, "the machine's name", BOTH, True),
+    "source": _f("", "word", DATASHEET, "none", None, "where each figure came from", BOTH, True),
+    "peak_flops_per_s_float32": _f("FLOP/s", "rate", "calibrate/gemm.py peak_rates", "flops", "gpu",
+                                   "float32 GEMM ceiling (FFMA; BLAS on a CPU)", BOTH, True),
+    "peak_flops_per_s_float64": _f("FLOP/s", "rate", "calibrate/gemm.py peak_rates", "flops", "gpu",
+                                   "float64 GEMM ceiling", BOTH, True),
+    "mem_bw_bytes_per_s": _f("B/s", "rate", "calibrate/copies.py device_bandwidth", "mem_bw", "gpu",
+                             "memory bandwidth (the elementwise kernels' roof)", BOTH, True),
+    **{f"{k}_bytes_per_s": _f("B/s", "rate", "calibrate/copies.py host_bandwidth", "copy", k.split("_")[1] + "_copy",
+                              f"copy bandwidth, {w}", required=True) for k, w in _COPIES.items()},
+    "copy_latency_s": _f("s", "time", "calibrate/copies.py copy_latency", "measured", "pageable_copy",
+                         "a small copy's fixed cost", required=True),
+    "launch_overhead_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
+                            "host time per launched operation (per NumPy call on a CPU)", BOTH, True),
+    "mpi_alpha_s": _f("s", "time", "calibrate/collectives.py collective_times", "measured", "collective",
+                      "MPI allreduce latency", BOTH, True),
+    "mpi_bw_bytes_per_s": _f("B/s", "rate", "calibrate/collectives.py collective_times", "collective", "collective",
+                             "MPI allreduce bandwidth (ring fit)", BOTH, True),
+    "nccl_alpha_s": _f("s", "time", "calibrate/collectives.py collective_times", "measured", "collective",
+                       "NCCL allreduce latency", required=True),
+    "nccl_bw_bytes_per_s": _f("B/s", "rate", "calibrate/collectives.py collective_times", "collective", "collective",
+                              "NCCL allreduce bandwidth (ring fit)", required=True),
+    "gemm_flops_per_s": _f("FLOP/s", "table", "calibrate/gemm.py step_rates", "flops", "gpu",
+                           "the trainer's GEMMs at its shapes", BOTH),
+    "traced_launch_overhead_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
+                                   "host time per operation with the tracer on (0: as untraced)"),
+    "trace_event_s": _f("s", "time", "calibrate/kernels.py event_gap", "measured", "gpu",
+                        "GPU time of one CUDA event between kernels"),
+    **{f"{k}_latency_s": _f("s", "time", "calibrate/copies.py host_bandwidth", "measured", k.split("_")[1] + "_copy",
+                            f"copy latency, {w} (0: copy_latency_s)") for k, w in _COPIES.items()},
+    "graph_launch_s": _f("s", "time", "calibrate/kernels.py kernel_gaps", "measured", "host",
+                         "host time of one graph launch"),
+    "graph_step_host_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
+                            "host time per batch of the resident graph step"),
+    "static_copy_host_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
+                             "host time of a copy call into a graph's static inputs"),
+    "pinned_copy_host_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
+                             "host time of a pinned batch copy call"),
+    "kernel_gap_s": _f("s", "time", "calibrate/kernels.py kernel_gaps", "measured", "gpu",
+                       "GPU idle time between two kernels launched one by one"),
+    "graph_kernel_gap_s": _f("s", "time", "calibrate/kernels.py kernel_gaps", "measured", "gpu",
+                             "the same inside a replayed graph"),
+    "graph_replay_gap_s": _f("s", "time", "calibrate/kernels.py kernel_gaps", "measured", "gpu",
+                             "GPU time per replay beyond its kernels"),
+    "trace_phase_host_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
+                             "host time the tracer adds per phase", BOTH),
+    **{f"{k}_aggregate_bytes_per_s": _f("B/s", "optional-rate", "calibrate/copies.py host_copies", "copy",
+                                        k.split("_")[1] + "_copy", f"all ranks of a node copying at once, {w}")
+       for k, w in _COPIES.items()},
+    "allreduce_s": _f("s", "table", "calibrate/collectives.py collective_times", "collective", "collective",
+                      "measured allreduces by size and ranks", BOTH),
+    "collective_wait_s": _f("s", "table", "calibrate/collectives.py staged_wait", "measured", "collective",
+                            "the wait for the slowest rank", BOTH),
+    "kernel_s": _f("s", "table", "calibrate/kernels.py own_kernel_times", "mem_bw", "gpu",
+                   "the trainer's own kernels at its shapes"),
+    "host_dispatch_s": _f("s", "table", "calibrate/host.py host_dispatch", "measured", "host",
+                          "launch and tracer host time, several ranks at once", BOTH),
+    "copy_aggregate_bytes_per_s": _f("B/s", "table", "calibrate/copies.py host_copies", "copy", "pageable_copy",
+                                     "ranks copying at once, per count and kind"),
+    "d2d_copy_s": _f("s", "table", "calibrate/copies.py static_copies", "mem_bw", "gpu",
+                     "copies into a graph's static inputs"),
+    "host_copy_s": _f("s", "table", "calibrate/copies.py host_copies", "copy", "pageable_copy",
+                      "the trainer's own host <-> device copies by size and ranks"),
+    "launch_size_factor": _f("ratio", "table", "calibrate/host.py dispatch_size_factors", "measured", None,
+                             "the eager step's host time per operation by size over the tiny step's"),
+    "peak_flops_per_s_tf32": _f("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
+                                "tf32 tensor-core ceiling (0: none)"),
+    "peak_flops_per_s_bf16": _f("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
+                                "bf16 tensor-core ceiling (0: none)"),
+    "peak_flops_per_s_fp16": _f("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
+                                "fp16 tensor-core ceiling (0: none)"),
+    "host_stage_bytes_per_s": _f("B/s", "optional-rate", "calibrate/precision.py stage_rate", "measured", "host",
+                                 "a host thread's pageable-to-pinned memcpy"),
+    "pageable_launch_factor": _f("ratio", "table", "calibrate/host.py copied_launch_factors", "measured", None,
+                                 "eager launches after pageable batch copies over without them"),
+    "prefetch_s": _f("s", "table", "calibrate/pipeline.py prefetch_points", "measured", "host",
+                     "the step beside its input pipeline"),
+    "spread": _f("ratio", "table", "calibrate/spread.py spread_table", "measured", None,
+                 "the measured spread per source of figures", BOTH),
+    "gpus": _f("count", "count", DATASHEET, "none", None, "devices per node", BOTH),
+    "date": _f("", "word", "calibrate/__main__.py", "none", None, "when it was measured", BOTH),
+    "device_names": _f("", "word", DATASHEET, "none", None, "names the device reports", BOTH),
+    "path": _f("", "word", "the loader", "none", None, "the file it was read from", BOTH),
+}
+
+TABLES = tuple(k for k, f in FIELDS.items() if f.check == "table")
+OPTIONAL = frozenset(k for k, f in FIELDS.items() if not f.required)
+OPTIONAL_NUMBERS = tuple(k for k, f in FIELDS.items() if not f.required and f.check in ("time", "rate",
+                                                                                         "optional-rate"))
+
+
+def scalars_of(spread_source: str) -> tuple[str, ...]:
+    """The scalar figures a spread source moves (interval.py)."""
+    return tuple(k for k, f in FIELDS.items() if f.spread == spread_source and f.check != "table")
+
+
+def markdown_table() -> str:
+    """The machine-file table of docs/model.md: one row a field, the four
+    copy kinds of a figure ({h2d,d2h}_{pageable,pinned}_...) in one row."""
+    rows = ["| key | unit | what | source | scales | spread | applies |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    done = set()
+    for k, f in FIELDS.items():
+        kind = next((c for c in _COPIES if k.startswith(c + "_")), None)
+        if k == "path" or (kind and k[len(kind):] in done):
+            continue
+        key, doc, spread = k, f.doc, f.spread or "-"
+        if kind:
+            done.add(k[len(kind):])
+            key, doc, spread = "{h2d,d2h}_{pageable,pinned}" + k[len(kind):], doc.split(", ")[0], spread.replace(
+                kind.split("_")[1], "{pageable,pinned}")
+        rows.append(f"| `{key}` | {f.unit} | {doc}{'' if f.required else ' (optional)'} | {f.source} | {f.scales} | "
+                    f"{spread} | {', '.join(f.applies)} |")
+    return "\n".join(rows)

@@ -1,0 +1,76 @@
+"""A machine file describes itself: every field of Machine is declared once
+(perfmlp/model/machine/fields.py), the loader's key lists and the
+interval's scalars are read from that declaration, docs/model.md holds the
+table it generates; and the shipped files have the shape and the physics
+of a machine (positive rates, measured rates under the datasheet's
+ceilings), whatever their values."""
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from perfmlp.model.interval import SOURCES, _SCALARS, UNSCALED, interval
+from perfmlp.model.machine import Machine, load_machine
+from perfmlp.model.machine import entries
+from perfmlp.model.machine.fields import FIELDS, OPTIONAL, TABLES, markdown_table
+from perfmlp.model.predict import predict_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_field_of_a_machine_is_declared_once():
+    assert list(FIELDS) == [f.name for f in fields(Machine)]
+    for name, f in FIELDS.items():
+        assert f.check in ("rate", "optional-rate", "time", "table", "word", "count"), name
+        assert f.spread is None or f.spread in SOURCES, name
+        assert f.doc and f.source, name
+
+
+def test_the_loader_and_the_interval_read_the_declaration():
+    assert entries.TABLES is TABLES and entries.OPTIONAL is OPTIONAL
+    # a scalar's spread source moves it in a draw; one without a source is left as it is
+    for name, f in FIELDS.items():
+        moved = [s for s, keys in _SCALARS.items() if name in keys]
+        assert moved == ([f.spread] if f.spread and f.check != "table" else []), name
+        assert (name in UNSCALED) == (f.spread is None), name
+    # the required ones: a file without one is refused, naming it
+    required = [k for k, f in FIELDS.items() if f.required and f.check != "word"]
+    assert "peak_flops_per_s_float32" in required and "gemm_flops_per_s" not in required
+
+
+def test_the_docs_hold_the_generated_machine_file_table():
+    assert markdown_table() in (ROOT / "docs" / "model.md").read_text()
+
+
+SHIPPED = sorted((ROOT / "models").glob("*calibrated*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: Path(p).name)
+def test_a_shipped_calibration_has_the_shape_and_physics_of_a_machine(path):
+    m = load_machine(str(path))
+    sheet = load_machine("h200")   # the datasheet of the GPU the shipped calibrations name
+    for name, f in FIELDS.items():
+        v = getattr(m, name)
+        if f.check == "rate":
+            assert v > 0, name
+        elif f.check in ("time", "optional-rate"):
+            assert v >= 0, name
+    # no measured GEMM beats its format's ceiling (cuBLAS runs float64 on the FP64 tensor cores, whose
+    # peak is the FFMA figure, so the float formats share the higher of the two)
+    ffma = max(sheet.peak_flops_per_s("float32"), sheet.peak_flops_per_s("float64"))
+    for g in m.gemm_flops_per_s:
+        ceiling = ffma if g.precision in ("float32", "float64") else sheet.peak_flops_per_s(g.precision)
+        assert 0 < g.flops_per_s <= 1.05 * ceiling, g
+    assert 0 < m.mem_bw_bytes_per_s <= 1.05 * sheet.mem_bw_bytes_per_s
+    assert all(0 < c.s for c in m.host_copy_s) and all(0 < k.s for k in m.kernel_s)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: Path(p).name)
+def test_a_shipped_calibration_with_spread_predicts_with_an_interval(path):
+    m = load_machine(str(path))
+    if not m.spread:
+        pytest.skip(f"{Path(path).name} records no measured spread (made before it was recorded)")
+    for procs in (1, 2, 4):
+        iv = interval(m, lambda mm: predict_batch(mm, (784, 512, 10), 3200, procs, "float32", "nccl", "resident",
+                                                  exec_mode="graph"), draws=20)
+        assert iv is not None and iv.lo_s < iv.hi_s
