@@ -23,6 +23,7 @@ from . import checks
 from .errors import PerfmlpError
 from .model.costs import DEFAULT_BUCKET_BYTES
 from .model.precision import NAMES as PRECISIONS
+from .names import AUTO, FLOAT32, GRAD_PRECISIONS
 from .trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVEL_CHOICES, TRACE_LEVELS
 
 CHOICES = {
@@ -35,6 +36,7 @@ CHOICES = {
     "data": ("auto", "mnist", "synthetic"),
     "trace_level": TRACE_LEVEL_CHOICES,
     "parallel": ("data", "model", "hybrid"),
+    "grad_precision": GRAD_PRECISIONS,
 }
 
 
@@ -77,6 +79,8 @@ class Config:
     staleness: int = 0
     straggler_delay_ms: float = 0.0
     straggler_rank: int = 1
+    grad_precision: str = FLOAT32
+    slices: str = "1"                # K, or auto (perfmlp/slices.py)
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -142,12 +146,19 @@ HELP = {
                  "applied (0: synchronous SGD)",
     "straggler_delay_ms": "an injected straggler: --straggler-rank sleeps this long in every batch it computes",
     "straggler_rank": "the rank --straggler-delay-ms slows (a worker, not rank 0, with --comm ps-async)",
+    "grad_precision": "the width the gradients are all-reduced at: float32 (the master type, float64 with "
+                      "--precision float64), or bf16 or fp16 (each rank's gradients rounded to 16 bits, summed in "
+                      "16 bits hop by hop, the update in the master type); float32 in every --precision, as "
+                      "PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
+    "slices": "the first layer's weight gradient computed and all-reduced in K slices of hidden units, each "
+              "updated as its reduction lands and the next batch's first-layer forward started slice by slice "
+              "(data parallelism, mpi on numpy); auto: the K the model prices fastest; 1: one piece, as before",
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
            "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz",
            "bucket_bytes": "BYTES", "model_procs": "M", "staleness": "S",
-           "straggler_delay_ms": "MS", "straggler_rank": "R", "stall_limit": "SECONDS"}
+           "straggler_delay_ms": "MS", "straggler_rank": "R", "stall_limit": "SECONDS", "slices": "K|auto"}
 _DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights",
                  "model_procs": "none; hybrid needs it"}
 _FIELDS = {f.name: f for f in fields(Config)}
@@ -171,6 +182,8 @@ def _convert(name: str, value: Any, label: str) -> Any:
         if any(v <= 0 for v in sizes):
             raise checks.CheckError(f"{label} must all be positive, got {list(sizes)}")
         return sizes
+    if name == "slices":
+        return slice_count(label, value)
     if isinstance(default, bool):
         value = checks.boolean(label, value)
     elif isinstance(default, int):
@@ -188,6 +201,15 @@ def _convert(name: str, value: Any, label: str) -> Any:
     if name == "run_id" and value and not all(c.isalnum() or c in "-_." for c in value):
         raise checks.CheckError(f"{label} may hold only letters, digits, '-', '_' and '.', got {value!r}")
     return value
+
+
+def slice_count(label: str, value: Any) -> str:
+    """--slices as written in a configuration: a positive integer's digits, or auto."""
+    if str(value).strip().lower() == AUTO:
+        return AUTO
+    k = checks.integer(label, value)
+    checks.positive(label, k)
+    return str(k)
 
 
 def from_mapping(values: dict[str, Any], where: str = "", base: Config | None = None,
