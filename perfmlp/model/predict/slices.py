@@ -150,3 +150,36 @@ def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precisi
     price = {k: predict_sliced(machine, layer_sizes, batch, procs, k, precision, grad_precision, comm,
                                batch_transfer, exec_mode, gemm)["sliced_s"] for k in ks}
     return min(ks, key=lambda k: (round(price[k], 12), k))
+
+
+def gain_table(machine: Machine, hidden: int = 512, per_gpu: int = 3200, procs=(2, 4, 8)) -> list[dict]:
+    """The schedule's predicted gain, one row per (p, batch, precision, gradient
+    precision): graph mode, NCCL, resident data, K chosen by the model."""
+    rows = []
+    for p in procs:
+        for batch, scaling in ((per_gpu, "split"), (per_gpu * p, "per GPU")):
+            for prec in (N.FLOAT32, N.BF16):
+                for grad in (N.FLOAT32, N.BF16):
+                    layers = (784, hidden, 10)
+                    k = choose_slices(machine, layers, batch, p, prec, grad)
+                    r = predict_sliced(machine, layers, batch, p, k, prec, grad)
+                    rows.append(dict(procs=p, batch=batch, scaling=scaling, precision=prec, grad_precision=grad,
+                                     slices=k, today_us=1e6 * r["today_s"], sliced_us=1e6 * r["sliced_s"],
+                                     gain=r["gain"]))
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    head = "| p | B | batch | precision | gradients | K | today (us) | sliced (us) | gain |"
+    lines = [head, "|" + " --- |" * 9]
+    for r in rows:
+        lines.append(f"| {r['procs']} | {r['batch']} | {r['scaling']} | {r['precision']} | {r['grad_precision']} "
+                     f"| {r['slices']} | {r['today_us']:.1f} | {r['sliced_us']:.1f} | {r['gain']:.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..machine import load_machine
+    print(markdown(gain_table(load_machine(sys.argv[1] if len(sys.argv) > 1 else None))))
