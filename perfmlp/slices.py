@@ -154,9 +154,12 @@ class SlicedExchange:
         if not np.isfinite(ce):
             raise nonfinite(ce)      # before the update: the parameters are still the last finite ones
         with phase(Phase.UPDATE):
-            if self.pipelined:   # the rest now; W1's slices in the next forward
+            if self.pipelined:   # the rest now; W1's slices in the next forward, counted here with this batch
                 net._record(("update_weights", (net.p.n_weights - self.w1_size,)),
                             ("update_biases", (net.p.n_biases,)))
+                D = net.p.layer_sizes[0]
+                for r0, r1 in self.rows:
+                    net._record(("update_weights", ((r1 - r0) * D,)), ("update_biases", (0,)))
                 net.sgd_weights(self.w1_size, net.p.n_weights)
                 net.sgd_biases()
             else:
@@ -189,7 +192,6 @@ class SlicedExchange:
             return
         if s in self._inflight:
             self._land(s)
-        self.net._record(("update_weights", (hi - lo,)), ("update_biases", (0,)))
         self.net.sgd_weights(lo, hi)
         self._pending.remove(s)
 

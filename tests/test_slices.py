@@ -62,7 +62,7 @@ def test_slices_split_the_hidden_units_unevenly_by_at_most_one():
 
 
 def _parts(k, fwd=1.0, bwd=1.0, upd=0.0, middle=2.0):
-    rows = [r1 - r0 for r0, r1 in slice_rows(4 * k, k)]
+    rows = [r1 - r0 for r0, r1 in slice_rows(4, k)]   # 4 hidden units, one element each (D = 1)
     return dict(fwd=[fwd / k] * k, bwd=[bwd / k] * k, upd=[upd] * k, middle=middle, upd_rest=0.0, upd_all=0.0,
                 rows=rows, rest_elems=0, loss_elems=0, D=1)
 
@@ -73,11 +73,14 @@ def test_the_unpipelined_chain_is_the_serial_sum():
 
 
 def test_the_pipelined_chain_hides_communication_behind_the_slices():
-    comm = lambda n: 0.25 * n   # noqa: E731  (4 elements: 1 s, as the compute of a batch's sliced GEMMs)
-    serial = chain_s(_parts(1), comm, False)                                # 1 + 2 + 1 + 4 * 0.25 = 5
-    sliced = chain_s(_parts(4), comm, True)
-    assert sliced < serial
-    assert sliced >= 1.0 + 2.0 + 1.0   # never below the compute chain
+    comm = lambda n: 0.25 * n   # noqa: E731  (the 4 elements: 1 s)
+    serial = chain_s(_parts(1), comm, False)              # 1 + 2 + 1 + 4 * 0.25 = 5
+    assert chain_s(_parts(1), comm, True) == pytest.approx(serial)   # one slice: nothing to pipeline
+    # two slices: each 0.5 s of backward GEMM hides the other's 0.5 s collective, and the
+    # next forward's slices wait for none: the compute chain alone, 1 + 2 + 1 = 4
+    assert chain_s(_parts(2), comm, True) == pytest.approx(4.0)
+    slow = lambda n: 1.0 * n    # noqa: E731  (the 4 elements: 4 s, longer than the compute)
+    assert chain_s(_parts(2), slow, True) > 4.0
 
 
 def test_the_model_prices_today_as_predict_batch_and_chooses_a_candidate():
