@@ -31,7 +31,8 @@ as the rank's mean (its sum could pass fp16's largest value): it only
 tells every rank alike that the loss is finite; the epoch's loss is each
 rank's exact sum, reduced once at the epoch's end (`epoch_loss_sum`).
 
-The GPU's form of the schedule is not built: `check` refuses it in one line.
+The GPU's form: perfmlp/gpu/sliced.py (NCCL; the 16-bit exchange is
+NumPy's only so far: `check` refuses what is not built, in one line).
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ class SlicedExchange:
     `epoch_loss_sum` the reducer's interface, `drain` the backend's sync."""
 
     name = N.MPI
+    sliced = True
 
     def __init__(self, world, net, k: int, grad_precision: str = N.FLOAT32, overlap: bool = False):
         H, D = net.p.layer_sizes[1], net.p.layer_sizes[0]
@@ -214,13 +216,13 @@ class SlicedExchange:
         return float(buf[0])
 
 
-def resolve(cfg, procs: int) -> int:
-    """--slices as a count: auto is the model's choice on the default machine file."""
+def resolve(cfg, procs: int, backend: str = N.NUMPY, exec_mode: str = N.EAGER) -> int:
+    """--slices as a count: auto is the model's choice, priced on the default machine file."""
     if cfg.slices != N.AUTO:
         return int(cfg.slices)
     from .model.machine import load_machine
     return choose_slices(load_machine(None), cfg.layer_sizes, cfg.batch_size, procs, cfg.precision,
-                         cfg.grad_precision, N.MPI, cfg.batch_transfer, N.EAGER)
+                         cfg.grad_precision, N.NCCL if backend == N.CUPY else N.MPI, cfg.batch_transfer, exec_mode)
 
 
 def check(cfg, backend: str, partitioned: bool) -> None:
@@ -233,22 +235,43 @@ def check(cfg, backend: str, partitioned: bool) -> None:
     if partitioned:
         raise PerfmlpError(f"{what}: data parallelism with an allreduce only (this run: --parallel {cfg.parallel}, "
                            f"--comm {cfg.comm})")
-    if backend != N.NUMPY:
-        raise PerfmlpError(f"{what} on the GPU is not built yet: the schedule runs on the numpy backend "
-                           f"(--backend numpy)")
+    if backend == N.NUMPY:
+        return
+    if cfg.grad_precision != N.FLOAT32:
+        raise PerfmlpError("--grad-precision on the GPU is not built yet: the 16-bit exchange runs on the numpy "
+                           "backend (--backend numpy)")
+    if cfg.comm != N.NCCL:
+        raise PerfmlpError(f"--slices on the GPU needs --comm nccl (the staged exchange, --comm {cfg.comm}, needs "
+                           f"the host between a slice's GEMM and its reduction)")
+    if cfg.precision == N.FP16:
+        raise PerfmlpError("--slices with --precision fp16 is not built on the GPU (the loss scale's finite check "
+                           "needs every slice before any update)")
 
 
 def wire(cfg, world, be):
     """The backend with the sliced schedule or the 16-bit exchange where asked,
     else `be` unchanged (an idempotent wrapper of backend.build's result)."""
     from .backend import partitioned as is_partitioned
-    if isinstance(be.reducer, SlicedExchange):
+    if getattr(be.reducer, "sliced", False):
         return be
     check(cfg, be.name, is_partitioned(cfg))
-    k = resolve(cfg, world.size)
+    k = resolve(cfg, world.size, be.name, be.exec)
     if k == 1 and cfg.grad_precision == N.FLOAT32:
         return be
     if cfg.overlap:
         be.net.set_buckets(cfg.bucket_bytes)
-    sched = SlicedExchange(world, be.net, k, cfg.grad_precision, cfg.overlap)
-    return dataclasses.replace(be, reducer=sched, parts=Parts(sched.compute, sched.exchange), sync=sched.drain)
+    if be.name == N.NUMPY:
+        sched = SlicedExchange(world, be.net, k, cfg.grad_precision, cfg.overlap)
+        return dataclasses.replace(be, reducer=sched, parts=Parts(sched.compute, sched.exchange), sync=sched.drain)
+    from .gpu.sliced import GpuSlices
+    sched = GpuSlices(be.xp, world, be.net, k, cfg.overlap)
+    parts = Parts(sched.compute, sched.exchange)
+    graph = be.graph
+    if graph is not None:
+        from .gpu.graph import GraphStep
+        graph = GraphStep(be.xp, be.net, be.batches, sched, be.stream, parts)
+
+    def sync():
+        sched.drain()
+        be.sync()
+    return dataclasses.replace(be, reducer=sched, parts=parts, sync=sync, graph=graph)
