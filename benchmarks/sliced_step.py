@@ -10,7 +10,9 @@ steps (its captures included), then --rounds rounds in which every variant
 of a precision, in turn, runs --steps steps between two synchronisations
 (the sliced step's pending slices drained in its sync): its time per step
 is that wall time over the steps. Printed, and written as DIR/sliced_step.md
-where --out is given: the median over rounds, the range, the spread
+where --out is given (--diagnose: also the unsliced step and the first K
+with no collective launched, to tell the collectives' cost from the
+slicing's): the median over rounds, the range, the spread
 (max / min - 1) and the ratio to the unsliced median (machine, date, commit,
 command above the table).
 """
@@ -35,8 +37,15 @@ NPOS = 4
 NOPHASE = lambda name: contextlib.nullcontext()  # noqa: E731
 
 
-def variant(world, H, B, precision, slices):
-    """(run(n), sync) of perfmlp's graph step with `slices`."""
+class _NoComm:
+    """A communicator whose allReduce launches nothing (the diagnostic rows: the step less its collectives)."""
+
+    def allReduce(self, *args):
+        pass
+
+
+def variant(world, H, B, precision, slices, collectives=True):
+    """(run(n), sync) of perfmlp's graph step with `slices` (collectives=False: none launched)."""
     from perfmlp.backend import build
     from perfmlp.config import from_mapping
     from perfmlp.mixed import to_storage
@@ -51,6 +60,8 @@ def variant(world, H, B, precision, slices):
                             batch_transfer="resident", exec="graph", precision=precision, trace=False,
                             slices=str(slices)))
     be = wire(cfg, world, build(cfg, world, x, y))
+    if not collectives:
+        be.reducer.comm = _NoComm()
     be.net.set_params(init_weights(cfg.layer_sizes, 0))
     counts = Counts()
 
@@ -88,21 +99,26 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--diagnose", action="store_true",
+                    help="also K = 1 and the first K of --slices with no collective launched")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     from perfmlp.comm import SingleWorld
     world = SingleWorld()
     ks = [1] + [int(k) for k in a.slices.split(",")]
+    diag = [(k, False) for k in ks[:2]] if a.diagnose else []   # K without its collectives
     lines = ["| precision | K | median (us) | range (us) | spread | / unsliced |", "|" + " --- |" * 6]
     for prec in a.precisions.split(","):
-        variants = {k: variant(world, a.hidden, a.batch, prec, k) for k in ks}
+        keys = [(k, True) for k in ks] + diag
+        variants = {key: variant(world, a.hidden, a.batch, prec, *key) for key in keys}
         times = measure(variants, a.warmup, a.rounds, a.steps)
-        base = median(times[1])
-        for k in ks:
-            t = times[k]
-            lines.append(f"| {prec} | {k} | {1e6 * median(t):.1f} | {1e6 * min(t):.1f}-{1e6 * max(t):.1f} "
+        base = median(times[(1, True)])
+        for key in keys:
+            t = times[key]
+            name = f"{key[0]}" if key[1] else f"{key[0]}, no collectives"
+            lines.append(f"| {prec} | {name} | {1e6 * median(t):.1f} | {1e6 * min(t):.1f}-{1e6 * max(t):.1f} "
                          f"| {max(t) / min(t) - 1:.1%} | {median(t) / base:.3f} |")
-        print("\n".join(lines[-len(ks):]), flush=True)
+        print("\n".join(lines[-len(keys):]), flush=True)
     head = _head(a, argv)
     print(head)
     if a.out:

@@ -7,8 +7,8 @@ soon as its GEMM has written it. The first slice written, the last rows,
 is contiguous in the flat gradient buffer with the rest of it (the upper
 layers' weights, every bias, the loss slot): it is reduced with them, in
 one collective. The exchange waits for that one, checks the loss and
-updates the rest; the other slices stay in flight across the batch
-boundary. The next batch's first-layer forward then goes slice by slice,
+updates the rest with slice 0; the other slices stay in flight across the
+batch boundary. The next batch's first-layer forward then goes slice by slice,
 in the same order: wait for slice s's reduction, update rows s of W1, run
 Z1[s] = W1[s] X. So the rows that need the latest reduction are the last
 to wait for it. `drain` (the backend's `sync`: at the warm-up's end and at
@@ -156,13 +156,13 @@ class SlicedExchange:
         if not np.isfinite(ce):
             raise nonfinite(ce)      # before the update: the parameters are still the last finite ones
         with phase(Phase.UPDATE):
-            if self.pipelined:   # the rest now; W1's slices in the next forward, counted here with this batch
-                net._record(("update_weights", (net.p.n_weights - self.w1_size,)),
-                            ("update_biases", (net.p.n_biases,)))
+            if self.pipelined:   # the rest and slice 0 now; the other slices in the next forward, counted here
                 D = net.p.layer_sizes[0]
-                for r0, r1 in self.rows:
+                lo = self.rows[0][0] * D
+                net._record(("update_weights", (net.p.n_weights - lo,)), ("update_biases", (net.p.n_biases,)))
+                for r0, r1 in self.rows[1:]:
                     net._record(("update_weights", ((r1 - r0) * D,)), ("update_biases", (0,)))
-                net.sgd_weights(self.w1_size, net.p.n_weights)
+                net.sgd_weights(lo, net.p.n_weights)
                 net.sgd_biases()
             else:
                 net.update()
@@ -172,7 +172,7 @@ class SlicedExchange:
         """Land the rest's reduction (and, not pipelined, every slice's); count what was sent."""
         for key in [k for k in self._inflight if k == 0 or not isinstance(k, int) or not self.pipelined]:
             self._land(key)
-        self._pending = list(range(len(self.rows))) if self.pipelined else []
+        self._pending = list(range(1, len(self.rows))) if self.pipelined else []
         if self.mpi:
             for name, n, nbytes in self._sent:
                 counts.bytes_mpi += nbytes

@@ -5,10 +5,10 @@ Two streams: the step's (compute) and a communication stream that waits
 for events only. Batch k's backward writes dW1 in K slices, last rows
 first; slice 0, contiguous with the rest of the gradient buffer, is
 all-reduced with it on the communication stream while the other slices'
-GEMMs run, and the rest is updated when it lands. Slices 1..K-1 stay
+GEMMs run, and both are updated (one kernel) when it lands. Slices 1..K-1 stay
 unreduced: batch k + 1's step begins by all-reducing them on the
-communication stream (the head) while the compute stream updates slice 0
-and runs its forward GEMM; slice s's update and forward GEMM wait for
+communication stream (the head) while the compute stream runs slice 0's
+forward GEMM; slice s's update and forward GEMM wait for
 slice s's reduction alone. So in graph mode one captured step begins with
 the previous batch's reductions in flight, and every fork joins within it
 (a capture must end joined). The first step after a `drain` has no head:
@@ -94,9 +94,9 @@ class GpuSlices:
             self._record(self.landed[s], self.comm_ptr)
 
     def _apply(self, s: int) -> None:
+        """Slice s (not 0: updated with the rest) updated once its reduction has landed."""
         r0, r1 = self.rows[s]
-        if s:
-            self._wait(self.compute_ptr, self.landed[s])
+        self._wait(self.compute_ptr, self.landed[s])
         n = (r1 - r0) * self.D
         self.net.sgd_range(r0 * self.D, r1 * self.D, n, with_loss=False)
 
@@ -106,7 +106,7 @@ class GpuSlices:
         if pending:
             self._head()
         for s, (r0, r1) in enumerate(self.rows):
-            if pending:
+            if pending and s:
                 self._apply(s)
             net.gemm(net.gemm_weight(0)[r0:r1], x, out=out[r0:r1])
         return out
@@ -144,10 +144,11 @@ class GpuSlices:
             self._wait(self.compute_ptr, self.landed[0])   # the rest (and slice 0) reduced
         with phase(Phase.UPDATE):
             n_params = net.p.n_params
-            net._record(("update_weights", (net.p.n_weights - self.w1_size,)), ("update_biases", (net.p.n_biases,)))
-            for r0, r1 in self.rows:   # applied in the next step, counted with this one
+            lo = self.rows[0][0] * self.D   # slice 0 landed with the rest: one kernel updates both
+            net._record(("update_weights", (net.p.n_weights - lo,)), ("update_biases", (net.p.n_biases,)))
+            for r0, r1 in self.rows[1:]:   # applied in the next step, counted with this one
                 net._record(("update_weights", ((r1 - r0) * self.D,)), ("update_biases", (0,)))
-            net.sgd_range(self.w1_size, n_params, net.p.n_weights - self.w1_size, with_loss=True)
+            net.sgd_range(lo, n_params, net.p.n_weights - lo, with_loss=True)
         # this batch's gradients: slice 0 with the rest now, the other slices at the next step's head
         for n in self._sent + [(r1 - r0) * self.D for r0, r1 in self.rows[1:]]:
             counts.bytes_nccl += n * self._isz
@@ -169,7 +170,7 @@ class GpuSlices:
         if not self.pending:
             return
         self._head()
-        for s in range(len(self.rows)):
+        for s in range(1, len(self.rows)):
             self._apply(s)
         self._sent.clear()
         self.pending = False

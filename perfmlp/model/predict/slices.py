@@ -11,7 +11,7 @@ batch's first-layer forward GEMM of slice s run, as soon as slice s's
 reduction lands. Two chains per batch, compute and communication, on two
 streams:
 
-    compute:  [upd_s + fwd_s when comm_s lands] x K, the middle (the rest
+    compute:  [upd_s + fwd_s when comm_s lands] x K (slice 0: no upd_s), the middle (the rest
               of the forward, the loss, the output backward), [bwd_s] x K,
               the rest's update when its reduction lands
     comm:     [comm_s after bwd_s] x K, the first with the rest
@@ -73,14 +73,15 @@ def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap
     middle += [kn for kn in kernels["update"] if kn[0][0] == "grad_check"]
     n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, len(layer_sizes)))
     n_b = sum(layer_sizes[1:])
-    rows = [r1 - r0 for r0, r1 in slice_rows(H, k)]
-    rest_update = ((("update_weights", (n_w - H * D,)), ("update_biases", (n_b,))),)   # one kernel
+    rows = [r1 - r0 for r0, r1 in slice_rows(H, k)][::-1]   # in the schedule's order: last rows first
+    # slice 0 (the last rows) lands with the rest and is updated with it, in one kernel
+    rest_update = ((("update_weights", (n_w - H * D + rows[0] * D,)), ("update_biases", (n_b,))),)
     return dict(
         fwd=[_kernel(machine, (("gemm", (r, b, D)),), isz, precision, gemm, gap) for r in rows],
         bwd=[_kernel(machine, (("gemm", (r, D, b)),), isz, precision, gemm, gap) for r in rows],
         # a slice's update: the update kernel on its rows' weights and no bias
-        upd=[_kernel(machine, (("update_weights", (r * D,)), ("update_biases", (0,))), isz, precision, gemm, gap)
-             for r in rows],
+        upd=[0.0] + [_kernel(machine, (("update_weights", (r * D,)), ("update_biases", (0,))), isz, precision,
+                             gemm, gap) for r in rows[1:]],
         middle=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in middle),
         upd_rest=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in rest_update),
         upd_all=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels["update"]
@@ -91,9 +92,10 @@ def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap
 def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
     """Seconds per steady batch of the two chains (the module docstring).
     `comm(elements)`: a collective's seconds for that many elements. The
-    slices go last rows first: the first one written is contiguous with the
-    rest of the buffer and reduced with it, in one collective."""
-    rows, D = parts["rows"][::-1], parts["D"]
+    slices (`parts`' lists) go last rows first: the first one written is
+    contiguous with the rest of the buffer and reduced with it, in one
+    collective."""
+    rows, D = parts["rows"], parts["D"]
     rest = parts["rest_elems"] + parts["loss_elems"]
     if not pipelined:   # today's step: everything serial, one collective
         return (sum(parts["fwd"]) + parts["middle"] + sum(parts["bwd"])
