@@ -148,11 +148,12 @@ HELP = {
     "straggler_rank": "the rank --straggler-delay-ms slows (a worker, not rank 0, with --comm ps-async)",
     "grad_precision": "the width the gradients are all-reduced at: float32 (the master type, float64 with "
                       "--precision float64), or bf16 or fp16 (each rank's gradients rounded to 16 bits, summed in "
-                      "16 bits hop by hop, the update in the master type); float32 in every --precision, as "
-                      "PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
+                      "16 bits hop by hop, the update in the master type; numpy so far); float32 in every "
+                      "--precision, as PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
     "slices": "the first layer's weight gradient computed and all-reduced in K slices of hidden units, each "
               "updated as its reduction lands and the next batch's first-layer forward started slice by slice "
-              "(data parallelism, mpi on numpy); auto: the K the model prices fastest; 1: one piece, as before",
+              "(data parallelism: mpi on numpy, nccl on the GPU); auto: the K the model prices fastest; 1: one "
+              "piece, as before",
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
