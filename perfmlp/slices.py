@@ -92,7 +92,7 @@ class SlicedExchange:
         self._slice_at = {r0 * D: s for s, (r0, _) in enumerate(self.rows)}
         self.pipelined = k > 1 and net.scaler is None
         self.wire = None if self.half is None else np.zeros(net.g.flat.size, self.half)
-        self._inflight: dict[int, object] = {}              # slice -> its request (None: landed)
+        self._inflight: dict = {}   # a slice's index, or ("piece", lo) -> (request, lo, hi) while in flight
         self._pending: list[int] = []                       # slices reduced but not yet applied to W1
         self._sent: list[tuple[str, int, int]] = []         # (collective, elements, bytes) of this batch
         self._ce = 0.0                                      # the rank's exact loss sum this epoch (16-bit)
