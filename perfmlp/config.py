@@ -37,6 +37,7 @@ CHOICES = {
     "data": (N.AUTO, *N.DATA_SOURCES),
     "trace_level": N.TRACE_LEVEL_CHOICES,
     "parallel": N.STRATEGIES,
+    "grad_precision": N.GRAD_PRECISIONS,
 }
 
 
@@ -79,6 +80,8 @@ class Config:
     staleness: int = 0
     straggler_delay_ms: float = 0.0
     straggler_rank: int = 1
+    grad_precision: str = N.FLOAT32
+    slices: str = "1"                # K, or auto (perfmlp/slices.py)
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -145,12 +148,20 @@ HELP = {
                  "applied (0: synchronous SGD)",
     "straggler_delay_ms": "an injected straggler: --straggler-rank sleeps this long in every batch it computes",
     "straggler_rank": "the rank --straggler-delay-ms slows (a worker, not rank 0, with --comm ps-async)",
+    "grad_precision": "the width the gradients are all-reduced at: float32 (the master type, float64 with "
+                      "--precision float64), or bf16 or fp16 (each rank's gradients rounded to 16 bits, summed in "
+                      "16 bits hop by hop, the update in the master type; numpy so far); float32 in every "
+                      "--precision, as PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
+    "slices": "the first layer's weight gradient computed and all-reduced in K slices of hidden units, each "
+              "updated as its reduction lands and the next batch's first-layer forward started slice by slice "
+              "(data parallelism: mpi on numpy, nccl on the GPU); auto: the K the model prices fastest; 1: one "
+              "piece, as before",
 }
 METAVAR = {"input_size": "D", "num_classes": "C", "reg": "LAMBDA", "learning_rate": "LR", "n_train": "N",
            "epochs": "E", "batch_size": "B", "seed": "SEED", "data_dir": "DIR", "n_heldout": "N",
            "trace_dir": "DIR", "run_id": "ID", "save_params": "DIR", "resume": "FILE.npz",
            "bucket_bytes": "BYTES", "model_procs": "M", "staleness": "S",
-           "straggler_delay_ms": "MS", "straggler_rank": "R", "stall_limit": "SECONDS"}
+           "straggler_delay_ms": "MS", "straggler_rank": "R", "stall_limit": "SECONDS", "slices": "K|auto"}
 _DEFAULT_TEXT = {"run_id": "a new timestamped id", "save_params": "not saved", "resume": "the seed's weights",
                  "model_procs": "none; hybrid needs it"}
 _FIELDS = {f.name: f for f in fields(Config)}
@@ -178,6 +189,8 @@ def _convert(name: str, value: Any, label: str) -> Any:
         if any(v > MAX_SIZE for v in sizes):
             raise checks.CheckError(f"{label} must each be at most {MAX_SIZE}, got {prefix(list(sizes))}")
         return sizes
+    if name == "slices":
+        return slice_count(label, value)
     if isinstance(value, (list, dict)):
         raise checks.CheckError(f"{label} must be a single value, got {prefix(value)}")
     if isinstance(default, bool):
@@ -199,6 +212,15 @@ def _convert(name: str, value: Any, label: str) -> Any:
     if name == "run_id" and value and not all(c.isalnum() or c in "-_." for c in value):
         raise checks.CheckError(f"{label} may hold only letters, digits, '-', '_' and '.', got {value!r}")
     return value
+
+
+def slice_count(label: str, value: Any) -> str:
+    """--slices as written in a configuration: a positive integer's digits, or auto."""
+    if str(value).strip().lower() == N.AUTO:
+        return N.AUTO
+    k = checks.integer(label, value)
+    checks.positive(label, k)
+    return str(k)
 
 
 def from_mapping(values: dict[str, Any], where: str = "", base: Config | None = None,

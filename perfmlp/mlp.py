@@ -107,6 +107,8 @@ class Network:
         # each weight gradient is computed in row blocks of `bucket_bytes`.
         self.grad_ready = None
         self.set_buckets(None)
+        # A sliced schedule's first-layer forward, f(x, out) -> z (perfmlp/slices.py); None: one GEMM.
+        self.first_forward = None
 
     def set_buckets(self, bucket_bytes: int | None) -> None:
         """Row blocks (and their flat offsets) of each weight gradient."""
@@ -117,6 +119,12 @@ class Network:
             self._blocks.append([(r0, r1, off + r0 * n_in, off + r1 * n_in)
                                  for r0, r1 in row_blocks(n_out, n_in, self.dtype.itemsize, bucket_bytes)])
             off += n_out * n_in
+
+    def set_first_rows(self, rows) -> None:
+        """The first layer's weight gradient computed in these row slices
+        [(r0, r1), ...], grad_ready called after each (perfmlp/slices.py)."""
+        n_in = self.p.layer_sizes[0]
+        self._blocks[0] = [(r0, r1, r0 * n_in, r1 * n_in) for r0, r1 in rows]
 
     def set_params(self, weights, biases=None) -> None:
         for l, w in enumerate(weights):
@@ -139,7 +147,10 @@ class Network:
         a = x
         self.acts = [x]
         for l in range(L):
-            z = self.gemm(self.gemm_weight(l), a, out=self.buffer("z", l, b))
+            if l == 0 and self.first_forward is not None:
+                z = self.first_forward(a, self.buffer("z", l, b))
+            else:
+                z = self.gemm(self.gemm_weight(l), a, out=self.buffer("z", l, b))
             if l < L - 1:
                 self._preactivation_done(l, z)
                 a = self.bias_sigmoid(z, self.p.b[l])
@@ -315,13 +326,22 @@ class Network:
     def _sgd_update(self) -> None:
         p, g, T = self.p, self.g, self.dtype.type
         if self.scaler is None:
-            p.weights -= T(self.lr) * (g.weights + T(self.reg) * p.weights)
-            p.biases -= T(self.lr) * g.biases
+            self.sgd_weights(0, p.n_weights)
+            self.sgd_biases()
             return
         inv = self.scaler.unscale(bool(self.xp.isfinite(g.params).all()))   # 0: an overflow, skip the step
         if inv:
             p.weights -= T(self.lr) * (g.weights * T(inv) + T(self.reg) * p.weights)
             p.biases -= T(self.lr) * (g.biases * T(inv))
+
+    def sgd_weights(self, lo: int, hi: int) -> None:
+        """p <- p - lr * (g + reg * p) on the flat weight elements [lo, hi) (NumPy; unscaled gradients)."""
+        p, g, T = self.p.flat[lo:hi], self.g.flat[lo:hi], self.dtype.type
+        p -= T(self.lr) * (g + T(self.reg) * p)
+
+    def sgd_biases(self) -> None:
+        """p <- p - lr * g on every bias (NumPy; unscaled gradients)."""
+        self.p.biases -= self.dtype.type(self.lr) * self.g.biases
 
     # -- outside the step ------------------------------------------------------------------
     def weight_penalty(self) -> float:

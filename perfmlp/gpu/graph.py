@@ -116,11 +116,14 @@ class GraphStep:
         with phase(Phase.GRAPH):
             if resident:
                 x, y = self.batches.static(lo, hi, counts)
-            key = (x.data.ptr, y.data.ptr, hi - lo, net.global_batch)
+            # a sliced schedule (gpu/sliced.py) has two steps: with the last batch's slices pending or not
+            key = (x.data.ptr, y.data.ptr, hi - lo, net.global_batch, getattr(self.reducer, "graph_state", None))
             g = self.graphs.get(key)
             if g is None:
                 g = self.graphs[key] = self._capture(x, y)
             g.graph.launch(self.stream)
+            if hasattr(self.reducer, "replayed"):
+                self.reducer.replayed()
             if net.ops is not None:
                 net.ops.extend(g.ops)
                 net.kernels_launched += g.kernels

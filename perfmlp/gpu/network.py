@@ -213,6 +213,23 @@ class GpuNetwork(Network):
             self._launch("grad_check", cgrid, blk, check)
         self._launch("sgd_update", grid, blk, a)
 
+    def sgd_range(self, lo: int, hi: int, n_weights: int, with_loss: bool) -> None:
+        """The update kernel on flat elements [lo, hi), the first n_weights of
+        them weights (a sliced schedule's piece: perfmlp/gpu/sliced.py);
+        `with_loss`: the piece ends with the loss slot, added into the epoch's
+        sum, else a zero of the piece's own is. Not with fp16's loss scaling."""
+        key = ("range", lo, hi)
+        args = self._ints.get(key)
+        if args is None:
+            p, g, n = self.p, self.g, hi - lo
+            slot = g.extra if with_loss else self.cp.zeros(1, self.dtype)
+            wcopy = self.wcopy[lo:lo + n_weights] if self.wcopy is not None else p.flat[lo:hi]
+            args = self._ints[key] = (_grid(n), (p.flat[lo:hi], g.flat[lo:hi], np.int64(n), np.int64(n_weights),
+                                                  self.T(self.lr), self.T(self.reg), slot, self.ce_acc, wcopy,
+                                                  self.ls))
+        (grid, blk), a = args
+        self._launch("sgd_update", grid, blk, a)
+
     def take_epoch_loss_sum(self) -> float:
         v = float(self.ce_acc.get(stream=self.stream)[0])  # waits for the step's stream, once per epoch
         self.cp.cuda.runtime.memsetAsync(self.ce_acc.data.ptr, 0, self.ce_acc.nbytes, self.stream.ptr)

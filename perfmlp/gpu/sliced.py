@@ -1,0 +1,182 @@
+"""The sliced first layer on the GPU with NCCL (the schedule:
+perfmlp/slices.py), eager and as one captured step.
+
+Two streams: the step's (compute) and a communication stream that waits
+for events only. Batch k's backward writes dW1 in K slices, last rows
+first; slice 0, contiguous with the rest of the gradient buffer, is
+all-reduced with it on the communication stream while the other slices'
+GEMMs run, and both are updated (one kernel) when it lands. Slices 1..K-1 stay
+unreduced: batch k + 1's step begins by all-reducing them on the
+communication stream (the head) while the compute stream runs slice 0's
+forward GEMM; slice s's update and forward GEMM wait for
+slice s's reduction alone. So in graph mode one captured step begins with
+the previous batch's reductions in flight, and every fork joins within it
+(a capture must end joined). The first step after a `drain` has no head:
+its graph is captured apart (`graph_state`), and `replayed` says that a
+replay left the slices pending, as the step run eagerly does.
+
+`drain` (the backend's sync) reduces and applies what is pending, eagerly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import names as N
+from ..comm import _nccl_communicator
+from ..model.predict.slices import slice_rows
+from ..step import NonFiniteLoss
+from ..trace.records import Phase
+
+COLLECTIVE = "ncclAllReduce"
+
+
+class GpuSlices:
+    """The schedule's state on one rank: `compute` and `exchange` are the
+    step's Parts, `drain` the backend's sync before the stream's."""
+
+    name = N.NCCL
+    sliced = True
+
+    def __init__(self, cupy, world, net, k: int, overlap: bool = False):
+        from cupy.cuda import nccl
+        self.cp, self.nccl, self.net, self.overlap = cupy, nccl, net, overlap
+        self.rt = cupy.cuda.runtime
+        self.comm = _nccl_communicator(nccl, world, cupy.cuda.Device().id)
+        self.dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
+        H, D = net.p.layer_sizes[1], net.p.layer_sizes[0]
+        self.rows = slice_rows(H, k)[::-1]               # last rows first
+        self.w1_size, self.D = H * D, D
+        self._slice_at = {r0 * D: s for s, (r0, _) in enumerate(self.rows)}
+        self.compute_ptr = net.stream.ptr
+        self.comm_stream = cupy.cuda.Stream(non_blocking=True)
+        self.comm_ptr = self.comm_stream.ptr
+        ev = lambda: cupy.cuda.Event(disable_timing=True)   # noqa: E731
+        self.fork, self.written = ev(), [ev() for _ in self.rows]
+        self.landed = [ev() for _ in self.rows]
+        self.pending = False                                  # slices 1.. unreduced, all K unapplied
+        self._sent: list[int] = []
+        self._base, self._isz = net.g.flat.data.ptr, net.dtype.itemsize
+        net.set_first_rows(self.rows)
+        net.grad_ready = self._ready
+        net.first_forward = self._first_forward
+        self._warm()
+
+    def _warm(self) -> None:
+        """One allreduce of each size outside any graph (NCCL's first use of a size sets it up)."""
+        sizes = {(r1 - r0) * self.D for r0, r1 in self.rows} | {self.net.g.flat.size - self.rows[0][0] * self.D}
+        scratch = self.cp.zeros(max(sizes), self.net.dtype)
+        for n in sorted(sizes):
+            self.comm.allReduce(scratch.data.ptr, scratch.data.ptr, n, self.dtype, self.nccl.NCCL_SUM,
+                                self.compute_ptr)
+        self.net.stream.synchronize()
+
+    # -- the two streams ---------------------------------------------------------------
+    def _record(self, ev, ptr) -> None:
+        self.rt.eventRecord(ev.ptr, ptr)
+
+    def _wait(self, ptr, ev) -> None:
+        self.rt.streamWaitEvent(ptr, ev.ptr, 0)
+
+    def _allreduce(self, lo: int, hi: int, counted: bool = True) -> None:
+        """In place on the communication stream; `counted`: this batch's (the head's are the last batch's)."""
+        p = self._base + lo * self._isz
+        self.comm.allReduce(p, p, hi - lo, self.dtype, self.nccl.NCCL_SUM, self.comm_ptr)
+        if counted:
+            self._sent.append(hi - lo)
+
+    def _head(self) -> None:
+        """The previous batch's slices 1.. reduced on the communication stream."""
+        self._record(self.fork, self.compute_ptr)
+        self._wait(self.comm_ptr, self.fork)
+        for s in range(1, len(self.rows)):
+            r0, r1 = self.rows[s]
+            self._allreduce(r0 * self.D, r1 * self.D, counted=False)
+            self._record(self.landed[s], self.comm_ptr)
+
+    def _apply(self, s: int) -> None:
+        """Slice s (not 0: updated with the rest) updated once its reduction has landed."""
+        r0, r1 = self.rows[s]
+        self._wait(self.compute_ptr, self.landed[s])
+        n = (r1 - r0) * self.D
+        self.net.sgd_range(r0 * self.D, r1 * self.D, n, with_loss=False)
+
+    def _first_forward(self, x, out):
+        net = self.net
+        pending = self.pending
+        if pending:
+            self._head()
+        for s, (r0, r1) in enumerate(self.rows):
+            if pending and s:
+                self._apply(s)
+            net.gemm(net.gemm_weight(0)[r0:r1], x, out=out[r0:r1])
+        return out
+
+    def _ready(self, lo: int, hi: int) -> None:
+        """The backward pass wrote flat elements [lo, hi)."""
+        size = self.net.g.flat.size
+        if lo >= self.w1_size:            # an upper layer's piece, or the biases with the loss slot
+            if self.overlap:
+                self._fork_and_reduce(lo, hi)
+            return
+        s = self._slice_at[lo]
+        if s:
+            return                        # reduced at the next step's head
+        self._fork_and_reduce(lo, hi if self.overlap else size)
+        self._record(self.landed[0], self.comm_ptr)
+
+    def _fork_and_reduce(self, lo: int, hi: int) -> None:
+        ev = self.written[0]
+        self._record(ev, self.compute_ptr)
+        self._wait(self.comm_ptr, ev)
+        self._allreduce(lo, hi)
+
+    # -- the step's parts ----------------------------------------------------------------
+    def compute(self, net, x, y, phase, counts) -> None:
+        with phase(Phase.FORWARD):
+            net.forward(x)
+        with phase(Phase.LOSS):
+            net.loss(y)
+        with phase(Phase.BACKWARD):
+            net.backward()
+
+    def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> None:
+        with phase(Phase.ALLREDUCE):
+            self._wait(self.compute_ptr, self.landed[0])   # the rest (and slice 0) reduced
+        with phase(Phase.UPDATE):
+            n_params = net.p.n_params
+            lo = self.rows[0][0] * self.D   # slice 0 landed with the rest: one kernel updates both
+            net._record(("update_weights", (net.p.n_weights - lo,)), ("update_biases", (net.p.n_biases,)))
+            for r0, r1 in self.rows[1:]:   # applied in the next step, counted with this one
+                net._record(("update_weights", ((r1 - r0) * self.D,)), ("update_biases", (0,)))
+            net.sgd_range(lo, n_params, net.p.n_weights - lo, with_loss=True)
+        # this batch's gradients: slice 0 with the rest now, the other slices at the next step's head
+        for n in self._sent + [(r1 - r0) * self.D for r0, r1 in self.rows[1:]]:
+            counts.bytes_nccl += n * self._isz
+            counts.collectives.append((COLLECTIVE, n))
+        self._sent.clear()
+        self.pending = True
+        return None
+
+    @property
+    def graph_state(self) -> bool:
+        """Which captured step the next batch replays: with the head or without."""
+        return self.pending
+
+    def replayed(self) -> None:
+        self.pending = True
+
+    def drain(self) -> None:
+        """Reduce and apply the pending slices, eagerly."""
+        if not self.pending:
+            return
+        self._head()
+        for s in range(1, len(self.rows)):
+            self._apply(s)
+        self._sent.clear()
+        self.pending = False
+
+    def host_value(self, flat, index: int):
+        return None   # reading it would synchronise the device every batch
+
+    def epoch_loss_sum(self) -> float:
+        return self.net.take_epoch_loss_sum()

@@ -1,0 +1,187 @@
+"""The price of the sliced first layer (perfmlp/slices.py) and the slice
+count it is fastest at.
+
+The schedule: the first layer's weight gradient dW1 = dZ1 X^T computed in
+K slices of hidden units, each slice's all-reduce started on the
+communication stream as soon as its GEMM has written it; the rest of the
+gradients (the upper layers' weights, every bias) reduced once, as soon
+as the backward pass has written them, before the first slice; the rest
+updated when its reduction lands; and slice s updated, and the next
+batch's first-layer forward GEMM of slice s run, as soon as slice s's
+reduction lands. Two chains per batch, compute and communication, on two
+streams:
+
+    compute:  [upd_s + fwd_s when comm_s lands] x K (slice 0: no upd_s), the middle (the rest
+              of the forward, the loss, the output backward), [bwd_s] x K,
+              the rest's update when its reduction lands
+    comm:     [comm_s after bwd_s] x K, the first with the rest
+
+`chain_s` plays four batches of it and returns the steady batch's length:
+the longer of the two chains plus the pipeline's fill (the first slice's
+reduction waits for the first dW1 slice) and drain (the next forward waits
+for the first slice's reduction), which the simulation holds by
+construction. Today's step (K = 1, `pipelined=False`) is the serial sum:
+forward, middle, backward, one all-reduce of the whole buffer, the update.
+
+The sliced step's prediction is predict_batch's (today's step, its
+launches, copies and trace terms) less today's chain plus the sliced
+chain: only the kernels and collectives the schedule changes are repriced.
+Not modelled: the slowdown of GEMMs sharing the SMs with NCCL's kernels,
+and the host's extra launches in eager mode (graph mode is the target).
+"""
+from __future__ import annotations
+
+from ... import names as N
+from ..costs import LOSS_SLOTS, pieces, step_kernels, widths
+from ..machine import Machine
+from .batch import predict_batch
+from .compute import kernel_s
+from .exchange import comm_s
+
+SLICE_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)   # the slice counts `auto` chooses among
+HALF_BYTES = 2                                   # bytes of a bf16 or fp16 gradient element
+
+
+def grad_bytes(precision: str, grad_precision: str) -> int:
+    """Bytes per gradient element on the wire: 2 for bf16 and fp16, else the master type's."""
+    return HALF_BYTES if grad_precision in N.HALF_PRECISIONS else widths(precision).param
+
+
+def slice_rows(hidden: int, k: int) -> list[tuple[int, int]]:
+    """K contiguous row ranges of the hidden units, sizes differing by at most one."""
+    out, r = [], 0
+    for n in pieces(hidden, k):
+        out.append((r, r + n))
+        r += n
+    return out
+
+
+def _kernel(machine, ops, isz, precision, gemm, gap) -> float:
+    return kernel_s(machine, ops, isz, precision, gemm) + gap
+
+
+def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap: float, k: int) -> dict:
+    """The schedule's kernels: each slice's forward GEMM, dW1 GEMM and update;
+    the middle (every other kernel but the update); the rest's update."""
+    isz = widths(precision)
+    D, H = layer_sizes[0], layer_sizes[1]
+    kernels = step_kernels(layer_sizes, b, None, isz)
+    first_fwd, first_bwd = (("gemm", (H, b, D)),), (("gemm", (H, D, b)),)
+    middle = [kn for phase, ks in kernels.items() if phase != "update" for kn in ks]
+    middle.remove(first_fwd)
+    middle.remove(first_bwd)
+    middle += [kn for kn in kernels["update"] if kn[0][0] == "grad_check"]
+    n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, len(layer_sizes)))
+    n_b = sum(layer_sizes[1:])
+    rows = [r1 - r0 for r0, r1 in slice_rows(H, k)][::-1]   # in the schedule's order: last rows first
+    # slice 0 (the last rows) lands with the rest and is updated with it, in one kernel
+    rest_update = ((("update_weights", (n_w - H * D + rows[0] * D,)), ("update_biases", (n_b,))),)
+    return dict(
+        fwd=[_kernel(machine, (("gemm", (r, b, D)),), isz, precision, gemm, gap) for r in rows],
+        bwd=[_kernel(machine, (("gemm", (r, D, b)),), isz, precision, gemm, gap) for r in rows],
+        # a slice's update: the update kernel on its rows' weights and no bias
+        upd=[0.0] + [_kernel(machine, (("update_weights", (r * D,)), ("update_biases", (0,))), isz, precision,
+                             gemm, gap) for r in rows[1:]],
+        middle=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in middle),
+        upd_rest=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in rest_update),
+        upd_all=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels["update"]
+                    if kn[0][0] != "grad_check"),
+        rows=rows, rest_elems=n_w - H * D + n_b, loss_elems=LOSS_SLOTS, D=D)
+
+
+def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
+    """Seconds per steady batch of the two chains (the module docstring).
+    `comm(elements)`: a collective's seconds for that many elements. The
+    slices (`parts`' lists) go last rows first: the first one written is
+    contiguous with the rest of the buffer and reduced with it, in one
+    collective."""
+    rows, D = parts["rows"], parts["D"]
+    rest = parts["rest_elems"] + parts["loss_elems"]
+    if not pipelined:   # today's step: everything serial, one collective
+        return (sum(parts["fwd"]) + parts["middle"] + sum(parts["bwd"])
+                + comm(sum(rows) * D + rest) + parts["upd_all"])
+    comm_slice = [comm(r * D + (rest if i == 0 else 0)) for i, r in enumerate(rows)]
+    tc = tm = rest_end = 0.0
+    ready = [0.0] * len(rows)
+    ends = []
+    for _ in range(batches):
+        for s in range(len(rows)):
+            tc = max(tc, ready[s]) + parts["upd"][s] + parts["fwd"][s]
+        tc += parts["middle"]
+        for s in range(len(rows)):
+            tc += parts["bwd"][s]
+            tm = max(tm, tc) + comm_slice[s]
+            ready[s] = tm
+            if s == 0:
+                rest_end = tm
+        tc = max(tc, rest_end) + parts["upd_rest"]
+        ends.append(tc)
+    return ends[-1] - ends[-2]
+
+
+def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices: int, precision: str = N.FLOAT32,
+                   grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
+                   exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> dict:
+    """Predicted seconds per batch of today's step and of the sliced one:
+    {"today_s", "sliced_s", "gain" (today / sliced), "slices", "chain_today_s",
+    "chain_sliced_s"}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
+    base = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode,
+                         gemm=gemm)
+    b = max(pieces(batch, procs))
+    graph = exec_mode == N.GRAPH
+    gap = machine.graph_kernel_gap_s + machine.graph_node_extra_s if graph else machine.kernel_gap_s
+
+    def comm_fn(width):
+        return lambda n: sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
+
+    full = widths(precision).param
+    today = chain_s(_parts(machine, layer_sizes, b, precision, gemm, gap, 1), comm_fn(full), False)
+    parts = _parts(machine, layer_sizes, b, precision, gemm, gap, slices)
+    sliced = chain_s(parts, comm_fn(grad_bytes(precision, grad_precision)), slices > 1)
+    total = base.total_s - today + sliced
+    return {"today_s": base.total_s, "sliced_s": total, "gain": base.total_s / total, "slices": slices,
+            "chain_today_s": today, "chain_sliced_s": sliced}
+
+
+def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = N.FLOAT32,
+                  grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
+                  exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> int:
+    """The slice count (of SLICE_CANDIDATES, at most the hidden units) the
+    model prices fastest; the smaller on a tie."""
+    ks = [k for k in SLICE_CANDIDATES if k <= layer_sizes[1]]
+    price = {k: predict_sliced(machine, layer_sizes, batch, procs, k, precision, grad_precision, comm,
+                               batch_transfer, exec_mode, gemm)["sliced_s"] for k in ks}
+    return min(ks, key=lambda k: (round(price[k], 12), k))
+
+
+def gain_table(machine: Machine, hidden: int = 512, per_gpu: int = 3200, procs=(2, 4, 8)) -> list[dict]:
+    """The schedule's predicted gain, one row per (p, batch, precision, gradient
+    precision): graph mode, NCCL, resident data, K chosen by the model."""
+    rows = []
+    for p in procs:
+        for batch, scaling in ((per_gpu, "split"), (per_gpu * p, "per GPU")):
+            for prec in (N.FLOAT32, N.BF16):
+                for grad in (N.FLOAT32, N.BF16):
+                    layers = (784, hidden, 10)
+                    k = choose_slices(machine, layers, batch, p, prec, grad)
+                    r = predict_sliced(machine, layers, batch, p, k, prec, grad)
+                    rows.append(dict(procs=p, batch=batch, scaling=scaling, precision=prec, grad_precision=grad,
+                                     slices=k, today_us=1e6 * r["today_s"], sliced_us=1e6 * r["sliced_s"],
+                                     gain=r["gain"]))
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    head = "| p | B | batch | precision | gradients | K | today (us) | sliced (us) | gain |"
+    lines = [head, "|" + " --- |" * 9]
+    for r in rows:
+        lines.append(f"| {r['procs']} | {r['batch']} | {r['scaling']} | {r['precision']} | {r['grad_precision']} "
+                     f"| {r['slices']} | {r['today_us']:.1f} | {r['sliced_us']:.1f} | {r['gain']:.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..machine import load_machine
+    print(markdown(gain_table(load_machine(sys.argv[1] if len(sys.argv) > 1 else None))))

@@ -1,0 +1,277 @@
+"""The sliced first layer and the 16-bit gradient exchange, on NumPy and MPI.
+
+The schedule (`--slices K`): the first layer's weight gradient
+dW1 = dZ1 X^T is computed in K slices of hidden units (rows of dW1, last
+rows first), and each slice's all-reduce is started (MPI_Iallreduce) as
+soon as its GEMM has written it. The first slice written, the last rows,
+is contiguous in the flat gradient buffer with the rest of it (the upper
+layers' weights, every bias, the loss slot): it is reduced with them, in
+one collective. The exchange waits for that one, checks the loss and
+updates the rest with slice 0; the other slices stay in flight across the
+batch boundary. The next batch's first-layer forward then goes slice by slice,
+in the same order: wait for slice s's reduction, update rows s of W1, run
+Z1[s] = W1[s] X. So the rows that need the latest reduction are the last
+to wait for it. `drain` (the backend's `sync`: at the warm-up's end and at
+every epoch's end, before the held-out accuracy and before parameters are
+read) lands and applies whatever is still in flight.
+
+Rows h of dW1 need only rows h of dZ1, and Z1[h] needs only the updated
+rows h of W1 and b1, so the parameters after any number of batches are
+the unsliced step's up to the order MPI sums in (tests/mpi_slices.py).
+With fp16's loss scaling (a step is skipped when any reduced gradient is
+not finite) the update waits for every slice: the slices' reductions
+overlap the later slices' GEMMs, not the next batch.
+
+The 16-bit exchange (`--grad-precision bf16 | fp16`): each rank's gradient
+rounded to 16 bits into a buffer of its own, summed by an MPI operation
+that adds two 16-bit values in float32 and rounds the sum back (as NCCL's
+ring does hop by hop), and widened into the gradient buffer before the
+update, which stays in the master type. The loss slot travels at 16 bits
+as the rank's mean (its sum could pass fp16's largest value): it only
+tells every rank alike that the loss is finite; the epoch's loss is each
+rank's exact sum, reduced once at the epoch's end (`epoch_loss_sum`).
+
+The GPU's form: perfmlp/gpu/sliced.py (NCCL; the 16-bit exchange is
+NumPy's only so far: `check` refuses what is not built, in one line).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import names as N
+from .errors import PerfmlpError
+from .mixed import ml_dtypes
+from .model.predict.slices import choose_slices, slice_rows
+from .step import NonFiniteLoss, Parts
+from .trace.records import Phase
+
+ISEND = "MPI_Iallreduce"
+_OPS: dict = {}   # 16-bit type -> its MPI sum (created once per process)
+
+
+def half_dtype(grad_precision: str) -> np.dtype | None:
+    """The NumPy type gradients are reduced in, None for the master type's."""
+    if grad_precision == N.FP16:
+        return np.dtype(np.float16)
+    if grad_precision == N.BF16:
+        if ml_dtypes is None:
+            raise PerfmlpError("--grad-precision bf16 on NumPy needs ml_dtypes (pip install ml_dtypes)")
+        return np.dtype(ml_dtypes.bfloat16)
+    return None
+
+
+def _half_sum(world, dtype: np.dtype):
+    """An MPI operation on 16-bit words: a + b in float32, rounded back to `dtype`."""
+    if dtype not in _OPS:
+        def add(inbuf, inoutbuf, datatype):
+            a, b = np.frombuffer(inbuf, dtype), np.frombuffer(inoutbuf, dtype)
+            b[...] = (a.astype(np.float32) + b.astype(np.float32)).astype(dtype)
+        _OPS[dtype] = world.MPI.Op.Create(add, commute=True)
+    return _OPS[dtype]
+
+
+class SlicedExchange:
+    """The schedule's state on one rank: its `compute` and `exchange` are the
+    step's Parts (perfmlp/step.py), `reduce`, `host_value` and
+    `epoch_loss_sum` the reducer's interface, `drain` the backend's sync."""
+
+    name = N.MPI
+    sliced = True
+
+    def __init__(self, world, net, k: int, grad_precision: str = N.FLOAT32, overlap: bool = False):
+        H, D = net.p.layer_sizes[1], net.p.layer_sizes[0]
+        if not 1 <= k <= H:
+            raise PerfmlpError(f"--slices {k}: the first layer has {H} hidden units; give 1 to {H}")
+        self.world, self.net, self.overlap = world, net, overlap
+        self.mpi = world.library != "none"
+        self.half = half_dtype(grad_precision)
+        self.rows = slice_rows(H, k)[::-1]                  # last rows first
+        self.w1_size = H * D
+        self._slice_at = {r0 * D: s for s, (r0, _) in enumerate(self.rows)}
+        self.pipelined = k > 1 and net.scaler is None
+        self.wire = None if self.half is None else np.zeros(net.g.flat.size, self.half)
+        self._inflight: dict = {}   # a slice's index, or ("piece", lo) -> (request, lo, hi) while in flight
+        self._pending: list[int] = []                       # slices reduced but not yet applied to W1
+        self._sent: list[tuple[str, int, int]] = []         # (collective, elements, bytes) of this batch
+        self._ce = 0.0                                      # the rank's exact loss sum this epoch (16-bit)
+        net.set_first_rows(self.rows)
+        net.grad_ready = self._ready
+        net.first_forward = self._first_forward if self.pipelined else None
+
+    # -- the backward pass hands over each written piece ---------------------------
+    def _ready(self, lo: int, hi: int) -> None:
+        if lo >= self.w1_size:        # an upper layer's piece, or the biases with the loss slot
+            if self.overlap:          # --overlap: each reduced as written, on its own
+                self._start(("piece", lo), lo, hi)
+            return
+        s = self._slice_at[lo]
+        if s == 0 and not self.overlap:
+            hi = self.net.g.flat.size   # the first slice with the rest of the buffer
+        self._start(s, lo, hi)
+
+    def _start(self, key, lo: int, hi: int) -> None:
+        """Start the reduction of flat elements [lo, hi) (`key`: a slice's index, or a piece's)."""
+        g = self.net.g.flat
+        if self.half is None:
+            buf, nbytes = g[lo:hi], (hi - lo) * g.itemsize
+            req = self.world.iallreduce_sum(buf) if self.mpi else None
+        else:
+            if hi == g.size:   # the loss slot as the rank's mean (the module docstring)
+                self._ce += float(g[-1])
+                g[-1] = g[-1] / self.net.global_batch
+            self.wire[lo:hi] = g[lo:hi].astype(self.half)
+            buf, nbytes = self.wire[lo:hi], (hi - lo) * self.half.itemsize
+            req = self._start_half(buf) if self.mpi else None
+        self._sent.append((ISEND, hi - lo, nbytes))
+        self._inflight[key] = (req, lo, hi)
+
+    def _start_half(self, buf):
+        MPI = self.world.MPI
+        return self.world.comm.Iallreduce(MPI.IN_PLACE, [buf.view(np.uint16), MPI.UINT16_T],
+                                          op=_half_sum(self.world, self.half))
+
+    def _land(self, key) -> None:
+        """Wait for one piece's reduction and widen it into the gradient buffer."""
+        req, lo, hi = self._inflight.pop(key)
+        if req is not None:
+            req.Wait()
+        if self.half is not None:
+            self.net.g.flat[lo:hi] = self.wire[lo:hi].astype(self.net.dtype)
+
+    # -- the step's parts --------------------------------------------------------------
+    def compute(self, net, x, y, phase, counts) -> None:
+        with phase(Phase.FORWARD):
+            net.forward(x)           # waits for each slice of the previous batch as it needs it
+        with phase(Phase.LOSS):
+            net.loss(y)
+        with phase(Phase.BACKWARD):
+            net.backward()           # starts each slice's reduction as it is written
+
+    def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+        with phase(Phase.ALLREDUCE):
+            self.reduce(net.g.flat, phase, counts)
+        ce = float(net.g.flat[-1])
+        if not np.isfinite(ce):
+            raise nonfinite(ce)      # before the update: the parameters are still the last finite ones
+        with phase(Phase.UPDATE):
+            if self.pipelined:   # the rest and slice 0 now; the other slices in the next forward, counted here
+                D = net.p.layer_sizes[0]
+                lo = self.rows[0][0] * D
+                net._record(("update_weights", (net.p.n_weights - lo,)), ("update_biases", (net.p.n_biases,)))
+                for r0, r1 in self.rows[1:]:
+                    net._record(("update_weights", ((r1 - r0) * D,)), ("update_biases", (0,)))
+                net.sgd_weights(lo, net.p.n_weights)
+                net.sgd_biases()
+            else:
+                net.update()
+        return ce if self.half is None else None
+
+    def reduce(self, flat, phase, counts) -> None:
+        """Land the rest's reduction (and, not pipelined, every slice's); count what was sent."""
+        for key in [k for k in self._inflight if k == 0 or not isinstance(k, int) or not self.pipelined]:
+            self._land(key)
+        self._pending = list(range(1, len(self.rows))) if self.pipelined else []
+        if self.mpi:
+            for name, n, nbytes in self._sent:
+                counts.bytes_mpi += nbytes
+                counts.collectives.append((name, n))
+        self._sent.clear()
+
+    def _first_forward(self, x, out):
+        """Z1 = W1 X slice by slice, each slice's rows updated as its reduction lands."""
+        net = self.net
+        z = out if out is not None else np.empty((net.p.layer_sizes[1], x.shape[1]), net.act_dtype)
+        D = net.p.layer_sizes[0]
+        for s, (r0, r1) in enumerate(self.rows):
+            self._apply(s, r0 * D, r1 * D)
+            net.gemm(net.gemm_weight(0)[r0:r1], x, out=z[r0:r1])
+        return z
+
+    def _apply(self, s: int, lo: int, hi: int) -> None:
+        if s not in self._pending:
+            return
+        if s in self._inflight:
+            self._land(s)
+        self.net.sgd_weights(lo, hi)
+        self._pending.remove(s)
+
+    def drain(self) -> None:
+        """Land and apply every slice still in flight (W1 as the unsliced step leaves it)."""
+        D = self.net.p.layer_sizes[0]
+        for s in list(self._pending):
+            r0, r1 = self.rows[s]
+            self._apply(s, r0 * D, r1 * D)
+
+    def host_value(self, flat, index: int) -> float | None:
+        return float(flat[index]) if self.half is None else None
+
+    def epoch_loss_sum(self) -> float:
+        """The epoch's exact loss sum over the ranks (16-bit: reduced here, once)."""
+        buf = np.array([self._ce])
+        self._ce = 0.0
+        if self.mpi:
+            self.world.allreduce_sum(buf)
+        return float(buf[0])
+
+
+def resolve(cfg, procs: int, backend: str = N.NUMPY, exec_mode: str = N.EAGER) -> int:
+    """--slices as a count: auto is the model's choice, priced on the default machine file."""
+    if cfg.slices != N.AUTO:
+        return int(cfg.slices)
+    from .model.machine import load_machine
+    return choose_slices(load_machine(None), cfg.layer_sizes, cfg.batch_size, procs, cfg.precision,
+                         cfg.grad_precision, N.NCCL if backend == N.CUPY else N.MPI, cfg.batch_transfer, exec_mode)
+
+
+def check(cfg, backend: str, partitioned: bool) -> None:
+    """Refuse, in one line, what the schedule and the 16-bit exchange do not run."""
+    asked = [f for f, on in (("--slices", cfg.slices != "1"),
+                             ("--grad-precision", cfg.grad_precision != N.FLOAT32)) if on]
+    if not asked:
+        return
+    what = " and ".join(asked)
+    if partitioned:
+        raise PerfmlpError(f"{what}: data parallelism with an allreduce only (this run: --parallel {cfg.parallel}, "
+                           f"--comm {cfg.comm})")
+    if backend == N.NUMPY:
+        return
+    if cfg.grad_precision != N.FLOAT32:
+        raise PerfmlpError("--grad-precision on the GPU is not built yet: the 16-bit exchange runs on the numpy "
+                           "backend (--backend numpy)")
+    if cfg.comm != N.NCCL:
+        raise PerfmlpError(f"--slices on the GPU needs --comm nccl (the staged exchange, --comm {cfg.comm}, needs "
+                           f"the host between a slice's GEMM and its reduction)")
+    if cfg.precision == N.FP16:
+        raise PerfmlpError("--slices with --precision fp16 is not built on the GPU (the loss scale's finite check "
+                           "needs every slice before any update)")
+
+
+def wire(cfg, world, be):
+    """The backend with the sliced schedule or the 16-bit exchange where asked,
+    else `be` unchanged (an idempotent wrapper of backend.build's result)."""
+    from .backend import partitioned as is_partitioned
+    if getattr(be.reducer, "sliced", False):
+        return be
+    check(cfg, be.name, is_partitioned(cfg))
+    k = resolve(cfg, world.size, be.name, be.exec)
+    if k == 1 and cfg.grad_precision == N.FLOAT32:
+        return be
+    if cfg.overlap:
+        be.net.set_buckets(cfg.bucket_bytes)
+    if be.name == N.NUMPY:
+        sched = SlicedExchange(world, be.net, k, cfg.grad_precision, cfg.overlap)
+        return dataclasses.replace(be, reducer=sched, parts=Parts(sched.compute, sched.exchange), sync=sched.drain)
+    from .gpu.sliced import GpuSlices
+    sched = GpuSlices(be.xp, world, be.net, k, cfg.overlap)
+    parts = Parts(sched.compute, sched.exchange)
+    graph = be.graph
+    if graph is not None:
+        from .gpu.graph import GraphStep
+        graph = GraphStep(be.xp, be.net, be.batches, sched, be.stream, parts)
+
+    def sync():
+        sched.drain()
+        be.sync()
+    return dataclasses.replace(be, reducer=sched, parts=parts, sync=sync, graph=graph)
