@@ -181,7 +181,7 @@ def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, comb
     workers other than rank 0 do not update). In graph mode one replay
     (`graph`) stands for forward, combine, loss and backward, and with a
     device exchange for the exchange and the update too."""
-    out = [] if batch_transfer == RESIDENT else [Phase.H2D]
+    out = [] if batch_transfer in UNCOPIED_TRANSFERS else [Phase.H2D]
     if exec_mode == GRAPH:
         out.append(Phase.GRAPH)
         if comm in DEVICE_COMMS:
@@ -198,3 +198,8 @@ def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, comb
         out += [Phase.D2H, Phase.ALLREDUCE, Phase.H2D_GRAD] if comm in STAGED_COMMS else [Phase.ALLREDUCE]
     out.append(Phase.UPDATE)
     return tuple(out)
+
+
+# --- the NumPy backend's batches: read where they lie in host memory
+IN_PLACE = "in-place"                          # no copy: a piece is a view of the host arrays
+UNCOPIED_TRANSFERS = (RESIDENT, IN_PLACE)      # transfers whose batches record no h2d phase
