@@ -60,8 +60,8 @@ class Blas:
 def loaded_libraries() -> list[str]:
     """Paths of the shared objects this process has mapped (Linux); [] elsewhere."""
     try:
-        with open("/proc/self/maps") as f:
-            paths = [line.split()[-1] for line in f if "/" in line and ".so" in line]
+        with open("/proc/self/maps", "rb") as f:   # bytes: a mapped path need not be in the locale's encoding
+            paths = [os.fsdecode(line.split()[-1]) for line in f if b"/" in line and b".so" in line]
     except OSError:
         return []
     return list(dict.fromkeys(paths))
@@ -106,7 +106,7 @@ def cpu_cores() -> int:
 def cpu_name() -> str:
     """The processor's model name (Linux /proc/cpuinfo), else the platform's word."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()

@@ -30,6 +30,7 @@ from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
 from .format import MANIFEST, PACKED, per_batch_words, rank_files, read_rank_bytes
+from .format import WARMUP_BATCHES  # noqa: F401  (read here by the benchmarks)
 from .batchfile import decode_batches
 from .fields import TraceError
 from .lines import parse

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from .format import WARMUP_BATCHES, warmup_batches
 
-STEADY_RULE = (f"in an epoch of more than {WARMUP_BATCHES} batches the first {WARMUP_BATCHES} are left out "
+STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch of more than {WARMUP_BATCHES} are left out "
                "(the run's first compiles kernels, allocates and captures a CUDA graph, the next two still carry "
                "one-off costs; later epochs start after the held-out evaluation), a shorter epoch is kept whole "
                "(trace.format.warmup_batches, as the trainer's epoch lines record it in `warmup_batches`), and "
