@@ -89,6 +89,8 @@ def check_options(cfg: Config) -> str:
         why = graph_refusal(name, cfg.parallel, cfg.comm)
         if why:
             raise PerfmlpError(why)
+    from . import slices
+    slices.check(cfg, name, partitioned(cfg) or cfg.comm == N.PS_ASYNC)
     return name
 
 
@@ -119,7 +121,8 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
         from .gpu.graph import GraphStep
         fields["graph"] = GraphStep(fields["xp"], fields["net"], fields["batches"], fields["reducer"],
                                     fields["stream"], fields.get("parts", DATA))
-    return Backend(**fields, exec=mode)
+    from .slices import wire
+    return wire(cfg, world, Backend(**fields, exec=mode))
 
 
 def _overlap(cfg: Config, net, reducer) -> None:

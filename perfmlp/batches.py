@@ -4,7 +4,8 @@
 columns: transposed views of the row-per-sample arrays, no copy) and adds
 the bytes it copied to `counts.bytes_h2d`.
 
-- `HostBatches` (NumPy): views into the host arrays.
+- `HostBatches` (NumPy): views into the host arrays, no copy and so no
+  h2d phase (its transfer is N.IN_PLACE).
 - `DeviceBatches` (CuPy): copied each batch from pageable host memory (the
   reference scheme) or from pinned memory, or resident (uploaded once), or
   prefetched: the next batches copied on copy streams while this one
@@ -33,6 +34,8 @@ def host_memory(mode: str) -> str | None:
 
 
 class HostBatches:
+    transfer = N.IN_PLACE   # nothing copied, so no h2d phase (N.batch_phases)
+
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x0, self.y0 = x, y
         self.x, self.y = x, y
@@ -41,8 +44,7 @@ class HostBatches:
         self.x, self.y = self.x0[order], self.y0[order]
 
     def get(self, lo: int, hi: int, phase, counts):
-        with phase(Phase.H2D):
-            return self.x[lo:hi].T, self.y[lo:hi].T
+        return self.x[lo:hi].T, self.y[lo:hi].T
 
 
 class DeviceBatches:

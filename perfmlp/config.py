@@ -96,7 +96,7 @@ class Config:
 # What each field is, for --help (the default is added from the dataclass).
 HELP = {
     "input_size": "input features per sample, D",
-    "hidden_sizes": "hidden layer sizes, comma separated, H1,H2,...",
+    "hidden_sizes": "hidden layer sizes, H1,H2,... or H1 H2 ...",
     "num_classes": "output classes, C",
     "reg": "L2 regularisation strength, lambda",
     "learning_rate": "SGD step size",
@@ -181,6 +181,8 @@ def _convert(name: str, value: Any, label: str) -> Any:
     if name == "hidden_sizes":
         if not isinstance(value, (list, tuple)):
             value = [value]
+        # "256,128", "256 128" and [256, 128] alike: text is split at commas and spaces
+        value = [t for v in value for t in (v.replace(",", " ").split() if isinstance(v, str) else [v])]
         if not value or any(isinstance(v, (list, dict)) for v in value):
             raise checks.CheckError(f"{label} must be a non-empty list of integers, got {prefix(value)}")
         sizes = tuple(checks.integer(label, v) for v in value)
@@ -310,12 +312,19 @@ def field_value(name: str, flag: str | None = None):
     def convert(text):
         try:
             if name == "hidden_sizes":
-                return list(_convert(name, [t for t in str(text).split(",")], flag or _flag(name)))
+                return list(_convert(name, str(text), flag or _flag(name)))
             return _convert(name, text, flag or _flag(name))
         except checks.CheckError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     convert.__name__ = name   # argparse names the type in its messages
     return convert
+
+
+class _Sizes(argparse.Action):
+    """--hidden-sizes 256,128 or 256 128 (or both mixed): one flat list."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [h for v in values for h in (v if isinstance(v, list) else [v])])
 
 
 def add_field(parser: argparse.ArgumentParser, name: str, *, default: Any = None, typed: bool = False,
@@ -335,6 +344,8 @@ def add_field(parser: argparse.ArgumentParser, name: str, *, default: Any = None
         kw["choices"] = choices or CHOICES[name]
     else:
         kw["metavar"] = METAVAR.get(name, "H1,H2,...")
+    if name == "hidden_sizes":
+        kw.update(nargs="+", action=_Sizes)
     parser.add_argument(_flag(name), *aliases, **kw)
 
 
@@ -383,7 +394,7 @@ def from_args(args: argparse.Namespace) -> Config:
         if hs is not None:
             overrides["hidden_sizes"] = (checks.integer("--hidden-size", hs),)
         elif hss is not None:
-            overrides["hidden_sizes"] = tuple(checks.integer("--hidden-sizes", t) for t in hss.split(","))
+            overrides["hidden_sizes"] = _convert("hidden_sizes", hss, "--hidden-sizes")
     except checks.CheckError as e:
         raise PerfmlpError(str(e)) from None
     return from_mapping(overrides, where="", base=cfg)

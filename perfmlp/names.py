@@ -181,7 +181,7 @@ def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, comb
     workers other than rank 0 do not update). In graph mode one replay
     (`graph`) stands for forward, combine, loss and backward, and with a
     device exchange for the exchange and the update too."""
-    out = [] if batch_transfer == RESIDENT else [Phase.H2D]
+    out = [] if batch_transfer in UNCOPIED_TRANSFERS else [Phase.H2D]
     if exec_mode == GRAPH:
         out.append(Phase.GRAPH)
         if comm in DEVICE_COMMS:
@@ -203,3 +203,7 @@ def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, comb
 HOST_TO_DEVICE = "h2d"
 DEVICE_TO_HOST = "d2h"
 COPY_DIRECTIONS = (HOST_TO_DEVICE, DEVICE_TO_HOST)
+
+# --- the NumPy backend's batches: read where they lie in host memory
+IN_PLACE = "in-place"                          # no copy: a piece is a view of the host arrays
+UNCOPIED_TRANSFERS = (RESIDENT, IN_PLACE)      # transfers whose batches record no h2d phase

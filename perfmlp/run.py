@@ -266,7 +266,7 @@ def _main(argv, job: _Job) -> int:
     cfg = _start(argv, job)
     world, rank = job.world, job.rank
     from . import train as train_mod
-    from .trace.format import WARMUP_BATCHES
+    from .trace.format import per_batch_words, warmup_batches
     from .trace.writer import make_tracer
     job.tracer = tracer = make_tracer(cfg, world)
     job.watchdog.run_dir = tracer.run_dir
@@ -285,8 +285,8 @@ def _main(argv, job: _Job) -> int:
         acc = f", final held-out accuracy {last.accuracy:.4f}" if last else ""
         trace = f", trace {tracer.run_dir}" if tracer.run_dir else ""
         say(f"done: {res.batches} batches on {world.size} rank{'s' if world.size > 1 else ''} "
-            f"({res.backend}), {ms:.4g} ms/batch (synchronised wall time per epoch after its "
-            f"{WARMUP_BATCHES} warm-up batches, median over epochs){acc}{trace}")
+            f"({res.backend}), {ms:.4g} ms/batch ({per_batch_words(warmup_batches(res.epochs[0].batches))}, "
+            f"rank 0, median over epochs){acc}{trace}")
     return 0
 
 

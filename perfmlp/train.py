@@ -33,7 +33,7 @@ from .model.costs import piece
 from .model.precision import precision as precision_of
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
 from .straggler import straggler
-from .trace.format import WARMUP_BATCHES, Counts
+from .trace.format import Counts, warmup_batches
 from .trace.writer import NullTracer
 from .watchdog import EPOCH_END, FINISHING, SERVING, NoWatchdog, Watched
 
@@ -132,7 +132,7 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
     at = [0]  # the batch the fault hook sees
     phase = faults.per_phase(watchdog.watch(tracer.phase), world.rank, tracer, at)
     nbatches = -(-cfg.n_train // cfg.batch_size)
-    warmup = min(WARMUP_BATCHES, nbatches - 1)  # the steady window starts after these (JIT, allocations, capture)
+    warmup = warmup_batches(nbatches)  # the steady window starts after these (JIT, allocations, capture)
     for epoch in range(cfg.epochs):
         ep = _epoch(s, world, tracer, watchdog, phase, at, epoch, warmup, result)
         result.epochs.append(ep)

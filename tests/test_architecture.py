@@ -20,7 +20,8 @@ TRACE = ("perfmlp.trace",)                                        # the contract
 CONFIG = ("perfmlp.config", "perfmlp.data", "perfmlp.params")                     # the configuration, the data sets
 TRAINER = ("perfmlp.backend", "perfmlp.batches", "perfmlp.comm", "perfmlp.mlp", "perfmlp.step", "perfmlp.train",
            "perfmlp.mixed", "perfmlp.straggler", "perfmlp.watchdog", "perfmlp.gpu", "perfmlp.strategies",
-           "perfmlp.psasync", "perfmlp.faults", "perfmlp.startup")
+           "perfmlp.psasync", "perfmlp.faults", "perfmlp.startup", "perfmlp.slices")
+HOST = ("perfmlp.blas",)                                          # the host's BLAS and cores (ctypes, /proc)
 REPORT = ("perfmlp.report",)
 # a package's command (python -m perfmlp.model) is a part of its own: it may read the configuration
 COMMANDS = ("perfmlp.model.__main__",)
@@ -28,14 +29,16 @@ PARTS = {
     # part: (its modules, the perfmlp modules it may import, the libraries beyond the standard one it may import)
     "base": (BASE, BASE, ("yaml",)),
     "model": (MODEL, (*MODEL, "perfmlp", "perfmlp.checks", "perfmlp.names"), ("numpy", "yaml")),
-    "trace": (TRACE, (*TRACE, *BASE, *MODEL), ("numpy", "cupy", "cupti", "nvtx")),
+    "host": (HOST, ("perfmlp",), ("numpy",)),
+    "trace": (TRACE, (*TRACE, *BASE, *MODEL, *HOST), ("numpy", "cupy", "cupti", "nvtx")),
     "config": (CONFIG, (*CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "yaml")),
-    "trainer": (TRAINER, (*TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ("numpy", "cupy", "cupyx", "mpi4py", "ml_dtypes")),
+    "trainer": (TRAINER, (*TRAINER, *CONFIG, *BASE, *MODEL, *TRACE, *HOST),
+                ("numpy", "cupy", "cupyx", "mpi4py", "ml_dtypes")),
     # perfetto: the trace processor's RPC messages, for the check of the Chrome export (report/perfetto.py)
     "report": (REPORT, (*REPORT, *BASE, *MODEL, *TRACE), ("numpy", "matplotlib", "yaml", "perfetto")),
     # the commands over the parts
     "run": (("perfmlp.run", "perfmlp.__main__"), ("perfmlp.run", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE), ()),
-    "calibrate": (("perfmlp.calibrate",), ("perfmlp.calibrate", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE),
+    "calibrate": (("perfmlp.calibrate",), ("perfmlp.calibrate", *TRAINER, *CONFIG, *BASE, *MODEL, *TRACE, *HOST),
                   ("numpy", "cupy", "cupyx", "mpi4py", "yaml")),
     # the sweep: refuses in its first second what the trainer would (backend.check_options, a GPU present)
     "sweep": (("perfmlp.sweep",), ("perfmlp.sweep", *CONFIG, *BASE, *MODEL, *TRACE, *REPORT, "perfmlp.backend",

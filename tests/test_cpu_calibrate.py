@@ -10,7 +10,7 @@ import yaml
 from conftest import mpiexec, run_cmd
 from perfmlp import names as N
 from perfmlp.calibrate.cpu import QUICK, SOURCES, main
-from perfmlp.calibrate.cpu_blas import THREAD_ENV, cpu_cores, find_blas, thread_env
+from perfmlp.blas import THREAD_ENV, cpu_cores, find_blas, thread_env
 from perfmlp.calibrate.cpu_kernels import TimedNetwork, one_step, step_piece, time_step
 from perfmlp.mlp import Network, init_weights
 from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels
@@ -53,7 +53,7 @@ def test_the_blas_threads_are_read_and_set():
     env = thread_env(1)
     assert all(env[v] == "1" for v in THREAD_ENV)
     # a child whose environment says 1, then set to 2 through the library's call
-    code = ("from perfmlp.calibrate.cpu_blas import find_blas; b = find_blas(); a = b.threads(); "
+    code = ("from perfmlp.blas import find_blas; b = find_blas(); a = b.threads(); "
             "b.set_threads(2); print(a, b.threads())")
     r = run_cmd([sys.executable, "-c", code], env={v: env[v] for v in THREAD_ENV})
     assert r.stdout.split() == ["1", "2"], r.stderr

@@ -370,9 +370,9 @@ def test_counters_equal_the_model(tmp_path, procs, flags, hidden):
                 (want.bytes_h2d, want.bytes_d2h, want.bytes_mpi, want.bytes_nccl), (rank, b.batch)
             assert [list(c) for c in b.collectives] == want.collective_list(run.comm)
             assert {k: v for k, v in b.flops.items() if v} == {k: v for k, v in want.flops.items() if v}
-            # HostBatches opens the h2d phase (copying nothing), as a pageable run does
+            # NumPy copies nothing, so records no h2d phase, as a resident run
             assert set(b.t_ms) == set(step_phases(sizes, procs, rank, c["parallel"], c["model_procs"], run.comm,
-                                                     "pageable"))
+                                                     "resident"))
             seen += 1
     assert seen == 8 * procs
 

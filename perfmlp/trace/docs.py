@@ -52,8 +52,11 @@ through `perfmlp/trace/upgrade.py`, the one place where what such a run
 ran is worked out from what it wrote (the exchange, the execution mode,
 the trace level, the launch shapes: see that module).
 
-The first {WARMUP_BATCHES} batches of every epoch are left out of the
-report's timing statistics (`trace.reader.STEADY_RULE`). A committed set
+The first {WARMUP_BATCHES} batches of every epoch longer than that are left
+out of the report's timing statistics, a shorter epoch is kept whole, and
+a batch timed on the host clock counts its epoch's synchronised wall time
+per batch over that window: the figure the trainer prints
+(`trace.steady.STEADY_RULE`, `trace.format.warmup_batches`). A committed set
 may hold the rank files gzipped (`python -m perfmlp.trace.pack`: both
 `.jsonl` and `.batches`); every reader takes either form.
 """

@@ -29,6 +29,22 @@ from ..names import GROUPS as PHASE_GROUPS, PHASE_GROUP as PHASE_TERMS  # noqa: 
 # batch's host time (a graph's first replays, an eager run's first pinned
 # copies). Traces whose epochs lack `warmup_batches` left out one.
 WARMUP_BATCHES = 3
+
+
+def warmup_batches(nbatches: int) -> int:
+    """The batches an epoch of `nbatches` leaves out of its steady window:
+    WARMUP_BATCHES, or none where the epoch holds no batch beyond them (its
+    time per batch is then the whole epoch's). The trainer's epoch lines and
+    the reader (STEADY_RULE) both take it from here."""
+    return WARMUP_BATCHES if nbatches > WARMUP_BATCHES else 0
+
+
+def per_batch_words(warmup: int) -> str:
+    """Which time per batch a figure is, for an epoch that left out `warmup`
+    batches (the epoch line's `warmup_batches`)."""
+    if warmup:
+        return f"synchronised wall time per batch after the epoch's first {warmup} (warm-up) batches"
+    return "synchronised wall time per batch of the whole epoch (too short for a warm-up)"
 MANIFEST = "manifest.json"
 
 # Whether a measured phase time means what the model's term of its group means

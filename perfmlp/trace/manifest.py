@@ -75,10 +75,20 @@ def machine_seen(world, backend: str) -> dict:
     return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks], "cpu": platform.processor() or platform.machine()}
 
 
-def what_ran(cfg, backend, machine: dict, levels: dict) -> Ran:
+def blas_seen() -> tuple[str | None, int | None]:
+    """This process's BLAS library (its name and file) and its thread count
+    now; (None, None) where none is found."""
+    from ..blas import find_blas
+    blas = find_blas()
+    if blas is None:
+        return None, None
+    return f"{blas.library} ({os.path.basename(blas.path)})", blas.threads()
+
+
+def what_ran(cfg, backend, machine: dict, levels: dict, blas: list | None = None) -> Ran:
     """What ran, from the built backend (its reducer names the exchange, its
-    network the launch shapes) and the trace levels the ranks resolved
-    (`levels`: Ran's trace_level* fields)."""
+    network the launch shapes), the trace levels the ranks resolved
+    (`levels`: Ran's trace_level* fields) and each rank's `blas_seen()`."""
     from ..model import costs
     net = backend.net
     gpus = sorted({n["gpu"] for n in machine["nodes"].values() if n.get("gpu")})
@@ -86,7 +96,9 @@ def what_ran(cfg, backend, machine: dict, levels: dict) -> Ran:
                parallel=cfg.parallel,
                model_procs=cfg.model_procs, batch_transfer=cfg.batch_transfer, overlap=cfg.overlap,
                bucket_bytes=cfg.bucket_bytes, gemm=cfg.gemm, output_grad_cols=costs.OUTPUT_GRAD_COLS,
-               fuse_output=bool(getattr(net, "fuse_output", True)), gpu=gpus[0] if gpus else None, **levels)
+               fuse_output=bool(getattr(net, "fuse_output", True)), gpu=gpus[0] if gpus else None,
+               blas=next((lib for lib, _ in blas or () if lib), None),
+               blas_threads=tuple(n for _, n in blas) if blas else None, **levels)
 
 
 def new_manifest(run_id: str, cfg, world, profiler_attached: bool) -> Manifest:

@@ -30,21 +30,15 @@ from ..safeio import read_json
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
-from .format import MANIFEST, PACKED, WARMUP_BATCHES, rank_files, read_rank_bytes
+from .format import MANIFEST, PACKED, per_batch_words, rank_files, read_rank_bytes
+from .format import WARMUP_BATCHES  # noqa: F401  (read here by the benchmarks)
 from .batchfile import decode_batches
 from .fields import TraceError
 from .lines import parse
 from .updates import Update
+from .steady import STEADY_RULE, epoch_ms, steady_window  # noqa: F401  (STEADY_RULE: the report's)
 from .records import (SCHEMA, Activity, Batch, Clock, End, Epoch, GpuActivity, Header, Manifest, Shape, Span,
                       read)
-
-STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch are left out (the run's first compiles "
-               "kernels, allocates and captures a CUDA graph, the next two still carried one-off costs of up to "
-               "40x a steady batch; later epochs start after the held-out evaluation, with the tracer's event "
-               "chain restarted), as perfmlp.train's own synchronised steady window does (trace.format."
-               "WARMUP_BATCHES), and so are batches some rank did not finish; a run whose epochs hold no other "
-               "batch keeps every batch but the run's first")
-
 
 @dataclass(frozen=True)
 class RankTrace:
@@ -107,13 +101,7 @@ class Run:
     # -- per batch ---------------------------------------------------------------------
     @cached_property
     def _steady(self) -> dict:
-        every: dict = {}
-        for r, rt in self.ranks.items():
-            for b in rt.batches:
-                every.setdefault(b.key, {})[r] = b
-        done = {k: v for k, v in every.items() if len(v) == len(self.ranks)}
-        steady = {k: v for k, v in done.items() if k[1] >= WARMUP_BATCHES}
-        return steady or {k: v for k, v in done.items() if k != (0, 0)}
+        return steady_window(self.ranks)
 
     def steady_batches(self) -> dict[tuple[int, int], dict[int, Batch]]:
         """(epoch, batch) -> {rank: Batch} of the steady batches (STEADY_RULE)."""
@@ -121,14 +109,14 @@ class Run:
 
     def batch_time_ms(self, b: Batch) -> float:
         """A batch's time: on the GPU (CUDA events or CUPTI records) where the
-        trace has it. On the host clock a GPU run's batch time is the host's
-        enqueue time, not the GPU's (nothing waits for the device each batch):
-        there the epoch's synchronised steady time per batch stands in for
-        each of its batches. Traces written before the epoch line had it
-        keep the host time."""
+        trace has it. On the host clock the epoch's synchronised wall time
+        per batch over its steady window (STEADY_RULE) stands in for each of
+        its batches, the figure the trainer prints: a GPU run's host time is
+        the enqueue time, not the GPU's, and a CPU run's leaves out the time
+        between batches. Traces without epoch lines keep the host time."""
         if b.t_ms_total:
             return b.t_ms_total
-        if b.clock == "host" and self.on_gpu:
+        if b.clock == N.HOST_CLOCK:
             ep = self._epoch_ms.get(b.epoch)
             if ep:
                 return ep
@@ -147,18 +135,19 @@ class Run:
         epoch's line to stand in. Its time per batch measures the host."""
         if not self.on_gpu:
             return False
-        return any(not b.t_ms_total and b.clock == "host" and not self._epoch_ms.get(b.epoch)
+        return any(not b.t_ms_total and b.clock == N.HOST_CLOCK and not self._epoch_ms.get(b.epoch)
                    for recs in self._steady.values() for b in recs.values())
 
     @cached_property
     def _epoch_ms(self) -> dict[int, float]:
-        """epoch -> its synchronised steady ms per batch, the slowest rank's."""
-        out: dict = {}
-        for rt in self.ranks.values():
-            for e in rt.epochs:
-                if e.steady_ms_per_batch:
-                    out[e.epoch] = max(out.get(e.epoch, 0.0), e.steady_ms_per_batch)
-        return out
+        return epoch_ms(self.ranks)
+
+    def time_per_batch_words(self) -> str:
+        """Which figure median_batch_ms is, in words."""
+        if self.phase_clock != N.HOST_CLOCK:
+            return "the batch's time on the GPU, median over the steady batches"
+        warm = {e.warmup_batches for rt in self.ranks.values() for e in rt.epochs if e.warmup_batches is not None}
+        return per_batch_words(max(warm)) + ", median over epochs" if warm else "host time per batch, median"
 
     def batch_times_ms(self) -> list[float]:
         """Time per batch of the job: the slowest rank's, per steady batch."""

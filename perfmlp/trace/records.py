@@ -100,6 +100,11 @@ class Ran:
     batch_hooks: str | None = _f("the tracer's begin_batch and end_batch: `c` (compiled) or `python` (absent "
                                  "before perfmlp 0.4.0: Python)", F.if_missing(F.optional(F.choice("c", "python")),
                                                                               None))
+    blas: str | None = _f("the BLAS library NumPy called, with its file (`openblas (libscipy_openblas64_.so)`); null "
+                          "where none was found (absent in older traces)", F.optional(F.string))
+    blas_threads: tuple | None = _f("each rank's BLAS threads as it trained, rank 0 first (an entry null where the "
+                                    "library has no thread-count call; absent in older traces)",
+                                    F.optional(F.list_of(F.optional(F.integer(1)))))
 
     @property
     def on_gpu(self) -> bool:

@@ -41,7 +41,7 @@ from .. import names as N
 from . import activity as act
 from . import nvtx as nv
 from .format import ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
-from .manifest import finished, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
+from .manifest import blas_seen, finished, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
 from .fastpath import CFastPath, fast_path
 from .gpu_side import GpuSide
 from .phases import NOOP, Event, Hooked, Recording, stamp_class
@@ -174,14 +174,15 @@ class Tracer(ShapeBook, GpuSide):
         self._write_clock(world, "start")
         levels = world.allgather((self.level, note))
         machine = machine_seen(world, backend.name)
+        blas = world.allgather(blas_seen())
         if self.rank == 0:
-            self._record_what_ran(backend, machine, levels, asked, why)
+            self._record_what_ran(backend, machine, levels, asked, why, blas)
         if self._collector is not None:
             self._write(Activity(schema=ACTIVITY_SCHEMA, level=self.level, fields=act.ACTIVITY_FIELDS,
                                  own_kernels=act.own_kernel_names()))
         self._make_phases()
 
-    def _record_what_ran(self, backend, machine, levels, asked, why) -> None:
+    def _record_what_ran(self, backend, machine, levels, asked, why, blas) -> None:
         notes = [f"rank {r}: {n}" for r, (_, n) in enumerate(levels) if n]
         if len(notes) == len(levels) > 1 and len({n for _, n in levels}) == 1:
             notes = [f"every rank: {levels[0][1]}"]
@@ -189,7 +190,7 @@ class Tracer(ShapeBook, GpuSide):
             "trace_level": self.level, "trace_level_asked": asked, "trace_level_why": why,
             "trace_level_note": "; ".join(notes[:4]) + (" ..." if len(notes) > 4 else "") if notes else None,
             "trace_levels": tuple(lv for lv, _ in levels) if len({lv for lv, _ in levels}) > 1 else None,
-            "batch_hooks": self.batch_hooks})
+            "batch_hooks": self.batch_hooks}, blas)
         self.manifest = dataclasses.replace(self.manifest, ran=ran, machine=machine, versions=versions(),
                                             mpi_library=self.world.library)
         write_manifest(self.run_dir, self.manifest)

@@ -1,0 +1,116 @@
+"""The BLAS library NumPy calls, and its thread count (the trainer records it
+in each run's manifest; calibrate sets it).
+
+threadpoolctl is not a dependency, so the count is read and set through
+the library's own API, found by ctypes among the shared objects this
+process has loaded (/proc/self/maps): OpenBLAS and its scipy-openblas
+builds (whose symbols carry a prefix and a suffix), MKL, BLIS. A process
+not started yet gets its count through its environment instead
+(`thread_env`): the libraries read those variables once, when NumPy loads
+them, so they must be set before `import numpy` in that process.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+# read by the BLAS libraries when they load: OpenBLAS, OpenMP builds, MKL, BLIS
+THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+# (library, keyword in its file name, getter symbols, setter symbols), the first found is used
+_APIS = (
+    ("openblas", "openblas",
+     ("openblas_get_num_threads", "openblas_get_num_threads64_", "scipy_openblas_get_num_threads64_"),
+     ("openblas_set_num_threads", "openblas_set_num_threads64_", "scipy_openblas_set_num_threads64_")),
+    ("mkl", "mkl_rt", ("MKL_Get_Max_Threads",), ("MKL_Set_Num_Threads",)),
+    ("blis", "blis", ("bli_thread_get_num_threads",), ("bli_thread_set_num_threads",)),
+)
+
+
+@dataclass(frozen=True)
+class Blas:
+    """A loaded BLAS library and its thread-count calls (None where absent)."""
+    library: str
+    path: str
+    getter: str | None
+    setter: str | None
+
+    def _fn(self, symbol: str):
+        fn = getattr(ctypes.CDLL(self.path), symbol)
+        fn.restype = ctypes.c_int
+        return fn
+
+    def threads(self) -> int | None:
+        """The library's thread count now, or None where it has no getter."""
+        return int(self._fn(self.getter)()) if self.getter else None
+
+    def set_threads(self, n: int) -> None:
+        """Set the thread count of this process's BLAS calls from now on."""
+        if not self.setter:
+            raise RuntimeError(f"{self.library} ({self.path}) has no thread-count call; "
+                               f"set {THREAD_ENV[0]} before NumPy loads")
+        self._fn(self.setter)(ctypes.c_int(int(n)))
+
+    def words(self) -> str:
+        how = f"set through {self.setter} (ctypes)" if self.setter else f"fixed at load ({', '.join(THREAD_ENV)})"
+        return f"{self.library} ({os.path.basename(self.path)}), threads {how}"
+
+
+def loaded_libraries() -> list[str]:
+    """Paths of the shared objects this process has mapped (Linux); [] elsewhere."""
+    try:
+        with open("/proc/self/maps", "rb") as f:   # bytes: a mapped path need not be in the locale's encoding
+            paths = [os.fsdecode(line.split()[-1]) for line in f if b"/" in line and b".so" in line]
+    except OSError:
+        return []
+    return list(dict.fromkeys(paths))
+
+
+def find_blas() -> Blas | None:
+    """The BLAS library NumPy has loaded, with its thread-count symbols; None
+    where none of _APIS is mapped."""
+    import numpy  # noqa: F401  (loads the library whose symbols are looked for)
+    for path in loaded_libraries():
+        name = os.path.basename(path).lower()
+        for library, keyword, getters, setters in _APIS:
+            if keyword not in name:
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            getter = next((s for s in getters if hasattr(lib, s)), None)
+            setter = next((s for s in setters if hasattr(lib, s)), None)
+            if getter or setter:
+                return Blas(library, path, getter, setter)
+    return None
+
+
+def thread_env(n: int, env: dict | None = None) -> dict:
+    """An environment (a copy of `env`, default os.environ) whose child
+    process's BLAS runs n threads."""
+    out = dict(os.environ if env is None else env)
+    out.update({var: str(int(n)) for var in THREAD_ENV})
+    return out
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (its affinity where the OS says, else the count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else the platform's word."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine() or "unknown CPU"
