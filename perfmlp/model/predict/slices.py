@@ -67,10 +67,10 @@ def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap
     D, H = layer_sizes[0], layer_sizes[1]
     kernels = step_kernels(layer_sizes, b, None, isz)
     first_fwd, first_bwd = (("gemm", (H, b, D)),), (("gemm", (H, D, b)),)
-    middle = [kn for phase, ks in kernels.items() if phase != "update" for kn in ks]
+    middle = [kn for phase, ks in kernels.items() if phase != N.Phase.UPDATE for kn in ks]
     middle.remove(first_fwd)
     middle.remove(first_bwd)
-    middle += [kn for kn in kernels["update"] if kn[0][0] == "grad_check"]
+    middle += [kn for kn in kernels[N.Phase.UPDATE] if kn[0][0] == "grad_check"]
     n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, len(layer_sizes)))
     n_b = sum(layer_sizes[1:])
     rows = [r1 - r0 for r0, r1 in slice_rows(H, k)][::-1]   # in the schedule's order: last rows first
@@ -84,7 +84,7 @@ def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap
                              gemm, gap) for r in rows[1:]],
         middle=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in middle),
         upd_rest=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in rest_update),
-        upd_all=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels["update"]
+        upd_all=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels[N.Phase.UPDATE]
                     if kn[0][0] != "grad_check"),
         rows=rows, rest_elems=n_w - H * D + n_b, loss_elems=LOSS_SLOTS, D=D)
 
@@ -129,7 +129,7 @@ def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices
                          gemm=gemm)
     b = max(pieces(batch, procs))
     graph = exec_mode == N.GRAPH
-    gap = machine.graph_kernel_gap_s + machine.graph_node_extra_s if graph else machine.kernel_gap_s
+    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
 
     def comm_fn(width):
         return lambda n: sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
