@@ -131,15 +131,15 @@ def _overlap(cfg: Config, net, reducer) -> None:
         reducer.overlap(net)
 
 
-def _next_piece(B: int, N: int, procs: int, rank: int):
+def _next_piece(B: int, n_train: int, procs: int, rank: int):
     """f(lo, hi): this rank's piece of the batch after the one whose piece
     is [lo, hi) (the first batch after the last: the next epoch's), as the
     training loop takes them (perfmlp/train.py), for the prefetching source."""
     def f(lo: int, hi: int) -> tuple[int, int]:
         start = (lo // B + 1) * B
-        if start >= N:
+        if start >= n_train:
             start = 0
-        a, b = piece(min(B, N - start), procs, rank)
+        a, b = piece(min(B, n_train - start), procs, rank)
         return start + a, start + b
     return f
 

@@ -90,11 +90,11 @@ def _setup(cfg: Config, world, tracer, log) -> _Setup:
                           cfg.input_size, cfg.num_classes, cfg.seed)
     if rank == 0 and not cfg.quiet:
         log(split.note)
-    N = len(split.train)
-    if N != cfg.n_train:
-        cfg = dataclasses.replace(cfg, n_train=N)
-        if cfg.batch_size > N:
-            raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than the {N} training samples available")
+    n_train = len(split.train)
+    if n_train != cfg.n_train:
+        cfg = dataclasses.replace(cfg, n_train=n_train)
+        if cfg.batch_size > n_train:
+            raise PerfmlpError(f"batch_size ({cfg.batch_size}) is larger than the {n_train} training samples available")
     check_procs(cfg, data_procs(cfg, P))
     # the batch at the precision's storage width (bf16, fp16: 16 bits); held out in the master type
     master = np.dtype(precision_of(cfg.precision).master)
@@ -161,10 +161,10 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
     """One pass over the training samples, then the held-out accuracy (rank 0)."""
     cfg, be = s.cfg, s.be
     net, batches, reducer = be.net, be.batches, be.reducer
-    N, B = cfg.n_train, cfg.batch_size
-    nbatches = -(-N // B)
+    n_train, B = cfg.n_train, cfg.batch_size
+    nbatches = -(-n_train // B)
     if cfg.shuffle:
-        batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
+        batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(n_train))
     if epoch == 0 or bool(be.xp.isfinite(net.p.flat).all()):  # one check (a device sync) per epoch
         s.last_finite = (net.p.flat.copy(), f"from the start of epoch {epoch + 1}")
     counts = Counts()
@@ -176,7 +176,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
         at[0] = k
         faults.hook(world.rank, k, tracer)
         start = k * B
-        Bk = min(B, N - start)
+        Bk = min(B, n_train - start)
         lo, hi = piece(Bk, *s.pieces_of)
         net.global_batch = Bk
         tracer.begin_batch(epoch, k, Bk, hi - lo)
@@ -206,7 +206,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
             raise e
     be.sync()  # the epoch's time includes its queued device work
     t_end = time.perf_counter()
-    loss = ce_total / N + net.weight_penalty()
+    loss = ce_total / n_train + net.weight_penalty()
     acc = float("nan")
     if world.rank == 0 and s.x_held is not None:
         pred = net.predict(s.x_held)

@@ -106,3 +106,18 @@ def test_batch_phases_follow_the_exchange_and_the_mode():
 def test_every_phase_has_a_group():
     assert set(N.PHASE_GROUP) == set(N.PHASES)
     assert set(N.PHASE_GROUP.values()) == set(N.GROUPS)
+
+
+def test_no_function_shadows_the_vocabulary():
+    # a local `N` (a matrix size, a sample count) in a module that imports the vocabulary as N hides it
+    # from the whole function: N.CUBLAS before the local is assigned is an UnboundLocalError
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        if not any(isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == "N" for a in n.names)
+                   for n in ast.walk(tree)):
+            continue
+        found += [f"{path.relative_to(ROOT.parent)}:{n.lineno}" for n in ast.walk(tree)
+                  if (isinstance(n, ast.Name) and n.id == "N" and isinstance(n.ctx, ast.Store))
+                  or (isinstance(n, ast.arg) and n.arg == "N")]
+    assert not found, "N assigned where it names perfmlp.names: " + ", ".join(found)

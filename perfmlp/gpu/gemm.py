@@ -90,14 +90,14 @@ class CublasGemm:
         if opa is None or opb is None:
             return self.cupy.matmul(a, b, out=out)
         M, K = a.shape
-        N = b.shape[1]
+        n_cols = b.shape[1]
         if self.compute is None:
-            st = self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
-                         self.p_zero, out.data.ptr, max(N, 1))
+            st = self.fn(self.handle, opb[0], opa[0], n_cols, M, K, self.p_one, b.data.ptr, opb[1], a.data.ptr, opa[1],
+                         self.p_zero, out.data.ptr, max(n_cols, 1))
         else:
-            st = self.fn(self.handle, opb[0], opa[0], N, M, K, self.p_one, b.data.ptr, CUDA_TYPE[b.dtype], opb[1],
+            st = self.fn(self.handle, opb[0], opa[0], n_cols, M, K, self.p_one, b.data.ptr, CUDA_TYPE[b.dtype], opb[1],
                          a.data.ptr, CUDA_TYPE[a.dtype], opa[1], self.p_zero, out.data.ptr, CUDA_TYPE[out.dtype],
-                         max(N, 1), self.compute, CUBLAS_GEMM_DEFAULT)
+                         max(n_cols, 1), self.compute, CUBLAS_GEMM_DEFAULT)
         if st:
             _check(st, "cublasGemm")
         return out
@@ -153,22 +153,22 @@ def gemm(cupy, kind: str, a, b, out=None, stream=None):
             return cupy.matmul(a, b, out=out)
         return cublas_gemm(cupy, a.dtype, stream)(a, b, out)
     M, K = a.shape
-    K2, N = b.shape
+    K2, n_cols = b.shape
     assert K == K2, (a.shape, b.shape)
     if out is None:
-        out = cupy.empty((M, N), dtype=a.dtype)
-    assert out.flags.c_contiguous and out.shape == (M, N)
+        out = cupy.empty((M, n_cols), dtype=a.dtype)
+    assert out.flags.c_contiguous and out.shape == (M, n_cols)
     mod = kernels(cupy, a.dtype)
     sa0, sa1 = _elem_strides(a)
     sb0, sb1 = _elem_strides(b)
-    args = (a, b, out, np.int32(M), np.int32(N), np.int32(K),
+    args = (a, b, out, np.int32(M), np.int32(n_cols), np.int32(K),
             np.int64(sa0), np.int64(sa1), np.int64(sb0), np.int64(sb1))
     if kind == N.NAIVE:
-        mod.get_function("gemm_naive")(((N + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
+        mod.get_function("gemm_naive")(((n_cols + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
     elif kind == N.TILED:
-        mod.get_function("gemm_tiled")(((N + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
+        mod.get_function("gemm_tiled")(((n_cols + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
     elif kind == N.REGBLOCK:
-        mod.get_function("gemm_regblock")(((N + 15) // 16, (M + 63) // 64), (16, 4), args, stream=stream)
+        mod.get_function("gemm_regblock")(((n_cols + 15) // 16, (M + 63) // 64), (16, 4), args, stream=stream)
     else:
         raise PerfmlpError(f"unknown GEMM {kind!r} (one of {', '.join(GEMMS)})")
     return out

@@ -91,19 +91,19 @@ def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_re
 
 def _work(cfg, world, be, tracer, straggle, nbatches: int, result) -> tuple:
     W = world.size - 1
-    N, B = cfg.n_train, cfg.batch_size
+    n_train, B = cfg.n_train, cfg.batch_size
     current = [None]
 
     def locate(step: int, index: int):
         epoch, batch = divmod(step, nbatches)
         start = batch * B
-        samples = min(B, N - start)
+        samples = min(B, n_train - start)
         lo, hi = piece_bounds(samples, W, index)
         return epoch, batch, samples, start + lo, start + hi
 
     def reorder(epoch: int) -> None:
         if cfg.shuffle and epoch != current[0]:
-            be.batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(N))
+            be.batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(n_train))
         current[0] = epoch
 
     counts = Counts()
