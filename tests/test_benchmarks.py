@@ -4,8 +4,11 @@ benchmarks/README.md, and the shell scripts lay a result set out as the
 committed sets are (reports/<set>/)."""
 import ast
 import importlib.util
+import json
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +78,82 @@ def test_the_gemm_floor_adds_the_steps_bytes_at_bandwidth_to_its_gemms():
     assert row["step_x"] == pytest.approx(2.5) and row["floor_x"] == pytest.approx(row["floor_us"] / 20.0)
     # tf32 stores 32 bits: twice bf16's static copy
     assert floor.step_bytes((784, 512, 10), 3200, "tf32")[1] == 2 * static
+
+
+def _scaling():
+    spec = importlib.util.spec_from_file_location("scaling", ROOT / "benchmarks" / "scaling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_scaling_reads_its_arguments_and_refuses_bad_ones_in_one_line(capsys):
+    sc = _scaling()
+    a = sc.parse(["--out", "x", "--procs", "2"])
+    assert (a.procs, a.steps, a.rounds, a.passes) == ("1,2", 300, 5, 2)   # one GPU always measured
+    q = sc.parse(["--out", "x", "--quick", "--rounds", "4"])
+    assert (q.steps, q.rounds, q.warmup, q.passes) == (100, 4, 10, 1)      # a given count wins over --quick
+    for bad in (["--out", "x", "--procs", "3"], ["--out", "x", "--procs", "two"], ["--out", "x", "--steps", "0"],
+                ["--out", "x", "--precisions", "fp16"], []):
+        with pytest.raises(SystemExit) as e:
+            sc.parse(bad)
+        assert e.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        sc.main(["--table", "/no/such/scaling.jsonl"])
+    assert str(e.value.code).startswith("/no/such/scaling.jsonl: ") and "\n" not in str(e.value.code)
+
+
+def test_scaling_measures_the_one_gpu_step_at_each_per_gpu_batch():
+    sc = _scaling()
+    assert sc.batches(1, [1, 2, 4]) == [3200, 1600, 800]
+    assert sc.batches(2, [1, 2, 4]) == [3200, 6400]        # split, and 3200 per GPU
+    # model parallelism only at p > 1 and in fp32
+    assert sc.plan([1, 2], ["float32", "bf16"]) == [(1, "perfmlp"), (1, "torch"), (2, "perfmlp"), (2, "model"),
+                                                     (2, "torch")]
+    assert (2, "model") not in sc.plan([1, 2], ["bf16"])
+
+
+def _row(variant, procs, B, us, prec="float32", slices=None, impl="perfmlp"):
+    return {"variant": variant, "precision": prec, "procs": procs, "B": B, "us_per_batch": us, "slices": slices,
+            "impl": impl, "date": f"2026-01-01 00:00:0{procs} UTC", "gpu": "GPU", "perfmlp_git": "abc1234",
+            "steps": 300, "rounds": len(us), "warmup": 20, "cupy": "14"}
+
+
+def test_the_scaling_table_pools_rounds_and_gives_the_targets(tmp_path):
+    sc = _scaling()
+    rows = [_row("perfmlp data", 1, 3200, [90.0, 110.0]), _row("perfmlp data", 1, 3200, [100.0]),  # median 100
+            _row("perfmlp data", 1, 1600, [60.0]),
+            _row("perfmlp data", 2, 3200, [80.0]), _row("perfmlp data", 2, 6400, [125.0]),
+            _row("perfmlp sliced auto", 2, 6400, [102.0], slices=4),
+            _row("pytorch graph", 1, 3200, [170.0], impl="torch"), _row("pytorch graph", 2, 3200, [200.0], impl="torch"),
+            _row("pytorch graph", 2, 6400, [150.0], impl="torch")]
+    path = tmp_path / "scaling.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = sc.table(path)
+    lines = text.splitlines()
+    (data,) = [line for line in lines if line.startswith("| float32 | perfmlp data | 100.0")]
+    # pooled over runs: 90, 100, 110 -> 100.0 [90.0-110.0]; one GPU at 1600; p=2 split; p=2 per GPU
+    assert data == "| float32 | perfmlp data | 100.0 [90.0-110.0] | 60.0 [60.0-60.0] | 80.0 [80.0-80.0] | 125.0 [125.0-125.0] |"
+    (auto,) = [line for line in lines if line.startswith("| float32 | perfmlp sliced auto | -") and "K=" in line]
+    assert auto.endswith("| - | - | 102.0 [102.0-102.0] K=4 |")   # the slice count auto chose
+    (ratios,) = [line for line in lines if line.startswith("| float32 | perfmlp data | 1.70x")]
+    # 170/100 = 1.70x (>= 1.7: met); weak 100/125 = 80%; strong 100/80 = 1.25x (no fp32 target);
+    # over DDP graph 200/80 = 2.50x and 150/125 = 1.20x
+    assert ratios == ("| float32 | perfmlp data | 1.70x (met) | 80.0% (missed: 95%) | 1.25x | 2.50x (met) "
+                      "| 1.20x (missed: 1.7x) |")
+    # the sliced row's efficiency is taken against the plain one-GPU step: 100/102
+    assert any(line.startswith("| float32 | perfmlp sliced auto | - | 98.0% (met)") for line in lines)
+    assert "abc1234" in text and "300 steps" in text
+    assert sc.main(["--table", str(path)]) == 0 and (tmp_path / "scaling.md").read_text() == text
+
+
+def test_a_scaling_run_past_its_limit_is_ended_with_its_children(tmp_path):
+    sc = _scaling()
+    marker = tmp_path / "child.pid"
+    t = time.monotonic()
+    rc = sc.launch(["bash", "-c", f"sleep 30 & echo $! > {marker}; wait"], 1.0)
+    assert rc == 124 and time.monotonic() - t < 15
+    pid = int(marker.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
