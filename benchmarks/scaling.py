@@ -49,9 +49,9 @@ from perfmlp.gpu.timing import rounds, summary  # noqa: E402
 
 H, PER_GPU = 512, 3200
 IMPLS = ("perfmlp", "model", "torch")         # one process each: model parallelism makes communicators of its own
-PERFMLP = ("perfmlp data", "perfmlp sliced K=2", "perfmlp sliced auto")
-MODEL = "perfmlp model"
-BASE = "perfmlp data"                        # the one-GPU step perfmlp's ratios are taken against
+PERFMLP = ("perfmlp data parallel", "perfmlp sliced, K=2", "perfmlp sliced, K=auto")
+MODEL = "perfmlp model parallel"
+BASE = PERFMLP[0]                             # the one-GPU step perfmlp's ratios are taken against
 DDP_GRAPH = "pytorch graph"                  # DDP at P > 1, as "pytorch eager"
 ROWS = (*PERFMLP, MODEL, "pytorch eager", DDP_GRAPH)
 # the targets (set for p = 4): weak efficiency, bf16 strong speed-up, perfmlp over DDP's graph step
@@ -340,7 +340,7 @@ def table(path: Path, command: str | None = None) -> str:
         rcols += [f"weak efficiency p={P}", f"strong speed-up p={P}", f"over DDP graph p={P} split",
                   f"over DDP graph p={P} per GPU"]
     out += ["", "Targets (set for p = 4; shown at each p measured): weak-scaling efficiency "
-            f"(the one-GPU step at {PER_GPU}, perfmlp data's for every perfmlp row, over the P-GPU weak step) "
+            f"(the one-GPU step at {PER_GPU}, data parallelism's for every perfmlp row, over the P-GPU weak step) "
             ">= 95% fp32, >= 90% bf16; bf16 strong speed-up over that one-GPU step >= 1.3x; perfmlp over "
             "PyTorch's graph step (DDP at p > 1) >= 1.7x fp32, >= 2x bf16. PyTorch rows: its own one-GPU step.", "",
             "| precision | variant | " + " | ".join(rcols) + " |", "| --- " * (2 + len(rcols)) + "|"]

@@ -122,28 +122,25 @@ def _row(variant, procs, B, us, prec="float32", slices=None, impl="perfmlp"):
 
 def test_the_scaling_table_pools_rounds_and_gives_the_targets(tmp_path):
     sc = _scaling()
-    rows = [_row("perfmlp data", 1, 3200, [90.0, 110.0]), _row("perfmlp data", 1, 3200, [100.0]),  # median 100
-            _row("perfmlp data", 1, 1600, [60.0]),
-            _row("perfmlp data", 2, 3200, [80.0]), _row("perfmlp data", 2, 6400, [125.0]),
-            _row("perfmlp sliced auto", 2, 6400, [102.0], slices=4),
-            _row("pytorch graph", 1, 3200, [170.0], impl="torch"), _row("pytorch graph", 2, 3200, [200.0], impl="torch"),
-            _row("pytorch graph", 2, 6400, [150.0], impl="torch")]
+    dp, auto, graph = "perfmlp data parallel", "perfmlp sliced, K=auto", "pytorch graph"
+    rows = [_row(dp, 1, 3200, [90.0, 110.0]), _row(dp, 1, 3200, [100.0]),   # two runs pooled: median 100
+            _row(dp, 1, 1600, [60.0]), _row(dp, 2, 3200, [80.0]), _row(dp, 2, 6400, [125.0]),
+            _row(auto, 2, 6400, [102.0], slices=4), _row(graph, 1, 3200, [170.0], impl="torch"),
+            _row(graph, 2, 3200, [200.0], impl="torch"), _row(graph, 2, 6400, [150.0], impl="torch")]
     path = tmp_path / "scaling.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = sc.table(path)
     lines = text.splitlines()
-    (data,) = [line for line in lines if line.startswith("| float32 | perfmlp data | 100.0")]
     # pooled over runs: 90, 100, 110 -> 100.0 [90.0-110.0]; one GPU at 1600; p=2 split; p=2 per GPU
-    assert data == "| float32 | perfmlp data | 100.0 [90.0-110.0] | 60.0 [60.0-60.0] | 80.0 [80.0-80.0] | 125.0 [125.0-125.0] |"
-    (auto,) = [line for line in lines if line.startswith("| float32 | perfmlp sliced auto | -") and "K=" in line]
-    assert auto.endswith("| - | - | 102.0 [102.0-102.0] K=4 |")   # the slice count auto chose
-    (ratios,) = [line for line in lines if line.startswith("| float32 | perfmlp data | 1.70x")]
+    assert (f"| float32 | {dp} | 100.0 [90.0-110.0] | 60.0 [60.0-60.0] | 80.0 [80.0-80.0] "
+            "| 125.0 [125.0-125.0] |") in lines
+    assert f"| float32 | {auto} | - | - | - | 102.0 [102.0-102.0] K=4 |" in lines   # the slice count auto chose
     # 170/100 = 1.70x (>= 1.7: met); weak 100/125 = 80%; strong 100/80 = 1.25x (no fp32 target);
     # over DDP graph 200/80 = 2.50x and 150/125 = 1.20x
-    assert ratios == ("| float32 | perfmlp data | 1.70x (met) | 80.0% (missed: 95%) | 1.25x | 2.50x (met) "
-                      "| 1.20x (missed: 1.7x) |")
-    # the sliced row's efficiency is taken against the plain one-GPU step: 100/102
-    assert any(line.startswith("| float32 | perfmlp sliced auto | - | 98.0% (met)") for line in lines)
+    assert (f"| float32 | {dp} | 1.70x (met) | 80.0% (missed: 95%) | 1.25x | 2.50x (met) "
+            "| 1.20x (missed: 1.7x) |") in lines
+    # the sliced row's efficiency is taken against the plain one-GPU step: 100/102 = 98.0%; 150/102 = 1.47x
+    assert f"| float32 | {auto} | - | 98.0% (met) | - | - | 1.47x (missed: 1.7x) |" in lines
     assert "abc1234" in text and "300 steps" in text
     assert sc.main(["--table", str(path)]) == 0 and (tmp_path / "scaling.md").read_text() == text
 
