@@ -1,13 +1,12 @@
 """Time per batch on 1 and P GPUs: perfmlp's graph step with NCCL (data
-parallelism, the sliced first layer with K = 2 and K = auto, model
-parallelism) beside PyTorch (DDP eager, DDP with its whole step in one
-CUDA graph), fp32 and bf16, strong (B = 3200 split) and weak (3200 per
-GPU) scaling, and the one-GPU step at the same per-GPU batch.
+parallelism, the sliced first layer with K = 2 and auto, model parallelism)
+beside PyTorch (DDP eager, DDP's whole step in one CUDA graph), fp32 and
+bf16, strong (B = 3200 split) and weak (3200 per GPU), and the one GPU.
 
     python benchmarks/scaling.py --mpirun "$MPIRUN" --procs 1,2 --out DIR [--quick]
 
 starts each run (`mpirun -n P ... --run perfmlp|model|torch`), appending to
-DIR/scaling.jsonl, and writes DIR/scaling.md (again: `--table DIR/scaling.jsonl`).
+DIR/scaling.jsonl; writes DIR/scaling.md (again: `--table DIR/scaling.jsonl`).
 
 Method: H = 512, D = 784, C = 10, resident data (4 batch positions, cycled,
 copied into the graph's static inputs before each replay, perfmlp's as
@@ -20,10 +19,9 @@ weights; at P > 1 DDP (NCCL), its graph form built and warmed up on a side
 stream, captured with torch.cuda.graph (benchmarks/graph_step.py). Each
 variant runs --warmup steps (captures, NCCL set-up), then --rounds rounds:
 in each, every variant of the run in turn runs --steps steps between two
-synchronisations of all ranks (device sync, MPI barrier): the wall time over
-those steps on the slowest rank. The driver runs the implementations in
-turn, again while --budget-s allows; the table pools every round of every
-run: median and [min-max].
+synchronisations of all ranks (device sync, MPI barrier): the wall time on
+the slowest rank. The driver runs the implementations in turn, again while
+--budget-s allows; the table pools every round of every run.
 """
 from __future__ import annotations
 
@@ -58,7 +56,7 @@ ROWS = (*PERFMLP, MODEL, "pytorch eager", DDP_GRAPH)
 WEAK_TARGET = {N.FLOAT32: 0.95, N.BF16: 0.90}
 STRONG_TARGET = {N.BF16: 1.3}
 DDP_TARGET = {N.FLOAT32: 1.7, N.BF16: 2.0}
-QUICK, FULL = dict(steps=100, rounds=3, warmup=10, passes=1), dict(steps=300, rounds=5, warmup=20, passes=2)
+QUICK, FULL = dict(steps=100, rounds=3, warmup=10, passes=1), dict(steps=300, rounds=7, warmup=20, passes=2)
 
 
 def batches(P: int, procs: list[int]) -> list[int]:
@@ -204,8 +202,7 @@ def launch(cmd: list[str], timeout_s: float) -> int:
 
 
 def drive(a) -> int:
-    procs, precisions = _ints(a.procs), a.precisions.split(",")
-    out = Path(a.out)
+    procs, precisions, out = _ints(a.procs), a.precisions.split(","), Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     mpirun = shlex.split(a.mpirun)
     jsonl = out / "scaling.jsonl"
@@ -214,8 +211,8 @@ def drive(a) -> int:
         print(f"{jsonl}: the previous run's lines moved to scaling.previous.jsonl", flush=True)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))   # a timeout's: ends the run too
     t0, took = time.monotonic(), {}
-    for n in range(a.passes):
-        for P, impl in plan(procs, precisions):
+    try:
+        for n, (P, impl) in ((n, job) for n in range(a.passes) for job in plan(procs, precisions)):
             if n > 0 and time.monotonic() - t0 + took.get((P, impl), a.timeout_s) > a.budget_s:
                 print(f"pass {n + 1}: p={P} {impl} left out: it would pass the {a.budget_s:.0f} s budget", flush=True)
                 continue
@@ -228,10 +225,12 @@ def drive(a) -> int:
             if rc:
                 print(f"p={P} {impl}: {'timed out after' if rc == 124 else f'exit {rc} after'} "
                       f"{took[(P, impl)]:.0f} s; the table goes on without it", flush=True)
+    except SystemExit:   # SIGTERM (an outer timeout): the run in flight ended, the table of those done
+        print("ended by SIGTERM: the table of the runs done", flush=True)
     if not jsonl.is_file():
         print(f"no run wrote {jsonl}", file=sys.stderr)
         return 1
-    text = table(jsonl, f"python benchmarks/scaling.py {' '.join(sys.argv[1:])}")
+    text = table(jsonl, f"python benchmarks/scaling.py {shlex.join(a.argv)}")
     (out / "scaling.md").write_text(text)
     print(text)
     return 0
@@ -367,6 +366,7 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=330.0, help="a later pass only while within it (default 330)")
     ap.add_argument("--timeout-s", type=float, default=150.0, help="one run's limit (default 150)")
     a = ap.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
     for k, v in (QUICK if a.quick else FULL).items():
         if getattr(a, k) is None:
             setattr(a, k, v)

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def _scaling():
 def test_scaling_reads_its_arguments_and_refuses_bad_ones_in_one_line(capsys):
     sc = _scaling()
     a = sc.parse(["--out", "x", "--procs", "2"])
-    assert (a.procs, a.steps, a.rounds, a.passes) == ("1,2", 300, 5, 2)   # one GPU always measured
+    assert (a.procs, a.steps, a.rounds, a.passes) == ("1,2", 300, 7, 2)   # one GPU always measured
     q = sc.parse(["--out", "x", "--quick", "--rounds", "4"])
     assert (q.steps, q.rounds, q.warmup, q.passes) == (100, 4, 10, 1)      # a given count wins over --quick
     for bad in (["--out", "x", "--procs", "3"], ["--out", "x", "--procs", "two"], ["--out", "x", "--steps", "0"],
@@ -154,3 +155,31 @@ def test_a_scaling_run_past_its_limit_is_ended_with_its_children(tmp_path):
     pid = int(marker.read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_the_scaling_driver_runs_each_implementation_in_turn_and_writes_the_table(tmp_path):
+    # a stand-in launcher: records its run as one JSON line where the real one's rank 0 writes its rows
+    fake = tmp_path / "fake_mpirun.py"
+    fake.write_text("import json, os, sys\n"
+                    "a = sys.argv[1:]\n"
+                    "P, impl, out = int(a[1]), a[a.index('--run') + 1], a[a.index('--out') + 1]\n"
+                    "f = out + '/scaling.jsonl'\n"
+                    "n = len(open(f).readlines()) if os.path.exists(f) else 0\n"
+                    "row = dict(variant='pytorch graph' if impl == 'torch' else 'perfmlp data parallel', "
+                    "precision='float32', procs=P, B=3200, us_per_batch=[100.0 * P], impl=impl, "
+                    "date=str(n), gpu='GPU', "
+                    "steps=int(a[a.index('--steps') + 1]), rounds=1, warmup=1)\n"
+                    "open(f, 'a').write(json.dumps(row) + '\\n')\n")
+    out = tmp_path / "set"
+    out.mkdir()
+    (out / "scaling.jsonl").write_text("{}\n")   # a previous run's: moved aside, not pooled
+    sc = _scaling()
+    assert sc.main(["--out", str(out), "--mpirun", f"{sys.executable} {fake}", "--procs", "1,2",
+                    "--precisions", "float32", "--quick", "--steps", "7"]) == 0
+    runs = [json.loads(line) for line in (out / "scaling.jsonl").read_text().splitlines()]
+    # one pass (--quick): p=1 perfmlp, torch; p=2 perfmlp, model parallelism, torch; each told --steps
+    assert [(r["procs"], r["impl"]) for r in runs] == [(1, "perfmlp"), (1, "torch"), (2, "perfmlp"), (2, "model"),
+                                                       (2, "torch")]
+    assert {r["steps"] for r in runs} == {7} and (out / "scaling.previous.jsonl").read_text() == "{}\n"
+    text = (out / "scaling.md").read_text()
+    assert "7 steps" in text and "--steps 7" in text
