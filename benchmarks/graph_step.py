@@ -171,7 +171,8 @@ def torch_variants(world, hidden, B, compile_ok=True, bf16=False):
         m = torch.nn.Sequential(*layers).to(dev)
         decay = [p for n_, p in m.named_parameters() if n_.endswith("weight")]
         rest = [p for n_, p in m.named_parameters() if n_.endswith("bias")]
-        return (_autocast(torch, m) if bf16 else m), [{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}]
+        groups = [{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}]
+        return (_autocast(torch, m) if bf16 else m), groups
 
     loss_fn = torch.nn.CrossEntropyLoss()
 
