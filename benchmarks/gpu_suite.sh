@@ -19,6 +19,9 @@
 #   step         one training step against PyTorch and the GEMMs alone (benchmarks/gpu_step.md)
 #   graph        eager vs CUDA-graph steps vs PyTorch eager/DDP/graph/torch.compile, p = 1 and GPUs,
 #                each NCCL protocol (benchmarks/graph_step.md)
+#   scaling      perfmlp's graph step (data parallelism, the sliced first layer, model parallelism) against
+#                PyTorch DDP eager and DDP's graph step, fp32 and bf16, strong and weak, p = 1 and GPUs, with
+#                the targets' ratios (benchmarks/scaling.md)
 #   kernels      the graph step kernel by kernel (--trace-level kernels; benchmarks/kernel_breakdown.md)
 #   calibrate    the machine file (benchmarks/calibrated.yaml: python -m perfmlp.calibrate, all GPUs)
 #   sweeps       the modes and Question 2.2 sweeps up to GPUs processes (traces)
@@ -78,6 +81,12 @@ for part in "$@"; do
         --out $B --configs 512x3200,1024-1024-1024x3200 2>&1 | grep -e "graph" -e "rror" | tail -12
     done; fi
     python3 benchmarks/graph_step.py --table $B/graph_step.jsonl > /dev/null; tail -60 $B/graph_step.md ;;
+  scaling)
+    # every implementation in turn under mpirun, a second pass where time allows; SCALING_FLAGS: more of
+    # scaling.py's flags (--quick, --steps N, ...)
+    timeout 420 python3 benchmarks/scaling.py --mpirun "$MPIRUN" --procs 1,$NGPU --out $B ${SCALING_FLAGS:-} 2>&1 \
+      | grep -v "^\[" | grep -e "median" -e "rror" -e "left out" -e "timed out" -e "exit " | tail -60
+    tail -30 $B/scaling.md ;;
   kernels)
     # every kernel of the graph step on the GPU (--trace-level kernels): H=512 B=3200 on 1 and GPUs,
     # and 1024x3 on GPUs without overlap, with 1 MiB buckets and with a bucket per layer

@@ -144,7 +144,9 @@ def gemms_alone(be, step, lo, hi, nophase, counts, fuse):
     return run, calls
 
 
-def torch_variants(world, hidden, B, compile_ok=True):
+def torch_variants(world, hidden, B, compile_ok=True, bf16=False):
+    """name -> (a function running n steps, its synchronisation); `bf16`:
+    each forward under AMP autocast to bf16 (benchmarks/scaling.py)."""
     import torch
     import torch.distributed as dist
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 FFMA, as perfmlp's cuBLAS calls
@@ -169,7 +171,8 @@ def torch_variants(world, hidden, B, compile_ok=True):
         m = torch.nn.Sequential(*layers).to(dev)
         decay = [p for n_, p in m.named_parameters() if n_.endswith("weight")]
         rest = [p for n_, p in m.named_parameters() if n_.endswith("bias")]
-        return m, [{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}]
+        groups = [{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}]
+        return (_autocast(torch, m) if bf16 else m), groups
 
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -210,6 +213,21 @@ def torch_variants(world, hidden, B, compile_ok=True):
         optc = torch.optim.SGD(groups_c, lr=0.1, fused=True)
         out["pytorch torch.compile"] = (loop(mc, optc), torch.cuda.synchronize)
     return out
+
+
+def _autocast(torch, m):
+    """m with its forward under AMP autocast to bf16, the logits widened to
+    float32 for the loss as autocast widens cross_entropy's input; the cast
+    cache off, as CUDA-graph capture under autocast requires."""
+    class Autocast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+                return self.m(x).float()
+    return Autocast()
 
 
 def _torch_graph(torch, world, hidden, B, model, loss_fn, X, Yi, lo, hi):
