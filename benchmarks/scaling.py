@@ -88,7 +88,8 @@ def perfmlp_backend(world, size: int, precision: str, slices: str, parallel: str
                             slices=slices, parallel=parallel))
     be = build(cfg, world, to_storage(x, precision), to_storage(y, precision))
     be.net.set_params(init_weights(cfg.layer_sizes, 0))
-    return be, resolve(cfg, world.size, N.CUPY, N.GRAPH)
+    gpu = be.xp.cuda.runtime.getDeviceProperties(be.xp.cuda.Device().id)["name"].decode()
+    return be, resolve(cfg, world.size, N.CUPY, N.GRAPH, gpu)
 
 
 def perfmlp_run(world, be, B: int):

@@ -216,13 +216,22 @@ class SlicedExchange:
         return float(buf[0])
 
 
-def resolve(cfg, procs: int, backend: str = N.NUMPY, exec_mode: str = N.EAGER) -> int:
-    """--slices as a count: auto is the model's choice, priced on the default machine file."""
+def resolve(cfg, procs: int, backend: str = N.NUMPY, exec_mode: str = N.EAGER, gpu: str | None = None) -> int:
+    """--slices as a count: auto is the model's choice, priced on the shipped
+    machine file of the GPU that runs (`gpu`: its device name; calibrated
+    where one ships), else the default file; 1 where that file has no
+    ceiling for the precision."""
     if cfg.slices != N.AUTO:
         return int(cfg.slices)
-    from .model.machine import load_machine
-    return choose_slices(load_machine(None), cfg.layer_sizes, cfg.batch_size, procs, cfg.precision,
-                         cfg.grad_precision, N.NCCL if backend == N.CUPY else N.MPI, cfg.batch_transfer, exec_mode)
+    from types import SimpleNamespace
+    from .model.machine import MachineError
+    from .model.machine.choose import pick_machines
+    machine = pick_machines([SimpleNamespace(gpu=gpu)], None).primary
+    try:
+        return choose_slices(machine, cfg.layer_sizes, cfg.batch_size, procs, cfg.precision, cfg.grad_precision,
+                             N.NCCL if backend == N.CUPY else N.MPI, cfg.batch_transfer, exec_mode)
+    except MachineError:
+        return 1
 
 
 def check(cfg, backend: str, partitioned: bool) -> None:
@@ -251,11 +260,13 @@ def check(cfg, backend: str, partitioned: bool) -> None:
 def wire(cfg, world, be):
     """The backend with the sliced schedule or the 16-bit exchange where asked,
     else `be` unchanged (an idempotent wrapper of backend.build's result)."""
-    from .backend import partitioned as is_partitioned
     if getattr(be.reducer, "sliced", False):
         return be
-    check(cfg, be.name, is_partitioned(cfg))
-    k = resolve(cfg, world.size, be.name, be.exec)
+    check(cfg, be.name, cfg.parallel != N.DATA or cfg.comm in N.PS_COMMS)   # as backend.partitioned
+    gpu = None
+    if be.name == N.CUPY:
+        gpu = be.xp.cuda.runtime.getDeviceProperties(be.xp.cuda.Device().id)["name"].decode()
+    k = resolve(cfg, world.size, be.name, be.exec, gpu)
     if k == 1 and cfg.grad_precision == N.FLOAT32:
         return be
     if cfg.overlap:
