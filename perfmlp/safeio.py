@@ -132,6 +132,8 @@ def replace_folder(target: str | Path, fill, marker: str) -> None:
         else:
             new.mkdir()
         fill(new)
+        if target.is_dir():
+            _keep_times(new, target)
         if target.exists():
             os.rename(target, old)
         os.rename(new, target)
@@ -141,6 +143,17 @@ def replace_folder(target: str | Path, fill, marker: str) -> None:
         shutil.rmtree(new, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _keep_times(new: Path, target: Path) -> None:
+    """A file `fill` wrote again with the same bytes keeps the time it had:
+    a report made again over itself changes only what changed."""
+    for f in new.iterdir():
+        before = target / f.name
+        if f.is_file() and not f.is_symlink() and before.is_file() and not before.is_symlink():
+            st = before.stat()
+            if st.st_size == f.stat().st_size and before.read_bytes() == f.read_bytes():
+                os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def read_json(text: str | bytes):

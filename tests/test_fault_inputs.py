@@ -92,8 +92,9 @@ def test_chrome_never_writes_over_the_run_it_reads_a_link_or_a_fifo(traced_run, 
     assert (tmp_path / "fifo").is_fifo() and (tmp_path / "link").is_symlink()
     assert chrome.main([str(traced_run), "-o", str(tmp_path / "ok.json")]) == 0   # a new name is written
     assert json.loads((tmp_path / "ok.json").read_text())["traceEvents"]
-    assert chrome.main([str(traced_run)]) == 2   # -o missing: one line, not argparse's usage
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as ended:   # -o missing: one line and status 2, not argparse's usage
+        chrome.main([str(traced_run)])
+    assert ended.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_a_sweep_is_counted_before_it_is_expanded(monkeypatch):

@@ -11,6 +11,8 @@ from perfmlp.model.machine import KernelTime, MachineError, load_machine, machin
 from perfmlp.model.predict import predict_batch
 from perfmlp.model.scaled import scaled_values
 
+H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
+
 OB = "output_backward"
 
 
@@ -103,7 +105,7 @@ GRAPH = dict(layer_sizes=(784, 512, 10), batch=3200, procs=1, comm="nccl", batch
 
 
 def test_a_measured_output_backward_is_used_in_the_prediction():
-    old = dataclasses.replace(load_machine("h200-calibrated"), kernel_s=())   # a file without the table
+    old = dataclasses.replace(load_machine(H200_FIXTURE), kernel_s=())   # a file without the table
     assert old.kernel_time_s(OB, (10, 512, 3200), "float32") is None
     base = predict_batch(old, **GRAPH)
     # the own kernels at bytes / bandwidth, and the resident piece's device copy into the graph's
@@ -131,7 +133,7 @@ def test_a_measured_output_backward_is_used_in_the_prediction():
 
 
 def test_scaling_to_another_gpu_keeps_the_kernel_times():
-    cal = dataclasses.replace(load_machine("h200-calibrated"),
+    cal = dataclasses.replace(load_machine(H200_FIXTURE),
                               kernel_s=tuple(machine_from_mapping(mapping(TABLE), "x.yaml").kernel_s))
     v = scaled_values(cal, load_machine("h200"), load_machine("h100-sxm"))
     assert machine_from_mapping(v, "h100.yaml").kernel_s == cal.kernel_s

@@ -20,6 +20,8 @@ from perfmlp.trace.reader import read_run
 
 from conftest import ROOT, mpiexec, run_cmd, run_perfmlp
 
+H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
+
 
 # ---- the model: shards, bytes, closed forms --------------------------------------------------------
 
@@ -113,7 +115,7 @@ def test_data_parallel_phases_are_the_trace_formats(comm, transfer):
 # ---- the model: predicted time and crossover --------------------------------------------------------
 
 def test_predictions_use_predict_py_terms():
-    m = load_machine("h200-calibrated")
+    m = load_machine(H200_FIXTURE)
     sizes = (784, 512, 10)
     data = predict_strategy(m, sizes, 3200, 2, comm="nccl", batch_transfer="resident")
     assert data == predict_batch(m, sizes, 3200, 2, "float32", "nccl", "resident")
@@ -182,7 +184,7 @@ def test_graph_prediction_of_a_host_bound_shard_has_no_launches():
 def test_graph_prediction_at_the_issues_point():
     # H=512 on 2 x H200 (calibrated): at B=400 the eager shard step is host-bound (its launches exceed
     # the GPU work); a replay is one launch, hidden behind the GPU time
-    m = load_machine("h200-calibrated")
+    m = load_machine(H200_FIXTURE)
     sizes = (784, 512, 10)
     kw = dict(comm="nccl", batch_transfer="resident", parallel="model")
     eager = predict_strategy(m, sizes, 400, 2, **kw)
@@ -206,7 +208,7 @@ def test_graph_prediction_at_the_issues_point():
 def test_one_rank_of_model_parallelism_in_graph_mode_is_the_data_parallel_graph_step():
     # a model group of one holds the whole network and calls no collective: the same replay as data
     # parallelism on one GPU (whose allreduce over one rank costs nothing)
-    m = load_machine("h200-calibrated")
+    m = load_machine(H200_FIXTURE)
     for transfer in ("resident", "pinned", "pageable"):
         for level in (None, *TRACE_LEVELS):
             one = predict_strategy(m, (784, 512, 10), 3200, 1, "float32", "nccl", transfer, "model",
@@ -217,7 +219,7 @@ def test_one_rank_of_model_parallelism_in_graph_mode_is_the_data_parallel_graph_
 
 
 def test_graph_prediction_of_the_server_and_the_grid():
-    m = load_machine("h200-calibrated")
+    m = load_machine(H200_FIXTURE)
     sizes = (784, 512, 10)
     for kw in (dict(comm="ps-nccl"), dict(parallel="hybrid", model_procs=2)):
         eager = predict_strategy(m, sizes, 3200, 4, **{"comm": "nccl", "batch_transfer": "resident", **kw})
@@ -318,7 +320,7 @@ def test_model_cli_predicts_the_graph_step():
 def test_sweep_predicts_a_partitioned_run_as_it_will_run():
     from perfmlp.config import from_mapping
     from perfmlp.sweep import SweepRun, predict_run
-    m = load_machine("h200-calibrated")
+    m = load_machine(H200_FIXTURE)
     for comm, mode in (("nccl", "graph"), ("mpi-staged", "eager")):
         cfg = from_mapping(dict(backend="cupy", parallel="model", comm=comm, batch_transfer="resident",
                                 hidden_sizes=[512], batch_size=3200, trace=False))

@@ -304,17 +304,21 @@ def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
         assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")
 
 
-@pytest.mark.parametrize("n_train, warmup", [(13, 2), (40, 3)])  # 3 and 8 batches of 5
+@pytest.mark.parametrize("n_train, warmup", [(13, 0), (40, 3)])  # 3 and 8 batches of 5
 def test_the_epochs_steady_window_leaves_out_the_warm_up_batches(tmp_path, n_train, warmup):
-    from perfmlp.trace.format import WARMUP_BATCHES
+    # an epoch of no more batches than the warm-up is timed whole (trace/format.py warmup_batches)
+    from perfmlp.trace.format import warmup_batches
     args = [a if a != "13" else str(n_train) for a in TINY]
     r = run_perfmlp(*args, "--trace-dir", str(tmp_path), "--run-id", "w")
     assert r.returncode == 0, r.stderr
     run = read_run(tmp_path / "w")
     (epoch,) = run.ranks[0].epochs
     batches = len(run.ranks[0].batches)
-    assert epoch.warmup_batches == warmup == min(WARMUP_BATCHES, batches - 1)
-    assert 0 < epoch.steady_ms_per_batch * (batches - warmup) <= epoch.seconds * 1e3
+    assert epoch.warmup_batches == warmup == warmup_batches(batches)
+    if warmup:
+        assert 0 < epoch.steady_ms_per_batch * (batches - warmup) <= epoch.seconds * 1e3
+    else:
+        assert epoch.steady_ms_per_batch is None
     # the reader's window is the one the trainer's epoch line says it timed
     assert sorted(k[1] for k in run.steady_batches()) == list(range(epoch.warmup_batches, batches))
 

@@ -15,6 +15,8 @@ from perfmlp.model.whatif import Setting, WhatIfError, changed_setting, what_if
 
 from synthetic import gpu_records, write_run
 
+H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
+
 BEFORE = Setting((784, 512, 10), 3200, 1, "float32", "mpi-staged", "pageable", "eager", False, 1 << 20, "cublas",
                  "phases")
 
@@ -36,7 +38,7 @@ def trainers_words(**changes) -> str:
 
 
 def test_the_solver_takes_numbers_and_keeps_what_the_change_does_not_touch():
-    m = load_machine("h200-calibrated")
+    m = load_machine(H200_FIXTURE)
     groups = {g: v * 1e3 for g, v in BEFORE.predict(m).groups().items()}
     groups["other"] = 0.05
     # the precision changes the GEMMs: compute is predicted, the untouched groups stay measured
