@@ -71,7 +71,10 @@ def header_of(a: Analysis, runs: int | None = None) -> list[str]:
     else:
         machines = "No machine file used: no run ran on a GPU."
     n = len(a.runs) if runs is None else runs   # with ps-async runs, which the analysis leaves to their section
-    return [f"Traces: {a.folder or 'in memory'} ({n} run{'s' if n != 1 else ''}). {machines} Study: {a.study.title} "
+    count = f"{n} run{'s' if n != 1 else ''}"
+    if n > len(a.runs):   # the overview's text counts the analysed runs: say where the others are
+        count += f": {len(a.runs)} analysed, {n - len(a.runs)} asynchronous parameter server in its own section"
+    return [f"Traces: {a.folder or 'in memory'} ({count}). {machines} Study: {a.study.title} "
             f"({Path(a.study.path).name}).", "Made by `python -m perfmlp.report` from the trace files alone."]
 
 

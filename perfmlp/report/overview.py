@@ -18,7 +18,7 @@ from .figures import CATEGORY_COLORS, overview_roofline, time_split
 from .peers import read_peers
 from .recommend import Advice, Recommendation, advice, describable, first_change, recommendations
 from .sections import Cell, Figure, Section, Table, pct
-from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, TOP_RECOMMENDATIONS
+from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, REPEATS_AGREE, TOP_RECOMMENDATIONS
 from .verdicts import CATEGORIES, Verdict, attribute
 from .. import names as N
 
@@ -79,7 +79,30 @@ def what_ran(a: Analysis, o: Overview) -> str:
     n, note = len(a.runs), legend([c.s for c in o.configs])
     return (f"{n} run{'s' if n != 1 else ''} in {len(o.configs)} configuration{'s' if len(o.configs) != 1 else ''}"
             f"{f' ({repeated} with repeats, merged: the median)' if repeated else ''} on {where}; {when}; {code}. "
-            + (note[0].upper() + note[1:] + "." if note else ""))
+            + (note[0].upper() + note[1:] + "." if note else "") + blas_sentence(a, o) + disagree_sentence(o))
+
+
+def blas_sentence(a: Analysis, o: Overview) -> str:
+    """The BLAS library the NumPy runs called and the threads each rank ran (ranks sharing cores share them)."""
+    cpu = [c for c in o.configs if not c.gpu]
+    if not cpu:
+        return ""
+    libs = ", ".join(sorted({r.blas for c in cpu for r in c.runs if r.blas})) or "the library not recorded"
+    each = {t for c in cpu for r in c.runs for t in (r.blas_threads or (None,))}
+    if len(each) == 1 and None not in each:
+        return f" Each NumPy rank ran {each.pop()} BLAS thread(s) ({libs})."
+    return (f" BLAS threads each rank ran ({libs}): "
+            + "; ".join(f"{c.label} {c.blas_threads or 'not recorded'}" for c in cpu) + ".")
+
+
+def disagree_sentence(o: Overview) -> str:
+    """The configurations whose repeats disagree (REPEATS_AGREE), each with its range."""
+    shaky = [c for c in o.configs if c.disagree]
+    if not shaky:
+        return ""
+    return (f" Repeats disagree by more than {100 * REPEATS_AGREE.value:.0f}% in {len(shaky)} configuration(s), "
+            "whose median and verdict are no firm figure: " + "; ".join(f"{c.label} {c.disagree}" for c in shaky)
+            + ".")
 
 
 def verdict_sentence(a: Analysis, o: Overview) -> str:
@@ -137,7 +160,8 @@ def headline(a: Analysis, o: Overview) -> Table:
         if ours and p in st.reference_ms_per_batch:
             ref = st.reference_ms_per_batch[p]
             row[f"reference solution ({st.reference_gpu})"] = f"{ref:g} ms, {pct(st.reference_utilisation[p])}"
-            row["speed-up over it"] = f"{ref / best.t_ms:.1f}x"
+            # a CPU's time beside a GPU reference's is no speed-up: missing, not "0.0x"
+            row["speed-up over it"] = f"{ref / best.t_ms:.3g}x" if best.gpu else None
         for name in sorted({peer.name for peer in o.peers}):
             ms = peer_ms(o.peers, name, best)
             if ms is not None:
