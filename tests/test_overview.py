@@ -245,7 +245,7 @@ def test_repeats_that_disagree_are_flagged_with_their_range(tmp_path):
     assert hi > 3 * lo and c.disagree == f"{lo:.3f} to {hi:.3f} ms, the slowest {100 * (hi / lo - 1):+.0f}%"
     text = what_ran(a, o)
     assert f"{c.label} {c.disagree}" in text and "Repeats disagree by more than 10%" in text
-    assert "Each NumPy rank ran 2 BLAS thread(s) (openblas)." in text
+    assert "BLAS threads each NumPy rank ran (openblas): 2 with 1 rank." in text
     out = build_from_runs(runs, [], tmp_path / "rep")
     row, = csv.DictReader(open(out / "configurations.csv"))
     assert row["repeats disagree"] == c.disagree and row["BLAS threads a rank"] == ""   # format-1: not recorded
@@ -268,3 +268,13 @@ def test_a_cpu_run_has_no_speed_up_over_a_gpu_reference(tmp_path):
     out = build_from_runs([cpu_run(batch=3200)], [], tmp_path / "rep")
     row, = csv.DictReader(open(out / "overview_headline.csv"))
     assert row["speed-up over it"] == "" and "0.0x" not in (out / "report.md").read_text()
+
+
+def test_the_header_counts_the_runs_as_the_text_does():
+    from perfmlp.report import header_of
+    from perfmlp.report.overview import what_ran
+    a = analysis([cpu_run(run_id="a"), cpu_run(run_id="b", procs=2)])
+    assert what_ran(a, overview_of(a)).startswith("2 runs in 2 configurations")
+    assert "(2 runs)" in header_of(a)[0]
+    # one asynchronous parameter-server run more, which has its own section: the header says so
+    assert "(3 runs: 2 analysed, 1 asynchronous parameter server in its own section)" in header_of(a, 3)[0]

@@ -83,16 +83,21 @@ def what_ran(a: Analysis, o: Overview) -> str:
 
 
 def blas_sentence(a: Analysis, o: Overview) -> str:
-    """The BLAS library the NumPy runs called and the threads each rank ran (ranks sharing cores share them)."""
-    cpu = [c for c in o.configs if not c.gpu]
+    """The BLAS library the NumPy runs called and the threads each rank ran,
+    by process count (ranks sharing a machine's cores share its threads)."""
+    cpu = [r for c in o.configs if not c.gpu for r in c.runs]
     if not cpu:
         return ""
-    libs = ", ".join(sorted({r.blas for c in cpu for r in c.runs if r.blas})) or "the library not recorded"
-    each = {t for c in cpu for r in c.runs for t in (r.blas_threads or (None,))}
-    if len(each) == 1 and None not in each:
-        return f" Each NumPy rank ran {each.pop()} BLAS thread(s) ({libs})."
-    return (f" BLAS threads each rank ran ({libs}): "
-            + "; ".join(f"{c.label} {c.blas_threads or 'not recorded'}" for c in cpu) + ".")
+    libs = ", ".join(sorted({r.blas for r in cpu if r.blas})) or "the library not recorded"
+    by_procs: dict[int, set] = {}
+    for r in cpu:
+        by_procs.setdefault(r.procs, set()).update(r.blas_threads or (None,))
+    def words(seen: set) -> str:
+        known = sorted(t for t in seen if t is not None)
+        return " or ".join(map(str, known)) + (" (some not recorded)" if None in seen else "") if known \
+            else "not recorded"
+    parts = [f"{words(seen)} with {p} rank{'s' if p > 1 else ''}" for p, seen in sorted(by_procs.items())]
+    return f" BLAS threads each NumPy rank ran ({libs}): {'; '.join(parts)}."
 
 
 def disagree_sentence(o: Overview) -> str:
