@@ -257,5 +257,12 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
 
 
 def _write(path: Path, data: bytes) -> None:
+    """Write into the staging folder, a copy of the previous report: a file
+    whose bytes would not change keeps its copy (and its time)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
     with open(path, "wb") as f:
         f.write(data)
