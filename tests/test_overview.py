@@ -278,3 +278,28 @@ def test_the_header_counts_the_runs_as_the_text_does():
     assert "(2 runs)" in header_of(a)[0]
     # one asynchronous parameter-server run more, which has its own section: the header says so
     assert "(3 runs: 2 analysed, 1 asynchronous parameter server in its own section)" in header_of(a, 3)[0]
+
+
+def test_a_multi_run_cpu_report_does_not_scroll_sideways_at_1280_px(tmp_path):
+    import re
+    import shutil
+    import subprocess
+    from perfmlp.report.browser import FLAGS, WINDOW, BrowserError, find_browser
+    try:
+        exe = find_browser()
+    except BrowserError:
+        pytest.skip("no Chromium")
+    runs = [cpu_run(procs=p, batch=b, run_id=f"cpu-p{p}-b{b}-{k}",
+                    phase_ms={"forward": 2.0 * b / 100, "backward": 2.5 * b / 100, "update": 0.3})
+            for p in (1, 2) for b in (50, 100, 200, 400, 800, 1600, 3200) for k in (1, 2)]
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    page = out / "report.html"
+    # every folded table opened, then the page's width beside the window's
+    page.write_text(page.read_text().replace("</body>", '<script>document.querySelectorAll("details").forEach('
+                                             'd => d.open = true); document.body.setAttribute("data-width", '
+                                             'document.documentElement.scrollWidth);</script></body>'))
+    dom = subprocess.run([exe, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WINDOW[0]},"
+                          f"{WINDOW[1]}", "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+    width = re.search(r'data-width="(\d+)"', dom.stdout)
+    assert width and int(width.group(1)) <= WINDOW[0], dom.stderr[-300:]
