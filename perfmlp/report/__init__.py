@@ -5,7 +5,7 @@ Three steps, one module each: `analysis` reads every run once into a typed
 summary (measured, predicted, per rank); `sections` selects from those
 summaries what each section says, for a study (`study`, default
 studies/cme213.yaml: the reference question as data); `render` writes
-report.md, a self-contained report.html, each table as CSV and each figure
+report.md and report.html (both linking the figures beside them), each table as CSV and each figure
 (`figures`, matplotlib) as PNG and SVG. Reads only trace files (and, where
 they sit beside the traces, correctness results, cProfile dumps and Nsight
 Systems SQLite exports); never imports CuPy or the trainer.
