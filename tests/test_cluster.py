@@ -205,3 +205,22 @@ def test_model_command_projects_onto_a_cluster(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_strategy_left_out_says_why(capsys):
+    from perfmlp.model.__main__ import main
+    # 256 GPUs, a batch of 100: data parallelism would give 156 GPUs no sample
+    assert main(["--cluster", "dgx-h100", "--procs", "256", "--batch-size", "100"]) == 0
+    out = capsys.readouterr().out
+    gone = [line for line in out.splitlines() if line.startswith("data ")]
+    assert gone == [f"{'data':<10}left out: 256 data pieces of a batch of 100: each needs a sample "
+                    "(a batch of at least 256)"]
+    left_out = {}
+    steps = strategy_steps(load_cluster("dgx-h100"), load_machine("h100-sxm"), (784, 512, 10), 100, 256,
+                           left_out=left_out)
+    assert set(left_out) == {"data"} and "data" not in steps
+    # with a batch of 25600 every strategy runs and none is left out
+    left_out.clear()
+    strategy_steps(load_cluster("dgx-h100"), load_machine("h100-sxm"), (784, 512, 10), 25600, 256,
+                   left_out=left_out)
+    assert left_out == {}

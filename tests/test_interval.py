@@ -322,3 +322,38 @@ def test_the_run_to_run_floor_of_a_graph_interval():
     j = judge_intervals(groups, {"a", "b", "c"}, preds, starts)
     assert j.graph_floor == pytest.approx(noise_floor(runs)) and j.graph_floor_configs == 3
     assert f"+-{100 * j.graph_floor:.1f}%" in j.verdict() and "run-to-run spread of 3 configurations" in j.verdict()
+
+
+def test_blind_spread_keeps_the_machine_files_comments_and_makes_a_missing_file(tmp_path):
+    import yaml
+    from perfmlp.report.blind_spread import main
+    from perfmlp.model.machine import load_machine as load
+    head = ",".join(COLUMNS)
+    rows = [f"k,abc,2026-11-25,s,r{i},512,800,1,resident,nccl,graph,data,float32,2,1.0,{m},{m},{m},0.0"
+            for i, m in enumerate((1.1, 0.9, 1.0, 1.2, 0.95, 1.05))]
+    (tmp_path / "b.csv").write_text("\n".join([head, *rows]) + "\n")
+    text = open(CALIBRATED).read()
+    f = tmp_path / "m.yaml"
+    own = "spread:  # the calibration's\n# the host's repeats\n- source: host\n  ratios: [0.9, 1.0, 1.1]\n"
+    f.write_text("# where this file came from\n" + text + own)
+    assert main([str(tmp_path / "b.csv"), "--machine-kind", "k", "--into", str(f)]) == 0
+    after = f.read_text()
+    assert after.startswith("# where this file came from\n") and "# the host's repeats\n" in after
+    assert {e.source: e.ratios for e in load(str(f)).spread}["model_graph"] == (0.9, 0.95, 1.0, 1.05, 1.1, 1.2)
+    # every line of the file but the new entry's is kept
+    assert after == f"# where this file came from\n{text}{own}- source: model_graph\n" \
+                    "  ratios: [0.9, 0.95, 1.0, 1.05, 1.1, 1.2]\n"
+    assert main([str(tmp_path / "b.csv"), "--machine-kind", "k", "--into", str(f)]) == 0   # replaced, not added
+    assert f.read_text() == after
+    # a missing file is made, holding the entries
+    g = tmp_path / "new.yaml"
+    assert main([str(tmp_path / "b.csv"), "--machine-kind", "k", "--into", str(g)]) == 0
+    assert yaml.safe_load(g.read_text()) == {"spread": [{"source": "model_graph",
+                                                         "ratios": [0.9, 0.95, 1.0, 1.05, 1.1, 1.2]}]}
+    # a flow-style spread in a commented file: refused in one line, the file as it was
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("# notes\n" + text + "spread: [{source: host, ratios: [0.9, 1.0, 1.1]}]\n")
+    before = flow.read_text()
+    with pytest.raises(Exception, match="flow.yaml: its spread is not a block list.*would lose its 2 comment line"):
+        main([str(tmp_path / "b.csv"), "--machine-kind", "k", "--into", str(flow)])
+    assert flow.read_text() == before

@@ -227,3 +227,79 @@ def test_the_screenshot_script_fails_in_one_line(tmp_path, capsys):
     assert browser_main([str(tmp_path / "missing.html"), "--browser", "sh"]) == 2
     assert "missing.html: no such file" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.png"))
+
+
+# ---- repeats that disagree, BLAS threads, labels ----------------------------------------------
+
+def test_repeats_that_disagree_are_flagged_with_their_range(tmp_path):
+    import dataclasses
+    from perfmlp.report.overview import what_ran
+    slow = {"h2d": 0.01, "forward": 8.0, "loss": 0.2, "backward": 10.0, "update": 0.3}
+    runs = [cpu_run(run_id="a1"), cpu_run(run_id="a2"), cpu_run(run_id="a3", phase_ms=slow)]
+    a = analysis(runs)
+    # a NumPy run records its ranks' BLAS threads (the manifest's ran.blas_threads)
+    a = dataclasses.replace(a, runs=tuple(dataclasses.replace(r, blas="openblas", blas_threads=(2,)) for r in a.runs))
+    o = overview_of(a)
+    c, = o.configs
+    lo, hi = min(r.t_ms for r in c.runs), max(r.t_ms for r in c.runs)
+    assert hi > 3 * lo and c.disagree == f"{lo:.3f} to {hi:.3f} ms, the slowest {100 * (hi / lo - 1):+.0f}%"
+    text = what_ran(a, o)
+    assert f"{c.label} {c.disagree}" in text and "Repeats disagree by more than 10%" in text
+    assert "BLAS threads each NumPy rank ran (openblas): 2 with 1 rank." in text
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    row, = csv.DictReader(open(out / "configurations.csv"))
+    assert row["repeats disagree"] == c.disagree and row["BLAS threads a rank"] == ""   # format-1: not recorded
+    # repeats within 10% of each other: no flag
+    assert configurations(analysis([cpu_run(run_id="b1"), cpu_run(run_id="b2")]))[0].disagree is None
+
+
+def test_a_label_names_each_word_once():
+    # a parameter server's strategy and its comm are both "ps": the label says it once
+    from perfmlp.report.configurations import labels
+    base = {"hidden": "512", "batch": 100, "procs": 2, "backend": "numpy", "precision": "float32",
+            "transfer": None, "gemm": None, "exec": None, "overlap": None, "trace_level": "counters",
+            "profiler": None}
+    names = labels([{**base, "strategy": "data parallel", "comm": "mpi"}, {**base, "strategy": "ps", "comm": "ps"}])
+    assert names[1].split().count("ps") == 1 and len(set(names)) == 2
+
+
+def test_a_cpu_run_has_no_speed_up_over_a_gpu_reference(tmp_path):
+    # the study's job on a CPU: its time beside the GPU reference solution's is missing, not "0.0x"
+    out = build_from_runs([cpu_run(batch=3200)], [], tmp_path / "rep")
+    row, = csv.DictReader(open(out / "overview_headline.csv"))
+    assert row["speed-up over it"] == "" and "0.0x" not in (out / "report.md").read_text()
+
+
+def test_the_header_counts_the_runs_as_the_text_does():
+    from perfmlp.report import header_of
+    from perfmlp.report.overview import what_ran
+    a = analysis([cpu_run(run_id="a"), cpu_run(run_id="b", procs=2)])
+    assert what_ran(a, overview_of(a)).startswith("2 runs in 2 configurations")
+    assert "(2 runs)" in header_of(a)[0]
+    # one asynchronous parameter-server run more, which has its own section: the header says so
+    assert "(3 runs: 2 analysed, 1 asynchronous parameter server in its own section)" in header_of(a, 3)[0]
+
+
+def test_a_multi_run_cpu_report_does_not_scroll_sideways_at_1280_px(tmp_path):
+    import re
+    import shutil
+    import subprocess
+    from perfmlp.report.browser import FLAGS, WINDOW, BrowserError, find_browser
+    try:
+        exe = find_browser()
+    except BrowserError:
+        pytest.skip("no Chromium")
+    runs = [cpu_run(procs=p, batch=b, run_id=f"cpu-p{p}-b{b}-{k}",
+                    phase_ms={"forward": 2.0 * b / 100, "backward": 2.5 * b / 100, "update": 0.3})
+            for p in (1, 2) for b in (50, 100, 200, 400, 800, 1600, 3200) for k in (1, 2)]
+    out = build_from_runs(runs, [], tmp_path / "rep")
+    page = out / "report.html"
+    # every folded table opened, then the page's width beside the window's
+    page.write_text(page.read_text().replace("</body>", '<script>document.querySelectorAll("details").forEach('
+                                             'd => d.open = true); document.body.setAttribute("data-width", '
+                                             'document.documentElement.scrollWidth);</script></body>'))
+    dom = subprocess.run([exe, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WINDOW[0]},"
+                          f"{WINDOW[1]}", "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+    width = re.search(r'data-width="(\d+)"', dom.stdout)
+    assert width and int(width.group(1)) <= WINDOW[0], dom.stderr[-300:]

@@ -1,6 +1,7 @@
 import csv
 import dataclasses
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -108,7 +109,10 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
         for ext in ("png", "svg"):
             assert (out / f"{fig}.{ext}").stat().st_size > 1000
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 4 and "<table>" in html
+    # each figure linked as the PNG written beside the page, none embedded
+    linked = re.findall(r'<img src="([^"]+)"', html)
+    assert len(linked) >= 4 and all((out / src).is_file() for src in linked) and "<table>" in html
+    assert "base64" not in html
     # every run eager without overlap: no configuration ran two ways, so no execution-mode section
     assert "## Execution mode and overlap" not in md and not (out / "execution_modes.csv").exists()
 
@@ -168,7 +172,7 @@ def test_the_study_is_data(tmp_path):
     util = read_csv(out / "q2_1_utilisation.csv")
     assert [u["GPUs"] for u in util] == ["1", "2"] and util[1]["reference (Quadro RTX 6000) utilisation"] == "25.00%"
     # no run of H=256: nothing measured to set beside the reference
-    assert util[0]["perfmlp, reference scheme (pageable, mpi-staged, eager): utilisation"] == "-"
+    assert util[0]["perfmlp, reference scheme (pageable, mpi-staged, eager): utilisation"] == ""   # missing: empty
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("{1: 4.9, 2: 7.0, 4: 8.2}", "{1: 4.9, 2: 7.0}"))
     with pytest.raises(PerfmlpError, match=r"bad.yaml: reference_ms_per_batch must give a value for each of procs"):
@@ -413,7 +417,7 @@ def test_execution_modes_set_measured_changes_beside_predicted(tmp_path):
     # overlap can only hide communication, so the model never predicts it slower with buckets no smaller than
     # a layer's gradient (16 MiB > 512 x 784 x 4 B): the measured loss, 0.23 / 0.21 = 1.10, is a wrong direction
     sixteen = next(c for c in changes if c["to"] == "graph, overlap 16 MiB")
-    assert (sixteen["measured"], sixteen["direction right"]) == ("1.10x", "False")
+    assert (sixteen["measured (times)"], sixteen["direction right"]) == ("1.1", "False")
     assert "graph -> graph, overlap 16 MiB: 1.10x measured" in section
 
 
@@ -466,3 +470,21 @@ def test_each_run_is_predicted_at_the_trace_level_it_ran_at():
     text = " ".join(section_model(analyse(runs, [], load_study(None), "h200-calibrated")).paragraphs)
     assert ("Not in the predictions (those levels priced as `counters`): CUPTI activity records, every kernel "
             "inside CUDA graphs too (kernels level), not calibrated, 1 run(s).") in text
+
+
+def test_csv_numbers_are_numbers_and_missing_is_empty():
+    from perfmlp.report.render import csv_text
+    from perfmlp.report.sections import Cell
+    rows = [{"change": "a", "predicted": "-92%", "speed-up": "25.2x", "measured": "-", "note": "-"},
+            {"change": "b", "predicted": Cell("-88% (-47% to -93%)", "tip"), "speed-up": None, "measured": "not run",
+             "note": "kept"}]
+    got = list(csv.DictReader(csv_text(rows).splitlines()))
+    assert list(got[0]) == ["change", "predicted change (fraction)", "predicted change low (fraction)",
+                            "predicted change high (fraction)", "speed-up (times)", "measured", "note"]
+    # -92% is -0.92; -88% (-47% to -93%): -0.88, its interval -0.47 to -0.93
+    assert [float(got[0]["predicted change (fraction)"]), got[0]["predicted change low (fraction)"]] == [-0.92, ""]
+    assert [float(got[1][k]) for k in ("predicted change (fraction)", "predicted change low (fraction)",
+                                       "predicted change high (fraction)")] == [-0.88, -0.47, -0.93]
+    assert float(got[0]["speed-up (times)"]) == 25.2 and got[1]["speed-up (times)"] == ""
+    assert [g["measured"] for g in got] == ["", ""] and [g["note"] for g in got] == ["", "kept"]
+

@@ -97,6 +97,9 @@ def cited_values(section: str) -> list[float]:
         if not f.is_file():
             continue
         values += [float(t) for t in numbers(f.read_text(encoding="utf-8"))]
+        if f.suffix == ".csv":   # a report's change is a fraction in its CSV, a percentage in words
+            values += [100 * float(v) for r in csv.DictReader(f.open(encoding="utf-8")) for k, v in r.items()
+                       if k and k.endswith("(fraction)") and v]
         if f.name == "blind-tests.csv":
             values += blind_summaries(f)
     return values

@@ -81,7 +81,8 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
     p_data, p_model = grid(procs, parallel, model_procs)
     check_shard(layer_sizes, p_model)
     if p_data > batch:
-        raise StrategyError(f"{p_data} data pieces of a batch of {batch}")
+        raise StrategyError(f"{p_data} data pieces of a batch of {batch}: each needs a sample "
+                            f"(a batch of at least {p_data})")
     s = itemsize_of(precision)
     b = pieces(batch, p_data)[0]
     own = predict_batch(machine, shard_sizes(layer_sizes, p_model, 0), b, 1, precision, N.NCCL, N.RESIDENT,
@@ -115,23 +116,30 @@ def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[i
 
 
 def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
-                   precision: str = "float32") -> dict[str, ClusterStep]:
+                   precision: str = "float32", left_out: dict | None = None) -> dict[str, ClusterStep]:
     """Each strategy's step at this size, those that can run: data, model,
-    and the fastest hybrid grid."""
-    out = {}
+    and the fastest hybrid grid. `left_out`, where given, receives each
+    strategy that cannot run -> why (the StrategyError's words)."""
+    out, why = {}, {}
     for parallel in ("data", "model"):
         try:
             out[parallel] = cluster_step(cluster, machine, layer_sizes, batch, procs, parallel, 0, precision)
-        except StrategyError:
-            pass
+        except StrategyError as e:
+            why[parallel] = str(e)
     hybrids = []
-    for m in hybrid_grids(layer_sizes, procs, cluster.gpus_per_node):
+    grids = hybrid_grids(layer_sizes, procs, cluster.gpus_per_node)
+    for m in grids:
         try:
             hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, N.HYBRID, m, precision))
-        except StrategyError:
-            pass
+        except StrategyError as e:
+            why[N.HYBRID] = f"{e} (p_model = {m})"
     if hybrids:
         out[N.HYBRID] = min(hybrids, key=lambda st: st.total_s)
+    elif not grids:
+        why[N.HYBRID] = (f"no grid of {procs} GPUs: p_model a power of two from 2 to min(p/2, "
+                         f"{cluster.gpus_per_node} GPUs a node) whose shard keeps a hidden unit a rank")
+    if left_out is not None:
+        left_out.update({k: v for k, v in why.items() if k not in out})
     return out
 
 
@@ -189,11 +197,13 @@ def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int,
     if procs > cluster.max_procs:
         raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.path} "
                             f"({cluster.nodes} nodes of {cluster.gpus_per_node})")
-    steps = sorted(strategy_steps(cluster, machine, layer_sizes, batch, procs, precision).values(),
+    left_out: dict = {}
+    steps = sorted(strategy_steps(cluster, machine, layer_sizes, batch, procs, precision, left_out).values(),
                    key=lambda st: st.total_s)
     if not steps:
+        why = "; ".join(f"{k}: {v}" for k, v in left_out.items())
         raise StrategyError(f"no strategy runs {'-'.join(map(str, layer_sizes))} with a batch of {batch} on "
-                            f"{procs} GPUs")
+                            f"{procs} GPUs ({why})")
     return {
         "schema": SCHEMA,
         "cluster": {"name": cluster.name, "path": cluster.path, "gpus_per_node": cluster.gpus_per_node,
@@ -206,6 +216,7 @@ def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int,
                         "exchanges": [{"kind": e.kind, "bytes": e.nbytes, "ranks": e.ranks,
                                        "algorithm": e.algorithm, "s": e.s, "algorithms_s": dict(e.alternatives)}
                                       for e in st.exchanges]} for st in steps],
+        "left_out": [{"strategy": k, "why": v} for k, v in left_out.items()],
     }
 
 
@@ -225,4 +236,6 @@ def format_cluster(s: dict) -> str:
                 every = ", ".join(f"{a} {t * 1e6:.1f}" for a, t in e["algorithms_s"].items())
                 lines.append(f"    {e['kind']} {e['bytes']:,} B over {e['ranks']}: {e['algorithm']} "
                              f"({every} us)")
+    for gone in s.get("left_out", ()):
+        lines.append(f"{gone['strategy']:<10}left out: {gone['why']}")
     return "\n".join(lines)

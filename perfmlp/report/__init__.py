@@ -5,7 +5,7 @@ Three steps, one module each: `analysis` reads every run once into a typed
 summary (measured, predicted, per rank); `sections` selects from those
 summaries what each section says, for a study (`study`, default
 studies/cme213.yaml: the reference question as data); `render` writes
-report.md, a self-contained report.html, each table as CSV and each figure
+report.md and report.html (both linking the figures beside them), each table as CSV and each figure
 (`figures`, matplotlib) as PNG and SVG. Reads only trace files (and, where
 they sit beside the traces, correctness results, cProfile dumps and Nsight
 Systems SQLite exports); never imports CuPy or the trainer.
@@ -71,7 +71,10 @@ def header_of(a: Analysis, runs: int | None = None) -> list[str]:
     else:
         machines = "No machine file used: no run ran on a GPU."
     n = len(a.runs) if runs is None else runs   # with ps-async runs, which the analysis leaves to their section
-    return [f"Traces: {a.folder or 'in memory'} ({n} run{'s' if n != 1 else ''}). {machines} Study: {a.study.title} "
+    count = f"{n} run{'s' if n != 1 else ''}"
+    if n > len(a.runs):   # the overview's text counts the analysed runs: say where the others are
+        count += f": {len(a.runs)} analysed, {n - len(a.runs)} asynchronous parameter server in its own section"
+    return [f"Traces: {a.folder or 'in memory'} ({count}). {machines} Study: {a.study.title} "
             f"({Path(a.study.path).name}).", "Made by `python -m perfmlp.report` from the trace files alone."]
 
 

@@ -11,8 +11,8 @@ from .study import DEFAULT_STUDY
 
 def main(argv=None) -> int:
     ap = Parser(prog="python -m perfmlp.report",
-                description="Roofline report from traces: report.md, a self-contained "
-                            "report.html, figures (PNG, SVG) and tables (CSV)")
+                description="Roofline report from traces: report.md, "
+                            "report.html (linking its figures), figures (PNG, SVG) and tables (CSV)")
     ap.add_argument("traces", help="folder holding run folders (any depth)")
     ap.add_argument("--out", default=None, help="report folder (default: report/ inside the traces folder, beside the runs it describes)")
     add_machine(ap, "the datasheet and calibrated files for the traces' GPU")

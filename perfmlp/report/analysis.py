@@ -77,6 +77,8 @@ class RunSummary:
     trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
     layer_sizes: tuple = ()     # D, the hidden sizes, C
     mem_bytes_rank0: int | None = None   # device-memory bytes rank 0's kernels move in a batch (the trace's Shape)
+    blas: str | None = None     # the BLAS library NumPy called (the manifest's ran.blas)
+    blas_threads: tuple = ()    # each rank's BLAS threads as it trained (ran.blas_threads; None: not known)
 
     @property
     def strategy(self) -> str:
@@ -245,7 +247,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),
         trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes),
-        mem_bytes_rank0=sum(mem.values()) if mem else None)
+        mem_bytes_rank0=sum(mem.values()) if mem else None, blas=ran.blas, blas_threads=tuple(ran.blas_threads or ()))
 
 
 # ---- every run ---------------------------------------------------------------------------

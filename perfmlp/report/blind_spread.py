@@ -15,15 +15,21 @@ before); a group with fewer than MIN_TESTS tests records none, and its
 steps draw from their execution mode's other entry. So an interval covers
 what the calibration's repeats cannot show: a host's speed from one
 process to the next, and the model's known biases, in the proportion the
-blind tests met them. The entries replace any the file held; the rest of the file is kept.
+blind tests met them. The entries replace any the file held; the rest of the file is kept as written,
+comments included (the spread block is edited as text); a file whose spread is not a block list
+and which holds comments is refused, naming them, rather than rewritten without them. A file
+that does not exist is made holding only the entries, to merge into a machine file.
 The tests are pooled over the sweeps and commits the history holds (each
 one's error is of the model of its own commit).
 """
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 from pathlib import Path
 
+import yaml
 
 from ..checks import CheckError, read_yaml
 from ..errors import OneLineParser, PerfmlpError, cli, say, write_atomic
@@ -55,11 +61,73 @@ def with_model_error(values: dict, ratios: dict[str, tuple]) -> dict:
     return {**values, "spread": kept + [{"source": s, "ratios": list(r)} for s, r in ratios.items()]}
 
 
+SPREAD = re.compile(r"^spread:\s*(#.*)?$")
+
+
+def entry_text(source: str, ratios: tuple, indent: str) -> str:
+    """One spread entry as YAML text, its ratios on one flow line as machine_to_yaml writes them."""
+    return f"{indent}- source: {source}\n{indent}  ratios: [{', '.join(repr(float(r)) for r in ratios)}]\n"
+
+
+def edited_text(text: str, ratios: dict[str, tuple]) -> str | None:
+    """`text` with its top-level spread block's model entries replaced by
+    `ratios`, every other line kept (comments too); None where the file's
+    spread is not a block list this can edit."""
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, x in enumerate(lines) if SPREAD.match(x)), None)
+    if at is None:
+        if any(x.startswith("spread:") for x in lines):
+            return None          # a flow list (spread: [...]): not edited as text
+        tail = "" if not lines or lines[-1].endswith("\n") else "\n"
+        return text + tail + "spread:\n" + "".join(entry_text(s, r, "") for s, r in ratios.items())
+    end = next((i for i in range(at + 1, len(lines)) if lines[i][:1] not in (" ", "-", "#", "\n", "")), len(lines))
+    chunks, pending = [], []     # an entry's lines, each with the comments above it
+    for x in lines[at + 1:end]:
+        if x.lstrip().startswith("- "):
+            chunks.append([*pending, x])
+        elif x.lstrip().startswith("#") or not x.strip() or not chunks:
+            pending.append(x)
+            continue
+        else:
+            chunks[-1] += [*pending, x]
+        pending = []
+    first = next((x for c in chunks for x in c if x.lstrip().startswith("- ")), "")
+    indent = first[:len(first) - len(first.lstrip())]
+    kept = []
+    for c in chunks:
+        entry = yaml.safe_load(textwrap.dedent("".join(c)))
+        if not (isinstance(entry, list) and len(entry) == 1 and isinstance(entry[0], dict)):
+            return None
+        if entry[0].get("source") not in MODEL_SOURCES:
+            kept.append("".join(c))
+    new = "".join(entry_text(s, r, indent) for s, r in ratios.items())
+    return "".join(lines[:at + 1] + kept) + new + "".join(pending + lines[end:])
+
+
+def written(path: str, values: dict, ratios: dict[str, tuple]) -> str:
+    """The machine file's new text: edited in place where it can be, else
+    written whole, unless that would drop comments (then one line naming them)."""
+    text = Path(path).read_text(encoding="utf-8")
+    new = edited_text(text, ratios)
+    want = with_model_error(values, ratios)
+    try:
+        if new is not None and yaml.safe_load(new) == want:
+            return new
+    except yaml.YAMLError:
+        pass            # the edit did not give the file it means: written whole below
+    comments = sum(x.lstrip().startswith("#") or " #" in x for x in text.splitlines())
+    if comments:
+        raise PerfmlpError(f"{path}: its spread is not a block list of entries; writing it again would lose its "
+                           f"{comments} comment line(s): give the spread as '- source: ...' lines")
+    return machine_to_yaml(want)
+
+
 def main(argv=None) -> int:
     ap = OneLineParser(prog="python -m perfmlp.report.blind_spread", description=__doc__.split("\n\n")[0])
     ap.add_argument("history", metavar="BLIND-TESTS.csv")
     ap.add_argument("--machine-kind", required=True, help="the history's machine column to take (h100, h200-x2, ...)")
-    ap.add_argument("--into", required=True, metavar="FILE.yaml", help="the machine file to write the entries into")
+    ap.add_argument("--into", required=True, metavar="FILE.yaml",
+                    help="the machine file to write the entries into (made, holding only them, if missing)")
     a = ap.parse_args(argv)
     tests = read_blind_tests(a.history).tests
     ratios = model_error_ratios(tests, a.machine_kind)
@@ -68,18 +136,21 @@ def main(argv=None) -> int:
         raise PerfmlpError(f"{a.history}: fewer than {MIN_TESTS.value} blind tests of machine kind "
                            f"{a.machine_kind!r} in "
                            f"either execution mode (kinds: {', '.join(kinds)})")
-    try:
-        values = read_yaml(Path(a.into), "machine file")
-    except CheckError as e:
-        raise PerfmlpError(str(e)) from None
-    if not isinstance(values, dict):
-        raise PerfmlpError(f"{a.into}: not a machine file (a YAML mapping of machine keys)")
-    new = with_model_error(values, ratios)
-    try:
-        machine_from_mapping(new, a.into)   # the file still reads
-    except MachineError as e:
-        raise PerfmlpError(str(e)) from None
-    write_atomic(a.into, machine_to_yaml(new))
+    if not Path(a.into).exists():
+        write_atomic(a.into, f"# the model's error from {a.history}, machine kind {a.machine_kind}: the spread "
+                     "entries to merge into its machine file\n" + machine_to_yaml(with_model_error({}, ratios)))
+    else:
+        try:
+            values = read_yaml(Path(a.into), "machine file")
+        except CheckError as e:
+            raise PerfmlpError(str(e)) from None
+        if not isinstance(values, dict):
+            raise PerfmlpError(f"{a.into}: not a machine file (a YAML mapping of machine keys)")
+        try:
+            machine_from_mapping(with_model_error(values, ratios), a.into)   # the file still reads
+        except MachineError as e:
+            raise PerfmlpError(str(e)) from None
+        write_atomic(a.into, written(a.into, values, ratios))
     say("; ".join(f"{s}: {len(r)} blind tests, ratios {r[0]:.3f} to {r[-1]:.3f}" for s, r in ratios.items())
         + f" -> {a.into}")
     return 0

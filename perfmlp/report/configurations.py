@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .analysis import Analysis, RunSummary
+from .thresholds import REPEATS_AGREE
 from .. import names as N
 
 # The settings, in the order labels and tables name them; SHAPE names the problem, the rest how it ran.
@@ -83,6 +84,24 @@ class Configuration:
     @property
     def gpu(self) -> bool:
         return self.representative.gpu
+
+    @property
+    def disagree(self) -> str | None:
+        """Where the repeats' times differ by more than REPEATS_AGREE: their
+        range in words ("0.975 to 8.753 ms, the slowest +798%"); else None."""
+        lo, hi = min(r.t_ms for r in self.runs), max(r.t_ms for r in self.runs)
+        if hi <= lo * (1 + REPEATS_AGREE.value):
+            return None
+        return f"{lo:.3f} to {hi:.3f} ms, the slowest {100 * (hi / lo - 1):+.0f}%"
+
+    @property
+    def blas_threads(self) -> str | None:
+        """The BLAS threads each rank ran, per repeat where they differ ("2, 2"); None on a GPU or unknown."""
+        if self.gpu:
+            return None
+        seen = dict.fromkeys(", ".join("?" if t is None else str(t) for t in r.blas_threads)
+                             for r in self.runs if r.blas_threads)
+        return "; ".join(seen) or None
 
     @property
     def util(self) -> float | None:
@@ -154,7 +173,8 @@ def value_text(key: str, value) -> str:
 def label_of(s: dict, shown: list[str], usual_values: dict) -> str:
     parts = [value_text(k, s[k]) for k in shown
              if k not in QUIET_SETTINGS or s[k] != usual_values.get(k)]
-    return " ".join(p for p in parts if p)
+    # each word once: a parameter server's strategy and its comm are both "ps"
+    return " ".join(dict.fromkeys(w for p in parts for w in p.split()))
 
 
 def shown_settings(settings: list[dict]) -> list[str]:

@@ -19,6 +19,10 @@ def configuration_row(o: Overview, c) -> dict:
     times = [r.t_ms for r in c.runs]
     row = {"configuration": Cell(c.label, c.which()), "runs": len(c.runs), "ms per batch": c.t_ms,
            "min ms": min(times) if len(times) > 1 else None, "max ms": max(times) if len(times) > 1 else None}
+    if c.disagree:
+        row["repeats disagree"] = c.disagree
+    if not c.gpu:
+        row["BLAS threads a rank"] = c.blas_threads
     if c.gpu:
         row.update({"utilisation": pct(c.util), "predicted ms": c.predicted_ms})
     row.update({"bound by": v.text, "split from": v.source})

@@ -18,7 +18,7 @@ from .figures import CATEGORY_COLORS, overview_roofline, time_split
 from .peers import read_peers
 from .recommend import Advice, Recommendation, advice, describable, first_change, recommendations
 from .sections import Cell, Figure, Section, Table, pct
-from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, TOP_RECOMMENDATIONS
+from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, REPEATS_AGREE, TOP_RECOMMENDATIONS
 from .verdicts import CATEGORIES, Verdict, attribute
 from .. import names as N
 
@@ -79,7 +79,35 @@ def what_ran(a: Analysis, o: Overview) -> str:
     n, note = len(a.runs), legend([c.s for c in o.configs])
     return (f"{n} run{'s' if n != 1 else ''} in {len(o.configs)} configuration{'s' if len(o.configs) != 1 else ''}"
             f"{f' ({repeated} with repeats, merged: the median)' if repeated else ''} on {where}; {when}; {code}. "
-            + (note[0].upper() + note[1:] + "." if note else ""))
+            + (note[0].upper() + note[1:] + "." if note else "") + blas_sentence(a, o) + disagree_sentence(o))
+
+
+def blas_sentence(a: Analysis, o: Overview) -> str:
+    """The BLAS library the NumPy runs called and the threads each rank ran,
+    by process count (ranks sharing a machine's cores share its threads)."""
+    cpu = [r for c in o.configs if not c.gpu for r in c.runs]
+    if not cpu:
+        return ""
+    libs = ", ".join(sorted({r.blas for r in cpu if r.blas})) or "the library not recorded"
+    by_procs: dict[int, set] = {}
+    for r in cpu:
+        by_procs.setdefault(r.procs, set()).update(r.blas_threads or (None,))
+    def words(seen: set) -> str:
+        known = sorted(t for t in seen if t is not None)
+        return " or ".join(map(str, known)) + (" (some not recorded)" if None in seen else "") if known \
+            else "not recorded"
+    parts = [f"{words(seen)} with {p} rank{'s' if p > 1 else ''}" for p, seen in sorted(by_procs.items())]
+    return f" BLAS threads each NumPy rank ran ({libs}): {'; '.join(parts)}."
+
+
+def disagree_sentence(o: Overview) -> str:
+    """The configurations whose repeats disagree (REPEATS_AGREE), each with its range."""
+    shaky = [c for c in o.configs if c.disagree]
+    if not shaky:
+        return ""
+    return (f" Repeats disagree by more than {100 * REPEATS_AGREE.value:.0f}% in {len(shaky)} configuration(s), "
+            "whose median and verdict are no firm figure: " + "; ".join(f"{c.label} {c.disagree}" for c in shaky)
+            + ".")
 
 
 def verdict_sentence(a: Analysis, o: Overview) -> str:
@@ -137,7 +165,8 @@ def headline(a: Analysis, o: Overview) -> Table:
         if ours and p in st.reference_ms_per_batch:
             ref = st.reference_ms_per_batch[p]
             row[f"reference solution ({st.reference_gpu})"] = f"{ref:g} ms, {pct(st.reference_utilisation[p])}"
-            row["speed-up over it"] = f"{ref / best.t_ms:.1f}x"
+            # a CPU's time beside a GPU reference's is no speed-up: missing, not "0.0x"
+            row["speed-up over it"] = f"{ref / best.t_ms:.3g}x" if best.gpu else None
         for name in sorted({peer.name for peer in o.peers}):
             ms = peer_ms(o.peers, name, best)
             if ms is not None:

@@ -1,5 +1,6 @@
-"""The report on disk: report.md, a self-contained report.html (figures
-embedded as PNG), each table as CSV and each figure as PNG and SVG.
+"""The report on disk: report.md, report.html (each figure an image linked
+beside it, as report.md links it, so the folder stays small enough to
+commit), each table as CSV and each figure as PNG and SVG.
 
 The report is written whole or not at all: every file goes first into a
 fresh folder beside the target (`staged`), and only once all are written do
@@ -10,11 +11,11 @@ changed.
 """
 from __future__ import annotations
 
-import base64
 import csv
 import html
 import io
 import math
+import re
 from pathlib import Path
 
 from ..errors import write_atomic
@@ -47,12 +48,60 @@ def columns(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(k for r in rows for k in r))
 
 
+# words a cell uses for "no value": the CSV writes each as an empty field
+MISSING = ("", "-", "not run", "n/a")
+# a change in percent, alone or with its interval: "-92%", "+3.1% (-47% to +8%)"
+CHANGE = re.compile(r"^([+-]\d+(?:\.\d+)?)%(?: \(([+-]?\d+(?:\.\d+)?)% to ([+-]?\d+(?:\.\d+)?)%\))?$")
+# a ratio: "25.2x"
+TIMES = re.compile(r"^(\d+(?:\.\d+)?(?:e[+-]?\d+)?)x$")
+
+
+def _text(v) -> str | None:
+    return v.text if isinstance(v, Cell) else v if isinstance(v, str) else None
+
+
+def csv_columns(rows: list[dict]) -> dict:
+    """How each column goes into the CSV: "change" where every value given is
+    a signed percentage (a fraction, with its interval's ends beside it),
+    "times" where every one is a ratio ("25.2x": the number), else as it is."""
+    kinds = {}
+    for k in columns(rows):
+        given = [_text(r.get(k)) for r in rows if _text(r.get(k)) not in MISSING and r.get(k) is not None]
+        if given and all(t is not None and CHANGE.match(t) for t in given):
+            kinds[k] = "change"
+        elif given and all(t is not None and TIMES.match(t) for t in given):
+            kinds[k] = "times"
+    return kinds
+
+
+def csv_cells(k: str, v, kind: str | None) -> dict:
+    """One cell as the CSV's field(s): numbers as numbers, missing as empty."""
+    t = _text(v)
+    if v is None or t in MISSING:
+        v = t = None
+    if kind == "change":
+        m = CHANGE.match(t) if t else None
+        ends = [float(x) / 100 if x else None for x in (m.groups() if m else (None, None, None))]
+        return {f"{k} change (fraction)": ends[0], f"{k} change low (fraction)": ends[1],
+                f"{k} change high (fraction)": ends[2]}
+    if kind == "times":
+        return {f"{k} (times)": float(TIMES.match(t).group(1)) if t else None}
+    return {k: t if isinstance(v, Cell) else v}
+
+
 def csv_text(rows: list[dict]) -> str:
+    """The table as CSV: numbers as numbers (a change in percent as a
+    fraction, its column named so; a ratio as its number), missing as empty."""
+    kinds = csv_columns(rows)
+    out = [{n: x for k, v in r.items() for n, x in csv_cells(k, v, kinds.get(k)).items()} for r in rows]
+    names = columns(out)
+    # an interval's ends only where some row has one
+    names = [n for n in names if not n.endswith(("low (fraction)", "high (fraction)"))
+             or any(r.get(n) is not None for r in out)]
     f = io.StringIO(newline="")
-    w = csv.DictWriter(f, columns(rows), lineterminator="\r\n")
+    w = csv.DictWriter(f, names, lineterminator="\r\n", extrasaction="ignore")
     w.writeheader()
-    for r in rows:
-        w.writerow({k: (v.text if isinstance(v, Cell) else v) for k, v in r.items()})
+    w.writerows(out)
     return f.getvalue()
 
 
@@ -121,10 +170,11 @@ def html_table_block(t: Table) -> str:
     return f'<h3>{html.escape(t.caption)}</h3>{html_table(t)}'
 
 
-def html_figure(fig: Figure, png: bytes) -> str:
-    data = base64.b64encode(png).decode()
+def html_figure(fig: Figure) -> str:
+    """A figure as the PNG written beside the page (the folder is the report)."""
     cap = html.escape(fig.caption)
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{cap}"><figcaption>{cap}</figcaption></figure>'
+    src = html.escape(f"{fig.name}.png")
+    return f'<figure><img src="{src}" alt="{cap}"><figcaption>{cap}</figcaption></figure>'
 
 
 def anchor(s: Section) -> str:
@@ -148,12 +198,12 @@ STYLE = ("body{font-family:sans-serif;max-width:1240px;margin:auto;padding:0 12p
                    for css, (color, dark) in CELL_COLORS.items()))
 
 
-def html_section(s: Section, images: dict) -> str:
+def html_section(s: Section) -> str:
     """One section: its words, then its figures and tables; laid out in columns
     (main beside side, wide below) where its tables and figures say where."""
     paras = "".join(f"<p>{html.escape(p)}</p>" for p in s.paragraphs)
     items = [(t.place, html_table_block(t)) for t in s.tables] + \
-            [(f.place, html_figure(f, images[f.name])) for f in s.figures]
+            [(f.place, html_figure(f)) for f in s.figures]
     if any(place for place, _ in items):
         main = "".join(h for place, h in items if place in ("main", ""))
         side = "".join(h for place, h in items if place == "side")
@@ -161,7 +211,7 @@ def html_section(s: Section, images: dict) -> str:
         body = f'<div class="cols"><div class="main">{main}</div><div class="side">{side}</div></div>{wide}'
         css = ' class="overview"'
     else:
-        body = "".join(html_figure(f, images[f.name]) for f in s.figures) + \
+        body = "".join(html_figure(f) for f in s.figures) + \
             "".join(html_table_block(t) for t in s.tables)
         css = ""
     return f'<section id="{anchor(s)}"{css}><h2>{html.escape(s.title)}</h2>{paras}{body}</section>'
@@ -189,16 +239,13 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
     md = [f"# {title}", ""] + header + [""]
     parts = [f"<h1>{html.escape(title)}</h1>"] + [f'<p class="meta">{html.escape(h)}</p>' for h in header]
     for i, s in enumerate(sections):
-        images = {}
         for fig in s.figures:
-            drawn = fig.draw(**fig.args)
-            for ext, data in drawn.items():
+            for ext, data in fig.draw(**fig.args).items():
                 _write(out / f"{fig.name}.{ext}", data)
-            images[fig.name] = drawn["png"]
         for t in s.tables:
             _write(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
         md += md_section(s)
-        parts.append(html_section(s, images))
+        parts.append(html_section(s))
         if i == 0 and len(sections) > 1:
             links = " · ".join(f'<a href="#{anchor(x)}">{html.escape(x.title)}</a>' for x in sections[1:])
             parts.append(f"<nav>Details: {links}</nav>")
@@ -210,5 +257,12 @@ def render(sections: list[Section], out: Path, title: str, header: list[str]) ->
 
 
 def _write(path: Path, data: bytes) -> None:
+    """Write into the staging folder, a copy of the previous report: a file
+    whose bytes would not change keeps its copy (and its time)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
     with open(path, "wb") as f:
         f.write(data)
