@@ -99,8 +99,9 @@ def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:
 
 def check_output_folder(path: str | Path, runs=(), what: str = "--out") -> Path:
     """`path` if a command may fill it: a folder or a new name (not a link
-    or a file), neither one of the `runs` it reads nor inside one, nor a
-    folder that holds one (replacing it would replace the runs)."""
+    or a file), neither one of the `runs` it reads nor inside one. A folder
+    that holds runs (a committed set: its report beside its traces) may be
+    filled: replace_folder carries what it holds into its new copy."""
     p = Path(path)
     if p.is_symlink():
         raise InputError(f"{what} {p}: a symbolic link (name a folder or a new name)")
@@ -109,7 +110,7 @@ def check_output_folder(path: str | Path, runs=(), what: str = "--out") -> Path:
     target = p.resolve()
     for run in runs:
         r = Path(run).resolve()
-        if target == r or r in target.parents or target in r.parents:
+        if target == r or r in target.parents:
             raise InputError(f"{what} {p}: it would write over the run {run}, which this command reads")
     return p
 

@@ -273,7 +273,17 @@ def test_a_report_folder_is_replaced_whole_or_not_at_all(tmp_path):
 
 
 def test_a_report_folder_never_replaces_a_run_it_reads(traced_run):
-    for out in (traced_run, traced_run / "inner", traced_run.parent):
+    for out in (traced_run, traced_run / "inner"):
         with pytest.raises(PerfmlpError, match="which this command reads"):
             safeio.check_output_folder(out, [traced_run])
     safeio.check_output_folder(traced_run.parent / "report", [traced_run])   # beside the runs: fine
+    safeio.check_output_folder(traced_run.parent, [traced_run])   # above them (a set's folder): carried along
+
+
+def test_a_report_over_the_folder_of_its_runs_keeps_them(tmp_path, traced_run):
+    # a committed set's report is written into the folder that holds its traces: the runs stay whole
+    before = {p.relative_to(traced_run.parent): p.read_bytes() for p in traced_run.rglob("*") if p.is_file()}
+    (traced_run.parent / "report.md").write_text("# earlier\n")
+    safeio.replace_folder(traced_run.parent, lambda d: (d / "report.md").write_text("# new\n"), "report.md")
+    assert (traced_run.parent / "report.md").read_text() == "# new\n"
+    assert {p.relative_to(traced_run.parent): p.read_bytes() for p in traced_run.rglob("*") if p.is_file()} == before
