@@ -1,4 +1,4 @@
 """perfmlp: a data-parallel MLP trainer with exact counters, an analytic
 performance model and a roofline report."""
 
-__version__ = "0.4.0.dev0"
+__version__ = "0.5.0.dev0"
