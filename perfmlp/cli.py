@@ -1,7 +1,7 @@
 """What perfmlp's commands share on their command lines, defined once: an
 argument parser whose errors are one line, and the `--machine` option. The
 configuration's keys as flags, built from Config's fields, are
-perfmlp/config.py's add_fields. This module imports nothing of perfmlp, so
+perfmlp/flags.py's add_fields. This module imports nothing of perfmlp, so
 that every command (the trace's too) can take it.
 """
 from __future__ import annotations

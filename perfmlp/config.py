@@ -12,7 +12,6 @@ manifest.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -290,115 +289,6 @@ def check_procs(cfg: Config, nprocs: int) -> None:
 
 
 # ---- command line -------------------------------------------------------------
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _help(name: str, default: Any = dataclasses.MISSING) -> str:
-    default = _FIELDS[name].default if default is dataclasses.MISSING else default
-    if name == "hidden_sizes":
-        shown = ",".join(map(str, default))
-    elif isinstance(default, bool):
-        shown = "on" if default else "off"
-    else:
-        shown = _DEFAULT_TEXT.get(name, default)
-    return f"{HELP[name]} (default: {shown})".replace("%", "%%")  # argparse %-formats help
-
-
-def field_value(name: str, flag: str | None = None):
-    """argparse `type` for field `name`: the text converted and checked as
-    the configuration checks it (a bad value: argparse's one-line error)."""
-    def convert(text):
-        try:
-            if name == "hidden_sizes":
-                return list(_convert(name, str(text), flag or _flag(name)))
-            return _convert(name, text, flag or _flag(name))
-        except checks.CheckError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    convert.__name__ = name   # argparse names the type in its messages
-    return convert
-
-
-class _Sizes(argparse.Action):
-    """--hidden-sizes 256,128 or 256 128 (or both mixed): one flat list."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [h for v in values for h in (v if isinstance(v, list) else [v])])
-
-
-def add_field(parser: argparse.ArgumentParser, name: str, *, default: Any = None, typed: bool = False,
-              choices: tuple | None = None, dest: str | None = None, aliases: tuple = (), convert=None) -> None:
-    """--flag (and `aliases`) of the configuration field `name`: its help,
-    choices (CHOICES, or `choices`) and metavar. With `typed`, the value is
-    converted and checked as it is parsed (field_value, or `convert`) and
-    `default` shows in the help; otherwise it is None and from_args converts."""
-    kw = {"dest": dest or name, "default": default,
-          "help": _help(name, default) if typed else _help(name)}
-    if isinstance(_FIELDS[name].default, bool):
-        parser.add_argument(_flag(name), *aliases, action=argparse.BooleanOptionalAction, **kw)
-        return
-    if typed:
-        kw["type"] = convert or field_value(name)
-    if name in CHOICES:
-        kw["choices"] = choices or CHOICES[name]
-    else:
-        kw["metavar"] = METAVAR.get(name, "H1,H2,...")
-    if name == "hidden_sizes":
-        kw.update(nargs="+", action=_Sizes)
-    parser.add_argument(_flag(name), *aliases, **kw)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One --flag per configuration field (values converted and checked later)."""
-    parser.add_argument("--config", metavar="FILE.yaml",
-                        help="configuration file (YAML) applied over the defaults, before the flags "
-                             "(default: none; configs/reference.yaml is the reference configuration)")
-    for f in fields(Config):
-        add_field(parser, f.name)
-        if f.name == "hidden_sizes":
-            parser.add_argument("--hidden-size", dest="hidden_size", metavar="H",
-                                help="one hidden layer of H units (default: 512)")
-
-
-def add_fields(parser: argparse.ArgumentParser, names, *, choices: dict | None = None,
-               dests: dict | None = None, aliases: dict | None = None, convert: dict | None = None) -> None:
-    """A flag for each configuration field in `names`, parsed to the field's
-    type with Config's default (so a command's defaults are the trainer's by
-    construction). `choices`, `dests`, `aliases` and `convert` (field ->
-    argparse type) narrow or rename a field's flag for a command that
-    handles only part of its values."""
-    defaults = Config()
-    for name in names:
-        default = getattr(defaults, name)
-        add_field(parser, name, default=list(default) if isinstance(default, tuple) else default,
-                  typed=True, choices=(choices or {}).get(name), dest=(dests or {}).get(name),
-                  aliases=(aliases or {}).get(name, ()), convert=(convert or {}).get(name))
-
-
-def from_args(args: argparse.Namespace) -> Config:
-    """Defaults, then --config FILE, then every flag given."""
-    cfg = Config()
-    if getattr(args, "config", None):
-        cfg = from_mapping(load_yaml(args.config), where=f"{args.config}: ", check=False)
-    overrides: dict[str, Any] = {}
-    try:
-        for f in fields(Config):
-            v = getattr(args, f.name, None)
-            if f.name != "hidden_sizes" and v is not None:
-                overrides[f.name] = _convert(f.name, v, _flag(f.name))
-        hs = getattr(args, "hidden_size", None)
-        hss = getattr(args, "hidden_sizes", None)
-        if hs is not None and hss is not None:
-            raise PerfmlpError("give --hidden-size or --hidden-sizes, not both")
-        if hs is not None:
-            overrides["hidden_sizes"] = (checks.integer("--hidden-size", hs),)
-        elif hss is not None:
-            overrides["hidden_sizes"] = _convert("hidden_sizes", hss, "--hidden-sizes")
-    except checks.CheckError as e:
-        raise PerfmlpError(str(e)) from None
-    return from_mapping(overrides, where="", base=cfg)
-
 
 def data_procs(cfg: Config, nprocs: int) -> int:
     """The ranks a batch is split over: all of them for data parallelism,

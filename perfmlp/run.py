@@ -94,6 +94,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from . import config as config_mod  # noqa: E402
+from . import flags  # noqa: E402
 from . import params as params_mod  # noqa: E402
 from .errors import PerfmlpError, cli, safe_stdio, say  # noqa: E402
 from .safeio import write_line  # noqa: E402
@@ -109,8 +110,8 @@ class _Parser(argparse.ArgumentParser):
 
 def parse(argv):
     ap = _Parser(prog="python -m perfmlp.run", description=__doc__.split("\n\n")[0].replace("\n", " "))
-    config_mod.add_arguments(ap)
-    return config_mod.from_args(ap.parse_args(argv))
+    flags.add_arguments(ap)
+    return flags.from_args(ap.parse_args(argv))
 
 
 class Signalled(KeyboardInterrupt):

@@ -17,7 +17,7 @@ BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors", "perfmlp.names",   # chec
         "perfmlp.cli", "perfmlp.safeio")                                 # the commands' parser and --machine, safe I/O
 MODEL = ("perfmlp.model",)                                        # pure: shapes and machine numbers
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
-CONFIG = ("perfmlp.config", "perfmlp.data", "perfmlp.params")                     # the configuration, the data sets
+CONFIG = ("perfmlp.config", "perfmlp.flags", "perfmlp.data", "perfmlp.params")                  # the configuration, the data sets
 TRAINER = ("perfmlp.backend", "perfmlp.batches", "perfmlp.comm", "perfmlp.mlp", "perfmlp.step", "perfmlp.train",
            "perfmlp.mixed", "perfmlp.straggler", "perfmlp.watchdog", "perfmlp.gpu", "perfmlp.strategies",
            "perfmlp.psasync", "perfmlp.faults", "perfmlp.startup", "perfmlp.slices")

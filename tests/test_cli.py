@@ -1,4 +1,4 @@
-"""The commands' shared command line (perfmlp/cli.py, config.add_fields):
+"""The commands' shared command line (perfmlp/cli.py, flags.add_fields):
 one-line argument errors, one --machine, and the model command's
 configuration flags built from Config's fields, so its defaults are the
 trainer's by construction."""
@@ -8,7 +8,8 @@ import pytest
 
 from perfmlp import cli
 from perfmlp import names as N
-from perfmlp.config import Config, add_fields
+from perfmlp.config import Config
+from perfmlp.flags import add_fields
 
 from conftest import run_cmd
 

@@ -3,6 +3,7 @@ import argparse
 import pytest
 
 from perfmlp import config as C
+from perfmlp import flags as F
 from perfmlp.errors import PerfmlpError
 
 from conftest import ROOT, run_perfmlp
@@ -10,8 +11,8 @@ from conftest import ROOT, run_perfmlp
 
 def parse(argv):
     ap = argparse.ArgumentParser()
-    C.add_arguments(ap)
-    return C.from_args(ap.parse_args(argv))
+    F.add_arguments(ap)
+    return F.from_args(ap.parse_args(argv))
 
 
 def test_defaults_are_the_job_that_learns():

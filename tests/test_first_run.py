@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from conftest import ROOT, run_perfmlp
-from perfmlp import config
+import argparse
+
+from perfmlp import config, flags
 from perfmlp import names as N
 from perfmlp.trace import records as R
 from perfmlp.trace.format import WARMUP_BATCHES, warmup_batches
@@ -58,11 +60,11 @@ def test_a_numpy_run_copies_nothing_by_the_vocabulary():
 @pytest.mark.parametrize("argv", [["--hidden-sizes", "256", "128"], ["--hidden-sizes", "256,128"],
                                   ["--hidden-sizes", "256,", "128"]])
 def test_hidden_sizes_in_either_form(argv):
-    ap = config.argparse.ArgumentParser()
-    config.add_arguments(ap)                                  # the run's flags
-    assert config.from_args(ap.parse_args(argv)).hidden_sizes == (256, 128)
-    ap = config.argparse.ArgumentParser()
-    config.add_fields(ap, ["hidden_sizes", "batch_size"])     # the model's, the sweep's
+    ap = argparse.ArgumentParser()
+    flags.add_arguments(ap)                                  # the run's flags
+    assert flags.from_args(ap.parse_args(argv)).hidden_sizes == (256, 128)
+    ap = argparse.ArgumentParser()
+    flags.add_fields(ap, ["hidden_sizes", "batch_size"])     # the model's, the sweep's
     assert ap.parse_args([*argv, "--batch-size", "7"]).hidden_sizes == [256, 128]
 
 

@@ -8,7 +8,7 @@ import sys
 
 from .. import names as N
 from ..cli import Parser, add_machine
-from ..config import add_fields
+from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
 from .machine import DEFAULT_MACHINE, GEMM_KERNELS, MachineError, load_machine, machine_files
 from .predict import UNTRACED, default_trace_level, resolve_comm, resolve_exec, trace_words
@@ -78,7 +78,7 @@ def format_table(s: dict) -> str:
 
 
 # The flags of the configuration the model predicts: the trainer's, with its
-# defaults (perfmlp/config.py add_fields builds them from Config), so that with none given
+# defaults (perfmlp/flags.py add_fields builds them from Config), so that with none given
 # the model predicts the run `python -m perfmlp.run` makes on a GPU (comm auto
 # resolved as the trainer resolves it there).
 CONFIG_FLAGS = ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "comm", "parallel",
