@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .costs import DEFAULT_BUCKET_BYTES, batch_counts, pieces, widths
+from .costs import DEFAULT_BUCKET_BYTES, batch_counts, grad_buffer_bytes, itemsize, pieces, widths
 from .interval import interval, interval_json
 from .machine import Machine
 from .predict import predict_batch, staging_memory
@@ -82,3 +82,17 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
             "utilisation": job_flops / pred.total_s / (procs * P),
         },
     }
+
+
+def part_flops(layer_sizes, batch: int, precision: str) -> dict[str, int]:
+    """Exact FLOPs per part of one process's batch (forward, backward, loss,
+    update) and their sum (`batch`): the counts a report sets beside the
+    reference's approximation for a shape that no run had."""
+    c = batch_counts(layer_sizes, batch, itemsize(precision))
+    return {**{part: c.flops[part] for part in ("forward", "backward", "loss", "update")}, "batch": c.flops_total}
+
+
+def gradient_bytes(layer_sizes, precision: str) -> int:
+    """Bytes of the host exchange's gradient buffer in a precision (the
+    reference's scheme: activations' width)."""
+    return grad_buffer_bytes(layer_sizes, itemsize(precision))

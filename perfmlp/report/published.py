@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..model.costs import grad_buffer_bytes
-from ..model.precision import precision as precision_of
 from ..model.machine import Machine, MachineError, load_machine
+from ..model.summary import gradient_bytes
 from ..model.published import (ONE_CONSTANT, Explanation, ScaledKernels, explain, kernel_rates,
                                reference_prediction, scaled_kernels, unknowns_alone, with_networks)
 from .analysis import Analysis
@@ -177,7 +176,7 @@ def _network_words(st, ref: Machine, ex: Explanation) -> str:
     if not ex.network:
         return " No ring allreduce with a positive latency and bandwidth goes through those times."
     alpha, bw = ex.network
-    nbytes = grad_buffer_bytes(st.layer_sizes, precision_of(st.precision).act_bytes)
+    nbytes = gradient_bytes(st.layer_sizes, st.precision)
     text = (f" The host ring allreduce of the {nbytes:,}-byte gradient buffer, 2(p-1) alpha + 2(p-1)/p n / bw, "
             f"through those times: alpha = {alpha * 1e6:.1f} us, bw = {bw / 1e9:.3f} GB/s "
             f"({8 * bw / 1e9:.2f} Gb/s)")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..model.costs import batch_counts, itemsize
-from ..model.summary import reference_approx
+from ..model.summary import part_flops, reference_approx
 from ..model.roofline import modified_roofline
 from .analysis import Analysis
 from .ceilings import ceilings_figures
@@ -60,14 +59,14 @@ def flops_shapes(a: Analysis) -> list[tuple]:
 def flops_table(a: Analysis) -> Table:
     rows = []
     for layers, b, prec in flops_shapes(a):
-        ex = batch_counts(layers, b, itemsize(prec))
+        ex = part_flops(layers, b, prec)
         ap = reference_approx(layers[0], layers[1], b) if len(layers) == 3 else None
         shape = f"{'-'.join(map(str, layers))}, B={b}"
         for part in ("forward", "backward", "loss", "update"):
             rows.append({"shape": shape, "part": {"loss": "loss (softmax, cross-entropy, output delta)"}.get(part, part),
-                         "approx (2BHD)": ap.get(part) if ap else None, "exact": ex.flops[part]})
+                         "approx (2BHD)": ap.get(part) if ap else None, "exact": ex[part]})
         rows.append({"shape": shape, "part": "batch", "approx (2BHD)": ap["batch"] if ap else None,
-                     "exact": ex.flops_total})
+                     "exact": ex["batch"]})
     return Table("q2_1_flops", "FLOPs per batch on one process, the approximation 2BHD against the exact count "
                  "(every GEMM, elementwise op and reduction), for the shapes the runs had", rows)
 
