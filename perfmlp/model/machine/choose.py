@@ -40,6 +40,16 @@ def shipped_machines() -> list[Machine]:
     return out
 
 
+def nearest_cpu(cpus) -> CpuMachine | None:
+    """Of CPU files, the one whose cores are nearest this machine's."""
+    return min(cpus, key=lambda m: abs(m["cores"] - (os.cpu_count() or 1)), default=None)
+
+
+def shipped_cpu() -> CpuMachine | None:
+    """The shipped CPU file nearest this machine (None: none ships)."""
+    return nearest_cpu([m for m in shipped_machines() if isinstance(m, CpuMachine)])
+
+
 def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
     """The datasheet and the calibrated file (if any) for the GPU most of
     `runs` saw (each has a `gpu` attribute: its device name, or None on a
@@ -58,7 +68,7 @@ def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
         datasheet = load_machine(DEFAULT_MACHINE)
     cpu = None
     if len(gpus) < len(runs):
-        cpu = min(cpus, key=lambda m: abs(m["cores"] - (os.cpu_count() or 1)), default=None)
+        cpu = nearest_cpu(cpus)
     if machine_arg:
         given = load_machine(machine_arg)
         if isinstance(given, CpuMachine):
