@@ -66,3 +66,24 @@ def test_the_cpu_offers_ranks_threads_batch_and_precision_beside_the_gpu():
 def test_a_precision_a_cpu_lacks_is_refused_in_words():
     with pytest.raises(WhatIfError, match="NumPy run computes in"):
         changed_cpu_setting(RUN, {"precision": "bf16"})
+
+
+def test_a_numpy_run_is_predicted_from_the_cpu_file_its_compute_split_and_its_roofline_drawn(tmp_path):
+    from conftest import run_perfmlp
+    from perfmlp.report.analysis import analyse
+    from perfmlp.report.ceilings import cpu_figures
+    from perfmlp.report.sections import Figure
+    from perfmlp.report.study import load_study
+    from perfmlp.report.verdicts import CPU_COMPUTE, GEMMS, attribute
+    from perfmlp.trace.reader import read_run
+    r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--hidden-size", "64", "--batch-size", "50",
+                    "--n-train", "400", "--epochs", "1", "--trace-dir", str(tmp_path), "--run-id", "p2", procs=2)
+    assert r.returncode == 0, r.stderr
+    a = analyse([read_run(tmp_path / "p2")], [], load_study())
+    s = a.runs[0]
+    assert a.machines.cpu is not None and s.predicted is not None and s.predicted.machine == a.machines.cpu.name
+    parts = dict(attribute(s).parts_ms)
+    assert GEMMS in parts and CPU_COMPUTE not in parts   # the CPU model splits the measured compute
+    figs = cpu_figures(a, Figure)
+    assert [f.name for f in figs] == ["roofline_cpu"]
+    assert figs[0].draw(**figs[0].args)   # drawn: the encoded image
