@@ -32,7 +32,7 @@ def format_cpu(s: dict) -> str:
     c, p, r = s["config"], s["prediction"], s["ceilings"]
     lines = [f"machine: {s['machine']['name']} ({s['machine']['path']}), a CPU of {s['machine']['cores']} cores",
              f"network {'-'.join(map(str, c['layer_sizes']))}, batch {c['batch']} over {c['procs']} rank(s) of "
-             f"{c['threads']} BLAS thread(s), {c['precision']}, {'traced' if c['traced'] else 'untraced'}"
+             f"{c['threads']} BLAS thread(s), {c['precision']}, {'traced' if c['traced'] else 'not traced'}"
              + (" (more threads than cores: ranks time-share)" if p["oversubscribed"] else ""),
              "",
              f"ceilings per rank: GEMM {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, memory "
