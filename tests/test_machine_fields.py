@@ -103,3 +103,19 @@ def test_a_bad_cpu_file_is_one_line_naming_the_key(tmp_path, change, word):
     with pytest.raises(MachineError, match=word) as e:
         load_machine(str(path))
     assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_model_command_predicts_a_numpy_run_from_a_cpu_file(capsys):
+    import json
+    from perfmlp.model.__main__ import main
+    assert main(["--machine", "cpu-ci-2core", "--procs", "2", "--threads", "1", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    p = s["prediction"]
+    assert s["config"]["threads"] == 1 and s["machine"]["backend"] == "numpy"
+    # the groups add up to the total, and the interval holds it
+    assert sum(p["groups_s"].values()) == pytest.approx(p["total_s"])
+    assert p["interval_s"][0] <= p["total_s"] <= p["interval_s"][1]
+    # the ceilings: one rank's share of two cores' GEMM rate, memory, and the MPI exchange as the copy
+    assert s["ceilings"]["copy_bytes_per_s"] > 0 and s["ceilings"]["peak_flops_per_s"] > 0
+    assert main(["--machine", "cpu-ci-2core", "--precision", "bf16"]) == 2
+    assert "float32 or float64" in capsys.readouterr().err
