@@ -136,7 +136,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
     plain_log(ax, "x")
     plain_log(ax, "y", "FLOP/s")
     ax.set_xlabel("arithmetic intensity (FLOP per byte copied between host and device)")
-    ax.set_ylabel(f"FLOP/s per {per}")
+    ax.set_ylabel("FLOP/s per GPU")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     legend_below(ax, handles, [h.get_label() for h in handles], ncol=3)

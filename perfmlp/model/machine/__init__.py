@@ -23,7 +23,8 @@ from .points import (COMMS, GEMM_KERNELS, CollectivePoint, CopyPoint, DispatchPo
                      KernelTime, LaunchFactor, MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES,
                      PAGEABLE_TRANSFERS, SPREAD_SOURCES, SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
 
-__all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine", "machine_files",
+__all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine",
+           "machine_files",
            "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "COMMS", "GEMM_KERNELS",
            "CollectivePoint", "CopyPoint", "DispatchPoint", "GemmRate", "HostCopyPoint", "KernelTime", "LaunchFactor",
            "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS",
