@@ -13,6 +13,7 @@ trainer's words.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -22,22 +23,29 @@ from .cli import Parser, add_machine
 from .config import Config, from_mapping
 from .errors import PerfmlpError
 from .model.interval import Interval, interval, interval_json, interval_words
-from .model.machine import MachineError, load_machine
+from .model.machine import CpuMachine, MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP
-from .model.whatif import KEYS, Setting, WhatIf, WhatIfError, changed_setting, what_if
+from .model.whatif import KEYS, Setting, WhatIf, WhatIfError, change_words, changed_setting, what_if
 from .model.machine.choose import pick_machines
-from .report.whatif import measured_groups_ms, setting_of
+from .model.whatif_cpu import changed_cpu_setting, cpu_options, gpu_changes, what_if_cpu, what_if_on_gpu
+from .report.whatif import cpu_setting_of, measured_groups_ms, setting_of
 from .trace.reader import TraceError, read_run
 
 
 def set_values(sets: dict) -> dict:
     """The --set values converted and checked as the configuration's (a key
-    a what-if cannot change is refused first)."""
-    unknown = sorted(set(sets) - set(KEYS))
+    a what-if cannot change is refused first); threads (BLAS threads per
+    rank, a NumPy run's) a positive integer."""
+    keys = (*KEYS, "threads")
+    unknown = sorted(set(sets) - set(keys))
     if unknown:
-        raise PerfmlpError(f"--set {unknown[0]}: not a key a what-if can change (one of {', '.join(KEYS)})")
+        raise PerfmlpError(f"--set {unknown[0]}: not a key a what-if can change (one of {', '.join(keys)})")
+    sets = dict(sets)
+    threads = sets.pop("threads", None)
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise PerfmlpError(f"--set threads={threads}: give a positive integer (BLAS threads per rank)")
     cfg = from_mapping(sets, where="--set: ", base=Config(), check=False)
-    return {k: getattr(cfg, k) for k in sets}
+    return {**{k: getattr(cfg, k) for k in sets}, **({"threads": threads} if threads else {})}
 
 
 def refuse_as_the_trainer(s: Setting) -> None:
@@ -49,11 +57,19 @@ def refuse_as_the_trainer(s: Setting) -> None:
                          overlap=s.overlap, bucket_bytes=s.bucket_bytes))
 
 
+def _change(w: WhatIf) -> str:
+    if type(w.before) is not type(w.after):   # a NumPy run priced on a GPU
+        a = w.after
+        return (f"on a GPU ({w.machine}): {a.procs} GPU(s), batch {a.batch}, {a.precision}, comm {a.comm}, "
+                f"exec {a.exec_mode}, batch {a.batch_transfer}")
+    diff = [f"{f.name} {getattr(w.before, f.name)} -> {getattr(w.after, f.name)}" for f in dataclasses.fields(w.before)
+            if getattr(w.before, f.name) != getattr(w.after, f.name)]
+    return "; ".join(diff) if diff else "none"
+
+
 def format_table(w: WhatIf) -> str:
-    diff = [f"{k} {getattr(w.before, k)} -> {getattr(w.after, k)}" for k in Setting.__dataclass_fields__
-            if getattr(w.before, k) != getattr(w.after, k)]
     lines = [f"run {w.run_id}, machine {w.machine}",
-             "change: " + ("; ".join(diff) if diff else "none"),
+             "change: " + _change(w),
              "",
              f"{'group (us per batch)':<22}{'measured':>10}{'model now':>11}{'model new':>11}{'used':>10}  changed"]
     g0, g1 = w.predicted_before.groups(), w.predicted_after.groups()
@@ -65,12 +81,12 @@ def format_table(w: WhatIf) -> str:
     lines.append(f"{'time per batch':<22}{w.measured_ms * 1e3:>10.1f}{w.predicted_before.total_s * 1e6:>11.1f}"
                  f"{w.predicted_after.total_s * 1e6:>11.1f}{w.total_ms * 1e3:>10.1f}")
     lines.append("")
-    lines.append(f"predicted time per batch: {w.total_ms * 1e3:.1f} us ({w.measured_ms / w.total_ms:.2f}x the "
-                 f"measured {w.measured_ms * 1e3:.1f} us)")
+    lines.append(f"predicted time per batch: {w.total_ms:.3f} ms ({change_words(w.measured_ms, w.total_ms)})")
+    lines += [f"note: {n}" for n in w.notes]
     if "other" in w.changed:
         lines.append("  other: the eager run's time between phases, none in one graph replay")
     for g in (g for g in w.changed if g != "other"):
-        parts = [f"{t} {w.predicted_before.terms[t] * 1e6:.1f} -> {w.predicted_after.terms[t] * 1e6:.1f}"
+        parts = [f"{t} {w.predicted_before.terms.get(t, 0.0) * 1e6:.1f} -> {w.predicted_after.terms[t] * 1e6:.1f}"
                  for t in w.changed_terms if TERM_GROUP[t] == g]
         lines.append(f"  {g}: " + ", ".join(parts) + " (us, model)")
     return "\n".join(lines)
@@ -96,8 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--set", dest="sets", action="append", type=_parse_set, default=[], metavar="KEY=VALUE",
                     help=f"a configuration change, repeatable; KEY one of {', '.join(KEYS)} (default: none)")
     ap.add_argument("--procs", type=int, default=None, metavar="P",
-                    help="processes, one GPU each; the batch stays the same unless batch_size is set "
-                         "(default: the run's)")
+                    help="processes, one GPU each (on a NumPy run: ranks on its CPU); the batch stays the "
+                         "same unless batch_size is set (default: the run's)")
     add_machine(ap, "the calibrated file for the run's GPU, else its datasheet")
     ap.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     return ap
@@ -121,27 +137,93 @@ def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:
     if not run.steady_batches():
         raise PerfmlpError(f"{a.run}: no finished batch past the warm-up")
     if not run.on_gpu:
-        raise PerfmlpError(f"{a.run}: ran on the {run.backend} backend; the model "
-                           "describes a GPU")
+        return _what_if_numpy(a, run, values)
     machine = load_machine(a.machine) if a.machine else pick_machines([run], None).primary
+    if isinstance(machine, CpuMachine):
+        raise PerfmlpError(f"--machine {a.machine}: a CPU file, and {a.run} ran on a GPU")
     before = setting_of(run)
     after = changed_setting(before, values, a.procs)
     refuse_as_the_trainer(after)
     t, groups = measured_groups_ms(run)
-    return what_if(machine, before, after, t, groups, run.run_id), machine
+    return what_if(machine, before, after, t, groups, run.run_id), machine, None
+
+
+def _what_if_numpy(a: argparse.Namespace, run, values: dict) -> tuple[WhatIf, object, list]:
+    """A NumPy run: priced on its CPU file, or on a GPU file where a change
+    only a GPU has is asked for or --machine names a GPU file; with the
+    CPU's single changes beside it (model/whatif_cpu.py)."""
+    machines = pick_machines([run], a.machine)
+    cpu = machines.cpu
+    if cpu is None:
+        raise PerfmlpError(f"{a.run} ran on the NumPy backend and no CPU machine file ships: make one with "
+                           "`mpiexec -n 2 python -m perfmlp.calibrate --out models/mycpu.yaml` and give --machine")
+    before = cpu_setting_of(run)
+    t, groups = measured_groups_ms(run)
+    named_gpu = a.machine and not isinstance(load_machine(a.machine), CpuMachine)
+    if gpu_changes(values) or named_gpu:
+        w = what_if_on_gpu(cpu, machines.primary, before, values, a.procs, t, groups, run.run_id)
+        return w, machines.primary, cpu_options(cpu, before)
+    w = what_if_cpu(cpu, before, changed_cpu_setting(before, values, a.procs), t, groups, run.run_id)
+    return w, cpu, cpu_options(cpu, before)
+
+
+def cpu_interval(machine, w: WhatIf) -> tuple[float, float] | None:
+    """A CPU what-if's 90% interval (ms): its total scaled as the changed
+    prediction's interval (predict/cpu.py) is to that prediction."""
+    iv = w.predicted_after.detail.get("interval_s")
+    if not iv:
+        return None
+    return tuple(w.total_ms * x / w.predicted_after.total_s for x in iv)
+
+
+def options_words(options, w: WhatIf) -> str:
+    """The CPU's single changes, fastest per sample first (the first few)."""
+    base = next((o for o in options if not o.change), None)
+    if base is None:
+        return ""
+    lines = [f"on this CPU instead (model, per sample against the run as it is, {base.prediction.machine}):"]
+    for o in [o for o in options if o.change][:6]:
+        what = ", ".join(f"{k} {v}" for k, v in o.change.items())
+        lines.append(f"  {what:<22}{o.prediction.total_s * 1e3:>9.3f} ms per batch of {o.batch}  "
+                     f"{100 * (o.s_per_sample / base.s_per_sample - 1):+.0f}% per sample")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     try:
-        w, machine = _what_if(a)
-        iv = what_if_interval(machine, w)
-    except (PerfmlpError, TraceError, MachineError, WhatIfError) as e:
+        w, machine, options = _what_if(a)
+        if isinstance(machine, CpuMachine):
+            cpu_iv = cpu_interval(machine, w)
+            iv, words = None, _cpu_interval_words(cpu_iv)
+        else:
+            iv = what_if_interval(machine, w) if options is None else gpu_interval(machine, w)
+            words = interval_words(iv)
+    except (PerfmlpError, TraceError, MachineError, WhatIfError, ValueError) as e:
         print(f"perfmlp.whatif: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({**w.to_json(), **interval_json(iv)}, indent=1) if a.json
-          else format_table(w) + "\n" + interval_words(iv))
+    if a.json:
+        extra = ({"interval_ms": cpu_iv, "interval_note": words} if isinstance(machine, CpuMachine)
+                 else interval_json(iv))
+        print(json.dumps({**w.to_json(), **extra}, indent=1, default=str))
+    else:
+        print(format_table(w) + "\n" + words + ("\n\n" + options_words(options, w) if options else ""))
     return 0
+
+
+def _cpu_interval_words(iv) -> str:
+    return (f"90% interval: {iv[0]:.3f} to {iv[1]:.3f} ms (the CPU file's measured spread)" if iv
+            else "90% interval: unknown (the CPU file records no spread)")
+
+
+def gpu_interval(machine, w: WhatIf) -> Interval | None:
+    """The 90% interval of a NumPy run priced on a GPU: the GPU prediction
+    under each draw of the GPU file's measured spread."""
+    a = w.after
+    from .model.predict import predict_batch
+    return interval(machine, lambda m: predict_batch(
+        m, a.layer_sizes, a.batch, a.procs, a.precision, a.comm, a.batch_transfer, a.trace_level or None,
+        exec_mode=a.exec_mode, overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ from perfmlp.blas import THREAD_ENV, cpu_cores, find_blas, thread_env
 from perfmlp.calibrate.cpu_kernels import TimedNetwork, one_step, step_piece, time_step
 from perfmlp.mlp import Network, init_weights
 from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels
-from perfmlp.model.predict.cpu import FIELDS, predict_cpu
+from perfmlp.model.machine import load_machine
+from perfmlp.model.machine.fields import CPU_REQUIRED
+from perfmlp.model.predict.cpu import predict_cpu
 
 def _calibrate(tmp_path, procs=None, *flags):
     out = tmp_path / "cpu.yaml"
@@ -63,7 +65,8 @@ def test_a_quick_calibration_writes_a_machine_the_model_reads(tmp_path):
     r, out = _calibrate(tmp_path)
     assert r.returncode == 0, r.stderr
     m = yaml.safe_load(out.read_text())
-    assert {name for name, _, _ in FIELDS} - {"mpi_alpha_s", "mpi_bw_bytes_per_s"} <= set(m)   # one rank: no ring
+    assert set(CPU_REQUIRED) <= set(m)   # one rank: no ring fit, which CPU_REQUIRED leaves out
+    assert load_machine(str(out))["cores"] == cpu_cores()   # the loader reads what the calibration wrote
     assert m["backend"] == N.NUMPY and m["cores"] == cpu_cores()
     for k in ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "mem_bw_bytes_per_s", "op_host_s"):
         assert m[k] > 0

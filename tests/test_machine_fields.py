@@ -12,24 +12,30 @@ import pytest
 from perfmlp.model.interval import SOURCES, _SCALARS, UNSCALED, interval
 from perfmlp.model.machine import Machine, load_machine
 from perfmlp.model.machine import entries
-from perfmlp.model.machine.fields import FIELDS, OPTIONAL, TABLES, markdown_table
+from perfmlp.model.machine.fields import CPU_KEYS, FIELDS, GPU_KEYS, OPTIONAL, TABLES, markdown_table
 from perfmlp.model.predict import predict_batch
+from perfmlp.model.predict.cpu import SOURCE_TERMS as CPU_SOURCE_TERMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_field_of_a_machine_is_declared_once():
-    assert list(FIELDS) == [f.name for f in fields(Machine)]
+    assert list(GPU_KEYS) == [f.name for f in fields(Machine)]
+    # a CPU file: the shared figures and its own (backend, cores, BLAS, passes), never a GPU's copies
+    assert {"backend", "cores", "pass_bytes_per_s", "mem_bw_bytes_per_s", "allreduce_s"} <= set(CPU_KEYS)
+    assert not any(k.startswith(("h2d_", "d2h_", "nccl_")) for k in CPU_KEYS)
     for name, f in FIELDS.items():
         assert f.check in ("rate", "optional-rate", "time", "table", "word", "count"), name
-        assert f.spread is None or f.spread in SOURCES, name
+        cpu_sources = (*CPU_SOURCE_TERMS, "step")   # a CPU file's draws (model/predict/cpu.py)
+        assert f.spread is None or f.spread in (SOURCES if name in GPU_KEYS else cpu_sources), name
         assert f.doc and f.source, name
 
 
 def test_the_loader_and_the_interval_read_the_declaration():
     assert entries.TABLES is TABLES and entries.OPTIONAL is OPTIONAL
     # a scalar's spread source moves it in a draw; one without a source is left as it is
-    for name, f in FIELDS.items():
+    for name in GPU_KEYS:
+        f = FIELDS[name]
         moved = [s for s, keys in _SCALARS.items() if name in keys]
         assert moved == ([f.spread] if f.spread and f.check != "table" else []), name
         assert (name in UNSCALED) == (f.spread is None), name
@@ -49,8 +55,8 @@ SHIPPED = sorted((ROOT / "models").glob("*calibrated*.yaml"))
 def test_a_shipped_calibration_has_the_shape_and_physics_of_a_machine(path):
     m = load_machine(str(path))
     sheet = load_machine("h200")   # the datasheet of the GPU the shipped calibrations name
-    for name, f in FIELDS.items():
-        v = getattr(m, name)
+    for name in GPU_KEYS:
+        f, v = FIELDS[name], getattr(m, name)
         if f.check == "rate":
             assert v > 0, name
         elif f.check in ("time", "optional-rate"):
@@ -74,3 +80,42 @@ def test_a_shipped_calibration_with_spread_predicts_with_an_interval(path):
         iv = interval(m, lambda mm: predict_batch(mm, (784, 512, 10), 3200, procs, "float32", "nccl", "resident",
                                                   exec_mode="graph"), draws=20)
         assert iv is not None and iv.lo_s < iv.hi_s
+
+
+def test_the_shipped_cpu_file_loads_and_predicts_a_numpy_run_with_its_interval():
+    from perfmlp.model.predict.cpu import predict_cpu
+    m = load_machine("cpu-ci-2core")
+    assert m.backend == "numpy" and m["cores"] == 2 and m.calibrated
+    p = predict_cpu(m, (784, 512, 10), 100, procs=2)
+    lo, hi = p.detail["interval_s"]
+    assert 0 < lo <= p.total_s <= hi
+
+
+@pytest.mark.parametrize("change, word", [({"cores": 0}, "cores"), ({"kernel_host_s": -1}, "kernel_host_s"),
+                                          ({"pcie": 1}, "unknown key pcie"), ({"op_host_s": None}, "op_host_s")])
+def test_a_bad_cpu_file_is_one_line_naming_the_key(tmp_path, change, word):
+    import yaml
+    from perfmlp.model.machine import MachineError
+    data = yaml.safe_load((ROOT / "models" / "cpu-ci-2core.yaml").read_text())
+    data.update(change)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(MachineError, match=word) as e:
+        load_machine(str(path))
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_model_command_predicts_a_numpy_run_from_a_cpu_file(capsys):
+    import json
+    from perfmlp.model.__main__ import main
+    assert main(["--machine", "cpu-ci-2core", "--procs", "2", "--threads", "1", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    p = s["prediction"]
+    assert s["config"]["threads"] == 1 and s["machine"]["backend"] == "numpy"
+    # the groups add up to the total, and the interval holds it
+    assert sum(p["groups_s"].values()) == pytest.approx(p["total_s"])
+    assert p["interval_s"][0] <= p["total_s"] <= p["interval_s"][1]
+    # the ceilings: one rank's share of two cores' GEMM rate, memory, and the MPI exchange as the copy
+    assert s["ceilings"]["copy_bytes_per_s"] > 0 and s["ceilings"]["peak_flops_per_s"] > 0
+    assert main(["--machine", "cpu-ci-2core", "--precision", "bf16"]) == 2
+    assert "float32 or float64" in capsys.readouterr().err

@@ -45,7 +45,10 @@ def test_the_solver_takes_numbers_and_keeps_what_the_change_does_not_touch():
     after = changed_setting(BEFORE, {"precision": "float64"})
     w = what_if(m, BEFORE, after, sum(groups.values()), groups, "run")
     assert "gemm" in w.changed_terms and "compute" in w.changed
-    assert w.groups_ms["other"] == 0.05 and w.groups_ms["allreduce"] == groups["allreduce"]
+    # float64 doubles the gradient bytes too, so the allreduce may move; what the change leaves is measured
+    untouched = [g for g in groups if g not in w.changed]
+    assert "other" in untouched and all(w.groups_ms[g] == groups[g] for g in untouched)
+    assert w.groups_ms["other"] == 0.05
     with pytest.raises(WhatIfError, match="more processes than the 3200 samples"):
         changed_setting(BEFORE, {}, procs=4000)
     with pytest.raises(WhatIfError, match="not a key a what-if can change"):

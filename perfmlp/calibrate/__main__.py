@@ -1,5 +1,7 @@
 """`python -m perfmlp.calibrate --out models/NAME.yaml`: the command line,
-the order of the measurements and the machine file written."""
+the order of the measurements and the machine file written. On a machine
+without CuPy or a GPU it calibrates the CPU instead (calibrate/cpu.py):
+the same flags, with --threads and --quick for the CPU."""
 from __future__ import annotations
 
 import argparse
@@ -137,28 +139,49 @@ def _parser() -> argparse.ArgumentParser:
                 description="Measure this machine with microbenchmarks and write a machine file "
                                              "(run under mpirun -n P for what several ranks share)")
     ap.add_argument("--out", required=True, help="machine file to write (YAML)")
-    ap.add_argument("--base", default="h200", help="datasheet machine file for what is not measured")
+    ap.add_argument("--base", default="h200", help="datasheet machine file for what is not measured (a GPU's)")
     ap.add_argument("--name", default=None, help="machine name (default: the GPU's name, calibrated)")
-    ap.add_argument("--hidden", default="512,1024,2048")
-    ap.add_argument("--local-batch", default="800,1600,3200")
+    ap.add_argument("--hidden", default=None, help="hidden sizes H, comma-separated (default: 512,1024,2048 "
+                    "on a GPU; on a CPU calibrate/cpu.py's)")
+    ap.add_argument("--local-batch", default=None, help="per-rank batches, comma-separated (default: "
+                    "800,1600,3200 on a GPU; on a CPU calibrate/cpu.py's)")
     ap.add_argument("--precisions", default="float32,float64",
                     help="float32, float64, and the tensor cores' tf32, bf16, fp16 (default: float32,float64)")
     ap.add_argument("--gemm-kernels", default="",
                     help="the reference's GEMM kernels to calibrate too (naive,tiled,regblock; float32) "
                          "(default: none)")
+    ap.add_argument("--threads", default=None, help="on a CPU: BLAS threads per rank to measure "
+                    "(default: 1 to the cores)")
+    ap.add_argument("--quick", action="store_true", help="on a CPU: a few small shapes, in seconds (for tests)")
     return ap
+
+
+def calibrate_cpu(a: argparse.Namespace) -> int:
+    """No CuPy or no GPU here: the CPU's calibration with the same flags."""
+    from . import cpu
+    if a.gemm_kernels:
+        print("perfmlp.calibrate: error: --gemm-kernels: the reference's GPU kernels; a CPU calibration "
+              "measures its BLAS", file=sys.stderr)
+        return 2
+    argv = ["--out", a.out, "--precisions", a.precisions]
+    for flag, value in (("--name", a.name), ("--hidden", a.hidden), ("--local-batch", a.local_batch),
+                        ("--threads", a.threads)):
+        argv += [flag, value] if value else []
+    return cpu.main(argv + (["--quick"] if a.quick else []))
 
 
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     from ..comm import make_world
     from ..errors import PerfmlpError
-    from ..gpu import require_cupy
+    from ..gpu import available, require_cupy
+    if not available():
+        return calibrate_cpu(a)
     try:
         cp = require_cupy()
         base = load_machine(a.base)
-        hidden = [int(h) for h in a.hidden.split(",")]
-        local = [int(b) for b in a.local_batch.split(",")]
+        hidden = [int(h) for h in (a.hidden or "512,1024,2048").split(",")]
+        local = [int(b) for b in (a.local_batch or "800,1600,3200").split(",")]
         kernels = tuple(k for k in a.gemm_kernels.split(",") if k)
         bad = [k for k in kernels if k not in GEMM_KERNELS]
         if bad:

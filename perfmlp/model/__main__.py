@@ -10,7 +10,8 @@ from .. import names as N
 from ..cli import Parser, add_machine
 from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
-from .machine import DEFAULT_MACHINE, GEMM_KERNELS, MachineError, load_machine, machine_files
+from .cpu_summary import cpu_summary, format_cpu
+from .machine import DEFAULT_MACHINE, GEMM_KERNELS, CpuMachine, MachineError, load_machine, machine_files
 from .predict import UNTRACED, default_trace_level, resolve_comm, resolve_exec, trace_words
 from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_exec, strategy_summary
 from .projection import cluster_summary, format_cluster
@@ -94,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
                               "gemm": GEMM_KERNELS, "trace_level": (*N.TRACE_LEVEL_CHOICES, UNTRACED)},
                      convert={"comm": lambda t: resolve_comm(t, N.CUPY), "trace_level": str})
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
+    ap.add_argument("--threads", type=_positive, default=None, metavar="T",
+                    help="BLAS threads per rank, for a CPU machine file (default: the file's default_threads)")
     ap.add_argument("--cluster", default=None, metavar="NAME|FILE.yaml",
                     help="project onto a cluster (a models/clusters file: "
                          f"{', '.join(f.name.removesuffix('.yaml') for f in cluster_files())}): every strategy "
@@ -115,8 +118,13 @@ def main(argv=None) -> int:
             raise StrategyError(f"{a.procs} processes but a batch of {a.batch_size}")
         if a.model_procs and a.parallel != N.HYBRID:
             raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
-        s, text = _prediction(a, load_machine(a.machine))
-    except (MachineError, ClusterError, StrategyError) as e:
+        m = load_machine(a.machine)
+        if isinstance(m, CpuMachine):   # a NumPy run on this CPU (model/predict/cpu.py)
+            s = cpu_summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.threads,
+                            a.precision, a.trace_level != UNTRACED)
+            return _print(json.dumps(s, indent=1) if a.json else format_cpu(s))
+        s, text = _prediction(a, m)
+    except (MachineError, ClusterError, StrategyError, ValueError) as e:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
     return _print(json.dumps(s, indent=1) if a.json else text)

@@ -82,6 +82,7 @@ class WhatIf:
     changed: tuple                     # the groups the change affects
     changed_terms: tuple               # the model's terms it affects
     groups_ms: dict                    # group -> ms used for the new configuration
+    notes: tuple = ()                  # what the reader must know: a negative group, a change priced elsewhere
 
     @property
     def total_ms(self) -> float:
@@ -95,7 +96,7 @@ class WhatIf:
                 "model_after_ms": {g: v * 1e3 for g, v in self.predicted_after.groups().items()},
                 "model_after_terms_ms": {t: v * 1e3 for t, v in self.predicted_after.terms.items()},
                 "changed": list(self.changed), "changed_terms": list(self.changed_terms),
-                "groups_ms": self.groups_ms, "predicted_ms": self.total_ms}
+                "groups_ms": self.groups_ms, "predicted_ms": self.total_ms, "notes": list(self.notes)}
 
 
 def changed_setting(before: Setting, values: dict, procs: int | None = None) -> Setting:
@@ -137,10 +138,20 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
             raise WhatIfError(f"comm {s.comm}: the what-if prices data parallelism with an allreduce "
                               f"({', '.join(COMMS)}); `python -m perfmlp.model --comm {s.comm}` predicts it alone")
     p0, p1 = before.predict(machine), after.predict(machine)
+    to_graph = after.exec_mode == N.GRAPH and before.exec_mode != N.GRAPH
+    return combined(run_id, machine.name, before, after, measured_ms, measured_groups_ms, p0, p1, to_graph)
+
+
+def combined(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0: Prediction,
+             p1: Prediction, to_graph: bool = False) -> WhatIf:
+    """The WhatIf of two predictions of a measured run (the module
+    docstring's rule per group). A group whose measurement less the model's
+    change falls below 0 is kept negative and named in `notes`, never
+    clamped: the model's change there exceeds what was measured."""
     t0, t1 = p0.terms, p1.terms
     terms = affected_terms(p0, p1)
     g1 = p1.groups()
-    used = {}
+    used, notes = {}, []
     for g in GROUPS:
         mine = [k for k in t0 if TERM_GROUP[k] == g and max(t0[k], t1[k]) > PRESENT_S]
         hit = [k for k in mine if k in terms]
@@ -149,11 +160,25 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
         elif g1[g] == 0 or len(hit) == len(mine):
             used[g] = g1[g] * 1e3
         else:
-            used[g] = max(0.0, measured_groups_ms[g] + sum(t1[k] - t0[k] for k in hit) * 1e3)
+            used[g] = measured_groups_ms[g] + sum(t1[k] - t0[k] for k in hit) * 1e3
+            if used[g] < 0:
+                notes.append(f"{g} is negative: the model takes away more ({sum(t0[k] - t1[k] for k in hit) * 1e6:.1f}"
+                             f" us) than the run measured there ({measured_groups_ms[g] * 1e3:.1f} us)")
     # "other" is the batch time outside the phases: in an eager run, the host's time between them
     # (launches, synchronisations). A replayed graph has none: the step is one launch, which the
     # model's graph_launch term holds
-    to_graph = after.exec_mode == N.GRAPH and before.exec_mode != N.GRAPH
     used["other"] = 0.0 if to_graph else measured_groups_ms["other"]
     changed = tuple(g for g in GROUPS if any(TERM_GROUP[k] == g for k in terms)) + (("other",) if to_graph else ())
-    return WhatIf(run_id, machine.name, before, after, measured_ms, measured_groups_ms, p0, p1, changed, terms, used)
+    return WhatIf(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0, p1, changed, terms, used,
+                  tuple(notes))
+
+
+def change_words(measured_ms: float, predicted_ms: float) -> str:
+    """A predicted time beside the measured one, a reduction said as one:
+    "-75%, 4.0x faster than the measured 2.000 ms"."""
+    if predicted_ms <= 0:
+        return f"not positive: the model's changes exceed the measured {measured_ms:.3f} ms"
+    pct = 100 * (predicted_ms / measured_ms - 1)
+    if predicted_ms < measured_ms:
+        return f"{pct:.0f}%, {measured_ms / predicted_ms:.1f}x faster than the measured {measured_ms:.3f} ms"
+    return f"+{pct:.0f}%, {predicted_ms / measured_ms:.1f}x slower than the measured {measured_ms:.3f} ms"

@@ -16,9 +16,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from ..model.machine import Machine
+from ..model.machine import CpuMachine, Machine
 from ..model.machine.choose import Machines, pick_machines  # noqa: F401  (perfmlp/whatif.py imports it from here)
 from ..model.predict import TERM_GROUP, Prediction, predict_batch
+from ..model.predict.cpu import predict_cpu
 from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms
 from ..trace.reader import Run
@@ -193,6 +194,20 @@ def _endings(run: Run) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
+def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:
+    """A NumPy run's prediction from the CPU file, at the BLAS threads rank 0
+    ran with; None for what predict_cpu does not describe (model or hybrid
+    parallelism, the parameter server, a precision the file lacks)."""
+    if run.ran.parallel != N.DATA or run.comm in N.PS_COMMS:
+        return None
+    threads = (run.ran.blas_threads or (None,))[0]
+    try:
+        return predict_cpu(cpu, run.layer_sizes, run.config["batch_size"], run.procs, threads,
+                           run.config["precision"], traced=True)
+    except ValueError:
+        return None
+
+
 def summarise(run: Run, machines: Machines) -> RunSummary:
     c, ran = run.config, run.ran   # the configuration asked for; what ran (the strategy, transfer, GEMM, overlap)
     steady = run.steady_batches().values()
@@ -212,8 +227,10 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     overlap, bucket_bytes = ran.overlap, ran.bucket_bytes
 
     def predict(m: Machine | None) -> Prediction | None:
-        if m is None or not gpu:  # the machine files describe GPUs
+        if m is None:
             return None
+        if not gpu:   # a NumPy run: its CPU file, data parallelism with MPI's allreduce (model/predict/cpu.py)
+            return predict_numpy(run, m) if isinstance(m, CpuMachine) else None
         if ran.parallel != N.DATA or comm in N.PS_COMMS:
             return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
                                     ran.batch_transfer, ran.parallel, ran.model_procs,
@@ -230,7 +247,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
             return None
         return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
 
-    p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated)
+    p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated if gpu else machines.cpu)
     comparable = comparable_terms(run.phase_clock, gpu, ran.batch_transfer, comm, ran.parallel)
     busy = [busy_ms(ph) for ph in phases.values()]
     imbalance = max(busy) - min(busy)

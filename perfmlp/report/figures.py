@@ -313,7 +313,8 @@ CEILING_COLORS = {"float64": "tab:gray", "float32": "tab:blue", N.TF32: "tab:gre
                   N.FP16: "tab:orange"}
 
 
-def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
+def ceilings_roofline(points, ceilings: dict, bws: dict, title: str, levels=("HBM", "PCIe"), units="FFMA",
+                      per="GPU"):
     """A roofline of several ceilings, as Nsight Compute draws its
     hierarchical one: a horizontal line per precision's GEMM units
     (`ceilings`: format -> FLOP/s; equal ones share a line), a slanted one
@@ -333,12 +334,12 @@ def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
         drawn.setdefault(peak, []).append(fmt)
     for peak, fmts in drawn.items():
         c = CEILING_COLORS.get(fmts[0], "black")
-        names = "/".join(f.upper() if f in (N.TF32, N.BF16, N.FP16) else f"FFMA {f}" for f in fmts)
+        names = "/".join(f.upper() if f in (N.TF32, N.BF16, N.FP16) else f"{units} {f}" for f in fmts)
         ax.axhline(peak, color=c, lw=0.9)
         ax.annotate(f"{names} {peak / 1e12:.1f} TFLOP/s", (lo * 1.1, peak * 1.08), fontsize=7, color=c)
     for (label, bw), ls in zip(bws.items(), ("-", "--", "-.")):
         ax.plot(x, np.minimum(x * bw, top), ls, color="black", lw=1.0, label=f"{label} {bw / 1e9:.0f} GB/s")
-    pcie = [bw for label, bw in bws.items() if label.startswith("PCIe")]
+    pcie = [bw for label, bw in bws.items() if label.startswith(levels[1])]
     for fmt in dict.fromkeys(p["precision"] for p in points):
         if pcie and fmt in ceilings:
             ax.plot(x, modified_roofline(x, ceilings[fmt], pcie[0]), ":", color=CEILING_COLORS.get(fmt, "black"),
@@ -346,7 +347,7 @@ def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
     seen = set()
     for p in points:
         c = CEILING_COLORS.get(p["precision"], "black")
-        for key, m, level in (("ai_hbm", "s", "HBM"), ("ai_pcie", "o", "PCIe")):
+        for key, m, level in (("ai_hbm", "s", levels[0]), ("ai_pcie", "o", levels[1])):
             if p.get(key):
                 lab = f"{p['precision']}, AI per {level} byte"
                 ax.scatter([p[key]], [p["measured"]], color=c, marker=m, s=30, zorder=3,
@@ -356,7 +357,7 @@ def ceilings_roofline(points, ceilings: dict, bws: dict, title: str):
     ax.set_yscale("log")
     plain_log(ax)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of the memory level)")
-    ax.set_ylabel("FLOP/s per GPU")
+    ax.set_ylabel(f"FLOP/s per {per}")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     legend_below(ax, ncol=2)

@@ -11,8 +11,12 @@ differs from this one in that setting only, its measured time over this
 one's, less 1, is the measured gain. A change is recommended where its
 predicted gain is at least MIN_GAIN (thresholds.py).
 
-A NumPy run's change is the GPU: the model's time for the same job on the
-report's GPU machine file (nothing of the CPU run carries over). Steps the
+A NumPy run's changes are the CPU's (cpu_recommendations): more or fewer
+ranks, BLAS threads per rank, half or twice the batch (its gain per
+sample), the other precision, each priced by the what-if engine on the CPU
+file (perfmlp/model/whatif_cpu.py); and, one change among them, the GPU:
+the model's time for the same job on the report's GPU machine file
+(nothing of the CPU run carries over). Steps the
 what-if engine does not describe (model and hybrid parallelism, the
 parameter server, a run under a profiler) get no recommendation here; the
 strategies section compares those.
@@ -27,10 +31,12 @@ from ..errors import PerfmlpError
 from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
+from ..model.machine.choose import shipped_cpu
 from ..model.whatif import WhatIfError
+from ..model.whatif_cpu import changed_cpu_setting, cpu_options, what_if_cpu
 from .configurations import Configuration
 from .thresholds import MIN_GAIN
-from .whatif import what_if_run
+from .whatif import cpu_setting_of, measured_groups_ms, what_if_run
 from .. import names as N
 
 OVERLAP_DEFAULT = f"overlap {DEFAULT_BUCKET_BYTES >> 10} KiB"
@@ -124,13 +130,53 @@ def gpu_gain(c: Configuration, gpu: Machine) -> tuple[float, str]:
     return p.total_s * 1e3 / c.t_ms - 1, f"the model on {gpu.name}, resident data, NCCL, CUDA graph"
 
 
+# a CPU change's words: (the what-if's key, the setting a sibling configuration differs in, its words)
+CPU_CHANGES = {"procs": (None, "procs", "{new} rank(s) instead of {old}"),
+               "threads": ("threads", None, "{new} BLAS thread(s) per rank instead of {old}"),
+               "batch": ("batch_size", "batch", "a batch of {new} instead of {old} (time per sample)"),
+               "precision": ("precision", "precision", "{new} instead of {old}")}
+
+
+def cpu_recommendations(c: Configuration, run, cpu, index: dict) -> list[Recommendation]:
+    """A NumPy configuration's single changes on its CPU (cpu_alternatives),
+    each priced by the what-if engine on the CPU file: a change of batch
+    by its time per sample, the others by their time per batch."""
+    before = cpu_setting_of(run)
+    t, groups = measured_groups_ms(run)
+    old = {"procs": before.procs, "threads": before.threads or cpu["default_threads"], "batch": before.batch,
+           "precision": before.precision}
+    out = []
+    for alt in cpu_options(cpu, before):
+        if len(alt.change) != 1:
+            continue
+        (key, new), = alt.change.items()
+        set_key, setting, words = CPU_CHANGES[key]
+        try:
+            after = changed_cpu_setting(before, {set_key: new} if set_key else {}, new if key == "procs" else None)
+            w = what_if_cpu(cpu, before, after, t, groups, run.run_id)
+        except (WhatIfError, ValueError):
+            continue
+        gain = (w.total_ms / after.batch) / (w.measured_ms / before.batch) - 1
+        sib = sibling_of(c, ((setting, new),), index) if setting else None
+        measured = (sib.t_ms / sib.s["batch"]) / (c.t_ms / c.s["batch"]) - 1 if sib else None
+        out.append(Recommendation(c, words.format(new=new, old=old[key]), gain, measured, sib,
+                                  f"what-if on {cpu.name}"))
+    return out
+
+
 def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Machine, gpu: Machine,
-                    unpriced: Callable[[str], bool]) -> list[Recommendation]:
-    """Every change that applies to every describable configuration, priced (recommended or not)."""
+                    unpriced: Callable[[str], bool], cpu=None) -> list[Recommendation]:
+    """Every change that applies to every describable configuration, priced
+    (recommended or not); a NumPy configuration's on `cpu` (None: the
+    shipped CPU file nearest this machine) and on the GPU."""
     index = {c.settings: c for c in configs}
     out = []
     for c in configs:
         if not c.gpu and c.judged:
+            cpu = cpu or shipped_cpu()
+            run = runs_by_id.get(c.representative.run_id)
+            if cpu is not None and run is not None and c.s["strategy"] == N.DATA:
+                out += cpu_recommendations(c, run, cpu, index)
             gain, how = gpu_gain(c, gpu)
             out.append(Recommendation(c, f"{GPU_MOVE} ({gpu.name})", gain, how=how))
             continue

@@ -7,8 +7,10 @@ launch, the tracer's own cost, and in an eager run the host's time between
 the traced phases), copies (the batch and the staged gradients between
 host and device), communication (the collective itself) and waiting for a
 rank (what a rank spends in the collective beyond the least any rank
-spent: it arrived early and waited for the others). A NumPy run has one
-compute part (compute (NumPy)): no model splits its compute.
+spent: it arrived early and waited for the others). A NumPy run's compute
+is split among GEMMs (BLAS), elementwise kernels (NumPy's passes) and
+launches and host in proportion to the CPU model's terms (its CPU file,
+model/predict/cpu.py); without a CPU file it is one part, compute (NumPy).
 
 Where the run's phases were timed on the GPU (CUDA events, CUPTI), the
 measured phase groups are split by the model's terms: each group's
@@ -39,6 +41,7 @@ TERM_CATEGORY = {"gemm": GEMMS, "elementwise": ELEMENTWISE, "kernel_gaps": HOST,
 GROUP_DEFAULT = {N.H2D_BATCH: COPIES, N.D2H_GRAD: COPIES, N.H2D_GRAD: COPIES, "allreduce": COMMUNICATION,
                  COMPUTE: HOST}
 GPU_TERMS = ("gemm", "elementwise", "kernel_gaps", "tracing")
+CPU_COMPUTE_TERMS = ("gemm", "elementwise", "launches", "tracing")   # the CPU model's compute (predict/cpu.py)
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,12 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     model = model_terms_ms(r)
     parts = dict.fromkeys(CATEGORIES, 0.0)
     if not r.gpu:
-        parts[CPU_COMPUTE] = measured[COMPUTE]
+        cpu_terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}
+        total = sum(cpu_terms.values())
+        for t, ms in cpu_terms.items():
+            parts[TERM_CATEGORY[t]] += measured[COMPUTE] * ms / total
+        if total <= 0:
+            parts[CPU_COMPUTE] = measured[COMPUTE]
         wait = min(waiting_ms(r, rank), measured["allreduce"])
         parts[WAITING] = wait
         parts[COMMUNICATION] = measured["allreduce"] - wait

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..model.machine import Machine
 from ..model.predict import GROUPS
 from ..model.whatif import Setting, WhatIf, changed_setting, what_if
+from ..model.whatif_cpu import CpuSetting
 from ..trace.format import PHASE_TERMS
 from ..trace.reader import Run
 
@@ -14,6 +15,16 @@ def setting_of(run: Run) -> Setting:
     c, ran = run.config, run.ran
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], ran.comm,
                    ran.batch_transfer, ran.exec, ran.overlap, ran.bucket_bytes, ran.gemm, ran.trace_level)
+
+
+def cpu_setting_of(run: Run) -> CpuSetting:
+    """A NumPy run's configuration for the CPU model: its ranks and the
+    BLAS threads rank 0 ran with (the manifest's `ran.blas_threads`; None
+    where the library has no thread count: the CPU file's default). A
+    run with a trace ran traced."""
+    threads = (run.ran.blas_threads or (None,))[0]
+    return CpuSetting(tuple(run.layer_sizes), int(run.config["batch_size"]), run.procs, threads,
+                      run.config["precision"], True)
 
 
 def measured_groups_ms(run: Run) -> tuple[float, dict]:

@@ -12,8 +12,10 @@ non-numeric values are one-line errors naming the file and key.
 - points.py: the measured tables' entries (one dataclass per kind);
 - description.py: Machine and its look-ups (interpolation in those tables);
 - entries.py: a file's values checked one by one;
-- files.py: finding, reading and writing the files.
+- files.py: finding, reading and writing the files;
+- cpu.py: a CPU file (`backend: numpy`) checked into a CpuMachine.
 """
+from .cpu import CpuMachine
 from .description import Machine
 from .files import (DEFAULT_MACHINE, MACHINES_PACKAGE, MachineError, load_machine, machine_files, machine_from_mapping,
                     machine_to_yaml, resolve_machine_path)
@@ -21,7 +23,8 @@ from .points import (COMMS, GEMM_KERNELS, CollectivePoint, CopyPoint, DispatchPo
                      KernelTime, LaunchFactor, MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES,
                      PAGEABLE_TRANSFERS, SPREAD_SOURCES, SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
 
-__all__ = ["Machine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine", "machine_files",
+__all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine",
+           "machine_files",
            "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "COMMS", "GEMM_KERNELS",
            "CollectivePoint", "CopyPoint", "DispatchPoint", "GemmRate", "HostCopyPoint", "KernelTime", "LaunchFactor",
            "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS",

@@ -3,10 +3,12 @@ describes the GPU they ran on, the calibrated file made on that GPU (if one
 ships), and a file the user named in place of the one of its kind."""
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
+from .cpu import CpuMachine
 from .description import Machine
 from .files import DEFAULT_MACHINE, MachineError, load_machine, machine_files
 
@@ -15,6 +17,7 @@ from .files import DEFAULT_MACHINE, MachineError, load_machine, machine_files
 class Machines:
     datasheet: Machine
     calibrated: Machine | None
+    cpu: CpuMachine | None = None   # the CPU file for runs on the NumPy backend (None: all ran on a GPU)
 
     @property
     def primary(self) -> Machine:
@@ -37,21 +40,41 @@ def shipped_machines() -> list[Machine]:
     return out
 
 
+def nearest_cpu(cpus) -> CpuMachine | None:
+    """Of CPU files, the one whose cores are nearest this machine's."""
+    return min(cpus, key=lambda m: abs(m["cores"] - (os.cpu_count() or 1)), default=None)
+
+
+def shipped_cpu() -> CpuMachine | None:
+    """The shipped CPU file nearest this machine (None: none ships)."""
+    return nearest_cpu([m for m in shipped_machines() if isinstance(m, CpuMachine)])
+
+
 def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
     """The datasheet and the calibrated file (if any) for the GPU most of
     `runs` saw (each has a `gpu` attribute: its device name, or None on a
-    CPU); `machine_arg` replaces the one of its kind."""
+    CPU); `machine_arg` replaces the one of its kind. Where some ran on a
+    CPU, `cpu` is a CPU file: the one named, else the shipped one whose
+    cores are nearest this machine's."""
+    runs = list(runs)
     gpus = [r.gpu for r in runs if r.gpu]
     gpu = statistics.mode(gpus) if gpus else None
     files = shipped_machines()
+    cpus = [m for m in files if isinstance(m, CpuMachine)]
+    files = [m for m in files if not isinstance(m, CpuMachine)]
     datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
     calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
     if datasheet is None:
         datasheet = load_machine(DEFAULT_MACHINE)
+    cpu = None
+    if len(gpus) < len(runs):
+        cpu = nearest_cpu(cpus)
     if machine_arg:
         given = load_machine(machine_arg)
-        if given.calibrated:
+        if isinstance(given, CpuMachine):
+            cpu = given
+        elif given.calibrated:
             calibrated = given
         else:
             datasheet = given
-    return Machines(datasheet, calibrated)
+    return Machines(datasheet, calibrated, cpu)

@@ -55,7 +55,7 @@ FIELDS: dict[str, Field] = {
     "copy_latency_s": _f("s", "time", "calibrate/copies.py copy_latency", "measured", "pageable_copy",
                          "a small copy's fixed cost", required=True),
     "launch_overhead_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
-                            "host time per launched operation (per NumPy call on a CPU)", BOTH, True),
+                            "host time per launched operation", required=True),
     "mpi_alpha_s": _f("s", "time", "calibrate/collectives.py collective_times", "measured", "collective",
                       "MPI allreduce latency", BOTH, True),
     "mpi_bw_bytes_per_s": _f("B/s", "rate", "calibrate/collectives.py collective_times", "collective", "collective",
@@ -64,8 +64,8 @@ FIELDS: dict[str, Field] = {
                        "NCCL allreduce latency", required=True),
     "nccl_bw_bytes_per_s": _f("B/s", "rate", "calibrate/collectives.py collective_times", "collective", "collective",
                               "NCCL allreduce bandwidth (ring fit)", required=True),
-    "gemm_flops_per_s": _f("FLOP/s", "table", "calibrate/gemm.py step_rates", "flops", "gpu",
-                           "the trainer's GEMMs at its shapes", BOTH),
+    "gemm_flops_per_s": _f("FLOP/s", "table", "calibrate/gemm.py step_rates (cpu_blas.py on a CPU)", "flops", "gpu",
+                           "the trainer's GEMMs at its shapes (on a CPU also by BLAS threads and ranks)", BOTH),
     "traced_launch_overhead_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
                                    "host time per operation with the tracer on (0: as untraced)"),
     "trace_event_s": _f("s", "time", "calibrate/kernels.py event_gap", "measured", "gpu",
@@ -87,18 +87,18 @@ FIELDS: dict[str, Field] = {
     "graph_replay_gap_s": _f("s", "time", "calibrate/kernels.py kernel_gaps", "measured", "gpu",
                              "GPU time per replay beyond its kernels"),
     "trace_phase_host_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
-                             "host time the tracer adds per phase", BOTH),
+                             "host time the tracer adds per phase"),
     **{f"{k}_aggregate_bytes_per_s": _f("B/s", "optional-rate", "calibrate/copies.py host_copies", "copy",
                                         k.split("_")[1] + "_copy", f"all ranks of a node copying at once, {w}")
        for k, w in _COPIES.items()},
-    "allreduce_s": _f("s", "table", "calibrate/collectives.py collective_times", "collective", "collective",
-                      "measured allreduces by size and ranks", BOTH),
+    "allreduce_s": _f("s", "table", "calibrate/collectives.py collective_times (cpu_exchange.py on a CPU)",
+                      "collective", "collective", "measured allreduces by size and ranks", BOTH),
     "collective_wait_s": _f("s", "table", "calibrate/collectives.py staged_wait", "measured", "collective",
-                            "the wait for the slowest rank", BOTH),
+                            "the wait for the slowest rank"),
     "kernel_s": _f("s", "table", "calibrate/kernels.py own_kernel_times", "mem_bw", "gpu",
                    "the trainer's own kernels at its shapes"),
     "host_dispatch_s": _f("s", "table", "calibrate/host.py host_dispatch", "measured", "host",
-                          "launch and tracer host time, several ranks at once", BOTH),
+                          "launch and tracer host time, several ranks at once"),
     "copy_aggregate_bytes_per_s": _f("B/s", "table", "calibrate/copies.py host_copies", "copy", "pageable_copy",
                                      "ranks copying at once, per count and kind"),
     "d2d_copy_s": _f("s", "table", "calibrate/copies.py static_copies", "mem_bw", "gpu",
@@ -121,21 +121,49 @@ FIELDS: dict[str, Field] = {
                      "the step beside its input pipeline"),
     "spread": _f("ratio", "table", "calibrate/spread.py spread_table", "measured", None,
                  "the measured spread per source of figures", BOTH),
-    "gpus": _f("count", "count", DATASHEET, "none", None, "devices per node", BOTH),
+    "gpus": _f("count", "count", DATASHEET, "none", None, "devices per node"),
     "date": _f("", "word", "calibrate/__main__.py", "none", None, "when it was measured", BOTH),
-    "device_names": _f("", "word", DATASHEET, "none", None, "names the device reports", BOTH),
+    "device_names": _f("", "word", DATASHEET, "none", None, "names the device reports"),
     "path": _f("", "word", "the loader", "none", None, "the file it was read from", BOTH),
+    # a CPU file's own figures (calibrate/cpu.py measures them; model/predict/cpu.py prices with them)
+    "backend": _f("", "word", "calibrate/cpu.py", "none", None, "`numpy`: a CPU file", (CPU,), True),
+    "cpu_name": _f("", "word", "calibrate/cpu.py", "none", None, "the CPU's name", (CPU,)),
+    "blas": _f("", "word", "perfmlp/blas.py find_blas", "none", None, "the BLAS and how its threads are set", (CPU,)),
+    "cores": _f("count", "count", "perfmlp/blas.py cpu_cores", "none", None, "the process's CPU affinity",
+                (CPU,), True),
+    "default_threads": _f("count", "count", "perfmlp/blas.py", "none", None,
+                          "the BLAS's threads per rank when none is set", (CPU,), True),
+    "calibrated_ranks": _f("count", "count", "calibrate/cpu.py", "none", None, "the ranks the calibration ran on",
+                           (CPU,)),
+    "op_host_s": _f("s", "time", "calibrate/cpu.py op_host_times", "measured", "host", "a one-element NumPy call",
+                    (CPU,), True),
+    "kernel_host_s": _f("s", "time", "calibrate/cpu.py kernel_host_s", "measured", "host",
+                        "a timed step's wall time beyond its kernels', per kernel", (CPU,), True),
+    "trace_batch_host_s": _f("s", "time", "calibrate/cpu_loop.py", "measured", "host",
+                             "the trainer's step traced less untraced, per batch", (CPU,)),
+    "pass_bytes_per_s": _f("B/s", "table", "calibrate/cpu_kernels.py", "measured", "memory",
+                           "each other kernel of the step by size, threads and ranks", (CPU,), True),
 }
 
-TABLES = tuple(k for k, f in FIELDS.items() if f.check == "table")
-OPTIONAL = frozenset(k for k, f in FIELDS.items() if not f.required)
-OPTIONAL_NUMBERS = tuple(k for k, f in FIELDS.items() if not f.required and f.check in ("time", "rate",
-                                                                                         "optional-rate"))
+
+def keys_of(machine_class: str) -> tuple[str, ...]:
+    """The fields a file of that machine class (GPU or CPU) may hold."""
+    return tuple(k for k, f in FIELDS.items() if machine_class in f.applies)
+
+
+GPU_KEYS, CPU_KEYS = keys_of(GPU), keys_of(CPU)
+# a CPU calibrated on one rank measures no exchange between ranks: no ring fit
+CPU_REQUIRED = tuple(k for k in CPU_KEYS if FIELDS[k].required and k not in ("mpi_alpha_s", "mpi_bw_bytes_per_s"))
+TABLES = tuple(k for k in GPU_KEYS if FIELDS[k].check == "table")
+OPTIONAL = frozenset(k for k in GPU_KEYS if not FIELDS[k].required)
+OPTIONAL_NUMBERS = tuple(k for k in GPU_KEYS if not FIELDS[k].required and FIELDS[k].check in ("time", "rate",
+                                                                                                "optional-rate"))
 
 
 def scalars_of(spread_source: str) -> tuple[str, ...]:
-    """The scalar figures a spread source moves (interval.py)."""
-    return tuple(k for k, f in FIELDS.items() if f.spread == spread_source and f.check != "table")
+    """The scalar figures of a GPU file a spread source moves (interval.py;
+    a CPU file's draws are model/predict/cpu.py's)."""
+    return tuple(k for k in GPU_KEYS if FIELDS[k].spread == spread_source and FIELDS[k].check != "table")
 
 
 def markdown_table() -> str:

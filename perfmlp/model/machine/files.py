@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ... import checks
+from .cpu import CpuMachine, cpu_machine_from_mapping, is_cpu_file
 from .description import Machine, MachineError
 from .entries import check_scalars, check_tables
 
@@ -20,9 +21,12 @@ MACHINES_PACKAGE = "perfmlp.machines"
 DEFAULT_MACHINE = "quadro-rtx-6000"
 
 
-def machine_from_mapping(data, where: str) -> Machine:
-    """The Machine a mapping of keys describes (`where`: the file, for messages)."""
+def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
+    """The Machine a mapping of keys describes (`where`: the file, for
+    messages); a CpuMachine for a CPU file (`backend: numpy`)."""
     try:
+        if is_cpu_file(data):
+            return cpu_machine_from_mapping(data, where)
         return Machine(path=where, **check_scalars(data), **check_tables(data))
     except checks.CheckError as e:
         raise MachineError(f"{where}: {e}") from None
@@ -30,13 +34,13 @@ def machine_from_mapping(data, where: str) -> Machine:
 
 def machine_files() -> list[Traversable]:
     """The machine files shipped with the package (models/*.yaml), by name;
-    in a source checkout used without installing (PYTHONPATH, as on the GPU
-    machine), the checkout's models/ folder."""
-    try:
-        folder = resources.files(MACHINES_PACKAGE)
-    except ModuleNotFoundError:
-        folder = Path(__file__).resolve().parents[3] / "models"
-        if not folder.is_dir():
+    in a source checkout (this package beside a models/ folder), that
+    checkout's models/, whichever checkout an editable install points at."""
+    folder = Path(__file__).resolve().parents[3] / "models"
+    if not (folder / "__init__.py").is_file():
+        try:
+            folder = resources.files(MACHINES_PACKAGE)
+        except ModuleNotFoundError:
             raise MachineError(f"the package {MACHINES_PACKAGE} (the machine files) is not installed: "
                                "run `pip install -e .` again in the project") from None
     return sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
@@ -60,7 +64,7 @@ def resolve_machine_path(name_or_path) -> Path | Traversable:
     raise MachineError(f"no machine named {str(name_or_path)!r} (shipped: {names}; or give a .yaml file)")
 
 
-def load_machine(name_or_path=None) -> Machine:
+def load_machine(name_or_path=None) -> Machine | CpuMachine:
     """The machine in a file given by path, or shipped under a name (default: DEFAULT_MACHINE)."""
     path = resolve_machine_path(name_or_path)
     try:

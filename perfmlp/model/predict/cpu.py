@@ -1,5 +1,6 @@
 """A NumPy run's time per batch on a CPU, from a CPU machine file
-(perfmlp.calibrate.cpu writes one; here a plain mapping, FIELDS).
+(perfmlp.calibrate.cpu writes one; machine/cpu.py loads it; its fields are
+machine/fields.py's of machine class CPU; any mapping of them serves).
 
 The step's kernels are the unfused ones (costs.step_kernels with
 fuse_output=False: NumPy's output-layer backward makes the same calls) on
@@ -44,23 +45,6 @@ from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
 from .terms import Prediction
 
-# the mapping's fields: (name, unit, what measures it)
-FIELDS = (
-    ("cores", "count", "the process's CPU affinity"),
-    ("default_threads", "count", "the BLAS's threads per rank when none is set"),
-    ("peak_flops_per_s_float32", "FLOP/s", "a large square GEMM at the most threads"),
-    ("peak_flops_per_s_float64", "FLOP/s", "the same in float64"),
-    ("mem_bw_bytes_per_s", "B/s", "a triad over arrays beyond the caches"),
-    ("op_host_s", "s", "a one-element NumPy call"),
-    ("kernel_host_s", "s", "a timed step's wall time beyond its kernels', per kernel"),
-    ("trace_batch_host_s", "s", "the trainer's step traced less untraced, per batch"),
-    ("mpi_alpha_s", "s", "the ring model fitted to the allreduce table"),
-    ("mpi_bw_bytes_per_s", "B/s", "the same"),
-    ("gemm_flops_per_s", "FLOP/s", "each GEMM of the step: {m, n, k, precision, threads, ranks, flops_per_s}"),
-    ("pass_bytes_per_s", "B/s", "each other kernel: {kernel, shape, precision, threads, ranks, bytes, bytes_per_s}"),
-    ("allreduce_s", "s", "mpi4py's in-place Allreduce: {procs, bytes, s}"),
-    ("spread", "ratio", "each source's repeats over their median: {source, ratios}"),
-)
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
 GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
 TERMS = (GEMM, ELEMENTWISE, LAUNCHES, TRACING, N.ALLREDUCE, RANK_WAIT)
