@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import names as N
 from ..config import Config, from_mapping
 from ..errors import PerfmlpError, write_atomic
+from ..model.machine import CpuMachine
 from ..trace.format import WARMUP_BATCHES
 from .plan import SweepRun, sweep_run_id
 
@@ -37,6 +38,9 @@ def run_interval(machine, run: SweepRun) -> dict:
     `interval_s` (the 90% interval), `quantiles_s` at `percentiles`; None
     where the machine file records no spread."""
     from ..model.interval import interval
+    if isinstance(machine, CpuMachine):   # the CPU model draws its own (model/predict/cpu.py interval_s)
+        lo_hi = run_prediction(machine, run).detail["interval_s"]
+        return {"interval_s": list(lo_hi) if lo_hi else None, "quantiles_s": None}
     iv = interval(machine, lambda m: run_prediction(m, run))
     if iv is None:
         return {"interval_s": None, "quantiles_s": None}
@@ -48,6 +52,7 @@ def run_prediction(machine, run: SweepRun):
     """The model's Prediction of a run as the trainer will run it."""
     from ..model.strategies import PS_COMMS, StrategyError, predict_strategy
     from ..model.predict import predict_batch, resolve_exec
+    from ..model.predict.cpu import predict_cpu
     from ..trace.format import resolve_trace_level
     c = run.config
     comm = resolved_comm(c)
@@ -56,6 +61,10 @@ def run_prediction(machine, run: SweepRun):
     # the level the tracer will run at (auto: the mode's default); a level that cannot run falls back at run
     # time (trace/writer.py attach), which no prediction made before the run can know
     level = resolve_trace_level(c.trace_level, mode) if c.trace else None
+    if isinstance(machine, CpuMachine):   # a NumPy run, each rank its share of the cores (run.py)
+        pred = predict_cpu(machine, c.layer_sizes, c.batch_size, run.procs, None, c.precision, traced=c.trace)
+        pred.detail["trace_level"] = level or N.UNTRACED
+        return pred
     if c.parallel != N.DATA or comm in PS_COMMS:
         try:
             pred = predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
