@@ -67,10 +67,11 @@ def config_key(s: RunSummary) -> tuple:
             s.cprofile)
 
 
-def repeat_groups(a: Analysis) -> dict[tuple, RepeatGroup]:
-    """The GPU runs outside a profiler, grouped by configuration."""
+def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
+    """The GPU runs (or `runs`: a CPU model's blind sweep's) outside a
+    profiler, grouped by configuration."""
     groups: dict[tuple, RepeatGroup] = {}
-    for r in a.gpu_runs:
+    for r in a.gpu_runs if runs is None else runs:
         if r.profiled:
             continue
         key = config_key(r)

@@ -150,7 +150,13 @@ def step_flops(layer_sizes, b: int, precision: str) -> int:
 
 
 def setting_of(machine, procs: int, threads: int | None) -> Setting:
-    return Setting(int(procs), int(threads or machine["default_threads"]), int(machine["cores"]))
+    """The ranks, BLAS threads per rank and cores of a run. Unless given, the
+    threads are the trainer's rule (run.share_cores_among_local_ranks): one
+    rank its BLAS's default, P local ranks the cores shared, at least one each."""
+    cores = int(machine["cores"])
+    if threads is None:
+        threads = int(machine["default_threads"]) if procs == 1 else max(1, cores // int(procs))
+    return Setting(int(procs), int(threads), cores)
 
 
 def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> tuple[dict, int]:
