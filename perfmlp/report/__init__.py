@@ -68,8 +68,12 @@ def header_of(a: Analysis, runs: int | None = None) -> list[str]:
         machines = (f"Machine files: datasheet {ds.name} ({Path(ds.path).name})"
                     + (f", calibrated {cal.name} ({Path(cal.path).name})" if cal
                        else ", no calibrated file for this GPU") + ".")
+    elif a.machines.cpu is not None:
+        cpu = a.machines.cpu
+        where = f" ({Path(cpu.path).name})" if cpu.path else ""
+        machines = f"Machine file: the CPU's, {cpu['name']}{where}; no run ran on a GPU."
     else:
-        machines = "No machine file used: no run ran on a GPU."
+        machines = "No machine file used: no run ran on a GPU, and no CPU file describes this one."
     n = len(a.runs) if runs is None else runs   # with ps-async runs, which the analysis leaves to their section
     count = f"{n} run{'s' if n != 1 else ''}"
     if n > len(a.runs):   # the overview's text counts the analysed runs: say where the others are
