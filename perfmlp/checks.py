@@ -160,11 +160,28 @@ def read_text(source, what: str) -> str:
             kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
             raise CheckError(f"{what} {source}: {kind}")
     try:
+        if str(getattr(source, "name", source)).endswith(".gz"):   # a committed file kept small
+            return _gunzip(source.read_bytes(), source).decode("utf-8")
         return source.read_text(encoding="utf-8")
     except OSError as e:
         raise CheckError(f"cannot read {what} {source}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise CheckError(f"{source}: not a UTF-8 text file") from None
+
+
+MAX_GUNZIPPED = 64 << 20   # a text file read from a .gz: larger is refused, not read whole
+
+
+def _gunzip(data: bytes, source) -> bytes:
+    import zlib
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(data, MAX_GUNZIPPED + 1)
+    except zlib.error as e:
+        raise CheckError(f"{source}: not a readable .gz ({e})") from None
+    if len(out) > MAX_GUNZIPPED:
+        raise CheckError(f"{source}: more than {MAX_GUNZIPPED >> 20} MB once unpacked")
+    return out
 
 
 def read_yaml(source, what: str) -> Any:
