@@ -25,10 +25,11 @@ def test_sliced_step_equals_unsliced_on_several_ranks(procs):
     assert r.returncode == 0 and r.stdout.startswith("OK"), r.stdout + r.stderr
 
 
-def test_16bit_gradients_keep_the_default_jobs_accuracy():
-    # 3 x 10 epochs of 80 batches on 2 ranks; the 16-bit sum is a Python MPI operation
-    r = run_cmd([mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_slices.py"), "accuracy"],
-                timeout=900)
+def test_16bit_gradients_keep_the_jobs_accuracy():
+    # the default job's first 3 epochs on 4,000 samples, 2 ranks, float32 / bf16 / fp16 gradients, within 0.5
+    # points (the whole default job: `mpiexec -n 2 python tests/mpi_slices.py accuracy`)
+    r = run_cmd([mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_slices.py"), "accuracy", "short"],
+                timeout=300)
     assert r.returncode == 0 and "held-out accuracy" in r.stdout, r.stdout + r.stderr
 
 
