@@ -4,6 +4,7 @@ ships), and a file the user named in place of the one of its kind."""
 from __future__ import annotations
 
 import os
+import functools
 import statistics
 from dataclasses import dataclass
 from typing import Iterable
@@ -30,14 +31,20 @@ class Machines:
 
 
 def shipped_machines() -> list[Machine]:
-    """Every shipped machine file that loads (a broken one is passed over)."""
+    """Every shipped machine file that loads (a broken one is passed over),
+    read once per process (the files ship with the package)."""
+    return list(_shipped(tuple(str(f) for f in machine_files())))
+
+
+@functools.lru_cache(maxsize=2)
+def _shipped(names: tuple) -> tuple:
     out = []
     for f in machine_files():
         try:
             out.append(load_machine(f))
         except MachineError:
             continue
-    return out
+    return tuple(out)
 
 
 def nearest_cpu(cpus) -> CpuMachine | None:
