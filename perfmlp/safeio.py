@@ -179,8 +179,12 @@ def load_yaml(text: str, loader_class):
             raise InputError(f"YAML nested deeper than Python can read") from None
         if node is None:
             return None
-        _check_size(node)
-        return loader.construct_document(node)
+        if "&" in text:   # only an anchor lets an alias repeat a subtree: without one the text bounds the size
+            _check_size(node)
+        try:
+            return loader.construct_document(node)
+        except RecursionError:
+            raise InputError("YAML nested deeper than Python can read") from None
     finally:
         loader.dispose()
 
