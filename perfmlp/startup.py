@@ -103,12 +103,20 @@ def _say(line: str) -> None:
 
 
 _EXIT_WATCHER = """
-import os, select, signal, sys
-fd, limit, parent, line = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import os, select, signal, sys, time
+fd, limit, parent, line, claim = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 if not select.select([fd], [], [], limit)[0]:
-    os.write(2, (line + "\\n").encode("utf-8", "backslashreplace"))
+    try:   # the node's ranks share a launcher: the first watcher to claim it speaks, the others only end theirs
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.write(2, (line + "\\n").encode("utf-8", "backslashreplace"))
+        said = True
+    except OSError:
+        said = False
     os.kill(parent, signal.SIGKILL)
+    if said:
+        time.sleep(5)
+        os.unlink(claim)
 """
 
 
@@ -121,12 +129,14 @@ def watch_exit(limit_s: float, stall_limit_s: float, prog: str, rank: int, where
     if limit_s <= 0:
         return
     import subprocess
+    import tempfile
     r, w = os.pipe()
     line = (f"{prog}: error: rank {rank} stalled {where}: no progress for {limit_s:g} s (--stall-limit "
             f"{stall_limit_s:g}; MPI, NCCL or CUDA teardown, where the watchdog thread could not run); "
             "the job is ended")
     try:
-        subprocess.Popen([sys.executable, "-c", _EXIT_WATCHER, str(r), str(limit_s), str(os.getpid()), line],
+        claim = os.path.join(tempfile.gettempdir(), f"perfmlp-exit-{os.getuid()}-{os.getppid()}")
+        subprocess.Popen([sys.executable, "-c", _EXIT_WATCHER, str(r), str(limit_s), str(os.getpid()), line, claim],
                          pass_fds=(r,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     except OSError:
         os.close(w)   # no watcher: the exit goes on unwatched

@@ -105,5 +105,6 @@ def test_an_exit_that_holds_pythons_lock_still_ends(tmp_path):
                     timeout=60, cwd=tmp_path)
     assert r.returncode != 0 and time.monotonic() - t0 < 20, r.stderr
     mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
-    assert len(mine) == 1 and mine[0].startswith("perfmlp.run: error: rank 1 stalled at its exit: no progress "
-                                                 "for 3 s (--stall-limit 1;"), r.stderr
+    # one line: the held rank's, or a peer's that waits for it in MPI_Finalize (whichever watcher claims first)
+    assert len(mine) == 1 and mine[0].startswith("perfmlp.run: error: rank ") and \
+        " stalled at its exit: no progress for 3 s (--stall-limit 1;" in mine[0], r.stderr
