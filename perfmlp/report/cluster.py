@@ -116,7 +116,7 @@ def section_cluster(a: Analysis) -> Section | None:
     s = Section(f"Projection onto a cluster: {cluster.name}")
     s.paragraphs.append(
         f"Cluster file models/clusters/{Path(cluster.path).name}; compute priced with {machine.name} "
-        f"({machine.path}). A step is rank 0's own "
+        f"({_shown(machine.path)}). A step is rank 0's own "
         f"step on its GPU (graph mode, resident data) plus every collective it calls, each by its fastest algorithm "
         f"(ring, double binary tree, hierarchical, in-switch reduction inside a node), serialised as the trainer "
         f"runs them; the hybrid grid is the fastest p_data x p_model. The all-reduce model is set beside published "
@@ -149,3 +149,11 @@ def section_cluster(a: Analysis) -> Section | None:
                                                   "figures (time; a bus bandwidth as bytes x 2(p-1)/p / busbw)",
                           comparison()))
     return s
+
+
+def _shown(path) -> str:
+    """A machine file's path as a reader can follow it: from the working folder where it lies under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError, TypeError):
+        return str(path)
