@@ -22,20 +22,17 @@ import io
 import os
 import struct
 import zlib
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from perfmlp.report.browser import BrowserError, find_browser
+from perfmlp.report.browser import WINDOW, BrowserError, find_browser, screenshot
 
 ROOT = Path(__file__).resolve().parents[1]
-WINDOW = "1280,900"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars", "--force-device-scale-factor=1", "--run-all-compositor-stages-before-draw",
          "--virtual-time-budget=5000")
-TIMEOUT_S = 120
 KEY = b"report-sha256"
 PNG_END = b"IEND"
 
@@ -78,19 +75,10 @@ def shoot(set_dir: Path, browser: str) -> Path:
     if not html.is_file():
         raise BrowserError(f"{set_dir}: no report.html", 2)
     out = set_dir / "overview.png"
-    with tempfile.TemporaryDirectory(prefix="perfmlp-screenshot-") as profile:
-        tmp = Path(profile) / "shot.png"
-        cmd = [browser, *FLAGS, f"--user-data-dir={profile}/profile", f"--window-size={WINDOW}",
-               f"--screenshot={tmp}", html.as_uri()]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            raise BrowserError(f"{browser}: no screenshot of {html} within {TIMEOUT_S} s") from None
-        if done.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise BrowserError(f"{browser}: no screenshot of {html} (exit {done.returncode}: {last})")
+    with tempfile.TemporaryDirectory(prefix="perfmlp-screenshot-") as tmp:
+        shot = screenshot(html, Path(tmp) / "shot.png", *WINDOW, browser=browser, flags=FLAGS)
         part = out.with_name(out.name + ".part")
-        part.write_bytes(stamped(palette(tmp.read_bytes()), html.read_bytes()))
+        part.write_bytes(stamped(palette(shot.read_bytes()), html.read_bytes()))
         os.replace(part, out)
     return out
 

@@ -54,8 +54,8 @@ def page_height(html: Path) -> int:
 
 
 def screenshot(html: str | Path, out: str | Path, width: int = WINDOW[0], height: int = WINDOW[1],
-               browser: str | None = None, timeout_s: float = TIMEOUT_S) -> Path:
-    """Render `html` in headless Chromium at width x height and write the PNG to `out`."""
+               browser: str | None = None, timeout_s: float = TIMEOUT_S, flags: tuple = FLAGS) -> Path:
+    """Render `html` in headless Chromium (`flags`) at width x height and write the PNG to `out`."""
     html, out = Path(html).resolve(), Path(out)
     if not html.is_file():
         raise BrowserError(f"{html}: no such file", 2)
@@ -63,7 +63,7 @@ def screenshot(html: str | Path, out: str | Path, width: int = WINDOW[0], height
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="perfmlp-chromium-") as profile:
         tmp = Path(profile) / "shot.png"
-        cmd = [exe, *FLAGS, f"--user-data-dir={profile}/profile", f"--window-size={width},{height}",
+        cmd = [exe, *flags, f"--user-data-dir={profile}/profile", f"--window-size={width},{height}",
                f"--screenshot={tmp}", html.as_uri()]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, start_new_session=True)
