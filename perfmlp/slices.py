@@ -45,6 +45,7 @@ from .errors import PerfmlpError
 from .mixed import ml_dtypes
 from .model.predict.slices import choose_slices, slice_rows
 from .step import NonFiniteLoss, Parts
+from .step import compute as step_compute
 from .trace.records import Phase
 
 ISEND = "MPI_Iallreduce"
@@ -141,13 +142,9 @@ class SlicedExchange:
             self.net.g.flat[lo:hi] = self.wire[lo:hi].astype(self.net.dtype)
 
     # -- the step's parts --------------------------------------------------------------
-    def compute(self, net, x, y, phase, counts) -> None:
-        with phase(Phase.FORWARD):
-            net.forward(x)           # waits for each slice of the previous batch as it needs it
-        with phase(Phase.LOSS):
-            net.loss(y)
-        with phase(Phase.BACKWARD):
-            net.backward()           # starts each slice's reduction as it is written
+    # the network's own passes: its forward waits for each slice of the previous batch as it needs
+    # it, its backward starts each slice's reduction as it is written
+    compute = staticmethod(step_compute)
 
     def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
         with phase(Phase.ALLREDUCE):

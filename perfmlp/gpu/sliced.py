@@ -25,6 +25,7 @@ from .. import names as N
 from ..comm import _nccl_communicator
 from ..model.predict.slices import slice_rows
 from ..step import NonFiniteLoss
+from ..step import compute as step_compute
 from ..trace.records import Phase
 
 COLLECTIVE = "ncclAllReduce"
@@ -131,13 +132,7 @@ class GpuSlices:
         self._allreduce(lo, hi)
 
     # -- the step's parts ----------------------------------------------------------------
-    def compute(self, net, x, y, phase, counts) -> None:
-        with phase(Phase.FORWARD):
-            net.forward(x)
-        with phase(Phase.LOSS):
-            net.loss(y)
-        with phase(Phase.BACKWARD):
-            net.backward()
+    compute = staticmethod(step_compute)   # the slices hook into the network's own passes
 
     def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> None:
         with phase(Phase.ALLREDUCE):
