@@ -89,11 +89,7 @@ def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:
             raise InputError(f"{what} {p}: a folder, not a file")
         if not stat.S_ISREG(st.st_mode):
             raise InputError(f"{what} {p}: not a regular file (a FIFO, socket or device is never written)")
-    target = p.resolve()
-    for source in inputs:
-        s = Path(source).resolve()
-        if target == s or s in target.parents:
-            raise InputError(f"{what} {p}: it would write over {source}, which this command reads")
+    _refuse_what_is_read(p, inputs, what, "")
     return p
 
 
@@ -107,12 +103,17 @@ def check_output_folder(path: str | Path, runs=(), what: str = "--out") -> Path:
         raise InputError(f"{what} {p}: a symbolic link (name a folder or a new name)")
     if p.exists() and not p.is_dir():
         raise InputError(f"{what} {p}: a file, not a folder")
-    target = p.resolve()
-    for run in runs:
-        r = Path(run).resolve()
-        if target == r or r in target.parents:
-            raise InputError(f"{what} {p}: it would write over the run {run}, which this command reads")
+    _refuse_what_is_read(p, runs, what, "the run ")
     return p
+
+
+def _refuse_what_is_read(p: Path, sources, what: str, kind: str) -> None:
+    """An InputError where `p` is one of `sources` or lies inside one."""
+    target = p.resolve()
+    for source in sources:
+        s = Path(source).resolve()
+        if target == s or s in target.parents:
+            raise InputError(f"{what} {p}: it would write over {kind}{source}, which this command reads")
 
 
 def replace_folder(target: str | Path, fill, marker: str) -> None:
@@ -176,7 +177,7 @@ def load_yaml(text: str, loader_class):
         try:
             node = loader.get_single_node()
         except RecursionError:
-            raise InputError(f"YAML nested deeper than Python can read") from None
+            raise InputError("YAML nested deeper than Python can read") from None
         if node is None:
             return None
         if "&" in text:   # only an anchor lets an alias repeat a subtree: without one the text bounds the size
