@@ -149,7 +149,7 @@ HELP = {
     "straggler_rank": "the rank --straggler-delay-ms slows (a worker, not rank 0, with --comm ps-async)",
     "grad_precision": "the width the gradients are all-reduced at: float32 (the master type, float64 with "
                       "--precision float64), or bf16 or fp16 (each rank's gradients rounded to 16 bits, summed in "
-                      "16 bits hop by hop, the update in the master type; numpy so far); float32 in every "
+                      "16 bits hop by hop, the update in the master type; on the GPU with --comm nccl); float32 in every "
                       "--precision, as PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
     "slices": "the first layer's weight gradient computed and all-reduced in K slices of hidden units, each "
               "updated as its reduction lands and the next batch's first-layer forward started slice by slice "

@@ -43,6 +43,7 @@ import numpy as np
 from . import names as N
 from .errors import PerfmlpError
 from .mixed import ml_dtypes
+from .model.precision import precision as precision_of
 from .model.predict.slices import choose_slices, slice_rows
 from .step import NonFiniteLoss, Parts
 from .step import compute as step_compute
@@ -243,15 +244,15 @@ def check(cfg, backend: str, partitioned: bool) -> None:
                            f"--comm {cfg.comm})")
     if backend == N.NUMPY:
         return
-    if cfg.grad_precision != N.FLOAT32:
-        raise PerfmlpError("--grad-precision on the GPU is not built yet: the 16-bit exchange runs on the numpy "
-                           "backend (--backend numpy)")
     if cfg.comm != N.NCCL:
-        raise PerfmlpError(f"--slices on the GPU needs --comm nccl (the staged exchange, --comm {cfg.comm}, needs "
+        raise PerfmlpError(f"{what} on the GPU needs --comm nccl (this run's exchange, {N.MPI_STAGED}, needs "
                            f"the host between a slice's GEMM and its reduction)")
     if cfg.precision == N.FP16:
-        raise PerfmlpError("--slices with --precision fp16 is not built on the GPU (the loss scale's finite check "
-                           "needs every slice before any update)")
+        raise PerfmlpError(f"{what} with --precision fp16 is not built on the GPU (the loss scale's finite check "
+                           "needs every gradient before any update)")
+    if cfg.grad_precision != N.FLOAT32 and precision_of(cfg.precision).master != N.FLOAT32:
+        raise PerfmlpError(f"--grad-precision {cfg.grad_precision} on the GPU rounds float32 gradients (this run: "
+                           f"--precision {cfg.precision}); use --precision float32, tf32 or bf16")
 
 
 def wire(cfg, world, be):
@@ -272,7 +273,7 @@ def wire(cfg, world, be):
         sched = SlicedExchange(world, be.net, k, cfg.grad_precision, cfg.overlap)
         return dataclasses.replace(be, reducer=sched, parts=Parts(sched.compute, sched.exchange), sync=sched.drain)
     from .gpu.sliced import GpuSlices
-    sched = GpuSlices(be.xp, world, be.net, k, cfg.overlap)
+    sched = GpuSlices(be.xp, world, be.net, k, cfg.overlap, cfg.grad_precision)
     parts = Parts(sched.compute, sched.exchange)
     graph = be.graph
     if graph is not None:

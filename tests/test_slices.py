@@ -45,8 +45,11 @@ def test_flags_are_checked():
 
 
 def test_the_gpu_and_the_partitioned_strategies_are_refused_in_one_line():
-    with pytest.raises(PerfmlpError, match="numpy backend"):
-        check(from_mapping({"grad_precision": N.BF16}), N.CUPY, False)
+    check(from_mapping({"grad_precision": N.BF16, "comm": N.NCCL}), N.CUPY, False)   # built
+    with pytest.raises(PerfmlpError, match="--grad-precision fp16 on the GPU rounds float32"):
+        check(from_mapping({"grad_precision": N.FP16, "precision": N.FLOAT64, "comm": N.NCCL}), N.CUPY, False)
+    with pytest.raises(PerfmlpError, match="--grad-precision with --precision fp16"):
+        check(from_mapping({"grad_precision": N.BF16, "precision": N.FP16, "comm": N.NCCL}), N.CUPY, False)
     with pytest.raises(PerfmlpError, match="comm nccl"):
         check(from_mapping({"slices": "2", "comm": N.MPI_STAGED}), N.CUPY, False)
     check(from_mapping({"slices": "2", "comm": N.NCCL}), N.CUPY, False)   # built

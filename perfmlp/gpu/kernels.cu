@@ -254,4 +254,10 @@ __global__ void to_storage(const T* src, S* dst, long long n) {
     if (i < n) dst[i] = st(src[i]);
 }
 
+// dst = src in T (a 16-bit gradient exchange's words widened back into the gradient buffer)
+__global__ void from_storage(const S* src, T* dst, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = ld(src[i]);
+}
+
 }  // extern "C"

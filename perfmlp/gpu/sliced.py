@@ -16,6 +16,12 @@ its graph is captured apart (`graph_state`), and `replayed` says that a
 replay left the slices pending, as the step run eagerly does.
 
 `drain` (the backend's sync) reduces and applies what is pending, eagerly.
+
+`--grad-precision bf16|fp16` (K = 1 too: the unsliced step with a 16-bit
+exchange): each piece is rounded into a 16-bit buffer, all-reduced in that
+type and widened back, all on the communication stream; the update is in the
+master type. The loss slot stays the rank's own sum in the master type
+(reduced once an epoch, on the host), so the epoch's loss is exact.
 """
 from __future__ import annotations
 
@@ -29,6 +35,17 @@ from ..step import compute as step_compute
 from ..trace.records import Phase
 
 COLLECTIVE = "ncclAllReduce"
+NCCL_HALF = {N.FP16: 6, N.BF16: 9}   # ncclFloat16, ncclBfloat16 (NCCL >= 2.10)
+
+
+def half_wire(cupy, net, grad_precision: str):
+    """(the 16-bit exchange's buffer, its NCCL type, the cast kernels) or None for the master type's."""
+    if grad_precision not in NCCL_HALF:
+        return None
+    from .kernels import device_dtype, kernels
+    mod = kernels(cupy, grad_precision)
+    casts = {n: mod.get_function(n) for n in ("to_storage", "from_storage")}
+    return cupy.zeros(net.g.flat.size, device_dtype(grad_precision)), NCCL_HALF[grad_precision], casts
 
 
 class GpuSlices:
@@ -38,9 +55,10 @@ class GpuSlices:
     name = N.NCCL
     sliced = True
 
-    def __init__(self, cupy, world, net, k: int, overlap: bool = False):
+    def __init__(self, cupy, world, net, k: int, overlap: bool = False, grad_precision: str = N.FLOAT32):
         from cupy.cuda import nccl
-        self.cp, self.nccl, self.net, self.overlap = cupy, nccl, net, overlap
+        self.cp, self.nccl, self.net, self.overlap, self.world = cupy, nccl, net, overlap, world
+        self.half = half_wire(cupy, net, grad_precision)
         self.rt = cupy.cuda.runtime
         self.comm = _nccl_communicator(nccl, world, cupy.cuda.Device().id)
         self.dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
@@ -57,6 +75,8 @@ class GpuSlices:
         self.pending = False                                  # slices 1.. unreduced, all K unapplied
         self._sent: list[int] = []
         self._base, self._isz = net.g.flat.data.ptr, net.dtype.itemsize
+        if self.half is not None:
+            self._base, self._isz, self.dtype = self.half[0].data.ptr, self.half[0].itemsize, self.half[1]
         net.set_first_rows(self.rows)
         net.grad_ready = self._ready
         net.first_forward = self._first_forward
@@ -64,8 +84,9 @@ class GpuSlices:
 
     def _warm(self) -> None:
         """One allreduce of each size outside any graph (NCCL's first use of a size sets it up)."""
-        sizes = {(r1 - r0) * self.D for r0, r1 in self.rows} | {self.net.g.flat.size - self.rows[0][0] * self.D}
-        scratch = self.cp.zeros(max(sizes), self.net.dtype)
+        rest = (self.net.p.n_params if self.half else self.net.g.flat.size) - self.rows[0][0] * self.D
+        sizes = {(r1 - r0) * self.D for r0, r1 in self.rows} | {rest}
+        scratch = self.cp.zeros(max(sizes), self.half[0].dtype if self.half else self.net.dtype)
         for n in sorted(sizes):
             self.comm.allReduce(scratch.data.ptr, scratch.data.ptr, n, self.dtype, self.nccl.NCCL_SUM,
                                 self.compute_ptr)
@@ -80,10 +101,19 @@ class GpuSlices:
 
     def _allreduce(self, lo: int, hi: int, counted: bool = True) -> None:
         """In place on the communication stream; `counted`: this batch's (the head's are the last batch's)."""
+        if self.half is not None:
+            hi = min(hi, self.net.p.n_params)   # the loss slot stays the rank's (module docstring)
+            self._cast("to_storage", self.net.g.flat[lo:hi], self.half[0][lo:hi])
         p = self._base + lo * self._isz
         self.comm.allReduce(p, p, hi - lo, self.dtype, self.nccl.NCCL_SUM, self.comm_ptr)
+        if self.half is not None:
+            self._cast("from_storage", self.half[0][lo:hi], self.net.g.flat[lo:hi])
         if counted:
             self._sent.append(hi - lo)
+
+    def _cast(self, name: str, src, dst) -> None:
+        n = src.size
+        self.half[2][name](((n + 255) // 256,), (256,), (src, dst, np.int64(n)), stream=self.comm_stream)
 
     def _head(self) -> None:
         """The previous batch's slices 1.. reduced on the communication stream."""
@@ -174,4 +204,10 @@ class GpuSlices:
         return None   # reading it would synchronise the device every batch
 
     def epoch_loss_sum(self) -> float:
-        return self.net.take_epoch_loss_sum()
+        """The epoch's loss summed over the ranks (16-bit exchange: the ranks' own sums, reduced here)."""
+        v = self.net.take_epoch_loss_sum()
+        if self.half is None or self.world.size == 1:
+            return v
+        buf = np.array([v])
+        self.world.allreduce_sum(buf)
+        return float(buf[0])
