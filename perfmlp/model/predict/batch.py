@@ -23,7 +23,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, trace_level: str | None = None,
                   exec_mode: str = N.EAGER, overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                   gemm: str = N.CUBLAS, fuse_output: bool = True,
-                  output_grad_cols: int = OUTPUT_GRAD_COLS) -> Prediction:
+                  output_grad_cols: int = OUTPUT_GRAD_COLS, slices: int = 1,
+                  grad_precision: str = N.FLOAT32) -> Prediction:
     """Predicted time per batch. `trace_level`: the level perfmlp's tracer
     runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
     TRACE_COSTS: counters, timeline and kernels the hooks' host time
@@ -35,7 +36,11 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     `fuse_output=False`: a step without the fused output backward (the
     reference solution's: every product a GEMM); `output_grad_cols`: the
     fused backward's column block (a trace's launch shapes, where a run's
-    prediction is remade from its trace: its manifest's `ran`).
+    prediction is remade from its trace: its manifest's `ran`); `slices`,
+    `grad_precision`: the sliced first layer and the 16-bit exchange
+    (predict/slices.py: its two chains replace today's serial one, the
+    compute they change in gemm, the exchange they leave exposed in
+    allreduce; `overlap` is then not priced apart).
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
     adds to the sum of the other terms: where the step synchronises (a
@@ -62,7 +67,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
         if counts.bytes_d2d else []
     terms["elementwise"] += sum(staging)
     detail = {"exec": exec_mode, "batch_transfer": batch_transfer, "kernels": n_kernels, "overlap": bool(overlap)}
-    if overlap:   # the staged copies ride in the buckets: their exposed part is in allreduce too
+    sliced = slices > 1 or grad_precision != N.FLOAT32
+    if overlap and not sliced:   # the staged copies ride in the buckets: their exposed part is in allreduce too
         terms["allreduce"], more = _overlapped_exchange(machine, layer_sizes, b, isz, precision, gemm, gap, comm,
                                                         procs, batch_transfer, bucket_bytes, fuse_output,
                                                         output_grad_cols)
@@ -83,6 +89,15 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
                   timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
     detail["bytes_d2d"] = counts.bytes_d2d
+    if sliced:
+        from .slices import schedule_change
+        change = schedule_change(machine, layer_sizes, b, procs, slices, precision, grad_precision, comm,
+                                 batch_transfer, gap, gemm)
+        terms["gemm"] += change["compute_s"]
+        terms["allreduce"] += change["exchange_s"]
+        detail.update(slices=slices, grad_precision=grad_precision, chain_today_s=change["chain_today_s"],
+                      chain_sliced_s=change["chain_sliced_s"])
+        detail["gpu_compute_s"] += change["compute_s"]
     total, compute = sum(terms.values()), sum(terms[t] for t in COMPUTE_TERMS)
     job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
     return Prediction(terms, total, max(compute, total - compute), counts.flops_total, job, counts.bytes_copied,

@@ -26,6 +26,8 @@ forward, middle, backward, one all-reduce of the whole buffer, the update.
 The sliced step's prediction is predict_batch's (today's step, its
 launches, copies and trace terms) less today's chain plus the sliced
 chain: only the kernels and collectives the schedule changes are repriced.
+A 16-bit exchange adds its two casts (a pass over memory each) to each
+piece's reduction on the communication stream.
 Not modelled: the slowdown of GEMMs sharing the SMs with NCCL's kernels,
 and the host's extra launches in eager mode (graph mode is the target).
 """
@@ -119,28 +121,50 @@ def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
     return ends[-1] - ends[-2]
 
 
+def schedule_change(machine: Machine, layer_sizes, b: int, procs: int, slices: int, precision: str,
+                    grad_precision: str, comm: str, batch_transfer: str, gap: float, gemm: str) -> dict:
+    """What the schedule changes in predict_batch's terms for a piece of b
+    samples: {"compute_s" (the compute chain's change: smaller GEMMs, the
+    split update), "exchange_s" (the exchange left exposed less today's
+    serial exchange), "chain_today_s", "chain_sliced_s"}."""
+    def comm_fn(width):
+        def seconds(n):
+            t = sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
+            if width != full:   # a 16-bit piece is rounded into its buffer and widened back: two passes
+                t += 2 * gap + 2 * n * (full + width) / machine.mem_bw_bytes_per_s
+            return t
+        return seconds
+
+    full = widths(precision).param
+    today_parts = _parts(machine, layer_sizes, b, precision, gemm, gap, 1)
+    parts = _parts(machine, layer_sizes, b, precision, gemm, gap, slices)
+    today = chain_s(today_parts, comm_fn(full), False)
+    sliced = chain_s(parts, comm_fn(grad_bytes(precision, grad_precision)), slices > 1)
+    compute = _compute_s(parts, slices > 1) - _compute_s(today_parts, False)
+    return {"compute_s": compute, "exchange_s": sliced - today - compute, "chain_today_s": today,
+            "chain_sliced_s": sliced}
+
+
+def _compute_s(parts: dict, pipelined: bool) -> float:
+    """The compute chain alone: every kernel of the schedule, one after another."""
+    upd = sum(parts["upd"]) + parts["upd_rest"] if pipelined else parts["upd_all"]
+    return sum(parts["fwd"]) + parts["middle"] + sum(parts["bwd"]) + upd
+
+
 def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices: int, precision: str = N.FLOAT32,
                    grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
                    exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> dict:
     """Predicted seconds per batch of today's step and of the sliced one:
     {"today_s", "sliced_s", "gain" (today / sliced), "slices", "chain_today_s",
     "chain_sliced_s"}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
-    base = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode,
-                         gemm=gemm)
-    b = max(pieces(batch, procs))
-    graph = exec_mode == N.GRAPH
-    gap = machine.graph_kernel_gap_s if graph else machine.kernel_gap_s
-
-    def comm_fn(width):
-        return lambda n: sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
-
-    full = widths(precision).param
-    today = chain_s(_parts(machine, layer_sizes, b, precision, gemm, gap, 1), comm_fn(full), False)
-    parts = _parts(machine, layer_sizes, b, precision, gemm, gap, slices)
-    sliced = chain_s(parts, comm_fn(grad_bytes(precision, grad_precision)), slices > 1)
-    total = base.total_s - today + sliced
-    return {"today_s": base.total_s, "sliced_s": total, "gain": base.total_s / total, "slices": slices,
-            "chain_today_s": today, "chain_sliced_s": sliced}
+    args = (machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode)
+    base = predict_batch(*args, gemm=gemm)
+    new = predict_batch(*args, gemm=gemm, slices=slices, grad_precision=grad_precision)
+    gap = machine.graph_kernel_gap_s if new.detail["exec"] == N.GRAPH else machine.kernel_gap_s
+    change = schedule_change(machine, layer_sizes, max(pieces(batch, procs)), procs, slices, precision,
+                             grad_precision, comm, batch_transfer, gap, gemm)
+    return {"today_s": base.total_s, "sliced_s": new.total_s, "gain": base.total_s / new.total_s,
+            "slices": slices, "chain_today_s": change["chain_today_s"], "chain_sliced_s": change["chain_sliced_s"]}
 
 
 def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = N.FLOAT32,
