@@ -37,7 +37,9 @@ def format_table(s: dict) -> str:
         f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']} over {cfg['procs']} "
         f"process(es) ({per['b']} per rank), {cfg['precision']}, comm {cfg['comm']}, batch {cfg['batch_transfer']}, "
         f"exec {cfg['exec']}{', overlap (buckets of %d B)' % cfg['bucket_bytes'] if cfg['overlap'] else ''}, "
-        f"gemm {cfg['gemm']}, {trace_words(cfg['trace_level'])}",
+        f"gemm {cfg['gemm']}, {trace_words(cfg['trace_level'])}"
+        f"{', first layer in %d slices' % cfg['slices'] if cfg.get('slices', 1) > 1 else ''}"
+        f"{', gradients reduced in %s' % cfg['grad_precision'] if cfg.get('grad_precision', N.FLOAT32) != N.FLOAT32 else ''}",
         "",
         f"{'FLOPs per rank':<28}{'exact':>16}{'approx (job)':>16}",
     ]
@@ -83,7 +85,8 @@ def format_table(s: dict) -> str:
 # the model predicts the run `python -m perfmlp.run` makes on a GPU (comm auto
 # resolved as the trainer resolves it there).
 CONFIG_FLAGS = ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "comm", "parallel",
-                "model_procs", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "trace_level")
+                "model_procs", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "trace_level", "slices",
+                "grad_precision")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -152,7 +155,8 @@ def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
                              a.parallel, a.model_procs or 0, exec_mode, trace_level)
         return s, format_strategy(s)
     s = summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer, exec_mode=exec_mode,
-                overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm, trace_level=trace_level)
+                overlap=a.overlap, bucket_bytes=a.bucket_bytes, gemm=a.gemm, trace_level=trace_level,
+                slices=a.slices, grad_precision=a.grad_precision)
     return s, format_table(s)
 
 

@@ -355,7 +355,7 @@ class BatchCounts:
 
 def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
                  batch_transfer: str = N.PAGEABLE, bucket_bytes: int | None = None,
-                 exec_mode: str = N.EAGER, fuse_output: bool = True) -> BatchCounts:
+                 exec_mode: str = N.EAGER, fuse_output: bool = True, grad_width: int | None = None) -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
     comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
@@ -368,7 +368,8 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
     step_kernels (False: a step without the fused output backward, such as
     the reference solution's). itemsize: an int, or a precision's Widths:
     the batch is copied at the activation width, the gradients at the
-    parameter width (32 bits for tf32, bf16 and fp16: reduced in 32 bits).
+    parameter width (32 bits for tf32, bf16 and fp16: reduced in 32 bits),
+    or `grad_width` bytes an element where given (`--grad-precision`).
     """
     w = as_widths(itemsize)
     flops, mem, ops, kern = {}, {}, {}, {}
@@ -386,12 +387,13 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
     resident = batch_transfer == N.RESIDENT
     g = grad_buffer_bytes(layer_sizes, w.param)
     staged = comm == N.MPI_STAGED
+    wire = grad_buffer_bytes(layer_sizes, grad_width) if grad_width else g
     return BatchCounts(
         b=b, flops=flops, mem_bytes=mem, operations=ops, kernels=kern,
         bytes_h2d=(0 if resident else piece_bytes) + (g if staged else 0),
         bytes_d2h=g if staged else 0,
-        bytes_mpi=g if comm in (N.MPI_STAGED, N.MPI) else 0,
-        bytes_nccl=g if comm == N.NCCL else 0,
+        bytes_mpi=wire if comm in (N.MPI_STAGED, N.MPI) else 0,
+        bytes_nccl=wire if comm == N.NCCL else 0,
         bytes_d2d=piece_bytes if resident and exec_mode == N.GRAPH else 0,
     )
 

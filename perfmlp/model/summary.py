@@ -8,7 +8,8 @@ import math
 from .costs import DEFAULT_BUCKET_BYTES, batch_counts, grad_buffer_bytes, itemsize, pieces, widths
 from .interval import interval, interval_json
 from .machine import Machine
-from .predict import predict_batch, staging_memory
+from .predict import predict_batch, resolve_exec, staging_memory
+from .predict.slices import grad_bytes, slice_count
 from .roofline import modified_roofline, overlapped_roofline, ridge_point, standard_roofline
 from .. import names as N
 
@@ -28,15 +29,20 @@ def pcie_bw(machine: Machine, batch_transfer: str) -> float:
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
             comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, exec_mode: str = N.EAGER,
             overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = N.CUBLAS,
-            trace_level: str | None = None) -> dict:
+            trace_level: str | None = None, slices="1", grad_precision: str = N.FLOAT32) -> dict:
+    """`slices`: a count or `auto` (the model's choice on `machine`)."""
     itemsize = widths(precision)   # the batch at its activation width, the gradients at its parameters'
+    k = slice_count(slices, machine, layer_sizes, batch, procs, precision, grad_precision, comm, batch_transfer,
+                    resolve_exec(exec_mode, comm=comm), gemm)
 
     def predict(m):
         return predict_batch(m, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
-                             exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm)
+                             exec_mode=exec_mode, overlap=overlap, bucket_bytes=bucket_bytes, gemm=gemm,
+                             slices=k, grad_precision=grad_precision)
     pred = predict(machine)
     per = [batch_counts(layer_sizes, b, itemsize, comm, batch_transfer, bucket_bytes if overlap else None,
-                        pred.detail["exec"]) for b in pieces(batch, procs)]
+                        pred.detail["exec"], grad_width=grad_bytes(precision, grad_precision))
+           for b in pieces(batch, procs)]
     big = per[0]  # the largest piece (the first ranks get the extra sample)
     P = machine.peak_flops_per_s(precision)
     bw = pcie_bw(machine, batch_transfer)
@@ -51,7 +57,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
                    "comm": comm, "batch_transfer": batch_transfer, "exec": pred.detail["exec"],
                    "overlap": overlap, "bucket_bytes": bucket_bytes, "gemm": gemm,
-                   "trace_level": pred.detail["trace_level"]},
+                   "trace_level": pred.detail["trace_level"], "slices": k, "grad_precision": grad_precision},
         "counts": {
             "per_rank": {"b": big.b, "flops": big.flops, "flops_total": big.flops_total,
                          "operations": big.operations, "kernels": big.kernels, "mem_bytes": big.mem_bytes,

@@ -53,6 +53,7 @@ def run_prediction(machine, run: SweepRun):
     from ..model.strategies import PS_COMMS, StrategyError, predict_strategy
     from ..model.predict import predict_batch, resolve_exec
     from ..model.predict.cpu import predict_cpu
+    from ..model.predict.slices import slice_count
     from ..trace.format import resolve_trace_level
     c = run.config
     comm = resolved_comm(c)
@@ -72,9 +73,11 @@ def run_prediction(machine, run: SweepRun):
         except StrategyError as e:  # what the run itself would refuse
             raise PerfmlpError(f"{run.run_id}: {e}") from None
     else:
+        k = slice_count(c.slices, machine, c.layer_sizes, c.batch_size, run.procs, c.precision, c.grad_precision,
+                        comm, c.batch_transfer, mode, c.gemm)
         pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
                              c.batch_transfer, level, exec_mode=mode, overlap=c.overlap,
-                             bucket_bytes=c.bucket_bytes, gemm=c.gemm)
+                             bucket_bytes=c.bucket_bytes, gemm=c.gemm, slices=k, grad_precision=c.grad_precision)
     return pred
 
 

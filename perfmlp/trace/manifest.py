@@ -97,6 +97,8 @@ def what_ran(cfg, backend, machine: dict, levels: dict, blas: list | None = None
                model_procs=cfg.model_procs, batch_transfer=cfg.batch_transfer, overlap=cfg.overlap,
                bucket_bytes=cfg.bucket_bytes, gemm=cfg.gemm, output_grad_cols=costs.OUTPUT_GRAD_COLS,
                fuse_output=bool(getattr(net, "fuse_output", True)), gpu=gpus[0] if gpus else None,
+               slices=len(backend.reducer.rows) if getattr(backend.reducer, "sliced", False) else 1,
+               grad_precision=cfg.grad_precision,
                blas=next((lib for lib, _ in blas or () if lib), None),
                blas_threads=tuple(n for _, n in blas) if blas else None, **levels)
 

@@ -178,6 +178,16 @@ def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precisi
     return min(ks, key=lambda k: (round(price[k], 12), k))
 
 
+def slice_count(value, machine: Machine, layer_sizes, batch: int, procs: int, precision: str = N.FLOAT32,
+                grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
+                exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> int:
+    """`--slices` as a count: `auto` is choose_slices' on `machine`, else the number given."""
+    if str(value) != N.AUTO:
+        return int(value)
+    return choose_slices(machine, layer_sizes, batch, procs, precision, grad_precision, comm, batch_transfer,
+                         exec_mode, gemm)
+
+
 def gain_table(machine: Machine, hidden: int = 512, per_gpu: int = 3200, procs=(2, 4, 8)) -> list[dict]:
     """The schedule's predicted gain, one row per (p, batch, precision, gradient
     precision): graph mode, NCCL, resident data, K chosen by the model."""
