@@ -29,24 +29,44 @@ def rank_processes(marker: str, rank: int) -> list[Path]:
     return found
 
 
+def rank_pythons(marker: str, rank: int) -> list[int]:
+    """The rank's processes (the rank and its watcher), not a shell around it."""
+    return sorted(int(p.name) for p in rank_processes(marker, rank)
+                  if not (p / "cmdline").read_bytes().startswith(b"sh\0"))
+
+
+# the signalled rank under a shell that writes its exit status (the launcher's own is not the rank's),
+# then dies of the same signal, as the launcher would have seen the rank do
+STATUS_SHELL = ('python -m perfmlp.run "$@"; rc=$?; echo "exit of rank $PMI_RANK: $rc" >&2; '
+                '[ $rc -gt 128 ] && kill -$((rc - 128)) $$; exit $rc')
+
+
 @needs_proc
-def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path):
-    # rank 1 is held before MPI starts, so rank 0 waits inside MPI_Init, where Python runs no handler
+@pytest.mark.parametrize("signalled", [0, 1])
+def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path, signalled):
+    # rank 1 is held just before MPI_Init, so rank 0 waits inside it, where Python runs no handler;
+    # SIGTERM goes to the waiting rank or to the held one
     env = dict(os.environ, PYTHONPATH=str(ROOT), PERFMLP_FAULT="1:start:hang")
-    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "perfmlp.run", *SHORT, "--trace-dir", str(tmp_path / "t")]
+    args = [*SHORT, "--trace-dir", str(tmp_path / "t")]
+    ranks = [[sys.executable, "-m", "perfmlp.run", *args], ["sh", "-c", STATUS_SHELL, "sh", *args]]
+    first, second = ranks if signalled else ranks[::-1]
+    cmd = [mpiexec(), "-n", "1", *first, ":", "-n", "1", *second]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
-        # rank 0 and the process that watches its start-up
-        assert wait_for(lambda: len(rank_processes(str(tmp_path), 0)) == 2, 20)
+        # rank 0 and the process that watches its start-up, and rank 1
+        assert wait_for(lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and rank_pythons(str(tmp_path), 1), 20)
         time.sleep(0.5)
-        rank0 = min(int(p.name) for p in rank_processes(str(tmp_path), 0))
-        os.kill(rank0, signal.SIGTERM)
+        t0 = time.monotonic()
+        os.kill(rank_pythons(str(tmp_path), signalled)[0], signal.SIGTERM)
         _, err = job.communicate(timeout=20)
+        elapsed = time.monotonic() - t0
     finally:
         job.kill()
     mine = [line for line in err.splitlines() if line.startswith("perfmlp.")]
-    assert mine == ["perfmlp.run: rank 0: error: terminated (SIGTERM) while MPI was starting; the job is ended"], err
-    assert job.returncode != 0
+    assert mine == [f"perfmlp.run: rank {signalled}: error: terminated (SIGTERM) while MPI was starting; "
+                    "the job is ended"], err
+    assert f"exit of rank {signalled}: 143" in err.splitlines(), err
+    assert job.returncode != 0 and elapsed < 5, (job.returncode, elapsed, err)
     assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
 
 
