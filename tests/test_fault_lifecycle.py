@@ -1,9 +1,12 @@
 """From start-up to exit nothing hangs and one line says why: a signal
-while MPI starts, a tiny --stall-limit before the first batch, a rank that
-stops after its last batch, SIGTERM to a rank other than 0, a full stdout
-and an error every rank meets."""
+while MPI starts (to the rank waiting inside MPI_Init or to the one held
+before it), a tiny --stall-limit before the first batch, a rank that stops
+after its last batch, SIGTERM to a rank other than 0, a full stdout, an
+error every rank meets; and the lines that ranks print at once stay whole
+lines, the manifest that they end at once a whole file."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -128,3 +131,62 @@ def test_an_exit_that_holds_pythons_lock_still_ends(tmp_path):
     # one line: the held rank's, or a peer's that waits for it in MPI_Finalize (whichever watcher claims first)
     assert len(mine) == 1 and mine[0].startswith("perfmlp.run: error: rank ") and \
         " stalled at its exit: no progress for 3 s (--stall-limit 1;" in mine[0], r.stderr
+
+
+# every line a job may print when SIGTERM reaches all its ranks at once: the ranks' own, MPICH's abort,
+# rank 0's progress, the launcher's notice; two messages glued or one split match none of them
+LINE_FORMS = [re.compile(f) for f in (
+    r"perfmlp\.run: rank [01]: error: terminated \(SIGTERM\)(?: [a-z][^;]*)?(?:; the job is ended)?",
+    r"Abort\(143\) on node \d+ \(rank \d+ in comm \d+\): application called MPI_Abort\(MPI_COMM_WORLD, 143\) "
+    r"- process \d+",
+    r"data: synthetic, 1200 training and 2000 held-out samples \(seed 0\)",
+    r"epoch \d+/200: loss \d+\.\d+, held-out accuracy \d\.\d+, \d+\.\d+ s, \d+(?:\.\d+)? ms/batch",
+    r"", r"=+", r"=   (?:BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES|CLEANING UP REMAINING PROCESSES|"
+    r"YOU CAN IGNORE THE BELOW CLEANUP MESSAGES|PID \d+ RUNNING AT \S+|EXIT CODE: \d+)",
+    r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Terminated \(signal 15\)",
+    r"This typically refers to a problem with your application\.", r"Please see the FAQ page for debugging suggestions",
+)]
+
+
+@needs_proc
+@pytest.mark.parametrize("unbuffered", ["1", None])
+@pytest.mark.parametrize("when", ["start", "training"])
+def test_lines_that_ranks_print_at_once_are_whole(tmp_path, when, unbuffered):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update(PYTHONPATH=str(ROOT), **({"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}))
+    if when == "start":   # rank 1 held before MPI starts, rank 0 inside MPI_Init: both say so at once
+        env["PERFMLP_FAULT"] = "1:start:hang"
+    run = tmp_path / "t" / "s"
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "perfmlp.run", *JOB[:-4], "--epochs", "200",
+           "--trace-dir", str(tmp_path / "t"), "--run-id", "s"]
+    # stdout and stderr in one pipe, as a terminal or a log file gets them
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    try:
+        started = (lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and rank_pythons(str(tmp_path), 1)) \
+            if when == "start" else (lambda: len(list(run.glob("rank-*.jsonl"))) == 2)
+        assert wait_for(started, 20)
+        time.sleep(0.3)
+        job.send_signal(signal.SIGTERM)   # the launcher passes it to every rank
+        out, _ = job.communicate(timeout=20)
+    finally:
+        job.kill()
+    lines = out.split("\n")
+    assert lines[-1] == "" and all(any(f.fullmatch(line) for f in LINE_FORMS) for line in lines), out
+    ranks = [line.split(":")[1] for line in lines if line.startswith("perfmlp.run: ")]
+    assert ranks and len(ranks) == len(set(ranks)) and job.returncode != 0, out
+    if when == "start":   # rank 0's line comes from its watcher, which outlives it
+        assert "perfmlp.run: rank 0: error: terminated (SIGTERM) while MPI was starting; the job is ended" in lines
+    else:   # the manifest, which both ranks end, is whole
+        assert json.loads((run / "manifest.json").read_text())["status"] == "terminated"
+    assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
+
+
+def test_ranks_ending_a_manifest_at_once_each_write_their_own_temporary_file(tmp_path):
+    from perfmlp.trace.manifest import write_json
+    others = tmp_path / "manifest.json.tmp", tmp_path / ".manifest.json.1.tmp"   # another rank's, half-written
+    for other in others:
+        other.write_text('{"sta')
+    write_json(tmp_path / "manifest.json", {"status": "terminated"})
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"status": "terminated"}
+    assert [o.read_text() for o in others] == ['{"sta', '{"sta']
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["manifest.json", *(o.name for o in others)])
