@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, job)
     finally:
         if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
+            job.watchdog.hold_if_ending()
             _watch_exit(job)
         _quiet_stdout()
 
@@ -278,7 +279,9 @@ def _main(argv, job: _Job) -> int:
         return _non_finite(e, cfg, world, tracer)
     from .comm import close_communicators
     close_communicators()   # on every rank, before MPI ends: none waits in a peer's teardown
-    problem = _cleanup(tracer, "complete")
+    with job.watchdog.lock:   # a stall said by the watchdog's thread is not a complete run
+        job.watchdog.hold_if_ending()
+        problem = _cleanup(tracer, "complete")
     if problem:
         raise PerfmlpError(problem)
     if rank == 0 and not cfg.quiet:
