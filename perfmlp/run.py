@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, job)
     finally:
         if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
+            job.watchdog.hold_if_ending()
             _watch_exit(job)
         _quiet_stdout()
 
@@ -241,6 +242,7 @@ def _start(argv, job: _Job):
         cfg, error = None, e
     limit = cfg.stall_limit if cfg else DEFAULT_LIMIT_S
     job.watchdog = Watchdog(limit)
+    Watchdog.handle_signals(job.on_signal)   # a signal before MPI starts: one line too (see _fail)
     faults.hook(faults.launcher_rank(), faults.START)
     from .comm import make_world
     job.world = start_watched(make_world, SIGNALS, limit and max(limit, STARTUP_MIN_S), "perfmlp.run",
@@ -277,7 +279,9 @@ def _main(argv, job: _Job) -> int:
         return _non_finite(e, cfg, world, tracer)
     from .comm import close_communicators
     close_communicators()   # on every rank, before MPI ends: none waits in a peer's teardown
-    problem = _cleanup(tracer, "complete")
+    with job.watchdog.lock:   # a stall said by the watchdog's thread is not a complete run
+        job.watchdog.hold_if_ending()
+        problem = _cleanup(tracer, "complete")
     if problem:
         raise PerfmlpError(problem)
     if rank == 0 and not cfg.quiet:
@@ -324,6 +328,8 @@ def _fail(e: BaseException, job: _Job) -> int:
         raise e
     for s in SIGNALS:  # the cleanup below is not interrupted again
         signal.signal(s, signal.SIG_IGN)
+    if isinstance(e, KeyboardInterrupt) and job.world is None:
+        _signalled_before_mpi(e)
     if isinstance(e, PerfmlpError):
         msg, code, status = str(e), e.exit_code, "failed"
     elif isinstance(e, KeyboardInterrupt):
@@ -350,6 +356,25 @@ def _fail(e: BaseException, job: _Job) -> int:
     if several:
         world.abort(code)  # the other ranks may be waiting in a collective
     return code
+
+
+def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
+    """A signal before MPI has started, under a launcher of several ranks:
+    one line, then the rank dies of the signal itself. A launcher ends the
+    other ranks (waiting inside MPI_Init for this one) only for a rank that
+    a signal ended, not for one that exited with a status."""
+    from .startup import launched_size
+    from .watchdog import SIGNALS
+    if launched_size() <= 1:
+        return
+    from .faults import launcher_rank
+    signum = e.signum if isinstance(e, Signalled) else signal.SIGINT
+    write_line(f"perfmlp.run: rank {launcher_rank()}: error: {SIGNALS[signum][0]} while MPI was starting; "
+               "the job is ended")
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    time.sleep(5)   # the signal is delivered at once; this is never reached in practice
+    os._exit(128 + signum)
 
 
 def _mark_manifest(job: _Job, status: str) -> None:

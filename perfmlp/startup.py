@@ -84,7 +84,7 @@ def _watcher(control: int, pipes: dict, signals: dict, limit_s: float, prog: str
                  "stopped or slow to start); the job is ended")
             os.kill(os.getppid(), signal.SIGKILL)
             os._exit(0)
-        for fd in ready:
+        for fd in sorted(ready, key=lambda fd: fd == control):   # a signal's number before the rank's end
             if fd == control:
                 os._exit(0)   # MPI started, or the rank has gone
             if not os.read(fd, 1 << 16):

@@ -96,6 +96,8 @@ class Watchdog:
         self.world = None
         self.run_dir = None     # where the manifest is, once the trace folder exists
         self.handled = False    # the main thread ran a signal's handler
+        self.ending = threading.Event()   # the thread has begun to end the job
+        self.lock = threading.Lock()      # the thread's line and status, or the main thread's end: not both
         self.row = _row(bytearray(ROW_BYTES))
         self.row[:] = array("q", (STARTING, -1, -1, launcher_rank(), os.getpid()))
         self.table = _Rows([self.row])   # every rank of this node (this one alone until attach)
@@ -156,6 +158,14 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def hold_if_ending(self) -> None:
+        """The main thread, about to end the run well or to exit: if the
+        thread has said the job is ended, the run must not end well; the
+        thread ends this process, else this does."""
+        if self.ending.is_set():
+            time.sleep(2 * GRACE_S)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- the thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -248,16 +258,22 @@ class Watchdog:
 
     def _end(self, line: str | None, status: str, code: int) -> None:
         """One line (unless None), the manifest's status (best effort), then the whole job ends."""
-        if line is not None:
-            write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
-        if self.run_dir is not None:
-            try:
-                from .trace.manifest import finish_manifest
-                finish_manifest(self.run_dir, status)
-            except Exception:  # a full disk must not keep the job alive
-                pass
+        with self.lock:
+            self.ending.set()
+            if line is not None:
+                write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
+            if self.run_dir is not None:
+                try:
+                    from .trace.manifest import finish_manifest
+                    finish_manifest(self.run_dir, status)
+                except Exception:  # a full disk must not keep the job alive
+                    pass
         w = self.world
         if w is not None and w.size > 1 and _may_abort_from_thread(w):
+            # MPI_Abort from this thread can wait for ever while the main thread goes on calling MPI
+            # (a batch slower than a tiny limit): then this rank is killed, which ends the job too (not a
+            # daemon thread: an interpreter that reaches its exit first waits for it)
+            threading.Timer(GRACE_S, os.kill, (os.getpid(), signal.SIGKILL)).start()
             w.abort(code)
         try:
             sys.stdout.flush()

@@ -17,11 +17,11 @@ import dataclasses
 import json
 import sys
 
-import yaml
-
+from .checks import CheckError, load_yaml_text
 from .cli import Parser, add_machine
 from .config import Config, from_mapping
 from .errors import PerfmlpError
+from .safeio import prefix
 from .model.interval import Interval, interval, interval_json, interval_words
 from .model.machine import CpuMachine, MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP
@@ -99,9 +99,10 @@ def _parse_set(text: str) -> tuple[str, object]:
     k, v = text.split("=", 1)
     k = k.strip().replace("-", "_")
     try:
-        value = [yaml.safe_load(t) for t in v.split(",")] if k == "hidden_sizes" else yaml.safe_load(v)
-    except yaml.YAMLError:
-        raise argparse.ArgumentTypeError(f"{k}: {v!r} is not a value a configuration file could hold") from None
+        value = [load_yaml_text(t, "") for t in v.split(",")] if k == "hidden_sizes" else load_yaml_text(v, "")
+    except CheckError:   # not YAML, or nested or aliased past the bounds of a configuration file
+        raise argparse.ArgumentTypeError(f"{k}: {prefix(v)} is not a value a configuration file could hold") \
+            from None
     return k, value
 
 

@@ -8,6 +8,7 @@ ends, and the --save-params folder two runs would share."""
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import pytest
 
 from conftest import ROOT, run_cmd
 from perfmlp import params, run, safeio
-from perfmlp.errors import PerfmlpError
+from perfmlp.errors import PerfmlpError, cli
 from perfmlp.sweep import plan
 from perfmlp.sweep.run import remove_failed, why_failed
 from perfmlp.trace.reader import TraceError, read_run
@@ -54,19 +55,6 @@ def test_a_yaml_alias_bomb_is_refused_quickly_and_quoted_short(tmp_path):
     assert "epochs must be a single value" in msg and len(msg) < 200
 
 
-def test_deep_json_in_a_manifest_or_a_trace_line_is_one_line(tmp_path):
-    deep = "[" * 100_000 + "]" * 100_000
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "manifest.json").write_text('{"schema": ' + deep + "}")
-    with pytest.raises(TraceError) as e:
-        read_run(tmp_path / "r")
-    assert "nested too deeply" in str(e.value)
-    r = run_cmd([sys.executable, "-m", "perfmlp.trace.chrome", str(tmp_path / "r"), "-o", str(tmp_path / "x.json")])
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    with pytest.raises(ValueError):
-        safeio.read_json(deep)
-
-
 @pytest.fixture(scope="module")
 def traced_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("chrome")
@@ -75,6 +63,82 @@ def traced_run(tmp_path_factory):
                  "--run-id", "r"])
     assert r.returncode == 0, r.stderr
     return d / "r"
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def tools(run, tmp_path):
+    """(name, main, argv) of each command that reads a run."""
+    from perfmlp import whatif
+    from perfmlp.report.__main__ import main as report
+    from perfmlp.trace import chrome
+    return [("perfmlp.whatif", whatif.main, [str(run)]),
+            ("perfmlp.report", report, [str(run.parent), "--out", str(tmp_path / "rep")]),
+            ("perfmlp.trace.chrome", chrome.main, [str(run), "-o", str(tmp_path / "x.json")])]
+
+
+@pytest.mark.parametrize("damaged", ["manifest.json", "rank-0.jsonl"])
+def test_deep_json_in_a_manifest_or_a_trace_line_is_one_line(traced_run, tmp_path, capsys, damaged):
+    run = tmp_path / "traces" / "r"
+    shutil.copytree(traced_run, run)
+    if damaged == "manifest.json":
+        (run / damaged).write_text('{"schema": ' + DEEP + "}")
+    else:   # a line in the middle of the rank's file
+        lines = (run / damaged).read_text().splitlines()
+        lines[2] = lines[2][:-1] + ', "x": ' + DEEP + "}"
+        (run / damaged).write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError) as e:
+        read_run(run)
+    assert "nested too deeply" in str(e.value)
+    for prog, main, argv in tools(run, tmp_path):
+        assert cli(prog, main, argv) == 2, prog
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"{prog}: error: ") and str(run / damaged) in err \
+            and "nested too deeply" in err, err
+    assert not (tmp_path / "rep").exists() and not (tmp_path / "x.json").exists()
+    with pytest.raises(ValueError):
+        safeio.read_json(DEEP)
+
+
+def test_a_deep_last_line_cut_off_is_a_cut_off_line(traced_run, tmp_path, capsys):
+    # a run killed while writing: its last line has no newline; deep nesting there must not fail the reading
+    run = tmp_path / "traces" / "r"
+    shutil.copytree(traced_run, run)
+    with open(run / "rank-0.jsonl", "a") as f:
+        f.write('{"kind": "batch", "x": ' + "[" * 100_000)
+    assert any("truncated last line" in p for p in read_run(run).problems)
+    prog, main, argv = tools(run, tmp_path)[0]
+    assert cli(prog, main, argv) == 0, capsys.readouterr().err
+
+
+def test_deep_json_in_the_files_beside_a_run_is_skipped_or_one_line(tmp_path):
+    # the report's predictions, peers' and correctness rows, a format-1 trace line, a sweep's predictions
+    from perfmlp.report.extras import section_correctness
+    from perfmlp.report.peers import read_peers
+    from perfmlp.report.predictions import read_predictions
+    from perfmlp.sweep.predict import _existing
+    from perfmlp.trace.upgrade import LineError, rank_records
+    for name in ("predictions.json", "graph_step.jsonl", "correctness.jsonl"):
+        (tmp_path / name).write_text(DEEP + "\n")
+    assert read_predictions(tmp_path) == (None, f"{tmp_path / 'predictions.json'}: unreadable, ignored")
+    assert read_peers(tmp_path) == []
+    assert section_correctness(tmp_path) is not None   # the section, without the row
+    with pytest.raises(LineError, match="rank-0.jsonl:1: not JSON .JSON nested too deeply"):
+        rank_records([(1, DEEP)], "rank-0.jsonl")
+    with pytest.raises(PerfmlpError, match="predictions.json: unreadable"):
+        _existing(tmp_path / "predictions.json", "", [])
+
+
+@pytest.mark.parametrize("value", ["batch_size=" + "[" * 100_000, "batch_size=" + DEEP[99_000:-99_000],
+                                   "hidden_sizes=8," + "[" * 100_000])
+def test_a_deep_what_if_value_is_one_line(traced_run, capsys, value):
+    from perfmlp import whatif
+    with pytest.raises(SystemExit) as ended:
+        whatif.main([str(traced_run), "--set", value])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.count("\n") == 1 and err.startswith("perfmlp.whatif: error: ") \
+        and len(err) < 300 and value.split("=")[0] in err, err
 
 
 def test_chrome_never_writes_over_the_run_it_reads_a_link_or_a_fifo(traced_run, tmp_path, capsys):

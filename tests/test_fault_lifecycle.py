@@ -1,9 +1,12 @@
 """From start-up to exit nothing hangs and one line says why: a signal
-while MPI starts, a tiny --stall-limit before the first batch, a rank that
-stops after its last batch, SIGTERM to a rank other than 0, a full stdout
-and an error every rank meets."""
+while MPI starts (to the rank waiting inside MPI_Init or to the one held
+before it), a tiny --stall-limit before the first batch, a rank that stops
+after its last batch, SIGTERM to a rank other than 0, a full stdout, an
+error every rank meets; and the lines that ranks print at once stay whole
+lines, the manifest that they end at once a whole file."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,36 +32,60 @@ def rank_processes(marker: str, rank: int) -> list[Path]:
     return found
 
 
+def rank_pythons(marker: str, rank: int) -> list[int]:
+    """The rank's processes (the rank and its watcher), not a shell around it."""
+    return sorted(int(p.name) for p in rank_processes(marker, rank)
+                  if not (p / "cmdline").read_bytes().startswith(b"sh\0"))
+
+
+# the signalled rank under a shell that writes its exit status (the launcher's own is not the rank's),
+# then dies of the same signal, as the launcher would have seen the rank do
+STATUS_SHELL = ('python -m perfmlp.run "$@"; rc=$?; echo "exit of rank $PMI_RANK: $rc" >&2; '
+                '[ $rc -gt 128 ] && kill -$((rc - 128)) $$; exit $rc')
+
+
 @needs_proc
-def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path):
-    # rank 1 is held before MPI starts, so rank 0 waits inside MPI_Init, where Python runs no handler
+@pytest.mark.parametrize("signalled", [0, 1])
+def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path, signalled):
+    # rank 1 is held just before MPI_Init, so rank 0 waits inside it, where Python runs no handler;
+    # SIGTERM goes to the waiting rank or to the held one
     env = dict(os.environ, PYTHONPATH=str(ROOT), PERFMLP_FAULT="1:start:hang")
-    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "perfmlp.run", *SHORT, "--trace-dir", str(tmp_path / "t")]
+    args = [*SHORT, "--trace-dir", str(tmp_path / "t")]
+    ranks = [[sys.executable, "-m", "perfmlp.run", *args], ["sh", "-c", STATUS_SHELL, "sh", *args]]
+    first, second = ranks if signalled else ranks[::-1]
+    cmd = [mpiexec(), "-n", "1", *first, ":", "-n", "1", *second]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
-        # rank 0 and the process that watches its start-up
-        assert wait_for(lambda: len(rank_processes(str(tmp_path), 0)) == 2, 20)
+        # rank 0 and the process that watches its start-up, and rank 1
+        assert wait_for(lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and rank_pythons(str(tmp_path), 1), 20)
         time.sleep(0.5)
-        rank0 = min(int(p.name) for p in rank_processes(str(tmp_path), 0))
-        os.kill(rank0, signal.SIGTERM)
+        t0 = time.monotonic()
+        os.kill(rank_pythons(str(tmp_path), signalled)[0], signal.SIGTERM)
         _, err = job.communicate(timeout=20)
+        elapsed = time.monotonic() - t0
     finally:
         job.kill()
     mine = [line for line in err.splitlines() if line.startswith("perfmlp.")]
-    assert mine == ["perfmlp.run: rank 0: error: terminated (SIGTERM) while MPI was starting; the job is ended"], err
-    assert job.returncode != 0
+    assert mine == [f"perfmlp.run: rank {signalled}: error: terminated (SIGTERM) while MPI was starting; "
+                    "the job is ended"], err
+    assert f"exit of rank {signalled}: 143" in err.splitlines(), err
+    assert job.returncode != 0 and elapsed < 5, (job.returncode, elapsed, err)
     assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
 
 
-def test_a_tiny_stall_limit_never_fires_before_the_first_batch(tmp_path):
+@pytest.mark.parametrize("procs", [None, 2])
+def test_a_tiny_stall_limit_never_fires_before_the_first_batch(tmp_path, procs):
     r = run_perfmlp(*SHORT, "--stall-limit", "0.001", "--trace-dir", str(tmp_path / "t"), "--run-id", "s",
-                    timeout=60)
+                    procs=procs, timeout=60)
     assert "before its first batch" not in r.stderr and "Traceback" not in r.stderr, r.stderr
     status = json.loads((tmp_path / "t" / "s" / "manifest.json").read_text())["status"]
-    # a limit of a millisecond may fire later, between batches: then as any stall does
-    assert (r.returncode, status) in ((0, "complete"), (1, "stalled")), (r.returncode, status, r.stderr)
-    if r.returncode:
-        assert len([l for l in r.stderr.splitlines() if l.startswith("perfmlp.")]) == 1, r.stderr
+    mine = [line for line in r.stderr.splitlines() if line.startswith("perfmlp.")]
+    # a limit of a millisecond may fire later, between batches (on 2 ranks, in an allreduce waiting for the
+    # other): then as any stall does, and the job ends; a line that says so never comes with a complete run
+    if r.returncode == 0:
+        assert status == "complete" and not mine, r.stderr
+    else:
+        assert status == "stalled" and len(mine) == 1 and mine[0].endswith("the job is ended"), (status, r.stderr)
 
 
 @needs_proc
@@ -108,3 +135,62 @@ def test_an_exit_that_holds_pythons_lock_still_ends(tmp_path):
     # one line: the held rank's, or a peer's that waits for it in MPI_Finalize (whichever watcher claims first)
     assert len(mine) == 1 and mine[0].startswith("perfmlp.run: error: rank ") and \
         " stalled at its exit: no progress for 3 s (--stall-limit 1;" in mine[0], r.stderr
+
+
+# every line a job may print when SIGTERM reaches all its ranks at once: the ranks' own, MPICH's abort,
+# rank 0's progress, the launcher's notice; two messages glued or one split match none of them
+LINE_FORMS = [re.compile(f) for f in (
+    r"perfmlp\.run: rank [01]: error: terminated \(SIGTERM\)(?: [a-z][^;]*)?(?:; the job is ended)?",
+    r"Abort\(143\) on node \d+ \(rank \d+ in comm \d+\): application called MPI_Abort\(MPI_COMM_WORLD, 143\) "
+    r"- process \d+",
+    r"data: synthetic, 1200 training and 2000 held-out samples \(seed 0\)",
+    r"epoch \d+/200: loss \d+\.\d+, held-out accuracy \d\.\d+, \d+\.\d+ s, \d+(?:\.\d+)? ms/batch",
+    r"", r"=+", r"=   (?:BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES|CLEANING UP REMAINING PROCESSES|"
+    r"YOU CAN IGNORE THE BELOW CLEANUP MESSAGES|PID \d+ RUNNING AT \S+|EXIT CODE: \d+)",
+    r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Terminated \(signal 15\)",
+    r"This typically refers to a problem with your application\.", r"Please see the FAQ page for debugging suggestions",
+)]
+
+
+@needs_proc
+@pytest.mark.parametrize("unbuffered", ["1", None])
+@pytest.mark.parametrize("when", ["start", "training"])
+def test_lines_that_ranks_print_at_once_are_whole(tmp_path, when, unbuffered):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update(PYTHONPATH=str(ROOT), **({"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}))
+    if when == "start":   # rank 1 held before MPI starts, rank 0 inside MPI_Init: both say so at once
+        env["PERFMLP_FAULT"] = "1:start:hang"
+    run = tmp_path / "t" / "s"
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "perfmlp.run", *JOB[:-4], "--epochs", "200",
+           "--trace-dir", str(tmp_path / "t"), "--run-id", "s"]
+    # stdout and stderr in one pipe, as a terminal or a log file gets them
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    try:
+        started = (lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and rank_pythons(str(tmp_path), 1)) \
+            if when == "start" else (lambda: len(list(run.glob("rank-*.jsonl"))) == 2)
+        assert wait_for(started, 20)
+        time.sleep(0.3)
+        job.send_signal(signal.SIGTERM)   # the launcher passes it to every rank
+        out, _ = job.communicate(timeout=20)
+    finally:
+        job.kill()
+    lines = out.split("\n")
+    assert lines[-1] == "" and all(any(f.fullmatch(line) for f in LINE_FORMS) for line in lines), out
+    ranks = [line.split(":")[1] for line in lines if line.startswith("perfmlp.run: ")]
+    assert ranks and len(ranks) == len(set(ranks)) and job.returncode != 0, out
+    if when == "start":   # rank 0's line comes from its watcher, which outlives it
+        assert "perfmlp.run: rank 0: error: terminated (SIGTERM) while MPI was starting; the job is ended" in lines
+    else:   # the manifest, which both ranks end, is whole
+        assert json.loads((run / "manifest.json").read_text())["status"] == "terminated"
+    assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
+
+
+def test_ranks_ending_a_manifest_at_once_each_write_their_own_temporary_file(tmp_path):
+    from perfmlp.trace.manifest import write_json
+    others = tmp_path / "manifest.json.tmp", tmp_path / ".manifest.json.1.1.tmp"   # another rank's, half-written
+    for other in others:
+        other.write_text('{"sta')
+    write_json(tmp_path / "manifest.json", {"status": "terminated"})
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"status": "terminated"}
+    assert [o.read_text() for o in others] == ['{"sta', '{"sta']
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["manifest.json", *(o.name for o in others)])

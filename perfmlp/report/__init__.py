@@ -90,10 +90,11 @@ def build(folder: str | Path, out: str | Path, machine: str | None = None, log=p
     history = read_blind_tests(blind_tests) if blind_tests is not None else None
     folder = Path(folder)
     runs, skipped = read_traces(folder)
+    if not runs:   # one line, with the first run's reason (which names its file)
+        why = f"{skipped[0]}" if len(skipped) == 1 else f"{len(skipped)} skipped, the first: {skipped[0]}"
+        raise PerfmlpError(f"{folder}: no readable run" + (f" ({why})" if skipped else ""))
     for line in skipped:
         log(f"skipped: {line}")
-    if not runs:
-        raise PerfmlpError(f"{folder}: no readable run" + (f" ({len(skipped)} skipped)" if skipped else ""))
     return build_from_runs(runs, skipped, out, machine, folder, study, history)
 
 

@@ -3,12 +3,12 @@
 exports. Each is None when there is no such file."""
 from __future__ import annotations
 
-import json
 import pstats
 from pathlib import Path
 
 from .analysis import Analysis
 from .sections import Section, Table
+from ..safeio import read_json
 
 CORRECTNESS_KEYS = ("procs", "precision", "comm", "H", "B", "batches", "lr", "max_abs", "max_rel", "ranks_identical")
 
@@ -21,7 +21,7 @@ def section_correctness(folder: Path) -> Section | None:
     for f in files:
         for line in f.read_text().splitlines():
             try:
-                r = json.loads(line)
+                r = read_json(line)
             except ValueError:
                 continue
             rows.append({k: r.get(k) for k in CORRECTNESS_KEYS})

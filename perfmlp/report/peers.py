@@ -8,10 +8,11 @@ One reader, typed rows; a line that is not a benchmark row is skipped.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..safeio import read_json
 
 PEER_FILE = "graph_step.jsonl"
 PEERS = {"pytorch graph": "PyTorch, CUDA graph", "pytorch eager": "PyTorch, eager"}   # on p > 1 with " (DDP)"
@@ -48,7 +49,7 @@ def read_peers(folder: Path | None) -> list[Peer]:
         rel = str(f.relative_to(folder.parent)) if folder.parent in f.parents else str(f)
         for line in lines:
             try:
-                r = json.loads(line)
+                r = read_json(line)
                 name = PEERS.get(str(r["variant"]).removesuffix(" (DDP)"))
                 key = (name, tuple(int(h) for h in r["hidden"]), int(r["B"]), int(r["procs"]))
                 ms = float(r["median_us"]) / 1e3

@@ -5,8 +5,9 @@ blind: made no later than its run started."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
+
+from ..safeio import read_json
 
 PREDICTIONS = "predictions.json"  # perfmlp/sweep writes it
 MORE_PREDICTIONS = "predictions-*.json"   # sweep --predict-also: another machine file's, e.g. another GPU's
@@ -20,7 +21,7 @@ def read_predictions(folder: Path | None, name: str = PREDICTIONS) -> tuple[dict
     if not path.exists():
         return None, f"no {name} beside the traces"
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path.read_text())
         assert isinstance(data, dict) and isinstance(data.get("runs"), dict)
         return data, f"{path}"
     except (OSError, ValueError, AssertionError):

@@ -14,6 +14,7 @@ from ..errors import PerfmlpError, write_atomic
 from ..model.machine import CpuMachine
 from ..trace.format import WARMUP_BATCHES
 from .plan import SweepRun, sweep_run_id
+from ..safeio import read_json
 
 PREDICTIONS = "predictions.json"
 MORE_PREDICTIONS = "predictions-*.json"   # --predict-also: one per machine file
@@ -93,7 +94,7 @@ def _existing(path: Path, sha: str, runs: list[SweepRun]) -> dict | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise PerfmlpError(f"{path}: unreadable ({e.__class__.__name__}); move it away") from None
     if not isinstance(data, dict) or data.get("schema") != PREDICTIONS_SCHEMA or \

@@ -12,6 +12,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from .. import names as N
@@ -128,8 +129,10 @@ def finish_manifest(run_dir: Path, status: str) -> None:
 
 def write_json(path: Path, obj) -> None:
     """`obj` as JSON at `path`, whole or not at all: written to a temporary
-    name beside it and renamed; an error names `path`."""
-    tmp = path.with_name(path.name + ".tmp")
+    name beside it and renamed; an error names `path`. The temporary name is
+    this call's own: ranks, or a rank's watchdog thread and its main thread,
+    that end a run at once each write their own."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps(obj, indent=1))

@@ -17,7 +17,6 @@ batches gets its `GpuRecord`s and its phases measured on the GPU from them
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -289,7 +288,7 @@ def _lines(path: Path, problems: list) -> list[tuple[int, str]]:
     if out and not text.endswith("\n"):
         i, last = out[-1]
         try:
-            json.loads(last)
+            read_json(last)
         except ValueError:
             out.pop()
             problems.append(f"{path}:{i}: truncated last line (the run was cut off)")

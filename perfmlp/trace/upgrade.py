@@ -23,6 +23,7 @@ import json
 from types import MappingProxyType
 
 from .. import names as N
+from ..safeio import read_json
 from . import fields as F
 from ..model.predict import resolve_exec
 from .format import resolve_trace_level
@@ -155,7 +156,7 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
     for i, text in lines:
         where = f"{path}:{i}"
         try:
-            obj = json.loads(text)
+            obj = read_json(text)   # deep nesting: an InputError, a ValueError
         except ValueError as e:
             raise LineError(f"{where}: not JSON ({e})") from None
         kind = obj.get("kind") if isinstance(obj, dict) else None
