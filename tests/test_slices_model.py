@@ -69,3 +69,14 @@ def test_the_manifest_says_how_many_slices_ran():
     ran = what_ran(cfg, sliced, machine, levels)
     assert (ran.slices, ran.grad_precision) == (3, N.FP16)
     assert what_ran(from_mapping({}), plain, machine, levels).slices == 1
+
+
+@pytest.mark.parametrize("over", [dict(slices="2"), dict(grad_precision="bf16"), dict(parallel="model")])
+def test_the_cpu_model_refuses_what_it_does_not_price(over):
+    from perfmlp.errors import PerfmlpError
+    cpu = load_machine("cpu-ci-2core")
+    cfg = from_mapping(dict(backend="numpy", batch_size=200, hidden_sizes=[64], **over))
+    with pytest.raises(PerfmlpError, match="r: the CPU model prices data parallelism"):
+        run_prediction(cpu, SweepRun("r", 2, {}, cfg))
+    plain = from_mapping(dict(backend="numpy", batch_size=200, hidden_sizes=[64]))
+    assert run_prediction(cpu, SweepRun("r", 2, {}, plain)).total_s > 0

@@ -64,6 +64,9 @@ def run_prediction(machine, run: SweepRun):
     # time (trace/writer.py attach), which no prediction made before the run can know
     level = resolve_trace_level(c.trace_level, mode) if c.trace else None
     if isinstance(machine, CpuMachine):   # a NumPy run, each rank its share of the cores (run.py)
+        if c.parallel != N.DATA or comm in PS_COMMS or c.slices != "1" or c.grad_precision != N.FLOAT32:
+            raise PerfmlpError(f"{run.run_id}: the CPU model prices data parallelism with MPI's allreduce of "
+                               "unsliced gradients in the master type (model/predict/cpu.py)")
         pred = predict_cpu(machine, c.layer_sizes, c.batch_size, run.procs, None, c.precision, traced=c.trace)
         pred.detail["trace_level"] = level or N.UNTRACED
         return pred
