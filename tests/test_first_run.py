@@ -26,9 +26,6 @@ def test_the_trainer_finds_blas_without_calibrate():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "False"]
-    from perfmlp.calibrate.cpu_blas import find_blas as old   # the old place still answers, the same function
-    from perfmlp.blas import find_blas
-    assert old is find_blas
 
 
 def test_two_ranks_record_their_blas_threads_and_no_h2d(tmp_path):

@@ -9,7 +9,7 @@ reads it):
   layer, H in --hidden, per-rank batch in --local-batch, each precision),
   the other kernels' pass bandwidth (costs' bytes over their time), and the
   trainer's own Python per kernel; for each BLAS thread count in --threads
-  (set through the library's API: cpu_blas) and with one rank alone and
+  (set through the library's API: perfmlp/blas.py) and with one rank alone and
   all P ranks at once on the same cores (the slowest rank's);
 - the tracer's host time per batch (cpu_loop);
 - a large square GEMM (the compute roof) and a triad over arrays beyond
@@ -38,7 +38,7 @@ import yaml
 from .. import names as N
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, step_kernels
-from .cpu_blas import cpu_cores, cpu_name, find_blas
+from ..blas import cpu_cores, cpu_name, find_blas
 from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
 from .cpu_kernels import GEMM, time_step
 from .cpu_loop import trace_host_s

@@ -64,7 +64,7 @@ FIELDS: dict[str, Field] = {
                        "NCCL allreduce latency", required=True),
     "nccl_bw_bytes_per_s": _f("B/s", "rate", "calibrate/collectives.py collective_times", "collective", "collective",
                               "NCCL allreduce bandwidth (ring fit)", required=True),
-    "gemm_flops_per_s": _f("FLOP/s", "table", "calibrate/gemm.py step_rates (cpu_blas.py on a CPU)", "flops", "gpu",
+    "gemm_flops_per_s": _f("FLOP/s", "table", "calibrate/gemm.py step_rates (calibrate/cpu.py on a CPU)", "flops", "gpu",
                            "the trainer's GEMMs at its shapes (on a CPU also by BLAS threads and ranks)", BOTH),
     "traced_launch_overhead_s": _f("s", "time", "calibrate/host.py host_dispatch", "measured", "host",
                                    "host time per operation with the tracer on (0: as untraced)"),
