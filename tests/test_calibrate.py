@@ -71,4 +71,25 @@ def test_without_a_gpu_the_command_calibrates_the_cpu(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and not bad.exists()
     assert r.stderr.startswith("perfmlp.calibrate: error: ") and len(r.stderr.strip().splitlines()) == 1
+    shipped = ROOT / "models" / "cpu-ci-2core.yaml"
+    r = subprocess.run([sys.executable, "-m", "perfmlp.calibrate", "--out", str(shipped), "--gemm-only"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "--gemm-only: a GPU's" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_slices_rows_are_timed_and_merged_in_place_of_the_same_shape():
+    from perfmlp.calibrate.__main__ import merged, with_slices
+    assert with_slices([512, 1024]) == [128, 256, 512, 1024]
+    old = {"source": "measured", "gemm_flops_per_s": [
+        {"m": 512, "n": 800, "k": 784, "precision": "float32", "flops_per_s": 1.0},
+        {"m": 512, "n": 800, "k": 784, "precision": "bf16", "flops_per_s": 2.0}],
+        "kernel_s": [{"kernel": "sgd_update", "shape": [10], "precision": "float32", "s": 1e-6}]}
+    new = {"gemm_flops_per_s": [{"m": 512, "n": 800, "k": 784, "precision": "float32", "flops_per_s": 3.0},
+                                {"m": 256, "n": 800, "k": 784, "precision": "float32", "flops_per_s": 4.0}],
+           "kernel_s": [{"kernel": "sgd_update", "shape": [20], "precision": "float32", "s": 2e-6}]}
+    out = merged(old, new, "GPU X", [512])
+    rates = {(e["m"], e["precision"]): e["flops_per_s"] for e in out["gemm_flops_per_s"]}
+    assert rates == {(512, "float32"): 3.0, (512, "bf16"): 2.0, (256, "float32"): 4.0}
+    assert len(out["kernel_s"]) == 2 and old["gemm_flops_per_s"][0]["flops_per_s"] == 1.0   # the old left whole
+    assert out["source"].startswith("measured; ") and "H = 128, 256, 512" in out["source"] and "GPU X" in out["source"]
 

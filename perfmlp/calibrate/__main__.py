@@ -41,6 +41,42 @@ TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "h
           "spread", "prefetch_s")
 
 
+# the sliced first layer (--slices K) runs its GEMMs at H / K rows: timed at these K too
+SLICED_K = (2, 4)
+
+
+def with_slices(hidden) -> list[int]:
+    """The hidden sizes whose step GEMMs are timed: each H and its slices' rows."""
+    return sorted({h for h in hidden} | {h // k for h in hidden for k in SLICED_K if h // k})
+
+
+def gemms(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
+    """gemm_flops_per_s and kernel_s at each H of with_slices(hidden), each per-rank batch and precision;
+    the tensor cores' peak_flops_per_s_<p> too."""
+    hidden = with_slices(hidden)
+    res = step_rates(cp, hidden, local_batches, [p for p in precisions if p not in TENSOR], log, gemm_kernels)
+    tensor = precision_rates(cp, hidden, local_batches, precisions, log)   # tf32, bf16, fp16 where asked for
+    for k in ("gemm_flops_per_s", "kernel_s"):
+        res[k] += tensor.pop(k)
+    res.update(tensor)
+    return res
+
+
+def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
+    """An existing machine file's values with the GEMM and kernel entries of `res` in place of those of
+    the same shape (--gemm-only), and its source saying what was added, where and when."""
+    keys = {"gemm_flops_per_s": ("m", "n", "k", "precision", "kernel"), "kernel_s": ("kernel", "shape", "precision")}
+    out = dict(old)
+    for table, key in keys.items():
+        new = {tuple(str(e.get(f, N.CUBLAS if f == "kernel" else "")) for f in key): e for e in res[table]}
+        out[table] = [e for e in old.get(table, []) if tuple(str(e.get(f, N.CUBLAS if f == "kernel" else ""))
+                                                            for f in key) not in new] + list(new.values())
+    out["source"] = (f"{old.get('source', '')}; gemm_flops_per_s and kernel_s at H = "
+                     f"{', '.join(map(str, with_slices(hidden)))} measured by perfmlp.calibrate --gemm-only on "
+                     f"{gpu_name}, {dt.date.today().isoformat()}")
+    return out
+
+
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
     """What rank 0's GPU measures alone, in this order: GEMMs and own
     kernels, the gaps between kernels, the step's GPU work in rounds
@@ -49,11 +85,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
     copy's latency."""
     D, C = Config.input_size, Config.num_classes
     res = peak_rates(cp, precisions, log)
-    res.update(step_rates(cp, hidden, local_batches, [p for p in precisions if p not in TENSOR], log, gemm_kernels))
-    tensor = precision_rates(cp, hidden, local_batches, precisions, log)   # tf32, bf16, fp16 where asked for
-    for k in ("gemm_flops_per_s", "kernel_s"):
-        res[k] += tensor.pop(k)
-    res.update(tensor)
+    res.update(gemms(cp, hidden, local_batches, precisions, log, gemm_kernels))
     res.update(kernel_gaps(cp, log))
     res["_spread_gpu"] = gpu_rounds(cp, *step_network(cp, (D, max(hidden), C), "float32", max(local_batches)))
     res.update(device_bandwidth(cp, log))
@@ -153,15 +185,18 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", default=None, help="on a CPU: BLAS threads per rank to measure "
                     "(default: 1 to the cores)")
     ap.add_argument("--quick", action="store_true", help="on a CPU: a few small shapes, in seconds (for tests)")
+    ap.add_argument("--gemm-only", action="store_true", help="on a GPU: time only the GEMMs and own kernels (at "
+                    "--hidden, their slices' rows, --local-batch, --precisions) and put them into the existing "
+                    "machine file --out in place of those of the same shape")
     return ap
 
 
 def calibrate_cpu(a: argparse.Namespace) -> int:
     """No CuPy or no GPU here: the CPU's calibration with the same flags."""
     from . import cpu
-    if a.gemm_kernels:
-        print("perfmlp.calibrate: error: --gemm-kernels: the reference's GPU kernels; a CPU calibration "
-              "measures its BLAS", file=sys.stderr)
+    if a.gemm_kernels or a.gemm_only:
+        flag = "--gemm-kernels: the reference's GPU kernels" if a.gemm_kernels else "--gemm-only: a GPU's"
+        print(f"perfmlp.calibrate: error: {flag}; a CPU calibration measures its BLAS", file=sys.stderr)
         return 2
     argv = ["--out", a.out, "--precisions", a.precisions]
     for flag, value in (("--name", a.name), ("--hidden", a.hidden), ("--local-batch", a.local_batch),
@@ -189,6 +224,8 @@ def main(argv=None) -> int:
     except (ValueError, PerfmlpError) as e:
         print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)
         return 2
+    if a.gemm_only:
+        return gemm_only(cp, a, hidden, local, kernels)
     world = make_world()
     cp.cuda.Device(world.rank % cp.cuda.runtime.getDeviceCount()).use()
     log = (lambda m: print(m, flush=True)) if world.rank == 0 else (lambda m: None)
@@ -204,6 +241,23 @@ def main(argv=None) -> int:
     if world.rank != 0:
         return 0
     write_machine(machine_values(res, base, a.name, gpu_name, world.size), a.out)
+    print(f"wrote {a.out}")
+    return 0
+
+
+def gemm_only(cp, a, hidden, local, kernels) -> int:
+    """--gemm-only: one GPU's GEMMs and own kernels merged into the file --out names."""
+    from ..checks import CheckError, read_yaml
+    try:
+        old = read_yaml(Path(a.out), "machine file")
+        load_machine(a.out)
+    except (CheckError, ValueError) as e:
+        print(f"perfmlp.calibrate: error: --gemm-only puts its entries into an existing machine file: {e}",
+              file=sys.stderr)
+        return 2
+    gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
+    res = gemms(cp, hidden, local, a.precisions.split(","), print, kernels)
+    write_machine(merged(old, res, gpu_name, hidden), a.out)
     print(f"wrote {a.out}")
     return 0
 
