@@ -116,6 +116,13 @@ def test_the_slowest_rank_and_the_interval_come_from_the_spread():
     assert nlo <= pn.total_s <= nhi and wlo <= pw.total_s <= whi
     assert whi - wlo > 10 * (nhi - nlo)
     assert pw.terms[RANK_WAIT] > pn.terms[RANK_WAIT] > 0
+    # the model's blind error on top: the whole total's factor, so the interval follows its ratios
+    biased = machine(ring=(1e-6, 1e9), spread=[(s, (0.98, 1.0, 1.02)) for s in ("blas", "memory", "host", "step")]
+                     + [("model_eager_pageable", (0.5, 0.6, 0.7))])
+    pb = predict_cpu(biased, SIZES, 50, procs=2)
+    blo, bhi = pb.detail["interval_s"]
+    assert pb.total_s == pytest.approx(pn.total_s) and bhi < pn.total_s     # the point unmoved, the interval below it
+    assert 0.45 * pn.total_s < blo < 0.55 * pn.total_s and 0.6 * pn.total_s < bhi < 0.75 * pn.total_s
 
 
 def test_ceilings_are_the_ranks_share():

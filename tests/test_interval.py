@@ -274,6 +274,13 @@ def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
     assert sum(e.source == "model_graph" for e in load(str(f)).spread) == 1
     with pytest.raises(Exception, match="kinds: k, other"):
         main([str(csv), "--machine-kind", "nope", "--into", str(f)])
+    # --sweeps: only those sweeps' tests (six more graph tests of sweep t, far off, are left out)
+    more = [r.replace(",s,r", ",t,q").replace(",1.0,1.1,1.1,1.1,", ",1.0,3.0,3.0,3.0,") for r in rows[:6]]
+    csv.write_text("\n".join([head, *rows, *more]) + "\n")
+    assert main([str(csv), "--machine-kind", "k", "--sweeps", "s", "--into", str(f)]) == 0
+    assert {e.source: e.ratios for e in load(str(f)).spread}["model_graph"] == ratios["model_graph"]
+    with pytest.raises(Exception, match="has no sweep 'u'"):
+        main([str(csv), "--machine-kind", "k", "--sweeps", "s,u", "--into", str(f)])
 
 
 def test_only_the_other_modes_model_error_gives_no_interval():

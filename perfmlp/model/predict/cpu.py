@@ -29,8 +29,12 @@ measured).
 The interval: DRAWS draws (SEED), each scaling gemm by a factor from the
 blas source's ratios, elementwise from memory's, launches and tracing
 from host's and allreduce from collective's (linear between the sorted
-ratios); the 90% interval is the 5th to 95th percentile of the totals;
-none without spread.
+ratios), then, where the file records the model's own blind error
+(`model_eager_pageable`: a NumPy step is eager and its batch a host
+array; report/blind_spread.py writes it), the whole total by a factor
+from those ratios, as the GPU interval draws it (model/interval.py); the
+90% interval is the 5th to 95th percentile of the totals; none without
+spread.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from ... import names as N
 from ..costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, pieces, step_kernels
 from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
+from ..machine.points import PAGEABLE_MODEL_ERROR_SOURCES
 from .terms import Prediction
 
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
@@ -221,6 +226,9 @@ def interval_s(machine, terms: dict) -> tuple[float, float] | None:
         drawn = True
     if not drawn:
         return None
+    model = ratios_of(machine, PAGEABLE_MODEL_ERROR_SOURCES[N.EAGER])
+    if len(model) >= 2:   # the model's blind error: the whole total's factor
+        totals *= np.interp(rng.random(DRAWS) * (len(model) - 1), np.arange(len(model)), model)
     lo, hi = np.percentile(totals, LEVEL)
     return float(lo), float(hi)
 
