@@ -36,13 +36,18 @@ ORDER = {"transfer": (N.PAGEABLE, N.PREFETCH_PAGEABLE, N.PINNED, N.PREFETCH, N.R
          "trace_level": (N.COUNTERS, "phases", "timeline", "kernels")}
 
 
+def overlap_words(bucket_bytes: int) -> str:
+    """An overlapped run's setting, as the tables name it."""
+    return f"overlap {bucket_bytes >> 10} KiB"
+
+
 def settings_of(r: RunSummary) -> dict:
     """A run's settings (SETTINGS), None where one means nothing for its backend."""
     gpu = r.gpu
     return {"hidden": r.hidden_label, "batch": r.batch, "procs": r.procs, "backend": r.backend,
             "precision": r.precision, "strategy": r.strategy, "transfer": r.transfer if gpu else None,
             "comm": r.comm, "gemm": r.gemm if gpu else None, "exec": r.exec if gpu else None,
-            "overlap": (f"overlap {r.bucket_bytes >> 10} KiB" if r.overlap else "no overlap") if gpu else None,
+            "overlap": (overlap_words(r.bucket_bytes) if r.overlap else "no overlap") if gpu else None,
             "trace_level": r.trace_level, "profiler": "nsys" if r.profiled else ("cProfile" if r.cprofile else None)}
 
 

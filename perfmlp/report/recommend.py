@@ -28,18 +28,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import PerfmlpError
-from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
 from ..model.machine.choose import shipped_cpu
 from ..model.whatif import WhatIfError
 from ..model.whatif_cpu import changed_cpu_setting, cpu_options, what_if_cpu
-from .configurations import Configuration
+from .configurations import Configuration, overlap_words
 from .thresholds import MIN_GAIN
 from .whatif import cpu_setting_of, measured_groups_ms, what_if_run
 from .. import names as N
 
-OVERLAP_DEFAULT = f"overlap {DEFAULT_BUCKET_BYTES >> 10} KiB"
+
+
+def overlap_label(c: Configuration) -> str:
+    """The overlap setting the what-if's `overlap` gives: the run's own bucket size, as it recorded it."""
+    return overlap_words(c.representative.bucket_bytes)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class Change:
     name: str
     sets: tuple           # the what-if's (key, value) changes
     applies: Callable     # settings -> bool
-    target: tuple         # (setting, value) of the configuration that made the change
+    target: tuple         # (setting, value) of the configuration that made the change (a value: or its function
+                          # of the configuration changed)
 
     @property
     def gpu_move(self) -> bool:
@@ -72,7 +76,7 @@ CHANGES = (
            lambda s: s["gemm"] not in (None, N.CUBLAS), (("gemm", N.CUBLAS),)),
     Change("overlap the allreduce with the backward pass", (("overlap", True),),
            lambda s: s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap",
-           (("overlap", OVERLAP_DEFAULT),)),
+           (("overlap", overlap_label),)),
 )
 GPU_MOVE = "run it on a GPU"
 
@@ -103,7 +107,7 @@ def describable(c: Configuration) -> bool:
 
 def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | None:
     s = dict(c.settings)
-    s.update(target)
+    s.update((k, v(c) if callable(v) else v) for k, v in target)
     found = index.get(tuple(s.items()))
     return found if found is not None and found.judged else None
 
