@@ -65,7 +65,6 @@ class RunSummary:
     calibrated: Prediction | None   # GPU runs with a calibrated machine file
     util_datasheet: float | None
     util_calibrated_peak: float | None
-    imbalance_ms: float
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
     exec: str = N.EAGER         # the execution mode that ran (exec_of)
@@ -251,8 +250,6 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
 
     p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated if gpu else machines.cpu)
     comparable = comparable_terms(run.phase_clock, gpu, ran.batch_transfer, comm, ran.parallel)
-    busy = [busy_ms(ph) for ph in phases.values()]
-    imbalance = max(busy) - min(busy)
     return RunSummary(
         run_id=run.run_id, path=run.path, hidden=tuple(int(h) for h in c["hidden_sizes"]),
         batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=ran.batch_transfer,
@@ -261,7 +258,6 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=flops_rank0, bytes_copied_rank=bytes_rank,
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
-        imbalance_ms=imbalance,
         parallel=ran.parallel, model_procs=ran.model_procs, exec=exec_of(run),
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),

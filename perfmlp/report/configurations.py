@@ -29,7 +29,6 @@ HOW = ("backend", "precision", "strategy", "transfer", "comm", "gemm", "exec", "
 SETTINGS = SHAPE + HOW
 # Settings named in a label only where they differ from the set's usual value (the shape and the modes always).
 QUIET_SETTINGS = ("backend", "precision", "strategy", "gemm", "overlap", "trace_level", "profiler")
-GPU_ONLY = ("transfer", "gemm", "exec", "overlap")
 SHORT = {N.MPI_STAGED: "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
 ORDER = {"transfer": (N.PAGEABLE, N.PREFETCH_PAGEABLE, N.PINNED, N.PREFETCH, N.RESIDENT),
          "comm": ("mpi", N.MPI_STAGED, "ps", N.NCCL, N.PS_NCCL), "exec": (N.EAGER, "graph"),

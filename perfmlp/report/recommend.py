@@ -53,10 +53,6 @@ class Change:
     target: tuple         # (setting, value) of the configuration that made the change (a value: or its function
                           # of the configuration changed)
 
-    @property
-    def gpu_move(self) -> bool:
-        return not self.sets
-
 
 CHANGES = (
     Change("pinned copies instead of pageable", (("batch_transfer", N.PINNED),),

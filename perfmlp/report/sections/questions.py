@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..model.summary import part_flops, reference_approx
-from ..model.roofline import modified_roofline
-from .analysis import Analysis
+from ...model.summary import part_flops, reference_approx
+from ...model.roofline import modified_roofline
+from ..analysis import Analysis
 from .ceilings import ceilings_figures
-from .configurations import Configuration, configurations
-from .figures import roofline
-from .sections import Figure, Section, Table, pct
-from .. import names as N
+from ..configurations import Configuration, configurations
+from ..figures import roofline
+from . import Figure, Section, Table, pct
+from ... import names as N
 
 # perfmlp's transfer and communication modes, from the reference's scheme to the fastest.
 MODES = ((N.PAGEABLE, N.MPI_STAGED), (N.PINNED, N.MPI_STAGED), (N.RESIDENT, N.MPI_STAGED), (N.RESIDENT, N.NCCL))
@@ -180,7 +180,7 @@ def section_q2_2(a: Analysis) -> Section:
                                     title=f"{kind.capitalize()} roofline per GPU, {primary.name}, B/p = "
                                           f"{st.batch_size}", model=a.machines.primary_kind,
                                     h_list=st.q2_2_hidden_sizes)))
-    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/ceilings.py)
+    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/sections/ceilings.py)
     s.tables.append(Table("q2_2_points", "The Question 2.2 points", [
         {"configuration": p["label"], "H": p["H"], "procs": p["procs"], "transfer": p["transfer"],
          "comm": p["comm"], "exec": p["exec"], "AI (FLOP/B)": p["ai"] if math.isfinite(p["ai"]) else None,

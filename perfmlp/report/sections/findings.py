@@ -3,12 +3,12 @@ bounds it and its first change, every change priced, and the thresholds
 the verdicts and recommendations use (report/thresholds.py)."""
 from __future__ import annotations
 
-from .figures import time_split
+from ..figures import time_split
 from .overview import Overview, gain
-from .recommend import CHANGES, GPU_MOVE
-from .sections import Cell, Figure, Section, Table, pct
-from .thresholds import MIN_GAIN, table as thresholds_table
-from .verdicts import CATEGORIES, __doc__ as VERDICTS_DOC
+from ..recommend import CHANGES, GPU_MOVE
+from . import Cell, Figure, Section, Table, pct
+from ..thresholds import MIN_GAIN, table as thresholds_table
+from ..verdicts import CATEGORIES, __doc__ as VERDICTS_DOC
 
 SPLIT_FIGURE_MAX = 30   # configurations: beyond this the time-split figure would be taller than a page
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..model.machine import MachineError
-from ..model.predict.cpu import cpu_ceilings
-from ..model.precision import precision as precision_of
-from .figures import ceilings_roofline
-from .. import names as N
+from ...model.machine import MachineError
+from ...model.predict.cpu import cpu_ceilings
+from ...model.precision import precision as precision_of
+from ..figures import ceilings_roofline
+from ... import names as N
 
 
 def ceilings_points(a) -> list[dict]:
