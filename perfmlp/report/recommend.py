@@ -75,6 +75,9 @@ CHANGES = (
            (("overlap", overlap_label),)),
 )
 GPU_MOVE = "run it on a GPU"
+SLICES = "slice the first layer's exchange, {k} slices"   # perfmlp/slices.py, K the model's choice
+SLICES_WORDS = ("slicing the first layer's exchange (several GPUs with NCCL, no overlap; offered only where it is "
+                "predicted to save min_gain or more)")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,23 @@ def whatif_gain(c: Configuration, change: Change, run, machine: Machine, unprice
         g = "compute"
         return (w.measured_ms - w.measured_groups_ms[g] + w.predicted_after.groups()[g] * 1e3) / w.measured_ms - 1
     return w.total_ms / w.measured_ms - 1
+
+
+def slices_apply(s: dict) -> bool:
+    """Settings the trainer's sliced schedule runs with on a GPU: several GPUs, NCCL, no overlap, not fp16."""
+    return s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap" and s["precision"] != N.FP16
+
+
+def slices_recommendation(c: Configuration, run, machine: Machine) -> Recommendation | None:
+    """The sliced first layer at the slice count the model prices fastest,
+    priced by the what-if engine; offered only where it is recommended."""
+    try:
+        w = what_if_run(run, machine, {"slices": N.AUTO})
+    except (WhatIfError, PerfmlpError, ValueError, KeyError):
+        return None
+    rec = Recommendation(c, SLICES.format(k=w.after.slices), w.total_ms / w.measured_ms - 1,
+                         how=f"what-if on {machine.name}")
+    return rec if w.after.slices > 1 and rec.recommended else None
 
 
 def gpu_gain(c: Configuration, gpu: Machine) -> tuple[float, str]:
@@ -194,6 +214,8 @@ def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Mac
             sib = sibling_of(c, ch.target, index)
             out.append(Recommendation(c, ch.name, gain, sib.t_ms / c.t_ms - 1 if sib else None, sib,
                                       f"what-if on {machine.name}"))
+        sliced = slices_recommendation(c, run, machine) if slices_apply(c.s) else None
+        out += [sliced] if sliced else []
     return out
 
 

@@ -124,7 +124,9 @@ def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices
                    exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> dict:
     """Predicted seconds per batch of today's step and of the sliced one:
     {"today_s", "sliced_s", "gain" (today / sliced), "slices", "chain_today_s",
-    "chain_sliced_s"}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
+    "chain_sliced_s", "compute_chain_s" and "comm_chain_s" (today's two chains apart: every kernel, and one
+    all-reduce of the whole buffer), "overlapped_s" (the step with the longer chain in place of their sum:
+    the bound no slicing passes)}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
     base = predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode,
                          gemm=gemm)
     b = max(pieces(batch, procs))
@@ -135,12 +137,18 @@ def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices
         return lambda n: sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
 
     full = widths(precision).param
-    today = chain_s(_parts(machine, layer_sizes, b, precision, gemm, gap, 1), comm_fn(full), False)
+    one = _parts(machine, layer_sizes, b, precision, gemm, gap, 1)
+    today = chain_s(one, comm_fn(full), False)
     parts = _parts(machine, layer_sizes, b, precision, gemm, gap, slices)
     sliced = chain_s(parts, comm_fn(grad_bytes(precision, grad_precision)), slices > 1)
     total = base.total_s - today + sliced
+    # the two chains of today's step apart: no schedule overlaps them better than the longer of the two
+    comm_chain = comm_fn(grad_bytes(precision, grad_precision))(sum(one["rows"]) * one["D"] + one["rest_elems"]
+                                                                + one["loss_elems"])
+    compute_chain = today - comm_fn(full)(sum(one["rows"]) * one["D"] + one["rest_elems"] + one["loss_elems"])
     return {"today_s": base.total_s, "sliced_s": total, "gain": base.total_s / total, "slices": slices,
-            "chain_today_s": today, "chain_sliced_s": sliced}
+            "chain_today_s": today, "chain_sliced_s": sliced, "compute_chain_s": compute_chain,
+            "comm_chain_s": comm_chain, "overlapped_s": base.total_s - today + max(compute_chain, comm_chain)}
 
 
 def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = N.FLOAT32,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..figures import time_split
 from .overview import Overview, gain
-from ..recommend import CHANGES, GPU_MOVE
+from ..recommend import CHANGES, GPU_MOVE, SLICES_WORDS
 from . import Cell, Figure, Section, Table, pct
 from ..thresholds import MIN_GAIN, table as thresholds_table
 from ..verdicts import CATEGORIES, __doc__ as VERDICTS_DOC
@@ -56,7 +56,7 @@ def section_recommendations(o: Overview) -> Section:
     what = []
     if gpu:
         what.append("for each GPU configuration the what-if engine describes (data parallelism, not under a "
-                    "profiler): " + ", ".join(ch.name for ch in CHANGES))
+                    "profiler): " + ", ".join(ch.name for ch in CHANGES) + f", and {SLICES_WORDS}")
     if cpu:
         what.append(f"for a NumPy configuration: {GPU_MOVE}, the model's time for the same job on the GPU machine "
                     "file, with resident data, NCCL and one CUDA graph per step (nothing of the CPU run carries over)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..analyses.runs import study_shaped
 from ..analysis import Analysis
 from ..configurations import Configuration, configurations, legend, shown_settings, split_label, usual
 from ..figures import CATEGORY_COLORS, overview_roofline, time_split
@@ -131,12 +132,6 @@ def verdict_sentence(a: Analysis, o: Overview) -> str:
 
 
 # ---- tables ------------------------------------------------------------------------------
-
-def study_shaped(a: Analysis, c: Configuration) -> bool:
-    st, s = a.study, c.s
-    return (c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
-            and s["precision"] == st.precision)
-
 
 def peer_ms(peers, name: str, c: Configuration) -> float | None:
     r = c.representative
