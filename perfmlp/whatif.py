@@ -54,7 +54,7 @@ def refuse_as_the_trainer(s: Setting) -> None:
     check_options(Config(input_size=s.layer_sizes[0], hidden_sizes=tuple(s.layer_sizes[1:-1]),
                          num_classes=s.layer_sizes[-1], batch_size=s.batch, precision=s.precision, backend="cupy",
                          comm=s.comm, batch_transfer=s.batch_transfer, gemm=s.gemm, exec=s.exec_mode,
-                         overlap=s.overlap, bucket_bytes=s.bucket_bytes))
+                         overlap=s.overlap, bucket_bytes=s.bucket_bytes, slices=str(s.slices)))
 
 
 def _change(w: WhatIf) -> str:
@@ -138,6 +138,9 @@ def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:
     if not run.steady_batches():
         raise PerfmlpError(f"{a.run}: no finished batch past the warm-up")
     if not run.on_gpu:
+        if "slices" in values:
+            raise PerfmlpError(f"--set slices: {a.run} ran on the NumPy backend; the what-if prices the sliced "
+                               "schedule on GPU runs (NCCL)")
         return _what_if_numpy(a, run, values)
     machine = load_machine(a.machine) if a.machine else pick_machines([run], None).primary
     if isinstance(machine, CpuMachine):

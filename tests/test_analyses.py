@@ -90,7 +90,7 @@ def test_load_reads_a_folder_and_names_an_empty_one(tmp_path):
 def test_ceilings_use_each_runs_own_counts():
     # a run of input size 20 (not the study's 784): its HBM intensity is its own FLOPs over its own bytes
     from types import SimpleNamespace
-    from perfmlp.report.ceilings import ceilings_points
+    from perfmlp.report.sections.ceilings import ceilings_points
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
     run = fake_run(1, "pageable", "mpi-staged", 2.0, run_id="small")
@@ -101,3 +101,16 @@ def test_ceilings_use_each_runs_own_counts():
     assert pt["measured"] == pytest.approx(s.flops_rank0 / 2e-3)        # per 2 ms batch
     (none,) = ceilings_points(SimpleNamespace(runs=(dataclasses.replace(s, mem_bytes_rank0=None),)))
     assert none["ai_hbm"] is None                                       # a trace that counts no memory bytes
+
+
+def test_the_overlapped_bound_sits_under_the_serial_one_by_the_shorter_chain():
+    runs = [fake_run(2, "resident", "nccl", 1.0, run_id="p2"), fake_run(1, "resident", "nccl", 1.0, run_id="p1"),
+            fake_run(2, "resident", "mpi-staged", 1.0, run_id="staged")]
+    t = Analyses.from_runs(runs).overlap_bounds()
+    # only several GPUs with NCCL: the sliced schedule needs both
+    assert len(t) == 1 and t.records()[0]["procs"] == 2
+    r = t.records()[0]
+    # serial = the rest + compute + comm; overlapped = the rest + max(compute, comm): they differ by the shorter
+    shorter = min(r["compute chain ms"], r["communication chain ms"])
+    assert r["serial bound ms"] - r["overlapped bound ms"] == pytest.approx(shorter)
+    assert r["overlapped bound ms"] <= r["sliced ms"] + 1e-9 and r["sliced ms"] <= r["serial bound ms"] + 1e-9

@@ -184,3 +184,24 @@ def test_imports_inside_functions_count_and_a_circle_is_found():
     assert circle({"perfmlp.report": {"perfmlp.whatif"}, "perfmlp.whatif": {"perfmlp.report"}}) == [
         "perfmlp.report", "perfmlp.whatif", "perfmlp.report"]
     assert circle({"a": {"b"}, "b": set()}) is None
+
+
+# ---- the report reads what ran, and prices through the model's public API ------------------------
+COSTS = "perfmlp.model.costs"   # the model's FLOP and byte formulas: the trace records what the report needs of them
+
+
+def costs_imports(ours: set[str]) -> list[str]:
+    return sorted(n for n in ours if n == COSTS or n.startswith(COSTS + "."))
+
+
+def test_no_report_module_imports_the_model_cost_functions():
+    found = {m: costs_imports(imports_of(p)[0]) for m, p in modules().items() if within(m, REPORT)}
+    found = {m: c for m, c in found.items() if c}
+    assert not found, f"report modules importing {COSTS} (read the Shape records or the manifest's `ran`): {found}"
+
+
+def test_the_cost_import_check_finds_one():
+    # both spellings: the module itself, and a name imported from it
+    assert costs_imports(imports_in("from ..model.costs import itemsize\n", "perfmlp.report")[0])
+    assert costs_imports(imports_in("from ...model import costs\n", "perfmlp.report.sections")[0])
+    assert not costs_imports(imports_in("from ..model.predict import predict_batch\n", "perfmlp.report")[0])

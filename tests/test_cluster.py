@@ -166,7 +166,7 @@ def test_scaling_rows_and_crossover():
 def test_report_section_projects_the_traces_gpu_with_its_measured_points():
     from synthetic import gpu_run
     from perfmlp.report.analysis import analyse
-    from perfmlp.report.cluster import measured_points, section_cluster
+    from perfmlp.report.sections.cluster import measured_points, section_cluster
     from perfmlp.report.study import load_study
     runs = [gpu_run(exec_mode="graph", transfer="resident", comm="nccl", procs=p, batch=3200, run_id=f"g{p}",
                     phase_ms={"graph": t}) for p, t in ((1, 0.4), (2, 0.3))]

@@ -147,7 +147,7 @@ def test_the_reports_validation_judges_the_blind_intervals(tmp_path):
     from synthetic import gpu_run, write_predictions
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
-    from perfmlp.report.validation_section import section_validation
+    from perfmlp.report.sections.validation import section_validation
     started = "2026-11-21T13:14:21+00:00"
     resident = dict(transfer="resident", comm="nccl", batches=6, start=started)
     runs = [gpu_run(**resident, run_id="r1"), gpu_run(**resident, run_id="r2", phase_ms={"forward": 0.12})]

@@ -13,8 +13,8 @@ from perfmlp.report import analyse, build_from_runs, sections_of
 from perfmlp.report.analysis import Machines, summarise
 from perfmlp.report.browser import main as browser_main
 from perfmlp.report.configurations import configurations, run_labels
-from perfmlp.report.overview import headline, overview_of
-from perfmlp.report.questions import section_q2_1
+from perfmlp.report.sections.overview import headline, overview_of
+from perfmlp.report.sections.questions import section_q2_1
 from perfmlp.report.render import collapsed
 from perfmlp.report.sections import Table
 from perfmlp.report.study import load_study
@@ -239,7 +239,7 @@ def test_the_screenshot_script_fails_in_one_line(tmp_path, capsys):
 
 def test_repeats_that_disagree_are_flagged_with_their_range(tmp_path):
     import dataclasses
-    from perfmlp.report.overview import what_ran
+    from perfmlp.report.sections.overview import what_ran
     slow = {"h2d": 0.01, "forward": 8.0, "loss": 0.2, "backward": 10.0, "update": 0.3}
     runs = [cpu_run(run_id="a1"), cpu_run(run_id="a2"), cpu_run(run_id="a3", phase_ms=slow)]
     a = analysis(runs)
@@ -278,7 +278,7 @@ def test_a_cpu_run_has_no_speed_up_over_a_gpu_reference(tmp_path):
 
 def test_the_header_counts_the_runs_as_the_text_does():
     from perfmlp.report import header_of
-    from perfmlp.report.overview import what_ran
+    from perfmlp.report.sections.overview import what_ran
     a = analysis([cpu_run(run_id="a"), cpu_run(run_id="b", procs=2)])
     assert what_ran(a, overview_of(a)).startswith("2 runs in 2 configurations")
     assert "(2 runs)" in header_of(a)[0]
@@ -309,3 +309,23 @@ def test_a_multi_run_cpu_report_does_not_scroll_sideways_at_1280_px(tmp_path):
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
     width = re.search(r'data-width="(\d+)"', dom.stdout)
     assert width and int(width.group(1)) <= WINDOW[0], dom.stderr[-300:]
+
+
+def test_slicing_the_first_layers_exchange_is_offered_only_where_the_model_predicts_min_gain():
+    from perfmlp.report.recommend import SLICES
+    from perfmlp.report.thresholds import MIN_GAIN
+    slicing = SLICES.split(",")[0]
+
+    def sliced(runs):
+        return [r for r in overview_of(analysis(runs)).recs if r.change.startswith(slicing)]
+
+    # two GPUs with NCCL at the model's own times: the sliced chain hides most of the exchange
+    two = sliced([modelled("p2", transfer="resident", comm="nccl", exec_mode="graph", procs=2)])
+    assert len(two) == 1 and two[0].recommended and two[0].predicted_gain <= -MIN_GAIN.value
+    assert two[0].change == SLICES.format(k=int(two[0].change.split(", ")[1].split()[0]))
+    # the same saving in a run measured ten times slower is under min_gain: not offered
+    assert not sliced([modelled("slow", transfer="resident", comm="nccl", exec_mode="graph", procs=2,
+                                scale=10.0)])
+    # one GPU, or the staged exchange: the schedule does not apply
+    assert not sliced([modelled("p1", transfer="resident", comm="nccl", exec_mode="graph")])
+    assert not sliced([modelled("staged", transfer="resident", procs=2)])

@@ -1,5 +1,5 @@
 """The reference's published times beside the model
-(perfmlp/report/published.py), the implied unknowns put back into the
+(perfmlp/report/sections/published.py), the implied unknowns put back into the
 model, and the section as rendered."""
 import csv
 import math

@@ -18,7 +18,7 @@ from perfmlp.trace.reader import Run
 from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures
 from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
-from perfmlp.report.sections import section_model
+from perfmlp.report.sections.model import section_model
 from perfmlp.report.study import load_study
 
 from conftest import ROOT, run_perfmlp
@@ -428,7 +428,7 @@ def label(variant):
 
 def test_direction_of_a_change():
     from types import SimpleNamespace
-    from perfmlp.report.execution import Change, Variant
+    from perfmlp.report.sections.execution import Change, Variant
 
     def v(t_ms, pred_ms):
         return Variant("graph", None, (SimpleNamespace(t_ms=t_ms, predicted_ms=pred_ms),))
@@ -443,7 +443,7 @@ def test_direction_of_a_change():
 
 
 def test_no_configuration_ran_two_ways():
-    from perfmlp.report.execution import section_execution
+    from perfmlp.report.sections.execution import section_execution
     # repeats of one variant, and a second variant only under a profiler: nothing to set side by side
     runs = mode_variant(2, "eager", None, [0.3, 0.31]) + mode_variant(2, "graph", None, [0.2])
     runs[-1] = profiled(runs[-1])

@@ -272,7 +272,7 @@ def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
     from perfmlp.report.predictions import blind_status
-    from perfmlp.report.validation_section import section_validation
+    from perfmlp.report.sections.validation import section_validation
     m = load_machine("h200-calibrated")
     started = "2026-11-21T13:14:21+00:00"
     # two repeats of one configuration (resident, NCCL) and the reference scheme, each run at `started`
@@ -298,7 +298,7 @@ def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
 
 def test_sign_test_and_its_words():
     from perfmlp.report.model_error import sign_test_p
-    from perfmlp.report.validation_section import sign_verdict
+    from perfmlp.report.sections.validation import sign_verdict
     assert sign_test_p(0, 5) == 2 / 32                    # all 5 on one side: 2 x (1/2)^5 = 0.0625
     assert sign_test_p(1, 9) == pytest.approx(2 * (1 + 10) / 1024)  # 2 (C(10,0) + C(10,1)) / 2^10 = 0.0215
     assert sign_test_p(3, 2) == 1.0 and sign_test_p(0, 0) == 1.0
@@ -330,7 +330,7 @@ def repeats(**kw) -> list:
 def test_validation_summary_per_mode_and_host_enqueue_runs_left_out(tmp_path):
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
-    from perfmlp.report.validation_section import section_validation
+    from perfmlp.report.sections.validation import section_validation
     # two graph configurations (GPU-timed) and one eager one traced at `counters` whose epoch lines carry
     # no synchronised time: its batch times are the host's enqueue times
     graph = dict(exec_mode="graph", transfer="resident", comm="nccl", clock="cupti")
@@ -369,7 +369,7 @@ def test_another_machine_files_predictions_are_shown_apart(tmp_path):
     from perfmlp.model.scaled import scaled_values
     from perfmlp.report.analysis import analyse, trace_level_of
     from perfmlp.report.study import load_study
-    from perfmlp.report.validation_section import section_validation
+    from perfmlp.report.sections.validation import section_validation
     graph = dict(exec_mode="graph", transfer="resident", comm="nccl", clock="cupti", n=2)
     runs = [*repeats(**graph, batch=3200), *repeats(**graph, batch=800)]
     # the H200's calibration carried to the H100 and back to the H200 is the calibration itself
@@ -483,9 +483,10 @@ def test_a_run_at_phases_keeps_every_term(exec_mode, transfer, comm):
 
 def test_per_term_tables_show_host_clock_terms_apart():
     from perfmlp.report.analysis import analyse
-    from perfmlp.report.sections import HOST_CLOCK_COLUMN, section_model
+    from perfmlp.report.analyses.accuracy import HOST_CLOCK_COLUMN
+    from perfmlp.report.sections.model import section_model
     from perfmlp.report.study import load_study
-    from perfmlp.report.validation_section import section_validation
+    from perfmlp.report.sections.validation import section_validation
     runs = [clocked_run("graph", "resident", "nccl", "host"), clocked_run("eager", "pageable", "mpi-staged", "host"),
             clocked_run("eager", "pageable", "mpi-staged", "cuda-events", procs=2)]
     a = analyse(runs, [], load_study(None), "h200-calibrated")
@@ -515,8 +516,8 @@ def test_host_clock_enqueue_times_are_shown_but_not_compared():
     # pageable run's host MPI and pageable copies block the host. The p=4 graph runs: CUPTI.
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
-    from perfmlp.report.sections import HOST_CLOCK_COLUMN
-    from perfmlp.report.validation_section import section_validation
+    from perfmlp.report.analyses.accuracy import HOST_CLOCK_COLUMN
+    from perfmlp.report.sections.validation import section_validation
     runs = [*repeats(exec_mode="graph", transfer="resident", comm="nccl", clock="host", hidden=(2048,), batch=6400),
             *repeats(exec_mode="eager", transfer="pageable", comm="mpi-staged", clock="host", batch=6400),
             *repeats(exec_mode="graph", transfer="resident", comm="nccl", clock="cupti", procs=4)]

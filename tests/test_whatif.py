@@ -83,3 +83,45 @@ def test_the_command_reads_values_as_a_configuration_file(run):
 def test_a_strategy_the_trainer_runs_but_the_what_if_does_not_price_is_one_line(run):
     r = whatif(run, "--set", "comm=ps-nccl", "--procs", "2")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "data parallelism with an allreduce" in r.stderr
+
+
+# ---- the sliced first layer (perfmlp/slices.py) ------------------------------------------------
+
+X4 = __import__("pathlib").Path(__file__).resolve().parents[1] / "reports" / "h200-x4"
+X4_NCCL = X4 / "traces" / "modes-h512-b3200-p4-float32-resident-nccl-cublas"   # 4 GPUs, resident, NCCL, eager
+X4_MACHINE = str(X4 / "benchmarks" / "calibrated.yaml")
+
+
+def test_slices_on_a_committed_four_gpu_run_move_only_the_exchange_by_the_models_chains():
+    from perfmlp.model.predict.slices import choose_slices, predict_sliced
+    from perfmlp.report.whatif import what_if_run
+    from perfmlp.trace.reader import read_run
+    m, run = load_machine(X4_MACHINE), read_run(X4_NCCL)
+    w = what_if_run(run, m, {"slices": "auto"})
+    s = w.before
+    k = choose_slices(m, s.layer_sizes, s.batch, s.procs, comm="nccl", batch_transfer="resident", exec_mode="eager")
+    assert w.before.slices == 1 and w.after.slices == k > 1
+    p = predict_sliced(m, s.layer_sizes, s.batch, s.procs, k, comm="nccl", batch_transfer="resident",
+                       exec_mode="eager")
+    # the measured exchange less what the sliced chain saves against today's; every other group as measured
+    saved_ms = (p["chain_today_s"] - p["chain_sliced_s"]) * 1e3
+    assert saved_ms > 0 and w.changed == ("allreduce",)
+    assert w.groups_ms["allreduce"] == pytest.approx(w.measured_groups_ms["allreduce"] - saved_ms)
+    assert all(w.groups_ms[g] == w.measured_groups_ms[g] for g in w.groups_ms if g != "allreduce")
+    assert w.total_ms == pytest.approx(w.measured_ms - saved_ms)
+    # a count given is priced as given; one past the hidden units is one line
+    assert what_if_run(run, m, {"slices": k}).total_ms == pytest.approx(w.total_ms)
+    with pytest.raises(WhatIfError, match="the first layer has 512 hidden units"):
+        what_if_run(run, m, {"slices": 4000})
+
+
+def test_the_command_prices_slices_on_a_gpu_run_and_refuses_them_where_the_trainer_does():
+    r = subprocess.run([sys.executable, "-m", "perfmlp.whatif", str(X4_NCCL), "--set", "slices=auto", "--machine",
+                        X4_MACHINE, "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["before"]["slices"] == 1 and out["after"]["slices"] > 1 and out["predicted_ms"] < out["measured_ms"]
+    staged = X4 / "traces" / "modes-h512-b3200-p4-float32-resident-mpi-staged-cublas"
+    r = subprocess.run([sys.executable, "-m", "perfmlp.whatif", str(staged), "--set", "slices=4", "--machine",
+                        X4_MACHINE], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr == f"perfmlp.whatif: error: {trainers_words(comm='mpi-staged', slices='4')}\n"

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 
 from .machine import Machine
 from .predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
+from .predict.slices import choose_slices, predict_sliced
 from .. import names as N
 
 # The configuration keys a what-if may change (the model predicts each).
 KEYS = ("comm", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "batch_size", "precision",
-        "hidden_sizes")
+        "hidden_sizes", "slices")
 # The exchanges predict_batch prices: data parallelism with an allreduce.
 COMMS = ("mpi", N.MPI_STAGED, N.NCCL)
 CHANGED_REL = 1e-6  # a group whose prediction moves by more than this (relative) is affected
@@ -62,11 +63,51 @@ class Setting:
     bucket_bytes: int
     gemm: str
     trace_level: str              # the level the run's tracer ran at, kept by every change
+    slices: int | str = 1         # the first layer's exchange in K slices (perfmlp/slices.py), or auto
 
     def predict(self, machine: Machine) -> Prediction:
-        return predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
-                             self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
-                             bucket_bytes=self.bucket_bytes, gemm=self.gemm)
+        p = predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
+                          self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
+                          bucket_bytes=self.bucket_bytes, gemm=self.gemm)
+        return p if self.slices == 1 else sliced(machine, self, p)
+
+
+def sliced(machine: Machine, s: Setting, p: Prediction) -> Prediction:
+    """`p` with the sliced schedule (model/predict/slices.py): its chain
+    in place of today's, the difference in the allreduce term (the part of
+    the exchange the compute now hides, less the slices' extra kernels)."""
+    r = predict_sliced(machine, s.layer_sizes, s.batch, s.procs, s.slices, s.precision, comm=s.comm,
+                       batch_transfer=s.batch_transfer, exec_mode=s.exec_mode, gemm=s.gemm)
+    change = r["chain_sliced_s"] - r["chain_today_s"]
+    terms = {**p.terms, N.ALLREDUCE: p.terms[N.ALLREDUCE] + change}
+    return dataclasses.replace(p, terms=terms, total_s=p.total_s + change,
+                               overlapped_s=min(p.overlapped_s, p.total_s + change),
+                               detail={**p.detail, "slices": s.slices, "chain_today_s": r["chain_today_s"],
+                                       "chain_sliced_s": r["chain_sliced_s"]})
+
+
+def slices_of(value) -> int | str:
+    """--slices as a configuration holds it ("4", 4 or auto): an int, or auto."""
+    return value if value == N.AUTO else int(value)
+
+
+def resolve_slices(machine: Machine, s: Setting) -> Setting:
+    """`s` with slices `auto` made the count the model prices fastest, and
+    refused in one line where the trainer's GPU schedule does not run."""
+    if s.slices == 1:
+        return s
+    if s.comm != N.NCCL or s.precision == N.FP16 or s.overlap:
+        raise WhatIfError(f"slices {s.slices}: the sliced schedule is priced on a GPU with comm nccl, without "
+                          f"overlap and not in fp16 (this one: comm {s.comm}, {s.precision}"
+                          f"{', overlap' if s.overlap else ''})")
+    if s.slices == N.AUTO:
+        return dataclasses.replace(s, slices=choose_slices(machine, s.layer_sizes, s.batch, s.procs, s.precision,
+                                                           comm=s.comm, batch_transfer=s.batch_transfer,
+                                                           exec_mode=s.exec_mode, gemm=s.gemm))
+    if not 1 <= s.slices <= s.layer_sizes[1]:
+        raise WhatIfError(f"slices {s.slices}: the first layer has {s.layer_sizes[1]} hidden units; give 1 to "
+                          f"{s.layer_sizes[1]}")
+    return s
 
 
 @dataclass(frozen=True)
@@ -116,7 +157,8 @@ def changed_setting(before: Setting, values: dict, procs: int | None = None) -> 
         precision=v.get("precision", before.precision), comm=comm,
         batch_transfer=v.get("batch_transfer", before.batch_transfer),
         exec_mode=resolve_exec(v.get("exec", before.exec_mode), comm=comm), overlap=v.get("overlap", before.overlap),
-        bucket_bytes=v.get("bucket_bytes", before.bucket_bytes), gemm=v.get("gemm", before.gemm))
+        bucket_bytes=v.get("bucket_bytes", before.bucket_bytes), gemm=v.get("gemm", before.gemm),
+        slices=slices_of(v.get("slices", before.slices)))
     if new.procs > new.batch:
         raise WhatIfError(f"--procs {new.procs}: more processes than the {new.batch} samples of a batch")
     return new
@@ -137,9 +179,24 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
         if s.comm not in COMMS:
             raise WhatIfError(f"comm {s.comm}: the what-if prices data parallelism with an allreduce "
                               f"({', '.join(COMMS)}); `python -m perfmlp.model --comm {s.comm}` predicts it alone")
-    p0, p1 = before.predict(machine), after.predict(machine)
+    before, after = resolve_slices(machine, before), resolve_slices(machine, after)
+    plain = dataclasses.replace(after, slices=before.slices)
+    p0, p1 = before.predict(machine), plain.predict(machine)
     to_graph = after.exec_mode == N.GRAPH and before.exec_mode != N.GRAPH
-    return combined(run_id, machine.name, before, after, measured_ms, measured_groups_ms, p0, p1, to_graph)
+    w = combined(run_id, machine.name, before, after, measured_ms, measured_groups_ms, p0, p1, to_graph)
+    return w if plain == after else with_slices(w, after.predict(machine), p1)
+
+
+def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
+    """The what-if with the slice count changed too: the model's change of
+    the step (the sliced chain against the other) added to the exchange's
+    group as used, not in place of it, since the schedule moves only how
+    much of the measured exchange the compute hides."""
+    shift_ms = (sliced_p.total_s - plain_p.total_s) * 1e3
+    groups = {**w.groups_ms, N.ALLREDUCE: w.groups_ms[N.ALLREDUCE] + shift_ms}
+    changed = w.changed if N.ALLREDUCE in w.changed else (*w.changed, N.ALLREDUCE)
+    terms = w.changed_terms if N.ALLREDUCE in w.changed_terms else (*w.changed_terms, N.ALLREDUCE)
+    return dataclasses.replace(w, predicted_after=sliced_p, groups_ms=groups, changed=changed, changed_terms=terms)
 
 
 def combined(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0: Prediction,

@@ -19,23 +19,23 @@ from ..safeio import check_output_folder, replace_folder
 from ..trace.reader import Run, read_traces
 from . import figures
 from .analysis import Analysis, analyse
-from .cluster import section_cluster
-from .execution import section_execution
+from .sections.cluster import section_cluster
+from .sections.execution import section_execution
 from .configurations import run_labels
-from .extras import section_correctness, section_nsys, section_profiles
-from .findings import section_configurations, section_recommendations
-from .overview import overview_of, section_overview
-from .psasync import is_async, section_psasync
-from .published import section_published
-from .questions import section_modes, section_q2_1, section_q2_2
+from .sections.extras import section_correctness, section_nsys, section_profiles
+from .sections.findings import section_configurations, section_recommendations
+from .sections.overview import overview_of, section_overview
+from .sections.psasync import is_async, section_psasync
+from .sections.published import section_published
+from .sections.questions import section_modes, section_q2_1, section_q2_2
 from .render import render
-from .scaling import section_host_timeline, section_phases, section_scaling
-from .sections import section_model, section_no_gpu, section_runs
-from .strategies import section_strategies
+from .sections.scaling import section_host_timeline, section_phases, section_scaling
+from .sections.model import section_model, section_no_gpu, section_runs
+from .sections.strategies import section_strategies
 from .study import Study, load_study
 from .blind_tests import History, read_blind_tests
-from .timeline_section import section_timeline
-from .validation_section import section_history, section_validation
+from .sections.timeline import section_timeline
+from .sections.validation import section_history, section_validation
 
 
 def sections_of(a: Analysis, history: History | None = None) -> list:

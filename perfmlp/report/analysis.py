@@ -65,7 +65,6 @@ class RunSummary:
     calibrated: Prediction | None   # GPU runs with a calibrated machine file
     util_datasheet: float | None
     util_calibrated_peak: float | None
-    imbalance_ms: float
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
     exec: str = N.EAGER         # the execution mode that ran (exec_of)
@@ -78,6 +77,7 @@ class RunSummary:
     trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
     layer_sizes: tuple = ()     # D, the hidden sizes, C
     mem_bytes_rank0: int | None = None   # device-memory bytes rank 0's kernels move in a batch (the trace's Shape)
+    bytes_exchanged_rank0: int = 0       # bytes rank 0 hands to MPI and NCCL collectives in a batch (the Shape's)
     blas: str | None = None     # the BLAS library NumPy called (the manifest's ran.blas)
     blas_threads: tuple = ()    # each rank's BLAS threads as it trained (ran.blas_threads; None: not known)
 
@@ -221,6 +221,7 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     bytes_rank = max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0)
     # the one place the device-memory bytes are read: the Shape record's per-phase counts, where the trace has them
     mem = getattr(counters[ranks[0]], "mem_bytes", None) if counters[ranks[0]] else None
+    sent = counters[ranks[0]].bytes_mpi + counters[ranks[0]].bytes_nccl if counters[ranks[0]] else 0
     t_ms = run.median_batch_ms()
     comm = run.comm  # the reader names old traces' exchanges as --comm does
     gpu = run.on_gpu
@@ -249,8 +250,6 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
 
     p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated if gpu else machines.cpu)
     comparable = comparable_terms(run.phase_clock, gpu, ran.batch_transfer, comm, ran.parallel)
-    busy = [busy_ms(ph) for ph in phases.values()]
-    imbalance = max(busy) - min(busy)
     return RunSummary(
         run_id=run.run_id, path=run.path, hidden=tuple(int(h) for h in c["hidden_sizes"]),
         batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=ran.batch_transfer,
@@ -259,12 +258,11 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=flops_rank0, bytes_copied_rank=bytes_rank,
         phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
-        imbalance_ms=imbalance,
         parallel=ran.parallel, model_procs=ran.model_procs, exec=exec_of(run),
         host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
         overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),
         trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes),
-        mem_bytes_rank0=sum(mem.values()) if mem else None, blas=ran.blas, blas_threads=tuple(ran.blas_threads or ()))
+        mem_bytes_rank0=sum(mem.values()) if mem else None, bytes_exchanged_rank0=sent, blas=ran.blas, blas_threads=tuple(ran.blas_threads or ()))
 
 
 # ---- every run ---------------------------------------------------------------------------

@@ -29,11 +29,15 @@ HOW = ("backend", "precision", "strategy", "transfer", "comm", "gemm", "exec", "
 SETTINGS = SHAPE + HOW
 # Settings named in a label only where they differ from the set's usual value (the shape and the modes always).
 QUIET_SETTINGS = ("backend", "precision", "strategy", "gemm", "overlap", "trace_level", "profiler")
-GPU_ONLY = ("transfer", "gemm", "exec", "overlap")
 SHORT = {N.MPI_STAGED: "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
 ORDER = {"transfer": (N.PAGEABLE, N.PREFETCH_PAGEABLE, N.PINNED, N.PREFETCH, N.RESIDENT),
          "comm": ("mpi", N.MPI_STAGED, "ps", N.NCCL, N.PS_NCCL), "exec": (N.EAGER, "graph"),
          "trace_level": (N.COUNTERS, "phases", "timeline", "kernels")}
+
+
+def overlap_words(bucket_bytes: int) -> str:
+    """An overlapped run's setting, as the tables name it."""
+    return f"overlap {bucket_bytes >> 10} KiB"
 
 
 def settings_of(r: RunSummary) -> dict:
@@ -42,7 +46,7 @@ def settings_of(r: RunSummary) -> dict:
     return {"hidden": r.hidden_label, "batch": r.batch, "procs": r.procs, "backend": r.backend,
             "precision": r.precision, "strategy": r.strategy, "transfer": r.transfer if gpu else None,
             "comm": r.comm, "gemm": r.gemm if gpu else None, "exec": r.exec if gpu else None,
-            "overlap": (f"overlap {r.bucket_bytes >> 10} KiB" if r.overlap else "no overlap") if gpu else None,
+            "overlap": (overlap_words(r.bucket_bytes) if r.overlap else "no overlap") if gpu else None,
             "trace_level": r.trace_level, "profiler": "nsys" if r.profiled else ("cProfile" if r.cprofile else None)}
 
 

@@ -28,18 +28,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import PerfmlpError
-from ..model.costs import DEFAULT_BUCKET_BYTES
 from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
 from ..model.machine.choose import shipped_cpu
 from ..model.whatif import WhatIfError
 from ..model.whatif_cpu import changed_cpu_setting, cpu_options, what_if_cpu
-from .configurations import Configuration
+from .configurations import Configuration, overlap_words
 from .thresholds import MIN_GAIN
 from .whatif import cpu_setting_of, measured_groups_ms, what_if_run
 from .. import names as N
 
-OVERLAP_DEFAULT = f"overlap {DEFAULT_BUCKET_BYTES >> 10} KiB"
+
+
+def overlap_label(c: Configuration) -> str:
+    """The overlap setting the what-if's `overlap` gives: the run's own bucket size, as it recorded it."""
+    return overlap_words(c.representative.bucket_bytes)
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,8 @@ class Change:
     name: str
     sets: tuple           # the what-if's (key, value) changes
     applies: Callable     # settings -> bool
-    target: tuple         # (setting, value) of the configuration that made the change
-
-    @property
-    def gpu_move(self) -> bool:
-        return not self.sets
+    target: tuple         # (setting, value) of the configuration that made the change (a value: or its function
+                          # of the configuration changed)
 
 
 CHANGES = (
@@ -72,9 +72,12 @@ CHANGES = (
            lambda s: s["gemm"] not in (None, N.CUBLAS), (("gemm", N.CUBLAS),)),
     Change("overlap the allreduce with the backward pass", (("overlap", True),),
            lambda s: s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap",
-           (("overlap", OVERLAP_DEFAULT),)),
+           (("overlap", overlap_label),)),
 )
 GPU_MOVE = "run it on a GPU"
+SLICES = "slice the first layer's exchange, {k} slices"   # perfmlp/slices.py, K the model's choice
+SLICES_WORDS = ("slicing the first layer's exchange (several GPUs with NCCL, no overlap; offered only where it is "
+                "predicted to save min_gain or more)")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def describable(c: Configuration) -> bool:
 
 def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | None:
     s = dict(c.settings)
-    s.update(target)
+    s.update((k, v(c) if callable(v) else v) for k, v in target)
     found = index.get(tuple(s.items()))
     return found if found is not None and found.judged else None
 
@@ -120,6 +123,23 @@ def whatif_gain(c: Configuration, change: Change, run, machine: Machine, unprice
         g = "compute"
         return (w.measured_ms - w.measured_groups_ms[g] + w.predicted_after.groups()[g] * 1e3) / w.measured_ms - 1
     return w.total_ms / w.measured_ms - 1
+
+
+def slices_apply(s: dict) -> bool:
+    """Settings the trainer's sliced schedule runs with on a GPU: several GPUs, NCCL, no overlap, not fp16."""
+    return s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap" and s["precision"] != N.FP16
+
+
+def slices_recommendation(c: Configuration, run, machine: Machine) -> Recommendation | None:
+    """The sliced first layer at the slice count the model prices fastest,
+    priced by the what-if engine; offered only where it is recommended."""
+    try:
+        w = what_if_run(run, machine, {"slices": N.AUTO})
+    except (WhatIfError, PerfmlpError, ValueError, KeyError):
+        return None
+    rec = Recommendation(c, SLICES.format(k=w.after.slices), w.total_ms / w.measured_ms - 1,
+                         how=f"what-if on {machine.name}")
+    return rec if w.after.slices > 1 and rec.recommended else None
 
 
 def gpu_gain(c: Configuration, gpu: Machine) -> tuple[float, str]:
@@ -194,6 +214,8 @@ def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Mac
             sib = sibling_of(c, ch.target, index)
             out.append(Recommendation(c, ch.name, gain, sib.t_ms / c.t_ms - 1 if sib else None, sib,
                                       f"what-if on {machine.name}"))
+        sliced = slices_recommendation(c, run, machine) if slices_apply(c.s) else None
+        out += [sliced] if sliced else []
     return out
 
 

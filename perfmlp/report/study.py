@@ -57,7 +57,7 @@ class Study:
     q2_2_hidden_sizes: tuple[int, ...]
     targets: Targets
     path: str = ""
-    # optional: how the published times were made (the report's section on them, report/published.py)
+    # optional: how the published times were made (the report's section on them, report/sections/published.py)
     reference_machine: str = ""                          # a machine file name or path
     reference_scheme: tuple[tuple[str, str], ...] = ()   # (key, value) of REFERENCE_SCHEME_CHOICES
     networks: tuple[Network, ...] = ()                   # assumed, for comparison with the implied network

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model.machine import Machine
 from ..model.predict import GROUPS
-from ..model.whatif import Setting, WhatIf, changed_setting, what_if
+from ..model.whatif import Setting, WhatIf, changed_setting, slices_of, what_if
 from ..model.whatif_cpu import CpuSetting
 from ..trace.format import PHASE_TERMS
 from ..trace.reader import Run
@@ -14,7 +14,8 @@ def setting_of(run: Run) -> Setting:
     """The configuration a run ran with (the manifest's record of what ran)."""
     c, ran = run.config, run.ran
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], ran.comm,
-                   ran.batch_transfer, ran.exec, ran.overlap, ran.bucket_bytes, ran.gemm, ran.trace_level)
+                   ran.batch_transfer, ran.exec, ran.overlap, ran.bucket_bytes, ran.gemm, ran.trace_level,
+                   slices_of(c.get("slices", "1")))
 
 
 def cpu_setting_of(run: Run) -> CpuSetting:

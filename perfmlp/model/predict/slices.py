@@ -126,7 +126,8 @@ def schedule_change(machine: Machine, layer_sizes, b: int, procs: int, slices: i
     """What the schedule changes in predict_batch's terms for a piece of b
     samples: {"compute_s" (the compute chain's change: smaller GEMMs, the
     split update), "exchange_s" (the exchange left exposed less today's
-    serial exchange), "chain_today_s", "chain_sliced_s"}."""
+    serial exchange), "chain_today_s", "chain_sliced_s", and today's two chains apart, "compute_today_s" and
+    "comm_today_s" (at `grad_precision`'s width)}."""
     def comm_fn(width):
         def seconds(n):
             t = sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
@@ -141,8 +142,10 @@ def schedule_change(machine: Machine, layer_sizes, b: int, procs: int, slices: i
     today = chain_s(today_parts, comm_fn(full), False)
     sliced = chain_s(parts, comm_fn(grad_bytes(precision, grad_precision)), slices > 1)
     compute = _compute_s(parts, slices > 1) - _compute_s(today_parts, False)
+    elems = sum(today_parts["rows"]) * today_parts["D"] + today_parts["rest_elems"] + today_parts["loss_elems"]
     return {"compute_s": compute, "exchange_s": sliced - today - compute, "chain_today_s": today,
-            "chain_sliced_s": sliced}
+            "chain_sliced_s": sliced, "compute_today_s": today - comm_fn(full)(elems),
+            "comm_today_s": comm_fn(grad_bytes(precision, grad_precision))(elems)}
 
 
 def _compute_s(parts: dict, pipelined: bool) -> float:
@@ -156,15 +159,21 @@ def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices
                    exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> dict:
     """Predicted seconds per batch of today's step and of the sliced one:
     {"today_s", "sliced_s", "gain" (today / sliced), "slices", "chain_today_s",
-    "chain_sliced_s"}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
+    "chain_sliced_s", "compute_chain_s" and "comm_chain_s" (today's two chains apart: every kernel, and one
+    all-reduce of the whole buffer), "overlapped_s" (the step with the longer chain in place of their sum:
+    the bound no slicing passes)}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
     args = (machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode)
     base = predict_batch(*args, gemm=gemm)
     new = predict_batch(*args, gemm=gemm, slices=slices, grad_precision=grad_precision)
     gap = machine.graph_kernel_gap_s if new.detail["exec"] == N.GRAPH else machine.kernel_gap_s
     change = schedule_change(machine, layer_sizes, max(pieces(batch, procs)), procs, slices, precision,
                              grad_precision, comm, batch_transfer, gap, gemm)
+    # the two chains of today's step apart: no schedule overlaps them better than the longer of the two
+    longer = max(change["compute_today_s"], change["comm_today_s"])
     return {"today_s": base.total_s, "sliced_s": new.total_s, "gain": base.total_s / new.total_s,
-            "slices": slices, "chain_today_s": change["chain_today_s"], "chain_sliced_s": change["chain_sliced_s"]}
+            "slices": slices, "chain_today_s": change["chain_today_s"], "chain_sliced_s": change["chain_sliced_s"],
+            "compute_chain_s": change["compute_today_s"], "comm_chain_s": change["comm_today_s"],
+            "overlapped_s": base.total_s - change["chain_today_s"] + longer}
 
 
 def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = N.FLOAT32,

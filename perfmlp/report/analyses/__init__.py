@@ -24,12 +24,14 @@ from ..analysis import Analysis, analyse
 from ..study import load_study
 from .accuracy import host_paced_spread, limit_text, model_accuracy, terms
 from .imbalance import imbalance
+from .overlap import overlap_bounds
 from .runs import in_q2_2, judged_for_model, runs
 from .scaling import STRONG, WEAK, scaling, scaling_groups
 from .table import Table
 from ..configurations import configurations as configurations_of
 
-__all__ = ["Analyses", "Table", "load", "runs", "configurations", "scaling", "scaling_groups", "imbalance", "terms",
+__all__ = ["Analyses", "Table", "load", "runs", "configurations", "scaling", "scaling_groups", "imbalance",
+           "overlap_bounds", "terms",
            "model_accuracy", "host_paced_spread", "limit_text", "judged_for_model", "in_q2_2", "STRONG", "WEAK"]
 
 
@@ -71,6 +73,10 @@ class Analyses:
     def imbalance(self) -> Table:
         """Each multi-rank configuration's spread of busy time and allreduce time across ranks."""
         return imbalance(self.analysis)
+
+    def overlap_bounds(self) -> Table:
+        """Each multi-GPU NCCL configuration's serial bound beside the overlapped one and the sliced schedule's."""
+        return overlap_bounds(self.analysis)
 
     def terms(self) -> Table:
         """Each GPU run's measured and predicted time, term by term."""

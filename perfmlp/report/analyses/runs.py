@@ -21,6 +21,13 @@ def in_q2_2(a, s) -> bool:
             and s.hidden in {(h,) for h in st.q2_2_hidden_sizes} and s.strategy == N.DATA)
 
 
+def study_shaped(a, c) -> bool:
+    """A judged configuration of the study's own job: its H, B split over p, precision."""
+    st, s = a.study, c.s
+    return (c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
+            and s["precision"] == st.precision)
+
+
 def run_row(a, r, label: str) -> dict:
     """One run's row: GPU-only settings and figures only for GPU runs."""
     row = {"run": r.run_id, "label": label, "H": r.hidden_label, "B": r.batch, "procs": r.procs,

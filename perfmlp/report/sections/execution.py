@@ -14,9 +14,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .analysis import Analysis, RunSummary, error_pct
-from .sections import Section, Table
-from .. import names as N
+from ..analysis import Analysis, RunSummary, error_pct
+from . import Section, Table
+from ... import names as N
 
 EAGER_TO_GRAPH, TO_OVERLAP = "eager -> graph", "no overlap -> overlap"
 

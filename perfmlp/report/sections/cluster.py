@@ -12,14 +12,14 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from ..model.cluster import ClusterError, cluster_files, load_cluster
-from ..model.machine import MachineError, load_machine
-from ..model.nccl_tests import comparison
-from ..model.projection import PROCS, STRATEGIES, crossover, scaling
-from .analysis import Analysis
-from .figures import _plt, encode
-from .sections import Figure, Section, Table
-from .. import names as N
+from ...model.cluster import ClusterError, cluster_files, load_cluster
+from ...model.machine import MachineError, load_machine
+from ...model.nccl_tests import comparison
+from ...model.projection import PROCS, STRATEGIES, crossover, scaling
+from ..analysis import Analysis
+from ..figures import _plt, encode
+from . import Figure, Section, Table
+from ... import names as N
 
 STRATEGY_COLORS = {"data": "tab:blue", "model": "tab:orange", N.HYBRID: "tab:green"}
 SHOWN_PROCS = (1, 8, 64, 256, 1024)          # the scaling table's rows (the figure has every power of two)

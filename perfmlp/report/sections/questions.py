@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..model.summary import part_flops, reference_approx
-from ..model.roofline import modified_roofline
-from .analysis import Analysis
+from ...model.summary import part_flops, reference_approx
+from ...model.roofline import modified_roofline
+from ..analyses.overlap import overlap_bounds
+from ..analyses.runs import study_shaped
+from ..analysis import Analysis
 from .ceilings import ceilings_figures
-from .configurations import Configuration, configurations
-from .figures import roofline
-from .sections import Figure, Section, Table, pct
-from .. import names as N
+from ..configurations import Configuration, configurations
+from ..figures import roofline
+from . import Figure, Section, Table, pct
+from ... import names as N
 
 # perfmlp's transfer and communication modes, from the reference's scheme to the fastest.
 MODES = ((N.PAGEABLE, N.MPI_STAGED), (N.PINNED, N.MPI_STAGED), (N.RESIDENT, N.MPI_STAGED), (N.RESIDENT, N.NCCL))
@@ -26,10 +28,8 @@ REFERENCE_SCHEME, BEST = MODES[0], MODES[-1]
 
 
 def study_job(a: Analysis, c: Configuration) -> bool:
-    """A judged GPU configuration of the study's own job (its H, B split over p, precision), data parallel."""
-    st, s = a.study, c.s
-    return (c.gpu and c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
-            and s["precision"] == st.precision and s["strategy"] == N.DATA)
+    """A GPU configuration of the study's own job (analyses.runs.study_shaped), data parallel."""
+    return c.gpu and study_shaped(a, c) and c.s["strategy"] == N.DATA
 
 
 def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str,
@@ -180,7 +180,7 @@ def section_q2_2(a: Analysis) -> Section:
                                     title=f"{kind.capitalize()} roofline per GPU, {primary.name}, B/p = "
                                           f"{st.batch_size}", model=a.machines.primary_kind,
                                     h_list=st.q2_2_hidden_sizes)))
-    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/ceilings.py)
+    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/sections/ceilings.py)
     s.tables.append(Table("q2_2_points", "The Question 2.2 points", [
         {"configuration": p["label"], "H": p["H"], "procs": p["procs"], "transfer": p["transfer"],
          "comm": p["comm"], "exec": p["exec"], "AI (FLOP/B)": p["ai"] if math.isfinite(p["ai"]) else None,
@@ -189,4 +189,13 @@ def section_q2_2(a: Analysis) -> Section:
          "modified roofline TFLOP/s (pageable BW)": _modified(p["ai"], peak, bws[N.PAGEABLE]) / 1e12,
          "modified roofline TFLOP/s (pinned BW)": _modified(p["ai"], peak, bws[N.PINNED]) / 1e12, "runs": p["runs"]}
         for p in pts + inf_pts], hidden=("runs",)))
+    bounds = overlap_bounds(a).records()
+    if bounds:
+        s.paragraphs.append(
+            "Today's step on several GPUs runs its compute chain, then one all-reduce of the whole gradient buffer: "
+            "the serial bound. Overlapped, no schedule passes the longer of the two chains: the overlapped bound. "
+            "The sliced schedule (`--slices`, the first layer's weight gradient reduced in slices as each is "
+            "written) at the slice count the model prices fastest lies between them (the model's times, "
+            f"{primary.name}).")
+        s.tables.append(Table("overlap_bounds", "Serial and overlapped bounds per batch (model)", bounds))
     return s

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .analyses.imbalance import imbalance
-from .analyses.scaling import STRONG, WEAK, scaling as scaling_table
-from .analysis import Analysis
-from .configurations import Configuration, configurations
-from .figures import host_batch, phases, scaling
-from .sections import Figure, Section, Table
-from .. import names as N
+from ..analyses.imbalance import imbalance
+from ..analyses.scaling import STRONG, WEAK, scaling as scaling_table
+from ..analysis import Analysis
+from ..configurations import Configuration, configurations
+from ..figures import host_batch, phases, scaling
+from . import Figure, Section, Table
+from ... import names as N
 
 PHASE_FIGURE_MODES = ((N.PAGEABLE, N.MPI_STAGED), (N.RESIDENT, N.NCCL), (N.PINNED, N.MPI_STAGED))
 FIGURE_CONFIGS = 4          # configurations in the phase figure when the study's modes did not run

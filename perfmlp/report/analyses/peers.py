@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..safeio import read_json
+from ...safeio import read_json
 
 PEER_FILE = "graph_step.jsonl"
 PEERS = {"pytorch graph": "PyTorch, CUDA graph", "pytorch eager": "PyTorch, eager"}   # on p > 1 with " (DDP)"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import statistics
 
-from ..trace.clocks import host_phase_spans_s, to_run_s
-from ..trace.reader import Run
-from .sections import Figure, Section, Table
-from .timeline import BUSY_PARTS, IDLE_PARTS, PARTS, Timeline, analyse_timeline
+from ...trace.clocks import host_phase_spans_s, to_run_s
+from ...trace.reader import Run
+from . import Figure, Section, Table
+from ..timeline import BUSY_PARTS, IDLE_PARTS, PARTS, Timeline, analyse_timeline
 
 CAT_COLORS = {"compute": "tab:blue", "comm": "tab:purple", "copy": "tab:orange", "graph": "tab:cyan"}
 PART_COLORS = ("tab:blue", "tab:purple", "tab:orange", "tab:red", "tab:olive", "tab:gray")  # PARTS' order
@@ -132,7 +132,7 @@ def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, f
 
 
 def draw_batch(run_batch, title: str = ""):
-    from .figures import _plt, encode, legend_below
+    from ..figures import _plt, encode, legend_below
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(run_batch) + 1.2))
     for i, (_, items) in enumerate(run_batch):
@@ -153,7 +153,7 @@ def draw_batch(run_batch, title: str = ""):
 def draw_breakdown(per_rank, title: str = ""):
     """per_rank: rank -> each steady batch's PARTS -> ms, stacked; every rank on one y scale that holds
     the tallest batch."""
-    from .figures import _plt, encode
+    from ..figures import _plt, encode
     plt = _plt()
     fig, axes = plt.subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 1.0), squeeze=False)
     top = max((sum(b[p] for p in PARTS) for bds in per_rank.values() for b in bds), default=1.0) or 1.0

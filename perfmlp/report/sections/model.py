@@ -1,88 +1,15 @@
-"""What each section of the report selects and says.
-
-A section is pure: it reads the analysis (perfmlp/report/analysis.py) and
-returns paragraphs, tables (rows as dicts: column name -> value) and
-figures (a drawing function and its arguments); nothing is written here.
-Selections use the summaries' typed fields and the study's sizes.
-"""
+"""Every run, and the model's predictions against the measurement."""
 from __future__ import annotations
 
-import statistics
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from ..trace.reader import STEADY_RULE
-from .analysis import TERMS, Analysis, RunSummary, error_pct, predicted_terms
-from .analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell, model_accuracy, terms
-from .analyses.runs import judged_for_model, runs as runs_table
-from .figures import measured_vs_predicted
-from .. import names as N
-
-
-@dataclass(frozen=True)
-class Cell:
-    """A table cell with more than its text: a tooltip (report.html's title)
-    and a class that colours it (render.py's CSS); Markdown and CSV write the text."""
-    text: str
-    tip: str = ""
-    css: str = ""
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass
-class Table:
-    name: str
-    caption: str
-    rows: list[dict]
-    hidden: tuple = ()          # columns written to the CSV only (a run's full id beside its short label)
-    tips: dict = field(default_factory=dict)   # shown column -> the (hidden) column its tooltip comes from
-    collapse: bool | None = None   # report.html folds it into <details>; None: when longer than COLLAPSE_ROWS
-    place: str = ""             # in a section laid out in columns: "main", "side" or "wide" (render.py)
-    header: bool = True         # report.html shows the column names (a legend's row needs none)
-    css: str = ""               # report.html's class for the table (render.py's STYLE)
-
-
-@dataclass
-class Figure:
-    name: str
-    caption: str
-    draw: Callable[..., dict[str, bytes]]   # perfmlp/report/figures.py
-    args: dict
-    place: str = ""
-
-
-@dataclass
-class Section:
-    title: str
-    paragraphs: list[str] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    anchor: str = ""            # report.html's id for the section ("" : made from the title)
-
-
-def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
-    """One sentence on the measured terms a per-term table does not compare:
-    `left_out` holds each row's (a run's or a configuration's) terms left out."""
-    by_term = Counter(t for terms in left_out for t in terms)
-    if not by_term:
-        return None
-    where = ", ".join(f"{t} in {by_term[t]}" for t in TERMS if by_term[t])
-    return (f"{sum(by_term.values())} measured term(s) in {sum(map(bool, left_out))} of {len(left_out)} {rows} "
-            f"{outcome} ({where}): they were timed on the host clock (trace level counters), where work the host "
-            "only enqueues (kernels, graph replays, NCCL collectives, pinned copies) measures its enqueue and the "
-            "staged D2H its wait for the backward pass, not the time the model's term prices "
-            f"(trace.format.comparable_terms; the host's times are in the column '{HOST_CLOCK_COLUMN}').")
-
-
-def pct(fraction: float | None, nd: int = 2) -> str:
-    return "-" if fraction is None else f"{100 * fraction:.{nd}f}%"
-
-
-# ---- sections ----------------------------------------------------------------------------
+from ...trace.reader import STEADY_RULE
+from ..analysis import Analysis, RunSummary
+from ..analyses.accuracy import HOST_CLOCK_COLUMN, model_accuracy, terms
+from ..analyses.runs import judged_for_model, runs as runs_table
+from ..figures import measured_vs_predicted
+from . import Figure, Section, Table, host_clock_note
 
 def section_runs(a: Analysis, labels: dict[str, str], bound: dict[str, str]) -> Section:
     """Every run, named by its short label (`labels`: run id -> label; the id in the tooltip and

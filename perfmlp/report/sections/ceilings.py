@@ -13,12 +13,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..model.costs import grad_buffer_bytes, itemsize
-from ..model.machine import MachineError
-from ..model.predict.cpu import cpu_ceilings
-from ..model.precision import precision as precision_of
-from .figures import ceilings_roofline
-from .. import names as N
+from ...model.machine import MachineError
+from ...model.predict.cpu import cpu_ceilings
+from ...model.precision import precision as precision_of
+from ..figures import ceilings_roofline
+from ... import names as N
 
 
 def ceilings_points(a) -> list[dict]:
@@ -65,7 +64,7 @@ def cpu_points(a) -> list[dict]:
     for r in a.runs:
         if r.backend != N.NUMPY or r.strategy != N.DATA or not r.t_ms:
             continue
-        sent = grad_buffer_bytes(r.layer_sizes, itemsize(r.precision)) if r.procs > 1 and r.layer_sizes else 0
+        sent = r.bytes_exchanged_rank0 if r.procs > 1 else 0
         out.append({"precision": r.precision, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
                     "ai_hbm": r.flops_rank0 / r.mem_bytes_rank0 if r.mem_bytes_rank0 else None,
                     "ai_pcie": r.flops_rank0 / sent if sent else None, "run": r.run_id, "procs": r.procs})

@@ -3,13 +3,14 @@ bounds it and its first change, every change priced, and the thresholds
 the verdicts and recommendations use (report/thresholds.py)."""
 from __future__ import annotations
 
-from .figures import time_split
+from ..figures import time_split
 from .overview import Overview, gain
-from .recommend import CHANGES, GPU_MOVE
-from .sections import Cell, Figure, Section, Table, pct
-from .thresholds import MIN_GAIN, table as thresholds_table
-from .verdicts import CATEGORIES, __doc__ as VERDICTS_DOC
+from ..recommend import CHANGES, GPU_MOVE, SLICES, SLICES_WORDS
+from . import Cell, Figure, Section, Table, pct
+from ..thresholds import MIN_GAIN, table as thresholds_table
+from ..verdicts import CATEGORIES, __doc__ as VERDICTS_DOC
 
+SLICED = SLICES.split(",")[0]   # the sliced schedule's recommendations, whatever their count
 SPLIT_FIGURE_MAX = 30   # configurations: beyond this the time-split figure would be taller than a page
 
 
@@ -56,7 +57,8 @@ def section_recommendations(o: Overview) -> Section:
     what = []
     if gpu:
         what.append("for each GPU configuration the what-if engine describes (data parallelism, not under a "
-                    "profiler): " + ", ".join(ch.name for ch in CHANGES))
+                    "profiler): " + ", ".join(ch.name for ch in CHANGES)
+                    + (f", and {SLICES_WORDS}" if any(r.change.startswith(SLICED) for r in o.recs) else ""))
     if cpu:
         what.append(f"for a NumPy configuration: {GPU_MOVE}, the model's time for the same job on the GPU machine "
                     "file, with resident data, NCCL and one CUDA graph per step (nothing of the CPU run carries over)")

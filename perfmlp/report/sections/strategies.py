@@ -11,14 +11,14 @@ import statistics
 
 import numpy as np
 
-from ..model.precision import precision as precision_of
-from ..model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
-from .analysis import Analysis, RunSummary
-from .configurations import Configuration, configurations
-from .figures import _plt, encode, legend_below, plain_log
-from .sections import Figure, Section, Table
-from .. import names as N
-from .thresholds import STRATEGY_TIE
+from ...model.precision import precision as precision_of
+from ...model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
+from ..analysis import Analysis, RunSummary
+from ..configurations import Configuration, configurations
+from ..figures import _plt, encode, legend_below, plain_log
+from . import Figure, Section, Table
+from ... import names as N
+from ..thresholds import STRATEGY_TIE
 
 STRATEGY_COLORS = {"data": "tab:blue", "ps": "tab:gray", "model": "tab:orange", "tie": "white"}  # hybrids: green
 

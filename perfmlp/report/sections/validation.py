@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..trace.reader import STEADY_RULE
-from .analysis import Analysis
-from .blind_tests import (WORST_PER_MACHINE, History, MachineHistory, history_by_machine,
+from ...trace.reader import STEADY_RULE
+from ..analysis import Analysis
+from ..blind_tests import (WORST_PER_MACHINE, History, MachineHistory, history_by_machine,
                           worst_configurations)
-from .model_error import ErrorStats, sign_test_p
-from .sections import HOST_CLOCK_COLUMN, Section, Table, host_clock_cell, host_clock_note
-from .interval_check import interval_table_rows
-from .validation import OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
-from .thresholds import MIN_STEADY, SIGN_TEST_LEVEL
+from ..model_error import ErrorStats, sign_test_p
+from ..analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell
+from . import Section, Table, host_clock_note
+from ..interval_check import interval_table_rows
+from ..validation import OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
+from ..thresholds import MIN_STEADY, SIGN_TEST_LEVEL
 
 TITLE = "The model tested blind: protocol, noise floor and error per term"
 STATS = ("median |error| %", "worst |error| %", "signed median %", "above", "below", "within noise", "sign test p")

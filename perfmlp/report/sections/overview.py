@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .analysis import Analysis
-from .configurations import Configuration, configurations, legend, shown_settings, split_label, usual
-from .figures import CATEGORY_COLORS, overview_roofline, time_split
-from .peers import read_peers
-from .recommend import Advice, Recommendation, advice, describable, first_change, recommendations
-from .sections import Cell, Figure, Section, Table, pct
-from .thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, REPEATS_AGREE, TOP_RECOMMENDATIONS
-from .verdicts import CATEGORIES, Verdict, attribute
-from .. import names as N
+from ..analyses.runs import study_shaped
+from ..analysis import Analysis
+from ..configurations import Configuration, configurations, legend, shown_settings, split_label, usual
+from ..figures import CATEGORY_COLORS, overview_roofline, time_split
+from ..analyses.peers import read_peers
+from ..recommend import Advice, Recommendation, advice, describable, first_change, recommendations
+from . import Cell, Figure, Section, Table, pct
+from ..thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, REPEATS_AGREE, TOP_RECOMMENDATIONS
+from ..verdicts import CATEGORIES, Verdict, attribute
+from ... import names as N
 
 LETTERS = dict(zip(CATEGORIES, "GEHCMWN"))   # a verdict's letter in the map (its colour in report.html)
 CSS = {c: f"v{i}" for i, c in enumerate(CATEGORY_COLORS)}
@@ -132,12 +133,6 @@ def verdict_sentence(a: Analysis, o: Overview) -> str:
 
 # ---- tables ------------------------------------------------------------------------------
 
-def study_shaped(a: Analysis, c: Configuration) -> bool:
-    st, s = a.study, c.s
-    return (c.judged and s["hidden"] == str(st.hidden_size) and s["batch"] == st.batch_size
-            and s["precision"] == st.precision)
-
-
 def peer_ms(peers, name: str, c: Configuration) -> float | None:
     r = c.representative
     return next((p.ms for p in peers if p.name == name and p.hidden == r.hidden and p.batch == r.batch
@@ -232,7 +227,7 @@ def verdict_map(o: Overview) -> tuple[Table, Table, str]:
 
 
 def _how_rank(o: Overview, how: str, shown, u, order) -> tuple:
-    from .configurations import sort_key
+    from ..configurations import sort_key
     c = next(c for c in o.configs if split_label(c.s, shown, u)[1] == how)
     return sort_key({**c.s, "hidden": "0", "batch": 0, "procs": 0})[3:] + (order[how],)
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import statistics
 
-from ..model.psasync import predict_async
-from ..trace.reader import Run
-from .figures import _plt, encode
-from .sections import Figure, Section, Table
-from .. import names as N
+from ...model.psasync import predict_async
+from ...trace.reader import Run
+from ..figures import _plt, encode
+from . import Figure, Section, Table
+from ... import names as N
 
 ASYNC = N.PS_ASYNC
 JOB_KEYS = ("input_size", "hidden_sizes", "num_classes", "n_train", "batch_size", "epochs", "learning_rate", "reg",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pstats
 from pathlib import Path
 
-from .analysis import Analysis
-from .sections import Section, Table
-from ..safeio import read_json
+from ..analysis import Analysis
+from . import Section, Table
+from ...safeio import read_json
 
 CORRECTNESS_KEYS = ("procs", "precision", "comm", "H", "B", "batches", "lr", "max_abs", "max_rel", "ranks_identical")
 
@@ -52,7 +52,7 @@ def section_nsys(a: Analysis) -> Section | None:
     dbs = sorted(a.folder.rglob("*.sqlite")) if a.folder else []
     if not dbs:
         return None
-    from ..trace.nsys import cross_check
+    from ...trace.nsys import cross_check
     s = Section("Nsight Systems cross-check")
     by_id = {r.run_id: r for r in a.traces}
     for db in dbs:

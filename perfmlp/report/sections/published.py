@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..model.machine import Machine, MachineError, load_machine
-from ..model.summary import gradient_bytes
-from ..model.published import (ONE_CONSTANT, Explanation, ScaledKernels, explain, kernel_rates,
+from ...model.machine import Machine, MachineError, load_machine
+from ...model.summary import gradient_bytes
+from ...model.published import (ONE_CONSTANT, Explanation, ScaledKernels, explain, kernel_rates,
                                reference_prediction, scaled_kernels, unknowns_alone, with_networks)
-from .analysis import Analysis
-from .sections import Section, Table
-from .. import names as N
-from .thresholds import PUBLISHED_CLOSE
+from ..analysis import Analysis
+from . import Section, Table
+from ... import names as N
+from ..thresholds import PUBLISHED_CLOSE
 
 TITLE = "The reference's published times beside the model"
 TERM_NAMES = (N.H2D_BATCH, "gemm", "elementwise", "kernel_gaps", "launches", N.D2H_GRAD, "allreduce", N.H2D_GRAD)
