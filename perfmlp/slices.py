@@ -44,7 +44,8 @@ from . import names as N
 from .errors import PerfmlpError
 from .mixed import ml_dtypes
 from .model.precision import precision as precision_of
-from .model.predict.slices import choose_slices, slice_rows
+from .model.predict.schedule import slice_rows
+from .model.predict.slices import choose_slices
 from .step import NonFiniteLoss, Parts
 from .step import compute as step_compute
 from .trace.records import Phase

@@ -13,7 +13,8 @@ from perfmlp.errors import PerfmlpError
 from perfmlp.mlp import Network
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
-from perfmlp.model.predict.slices import chain_s, choose_slices, predict_sliced, slice_rows
+from perfmlp.model.predict.schedule import chain_s, slice_rows
+from perfmlp.model.predict.slices import choose_slices, predict_sliced
 from perfmlp.slices import SlicedExchange, check
 
 H200 = ROOT / "models" / "h200-calibrated.yaml"

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import names as N
 from ..comm import _nccl_communicator
-from ..model.predict.slices import slice_rows
+from ..model.predict.schedule import slice_rows
 from ..step import NonFiniteLoss
 from ..step import compute as step_compute
 from ..trace.records import Phase

@@ -9,7 +9,8 @@ from .costs import DEFAULT_BUCKET_BYTES, batch_counts, grad_buffer_bytes, itemsi
 from .interval import interval, interval_json
 from .machine import Machine
 from .predict import predict_batch, resolve_exec, staging_memory
-from .predict.slices import grad_bytes, slice_count
+from .predict.schedule import grad_bytes
+from .predict.slices import slice_count
 from .roofline import modified_roofline, overlapped_roofline, ridge_point, standard_roofline
 from .. import names as N
 

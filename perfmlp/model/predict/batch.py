@@ -8,6 +8,7 @@ from .compute import step_compute
 from .copies import batch_copies
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
 from .execution import EXECS, resolve_exec
+from .schedule import schedule_change
 from .terms import COMPUTE_TERMS, TERMS, Prediction
 from .timeline import Step, launch_host_s, step_items, timeline_batch_s
 from .tracing import trace_cost, trace_detail, traced_phases
@@ -38,7 +39,7 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     fused backward's column block (a trace's launch shapes, where a run's
     prediction is remade from its trace: its manifest's `ran`); `slices`,
     `grad_precision`: the sliced first layer and the 16-bit exchange
-    (predict/slices.py: its two chains replace today's serial one, the
+    (predict/schedule.py: its two chains replace today's serial one, the
     compute they change in gemm, the exchange they leave exposed in
     allreduce; `overlap` is then not priced apart).
 
@@ -90,7 +91,6 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
     detail["bytes_d2d"] = counts.bytes_d2d
     if sliced:
-        from .slices import schedule_change
         change = schedule_change(machine, layer_sizes, b, procs, slices, precision, grad_precision, comm,
                                  batch_transfer, gap, gemm)
         terms["gemm"] += change["compute_s"]

@@ -1,157 +1,21 @@
 """The price of the sliced first layer (perfmlp/slices.py) and the slice
 count it is fastest at.
 
-The schedule: the first layer's weight gradient dW1 = dZ1 X^T computed in
-K slices of hidden units, each slice's all-reduce started on the
-communication stream as soon as its GEMM has written it; the rest of the
-gradients (the upper layers' weights, every bias) reduced once, as soon
-as the backward pass has written them, before the first slice; the rest
-updated when its reduction lands; and slice s updated, and the next
-batch's first-layer forward GEMM of slice s run, as soon as slice s's
-reduction lands. Two chains per batch, compute and communication, on two
-streams:
-
-    compute:  [upd_s + fwd_s when comm_s lands] x K (slice 0: no upd_s), the middle (the rest
-              of the forward, the loss, the output backward), [bwd_s] x K,
-              the rest's update when its reduction lands
-    comm:     [comm_s after bwd_s] x K, the first with the rest
-
-`chain_s` plays four batches of it and returns the steady batch's length:
-the longer of the two chains plus the pipeline's fill (the first slice's
-reduction waits for the first dW1 slice) and drain (the next forward waits
-for the first slice's reduction), which the simulation holds by
-construction. Today's step (K = 1, `pipelined=False`) is the serial sum:
-forward, middle, backward, one all-reduce of the whole buffer, the update.
-
-The sliced step's prediction is predict_batch's (today's step, its
-launches, copies and trace terms) less today's chain plus the sliced
-chain: only the kernels and collectives the schedule changes are repriced.
-A 16-bit exchange adds its two casts (a pass over memory each) to each
-piece's reduction on the communication stream.
-Not modelled: the slowdown of GEMMs sharing the SMs with NCCL's kernels,
-and the host's extra launches in eager mode (graph mode is the target).
+predict_sliced sets today's step beside the sliced one, both from
+predict_batch (whose `slices` and `grad_precision` price the schedule's
+two chains: predict/schedule.py); choose_slices takes the fastest K of
+SLICE_CANDIDATES; `python -m perfmlp.model.predict.slices FILE` prints the
+predicted gains at p = 2, 4, 8 (gain_table).
 """
 from __future__ import annotations
 
 from ... import names as N
-from ..costs import LOSS_SLOTS, pieces, step_kernels, widths
+from ..costs import pieces
 from ..machine import Machine
 from .batch import predict_batch
-from .compute import kernel_s
-from .exchange import comm_s
+from .schedule import schedule_change
 
 SLICE_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)   # the slice counts `auto` chooses among
-HALF_BYTES = 2                                   # bytes of a bf16 or fp16 gradient element
-
-
-def grad_bytes(precision: str, grad_precision: str) -> int:
-    """Bytes per gradient element on the wire: 2 for bf16 and fp16, else the master type's."""
-    return HALF_BYTES if grad_precision in N.HALF_PRECISIONS else widths(precision).param
-
-
-def slice_rows(hidden: int, k: int) -> list[tuple[int, int]]:
-    """K contiguous row ranges of the hidden units, sizes differing by at most one."""
-    out, r = [], 0
-    for n in pieces(hidden, k):
-        out.append((r, r + n))
-        r += n
-    return out
-
-
-def _kernel(machine, ops, isz, precision, gemm, gap) -> float:
-    return kernel_s(machine, ops, isz, precision, gemm) + gap
-
-
-def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap: float, k: int) -> dict:
-    """The schedule's kernels: each slice's forward GEMM, dW1 GEMM and update;
-    the middle (every other kernel but the update); the rest's update."""
-    isz = widths(precision)
-    D, H = layer_sizes[0], layer_sizes[1]
-    kernels = step_kernels(layer_sizes, b, None, isz)
-    first_fwd, first_bwd = (("gemm", (H, b, D)),), (("gemm", (H, D, b)),)
-    middle = [kn for phase, ks in kernels.items() if phase != N.Phase.UPDATE for kn in ks]
-    middle.remove(first_fwd)
-    middle.remove(first_bwd)
-    middle += [kn for kn in kernels[N.Phase.UPDATE] if kn[0][0] == "grad_check"]
-    n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, len(layer_sizes)))
-    n_b = sum(layer_sizes[1:])
-    rows = [r1 - r0 for r0, r1 in slice_rows(H, k)][::-1]   # in the schedule's order: last rows first
-    # slice 0 (the last rows) lands with the rest and is updated with it, in one kernel
-    rest_update = ((("update_weights", (n_w - H * D + rows[0] * D,)), ("update_biases", (n_b,))),)
-    return dict(
-        fwd=[_kernel(machine, (("gemm", (r, b, D)),), isz, precision, gemm, gap) for r in rows],
-        bwd=[_kernel(machine, (("gemm", (r, D, b)),), isz, precision, gemm, gap) for r in rows],
-        # a slice's update: the update kernel on its rows' weights and no bias
-        upd=[0.0] + [_kernel(machine, (("update_weights", (r * D,)), ("update_biases", (0,))), isz, precision,
-                             gemm, gap) for r in rows[1:]],
-        middle=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in middle),
-        upd_rest=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in rest_update),
-        upd_all=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels[N.Phase.UPDATE]
-                    if kn[0][0] != "grad_check"),
-        rows=rows, rest_elems=n_w - H * D + n_b, loss_elems=LOSS_SLOTS, D=D)
-
-
-def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
-    """Seconds per steady batch of the two chains (the module docstring).
-    `comm(elements)`: a collective's seconds for that many elements. The
-    slices (`parts`' lists) go last rows first: the first one written is
-    contiguous with the rest of the buffer and reduced with it, in one
-    collective."""
-    rows, D = parts["rows"], parts["D"]
-    rest = parts["rest_elems"] + parts["loss_elems"]
-    if not pipelined:   # today's step: everything serial, one collective
-        return (sum(parts["fwd"]) + parts["middle"] + sum(parts["bwd"])
-                + comm(sum(rows) * D + rest) + parts["upd_all"])
-    comm_slice = [comm(r * D + (rest if i == 0 else 0)) for i, r in enumerate(rows)]
-    tc = tm = rest_end = 0.0
-    ready = [0.0] * len(rows)
-    ends = []
-    for _ in range(batches):
-        for s in range(len(rows)):
-            tc = max(tc, ready[s]) + parts["upd"][s] + parts["fwd"][s]
-        tc += parts["middle"]
-        for s in range(len(rows)):
-            tc += parts["bwd"][s]
-            tm = max(tm, tc) + comm_slice[s]
-            ready[s] = tm
-            if s == 0:
-                rest_end = tm
-        tc = max(tc, rest_end) + parts["upd_rest"]
-        ends.append(tc)
-    return ends[-1] - ends[-2]
-
-
-def schedule_change(machine: Machine, layer_sizes, b: int, procs: int, slices: int, precision: str,
-                    grad_precision: str, comm: str, batch_transfer: str, gap: float, gemm: str) -> dict:
-    """What the schedule changes in predict_batch's terms for a piece of b
-    samples: {"compute_s" (the compute chain's change: smaller GEMMs, the
-    split update), "exchange_s" (the exchange left exposed less today's
-    serial exchange), "chain_today_s", "chain_sliced_s", and today's two chains apart, "compute_today_s" and
-    "comm_today_s" (at `grad_precision`'s width)}."""
-    def comm_fn(width):
-        def seconds(n):
-            t = sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())
-            if width != full:   # a 16-bit piece is rounded into its buffer and widened back: two passes
-                t += 2 * gap + 2 * n * (full + width) / machine.mem_bw_bytes_per_s
-            return t
-        return seconds
-
-    full = widths(precision).param
-    today_parts = _parts(machine, layer_sizes, b, precision, gemm, gap, 1)
-    parts = _parts(machine, layer_sizes, b, precision, gemm, gap, slices)
-    today = chain_s(today_parts, comm_fn(full), False)
-    sliced = chain_s(parts, comm_fn(grad_bytes(precision, grad_precision)), slices > 1)
-    compute = _compute_s(parts, slices > 1) - _compute_s(today_parts, False)
-    elems = sum(today_parts["rows"]) * today_parts["D"] + today_parts["rest_elems"] + today_parts["loss_elems"]
-    return {"compute_s": compute, "exchange_s": sliced - today - compute, "chain_today_s": today,
-            "chain_sliced_s": sliced, "compute_today_s": today - comm_fn(full)(elems),
-            "comm_today_s": comm_fn(grad_bytes(precision, grad_precision))(elems)}
-
-
-def _compute_s(parts: dict, pipelined: bool) -> float:
-    """The compute chain alone: every kernel of the schedule, one after another."""
-    upd = sum(parts["upd"]) + parts["upd_rest"] if pipelined else parts["upd_all"]
-    return sum(parts["fwd"]) + parts["middle"] + sum(parts["bwd"]) + upd
 
 
 def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices: int, precision: str = N.FLOAT32,
