@@ -71,6 +71,7 @@ NAMES = (*STATES, *(p.value for p in N.PHASES), "a phase")
 UNKNOWN = len(NAMES) - 1
 PACKED = 256   # codes from here on are packed names
 REPORTING = PACKED - 1   # the rank that reports a stall, once it does
+STALL_CLAIM = ".stall-said"   # made in the run's folder by the one rank that says a stall
 PHASE_CODES = _Codes({p.value: len(STATES) + i for i, p in enumerate(N.PHASES)})
 # Where a rank waits for others: their collectives, a CUDA graph that may hold one, the server's loop,
 # the exit (MPI_Finalize waits for every rank).
@@ -144,6 +145,8 @@ class Watchdog:
         self.row[CODE] = state
 
     def batch(self, epoch: int, batch: int) -> None:
+        if self.ending.is_set():   # the thread has said the job is ended: train no further
+            self.hold_if_ending()
         row = self.row
         row[EPOCH] = epoch
         row[BATCH] = batch
@@ -228,12 +231,14 @@ class Watchdog:
         rows = self.table.copy()
         me = int(self.row[RANK])
         stalled = behind(rows)
-        limit = f"no progress for {waited_s:.1f} s (--stall-limit {self.limit_s:g})"
+        limit = f"no progress for {waited_s:.{1 if waited_s >= 1 else 3}f} s (--stall-limit {self.limit_s:g})"
         self._stop.set()   # this thread reports once, whatever follows
         if stalled is None:   # every rank of this node is waiting: at the exit, or for a rank elsewhere
             code, epoch, batch = self._where()
+            whole = self.world is not None and len(rows) == self.world.size   # the job is this node
             line = f"every rank of this node stalled at its exit (MPI, NCCL or CUDA teardown): {limit}" \
                 if all(int(c) == EXITING for c in rows[:, CODE]) else \
+                f"every rank waited {describe(code, epoch, batch)} for the others: {limit}" if whole else \
                 f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
             reporter = int(rows[:, RANK].min())
         else:
@@ -242,15 +247,29 @@ class Watchdog:
             line = f"rank {r} stalled {describe(*map(int, stalled[:3]))}" \
                    f"{' (its process is stopped)' if stopped else ''}: {limit}"
             others = [int(x) for x in rows[:, RANK] if int(x) != r]
-            reporter = min(others, default=me) if stopped else r   # a stalled rank that is alive speaks
-        if me == reporter:
-            self.row[CODE] = REPORTING
-        else:
+            # a stalled rank that is alive speaks (the others may be held inside MPI, their threads not run)
+            reporter = min(others, default=me) if stopped else r
+        if me != reporter:
             time.sleep(2 * GRACE_S)   # the reporter's abort ends this rank first
-            if any(int(row[CODE]) == REPORTING for row in self.table.rows):
-                time.sleep(4 * GRACE_S)   # it has spoken: this rank only ends, silently
-                self._end(None, "stalled", 1)
-        self._end(f"error: {line}; the job is ended", "stalled", 1)
+        # ranks that read the rows at other moments may each think they report: the claim lets one speak
+        if (me == reporter or not any(int(row[CODE]) == REPORTING for row in self.table.rows)) and self._claimed():
+            self.row[CODE] = REPORTING
+            self._end(f"error: {line}; the job is ended", "stalled", 1)
+        time.sleep(4 * GRACE_S)   # another rank has spoken: this one only ends, silently
+        self._end(None, "stalled", 1)
+
+    def _claimed(self) -> bool:
+        """The right to say the stall: the first rank to make the run's claim file has it (a rank whose
+        view of the rows says it is the reporter may be one of two); without a run folder, every reporter."""
+        if self.run_dir is None:
+            return True
+        try:
+            os.close(os.open(os.path.join(self.run_dir, STALL_CLAIM), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        except OSError:   # a full or read-only disk: better two lines than none
+            pass
+        return True
 
     def _who(self) -> str:
         w = self.world

@@ -86,6 +86,7 @@ def test_a_tiny_stall_limit_never_fires_before_the_first_batch(tmp_path, procs):
         assert status == "complete" and not mine, r.stderr
     else:
         assert status == "stalled" and len(mine) == 1 and mine[0].endswith("the job is ended"), (status, r.stderr)
+        assert "another node" not in mine[0], mine[0]   # every rank is on this node
 
 
 @needs_proc
