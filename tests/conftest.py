@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from perfmlp.blas import THREAD_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# One BLAS thread in every test process and the commands they start (set before
+# NumPy loads): the suite's workers already fill the cores, and a BLAS library's
+# extra threads only spin against them. A test about thread counts sets its own.
+for _var in THREAD_ENV:
+    os.environ.setdefault(_var, "1")
 
 
 def mpiexec():
