@@ -14,7 +14,7 @@ from perfmlp.report.blind_tests import COLUMNS, history_by_machine, read_blind_t
 
 from conftest import ROOT
 from synthetic import gpu_records, write_run
-from test_report import four_runs
+from test_report import four_runs, four_runs_report  # noqa: F401 (a fixture)
 
 HISTORY = ROOT / "tests" / "data" / "blind-tests.csv"
 
@@ -48,7 +48,7 @@ def test_the_worst_configurations_of_each_machine():
     assert worst[0].sweep == "h100/validate2" and worst[0].label.startswith("H=2048 B=6400 p=1")
 
 
-def test_the_report_words_the_history(tmp_path):
+def test_the_report_words_the_history(tmp_path, four_runs_report):
     out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(HISTORY))
     md = (out / "report.md").read_text()
     assert f"Blind-test history ({HISTORY}: every" in md and "h200-x2: 6 configuration(s) in 1 sweep(s)" in md
@@ -60,8 +60,8 @@ def test_the_report_words_the_history(tmp_path):
     worst = list(csv.DictReader(open(out / "blind_tests_worst.csv")))
     assert len(worst) == 6 and float(worst[0]["error %"]) == pytest.approx(-10)
     # without the history, none of it
-    md = (build_from_runs(four_runs(), [], tmp_path / "plain") / "report.md").read_text()
-    assert "Blind-test history" not in md and not (tmp_path / "plain" / "blind_tests_worst.csv").exists()
+    md = (four_runs_report / "report.md").read_text()
+    assert "Blind-test history" not in md and not (four_runs_report / "blind_tests_worst.csv").exists()
 
 
 def test_a_cpu_runs_report_still_shows_the_history(tmp_path):

@@ -78,8 +78,14 @@ def four_runs():
             fake_run(4, "pageable", "mpi-staged", 1.25), fake_run(1, "resident", "nccl", 0.25)]
 
 
-def test_report_tables_hold_the_known_numbers(tmp_path):
-    out = build_from_runs(four_runs(), [], tmp_path / "rep")
+@pytest.fixture(scope="session")
+def four_runs_report(tmp_path_factory):
+    """The report of four_runs(), built once a worker: the tests read it, none writes into it."""
+    return build_from_runs(four_runs(), [], tmp_path_factory.mktemp("four-runs") / "rep")
+
+
+def test_report_tables_hold_the_known_numbers(four_runs_report):
+    out = four_runs_report
     rows = {r["run"]: r for r in read_csv(out / "runs.csv")}
     r1 = rows["p1-pageable-mpi-staged-cublas"]
     flops = batch_counts(SIZES, 3200, 4).flops_total
@@ -117,10 +123,9 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
     assert "## Execution mode and overlap" not in md and not (out / "execution_modes.csv").exists()
 
 
-def test_every_csv_has_distinct_column_names(tmp_path):
+def test_every_csv_has_distinct_column_names(four_runs_report):
     # the old q2_1 table had "utilisation" and "utilisation " (a trailing space)
-    out = build_from_runs(four_runs(), [], tmp_path / "rep")
-    for path in out.glob("*.csv"):
+    for path in four_runs_report.glob("*.csv"):
         header = next(csv.reader(open(path)))
         assert len({h.strip() for h in header}) == len(header), path.name
         assert all(h == h.strip() for h in header), path.name
@@ -220,14 +225,14 @@ def test_reference_gemm_runs_are_not_accuracy_points():
     assert len(terms.rows) == 6
 
 
-def test_report_cites_nothing_outside_the_repository(tmp_path):
-    md = (build_from_runs(four_runs(), [], tmp_path / "rep") / "report.md").read_text()
+def test_report_cites_nothing_outside_the_repository(four_runs_report):
+    md = (four_runs_report / "report.md").read_text()
     assert "SPEC" not in md and "cme213.yaml" in md
 
 
-def test_regenerated_report_is_byte_identical(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    build_from_runs(four_runs(), [], a)
+def test_regenerated_report_is_byte_identical(tmp_path, four_runs_report):
+    # a: a copy of the shared report, its files' times kept
+    a, b = shutil.copytree(four_runs_report, tmp_path / "a"), tmp_path / "b"
     stamps = {p.name: p.stat().st_mtime_ns for p in a.iterdir()}
     build_from_runs(four_runs(), [], b)
     build_from_runs(four_runs(), [], a)  # over the first: nothing changed, nothing rewritten
