@@ -1,6 +1,8 @@
 """The what-if: the solver is the model's (pure, numbers in), the command
 refuses what the trainer refuses in the trainer's words, and reads its
 values as a configuration file's."""
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from perfmlp.config import Config
 from perfmlp.errors import PerfmlpError
 from perfmlp.model.machine import load_machine
 from perfmlp.model.whatif import Setting, WhatIfError, changed_setting, what_if
+from perfmlp.whatif import main
 
 from synthetic import gpu_records, write_run
 
@@ -21,8 +24,19 @@ BEFORE = Setting((784, 512, 10), 3200, 1, "float32", "mpi-staged", "pageable", "
                  "phases")
 
 
-def whatif(run, *args):
+def whatif_command(run, *args):
     return subprocess.run([sys.executable, "-m", "perfmlp.whatif", str(run), *args], capture_output=True, text=True)
+
+
+def whatif(run, *args):
+    """The command's main in this process (no interpreter to start): its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(run), *args])
+        except SystemExit as e:   # argparse's own refusals
+            rc = e.code
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -81,5 +95,5 @@ def test_the_command_reads_values_as_a_configuration_file(run):
 
 
 def test_a_strategy_the_trainer_runs_but_the_what_if_does_not_price_is_one_line(run):
-    r = whatif(run, "--set", "comm=ps-nccl", "--procs", "2")
+    r = whatif_command(run, "--set", "comm=ps-nccl", "--procs", "2")   # as a command, its interpreter started
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "data parallelism with an allreduce" in r.stderr
