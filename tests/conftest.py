@@ -54,3 +54,16 @@ def has_gpu():
 
 
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs CuPy and a CUDA GPU")
+
+
+# The longest tests start first, longest first, so that no worker is left running one alone at the end.
+FIRST = ("test_16bit_gradients_keep_the_jobs_accuracy", "test_the_readme_commands_work_in_order_on_a_fresh_folder",
+         "test_the_section_renders_with_and_without_the_kernels_rates", "test_regenerated_report_is_byte_identical",
+         "test_the_report_words_the_history", "test_execution_modes_set_measured_changes_beside_predicted")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = getattr(item, "originalname", item.name)
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+    items.sort(key=rank)   # stable: the rest keep their order
