@@ -29,6 +29,17 @@ def tiny_run(tmp_path, run_id="t", *extra, procs=None):
     return tmp_path / run_id
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """A tiny run on two ranks, made once for the tests that read it or change a copy of it."""
+    return tiny_run(tmp_path_factory.mktemp("two-ranks"), "z", procs=2)
+
+
+def copy_run(run_dir, where):
+    """A copy of the run folder `run_dir` in the folder `where`, for a test to change."""
+    return shutil.copytree(run_dir, where / run_dir.name)
+
+
 def test_counters_match_hand_counts(tmp_path):
     run = read_run(tiny_run(tmp_path))
     assert run.complete and [b.samples for b in run.ranks[0].batches] == [5, 5, 3]
@@ -266,9 +277,9 @@ def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
     assert not run("cupy", True).host_enqueue_times and not run("numpy", False).host_enqueue_times
 
 
-def test_a_packed_run_reads_as_the_plain_one(tmp_path):
+def test_a_packed_run_reads_as_the_plain_one(tmp_path, two_ranks):
     from perfmlp.trace.pack import main as pack
-    folder = tiny_run(tmp_path / "set", "z", procs=2)
+    folder = copy_run(two_ranks, tmp_path / "set")
     plain = read_run(folder)
     assert pack([str(tmp_path / "set")]) == 0
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "rank-0.batches.gz", "rank-0.jsonl.gz",
@@ -280,9 +291,9 @@ def test_a_packed_run_reads_as_the_plain_one(tmp_path):
         assert packed.ranks[rank].epochs == plain.ranks[rank].epochs
 
 
-def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
+def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path, two_ranks):
     from perfmlp.trace.pack import main as pack
-    run_dir = tiny_run(tmp_path, "z", procs=2)
+    run_dir = copy_run(two_ranks, tmp_path)
     plain0 = (run_dir / "rank-0.jsonl").read_bytes()
     assert pack([str(run_dir)]) == 0
     (run_dir / "rank-0.jsonl").write_bytes(plain0)      # rank 0 now in both forms
@@ -461,8 +472,8 @@ def test_a_damaged_trace_is_one_line_naming_file_line_and_field(tmp_path, what):
     ("procs string", "manifest.json: procs: 'two', not an integer >= 1"),
     ("record count", "batch records, but its end line says"),
 ])
-def test_a_damaged_format2_trace_is_one_line(tmp_path, what, words):
-    folder = tiny_run(tmp_path, "d", procs=2)
+def test_a_damaged_format2_trace_is_one_line(tmp_path, two_ranks, what, words):
+    folder = copy_run(two_ranks, tmp_path)
     b1 = folder / "rank-1.batches"
     if what == "unknown shape":
         data = bytearray(b1.read_bytes())
