@@ -56,6 +56,15 @@ def has_gpu():
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs CuPy and a CUDA GPU")
 
 
+@pytest.fixture(scope="session")
+def four_runs_report(tmp_path_factory):
+    """The report of test_report.four_runs(), built once a worker for every test
+    file that reads it: the tests read it, none writes into it."""
+    from perfmlp.report import build_from_runs
+    from test_report import four_runs
+    return build_from_runs(four_runs(), [], tmp_path_factory.mktemp("four-runs") / "rep")
+
+
 # The longest tests start first, longest first, so that no worker is left running one alone at the end.
 FIRST = ("test_16bit_gradients_keep_the_jobs_accuracy", "test_the_readme_commands_work_in_order_on_a_fresh_folder",
          "test_the_section_renders_with_and_without_the_kernels_rates", "test_regenerated_report_is_byte_identical",

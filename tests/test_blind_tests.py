@@ -14,7 +14,7 @@ from perfmlp.report.blind_tests import COLUMNS, history_by_machine, read_blind_t
 
 from conftest import ROOT
 from synthetic import gpu_records, write_run
-from test_report import four_runs, four_runs_report  # noqa: F401 (a fixture)
+from test_report import four_runs
 
 HISTORY = ROOT / "tests" / "data" / "blind-tests.csv"
 

@@ -78,12 +78,6 @@ def four_runs():
             fake_run(4, "pageable", "mpi-staged", 1.25), fake_run(1, "resident", "nccl", 0.25)]
 
 
-@pytest.fixture(scope="session")
-def four_runs_report(tmp_path_factory):
-    """The report of four_runs(), built once a worker: the tests read it, none writes into it."""
-    return build_from_runs(four_runs(), [], tmp_path_factory.mktemp("four-runs") / "rep")
-
-
 def test_report_tables_hold_the_known_numbers(four_runs_report):
     out = four_runs_report
     rows = {r["run"]: r for r in read_csv(out / "runs.csv")}
