@@ -1,3 +1,5 @@
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -36,6 +38,18 @@ def run_cmd(args, timeout=120, env=None, cwd=None):
     if env:
         e.update(env)
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or ROOT)
+
+
+def in_process(main, argv):
+    """A command's main(argv) run in this process, no interpreter to start:
+    a CompletedProcess of its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in argv])
+        except SystemExit as e:   # argparse's own refusals
+            rc = e.code
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 
 def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):

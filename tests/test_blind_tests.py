@@ -10,9 +10,10 @@ import pytest
 
 from perfmlp.errors import PerfmlpError
 from perfmlp.report import build_from_runs
+from perfmlp.report.__main__ import main as report_main
 from perfmlp.report.blind_tests import COLUMNS, history_by_machine, read_blind_tests, worst_configurations
 
-from conftest import ROOT
+from conftest import ROOT, in_process
 from synthetic import gpu_records, write_run
 from test_report import four_runs
 
@@ -109,8 +110,7 @@ def test_the_report_command_takes_the_history(tmp_path):
     # a history that is not one: one line, exit 2, nothing written
     (tmp_path / "not.csv").write_text("a,b\n1,2\n")
     for bad in (tmp_path / "not.csv", tmp_path / "absent.csv"):
-        r = subprocess.run(cmd[:-1] + [str(tmp_path / "r2"), "--blind-tests", str(bad)], capture_output=True,
-                           text=True, cwd=ROOT)
+        r = in_process(report_main, [tmp_path / "t", "--out", tmp_path / "r2", "--blind-tests", bad])   # no interpreter
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and str(bad) in r.stderr, r.stderr
         assert not (tmp_path / "r2").exists()
 

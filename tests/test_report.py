@@ -17,11 +17,12 @@ from perfmlp.trace.format import PHASES
 from perfmlp.trace.reader import Run
 from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures
+from perfmlp.report.__main__ import main as report_main
 from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
 from perfmlp.report.sections import section_model
 from perfmlp.report.study import load_study
 
-from conftest import ROOT, run_perfmlp
+from conftest import ROOT, in_process, run_perfmlp
 
 SIZES = (784, 512, 10)
 H200 = "NVIDIA H200"
@@ -281,7 +282,7 @@ def test_report_command_on_real_and_bad_folders(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     for folder, words in ((empty, "no readable run"), (tmp_path / "missing", "no such folder")):
-        r = report_cmd(folder, "--out", tmp_path / "x")
+        r = in_process(report_main, [folder, "--out", tmp_path / "x"])   # the refusals: no interpreter to start
         assert r.returncode == 2 and words in r.stderr and r.stderr.strip().count("\n") == 0
 
 
@@ -291,7 +292,7 @@ def test_report_command_cannot_write_its_folder(tmp_path):
                        "--batch-size", "10", "--trace-dir", str(traces), "--run-id", "one").returncode == 0
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    r = report_cmd(traces, "--out", blocker / "rep")  # a folder under a file: no root can make it
+    r = in_process(report_main, [traces, "--out", blocker / "rep"])  # a folder under a file: no root can make it
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "cannot write the report" in r.stderr and "Traceback" not in r.stderr
 

@@ -1,8 +1,6 @@
 """The what-if: the solver is the model's (pure, numbers in), the command
 refuses what the trainer refuses in the trainer's words, and reads its
 values as a configuration file's."""
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from perfmlp.model.machine import load_machine
 from perfmlp.model.whatif import Setting, WhatIfError, changed_setting, what_if
 from perfmlp.whatif import main
 
+from conftest import in_process
 from synthetic import gpu_records, write_run
 
 H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
@@ -29,14 +28,8 @@ def whatif_command(run, *args):
 
 
 def whatif(run, *args):
-    """The command's main in this process (no interpreter to start): its exit status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main([str(run), *args])
-        except SystemExit as e:   # argparse's own refusals
-            rc = e.code
-    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+    """The command's main in this process: its exit status, stdout and stderr."""
+    return in_process(main, [run, *args])
 
 
 @pytest.fixture(scope="module")
