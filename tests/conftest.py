@@ -1,3 +1,5 @@
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -6,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from perfmlp.blas import THREAD_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# One BLAS thread in every test process and the commands they start (set before
+# NumPy loads): the suite's workers already fill the cores, and a BLAS library's
+# extra threads only spin against them. A test about thread counts sets its own.
+for _var in THREAD_ENV:
+    os.environ.setdefault(_var, "1")
 
 
 def mpiexec():
@@ -30,6 +40,18 @@ def run_cmd(args, timeout=120, env=None, cwd=None):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or ROOT)
 
 
+def in_process(main, argv):
+    """A command's main(argv) run in this process, no interpreter to start:
+    a CompletedProcess of its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in argv])
+        except SystemExit as e:   # argparse's own refusals
+            rc = e.code
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
+
+
 def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):
     cmd = [sys.executable, "-m", "perfmlp.run", *args]
     if procs is not None:
@@ -46,3 +68,25 @@ def has_gpu():
 
 
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs CuPy and a CUDA GPU")
+
+
+@pytest.fixture(scope="session")
+def four_runs_report(tmp_path_factory):
+    """The report of test_report.four_runs(), built once a worker for every test
+    file that reads it: the tests read it, none writes into it."""
+    from perfmlp.report import build_from_runs
+    from test_report import four_runs
+    return build_from_runs(four_runs(), [], tmp_path_factory.mktemp("four-runs") / "rep")
+
+
+# The longest tests start first, longest first, so that no worker is left running one alone at the end.
+FIRST = ("test_16bit_gradients_keep_the_jobs_accuracy", "test_the_readme_commands_work_in_order_on_a_fresh_folder",
+         "test_the_section_renders_with_and_without_the_kernels_rates", "test_regenerated_report_is_byte_identical",
+         "test_the_report_words_the_history", "test_execution_modes_set_measured_changes_beside_predicted")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = getattr(item, "originalname", item.name)
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+    items.sort(key=rank)   # stable: the rest keep their order

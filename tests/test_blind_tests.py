@@ -10,9 +10,10 @@ import pytest
 
 from perfmlp.errors import PerfmlpError
 from perfmlp.report import build_from_runs
+from perfmlp.report.__main__ import main as report_main
 from perfmlp.report.blind_tests import COLUMNS, history_by_machine, read_blind_tests, worst_configurations
 
-from conftest import ROOT
+from conftest import ROOT, in_process
 from synthetic import gpu_records, write_run
 from test_report import four_runs
 
@@ -48,7 +49,7 @@ def test_the_worst_configurations_of_each_machine():
     assert worst[0].sweep == "h100/validate2" and worst[0].label.startswith("H=2048 B=6400 p=1")
 
 
-def test_the_report_words_the_history(tmp_path):
+def test_the_report_words_the_history(tmp_path, four_runs_report):
     out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(HISTORY))
     md = (out / "report.md").read_text()
     assert f"Blind-test history ({HISTORY}: every" in md and "h200-x2: 6 configuration(s) in 1 sweep(s)" in md
@@ -60,8 +61,8 @@ def test_the_report_words_the_history(tmp_path):
     worst = list(csv.DictReader(open(out / "blind_tests_worst.csv")))
     assert len(worst) == 6 and float(worst[0]["error %"]) == pytest.approx(-10)
     # without the history, none of it
-    md = (build_from_runs(four_runs(), [], tmp_path / "plain") / "report.md").read_text()
-    assert "Blind-test history" not in md and not (tmp_path / "plain" / "blind_tests_worst.csv").exists()
+    md = (four_runs_report / "report.md").read_text()
+    assert "Blind-test history" not in md and not (four_runs_report / "blind_tests_worst.csv").exists()
 
 
 def test_a_cpu_runs_report_still_shows_the_history(tmp_path):
@@ -109,8 +110,7 @@ def test_the_report_command_takes_the_history(tmp_path):
     # a history that is not one: one line, exit 2, nothing written
     (tmp_path / "not.csv").write_text("a,b\n1,2\n")
     for bad in (tmp_path / "not.csv", tmp_path / "absent.csv"):
-        r = subprocess.run(cmd[:-1] + [str(tmp_path / "r2"), "--blind-tests", str(bad)], capture_output=True,
-                           text=True, cwd=ROOT)
+        r = in_process(report_main, [tmp_path / "t", "--out", tmp_path / "r2", "--blind-tests", bad])   # no interpreter
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and str(bad) in r.stderr, r.stderr
         assert not (tmp_path / "r2").exists()
 

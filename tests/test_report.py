@@ -17,11 +17,12 @@ from perfmlp.trace.format import PHASES
 from perfmlp.trace.reader import Run
 from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures
+from perfmlp.report.__main__ import main as report_main
 from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
 from perfmlp.report.sections.model import section_model
 from perfmlp.report.study import load_study
 
-from conftest import ROOT, run_perfmlp
+from conftest import ROOT, in_process, run_perfmlp
 
 SIZES = (784, 512, 10)
 H200 = "NVIDIA H200"
@@ -78,8 +79,8 @@ def four_runs():
             fake_run(4, "pageable", "mpi-staged", 1.25), fake_run(1, "resident", "nccl", 0.25)]
 
 
-def test_report_tables_hold_the_known_numbers(tmp_path):
-    out = build_from_runs(four_runs(), [], tmp_path / "rep")
+def test_report_tables_hold_the_known_numbers(four_runs_report):
+    out = four_runs_report
     rows = {r["run"]: r for r in read_csv(out / "runs.csv")}
     r1 = rows["p1-pageable-mpi-staged-cublas"]
     flops = batch_counts(SIZES, 3200, 4).flops_total
@@ -117,10 +118,9 @@ def test_report_tables_hold_the_known_numbers(tmp_path):
     assert "## Execution mode and overlap" not in md and not (out / "execution_modes.csv").exists()
 
 
-def test_every_csv_has_distinct_column_names(tmp_path):
+def test_every_csv_has_distinct_column_names(four_runs_report):
     # the old q2_1 table had "utilisation" and "utilisation " (a trailing space)
-    out = build_from_runs(four_runs(), [], tmp_path / "rep")
-    for path in out.glob("*.csv"):
+    for path in four_runs_report.glob("*.csv"):
         header = next(csv.reader(open(path)))
         assert len({h.strip() for h in header}) == len(header), path.name
         assert all(h == h.strip() for h in header), path.name
@@ -220,14 +220,14 @@ def test_reference_gemm_runs_are_not_accuracy_points():
     assert len(terms.rows) == 6
 
 
-def test_report_cites_nothing_outside_the_repository(tmp_path):
-    md = (build_from_runs(four_runs(), [], tmp_path / "rep") / "report.md").read_text()
+def test_report_cites_nothing_outside_the_repository(four_runs_report):
+    md = (four_runs_report / "report.md").read_text()
     assert "SPEC" not in md and "cme213.yaml" in md
 
 
-def test_regenerated_report_is_byte_identical(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    build_from_runs(four_runs(), [], a)
+def test_regenerated_report_is_byte_identical(tmp_path, four_runs_report):
+    # a: a copy of the shared report, its files' times kept
+    a, b = shutil.copytree(four_runs_report, tmp_path / "a"), tmp_path / "b"
     stamps = {p.name: p.stat().st_mtime_ns for p in a.iterdir()}
     build_from_runs(four_runs(), [], b)
     build_from_runs(four_runs(), [], a)  # over the first: nothing changed, nothing rewritten
@@ -282,7 +282,7 @@ def test_report_command_on_real_and_bad_folders(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     for folder, words in ((empty, "no readable run"), (tmp_path / "missing", "no such folder")):
-        r = report_cmd(folder, "--out", tmp_path / "x")
+        r = in_process(report_main, [folder, "--out", tmp_path / "x"])   # the refusals: no interpreter to start
         assert r.returncode == 2 and words in r.stderr and r.stderr.strip().count("\n") == 0
 
 
@@ -292,7 +292,7 @@ def test_report_command_cannot_write_its_folder(tmp_path):
                        "--batch-size", "10", "--trace-dir", str(traces), "--run-id", "one").returncode == 0
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    r = report_cmd(traces, "--out", blocker / "rep")  # a folder under a file: no root can make it
+    r = in_process(report_main, [traces, "--out", blocker / "rep"])  # a folder under a file: no root can make it
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "cannot write the report" in r.stderr and "Traceback" not in r.stderr
 

@@ -29,8 +29,25 @@ def tiny_run(tmp_path, run_id="t", *extra, procs=None):
     return tmp_path / run_id
 
 
-def test_counters_match_hand_counts(tmp_path):
-    run = read_run(tiny_run(tmp_path))
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    """A tiny run on one process, made once for the tests that read it or change a copy of it."""
+    return tiny_run(tmp_path_factory.mktemp("one-rank"))
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """A tiny run on two ranks, made once for the tests that read it or change a copy of it."""
+    return tiny_run(tmp_path_factory.mktemp("two-ranks"), "z", procs=2)
+
+
+def copy_run(run_dir, where):
+    """A copy of the run folder `run_dir` in the folder `where`, for a test to change."""
+    return shutil.copytree(run_dir, where / run_dir.name)
+
+
+def test_counters_match_hand_counts(one_rank):
+    run = read_run(one_rank)
     assert run.complete and [b.samples for b in run.ranks[0].batches] == [5, 5, 3]
     b0 = run.ranks[0].batches[0]
     # forward, b=5: W1 (3x4) @ X (4x5): 2*3*5*4 = 120; bias+sigmoid 4*3*5 = 60;
@@ -66,8 +83,8 @@ def test_counters_match_the_model_on_three_ranks(tmp_path):
             assert b.bytes_mpi == grad_buffer_bytes(sizes, 4)
 
 
-def test_what_ran_is_in_the_manifest(tmp_path):
-    run = read_run(tiny_run(tmp_path))
+def test_what_ran_is_in_the_manifest(one_rank):
+    run = read_run(one_rank)
     ran = run.manifest.ran
     assert (ran.backend, ran.comm, ran.exec, ran.parallel, ran.trace_level) == ("numpy", "mpi", "eager", "data",
                                                                                 "counters")
@@ -103,8 +120,8 @@ def test_killed_run_keeps_every_finished_batch(tmp_path):
     assert [r.run_id for r in runs] == ["killed"]
 
 
-def test_a_batch_cut_off_as_it_was_written_is_left_out_and_noted(tmp_path):
-    folder = tiny_run(tmp_path)
+def test_a_batch_cut_off_as_it_was_written_is_left_out_and_noted(tmp_path, one_rank):
+    folder = copy_run(one_rank, tmp_path)
     path = folder / "rank-0.batches"
     data = bytearray(path.read_bytes())
     data[-4:] = b"\0\0\0\0"  # the last record's size, stored last: not there yet
@@ -172,8 +189,8 @@ def test_batches_past_the_faulted_in_pages_and_the_first_reservation_read_back(t
     assert (tmp_path / "driven" / "rank-0.batches").stat().st_size == 16 + 300 * 64  # cut to what was written
 
 
-def test_a_malformed_line_is_one_line_naming_file_line_and_field(tmp_path):
-    folder = tiny_run(tmp_path)
+def test_a_malformed_line_is_one_line_naming_file_line_and_field(tmp_path, one_rank):
+    folder = copy_run(one_rank, tmp_path)
     f = folder / "rank-0.jsonl"
     lines = f.read_text().splitlines()
     lines[2] = lines[2].replace('"local_samples":5', '"local_samples":"five"')
@@ -266,9 +283,9 @@ def test_a_gpu_runs_host_clock_batches_take_the_epochs_synchronised_time():
     assert not run("cupy", True).host_enqueue_times and not run("numpy", False).host_enqueue_times
 
 
-def test_a_packed_run_reads_as_the_plain_one(tmp_path):
+def test_a_packed_run_reads_as_the_plain_one(tmp_path, two_ranks):
     from perfmlp.trace.pack import main as pack
-    folder = tiny_run(tmp_path / "set", "z", procs=2)
+    folder = copy_run(two_ranks, tmp_path / "set")
     plain = read_run(folder)
     assert pack([str(tmp_path / "set")]) == 0
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "rank-0.batches.gz", "rank-0.jsonl.gz",
@@ -280,9 +297,9 @@ def test_a_packed_run_reads_as_the_plain_one(tmp_path):
         assert packed.ranks[rank].epochs == plain.ranks[rank].epochs
 
 
-def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path):
+def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path, two_ranks):
     from perfmlp.trace.pack import main as pack
-    run_dir = tiny_run(tmp_path, "z", procs=2)
+    run_dir = copy_run(two_ranks, tmp_path)
     plain0 = (run_dir / "rank-0.jsonl").read_bytes()
     assert pack([str(run_dir)]) == 0
     (run_dir / "rank-0.jsonl").write_bytes(plain0)      # rank 0 now in both forms
@@ -461,8 +478,8 @@ def test_a_damaged_trace_is_one_line_naming_file_line_and_field(tmp_path, what):
     ("procs string", "manifest.json: procs: 'two', not an integer >= 1"),
     ("record count", "batch records, but its end line says"),
 ])
-def test_a_damaged_format2_trace_is_one_line(tmp_path, what, words):
-    folder = tiny_run(tmp_path, "d", procs=2)
+def test_a_damaged_format2_trace_is_one_line(tmp_path, two_ranks, what, words):
+    folder = copy_run(two_ranks, tmp_path)
     b1 = folder / "rank-1.batches"
     if what == "unknown shape":
         data = bytearray(b1.read_bytes())

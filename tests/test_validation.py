@@ -17,6 +17,7 @@ from perfmlp.model.predict import (GROUPS, TERM_GROUP, Item, allreduce_s, gradie
 from perfmlp.trace.format import PHASE_TERMS
 
 from conftest import ROOT
+from test_whatif import whatif
 from synthetic import as_run, gpu_records, gpu_run, level_of, model_phase_ms, prediction_entry, write_predictions, write_run
 
 CALIBRATED = ROOT / "tests" / "data" / "h200-x2-calibrated.yaml"  # a 2 x H200 calibration with the kernels' rates
@@ -236,9 +237,9 @@ def test_whatif_command_and_its_errors(tmp_path):
     assert out["after"]["procs"] == 4 and "h2d_batch" in out["changed"] and out["predicted_ms"] > 0
     for bad, word in ((["--set", "colour=red"], "colour"), (["--set", "comm=smoke"], "comm"),
                       (["--procs", "0"], "--procs")):
-        r = subprocess.run(cmd + bad, capture_output=True, text=True)
+        r = whatif(base, *bad)   # the refusals in this process: no interpreter to start for each
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr, r.stderr
-    r = subprocess.run([sys.executable, "-m", "perfmlp.whatif", "/nonexistent/run"], capture_output=True, text=True)
+    r = whatif("/nonexistent/run")
     assert r.returncode == 2 and "/nonexistent/run" in r.stderr
 
 

@@ -12,7 +12,9 @@ from perfmlp.config import Config
 from perfmlp.errors import PerfmlpError
 from perfmlp.model.machine import load_machine
 from perfmlp.model.whatif import Setting, WhatIfError, changed_setting, what_if
+from perfmlp.whatif import main
 
+from conftest import in_process
 from synthetic import gpu_records, write_run
 
 H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
@@ -21,8 +23,13 @@ BEFORE = Setting((784, 512, 10), 3200, 1, "float32", "mpi-staged", "pageable", "
                  "phases")
 
 
-def whatif(run, *args):
+def whatif_command(run, *args):
     return subprocess.run([sys.executable, "-m", "perfmlp.whatif", str(run), *args], capture_output=True, text=True)
+
+
+def whatif(run, *args):
+    """The command's main in this process: its exit status, stdout and stderr."""
+    return in_process(main, [run, *args])
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,7 @@ def test_the_command_reads_values_as_a_configuration_file(run):
 
 
 def test_a_strategy_the_trainer_runs_but_the_what_if_does_not_price_is_one_line(run):
-    r = whatif(run, "--set", "comm=ps-nccl", "--procs", "2")
+    r = whatif_command(run, "--set", "comm=ps-nccl", "--procs", "2")   # as a command, its interpreter started
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "data parallelism with an allreduce" in r.stderr
 
 
