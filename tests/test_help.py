@@ -31,8 +31,8 @@ def description(help_text: str) -> str:
     ("perfmlp.run", len(C.fields(C.Config)) + 3),  # a flag per field, --hidden-size, --config, -h
     ("perfmlp.sweep", 10),  # + --predict, --predict-also, --calibration-sizes
     ("perfmlp.fetch", 4),
-    ("perfmlp.model", 20),  # + --exec, --overlap, --bucket-bytes, --gemm, --trace-level, --parallel, --model-procs,
-    #                         --cluster, --threads
+    ("perfmlp.model", 22),  # + --exec, --overlap, --bucket-bytes, --gemm, --trace-level, --parallel, --model-procs,
+    #                         --cluster, --threads, --slices, --grad-precision
     ("perfmlp.whatif", 5),
 ])
 def test_every_flag_says_what_it_does_and_its_default(module, flags):

@@ -91,8 +91,8 @@ def build(folder: str | Path, out: str | Path, machine: str | None = None, log=p
     folder = Path(folder)
     runs, skipped = read_traces(folder)
     if not runs:   # one line, with the first run's reason (which names its file)
-        why = f"{skipped[0]}" if len(skipped) == 1 else f"{len(skipped)} skipped, the first: {skipped[0]}"
-        raise PerfmlpError(f"{folder}: no readable run" + (f" ({why})" if skipped else ""))
+        why = skipped[0] if len(skipped) == 1 else f"{len(skipped)} skipped, the first: {skipped[0]}" if skipped else ""
+        raise PerfmlpError(f"{folder}: no readable run" + (f" ({why})" if why else ""))
     for line in skipped:
         log(f"skipped: {line}")
     return build_from_runs(runs, skipped, out, machine, folder, study, history)
