@@ -53,7 +53,8 @@ from perfmlp import data as data_mod  # noqa: E402
 from perfmlp import train as train_mod  # noqa: E402
 from perfmlp.config import Config, from_mapping  # noqa: E402
 from perfmlp.gpu.timing import wall_s  # noqa: E402
-from perfmlp.trace.format import OVERHEAD_TARGET, TRACE_LEVELS, default_trace_level  # noqa: E402
+from perfmlp.names import TRACE_LEVELS  # noqa: E402
+from perfmlp.trace.format import OVERHEAD_TARGET, default_trace_level  # noqa: E402
 from perfmlp.trace.writer import NullTracer, make_tracer  # noqa: E402
 
 VARIANTS = ("untraced", *TRACE_LEVELS)

@@ -4,7 +4,7 @@ given or taken from the model's prediction, in memory (`as_run`, through
 Run.from_records) or as a run folder on disk (`write_run`), so that no test
 reads the committed results.
 
-A batch's phases are those trace.format.batch_phases names for its modes,
+A batch's phases are those names.batch_phases names for its modes,
 laid end to end; the batch's time is their sum plus `other_ms` (an eager
 run's host time between phases). On the host clock (trace level counters) a
 batch line has no `t_ms_total` and the epoch line's synchronised time per
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from perfmlp.model.costs import batch_counts
 from perfmlp.model.predict import predict_batch
-from perfmlp.trace.format import PHASE_TERMS, batch_phases
+from perfmlp.names import PHASE_GROUP, batch_phases
 from perfmlp.trace.reader import Run
 from perfmlp.trace.upgrade import SCHEMA_V1 as SCHEMA, format1  # format-1 records, read through the upgrader
 
@@ -39,7 +39,7 @@ def model_phase_ms(machine, hidden=(512,), batch=3200, procs=1, transfer="pageab
     phases = batch_phases(comm, transfer, exec_mode)
     out = dict.fromkeys(phases, 0.0)
     for group, s in pred.groups().items():
-        mine = [p for p in phases if PHASE_TERMS[p] == group] or [p for p in phases if PHASE_TERMS[p] == "compute"]
+        mine = [p for p in phases if PHASE_GROUP[p] == group] or [p for p in phases if PHASE_GROUP[p] == "compute"]
         for p in mine:
             out[p] += 1e3 * s / len(mine)
     return out, pred

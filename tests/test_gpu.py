@@ -355,7 +355,7 @@ def test_overlapped_exchange_equals_the_plain_one(tmp_path, procs):
                                                      ("pinned", "nccl", True)])
 def test_graph_mode_trace_counts_every_batch(tmp_path, transfer, comm, overlap):
     from perfmlp.model.costs import batch_counts
-    from perfmlp.trace.format import batch_phases
+    from perfmlp.names import batch_phases
     from perfmlp.trace.reader import read_run
     bucket = 4096
     r = run_perfmlp("--backend", "cupy", "--data", "synthetic", "--n-train", "230", "--batch-size", "50",

@@ -13,7 +13,7 @@ from perfmlp.errors import PerfmlpError
 from perfmlp.model.costs import DEFAULT_BUCKET_BYTES, batch_counts
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
-from perfmlp.trace.format import PHASES
+from perfmlp.names import PHASES
 from perfmlp.trace.reader import Run
 from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures

@@ -105,7 +105,7 @@ def test_the_reference_shapes_model_parallel_moves_12x_fewer_bytes():
 @pytest.mark.parametrize("comm", ["mpi", "mpi-staged", "nccl"])
 @pytest.mark.parametrize("transfer", ["pageable", "resident"])
 def test_data_parallel_phases_are_the_trace_formats(comm, transfer):
-    from perfmlp.trace.format import PHASES, batch_phases
+    from perfmlp.names import PHASES, batch_phases
     assert step_phases((784, 512, 10), 2, 0, "data", 0, comm, transfer) == batch_phases(comm, transfer)
     for parallel, mp, cm in (("model", 0, comm), ("hybrid", 2, comm), ("data", 0, "ps-nccl")):
         for rank in range(4):
@@ -233,7 +233,7 @@ def test_graph_prediction_of_the_server_and_the_grid():
 
 @pytest.mark.parametrize("transfer", ["pageable", "pinned", "resident"])
 def test_graph_mode_phases(transfer):
-    from perfmlp.trace.format import batch_phases
+    from perfmlp.names import batch_phases
     h2d = [] if transfer == "resident" else ["h2d"]
     for comm in ("mpi-staged", "nccl"):
         assert step_phases((784, 512, 10), 2, 0, "data", 0, comm, transfer, "graph") == \

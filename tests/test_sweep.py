@@ -234,7 +234,7 @@ def test_blind_predictions_are_at_the_level_the_run_will_trace_at(values, exec_m
     from perfmlp.model.machine import load_machine
     from perfmlp.model.predict import predict_batch
     from perfmlp.sweep import SweepRun, predict_run
-    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL
+    from perfmlp.names import DEFAULT_TRACE_LEVEL
     assert DEFAULT_TRACE_LEVEL[exec_mode] == "counters"  # the table this test's first rows assume
     cfg = from_mapping({**TINY, "backend": "cupy", "comm": "nccl", "batch_transfer": "resident", **values})
     m = load_machine("h200-calibrated")

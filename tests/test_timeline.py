@@ -16,7 +16,8 @@ from perfmlp.trace import activity as act
 from perfmlp.trace import records as R
 from perfmlp.trace import writer as writer_mod
 from perfmlp.trace.chrome import STREAM0, chrome_events, tid
-from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, Counts
+from perfmlp.names import DEFAULT_TRACE_LEVEL
+from perfmlp.trace.format import Counts
 from perfmlp.trace.reader import read_run
 from perfmlp.trace.records import ACTIVITY_FIELDS
 
@@ -399,7 +400,8 @@ OVERHEAD = ROOT / "tests" / "data" / "trace-overhead.json"  # the table the defa
 
 def test_the_default_level_of_each_mode_is_the_richest_the_overhead_table_shows_under_target():
     from perfmlp.config import Config, HELP
-    from perfmlp.trace.format import DEFAULT_TRACE_LEVEL, OVERHEAD_TARGET, TRACE_LEVELS, default_trace_level
+    from perfmlp.names import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
+    from perfmlp.trace.format import OVERHEAD_TARGET, default_trace_level
     assert Config().trace_level == "auto"
     assert default_trace_level("something else") == default_trace_level("eager")  # runs eagerly
     assert set(DEFAULT_TRACE_LEVEL.values()) <= set(TRACE_LEVELS)
@@ -431,7 +433,7 @@ def test_auto_resolves_at_attach_and_the_manifest_says_why(tmp_path, monkeypatch
         tr.close("complete")
         m = read_run(tmp_path / mode).manifest.ran
         assert (m.trace_level, m.trace_level_asked) == (want, "auto")
-        assert m.trace_level_why == f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
+        assert m.trace_level_why == f"auto: the default for --exec {mode} (names.DEFAULT_TRACE_LEVEL)"
 
 
 @pytest.mark.parametrize("level,used", [("timeline", "phases"), ("counters", "counters"), ("auto", "counters")])

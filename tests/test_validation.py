@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
+from perfmlp import names as N
 from perfmlp.model.costs import grad_buffer_bytes
 from perfmlp.model.machine import MachineError, load_machine, machine_from_mapping
 from perfmlp.model.predict import (GROUPS, TERM_GROUP, Item, allreduce_s, gradient_buckets, graph_loop_host_s,
                                    overlap_pipeline, predict_batch, timeline_batch_s)
-from perfmlp.trace.format import PHASE_TERMS
 
 from conftest import ROOT
 from test_whatif import whatif
@@ -45,7 +45,7 @@ def machine(**extra):
 
 
 def test_the_models_groups_are_the_traces_phase_terms():
-    assert set(TERM_GROUP.values()) == set(PHASE_TERMS.values()) == set(GROUPS)
+    assert set(TERM_GROUP.values()) == set(N.PHASE_GROUP.values()) == set(GROUPS)
 
 
 def test_launches_count_kernels_and_a_graph_has_none():
@@ -422,20 +422,20 @@ def test_a_graph_runs_collectives_are_compared_inside_compute(tmp_path):
 
 
 def test_which_phases_a_host_clock_times():
-    from perfmlp.trace.format import PHASE_GROUPS, comparable_terms, host_clock_terms
+    from perfmlp.trace.format import comparable_terms, host_clock_terms
     assert host_clock_terms("resident", "nccl") == frozenset()             # the NCCL call is enqueued
     assert host_clock_terms("pageable", "mpi-staged") == {"h2d_batch", "allreduce", "h2d_grad"}
     assert host_clock_terms("pinned", "mpi-staged") == {"allreduce"}      # pinned copies are enqueued
     assert host_clock_terms("pageable", "mpi-staged", "model") == frozenset()  # combine waits for forward
     for clock in ("cuda-events", "cupti"):                                # timed on the GPU: every group
-        assert comparable_terms(clock, True, "resident", "nccl") == set(PHASE_GROUPS)
-    assert comparable_terms("host", False, "pageable", "mpi") == set(PHASE_GROUPS)  # a CPU run's own work
+        assert comparable_terms(clock, True, "resident", "nccl") == set(N.GROUPS)
+    assert comparable_terms("host", False, "pageable", "mpi") == set(N.GROUPS)  # a CPU run's own work
     assert comparable_terms("host", True, "pinned", "mpi-staged") == {"allreduce"}
 
 
 def clocked_run(exec_mode, transfer, comm, clock, procs=1, run_id=None):
     """A GPU run's trace as the tracer writes it (tests/synthetic.py): each
-    batch has every phase trace.format.batch_phases names for its mode, 0.1
+    batch has every phase names.batch_phases names for its mode, 0.1
     ms apiece, timed on `clock`; on the host clock (trace level counters) no
     t_ms_total, and the epoch line's synchronised time per batch, 1 ms,
     stands in for it."""

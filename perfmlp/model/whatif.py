@@ -4,7 +4,7 @@ command; the report's validation checks it against measured changes).
 
 It starts from what the run measured: the slowest rank's median time of
 each phase group (copies of the batch, compute, gradient copies, allreduce;
-perfmlp/trace/format.py PHASE_TERMS) and the rest of its measured time per
+perfmlp/names.py PHASE_GROUP) and the rest of its measured time per
 batch (the median batch is not the sum of the phases' medians). The model
 predicts every term twice, for the configuration that ran and for the
 changed one; a term whose prediction changes is affected by the change. In

@@ -21,7 +21,7 @@ from ..model.machine.choose import Machines, pick_machines  # noqa: F401  (perfm
 from ..model.predict import TERM_GROUP, Prediction, predict_batch
 from ..model.predict.cpu import predict_cpu
 from ..model.strategies import label as strategy_label, predict_strategy
-from ..trace.format import PHASE_GROUPS, PHASE_TERMS, PHASES, comparable_terms
+from ..trace.format import comparable_terms
 from ..trace.reader import Run
 from .study import Study
 from .. import names as N
@@ -30,7 +30,7 @@ from .. import names as N
 # sum of the phases that measure it (perfmlp/trace/format.py). A model term
 # with no phase of its own (gemm, elementwise, launches, the tracer's events)
 # falls inside the compute phases.
-TERMS = PHASE_GROUPS
+TERMS = N.GROUPS   # the groups a batch's time and the model's terms are compared in
 COMPUTE = "compute"
 BUSY_TERMS = (N.H2D_BATCH, COMPUTE)  # a rank's own work before it waits for the others
 COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
@@ -138,7 +138,7 @@ class RunSummary:
         """The terms the slowest rank timed whose measured time is not what
         the model's term means (on the host clock, around work the host only
         enqueued or waited behind: trace.format.comparable_terms)."""
-        timed = {PHASE_TERMS[p] for p in self.phases_ms[self.slowest_rank]}
+        timed = {N.PHASE_GROUP[p] for p in self.phases_ms[self.slowest_rank]}
         return tuple(t for t in TERMS if t in timed and t not in self.comparable)
 
     def busy_ms(self, rank: int) -> float:
@@ -152,13 +152,13 @@ def error_pct(predicted_ms: float, measured_ms: float) -> float:
 
 def busy_ms(phases_ms: Mapping[str, float]) -> float:
     """A rank's copies and compute in a batch, before it waits for the others."""
-    return sum(phases_ms.get(p, 0.0) for p in PHASES if PHASE_TERMS[p] in BUSY_TERMS)
+    return sum(phases_ms.get(p, 0.0) for p in N.PHASES if N.PHASE_GROUP[p] in BUSY_TERMS)
 
 
 def measured_terms(phases_ms: Mapping[str, float]) -> dict[str, float]:
     """One rank's median phase times summed into the report's terms (ms)."""
     terms = dict.fromkeys(TERMS, 0)
-    for phase, term in PHASE_TERMS.items():
+    for phase, term in N.PHASE_GROUP.items():
         terms[term] += phases_ms.get(phase, 0.0)
     return terms
 

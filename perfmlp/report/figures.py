@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import PerfmlpError
 from ..model.roofline import modified_roofline, standard_roofline
-from ..trace.format import PHASES
+from ..names import PHASES
 from .. import names as N
 
 MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}                 # process count

@@ -6,8 +6,8 @@ from ..model.machine import Machine
 from ..model.predict import GROUPS
 from ..model.whatif import Setting, WhatIf, changed_setting, slices_of, what_if
 from ..model.whatif_cpu import CpuSetting
-from ..trace.format import PHASE_TERMS
 from ..trace.reader import Run
+from .. import names as N
 
 
 def setting_of(run: Run) -> Setting:
@@ -36,7 +36,7 @@ def measured_groups_ms(run: Run) -> tuple[float, dict]:
     slowest = max(per_rank, key=lambda r: per_rank[r][len(per_rank[r]) // 2])
     groups = dict.fromkeys(GROUPS, 0.0)
     for phase, ms in run.phase_ms(slowest).items():
-        groups[PHASE_TERMS[phase]] += ms
+        groups[N.PHASE_GROUP[phase]] += ms
     t = run.median_batch_ms()
     groups["other"] = t - sum(groups.values())
     return t, groups

@@ -17,10 +17,6 @@ import zlib
 from pathlib import Path
 
 from .. import names as N
-# re-imported for the report, the watchdog and the tests, which read them here
-from ..names import (ACTIVITY_LEVELS, DEFAULT_TRACE_LEVEL, GPU_CLOCKS, NVTX_RANGES, PHASES,  # noqa: F401
-                     TRACE_LEVEL_CHOICES, TRACE_LEVELS, batch_phases)
-from ..names import GROUPS as PHASE_GROUPS, PHASE_GROUP as PHASE_TERMS  # noqa: F401
 
 # Batches left out at the start of every epoch, by the trainer's synchronised
 # steady window (the epoch line's steady_ms_per_batch, `warmup_batches`) and

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .format import NVTX_RANGES
+from ..names import NVTX_RANGES
 
 DOMAIN = "perfmlp"
 

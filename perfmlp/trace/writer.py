@@ -6,7 +6,7 @@ Two tracers with one interface, which the training loop calls:
 `end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer`
 writes the trace.
 
-What is timed depends on `--trace-level` (trace/format.py: TRACE_LEVELS;
+What is timed depends on `--trace-level` (names.TRACE_LEVELS;
 `auto` is resolved in `attach` by the execution mode that runs):
 `counters` stamps the batch and each phase on the host clock; `phases`
 times each phase with CUDA events on the GPU (read when they have
@@ -155,7 +155,7 @@ class Tracer(ShapeBook, GpuSide):
         if self.level == N.AUTO:
             mode = getattr(backend, "exec", None) or N.EAGER
             self.level = default_trace_level(mode)
-            why = f"auto: the default for --exec {mode} (trace.format.DEFAULT_TRACE_LEVEL)"
+            why = f"auto: the default for --exec {mode} (names.DEFAULT_TRACE_LEVEL)"
         if backend.name != N.CUPY and self.level in N.ACTIVITY_LEVELS:
             self.level, note = N.PHASES_LEVEL, "no GPU: phases on the host clock"
         elif self.level in N.ACTIVITY_LEVELS:
