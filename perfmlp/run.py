@@ -82,6 +82,8 @@ def share_cores_among_local_ranks() -> None:
 
 
 if __name__ == "__main__":
+    from .startup import handle_signals_while_importing
+    handle_signals_while_importing("perfmlp.run")   # until _start installs the trainer's handlers
     reexec_if_shadowed()
     share_cores_among_local_ranks()
 
@@ -235,7 +237,8 @@ def _start(argv, job: _Job):
     its checks; the checked configuration."""
     from . import faults
     from .startup import start_watched
-    from .watchdog import DEFAULT_LIMIT_S, SIGNALS, STARTUP_MIN_S, Watchdog
+    from .startup import SIGNALS
+    from .watchdog import DEFAULT_LIMIT_S, STARTUP_MIN_S, Watchdog
     try:
         cfg, error = parse(argv), None
     except PerfmlpError as e:  # said once MPI has started, so that every rank ends
@@ -323,7 +326,7 @@ def _non_finite(e, cfg, world, tracer) -> int:
 
 def _fail(e: BaseException, job: _Job) -> int:
     """One line, the trace closed with how the run ended, then the whole job ends."""
-    from .watchdog import SIGNALS
+    from .startup import SIGNALS
     if isinstance(e, SystemExit):
         raise e
     for s in SIGNALS:  # the cleanup below is not interrupted again
@@ -364,7 +367,7 @@ def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
     other ranks (waiting inside MPI_Init for this one) only for a rank that
     a signal ended, not for one that exited with a status."""
     from .startup import launched_size
-    from .watchdog import SIGNALS
+    from .startup import SIGNALS
     if launched_size() <= 1:
         return
     from .faults import launcher_rank

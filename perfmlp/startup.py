@@ -23,12 +23,29 @@ import time
 
 LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 STARTED = b"started"
+# the signals that end a job in one line: their words and the manifest's status
+SIGNALS = {signal.SIGINT: ("interrupted (SIGINT)", "interrupted"),
+           signal.SIGTERM: ("terminated (SIGTERM)", "terminated"),
+           signal.SIGHUP: ("hung up (SIGHUP)", "terminated")}
 
 
 def launched_size() -> int:
     """How many ranks the launcher started (1 outside a launcher)."""
     sizes = [os.environ.get(v, "") for v in LAUNCHER_SIZE_VARS]
     return max([int(s) for s in sizes if s.isdigit()] or [1])
+
+
+def handle_signals_while_importing(prog: str) -> None:
+    """Until the program's own handlers: a signal is one line, then the rank dies of
+    it, so that the launcher ends the job (Python may still be importing)."""
+    def ended(signum, _frame):
+        from .faults import launcher_rank
+        who = f"rank {launcher_rank()}: " if launched_size() > 1 else ""
+        _say(f"{prog}: {who}error: {SIGNALS[signum][0]} while starting; the job is ended")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    for s in SIGNALS:
+        signal.signal(s, ended)
 
 
 def start_watched(make_world, signals: dict, limit_s: float, prog: str, rank: int):

@@ -44,13 +44,11 @@ import numpy as np
 from . import names as N
 from .faults import launcher_rank
 from .safeio import write_line
+from .startup import SIGNALS
 
 DEFAULT_LIMIT_S = 300.0
 STARTUP_MIN_S = 10.0    # before the first batch the limit is at least this (data, backend, MPI start-up)
 GRACE_S = 2.0           # a signal's Python handler has this long to run before the thread acts
-SIGNALS = {signal.SIGINT: ("interrupted (SIGINT)", "interrupted"),
-           signal.SIGTERM: ("terminated (SIGTERM)", "terminated"),
-           signal.SIGHUP: ("hung up (SIGHUP)", "terminated")}
 # Where a rank can be: these states, then every phase of a batch.
 STATES = ("starting", "the start of a batch", "the end of an epoch", "finishing", "serving", "exiting")
 STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING, EXITING = range(len(STATES))

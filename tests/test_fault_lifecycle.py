@@ -73,6 +73,31 @@ def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path, signalled):
     assert wait_for(lambda: not processes_with(str(tmp_path)), 5)
 
 
+def catches(pid: int, signum: int) -> bool:
+    """The process has a handler for `signum` (its SigCgt mask in /proc)."""
+    try:
+        mask = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask.split()[1], 16) >> (signum - 1) & 1)
+
+
+@needs_proc
+def test_a_signal_while_python_imports_the_trainer_is_one_line():
+    # SIGTERM the moment the process first handles it: perfmlp.run's first lines, while it still imports
+    job = subprocess.Popen([sys.executable, "-m", "perfmlp.run", "--data", "synthetic", "--n-train", "40"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert wait_for(lambda: catches(job.pid, signal.SIGTERM), 20, step=0.0005)
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=20)
+    finally:
+        job.kill()
+    assert err.splitlines() == ["perfmlp.run: error: terminated (SIGTERM) while starting; the job is ended"], err
+    assert job.returncode == -signal.SIGTERM   # it died of the signal, as the launcher must see
+
+
 @pytest.mark.parametrize("procs", [None, 2])
 def test_a_tiny_stall_limit_never_fires_before_the_first_batch(tmp_path, procs):
     r = run_perfmlp(*SHORT, "--stall-limit", "0.001", "--trace-dir", str(tmp_path / "t"), "--run-id", "s",

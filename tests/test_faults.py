@@ -204,12 +204,12 @@ def processes_with(marker: str) -> list[Path]:
     return found
 
 
-def wait_for(condition, timeout_s=20.0):
+def wait_for(condition, timeout_s=20.0, step=0.05):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(0.05)
+        time.sleep(step)
     return False
 
 

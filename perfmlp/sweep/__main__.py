@@ -14,9 +14,8 @@ from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_
 from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
+from ..startup import SIGNALS
 
-SIGNALS = {signal.SIGINT: "interrupted (SIGINT)", signal.SIGTERM: "terminated (SIGTERM)",
-           signal.SIGHUP: "hung up (SIGHUP)"}
 
 
 def _procs(text: str) -> int:
@@ -98,7 +97,7 @@ def main(argv=None) -> int:
         if sweep is not None and sweep.current:  # launch() has ended its job's process group
             remove_failed(sweep.trace_dir / sweep.current)
             ended = f"; the job of {sweep.current} was ended (its output: {sweep.own / sweep.current}.out)"
-        say(f"perfmlp.sweep: {SIGNALS[signum]}{ended}", file=sys.stderr)
+        say(f"perfmlp.sweep: {SIGNALS[signum][0]}{ended}", file=sys.stderr)
         return 128 + signum
 
 
