@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, job)
     finally:
         if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
-            job.watchdog.hold_if_ending()
+            job.watchdog.close()
             _watch_exit(job)
         _quiet_stdout()
 

@@ -97,6 +97,7 @@ class Watchdog:
         self.handled = False    # the main thread ran a signal's handler
         self.ending = threading.Event()   # the thread has begun to end the job
         self.lock = threading.Lock()      # the thread's line and status, or the main thread's end: not both
+        self.closed = False               # the main thread is exiting: its exit is the exit watcher's to watch
         self.row = _row(bytearray(ROW_BYTES))
         self.row[:] = array("q", (STARTING, -1, -1, launcher_rank(), os.getpid()))
         self.table = _Rows([self.row])   # every rank of this node (this one alone until attach)
@@ -167,6 +168,13 @@ class Watchdog:
         if self.ending.is_set():
             time.sleep(2 * GRACE_S)
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        """The main thread, exiting: hold if the thread is ending the job, else
+        the thread says nothing more (a line after this would come with exit 0)."""
+        with self.lock:
+            self.hold_if_ending()
+            self.closed = True
 
     # -- the thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -276,6 +284,8 @@ class Watchdog:
     def _end(self, line: str | None, status: str, code: int) -> None:
         """One line (unless None), the manifest's status (best effort), then the whole job ends."""
         with self.lock:
+            if self.closed:
+                return
             self.ending.set()
             if line is not None:
                 write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
