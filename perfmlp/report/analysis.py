@@ -197,8 +197,10 @@ def _endings(run: Run) -> tuple[tuple[int, str], ...]:
 def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:
     """A NumPy run's prediction from the CPU file, at the BLAS threads rank 0
     ran with; None for what predict_cpu does not describe (model or hybrid
-    parallelism, the parameter server, a precision the file lacks)."""
-    if run.ran.parallel != N.DATA or run.comm in N.PS_COMMS:
+    parallelism, the parameter server, the sliced first layer, 16-bit
+    gradients, a precision the file lacks)."""
+    ran = run.ran
+    if ran.parallel != N.DATA or run.comm in N.PS_COMMS or ran.slices > 1 or ran.grad_precision != N.FLOAT32:
         return None
     threads = (run.ran.blas_threads or (None,))[0]
     try:
