@@ -114,3 +114,17 @@ def test_the_overlapped_bound_sits_under_the_serial_one_by_the_shorter_chain():
     shorter = min(r["compute chain ms"], r["communication chain ms"])
     assert r["serial bound ms"] - r["overlapped bound ms"] == pytest.approx(shorter)
     assert r["overlapped bound ms"] <= r["sliced ms"] + 1e-9 and r["sliced ms"] <= r["serial bound ms"] + 1e-9
+
+
+def test_question_2_2_draws_the_bounds_on_the_exchanges_roofline():
+    from perfmlp.report.sections.questions import section_q2_2
+    runs = [fake_run(2, "resident", "nccl", 1.0, run_id="p2"), fake_run(1, "resident", "nccl", 1.0, run_id="p1")]
+    s = section_q2_2(Analyses.from_runs(runs).analysis)
+    fig = next(f for f in s.figures if f.name == "overlap_roofline")
+    rows = Analyses.from_runs(runs).overlap_bounds().records()
+    assert fig.args["rows"] == rows and rows[0]["bytes all-reduced per GPU"] > 0 and rows[0]["FLOPs per GPU"] > 0
+    drawn = fig.draw(**fig.args)
+    assert drawn["png"].startswith(b"\x89PNG") and b"overlapped bound (model)" in drawn["svg"]
+    # without a configuration the schedule applies to: neither the table nor the figure
+    alone = section_q2_2(Analyses.from_runs([fake_run(1, "resident", "nccl", 1.0, run_id="p1")]).analysis)
+    assert not any(f.name == "overlap_roofline" for f in alone.figures)

@@ -14,7 +14,8 @@ from ... import names as N
 from .table import Table
 
 COLUMNS = ("configuration", "H", "B", "procs", "exec", "measured ms", "serial bound ms", "overlapped bound ms",
-           "compute chain ms", "communication chain ms", "slices", "sliced ms")
+           "compute chain ms", "communication chain ms", "slices", "sliced ms", "FLOPs per GPU",
+           "bytes all-reduced per GPU")
 
 
 def overlap_bounds(a) -> Table:
@@ -29,5 +30,5 @@ def overlap_bounds(a) -> Table:
         p = predict_sliced(m, r.layer_sizes, r.batch, r.procs, k, **how)
         rows.append((c.label, r.hidden_label, r.batch, r.procs, r.exec, c.t_ms, p["today_s"] * 1e3,
                      p["overlapped_s"] * 1e3, p["compute_chain_s"] * 1e3, p["comm_chain_s"] * 1e3, k,
-                     p["sliced_s"] * 1e3))
+                     p["sliced_s"] * 1e3, r.flops_rank0, r.bytes_exchanged_rank0))
     return Table("overlap_bounds", COLUMNS, tuple(rows))

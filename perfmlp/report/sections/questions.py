@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ...model.summary import part_flops, reference_approx
-from ...model.roofline import modified_roofline
+from ...model.roofline import modified_roofline, standard_roofline
 from ..analyses.overlap import overlap_bounds
 from ..analyses.runs import study_shaped
 from ..analysis import Analysis
 from .ceilings import ceilings_figures
 from ..configurations import Configuration, configurations
-from ..figures import roofline
+from ..figures import H_COLORS, _plt, encode, plain_log, roofline
 from . import Figure, Section, Table, pct
 from ... import names as N
 
@@ -198,4 +200,52 @@ def section_q2_2(a: Analysis) -> Section:
             "written) at the slice count the model prices fastest lies between them (the model's times, "
             f"{primary.name}).")
         s.tables.append(Table("overlap_bounds", "Serial and overlapped bounds per batch (model)", bounds))
+        s.figures.append(Figure("overlap_roofline", "The exchange's roofline: serial and overlapped bounds",
+                                exchange_roofline, dict(rows=bounds, title=f"Serial and overlapped bounds per GPU, "
+                                                                            f"{primary.name}")))
     return s
+
+
+def exchange_roofline(rows, title: str):
+    """The overlap_bounds table on a roofline of the exchange: x = FLOPs per
+    GPU over the bytes it all-reduces, y = FLOP/s per GPU. Each configuration:
+    measured (filled), today's serial bound (x), the overlapped bound (^) and
+    the sliced schedule (hollow square), the model's. Per process count, the
+    lines at the median compute-chain rate P and exchange bandwidth BW: serial
+    AI / (AI / P + 1 / BW), the modified roofline, and overlapped min(P, AI BW),
+    the standard one."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5.6))
+    ais = [r["FLOPs per GPU"] / r["bytes all-reduced per GPU"] for r in rows]
+    x = np.logspace(np.log10(min(ais) / 4), np.log10(max(ais) * 4), 200)
+    for i, procs in enumerate(sorted({r["procs"] for r in rows})):
+        sel = [r for r in rows if r["procs"] == procs]
+        peak = float(np.median([r["FLOPs per GPU"] / (r["compute chain ms"] * 1e-3) for r in sel]))
+        bw = float(np.median([r["bytes all-reduced per GPU"] / (r["communication chain ms"] * 1e-3) for r in sel]))
+        color = H_COLORS[i % len(H_COLORS)]
+        ax.plot(x, modified_roofline(x, peak, bw), "-", color=color, lw=1.0,
+                label=f"p={procs}: serial (compute {peak / 1e12:.1f} TFLOP/s, all-reduce {bw / 1e9:.0f} GB/s)")
+        ax.plot(x, standard_roofline(x, peak, bw), ":", color=color, lw=1.2, label=f"p={procs}: overlapped")
+    for r, ai in zip(rows, ais):
+        f = r["FLOPs per GPU"]
+        for key, style in (("measured ms", dict(marker="o", color="black")),
+                           ("serial bound ms", dict(marker="x", color="tab:red")),
+                           ("overlapped bound ms", dict(marker="^", color="tab:green")),
+                           ("sliced ms", dict(marker="s", facecolors="none", edgecolors="tab:purple"))):
+            ax.scatter([ai], [f / (r[key] * 1e-3)], s=40, zorder=3, **style)
+    from matplotlib.lines import Line2D
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color=c, marker=m, ls="", mfc=f, label=lab) for c, m, f, lab in (
+        ("black", "o", "black", "measured"), ("tab:red", "x", "tab:red", "serial bound (model)"),
+        ("tab:green", "^", "tab:green", "overlapped bound (model)"),
+        ("tab:purple", "s", "none", "sliced schedule (model)"))]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain_log(ax, "x")
+    plain_log(ax, "y", "FLOP/s")
+    ax.set_xlabel("FLOPs per byte all-reduced (per GPU, per batch)")
+    ax.set_ylabel("FLOP/s per GPU")
+    ax.set_title(title, fontsize=10)
+    ax.legend(handles=handles, fontsize=6.5, loc="lower right")
+    fig.tight_layout()
+    return encode(fig)
