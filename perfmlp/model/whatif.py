@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from .machine import Machine
 from .predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
-from .predict.slices import choose_slices, predict_sliced
+from .predict.slices import choose_slices
 from .. import names as N
 
 # The configuration keys a what-if may change (the model predicts each).
@@ -66,24 +66,9 @@ class Setting:
     slices: int | str = 1         # the first layer's exchange in K slices (perfmlp/slices.py), or auto
 
     def predict(self, machine: Machine) -> Prediction:
-        p = predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
-                          self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
-                          bucket_bytes=self.bucket_bytes, gemm=self.gemm)
-        return p if self.slices == 1 else sliced(machine, self, p)
-
-
-def sliced(machine: Machine, s: Setting, p: Prediction) -> Prediction:
-    """`p` with the sliced schedule (model/predict/slices.py): its chain
-    in place of today's, the difference in the allreduce term (the part of
-    the exchange the compute now hides, less the slices' extra kernels)."""
-    r = predict_sliced(machine, s.layer_sizes, s.batch, s.procs, s.slices, s.precision, comm=s.comm,
-                       batch_transfer=s.batch_transfer, exec_mode=s.exec_mode, gemm=s.gemm)
-    change = r["chain_sliced_s"] - r["chain_today_s"]
-    terms = {**p.terms, N.ALLREDUCE: p.terms[N.ALLREDUCE] + change}
-    return dataclasses.replace(p, terms=terms, total_s=p.total_s + change,
-                               overlapped_s=min(p.overlapped_s, p.total_s + change),
-                               detail={**p.detail, "slices": s.slices, "chain_today_s": r["chain_today_s"],
-                                       "chain_sliced_s": r["chain_sliced_s"]})
+        return predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
+                             self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
+                             bucket_bytes=self.bucket_bytes, gemm=self.gemm, slices=self.slices)
 
 
 def slices_of(value) -> int | str:
