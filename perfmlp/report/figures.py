@@ -98,6 +98,17 @@ def _roof_lines(ax, x, peak, bws: dict, kind: str):
     ax.axhline(peak, color="tab:red", lw=0.8, label=f"peak {peak / 1e12:.1f} TFLOP/s")
 
 
+def roofline_axes(ax, xlabel: str, title: str) -> None:
+    """A roofline's log axes: x the intensity (`xlabel`), y FLOP/s per GPU."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain_log(ax, "x")
+    plain_log(ax, "y", "FLOP/s")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("FLOP/s per GPU")
+    ax.set_title(title, fontsize=10)
+
+
 def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=()):
     """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs,
     transfer. bws: label -> bytes/s. kind: 'modified' or 'standard'. model:
@@ -132,13 +143,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
     handles += [Line2D([], [], color="grey", marker="o", mfc="white", ls="", label="pageable (hollow)"),
                 Line2D([], [], color="grey", marker="o", ls="", label="pinned or resident (filled)"),
                 Line2D([], [], color="grey", marker="_", ms=10, ls="", label=f"predicted ({model} model)")]
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax, "x")
-    plain_log(ax, "y", "FLOP/s")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte copied between host and device)")
-    ax.set_ylabel("FLOP/s per GPU")
-    ax.set_title(title, fontsize=10)
+    roofline_axes(ax, "arithmetic intensity (FLOP per byte copied between host and device)", title)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     legend_below(ax, handles, [h.get_label() for h in handles], ncol=3)
     return encode(fig)

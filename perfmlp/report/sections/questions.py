@@ -20,7 +20,7 @@ from ..analyses.runs import study_shaped
 from ..analysis import Analysis
 from .ceilings import ceilings_figures
 from ..configurations import Configuration, configurations
-from ..figures import H_COLORS, _plt, encode, plain_log, roofline
+from ..figures import H_COLORS, _plt, encode, roofline, roofline_axes
 from . import Figure, Section, Table, pct
 from ... import names as N
 
@@ -239,13 +239,7 @@ def exchange_roofline(rows, title: str):
         ("black", "o", "black", "measured"), ("tab:red", "x", "tab:red", "serial bound (model)"),
         ("tab:green", "^", "tab:green", "overlapped bound (model)"),
         ("tab:purple", "s", "none", "sliced schedule (model)"))]
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax, "x")
-    plain_log(ax, "y", "FLOP/s")
-    ax.set_xlabel("FLOPs per byte all-reduced (per GPU, per batch)")
-    ax.set_ylabel("FLOP/s per GPU")
-    ax.set_title(title, fontsize=10)
+    roofline_axes(ax, "FLOPs per byte all-reduced (per GPU, per batch)", title)
     ax.legend(handles=handles, fontsize=6.5, loc="lower right")
     fig.tight_layout()
     return encode(fig)
