@@ -144,8 +144,7 @@ class Watchdog:
         self.row[CODE] = state
 
     def batch(self, epoch: int, batch: int) -> None:
-        if self.ending.is_set():   # the thread has said the job is ended: train no further
-            self.hold_if_ending()
+        self.hold_if_ending()   # the thread has said the job is ended: train no further
         row = self.row
         row[EPOCH] = epoch
         row[BATCH] = batch
@@ -157,9 +156,6 @@ class Watchdog:
             row[CODE] = codes[name]
             return phase(name)
         return watched
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def hold_if_ending(self) -> None:
         """The main thread, about to end the run well or to exit: if the
