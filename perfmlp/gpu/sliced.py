@@ -59,6 +59,7 @@ class GpuSlices:
         from cupy.cuda import nccl
         self.cp, self.nccl, self.net, self.overlap, self.world = cupy, nccl, net, overlap, world
         self.half = half_wire(cupy, net, grad_precision)
+        self._cast_args: dict = {}
         self.rt = cupy.cuda.runtime
         self.comm = _nccl_communicator(nccl, world, cupy.cuda.Device().id)
         self.dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
@@ -103,17 +104,24 @@ class GpuSlices:
         """In place on the communication stream; `counted`: this batch's (the head's are the last batch's)."""
         if self.half is not None:
             hi = min(hi, self.net.p.n_params)   # the loss slot stays the rank's (module docstring)
-            self._cast("to_storage", self.net.g.flat[lo:hi], self.half[0][lo:hi])
+            self._cast("to_storage", lo, hi)
         p = self._base + lo * self._isz
         self.comm.allReduce(p, p, hi - lo, self.dtype, self.nccl.NCCL_SUM, self.comm_ptr)
         if self.half is not None:
-            self._cast("from_storage", self.half[0][lo:hi], self.net.g.flat[lo:hi])
+            self._cast("from_storage", lo, hi)
         if counted:
             self._sent.append(hi - lo)
 
-    def _cast(self, name: str, src, dst) -> None:
-        n = src.size
-        self.half[2][name](((n + 255) // 256,), (256,), (src, dst, np.int64(n)), stream=self.comm_stream)
+    def _cast(self, name: str, lo: int, hi: int) -> None:
+        """Flat elements [lo, hi) into the 16-bit buffer (to_storage) or back; the launch's
+        arguments made once per piece, as the network's own launches are."""
+        args = self._cast_args.get((name, lo, hi))
+        if args is None:
+            grads, words = self.net.g.flat[lo:hi], self.half[0][lo:hi]
+            src, dst = (grads, words) if name == "to_storage" else (words, grads)
+            n = hi - lo
+            args = self._cast_args[(name, lo, hi)] = (((n + 255) // 256,), (256,), (src, dst, np.int64(n)))
+        self.half[2][name](*args, stream=self.comm_stream)
 
     def _head(self) -> None:
         """The previous batch's slices 1.. reduced on the communication stream."""
