@@ -95,8 +95,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                                  batch_transfer, gap, gemm)
         terms["gemm"] += change["compute_s"]
         terms["allreduce"] += change["exchange_s"]
-        detail.update(slices=slices, grad_precision=grad_precision, chain_today_s=change["chain_today_s"],
-                      chain_sliced_s=change["chain_sliced_s"])
+        detail.update(slices=slices, grad_precision=grad_precision, schedule=change,
+                      chain_today_s=change["chain_today_s"], chain_sliced_s=change["chain_sliced_s"])
         detail["gpu_compute_s"] += change["compute_s"]
     total, compute = sum(terms.values()), sum(terms[t] for t in COMPUTE_TERMS)
     job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))

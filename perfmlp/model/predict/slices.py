@@ -29,9 +29,11 @@ def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices
     args = (machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode)
     base = predict_batch(*args, gemm=gemm)
     new = predict_batch(*args, gemm=gemm, slices=slices, grad_precision=grad_precision)
-    gap = machine.graph_kernel_gap_s if new.detail["exec"] == N.GRAPH else machine.kernel_gap_s
-    change = schedule_change(machine, layer_sizes, max(pieces(batch, procs)), procs, slices, precision,
-                             grad_precision, comm, batch_transfer, gap, gemm)
+    change = new.detail.get("schedule")   # the sliced step's own; today's step alone has none
+    if change is None:
+        gap = machine.graph_kernel_gap_s if new.detail["exec"] == N.GRAPH else machine.kernel_gap_s
+        change = schedule_change(machine, layer_sizes, max(pieces(batch, procs)), procs, slices, precision,
+                                 grad_precision, comm, batch_transfer, gap, gemm)
     # the two chains of today's step apart: no schedule overlaps them better than the longer of the two
     longer = max(change["compute_today_s"], change["comm_today_s"])
     return {"today_s": base.total_s, "sliced_s": new.total_s, "gain": base.total_s / new.total_s,
