@@ -73,6 +73,9 @@ FP16 = "fp16"
 PRECISIONS = (FLOAT32, FLOAT64, TF32, BF16, FP16)
 HALF_PRECISIONS = (BF16, FP16)
 GRAD_PRECISIONS = (FLOAT32, BF16, FP16)
+# the 16-bit exchange's cast kernels (gpu/kernels.cu): the tracer files them with the exchange
+WIRE_PACK, WIRE_UNPACK = "wire_pack", "wire_unpack"
+EXCHANGE_KERNELS = (WIRE_PACK, WIRE_UNPACK)
 
 # --- data sources (--data)
 MNIST = "mnist"

@@ -27,7 +27,7 @@ def _calibrate(tmp_path, procs=None, *flags):
 def test_the_timed_kernels_are_the_ones_the_model_prices():
     # 784-16-10 on 8 samples: every kernel of the unfused step, once per step, by (name, shape)
     sizes, b = (784, 16, 10), 8
-    res = time_step(sizes, N.FLOAT32, b, budget_s=0.001)
+    res = time_step(sizes, N.FLOAT32, b, budget_s=0.01)   # under load, a step over five ms would get 2 repeats at 0.001
     want = {(kernel_name(k), kernel_shape(k)) for ks in step_kernels(sizes, b, None, 4, fuse_output=False).values()
             for k in ks}
     assert set(res["kernels"]) == want and all(s > 0 for s in res["kernels"].values())

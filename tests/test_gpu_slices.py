@@ -75,3 +75,42 @@ def test_16bit_gradients_keep_the_default_jobs_accuracy_on_the_gpu(monkeypatch):
     for g in (N.BF16, N.FP16):
         assert acc[g].accuracy > acc[N.FLOAT32].accuracy - 0.005, (g, acc[g].accuracy, acc[N.FLOAT32].accuracy)
         assert abs(acc[g].loss - acc[N.FLOAT32].loss) < 0.05 * acc[N.FLOAT32].loss   # and its loss near float32s
+
+
+
+@gpu
+@pytest.mark.parametrize("exec_mode", [N.EAGER, N.GRAPH])
+def test_the_tracer_records_each_stream_of_the_sliced_step(tmp_path, exec_mode):
+    # K = 2 with bf16 gradients: at p = 1 NCCL moves nothing, so the exchange's kernels are its casts,
+    # launched in the forward pass (the head: the last batch's slice 1) and in the backward pass (slice 0
+    # with the rest). GEMM-bound shapes, so that a stream running beside another shows.
+    pytest.importorskip("cupti", reason="kernel records need cupti-python")
+    from conftest import run_perfmlp
+    from perfmlp.report.timeline import run_breakdowns
+    from perfmlp.trace.reader import read_run
+    r = run_perfmlp("--backend", "cupy", "--comm", "nccl", "--exec", exec_mode, "--data", "synthetic",
+                    "--n-train", "32000", "--batch-size", "3200", "--hidden-size", "512", "--epochs", "2",
+                    "--batch-transfer", "resident", "--slices", "2", "--grad-precision", "bf16",
+                    "--trace-dir", str(tmp_path), "--run-id", "s", "--trace-level", N.KERNELS)
+    assert r.returncode == 0, r.stderr
+    run = read_run(tmp_path / "s")
+    wire = lambda b: [g for g in b.gpu if g.name in N.EXCHANGE_KERNELS]   # noqa: E731
+    # a batch after a drain (an epoch's first, the steady window's) has no head: one pack, not two
+    headed = [b for b in run.ranks[0].batches if b.gpu and sum(g.name == N.WIRE_PACK for g in wire(b)) == 2]
+    assert len(headed) >= 12, [len(wire(b)) for b in run.ranks[0].batches if b.gpu]
+    hidden = 0
+    for b in headed:
+        assert {g.cat for g in wire(b)} == {"comm"}
+        comm = [(g.start_ns, g.end_ns) for g in b.gpu if g.cat == "comm"]
+        gemms = [(g.start_ns, g.end_ns) for g in b.gpu if g.cat == "compute" and "gemm" in (g.name or "")]
+        hidden += any(s < e2 and s2 < e for s, e in comm for s2, e2 in gemms)
+        if exec_mode == N.EAGER:   # a replayed graph's kernels carry the launch's phase, and its own streams
+            assert sorted(g.phase for g in wire(b) if g.name == N.WIRE_PACK) == ["backward", "forward"]
+            assert len({g.stream for g in wire(b)}) == 1
+            assert not {g.stream for g in wire(b)} & {g.stream for g in b.gpu if g.cat == "compute"}
+    breakdowns = run_breakdowns(run)[0]
+    under = sorted(bd.comm - bd.exposed_comm for bd in breakdowns)
+    print(exec_mode, {"headed": len(headed), "beside a GEMM": hidden, "median ms of comm under compute":
+                      under[len(under) // 2]})
+    if exec_mode == N.GRAPH:   # eager: the host's launches pace both streams, so they seldom meet
+        assert hidden >= len(headed) // 2 and under[len(under) // 2] > 0

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from perfmlp import names as N
+
 from perfmlp.report import build_from_runs
 from perfmlp.report.crosscheck import cross_check as batch_cross_check
 from perfmlp.report.intervals import intersect, length, subtract, union
@@ -92,6 +94,12 @@ def test_records_are_attributed_to_the_batch_and_phase_that_launched_them():
     assert (r1["cat"], r1["phase"], r1["stream"]) == ("comm", "allreduce", 9)
     (c,) = [dict(zip(ACTIVITY_FIELDS, r)) for r in out[(0, 6)]]
     assert (c["cat"], c["copy"], c["bytes"]) == ("copy", "d2h", 64)
+
+
+def test_the_16bit_exchanges_casts_count_as_communication():
+    # named apart from the weights' to_storage cast, which is compute
+    assert [act.classify("kernel", n) for n in (*N.EXCHANGE_KERNELS, "to_storage", "ncclDevKernel_x")] == [
+        "comm", "comm", "compute", "comm"]
 
 
 def test_gpu_phase_spans_follow_the_cuda_event_convention():

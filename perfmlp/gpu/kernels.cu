@@ -254,8 +254,15 @@ __global__ void to_storage(const T* src, S* dst, long long n) {
     if (i < n) dst[i] = st(src[i]);
 }
 
-// dst = src in T (a 16-bit gradient exchange's words widened back into the gradient buffer)
-__global__ void from_storage(const S* src, T* dst, long long n) {
+// The 16-bit gradient exchange's casts, named apart from to_storage so that
+// the tracer files them with the exchange (names.EXCHANGE_KERNELS):
+// gradients rounded into the words all-reduced, and the words widened back.
+__global__ void wire_pack(const T* src, S* dst, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = st(src[i]);
+}
+
+__global__ void wire_unpack(const S* src, T* dst, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = ld(src[i]);
 }

@@ -44,7 +44,7 @@ def half_wire(cupy, net, grad_precision: str):
         return None
     from .kernels import device_dtype, kernels
     mod = kernels(cupy, grad_precision)
-    casts = {n: mod.get_function(n) for n in ("to_storage", "from_storage")}
+    casts = {n: mod.get_function(n) for n in N.EXCHANGE_KERNELS}
     return cupy.zeros(net.g.flat.size, device_dtype(grad_precision)), NCCL_HALF[grad_precision], casts
 
 
@@ -104,21 +104,21 @@ class GpuSlices:
         """In place on the communication stream; `counted`: this batch's (the head's are the last batch's)."""
         if self.half is not None:
             hi = min(hi, self.net.p.n_params)   # the loss slot stays the rank's (module docstring)
-            self._cast("to_storage", lo, hi)
+            self._cast(N.WIRE_PACK, lo, hi)
         p = self._base + lo * self._isz
         self.comm.allReduce(p, p, hi - lo, self.dtype, self.nccl.NCCL_SUM, self.comm_ptr)
         if self.half is not None:
-            self._cast("from_storage", lo, hi)
+            self._cast(N.WIRE_UNPACK, lo, hi)
         if counted:
             self._sent.append(hi - lo)
 
     def _cast(self, name: str, lo: int, hi: int) -> None:
-        """Flat elements [lo, hi) into the 16-bit buffer (to_storage) or back; the launch's
+        """Flat elements [lo, hi) into the 16-bit buffer (WIRE_PACK) or back; the launch's
         arguments made once per piece, as the network's own launches are."""
         args = self._cast_args.get((name, lo, hi))
         if args is None:
             grads, words = self.net.g.flat[lo:hi], self.half[0][lo:hi]
-            src, dst = (grads, words) if name == "to_storage" else (words, grads)
+            src, dst = (grads, words) if name == N.WIRE_PACK else (words, grads)
             n = hi - lo
             args = self._cast_args[(name, lo, hi)] = (((n + 255) // 256,), (256,), (src, dst, np.int64(n)))
         self.half[2][name](*args, stream=self.comm_stream)

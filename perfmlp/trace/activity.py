@@ -69,13 +69,14 @@ def own_kernel_names() -> tuple[str, ...]:
 # ---- records -> a rank's timeline (pure) ------------------------------------------------
 
 def classify(kind: str, name: str | None) -> str:
-    """The category of a GPU record: comm for NCCL kernels, copy for copies
-    and memsets, graph for a whole graph launch, else compute."""
+    """The category of a GPU record: comm for NCCL kernels and the 16-bit
+    exchange's casts, copy for copies and memsets, graph for a whole graph
+    launch, else compute."""
     if kind in ("memcpy", "memset"):
         return "copy"
     if kind == N.GRAPH:       # a whole CUDA-graph launch
         return N.GRAPH
-    return "comm" if name and N.NCCL in name.lower() else "compute"
+    return "comm" if name and (N.NCCL in name.lower() or name in N.EXCHANGE_KERNELS) else "compute"
 
 
 def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase_names: dict
