@@ -50,7 +50,7 @@ def test_the_worst_configurations_of_each_machine():
 
 
 def test_the_report_words_the_history(tmp_path, four_runs_report):
-    out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(HISTORY))
+    out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(HISTORY), draw=False)
     md = (out / "report.md").read_text()
     assert f"Blind-test history ({HISTORY}: every" in md and "h200-x2: 6 configuration(s) in 1 sweep(s)" in md
     assert "0 above, 6 below: biased, the model is too fast" in md
@@ -73,7 +73,7 @@ def test_a_cpu_runs_report_still_shows_the_history(tmp_path):
     run = dataclasses.replace(run, manifest=dataclasses.replace(
         m, config={**m.config, "backend": "numpy"}, machine={"nodes": {"h": {"cpu": "x86_64", "ranks": [0]}}},
         ran=dataclasses.replace(m.ran, backend="numpy", gpu=None)))
-    out = build_from_runs([run], [], tmp_path / "rep", history=read_blind_tests(HISTORY))
+    out = build_from_runs([run], [], tmp_path / "rep", history=read_blind_tests(HISTORY), draw=False)
     assert "## The model's blind tests so far" in (out / "report.md").read_text()
 
 
@@ -103,7 +103,7 @@ def test_a_bad_history_is_one_line_naming_the_file(tmp_path, change, words):
 
 def test_the_report_command_takes_the_history(tmp_path):
     write_run(tmp_path / "t", gpu_records(transfer="resident", comm="nccl", batches=6))
-    cmd = [sys.executable, "-m", "perfmlp.report", str(tmp_path / "t"), "--out", str(tmp_path / "r")]
+    cmd = [sys.executable, "-m", "perfmlp.report", str(tmp_path / "t"), "--out", str(tmp_path / "r"), "--no-figures"]
     r = subprocess.run(cmd + ["--blind-tests", str(HISTORY)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "r" / "blind_tests_by_machine.csv").exists()
@@ -122,7 +122,7 @@ def test_the_columns_are_the_documented_ones():
 def test_an_empty_history_is_said_so(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text(",".join(COLUMNS) + "\n")
-    out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(empty))
+    out = build_from_runs(four_runs(), [], tmp_path / "rep", history=read_blind_tests(empty), draw=False)
     assert f"Blind-test history ({empty}): the file holds no blind test." in (out / "report.md").read_text()
 
 

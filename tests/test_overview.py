@@ -252,7 +252,7 @@ def test_repeats_that_disagree_are_flagged_with_their_range(tmp_path):
     text = what_ran(a, o)
     assert f"{c.label} {c.disagree}" in text and "Repeats disagree by more than 10%" in text
     assert "BLAS threads each NumPy rank ran (openblas): 2 with 1 rank." in text
-    out = build_from_runs(runs, [], tmp_path / "rep")
+    out = build_from_runs(runs, [], tmp_path / "rep", draw=False)
     row, = csv.DictReader(open(out / "configurations.csv"))
     assert row["repeats disagree"] == c.disagree and row["BLAS threads a rank"] == ""   # format-1: not recorded
     # repeats within 10% of each other: no flag
@@ -271,7 +271,7 @@ def test_a_label_names_each_word_once():
 
 def test_a_cpu_run_has_no_speed_up_over_a_gpu_reference(tmp_path):
     # the study's job on a CPU: its time beside the GPU reference solution's is missing, not "0.0x"
-    out = build_from_runs([cpu_run(batch=3200)], [], tmp_path / "rep")
+    out = build_from_runs([cpu_run(batch=3200)], [], tmp_path / "rep", draw=False)
     row, = csv.DictReader(open(out / "overview_headline.csv"))
     assert row["speed-up over it"] == "" and "0.0x" not in (out / "report.md").read_text()
 

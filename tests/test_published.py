@@ -117,7 +117,7 @@ def test_the_section_renders_with_and_without_the_kernels_rates(tmp_path):
     plain = tmp_path / "plain.yaml"
     plain.write_text(yaml.safe_dump(data))
     assert not load_machine(plain).has_gemm_kernel("regblock")
-    out = build_from_runs(four_runs(), [], tmp_path / "plain", machine=str(plain))
+    out = build_from_runs(four_runs(), [], tmp_path / "plain", machine=str(plain), draw=False)
     md = (out / "report.md").read_text()
     assert "## The reference's published times beside the model" in md
     assert "not compared with a measured one" in md
@@ -126,7 +126,7 @@ def test_the_section_renders_with_and_without_the_kernels_rates(tmp_path):
     unknowns = {r["unknown, alone"].split(" ")[0]: r for r in read_csv(out / "published_unknowns.csv")}
     assert unknowns["MPI"]["p=1"] == "" and float(unknowns["regblock"]["the file's"]) == pytest.approx(16.3)
     # with the validation's calibrated file (it has the reference kernels' rates): the comparison is there
-    out = build_from_runs(four_runs(), [], tmp_path / "cal", machine=str(CALIBRATED))
+    out = build_from_runs(four_runs(), [], tmp_path / "cal", machine=str(CALIBRATED), draw=False)
     kernels = {r["kernel"]: r for r in read_csv(out / "published_kernels.csv")}
     assert set(kernels) == {"naive", "tiled", "regblock"}
     reg = kernels["regblock"]
@@ -141,7 +141,8 @@ def test_a_study_without_the_reference_run_has_no_such_section(tmp_path):
         data.pop(k)
     f = tmp_path / "plain.yaml"
     f.write_text(yaml.safe_dump(data))
-    out = build_from_runs([fake_run(1, "resident", "nccl", 0.25)], [], tmp_path / "rep", study=str(f))
+    out = build_from_runs([fake_run(1, "resident", "nccl", 0.25)], [], tmp_path / "rep", study=str(f),
+                          draw=False)
     assert "published times beside" not in (out / "report.md").read_text()
     bad = dict(data, reference_machine="quadro-rtx-6000",
                reference_scheme={"gemm": "fastest", "batch_transfer": "pageable", "comm": "mpi-staged",

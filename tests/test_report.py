@@ -164,7 +164,7 @@ def test_the_study_is_data(tmp_path):
     other.write_text(text.replace("hidden_size: 512", "hidden_size: 256").replace("procs: [1, 2, 4]", "procs: [1, 2]")
                      .replace("{1: 0.0645, 2: 0.0224, 4: 0.0096}", "{1: 0.5, 2: 0.25}")
                      .replace("{1: 4.9, 2: 7.0, 4: 8.2}", "{1: 1.0, 2: 2.0}"))
-    out = build_from_runs(four_runs(), [], tmp_path / "rep", study=str(other))
+    out = build_from_runs(four_runs(), [], tmp_path / "rep", study=str(other), draw=False)
     # no run of H=256: the FLOPs table counts the shapes the runs had (B split over 1, 2, 4), not the study's
     flops = {(r["shape"], r["part"]): int(r["exact"]) for r in read_csv(out / "q2_1_flops.csv")}
     assert flops[("784-512-10, B=1600", "batch")] == batch_counts((784, 512, 10), 1600, 4).flops_total
@@ -186,7 +186,7 @@ def test_rank_endings_are_said_plainly(tmp_path):
     # never rewrote the manifest. The old report said "incomplete (running)".
     run = fake_run(3, "pageable", "mpi-staged", 1.5, run_id="killed",
                    endings={0: "complete", 1: "failed", 2: None}, manifest_status="running")
-    out = build_from_runs([run, fake_run(1, "pageable", "mpi-staged", 2.0)], [], tmp_path / "rep")
+    out = build_from_runs([run, fake_run(1, "pageable", "mpi-staged", 2.0)], [], tmp_path / "rep", draw=False)
     rows = {r["run"]: r for r in read_csv(out / "runs.csv")}
     assert rows["killed"]["status"] == ("rank 0 complete; rank 1 failed; rank 2 killed (no end line); "
                                         "manifest still says running")
@@ -307,6 +307,23 @@ def test_report_command_without_matplotlib(tmp_path):
     assert not (tmp_path / "rep").exists()
 
 
+def test_a_report_without_figures_needs_no_matplotlib_and_leaves_no_old_figure(tmp_path):
+    traces = tmp_path / "t"
+    assert run_perfmlp("--data", "synthetic", "--input-size", "20", "--hidden-size", "8", "--n-train", "40",
+                       "--batch-size", "10", "--trace-dir", traces, "--run-id", "r").returncode == 0
+    assert report_cmd(traces, "--out", tmp_path / "rep").returncode == 0   # with its figures, first
+    drawn = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
+    assert drawn and all((tmp_path / "rep" / f"{n[:-4]}.svg").exists() for n in drawn)
+    code = ("import sys; sys.modules['matplotlib'] = None; from perfmlp.report.__main__ import main; "
+            f"sys.exit(main([{str(traces)!r}, '--out', {str(tmp_path / 'rep')!r}, '--no-figures']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    rep = tmp_path / "rep"
+    assert not list(rep.glob("*.png")) and not list(rep.glob("*.svg"))   # the earlier report's went with it
+    md, page = (rep / "report.md").read_text(), (rep / "report.html").read_text()
+    assert ".png" not in md and "<img" not in page and (rep / "configurations.csv").exists()
+
+
 def test_verdict_of_a_graph_run_never_blames_the_hosts_launches():
     # a replayed step's compute phase is GPU time (events around the replay): twice the model's
     # GPU time is GPU time the model misses, while the same figures eager are the host's
@@ -353,7 +370,7 @@ def test_execution_modes_set_measured_changes_beside_predicted(tmp_path):
             + [fake_run(1, "resident", "nccl", 0.19, run_id="killed", exec_mode="graph", bucket_bytes=MiB,
                         endings={0: None})])
     runs[-2] = profiled(runs[-2])
-    out = build_from_runs(runs, [], tmp_path / "rep")
+    out = build_from_runs(runs, [], tmp_path / "rep", draw=False)
     rows = read_csv(out / "execution_modes.csv")
     assert [(r["p"], r["exec"], r["overlap"], r["runs"]) for r in rows] == [
         ("2", "eager", "none", "3"), ("2", "eager", "1 MiB", "1"), ("2", "graph", "none", "3"),

@@ -409,7 +409,7 @@ def test_a_graph_runs_collectives_are_compared_inside_compute(tmp_path):
         entries[r.run_id] = prediction_entry(pred, "2026-11-22T00:00:00+00:00")
     write_predictions(tmp_path / "t", entries)
     out = subprocess.run([sys.executable, "-m", "perfmlp.report", str(tmp_path / "t"), "--out", str(tmp_path / "r"),
-                          "--machine", str(CALIBRATED)], capture_output=True, text=True, cwd=ROOT)
+                          "--machine", str(CALIBRATED), "--no-figures"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     row = next(csv.DictReader(open(tmp_path / "r" / "validation_terms.csv")))
     pred = entries[runs[0].run_id]

@@ -83,10 +83,12 @@ def header_of(a: Analysis, runs: int | None = None) -> list[str]:
 
 
 def build(folder: str | Path, out: str | Path, machine: str | None = None, log=print,
-          study: str | Path | None = None, blind_tests: str | Path | None = None) -> Path:
+          study: str | Path | None = None, blind_tests: str | Path | None = None, draw: bool = True) -> Path:
     """The report of every run under `folder`, written to `out` (with the
-    blind-test history of the CSV file `blind_tests`, report/blind_tests.py)."""
-    figures.require()
+    blind-test history of the CSV file `blind_tests`, report/blind_tests.py;
+    `draw=False`: words and tables only, no matplotlib needed)."""
+    if draw:
+        figures.require()
     history = read_blind_tests(blind_tests) if blind_tests is not None else None
     folder = Path(folder)
     runs, skipped = read_traces(folder)
@@ -95,21 +97,22 @@ def build(folder: str | Path, out: str | Path, machine: str | None = None, log=p
         raise PerfmlpError(f"{folder}: no readable run" + (f" ({why})" if why else ""))
     for line in skipped:
         log(f"skipped: {line}")
-    return build_from_runs(runs, skipped, out, machine, folder, study, history)
+    return build_from_runs(runs, skipped, out, machine, folder, study, history, draw)
 
 
 def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machine: str | None = None,
                     folder: Path | None = None, study: str | Path | Study | None = None,
-                    history: History | None = None) -> Path:
+                    history: History | None = None, draw: bool = True) -> Path:
     """The report of runs already read (or made with Run.from_records)."""
-    figures.require()
+    if draw:
+        figures.require()
     out = Path(out)
     st = study if isinstance(study, Study) else load_study(study)
     a = analyse([r for r in runs if not is_async(r)], skipped, st, machine, folder)  # ps-async: its own section
     sections = (sections_of(a, history) if a.runs else []) + [s for s in (section_psasync(runs),) if s is not None]
     check_output_folder(out, [r.path for r in runs if r.path], what="report folder")
     try:
-        replace_folder(out, lambda d: render(sections, d, "perfmlp report", header_of(a, len(runs))), "report.md")
+        replace_folder(out, lambda d: render(sections, d, "perfmlp report", header_of(a, len(runs)), draw), "report.md")
     except OSError as e:
         where = e.filename or out
         raise PerfmlpError(f"{where}: cannot write the report ({e.strerror or e})") from None

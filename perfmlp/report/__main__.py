@@ -22,11 +22,13 @@ def main(argv=None) -> int:
     ap.add_argument("--blind-tests", default=None, metavar="CSV",
                     help="the model's blind-test history (reports/blind-tests.csv): its error per machine in the "
                          "validation section")
+    ap.add_argument("--no-figures", dest="draw", action="store_false",
+                    help="words and tables only: no figure drawn (no matplotlib needed), a report in seconds")
     a = ap.parse_args(argv)
     out = a.out or str(Path(a.traces) / "report")
     try:
         path = build(a.traces, out, a.machine, log=lambda m: say(m, file=sys.stderr), study=a.study,
-                     blind_tests=a.blind_tests)
+                     blind_tests=a.blind_tests, draw=a.draw)
     except (PerfmlpError, TraceError, MachineError) as e:
         say(f"perfmlp.report: error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)

@@ -198,12 +198,12 @@ STYLE = ("body{font-family:sans-serif;max-width:1240px;margin:auto;padding:0 12p
                    for css, (color, dark) in CELL_COLORS.items()))
 
 
-def html_section(s: Section) -> str:
+def html_section(s: Section, figures: bool = True) -> str:
     """One section: its words, then its figures and tables; laid out in columns
     (main beside side, wide below) where its tables and figures say where."""
     paras = "".join(f"<p>{html.escape(p)}</p>" for p in s.paragraphs)
-    items = [(t.place, html_table_block(t)) for t in s.tables] + \
-            [(f.place, html_figure(f)) for f in s.figures]
+    figs = s.figures if figures else []
+    items = [(t.place, html_table_block(t)) for t in s.tables] + [(f.place, html_figure(f)) for f in figs]
     if any(place for place, _ in items):
         main = "".join(h for place, h in items if place in ("main", ""))
         side = "".join(h for place, h in items if place == "side")
@@ -211,17 +211,16 @@ def html_section(s: Section) -> str:
         body = f'<div class="cols"><div class="main">{main}</div><div class="side">{side}</div></div>{wide}'
         css = ' class="overview"'
     else:
-        body = "".join(html_figure(f) for f in s.figures) + \
-            "".join(html_table_block(t) for t in s.tables)
+        body = "".join(html_figure(f) for f in figs) + "".join(html_table_block(t) for t in s.tables)
         css = ""
     return f'<section id="{anchor(s)}"{css}><h2>{html.escape(s.title)}</h2>{paras}{body}</section>'
 
 
-def md_section(s: Section) -> list[str]:
+def md_section(s: Section, figures: bool = True) -> list[str]:
     md = [f"## {s.title}", ""]
     for p in s.paragraphs:
         md += [p, ""]
-    for fig in s.figures:
+    for fig in s.figures if figures else ():
         md += [f"![{fig.caption}]({fig.name}.png)", "", f"*{fig.caption}* ([SVG]({fig.name}.svg))", ""]
     for t in s.tables:
         title = f"**{t.caption}** " if t.caption else ""
@@ -229,23 +228,28 @@ def md_section(s: Section) -> list[str]:
     return md
 
 
-def render(sections: list[Section], out: Path, title: str, header: list[str]) -> None:
+def render(sections: list[Section], out: Path, title: str, header: list[str], figures: bool = True) -> None:
     """Draw every figure and write every file of the report into `out`, a
     folder (safeio.replace_folder gives it a new one and puts it in place
     whole). The first section opens the page; a line of links to the others
-    follows it."""
+    follows it. `figures=False`: words and tables only, and no figure of an
+    earlier report left beside them."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = [f"# {title}", ""] + header + [""]
     parts = [f"<h1>{html.escape(title)}</h1>"] + [f'<p class="meta">{html.escape(h)}</p>' for h in header]
     for i, s in enumerate(sections):
         for fig in s.figures:
-            for ext, data in fig.draw(**fig.args).items():
-                _write(out / f"{fig.name}.{ext}", data)
+            if figures:
+                for ext, data in fig.draw(**fig.args).items():
+                    _write(out / f"{fig.name}.{ext}", data)
+            else:
+                for ext in ("png", "svg"):
+                    (out / f"{fig.name}.{ext}").unlink(missing_ok=True)
         for t in s.tables:
             _write(out / f"{t.name}.csv", csv_text(t.rows).encode("utf-8", "surrogateescape"))
-        md += md_section(s)
-        parts.append(html_section(s))
+        md += md_section(s, figures)
+        parts.append(html_section(s, figures))
         if i == 0 and len(sections) > 1:
             links = " · ".join(f'<a href="#{anchor(x)}">{html.escape(x.title)}</a>' for x in sections[1:])
             parts.append(f"<nav>Details: {links}</nav>")
