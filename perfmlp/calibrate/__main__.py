@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 from pathlib import Path
 
 from ..cli import Parser
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
-from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
+from ..model.machine import load_machine
+from . import write_machine
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
@@ -154,16 +154,6 @@ def machine_values(res: dict, base, name: str | None, gpu_name: str, procs: int)
         if k in res:
             values[k] = float(res[k])
     return values
-
-
-def write_machine(values: dict, out: str) -> None:
-    """The machine file, checked to load, written to a temporary name and renamed."""
-    machine_from_mapping(values, out)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("# Written by python -m perfmlp.calibrate; do not edit by hand.\n" + machine_to_yaml(values))
-    tmp.replace(path)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
-from pathlib import Path
 from statistics import median
 
 import numpy as np
-import yaml
 
 from .. import names as N
 from ..config import Config
@@ -42,7 +39,8 @@ from ..blas import cpu_cores, cpu_name, find_blas
 from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
 from .cpu_kernels import GEMM, time_step
 from .cpu_loop import trace_host_s
-from .spread import MAX_RATIOS, ratios
+from . import write_machine
+from .spread import ratios, spread_table
 
 D, C = Config.input_size, Config.num_classes    # the trainer's input and output layers
 HIDDEN = (64, 128, 256, 512, 1024)
@@ -133,15 +131,6 @@ def _wall(fn) -> float:
     return time.perf_counter() - t0
 
 
-def thinned(values) -> list[float]:
-    """Sorted, at most MAX_RATIOS evenly spaced order statistics, 4 decimals."""
-    pooled = sorted(v for v in values if v > 0)
-    if len(pooled) > MAX_RATIOS:
-        step = (len(pooled) - 1) / (MAX_RATIOS - 1)
-        pooled = [pooled[round(i * step)] for i in range(MAX_RATIOS)]
-    return [round(v, 4) for v in pooled]
-
-
 def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dict:
     """Every measurement in the module docstring's order; rank 0's mapping
     of results ({} on the other ranks)."""
@@ -177,10 +166,10 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
     if rank != 0:
         return {}
     res["mem_bw_bytes_per_s"] = triad_bandwidth(setting["triad_n"])
-    res["trace_batch_host_s"], _ = trace_host_s(log, *setting["trace_rounds"])
+    res["trace_batch_host_s"] = trace_host_s(log, *setting["trace_rounds"])
     host = op_host_times()
     res["op_host_s"], spread["host"] = float(median(host)), ratios(host)
-    res["spread"] = [{"source": s, "ratios": thinned(spread[s])} for s in SOURCES if len(spread[s]) > 1]
+    res["spread"] = spread_table(spread, SOURCES)
     res["blas"] = blas.words() if blas is not None else "unknown BLAS (threads fixed at load)"
     return res
 
@@ -228,16 +217,6 @@ def _plain(x):
     if isinstance(x, (float, np.floating)):
         return float(f"{float(x):.6g}")
     return int(x) if isinstance(x, np.integer) else x
-
-
-def write_machine(values: dict, out: str) -> None:
-    """The machine file, written to a temporary name and renamed (never half-written)."""
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("# Written by python -m perfmlp.calibrate.cpu; do not edit by hand.\n"
-                   + yaml.safe_dump(values, sort_keys=False, width=120, default_flow_style=None))
-    tmp.replace(path)
 
 
 def _ints(flag: str, text: str) -> tuple[int, ...]:
@@ -292,7 +271,8 @@ def main(argv=None) -> int:
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             res = measure(comm, hidden, local, precisions, threads, setting, log)
         if comm.Get_rank() == 0:
-            write_machine(machine_values(res, a.name, comm.Get_size(), threads, log), a.out)
+            values = machine_values(res, a.name, comm.Get_size(), threads, log)
+            write_machine(values, a.out, "perfmlp.calibrate.cpu", check=False)   # one precision: not a loadable file
             log(f"wrote {a.out}")
     except KeyboardInterrupt:
         raise

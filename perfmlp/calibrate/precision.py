@@ -15,7 +15,6 @@ from statistics import median
 import numpy as np
 
 from ..errors import PerfmlpError
-from ..model.precision import precision as precision_of
 from .gemm import gemm_rate
 from .kernels import own_kernel_times
 from .. import names as N

@@ -41,12 +41,12 @@ def chunk_medians(values, size: int) -> list[float]:
     return [median(values[i:i + size]) for i in range(0, len(values) - size + 1, size)]
 
 
-def spread_table(collected: dict) -> list[dict]:
-    """The machine file's `spread` entries: for each source with ratios,
+def spread_table(collected: dict, sources=SOURCES) -> list[dict]:
+    """The machine file's `spread` entries: for each of `sources` with ratios,
     {source, ratios} (sorted, thinned to MAX_RATIOS evenly spaced order
     statistics, 4 decimals)."""
     out = []
-    for source in SOURCES:
+    for source in sources:
         pooled = sorted(r for r in collected.get(source, ()) if r > 0)
         if len(pooled) < 2:
             continue
