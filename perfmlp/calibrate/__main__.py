@@ -67,10 +67,11 @@ def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
     the same shape (--gemm-only), and its source saying what was added, where and when."""
     keys = {"gemm_flops_per_s": ("m", "n", "k", "precision", "kernel"), "kernel_s": ("kernel", "shape", "precision")}
     out = dict(old)
-    for table, key in keys.items():
-        new = {tuple(str(e.get(f, N.CUBLAS if f == "kernel" else "")) for f in key): e for e in res[table]}
-        out[table] = [e for e in old.get(table, []) if tuple(str(e.get(f, N.CUBLAS if f == "kernel" else ""))
-                                                            for f in key) not in new] + list(new.values())
+    for table, fields in keys.items():
+        def shape(e):
+            return tuple(str(e.get(f, N.CUBLAS if f == "kernel" else "")) for f in fields)
+        new = {shape(e): e for e in res[table]}
+        out[table] = [e for e in old.get(table, []) if shape(e) not in new] + list(new.values())
     out["source"] = (f"{old.get('source', '')}; gemm_flops_per_s and kernel_s at H = "
                      f"{', '.join(map(str, with_slices(hidden)))} measured by perfmlp.calibrate --gemm-only on "
                      f"{gpu_name}, {dt.date.today().isoformat()}")
@@ -91,8 +92,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
     res.update(device_bandwidth(cp, log))
     res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
     res.update(host_bandwidth(cp, hidden, local_batches, log))
-    res.update(stage_rate(cp, [itemsize(p) * b * (Config.input_size + Config.num_classes)
-                               for p in precisions for b in local_batches], log))
+    res.update(stage_rate(cp, [itemsize(p) * b * (D + C) for p in precisions for b in local_batches], log))
     res.update(event_gap(cp, log))
     res.update(copy_latency(cp, log))
     return res

@@ -90,20 +90,12 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
     d = cp.empty(max(sizes), dtype=cp.uint8)
     hosts = {N.PAGEABLE: np.ones(HOST_BYTES, dtype=np.uint8), N.PINNED: cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
     hosts[N.PINNED][...] = 1
-    s = cp.cuda.get_current_stream()
     res = {}
     for direction in ("h2d", "d2h"):
         for mem, h in hosts.items():
             ts = []
-            for n in sizes:
-                offset = rotating_offsets(HOST_BYTES, n)
-
-                def fn(h=h, n=n, direction=direction, mem=mem, offset=offset):
-                    off = offset()
-                    if direction == N.HOST_TO_DEVICE:
-                        d[:n].set(h[off:off + n], stream=s)
-                    else:   # pinned: not blocking, so that the calls queue behind the spin
-                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == N.PAGEABLE)
+            for n in sizes:   # pinned: a D2H not blocking, so that the calls queue behind the spin
+                fn = _copy_call(cp, direction, h, d, n, blocking=mem == N.PAGEABLE)
                 ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == N.PINNED else median(host_times(cp, fn, reps=25)))
             bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
             lat = max(ts[0] - sizes[0] / bw, 0.0)
@@ -163,26 +155,20 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
     return a, True, float(min(w, max(0.0, median(per) - alone_s)))
 
 
-def _copy_calls(cp, keys, hosts, d) -> dict:
-    """One copy function per (direction, memory, bytes) of `keys` between
-    the device buffer d and a host array of `hosts`, on the current stream,
-    each reading or writing a new slice of its host array per call, from
-    its start (a D2H does not block: pinned, the calls queue behind a
-    spin)."""
+def _copy_call(cp, direction: str, h, d, n: int, blocking: bool = False):
+    """A copy of n bytes between the device buffer d and a new slice of the
+    host array h at each call (rotating_offsets), on the current stream; a
+    D2H blocks the host only where `blocking`."""
     s = cp.cuda.get_current_stream()
-    copies = {}
-    for key in keys:
-        direction, mem, n = key
-        h, offset = hosts[mem], rotating_offsets(len(hosts[mem]), n)
+    offset = rotating_offsets(len(h), n)
 
-        def copy(direction=direction, h=h, n=n, offset=offset):
-            off = offset()
-            if direction == N.HOST_TO_DEVICE:
-                d[:n].set(h[off:off + n], stream=s)
-            else:
-                d[:n].get(out=h[off:off + n], stream=s, blocking=False)
-        copies[key] = copy
-    return copies
+    def copy():
+        off = offset()
+        if direction == N.HOST_TO_DEVICE:
+            d[:n].set(h[off:off + n], stream=s)
+        else:
+            d[:n].get(out=h[off:off + n], stream=s, blocking=blocking)
+    return copy
 
 
 def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tuple[list[dict], list[dict]]:
@@ -214,7 +200,7 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
     points, aggregate = [], []
     for g in sorted({1, min(2, P), P}):
         member = world.rank < g
-        copies = _copy_calls(cp, keys, hosts, d)
+        copies = {key: _copy_call(cp, key[0], hosts[key[1]], d, key[2]) for key in keys}
 
         def measure(key):
             def one():

@@ -36,6 +36,7 @@ from .. import names as N
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, step_kernels
 from ..blas import cpu_cores, cpu_name, find_blas
+from ..gpu.timing import wall_s
 from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
 from .cpu_kernels import GEMM, time_step
 from .cpu_loop import trace_host_s
@@ -108,7 +109,7 @@ def peak_rate(precision: str, n: int, reps: int = 3) -> float:
     a, b = (rng.random((n, n)).astype(precision) for _ in range(2))
     c = np.empty((n, n), dtype=precision)
     np.matmul(a, b, out=c)
-    best = min(_wall(lambda: np.matmul(a, b, out=c)) for _ in range(reps))
+    best = min(wall_s(lambda: np.matmul(a, b, out=c)) for _ in range(reps))
     return 2 * n ** 3 / best
 
 
@@ -116,19 +117,13 @@ def triad_bandwidth(n: int, reps: int = 5) -> float:
     """Bytes/s of c = a + b over float64 arrays of n elements (two read, one written)."""
     a, b, c = np.ones(n), np.ones(n), np.empty(n)
     np.add(a, b, out=c)
-    return 3 * 8 * n / min(_wall(lambda: np.add(a, b, out=c)) for _ in range(reps))
+    return 3 * 8 * n / min(wall_s(lambda: np.add(a, b, out=c)) for _ in range(reps))
 
 
 def op_host_times(calls: int = 2000, blocks: int = 7) -> list[float]:
     """Seconds per call of a one-element np.add into its output, in blocks."""
     x, y, z = np.ones(1), np.ones(1), np.empty(1)
-    return [_wall(lambda: [np.add(x, y, out=z) for _ in range(calls)]) / calls for _ in range(blocks)]
-
-
-def _wall(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    return [wall_s(lambda: [np.add(x, y, out=z) for _ in range(calls)]) / calls for _ in range(blocks)]
 
 
 def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dict:

@@ -37,18 +37,18 @@ from .. import names as N
 DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is negligible
 
 
-def resident_step(cp, sizes, b, group, pieces: int = 1):
+def resident_step(cp, sizes, b, group, pieces: int = 1, source: str = N.RESIDENT, next_piece=None):
     """The trainer's eager step at `sizes` on pieces of b samples, as the
     host-time microbenchmarks run it: (the network of step_network, `pieces`
-    resident pieces of random samples with one-hot labels, the NCCL reducer
-    over `group`)."""
+    pieces of random samples with one-hot labels from `source`, resident by
+    default, the NCCL reducer over `group`)."""
     from ..batches import DeviceBatches
     from ..comm import NcclReducer
     net, _, _ = step_network(cp, sizes, "float32", b)
     rng = np.random.default_rng(0)
     x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
     y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], pieces * b)]
-    return net, DeviceBatches(cp, x, y, N.RESIDENT, b), NcclReducer(cp, group, net)
+    return net, DeviceBatches(cp, x, y, source, b, next_piece=next_piece), NcclReducer(cp, group, net)
 
 
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[dict, dict]:
@@ -147,7 +147,6 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     return out
 
 
-
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     """The host's time per operation of the eager step and the tracer's per
     phase: one rank alone (launch_overhead_s, trace_phase_host_s, the
@@ -234,18 +233,15 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
-    memories = (N.PAGEABLE,)
+    m = N.PAGEABLE
     launch_time = _launches_after_copies(cp, stream, host, reps)
-    measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
+    measures = {(h, b, mem): launch_time((D, h, C), b, mem) for h in hidden for b in local for mem in (None, m)}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
-    out = {}
-    for m in memories:
-        out[f"{m}_launch_factor"] = [{"hidden": h, "batch": b,
-                                      "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
-                                     for h in hidden for b in local]
-        log(f"host time of the eager step's launches after its {m} copies, over without them: "
-            + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out[f"{m}_launch_factor"]))
-    return out
+    factors = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
+               for h in hidden for b in local]
+    log(f"host time of the eager step's launches after its {m} copies, over without them: "
+        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in factors))
+    return {f"{m}_launch_factor": factors}
 
 
 def _launches_after_copies(cp, stream, host, reps: int):

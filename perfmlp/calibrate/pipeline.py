@@ -28,11 +28,9 @@ from __future__ import annotations
 import time
 from statistics import median
 
-import numpy as np
-
 from ..config import Config
 from ..gpu import timing
-from .host import DISPATCH_SIZES
+from .host import DISPATCH_SIZES, resident_step
 from .. import names as N
 
 PIECES = 6          # the pieces of each source, taken in order: the pipeline prefetches the next ones
@@ -50,21 +48,14 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
     from `source`, continuing where its last call stopped (the pipeline's
     next pieces are the ones it prefetched); seconds per step, synchronised."""
     from ..backend import _next_piece
-    from ..batches import DeviceBatches
-    from ..comm import NcclReducer
     from ..gpu.graph import GraphStep
     from ..step import step
     from ..strategies.groups import LocalGroup
     from ..trace.format import Counts
     from ..trace.writer import NullTracer
-    from .gemm import step_network
     sizes = (Config.input_size, DISPATCH_SIZES[1], Config.num_classes)
-    net, _, _ = step_network(cp, sizes, "float32", b)
-    rng = np.random.default_rng(0)
-    x = rng.random((PIECES * b, sizes[0]), dtype=np.float32)
-    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], PIECES * b)]
-    batches = DeviceBatches(cp, x, y, source, b, next_piece=_next_piece(b, PIECES * b, 1, 0))
-    reducer = NcclReducer(cp, LocalGroup(), net)
+    net, batches, reducer = resident_step(cp, sizes, b, LocalGroup(), PIECES, source,
+                                          _next_piece(b, PIECES * b, 1, 0))
     graph = GraphStep(cp, net, batches, reducer, stream) if graph_mode else None
     phase, counts, k = NullTracer().phase, Counts(), [0]
 
