@@ -1,27 +1,21 @@
 """A CPU as a machine: what a NumPy step of this trainer spends, measured
-with microbenchmarks, written as a machine file (perfmlp/model/predict/cpu.py
-reads it):
-
-    mpiexec -n P python -m perfmlp.calibrate.cpu --out models/NAME.yaml
+with microbenchmarks and written as a machine file (model/predict/cpu.py
+reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
 
 - the step's kernels where the trainer runs them (cpu_kernels): each GEMM's
-  rate at the trainer's shapes (the forward and both backward GEMMs of each
-  layer, H in --hidden, per-rank batch in --local-batch, each precision),
-  the other kernels' pass bandwidth (costs' bytes over their time), and the
-  trainer's own Python per kernel; for each BLAS thread count in --threads
-  (set through the library's API: perfmlp/blas.py) and with one rank alone and
-  all P ranks at once on the same cores (the slowest rank's);
+  rate and the other kernels' pass bandwidth at the trainer's shapes (H in
+  --hidden, per-rank batch in --local-batch, each precision) and the
+  trainer's own Python per kernel, at each BLAS thread count of --threads
+  (perfmlp/blas.py), one rank alone and all P ranks at once on the same
+  cores (the slowest rank's);
 - the tracer's host time per batch (cpu_loop);
-- a large square GEMM (the compute roof) and a triad over arrays beyond
-  the caches (the memory roof); a small NumPy call's host time;
+- a large square GEMM and a triad beyond the caches (the compute and the
+  memory roofs); a small NumPy call's host time;
 - MPI allreduce on one rank and between the P local ranks (cpu_exchange);
-- the spread of each: the per-step sums of the GEMMs (blas) and of the
-  passes (memory), whole steps (step), small calls (host), allreduce
-  blocks (collective), each over its median.
+- the spread of each (SOURCES: the per-step sums of the GEMMs and of the
+  passes, whole steps, small calls, allreduce blocks), each over its median.
 
---quick measures a few small shapes in seconds (the tests). A full run on
-2 cores takes about 3 minutes.
-"""
+--quick measures a few small shapes in seconds (the tests)."""
 from __future__ import annotations
 
 import argparse
@@ -170,9 +164,8 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
 
 
 def kernel_host_s(excess: list[float], log) -> float:
-    """The trainer's own Python per kernel: the median over the one-rank
-    sweeps of each shape's (cpu_kernels.time_step's host_s); a negative
-    median is written as 0 and said."""
+    """The trainer's own Python per kernel: the median of time_step's host_s
+    over the one-rank sweeps, a negative median written as 0 and said."""
     m = float(median(excess)) if excess else 0.0
     if m < 0:
         log(f"the timed step's time beyond its kernels is negative ({m * 1e6:.2f} us a kernel): written as 0")
@@ -191,15 +184,10 @@ def machine_values(res: dict, name: str | None, procs: int, threads, log) -> dic
            "default_threads": res["default_threads"], "blas": res["blas"]}
     for p in {e["precision"] for e in res["peaks"]}:
         out[f"peak_flops_per_s_{p}"] = max(e["flops_per_s"] for e in res["peaks"] if e["precision"] == p)
-    out["mem_bw_bytes_per_s"] = res["mem_bw_bytes_per_s"]
-    out["op_host_s"] = res["op_host_s"]
-    out["kernel_host_s"] = kernel_host_s(res["_host"], log)
-    out["trace_batch_host_s"] = res["trace_batch_host_s"]
-    for k in ("mpi_alpha_s", "mpi_bw_bytes_per_s"):
-        if k in res:
-            out[k] = float(res[k])
-    for k in ("gemm_flops_per_s", "pass_bytes_per_s", "allreduce_s", "spread"):
-        out[k] = res[k]
+    out.update(mem_bw_bytes_per_s=res["mem_bw_bytes_per_s"], op_host_s=res["op_host_s"],
+               kernel_host_s=kernel_host_s(res["_host"], log), trace_batch_host_s=res["trace_batch_host_s"])
+    out.update({k: float(res[k]) for k in ("mpi_alpha_s", "mpi_bw_bytes_per_s") if k in res})
+    out.update({k: res[k] for k in ("gemm_flops_per_s", "pass_bytes_per_s", "allreduce_s", "spread")})
     return _plain(out)
 
 

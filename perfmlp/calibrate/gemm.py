@@ -1,12 +1,9 @@
-"""GEMM rates as GPU time: the large-GEMM rate (the machine file's
-peak_flops_per_s_*: the empirical compute roof) and the rates of the
-trainer's own GEMMs at its shapes and layouts (H in --hidden, per-rank
-batch in --local-batch) for cuBLAS and, with --gemm-kernels, the
-reference's kernels. Each is timed over back-to-back calls queued behind a
-spin kernel (gpu.timing.queued_ahead), so the host's dispatch is not in
-the GPU time; the host's dispatch is the separate launch_overhead_s
-(host.py). The step's own kernels are timed at the same shapes, on the same
-networks (kernels.own_kernel_times)."""
+"""GEMM rates as GPU time: the large-GEMM rate (peak_flops_per_s_*, the
+empirical compute roof) and the trainer's own GEMMs at its shapes and
+layouts, for cuBLAS and, with --gemm-kernels, the reference's kernels,
+each over back-to-back calls queued behind a spin kernel
+(gpu.timing.queued_ahead) so that the host's dispatch (launch_overhead_s,
+host.py) is not in it; and the step's own kernels on the same networks."""
 from __future__ import annotations
 
 from ..config import Config
