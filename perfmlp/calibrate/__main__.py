@@ -24,7 +24,6 @@ from .precision import TENSOR, precision_rates, stage_rate
 from .spread import gpu_rounds, spread_table, spread_words
 from .. import names as N
 
-GEMM_KERNELS = N.REFERENCE_KERNELS
 # the machine file's scalars: measured, else the base file's
 SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s",
@@ -47,7 +46,7 @@ SLICED_K = (2, 4)
 
 def with_slices(hidden) -> list[int]:
     """The hidden sizes whose step GEMMs are timed: each H and its slices' rows."""
-    return sorted({h for h in hidden} | {h // k for h in hidden for k in SLICED_K if h // k})
+    return sorted(set(hidden) | {h // k for h in hidden for k in SLICED_K if h // k})
 
 
 def gemms(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
@@ -208,9 +207,9 @@ def main(argv=None) -> int:
         hidden = [int(h) for h in (a.hidden or "512,1024,2048").split(",")]
         local = [int(b) for b in (a.local_batch or "800,1600,3200").split(",")]
         kernels = tuple(k for k in a.gemm_kernels.split(",") if k)
-        bad = [k for k in kernels if k not in GEMM_KERNELS]
+        bad = [k for k in kernels if k not in N.REFERENCE_KERNELS]
         if bad:
-            raise PerfmlpError(f"--gemm-kernels: unknown kernel {bad[0]!r} ({', '.join(GEMM_KERNELS)})")
+            raise PerfmlpError(f"--gemm-kernels: unknown kernel {bad[0]!r} ({', '.join(N.REFERENCE_KERNELS)})")
     except (ValueError, PerfmlpError) as e:
         print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)
         return 2
@@ -222,8 +221,6 @@ def main(argv=None) -> int:
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     try:
         res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
-    except KeyboardInterrupt:
-        raise
     except Exception as e:   # one line (a CUDA, cuBLAS or NCCL error too); the other ranks, which may wait
         what = str(e) if isinstance(e, PerfmlpError) else f"{type(e).__name__}: {e}"   # in a collective, end with it
         print(f"perfmlp.calibrate: error: rank {world.rank}: {what}".splitlines()[0], file=sys.stderr, flush=True)

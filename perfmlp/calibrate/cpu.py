@@ -257,8 +257,6 @@ def main(argv=None) -> int:
             values = machine_values(res, a.name, comm.Get_size(), threads, log)
             write_machine(values, a.out, "perfmlp.calibrate.cpu", check=False)   # one precision: not a loadable file
             log(f"wrote {a.out}")
-    except KeyboardInterrupt:
-        raise
     except Exception as e:   # one line; the other ranks, which may wait in a collective, end with it
         print(f"perfmlp.calibrate.cpu: error: rank {comm.Get_rank()}: {type(e).__name__}: {e}".splitlines()[0],
               file=sys.stderr, flush=True)

@@ -127,11 +127,9 @@ def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int
 
 def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) -> list[SweepRun]:
     """Each run with as many epochs (at least its own) as its steady batches
-    need to last `seconds` at the time per batch `machine_arg` predicts
-    (predict_run); its samples, and so its host memory, stay as they are.
-    The host's copy speed drifts over seconds, so 20 batches of 0.1-4 ms
-    sample one moment of it. A run's id covers its epochs, so the ids
-    follow the machine file's predictions."""
+    need to last `seconds` at the time per batch `machine_arg` predicts, so
+    that they sample more than one moment of the host's drifting copy speed;
+    its samples, and so its host memory, stay as they are; its id follows."""
     from ..model.machine import load_machine
     machine = load_machine(machine_arg)
     out = []
