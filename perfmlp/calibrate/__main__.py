@@ -78,11 +78,7 @@ def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
-    """What rank 0's GPU measures alone, in this order: GEMMs and own
-    kernels, the gaps between kernels, the step's GPU work in rounds
-    (its spread, at the largest), device memory, the copies into a graph's
-    static inputs, host <-> device bandwidth, a CUDA event's cost, a small
-    copy's latency."""
+    """What rank 0's GPU measures alone (the step's GPU work in rounds, for its spread, at the largest size)."""
     D, C = Config.input_size, Config.num_classes
     res = peak_rates(cp, precisions, log)
     res.update(gemms(cp, hidden, local_batches, precisions, log, gemm_kernels))

@@ -36,7 +36,8 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: li
     s = cp.cuda.get_current_stream()
     n = nbytes // 4
     points, reduced = [], []
-    for memory, hb in ((N.PINNED, cupyx.empty_pinned(n, dtype=np.float32)), (N.PAGEABLE, np.empty(n, dtype=np.float32))):
+    for memory, hb in ((N.PINNED, cupyx.empty_pinned(n, dtype=np.float32)),
+                       (N.PAGEABLE, np.empty(n, dtype=np.float32))):
         tm, tc = [], []
         for i in range(MPI_REPS):
             db.get(out=hb, stream=s)

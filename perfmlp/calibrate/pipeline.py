@@ -28,13 +28,13 @@ from .host import DISPATCH_SIZES, resident_step
 from .. import names as N
 
 PIECES = 6          # the pieces of each source, taken in order: the pipeline prefetches the next ones
+ROW = 4 * (Config.input_size + Config.num_classes)   # a float32 sample's bytes, features and label
 SOURCES = (N.RESIDENT, N.PREFETCH, N.PREFETCH_PAGEABLE)
 
 
 def rows_for(piece_bytes: list[int]) -> list[int]:
     """The float32 rows (D + C values each) that hold each piece's bytes."""
-    row = 4 * (Config.input_size + Config.num_classes)
-    return sorted({max(1, round(n / row)) for n in piece_bytes})
+    return sorted({max(1, round(n / ROW)) for n in piece_bytes})
 
 
 def _loop(cp, stream, source: str, b: int, graph_mode: bool):
@@ -75,7 +75,6 @@ def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int
     steps after a warm-up round (the graphs' capture, the pools' threads)."""
     from ..gpu import use_device
     stream = use_device(cp, cp.cuda.Device().id)
-    row = 4 * (Config.input_size + Config.num_classes)
     points, words = [], []
     for b in rows_for(piece_bytes):
         loops = {(ex, src): _loop(cp, stream, src, b, ex == N.GRAPH) for ex in (N.EAGER, "graph") for src in SOURCES}
@@ -87,8 +86,8 @@ def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int
         med = {key: float(median(v)) for key, v in ts.items()}
         for ex in (N.EAGER, "graph"):
             for src in SOURCES[1:]:
-                points.append({"exec": ex, "source": src, "bytes": b * row, "s": med[(ex, src)],
+                points.append({"exec": ex, "source": src, "bytes": b * ROW, "s": med[(ex, src)],
                                "loop_s": med[(ex, N.RESIDENT)]})
-            words.append(f"{b * row / 1e6:.2f} MB {ex} " + " / ".join(f"{med[(ex, s)] * 1e6:.0f}" for s in SOURCES))
+            words.append(f"{b * ROW / 1e6:.2f} MB {ex} " + " / ".join(f"{med[(ex, s)] * 1e6:.0f}" for s in SOURCES))
     log("the step at a negligible size, resident / prefetch / prefetch-pageable (us per batch): " + ", ".join(words))
     return points
