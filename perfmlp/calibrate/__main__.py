@@ -141,13 +141,9 @@ def machine_values(res: dict, base, name: str | None, gpu_name: str, procs: int)
                          f"a spin kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
                          f"({base.name}); peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
               "date": date, "gpus": procs if procs > 1 else max(procs, base.gpus)}
-    for k in SCALARS:
-        values[k] = float(res.get(k, getattr(base, k)))
-    for k in TABLES:
-        values[k] = res.get(k, [])
-    for k in OPTIONAL:
-        if k in res:
-            values[k] = float(res[k])
+    values.update({k: float(res.get(k, getattr(base, k))) for k in SCALARS})
+    values.update({k: res.get(k, []) for k in TABLES})
+    values.update({k: float(res[k]) for k in OPTIONAL if k in res})
     return values
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..gpu.timing import copy_s, event_s, queued_ahead, spin_cycles, spin_kernels, wall_s
 from .copies import HOST_BYTES, rotating_offsets
+from .spread import ROUND_MEDIANS, chunk_medians, ratios
 from .. import names as N
 
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # the allreduce ladder: 1 KiB .. 16 MiB
@@ -30,7 +31,6 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: li
     size, the staged exchange's H2D copy back after each call too. The
     slowest rank's medians; `spread` receives this rank's ratios of the
     calls' medians in groups of ROUND_MEDIANS."""
-    from .spread import ROUND_MEDIANS, chunk_medians, ratios
     from mpi4py import MPI
     import cupyx
     s = cp.cuda.get_current_stream()
@@ -60,7 +60,6 @@ def _nccl_time(cp, sub, nc, db, spread: list) -> float:
     """The slowest rank's GPU time of NCCL's allreduce of db, calls queued
     ahead behind a spin on every rank (the ranks' skew spread over the
     calls); `spread` receives this rank's repeats over their median."""
-    from .spread import ratios
     from cupy.cuda import nccl
     s = cp.cuda.get_current_stream()
     sub.Barrier()

@@ -13,13 +13,28 @@ round share it), at a size whose GPU work is negligible unless said:
   copies over without them (pageable_launch_factor)."""
 from __future__ import annotations
 
+import tempfile
+import time
+from contextlib import contextmanager
 from statistics import median
+from types import SimpleNamespace
 
 import numpy as np
 
+from ..batches import DeviceBatches
+from ..comm import NcclReducer, SingleWorld
 from ..config import Config
-from ..gpu import timing
+from ..gpu import timing, use_device
+from ..gpu.graph import GraphStep
+from ..model.costs import step_kernels
+from ..model.predict import traced_phases
+from ..step import step
+from ..strategies.groups import Group, LocalGroup
+from ..trace.format import Counts
+from ..trace.writer import NullTracer, make_tracer
+from .copies import HOST_BYTES
 from .gemm import step_network
+from .spread import ratios
 from .. import names as N
 
 DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is negligible
@@ -30,8 +45,6 @@ def resident_step(cp, sizes, b, group, pieces: int = 1, source: str = N.RESIDENT
     host-time microbenchmarks run it: (the network of step_network, `pieces`
     pieces of random samples with one-hot labels from `source`, resident by
     default, the NCCL reducer over `group`)."""
-    from ..batches import DeviceBatches
-    from ..comm import NcclReducer
     net, _, _ = step_network(cp, sizes, "float32", b)
     rng = np.random.default_rng(0)
     x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
@@ -46,15 +59,6 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
     (counters), graph (one replay, resident pieces copied into its static
     inputs), static and pinned (per batch: the piece's two copies into the
     graph's static inputs, from pinned memory); and each round's values."""
-    import tempfile
-    from types import SimpleNamespace
-    from ..batches import DeviceBatches
-    from ..comm import SingleWorld
-    from ..gpu import use_device
-    from ..gpu.graph import GraphStep
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer, make_tracer
     stream = use_device(cp, cp.cuda.Device().id)   # the trainer's own non-blocking stream, made current
     bl = DISPATCH_BATCH
     net, batches, reducer = resident_step(cp, DISPATCH_SIZES, bl, group, pieces=4)
@@ -97,11 +101,6 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     `hidden`, pieces of b in `local`, over its time at DISPATCH_SIZES in the
     same rounds: the median ratio over the rounds after the first;
     launch_size_factor entries {hidden, batch, factor}."""
-    from ..gpu import use_device
-    from ..strategies.groups import LocalGroup
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer
     stream = use_device(cp, cp.cuda.Device().id)
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
 
@@ -138,9 +137,6 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
     and per copy call, half the piece's two, static_copy_host_s and
     pinned_copy_host_s), then groups of 2 and P ranks launching at once,
     the slowest rank's (host_dispatch_s)."""
-    from ..model.costs import step_kernels
-    from ..model.predict import traced_phases
-    from ..strategies.groups import Group, LocalGroup
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
     phases = traced_phases(N.NCCL, N.RESIDENT, N.EAGER)
     P = world.size
@@ -188,7 +184,6 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     the eager step's and the graph step's apart (calibrate.spread)."""
     if not a:
         return {}
-    from .spread import ratios
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s",
                                           "static_copy_host_s", "pinned_copy_host_s") if k in a and k in b}
     rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in (N.UNTRACED, "graph")]
@@ -208,8 +203,6 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
     staging evicts the host's caches and slows the launches after it. Median
     ratio over the rounds after the first: {"pageable_launch_factor":
     [{hidden, batch, factor}]}."""
-    from ..gpu import use_device
-    from .copies import HOST_BYTES
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
@@ -229,13 +222,6 @@ def _launches_after_copies(cp, stream, host, reps: int):
     median over `reps` steps of the host's time from the end of the piece's
     copies from `host` (memory pageable or pinned; None: resident) to the end
     of the step's launches."""
-    import time
-    from contextlib import contextmanager
-    from ..batches import DeviceBatches
-    from ..strategies.groups import LocalGroup
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
     D, C = Config.input_size, Config.num_classes
     marks = {}
