@@ -49,6 +49,8 @@ SOURCES = ("blas", "memory", "step", "host", "collective")   # the spread's sour
 def rates_of(res: dict, sizes, precision: str, b: int, threads: int, ranks: int) -> tuple[list, list]:
     """gemm_flops_per_s and pass_bytes_per_s entries from one time_step result."""
     w = itemsize(precision)
+    step_bytes = {(kernel_name(k), kernel_shape(k)): sum(op_cost(op, s, w)[1] for op, s in k)   # costs' bytes
+                  for ks in step_kernels(sizes, b, None, w, fuse_output=False).values() for k in ks}
     gemm, passes = [], []
     for (name, shape), s in res["kernels"].items():
         tag = {"precision": precision, "threads": threads, "ranks": ranks}
@@ -56,18 +58,9 @@ def rates_of(res: dict, sizes, precision: str, b: int, threads: int, ranks: int)
             m, n, k = shape
             gemm.append({"m": m, "n": n, "k": k, **tag, "flops_per_s": op_cost(GEMM, shape, w)[0] / s})
         else:
-            nbytes = _kernel_bytes(name, shape, sizes, b, w)
+            nbytes = step_bytes[name, shape]
             passes.append({"kernel": name, "shape": list(shape), **tag, "bytes": nbytes, "bytes_per_s": nbytes / s})
     return gemm, passes
-
-
-def _kernel_bytes(name, shape, sizes, b, w) -> int:
-    """costs' bytes of the unfused step's kernel `name` at `shape`."""
-    for kernels in step_kernels(sizes, b, None, w, fuse_output=False).values():
-        for kernel in kernels:
-            if kernel_name(kernel) == name and kernel_shape(kernel) == shape:
-                return sum(op_cost(op, s, w)[1] for op, s in kernel)
-    raise KeyError(f"no kernel {name} at {shape} in the step")
 
 
 def _slowest(comm, res: dict) -> dict:
