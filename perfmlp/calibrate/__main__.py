@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 from pathlib import Path
 
 from ..cli import Parser
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
-from ..model.machine import load_machine, machine_from_mapping, machine_to_yaml
+from ..model.machine import load_machine
+from . import write_machine
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
 from .gemm import peak_rates, step_network, step_rates
@@ -24,7 +24,6 @@ from .precision import TENSOR, precision_rates, stage_rate
 from .spread import gpu_rounds, spread_table, spread_words
 from .. import names as N
 
-GEMM_KERNELS = N.REFERENCE_KERNELS
 # the machine file's scalars: measured, else the base file's
 SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
            "peak_flops_per_s_fp16", "mem_bw_bytes_per_s",
@@ -47,7 +46,7 @@ SLICED_K = (2, 4)
 
 def with_slices(hidden) -> list[int]:
     """The hidden sizes whose step GEMMs are timed: each H and its slices' rows."""
-    return sorted({h for h in hidden} | {h // k for h in hidden for k in SLICED_K if h // k})
+    return sorted(set(hidden) | {h // k for h in hidden for k in SLICED_K if h // k})
 
 
 def gemms(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
@@ -67,10 +66,11 @@ def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
     the same shape (--gemm-only), and its source saying what was added, where and when."""
     keys = {"gemm_flops_per_s": ("m", "n", "k", "precision", "kernel"), "kernel_s": ("kernel", "shape", "precision")}
     out = dict(old)
-    for table, key in keys.items():
-        new = {tuple(str(e.get(f, N.CUBLAS if f == "kernel" else "")) for f in key): e for e in res[table]}
-        out[table] = [e for e in old.get(table, []) if tuple(str(e.get(f, N.CUBLAS if f == "kernel" else ""))
-                                                            for f in key) not in new] + list(new.values())
+    for table, fields in keys.items():
+        def shape(e):
+            return tuple(str(e.get(f, N.CUBLAS if f == "kernel" else "")) for f in fields)
+        new = {shape(e): e for e in res[table]}
+        out[table] = [e for e in old.get(table, []) if shape(e) not in new] + list(new.values())
     out["source"] = (f"{old.get('source', '')}; gemm_flops_per_s and kernel_s at H = "
                      f"{', '.join(map(str, with_slices(hidden)))} measured by perfmlp.calibrate --gemm-only on "
                      f"{gpu_name}, {dt.date.today().isoformat()}")
@@ -78,11 +78,7 @@ def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
-    """What rank 0's GPU measures alone, in this order: GEMMs and own
-    kernels, the gaps between kernels, the step's GPU work in rounds
-    (its spread, at the largest), device memory, the copies into a graph's
-    static inputs, host <-> device bandwidth, a CUDA event's cost, a small
-    copy's latency."""
+    """What rank 0's GPU measures alone (the step's GPU work in rounds, for its spread, at the largest size)."""
     D, C = Config.input_size, Config.num_classes
     res = peak_rates(cp, precisions, log)
     res.update(gemms(cp, hidden, local_batches, precisions, log, gemm_kernels))
@@ -91,8 +87,7 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
     res.update(device_bandwidth(cp, log))
     res["d2d_copy_s"] = static_copies(cp, local_batches, precisions, log)
     res.update(host_bandwidth(cp, hidden, local_batches, log))
-    res.update(stage_rate(cp, [itemsize(p) * b * (Config.input_size + Config.num_classes)
-                               for p in precisions for b in local_batches], log))
+    res.update(stage_rate(cp, [itemsize(p) * b * (D + C) for p in precisions for b in local_batches], log))
     res.update(event_gap(cp, log))
     res.update(copy_latency(cp, log))
     return res
@@ -146,24 +141,10 @@ def machine_values(res: dict, base, name: str | None, gpu_name: str, procs: int)
                          f"a spin kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
                          f"({base.name}); peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
               "date": date, "gpus": procs if procs > 1 else max(procs, base.gpus)}
-    for k in SCALARS:
-        values[k] = float(res.get(k, getattr(base, k)))
-    for k in TABLES:
-        values[k] = res.get(k, [])
-    for k in OPTIONAL:
-        if k in res:
-            values[k] = float(res[k])
+    values.update({k: float(res.get(k, getattr(base, k))) for k in SCALARS})
+    values.update({k: res.get(k, []) for k in TABLES})
+    values.update({k: float(res[k]) for k in OPTIONAL if k in res})
     return values
-
-
-def write_machine(values: dict, out: str) -> None:
-    """The machine file, checked to load, written to a temporary name and renamed."""
-    machine_from_mapping(values, out)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("# Written by python -m perfmlp.calibrate; do not edit by hand.\n" + machine_to_yaml(values))
-    tmp.replace(path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -218,9 +199,9 @@ def main(argv=None) -> int:
         hidden = [int(h) for h in (a.hidden or "512,1024,2048").split(",")]
         local = [int(b) for b in (a.local_batch or "800,1600,3200").split(",")]
         kernels = tuple(k for k in a.gemm_kernels.split(",") if k)
-        bad = [k for k in kernels if k not in GEMM_KERNELS]
+        bad = [k for k in kernels if k not in N.REFERENCE_KERNELS]
         if bad:
-            raise PerfmlpError(f"--gemm-kernels: unknown kernel {bad[0]!r} ({', '.join(GEMM_KERNELS)})")
+            raise PerfmlpError(f"--gemm-kernels: unknown kernel {bad[0]!r} ({', '.join(N.REFERENCE_KERNELS)})")
     except (ValueError, PerfmlpError) as e:
         print(f"perfmlp.calibrate: error: {e}", file=sys.stderr)
         return 2
@@ -232,8 +213,6 @@ def main(argv=None) -> int:
     gpu_name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     try:
         res = measure(cp, world, hidden, local, a.precisions.split(","), kernels, log)
-    except KeyboardInterrupt:
-        raise
     except Exception as e:   # one line (a CUDA, cuBLAS or NCCL error too); the other ranks, which may wait
         what = str(e) if isinstance(e, PerfmlpError) else f"{type(e).__name__}: {e}"   # in a collective, end with it
         print(f"perfmlp.calibrate: error: rank {world.rank}: {what}".splitlines()[0], file=sys.stderr, flush=True)

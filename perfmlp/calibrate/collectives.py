@@ -1,22 +1,15 @@
-"""Collectives, under `mpirun -n P` (P >= 2; on one process only the
-first item's call on one rank):
+"""Collectives, under `mpirun -n P` (P >= 2; on one process only host
+MPI's call on one rank), over groups of 2 and P ranks:
 
-- host MPI_Allreduce (host wall time, the host buffer freshly written by a
-  D2H copy as the trainer's is) through pinned and through pageable host
-  buffers (the staged scheme's two kinds), on one rank too, and NCCL allreduce (GPU time,
-  calls queued ahead: what a replayed graph or a host running ahead sees;
-  the host's call is the launch term), over groups of 2 and P ranks at the
-  trainer's gradient sizes and a size ladder (allreduce_s, and the
-  ring-model fit mpi_/nccl_alpha_s, _bw_bytes_per_s);
-- the staged exchange's copy back from the host buffer MPI has just
-  reduced (host_copy_s points with buffer "reduced": a pageable copy then
-  reads the host's caches);
-- the wait for the slowest rank at a collective when every rank does the
-  same work (collective_wait_s), and the staged exchange's own wait for the
-  slowest rank (staged_wait: its step in the trainer's order on 2 and P
-  ranks against one rank, beyond its parts each timed alone, through each
-  host memory; collective_wait_s points with `memory`).
-"""
+- host MPI_Allreduce (host wall time, its buffer just written by a D2H
+  copy, as the trainer's is) through pinned and pageable host buffers, and
+  NCCL allreduce (GPU time, queued ahead; the host's call is the launch
+  term), at the trainer's gradient sizes and a size ladder (allreduce_s,
+  and the ring fit mpi_/nccl_alpha_s, _bw_bytes_per_s);
+- the staged exchange's copy back from the buffer MPI has just reduced
+  (host_copy_s points with buffer "reduced");
+- the wait for the slowest rank when every rank does the same work, and
+  the staged exchange's own wait (collective_wait_s, with `memory`)."""
 from __future__ import annotations
 
 from statistics import median
@@ -25,6 +18,7 @@ import numpy as np
 
 from ..gpu.timing import copy_s, event_s, queued_ahead, spin_cycles, spin_kernels, wall_s
 from .copies import HOST_BYTES, rotating_offsets
+from .spread import ROUND_MEDIANS, chunk_medians, ratios
 from .. import names as N
 
 SIZES_BYTES = [2 ** k for k in range(10, 25, 2)]  # the allreduce ladder: 1 KiB .. 16 MiB
@@ -32,19 +26,18 @@ MPI_REPS, MPI_WARM = 25, 5                        # host MPI calls per point, th
 
 
 def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: list) -> tuple[list, list]:
-    """One size's host MPI_Allreduce points, through a pinned and through a
-    pageable host buffer, each call after a D2H into it (the buffer as the
-    trainer hands it to MPI: just written by the GPU) and a barrier; at a
-    gradient size, the H2D copy back right after each allreduce too (the
-    staged exchange's). The slowest rank's medians; `spread` receives this
-    rank's ratios of the calls' medians in groups of 5 (calibrate.spread)."""
-    from .spread import ROUND_MEDIANS, chunk_medians, ratios
+    """One size's host MPI_Allreduce points through a pinned and a pageable
+    host buffer, each call after a D2H into it and a barrier; at a gradient
+    size, the staged exchange's H2D copy back after each call too. The
+    slowest rank's medians; `spread` receives this rank's ratios of the
+    calls' medians in groups of ROUND_MEDIANS."""
     from mpi4py import MPI
     import cupyx
     s = cp.cuda.get_current_stream()
     n = nbytes // 4
     points, reduced = [], []
-    for memory, hb in ((N.PINNED, cupyx.empty_pinned(n, dtype=np.float32)), (N.PAGEABLE, np.empty(n, dtype=np.float32))):
+    for memory, hb in ((N.PINNED, cupyx.empty_pinned(n, dtype=np.float32)),
+                       (N.PAGEABLE, np.empty(n, dtype=np.float32))):
         tm, tc = [], []
         for i in range(MPI_REPS):
             db.get(out=hb, stream=s)
@@ -64,12 +57,9 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: li
 
 
 def _nccl_time(cp, sub, nc, db, spread: list) -> float:
-    """NCCL's allreduce of db is a kernel on the stream: its GPU time, calls
-    queued ahead behind a spin on every rank of the group (the ranks' skew
-    is spread over the calls), as the step's other kernels are timed; the
-    host's call is part of the launch term. The slowest rank's; `spread`
-    receives this rank's repeats over their median."""
-    from .spread import ratios
+    """The slowest rank's GPU time of NCCL's allreduce of db, calls queued
+    ahead behind a spin on every rank (the ranks' skew spread over the
+    calls); `spread` receives this rank's repeats over their median."""
     from cupy.cuda import nccl
     s = cp.cuda.get_current_stream()
     sub.Barrier()
@@ -81,10 +71,10 @@ def _nccl_time(cp, sub, nc, db, spread: list) -> float:
 
 
 def _rank_wait(cp, sub) -> float:
-    """The wait for the slowest rank: every rank runs the same GPU work (a
-    200 us spin as 10 launches, synchronised) then a 4-byte allreduce with
-    no barrier; the time per iteration beyond the work alone and the
-    barriered allreduce is the ranks' jitter's cost."""
+    """The wait for the slowest rank: the time per iteration of the same GPU
+    work on every rank (a 200 us spin as 10 launches, synchronised) then a
+    4-byte allreduce with no barrier, beyond the work alone and the
+    barriered allreduce."""
     from mpi4py import MPI
     spin, _ = spin_kernels(cp)
     s = cp.cuda.get_current_stream()
@@ -113,9 +103,8 @@ def _rank_wait(cp, sub) -> float:
 def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
     """(alpha seconds, bandwidth bytes/s) of the ring allreduce model
     t = steps x alpha + 2 (p - 1) / p x bytes / bw through points
-    (procs, bytes, seconds, memory), pageable host buffers left out; steps
-    2 (p - 1) for MPI (alpha_steps), 1 for NCCL. Weighted least squares
-    (relative error): each row divided by its time."""
+    (procs, bytes, seconds, memory), pageable ones left out; steps 2 (p - 1)
+    for MPI (alpha_steps), 1 for NCCL. Least squares on the relative error."""
     fit = [pt for pt in points if pt[3] != N.PAGEABLE]
     A = np.array([[2 * (p - 1) if alpha_steps else 1.0, 2 * (p - 1) / p * n] for p, n, _, _ in fit])
     t = np.array([x for _, _, x, _ in fit])
@@ -147,11 +136,10 @@ def _group_times(cp, world, g: int, sizes, grads: set, events, spread: list) -> 
 
 
 def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
-    """Host MPI_Allreduce on one rank (rank 0 on MPI_COMM_SELF), in place,
-    through pinned and pageable buffers just written by a D2H, at the
-    trainer's gradient sizes: what the staged exchange's call costs a run
-    of one process (microseconds, not 0). allreduce_s points with procs 1; [] without MPI (the NumPy-only
-    world) and on the other ranks."""
+    """Host MPI_Allreduce on rank 0 alone (MPI_COMM_SELF) at the trainer's
+    gradient sizes, as _mpi_points times it: what the staged exchange's call
+    costs a run of one process. allreduce_s points with procs 1; [] without
+    MPI and on the other ranks."""
     if world.rank != 0 or getattr(world, "comm", None) is None:
         return []
     from mpi4py import MPI
@@ -166,13 +154,10 @@ def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
 
 
 def collective_times(cp, world, log, grad_bytes=()) -> dict:
-    """Host MPI_Allreduce and NCCL allreduce on groups of 2 and P ranks, at
-    the trainer's gradient sizes and a size ladder, the copies back from a
-    reduced buffer at the gradient sizes, and the wait for the slowest rank
-    (rank 0's: allreduce_s, the ring fits, collective_wait_s, host_copy_s,
-    and `_spread_collective`, its repeats' ratios: calibrate.spread); and
-    host MPI's call on one rank (one_rank_mpi), on one process too. {} on
-    the other ranks."""
+    """Rank 0's allreduce_s, ring fits, collective_wait_s, host_copy_s (the
+    copies back from a reduced buffer) and `_spread_collective` (the
+    repeats' ratios) on groups of 2 and P ranks, with one_rank_mpi's points;
+    {} on the other ranks."""
     P = world.size
     grads = {int(n) // 4 * 4 for n in grad_bytes}
     one = one_rank_mpi(cp, world, log, sorted(grads))
@@ -219,11 +204,10 @@ def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:
 
 
 def _staged_calls(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int) -> dict:
-    """The staged step's parts as calls on the current stream, through
-    `memory` host buffers: piece (the batch piece's two H2D copies, x then
-    y, a new slice of a large host array each call), d2h (the gradients'
-    D2H, synchronised), allreduce (host MPI, in place; nothing where `comm`
-    is None), back (the gradients' H2D)."""
+    """The staged step's parts as calls on the current stream through
+    `memory` host buffers: piece (x's then y's H2D, a new slice of a large
+    host array each call), d2h (the gradients', synchronised), allreduce
+    (host MPI in place; nothing where `comm` is None), back (their H2D)."""
     import cupyx
     from mpi4py import MPI
     pinned = memory == N.PINNED
@@ -256,15 +240,13 @@ def _staged_calls(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_byte
 
 def staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int, work_cycles,
                  reps: int = 30, warm: int = 5) -> tuple[float, float]:
-    """One rank's (sum of the staged step's parts each timed alone, the
-    step in the trainer's order): parts = the batch piece's two H2D copies
-    (x, y: a new slice each call), the gradients' D2H, MPI_Allreduce (after
-    a barrier) and H2D back, each a median over `reps` calls after `warm`;
-    the step = the piece's copies, a spin kernel of `work_cycles` (GPU
-    work: the stream is idle at the next copy, as after the trainer's
-    step), the D2H, the allreduce with no barrier, the H2D back and one
-    empty kernel (the update), median wall time per step, less the spin's
-    GPU time. `comm` None: one rank."""
+    """One rank's (sum of the staged step's parts each timed alone, the step
+    in the trainer's order), seconds. Alone: each part's median over `reps`
+    calls after `warm` (the allreduce after a barrier). The step: the
+    piece's copies, a spin of `work_cycles` (the stream idle at the next
+    copy, as after the trainer's step), the D2H, the allreduce with no
+    barrier, the H2D back and an empty kernel (the update): median wall time
+    less the spin's GPU time. `comm` None: one rank."""
     pinned = memory == N.PINNED
     s = cp.cuda.get_current_stream()
     spin, empty = spin_kernels(cp)
@@ -300,14 +282,12 @@ def staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes
 
 
 def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int]) -> list[dict]:
-    """The staged exchange's wait for the slowest rank: on one rank and on
-    groups of 2 and P ranks at once, for each host memory, the staged
-    step in the trainer's order against its parts each timed alone
-    (staged_parts) at each batch piece (x, y bytes) and gradient size; the
-    group's excess per step over one rank's, median over the sizes, is the
-    time a step of the staged exchange loses to the ranks' copies, D2H and
-    MPI differing from batch to batch and rank to rank (larger through
-    pageable memory than through pinned). Returns collective_wait_s points {procs, s, memory}; [] on one
+    """The staged exchange's wait for the slowest rank, for each host
+    memory: the step's excess over its parts alone (staged_parts) at each
+    batch piece (x, y bytes) and gradient size, on one rank and on groups of
+    2 and P ranks; a group's median excess less one rank's is what a step
+    loses to the ranks' copies, D2H and MPI differing from batch to batch and
+    rank to rank. collective_wait_s points {procs, s, memory}; [] on one
     process."""
     P = world.size
     if P < 2:

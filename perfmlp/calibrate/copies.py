@@ -1,24 +1,19 @@
 """Copies, as the trainer makes them:
 
-- device memory bandwidth (a large device-to-device copy, read + write),
-  and the device-to-device copies of a graph step's batch pieces into its
-  static inputs at each piece size (d2d_copy_s, GPU time queued back to
-  back: their fixed cost, which the bandwidth leaves out, dominates below
-  a few MB);
-- pageable and pinned H2D/D2H bandwidth and latency at the trainer's sizes
-  (pageable: host wall time, the copy blocks the host; pinned: GPU time,
-  calls queued ahead, as the trainer's pinned copies run behind its
-  kernels), and a 4-byte copy's latency;
-- the copies the trainer makes, each at its own size (host_copy_s): the
-  batch pieces H2D and the gradient buffers both ways, pageable and
-  pinned, by rank 0 alone and, under `mpirun -n P`, by groups of 2 and of
-  P ranks copying at once (host memory and PCIe shared; the slowest rank's
-  time), and each pageable H2D copy queued behind a busy stream
-  (pageable_ahead); the aggregate bandwidth of each group at the largest
-  size (copy_aggregate_bytes_per_s) for sizes beyond them.
-Each copy reads a new slice of a host array larger than the host's caches
-(rotating_offsets), as the trainer copies a new batch every step.
-"""
+- device memory bandwidth, and the device-to-device copies of a graph
+  step's batch pieces into its static inputs (d2d_copy_s: their fixed cost,
+  which the bandwidth leaves out, dominates below a few MB);
+- host <-> device bandwidth and latency at the trainer's sizes, and a
+  4-byte copy's latency;
+- the trainer's own copies at their sizes (host_copy_s), by rank 0 alone
+  and by 2 and P ranks copying at once (host memory and PCIe shared), each
+  pageable H2D also behind a busy stream (pageable_ahead), and each group's
+  aggregate bandwidth (copy_aggregate_bytes_per_s).
+
+A pageable copy blocks the host: its host wall time; a pinned copy runs
+behind the trainer's kernels: its GPU time, queued ahead. Each copy reads a
+new slice of a host array beyond the host's caches (rotating_offsets), as
+the trainer copies a new batch every step."""
 from __future__ import annotations
 
 import itertools
@@ -53,12 +48,11 @@ def device_bandwidth(cp, log) -> dict:
 
 
 def static_copies(cp, local_batches, precisions, log) -> list[dict]:
-    """GPU time of the device-to-device copies a graph-mode step with
-    resident data makes into its static inputs (batches.DeviceBatches.static:
-    one cudaMemcpyAsync of X's piece, one of Y's, from rotating rows of a
-    resident array), at each piece size and precision: each size's calls
-    queued back to back, so a point holds the copy's fixed cost and the gap
-    to the next operation as well as its bytes."""
+    """GPU time of the device-to-device copies a graph step with resident
+    data makes into its static inputs (DeviceBatches.static: a
+    cudaMemcpyAsync of X's piece, one of Y's, from rotating rows), at each
+    piece size and precision, queued back to back: a point holds the copy's
+    fixed cost and the gap to the next operation as well as its bytes."""
     D, C = Config.input_size, Config.num_classes
     sizes = sorted({itemsize(p) * b * n for p in precisions for b in local_batches for n in (D, C)})
     src = cp.empty(HOST_BYTES, dtype=cp.uint8)
@@ -78,11 +72,8 @@ def static_copies(cp, local_batches, precisions, log) -> list[dict]:
 
 def host_bandwidth(cp, hidden, local_batches, log) -> dict:
     """Host <-> device copies at the trainer's two sizes (the fp32 gradient
-    buffer of the first hidden size, the X of the largest piece), from
-    rotating offsets of a host array; t = latency + bytes / bandwidth. A
-    pageable copy blocks the host: its host wall time; a pinned one is
-    queued on the stream as a kernel is: its GPU time, calls queued ahead
-    (its host call is the launch term). {h2d,d2h}_{pageable,pinned}_
+    buffer of the first hidden size, the X of the largest piece), fitted to
+    t = latency + bytes / bandwidth: {h2d,d2h}_{pageable,pinned}_
     {bytes_per_s,latency_s}."""
     import cupyx
     D, C, fp32 = Config.input_size, Config.num_classes, itemsize("float32")
@@ -90,20 +81,12 @@ def host_bandwidth(cp, hidden, local_batches, log) -> dict:
     d = cp.empty(max(sizes), dtype=cp.uint8)
     hosts = {N.PAGEABLE: np.ones(HOST_BYTES, dtype=np.uint8), N.PINNED: cupyx.empty_pinned(HOST_BYTES, dtype=np.uint8)}
     hosts[N.PINNED][...] = 1
-    s = cp.cuda.get_current_stream()
     res = {}
     for direction in ("h2d", "d2h"):
         for mem, h in hosts.items():
             ts = []
-            for n in sizes:
-                offset = rotating_offsets(HOST_BYTES, n)
-
-                def fn(h=h, n=n, direction=direction, mem=mem, offset=offset):
-                    off = offset()
-                    if direction == N.HOST_TO_DEVICE:
-                        d[:n].set(h[off:off + n], stream=s)
-                    else:   # pinned: not blocking, so that the calls queue behind the spin
-                        d[:n].get(out=h[off:off + n], stream=s, blocking=mem == N.PAGEABLE)
+            for n in sizes:   # pinned: a D2H not blocking, so that the calls queue behind the spin
+                fn = _copy_call(cp, direction, h, d, n, blocking=mem == N.PAGEABLE)
                 ts.append(queued_ahead(cp, fn, calls=20)[0] if mem == N.PINNED else median(host_times(cp, fn, reps=25)))
             bw = (sizes[1] - sizes[0]) / max(ts[1] - ts[0], 1e-9)
             lat = max(ts[0] - sizes[0] / bw, 0.0)
@@ -124,20 +107,16 @@ def copy_latency(cp, log) -> dict:
 
 
 def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> tuple[float, bool, float | None]:
-    """How a pageable H2D copy behaves queued behind GPU work still
-    running: the CUDA runtime stages pageable memory through pinned buffers
-    of its own, and only their DMA waits for the stream. A spin kernel of
-    max(2 ms, 4 x the copy alone) is queued, then the copy: if its call
-    returns while the spin still runs, the host staged all of it ahead
-    (seconds ahead: the call's host time; the call does not block), else
-    the call waited for the stream (ahead: the copy alone less its time on
-    the stream after the spin, between CUDA events). A copy that waits is
-    then timed behind work of just that much (w = ahead), `loop` times back
-    to back as the trainer's batches are (median of 5): it hides
-    w + alone - loop of it, and the rest of w is its delay (staging that
-    does not overlap, longer with several ranks at once). Returns (median seconds ahead, blocks:
-    the call waited in most repeats, delay: None for a copy that does not
-    block)."""
+    """How a pageable H2D copy behaves queued behind GPU work still running
+    (the CUDA runtime stages it through pinned buffers of its own, and only
+    their DMA waits for the stream): behind a spin of max(2 ms, 4 x the copy
+    alone), a call that returns while the spin runs staged all of it ahead
+    (seconds ahead: the call's host time), else it waited for the stream
+    (ahead: the copy alone less its time after the spin, between CUDA
+    events). A copy that waits is then timed `loop` times back to back behind
+    work of w = ahead, as the trainer's batches are (median of 5): it hides
+    w + alone - loop of it, and the rest of w is its delay. Returns (median
+    seconds ahead, blocks: it waited in most repeats, delay or None)."""
     spin, _ = spin_kernels(cp)
     cycles = spin_cycles(cp, max(2e-3, 4 * alone_s))
     s = cp.cuda.get_current_stream()
@@ -163,44 +142,33 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
     return a, True, float(min(w, max(0.0, median(per) - alone_s)))
 
 
-def _copy_calls(cp, keys, hosts, d) -> dict:
-    """One copy function per (direction, memory, bytes) of `keys` between
-    the device buffer d and a host array of `hosts`, on the current stream,
-    each reading or writing a new slice of its host array per call, from
-    its start (a D2H does not block: pinned, the calls queue behind a
-    spin)."""
+def _copy_call(cp, direction: str, h, d, n: int, blocking: bool = False):
+    """A copy of n bytes between the device buffer d and a new slice of the
+    host array h at each call (rotating_offsets), on the current stream; a
+    D2H blocks the host only where `blocking`."""
     s = cp.cuda.get_current_stream()
-    copies = {}
-    for key in keys:
-        direction, mem, n = key
-        h, offset = hosts[mem], rotating_offsets(len(hosts[mem]), n)
+    offset = rotating_offsets(len(h), n)
 
-        def copy(direction=direction, h=h, n=n, offset=offset):
-            off = offset()
-            if direction == N.HOST_TO_DEVICE:
-                d[:n].set(h[off:off + n], stream=s)
-            else:
-                d[:n].get(out=h[off:off + n], stream=s, blocking=False)
-        copies[key] = copy
-    return copies
+    def copy():
+        off = offset()
+        if direction == N.HOST_TO_DEVICE:
+            d[:n].set(h[off:off + n], stream=s)
+        else:
+            d[:n].get(out=h[off:off + n], stream=s, blocking=blocking)
+    return copy
 
 
 def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tuple[list[dict], list[dict]]:
-    """Host <-> device copies as the trainer makes them: rank 0 alone, then
-    groups of 2 and of all P ranks copying at once after a barrier, at each
-    size of `sizes` ({direction: [bytes]}: the batch pieces H2D, the gradient
-    buffers both ways), pageable and pinned, each from a rotating offset of
-    a host array larger than the host's caches. A pinned copy is timed as
-    GPU time per copy of 4 queued back to back behind a spin kernel (the
-    trainer queues its pinned copies behind the step's kernels and the
-    piece's x before its y; one copy between two events adds the engines'
-    start, several microseconds), a
-    pageable one by the host's wall clock (it blocks the host); a point is
-    the slowest member's median. Returns (host_copy_s points,
-    copy_aggregate_bytes_per_s: each group's g x bytes over that time at the
-    largest size, for sizes beyond the points). `spread`: a dict whose
-    "pageable_copy" and "pinned_copy" lists receive this rank's ratios of
-    each round's median to the point's median (calibrate.spread)."""
+    """Host <-> device copies as the trainer makes them, at each size of
+    `sizes` ({direction: [bytes]}), pageable and pinned: rank 0 alone, then
+    groups of 2 and of all P ranks at once after a barrier, the slowest
+    member's median. A pinned copy's time is GPU time per copy of 4 queued
+    behind a spin (as the trainer queues them behind the step's kernels; one
+    copy between two events adds the engines' start), a pageable one's the
+    host's wall clock. Returns (host_copy_s points, copy_aggregate_bytes_per_s:
+    each group's g x bytes over that time at the largest size). `spread`: its
+    "pageable_copy" and "pinned_copy" lists receive this rank's ratios of each
+    round's median to the point's (calibrate.spread)."""
     import cupyx
     from .spread import chunk_medians, ratios
     P = world.size
@@ -214,7 +182,7 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
     points, aggregate = [], []
     for g in sorted({1, min(2, P), P}):
         member = world.rank < g
-        copies = _copy_calls(cp, keys, hosts, d)
+        copies = {key: _copy_call(cp, key[0], hosts[key[1]], d, key[2]) for key in keys}
 
         def measure(key):
             def one():
@@ -240,10 +208,10 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
 
 
 def _group_points(cp, world, g, member, keys, ts, copies, log) -> list[dict]:
-    """host_copy_s points of a group of g ranks from each member's times:
-    the slowest member's median; for a pageable H2D copy, how it behaves
-    behind a busy stream, all members at once (pageable_ahead: the least
-    staged ahead, any blocking, the slowest member's delay)."""
+    """host_copy_s points of a group of g ranks: the slowest member's
+    median, and for a pageable H2D copy its behaviour behind a busy stream,
+    all members at once (pageable_ahead: the least ahead, any blocking, the
+    slowest member's delay)."""
     points, lines = [], {}
     for key in keys:
         direction, mem, n = key

@@ -1,48 +1,41 @@
 """A CPU as a machine: what a NumPy step of this trainer spends, measured
-with microbenchmarks, written as a machine file (perfmlp/model/predict/cpu.py
-reads it):
-
-    mpiexec -n P python -m perfmlp.calibrate.cpu --out models/NAME.yaml
+with microbenchmarks and written as a machine file (model/predict/cpu.py
+reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
 
 - the step's kernels where the trainer runs them (cpu_kernels): each GEMM's
-  rate at the trainer's shapes (the forward and both backward GEMMs of each
-  layer, H in --hidden, per-rank batch in --local-batch, each precision),
-  the other kernels' pass bandwidth (costs' bytes over their time), and the
-  trainer's own Python per kernel; for each BLAS thread count in --threads
-  (set through the library's API: perfmlp/blas.py) and with one rank alone and
-  all P ranks at once on the same cores (the slowest rank's);
+  rate and the other kernels' pass bandwidth at the trainer's shapes (H in
+  --hidden, per-rank batch in --local-batch, each precision) and the
+  trainer's own Python per kernel, at each BLAS thread count of --threads
+  (perfmlp/blas.py), one rank alone and all P ranks at once on the same
+  cores (the slowest rank's);
 - the tracer's host time per batch (cpu_loop);
-- a large square GEMM (the compute roof) and a triad over arrays beyond
-  the caches (the memory roof); a small NumPy call's host time;
+- a large square GEMM and a triad beyond the caches (the compute and the
+  memory roofs); a small NumPy call's host time;
 - MPI allreduce on one rank and between the P local ranks (cpu_exchange);
-- the spread of each: the per-step sums of the GEMMs (blas) and of the
-  passes (memory), whole steps (step), small calls (host), allreduce
-  blocks (collective), each over its median.
+- the spread of each (SOURCES: the per-step sums of the GEMMs and of the
+  passes, whole steps, small calls, allreduce blocks), each over its median.
 
---quick measures a few small shapes in seconds (the tests). A full run on
-2 cores takes about 3 minutes.
-"""
+--quick measures a few small shapes in seconds (the tests)."""
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
-from pathlib import Path
 from statistics import median
 
 import numpy as np
-import yaml
 
 from .. import names as N
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, step_kernels
 from ..blas import cpu_cores, cpu_name, find_blas
+from ..gpu.timing import wall_s
 from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
 from .cpu_kernels import GEMM, time_step
 from .cpu_loop import trace_host_s
-from .spread import MAX_RATIOS, ratios
+from . import write_machine
+from .spread import ratios, spread_table
 
 D, C = Config.input_size, Config.num_classes    # the trainer's input and output layers
 HIDDEN = (64, 128, 256, 512, 1024)
@@ -56,6 +49,8 @@ SOURCES = ("blas", "memory", "step", "host", "collective")   # the spread's sour
 def rates_of(res: dict, sizes, precision: str, b: int, threads: int, ranks: int) -> tuple[list, list]:
     """gemm_flops_per_s and pass_bytes_per_s entries from one time_step result."""
     w = itemsize(precision)
+    step_bytes = {(kernel_name(k), kernel_shape(k)): sum(op_cost(op, s, w)[1] for op, s in k)   # costs' bytes
+                  for ks in step_kernels(sizes, b, None, w, fuse_output=False).values() for k in ks}
     gemm, passes = [], []
     for (name, shape), s in res["kernels"].items():
         tag = {"precision": precision, "threads": threads, "ranks": ranks}
@@ -63,18 +58,9 @@ def rates_of(res: dict, sizes, precision: str, b: int, threads: int, ranks: int)
             m, n, k = shape
             gemm.append({"m": m, "n": n, "k": k, **tag, "flops_per_s": op_cost(GEMM, shape, w)[0] / s})
         else:
-            nbytes = _kernel_bytes(name, shape, sizes, b, w)
+            nbytes = step_bytes[name, shape]
             passes.append({"kernel": name, "shape": list(shape), **tag, "bytes": nbytes, "bytes_per_s": nbytes / s})
     return gemm, passes
-
-
-def _kernel_bytes(name, shape, sizes, b, w) -> int:
-    """costs' bytes of the unfused step's kernel `name` at `shape`."""
-    for kernels in step_kernels(sizes, b, None, w, fuse_output=False).values():
-        for kernel in kernels:
-            if kernel_name(kernel) == name and kernel_shape(kernel) == shape:
-                return sum(op_cost(op, s, w)[1] for op, s in kernel)
-    raise KeyError(f"no kernel {name} at {shape} in the step")
 
 
 def _slowest(comm, res: dict) -> dict:
@@ -110,7 +96,7 @@ def peak_rate(precision: str, n: int, reps: int = 3) -> float:
     a, b = (rng.random((n, n)).astype(precision) for _ in range(2))
     c = np.empty((n, n), dtype=precision)
     np.matmul(a, b, out=c)
-    best = min(_wall(lambda: np.matmul(a, b, out=c)) for _ in range(reps))
+    best = min(wall_s(lambda: np.matmul(a, b, out=c)) for _ in range(reps))
     return 2 * n ** 3 / best
 
 
@@ -118,28 +104,13 @@ def triad_bandwidth(n: int, reps: int = 5) -> float:
     """Bytes/s of c = a + b over float64 arrays of n elements (two read, one written)."""
     a, b, c = np.ones(n), np.ones(n), np.empty(n)
     np.add(a, b, out=c)
-    return 3 * 8 * n / min(_wall(lambda: np.add(a, b, out=c)) for _ in range(reps))
+    return 3 * 8 * n / min(wall_s(lambda: np.add(a, b, out=c)) for _ in range(reps))
 
 
 def op_host_times(calls: int = 2000, blocks: int = 7) -> list[float]:
     """Seconds per call of a one-element np.add into its output, in blocks."""
     x, y, z = np.ones(1), np.ones(1), np.empty(1)
-    return [_wall(lambda: [np.add(x, y, out=z) for _ in range(calls)]) / calls for _ in range(blocks)]
-
-
-def _wall(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def thinned(values) -> list[float]:
-    """Sorted, at most MAX_RATIOS evenly spaced order statistics, 4 decimals."""
-    pooled = sorted(v for v in values if v > 0)
-    if len(pooled) > MAX_RATIOS:
-        step = (len(pooled) - 1) / (MAX_RATIOS - 1)
-        pooled = [pooled[round(i * step)] for i in range(MAX_RATIOS)]
-    return [round(v, 4) for v in pooled]
+    return [wall_s(lambda: [np.add(x, y, out=z) for _ in range(calls)]) / calls for _ in range(blocks)]
 
 
 def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dict:
@@ -177,18 +148,17 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
     if rank != 0:
         return {}
     res["mem_bw_bytes_per_s"] = triad_bandwidth(setting["triad_n"])
-    res["trace_batch_host_s"], _ = trace_host_s(log, *setting["trace_rounds"])
+    res["trace_batch_host_s"] = trace_host_s(log, *setting["trace_rounds"])
     host = op_host_times()
     res["op_host_s"], spread["host"] = float(median(host)), ratios(host)
-    res["spread"] = [{"source": s, "ratios": thinned(spread[s])} for s in SOURCES if len(spread[s]) > 1]
+    res["spread"] = spread_table(spread, SOURCES)
     res["blas"] = blas.words() if blas is not None else "unknown BLAS (threads fixed at load)"
     return res
 
 
 def kernel_host_s(excess: list[float], log) -> float:
-    """The trainer's own Python per kernel: the median over the one-rank
-    sweeps of each shape's (cpu_kernels.time_step's host_s); a negative
-    median is written as 0 and said."""
+    """The trainer's own Python per kernel: the median of time_step's host_s
+    over the one-rank sweeps, a negative median written as 0 and said."""
     m = float(median(excess)) if excess else 0.0
     if m < 0:
         log(f"the timed step's time beyond its kernels is negative ({m * 1e6:.2f} us a kernel): written as 0")
@@ -207,15 +177,10 @@ def machine_values(res: dict, name: str | None, procs: int, threads, log) -> dic
            "default_threads": res["default_threads"], "blas": res["blas"]}
     for p in {e["precision"] for e in res["peaks"]}:
         out[f"peak_flops_per_s_{p}"] = max(e["flops_per_s"] for e in res["peaks"] if e["precision"] == p)
-    out["mem_bw_bytes_per_s"] = res["mem_bw_bytes_per_s"]
-    out["op_host_s"] = res["op_host_s"]
-    out["kernel_host_s"] = kernel_host_s(res["_host"], log)
-    out["trace_batch_host_s"] = res["trace_batch_host_s"]
-    for k in ("mpi_alpha_s", "mpi_bw_bytes_per_s"):
-        if k in res:
-            out[k] = float(res[k])
-    for k in ("gemm_flops_per_s", "pass_bytes_per_s", "allreduce_s", "spread"):
-        out[k] = res[k]
+    out.update(mem_bw_bytes_per_s=res["mem_bw_bytes_per_s"], op_host_s=res["op_host_s"],
+               kernel_host_s=kernel_host_s(res["_host"], log), trace_batch_host_s=res["trace_batch_host_s"])
+    out.update({k: float(res[k]) for k in ("mpi_alpha_s", "mpi_bw_bytes_per_s") if k in res})
+    out.update({k: res[k] for k in ("gemm_flops_per_s", "pass_bytes_per_s", "allreduce_s", "spread")})
     return _plain(out)
 
 
@@ -228,16 +193,6 @@ def _plain(x):
     if isinstance(x, (float, np.floating)):
         return float(f"{float(x):.6g}")
     return int(x) if isinstance(x, np.integer) else x
-
-
-def write_machine(values: dict, out: str) -> None:
-    """The machine file, written to a temporary name and renamed (never half-written)."""
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("# Written by python -m perfmlp.calibrate.cpu; do not edit by hand.\n"
-                   + yaml.safe_dump(values, sort_keys=False, width=120, default_flow_style=None))
-    tmp.replace(path)
 
 
 def _ints(flag: str, text: str) -> tuple[int, ...]:
@@ -292,10 +247,9 @@ def main(argv=None) -> int:
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             res = measure(comm, hidden, local, precisions, threads, setting, log)
         if comm.Get_rank() == 0:
-            write_machine(machine_values(res, a.name, comm.Get_size(), threads, log), a.out)
+            values = machine_values(res, a.name, comm.Get_size(), threads, log)
+            write_machine(values, a.out, "perfmlp.calibrate.cpu", check=False)   # one precision: not a loadable file
             log(f"wrote {a.out}")
-    except KeyboardInterrupt:
-        raise
     except Exception as e:   # one line; the other ranks, which may wait in a collective, end with it
         print(f"perfmlp.calibrate.cpu: error: rank {comm.Get_rank()}: {type(e).__name__}: {e}".splitlines()[0],
               file=sys.stderr, flush=True)

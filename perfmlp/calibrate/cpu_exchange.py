@@ -1,14 +1,10 @@
-"""The NumPy trainer's exchange measured: mpi4py's in-place Allreduce
-(MPI.IN_PLACE, SUM) on NumPy buffers, as comm.MPIWorld.allreduce_sum calls
-it, between the local ranks (shared memory), sizes from 8 B to 16 MB and
-the trainer's gradient buffers; on one rank alone (COMM_SELF: the call a
-one-process run still makes) and on every rank of the world at once.
-
+"""The NumPy trainer's exchange measured: mpi4py's in-place Allreduce on
+NumPy buffers, as comm.MPIWorld.allreduce_sum calls it, at sizes from 8 B
+to 16 MB and the trainer's gradient buffers, on one rank alone (COMM_SELF:
+the call a one-process run still makes) and on every local rank at once.
 Each size is timed in blocks of calls started together after a barrier,
-the slowest rank's block (what a step waits for), repeated; the block
-times over their median are the collective's spread. The ring model's
-alpha and bandwidth are fitted to the world's points (collectives.ring_fit).
-"""
+the slowest rank's (what a step waits for); the blocks over their median
+are the collective's spread; the ring model is fitted to the world's."""
 from __future__ import annotations
 
 import time
@@ -49,11 +45,10 @@ def allreduce_points(comm, sizes, budget_s: float, blocks: int = 5) -> tuple[lis
 
 
 def exchange(world_comm, sizes, budget_s: float, log) -> dict:
-    """allreduce_s points on one rank (rank 0, COMM_SELF) and on the world,
-    the world's ring fit (mpi_alpha_s, mpi_bw_bytes_per_s) where it has
-    several ranks, and the collective's ratios (`_spread_collective`).
-    Every rank calls it; the other ranks wait for rank 0's one-rank points
-    without polling the cores."""
+    """allreduce_s points on rank 0 alone and on the world, the world's ring
+    fit (mpi_alpha_s, mpi_bw_bytes_per_s) where it has several ranks, and its
+    ratios (`_spread_collective`). Every rank calls it; the others wait for
+    rank 0's one-rank points without polling the cores."""
     from mpi4py import MPI
     out: dict = {"allreduce_s": [], "_spread_collective": []}
     if world_comm.Get_rank() == 0:

@@ -1,23 +1,15 @@
 """The NumPy step's kernels timed where the trainer runs them: inside whole
-steps of perfmlp.mlp.Network (forward, loss, backward, update), each
-kernel's NumPy work timed by the host clock around the call, so a kernel
-meets the caches the step before it left (never one GEMM repeated alone).
+steps of perfmlp.mlp.Network, each kernel's NumPy work timed by the host
+clock around the call, so a kernel meets the caches the step before it
+left (never one GEMM repeated alone). The output layer's backward runs
+unfused: the same NumPy calls the fused method makes on a CPU, and the
+kernels costs.step_kernels(..., fuse_output=False) prices by shape.
 
-The network runs its output layer's backward unfused (its GEMMs and
-elementwise kernels one by one): the same NumPy calls the fused method
-makes on a CPU, and the kernels costs.step_kernels(..., fuse_output=False)
-lists, so every kernel timed is one the model prices by its shape.
-
-What comes out, for one (H, b, precision) on this rank:
-- each GEMM's seconds (its rate: costs' FLOPs over them);
-- each other kernel's seconds (its pass bandwidth: costs' bytes over them);
-- the trainer's own Python per kernel (recording, buffers, method calls):
-  each timed step's wall time less its kernels' sum, over its kernels
-  (the same step's, so the host's drift between steps cancels; the
-  timer's own two clock reads per kernel stay in it), median over steps;
-- the plain step's seconds, untimed (its spread: the step source);
-- the per-step sums of the GEMMs and of the passes (their spread).
-"""
+For one (H, b, precision) on this rank (time_step): each kernel's seconds;
+the trainer's own Python per kernel (each timed step's wall time less its
+kernels' sum, over its kernels: the host's drift between steps cancels;
+the timer's own clock reads stay in it), median over steps; the plain,
+untimed step's seconds; the per-step sums of the GEMMs and of the passes."""
 from __future__ import annotations
 
 import time
@@ -81,6 +73,7 @@ def _net(cls, sizes, precision, b):
 
 
 def one_step(net, x, y) -> None:
+    """One step of a Network (NumPy or GPU) on the piece x, y (features by samples)."""
     net.forward(x)
     net.loss(y)
     net.backward()
@@ -97,18 +90,18 @@ def reps_for(step_s: float, budget_s: float, lo: int = 3, hi: int = 30) -> int:
 
 def time_step(sizes, precision, b, budget_s: float, start=None) -> dict:
     """The step's kernels on a piece of b samples, as the module docstring
-    says: {"kernels": {(name, shape): median seconds}, "step_s": the plain
-    step's median seconds, "gemm_steps", "pass_steps": per-step sums}.
-    `start` (a barrier) is called before each timed block, so ranks sharing
-    the cores run their blocks together."""
+    says: {"kernels": {(name, shape): median seconds}, "step_s", "host_s",
+    and each step's "plain_steps", "gemm_steps", "pass_steps"}. `start` (a
+    barrier) is called before each timed block, so that ranks sharing the
+    cores run their blocks together."""
     x, y = step_piece(sizes, precision, b)
+    start = start or (lambda: None)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         plain = _net(Network, sizes, precision, b)
         t0 = time.perf_counter()
         one_step(plain, x, y)                                      # warm-up, and the step's size
         reps = reps_for(time.perf_counter() - t0, budget_s / 2)
-        if start is not None:
-            start()
+        start()
         plain_s = []
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -117,8 +110,7 @@ def time_step(sizes, precision, b, budget_s: float, start=None) -> dict:
         net = _net(TimedNetwork, sizes, precision, b)
         one_step(net, x, y)
         net.times.clear()
-        if start is not None:
-            start()
+        start()
         gemm_steps, pass_steps, excess = [], [], []
         for _ in range(reps):
             net.clear()

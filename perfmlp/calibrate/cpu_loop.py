@@ -40,8 +40,9 @@ def _loop(net, batches, reducer, tracer, counts, reps: int):
     return one_round
 
 
-def trace_batch_host_s(rounds: int = 7, reps: int = 200) -> list[float]:
-    """Each round's traced step less its untraced one (seconds per batch)."""
+def trace_host_s(log, rounds: int = 7, reps: int = 200) -> float:
+    """The median over the rounds of the traced step less the untraced one
+    (seconds per batch), a negative median written as 0 and said."""
     world = SingleWorld()
     net = Network(np, SIZES, N.FLOAT32, 0.1, 1e-4, BATCH)
     net.set_params(init_weights(SIZES, 0))
@@ -59,13 +60,7 @@ def trace_batch_host_s(rounds: int = 7, reps: int = 200) -> list[float]:
                               warmup_rounds=1)
         finally:
             tracer.close("complete")
-    return [t - u for t, u in zip(out["traced"], out[N.UNTRACED])]
-
-
-def trace_host_s(log, rounds: int = 7, reps: int = 200) -> tuple[float, list[float]]:
-    """(the median difference, each round's), a negative median written as 0 and said."""
-    diffs = trace_batch_host_s(rounds, reps)
-    m = float(median(diffs))
+    m = float(median(t - u for t, u in zip(out["traced"], out[N.UNTRACED])))
     if m < 0:
         log(f"the traced step was faster than the untraced one ({m * 1e6:.2f} us a batch): written as 0")
-    return max(m, 0.0), diffs
+    return max(m, 0.0)

@@ -1,15 +1,15 @@
-"""GEMM rates as GPU time: the large-GEMM rate (the machine file's
-peak_flops_per_s_*: the empirical compute roof) and the rates of the
-trainer's own GEMMs at its shapes and layouts (H in --hidden, per-rank
-batch in --local-batch) for cuBLAS and, with --gemm-kernels, the
-reference's kernels. Each is timed over back-to-back calls queued behind a
-spin kernel (gpu.timing.queued_ahead), so the host's dispatch is not in
-the GPU time; the host's dispatch is the separate launch_overhead_s
-(host.py). The step's own kernels are timed at the same shapes, on the same
-networks (kernels.own_kernel_times)."""
+"""GEMM rates as GPU time: the large-GEMM rate (peak_flops_per_s_*, the
+empirical compute roof) and the trainer's own GEMMs at its shapes and
+layouts, for cuBLAS and, with --gemm-kernels, the reference's kernels,
+each over back-to-back calls queued behind a spin kernel
+(gpu.timing.queued_ahead) so that the host's dispatch (launch_overhead_s,
+host.py) is not in it; and the step's own kernels on the same networks."""
 from __future__ import annotations
 
 from ..config import Config
+from ..gpu.gemm import cublas_gemm, gemm
+from ..gpu.network import GpuNetwork
+from ..mlp import init_weights
 from ..gpu.timing import queued_ahead
 from .kernels import own_kernel_times
 from .. import names as N
@@ -26,8 +26,6 @@ def gemm_rate(cp, call, m: int, n: int, k: int, calls: int = 50) -> float:
 def step_network(cp, sizes, precision, b):
     """A GpuNetwork of `sizes` (cuBLAS) for pieces of b samples, with a
     random piece x (b x D) and one-hot labels y (b x C)."""
-    from ..gpu.network import GpuNetwork
-    from ..mlp import init_weights
     net = GpuNetwork(cp, sizes, precision, 0.1, 0.0, b, b, N.CUBLAS)
     net.set_params(init_weights(sizes, 0))
     x = cp.random.random((b, sizes[0]), dtype=precision)
@@ -38,7 +36,6 @@ def step_network(cp, sizes, precision, b):
 
 def peak_rates(cp, precisions, log) -> dict:
     """peak_flops_per_s_<precision>: the rate of a large square cuBLAS GEMM."""
-    from ..gpu.gemm import cublas_gemm
     res = {}
     for prec, n in PEAK_SIZES:
         if prec not in precisions:
@@ -56,7 +53,6 @@ def step_gemm_rates(cp, net, x, y, kinds) -> list[dict]:
     """The rates of the GEMMs one forward and backward of `net` on x, y
     launches (recorded through net.capture, then each relaunched alone),
     with each GEMM kernel of `kinds`: gemm_flops_per_s entries."""
-    from ..gpu.gemm import cublas_gemm, gemm
     prec = net.dtype.name
     net.capture = []
     net.forward(x.T); net.loss(y.T); net.backward()

@@ -1,74 +1,64 @@
-"""Launches and the host's time, on every rank (host_dispatch), first and
-last (mean_dispatch: the mean of the two, since the host's speed differs
-from one launch of a process to the next and over minutes):
+"""Launches and the host's time, the trainer's own step timed in
+interleaved rounds (the host's speed drifts over seconds: neighbours in a
+round share it), at a size whose GPU work is negligible unless said:
 
-- the host's time per operation of the trainer's eager step
-  (perfmlp/step.py with resident data and the NCCL reducer, the train
-  loop's tracer calls around it) at a size where the GPU work is
-  negligible, untraced and with the tracer at its counters level: one rank
-  alone (launch_overhead_s, trace_phase_host_s), then groups of 2 and P
-  ranks launching at once, the slowest rank's (host_dispatch_s);
-- the host's time per batch of the same step as a CUDA graph, one rank
-  (graph_step_host_s: the replay's launch, the copies into its static
-  inputs and the loop's own work between batches);
-- the host's time per call of the trainer's batch copies, in the same
-  rounds, one rank: the resident piece into a graph's static inputs
-  (static_copy_host_s: DeviceBatches.static's cudaMemcpyAsync) and a
-  piece from pinned memory (pinned_copy_host_s: DeviceBatches.get's
-  CuPy set), each call's share of the piece's two;
-- the eager step's host time per operation at each of the trainer's sizes
-  over its time at the tiny one, in the same rounds (launch_size_factor:
-  dispatch_size_factors);
-- the eager step's host time to launch its kernels right after the
-  batch's pageable copies over its time without them, at each of the
-  trainer's sizes (pageable_launch_factor: copied_launch_factors).
-"""
+- host_dispatch, on every rank, first and last (mean_dispatch: the mean
+  of the two, since the host's speed differs from one launch of a process
+  to the next and over minutes): the eager step's host time per operation
+  and the tracer's per phase, alone and by 2 and P ranks at once, and the
+  graph step's and the batch copies' host time;
+- dispatch_size_factors: the eager step's host time per operation at the
+  trainer's sizes over the tiny one's (launch_size_factor);
+- copied_launch_factors: its launches right after the batch's pageable
+  copies over without them (pageable_launch_factor)."""
 from __future__ import annotations
 
+import tempfile
+import time
+from contextlib import contextmanager
 from statistics import median
+from types import SimpleNamespace
 
 import numpy as np
 
+from ..batches import DeviceBatches
+from ..comm import NcclReducer, SingleWorld
 from ..config import Config
-from ..gpu import timing
+from ..gpu import timing, use_device
+from ..gpu.graph import GraphStep
+from ..model.costs import step_kernels
+from ..model.predict import traced_phases
+from ..step import step
+from ..strategies.groups import Group, LocalGroup
+from ..trace.format import Counts
+from ..trace.writer import NullTracer, make_tracer
+from .copies import HOST_BYTES
 from .gemm import step_network
+from .spread import ratios
 from .. import names as N
 
 DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is negligible
 
 
-def resident_step(cp, sizes, b, group, pieces: int = 1):
+def resident_step(cp, sizes, b, group, pieces: int = 1, source: str = N.RESIDENT, next_piece=None):
     """The trainer's eager step at `sizes` on pieces of b samples, as the
     host-time microbenchmarks run it: (the network of step_network, `pieces`
-    resident pieces of random samples with one-hot labels, the NCCL reducer
-    over `group`)."""
-    from ..batches import DeviceBatches
-    from ..comm import NcclReducer
+    pieces of random samples with one-hot labels from `source`, resident by
+    default, the NCCL reducer over `group`)."""
     net, _, _ = step_network(cp, sizes, "float32", b)
     rng = np.random.default_rng(0)
     x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
     y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], pieces * b)]
-    return net, DeviceBatches(cp, x, y, N.RESIDENT, b), NcclReducer(cp, group, net)
+    return net, DeviceBatches(cp, x, y, source, b, next_piece=next_piece), NcclReducer(cp, group, net)
 
 
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[dict, dict]:
-    """This rank's host seconds per step of the trainer's eager step at a
-    tiny size (median over rounds, each round started together after a
-    barrier and ended synchronised; a first round warms up and captures the
-    graph), untraced and traced (counters), and of its graph step (the
-    whole step one replay, resident pieces copied into its static inputs),
-    untraced; the host's seconds per batch of the resident piece's two
-    copies into the graph's static inputs and of a pinned piece's two
-    copies; and each round's value (their spread)."""
-    import tempfile
-    from types import SimpleNamespace
-    from ..batches import DeviceBatches
-    from ..comm import SingleWorld
-    from ..gpu import use_device
-    from ..gpu.graph import GraphStep
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer, make_tracer
+    """This rank's host seconds per step at DISPATCH_SIZES, median over
+    rounds (each started together after `barrier` and ended synchronised; a
+    first round warms up and captures the graph), keyed: untraced, traced
+    (counters), graph (one replay, resident pieces copied into its static
+    inputs), static and pinned (per batch: the piece's two copies into the
+    graph's static inputs, from pinned memory); and each round's values."""
     stream = use_device(cp, cp.cuda.Device().id)   # the trainer's own non-blocking stream, made current
     bl = DISPATCH_BATCH
     net, batches, reducer = resident_step(cp, DISPATCH_SIZES, bl, group, pieces=4)
@@ -106,18 +96,11 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
 
 
 def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
-    """The host's time per operation of the eager step at the trainer's sizes
-    (784-H-10 for H in `hidden`, pieces of b in `local`; the step of
-    _dispatch_step_times, untraced, resident pieces, NCCL over one rank)
-    over its time at DISPATCH_SIZES, in the same rounds (the host's speed
-    drifts from one round to the next: a ratio of neighbours cancels it):
-    the host enqueues `reps` steps and the GPU runs them after. Median ratio over the rounds after the first;
+    """The host's time per operation of the eager step (untraced, resident
+    pieces, NCCL over one rank) to enqueue `reps` steps at 784-H-10 for H in
+    `hidden`, pieces of b in `local`, over its time at DISPATCH_SIZES in the
+    same rounds: the median ratio over the rounds after the first;
     launch_size_factor entries {hidden, batch, factor}."""
-    from ..gpu import use_device
-    from ..strategies.groups import LocalGroup
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer
     stream = use_device(cp, cp.cuda.Device().id)
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
 
@@ -147,18 +130,13 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     return out
 
 
-
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
-    """The host's time per operation of the eager step and the tracer's per
-    phase: one rank alone (launch_overhead_s, trace_phase_host_s, the
-    graph step's graph_step_host_s and the batch copies' calls,
-    static_copy_host_s and pinned_copy_host_s), then groups of 2 and P ranks launching
-    at once, the slowest rank's (host_dispatch_s). Operations: the step's
-    kernels and its collective call, as the model counts them (model/predict's
-    timeline items)."""
-    from ..model.costs import step_kernels
-    from ..model.predict import traced_phases
-    from ..strategies.groups import Group, LocalGroup
+    """The host's time per operation of the eager step (its kernels and its
+    collective call, as the model counts them) and the tracer's per phase:
+    one rank alone (launch_overhead_s, trace_phase_host_s, graph_step_host_s,
+    and per copy call, half the piece's two, static_copy_host_s and
+    pinned_copy_host_s), then groups of 2 and P ranks launching at once,
+    the slowest rank's (host_dispatch_s)."""
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
     phases = traced_phases(N.NCCL, N.RESIDENT, N.EAGER)
     P = world.size
@@ -206,7 +184,6 @@ def mean_dispatch(a: dict, b: dict) -> dict:
     the eager step's and the graph step's apart (calibrate.spread)."""
     if not a:
         return {}
-    from .spread import ratios
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s",
                                           "static_copy_host_s", "pinned_copy_host_s") if k in a and k in b}
     rounds = [(a.get("_rounds") or {}).get(k, []) + (b.get("_rounds") or {}).get(k, []) for k in (N.UNTRACED, "graph")]
@@ -218,49 +195,33 @@ def mean_dispatch(a: dict, b: dict) -> dict:
 
 
 def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 20) -> dict:
-    """The eager step's launches after its batch copies: at 784-H-10 for H
-    in `hidden` and pieces of b in `local`, the host's time from the return
-    of the piece's two H2D copies (batches.DeviceBatches, as the trainer
-    copies them, a new piece of a host array larger than the host's caches
-    each step) from pageable memory, to the end of the step's launches,
-    over the same step's launch time from resident data, all after the
-    stream is synchronised (so none waits for the GPU), in interleaved
-    rounds. A copy of megabytes through the runtime's staging evicts the
-    host's caches, and the launches after it are slower (docs/model.md
-    gives the measurements). Median ratio over the rounds after the first;
-    {"pageable_launch_factor": [...]}, entries {hidden, batch, factor}."""
-    from ..gpu import use_device
-    from .copies import HOST_BYTES
+    """The host's time from the return of the piece's two pageable H2D copies
+    (a new piece of a host array beyond the host's caches each step) to the
+    end of the step's launches, over the same step's launches from resident
+    data, each after a synchronised stream, at 784-H-10 for H in `hidden`
+    and pieces of b in `local`: a copy of megabytes through the runtime's
+    staging evicts the host's caches and slows the launches after it. Median
+    ratio over the rounds after the first: {"pageable_launch_factor":
+    [{hidden, batch, factor}]}."""
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
-    memories = (N.PAGEABLE,)
+    m = N.PAGEABLE
     launch_time = _launches_after_copies(cp, stream, host, reps)
-    measures = {(h, b, m): launch_time((D, h, C), b, m) for h in hidden for b in local for m in (None, *memories)}
+    measures = {(h, b, mem): launch_time((D, h, C), b, mem) for h in hidden for b in local for mem in (None, m)}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
-    out = {}
-    for m in memories:
-        out[f"{m}_launch_factor"] = [{"hidden": h, "batch": b,
-                                      "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
-                                     for h in hidden for b in local]
-        log(f"host time of the eager step's launches after its {m} copies, over without them: "
-            + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in out[f"{m}_launch_factor"]))
-    return out
+    factors = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b, m], t[h, b, None])))}
+               for h in hidden for b in local]
+    log(f"host time of the eager step's launches after its {m} copies, over without them: "
+        + ", ".join(f"H={e['hidden']} b={e['batch']} {e['factor']:.2f}" for e in factors))
+    return {f"{m}_launch_factor": factors}
 
 
 def _launches_after_copies(cp, stream, host, reps: int):
     """launch_time(sizes, b, memory): a round of copied_launch_factors, the
     median over `reps` steps of the host's time from the end of the piece's
-    copies from `host` (memory "pageable" or "pinned"; None: resident, no
-    copy) to the end of the step's launches, each step after a synchronised
-    stream."""
-    import time
-    from contextlib import contextmanager
-    from ..batches import DeviceBatches
-    from ..strategies.groups import LocalGroup
-    from ..step import step
-    from ..trace.format import Counts
-    from ..trace.writer import NullTracer
+    copies from `host` (memory pageable or pinned; None: resident) to the end
+    of the step's launches."""
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
     D, C = Config.input_size, Config.num_classes
     marks = {}

@@ -1,21 +1,17 @@
 """The step's own kernels and the GPU's time between kernels, as GPU time:
-
-- the step's own kernels (gpu/*.cu: bias_sigmoid, output_backward,
-  ...) each relaunched as one eager step at the trainer's shapes launched
-  it, with the fused output backward and without it (kernel_s);
-- kernel_gap_s (an empty kernel queued ahead, per kernel),
-  graph_kernel_gap_s (the same in a replayed CUDA graph),
-  graph_replay_gap_s (the GPU's time per replay beyond its kernels, graphs
-  replayed back to back) and graph_launch_s (host time of one graph
-  launch);
-- trace_event_s: a CUDA event's GPU time between kernels.
-"""
+the step's own kernels (gpu/*.cu) relaunched as one eager step at the
+trainer's shapes launched them, with the fused output backward and
+without (kernel_s); an empty kernel's gap queued ahead (kernel_gap_s) and
+in a replayed CUDA graph (graph_kernel_gap_s), a replay's own gap
+(graph_replay_gap_s) and a graph launch's host time (graph_launch_s); a
+CUDA event's GPU time between kernels (trace_event_s)."""
 from __future__ import annotations
 
 from statistics import median
 
 from ..gpu.timing import queued_ahead, spin_kernels, time_ms
 from ..model.costs import kernel_name, kernel_shape, step_kernels, widths
+from .cpu_kernels import one_step
 
 GAP_KERNELS = 200   # empty kernels queued ahead, and in the larger graph
 
@@ -34,7 +30,7 @@ def own_kernel_times(cp, net, x, y, calls: int = 100) -> list[dict]:
     try:
         for fuse in dict.fromkeys((fused, False)):
             net.fuse_output, net.capture_kernels = fuse, []
-            net.forward(x.T); net.loss(y.T); net.backward(); net.update()
+            one_step(net, x.T, y.T)
             launched = net.capture_kernels
             net.capture_kernels = None
             model = [k for ks in step_kernels(sizes, b, itemsize=widths(net.precision), fuse_output=fuse).values()

@@ -1,70 +1,55 @@
 """The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py):
 the time per batch of the trainer's own step at a hidden size whose GPU
-work is negligible (DISPATCH_SIZES' hidden layer), its batch prefetched
-from pinned memory (`prefetch`) or from a pageable source staged by the
-pipeline's threads (`prefetch-pageable`), and, beside them in the same
-rounds, the same step with the batch resident: eager and as a CUDA graph,
-at each piece size the trainer copies.
+work is negligible, its batch prefetched from pinned memory (`prefetch`)
+or from a pageable source staged by the pipeline's threads
+(`prefetch-pageable`), and beside them in the same rounds the same step
+with the batch resident: eager and as a CUDA graph, at each piece size.
 
-Why the whole loop and not the staging alone: the staging threads need
-the GIL to start each task and after each call that lets it go, and the
-loop's thread holds it while it runs Python (an eager step's launches, a
-graph step's loop between replays), so the pipeline's pace depends on the
-loop beside it. Measured alone, the staging of a 0.6 MB piece took tens
-of microseconds; beside the trainer's loop, a whole step of a few hundred.
-With the GPU work
-negligible, a step's time is the larger of the loop's host time and the
-pipeline's pace, which is what the model needs: the pipeline's pace where
-it is the longer (prefetch_s points: `s`), and the loop's own time beside
-it (`loop_s`, the resident step's) so that the host's calls the pipeline
-adds to the loop are known too (Machine.prefetch_host_s).
+The whole loop, not the staging alone: the staging threads need the GIL,
+which the loop's thread holds while it runs Python (launches, a graph
+loop between replays), so the pipeline's pace depends on the loop beside
+it. With the GPU work negligible, a step's time is the larger of the
+loop's host time and the pipeline's pace: prefetch_s points give the step
+(`s`) and the resident loop's own time (`loop_s`), so that the host's
+calls the pipeline adds to the loop are known too
+(Machine.prefetch_host_s).
 
-A piece's bytes are what the pipeline moves; the step runs in float32 with
-as many rows as give the trainer's pieces' bytes in their precision's
-storage width (a bf16 piece of b rows is a float32 piece of b/2).
-"""
+A piece's bytes are what the pipeline moves: the step runs in float32
+with as many rows as hold them (a bf16 piece of b rows is a float32
+piece of b/2)."""
 from __future__ import annotations
 
 import time
 from statistics import median
 
-import numpy as np
-
 from ..config import Config
 from ..gpu import timing
-from .host import DISPATCH_SIZES
+from .host import DISPATCH_SIZES, resident_step
 from .. import names as N
 
 PIECES = 6          # the pieces of each source, taken in order: the pipeline prefetches the next ones
+ROW = 4 * (Config.input_size + Config.num_classes)   # a float32 sample's bytes, features and label
 SOURCES = (N.RESIDENT, N.PREFETCH, N.PREFETCH_PAGEABLE)
 
 
 def rows_for(piece_bytes: list[int]) -> list[int]:
     """The float32 rows (D + C values each) that hold each piece's bytes."""
-    row = 4 * (Config.input_size + Config.num_classes)
-    return sorted({max(1, round(n / row)) for n in piece_bytes})
+    return sorted({max(1, round(n / ROW)) for n in piece_bytes})
 
 
 def _loop(cp, stream, source: str, b: int, graph_mode: bool):
-    """A function running `n` steps of the trainer's step on pieces of b rows
-    from `source`, continuing where its last call stopped (the pipeline's
-    next pieces are the ones it prefetched); seconds per step, synchronised."""
+    """run(n): n steps of the trainer's step on pieces of b rows from
+    `source`, going on where the last call stopped (the pipeline prefetched
+    the next pieces); seconds per step, synchronised."""
     from ..backend import _next_piece
-    from ..batches import DeviceBatches
-    from ..comm import NcclReducer
     from ..gpu.graph import GraphStep
     from ..step import step
     from ..strategies.groups import LocalGroup
     from ..trace.format import Counts
     from ..trace.writer import NullTracer
-    from .gemm import step_network
     sizes = (Config.input_size, DISPATCH_SIZES[1], Config.num_classes)
-    net, _, _ = step_network(cp, sizes, "float32", b)
-    rng = np.random.default_rng(0)
-    x = rng.random((PIECES * b, sizes[0]), dtype=np.float32)
-    y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], PIECES * b)]
-    batches = DeviceBatches(cp, x, y, source, b, next_piece=_next_piece(b, PIECES * b, 1, 0))
-    reducer = NcclReducer(cp, LocalGroup(), net)
+    net, batches, reducer = resident_step(cp, sizes, b, LocalGroup(), PIECES, source,
+                                          _next_piece(b, PIECES * b, 1, 0))
     graph = GraphStep(cp, net, batches, reducer, stream) if graph_mode else None
     phase, counts, k = NullTracer().phase, Counts(), [0]
 
@@ -84,14 +69,12 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
 
 
 def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int = 20) -> list[dict]:
-    """prefetch_s points: for each piece size, execution mode and prefetching
-    source, the step's seconds per batch (`s`) and the resident step's in the
-    same rounds (`loop_s`), each the median over `rounds` interleaved rounds of
-    `steps` steps (a first round warms up: the graphs' capture, the pools'
-    threads)."""
+    """prefetch_s points: for each piece size, execution mode and
+    prefetching source, the step's seconds per batch (`s`) and the resident
+    step's (`loop_s`), medians over `rounds` interleaved rounds of `steps`
+    steps after a warm-up round (the graphs' capture, the pools' threads)."""
     from ..gpu import use_device
     stream = use_device(cp, cp.cuda.Device().id)
-    row = 4 * (Config.input_size + Config.num_classes)
     points, words = [], []
     for b in rows_for(piece_bytes):
         loops = {(ex, src): _loop(cp, stream, src, b, ex == N.GRAPH) for ex in (N.EAGER, "graph") for src in SOURCES}
@@ -103,8 +86,8 @@ def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int
         med = {key: float(median(v)) for key, v in ts.items()}
         for ex in (N.EAGER, "graph"):
             for src in SOURCES[1:]:
-                points.append({"exec": ex, "source": src, "bytes": b * row, "s": med[(ex, src)],
+                points.append({"exec": ex, "source": src, "bytes": b * ROW, "s": med[(ex, src)],
                                "loop_s": med[(ex, N.RESIDENT)]})
-            words.append(f"{b * row / 1e6:.2f} MB {ex} " + " / ".join(f"{med[(ex, s)] * 1e6:.0f}" for s in SOURCES))
+            words.append(f"{b * ROW / 1e6:.2f} MB {ex} " + " / ".join(f"{med[(ex, s)] * 1e6:.0f}" for s in SOURCES))
     log("the step at a negligible size, resident / prefetch / prefetch-pageable (us per batch): " + ", ".join(words))
     return points

@@ -1,12 +1,10 @@
 """The tensor-core precisions (tf32, bf16, fp16: model/precision.py) as GPU
-time, by gemm.py's method (calls queued behind a spin kernel): the
-large-GEMM rate of each (peak_flops_per_s_<precision>: the empirical roof
-under the datasheet's), the trainer's GEMMs at its shapes and layouts in
-each (gemm_flops_per_s entries of that precision: 16-bit operands and
-results, the weight gradients in float32) and its own kernels on 16-bit
-storage (kernel_s); and the prefetching input pipeline's host staging rate
-(host_stage_bytes_per_s: gpu/prefetch.py's threads copying pageable rows
-into pinned memory)."""
+time, by gemm.py's method: the large-GEMM rate of each
+(peak_flops_per_s_<precision>), the trainer's GEMMs at its shapes and
+layouts (16-bit operands and results, the weight gradients in float32) and
+its own kernels on 16-bit storage; and the prefetching pipeline's host
+staging rate (host_stage_bytes_per_s: gpu/prefetch.py's threads copying
+pageable rows into pinned memory)."""
 from __future__ import annotations
 
 import time
@@ -15,7 +13,6 @@ from statistics import median
 import numpy as np
 
 from ..errors import PerfmlpError
-from ..model.precision import precision as precision_of
 from .gemm import gemm_rate
 from .kernels import own_kernel_times
 from .. import names as N

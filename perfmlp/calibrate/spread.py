@@ -1,24 +1,17 @@
 """The spread of the calibration's own repeated measurements, written to the
-machine file as `spread` (the model's prediction intervals:
-perfmlp/model/interval.py).
+machine file as `spread` (the prediction intervals: model/interval.py).
+Each source keeps the ratios of its repeats to their median, at the
+granularity a run's median time per batch varies over (a round's median,
+not a single call's), pooled over the source's points:
 
-Each source of figures keeps the ratios of its repeated measurements to
-their median, at the granularity a run's median time per batch varies
-over (a round's median, not a single call's), pooled over that source's
-points:
-
-- host: the host's time per step of the eager and graph steps, every
-  round of both dispatch measurements (first and last: the host's drift
-  over the calibration is in it), each over the median of all of them
-  (host.host_dispatch);
-- pageable_copy, pinned_copy: each round's median of every copy point (3
-  rounds of 8 calls, interleaved over all points: copies.host_copies);
+- host: every round of the eager and the graph step in both dispatch
+  measurements, first and last (the host's drift over the calibration);
+- pageable_copy, pinned_copy: each round's median of every copy point;
 - gpu: the step's GPU work queued ahead, one time a round (gpu_rounds);
-- collective: host MPI's calls in groups of 5, each group's median, and
-  NCCL's repeats queued ahead (collectives.collective_times).
+- collective: host MPI's calls' medians in groups of ROUND_MEDIANS, and
+  NCCL's repeats queued ahead.
 
-Nothing here imports CuPy at import time.
-"""
+Nothing here imports CuPy at import time."""
 from __future__ import annotations
 
 from statistics import median
@@ -41,12 +34,12 @@ def chunk_medians(values, size: int) -> list[float]:
     return [median(values[i:i + size]) for i in range(0, len(values) - size + 1, size)]
 
 
-def spread_table(collected: dict) -> list[dict]:
-    """The machine file's `spread` entries: for each source with ratios,
+def spread_table(collected: dict, sources=SOURCES) -> list[dict]:
+    """The machine file's `spread` entries: for each of `sources` with ratios,
     {source, ratios} (sorted, thinned to MAX_RATIOS evenly spaced order
     statistics, 4 decimals)."""
     out = []
-    for source in SOURCES:
+    for source in sources:
         pooled = sorted(r for r in collected.get(source, ()) if r > 0)
         if len(pooled) < 2:
             continue
@@ -67,17 +60,11 @@ def spread_words(table: list[dict]) -> str:
 
 
 def gpu_rounds(cp, net, x, y, rounds: int = 8, calls: int = 10) -> list[float]:
-    """The step's GPU work (forward, loss, backward, update of `net` on x,
-    y) queued ahead behind a spin kernel, `calls` steps a round, one GPU
-    time a round: its ratios (timing.queued_ahead's repeats)."""
+    """The ratios of the step's GPU work (`net` on x, y) queued ahead behind
+    a spin kernel, `calls` steps a round, one GPU time a round."""
     from ..gpu.timing import queued_ahead
-
-    def one_step():
-        net.forward(x.T)
-        net.loss(y.T)
-        net.backward()
-        net.update()
+    from .cpu_kernels import one_step
     times: list = []
     with net.stream:
-        queued_ahead(cp, one_step, calls, reps=rounds, samples=times)
+        queued_ahead(cp, lambda: one_step(net, x.T, y.T), calls, reps=rounds, samples=times)
     return ratios(times)

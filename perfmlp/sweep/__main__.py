@@ -17,7 +17,6 @@ from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_st
 from ..startup import SIGNALS
 
 
-
 def _procs(text: str) -> int:
     try:
         v = int(text)
@@ -68,13 +67,13 @@ def _on_signal(signum, frame):
 class _Sweep:
     """What one invocation runs, and how far it got."""
 
-    def __init__(self, a, runs):
+    def __init__(self, a, runs, predict: str | None):
         self.a, self.runs = a, runs
         self.trace_dir = Path(a.trace_dir)
         self.own = self.trace_dir / SWEEP_DIR
         self.current = None   # the run whose job is in flight
         self.failed = 0
-        self.predict = None   # the machine file of the blind predictions
+        self.predict = predict   # the machine file of the blind predictions
 
     def wanted(self, run) -> bool:
         return not (self.a.max_procs and run.procs > self.a.max_procs)
@@ -116,8 +115,7 @@ def _prepare(a) -> _Sweep | None:
             runs = lengthen(runs, str(machine), seconds, sweep_name(spec, a.file))
         except ValueError as e:  # the model's refusal of a machine file (MachineError)
             raise PerfmlpError(str(e)) from None
-    sweep = _Sweep(a, runs)
-    sweep.predict = str(machine) if machine else None
+    sweep = _Sweep(a, runs, str(machine) if machine else None)
     check_runnable_here([r for r in runs if sweep.wanted(r)], a.file)
     return sweep
 

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from .. import names as N
-from ..config import Config, from_mapping
+from ..config import from_mapping
 from ..errors import PerfmlpError, write_atomic
 from ..model.machine import CpuMachine
 from ..trace.format import WARMUP_BATCHES
@@ -19,12 +19,6 @@ from ..safeio import read_json
 PREDICTIONS = "predictions.json"
 MORE_PREDICTIONS = "predictions-*.json"   # --predict-also: one per machine file
 PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
-
-
-def resolved_comm(cfg: Config) -> str:
-    """The exchange a run will use (the trainer's rule: model.predict.resolve_comm)."""
-    from ..model.predict import resolve_comm
-    return resolve_comm(cfg.comm, cfg.backend)
 
 
 def predict_run(machine, run: SweepRun) -> dict:
@@ -52,12 +46,12 @@ def run_interval(machine, run: SweepRun) -> dict:
 def run_prediction(machine, run: SweepRun):
     """The model's Prediction of a run as the trainer will run it."""
     from ..model.strategies import PS_COMMS, StrategyError, predict_strategy
-    from ..model.predict import predict_batch, resolve_exec
+    from ..model.predict import predict_batch, resolve_comm, resolve_exec
     from ..model.predict.cpu import predict_cpu
     from ..model.predict.slices import slice_count
     from ..trace.format import resolve_trace_level
     c = run.config
-    comm = resolved_comm(c)
+    comm = resolve_comm(c.comm, c.backend)   # the exchange the trainer will use
     # the execution mode the trainer will run (auto: graph where the step can be captured)
     mode = resolve_exec(c.exec, N.NUMPY if c.backend == N.NUMPY else N.CUPY, c.parallel, comm)
     # the level the tracer will run at (auto: the mode's default); a level that cannot run falls back at run
@@ -72,17 +66,15 @@ def run_prediction(machine, run: SweepRun):
         return pred
     if c.parallel != N.DATA or comm in PS_COMMS:
         try:
-            pred = predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
+            return predict_strategy(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
                                     c.batch_transfer, c.parallel, c.model_procs, level, exec_mode=mode)
         except StrategyError as e:  # what the run itself would refuse
             raise PerfmlpError(f"{run.run_id}: {e}") from None
-    else:
-        k = slice_count(c.slices, machine, c.layer_sizes, c.batch_size, run.procs, c.precision, c.grad_precision,
-                        comm, c.batch_transfer, mode, c.gemm)
-        pred = predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm,
-                             c.batch_transfer, level, exec_mode=mode, overlap=c.overlap,
-                             bucket_bytes=c.bucket_bytes, gemm=c.gemm, slices=k, grad_precision=c.grad_precision)
-    return pred
+    k = slice_count(c.slices, machine, c.layer_sizes, c.batch_size, run.procs, c.precision, c.grad_precision,
+                    comm, c.batch_transfer, mode, c.gemm)
+    return predict_batch(machine, c.layer_sizes, c.batch_size, run.procs, c.precision, comm, c.batch_transfer,
+                         level, exec_mode=mode, overlap=c.overlap, bucket_bytes=c.bucket_bytes, gemm=c.gemm,
+                         slices=k, grad_precision=c.grad_precision)
 
 
 def more_predictions_path(trace_dir: Path, machine_arg: str) -> Path:
@@ -135,11 +127,9 @@ def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int
 
 def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) -> list[SweepRun]:
     """Each run with as many epochs (at least its own) as its steady batches
-    need to last `seconds` at the time per batch `machine_arg` predicts
-    (predict_run); its samples, and so its host memory, stay as they are.
-    The host's copy speed drifts over seconds, so 20 batches of 0.1-4 ms
-    sample one moment of it. A run's id covers its epochs, so the ids
-    follow the machine file's predictions."""
+    need to last `seconds` at the time per batch `machine_arg` predicts, so
+    that they sample more than one moment of the host's drifting copy speed;
+    its samples, and so its host memory, stay as they are; its id follows."""
     from ..model.machine import load_machine
     machine = load_machine(machine_arg)
     out = []

@@ -195,7 +195,8 @@ def why_failed(output: Path, rc: int) -> str:
     ours = [ln for ln in lines if ln.startswith("perfmlp.") and "error:" in ln]
     if ours:
         return ours[0]
-    signals = [m.group(1) or m.group(2) for ln in lines if (m := KILLED.search(ln))]   # the launcher's notice of a signal
+    # the launcher's notice of a signal
+    signals = [m.group(1) or m.group(2) for ln in lines if (m := KILLED.search(ln))]
     if signals or rc < 0:
         return f"killed (signal {signals[0] if signals else -rc})"
     return (lines or [f"exit status {rc}"])[-1]
