@@ -10,7 +10,7 @@ from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
 from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
-from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
+from .points import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
                      HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
 from ... import names as N
 
@@ -41,13 +41,13 @@ def _gemm_rate(entry) -> GemmRate:
     entry = _entry(entry, ("m", "n", "k", "precision", "flops_per_s"), ("kernel",))
     m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
     precision = checks.choice("precision", entry["precision"], PRECISION_NAMES)
-    kernel = checks.choice("kernel", entry.get("kernel", N.CUBLAS), GEMM_KERNELS)
+    kernel = checks.choice("kernel", entry.get("kernel", N.CUBLAS), N.GEMM_KERNELS)
     return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]), kernel)
 
 
 def _collective_point(entry) -> CollectivePoint:
     entry = _entry(entry, ("comm", "procs", "bytes", "s"), ("memory",))
-    return CollectivePoint(checks.choice("comm", entry["comm"], COMMS),
+    return CollectivePoint(checks.choice("comm", entry["comm"], N.COLLECTIVE_LIBS),
                            checks.positive("procs", checks.integer("procs", entry["procs"])),
                            checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
                            checks.positive("s", checks.number("s", entry["s"])),

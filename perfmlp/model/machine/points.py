@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ... import names as N
 
-GEMM_KERNELS = N.GEMM_KERNELS
-COMMS = N.COLLECTIVE_LIBS
 # the sources of a file's figures whose measured spread it may record (model/interval.py), and
 # the model's own error, measured blind per execution mode (report/blind_spread.py)
 MODEL_ERROR_SOURCES = {N.EAGER: "model_eager", N.GRAPH: "model_graph"}

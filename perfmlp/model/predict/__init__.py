@@ -78,21 +78,15 @@ kernels' GPU time), copies.py (the batch's copies, prefetched or not), exchange.
 pipeline), timeline.py (the host issuing a batch to the stream), batch.py
 (predict_batch, the sum).
 """
-from .batch import HOST_PACED, predict_batch
-from .compute import kernel_s, step_compute
-from .copies import PREFETCH, PREFETCH_CALLS, batch_copies, prefetch_s
-from .exchange import (allreduce_s, backward_stages, comm_s, gradient_buckets, overlap_pipeline, ring_allreduce_s,
-                       staging_memory)
-from .execution import EXECS, graph_refusal, resolve_comm, resolve_exec
-from .terms import COMPUTE_TERMS, GROUPS, TERM_GROUP, TERMS, Prediction
-from .timeline import Item, Step, graph_loop_host_s, launch_host_s, step_items, timeline_batch_s
-from .tracing import (DEFAULT_TRACE_LEVEL, TRACE_COSTS, TRACE_LEVELS, UNTRACED, TraceCost, default_trace_level,
-                      trace_cost, trace_detail, trace_words, traced_phases)
+from .batch import predict_batch
+from .exchange import allreduce_s, gradient_buckets, overlap_pipeline, ring_allreduce_s, staging_memory
+from .execution import graph_refusal, resolve_comm, resolve_exec
+from .terms import TERM_GROUP, TERMS, Prediction
+from .timeline import Item, Step, graph_loop_host_s, launch_host_s, timeline_batch_s
+from .tracing import default_trace_level, trace_cost, trace_detail, trace_words, traced_phases
+from ...names import GROUPS, TRACE_LEVELS, UNTRACED
 
-__all__ = ["HOST_PACED", "predict_batch", "kernel_s", "step_compute", "PREFETCH", "PREFETCH_CALLS", "batch_copies",
-           "prefetch_s", "allreduce_s", "backward_stages", "comm_s", "gradient_buckets", "overlap_pipeline",
-           "ring_allreduce_s", "staging_memory", "EXECS", "graph_refusal", "resolve_comm", "resolve_exec",
-           "COMPUTE_TERMS", "GROUPS", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step", "graph_loop_host_s",
-           "launch_host_s", "step_items", "timeline_batch_s", "TRACE_COSTS", "TRACE_LEVELS", "UNTRACED", "TraceCost",
-           "trace_cost", "DEFAULT_TRACE_LEVEL", "default_trace_level", "trace_detail", "trace_words",
-           "traced_phases"]
+__all__ = ["predict_batch", "allreduce_s", "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory",
+           "graph_refusal", "resolve_comm", "resolve_exec", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step",
+           "graph_loop_host_s", "launch_host_s", "timeline_batch_s", "default_trace_level", "trace_cost",
+           "trace_detail", "trace_words", "traced_phases", "GROUPS", "TRACE_LEVELS", "UNTRACED"]

@@ -7,7 +7,7 @@ from ..machine import Machine
 from .compute import step_compute
 from .copies import batch_copies
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
-from .execution import EXECS, resolve_exec
+from .execution import resolve_exec
 from .schedule import schedule_change
 from .terms import COMPUTE_TERMS, TERMS, Prediction
 from .timeline import Step, launch_host_s, step_items, timeline_batch_s
@@ -49,8 +49,8 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
     for the host's launches until the host is ahead again; without a
     synchronisation only the host's excess over the GPU time shows."""
     exec_mode = resolve_exec(exec_mode, comm=comm)
-    if exec_mode not in EXECS:
-        raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
+    if exec_mode not in N.EXECS:
+        raise ValueError(f"exec must be one of {', '.join(N.EXECS)}, got {exec_mode!r}")
     isz = widths(precision)   # the batch at isz.act bytes an element, the gradients at isz.param
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks

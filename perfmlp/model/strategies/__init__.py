@@ -43,15 +43,13 @@ The modules: grid.py (the grid, the layer splits, the shards), counts.py
 time per batch, the phases a batch records), choice.py (the candidates,
 the fastest, crossovers), summary.py (one configuration for the CLI).
 """
-from .choice import Strategy, best_strategy, candidates, crossover_batch, label
-from .counts import Collective, RankCounts, closed_form_bytes, rank_collectives, rank_counts, step_bytes
-from .grid import (DEVICE_COMMS, PARALLEL, PS_COMMS, ROOT, StrategyError, activation_collectives, check_shard, coords,
-                   grid, layer_splits, shard_sizes)
-from .prediction import collective_s, predict_strategy, step_phases, strategy_exec, traced_events
-from .summary import SCHEMA, format_strategy, strategy_summary
+from .choice import Strategy, best_strategy, crossover_batch, label
+from .counts import closed_form_bytes, rank_collectives, rank_counts, step_bytes
+from .grid import DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, check_shard, coords, grid, layer_splits, shard_sizes
+from .prediction import predict_strategy, step_phases, strategy_exec
+from .summary import format_strategy, strategy_summary
 
-__all__ = ["Strategy", "best_strategy", "candidates", "crossover_batch", "label", "Collective", "RankCounts",
-           "closed_form_bytes", "rank_collectives", "rank_counts", "step_bytes", "DEVICE_COMMS", "PARALLEL",
-           "PS_COMMS", "ROOT", "StrategyError", "activation_collectives", "check_shard", "coords", "grid",
-           "layer_splits", "shard_sizes", "collective_s", "predict_strategy", "step_phases", "strategy_exec",
-           "traced_events", "SCHEMA", "format_strategy", "strategy_summary"]
+__all__ = ["Strategy", "best_strategy", "crossover_batch", "label", "closed_form_bytes", "rank_collectives",
+           "rank_counts", "step_bytes", "DEVICE_COMMS", "PS_COMMS", "ROOT", "StrategyError", "check_shard", "coords",
+           "grid", "layer_splits", "shard_sizes", "predict_strategy", "step_phases", "strategy_exec",
+           "format_strategy", "strategy_summary"]
