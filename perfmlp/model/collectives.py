@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from .cluster import Cluster
 
 ALGORITHMS = ("ring", "tree", "hierarchical", "switch")
-CHAINS = ("reduce", "bcast")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ and the host's extra launches in eager mode (graph mode is the target).
 from __future__ import annotations
 
 from ... import names as N
-from ..costs import LOSS_SLOTS, pieces, step_kernels, widths
+from ..costs import LOSS_SLOTS, n_weights, pieces, step_kernels, widths
 from ..machine import Machine
 from .compute import kernel_s
 from .exchange import comm_s
@@ -73,8 +73,7 @@ def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap
     middle.remove(first_fwd)
     middle.remove(first_bwd)
     middle += [kn for kn in kernels[N.Phase.UPDATE] if kn[0][0] == "grad_check"]
-    n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, len(layer_sizes)))
-    n_b = sum(layer_sizes[1:])
+    n_w, n_b = n_weights(layer_sizes), sum(layer_sizes[1:])
     rows = [r1 - r0 for r0, r1 in slice_rows(H, k)][::-1]   # in the schedule's order: last rows first
     # slice 0 (the last rows) lands with the rest and is updated with it, in one kernel
     rest_update = ((("update_weights", (n_w - H * D + rows[0] * D,)), ("update_biases", (n_b,))),)
