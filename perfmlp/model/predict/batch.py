@@ -15,10 +15,10 @@ from .tracing import trace_cost, trace_detail, traced_phases
 from ... import names as N
 
 
-# A step is host-paced where the host's time is at least this fraction of
-# it: its time then follows the host's speed, which drifts from one run to
-# the next beyond what any term can price (docs/model.md, the measured limit).
+# A step is host-paced where the host's time is at least this fraction of it: its time then follows the
+# host's speed, which drifts from one run to the next beyond what any term can price (docs/model.md).
 HOST_PACED = 0.25
+
 
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, trace_level: str | None = None,
@@ -26,28 +26,20 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   gemm: str = N.CUBLAS, fuse_output: bool = True,
                   output_grad_cols: int = OUTPUT_GRAD_COLS, slices: int = 1,
                   grad_precision: str = N.FLOAT32) -> Prediction:
-    """Predicted time per batch. `trace_level`: the level perfmlp's tracer
-    runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
-    TRACE_COSTS: counters, timeline and kernels the hooks' host time
-    (trace_phase_host_s), phases that plus a CUDA event's GPU time
-    (trace_event_s, the tracing term); the CUPTI cost of timeline and
-    kernels is not calibrated (detail["trace_uncalibrated"] says so);
-    `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
-    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel;
-    `fuse_output=False`: a step without the fused output backward (the
-    reference solution's: every product a GEMM); `output_grad_cols`: the
-    fused backward's column block (a trace's launch shapes, where a run's
-    prediction is remade from its trace: its manifest's `ran`); `slices`,
-    `grad_precision`: the sliced first layer and the 16-bit exchange
-    (predict/schedule.py: its two chains replace today's serial one, the
-    compute they change in gemm, the exchange they leave exposed in
-    allreduce; `overlap` is then not priced apart).
+    """Predicted time per batch (the package docstring's terms). `trace_level`:
+    the tracer's level (names.TRACE_LEVELS; None: untraced), priced by
+    TRACE_COSTS; `exec_mode`: eager, graph or auto (resolve_exec); `overlap`:
+    the gradient allreduce pipelined with the backward pass; `gemm`: the GEMM
+    kernel; `fuse_output=False`: every product a GEMM (the reference
+    solution's step); `output_grad_cols`: the fused backward's column block
+    (a trace's launch shapes); `slices`, `grad_precision`: the sliced first
+    layer and the 16-bit exchange (predict/schedule.py: its two chains
+    replace the serial one; `overlap` is then not priced apart).
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
-    adds to the sum of the other terms: where the step synchronises (a
-    pageable copy, the staged gradients) the stream starts empty and waits
-    for the host's launches until the host is ahead again; without a
-    synchronisation only the host's excess over the GPU time shows."""
+    adds to the other terms: where the step synchronises (a pageable copy,
+    the staged gradients) the stream starts empty and waits for the host's
+    launches; otherwise only the host's excess over the GPU time shows."""
     exec_mode = resolve_exec(exec_mode, comm=comm)
     if exec_mode not in N.EXECS:
         raise ValueError(f"exec must be one of {', '.join(N.EXECS)}, got {exec_mode!r}")

@@ -113,7 +113,7 @@ def pass_rate(machine, kernel: str, nbytes: int, precision: str, s: Setting) -> 
     pts = sorted((e["bytes"], e["bytes_per_s"]) for e in fam if e["kernel"] == kernel)
     if not pts:
         raise ValueError(f"the machine file has no {precision} pass of {kernel}")
-    return _interpolated(pts, nbytes, lambda n: 1.0) * factor
+    return _interpolated(pts, nbytes) * factor
 
 
 def allreduce_s(machine, nbytes: int, procs: int) -> float:
@@ -124,12 +124,12 @@ def allreduce_s(machine, nbytes: int, procs: int) -> float:
     points, else 0."""
     pts = sorted((e["bytes"], e["s"]) for e in machine.get("allreduce_s", ()) if e["procs"] == procs)
     if procs <= 1:
-        return _interpolated(pts, nbytes, lambda n: 1.0)
+        return _interpolated(pts, nbytes)
     alpha, bw = machine.get("mpi_alpha_s"), machine.get("mpi_bw_bytes_per_s")
     if alpha is None or bw is None:
         if not pts:
             raise ValueError(f"the machine file has no allreduce on {procs} ranks and no ring fit")
-        return _interpolated(pts, nbytes, lambda n: 1.0)
+        return _interpolated(pts, nbytes)
     ring = lambda n: ring_allreduce_s(n, procs, alpha, bw)  # noqa: E731
     return _interpolated(pts, nbytes, ring) if pts else ring(nbytes)
 
