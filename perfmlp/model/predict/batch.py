@@ -73,27 +73,37 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                         phase_kernels, copies + staging, terms)
     detail.update(trace_detail(trace_level))
     timeline = _launch_terms(step, terms, ahead)
-    if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
-        if batch_transfer == N.PREFETCH:   # the staged gradients' copy back shares the host-to-device
-            pipe_s += terms[N.H2D_GRAD]      # link with the prefetched pieces' copies (0 without staging)
-        terms[N.H2D_BATCH], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
-        detail.update(prefetch_s=pipe_s, prefetch_hidden_s=hidden)
+    if pipe_s is not None:
+        _prefetched(pipe_s, batch_transfer, terms, detail)
     detail.update(host_s=timeline["host_s"], host_paced=timeline["host_s"] >= HOST_PACED * sum(terms.values()),
                   gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
-                  timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
-    detail["bytes_d2d"] = counts.bytes_d2d
+                  timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"], bytes_d2d=counts.bytes_d2d)
     if sliced:
         change = schedule_change(machine, layer_sizes, b, procs, slices, precision, grad_precision, comm,
                                  batch_transfer, gap, gemm)
-        terms["gemm"] += change["compute_s"]
-        terms["allreduce"] += change["exchange_s"]
-        detail.update(slices=slices, grad_precision=grad_precision, schedule=change,
-                      chain_today_s=change["chain_today_s"], chain_sliced_s=change["chain_sliced_s"])
-        detail["gpu_compute_s"] += change["compute_s"]
+        _scheduled(change, slices, grad_precision, terms, detail)
     total, compute = sum(terms.values()), sum(terms[t] for t in COMPUTE_TERMS)
     job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
     return Prediction(terms, total, max(compute, total - compute), counts.flops_total, job, counts.bytes_copied,
                       machine.name, detail)
+
+
+def _prefetched(pipe_s: float, batch_transfer: str, terms: dict, detail: dict) -> None:
+    """h2d_batch of a prefetched step: only what the pipeline takes beyond the rest of the step."""
+    if batch_transfer == N.PREFETCH:   # the staged gradients' copy back shares the H2D link with the pipeline
+        pipe_s += terms[N.H2D_GRAD]
+    rest = sum(terms.values())
+    terms[N.H2D_BATCH] = max(0.0, pipe_s - rest)
+    detail.update(prefetch_s=pipe_s, prefetch_hidden_s=min(pipe_s, rest))
+
+
+def _scheduled(change: dict, slices: int, grad_precision: str, terms: dict, detail: dict) -> None:
+    """The sliced schedule's change (schedule_change) put into the terms and the detail."""
+    terms["gemm"] += change["compute_s"]
+    terms["allreduce"] += change["exchange_s"]
+    detail.update(slices=slices, grad_precision=grad_precision, schedule=change,
+                  chain_today_s=change["chain_today_s"], chain_sliced_s=change["chain_sliced_s"])
+    detail["gpu_compute_s"] += change["compute_s"]
 
 
 def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> float:
