@@ -98,10 +98,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                        for c in measured.d2d_copy_s]
     v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
                         for c in measured.host_copy_s]
-    v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
-    v["launch_size_factor"] = [dataclasses.asdict(f) for f in measured.launch_size_factor]   # the host's
-    v["pageable_launch_factor"] = [dataclasses.asdict(f) for f in measured.pageable_launch_factor]
-    v["prefetch_s"] = [dataclasses.asdict(q) for q in measured.prefetch_s]   # the host's pipeline: as measured
+    for key in ("host_dispatch_s", "launch_size_factor", "pageable_launch_factor", "prefetch_s"):   # the host's
+        v[key] = [dataclasses.asdict(p) for p in getattr(measured, key)]
     v["spread"] = [{"source": e.source, "ratios": list(e.ratios)} for e in measured.spread]   # ratios: as measured
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
                               for w in measured.collective_wait_s]   # host and jitter: carried as measured

@@ -9,7 +9,6 @@ from ... import names as N
 # per batch that order it (an event recorded and waited on; with a pinned
 # source the two copies and their stream's wait and record too; with a
 # pageable source the host thread's task handed over and joined instead).
-PREFETCH = N.PREFETCH_TRANSFERS
 PREFETCH_CALLS = {N.PREFETCH: 6, N.PREFETCH_PAGEABLE: 4}
 
 
@@ -41,7 +40,7 @@ def batch_copies(machine: Machine, layer_sizes, b: int, act_bytes: int, batch_tr
     mem = N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED
     sizes = [act_bytes * b * n for n in (layer_sizes[0], layer_sizes[-1])]
     copies = [machine.copy_s("h2d", mem, n, sharing=procs) for n in sizes]
-    if batch_transfer in PREFETCH:   # on a copy stream, beside the step: priced after the timeline
+    if batch_transfer in N.PREFETCH_TRANSFERS:   # on a copy stream, beside the step: priced after the timeline
         return [], [], prefetch_s(machine, batch_transfer, copies, sum(sizes), exec_mode)
     ahead = []
     if mem == N.PAGEABLE:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..machine import Machine
-from .copies import PREFETCH, PREFETCH_CALLS
+from .copies import PREFETCH_CALLS
 from .exchange import staging_memory
 from ... import names as N
 
@@ -110,7 +110,7 @@ def step_items(step: Step, ahead=()) -> list[Item]:
     m, terms = step.machine, step.terms
     event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
     items = _copy_items(step, ahead)
-    if step.batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
+    if step.batch_transfer in N.PREFETCH_TRANSFERS:   # the loop thread's calls that order the copy stream and the step
         items.append(Item(0.0, prefetch_calls_s(m, step)))
     if step.batch_transfer != N.RESIDENT:
         items += event
