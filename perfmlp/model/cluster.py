@@ -107,7 +107,7 @@ def _fraction(key: str, value) -> float:
     return v
 
 
-def _link(where: str, data: dict, kinds: tuple) -> Link:
+def _link(data: dict, kinds: tuple) -> Link:
     return Link(checks.choice("kind", data["kind"], kinds),
                 checks.positive("bytes_per_s", checks.number("bytes_per_s", data["bytes_per_s"])),
                 _fraction("efficiency", data["efficiency"]),
@@ -140,7 +140,7 @@ def cluster_from_mapping(data, where: str) -> Cluster:
             gpus_per_node=checks.positive("gpus_per_node", checks.integer("gpus_per_node", top["gpus_per_node"])),
             nodes=checks.positive("nodes", checks.integer("nodes", top["nodes"])),
             base_latency_s=checks.non_negative("base_latency_s", checks.number("base_latency_s", top["base_latency_s"])),
-            intra=_link("intra_node", intra, INTRA_KINDS), inter=_link("inter_node", inter, INTER_KINDS),
+            intra=_link(intra, INTRA_KINDS), inter=_link(inter, INTER_KINDS),
             nics_per_node=checks.positive("nics_per_node", checks.integer("nics_per_node", inter["nics_per_node"])),
             switch_reduction=checks.boolean("switch_reduction", intra["switch_reduction"]),
             switch_efficiency=_fraction("switch_efficiency", intra["switch_efficiency"]) if switch else 0.0,
