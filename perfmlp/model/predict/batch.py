@@ -153,12 +153,11 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
 
 
 def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
-    """Set launches (eager) or graph_launch (graph): what the host/GPU
-    timeline adds to the other terms; and take off h2d_batch what pageable
-    copies staged by the host hide behind the previous batch's GPU work (the
-    timeline with that staging against the one without), up to what the host
-    stages ahead; the rest is host launch time that no longer waits for a
-    copy. Returns the timeline's detail."""
+    """Set launches (eager) or graph_launch (graph), what the host/GPU
+    timeline adds to the other terms, and take off h2d_batch what pageable
+    copies staged ahead hide behind the previous batch's GPU work (the
+    timeline with that staging against without it; beyond what is staged,
+    host launch time that no longer waits). Returns the timeline's detail."""
     items = step_items(step)
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)
