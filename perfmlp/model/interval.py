@@ -162,7 +162,8 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     measured spread (module docstring; `spread`: source -> ratios, default
     the file's); None for a file without spread, or with none that bears on
     this prediction."""
-    spread = {e.source: e.ratios for e in machine.spread} if spread is None else {k: tuple(sorted(v)) for k, v in spread.items()}
+    spread = ({e.source: e.ratios for e in machine.spread} if spread is None
+              else {k: tuple(sorted(v)) for k, v in spread.items()})
     if not spread:
         return None
     point = predict(machine)

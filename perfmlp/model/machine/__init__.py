@@ -24,4 +24,5 @@ from .points import (GemmRate, KernelTime, MODEL_ERROR_SOURCES, MODEL_SOURCES, P
 
 __all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine",
            "machine_files", "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "GemmRate", "KernelTime",
-           "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS", "SPREAD_SOURCES"]
+           "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS",
+           "SPREAD_SOURCES"]

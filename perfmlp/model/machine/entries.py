@@ -90,8 +90,9 @@ _POINTS = {
                     {"buffer": "rotating", "ahead_s": None, "blocks": True, "ahead_delay_s": None}),
     "launch_size_factor": _LAUNCH_FACTOR,
     "pageable_launch_factor": _LAUNCH_FACTOR,
-    "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"), "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE),
-                                   "bytes": _count, "s": _positive, "loop_s": _positive}, {}),
+    "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"),
+                                   "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE), "bytes": _count, "s": _positive,
+                                   "loop_s": _positive}, {}),
 }
 
 
