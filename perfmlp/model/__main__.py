@@ -11,9 +11,9 @@ from ..cli import Parser, add_machine
 from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
 from .cpu_summary import cpu_summary, format_cpu
-from .machine import DEFAULT_MACHINE, GEMM_KERNELS, CpuMachine, MachineError, load_machine, machine_files
-from .predict import UNTRACED, default_trace_level, resolve_comm, resolve_exec, trace_words
-from .strategies import PARALLEL, PS_COMMS, StrategyError, format_strategy, strategy_exec, strategy_summary
+from .machine import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
+from .predict import default_trace_level, resolve_comm, resolve_exec, trace_words
+from .strategies import StrategyError, format_strategy, strategy_exec, strategy_summary
 from .projection import cluster_summary, format_cluster
 from .summary import summary
 
@@ -94,8 +94,8 @@ def parser() -> argparse.ArgumentParser:
     add_machine(ap, DEFAULT_MACHINE, shipped=tuple(f.name.removesuffix(".yaml") for f in _shipped()))
     add_fields(ap, CONFIG_FLAGS, dests={"hidden_sizes": "hidden", "exec": "exec_mode"},
                      aliases={"hidden_sizes": ("--hidden-size",)},
-                     choices={"comm": (N.AUTO, *N.ALLREDUCE_COMMS, *N.PS_COMMS), "parallel": PARALLEL,
-                              "gemm": GEMM_KERNELS, "trace_level": (*N.TRACE_LEVEL_CHOICES, UNTRACED)},
+                     choices={"comm": (N.AUTO, *N.ALLREDUCE_COMMS, *N.PS_COMMS), "parallel": N.STRATEGIES,
+                              "gemm": N.GEMM_KERNELS, "trace_level": (*N.TRACE_LEVEL_CHOICES, N.UNTRACED)},
                      convert={"comm": lambda t: resolve_comm(t, N.CUPY), "trace_level": str})
     ap.add_argument("--procs", type=_positive, default=1, metavar="P", help="processes, one GPU each (default: 1)")
     ap.add_argument("--threads", type=_positive, default=None, metavar="T",
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         m = load_machine(a.machine)
         if isinstance(m, CpuMachine):   # a NumPy run on this CPU (model/predict/cpu.py)
             s = cpu_summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.threads,
-                            a.precision, a.trace_level != UNTRACED)
+                            a.precision, a.trace_level != N.UNTRACED)
             return _print(json.dumps(s, indent=1) if a.json else format_cpu(s))
         s, text = _prediction(a, m)
     except (MachineError, ClusterError, StrategyError, ValueError) as e:
@@ -145,10 +145,10 @@ def _print(text: str) -> int:
 def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
     """(the JSON-ready summary, its table) of the configuration asked for."""
     sizes = (a.input_size, *a.hidden, a.num_classes)
-    strategy = a.parallel != N.DATA or a.comm in PS_COMMS
+    strategy = a.parallel != N.DATA or a.comm in N.PS_COMMS
     exec_mode = strategy_exec(a.exec_mode, a.parallel, a.comm) if strategy else resolve_exec(a.exec_mode,
                                                                                              comm=a.comm)
-    trace_level = (None if a.trace_level == UNTRACED else
+    trace_level = (None if a.trace_level == N.UNTRACED else
                    default_trace_level(exec_mode) if a.trace_level == "auto" else a.trace_level)
     if strategy:
         s = strategy_summary(m, sizes, a.batch_size, a.procs, a.precision, a.comm, a.batch_transfer,

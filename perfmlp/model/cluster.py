@@ -1,23 +1,16 @@
-"""Cluster descriptions: `models/clusters/*.yaml` loaded into a frozen dataclass.
+"""Cluster descriptions: `models/clusters/*.yaml` loaded into a frozen dataclass
+(docs/model.md, "Clusters", lists the keys).
 
 A cluster is nodes of `gpus_per_node` GPUs (each described by a machine
-file, `machine`), the link between the GPUs of a node and the network
-between nodes, each with its line rate, the fraction of it a collective
-gets (`efficiency`) and its latency a step. The collectives priced on it
-are in `collectives.py`.
-
-- `intra_node`: `bytes_per_s` is one GPU's line rate a direction into the
-  node's fabric (an NVSwitch: every GPU at once, non-blocking; PCIe: the
-  GPU's slot); `switch_reduction`: the switch reduces (NVLink SHARP), with
-  its own `switch_efficiency` and `switch_latency_s`.
-- `inter_node`: `nics_per_node` ports of `bytes_per_s` each a direction,
-  behind a non-blocking fat tree (every node at its ports' rate at once).
-- `base_latency_s`: a collective's fixed cost, whatever its steps.
-
-Every figure names its source: `sources` maps each key (`intra_node.x` for
-a key of a link) to where it comes from, and a figure without one is a
-one-line error naming the file and key, as an unknown, missing, negative or
-non-numeric value is.
+file, `machine`), the link between the GPUs of a node (`intra_node`: a
+GPU's line rate a direction into the node's fabric; `switch_reduction`: the
+switch reduces, NVLink SHARP) and the network between nodes (`inter_node`:
+`nics_per_node` ports behind a non-blocking fat tree), each with its line
+rate, the fraction of it a collective gets (`efficiency`) and its latency a
+step; `base_latency_s` is a collective's fixed cost. The collectives priced
+on it are in `collectives.py`. Every figure names its source (`sources`,
+`intra_node.x` for a link's key): a figure without one is a one-line error
+naming the file and key, as an unknown, missing or bad value is.
 """
 from __future__ import annotations
 
@@ -107,7 +100,7 @@ def _fraction(key: str, value) -> float:
     return v
 
 
-def _link(where: str, data: dict, kinds: tuple) -> Link:
+def _link(data: dict, kinds: tuple) -> Link:
     return Link(checks.choice("kind", data["kind"], kinds),
                 checks.positive("bytes_per_s", checks.number("bytes_per_s", data["bytes_per_s"])),
                 _fraction("efficiency", data["efficiency"]),
@@ -140,7 +133,7 @@ def cluster_from_mapping(data, where: str) -> Cluster:
             gpus_per_node=checks.positive("gpus_per_node", checks.integer("gpus_per_node", top["gpus_per_node"])),
             nodes=checks.positive("nodes", checks.integer("nodes", top["nodes"])),
             base_latency_s=checks.non_negative("base_latency_s", checks.number("base_latency_s", top["base_latency_s"])),
-            intra=_link("intra_node", intra, INTRA_KINDS), inter=_link("inter_node", inter, INTER_KINDS),
+            intra=_link(intra, INTRA_KINDS), inter=_link(inter, INTER_KINDS),
             nics_per_node=checks.positive("nics_per_node", checks.integer("nics_per_node", inter["nics_per_node"])),
             switch_reduction=checks.boolean("switch_reduction", intra["switch_reduction"]),
             switch_efficiency=_fraction("switch_efficiency", intra["switch_efficiency"]) if switch else 0.0,

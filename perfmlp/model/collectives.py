@@ -1,43 +1,33 @@
 """Collectives priced on a cluster (`cluster.py`): ring, double binary tree,
 hierarchical and in-switch all-reduce, the chain reduce and broadcast, and
-the best of them for a group of ranks.
+the best of them for a group of ranks (docs/model.md derives them).
 
 Notation: n bytes, a group of g ranks, k of them in each of its N nodes
 (G GPUs a node). Bandwidths are line rate x efficiency: B a GPU's into the
-node's fabric, S the network share of the group in a node: the node's ports
-(nics x port rate) x k / G, since a grid's other groups (the other shards'
-data groups) exchange at the same time through the same ports. Latencies:
-`base` a collective, l_i (l_i^tree) a step inside a node, l_n (l_n^tree) a
-step across nodes (NCCL's own model's figures, in the cluster files).
+node's fabric, S the group's share of a node's network ports (nics x port
+rate x k / G: a grid's other groups exchange at the same time through the
+same ports). Latencies: `base` a collective, l_i (l_i^tree) a step inside
+a node, l_n (l_n^tree) a step across nodes (NCCL's own model's figures).
 
-- ring: 2(g-1) steps, 2(N-1) of them across nodes; every rank sends
-  2(g-1)/g n. With a ring a channel and the channels spread over the ports
-  (as NCCL builds them), a node sends 2(g-1)/g n through its ports in all,
-  so the ring runs at min(B, S):
+- ring: 2(g-1) steps, 2(N-1) of them across nodes, the channels spread
+  over the ports (as NCCL builds them):
       t = base + (2(g-1) - 2(N-1)) l_i + 2(N-1) l_n + 2(g-1)/g n / min(B, S)
-- tree: NCCL's double binary tree over the nodes, a chain inside each: every
-  node is inside one tree and a leaf of the other, each tree carrying n/2,
-  so a node sends and receives 2n (as a chain's rank does):
+- tree: NCCL's double binary tree over the nodes, a chain inside each (a
+  node sends and receives 2n):
       t = base + 2 ((k-1) l_i^tree + ceil(log2 N) l_n^tree) + 2 n / min(B, S)
-  (latency logarithmic in the nodes, bandwidth a little worse than the ring).
-- hierarchical: reduce-scatter inside the node (a ring of k), the k shards
-  all-reduced across nodes at once (k rings of N, n/k each through S/k),
-  all-gather inside (the HKUST lecture's "hybrid" all-reduce):
+- hierarchical: reduce-scatter inside the node, the k shards all-reduced
+  across nodes at once, all-gather inside (the HKUST lecture's "hybrid"):
       t = 3 base + 2 (k-1) l_i + 2(k-1)/k n / B + 2(N-1) l_n + 2(N-1)/N n / S
-  fewer steps than the ring (2(k-1) + 2(N-1) against 2(g-1)), the phases
-  one after the other.
 - switch (NVLink SHARP, NCCL's NVLS; one node whose switch reduces): every
-  rank sends its n to the switch and receives its reduced share and the
-  others' (n/g more), at the link's rate times the switch's efficiency:
-      t = l_switch + (1 + 1/g) n / (B e_switch)
+  rank sends n and receives n/g more, at the link's rate times the switch's
+  efficiency:  t = l_switch + (1 + 1/g) n / (B e_switch)
 - reduce, broadcast (the parameter server): a pipelined chain, the buffer
   crossing each link once: t = base + (g-N) l_i + (N-1) l_n + n / min(B, S).
 
 Where a term does not exist it drops: no B inside a node of one rank of the
-group, no S on one node. Not modelled: the LL and LL128 protocols NCCL picks
-for small messages (the Simple protocol's latencies throughout), the
-pipeline's ramp at sizes below a few hundred MB, NVLS across nodes (NVLS
-tree), congestion in the network beyond the ports.
+group, no S on one node. Not modelled: the LL and LL128 protocols (the
+Simple protocol's latencies throughout), the pipeline's ramp below a few
+hundred MB, NVLS across nodes, congestion beyond the ports.
 """
 from __future__ import annotations
 
@@ -47,7 +37,6 @@ from dataclasses import dataclass
 from .cluster import Cluster
 
 ALGORITHMS = ("ring", "tree", "hierarchical", "switch")
-CHAINS = ("reduce", "bcast")
 
 
 @dataclass(frozen=True)

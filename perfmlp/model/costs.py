@@ -169,11 +169,8 @@ def itemsize(precision: str) -> int:
     return precision_of(precision).act_bytes
 
 
-# Overlapped communication's bucket: a weight gradient larger than this is
-# computed and reduced in row blocks of at most this size. 25 MiB, as PyTorch
-# DDP's bucket_cap_mb: no weight of the trainer's networks is that large, so
-# each layer's gradient is one piece (smaller blocks hid more of the
-# allreduce but slowed the split GEMMs by more than they hid).
+# Overlapped communication's bucket: a weight gradient larger than this is computed and reduced in row
+# blocks of at most this size. 25 MiB, PyTorch DDP's bucket_cap_mb: each layer's gradient is one piece.
 DEFAULT_BUCKET_BYTES = 25 << 20
 
 
@@ -189,16 +186,11 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
     return [piece(rows, n, i) for i in range(n)]
 
 
-# The output layer (C rows: 10 for MNIST) is too thin for a GEMM library:
-# its backward products take several times what reading the activations
-# once takes. With at most this
-# many classes (one accumulator per class in registers) the trainer runs the
-# output layer's backward as two kernels of its own instead of 2 GEMMs, a row
-# sum and the sigmoid gradient: `output_backward` (per block of
-# OUTPUT_GRAD_COLS columns: dz, and partial sums of dW, db and the layer
-# below's db) and `partial_sums` (the partials added in a fixed order, so
-# the result is the same at every run). The column block is fixed
-# (gpu/kernels.py: LAUNCH); a block growing with b would gain at large b.
+# The output layer (C rows: 10 for MNIST) is too thin for a GEMM library. With at most this many classes
+# (one accumulator per class in registers) the trainer runs its backward as two kernels of its own instead
+# of 2 GEMMs, a row sum and the sigmoid gradient: `output_backward` (per block of OUTPUT_GRAD_COLS columns:
+# dz, and partial sums of dW, db and the layer below's db) and `partial_sums` (the partials added in a
+# fixed order, so every run gives the same result). The column block is fixed (gpu/kernels.py: LAUNCH).
 FUSED_OUTPUT_MAX_CLASSES = 16
 OUTPUT_GRAD_COLS = 256
 
@@ -224,14 +216,13 @@ def output_grad_sums(c: int, h: int) -> int:
 def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=4, fuse_output: bool = True,
                  output_grad_cols: int = OUTPUT_GRAD_COLS) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
     """The kernels of one training step on a piece of b samples, per phase, in
-    the order the trainer launches them (layer_sizes = D, H1, ..., C); each
-    kernel is the tuple of operations it computes (a fused kernel may compute
-    several). With `bucket_bytes` (overlapped communication) each weight gradient is
-    computed by one GEMM per row block (`row_blocks`); the fused output
-    layer's gradient is one piece whatever the buckets. `fuse_output=False`:
-    the output layer's backward as GEMMs and elementwise kernels even where
-    `fused_output` allows the fused pair (for comparisons).
-    perfmlp/mlp.py's Network launches exactly these (tested)."""
+    launch order (layer_sizes = D, H1, ..., C); each kernel is the tuple of
+    operations it computes. With `bucket_bytes` (overlapped communication)
+    each weight gradient is one GEMM per row block (`row_blocks`), but the
+    fused output layer's is one piece. `fuse_output=False`: the output
+    layer's backward as GEMMs and elementwise kernels even where
+    `fused_output` allows the fused pair. perfmlp/mlp.py's Network launches
+    exactly these (tested)."""
     L = len(layer_sizes) - 1
     w = as_widths(itemsize)
     fuse = fuse_output and fused_output(layer_sizes)
@@ -254,8 +245,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
             bwd.append((("gemm", (n_in, b, n_out)),))        # da = W^T @ delta (none for the input)
             # dz = da * a * (1 - a) and the layer below's db, in one kernel
             bwd.append((("sigmoid_grad", (n_in, b)), ("row_sum", (n_in, b))))
-    n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, L + 1))
-    n_b = sum(layer_sizes[1:])
+    n_w, n_b = n_weights(layer_sizes), sum(layer_sizes[1:])
     update = [(("update_weights", (n_w,)), ("update_biases", (n_b,)))]  # one pass over the flat buffer
     if w.grad_check:   # fp16: the gradients' finite check decides whether the update runs
         update.insert(0, (("grad_check", (n_w + n_b,)),))
@@ -301,13 +291,16 @@ def step_ops(layer_sizes, b: int, bucket_bytes: int | None = None,
 def weight_grad_elements(layer_sizes, fuse_output: bool = True) -> int:
     """Elements the weight-gradient GEMMs of a step write (the fused output
     layer's backward writes partial sums instead)."""
-    L = len(layer_sizes) - 1
     fused = fuse_output and fused_output(layer_sizes)
-    return sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, L + 1) if not (l == L and fused))
+    return n_weights(layer_sizes) - (layer_sizes[-1] * layer_sizes[-2] if fused else 0)
+
+
+def n_weights(layer_sizes) -> int:
+    return sum(a * b for a, b in zip(layer_sizes, layer_sizes[1:]))
 
 
 def n_params(layer_sizes) -> int:
-    return sum(layer_sizes[l] * layer_sizes[l - 1] + layer_sizes[l] for l in range(1, len(layer_sizes)))
+    return n_weights(layer_sizes) + sum(layer_sizes[1:])
 
 
 LOSS_SLOTS = 1  # the gradient buffer also carries the rank's cross-entropy sum
@@ -358,28 +351,21 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
                  exec_mode: str = N.EAGER, fuse_output: bool = True, grad_width: int | None = None) -> BatchCounts:
     """Counts for one rank's piece of b samples.
 
-    comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or
-    `mpi` (NumPy backend: the buffer is already on the host).
-    batch_transfer: `pageable`/`pinned` copy X and Y each batch; `resident` none.
-    MPI and NCCL bytes are counted even on one process, as the trainer hands
-    the buffer to the collective there too. bucket_bytes: overlapped
-    communication (the weight gradients' GEMMs split into row blocks; the
-    bytes reduced are the same, in more collectives). fuse_output: as
-    step_kernels (False: a step without the fused output backward, such as
-    the reference solution's). itemsize: an int, or a precision's Widths:
-    the batch is copied at the activation width, the gradients at the
-    parameter width (32 bits for tf32, bf16 and fp16: reduced in 32 bits),
-    or `grad_width` bytes an element where given (`--grad-precision`).
+    comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or `mpi`
+    (NumPy backend: the buffer is already on the host); MPI and NCCL bytes
+    are counted even on one process, where the trainer hands the buffer to
+    the collective too. batch_transfer: `pageable`/`pinned` copy X and Y
+    each batch, `resident` none. bucket_bytes, fuse_output: as step_kernels.
+    itemsize: an int, or a precision's Widths: the batch is copied at the
+    activation width, the gradients at the parameter width, or `grad_width`
+    bytes an element where given (`--grad-precision`).
     """
     w = as_widths(itemsize)
     flops, mem, ops, kern = {}, {}, {}, {}
     for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output).items():
-        f = m = n = 0
-        for kernel in kernels:
-            for name, shape in kernel:
-                fo, by = op_cost(name, shape, itemsize)
-                f, m, n = f + fo, m + by, n + 1
-        flops[phase], mem[phase], ops[phase], kern[phase] = f, m, n, len(kernels)
+        costs = [op_cost(name, shape, itemsize) for kernel in kernels for name, shape in kernel]
+        flops[phase], mem[phase] = sum(f for f, _ in costs), sum(m for _, m in costs)
+        ops[phase], kern[phase] = len(costs), len(kernels)
     # the weight-gradient GEMMs write float32 where their operands are 16 bits
     mem["backward"] += (w.param - w.act) * weight_grad_elements(layer_sizes, fuse_output)
     D, C = layer_sizes[0], layer_sizes[-1]

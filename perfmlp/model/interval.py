@@ -2,54 +2,41 @@
 distribution of the predicted time per batch.
 
 A calibrated machine file may hold `spread`: for each source of its figures
-(SOURCES) the ratios of the repeated measurements the calibration made
-(rounds of the host's dispatch, of every copy; repeats of the step's GPU
-work, of the collectives) to their median, pooled over that source's
-points. A source's figures price these terms:
+(SOURCES) the ratios of the calibration's repeated measurements to their
+median, pooled over that source's points. A source's figures price these terms:
 
-    host           launches, graph_launch (the host's time per operation, per graph launch, the
-                   loop's own host work, a host thread's staging copy)
+    host           launches, graph_launch (host time per operation, per graph launch, the loop's
+                   own work, a host thread's staging copy)
     pageable_copy  h2d_batch, d2h_grad, h2d_grad through pageable memory
     pinned_copy    the same through pinned memory
     gpu            gemm, elementwise, kernel_gaps, tracing (and the GPU time under launches)
     collective     allreduce, rank_wait
-    model_eager,   the whole total: the model's own error, measured over
-    model_graph    predicted times of earlier blind tests on the machine
-                   kind, per execution mode (report/blind_spread.py): what no
-                   microbenchmark's repeats show (the run-to-run spread of
-                   a host between processes, the model's known biases);
-                   where a file has model_eager_pageable and
-                   model_graph_pageable, those are the error of steps whose
-                   batch is staged through pageable memory and the first
-                   two the other steps' (model_source)
+    model_eager,   the whole total: the model's own error over earlier blind tests on the machine
+    model_graph    kind, per execution mode (report/blind_spread.py): what no microbenchmark's
+                   repeats show; model_eager_pageable and model_graph_pageable, where a file has
+                   them, are the error of steps whose batch is staged through pageable memory
+                   (model_source)
 
 Monte Carlo, fixed seed (SEED, DRAWS draws): each draw takes one factor a
-source, from the empirical distribution of its ratios (u uniform in [0, 1),
-linear between the sorted ratios at u (n - 1)), scales every figure of that
-source by it (a time times the factor, a rate divided by it: the whole
-source at once, since the host's speed, say, is one thing in a run) and
-predicts the batch again, the host/GPU timeline included (a host-bound
-step's total moves with the host, a GPU-bound one's does not), then
-scales that total by a factor drawn from the model's error of the
-prediction's execution mode, where the file records it. The 90%
-interval is the 5th to 95th percentile of the draws' totals; `quantiles_s`
-holds every fifth percentile (the predicted distribution a measurement is
-placed in: `pit`). Draws are independent across sources and whole within
-one: a source's figures drift together.
+source from the empirical distribution of its ratios (draw_factor), scales
+every figure of that source by it (a time times the factor, a rate divided
+by it: the whole source at once, as the host's speed is one thing in a run)
+and predicts the batch again, the host/GPU timeline included, then scales
+that total by a factor of the model's error for the prediction's execution
+mode, where the file records it. The 90% interval is the 5th to 95th
+percentile of the draws' totals; `quantiles_s` holds every fifth percentile
+(the predicted distribution a measurement is placed in: `pit`).
 
-A file without `spread` (a datasheet file, or one calibrated before it was
-recorded) has no interval: `interval` returns None and the outputs say
-"unknown" rather than inventing one. A file with some sources only says
-which terms carry no spread (`Interval.unmeasured`).
+A file without `spread` has no interval: `interval` returns None and the
+outputs say "unknown" rather than inventing one. A file with some sources
+only says which terms carry no spread (`Interval.unmeasured`).
 
-Judging an interval over a blind sweep (`coverage`, `ks_distance`): the
-fraction of configurations whose measured median lies inside its interval,
-and, as PRISM (arXiv 2510.15596) reports its 20.8%, the Kolmogorov-Smirnov
-distance of the pooled probability integral transforms: each repeat's
-measured time placed in its configuration's predicted distribution (F(t),
-`pit`), which are uniform on [0, 1] if the predicted distributions are
-right; the distance is the largest gap between their empirical CDF and the
-uniform one.
+Judging an interval over a blind sweep: `coverage`, the fraction of
+configurations whose measured median lies inside its interval; and, as
+PRISM (arXiv 2510.15596) reports it, `ks_distance`, the Kolmogorov-Smirnov
+distance of the pooled probability integral transforms (`pit`: each repeat
+placed in its configuration's predicted distribution), which are uniform on
+[0, 1] if the predicted distributions are right.
 """
 from __future__ import annotations
 
@@ -116,11 +103,6 @@ class Interval:
                 "host_paced": self.host_paced}
 
 
-def spread_of(machine: Machine) -> dict[str, tuple]:
-    """source -> sorted ratios, from the machine file's `spread` (none: {})."""
-    return {e.source: e.ratios for e in machine.spread}
-
-
 def _scale(value, factor: float, rate: bool):
     if value is None:
         return None
@@ -144,9 +126,8 @@ def perturbed(machine: Machine, factors: dict[str, float]) -> Machine:
 
 
 def _with(point, values: dict):
-    """A copy of a frozen table point with some figures changed (what
-    dataclasses.replace does, without re-running __init__ for each of the
-    thousands of points a draw scales)."""
+    """A frozen table point with some figures changed: dataclasses.replace
+    without re-running __init__ for each of the thousands of points a draw scales."""
     new = object.__new__(type(point))
     new.__dict__.update(point.__dict__)
     new.__dict__.update(values)
@@ -155,7 +136,7 @@ def _with(point, values: dict):
 
 def draw_factor(ratios: tuple, u: float) -> float:
     """The ratio at quantile u of the empirical distribution (linear between
-    the sorted ratios)."""
+    the sorted ratios, at u (n - 1))."""
     if len(ratios) == 1:
         return ratios[0]
     x = u * (len(ratios) - 1)
@@ -181,7 +162,8 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
     measured spread (module docstring; `spread`: source -> ratios, default
     the file's); None for a file without spread, or with none that bears on
     this prediction."""
-    spread = spread_of(machine) if spread is None else {k: tuple(sorted(v)) for k, v in spread.items()}
+    spread = ({e.source: e.ratios for e in machine.spread} if spread is None
+              else {k: tuple(sorted(v)) for k, v in spread.items()})
     if not spread:
         return None
     point = predict(machine)
@@ -205,10 +187,9 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
 
 
 def interval_json(iv: Interval | None) -> dict:
-    """A prediction's JSON keys for its interval: `interval_s` ([lo, hi], or
-    None where the machine file records no spread), `distribution` (every
-    fifth percentile and how they were drawn, or None) and `interval_note`
-    (interval_words)."""
+    """A prediction's JSON keys for its interval: `interval_s` ([lo, hi] or
+    None), `distribution` (Interval.as_json but the interval, or None) and
+    `interval_note` (interval_words)."""
     if iv is None:
         return {"interval_s": None, "distribution": None, "interval_note": interval_words(None)}
     d = iv.as_json()

@@ -1,30 +1,26 @@
 """The asynchronous parameter server's time per update (`--comm ps-async`;
-perfmlp/psasync): pure, numbers in and numbers out.
+perfmlp/psasync): pure, numbers in and numbers out (docs/psasync.md).
 
 An update is one worker's gradient applied by the server. Worker w cycles
 in c_w seconds when nothing keeps it waiting: its piece's compute (and an
-injected delay), its staged copies on the GPU, its two messages (the
-gradient to the server, the parameters back) and the server's service of
-its own request (`worker_cycle_s`).
+injected delay), its staged copies, its two messages and the server's
+service of its own request (`worker_cycle_s`).
 
 - The workers' bound, nobody waiting for the slowest: gradients arrive at
   sum_w 1 / c_w, so t_workers = 1 / sum_w (1 / c_w).
-- The staleness bound. Pieces are handed out in order, a piece of step k
-  only once every step before k - S is applied, and the slowest worker
-  (c_max) holds back the step of the piece it computes. While it computes
-  one piece, the others may take at most (S + 1) W - 1 pieces (the rest of
-  its step and S steps more), and can take c_max sum_{w != slowest} 1 / c_w:
-  t_stale = c_max / (1 + min(others, (S + 1) W - 1)). With S = 0 and equal
-  workers it is c / W (synchronous SGD: one step of W updates per cycle);
-  with S large enough (`staleness_to_hide`) it is t_workers.
-- The server's own bound: per update its link carries the gradient in and
-  the parameters out, 2 m / bw for m bytes each way when both directions
-  share it (the conservative case), and it applies the update (apply_s,
-  the server's update rate's inverse): t_server = 2 m / bw + apply_s.
+- The staleness bound. A piece of step k is handed out only once every step
+  before k - S is applied, so while the slowest worker (c_max) computes one
+  piece the others take at most (S + 1) W - 1 pieces, and can take
+  c_max sum_{w != slowest} 1 / c_w: t_stale = c_max / (1 + min(others,
+  (S + 1) W - 1)). With S = 0 and equal workers it is c / W (synchronous
+  SGD); with S large enough (`staleness_to_hide`) it is t_workers.
+- The server's own bound: its link carries the gradient in and the
+  parameters out, 2 m / bw for m bytes each way (both directions sharing
+  it), and it applies the update: t_server = 2 m / bw + apply_s.
 
 Time per update: max(t_stale, t_server), the bound naming which is larger.
 The server saturates at W* = c / t_server workers of cycle c: beyond W*,
-more workers add gradients the server cannot take, and only its queue grows.
+only its queue grows.
 """
 from __future__ import annotations
 

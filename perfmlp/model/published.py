@@ -105,26 +105,28 @@ RATE_RANGE = (1e6, 1e18)     # FLOP/s
 BW_RANGE = (1e5, 1e15)       # bytes/s
 
 
+def _implied(study, procs: int, target_s: float, changed, bounds: tuple) -> float | None:
+    """The x in `bounds` at which the reference's time predicted on changed(x) is target_s."""
+    return solve(lambda x: reference_prediction(changed(x), study, procs).total_s, target_s, *bounds)
+
+
 def implied_gemm_rate(machine: Machine, study, procs: int, target_s: float) -> float | None:
     """The one GEMM rate of the reference's kernel that alone gives target_s."""
     k, prec = study.scheme["gemm"], study.precision
-    return solve(lambda r: reference_prediction(with_gemm_rate(machine, k, prec, r), study, procs).total_s,
-                 target_s, *RATE_RANGE)
+    return _implied(study, procs, target_s, lambda r: with_gemm_rate(machine, k, prec, r), RATE_RANGE)
 
 
 def implied_copy_bw(machine: Machine, study, procs: int, target_s: float) -> float | None:
     """The copy bandwidth (the scheme's host memory, both ways) that alone gives target_s."""
     mem = N.PAGEABLE if study.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
-    return solve(lambda bw: reference_prediction(with_copy_bw(machine, mem, bw), study, procs).total_s,
-                 target_s, *BW_RANGE)
+    return _implied(study, procs, target_s, lambda bw: with_copy_bw(machine, mem, bw), BW_RANGE)
 
 
 def implied_mpi_bw(machine: Machine, study, procs: int, target_s: float) -> float | None:
     """The MPI bandwidth (the file's latency) that alone gives target_s (p > 1, host MPI)."""
     if procs <= 1 or study.scheme["comm"] != N.MPI_STAGED:
         return None
-    return solve(lambda bw: reference_prediction(with_mpi(machine, machine.mpi_alpha_s, bw), study, procs).total_s,
-                 target_s, *BW_RANGE)
+    return _implied(study, procs, target_s, lambda bw: with_mpi(machine, machine.mpi_alpha_s, bw), BW_RANGE)
 
 
 def ring_fit(times_s: dict[int, float], nbytes: int) -> tuple[float, float] | None:

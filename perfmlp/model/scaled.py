@@ -1,25 +1,21 @@
 """A calibrated machine file carried to another GPU by datasheet ratios:
 `python -m perfmlp.model.scaled CAL.yaml --from h200 --to h100-sxm --out FILE`.
 
-For a prediction across GPUs (the H200's calibration predicting an
-H100's runs), every measured number of CAL is multiplied by the ratio of
-the two datasheet files' figure for the same resource:
-- FLOP rates (the peaks and every GEMM rate of the table, cuBLAS and the
-  reference's kernels alike): the fp32 or fp64 peak ratio;
-- device memory bandwidth: the memory-bandwidth ratio (a measured device
-  copy's time: its bytes at that, its fixed cost as measured);
-- host-device copies (per kind, the node's aggregate per rank count, and
-  each measured copy's time beyond its kind's latency): the ratio of the
-  datasheets' bandwidth of that kind (PCIe generation and width);
-- MPI and NCCL bandwidths: the datasheets' ratio; a measured allreduce's
-  time is divided by the ratio of its library's bandwidth.
-Times that no datasheet gives (latencies, launch and graph-launch host
-time, kernel gaps, the tracer's costs, the wait at a collective) are kept
-as measured: they belong to the host, driver and software more than to the
-GPU. The trainer's own kernels' measured times (kernel_s) are kept too: at
-the trainer's sizes they are latency-bound (several times what their
-bytes take), which no datasheet figure scales; a GPU with less memory bandwidth runs the largest of them slower
-than this says. The file's `source:` line says all of this with the ratios.
+Every measured number of CAL is multiplied by the ratio of the two
+datasheet files' figure for the same resource (machine/fields.py `scales`):
+- FLOP rates (the peaks and every GEMM rate, cuBLAS and the reference's
+  kernels alike): the peak ratio of their format;
+- device memory bandwidth: its ratio (a measured device copy's time: its
+  bytes at that, its fixed cost as measured);
+- host-device copies (per kind, the node's aggregate, each measured copy's
+  time beyond its kind's latency): the ratio of that kind's bandwidth;
+- MPI and NCCL bandwidths: their ratio (a measured allreduce's time is
+  divided by it).
+Times no datasheet gives (latencies, host launch times, kernel gaps, the
+tracer's costs, the wait at a collective) belong to the host, driver and
+software more than to the GPU: kept as measured. So are the trainer's own
+kernels' times (kernel_s): latency-bound at the trainer's sizes, which no
+datasheet figure scales. The file's `source:` line says all of this.
 """
 from __future__ import annotations
 
@@ -98,10 +94,8 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
                        for c in measured.d2d_copy_s]
     v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
                         for c in measured.host_copy_s]
-    v["host_dispatch_s"] = [dataclasses.asdict(d) for d in measured.host_dispatch_s]
-    v["launch_size_factor"] = [dataclasses.asdict(f) for f in measured.launch_size_factor]   # the host's
-    v["pageable_launch_factor"] = [dataclasses.asdict(f) for f in measured.pageable_launch_factor]
-    v["prefetch_s"] = [dataclasses.asdict(q) for q in measured.prefetch_s]   # the host's pipeline: as measured
+    for key in ("host_dispatch_s", "launch_size_factor", "pageable_launch_factor", "prefetch_s"):   # the host's
+        v[key] = [dataclasses.asdict(p) for p in getattr(measured, key)]
     v["spread"] = [{"source": e.source, "ratios": list(e.ratios)} for e in measured.spread]   # ratios: as measured
     v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
                               for w in measured.collective_wait_s]   # host and jitter: carried as measured

@@ -49,9 +49,6 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
     bw = pcie_bw(machine, batch_transfer)
     ai = big.flops_total / big.bytes_copied if big.bytes_copied else math.inf
     job_flops = sum(c.flops_total for c in per)
-    job_bytes = sum(c.bytes_copied for c in per)
-    D, H = layer_sizes[0], layer_sizes[1]
-    fin = (lambda v: None if v is None or not math.isfinite(v) else float(v))
     return {
         "schema": SCHEMA,
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
@@ -64,17 +61,17 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
                          "operations": big.operations, "kernels": big.kernels, "mem_bytes": big.mem_bytes,
                          "bytes_h2d": big.bytes_h2d, "bytes_d2h": big.bytes_d2h, "bytes_d2d": big.bytes_d2d,
                          "bytes_mpi": big.bytes_mpi, "bytes_nccl": big.bytes_nccl},
-            "job": {"flops_total": job_flops, "bytes_copied": job_bytes},
-            "approx": reference_approx(D, H, batch),
+            "job": {"flops_total": job_flops, "bytes_copied": sum(c.bytes_copied for c in per)},
+            "approx": reference_approx(layer_sizes[0], layer_sizes[1], batch),
         },
-        "ai_flops_per_byte": fin(ai),
+        "ai_flops_per_byte": float(ai) if math.isfinite(ai) else None,
         "roofline": {
             "peak_flops_per_s": P,
             "pcie_bytes_per_s": bw,
             "ridge_flops_per_byte": ridge_point(P, bw),
-            "standard_flops_per_s": float(standard_roofline(ai, P, bw)) if math.isfinite(ai) else P,
-            "modified_flops_per_s": float(modified_roofline(ai, P, bw)) if math.isfinite(ai) else P,
-            "overlapped_flops_per_s": float(overlapped_roofline(ai, P, bw)) if math.isfinite(ai) else P,
+            **{f"{name}_flops_per_s": float(roof(ai, P, bw)) if math.isfinite(ai) else P
+               for name, roof in (("standard", standard_roofline), ("modified", modified_roofline),
+                                  ("overlapped", overlapped_roofline))},
             "job_peak_flops_per_s": procs * P,
         },
         "prediction": {

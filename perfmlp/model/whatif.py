@@ -3,25 +3,21 @@ some of its configuration changed (`python -m perfmlp.whatif` is its
 command; the report's validation checks it against measured changes).
 
 It starts from what the run measured: the slowest rank's median time of
-each phase group (copies of the batch, compute, gradient copies, allreduce;
-perfmlp/names.py PHASE_GROUP) and the rest of its measured time per
-batch (the median batch is not the sum of the phases' medians). The model
-predicts every term twice, for the configuration that ran and for the
-changed one; a term whose prediction changes is affected by the change. In
+each phase group (perfmlp/names.py PHASE_GROUP) and the rest of its
+measured time per batch ("other": the median batch is not the sum of the
+phases' medians). The model predicts every term for the configuration that
+ran and for the changed one; a term whose prediction moves is affected. In
 each group:
 - no term affected: the measured time is kept;
-- every term of the group affected (or the group gone, as the batch copy
-  with resident data): the model's new value replaces the measurement;
-- some affected: the measurement with those terms replaced, measured -
-  model's old value + model's new value of each affected term (the group's
-  other terms, and what the model does not explain of it, stay measured).
-The rest of the measured time per batch ("other": in an eager run, the
-host's time between phases) is kept, except when the change makes an eager
-run a replayed graph, which has no time between phases: then it is 0.
-So what the change does not touch is measured and what it touches is
-predicted, with the changed terms listed. Both configurations are predicted
-at the trace level the run ran at (the tracer's cost per level:
-perfmlp/model/predict TRACE_COSTS).
+- every term affected (or the group gone, as the batch copy with resident
+  data): the model's new value replaces the measurement;
+- some affected: the measurement less the model's old value plus its new
+  value of each affected term.
+"other" (in an eager run, the host's time between phases) is kept, except
+when the change makes an eager run a replayed graph, which has none: then
+it is 0. So what the change does not touch is measured and what it touches
+is predicted. Both configurations are predicted at the trace level the run
+ran at (perfmlp/model/predict TRACE_COSTS).
 
 Pure: the measurement comes in as numbers (perfmlp/report/whatif.py reads
 them from a trace), the changes as checked values.
@@ -126,9 +122,9 @@ class WhatIf:
 
 
 def changed_setting(before: Setting, values: dict, procs: int | None = None) -> Setting:
-    """`before` with `values` (configuration keys, each already of its
-    field's type and range: perfmlp.config converts them) and the process
-    count applied. comm `auto` keeps the run's; exec `auto` is resolve_exec's."""
+    """`before` with `values` (configuration keys, already converted by
+    perfmlp.config) and the process count applied. comm `auto` keeps the
+    run's; exec `auto` is resolve_exec's."""
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
         raise WhatIfError(f"--set {unknown[0]}: not a key a what-if can change (one of {', '.join(KEYS)})")
@@ -158,8 +154,7 @@ def affected_terms(before: Prediction, after: Prediction) -> tuple:
 def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: float, measured_groups_ms: dict,
             run_id: str = "") -> WhatIf:
     """The changed configuration's time per batch from the run's measured
-    time per batch and groups (group -> ms, "other" the rest): see the
-    module docstring."""
+    time per batch and groups (group -> ms, "other" the rest)."""
     for s in (before, after):
         if s.comm not in COMMS:
             raise WhatIfError(f"comm {s.comm}: the what-if prices data parallelism with an allreduce "
@@ -174,9 +169,8 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
 
 def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
     """The what-if with the slice count changed too: the model's change of
-    the step (the sliced chain against the other) added to the exchange's
-    group as used, not in place of it, since the schedule moves only how
-    much of the measured exchange the compute hides."""
+    the step added to the exchange's group, not in place of it (the schedule
+    moves only how much of the measured exchange the compute hides)."""
     shift_ms = (sliced_p.total_s - plain_p.total_s) * 1e3
     groups = {**w.groups_ms, N.ALLREDUCE: w.groups_ms[N.ALLREDUCE] + shift_ms}
     changed = w.changed if N.ALLREDUCE in w.changed else (*w.changed, N.ALLREDUCE)
@@ -187,9 +181,8 @@ def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
 def combined(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0: Prediction,
              p1: Prediction, to_graph: bool = False) -> WhatIf:
     """The WhatIf of two predictions of a measured run (the module
-    docstring's rule per group). A group whose measurement less the model's
-    change falls below 0 is kept negative and named in `notes`, never
-    clamped: the model's change there exceeds what was measured."""
+    docstring's rule per group). A group that falls below 0 is kept
+    negative and named in `notes`, never clamped."""
     t0, t1 = p0.terms, p1.terms
     terms = affected_terms(p0, p1)
     g1 = p1.groups()
@@ -206,9 +199,7 @@ def combined(run_id, machine_name, before, after, measured_ms, measured_groups_m
             if used[g] < 0:
                 notes.append(f"{g} is negative: the model takes away more ({sum(t0[k] - t1[k] for k in hit) * 1e6:.1f}"
                              f" us) than the run measured there ({measured_groups_ms[g] * 1e3:.1f} us)")
-    # "other" is the batch time outside the phases: in an eager run, the host's time between them
-    # (launches, synchronisations). A replayed graph has none: the step is one launch, which the
-    # model's graph_launch term holds
+    # a replayed graph has no host time between phases: its one launch is the model's graph_launch
     used["other"] = 0.0 if to_graph else measured_groups_ms["other"]
     changed = tuple(g for g in GROUPS if any(TERM_GROUP[k] == g for k in terms)) + (("other",) if to_graph else ())
     return WhatIf(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0, p1, changed, terms, used,

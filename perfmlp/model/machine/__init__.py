@@ -19,13 +19,10 @@ from .cpu import CpuMachine
 from .description import Machine
 from .files import (DEFAULT_MACHINE, MACHINES_PACKAGE, MachineError, load_machine, machine_files, machine_from_mapping,
                     machine_to_yaml, resolve_machine_path)
-from .points import (COMMS, GEMM_KERNELS, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
-                     KernelTime, LaunchFactor, MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES,
-                     PAGEABLE_TRANSFERS, SPREAD_SOURCES, SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
+from .points import (GemmRate, KernelTime, MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES,
+                     PAGEABLE_TRANSFERS, SPREAD_SOURCES)
 
 __all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine",
-           "machine_files",
-           "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "COMMS", "GEMM_KERNELS",
-           "CollectivePoint", "CopyPoint", "DispatchPoint", "GemmRate", "HostCopyPoint", "KernelTime", "LaunchFactor",
+           "machine_files", "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "GemmRate", "KernelTime",
            "MODEL_ERROR_SOURCES", "MODEL_SOURCES", "PAGEABLE_MODEL_ERROR_SOURCES", "PAGEABLE_TRANSFERS",
-           "SPREAD_SOURCES", "SharedCopyPoint", "SpreadPoint", "WaitPoint", "piecewise_linear"]
+           "SPREAD_SOURCES"]

@@ -92,12 +92,8 @@ class Machine:
     def ceilings(self) -> dict[str, float]:
         """The compute ceilings the file has, by GEMM input format (float64,
         float32 on the FFMA units, tf32, bf16, fp16 on tensor cores)."""
-        out = {}
-        for name in PRECISION_NAMES:
-            gemm = precision_of(name).gemm
-            if getattr(self, f"peak_flops_per_s_{gemm}"):
-                out[gemm] = getattr(self, f"peak_flops_per_s_{gemm}")
-        return out
+        peaks = {g: getattr(self, f"peak_flops_per_s_{g}") for g in (precision_of(n).gemm for n in PRECISION_NAMES)}
+        return {g: v for g, v in peaks.items() if v}
 
     def stage_bw(self) -> float:
         """A host thread's copy of pageable rows into pinned memory, bytes/s."""
@@ -108,27 +104,20 @@ class Machine:
 
     def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
                buffer: str = "rotating") -> float:
-        """One cudaMemcpy of nbytes while `sharing` ranks copy at once. Where
-        host_copy_s has points of this kind and rank count (for buffer
-        "reduced" without its own points, the "rotating" ones): linear in
-        bytes between them, the smallest's time below them, beyond the
-        largest its time plus the rest at the shared bandwidth. Else latency
-        (its kind's, else copy_latency_s) + bytes / the shared bandwidth
-        (shared_copy_bw)."""
+        """One cudaMemcpy of nbytes while `sharing` ranks copy at once:
+        host_copy_points' (extended, the rest at the shared bandwidth), else
+        latency (its kind's, else copy_latency_s) + bytes / shared_copy_bw."""
         bw = self.shared_copy_bw(direction, memory, sharing)
         pts = self.host_copy_points(direction, memory, sharing, buffer)
         if not pts:
             lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
             return lat + nbytes / bw
-        if nbytes > pts[-1][0]:
-            return pts[-1][1] + (nbytes - pts[-1][0]) / bw
-        return piecewise_linear(pts, nbytes)
+        return extended(pts, nbytes, lambda n0, s0: s0 + (nbytes - n0) / bw)
 
     def pageable_ahead_delay(self, nbytes: int, sharing: int = 1) -> float | None:
-        """For a pageable H2D copy too large to be staged whole: the part of
-        the GPU work queued before it that its staging does not hide
-        (HostCopyPoint.ahead_delay_s), linear in bytes between the points of
-        this rank count that have it, the nearest's beyond them; None where
+        """For a pageable H2D copy too large to be staged whole: the GPU work
+        queued before it that its staging does not hide
+        (HostCopyPoint.ahead_delay_s, piecewise_linear in bytes); None where
         no point has it (the copy then hides nothing)."""
         pts = [(p.bytes, p.ahead_delay_s) for p in self._staging_points(sharing) if p.ahead_delay_s is not None]
         return piecewise_linear(pts, nbytes) if pts else None
@@ -141,15 +130,12 @@ class Machine:
                        and p.buffer == "rotating" and p.ahead_s is not None), key=lambda p: p.bytes)
 
     def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
-        """(seconds, blocks) of a pageable H2D copy of nbytes, `sharing`
-        ranks copying at once, queued behind GPU work: the host time it
-        spends before it needs the stream (staging into the runtime's
-        pinned buffers; the rest of copy_s waits for the stream), and
-        whether the call returns only after the copy. From host_copy_s's
-        points with ahead_s of this rank count: linear in bytes between
-        them, the nearest's beyond them, never more than the copy; blocks
-        as the smallest point at or above nbytes (the largest beyond them).
-        A file without such points: (0, True), the copy waits for the stream."""
+        """(seconds, blocks) of a pageable H2D copy of nbytes queued behind
+        GPU work: the host time it spends before it needs the stream
+        (staging into the runtime's pinned buffers; piecewise_linear in
+        bytes, never more than the copy), and whether the call returns only
+        after the copy (the smallest point at or above nbytes, else the
+        largest). Without such points: (0, True), it waits for the stream."""
         pts = [(p.bytes, p.ahead_s, p.blocks) for p in self._staging_points(sharing)]
         if not pts:
             return 0.0, True
@@ -160,15 +146,9 @@ class Machine:
     def prefetch_pace(self, exec_mode: str, source: str, nbytes: int) -> float | None:
         """Seconds per batch of the input pipeline (`source`: prefetch or
         prefetch-pageable) beside the `exec_mode` loop, pieces of nbytes:
-        prefetch_s's `s`, linear in bytes between its points, the smallest's
-        below them, in proportion to the bytes beyond the largest; None
-        without points."""
+        prefetch_s's `s`, extended in proportion to the bytes; None without points."""
         pts = sorted((q.bytes, q.s) for q in self.prefetch_s if q.exec == exec_mode and q.source == source)
-        if not pts:
-            return None
-        if nbytes > pts[-1][0]:
-            return pts[-1][1] * nbytes / pts[-1][0]
-        return piecewise_linear(pts, nbytes)
+        return extended(pts, nbytes, lambda n0, s0: s0 * nbytes / n0) if pts else None
 
     def prefetch_host_s(self, exec_mode: str) -> float | None:
         """The host time per batch that prefetching from pinned memory adds
@@ -190,11 +170,10 @@ class Machine:
 
     def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
         """One rank's copy bandwidth while `sharing` ranks copy at once:
-        min(its own, the node's aggregate / sharing). The aggregate: from
-        copy_aggregate_bytes_per_s's points of that kind, linear in the rank
-        count from one rank's own bandwidth, the last point's beyond them;
-        a file without them, its `<kind>_aggregate_bytes_per_s` (all the
-        node's ranks), else no limit."""
+        min(its own, the node's aggregate / sharing). The aggregate:
+        copy_aggregate_bytes_per_s's points of that kind, piecewise_linear in
+        the rank count from one rank's own; else `<kind>_aggregate_bytes_per_s`
+        (all the node's ranks), else no limit."""
         own = self.copy_bw(direction, memory)
         if sharing <= 1:
             return own
@@ -206,15 +185,12 @@ class Machine:
 
     def device_copy_s(self, nbytes: int) -> float:
         """GPU time of one device-to-device copy of nbytes: d2d_copy_s's
-        points, linear in bytes between them, the smallest's time below
-        them, beyond the largest its time plus the rest read and written at
-        mem_bw_bytes_per_s; a file without points, read + write at that."""
+        points, extended by the rest read and written at mem_bw_bytes_per_s;
+        without points, read + write at that."""
         pts = sorted((p.bytes, p.s) for p in self.d2d_copy_s)
         if not pts:
             return 2 * nbytes / self.mem_bw_bytes_per_s
-        if nbytes > pts[-1][0]:
-            return pts[-1][1] + 2 * (nbytes - pts[-1][0]) / self.mem_bw_bytes_per_s
-        return piecewise_linear(pts, nbytes)
+        return extended(pts, nbytes, lambda n0, s0: s0 + 2 * (nbytes - n0) / self.mem_bw_bytes_per_s)
 
     def allreduce_points(self, comm: str, procs: int, memory: str = N.PINNED) -> list[tuple[int, float]]:
         """(bytes, seconds) measured for `comm` over `procs` ranks, by size;
@@ -225,8 +201,8 @@ class Machine:
 
     def launch_s(self, procs: int = 1) -> float:
         """Host time per operation an eager step launches with `procs` ranks
-        launching at once (launch_overhead_s alone; host_dispatch_s's points
-        beyond, linear in p between them, the nearest past the last)."""
+        launching at once (launch_overhead_s alone; host_dispatch_s's points,
+        piecewise_linear in p)."""
         return self._dispatch(procs, self.launch_overhead_s, "launch_s")
 
     def trace_host_s(self, procs: int = 1) -> float:
@@ -251,9 +227,9 @@ class Machine:
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
         """The calibrated wait for the slowest of `procs` ranks at a collective
-        (linear in p between measured counts, the nearest beyond them; 0 on
-        one): with `memory`, a staged exchange's through that host memory
-        where the file has such points, else the equal-work wait."""
+        (piecewise_linear in p, from 0 on one rank): with `memory`, a staged
+        exchange's through that host memory where the file has such points,
+        else the equal-work wait."""
         pts = sorted((w.procs, w.s) for w in self.collective_wait_s if w.memory == memory)
         if memory is not None and not pts:
             return self.wait_s(procs)
@@ -266,12 +242,10 @@ class Machine:
     def kernel_time_s(self, kernel: str, shape, precision: str) -> float | None:
         """GPU seconds of own kernel `kernel` at `shape` (costs.kernel_shape),
         or None where kernel_s has no point of that kernel, precision and
-        number of dimensions. A shape is (h..., b): b its last size (samples,
-        column blocks or elements), h the product of the others (1 if none).
-        Rule: the points of the measured h nearest to this h by ratio; among
-        them linear in b between the two measured b around it, the nearest
-        point's time scaled by b / its b above the largest, held below the
-        smallest (a kernel does not get faster than at its smallest size)."""
+        number of dimensions. A shape is (h..., b): b its last size, h the
+        product of the others. The points of the measured h nearest by ratio,
+        piecewise_linear in b (held below the smallest: a kernel does not get
+        faster), in proportion to b beyond the largest."""
         pts = [(math.prod(p.shape[:-1]), p.shape[-1], p.s) for p in self.kernel_s
                if p.kernel == kernel and p.precision == precision and len(p.shape) == len(shape)]
         if not pts:
@@ -279,14 +253,9 @@ class Machine:
         h, b = math.prod(shape[:-1]), shape[-1]
         near = min({ph for ph, _, _ in pts}, key=lambda ph: (abs(math.log(ph / h)), ph))
         line = sorted((pb, s) for ph, pb, s in pts if ph == near)
-        if b <= line[0][0]:
-            return line[0][1]
         if b >= line[-1][0]:
             return line[-1][1] * b / line[-1][0]
-        for (b0, s0), (b1, s1) in zip(line, line[1:]):
-            if b0 <= b <= b1:
-                return s0 + (s1 - s0) * (b - b0) / (b1 - b0)
-        raise AssertionError("unreachable")
+        return piecewise_linear(line, b)
 
     @property
     def calibrated(self) -> bool:
@@ -306,6 +275,11 @@ class Machine:
         def dist(g):
             return sum(math.log(a / b) ** 2 for a, b in ((g.m, m), (g.n, n), (g.k, k)))
         return min(rates, key=dist).flops_per_s
+
+
+def extended(points: list[tuple[float, float]], x: float, beyond) -> float:
+    """piecewise_linear up to the largest point's x; beyond it, beyond(that point's x, its y)."""
+    return beyond(*points[-1]) if x > points[-1][0] else piecewise_linear(points, x)
 
 
 def _nearest_factor(table, hidden: int, batch: int) -> float:

@@ -10,7 +10,7 @@ from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .description import Machine
 from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
-from .points import (COMMS, GEMM_KERNELS, SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
+from .points import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
                      HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
 from ... import names as N
 
@@ -37,90 +37,79 @@ def _entry(entry, required: tuple, optional: tuple = ()) -> dict:
     return entry
 
 
-def _gemm_rate(entry) -> GemmRate:
-    entry = _entry(entry, ("m", "n", "k", "precision", "flops_per_s"), ("kernel",))
-    m, n, k = (checks.positive(key, checks.integer(key, entry[key])) for key in ("m", "n", "k"))
-    precision = checks.choice("precision", entry["precision"], PRECISION_NAMES)
-    kernel = checks.choice("kernel", entry.get("kernel", N.CUBLAS), GEMM_KERNELS)
-    return GemmRate(m, n, k, precision, _rate_or_time("flops_per_s", entry["flops_per_s"]), kernel)
+def _count(key, v):
+    return checks.positive(key, checks.integer(key, v))
 
 
-def _collective_point(entry) -> CollectivePoint:
-    entry = _entry(entry, ("comm", "procs", "bytes", "s"), ("memory",))
-    return CollectivePoint(checks.choice("comm", entry["comm"], COMMS),
-                           checks.positive("procs", checks.integer("procs", entry["procs"])),
-                           checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
-                           checks.positive("s", checks.number("s", entry["s"])),
-                           checks.choice("memory", entry.get("memory", N.PINNED), (N.PINNED, N.PAGEABLE)))
+def _positive(key, v):
+    return checks.positive(key, checks.number(key, v))
 
 
-def _dispatch_point(entry) -> DispatchPoint:
-    entry = _entry(entry, ("procs", "launch_s", "trace_phase_s"))
-    return DispatchPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
-                         checks.positive("launch_s", checks.number("launch_s", entry["launch_s"])),
-                         checks.non_negative("trace_phase_s", checks.number("trace_phase_s", entry["trace_phase_s"])))
+def _non_negative(key, v):
+    return checks.non_negative(key, checks.number(key, v))
 
 
-def _shared_copy_point(entry) -> SharedCopyPoint:
-    entry = _entry(entry, ("procs", "direction", "memory", "bytes_per_s"))
-    return SharedCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
-                           checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                           checks.choice("memory", entry["memory"], (N.PAGEABLE, N.PINNED)),
-                           checks.positive("bytes_per_s", checks.number("bytes_per_s", entry["bytes_per_s"])))
+def _one_of(*options, none: bool = False):
+    return lambda key, v: None if none and v is None else checks.choice(key, v, options)
 
 
-def _host_copy_point(entry) -> HostCopyPoint:
-    entry = _entry(entry, ("procs", "direction", "memory", "bytes", "s"),
-                   ("buffer", "ahead_s", "blocks", "ahead_delay_s"))
-    point = HostCopyPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
-                          checks.choice("direction", entry["direction"], ("h2d", "d2h")),
-                          checks.choice("memory", entry["memory"], (N.PAGEABLE, N.PINNED)),
-                          checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
-                          checks.positive("s", checks.number("s", entry["s"])),
-                          checks.choice("buffer", entry.get("buffer", "rotating"), ("rotating", "reduced", "cached")))
-    ahead, blocks, delay = entry.get("ahead_s"), entry.get("blocks", True), entry.get("ahead_delay_s")
+_MEMORY = _one_of(N.PAGEABLE, N.PINNED)
+_DIRECTION = _one_of("h2d", "d2h")
+
+
+def _point(entry, cls, spec: dict, optional: dict):
+    """A table's point of type `cls`: the entry holds exactly spec's keys
+    (any of `optional`'s too: key -> its default), each checked by its
+    function, in spec's order."""
+    entry = _entry(entry, tuple(k for k in spec if k not in optional), tuple(optional))
+    return cls(**{k: check(k, entry.get(k, optional[k]) if k in optional else entry[k]) for k, check in spec.items()})
+
+
+def _as_is(key, v):
+    return v
+
+
+_LAUNCH_FACTOR = (LaunchFactor, {"hidden": _count, "batch": _count, "factor": _positive}, {})
+# each table's point: its type, its keys' checks (in the order they run) and its optional keys' defaults
+_POINTS = {
+    "gemm_flops_per_s": (GemmRate, {"m": _count, "n": _count, "k": _count, "precision": _one_of(*PRECISION_NAMES),
+                                    "kernel": _one_of(*N.GEMM_KERNELS), "flops_per_s": _positive},
+                         {"kernel": N.CUBLAS}),
+    "allreduce_s": (CollectivePoint, {"comm": _one_of(*N.COLLECTIVE_LIBS), "procs": _count, "bytes": _count,
+                                      "s": _positive, "memory": _one_of(N.PINNED, N.PAGEABLE)}, {"memory": N.PINNED}),
+    "collective_wait_s": (WaitPoint, {"procs": _count, "s": _non_negative,
+                                      "memory": _one_of(N.PAGEABLE, N.PINNED, none=True)}, {"memory": None}),
+    "host_dispatch_s": (DispatchPoint, {"procs": _count, "launch_s": _positive, "trace_phase_s": _non_negative}, {}),
+    "copy_aggregate_bytes_per_s": (SharedCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY,
+                                                     "bytes_per_s": _positive}, {}),
+    "d2d_copy_s": (CopyPoint, {"bytes": _count, "s": _positive}, {}),
+    # the staging figures are checked once the point is (_host_copy_staging)
+    "host_copy_s": (HostCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY, "bytes": _count,
+                                    "s": _positive, "buffer": _one_of("rotating", "reduced", "cached"),
+                                    "ahead_s": _as_is, "blocks": _as_is, "ahead_delay_s": _as_is},
+                    {"buffer": "rotating", "ahead_s": None, "blocks": True, "ahead_delay_s": None}),
+    "launch_size_factor": _LAUNCH_FACTOR,
+    "pageable_launch_factor": _LAUNCH_FACTOR,
+    "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"),
+                                   "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE), "bytes": _count, "s": _positive,
+                                   "loop_s": _positive}, {}),
+}
+
+
+def _host_copy_staging(point: HostCopyPoint) -> HostCopyPoint:
+    ahead, blocks, delay = point.ahead_s, point.blocks, point.ahead_delay_s
     if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
         return point
     if (point.direction, point.memory) != (N.HOST_TO_DEVICE, N.PAGEABLE):
         raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
     if not isinstance(blocks, bool):
         raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
-    ahead = None if ahead is None else checks.non_negative("ahead_s", checks.number("ahead_s", ahead))
+    ahead = None if ahead is None else _non_negative("ahead_s", ahead)
     if delay is not None:
         if ahead is None or not blocks:
             raise checks.CheckError("ahead_delay_s is for a copy that blocks, with its ahead_s")
-        delay = checks.non_negative("ahead_delay_s", checks.number("ahead_delay_s", delay))
+        delay = _non_negative("ahead_delay_s", delay)
     return replace(point, ahead_s=ahead, blocks=blocks, ahead_delay_s=delay)
-
-
-def _copy_point(entry) -> CopyPoint:
-    entry = _entry(entry, ("bytes", "s"))
-    return CopyPoint(checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
-                     checks.positive("s", checks.number("s", entry["s"])))
-
-
-def _wait_point(entry) -> WaitPoint:
-    entry = _entry(entry, ("procs", "s"), ("memory",))
-    memory = entry.get("memory")
-    return WaitPoint(checks.positive("procs", checks.integer("procs", entry["procs"])),
-                     checks.non_negative("s", checks.number("s", entry["s"])),
-                     None if memory is None else checks.choice("memory", memory, (N.PAGEABLE, N.PINNED)))
-
-
-def _launch_factor(entry) -> LaunchFactor:
-    entry = _entry(entry, ("hidden", "batch", "factor"))
-    return LaunchFactor(checks.positive("hidden", checks.integer("hidden", entry["hidden"])),
-                        checks.positive("batch", checks.integer("batch", entry["batch"])),
-                        checks.positive("factor", checks.number("factor", entry["factor"])))
-
-
-def _prefetch_point(entry) -> PrefetchPoint:
-    entry = _entry(entry, ("exec", "source", "bytes", "s", "loop_s"))
-    return PrefetchPoint(checks.choice("exec", entry["exec"], (N.EAGER, "graph")),
-                         checks.choice("source", entry["source"], (N.PREFETCH, N.PREFETCH_PAGEABLE)),
-                         checks.positive("bytes", checks.integer("bytes", entry["bytes"])),
-                         checks.positive("s", checks.number("s", entry["s"])),
-                         checks.positive("loop_s", checks.number("loop_s", entry["loop_s"])))
 
 
 def _spread_point(entry) -> SpreadPoint:
@@ -129,8 +118,7 @@ def _spread_point(entry) -> SpreadPoint:
     if not isinstance(ratios, list) or len(ratios) < 2:
         raise checks.CheckError(f"ratios must be a list of at least 2 numbers, got {ratios!r}")
     return SpreadPoint(checks.choice("source", entry["source"], SPREAD_SOURCES),
-                       tuple(sorted(checks.positive(f"ratios[{i}]", checks.number(f"ratios[{i}]", r))
-                                    for i, r in enumerate(ratios))))
+                       tuple(sorted(_positive(f"ratios[{i}]", r) for i, r in enumerate(ratios))))
 
 
 def _kernel_time(entry) -> KernelTime:
@@ -139,19 +127,17 @@ def _kernel_time(entry) -> KernelTime:
     if not isinstance(shape, list) or not shape:
         raise checks.CheckError(f"shape must be a non-empty list of sizes, got {shape!r}")
     return KernelTime(checks.choice("kernel", entry["kernel"], OWN_KERNELS.values()),
-                      tuple(checks.positive(f"shape[{i}]", checks.integer(f"shape[{i}]", n))
-                            for i, n in enumerate(shape)),
-                      checks.choice("precision", entry["precision"], PRECISION_NAMES),
-                      checks.positive("s", checks.number("s", entry["s"])))
+                      tuple(_count(f"shape[{i}]", n) for i, n in enumerate(shape)),
+                      checks.choice("precision", entry["precision"], PRECISION_NAMES), _positive("s", entry["s"]))
 
 
-_TABLE_ENTRY = {"gemm_flops_per_s": _gemm_rate, "allreduce_s": _collective_point, "collective_wait_s": _wait_point,
-                "kernel_s": _kernel_time, "host_dispatch_s": _dispatch_point,
-                "copy_aggregate_bytes_per_s": _shared_copy_point, "d2d_copy_s": _copy_point,
-                "host_copy_s": _host_copy_point, "launch_size_factor": _launch_factor,
-                "pageable_launch_factor": _launch_factor,
-                "spread": _spread_point, "prefetch_s": _prefetch_point}
-
+def _table_entry(key: str, entry):
+    if key == "spread":
+        return _spread_point(entry)
+    if key == "kernel_s":
+        return _kernel_time(entry)
+    point = _point(entry, *_POINTS[key])
+    return _host_copy_staging(point) if key == "host_copy_s" else point
 
 
 def check_scalars(data) -> dict:
@@ -199,7 +185,7 @@ def check_tables(data: dict) -> dict:
         rows = []
         for i, entry in enumerate(data.get(key) or []):
             try:
-                rows.append(_TABLE_ENTRY[key](entry))
+                rows.append(_table_entry(key, entry))
             except checks.CheckError as e:
                 raise checks.CheckError(f"{key}[{i}] {e}") from None
         values[key] = tuple(rows)

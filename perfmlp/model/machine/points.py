@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ... import names as N
 
-GEMM_KERNELS = N.GEMM_KERNELS
-COMMS = N.COLLECTIVE_LIBS
 # the sources of a file's figures whose measured spread it may record (model/interval.py), and
 # the model's own error, measured blind per execution mode (report/blind_spread.py)
 MODEL_ERROR_SOURCES = {N.EAGER: "model_eager", N.GRAPH: "model_graph"}
@@ -43,12 +41,10 @@ class CollectivePoint:
 
 @dataclass(frozen=True)
 class WaitPoint:
-    """Time the job loses per collective to the slowest of `procs` ranks,
-    seconds: with `memory` None when their work is the same GPU work
-    (arrival jitter); with `memory` (pageable, pinned) per step of the staged
-    exchange whose host copies go through that memory, beyond the step's
-    parts each timed alone (the ranks' copies, D2H and MPI differ from batch
-    to batch: calibrate.staged_wait)."""
+    """Seconds the job loses per collective to the slowest of `procs` ranks:
+    `memory` None for equal GPU work (arrival jitter); with `memory`
+    (pageable, pinned), per step of the staged exchange through that memory,
+    beyond its parts each timed alone (calibrate.staged_wait)."""
     procs: int
     s: float
     memory: str | None = None
@@ -56,11 +52,9 @@ class WaitPoint:
 
 @dataclass(frozen=True)
 class LaunchFactor:
-    """A ratio of the eager step's host time at 784-`hidden`-10 with pieces
-    of `batch`: per operation over the tiny step's (launch_size_factor,
-    calibrate.host.dispatch_size_factors), or its launches after pageable
-    batch copies over without them (pageable_launch_factor,
-    calibrate.host.copied_launch_factors)."""
+    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of
+    `batch`: per operation over the tiny step's (launch_size_factor), or
+    after pageable batch copies over without them (pageable_launch_factor)."""
     hidden: int
     batch: int
     factor: float
@@ -69,10 +63,9 @@ class LaunchFactor:
 @dataclass(frozen=True)
 class PrefetchPoint:
     """The trainer's step at a negligible size with its batch prefetched
-    (perfmlp.calibrate.pipeline): `source` prefetch (from pinned memory) or
-    prefetch-pageable (staged by the pipeline's threads), `exec` eager or
-    graph, pieces of `bytes`: seconds per batch (`s`: the larger of the
-    loop's host time and the pipeline's pace) and the same loop's with the
+    (calibrate/pipeline.py) from `source` (prefetch: pinned memory;
+    prefetch-pageable: staged by the pipeline's threads) in `exec` mode,
+    pieces of `bytes`: seconds per batch (`s`) and the same loop's with the
     batch resident, in the same rounds (`loop_s`)."""
     exec: str
     source: str
@@ -105,23 +98,17 @@ class SharedCopyPoint:
 
 @dataclass(frozen=True)
 class HostCopyPoint:
-    """One host <-> device copy of `bytes` as the trainer makes it, with
-    `procs` ranks (each with its own GPU) making theirs at once (1: alone):
-    the slowest rank's median seconds (pinned: GPU time between CUDA events;
-    pageable: the host's wall time, the copy blocks it). `buffer`: where the
-    host side is: "rotating" (a new slice of a large array every copy, as
-    the batch pieces are) or "reduced" (the host buffer an MPI_Allreduce
-    just wrote, as the staged exchange's gradient before its copy back).
-    A pageable H2D point may also say how the copy behaves queued behind
-    GPU work still running (the CUDA runtime stages pageable memory through
-    pinned buffers of its own, and only the DMA waits for the stream):
-    `ahead_s`, the host's time on it before it needs the stream (None: not
-    measured), and `blocks`, whether the call returns only after the copy
-    (else the host staged all of it and returned while the stream was
-    still busy). A copy that blocks may say `ahead_delay_s`: how much of
-    the GPU work still queued when its call starts it does not hide
-    (behind work of w it hides min(ahead_s, max(0, w - ahead_delay_s)));
-    without it, such a copy hides nothing (the model of older files)."""
+    """One host <-> device copy of `bytes` as the trainer makes it, `procs`
+    ranks (a GPU each) copying at once: the slowest rank's median seconds
+    (pinned: GPU time between CUDA events; pageable: the host's wall time).
+    `buffer`: "rotating" (a new slice of a large array every copy, as the
+    batch pieces) or "reduced" (the host buffer an MPI_Allreduce just wrote).
+    A pageable H2D point may say how the copy behaves queued behind GPU work
+    (the runtime stages it through pinned buffers; only the DMA waits for
+    the stream): `ahead_s`, the host's time on it before it needs the
+    stream (None: not measured); `blocks`, whether the call returns only
+    after the copy; for one that blocks, `ahead_delay_s`: behind queued work
+    w it hides min(ahead_s, max(0, w - ahead_delay_s)) (None: nothing)."""
     procs: int
     direction: str
     memory: str
@@ -136,8 +123,7 @@ class HostCopyPoint:
 @dataclass(frozen=True)
 class CopyPoint:
     """One device-to-device copy of `bytes` (a batch piece into a CUDA
-    graph's static inputs), GPU seconds per call with the calls queued back
-    to back: its bytes, its fixed cost and the gap to the next operation."""
+    graph's static inputs), GPU seconds per call queued back to back."""
     bytes: int
     s: float
 
@@ -154,15 +140,13 @@ class KernelTime:
     s: float
 
 
-
 @dataclass(frozen=True)
 class SpreadPoint:
-    """The spread the calibration measured for one source of the file's
-    figures (SPREAD_SOURCES): its repeated measurements (a round's median)
-    over their median, pooled over the source's points, sorted
-    (calibrate/spread.py; model/interval.py draws from them). For the
-    model's own error (MODEL_ERROR_SOURCES) the ratios are measured over
-    predicted times per batch of earlier blind tests (report/blind_spread.py)."""
+    """The measured spread of one source of the file's figures
+    (SPREAD_SOURCES): repeated measurements over their median, pooled over
+    the source's points, sorted (calibrate/spread.py; interval.py draws from
+    them); for the model's own error, measured over predicted times of
+    earlier blind tests (report/blind_spread.py)."""
     source: str
     ratios: tuple[float, ...]
 

@@ -1,72 +1,28 @@
-"""Predicted time per batch as a sum of named terms.
+"""Predicted time per batch as a sum of named terms, for the slowest rank
+(the largest piece); each term belongs to the trace's phase group that
+measures it (TERM_GROUP). docs/model.md gives each term's formula:
+- gemm: each GEMM's FLOPs over the measured rate at its shape, else the peak;
+- elementwise: the trainer's own kernels at their measured time, else bytes
+  over memory bandwidth (and a graph's copies into its static inputs);
+- kernel_gaps: the GPU's idle time between kernels;
+- launches (eager), graph_launch (graph): what the host's launches, the
+  tracer's host time and the loop's own work add to the GPU's work, from
+  the host/GPU timeline (timeline.py): the host enqueues kernels while
+  earlier ones run, and a synchronising call waits for the stream;
+- tracing: the tracer's CUDA events, at the `phases` level (TRACE_COSTS);
+- h2d_batch: X and Y copied, the node's bandwidth shared by the ranks
+  copying at once, less what a pageable copy's staging hides behind the
+  previous batch's GPU work; 0 when resident; prefetched, only what the
+  pipeline takes beyond the rest of the step;
+- d2h_grad, h2d_grad: the staged gradient copies (mpi-staged);
+- allreduce: the measured table for this comm and p, else the ring model;
+  with `overlap`, only what the backward pass does not hide;
+- rank_wait: the calibrated wait for the slowest rank; 0 on one process.
 
-Terms (seconds, for the slowest rank, i.e. the one with the largest piece),
-each with the trace phase group that measures it (TERM_GROUP):
-- gemm: each GEMM's FLOPs over the machine's GPU-time rate for its shape and
-  kernel (calibrated table when the file has one, else the peak);
-- elementwise: the other kernels (the trainer's own, costs.OWN_KERNELS):
-  each one's measured GPU time at its shape where the machine file's
-  kernel_s has that kernel (Machine.kernel_time_s), else its device-memory
-  bytes over memory bandwidth; and in graph mode with resident data the
-  piece's device-to-device copy into the graph's static inputs (read and
-  written: twice its bytes);
-- kernel_gaps: the GPU's idle time between consecutive kernels (one per
-  kernel: kernel_gap_s launched one by one, graph_kernel_gap_s in a replay);
-- launches (eager): the host time to launch the step's kernels (kernels
-  times the host's time per launched operation, plus the tracer's host time
-  per phase, both as calibrated with p ranks launching at once:
-  Machine.launch_s, trace_host_s, the first times the step's own size
-  factor, Machine.launch_factor, and after pageable batch copies
-  Machine.pageable_launch) that the GPU work does not hide: the host
-  enqueues kernels while earlier ones run, so only max(0, host time - GPU
-  time) adds to the batch;
-- graph_launch (graph): the same for one cudaGraphLaunch per graph segment
-  (one step; the staged scheme is two segments around the host allreduce)
-  and the training loop's own host work between replays
-  (graph_loop_host_s, from the calibrated graph_step_host_s), and the GPU's
-  own time per replay beyond its kernels (graph_replay_gap_s);
-- tracing (traced runs): the GPU time of the tracer's CUDA events (one per
-  recorded phase eager, one per segment in graph mode), at the `phases`
-  trace level only (TRACE_COSTS below); the tracer's host time per phase,
-  at every level, is in launches / graph_launch;
-- h2d_batch: X and Y copied (latency + bytes / bandwidth each, at the
-  precision's storage width), the node's aggregate bandwidth shared by the
-  ranks copying at once; 0 when resident; prefetched (the next batch's copy
-  on a copy stream while this one computes) only what the pipeline
-  (prefetch_s: the copies, and a pageable source's staging by the host's
-  threads at the pace calibrated beside the loop of the execution mode,
-  Machine.prefetch_pace) takes beyond the rest of the step, which is then
-  max(pipeline, the rest) plus the loop's calls that order the two streams
-  (Machine.prefetch_host_s where calibrated);
-  a pageable copy less what its staging hides behind the previous batch's
-  GPU work (the timeline with it against the one without it): one the
-  runtime stages whole (Machine.pageable_ahead: not `blocks`) up to its
-  staging time; a larger one, whose call waits once the runtime's staging
-  buffers are full, min(ahead_s, max(0, queued - ahead_delay_s)) of the
-  work still queued when its call starts (Machine.pageable_ahead_delay;
-  a file without that figure: nothing hidden);
-- d2h_grad, h2d_grad: the staged gradient copies (mpi-staged only), shared
-  the same way;
-- allreduce: host MPI or NCCL: interpolated in the machine's measured
-  allreduce table for this process count (host MPI's through the staging
-  memory the run uses) where it has one, else the ring
-  model (MPI 2(p-1) alpha + 2(p-1)/p n / bw, NCCL alpha + 2(p-1)/p n / bw);
-  with `overlap`, only the part the backward pass does not hide (below);
-- rank_wait: the calibrated wait for the slowest rank at the collective
-  (arrival jitter of equal ranks; with the staged exchange, the staged
-  step's own where the file has it: its host copies, D2H and MPI vary from
-  rank to rank and batch to batch, calibrate.staged_wait; imbalance of
-  unequal pieces is already in the slowest rank's own terms); 0 on one
-  process.
-
-Overlap (gradient allreduce started per layer as each gradient is written,
-the first layer's split into buckets of bucket_bytes) is a two-stage
-pipeline on one communication stream: bucket i's communication starts when
-its gradient is written and the previous bucket's communication is done,
-end_i = max(end_{i-1}, written_i) + comm_i. What adds to the batch is the
-exposed remainder end_last - (end of the backward pass); in steady state
-each bucket costs max(compute, communication). Not modelled: the slowdown
-of compute kernels sharing SMs with the communication kernels.
+Overlap (each gradient bucket's allreduce started as the backward pass
+writes it) is a two-stage pipeline on one stream: bucket i's communication
+ends at end_i = max(end_{i-1}, written_i) + comm_i, and what adds to the
+batch is end_last less the end of the backward pass.
 
 The total is the sum (copies, communication and compute serialised, as the
 trainer runs them); the overlapped lower bound is the max of the compute
@@ -74,25 +30,19 @@ terms and the copy/communication terms.
 
 The modules: terms.py (the terms, their groups, Prediction), execution.py
 (eager or graph), tracing.py (the tracer's cost per level), compute.py (the
-kernels' GPU time), copies.py (the batch's copies, prefetched or not), exchange.py (allreduces, staged copies, the overlapped
-pipeline), timeline.py (the host issuing a batch to the stream), batch.py
-(predict_batch, the sum).
+kernels' GPU time), copies.py (the batch's copies), exchange.py (allreduces,
+staged copies, the overlapped pipeline), timeline.py (the host issuing a
+batch to the stream), batch.py (predict_batch, the sum).
 """
-from .batch import HOST_PACED, predict_batch
-from .compute import kernel_s, step_compute
-from .copies import PREFETCH, PREFETCH_CALLS, batch_copies, prefetch_s
-from .exchange import (allreduce_s, backward_stages, comm_s, gradient_buckets, overlap_pipeline, ring_allreduce_s,
-                       staging_memory)
-from .execution import EXECS, graph_refusal, resolve_comm, resolve_exec
-from .terms import COMPUTE_TERMS, GROUPS, TERM_GROUP, TERMS, Prediction
-from .timeline import Item, Step, graph_loop_host_s, launch_host_s, step_items, timeline_batch_s
-from .tracing import (DEFAULT_TRACE_LEVEL, TRACE_COSTS, TRACE_LEVELS, UNTRACED, TraceCost, default_trace_level,
-                      trace_cost, trace_detail, trace_words, traced_phases)
+from .batch import predict_batch
+from .exchange import allreduce_s, gradient_buckets, overlap_pipeline, ring_allreduce_s, staging_memory
+from .execution import graph_refusal, resolve_comm, resolve_exec
+from .terms import TERM_GROUP, TERMS, Prediction
+from .timeline import Item, Step, graph_loop_host_s, launch_host_s, timeline_batch_s
+from .tracing import default_trace_level, trace_cost, trace_detail, trace_words, traced_phases
+from ...names import GROUPS, TRACE_LEVELS, UNTRACED
 
-__all__ = ["HOST_PACED", "predict_batch", "kernel_s", "step_compute", "PREFETCH", "PREFETCH_CALLS", "batch_copies",
-           "prefetch_s", "allreduce_s", "backward_stages", "comm_s", "gradient_buckets", "overlap_pipeline",
-           "ring_allreduce_s", "staging_memory", "EXECS", "graph_refusal", "resolve_comm", "resolve_exec",
-           "COMPUTE_TERMS", "GROUPS", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step", "graph_loop_host_s",
-           "launch_host_s", "step_items", "timeline_batch_s", "TRACE_COSTS", "TRACE_LEVELS", "UNTRACED", "TraceCost",
-           "trace_cost", "DEFAULT_TRACE_LEVEL", "default_trace_level", "trace_detail", "trace_words",
-           "traced_phases"]
+__all__ = ["predict_batch", "allreduce_s", "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory",
+           "graph_refusal", "resolve_comm", "resolve_exec", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step",
+           "graph_loop_host_s", "launch_host_s", "timeline_batch_s", "default_trace_level", "trace_cost",
+           "trace_detail", "trace_words", "traced_phases", "GROUPS", "TRACE_LEVELS", "UNTRACED"]

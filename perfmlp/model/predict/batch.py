@@ -7,7 +7,7 @@ from ..machine import Machine
 from .compute import step_compute
 from .copies import batch_copies
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
-from .execution import EXECS, resolve_exec
+from .execution import resolve_exec
 from .schedule import schedule_change
 from .terms import COMPUTE_TERMS, TERMS, Prediction
 from .timeline import Step, launch_host_s, step_items, timeline_batch_s
@@ -15,10 +15,10 @@ from .tracing import trace_cost, trace_detail, traced_phases
 from ... import names as N
 
 
-# A step is host-paced where the host's time is at least this fraction of
-# it: its time then follows the host's speed, which drifts from one run to
-# the next beyond what any term can price (docs/model.md, the measured limit).
+# A step is host-paced where the host's time is at least this fraction of it: its time then follows the
+# host's speed, which drifts from one run to the next beyond what any term can price (docs/model.md).
 HOST_PACED = 0.25
+
 
 def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                   comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, trace_level: str | None = None,
@@ -26,31 +26,23 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   gemm: str = N.CUBLAS, fuse_output: bool = True,
                   output_grad_cols: int = OUTPUT_GRAD_COLS, slices: int = 1,
                   grad_precision: str = N.FLOAT32) -> Prediction:
-    """Predicted time per batch. `trace_level`: the level perfmlp's tracer
-    runs at (TRACE_LEVELS; None: untraced), priced per recorded phase by
-    TRACE_COSTS: counters, timeline and kernels the hooks' host time
-    (trace_phase_host_s), phases that plus a CUDA event's GPU time
-    (trace_event_s, the tracing term); the CUPTI cost of timeline and
-    kernels is not calibrated (detail["trace_uncalibrated"] says so);
-    `exec_mode`: eager or graph (auto: resolve_exec's); `overlap`: the gradient
-    allreduce pipelined with the backward pass; `gemm`: the GEMM kernel;
-    `fuse_output=False`: a step without the fused output backward (the
-    reference solution's: every product a GEMM); `output_grad_cols`: the
-    fused backward's column block (a trace's launch shapes, where a run's
-    prediction is remade from its trace: its manifest's `ran`); `slices`,
-    `grad_precision`: the sliced first layer and the 16-bit exchange
-    (predict/schedule.py: its two chains replace today's serial one, the
-    compute they change in gemm, the exchange they leave exposed in
-    allreduce; `overlap` is then not priced apart).
+    """Predicted time per batch (the package docstring's terms). `trace_level`:
+    the tracer's level (names.TRACE_LEVELS; None: untraced), priced by
+    TRACE_COSTS; `exec_mode`: eager, graph or auto (resolve_exec); `overlap`:
+    the gradient allreduce pipelined with the backward pass; `gemm`: the GEMM
+    kernel; `fuse_output=False`: every product a GEMM (the reference
+    solution's step); `output_grad_cols`: the fused backward's column block
+    (a trace's launch shapes); `slices`, `grad_precision`: the sliced first
+    layer and the 16-bit exchange (predict/schedule.py: its two chains
+    replace the serial one; `overlap` is then not priced apart).
 
     launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
-    adds to the sum of the other terms: where the step synchronises (a
-    pageable copy, the staged gradients) the stream starts empty and waits
-    for the host's launches until the host is ahead again; without a
-    synchronisation only the host's excess over the GPU time shows."""
+    adds to the other terms: where the step synchronises (a pageable copy,
+    the staged gradients) the stream starts empty and waits for the host's
+    launches; otherwise only the host's excess over the GPU time shows."""
     exec_mode = resolve_exec(exec_mode, comm=comm)
-    if exec_mode not in EXECS:
-        raise ValueError(f"exec must be one of {', '.join(EXECS)}, got {exec_mode!r}")
+    if exec_mode not in N.EXECS:
+        raise ValueError(f"exec must be one of {', '.join(N.EXECS)}, got {exec_mode!r}")
     isz = widths(precision)   # the batch at isz.act bytes an element, the gradients at isz.param
     b = max(pieces(batch, procs))
     split = bucket_bytes if overlap else None   # overlapped: the weight gradients' GEMMs in row blocks
@@ -81,27 +73,37 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                         phase_kernels, copies + staging, terms)
     detail.update(trace_detail(trace_level))
     timeline = _launch_terms(step, terms, ahead)
-    if pipe_s is not None:   # the prefetched copies show only where they take longer than the rest of the step
-        if batch_transfer == N.PREFETCH:   # the staged gradients' copy back shares the host-to-device
-            pipe_s += terms[N.H2D_GRAD]      # link with the prefetched pieces' copies (0 without staging)
-        terms[N.H2D_BATCH], hidden = max(0.0, pipe_s - sum(terms.values())), min(pipe_s, sum(terms.values()))
-        detail.update(prefetch_s=pipe_s, prefetch_hidden_s=hidden)
+    if pipe_s is not None:
+        _prefetched(pipe_s, batch_transfer, terms, detail)
     detail.update(host_s=timeline["host_s"], host_paced=timeline["host_s"] >= HOST_PACED * sum(terms.values()),
                   gpu_compute_s=terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["tracing"],
-                  timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"])
-    detail["bytes_d2d"] = counts.bytes_d2d
+                  timeline_s=timeline["timeline_s"], h2d_hidden_s=timeline["h2d_hidden_s"], bytes_d2d=counts.bytes_d2d)
     if sliced:
         change = schedule_change(machine, layer_sizes, b, procs, slices, precision, grad_precision, comm,
                                  batch_transfer, gap, gemm)
-        terms["gemm"] += change["compute_s"]
-        terms["allreduce"] += change["exchange_s"]
-        detail.update(slices=slices, grad_precision=grad_precision, schedule=change,
-                      chain_today_s=change["chain_today_s"], chain_sliced_s=change["chain_sliced_s"])
-        detail["gpu_compute_s"] += change["compute_s"]
+        _scheduled(change, slices, grad_precision, terms, detail)
     total, compute = sum(terms.values()), sum(terms[t] for t in COMPUTE_TERMS)
     job = sum(batch_counts(layer_sizes, p, isz, comm, batch_transfer).flops_total for p in pieces(batch, procs))
     return Prediction(terms, total, max(compute, total - compute), counts.flops_total, job, counts.bytes_copied,
                       machine.name, detail)
+
+
+def _prefetched(pipe_s: float, batch_transfer: str, terms: dict, detail: dict) -> None:
+    """h2d_batch of a prefetched step: only what the pipeline takes beyond the rest of the step."""
+    if batch_transfer == N.PREFETCH:   # the staged gradients' copy back shares the H2D link with the pipeline
+        pipe_s += terms[N.H2D_GRAD]
+    rest = sum(terms.values())
+    terms[N.H2D_BATCH] = max(0.0, pipe_s - rest)
+    detail.update(prefetch_s=pipe_s, prefetch_hidden_s=min(pipe_s, rest))
+
+
+def _scheduled(change: dict, slices: int, grad_precision: str, terms: dict, detail: dict) -> None:
+    """The sliced schedule's change (schedule_change) put into the terms and the detail."""
+    terms["gemm"] += change["compute_s"]
+    terms["allreduce"] += change["exchange_s"]
+    detail.update(slices=slices, grad_precision=grad_precision, schedule=change,
+                  chain_today_s=change["chain_today_s"], chain_sliced_s=change["chain_sliced_s"])
+    detail["gpu_compute_s"] += change["compute_s"]
 
 
 def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> float:
@@ -151,12 +153,11 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
 
 
 def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
-    """Set launches (eager) or graph_launch (graph): what the host/GPU
-    timeline adds to the other terms; and take off h2d_batch what pageable
-    copies staged by the host hide behind the previous batch's GPU work (the
-    timeline with that staging against the one without), up to what the host
-    stages ahead; the rest is host launch time that no longer waits for a
-    copy. Returns the timeline's detail."""
+    """Set launches (eager) or graph_launch (graph), what the host/GPU
+    timeline adds to the other terms, and take off h2d_batch what pageable
+    copies staged ahead hide behind the previous batch's GPU work (the
+    timeline with that staging against without it; beyond what is staged,
+    host launch time that no longer waits). Returns the timeline's detail."""
     items = step_items(step)
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)

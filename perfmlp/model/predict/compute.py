@@ -10,14 +10,6 @@ from ..costs import OUTPUT_GRAD_COLS, kernel_name, kernel_shape, op_cost, step_k
 from ..machine import Machine
 
 
-def measured(machine: Machine, kernel, precision: str, gemm: str) -> bool:
-    """Whether a kernel's time comes from the file's measured tables."""
-    name = kernel_name(kernel)
-    if name == "gemm":
-        return any(g.kernel == gemm and g.precision == precision for g in machine.gemm_flops_per_s)
-    return machine.kernel_time_s(name, kernel_shape(kernel), precision) is not None
-
-
 def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str) -> float:
     """GPU time of one kernel: a GEMM's FLOPs over its rate; an own kernel's
     calibrated time (kernel_s) where the machine has one, else its

@@ -1,40 +1,32 @@
 """A NumPy run's time per batch on a CPU, from a CPU machine file
-(perfmlp.calibrate.cpu writes one; machine/cpu.py loads it; its fields are
-machine/fields.py's of machine class CPU; any mapping of them serves).
+(perfmlp.calibrate.cpu writes one, machine/cpu.py loads it; any mapping of
+machine/fields.py's CPU fields serves).
 
 The step's kernels are the unfused ones (costs.step_kernels with
 fuse_output=False: NumPy's output-layer backward makes the same calls) on
-the slowest rank's piece. Terms, named and grouped as the GPU model's
-(terms.TERM_GROUP): compute holds
+the slowest rank's piece. Terms, named and grouped as the GPU model's:
 - gemm: each GEMM's FLOPs over its rate at that shape, precision, BLAS
   threads per rank and ranks sharing the cores (`gemm_rate`);
-- elementwise: each other kernel's bytes (costs) over its pass bandwidth
-  at that size (`pass_rate`);
+- elementwise: each other kernel's bytes over its pass bandwidth (`pass_rate`);
 - launches: the trainer's own Python per kernel (kernel_host_s);
 - tracing (traced runs): the tracer's host time per batch (trace_batch_host_s);
-and allreduce holds
 - allreduce: MPI's in-place allreduce of the gradient buffer (the measured
   table at that many ranks, log-log between sizes, else the ring model);
-- rank_wait: the wait for the slowest rank: the compute times the median
-  of the largest of p draws of a whole step's ratio to its median, less
-  the median (the step source of the spread: `slowest_of`); 0 on one rank.
+- rank_wait: the compute times the median of the largest of p draws of a
+  step's ratio to its median, less the median (`slowest_of`); 0 on one rank.
 No copies: a NumPy batch is a view of the host's arrays.
 
 Ranks sharing cores: p ranks of t threads on c cores. A rate measured at
-(t, p) is used as it is; otherwise the measured family nearest in cores
-per rank, scaled by the cores each rank gets, min(t, c / p) for BLAS and
-min(1, c / p) for NumPy's one-threaded passes (time-sharing, stated, not
-measured).
+(t, p) is used as it is; otherwise the measured family nearest in cores per
+rank, scaled by the cores each rank gets, min(t, c / p) for BLAS and
+min(1, c / p) for NumPy's one-threaded passes (time-sharing, not measured).
 
 The interval: DRAWS draws (SEED), each scaling gemm by a factor from the
-blas source's ratios, elementwise from memory's, launches and tracing
-from host's and allreduce from collective's (linear between the sorted
-ratios), then, where the file records the model's own blind error
-(`model_eager_pageable`: a NumPy step is eager and its batch a host
-array; report/blind_spread.py writes it), the whole total by a factor
-from those ratios, as the GPU interval draws it (model/interval.py); the
-90% interval is the 5th to 95th percentile of the totals; none without
-spread.
+blas source's ratios, elementwise from memory's, launches and tracing from
+host's and allreduce from collective's, then the whole total by the model's
+own blind error where the file records it (`model_eager_pageable`: a NumPy
+step is eager, its batch a host array), as model/interval.py draws it; the
+90% interval is the 5th to 95th percentile; none without spread.
 """
 from __future__ import annotations
 
@@ -113,23 +105,21 @@ def pass_rate(machine, kernel: str, nbytes: int, precision: str, s: Setting) -> 
     pts = sorted((e["bytes"], e["bytes_per_s"]) for e in fam if e["kernel"] == kernel)
     if not pts:
         raise ValueError(f"the machine file has no {precision} pass of {kernel}")
-    return _interpolated(pts, nbytes, lambda n: 1.0) * factor
+    return _interpolated(pts, nbytes) * factor
 
 
 def allreduce_s(machine, nbytes: int, procs: int) -> float:
     """One in-place MPI allreduce of nbytes over procs local ranks: the
-    measured table at procs (log-log between sizes; beyond it the nearest
-    point scaled by the ring model's ratio), else the ring model of
-    mpi_alpha_s and mpi_bw_bytes_per_s; on one rank the table's one-rank
-    points, else 0."""
+    measured table at procs (exchange._interpolated, the ring model beyond
+    it), else the ring model; on one rank the one-rank points, else 0."""
     pts = sorted((e["bytes"], e["s"]) for e in machine.get("allreduce_s", ()) if e["procs"] == procs)
     if procs <= 1:
-        return _interpolated(pts, nbytes, lambda n: 1.0)
+        return _interpolated(pts, nbytes)
     alpha, bw = machine.get("mpi_alpha_s"), machine.get("mpi_bw_bytes_per_s")
     if alpha is None or bw is None:
         if not pts:
             raise ValueError(f"the machine file has no allreduce on {procs} ranks and no ring fit")
-        return _interpolated(pts, nbytes, lambda n: 1.0)
+        return _interpolated(pts, nbytes)
     ring = lambda n: ring_allreduce_s(n, procs, alpha, bw)  # noqa: E731
     return _interpolated(pts, nbytes, ring) if pts else ring(nbytes)
 
@@ -140,9 +130,8 @@ def ratios_of(machine, source: str) -> tuple:
 
 
 def slowest_of(ratios, p: int) -> float:
-    """The median of the largest of p independent draws from sorted ratios:
-    the ratios' quantile 0.5 ** (1 / p) (linear between order statistics),
-    the median batch's slowest rank, as a run's median time per batch sees it."""
+    """The median of the largest of p independent draws from sorted ratios
+    (the median batch's slowest rank): their quantile 0.5 ** (1 / p)."""
     q = 0.5 ** (1.0 / p) * (len(ratios) - 1)
     return float(np.interp(q, np.arange(len(ratios)), ratios))
 
@@ -155,9 +144,8 @@ def step_flops(layer_sizes, b: int, precision: str) -> int:
 
 
 def setting_of(machine, procs: int, threads: int | None) -> Setting:
-    """The ranks, BLAS threads per rank and cores of a run. Unless given, the
-    threads are the trainer's rule (run.share_cores_among_local_ranks): one
-    rank its BLAS's default, P local ranks the cores shared, at least one each."""
+    """The ranks, BLAS threads per rank and cores of a run; the threads unless
+    given by the trainer's rule (run.share_cores_among_local_ranks)."""
     cores = int(machine["cores"])
     if threads is None:
         threads = int(machine["default_threads"]) if procs == 1 else max(1, cores // int(procs))
@@ -184,10 +172,10 @@ def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> t
 
 def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
                 precision: str = N.FLOAT32, traced: bool = True) -> Prediction:
-    """Time per batch of a NumPy run of `batch` samples split over `procs`
-    local ranks of `threads` BLAS threads each (None: the file's default):
-    the module docstring's terms; detail holds the setting, the interval
-    (None without spread) and the exchange's bytes."""
+    """Time per batch of a NumPy run of `batch` samples over `procs` local
+    ranks of `threads` BLAS threads each (None: the file's default): the
+    module docstring's terms; detail holds the setting, the interval and
+    the exchange's bytes."""
     if precision not in PRECISIONS:
         raise ValueError(f"a NumPy run computes in {N.FLOAT32} or {N.FLOAT64}, not {precision}")
     if procs < 1 or batch < procs:
@@ -235,9 +223,8 @@ def interval_s(machine, terms: dict) -> tuple[float, float] | None:
 
 def cpu_ceilings(machine, precision: str = N.FLOAT32, procs: int = 1, threads: int | None = None) -> dict:
     """The CPU's roofline ceilings for one rank of a run: its share of the
-    large-GEMM rate (peak_flops_per_s), the memory bandwidth, and the
-    exchange's bandwidth (the modified roofline's "copy": what a NumPy step
-    moves between ranks is its only traffic outside memory)."""
+    large-GEMM rate, the memory bandwidth, and the exchange's bandwidth (the
+    modified roofline's "copy": a NumPy step's only traffic outside memory)."""
     s = setting_of(machine, procs, threads)
     share = s.cores_per_rank() / s.cores
     bw = machine.get("mpi_bw_bytes_per_s")
@@ -259,8 +246,7 @@ def roofline_rates(machine, ai_mem: float, ai_copy: float, precision: str = N.FL
 
 @dataclass(frozen=True)
 class Alternative:
-    """A change to a NumPy run and its prediction; per-sample time ranks
-    changes of the batch size alongside the others."""
+    """A change to a NumPy run and its prediction (ranked per sample)."""
     change: dict              # the setting changed: procs, threads, batch, precision
     prediction: Prediction
     batch: int
@@ -272,9 +258,9 @@ class Alternative:
 
 def cpu_alternatives(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
                      precision: str = N.FLOAT32, traced: bool = True) -> list[Alternative]:
-    """The run as it is (change {}) and each single change the CPU offers:
-    ranks from 1 to the cores, BLAS threads per rank from 1 to the cores,
-    half and twice the batch, the other precision; fastest per sample first."""
+    """The run as it is (change {}) and each single change the CPU offers
+    (ranks or threads from 1 to the cores, half and twice the batch, the
+    other precision), fastest per sample first."""
     s = setting_of(machine, procs, threads)
     base = {"batch": batch, "procs": s.procs, "threads": s.threads, "precision": precision}
     changes = [{}] + [{"procs": p} for p in range(1, s.cores + 1) if p != s.procs] \

@@ -25,18 +25,15 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
 
 
 def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = N.PINNED) -> float:
-    """One allreduce of nbytes over procs ranks: the measured table (log-log
-    interpolation between the two nearest sizes; beyond the table, the
-    nearest point scaled by the ring model's ratio; host MPI's through
-    `memory`, the host buffer's) else the ring model. On one rank, the
-    measured call where the file has one-rank points (host MPI's in-place
-    call is not free: calibrated), the nearest
-    point's time beyond them (no ring to scale by), else 0."""
+    """One allreduce of nbytes over procs ranks: the measured table (host
+    MPI's through `memory`; _interpolated, scaled by the ring model beyond
+    it), else the ring model. On one rank the measured one-rank points (host
+    MPI's in-place call is not free), else 0."""
     if procs < 1 or nbytes <= 0:
         return 0.0
     kind = N.NCCL if comm == N.NCCL else "mpi"
     if procs == 1:
-        return _interpolated(machine.allreduce_points(kind, 1, memory), nbytes, lambda n: 1.0)
+        return _interpolated(machine.allreduce_points(kind, 1, memory), nbytes)
     alpha, bw = (machine.nccl_alpha_s, machine.nccl_bw_bytes_per_s) if kind == N.NCCL else \
         (machine.mpi_alpha_s, machine.mpi_bw_bytes_per_s)
     ring = lambda n: ring_allreduce_s(n, procs, alpha, bw, steps_alpha=kind == N.MPI)  # noqa: E731
@@ -44,10 +41,10 @@ def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: st
     return _interpolated(pts, nbytes, ring) if pts else ring(nbytes)
 
 
-def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale) -> float:
+def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale=lambda n: 1.0) -> float:
     """Seconds at nbytes from measured (bytes, seconds) points: log-log
     between the two around it, beyond them the nearest point times
-    scale(nbytes) / scale(its bytes); 0 with no point."""
+    scale(nbytes) / scale(its bytes) (default: its time); 0 with no point."""
     if not pts:
         return 0.0
     if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
@@ -62,9 +59,8 @@ def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale) -> float:
 
 def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
     """The communication of one gradient buffer (or bucket) of nbytes:
-    d2h_grad, allreduce, h2d_grad (the staged scheme's copies shared by the
-    ranks copying at once; the copy back from the host buffer MPI has just
-    reduced, which a pageable copy reads from the host's caches)."""
+    d2h_grad, allreduce, h2d_grad (the staged copies shared by the ranks
+    copying at once; the copy back from the buffer MPI has just reduced)."""
     out = {N.D2H_GRAD: 0.0, "allreduce": 0.0, N.H2D_GRAD: 0.0}
     mem = staging_memory(batch_transfer) if comm == N.MPI_STAGED else N.PAGEABLE  # mpi: NumPy's own buffers
     if comm == N.MPI_STAGED:

@@ -3,8 +3,6 @@ runs, one rule for the trainer (perfmlp/backend.py) and the model."""
 from __future__ import annotations
 from ... import names as N
 
-EXECS = N.EXECS
-
 
 def graph_refusal(backend: str, parallel: str = "data", comm: str = N.NCCL) -> str | None:
     """Why a step cannot run as CUDA graphs (the trainer's one-line error

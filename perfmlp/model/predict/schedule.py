@@ -5,38 +5,32 @@ it with today's step and chooses K).
 The schedule: the first layer's weight gradient dW1 = dZ1 X^T computed in
 K slices of hidden units, each slice's all-reduce started on the
 communication stream as soon as its GEMM has written it; the rest of the
-gradients (the upper layers' weights, every bias) reduced once, as soon
-as the backward pass has written them, before the first slice; the rest
-updated when its reduction lands; and slice s updated, and the next
-batch's first-layer forward GEMM of slice s run, as soon as slice s's
-reduction lands. Two chains per batch, compute and communication, on two
-streams:
+gradients (the upper layers' weights, every bias) reduced once, before the
+first slice, and updated when that lands; slice s updated, and the next
+batch's first-layer forward GEMM of slice s run, as soon as its reduction
+lands. Two chains per batch, on two streams:
 
     compute:  [upd_s + fwd_s when comm_s lands] x K (slice 0: no upd_s), the middle (the rest
               of the forward, the loss, the output backward), [bwd_s] x K,
               the rest's update when its reduction lands
     comm:     [comm_s after bwd_s] x K, the first with the rest
 
-`chain_s` plays four batches of it and returns the steady batch's length:
-the longer of the two chains plus the pipeline's fill (the first slice's
-reduction waits for the first dW1 slice) and drain (the next forward waits
-for the first slice's reduction), which the simulation holds by
-construction. Today's step (K = 1, `pipelined=False`) is the serial sum:
-forward, middle, backward, one all-reduce of the whole buffer, the update.
+`chain_s` plays four batches of it and returns the steady batch's length
+(the pipeline's fill and drain included by construction). Today's step
+(K = 1, `pipelined=False`) is the serial sum: forward, middle, backward,
+one all-reduce of the whole buffer, the update.
 
-The sliced step's prediction is predict_batch's (today's step, its
-launches, copies and trace terms) less today's chain plus the sliced
-chain (schedule_change): only the kernels and collectives the schedule
-changes are repriced.
-A 16-bit exchange adds its two casts (a pass over memory each) to each
-piece's reduction on the communication stream.
-Not modelled: the slowdown of GEMMs sharing the SMs with NCCL's kernels,
-and the host's extra launches in eager mode (graph mode is the target).
+The sliced step's prediction is predict_batch's (today's step) less today's
+chain plus the sliced chain (schedule_change): only the kernels and
+collectives the schedule changes are repriced. A 16-bit exchange adds its
+two casts (a pass over memory each) to each piece's reduction. Not
+modelled: GEMMs slowed by sharing the SMs with NCCL's kernels, and the
+host's extra launches in eager mode (graph mode is the target).
 """
 from __future__ import annotations
 
 from ... import names as N
-from ..costs import LOSS_SLOTS, pieces, step_kernels, widths
+from ..costs import LOSS_SLOTS, n_weights, piece, pieces, step_kernels, widths
 from ..machine import Machine
 from .compute import kernel_s
 from .exchange import comm_s
@@ -51,43 +45,33 @@ def grad_bytes(precision: str, grad_precision: str) -> int:
 
 def slice_rows(hidden: int, k: int) -> list[tuple[int, int]]:
     """K contiguous row ranges of the hidden units, sizes differing by at most one."""
-    out, r = [], 0
-    for n in pieces(hidden, k):
-        out.append((r, r + n))
-        r += n
-    return out
-
-
-def _kernel(machine, ops, isz, precision, gemm, gap) -> float:
-    return kernel_s(machine, ops, isz, precision, gemm) + gap
+    return [piece(hidden, k, i) for i in range(k)]
 
 
 def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap: float, k: int) -> dict:
-    """The schedule's kernels: each slice's forward GEMM, dW1 GEMM and update;
-    the middle (every other kernel but the update); the rest's update."""
+    """The schedule's kernels' GPU seconds, each with its gap: each slice's
+    forward GEMM, dW1 GEMM and update; the middle (every other kernel but
+    the update); the rest's update."""
     isz = widths(precision)
     D, H = layer_sizes[0], layer_sizes[1]
+
+    def t(*kernels):
+        return sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels)
     kernels = step_kernels(layer_sizes, b, None, isz)
-    first_fwd, first_bwd = (("gemm", (H, b, D)),), (("gemm", (H, D, b)),)
     middle = [kn for phase, ks in kernels.items() if phase != N.Phase.UPDATE for kn in ks]
-    middle.remove(first_fwd)
-    middle.remove(first_bwd)
+    middle.remove((("gemm", (H, b, D)),))   # the first layer's forward and weight-gradient GEMMs
+    middle.remove((("gemm", (H, D, b)),))
     middle += [kn for kn in kernels[N.Phase.UPDATE] if kn[0][0] == "grad_check"]
-    n_w = sum(layer_sizes[l] * layer_sizes[l - 1] for l in range(1, len(layer_sizes)))
-    n_b = sum(layer_sizes[1:])
-    rows = [r1 - r0 for r0, r1 in slice_rows(H, k)][::-1]   # in the schedule's order: last rows first
+    n_w, n_b = n_weights(layer_sizes), sum(layer_sizes[1:])
+    rows = pieces(H, k)[::-1]   # in the schedule's order: last rows first
     # slice 0 (the last rows) lands with the rest and is updated with it, in one kernel
-    rest_update = ((("update_weights", (n_w - H * D + rows[0] * D,)), ("update_biases", (n_b,))),)
+    rest_update = (("update_weights", (n_w - H * D + rows[0] * D,)), ("update_biases", (n_b,)))
     return dict(
-        fwd=[_kernel(machine, (("gemm", (r, b, D)),), isz, precision, gemm, gap) for r in rows],
-        bwd=[_kernel(machine, (("gemm", (r, D, b)),), isz, precision, gemm, gap) for r in rows],
+        fwd=[t((("gemm", (r, b, D)),)) for r in rows], bwd=[t((("gemm", (r, D, b)),)) for r in rows],
         # a slice's update: the update kernel on its rows' weights and no bias
-        upd=[0.0] + [_kernel(machine, (("update_weights", (r * D,)), ("update_biases", (0,))), isz, precision,
-                             gemm, gap) for r in rows[1:]],
-        middle=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in middle),
-        upd_rest=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in rest_update),
-        upd_all=sum(kernel_s(machine, kn, isz, precision, gemm) + gap for kn in kernels[N.Phase.UPDATE]
-                    if kn[0][0] != "grad_check"),
+        upd=[0.0] + [t((("update_weights", (r * D,)), ("update_biases", (0,)))) for r in rows[1:]],
+        middle=t(*middle), upd_rest=t(rest_update),
+        upd_all=t(*(kn for kn in kernels[N.Phase.UPDATE] if kn[0][0] != "grad_check")),
         rows=rows, rest_elems=n_w - H * D + n_b, loss_elems=LOSS_SLOTS, D=D)
 
 

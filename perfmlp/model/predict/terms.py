@@ -1,5 +1,4 @@
-"""The terms a prediction sums, the trace phase group that measures each,
-and the Prediction itself."""
+"""The terms a prediction sums, the trace phase group that measures each, and the Prediction."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,7 +9,6 @@ TERM_GROUP = {N.H2D_BATCH: N.H2D_BATCH, "gemm": N.COMPUTE, "elementwise": N.COMP
               "launches": N.COMPUTE, "graph_launch": N.COMPUTE, "tracing": N.COMPUTE, N.D2H_GRAD: N.D2H_GRAD,
               N.ALLREDUCE: N.ALLREDUCE, "rank_wait": N.ALLREDUCE, N.H2D_GRAD: N.H2D_GRAD}
 TERMS = tuple(TERM_GROUP)
-GROUPS = N.GROUPS
 COMPUTE_TERMS = tuple(t for t in TERMS if TERM_GROUP[t] == N.COMPUTE)
 
 
@@ -27,7 +25,7 @@ class Prediction:
 
     def groups(self) -> dict[str, float]:
         """The terms summed into the trace's phase groups (seconds)."""
-        out = dict.fromkeys(GROUPS, 0.0)
+        out = dict.fromkeys(N.GROUPS, 0.0)
         for term, s in self.terms.items():
             out[TERM_GROUP[term]] += s
         return out

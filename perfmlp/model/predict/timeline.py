@@ -5,28 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..machine import Machine
-from .copies import PREFETCH, PREFETCH_CALLS
+from .copies import PREFETCH_CALLS
 from .exchange import staging_memory
 from ... import names as N
 
 
 def launch_host_s(machine: Machine, traced: bool, procs: int = 1) -> float:
-    """Host time per kernel launch with `procs` ranks launching at once;
-    older machine files (no trace_phase_host_s) priced the tracer's host
-    time per kernel instead (traced_launch_overhead_s)."""
+    """Host time per kernel launch with `procs` ranks launching at once (a
+    file without trace_phase_host_s: traced_launch_overhead_s when traced)."""
     if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
         return machine.traced_launch_overhead_s
     return machine.launch_s(procs)
 
 
 def graph_loop_host_s(machine: Machine) -> float:
-    """Host time per batch of a graph-mode run beyond its launches: the
-    training loop's own work between replays (the tracer's hooks, the batch
-    piece's views, the step's Python). graph_step_host_s, the host's time
-    per batch of the resident graph step on one rank, less what the
-    timeline already gives that step's host (its two copies into the
-    static inputs, static_copy_host_s each, launch_overhead_s each in a
-    file without it, and the graph launch); 0 in a file without it."""
+    """Host time per batch of a graph-mode run beyond its launches (the
+    loop's own work between replays): graph_step_host_s less what the
+    timeline already gives that step's host (two copies into the static
+    inputs and the graph launch); 0 in a file without it."""
     if not machine.graph_step_host_s:
         return 0.0
     copy = machine.static_copy_host_s or machine.launch_overhead_s
@@ -35,11 +31,9 @@ def graph_loop_host_s(machine: Machine) -> float:
 
 def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -> float:
     """Host time of one batch copy's call, beside its time on the stream:
-    resident pieces into a graph's static inputs (a cudaMemcpyAsync each)
-    and pinned ones (CuPy's set) as calibrated (static_copy_host_s,
-    pinned_copy_host_s), else a launch's; a pageable one nothing more where
-    host_copy_s has pageable H2D points (their time is the call's, from
-    call to return, on the host's wall clock), else a launch's."""
+    resident and pinned ones as calibrated (static_copy_host_s,
+    pinned_copy_host_s); a pageable one nothing more where host_copy_s has
+    pageable H2D points (timed on the host's wall clock); else a launch's."""
     if batch_transfer == N.RESIDENT:
         return machine.static_copy_host_s or per_kernel
     if batch_transfer == N.PINNED:
@@ -52,11 +46,9 @@ def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -
 @dataclass(frozen=True)
 class Item:
     """One thing the host issues in a step, for the host/GPU timeline.
-    gpu_s: time on the GPU stream; host_s: host time to issue it (or, for a
+    gpu_s: time on the GPU stream; host_s: host time to issue it (for a
     host-only item, the work itself); blocking: the host waits until the
-    stream has finished it (a pageable copy, a synchronisation); the
-    host part of a `reuses` item waits for the stream to finish that item
-    in the batch before."""
+    stream has finished it (a pageable copy, a synchronisation)."""
     gpu_s: float
     host_s: float
     blocking: bool = False
@@ -69,13 +61,11 @@ class Item:
 
 def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
     """Steady time per batch of a host issuing `items` batch after batch to
-    one GPU stream: the stream starts an item when it is issued and the
-    previous one is done; the host waits on blocking and host-only items,
-    and before a reuses item for the stream to finish that item of the
-    batch before; a `hides` item (a blocking pageable copy staged in part
-    while the stream still runs) takes min(ahead, max(0, queued - delay))
-    off its stream time, queued being the stream's work left when its call
-    starts. The difference between the GPU finishing the last two simulated batches."""
+    one GPU stream (the last two simulated batches' ends apart): the stream
+    starts an item when it is issued and the previous one is done; the host
+    waits on blocking and host-only items, and before a reuses item for that
+    item of the batch before; a `hides` item takes min(ahead, max(0, queued
+    - delay)) off its stream time, queued being the stream's work left."""
     th = tg = 0.0
     ends = []
     done = [0.0] * len(items)   # when the stream finished each item, last batch
@@ -96,12 +86,10 @@ def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
 
 @dataclass(frozen=True)
 class Step:
-    """One batch's work as the host issues it: the GPU time of each compute
-    phase's kernels, the copies (the batch's, or the resident piece's into a
-    graph's static inputs), the exchange's terms, and the host's costs."""
+    """One batch's work as the host issues it."""
     machine: Machine
     phase_kernels: dict        # phase -> GPU seconds of each kernel, its gap included
-    copies: list               # GPU seconds of each batch copy, in order
+    copies: list               # GPU seconds of each batch copy (or the resident piece's into a graph's inputs)
     batch_transfer: str
     comm: str
     terms: dict                # the prediction's terms so far (the exchange's are read)
@@ -116,15 +104,13 @@ def step_items(step: Step, ahead=()) -> list[Item]:
     """One batch as the host issues it: the batch copies, the compute phases'
     kernels (or graph replays), the gradient exchange, the update, and the
     tracer's event at the end of each phase it records. `ahead`: for each
-    pageable batch copy, (host seconds staged before it needs the stream,
-    whether the call then waits for the copy, and for one that waits the
-    queued work its staging does not hide, None where not measured)
+    pageable batch copy, (seconds staged ahead, blocks, ahead delay or None)
     (Machine.pageable_ahead, pageable_ahead_delay); without it a pageable
     copy waits for the stream and blocks the host."""
     m, terms = step.machine, step.terms
     event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
     items = _copy_items(step, ahead)
-    if step.batch_transfer in PREFETCH:   # the loop thread's calls that order the copy stream and the step
+    if step.batch_transfer in N.PREFETCH_TRANSFERS:   # the loop thread's calls that order the copy stream and the step
         items.append(Item(0.0, prefetch_calls_s(m, step)))
     if step.batch_transfer != N.RESIDENT:
         items += event
@@ -149,13 +135,10 @@ def step_items(step: Step, ahead=()) -> list[Item]:
 
 def prefetch_calls_s(m: Machine, step: Step) -> float:
     """The host time per batch of the loop's calls that order the input
-    pipeline (PREFETCH_CALLS): as the calibration measured them from pinned
-    memory in this execution mode (Machine.prefetch_host_s: its 6 calls,
-    prefetch-pageable's 4 in proportion), else each at the eager step's
-    host time per launched operation. In graph mode the calibration's
-    resident loop made two copies into the static inputs, which a
-    prefetched step does not: their calls (static_copy_host_s) are added
-    back."""
+    pipeline (PREFETCH_CALLS): as calibrated from pinned memory in this mode
+    (Machine.prefetch_host_s, in proportion to the calls), else a launch
+    each. In graph mode the calibration's resident loop made two copies into
+    the static inputs, which a prefetched step does not: added back."""
     measured = m.prefetch_host_s("graph" if step.graph else N.EAGER)
     calls = PREFETCH_CALLS[step.batch_transfer]
     if measured is None:
@@ -179,8 +162,7 @@ def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
 
 def _copy_items(step: Step, ahead) -> list[Item]:
     """The batch copies: a copy's host call (copy_call_host_s); its latency
-    and transfer are GPU time (resident data in graph mode: the device
-    copies into the graph's inputs, in its phase)."""
+    and transfer are GPU time."""
     items = []
     call = copy_call_host_s(step.machine, step.batch_transfer, step.per_kernel)
     for i, c in enumerate(step.copies):

@@ -6,14 +6,11 @@ from dataclasses import dataclass
 from .execution import resolve_exec
 from ... import names as N
 
-# What each of the tracer's levels (names.TRACE_LEVELS) costs a batch. Every
-# level runs the host hooks at each recorded phase: trace_phase_host_s of
-# host time a phase (calibrate/host.py measures it with a tracer at the
-# counters level). Only `phases` records CUDA events: one at
-# the end of each phase, trace_event_s of GPU time each (the tracing term).
-# The CUPTI levels' own cost (activity records; at `kernels` a record of
-# every kernel inside a graph too) is not calibrated: they are priced as
-# counters, and the prediction says so (detail["trace_uncalibrated"]).
+# What each tracer level (names.TRACE_LEVELS) costs a batch. Every level runs
+# the host hooks at each recorded phase (trace_phase_host_s, measured by
+# calibrate/host.py); only `phases` records a CUDA event at the end of each
+# (trace_event_s of GPU time: the tracing term). The CUPTI levels' own cost is
+# not calibrated: priced as counters, and detail["trace_uncalibrated"] says so.
 @dataclass(frozen=True)
 class TraceCost:
     events: bool              # a CUDA event at the end of each recorded phase
@@ -26,14 +23,11 @@ TRACE_COSTS = {
     N.TIMELINE: TraceCost(events=False, uncalibrated="CUPTI activity records"),
     N.KERNELS: TraceCost(events=False, uncalibrated="CUPTI activity records, every kernel inside CUDA graphs too"),
 }
-TRACE_LEVELS = tuple(N.TRACE_LEVELS)
-UNTRACED = N.UNTRACED
-DEFAULT_TRACE_LEVEL = N.DEFAULT_TRACE_LEVEL
 
 
 def default_trace_level(exec_mode: str) -> str:
     """The level `--trace-level auto` runs at in an execution mode."""
-    return DEFAULT_TRACE_LEVEL.get(exec_mode, DEFAULT_TRACE_LEVEL[N.EAGER])
+    return N.DEFAULT_TRACE_LEVEL.get(exec_mode, N.DEFAULT_TRACE_LEVEL[N.EAGER])
 
 
 def trace_cost(trace_level: str | None) -> TraceCost | None:
@@ -43,21 +37,21 @@ def trace_cost(trace_level: str | None) -> TraceCost | None:
         return None
     if trace_level not in TRACE_COSTS:
         hint = " (resolve auto with perfmlp.trace.format.resolve_trace_level)" if trace_level == N.AUTO else ""
-        raise ValueError(f"trace level must be one of {', '.join(TRACE_LEVELS)} or None (untraced), "
+        raise ValueError(f"trace level must be one of {', '.join(N.TRACE_LEVELS)} or None (untraced), "
                          f"got {trace_level!r}{hint}")
     return TRACE_COSTS[trace_level]
 
 
 def trace_words(level: str) -> str:
     """A prediction's trace level (detail["trace_level"]) in a table's header."""
-    return level if level == UNTRACED else f"traced at {level}"
+    return level if level == N.UNTRACED else f"traced at {level}"
 
 
 def trace_detail(trace_level: str | None) -> dict:
     """What a prediction's detail says of the tracer: its level, and what
     of its cost is not priced (None: all of it is)."""
     cost = trace_cost(trace_level)
-    return {"trace_level": trace_level or UNTRACED,
+    return {"trace_level": trace_level or N.UNTRACED,
             "trace_uncalibrated": f"{cost.uncalibrated} ({trace_level} level), not calibrated"
             if cost and cost.uncalibrated else None}
 

@@ -53,12 +53,16 @@ class RankCounts:
         return [[c.name(comm), c.elements] for c in self.collectives]
 
 
-def rank_collectives(layer_sizes, batch: int, procs: int, rank: int, parallel: str = "data",
-                     model_procs: int = 0, comm: str = N.NCCL) -> tuple[Collective, ...]:
+def _place(layer_sizes, batch: int, procs: int, rank: int, parallel: str, model_procs: int):
+    """(p_data, p_model, the rank's samples, its shard's layer sizes)."""
     p_data, p_model = grid(procs, parallel, model_procs)
     d, m = coords(rank, p_model)
-    b = pieces(batch, p_data)[d]
-    sizes = shard_sizes(layer_sizes, p_model, m)
+    return p_data, p_model, pieces(batch, p_data)[d], shard_sizes(layer_sizes, p_model, m)
+
+
+def rank_collectives(layer_sizes, batch: int, procs: int, rank: int, parallel: str = "data",
+                     model_procs: int = 0, comm: str = N.NCCL) -> tuple[Collective, ...]:
+    p_data, p_model, b, sizes = _place(layer_sizes, batch, procs, rank, parallel, model_procs)
     out = []
     if p_model > 1:
         fwd, bwd = activation_collectives(layer_sizes, b)
@@ -82,10 +86,7 @@ def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, p
                 model_procs: int = 0, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT) -> RankCounts:
     """What rank `rank` computes, copies and communicates in one step of a
     batch of `batch` samples (the trace's counters, to the byte)."""
-    p_data, p_model = grid(procs, parallel, model_procs)
-    d, m = coords(rank, p_model)
-    b = pieces(batch, p_data)[d]
-    sizes = shard_sizes(layer_sizes, p_model, m)
+    _, _, b, sizes = _place(layer_sizes, batch, procs, rank, parallel, model_procs)
     base = batch_counts(sizes, b, itemsize, N.NCCL, batch_transfer)  # compute and the batch copy only
     flops = dict(base.flops)
     kernels = sum(base.kernels.values())
@@ -119,7 +120,7 @@ def closed_form_bytes(D: int, H: int, C: int, B: int, p: int, s: int, strategy: 
     if strategy == N.DATA:
         return s * (n_theta + 1)
     if strategy == N.PS:
-        return s * (n_theta + 1) + s * (n_theta + 1)
+        return 2 * s * (n_theta + 1)
     if strategy == N.MODEL:
         return s * C * B if p > 1 else 0
     if strategy == N.HYBRID:

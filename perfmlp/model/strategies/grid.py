@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..costs import piece
 from ... import names as N
 
-PARALLEL = N.STRATEGIES
 PS_COMMS = N.PS_COMMS
 DEVICE_COMMS = N.DEVICE_COMMS
 ROOT = 0                               # the parameter server's rank
@@ -22,7 +21,7 @@ def grid(procs: int, parallel: str, model_procs: int = 0) -> tuple[int, int]:
     if parallel == N.MODEL:
         return 1, procs
     if parallel != N.HYBRID:
-        raise StrategyError(f"parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
+        raise StrategyError(f"parallel must be one of {', '.join(N.STRATEGIES)}, got {parallel!r}")
     if model_procs <= 0:
         raise StrategyError("parallel hybrid needs model_procs, the ranks of each model group (p = p_data x p_model)")
     if procs % model_procs:

@@ -14,10 +14,9 @@ from ... import names as N
 
 
 def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> float:
-    """Time of one collective. Allreduce: the ring (model/predict/exchange.py). Reduce and
-    broadcast, pipelined along a chain (NCCL) or a binomial tree (MPI): the
-    buffer crosses each link once, n / bw, after one latency per step
-    (NCCL: one; MPI: ceil(log2 p))."""
+    """Time of one collective. Allreduce: the ring (model/predict/exchange.py).
+    Reduce and broadcast, along a chain (NCCL) or a binomial tree (MPI): n /
+    bw after one latency per step (NCCL: one; MPI: ceil(log2 p))."""
     if c.group <= 1:
         return 0.0
     device = comm in DEVICE_COMMS
@@ -41,13 +40,6 @@ def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
     return mode
 
 
-def traced_events(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
-                  batch_transfer: str, exec_mode: str = N.EAGER) -> int:
-    """Phases a traced batch of this rank records, each with a CUDA event at
-    the `phases` level (perfmlp/strategies/shard.py: shard_compute)."""
-    return len(step_phases(layer_sizes, procs, rank, parallel, model_procs, comm, batch_transfer, exec_mode))
-
-
 def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
                 batch_transfer: str, exec_mode: str = N.EAGER) -> tuple[N.Phase, ...]:
     """The phases one batch of this rank records, in order: names.batch_phases
@@ -67,19 +59,15 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     """Predicted time per batch of a strategy, with model/predict's terms. Data
     parallelism with an allreduce is predict_batch itself. Otherwise the
     compute terms are predict_batch's for the slowest rank's own step (rank
-    0: the largest piece and the largest shard) and `allreduce` holds every
-    collective of the step (combines, gradients, the server's reduce and
-    broadcast); mpi-staged adds a D2H and an H2D copy around each.
+    0: the largest piece and shard) and `allreduce` holds every collective
+    of the step (combines, gradients, the server's reduce and broadcast);
+    mpi-staged adds a D2H and an H2D copy around each.
 
-    `exec_mode` (eager, graph; auto: resolve_exec's choice for the
-    strategy): eager pays `launches`, the host's launches that the GPU work
-    does not hide. Graph mode is one replay of the whole step (NCCL only:
-    strategy_exec refuses the rest), as predict_batch predicts data
-    parallelism's: no per-launch host term, the graph's kernel gaps, the
-    resident piece's copy into the static inputs, and `graph_launch`, the
-    host's one launch where it exceeds the replay's GPU time (the rank's own
-    step's, predict_batch's timeline, less the collectives that the replay
-    also holds)."""
+    Eager (`exec_mode`; auto: resolve_exec's for the strategy) pays
+    `launches`, the host's launches the GPU work does not hide. Graph mode
+    (NCCL only: strategy_exec) is one replay of the whole step, as
+    predict_batch prices data parallelism's, with `graph_launch` the rank's
+    own step's less the collectives the replay also holds."""
     if parallel == N.DATA and comm not in PS_COMMS:
         return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
                              exec_mode=exec_mode)
@@ -89,8 +77,9 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
     own = predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level, exec_mode=mode)
     cost = trace_cost(trace_level)
-    phases = traced_events(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode) \
-        if cost else 0
+    phases = 0
+    if cost:   # the phases a traced batch records, a CUDA event each at the `phases` level
+        phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode))
     terms = dict.fromkeys(TERMS, 0.0)
     for k in ("gemm", "elementwise", N.H2D_BATCH) + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
@@ -129,10 +118,9 @@ def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, b
 
 def _eager_launches(machine: Machine, kernels: int, phases: int, procs: int, traced: bool, comm: str,
                     batch_transfer: str, terms: dict) -> float:
-    """The host's launches (and the tracer's host time per recorded phase)
-    that the GPU work does not hide; with resident data and device
-    collectives nothing synchronises the step, so the host runs ahead of
-    the collectives too."""
+    """The host's launches and the tracer's host time that the GPU work does
+    not hide (with resident data and device collectives, nothing
+    synchronises the step: the collectives hide them too)."""
     hidden_by = terms["gemm"] + terms["elementwise"]
     if batch_transfer == N.RESIDENT and comm in DEVICE_COMMS:
         hidden_by += terms["allreduce"]
