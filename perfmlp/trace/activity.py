@@ -19,7 +19,7 @@ runs and machines without the wheels never load it):
   happen between epochs (`drain`, after a flush, when the device is idle).
 
 Pure functions (tested on the CPU with synthetic records): `attribute`,
-`classify`, `clock_offset`, `pingpong_offset`, `gpu_phase_spans`, `to_run_s`,
+`classify`, `clock_offset`, `gpu_phase_spans`, `to_run_s`,
 and `own_kernel_names` (the kernels perfmlp compiles, which the report's
 cross-check tells apart from cuBLAS's and NCCL's).
 """
@@ -34,7 +34,6 @@ from importlib import resources
 
 from .. import names as N
 from .format import COPY_KINDS
-from .records import ACTIVITY_FIELDS as ACTIVITY_FIELDS  # the writer names them in the activity line
 
 PHASE_BITS = 6  # ext id = seq << PHASE_BITS | phase code (code 0: the batch itself, between phases)
 BUFFER_BYTES = 8 << 20  # CUPTI buffers: large enough that a run's records are not dropped
@@ -140,17 +139,10 @@ def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | N
 
 def clock_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
     """Offset of clock B from clock A (B - A, ns) and its uncertainty, from
-    samples (a_before, b, a_after): the tightest bracket wins."""
+    samples (a_before, b, a_after), e.g. MPI ping-pong rounds: the tightest
+    bracket wins, B's reading taken at its midpoint (NTP's estimate)."""
     a0, b, a1 = min(samples, key=lambda s: s[2] - s[0])
     return b - (a0 + a1) // 2, (a1 - a0 + 1) // 2
-
-
-def pingpong_offset(rounds: list[tuple[int, int, int]]) -> tuple[int, int]:
-    """Offset of a peer's clock from ours (peer - ours, ns) and its
-    uncertainty, from rounds (our send time, peer's time, our receive time):
-    the round with the shortest round trip, the peer's reading taken at its
-    midpoint (NTP's estimate)."""
-    return clock_offset(rounds)
 
 
 def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
@@ -181,7 +173,7 @@ def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:
         comm.send(t0, dest=0, tag=71)
         peer = comm.recv(source=0, tag=72)
         got.append((t0, peer, time.perf_counter_ns()))
-    return pingpong_offset(got)
+    return clock_offset(got)
 
 
 # ---- collection (GPU) -------------------------------------------------------------------

@@ -9,6 +9,7 @@ their metadata (trace/records.py), next to their documentation.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import MappingProxyType
 from typing import Any, Callable
@@ -162,19 +163,21 @@ def pair(first: Checker, second: Checker, want: str) -> Checker:
     return check
 
 
-def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
-    """The checked values of the dataclass `cls`'s fields in the JSON object
-    `obj` (each field's checker is its metadata's `check`)."""
-    import dataclasses
-    if not isinstance(obj, dict):
-        raise _bad(obj, "not a JSON object")
+def checked(checks: dict, obj: dict) -> dict:
+    """key -> its checker's value of `obj[key]` (MISSING where absent); Bad names the key."""
     out = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip or not f.metadata.get("check"):
-            continue
-        key = f.metadata.get("key", f.name)
+    for key, check in checks.items():
         try:
-            out[f.name] = f.metadata["check"](obj.get(key, MISSING))
+            out[key] = check(obj.get(key, MISSING))
         except Bad as e:
             raise e.at(key) from None
     return out
+
+
+def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
+    """The checked values of the dataclass `cls`'s fields in the JSON object
+    `obj` (each field's checker is its metadata's `check`)."""
+    if not isinstance(obj, dict):
+        raise _bad(obj, "not a JSON object")
+    return checked({f.name: f.metadata["check"] for f in dataclasses.fields(cls)
+                    if f.name not in skip and f.metadata.get("check")}, obj)

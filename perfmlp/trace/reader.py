@@ -20,6 +20,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -29,9 +30,10 @@ from ..safeio import read_json
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
-from .format import MANIFEST, PACKED, per_batch_words, rank_files, read_rank_bytes
+from .format import MANIFEST, PACKED, rank_files, read_rank_bytes
 from .format import WARMUP_BATCHES  # noqa: F401  (read here by the benchmarks)
 from .batchfile import decode_batches
+from .clocks import host_phases_ns
 from .fields import TraceError
 from .lines import parse
 from .updates import Update
@@ -61,18 +63,9 @@ class Run:
     path: str = ""
     problems: tuple = ()
 
-    # -- what the manifest says (resolved at run time: never worked out here) ---------------
     config = property(lambda self: self.manifest.config)
     procs = property(lambda self: self.manifest.procs)
     ran = property(lambda self: self.manifest.ran)
-    backend = property(lambda self: self.manifest.ran.backend)
-    comm = property(lambda self: self.manifest.ran.comm)
-    exec = property(lambda self: self.manifest.ran.exec)
-    parallel = property(lambda self: self.manifest.ran.parallel)
-    overlap = property(lambda self: self.manifest.ran.overlap)
-    trace_level = property(lambda self: self.manifest.ran.trace_level)
-    gpu = property(lambda self: self.manifest.ran.gpu)
-    on_gpu = property(lambda self: self.manifest.ran.on_gpu)
 
     @property
     def complete(self) -> bool:
@@ -141,13 +134,6 @@ class Run:
     def _epoch_ms(self) -> dict[int, float]:
         return epoch_ms(self.ranks)
 
-    def time_per_batch_words(self) -> str:
-        """Which figure median_batch_ms is, in words."""
-        if self.phase_clock != N.HOST_CLOCK:
-            return "the batch's time on the GPU, median over the steady batches"
-        warm = {e.warmup_batches for rt in self.ranks.values() for e in rt.epochs if e.warmup_batches is not None}
-        return per_batch_words(max(warm)) + ", median over epochs" if warm else "host time per batch, median"
-
     def batch_times_ms(self) -> list[float]:
         """Time per batch of the job: the slowest rank's, per steady batch."""
         return [max(self.batch_time_ms(b) for b in recs.values()) for recs in self._steady.values()]
@@ -182,6 +168,15 @@ class Run:
         return cls(run_id or manifest.run_id, manifest, rts)
 
 
+# what ran, read through the run (`run.comm` is `run.manifest.ran.comm`: resolved at run time, never worked out here)
+for _name in ("backend", "comm", "exec", "parallel", "overlap", "trace_level", "gpu", "on_gpu"):
+    setattr(Run, _name, property(attrgetter("manifest.ran." + _name)))
+
+
+_MANY = {Batch: "batches", Epoch: "epochs", Update: "updates"}  # RankTrace's field of a kind of record
+_ONE = {Header: "header", End: "end"}
+
+
 def rank_trace(rank: int, recs: list, once: bool = True) -> RankTrace:
     """A rank's records (each with where it came from) put together: the
     batches in order, each once (`once`; an asynchronous parameter server's
@@ -191,30 +186,26 @@ def rank_trace(rank: int, recs: list, once: bool = True) -> RankTrace:
     gpu: dict = {}
     seen: dict = {}
     for rec, where in recs:
-        if isinstance(rec, Batch):
+        kind = type(rec)
+        if kind is Batch:
             if once and rec.key in seen:
                 raise TraceError(f"{where}: batch {rec.batch} of epoch {rec.epoch} recorded twice "
                                  f"(first at {seen[rec.key]})")
             seen[rec.key] = where
-            parts["batches"].append(rec)
-        elif isinstance(rec, Shape):
+        if kind in _MANY:
+            parts[_MANY[kind]].append(rec)
+        elif kind in _ONE:
+            parts[_ONE[kind]] = rec
+        elif kind is Shape:
             parts["shapes"][rec.id] = rec
-        elif isinstance(rec, Epoch):
-            parts["epochs"].append(rec)
-        elif isinstance(rec, GpuActivity):
+        elif kind is GpuActivity:
             gpu[(rec.epoch, rec.batch)] = rec.records
-        elif isinstance(rec, Clock):
+        elif kind is Clock:
             parts["clock_end" if rec.at == "end" else "clock"] = rec
-        elif isinstance(rec, Activity):
+        elif kind is Activity:
             act = parts.get("activity")
             parts["activity"] = rec if act is None else dataclasses.replace(
                 act if act.schema else rec, orphans=act.orphans + rec.orphans)
-        elif isinstance(rec, Header):
-            parts["header"] = rec
-        elif isinstance(rec, End):
-            parts["end"] = rec
-        elif isinstance(rec, Update):
-            parts["updates"].append(rec)
     batches = _on_gpu(parts.pop("batches"), gpu, parts.get("clock")) if gpu else parts.pop("batches")
     return RankTrace(rank, batches=tuple(batches), epochs=tuple(parts.pop("epochs")),
                      updates=tuple(parts.pop("updates")), **parts)
@@ -239,13 +230,9 @@ def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
 
 def _host_only(b: Batch, recs, clock: Clock | None) -> dict:
     """Phases that launched nothing on the GPU (a host MPI allreduce), as
-    CUPTI-clock spans from the host's phase times."""
-    if clock is None or clock.cupti_minus_host_ns is None:
-        return {}
+    CUPTI-clock spans (whole ns) from the host's phase times."""
     on_gpu = {r.phase for r in recs}
-    base = clock.host_start_ns + clock.cupti_minus_host_ns + b.t0_s * 1e9
-    return {p: (int(base + s.offset_ms * 1e6), int(base + (s.offset_ms + s.ms) * 1e6))
-            for p, s in b.t_ms.items() if p not in on_gpu}
+    return {p: (int(s), int(e)) for p, (s, e) in host_phases_ns(b, clock).items() if p not in on_gpu}
 
 
 # ---- from disk ----------------------------------------------------------------------------

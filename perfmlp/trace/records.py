@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, NamedTuple
 
@@ -42,12 +43,9 @@ def _gpu_phase(v):
     return "batch" if v == "batch" else phase(v)  # launched between phases: the batch's own
 
 
-def _f(doc: str, check, default=None, key: str | None = None):
+def _f(doc: str, check, default=None):
     """A record field: its documentation and its check (MISSING-aware)."""
-    meta = {"doc": doc, "check": check}
-    if key:
-        meta["key"] = key
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata={"doc": doc, "check": check})
 
 
 _count = F.integer(0)
@@ -57,14 +55,9 @@ _phase_counts = F.keyed(phase, _count)
 def _config(v) -> Mapping:
     """The resolved configuration: every key passes through; the ones the
     readers compute with are checked."""
-    m = F.mapping(v)
-    need = {"input_size": F.integer(1), "hidden_sizes": F.list_of(F.integer(1)), "num_classes": F.integer(1),
-            "batch_size": F.integer(1), "precision": F.string, "batch_transfer": F.string}
-    for k, check in need.items():
-        try:
-            check(m.get(k, F.MISSING))  # checked; kept as written (hidden_sizes a list, as the configuration's)
-        except F.Bad as e:
-            raise e.at(k) from None
+    m = F.mapping(v)  # kept as written (hidden_sizes a list, as the configuration's)
+    F.checked({"input_size": F.integer(1), "hidden_sizes": F.list_of(F.integer(1)), "num_classes": F.integer(1),
+               "batch_size": F.integer(1), "precision": F.string, "batch_transfer": F.string}, m)
     if not m["hidden_sizes"]:
         raise F.Bad("[], not a non-empty list", "hidden_sizes")
     return m
@@ -250,24 +243,15 @@ class Batch:
     gpu_t0_ns: int | None = _f("with `cupti`: the batch's GPU start (CUPTI clock), `t_ms`'s origin", None)
     gpu: tuple | None = _f("with `cupti`: the batch's `GpuRecord`s", None)
 
-    # the shape's counts, read through the batch
-    samples = property(lambda self: self.shape.samples)
-    local_samples = property(lambda self: self.shape.local_samples)
-    flops = property(lambda self: self.shape.flops)
-    ops = property(lambda self: self.shape.ops)
-    kernels = property(lambda self: self.shape.kernels)
-    gemms = property(lambda self: self.shape.gemms)
-    mem_bytes = property(lambda self: self.shape.mem_bytes)
-    bytes_h2d = property(lambda self: self.shape.bytes_h2d)
-    bytes_d2h = property(lambda self: self.shape.bytes_d2h)
-    bytes_d2d = property(lambda self: self.shape.bytes_d2d)
-    bytes_mpi = property(lambda self: self.shape.bytes_mpi)
-    bytes_nccl = property(lambda self: self.shape.bytes_nccl)
-    collectives = property(lambda self: self.shape.collectives)
-
     @property
     def key(self) -> tuple[int, int]:
         return self.epoch, self.batch
+
+
+# the shape's counts, read through the batch (`b.samples` is `b.shape.samples`)
+for _name in ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "mem_bytes", "bytes_h2d", "bytes_d2h",
+              "bytes_d2d", "bytes_mpi", "bytes_nccl", "collectives"):
+    setattr(Batch, _name, property(attrgetter("shape." + _name)))
 
 
 class BatchLayout:

@@ -133,16 +133,6 @@ SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "b
               "bytes_mpi", "bytes_nccl", "collectives")
 
 
-def _batch_values(obj: dict) -> dict:
-    out = {}
-    for k, check in BATCH_V1.items():
-        try:
-            out[k] = check(obj.get(k, F.MISSING))
-        except F.Bad as e:
-            raise e.at(k) from None
-    return out
-
-
 def _frozen(v):
     return tuple(sorted(v.items())) if hasattr(v, "items") else v
 
@@ -167,7 +157,7 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
                 header = (F.fields_of(Header, {"start": "", "pid": 0, "size": 1, **obj, "schema": "perfmlp.trace/2",
                                                "clock": "host", "host_start_ns": 0}), where)
             elif kind == "batch":
-                v = _batch_values(obj)
+                v = F.checked(BATCH_V1, obj)
                 key = tuple(_frozen(v[k]) for k in SHAPE_KEYS) + (tuple(v["t_ms"]),)
                 shape = shapes.get(key)
                 if shape is None:

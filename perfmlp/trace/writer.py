@@ -47,7 +47,7 @@ from .gpu_side import GpuSide
 from .phases import NOOP, Event, Hooked, Recording, stamp_class
 from .shapes import ShapeBook
 from .lines import line
-from .records import SCHEMA, Activity, End, Epoch, Header, Phase
+from .records import ACTIVITY_FIELDS, SCHEMA, Activity, End, Epoch, Header, Phase
 from .store import BatchFile, LineFile, WrittenBatchFile
 
 _ns = time.perf_counter_ns
@@ -178,7 +178,7 @@ class Tracer(ShapeBook, GpuSide):
         if self.rank == 0:
             self._record_what_ran(backend, machine, levels, asked, why, blas)
         if self._collector is not None:
-            self._write(Activity(schema=ACTIVITY_SCHEMA, level=self.level, fields=act.ACTIVITY_FIELDS,
+            self._write(Activity(schema=ACTIVITY_SCHEMA, level=self.level, fields=ACTIVITY_FIELDS,
                                  own_kernels=act.own_kernel_names()))
         self._make_phases()
 
