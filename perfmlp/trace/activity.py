@@ -44,10 +44,6 @@ def ext_id(seq: int, code: int) -> int:
     return (seq << PHASE_BITS) | code
 
 
-def split_ext(ext: int) -> tuple[int, int]:
-    return ext >> PHASE_BITS, ext & ((1 << PHASE_BITS) - 1)
-
-
 def profiler_owning_cupti(environ=os.environ) -> str | None:
     """The variable that shows a profiler (Nsight Systems, Nsight Compute)
     injected itself into CUDA and so owns CUPTI, or None."""
@@ -93,7 +89,7 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
         if ext is None:
             orphans += 1
             continue
-        seq, code = split_ext(ext)
+        seq, code = divmod(ext, 1 << PHASE_BITS)  # ext_id's parts
         where = batches.get(seq)
         if where is None:
             orphans += 1

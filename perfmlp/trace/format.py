@@ -139,31 +139,18 @@ def batch_file(rank: int) -> str:
 # A committed trace set may hold its rank files gzipped (python -m perfmlp.trace.pack):
 # every reader takes either form of a rank's files through these
 PACKED = ".gz"
-RANK_SUFFIXES = (".jsonl", ".batches")
-
-
-def rank_of(name: str) -> tuple[int, str] | None:
-    """(rank, suffix) of a rank file's name (packed or not), or None where
-    the name is not rank-<number>.jsonl or rank-<number>.batches."""
-    stem = name[:-len(PACKED)] if name.endswith(PACKED) else name
-    for suffix in RANK_SUFFIXES:
-        if stem.startswith("rank-") and stem.endswith(suffix):
-            digits = stem[len("rank-"):-len(suffix)]
-            if digits.isdigit() and digits.isascii():
-                return int(digits), suffix
-    return None
 
 
 def rank_files(folder: Path, suffix: str = ".jsonl") -> dict[int, Path]:
-    """rank -> its file with `suffix` in `folder`, plain or packed.
+    """rank -> its file rank-<number><suffix> in `folder`, plain or packed.
     ValueError: a file named like a rank file that is not one (rank-x.jsonl),
     or a rank in both forms."""
     out: dict[int, Path] = {}
     for p in sorted([*folder.glob("rank-*" + suffix), *folder.glob("rank-*" + suffix + PACKED)]):
-        got = rank_of(p.name)
-        if got is None:
+        digits = p.name.removesuffix(PACKED).removesuffix(suffix)[len("rank-"):]
+        if not (digits.isdigit() and digits.isascii()):
             raise ValueError(f"{p}: not a rank file (rank-<number>{suffix})")
-        rank = got[0]
+        rank = int(digits)
         if rank in out:
             raise ValueError(f"{folder}: rank {rank} is there both packed and plain ({out[rank].name}, {p.name})")
         out[rank] = p
