@@ -86,15 +86,11 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
     orphans = 0
     for kind, corr, start, end, stream, nbytes, ck, name in gpu:
         ext = ext_of.get(corr)
-        if ext is None:
-            orphans += 1
-            continue
-        seq, code = divmod(ext, 1 << PHASE_BITS)  # ext_id's parts
-        where = batches.get(seq)
+        where = None if ext is None else batches.get(ext >> PHASE_BITS)
         if where is None:
             orphans += 1
             continue
-        rec = [classify(kind, name), phase_names.get(code, "batch"), start, end, stream, nbytes,
+        rec = [classify(kind, name), phase_names.get(ext % (1 << PHASE_BITS), "batch"), start, end, stream, nbytes,
                COPY_KINDS.get(ck, "other") if kind == "memcpy" else (kind if kind == "memset" else None),
                name, api_of.get(corr), corr]
         out.setdefault(where, []).append(rec)

@@ -37,15 +37,11 @@ NOOP = ().__init__
 def stamp_class(stamps: list, compiled: bool = False) -> type:
     """The class of a phase on the host clock: one stamp into `stamps` as it
     starts (a phase ends where the next one starts, the last where the
-    batch ends). Both hooks are C code, so no Python frame runs per phase:
-    __exit__ is NOOP; __enter__ is, with `compiled`, the C extension's
-    Stamper (trace/fastpath.py), else `map(stamps.append,
-    starmap(perf_counter, repeat(()))).__next__`, which reads the clock and
-    appends it (starmap, unlike iter(perf_counter, None), compares no stamp
-    with a sentinel). Either is taken from the class as it is, with no
-    bound method made, and called with no arguments by the `with`
-    statement; the Stamper is one C call where the map is three (about 30%
-    less time a stamp on the project's CPU machine)."""
+    batch ends). Both hooks are C code, taken from the class as they are (no
+    bound method) and called with no arguments: __exit__ is NOOP; __enter__
+    is, with `compiled`, the C extension's Stamper (one C call), else
+    `map(stamps.append, starmap(perf_counter, repeat(()))).__next__`, which
+    reads the clock and appends it (three)."""
     stamp = CStamper(stamps) if compiled else map(stamps.append, starmap(_now, repeat(()))).__next__
     return type("Stamp", (), {"__slots__": (), "__enter__": stamp, "__exit__": NOOP})
 

@@ -12,9 +12,6 @@ the binary layout `BatchLayout` describes. A batch record holds only what
 changes from batch to batch (its position, loss and timestamps); what
 depends only on the piece's shape (FLOPs, bytes, collectives, the launched
 operations) is its `Shape`, written once and referenced by id.
-
-`Phase` (perfmlp/names.py) names the phases of a batch: the trainer, the
-writer, the reader and the model use it, so a phase name cannot be misspelled.
 """
 from __future__ import annotations
 

@@ -46,11 +46,8 @@ class LineError(ValueError):
 
 def manifest(obj: dict) -> Manifest:
     """A format-1 manifest as a Manifest (F.Bad names the field)."""
-    base = {k: obj.get(k, F.MISSING) for k in ("run_id", "config", "procs", "status", "start", "end", "versions",
-                                               "argv", "mpi_library", "machine", "profiler_attached")}
-    if base["start"] is F.MISSING:
-        base["start"] = ""  # metadata no reader computes with: absent in hand-made format-1 runs
-    m = F.fields_of(Manifest, {**base, "schema": "perfmlp.trace/2"}, skip=("ran",))
+    # `start`: metadata no reader computes with, absent in hand-made format-1 runs
+    m = F.fields_of(Manifest, {**obj, "start": obj.get("start", "")}, skip=("schema", "ran"))
     c = m["config"]
     backend = obj.get("backend") or c.get("backend")
     if backend not in N.BACKENDS:
@@ -154,8 +151,8 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
             if kind == "header":
                 if obj.get("schema") != SCHEMA_V1:
                     raise F.Bad(f"{F.shown(obj.get('schema', F.MISSING))}, not {SCHEMA_V1} (the manifest's)", "schema")
-                header = (F.fields_of(Header, {"start": "", "pid": 0, "size": 1, **obj, "schema": "perfmlp.trace/2",
-                                               "clock": "host", "host_start_ns": 0}), where)
+                header = (F.fields_of(Header, {"start": "", "pid": 0, "size": 1, **obj},  # the rest: set below
+                                      skip=("schema", "clock", "host_start_ns")), where)
             elif kind == "batch":
                 v = F.checked(BATCH_V1, obj)
                 key = tuple(_frozen(v[k]) for k in SHAPE_KEYS) + (tuple(v["t_ms"]),)
