@@ -152,10 +152,8 @@ class Run:
 
     def counters(self, rank: int) -> Batch | None:
         """One steady full-size batch on `rank` (the first), whose shape holds its counts."""
-        for recs in self._steady.values():
-            if recs[rank].samples == self.config["batch_size"]:
-                return recs[rank]
-        return None
+        return next((recs[rank] for recs in self._steady.values() if recs[rank].samples == self.config["batch_size"]),
+                    None)
 
     @classmethod
     def from_records(cls, manifest: Manifest, ranks: dict, run_id: str | None = None) -> "Run":
@@ -221,18 +219,13 @@ def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
             prev = None
             continue
         after = prev[2] if prev and prev[:2] == (b.epoch, b.batch - 1) else None
-        spans, total, t0, end = gpu_phase_spans(recs, after, _host_only(b, recs, clock))
+        on_gpu = {r.phase for r in recs}  # the others launched nothing (a host MPI allreduce): the host's spans
+        host_only = {p: (int(s), int(e)) for p, (s, e) in host_phases_ns(b, clock).items() if p not in on_gpu}
+        spans, total, t0, end = gpu_phase_spans(recs, after, host_only)
         out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=MappingProxyType({p: Span(*s) for p, s in spans.items()}),
                                        t_ms_total=total, clock=N.CUPTI, gpu_t0_ns=t0, gpu=recs))
         prev = (b.epoch, b.batch, end)
     return out
-
-
-def _host_only(b: Batch, recs, clock: Clock | None) -> dict:
-    """Phases that launched nothing on the GPU (a host MPI allreduce), as
-    CUPTI-clock spans (whole ns) from the host's phase times."""
-    on_gpu = {r.phase for r in recs}
-    return {p: (int(s), int(e)) for p, (s, e) in host_phases_ns(b, clock).items() if p not in on_gpu}
 
 
 # ---- from disk ----------------------------------------------------------------------------

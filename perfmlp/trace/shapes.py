@@ -35,22 +35,14 @@ def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: i
     FLOPs and device-memory bytes are the model's formulas
     (perfmlp/model/costs.py) on the launched shapes at the precision's
     widths `w` (mem_bytes); a GEMM is one launch (a library call on cuBLAS)."""
-    flops: dict = {}
-    nops: dict = {}
-    kernels: dict = {}
-    gemms: dict = {}
-    launches: dict = {}
+    flops, nops, kernels, gemms, launches = {}, {}, {}, {}, {}
     for name, i0, i1, k in ran:
         mine = ops[i0:i1]
         flops[name] = flops.get(name, 0) + sum(op_cost(op, tuple(shape), w)[0] for op, shape in mine)
         launches.setdefault(name, []).extend((op, tuple(shape)) for op, shape in mine)
-        if mine:
-            nops[name] = nops.get(name, 0) + len(mine)
-        if k:
-            kernels[name] = kernels.get(name, 0) + k
-        g = sum(1 for op, _ in mine if op == "gemm")
-        if g:
-            gemms[name] = gemms.get(name, 0) + g
+        for counted, n in ((nops, len(mine)), (kernels, k), (gemms, sum(op == "gemm" for op, _ in mine))):
+            if n:  # a phase that launched none is left out
+                counted[name] = counted.get(name, 0) + n
     return {"phases": tuple(name for name, *_ in ran), "flops": flops, "ops": nops, "launches": launches,
             "mem_bytes": mem_bytes(launches, w, weight_grads),
             "kernels": kernels if counts_kernels else None, "gemms": gemms if counts_kernels else None}

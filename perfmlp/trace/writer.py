@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from ..errors import PerfmlpError
-from ..model.costs import itemsize, widths
+from ..model.costs import widths
 from .. import names as N
 from . import activity as act
 from . import nvtx as nv
@@ -85,7 +85,6 @@ class Tracer(ShapeBook, GpuSide):
         self.run_dir, self.rank, self.world, self.cfg = run_dir, rank, world, cfg
         self.manifest = manifest  # rank 0's
         self.backend = None
-        self.itemsize = itemsize(cfg.precision)
         self.widths = widths(cfg.precision)   # the Shape's device-memory bytes
         self.level = cfg.trace_level  # attach() resolves auto
         self.t_start_ns = _ns()
@@ -277,10 +276,6 @@ class Tracer(ShapeBook, GpuSide):
         clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in values.items()}
         self._write(Epoch(**clean))
 
-    def record(self, rec) -> None:
-        """A record of an optional kind (trace/updates.py's Update)."""
-        self._write(rec)
-
     def close(self, status: str) -> None:
         """Write what is pending, the end line and (rank 0) the manifest's
         status. Each step is tried even when an earlier one failed; the first
@@ -321,6 +316,9 @@ class Tracer(ShapeBook, GpuSide):
     # -- internals ------------------------------------------------------------------
     def _write(self, rec) -> None:
         self._lines.write(line(rec))
+
+    record = _write  # the hook for a record of an optional kind (trace/updates.py's Update)
+
 
 def new_run_id(cfg, world) -> str:
     if cfg.run_id:
