@@ -18,12 +18,9 @@ from pathlib import Path
 
 from .. import names as N
 
-# Batches left out at the start of every epoch, by the trainer's synchronised
-# steady window (the epoch line's steady_ms_per_batch, `warmup_batches`) and
-# by the reader (trace/reader.py STEADY_RULE): the first compiles, allocates
-# and captures a CUDA graph, and the next two still run well above a steady
-# batch's host time (a graph's first replays, an eager run's first pinned
-# copies). Traces whose epochs lack `warmup_batches` left out one.
+# Batches left out at the start of every epoch by the trainer's steady window (the epoch line's
+# `warmup_batches`) and the reader's STEADY_RULE: the first compiles, allocates and captures a CUDA graph, the
+# next two still carry one-off costs (a graph's first replays, an eager run's first pinned copies).
 WARMUP_BATCHES = 3
 
 
@@ -43,17 +40,11 @@ def per_batch_words(warmup: int) -> str:
     return "synchronised wall time per batch of the whole epoch (too short for a warm-up)"
 MANIFEST = "manifest.json"
 
-# Whether a measured phase time means what the model's term of its group means
-# (the time of that work) depends on the clock that timed it. On the GPU
-# (batch lines' `clock`: CUDA events at `phases`; the reader's `cupti`,
-# from the activity records, at `timeline` and `kernels`) every phase is
-# timed (N.GPU_CLOCKS). On the host clock (`counters`, the default) a GPU
-# run's phase is the host's time between its hooks: the host enqueues
-# kernels, NCCL collectives, pinned copies and graph replays and runs on, so
-# those phases measure the enqueue (a graph replay's "compute" is the
-# cudaGraphLaunch call), and only a phase whose call blocks the host with the
-# GPU idle, or with no more than the one update kernel queued ahead of it,
-# times its own work.
+# A measured phase time is its work's time (what the model's term means) where the GPU timed it (N.GPU_CLOCKS:
+# CUDA events at `phases`, the reader's `cupti` at `timeline` and `kernels`). On a GPU run's host clock a phase
+# is the host's time between its hooks: enqueued kernels, NCCL collectives, pinned copies and graph replays
+# measure the enqueue (a graph replay's "compute" is the cudaGraphLaunch call), and only a phase whose call
+# blocks the host with the GPU idle, or behind no more than the one update kernel, times its own work.
 
 
 def host_clock_terms(batch_transfer: str, comm: str, parallel: str = N.DATA) -> frozenset:
@@ -93,15 +84,12 @@ def comparable_terms(clock: str, on_gpu: bool, batch_transfer: str, comm: str, p
     return host_clock_terms(batch_transfer, comm, parallel)
 
 
-# How much a run records (`--trace-level`, N.TRACE_LEVELS, cheapest first).
-# Where a level cannot run (no GPU, no CUPTI, a profiler owning CUPTI) the
-# tracer takes the richest level below it that can, and the manifest says so.
-OVERHEAD_TARGET = 0.02  # the default level costs under 2% of untraced time per batch
-# The default level per execution mode (N.DEFAULT_TRACE_LEVEL) is the richest
-# whose median overhead stays under OVERHEAD_TARGET; any GPU timing costs each
-# rank a few us a batch, which a host-bound eager step or ranks waiting for
-# each other every step make visible. Evidence: OVERHEAD_EVIDENCE
-# (benchmarks/timeline_overhead.py; tests/test_timeline.py holds the table to it).
+# How much a run records (`--trace-level`, N.TRACE_LEVELS, cheapest first); where a level cannot run (no GPU, no
+# CUPTI, a profiler owning CUPTI) the tracer takes the richest level below it that can, and the manifest says so.
+# The default level per execution mode (N.DEFAULT_TRACE_LEVEL) is the richest whose median overhead stays under
+# OVERHEAD_TARGET of untraced time per batch, as measured in OVERHEAD_EVIDENCE (benchmarks/timeline_overhead.py;
+# tests/test_timeline.py holds the table to it).
+OVERHEAD_TARGET = 0.02
 OVERHEAD_EVIDENCE = "reports/h200-x2/benchmarks/overhead"
 
 
@@ -121,12 +109,9 @@ def resolve_trace_level(level: str | None, exec_mode: str) -> str:
     return default_trace_level(exec_mode) if level == N.AUTO else level
 
 
-# Activity lines (`kind: "gpu"`, one per batch and rank, written between epochs):
-# `records` is a list of arrays of records.ACTIVITY_FIELDS, in that order.
-ACTIVITY_SCHEMA = "perfmlp.activity/1"
-# cat: what the GPU did. compute (kernels), copy (memcpy, memset), comm
-# (NCCL kernels), graph (a whole CUDA-graph launch at the `timeline` level).
+ACTIVITY_SCHEMA = "perfmlp.activity/1"  # what the `gpu` lines hold: records.GpuRecord arrays
 COPY_KINDS = {1: "h2d", 2: "d2h", 8: "d2d"}  # CUPTI's memcpy kinds the trainer issues (others: "other")
+
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank}.jsonl"

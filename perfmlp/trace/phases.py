@@ -1,18 +1,17 @@
 """The phase hooks a Tracer hands out (`tracer.phase(Phase.X)`, a dict
-look-up done in C), and the pricing of the operations a batch launched.
+look-up done in C).
 
 Per phase, at the default level, the host pays one `with` and one
 perf_counter() appended to the batch's stamp list (`stamp_class`), all in
-C; what the phase launched is not looked at. Only the first batch of each piece size
-(`Recording`, around the same hooks) notes which phases ran and which
-operations the network launched in each, which `price` turns into the
-batch's `Shape` counts; later batches of that size reference it.
+C. Only the first batch of each piece size (`Recording`, around the same
+hooks) notes which phases ran and the operations the network launched in
+each, which trace/shapes.py prices into the batch's `Shape`.
 
 `Event` (the `phases` level on the GPU) records a CUDA event as a phase
 ends (a pool reused batch after batch, through the runtime directly: the
 Event wrappers cost host time on every phase); `Hooked` pushes and pops an
-NVTX range (only where a tool is attached: with none, nothing is called)
-and a CUPTI external correlation id (GPU activity levels).
+NVTX range (only where a tool is attached) and a CUPTI external
+correlation id (GPU activity levels).
 """
 from __future__ import annotations
 

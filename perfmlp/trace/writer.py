@@ -40,7 +40,7 @@ from .. import names as N
 from . import activity as act
 from . import nvtx as nv
 from .format import ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
-from .manifest import blas_seen, finished, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
+from .manifest import blas_seen, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
 from .fastpath import CFastPath, fast_path
 from .gpu_side import GpuSide
 from .phases import NOOP, Event, Hooked, Recording, stamp_class
@@ -302,7 +302,7 @@ class Tracer(ShapeBook, GpuSide):
 
     def _finish_manifest(self, status: str) -> None:
         if self.rank == 0 and self.manifest is not None:
-            self.manifest = finished(self.manifest, status)
+            self.manifest = dataclasses.replace(self.manifest, status=status, end=now_iso())
             write_manifest(self.run_dir, self.manifest)
 
     def redirect_writes(self, path: str) -> None:
