@@ -49,46 +49,36 @@ def _bad(v: Any, want: str) -> Bad:
     return Bad("missing" if v is MISSING else f"{shown(v)}, {want}")
 
 
+def _checker(test: Callable[[Any], bool], want: str, convert: Callable | None = None) -> Checker:
+    """A checker: the value (converted by `convert`) where `test` passes it, else Bad saying `want`."""
+    def check(v):
+        if not test(v):
+            raise _bad(v, want)
+        return v if convert is None else convert(v)
+    return check
+
+
 def integer(lo: int | None = 0) -> Checker:
     """An integer (not a bool), at least `lo` (None: any)."""
-    want = "not an integer" if lo is None else f"not an integer >= {lo}"
-
-    def check(v):
-        if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
-            raise _bad(v, want)
-        return v
-    return check
+    return _checker(lambda v: isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo),
+                    "not an integer" if lo is None else f"not an integer >= {lo}")
 
 
 def number(lo: float | None = None) -> Checker:
     """A finite number (an integer is taken as a float), at least `lo`."""
-    want = "not a finite number" + ("" if lo is None else f" >= {lo:g}")
-
-    def check(v):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (lo is not None and v < lo):
-            raise _bad(v, want)
-        return float(v)
-    return check
-
-
-def string(v):
-    if not isinstance(v, str):
-        raise _bad(v, "not a string")
-    return v
-
-
-def boolean(v):
-    if not isinstance(v, bool):
-        raise _bad(v, "not true or false")
-    return v
+    return _checker(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    and (lo is None or v >= lo), "not a finite number" + ("" if lo is None else f" >= {lo:g}"), float)
 
 
 def choice(*names: str) -> Checker:
-    def check(v):
-        if v not in names:
-            raise _bad(v, "not one of " + ", ".join(names))
-        return v
-    return check
+    return _checker(names.__contains__, "not one of " + ", ".join(names))
+
+
+string = _checker(lambda v: isinstance(v, str), "not a string")
+boolean = _checker(lambda v: isinstance(v, bool), "not true or false")
+mapping = _checker(lambda v: isinstance(v, dict), "not an object", MappingProxyType)  # a JSON object, read-only
+string_list = _checker(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "not a list of strings",
+                       tuple)
 
 
 def optional(inner: Checker, default=None) -> Checker:
@@ -103,19 +93,6 @@ def if_missing(inner: Checker, default) -> Checker:
     def check(v):
         return default if v is MISSING else inner(v)
     return check
-
-
-def mapping(v):
-    """A JSON object, kept read-only."""
-    if not isinstance(v, dict):
-        raise _bad(v, "not an object")
-    return MappingProxyType(v)
-
-
-def string_list(v):
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise _bad(v, "not a list of strings")
-    return tuple(v)
 
 
 def list_of(inner: Checker) -> Checker:

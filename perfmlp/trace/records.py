@@ -88,8 +88,7 @@ class Ran:
     trace_levels: tuple | None = _f("each rank's level, where they differ", F.optional(F.string_list))
     gpu: str | None = _f("the GPU's name (null on the CPU)", F.optional(F.string))
     batch_hooks: str | None = _f("the tracer's begin_batch and end_batch: `c` (compiled) or `python` (absent "
-                                 "before perfmlp 0.4.0: Python)", F.if_missing(F.optional(F.choice("c", "python")),
-                                                                              None))
+                                 "before perfmlp 0.4.0: Python)", F.optional(F.choice("c", "python")))
     blas: str | None = _f("the BLAS library NumPy called, with its file (`openblas (libscipy_openblas64_.so)`); null "
                           "where none was found (absent in older traces)", F.optional(F.string))
     slices: int = _f("the first layer's slices (`--slices`, `auto` resolved; 1: unsliced; absent before perfmlp "
