@@ -8,8 +8,7 @@ runs and machines without the wheels never load it):
   copies (MEMCPY) and memsets, the driver and runtime API calls (their host
   start is when the launch was issued) and EXTERNAL_CORRELATION; at the
   `timeline` level a replayed graph is one GRAPH_TRACE record, at `kernels`
-  each of its kernel nodes is a kernel record (CUPTI instruments them on the
-  GPU: about 0.5 us a node).
+  each of its kernel nodes is a kernel record (instrumented on the GPU).
 - attribution, exact and without clocks: the tracer pushes an external
   correlation id (`ext_id(seq, phase code)`) as a phase starts and pops it
   as it ends; CUPTI ties every API call made meanwhile to it, and every GPU

@@ -6,13 +6,11 @@ Two tracers with one interface, which the training loop calls:
 `end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer`
 writes the trace.
 
-What is timed depends on `--trace-level` (names.TRACE_LEVELS;
-`auto` is resolved in `attach` by the execution mode that runs):
-`counters` stamps the batch and each phase on the host clock; `phases`
-times each phase with CUDA events on the GPU (read when they have
-completed, never by synchronising the device), the host clock on the CPU;
-`timeline` and `kernels` stamp the host clock and collect CUPTI activity
-(trace/activity.py), written as `gpu` lines between epochs.
+What is timed depends on `--trace-level` (names.TRACE_LEVELS; `auto` is
+resolved in `attach` by the execution mode that runs). CUDA events (`phases`
+on the GPU) are read once they have completed, never by synchronising the
+device; CUPTI activity (trace/activity.py) is written as `gpu` lines between
+epochs.
 
 Host cost per batch, which a host-bound step pays in full
 (benchmarks/trace_cost.py): one perf_counter() per phase, appended in C
