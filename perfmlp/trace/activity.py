@@ -191,7 +191,6 @@ class Collector:
         except ImportError as e:
             raise CollectorUnavailable(f"cupti-python is not installed ({e})") from None
         self.cupti = cupti
-        self.level = level
         K = cupti.ActivityKind
         self._k = {int(K.CONCURRENT_KERNEL): "kernel", int(K.MEMCPY): "memcpy", int(K.MEMSET): "memset",
                    int(K.GRAPH_TRACE): "graph"}
@@ -202,7 +201,6 @@ class Collector:
         self._gpu: list = []
         self._ext: dict = {}
         self._api: dict = {}
-        self.dropped = 0
         self.enabled = []
         try:
             if _registered is None:
