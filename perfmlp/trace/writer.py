@@ -63,13 +63,9 @@ class NullTracer:
     """No trace: every hook is a no-op (a phase is one C-level look-up)."""
 
     ops = None
-    backend = None
     run_dir = None
     phase = dict.fromkeys(Phase, _Quiet()).__getitem__
-    begin_batch = end_batch = end_epoch = record = close = redirect_writes = NOOP  # any arguments, no Python frame
-
-    def attach(self, world, backend) -> None:
-        self.backend = backend.name
+    attach = begin_batch = end_batch = end_epoch = record = close = redirect_writes = NOOP  # any arguments
 
 
 class _NoNet:
@@ -82,7 +78,6 @@ class Tracer(ShapeBook, GpuSide):
     def __init__(self, run_dir: Path, rank: int, world, cfg, manifest=None, compiled: bool | None = None):
         self.run_dir, self.rank, self.world, self.cfg = run_dir, rank, world, cfg
         self.manifest = manifest  # rank 0's
-        self.backend = None
         self.widths = widths(cfg.precision)   # the Shape's device-memory bytes
         self.level = cfg.trace_level  # attach() resolves auto
         self.t_start_ns = _ns()
@@ -127,7 +122,6 @@ class Tracer(ShapeBook, GpuSide):
     def attach(self, world, backend) -> None:
         """Resolve the level, write the header and clock lines, and (rank 0)
         what ran into the manifest (collectives: every rank calls it)."""
-        self.backend = backend.name
         self._net = getattr(backend, "net", None)
         self._kernels = self._net if self._net is not None else _NoNet
         asked, note, why = self.level, None, None
