@@ -66,6 +66,7 @@ class Run:
     config = property(lambda self: self.manifest.config)
     procs = property(lambda self: self.manifest.procs)
     ran = property(lambda self: self.manifest.ran)
+    layer_sizes = property(lambda self: self.manifest.layer_sizes)
 
     @property
     def complete(self) -> bool:
@@ -85,15 +86,9 @@ class Run:
             return True
         return bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir())
 
-    @property
-    def layer_sizes(self) -> tuple[int, ...]:
-        c = self.config
-        return (c["input_size"], *c["hidden_sizes"], c["num_classes"])
-
     # -- per batch ---------------------------------------------------------------------
-    @cached_property
-    def _steady(self) -> dict:
-        return steady_window(self.ranks)
+    _steady = cached_property(lambda self: steady_window(self.ranks))
+    _epoch_ms = cached_property(lambda self: epoch_ms(self.ranks))  # epoch -> synchronised ms per batch
 
     def steady_batches(self) -> dict[tuple[int, int], dict[int, Batch]]:
         """(epoch, batch) -> {rank: Batch} of the steady batches (STEADY_RULE)."""
@@ -129,10 +124,6 @@ class Run:
             return False
         return any(not b.t_ms_total and b.clock == N.HOST_CLOCK and not self._epoch_ms.get(b.epoch)
                    for recs in self._steady.values() for b in recs.values())
-
-    @cached_property
-    def _epoch_ms(self) -> dict[int, float]:
-        return epoch_ms(self.ranks)
 
     def batch_times_ms(self) -> list[float]:
         """Time per batch of the job: the slowest rank's, per steady batch."""

@@ -127,6 +127,11 @@ class Manifest:
     profiler_attached: bool = _f("an NVTX tool (Nsight Systems) was attached", F.optional(F.boolean, False))
     ran: Ran | None = _f("what ran (null until the backend is built)", F.optional(lambda v: read(Ran, v)))
 
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        c = self.config
+        return (c["input_size"], *c["hidden_sizes"], c["num_classes"])
+
 
 # ---- a rank's file ----------------------------------------------------------------------
 

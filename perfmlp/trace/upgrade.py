@@ -84,9 +84,7 @@ def with_mem_bytes(shape: Shape, m: Manifest) -> Shape:
         return shape
     from ..model.costs import batch_counts, weight_grad_elements, widths
     from .shapes import mem_bytes
-    c, ran = m.config, m.ran
-    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
-    w = widths(c["precision"])
+    ran, sizes, w = m.ran, m.layer_sizes, widths(m.config["precision"])
     if shape.launches is not None:
         mem = mem_bytes(shape.launches, w, weight_grad_elements(sizes, ran.fuse_output))
     else:
@@ -103,12 +101,10 @@ def with_launch(m: Manifest, first: Batch | None) -> Manifest:
     if first is None or m.ran is None or m.ran.parallel != N.DATA or m.ran.comm in N.PS_COMMS:
         return m
     from ..model.costs import batch_counts
-    c = m.config
-    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
     split = m.ran.bucket_bytes if m.ran.overlap else None
     got = sum(first.ops.values())
     for fused in (True, False):
-        if sum(batch_counts(sizes, first.local_samples, 4, bucket_bytes=split, fuse_output=fused)
+        if sum(batch_counts(m.layer_sizes, first.local_samples, 4, bucket_bytes=split, fuse_output=fused)
                .operations.values()) == got:
             return dataclasses.replace(m, ran=dataclasses.replace(m.ran, fuse_output=fused))
     return m
