@@ -1,18 +1,10 @@
-"""The one reader of the trace: it returns records (trace/records.py) and
-nothing else, every field checked. A damaged field ends the reading of its
-run with one line naming the file, the line (or batch record) and the
-field (`TraceError`); a run cut off (killed, a full disk) is read with
-every batch it finished and marked incomplete. Format-1 traces are read
-through trace/upgrade.py. `Run.from_records` builds a run from in-memory
-records (tests need no files).
-
-`read_traces(folder)` reads every run under a folder and returns the runs
-it could read and one line per thing it skipped; `read_run(folder)` one.
-
-Where a rank collected GPU activity (`timeline`, `kernels`), each of its
-batches gets its `GpuRecord`s and its phases measured on the GPU from them
-(`t_ms`, `t_ms_total`, `clock` cupti), the host's phase times kept as
-`t_ms_host`.
+"""The one reader of the trace (`read_run`, `read_traces`): it returns
+records (trace/records.py) and nothing else, every field checked. A damaged
+field ends the reading of its run with one line naming the file, the line
+(or batch record) and the field (`TraceError`); a run cut off (killed, a
+full disk) is read with every batch it finished and marked incomplete.
+Format-1 traces are read through trace/upgrade.py. `Run.from_records`
+builds a run from in-memory records (tests need no files).
 """
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
 """The records of a run's trace (format 2): what a run writes and what the
 reader returns, nothing else. Each is a frozen dataclass whose fields carry
-their documentation and their check (trace/fields.py); docs/trace-format.md
-is generated from them (`python -m perfmlp.trace.docs`, held to them by a
-test).
-
-A run folder holds `manifest.json` (a `Manifest`, with `Ran`: what ran,
-resolved once at run time), and per rank `rank-<r>.jsonl` (one JSON object
-a line: `Header`, `Clock`, `Activity`, `Shape`, `Epoch`, `GpuActivity`,
-`End`, each with its `kind`) and `rank-<r>.batches`, the `Batch` records in
-the binary layout `BatchLayout` describes. A batch record holds only what
-changes from batch to batch (its position, loss and timestamps); what
-depends only on the piece's shape (FLOPs, bytes, collectives, the launched
-operations) is its `Shape`, written once and referenced by id.
+their documentation and their check (trace/fields.py); docs/trace-format.md,
+which describes the run folder they make up, is generated from them
+(`python -m perfmlp.trace.docs`, held to them by a test).
 """
 from __future__ import annotations
 

@@ -14,15 +14,11 @@ epochs.
 
 Host cost per batch, which a host-bound step pays in full
 (benchmarks/trace_cost.py): one perf_counter() per phase, appended in C
-(trace/phases.py), and begin_batch and end_batch, in C where the
-extension was built (trace/fastpath.py). Their fast path, taken by a batch
-of the same piece size as the one before it (with no NVTX tool, CUPTI or
-CUDA events): two clock reads, a comparison of the batch's byte counts
-and collectives with its `Shape`, and one record stored into the mapped
-batch file, whose pages are faulted in ahead (trace/store.py); no
-dictionary look-up, no JSON, no system call. The first batch of each
-piece size records the operations the network launched, prices them (the
-model's formulas) and writes the `Shape` line once.
+(trace/phases.py), and begin_batch and end_batch on their fast path
+(trace/fastpath.py: two clock reads and one record stored into the mapped
+batch file; no dictionary look-up, no JSON, no system call). The first
+batch of each piece size records the operations the network launched,
+prices them (trace/shapes.py) and writes the `Shape` line once.
 """
 from __future__ import annotations
 
