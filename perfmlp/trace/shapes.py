@@ -94,9 +94,8 @@ class ShapeBook:
 
     def _entry(self, key, priced, byte_counts, counts, phases: bool) -> Note:
         e = Note()
-        e.id, e.key, e.priced = self._next_shape, key, priced
+        e.id, e.key, e.priced = len(self._entries) + 1, key, priced  # ids 1, 2, ... in the order made
         self._entries.append(e)
-        self._next_shape += 1
         e.bytes, e.coll = byte_counts, list(counts.collectives)
         n = len(priced["phases"]) if phases else 0
         e.nstamps = n + 1 if self._events is not None else n

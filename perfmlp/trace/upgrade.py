@@ -5,8 +5,9 @@ format-1 run ran is worked out from what it wrote:
 - the exchange: the manifest's `comm`, else the configuration's where it
   names one, else `mpi-staged` on the GPU and `mpi` on NumPy (the rule the
   trainer had); the execution mode: `exec`, else the configuration's as the
-  trainer resolves it (eager where it names none: graph mode came later); the trace level: `trace_level`, else `phases` (that tracer timed
-  every phase, with CUDA events on a GPU); `auto` as the mode's default;
+  trainer resolves it (eager where it names none: graph mode came later);
+  the trace level: `trace_level`, else `phases` (that tracer timed every
+  phase, with CUDA events on a GPU); `auto` as the mode's default;
 - the launch shapes: whether the output layer's backward ran fused, from
   the operations the first batch line counted; the fused backward's column
   block by the commit that ran (`COLS_BY_COMMIT`; 256 otherwise, the value
@@ -29,7 +30,7 @@ from ..model.predict import resolve_exec
 from .format import resolve_trace_level
 from .lines import parse
 from ..names import Phase
-from .records import Batch, Header, Manifest, Ran, Shape, Span, phase
+from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, phase
 
 SCHEMA_V1 = "perfmlp.trace/1"
 # the fused output backward's column block where it was not 256 (perfmlp/model/costs.py: OUTPUT_GRAD_COLS)
@@ -135,7 +136,6 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
     came from (LineError: file, line and field)."""
     out, shapes = [], {}
     header = None
-    first_clock = {"host_start_ns": 0}
     for i, text in lines:
         where = f"{path}:{i}"
         try:
@@ -162,17 +162,15 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
                                   t_ms=MappingProxyType({p: Span(*s) for p, s in v["t_ms"].items()}),
                                   t_ms_total=v["t_ms_total"]), where))
             else:
-                rec = parse(json.dumps({"end": "", **obj}) if kind == "end" else text)
-                if getattr(rec, "KIND", None) == "clock" and rec.at == "start":
-                    first_clock["host_start_ns"] = rec.host_start_ns
-                out.append((rec, where))
+                out.append((parse(json.dumps({"end": "", **obj}) if kind == "end" else text), where))
         except F.Bad as e:
             raise LineError(f"{where}: {e}") from None
     if header is None:
         raise LineError(f"{path}:1: kind: no header line")
     h, where = header
     clock = next((r.clock for r, _ in out if isinstance(r, Batch)), N.HOST_CLOCK)
-    h.update(schema=SCHEMA_V1, clock=N.CUDA_EVENTS if clock == N.CUDA_EVENTS else N.HOST_CLOCK, **first_clock)
+    start = next((r.host_start_ns for r, _ in reversed(out) if isinstance(r, Clock) and r.at == "start"), 0)
+    h.update(schema=SCHEMA_V1, clock=N.CUDA_EVENTS if clock == N.CUDA_EVENTS else N.HOST_CLOCK, host_start_ns=start)
     return [(Header(**h), where)] + out
 
 

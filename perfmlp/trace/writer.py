@@ -89,7 +89,6 @@ class Tracer(ShapeBook, GpuSide):
         self._open = (0, 0)
         self._stamps: list = []      # this batch's phase stamps (host seconds, or CUDA events)
         self._shapes: dict = {}      # samples << 32 | local samples -> Note
-        self._next_shape = 1
         self._note = None            # the batch's Note
         # begin_batch and end_batch: the fast path's (trace/fastpath.py: C where built), which hands any
         # other batch to _begin_other and _end_other; it keeps the batch's ids and stamps, and the offset
