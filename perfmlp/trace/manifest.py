@@ -72,7 +72,8 @@ def machine_seen(world, backend: str) -> dict:
     for r, m in enumerate(ranks):
         n = nodes.setdefault(m["host"], {"gpu": m["gpu"], "gpu_count": m["gpus_on_node"], "ranks": []})
         n["ranks"].append(r)
-    return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks], "cpu": platform.processor() or platform.machine()}
+    return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks],
+            "cpu": platform.processor() or platform.machine()}
 
 
 def blas_seen() -> tuple[str | None, int | None]:

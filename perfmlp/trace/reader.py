@@ -22,16 +22,19 @@ from ..safeio import read_json
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
-from .format import MANIFEST, PACKED, rank_files, read_rank_bytes
-from .format import WARMUP_BATCHES  # noqa: F401  (read here by the benchmarks)
+from .format import MANIFEST, PACKED, WARMUP_BATCHES, rank_files, read_rank_bytes
 from .batchfile import decode_batches
 from .clocks import host_phases_ns
 from .fields import TraceError
 from .lines import parse
 from .updates import Update
-from .steady import STEADY_RULE, epoch_ms, steady_window  # noqa: F401  (STEADY_RULE: the report's)
+from .steady import STEADY_RULE, epoch_ms, steady_window
 from .records import (SCHEMA, Activity, Batch, Clock, End, Epoch, GpuActivity, Header, Manifest, Shape, Span,
                       read)
+
+# the reader's interface (STEADY_RULE and WARMUP_BATCHES: the report's and the benchmarks')
+__all__ = ["RankTrace", "Run", "TraceError", "STEADY_RULE", "WARMUP_BATCHES", "rank_trace", "read_run", "read_traces"]
+
 
 @dataclass(frozen=True)
 class RankTrace:
@@ -205,8 +208,9 @@ def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
         on_gpu = {r.phase for r in recs}  # the others launched nothing (a host MPI allreduce): the host's spans
         host_only = {p: (int(s), int(e)) for p, (s, e) in host_phases_ns(b, clock).items() if p not in on_gpu}
         spans, total, t0, end = gpu_phase_spans(recs, after, host_only)
-        out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=MappingProxyType({p: Span(*s) for p, s in spans.items()}),
-                                       t_ms_total=total, clock=N.CUPTI, gpu_t0_ns=t0, gpu=recs))
+        t_ms = MappingProxyType({p: Span(*s) for p, s in spans.items()})
+        out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=t_ms, t_ms_total=total, clock=N.CUPTI, gpu_t0_ns=t0,
+                                       gpu=recs))
         prev = (b.epoch, b.batch, end)
     return out
 
@@ -219,7 +223,8 @@ def _bytes(path: Path) -> bytes:
         return read_rank_bytes(path)
     except (OSError, EOFError) as e:
         msg = str(e)
-        raise TraceError(msg if msg.startswith(str(path)) else f"{path}: unreadable ({type(e).__name__}: {e})") from None
+        raise TraceError(msg if msg.startswith(str(path))
+                         else f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
 
 def read_manifest(folder: Path) -> tuple[Manifest, int]:
@@ -347,7 +352,8 @@ def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
             skipped.append(str(e))
             continue
         skipped.extend(run.problems)
-        if not run.steady_batches() and not any(rt.updates for rt in run.ranks.values()):  # ps-async: no batch on rank 0
+        # ps-async: no batch on rank 0, its updates instead
+        if not run.steady_batches() and not any(rt.updates for rt in run.ranks.values()):
             skipped.append(f"{d}: no finished batch past the warm-up; not reported")
             continue
         runs.append(run)

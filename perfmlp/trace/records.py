@@ -295,7 +295,8 @@ class GpuRecord:
 
     ARRAY: ClassVar[bool] = True  # written as the array of its fields, in ACTIVITY_FIELDS order
     cat: str = _f("`compute` (a kernel), `comm` (an NCCL kernel or a 16-bit exchange cast), `copy` (memcpy, "
-                  "memset), `graph` (a whole CUDA-graph launch at the `timeline` level)", F.choice("compute", "copy", "comm", "graph"))
+                  "memset), `graph` (a whole CUDA-graph launch at the `timeline` level)",
+                  F.choice("compute", "copy", "comm", "graph"))
     phase: Any = _f("the phase that launched it (`batch`: between phases)", _gpu_phase)
     start_ns: int = _f("start on the GPU, CUPTI's clock", _count)
     end_ns: int = _f("end on the GPU", _count)
