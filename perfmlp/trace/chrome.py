@@ -29,6 +29,7 @@ from ..cli import Parser
 from ..errors import PerfmlpError
 from ..safeio import InputError, check_output
 from .activity import to_run_s
+from .format import BYTE_COUNTS
 from .reader import Run, TraceError, read_run
 
 BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank; a stream's: STREAM0 + its index
@@ -65,9 +66,8 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
 
     for b in rt.batches:
         add(BATCHES, f"batch {b.batch}", "batch", host_us(b.t0_s), b.wall_ms * 1e3,
-            {"epoch": b.epoch, "batch": b.batch, "samples": b.local_samples, "bytes_h2d": b.bytes_h2d,
-             "bytes_d2h": b.bytes_d2h, "bytes_d2d": b.bytes_d2d, "bytes_mpi": b.bytes_mpi,
-             "bytes_nccl": b.bytes_nccl, "clock": b.clock})
+            {"epoch": b.epoch, "batch": b.batch, "samples": b.local_samples,
+             **{k: getattr(b, k) for k in BYTE_COUNTS}, "clock": b.clock})
         if b.clock != N.CUDA_EVENTS:  # CUDA-event phases start on the GPU, not on the host clock
             for phase, (off, dur) in (b.t_ms_host or b.t_ms).items():
                 add(HOST, phase, "phase", host_us(b.t0_s, off), dur * 1e3,

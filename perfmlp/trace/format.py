@@ -161,12 +161,15 @@ def read_rank_bytes(path: Path) -> bytes:
         raise gzip.BadGzipFile(str(e)) from None
 
 
+BYTE_COUNTS = ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl")  # a batch's, as its Shape holds them
+
+
 class Counts:
     """The byte and collective counters of one batch, filled where the
     copies and collectives are issued (the batch source and the reducer) and
     handed to the tracer by the training loop."""
 
-    __slots__ = ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl", "collectives")
+    __slots__ = (*BYTE_COUNTS, "collectives")
 
     def __init__(self):
         self.reset()
@@ -181,9 +184,6 @@ class Counts:
 
     def add(self, other: "Counts") -> None:
         """Add another batch's counters (a CUDA graph's, recorded at its capture)."""
-        self.bytes_h2d += other.bytes_h2d
-        self.bytes_d2h += other.bytes_d2h
-        self.bytes_d2d += other.bytes_d2d
-        self.bytes_mpi += other.bytes_mpi
-        self.bytes_nccl += other.bytes_nccl
+        for k in BYTE_COUNTS:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
         self.collectives.extend(other.collectives)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple
 from .. import names as N
 from ..names import Phase  # the phases' one definition; records.Phase names it for the trace's readers
 from . import fields as F
+from .format import BYTE_COUNTS
 
 SCHEMA = "perfmlp.trace/2"
 
@@ -241,8 +242,7 @@ class Batch:
 
 
 # the shape's counts, read through the batch (`b.samples` is `b.shape.samples`)
-for _name in ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "mem_bytes", "bytes_h2d", "bytes_d2h",
-              "bytes_d2d", "bytes_mpi", "bytes_nccl", "collectives"):
+for _name in ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "mem_bytes", *BYTE_COUNTS, "collectives"):
     setattr(Batch, _name, property(attrgetter("shape." + _name)))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..model.costs import Widths, op_cost, weight_grad_elements
 from ..names import Phase
+from .format import BYTE_COUNTS
 from .records import BatchLayout, Shape
 
 
@@ -101,7 +102,7 @@ class ShapeBook:
         e.nstamps = n + 1 if self._events is not None else n
         e.record = BatchLayout.record(n)
         e.size = e.record.size
-        names = dict(zip(("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl"), byte_counts))
+        names = dict(zip(BYTE_COUNTS, byte_counts))
         self._write(Shape(id=e.id, samples=key[0], local_samples=key[1], **{**priced, "phases": priced["phases"][:n]},
                           **names, collectives=tuple((str(c), int(k)) for c, k in counts.collectives)))
         return e

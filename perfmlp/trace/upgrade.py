@@ -27,7 +27,7 @@ from .. import names as N
 from ..safeio import read_json
 from . import fields as F
 from ..model.predict import resolve_exec
-from .format import resolve_trace_level
+from .format import BYTE_COUNTS, resolve_trace_level
 from .lines import parse
 from ..names import Phase
 from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, phase
@@ -123,8 +123,7 @@ BATCH_V1 = {
     "t_ms": F.keyed(phase, F.pair(F.number(), F.number(0), "[offset ms, duration ms]")),
     "t_ms_total": F.optional(F.number(0)), "clock": F.optional(F.choice(*N.CLOCKS), N.HOST_CLOCK),
 }
-SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "bytes_h2d", "bytes_d2h", "bytes_d2d",
-              "bytes_mpi", "bytes_nccl", "collectives")
+SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", *BYTE_COUNTS, "collectives")
 
 
 def _frozen(v):
