@@ -8,8 +8,7 @@ runs and machines without the wheels never load it):
   copies (MEMCPY) and memsets, the driver and runtime API calls (their host
   start is when the launch was issued) and EXTERNAL_CORRELATION; at the
   `timeline` level a replayed graph is one GRAPH_TRACE record, at `kernels`
-  each of its kernel nodes is a kernel record (CUPTI instruments them on the
-  GPU: about 0.5 us a node).
+  each of its kernel nodes is a kernel record (instrumented on the GPU).
 - attribution, exact and without clocks: the tracer pushes an external
   correlation id (`ext_id(seq, phase code)`) as a phase starts and pops it
   as it ends; CUPTI ties every API call made meanwhile to it, and every GPU
@@ -19,7 +18,7 @@ runs and machines without the wheels never load it):
   happen between epochs (`drain`, after a flush, when the device is idle).
 
 Pure functions (tested on the CPU with synthetic records): `attribute`,
-`classify`, `clock_offset`, `pingpong_offset`, `gpu_phase_spans`, `to_run_s`,
+`classify`, `clock_offset`, `gpu_phase_spans`, `to_run_s`,
 and `own_kernel_names` (the kernels perfmlp compiles, which the report's
 cross-check tells apart from cuBLAS's and NCCL's).
 """
@@ -34,7 +33,6 @@ from importlib import resources
 
 from .. import names as N
 from .format import COPY_KINDS
-from .records import ACTIVITY_FIELDS as ACTIVITY_FIELDS  # the writer names them in the activity line
 
 PHASE_BITS = 6  # ext id = seq << PHASE_BITS | phase code (code 0: the batch itself, between phases)
 BUFFER_BYTES = 8 << 20  # CUPTI buffers: large enough that a run's records are not dropped
@@ -43,10 +41,6 @@ PROFILER_ENV = ("NSYS_PROFILING_SESSION_ID", "NSYS_TARGET_STD_REDIRECT_ACTIVE", 
 
 def ext_id(seq: int, code: int) -> int:
     return (seq << PHASE_BITS) | code
-
-
-def split_ext(ext: int) -> tuple[int, int]:
-    return ext >> PHASE_BITS, ext & ((1 << PHASE_BITS) - 1)
 
 
 def profiler_owning_cupti(environ=os.environ) -> str | None:
@@ -91,15 +85,11 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
     orphans = 0
     for kind, corr, start, end, stream, nbytes, ck, name in gpu:
         ext = ext_of.get(corr)
-        if ext is None:
-            orphans += 1
-            continue
-        seq, code = split_ext(ext)
-        where = batches.get(seq)
+        where = None if ext is None else batches.get(ext >> PHASE_BITS)
         if where is None:
             orphans += 1
             continue
-        rec = [classify(kind, name), phase_names.get(code, "batch"), start, end, stream, nbytes,
+        rec = [classify(kind, name), phase_names.get(ext % (1 << PHASE_BITS), "batch"), start, end, stream, nbytes,
                COPY_KINDS.get(ck, "other") if kind == "memcpy" else (kind if kind == "memset" else None),
                name, api_of.get(corr), corr]
         out.setdefault(where, []).append(rec)
@@ -140,17 +130,10 @@ def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | N
 
 def clock_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
     """Offset of clock B from clock A (B - A, ns) and its uncertainty, from
-    samples (a_before, b, a_after): the tightest bracket wins."""
+    samples (a_before, b, a_after), e.g. MPI ping-pong rounds: the tightest
+    bracket wins, B's reading taken at its midpoint (NTP's estimate)."""
     a0, b, a1 = min(samples, key=lambda s: s[2] - s[0])
     return b - (a0 + a1) // 2, (a1 - a0 + 1) // 2
-
-
-def pingpong_offset(rounds: list[tuple[int, int, int]]) -> tuple[int, int]:
-    """Offset of a peer's clock from ours (peer - ours, ns) and its
-    uncertainty, from rounds (our send time, peer's time, our receive time):
-    the round with the shortest round trip, the peer's reading taken at its
-    midpoint (NTP's estimate)."""
-    return clock_offset(rounds)
 
 
 def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
@@ -181,7 +164,7 @@ def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:
         comm.send(t0, dest=0, tag=71)
         peer = comm.recv(source=0, tag=72)
         got.append((t0, peer, time.perf_counter_ns()))
-    return pingpong_offset(got)
+    return clock_offset(got)
 
 
 # ---- collection (GPU) -------------------------------------------------------------------
@@ -208,7 +191,6 @@ class Collector:
         except ImportError as e:
             raise CollectorUnavailable(f"cupti-python is not installed ({e})") from None
         self.cupti = cupti
-        self.level = level
         K = cupti.ActivityKind
         self._k = {int(K.CONCURRENT_KERNEL): "kernel", int(K.MEMCPY): "memcpy", int(K.MEMSET): "memset",
                    int(K.GRAPH_TRACE): "graph"}
@@ -219,7 +201,6 @@ class Collector:
         self._gpu: list = []
         self._ext: dict = {}
         self._api: dict = {}
-        self.dropped = 0
         self.enabled = []
         try:
             if _registered is None:

@@ -1,12 +1,8 @@
 """Export a run to the Chrome trace-event JSON that Perfetto and
-chrome://tracing open: a process per rank, with tracks for its batches, its
-host phases, its phases as measured on the GPU and, where the run collected
-GPU activity (`--trace-level timeline|kernels`), one track per CUDA stream
-with every kernel, copy and memset. Where the trace has clock lines, every
-rank is on rank 0's time axis (trace/activity.py: to_run_s). GPU phases
-timed by CUDA events have no clock of their own: they are drawn from their
-batch's host start, or from the end of the batch before where the GPU was
-still running it (the stream runs batches in order).
+chrome://tracing open: a process per rank, a track each for its batches,
+host phases, GPU phases and CUDA streams (docs/trace-format.md, "The
+Chrome / Perfetto export"), every rank on rank 0's time axis where the
+trace has clock lines (activity.to_run_s).
 
     python -m perfmlp.trace.chrome traces/<run-id> -o run.json
 
@@ -17,9 +13,8 @@ the whole file (`tid`); times are whole nanoseconds, as the trace processor
 stores them, and the slices of a track follow one another there (a slice
 that would run past the next one's start, by clock rounding or a record's
 sub-microsecond overlap, is cut there and keeps its measured length in
-`args.measured_us`). The file is written to a temporary name and renamed.
-`python -m perfmlp.report.perfetto` checks all of this with Perfetto's own
-trace processor.
+`args.measured_us`). `python -m perfmlp.report.perfetto` checks all of this
+with Perfetto's own trace processor.
 """
 from __future__ import annotations
 
@@ -34,6 +29,7 @@ from ..cli import Parser
 from ..errors import PerfmlpError
 from ..safeio import InputError, check_output
 from .activity import to_run_s
+from .format import BYTE_COUNTS
 from .reader import Run, TraceError, read_run
 
 BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank; a stream's: STREAM0 + its index
@@ -70,9 +66,8 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
 
     for b in rt.batches:
         add(BATCHES, f"batch {b.batch}", "batch", host_us(b.t0_s), b.wall_ms * 1e3,
-            {"epoch": b.epoch, "batch": b.batch, "samples": b.local_samples, "bytes_h2d": b.bytes_h2d,
-             "bytes_d2h": b.bytes_d2h, "bytes_d2d": b.bytes_d2d, "bytes_mpi": b.bytes_mpi,
-             "bytes_nccl": b.bytes_nccl, "clock": b.clock})
+            {"epoch": b.epoch, "batch": b.batch, "samples": b.local_samples,
+             **{k: getattr(b, k) for k in BYTE_COUNTS}, "clock": b.clock})
         if b.clock != N.CUDA_EVENTS:  # CUDA-event phases start on the GPU, not on the host clock
             for phase, (off, dur) in (b.t_ms_host or b.t_ms).items():
                 add(HOST, phase, "phase", host_us(b.t0_s, off), dur * 1e3,
@@ -162,9 +157,9 @@ def write_atomically(path: Path, text: str) -> None:
 
 def main(argv=None) -> int:
     ap = Parser(prog="python -m perfmlp.trace.chrome",
-                                 description="Export a run's trace to Chrome trace-event JSON (Perfetto, "
-                                             "chrome://tracing): a process per rank with its batches, host phases, "
-                                             "GPU phases and, with GPU activity, a track per CUDA stream.")
+                description="Export a run's trace to Chrome trace-event JSON (Perfetto, chrome://tracing): a process "
+                            "per rank with its batches, host phases, GPU phases and, with GPU activity, a track per "
+                            "CUDA stream.")
     ap.add_argument("run", help="a run folder (traces/<run-id>)")
     ap.add_argument("-o", "--out", required=True, help="the JSON file to write (required)")
     try:

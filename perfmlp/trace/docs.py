@@ -120,10 +120,8 @@ lasts the trace's `wall_ms`; exit status 1 when anything was dropped.
 
 
 def _table(cls, title: str, text: str) -> list[str]:
-    out = [f"### {title}", "", text, "", "| field | meaning |", "| --- | --- |"]
-    for f in fields(cls):
-        out.append(f"| `{f.name}` | {f.metadata.get('doc', '')} |")
-    return out + [""]
+    return [f"### {title}", "", text, "", "| field | meaning |", "| --- | --- |",
+            *(f"| `{f.name}` | {f.metadata.get('doc', '')} |" for f in fields(cls)), ""]
 
 
 def render() -> str:

@@ -31,56 +31,42 @@ NAN = float("nan")
 
 
 class PyFastPath:
-    """The fast path in Python (the record's pack_into arguments kept in one
-    list from batch to batch: file, offset, shape id, epoch, batch, loss, t0,
-    t1, GPU total, a place per phase start, size)."""
+    """The fast path in Python."""
 
     def __init__(self, stamps: list, mm, pos: int, limit: int, begin_other, end_other, grow):
-        self._rec: list = [mm, pos, 0, 0, 0, NAN, 0.0, 0.0, -1.0, 0]
-        self.stamps, self.pos, self.limit = stamps, pos, limit
+        self.stamps, self.mm, self.pos, self.limit = stamps, mm, pos, limit
         self._begin_other, self._end_other, self._grow = begin_other, end_other, grow
         self.samples = self.local = self.nfast = -1
-        self._bytes, self._coll, self._pack, self.size = None, None, None, 0
-
-    mm = property(lambda self: self._rec[0], lambda self, v: self._rec.__setitem__(0, v))
-    epoch = property(lambda self: self._rec[3], lambda self, v: self._rec.__setitem__(3, v))
-    batch = property(lambda self: self._rec[4], lambda self, v: self._rec.__setitem__(4, v))
-    t0 = property(lambda self: self._rec[6], lambda self, v: self._rec.__setitem__(6, v))
-    t1 = property(lambda self: self._rec[7], lambda self, v: self._rec.__setitem__(7, v))
+        self.epoch = self.batch = 0
+        self.t0 = self.t1 = 0.0
+        self._id, self._bytes, self._coll, self._pack, self.size = 0, None, None, None, 0
 
     def set_shape(self, shape_id: int, size: int, byte_counts, collectives) -> None:
-        n = (size - BatchLayout.HEAD_BYTES) // 8  # the phase starts its record holds
-        rec = self._rec
-        rec[:] = [rec[0], self.pos, shape_id, rec[3], rec[4], NAN, rec[6], rec[7], -1.0, *[0.0] * n, size]
-        self._pack = BatchLayout.record(n).pack_into
-        self._bytes, self._coll, self.size = tuple(byte_counts), collectives, size
+        self._pack = BatchLayout.record((size - BatchLayout.HEAD_BYTES) // 8).pack_into  # a start per phase
+        self._id, self._bytes, self._coll, self.size = shape_id, tuple(byte_counts), collectives, size
 
     def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
         if samples != self.samples or local != self.local:  # another piece size, or the general path
             return self._begin_other(epoch, batch, samples, local)
-        rec = self._rec
-        rec[3] = epoch
-        rec[4] = batch
+        self.epoch = epoch
+        self.batch = batch
         self.stamps.clear()
-        rec[6] = _now()
+        self.t0 = _now()
 
     def end_batch(self, loss, counts) -> None:
-        rec = self._rec
-        rec[7] = _now()
+        self.t1 = _now()
         stamps = self.stamps
         if (len(stamps) != self.nfast or self._coll != counts.collectives
                 or self._bytes != (counts.bytes_h2d, counts.bytes_d2h, counts.bytes_d2d, counts.bytes_mpi,
                                    counts.bytes_nccl)):
             return self._end_other(loss, counts)
-        rec[5] = NAN if loss is None else loss
-        rec[9:-1] = stamps
         pos = self.pos
         end = pos + self.size
         if end > self.limit:
             self._grow(end)   # a full disk raises here, the record not counted
-        rec[1] = pos
         # one store into the mapped file: in the page cache at once, kept if the process is killed
-        self._pack(*rec)
+        self._pack(self.mm, pos, self._id, self.epoch, self.batch, NAN if loss is None else loss, self.t0, self.t1,
+                   -1.0, *stamps, self.size)
         self.pos = end
 
 

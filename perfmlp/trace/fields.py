@@ -9,6 +9,7 @@ their metadata (trace/records.py), next to their documentation.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import MappingProxyType
 from typing import Any, Callable
@@ -48,46 +49,36 @@ def _bad(v: Any, want: str) -> Bad:
     return Bad("missing" if v is MISSING else f"{shown(v)}, {want}")
 
 
+def _checker(test: Callable[[Any], bool], want: str, convert: Callable | None = None) -> Checker:
+    """A checker: the value (converted by `convert`) where `test` passes it, else Bad saying `want`."""
+    def check(v):
+        if not test(v):
+            raise _bad(v, want)
+        return v if convert is None else convert(v)
+    return check
+
+
 def integer(lo: int | None = 0) -> Checker:
     """An integer (not a bool), at least `lo` (None: any)."""
-    want = "not an integer" if lo is None else f"not an integer >= {lo}"
-
-    def check(v):
-        if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
-            raise _bad(v, want)
-        return v
-    return check
+    return _checker(lambda v: isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo),
+                    "not an integer" if lo is None else f"not an integer >= {lo}")
 
 
 def number(lo: float | None = None) -> Checker:
     """A finite number (an integer is taken as a float), at least `lo`."""
-    want = "not a finite number" + ("" if lo is None else f" >= {lo:g}")
-
-    def check(v):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (lo is not None and v < lo):
-            raise _bad(v, want)
-        return float(v)
-    return check
-
-
-def string(v):
-    if not isinstance(v, str):
-        raise _bad(v, "not a string")
-    return v
-
-
-def boolean(v):
-    if not isinstance(v, bool):
-        raise _bad(v, "not true or false")
-    return v
+    return _checker(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    and (lo is None or v >= lo), "not a finite number" + ("" if lo is None else f" >= {lo:g}"), float)
 
 
 def choice(*names: str) -> Checker:
-    def check(v):
-        if v not in names:
-            raise _bad(v, "not one of " + ", ".join(names))
-        return v
-    return check
+    return _checker(names.__contains__, "not one of " + ", ".join(names))
+
+
+string = _checker(lambda v: isinstance(v, str), "not a string")
+boolean = _checker(lambda v: isinstance(v, bool), "not true or false")
+mapping = _checker(lambda v: isinstance(v, dict), "not an object", MappingProxyType)  # a JSON object, read-only
+string_list = _checker(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "not a list of strings",
+                       tuple)
 
 
 def optional(inner: Checker, default=None) -> Checker:
@@ -102,19 +93,6 @@ def if_missing(inner: Checker, default) -> Checker:
     def check(v):
         return default if v is MISSING else inner(v)
     return check
-
-
-def mapping(v):
-    """A JSON object, kept read-only."""
-    if not isinstance(v, dict):
-        raise _bad(v, "not an object")
-    return MappingProxyType(v)
-
-
-def string_list(v):
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise _bad(v, "not a list of strings")
-    return tuple(v)
 
 
 def list_of(inner: Checker) -> Checker:
@@ -162,19 +140,21 @@ def pair(first: Checker, second: Checker, want: str) -> Checker:
     return check
 
 
-def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
-    """The checked values of the dataclass `cls`'s fields in the JSON object
-    `obj` (each field's checker is its metadata's `check`)."""
-    import dataclasses
-    if not isinstance(obj, dict):
-        raise _bad(obj, "not a JSON object")
+def checked(checks: dict, obj: dict) -> dict:
+    """key -> its checker's value of `obj[key]` (MISSING where absent); Bad names the key."""
     out = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip or not f.metadata.get("check"):
-            continue
-        key = f.metadata.get("key", f.name)
+    for key, check in checks.items():
         try:
-            out[f.name] = f.metadata["check"](obj.get(key, MISSING))
+            out[key] = check(obj.get(key, MISSING))
         except Bad as e:
             raise e.at(key) from None
     return out
+
+
+def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
+    """The checked values of the dataclass `cls`'s fields in the JSON object
+    `obj` (each field's checker is its metadata's `check`)."""
+    if not isinstance(obj, dict):
+        raise _bad(obj, "not a JSON object")
+    return checked({f.name: f.metadata["check"] for f in dataclasses.fields(cls)
+                    if f.name not in skip and f.metadata.get("check")}, obj)

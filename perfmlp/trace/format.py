@@ -18,12 +18,9 @@ from pathlib import Path
 
 from .. import names as N
 
-# Batches left out at the start of every epoch, by the trainer's synchronised
-# steady window (the epoch line's steady_ms_per_batch, `warmup_batches`) and
-# by the reader (trace/reader.py STEADY_RULE): the first compiles, allocates
-# and captures a CUDA graph, and the next two still run well above a steady
-# batch's host time (a graph's first replays, an eager run's first pinned
-# copies). Traces whose epochs lack `warmup_batches` left out one.
+# Batches left out at the start of every epoch by the trainer's steady window (the epoch line's
+# `warmup_batches`) and the reader's STEADY_RULE: the first compiles, allocates and captures a CUDA graph, the
+# next two still carry one-off costs (a graph's first replays, an eager run's first pinned copies).
 WARMUP_BATCHES = 3
 
 
@@ -43,17 +40,11 @@ def per_batch_words(warmup: int) -> str:
     return "synchronised wall time per batch of the whole epoch (too short for a warm-up)"
 MANIFEST = "manifest.json"
 
-# Whether a measured phase time means what the model's term of its group means
-# (the time of that work) depends on the clock that timed it. On the GPU
-# (batch lines' `clock`: CUDA events at `phases`; the reader's `cupti`,
-# from the activity records, at `timeline` and `kernels`) every phase is
-# timed (N.GPU_CLOCKS). On the host clock (`counters`, the default) a GPU
-# run's phase is the host's time between its hooks: the host enqueues
-# kernels, NCCL collectives, pinned copies and graph replays and runs on, so
-# those phases measure the enqueue (a graph replay's "compute" is the
-# cudaGraphLaunch call), and only a phase whose call blocks the host with the
-# GPU idle, or with no more than the one update kernel queued ahead of it,
-# times its own work.
+# A measured phase time is its work's time (what the model's term means) where the GPU timed it (N.GPU_CLOCKS:
+# CUDA events at `phases`, the reader's `cupti` at `timeline` and `kernels`). On a GPU run's host clock a phase
+# is the host's time between its hooks: enqueued kernels, NCCL collectives, pinned copies and graph replays
+# measure the enqueue (a graph replay's "compute" is the cudaGraphLaunch call), and only a phase whose call
+# blocks the host with the GPU idle, or behind no more than the one update kernel, times its own work.
 
 
 def host_clock_terms(batch_transfer: str, comm: str, parallel: str = N.DATA) -> frozenset:
@@ -93,15 +84,12 @@ def comparable_terms(clock: str, on_gpu: bool, batch_transfer: str, comm: str, p
     return host_clock_terms(batch_transfer, comm, parallel)
 
 
-# How much a run records (`--trace-level`, N.TRACE_LEVELS, cheapest first).
-# Where a level cannot run (no GPU, no CUPTI, a profiler owning CUPTI) the
-# tracer takes the richest level below it that can, and the manifest says so.
-OVERHEAD_TARGET = 0.02  # the default level costs under 2% of untraced time per batch
-# The default level per execution mode (N.DEFAULT_TRACE_LEVEL) is the richest
-# whose median overhead stays under OVERHEAD_TARGET; any GPU timing costs each
-# rank a few us a batch, which a host-bound eager step or ranks waiting for
-# each other every step make visible. Evidence: OVERHEAD_EVIDENCE
-# (benchmarks/timeline_overhead.py; tests/test_timeline.py holds the table to it).
+# How much a run records (`--trace-level`, N.TRACE_LEVELS, cheapest first); where a level cannot run (no GPU, no
+# CUPTI, a profiler owning CUPTI) the tracer takes the richest level below it that can, and the manifest says so.
+# The default level per execution mode (N.DEFAULT_TRACE_LEVEL) is the richest whose median overhead stays under
+# OVERHEAD_TARGET of untraced time per batch, as measured in OVERHEAD_EVIDENCE (benchmarks/timeline_overhead.py;
+# tests/test_timeline.py holds the table to it).
+OVERHEAD_TARGET = 0.02
 OVERHEAD_EVIDENCE = "reports/h200-x2/benchmarks/overhead"
 
 
@@ -121,12 +109,9 @@ def resolve_trace_level(level: str | None, exec_mode: str) -> str:
     return default_trace_level(exec_mode) if level == N.AUTO else level
 
 
-# Activity lines (`kind: "gpu"`, one per batch and rank, written between epochs):
-# `records` is a list of arrays of records.ACTIVITY_FIELDS, in that order.
-ACTIVITY_SCHEMA = "perfmlp.activity/1"
-# cat: what the GPU did. compute (kernels), copy (memcpy, memset), comm
-# (NCCL kernels), graph (a whole CUDA-graph launch at the `timeline` level).
+ACTIVITY_SCHEMA = "perfmlp.activity/1"  # what the `gpu` lines hold: records.GpuRecord arrays
 COPY_KINDS = {1: "h2d", 2: "d2h", 8: "d2d"}  # CUPTI's memcpy kinds the trainer issues (others: "other")
+
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank}.jsonl"
@@ -139,31 +124,18 @@ def batch_file(rank: int) -> str:
 # A committed trace set may hold its rank files gzipped (python -m perfmlp.trace.pack):
 # every reader takes either form of a rank's files through these
 PACKED = ".gz"
-RANK_SUFFIXES = (".jsonl", ".batches")
-
-
-def rank_of(name: str) -> tuple[int, str] | None:
-    """(rank, suffix) of a rank file's name (packed or not), or None where
-    the name is not rank-<number>.jsonl or rank-<number>.batches."""
-    stem = name[:-len(PACKED)] if name.endswith(PACKED) else name
-    for suffix in RANK_SUFFIXES:
-        if stem.startswith("rank-") and stem.endswith(suffix):
-            digits = stem[len("rank-"):-len(suffix)]
-            if digits.isdigit() and digits.isascii():
-                return int(digits), suffix
-    return None
 
 
 def rank_files(folder: Path, suffix: str = ".jsonl") -> dict[int, Path]:
-    """rank -> its file with `suffix` in `folder`, plain or packed.
+    """rank -> its file rank-<number><suffix> in `folder`, plain or packed.
     ValueError: a file named like a rank file that is not one (rank-x.jsonl),
     or a rank in both forms."""
     out: dict[int, Path] = {}
     for p in sorted([*folder.glob("rank-*" + suffix), *folder.glob("rank-*" + suffix + PACKED)]):
-        got = rank_of(p.name)
-        if got is None:
+        digits = p.name.removesuffix(PACKED).removesuffix(suffix)[len("rank-"):]
+        if not (digits.isdigit() and digits.isascii()):
             raise ValueError(f"{p}: not a rank file (rank-<number>{suffix})")
-        rank = got[0]
+        rank = int(digits)
         if rank in out:
             raise ValueError(f"{folder}: rank {rank} is there both packed and plain ({out[rank].name}, {p.name})")
         out[rank] = p
@@ -189,12 +161,15 @@ def read_rank_bytes(path: Path) -> bytes:
         raise gzip.BadGzipFile(str(e)) from None
 
 
+BYTE_COUNTS = ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl")  # a batch's, as its Shape holds them
+
+
 class Counts:
     """The byte and collective counters of one batch, filled where the
     copies and collectives are issued (the batch source and the reducer) and
     handed to the tracer by the training loop."""
 
-    __slots__ = ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl", "collectives")
+    __slots__ = (*BYTE_COUNTS, "collectives")
 
     def __init__(self):
         self.reset()
@@ -209,9 +184,6 @@ class Counts:
 
     def add(self, other: "Counts") -> None:
         """Add another batch's counters (a CUDA graph's, recorded at its capture)."""
-        self.bytes_h2d += other.bytes_h2d
-        self.bytes_d2h += other.bytes_d2h
-        self.bytes_d2d += other.bytes_d2d
-        self.bytes_mpi += other.bytes_mpi
-        self.bytes_nccl += other.bytes_nccl
+        for k in BYTE_COUNTS:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
         self.collectives.extend(other.collectives)

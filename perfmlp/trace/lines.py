@@ -31,10 +31,8 @@ def _plain(v):
 
 def as_json(rec) -> dict:
     """A record as its JSON object (with `kind` for a rank file's line)."""
-    out = {"kind": rec.KIND} if hasattr(rec, "KIND") else {}
-    for f in fields(rec):
-        out[f.name] = _plain(getattr(rec, f.name))
-    return out
+    kind = {"kind": rec.KIND} if hasattr(rec, "KIND") else {}
+    return {**kind, **{f.name: _plain(getattr(rec, f.name)) for f in fields(rec)}}
 
 
 def line(rec) -> str:

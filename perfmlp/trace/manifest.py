@@ -5,7 +5,6 @@ each write goes to a temporary name and is renamed over the last, so the
 file is always whole, and an error names it."""
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import json
 import os
@@ -73,7 +72,8 @@ def machine_seen(world, backend: str) -> dict:
     for r, m in enumerate(ranks):
         n = nodes.setdefault(m["host"], {"gpu": m["gpu"], "gpu_count": m["gpus_on_node"], "ranks": []})
         n["ranks"].append(r)
-    return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks], "cpu": platform.processor() or platform.machine()}
+    return {"nodes": nodes, "rank_devices": [m["device"] for m in ranks],
+            "cpu": platform.processor() or platform.machine()}
 
 
 def blas_seen() -> tuple[str | None, int | None]:
@@ -94,12 +94,11 @@ def what_ran(cfg, backend, machine: dict, levels: dict, blas: list | None = None
     net = backend.net
     gpus = sorted({n["gpu"] for n in machine["nodes"].values() if n.get("gpu")})
     return Ran(backend=backend.name, comm=backend.reducer.name, exec=getattr(backend, "exec", N.EAGER),
-               parallel=cfg.parallel,
-               model_procs=cfg.model_procs, batch_transfer=cfg.batch_transfer, overlap=cfg.overlap,
-               bucket_bytes=cfg.bucket_bytes, gemm=cfg.gemm, output_grad_cols=costs.OUTPUT_GRAD_COLS,
-               fuse_output=bool(getattr(net, "fuse_output", True)), gpu=gpus[0] if gpus else None,
+               parallel=cfg.parallel, model_procs=cfg.model_procs, batch_transfer=cfg.batch_transfer,
+               overlap=cfg.overlap, bucket_bytes=cfg.bucket_bytes, gemm=cfg.gemm, grad_precision=cfg.grad_precision,
+               output_grad_cols=costs.OUTPUT_GRAD_COLS, fuse_output=bool(getattr(net, "fuse_output", True)),
+               gpu=gpus[0] if gpus else None,
                slices=len(backend.reducer.rows) if getattr(backend.reducer, "sliced", False) else 1,
-               grad_precision=cfg.grad_precision,
                blas=next((lib for lib, _ in blas or () if lib), None),
                blas_threads=tuple(n for _, n in blas) if blas else None, **levels)
 
@@ -112,10 +111,6 @@ def new_manifest(run_id: str, cfg, world, profiler_attached: bool) -> Manifest:
 
 def write_manifest(run_dir: Path, m: Manifest) -> None:
     write_json(run_dir / MANIFEST, as_json(m))
-
-
-def finished(m: Manifest, status: str) -> Manifest:
-    return dataclasses.replace(m, status=status, end=now_iso())
 
 
 def finish_manifest(run_dir: Path, status: str) -> None:

@@ -39,27 +39,16 @@ def nvtx_ranges(con, domain: str = "perfmlp"):
     return out
 
 
-def memcpys(con):
-    """{globalPid: [(api_start_ns, bytes, copyKind)]} sorted by API start."""
-    rows = _q(con, """SELECT r.start, m.bytes, m.copyKind, m.globalPid
-                      FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
-                      ON m.correlationId = r.correlationId AND m.globalPid = r.globalTid - r.globalTid % ?
-                      ORDER BY r.start""", PID_SHIFT)
+def _by_pid(con, what: str, table: str) -> dict:
+    """{globalPid: [(api_start_ns, *what)]} of a CUPTI activity table's
+    records, joined with the runtime calls that launched them, by API start."""
+    rows = _q(con, f"""SELECT r.start, {what}, a.globalPid
+                       FROM {table} a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+                       ON a.correlationId = r.correlationId AND a.globalPid = r.globalTid - r.globalTid % ?
+                       ORDER BY r.start""", PID_SHIFT)
     out: dict = {}
-    for start, nbytes, kind, gpid in rows:
-        out.setdefault(gpid, []).append((start, nbytes, kind))
-    return out
-
-
-def kernels(con):
-    """{globalPid: [(api_start_ns, gpu_ns)]} sorted by API start."""
-    rows = _q(con, """SELECT r.start, k.end - k.start, k.globalPid
-                      FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
-                      ON k.correlationId = r.correlationId AND k.globalPid = r.globalTid - r.globalTid % ?
-                      ORDER BY r.start""", PID_SHIFT)
-    out: dict = {}
-    for start, dur, gpid in rows:
-        out.setdefault(gpid, []).append((start, dur))
+    for *row, gpid in rows:
+        out.setdefault(gpid, []).append(tuple(row))
     return out
 
 
@@ -70,9 +59,10 @@ def _inside(events, lo, hi):
 
 def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    pids = {gp: pid for gp, pid in _q(con, "SELECT globalPid, pid FROM PROCESSES")}
-    by_pid = {pid: gp for gp, pid in pids.items()}
-    ranges, copies, kerns = nvtx_ranges(con), memcpys(con), kernels(con)
+    by_pid = {pid: gp for gp, pid in _q(con, "SELECT globalPid, pid FROM PROCESSES")}
+    ranges = nvtx_ranges(con)
+    copies = _by_pid(con, "a.bytes, a.copyKind", "CUPTI_ACTIVITY_KIND_MEMCPY")   # (API start, bytes, kind)
+    kerns = _by_pid(con, "a.end - a.start", "CUPTI_ACTIVITY_KIND_KERNEL")        # (API start, GPU ns)
     rows, notes = [], []
     for rank, rt in sorted(run.ranks.items()):
         header_pid = rank_pid(run, rank)
@@ -81,29 +71,20 @@ def cross_check(db: str | Path, run) -> tuple[list[dict], list[str]]:
             notes.append(f"{Path(db).name}: no perfmlp NVTX ranges for rank {rank} (pid {header_pid})")
             continue
         batch_ranges = [r for r in ranges[gpid] if r[0] == "batch"]
-        n = min(len(batch_ranges), len(rt.batches))
-        exact_h2d = exact_d2h = 0
-        tot = {"trace_h2d": 0, "nsys_h2d": 0, "trace_d2h": 0, "nsys_d2h": 0}
-        first_bad = None
-        for k in range(n):
-            _, lo, hi, _ = batch_ranges[k]
-            rec = rt.batches[k]
+        per_batch = []   # (trace H2D, nsys H2D, trace D2H, nsys D2H) bytes
+        for (_, lo, hi, _), rec in zip(batch_ranges, rt.batches):
             inside = _inside(copies.get(gpid, []), lo, hi)
-            h2d = sum(b for _, b, kind in inside if kind == 1)
-            d2h = sum(b for _, b, kind in inside if kind == 2)
-            tot["trace_h2d"] += rec.bytes_h2d
-            tot["nsys_h2d"] += h2d
-            tot["trace_d2h"] += rec.bytes_d2h
-            tot["nsys_d2h"] += d2h
-            exact_h2d += h2d == rec.bytes_h2d
-            exact_d2h += d2h == rec.bytes_d2h
-            if first_bad is None and (h2d != rec.bytes_h2d or d2h != rec.bytes_d2h):
-                first_bad = f"batch line {k}: trace {rec['bytes_h2d']}/{rec['bytes_d2h']}, nsys {h2d}/{d2h}"
+            per_batch.append((rec.bytes_h2d, sum(b for _, b, kind in inside if kind == 1),
+                              rec.bytes_d2h, sum(b for _, b, kind in inside if kind == 2)))
+        n = len(per_batch)
+        tot = [sum(col) for col in zip(*per_batch)] or [0] * 4
+        first_bad = next((f"batch line {k}: trace {th}/{td}, nsys {nh}/{nd}"
+                          for k, (th, nh, td, nd) in enumerate(per_batch) if (th, td) != (nh, nd)), "none")
         rows.append({"rank": rank, "check": "bytes per batch (H2D / D2H)", "batches": n,
-                     "exact H2D": f"{exact_h2d}/{n}", "exact D2H": f"{exact_d2h}/{n}",
-                     "trace H2D bytes": tot["trace_h2d"], "nsys H2D bytes": tot["nsys_h2d"],
-                     "trace D2H bytes": tot["trace_d2h"], "nsys D2H bytes": tot["nsys_d2h"],
-                     "first mismatch": first_bad or "none"})
+                     "exact H2D": f"{sum(t == s for t, s, _, _ in per_batch)}/{n}",
+                     "exact D2H": f"{sum(t == s for _, _, t, s in per_batch)}/{n}",
+                     "trace H2D bytes": tot[0], "nsys H2D bytes": tot[1],
+                     "trace D2H bytes": tot[2], "nsys D2H bytes": tot[3], "first mismatch": first_bad})
         # phase times: NVTX (host) and kernels in the phase (device) beside the trace (CUDA events)
         first_batch_end = batch_ranges[0][2] if batch_ranges else 0
         for phase in sorted({p for b in rt.batches for p in b.t_ms}):

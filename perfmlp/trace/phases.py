@@ -1,18 +1,17 @@
 """The phase hooks a Tracer hands out (`tracer.phase(Phase.X)`, a dict
-look-up done in C), and the pricing of the operations a batch launched.
+look-up done in C).
 
 Per phase, at the default level, the host pays one `with` and one
 perf_counter() appended to the batch's stamp list (`stamp_class`), all in
-C; what the phase launched is not looked at. Only the first batch of each piece size
-(`Recording`, around the same hooks) notes which phases ran and which
-operations the network launched in each, which `price` turns into the
-batch's `Shape` counts; later batches of that size reference it.
+C. Only the first batch of each piece size (`Recording`, around the same
+hooks) notes which phases ran and the operations the network launched in
+each, which trace/shapes.py prices into the batch's `Shape`.
 
 `Event` (the `phases` level on the GPU) records a CUDA event as a phase
 ends (a pool reused batch after batch, through the runtime directly: the
 Event wrappers cost host time on every phase); `Hooked` pushes and pops an
-NVTX range (only where a tool is attached: with none, nothing is called)
-and a CUPTI external correlation id (GPU activity levels).
+NVTX range (only where a tool is attached) and a CUPTI external
+correlation id (GPU activity levels).
 """
 from __future__ import annotations
 
@@ -37,15 +36,11 @@ NOOP = ().__init__
 def stamp_class(stamps: list, compiled: bool = False) -> type:
     """The class of a phase on the host clock: one stamp into `stamps` as it
     starts (a phase ends where the next one starts, the last where the
-    batch ends). Both hooks are C code, so no Python frame runs per phase:
-    __exit__ is NOOP; __enter__ is, with `compiled`, the C extension's
-    Stamper (trace/fastpath.py), else `map(stamps.append,
-    starmap(perf_counter, repeat(()))).__next__`, which reads the clock and
-    appends it (starmap, unlike iter(perf_counter, None), compares no stamp
-    with a sentinel). Either is taken from the class as it is, with no
-    bound method made, and called with no arguments by the `with`
-    statement; the Stamper is one C call where the map is three (about 30%
-    less time a stamp on the project's CPU machine)."""
+    batch ends). Both hooks are C code, taken from the class as they are (no
+    bound method) and called with no arguments: __exit__ is NOOP; __enter__
+    is, with `compiled`, the C extension's Stamper (one C call), else
+    `map(stamps.append, starmap(perf_counter, repeat(()))).__next__`, which
+    reads the clock and appends it (three)."""
     stamp = CStamper(stamps) if compiled else map(stamps.append, starmap(_now, repeat(()))).__next__
     return type("Stamp", (), {"__slots__": (), "__enter__": stamp, "__exit__": NOOP})
 

@@ -1,18 +1,10 @@
-"""The one reader of the trace: it returns records (trace/records.py) and
-nothing else, every field checked. A damaged field ends the reading of its
-run with one line naming the file, the line (or batch record) and the
-field (`TraceError`); a run cut off (killed, a full disk) is read with
-every batch it finished and marked incomplete. Format-1 traces are read
-through trace/upgrade.py. `Run.from_records` builds a run from in-memory
-records (tests need no files).
-
-`read_traces(folder)` reads every run under a folder and returns the runs
-it could read and one line per thing it skipped; `read_run(folder)` one.
-
-Where a rank collected GPU activity (`timeline`, `kernels`), each of its
-batches gets its `GpuRecord`s and its phases measured on the GPU from them
-(`t_ms`, `t_ms_total`, `clock` cupti), the host's phase times kept as
-`t_ms_host`.
+"""The one reader of the trace (`read_run`, `read_traces`): it returns
+records (trace/records.py) and nothing else, every field checked. A damaged
+field ends the reading of its run with one line naming the file, the line
+(or batch record) and the field (`TraceError`); a run cut off (killed, a
+full disk) is read with every batch it finished and marked incomplete.
+Format-1 traces are read through trace/upgrade.py. `Run.from_records`
+builds a run from in-memory records (tests need no files).
 """
 from __future__ import annotations
 
@@ -20,6 +12,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -29,15 +22,19 @@ from ..safeio import read_json
 from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
-from .format import MANIFEST, PACKED, per_batch_words, rank_files, read_rank_bytes
-from .format import WARMUP_BATCHES  # noqa: F401  (read here by the benchmarks)
+from .format import MANIFEST, PACKED, WARMUP_BATCHES, rank_files, read_rank_bytes
 from .batchfile import decode_batches
+from .clocks import host_phases_ns
 from .fields import TraceError
 from .lines import parse
 from .updates import Update
-from .steady import STEADY_RULE, epoch_ms, steady_window  # noqa: F401  (STEADY_RULE: the report's)
+from .steady import STEADY_RULE, epoch_ms, steady_window
 from .records import (SCHEMA, Activity, Batch, Clock, End, Epoch, GpuActivity, Header, Manifest, Shape, Span,
                       read)
+
+# the reader's interface (STEADY_RULE and WARMUP_BATCHES: the report's and the benchmarks')
+__all__ = ["RankTrace", "Run", "TraceError", "STEADY_RULE", "WARMUP_BATCHES", "rank_trace", "read_run", "read_traces"]
+
 
 @dataclass(frozen=True)
 class RankTrace:
@@ -61,18 +58,10 @@ class Run:
     path: str = ""
     problems: tuple = ()
 
-    # -- what the manifest says (resolved at run time: never worked out here) ---------------
     config = property(lambda self: self.manifest.config)
     procs = property(lambda self: self.manifest.procs)
     ran = property(lambda self: self.manifest.ran)
-    backend = property(lambda self: self.manifest.ran.backend)
-    comm = property(lambda self: self.manifest.ran.comm)
-    exec = property(lambda self: self.manifest.ran.exec)
-    parallel = property(lambda self: self.manifest.ran.parallel)
-    overlap = property(lambda self: self.manifest.ran.overlap)
-    trace_level = property(lambda self: self.manifest.ran.trace_level)
-    gpu = property(lambda self: self.manifest.ran.gpu)
-    on_gpu = property(lambda self: self.manifest.ran.on_gpu)
+    layer_sizes = property(lambda self: self.manifest.layer_sizes)
 
     @property
     def complete(self) -> bool:
@@ -92,15 +81,9 @@ class Run:
             return True
         return bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir())
 
-    @property
-    def layer_sizes(self) -> tuple[int, ...]:
-        c = self.config
-        return (c["input_size"], *c["hidden_sizes"], c["num_classes"])
-
     # -- per batch ---------------------------------------------------------------------
-    @cached_property
-    def _steady(self) -> dict:
-        return steady_window(self.ranks)
+    _steady = cached_property(lambda self: steady_window(self.ranks))
+    _epoch_ms = cached_property(lambda self: epoch_ms(self.ranks))  # epoch -> synchronised ms per batch
 
     def steady_batches(self) -> dict[tuple[int, int], dict[int, Batch]]:
         """(epoch, batch) -> {rank: Batch} of the steady batches (STEADY_RULE)."""
@@ -137,17 +120,6 @@ class Run:
         return any(not b.t_ms_total and b.clock == N.HOST_CLOCK and not self._epoch_ms.get(b.epoch)
                    for recs in self._steady.values() for b in recs.values())
 
-    @cached_property
-    def _epoch_ms(self) -> dict[int, float]:
-        return epoch_ms(self.ranks)
-
-    def time_per_batch_words(self) -> str:
-        """Which figure median_batch_ms is, in words."""
-        if self.phase_clock != N.HOST_CLOCK:
-            return "the batch's time on the GPU, median over the steady batches"
-        warm = {e.warmup_batches for rt in self.ranks.values() for e in rt.epochs if e.warmup_batches is not None}
-        return per_batch_words(max(warm)) + ", median over epochs" if warm else "host time per batch, median"
-
     def batch_times_ms(self) -> list[float]:
         """Time per batch of the job: the slowest rank's, per steady batch."""
         return [max(self.batch_time_ms(b) for b in recs.values()) for recs in self._steady.values()]
@@ -166,10 +138,8 @@ class Run:
 
     def counters(self, rank: int) -> Batch | None:
         """One steady full-size batch on `rank` (the first), whose shape holds its counts."""
-        for recs in self._steady.values():
-            if recs[rank].samples == self.config["batch_size"]:
-                return recs[rank]
-        return None
+        return next((recs[rank] for recs in self._steady.values() if recs[rank].samples == self.config["batch_size"]),
+                    None)
 
     @classmethod
     def from_records(cls, manifest: Manifest, ranks: dict, run_id: str | None = None) -> "Run":
@@ -182,6 +152,15 @@ class Run:
         return cls(run_id or manifest.run_id, manifest, rts)
 
 
+# what ran, read through the run (`run.comm` is `run.manifest.ran.comm`: resolved at run time, never worked out here)
+for _name in ("backend", "comm", "exec", "parallel", "overlap", "trace_level", "gpu", "on_gpu"):
+    setattr(Run, _name, property(attrgetter("manifest.ran." + _name)))
+
+
+_MANY = {Batch: "batches", Epoch: "epochs", Update: "updates"}  # RankTrace's field of a kind of record
+_ONE = {Header: "header", End: "end"}
+
+
 def rank_trace(rank: int, recs: list, once: bool = True) -> RankTrace:
     """A rank's records (each with where it came from) put together: the
     batches in order, each once (`once`; an asynchronous parameter server's
@@ -191,30 +170,26 @@ def rank_trace(rank: int, recs: list, once: bool = True) -> RankTrace:
     gpu: dict = {}
     seen: dict = {}
     for rec, where in recs:
-        if isinstance(rec, Batch):
+        kind = type(rec)
+        if kind is Batch:
             if once and rec.key in seen:
                 raise TraceError(f"{where}: batch {rec.batch} of epoch {rec.epoch} recorded twice "
                                  f"(first at {seen[rec.key]})")
             seen[rec.key] = where
-            parts["batches"].append(rec)
-        elif isinstance(rec, Shape):
+        if kind in _MANY:
+            parts[_MANY[kind]].append(rec)
+        elif kind in _ONE:
+            parts[_ONE[kind]] = rec
+        elif kind is Shape:
             parts["shapes"][rec.id] = rec
-        elif isinstance(rec, Epoch):
-            parts["epochs"].append(rec)
-        elif isinstance(rec, GpuActivity):
+        elif kind is GpuActivity:
             gpu[(rec.epoch, rec.batch)] = rec.records
-        elif isinstance(rec, Clock):
+        elif kind is Clock:
             parts["clock_end" if rec.at == "end" else "clock"] = rec
-        elif isinstance(rec, Activity):
+        elif kind is Activity:
             act = parts.get("activity")
             parts["activity"] = rec if act is None else dataclasses.replace(
                 act if act.schema else rec, orphans=act.orphans + rec.orphans)
-        elif isinstance(rec, Header):
-            parts["header"] = rec
-        elif isinstance(rec, End):
-            parts["end"] = rec
-        elif isinstance(rec, Update):
-            parts["updates"].append(rec)
     batches = _on_gpu(parts.pop("batches"), gpu, parts.get("clock")) if gpu else parts.pop("batches")
     return RankTrace(rank, batches=tuple(batches), epochs=tuple(parts.pop("epochs")),
                      updates=tuple(parts.pop("updates")), **parts)
@@ -230,22 +205,14 @@ def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
             prev = None
             continue
         after = prev[2] if prev and prev[:2] == (b.epoch, b.batch - 1) else None
-        spans, total, t0, end = gpu_phase_spans(recs, after, _host_only(b, recs, clock))
-        out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=MappingProxyType({p: Span(*s) for p, s in spans.items()}),
-                                       t_ms_total=total, clock=N.CUPTI, gpu_t0_ns=t0, gpu=recs))
+        on_gpu = {r.phase for r in recs}  # the others launched nothing (a host MPI allreduce): the host's spans
+        host_only = {p: (int(s), int(e)) for p, (s, e) in host_phases_ns(b, clock).items() if p not in on_gpu}
+        spans, total, t0, end = gpu_phase_spans(recs, after, host_only)
+        t_ms = MappingProxyType({p: Span(*s) for p, s in spans.items()})
+        out.append(dataclasses.replace(b, t_ms_host=b.t_ms, t_ms=t_ms, t_ms_total=total, clock=N.CUPTI, gpu_t0_ns=t0,
+                                       gpu=recs))
         prev = (b.epoch, b.batch, end)
     return out
-
-
-def _host_only(b: Batch, recs, clock: Clock | None) -> dict:
-    """Phases that launched nothing on the GPU (a host MPI allreduce), as
-    CUPTI-clock spans from the host's phase times."""
-    if clock is None or clock.cupti_minus_host_ns is None:
-        return {}
-    on_gpu = {r.phase for r in recs}
-    base = clock.host_start_ns + clock.cupti_minus_host_ns + b.t0_s * 1e9
-    return {p: (int(base + s.offset_ms * 1e6), int(base + (s.offset_ms + s.ms) * 1e6))
-            for p, s in b.t_ms.items() if p not in on_gpu}
 
 
 # ---- from disk ----------------------------------------------------------------------------
@@ -256,7 +223,8 @@ def _bytes(path: Path) -> bytes:
         return read_rank_bytes(path)
     except (OSError, EOFError) as e:
         msg = str(e)
-        raise TraceError(msg if msg.startswith(str(path)) else f"{path}: unreadable ({type(e).__name__}: {e})") from None
+        raise TraceError(msg if msg.startswith(str(path))
+                         else f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
 
 def read_manifest(folder: Path) -> tuple[Manifest, int]:
@@ -384,7 +352,8 @@ def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
             skipped.append(str(e))
             continue
         skipped.extend(run.problems)
-        if not run.steady_batches() and not any(rt.updates for rt in run.ranks.values()):  # ps-async: no batch on rank 0
+        # ps-async: no batch on rank 0, its updates instead
+        if not run.steady_batches() and not any(rt.updates for rt in run.ranks.values()):
             skipped.append(f"{d}: no finished batch past the warm-up; not reported")
             continue
         runs.append(run)

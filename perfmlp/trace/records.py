@@ -1,31 +1,21 @@
 """The records of a run's trace (format 2): what a run writes and what the
 reader returns, nothing else. Each is a frozen dataclass whose fields carry
-their documentation and their check (trace/fields.py); docs/trace-format.md
-is generated from them (`python -m perfmlp.trace.docs`, held to them by a
-test).
-
-A run folder holds `manifest.json` (a `Manifest`, with `Ran`: what ran,
-resolved once at run time), and per rank `rank-<r>.jsonl` (one JSON object
-a line: `Header`, `Clock`, `Activity`, `Shape`, `Epoch`, `GpuActivity`,
-`End`, each with its `kind`) and `rank-<r>.batches`, the `Batch` records in
-the binary layout `BatchLayout` describes. A batch record holds only what
-changes from batch to batch (its position, loss and timestamps); what
-depends only on the piece's shape (FLOPs, bytes, collectives, the launched
-operations) is its `Shape`, written once and referenced by id.
-
-`Phase` (perfmlp/names.py) names the phases of a batch: the trainer, the
-writer, the reader and the model use it, so a phase name cannot be misspelled.
+their documentation and their check (trace/fields.py); docs/trace-format.md,
+which describes the run folder they make up, is generated from them
+(`python -m perfmlp.trace.docs`, held to them by a test).
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, NamedTuple
 
 from .. import names as N
 from ..names import Phase  # the phases' one definition; records.Phase names it for the trace's readers
 from . import fields as F
+from .format import BYTE_COUNTS
 
 SCHEMA = "perfmlp.trace/2"
 
@@ -42,12 +32,9 @@ def _gpu_phase(v):
     return "batch" if v == "batch" else phase(v)  # launched between phases: the batch's own
 
 
-def _f(doc: str, check, default=None, key: str | None = None):
+def _f(doc: str, check, default=None):
     """A record field: its documentation and its check (MISSING-aware)."""
-    meta = {"doc": doc, "check": check}
-    if key:
-        meta["key"] = key
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata={"doc": doc, "check": check})
 
 
 _count = F.integer(0)
@@ -57,14 +44,9 @@ _phase_counts = F.keyed(phase, _count)
 def _config(v) -> Mapping:
     """The resolved configuration: every key passes through; the ones the
     readers compute with are checked."""
-    m = F.mapping(v)
-    need = {"input_size": F.integer(1), "hidden_sizes": F.list_of(F.integer(1)), "num_classes": F.integer(1),
-            "batch_size": F.integer(1), "precision": F.string, "batch_transfer": F.string}
-    for k, check in need.items():
-        try:
-            check(m.get(k, F.MISSING))  # checked; kept as written (hidden_sizes a list, as the configuration's)
-        except F.Bad as e:
-            raise e.at(k) from None
+    m = F.mapping(v)  # kept as written (hidden_sizes a list, as the configuration's)
+    F.checked({"input_size": F.integer(1), "hidden_sizes": F.list_of(F.integer(1)), "num_classes": F.integer(1),
+               "batch_size": F.integer(1), "precision": F.string, "batch_transfer": F.string}, m)
     if not m["hidden_sizes"]:
         raise F.Bad("[], not a non-empty list", "hidden_sizes")
     return m
@@ -98,8 +80,7 @@ class Ran:
     trace_levels: tuple | None = _f("each rank's level, where they differ", F.optional(F.string_list))
     gpu: str | None = _f("the GPU's name (null on the CPU)", F.optional(F.string))
     batch_hooks: str | None = _f("the tracer's begin_batch and end_batch: `c` (compiled) or `python` (absent "
-                                 "before perfmlp 0.4.0: Python)", F.if_missing(F.optional(F.choice("c", "python")),
-                                                                              None))
+                                 "before perfmlp 0.4.0: Python)", F.optional(F.choice("c", "python")))
     blas: str | None = _f("the BLAS library NumPy called, with its file (`openblas (libscipy_openblas64_.so)`); null "
                           "where none was found (absent in older traces)", F.optional(F.string))
     slices: int = _f("the first layer's slices (`--slices`, `auto` resolved; 1: unsliced; absent before perfmlp "
@@ -137,6 +118,11 @@ class Manifest:
                                  F.optional(F.mapping))
     profiler_attached: bool = _f("an NVTX tool (Nsight Systems) was attached", F.optional(F.boolean, False))
     ran: Ran | None = _f("what ran (null until the backend is built)", F.optional(lambda v: read(Ran, v)))
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        c = self.config
+        return (c["input_size"], *c["hidden_sizes"], c["num_classes"])
 
 
 # ---- a rank's file ----------------------------------------------------------------------
@@ -250,24 +236,14 @@ class Batch:
     gpu_t0_ns: int | None = _f("with `cupti`: the batch's GPU start (CUPTI clock), `t_ms`'s origin", None)
     gpu: tuple | None = _f("with `cupti`: the batch's `GpuRecord`s", None)
 
-    # the shape's counts, read through the batch
-    samples = property(lambda self: self.shape.samples)
-    local_samples = property(lambda self: self.shape.local_samples)
-    flops = property(lambda self: self.shape.flops)
-    ops = property(lambda self: self.shape.ops)
-    kernels = property(lambda self: self.shape.kernels)
-    gemms = property(lambda self: self.shape.gemms)
-    mem_bytes = property(lambda self: self.shape.mem_bytes)
-    bytes_h2d = property(lambda self: self.shape.bytes_h2d)
-    bytes_d2h = property(lambda self: self.shape.bytes_d2h)
-    bytes_d2d = property(lambda self: self.shape.bytes_d2d)
-    bytes_mpi = property(lambda self: self.shape.bytes_mpi)
-    bytes_nccl = property(lambda self: self.shape.bytes_nccl)
-    collectives = property(lambda self: self.shape.collectives)
-
     @property
     def key(self) -> tuple[int, int]:
         return self.epoch, self.batch
+
+
+# the shape's counts, read through the batch (`b.samples` is `b.shape.samples`)
+for _name in ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "mem_bytes", *BYTE_COUNTS, "collectives"):
+    setattr(Batch, _name, property(attrgetter("shape." + _name)))
 
 
 class BatchLayout:
@@ -319,7 +295,8 @@ class GpuRecord:
 
     ARRAY: ClassVar[bool] = True  # written as the array of its fields, in ACTIVITY_FIELDS order
     cat: str = _f("`compute` (a kernel), `comm` (an NCCL kernel or a 16-bit exchange cast), `copy` (memcpy, "
-                  "memset), `graph` (a whole CUDA-graph launch at the `timeline` level)", F.choice("compute", "copy", "comm", "graph"))
+                  "memset), `graph` (a whole CUDA-graph launch at the `timeline` level)",
+                  F.choice("compute", "copy", "comm", "graph"))
     phase: Any = _f("the phase that launched it (`batch`: between phases)", _gpu_phase)
     start_ns: int = _f("start on the GPU, CUPTI's clock", _count)
     end_ns: int = _f("end on the GPU", _count)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..model.costs import Widths, op_cost, weight_grad_elements
 from ..names import Phase
+from .format import BYTE_COUNTS
 from .records import BatchLayout, Shape
 
 
@@ -35,22 +36,14 @@ def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: i
     FLOPs and device-memory bytes are the model's formulas
     (perfmlp/model/costs.py) on the launched shapes at the precision's
     widths `w` (mem_bytes); a GEMM is one launch (a library call on cuBLAS)."""
-    flops: dict = {}
-    nops: dict = {}
-    kernels: dict = {}
-    gemms: dict = {}
-    launches: dict = {}
+    flops, nops, kernels, gemms, launches = {}, {}, {}, {}, {}
     for name, i0, i1, k in ran:
         mine = ops[i0:i1]
         flops[name] = flops.get(name, 0) + sum(op_cost(op, tuple(shape), w)[0] for op, shape in mine)
         launches.setdefault(name, []).extend((op, tuple(shape)) for op, shape in mine)
-        if mine:
-            nops[name] = nops.get(name, 0) + len(mine)
-        if k:
-            kernels[name] = kernels.get(name, 0) + k
-        g = sum(1 for op, _ in mine if op == "gemm")
-        if g:
-            gemms[name] = gemms.get(name, 0) + g
+        for counted, n in ((nops, len(mine)), (kernels, k), (gemms, sum(op == "gemm" for op, _ in mine))):
+            if n:  # a phase that launched none is left out
+                counted[name] = counted.get(name, 0) + n
     return {"phases": tuple(name for name, *_ in ran), "flops": flops, "ops": nops, "launches": launches,
             "mem_bytes": mem_bytes(launches, w, weight_grads),
             "kernels": kernels if counts_kernels else None, "gemms": gemms if counts_kernels else None}
@@ -102,15 +95,14 @@ class ShapeBook:
 
     def _entry(self, key, priced, byte_counts, counts, phases: bool) -> Note:
         e = Note()
-        e.id, e.key, e.priced = self._next_shape, key, priced
+        e.id, e.key, e.priced = len(self._entries) + 1, key, priced  # ids 1, 2, ... in the order made
         self._entries.append(e)
-        self._next_shape += 1
         e.bytes, e.coll = byte_counts, list(counts.collectives)
         n = len(priced["phases"]) if phases else 0
         e.nstamps = n + 1 if self._events is not None else n
         e.record = BatchLayout.record(n)
         e.size = e.record.size
-        names = dict(zip(("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_mpi", "bytes_nccl"), byte_counts))
+        names = dict(zip(BYTE_COUNTS, byte_counts))
         self._write(Shape(id=e.id, samples=key[0], local_samples=key[1], **{**priced, "phases": priced["phases"][:n]},
                           **names, collectives=tuple((str(c), int(k)) for c, k in counts.collectives)))
         return e

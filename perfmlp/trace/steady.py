@@ -4,6 +4,7 @@ epoch line's `warmup_batches` and `steady_ms_per_batch`), which the reader
 applies to what the ranks wrote."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Mapping
 
 from .format import WARMUP_BATCHES, warmup_batches
@@ -23,10 +24,7 @@ def steady_window(ranks: Mapping) -> dict:
     for r, rt in ranks.items():
         for b in rt.batches:
             every.setdefault(b.key, {})[r] = b
-    counts: dict = {}
-    for e, _ in every:
-        counts[e] = counts.get(e, 0) + 1
-    warmup = {e: warmup_batches(n) for e, n in counts.items()}
+    warmup = {e: warmup_batches(n) for e, n in Counter(e for e, _ in every).items()}
     for rt in ranks.values():
         for ep in rt.epochs:
             if ep.warmup_batches is not None and ep.epoch in warmup:

@@ -4,20 +4,17 @@ records.BatchLayout, written into a memory-mapped, preallocated file).
 
 Why a mapped file: a record stored into a shared mapping is in the kernel's
 page cache at once, so a run killed outright (SIGKILL) keeps every batch it
-finished, without a system call per batch (one write(2) costs about half
-the tracer's budget on the project's CPU machine). The file is reserved
-ahead with posix_fallocate, so a full disk shows up as an error naming the
-file when it grows, never as a SIGBUS on a store; at the end it is cut to
-what was written. Every error names the file.
+finished, without a system call per batch. The file is reserved ahead with
+posix_fallocate, so a full disk shows up as an error naming the file when
+it grows, never as a SIGBUS on a store; at the end it is cut to what was
+written. Every error names the file.
 
 Why pages are faulted in ahead: the first store into each page of the
-mapping takes a page fault (the page allocated, zeroed and made writable
-by the file system), which cost the step about 0.4 us a batch on the
-project's CPU machine (a 4 KiB page holds about 40 records). The file
-faults in the next POPULATE_BYTES with one madvise(MADV_POPULATE_WRITE)
-as the records reach them (after a batch's last stamp); a window, not the
-whole file, so that its pages are not written back, and made read-only
-again, long before records land on them.
+mapping takes a page fault (the page allocated, zeroed and made writable),
+on the step's critical path. The file faults in the next POPULATE_BYTES
+with one madvise(MADV_POPULATE_WRITE) as the records reach them; a window,
+not the whole file, so that its pages are not written back, and made
+read-only again, long before records land on them.
 """
 from __future__ import annotations
 
@@ -50,8 +47,8 @@ class LineFile:
         except OSError as e:
             raise named(e, path) from None
 
-    def write(self, text: str) -> None:
-        data = text.encode()
+    def write(self, text: str | bytes) -> None:
+        data = text.encode() if isinstance(text, str) else text
         try:
             while data:
                 data = data[os.write(self.fd, data):]
@@ -102,8 +99,8 @@ class BatchFile:
         self.limit = self.ready if self._populate else self.cap
         return self.limit
 
-    def grow(self, need: int) -> int:
-        """Reserve and map at least `need` bytes; the new capacity."""
+    def grow(self, need: int) -> None:
+        """Reserve and map at least `need` bytes."""
         cap = self.cap
         while cap < need:
             cap += min(cap, MAX_STEP)
@@ -113,7 +110,6 @@ class BatchFile:
         except OSError as e:
             raise named(e, self.path) from None
         self.cap = cap
-        return cap
 
     def close(self, used: int) -> None:
         """Cut the file to the `used` bytes written and close it."""
@@ -129,20 +125,9 @@ class BatchFile:
             os.close(fd)
 
 
-class WrittenBatchFile:
-    """The same records written by write(2), to a file or device that cannot
-    be mapped (the fault tests' /dev/full)."""
-
-    def __init__(self, path: Path):
-        self.lines = LineFile(Path(path))
+class WrittenBatchFile(LineFile):
+    """The batch records written by write(2), to a file or device that
+    cannot be mapped (the fault tests' /dev/full)."""
 
     def append(self, record, *values) -> None:
-        buf = bytearray(record.size)
-        record.pack_into(buf, 0, *values)
-        try:
-            os.write(self.lines.fd, buf)
-        except OSError as e:
-            raise named(e, self.lines.path) from None
-
-    def close(self, used: int = 0) -> None:
-        self.lines.close()
+        self.write(record.pack(*values))

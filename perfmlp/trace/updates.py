@@ -1,28 +1,17 @@
 """The asynchronous parameter server's record: one `update` line per
 gradient applied (`--comm ps-async`, written by rank 0, the server; an
 optional kind: other runs write none, readers of other kinds skip it).
-
-Fields, all numbers:
-- update:    the update's index, 0, 1, ... in the order the server applied
-             them (the order gradients arrived)
-- worker:    the rank that computed the gradient
-- epoch, batch, piece: what it was computed on: piece `piece` of the W
-             pieces of batch `batch` of epoch `epoch` (costs.piece)
-- read:      updates the parameters it was computed on held (the server's
-             update count when it handed the piece out); `update - read`
-             is the number of updates it missed (its delay)
-- staleness: complete steps those parameters lacked, k - K (<= --staleness)
-- queue:     gradients received and waiting behind this one as it was applied
-- blocked:   workers kept waiting by the staleness bound once it was applied
-- t_s:       when it was applied, seconds since the rank's trace started
-- apply_ms:  the update's time (with the gradient's copy to the GPU there)
-- reply_ms:  the replies it released (parameters copied out and sent)
+A gradient computed on piece `piece` of batch `batch` (costs.piece) missed
+`update - read` updates (its delay); its staleness, the complete steps its
+parameters lacked (k - K), is at most --staleness. `apply_ms` holds the
+gradient's copy to the GPU, `reply_ms` the parameters' copy out and send.
 
 With the initial parameters, the data and the configuration, the update
 lines alone determine the final parameters (perfmlp/psasync/replay.py).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -30,9 +19,6 @@ from . import fields as F
 from .records import _f
 
 KIND = "update"
-INT_FIELDS = ("update", "worker", "epoch", "batch", "piece", "read", "staleness", "queue", "blocked")
-TIME_FIELDS = ("t_s", "apply_ms", "reply_ms")
-FIELDS = INT_FIELDS + TIME_FIELDS
 _count, _time = F.integer(0), F.number(0)
 
 
@@ -57,6 +43,9 @@ class Update:
     def __post_init__(self):
         if self.read > self.update:
             raise F.Bad(f"{self.read}, after its own update {self.update}", "read")
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(Update))
 
 
 def update_record(**values) -> Update:

@@ -5,8 +5,9 @@ format-1 run ran is worked out from what it wrote:
 - the exchange: the manifest's `comm`, else the configuration's where it
   names one, else `mpi-staged` on the GPU and `mpi` on NumPy (the rule the
   trainer had); the execution mode: `exec`, else the configuration's as the
-  trainer resolves it (eager where it names none: graph mode came later); the trace level: `trace_level`, else `phases` (that tracer timed
-  every phase, with CUDA events on a GPU); `auto` as the mode's default;
+  trainer resolves it (eager where it names none: graph mode came later);
+  the trace level: `trace_level`, else `phases` (that tracer timed every
+  phase, with CUDA events on a GPU); `auto` as the mode's default;
 - the launch shapes: whether the output layer's backward ran fused, from
   the operations the first batch line counted; the fused backward's column
   block by the commit that ran (`COLS_BY_COMMIT`; 256 otherwise, the value
@@ -26,10 +27,10 @@ from .. import names as N
 from ..safeio import read_json
 from . import fields as F
 from ..model.predict import resolve_exec
-from .format import resolve_trace_level
+from .format import BYTE_COUNTS, resolve_trace_level
 from .lines import parse
 from ..names import Phase
-from .records import Batch, Header, Manifest, Ran, Shape, Span, phase
+from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, phase
 
 SCHEMA_V1 = "perfmlp.trace/1"
 # the fused output backward's column block where it was not 256 (perfmlp/model/costs.py: OUTPUT_GRAD_COLS)
@@ -46,11 +47,8 @@ class LineError(ValueError):
 
 def manifest(obj: dict) -> Manifest:
     """A format-1 manifest as a Manifest (F.Bad names the field)."""
-    base = {k: obj.get(k, F.MISSING) for k in ("run_id", "config", "procs", "status", "start", "end", "versions",
-                                               "argv", "mpi_library", "machine", "profiler_attached")}
-    if base["start"] is F.MISSING:
-        base["start"] = ""  # metadata no reader computes with: absent in hand-made format-1 runs
-    m = F.fields_of(Manifest, {**base, "schema": "perfmlp.trace/2"}, skip=("ran",))
+    # `start`: metadata no reader computes with, absent in hand-made format-1 runs
+    m = F.fields_of(Manifest, {**obj, "start": obj.get("start", "")}, skip=("schema", "ran"))
     c = m["config"]
     backend = obj.get("backend") or c.get("backend")
     if backend not in N.BACKENDS:
@@ -87,9 +85,7 @@ def with_mem_bytes(shape: Shape, m: Manifest) -> Shape:
         return shape
     from ..model.costs import batch_counts, weight_grad_elements, widths
     from .shapes import mem_bytes
-    c, ran = m.config, m.ran
-    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
-    w = widths(c["precision"])
+    ran, sizes, w = m.ran, m.layer_sizes, widths(m.config["precision"])
     if shape.launches is not None:
         mem = mem_bytes(shape.launches, w, weight_grad_elements(sizes, ran.fuse_output))
     else:
@@ -106,12 +102,10 @@ def with_launch(m: Manifest, first: Batch | None) -> Manifest:
     if first is None or m.ran is None or m.ran.parallel != N.DATA or m.ran.comm in N.PS_COMMS:
         return m
     from ..model.costs import batch_counts
-    c = m.config
-    sizes = (c["input_size"], *c["hidden_sizes"], c["num_classes"])
     split = m.ran.bucket_bytes if m.ran.overlap else None
     got = sum(first.ops.values())
     for fused in (True, False):
-        if sum(batch_counts(sizes, first.local_samples, 4, bucket_bytes=split, fuse_output=fused)
+        if sum(batch_counts(m.layer_sizes, first.local_samples, 4, bucket_bytes=split, fuse_output=fused)
                .operations.values()) == got:
             return dataclasses.replace(m, ran=dataclasses.replace(m.ran, fuse_output=fused))
     return m
@@ -129,18 +123,7 @@ BATCH_V1 = {
     "t_ms": F.keyed(phase, F.pair(F.number(), F.number(0), "[offset ms, duration ms]")),
     "t_ms_total": F.optional(F.number(0)), "clock": F.optional(F.choice(*N.CLOCKS), N.HOST_CLOCK),
 }
-SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", "bytes_h2d", "bytes_d2h", "bytes_d2d",
-              "bytes_mpi", "bytes_nccl", "collectives")
-
-
-def _batch_values(obj: dict) -> dict:
-    out = {}
-    for k, check in BATCH_V1.items():
-        try:
-            out[k] = check(obj.get(k, F.MISSING))
-        except F.Bad as e:
-            raise e.at(k) from None
-    return out
+SHAPE_KEYS = ("samples", "local_samples", "flops", "ops", "kernels", "gemms", *BYTE_COUNTS, "collectives")
 
 
 def _frozen(v):
@@ -152,7 +135,6 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
     came from (LineError: file, line and field)."""
     out, shapes = [], {}
     header = None
-    first_clock = {"host_start_ns": 0}
     for i, text in lines:
         where = f"{path}:{i}"
         try:
@@ -164,10 +146,10 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
             if kind == "header":
                 if obj.get("schema") != SCHEMA_V1:
                     raise F.Bad(f"{F.shown(obj.get('schema', F.MISSING))}, not {SCHEMA_V1} (the manifest's)", "schema")
-                header = (F.fields_of(Header, {"start": "", "pid": 0, "size": 1, **obj, "schema": "perfmlp.trace/2",
-                                               "clock": "host", "host_start_ns": 0}), where)
+                header = (F.fields_of(Header, {"start": "", "pid": 0, "size": 1, **obj},  # the rest: set below
+                                      skip=("schema", "clock", "host_start_ns")), where)
             elif kind == "batch":
-                v = _batch_values(obj)
+                v = F.checked(BATCH_V1, obj)
                 key = tuple(_frozen(v[k]) for k in SHAPE_KEYS) + (tuple(v["t_ms"]),)
                 shape = shapes.get(key)
                 if shape is None:
@@ -179,17 +161,15 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
                                   t_ms=MappingProxyType({p: Span(*s) for p, s in v["t_ms"].items()}),
                                   t_ms_total=v["t_ms_total"]), where))
             else:
-                rec = parse(json.dumps({"end": "", **obj}) if kind == "end" else text)
-                if getattr(rec, "KIND", None) == "clock" and rec.at == "start":
-                    first_clock["host_start_ns"] = rec.host_start_ns
-                out.append((rec, where))
+                out.append((parse(json.dumps({"end": "", **obj}) if kind == "end" else text), where))
         except F.Bad as e:
             raise LineError(f"{where}: {e}") from None
     if header is None:
         raise LineError(f"{path}:1: kind: no header line")
     h, where = header
     clock = next((r.clock for r, _ in out if isinstance(r, Batch)), N.HOST_CLOCK)
-    h.update(schema=SCHEMA_V1, clock=N.CUDA_EVENTS if clock == N.CUDA_EVENTS else N.HOST_CLOCK, **first_clock)
+    start = next((r.host_start_ns for r, _ in reversed(out) if isinstance(r, Clock) and r.at == "start"), 0)
+    h.update(schema=SCHEMA_V1, clock=N.CUDA_EVENTS if clock == N.CUDA_EVENTS else N.HOST_CLOCK, host_start_ns=start)
     return [(Header(**h), where)] + out
 
 

@@ -6,26 +6,19 @@ Two tracers with one interface, which the training loop calls:
 `end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer`
 writes the trace.
 
-What is timed depends on `--trace-level` (names.TRACE_LEVELS;
-`auto` is resolved in `attach` by the execution mode that runs):
-`counters` stamps the batch and each phase on the host clock; `phases`
-times each phase with CUDA events on the GPU (read when they have
-completed, never by synchronising the device), the host clock on the CPU;
-`timeline` and `kernels` stamp the host clock and collect CUPTI activity
-(trace/activity.py), written as `gpu` lines between epochs.
+What is timed depends on `--trace-level` (names.TRACE_LEVELS; `auto` is
+resolved in `attach` by the execution mode that runs). CUDA events (`phases`
+on the GPU) are read once they have completed, never by synchronising the
+device; CUPTI activity (trace/activity.py) is written as `gpu` lines between
+epochs.
 
-Host cost per batch, which a host-bound step pays in full (budget: 3 us on
-the project's CPU machine, and 2% of an eager GPU step;
-benchmarks/trace_cost.py): one perf_counter() per phase, appended in C
-(trace/phases.py), and begin_batch and end_batch, in C where the
-extension was built (trace/fastpath.py). Their fast path, taken by a batch
-of the same piece size as the one before it (with no NVTX tool, CUPTI or
-CUDA events): two clock reads, a comparison of the batch's byte counts
-and collectives with its `Shape`, and one record stored into the mapped
-batch file, whose pages are faulted in ahead (trace/store.py); no
-dictionary look-up, no JSON, no system call. The first batch of each
-piece size records the operations the network launched, prices them (the
-model's formulas) and writes the `Shape` line once.
+Host cost per batch, which a host-bound step pays in full
+(benchmarks/trace_cost.py): one perf_counter() per phase, appended in C
+(trace/phases.py), and begin_batch and end_batch on their fast path
+(trace/fastpath.py: two clock reads and one record stored into the mapped
+batch file; no dictionary look-up, no JSON, no system call). The first
+batch of each piece size records the operations the network launched,
+prices them (trace/shapes.py) and writes the `Shape` line once.
 """
 from __future__ import annotations
 
@@ -36,18 +29,18 @@ import time
 from pathlib import Path
 
 from ..errors import PerfmlpError
-from ..model.costs import itemsize, widths
+from ..model.costs import widths
 from .. import names as N
 from . import activity as act
 from . import nvtx as nv
 from .format import ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
-from .manifest import blas_seen, finished, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
+from .manifest import blas_seen, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
 from .fastpath import CFastPath, fast_path
 from .gpu_side import GpuSide
 from .phases import NOOP, Event, Hooked, Recording, stamp_class
 from .shapes import ShapeBook
 from .lines import line
-from .records import SCHEMA, Activity, End, Epoch, Header, Phase
+from .records import ACTIVITY_FIELDS, SCHEMA, Activity, End, Epoch, Header, Phase
 from .store import BatchFile, LineFile, WrittenBatchFile
 
 _ns = time.perf_counter_ns
@@ -66,30 +59,9 @@ class NullTracer:
     """No trace: every hook is a no-op (a phase is one C-level look-up)."""
 
     ops = None
-    backend = None
     run_dir = None
     phase = dict.fromkeys(Phase, _Quiet()).__getitem__
-
-    def attach(self, world, backend) -> None:
-        self.backend = backend.name
-
-    def begin_batch(self, epoch: int, batch: int, samples: int, local: int) -> None:
-        pass
-
-    def end_batch(self, loss, counts) -> None:
-        pass
-
-    def end_epoch(self, **values) -> None:
-        pass
-
-    def record(self, rec: dict) -> None:
-        pass
-
-    def close(self, status: str) -> None:
-        pass
-
-    def redirect_writes(self, path: str) -> None:
-        pass
+    attach = begin_batch = end_batch = end_epoch = record = close = redirect_writes = NOOP  # any arguments
 
 
 class _NoNet:
@@ -102,8 +74,6 @@ class Tracer(ShapeBook, GpuSide):
     def __init__(self, run_dir: Path, rank: int, world, cfg, manifest=None, compiled: bool | None = None):
         self.run_dir, self.rank, self.world, self.cfg = run_dir, rank, world, cfg
         self.manifest = manifest  # rank 0's
-        self.backend = None
-        self.itemsize = itemsize(cfg.precision)
         self.widths = widths(cfg.precision)   # the Shape's device-memory bytes
         self.level = cfg.trace_level  # attach() resolves auto
         self.t_start_ns = _ns()
@@ -119,7 +89,6 @@ class Tracer(ShapeBook, GpuSide):
         self._open = (0, 0)
         self._stamps: list = []      # this batch's phase stamps (host seconds, or CUDA events)
         self._shapes: dict = {}      # samples << 32 | local samples -> Note
-        self._next_shape = 1
         self._note = None            # the batch's Note
         # begin_batch and end_batch: the fast path's (trace/fastpath.py: C where built), which hands any
         # other batch to _begin_other and _end_other; it keeps the batch's ids and stamps, and the offset
@@ -148,7 +117,6 @@ class Tracer(ShapeBook, GpuSide):
     def attach(self, world, backend) -> None:
         """Resolve the level, write the header and clock lines, and (rank 0)
         what ran into the manifest (collectives: every rank calls it)."""
-        self.backend = backend.name
         self._net = getattr(backend, "net", None)
         self._kernels = self._net if self._net is not None else _NoNet
         asked, note, why = self.level, None, None
@@ -178,7 +146,7 @@ class Tracer(ShapeBook, GpuSide):
         if self.rank == 0:
             self._record_what_ran(backend, machine, levels, asked, why, blas)
         if self._collector is not None:
-            self._write(Activity(schema=ACTIVITY_SCHEMA, level=self.level, fields=act.ACTIVITY_FIELDS,
+            self._write(Activity(schema=ACTIVITY_SCHEMA, level=self.level, fields=ACTIVITY_FIELDS,
                                  own_kernels=act.own_kernel_names()))
         self._make_phases()
 
@@ -295,10 +263,6 @@ class Tracer(ShapeBook, GpuSide):
         clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in values.items()}
         self._write(Epoch(**clean))
 
-    def record(self, rec) -> None:
-        """A record of an optional kind (trace/updates.py's Update)."""
-        self._write(rec)
-
     def close(self, status: str) -> None:
         """Write what is pending, the end line and (rank 0) the manifest's
         status. Each step is tried even when an earlier one failed; the first
@@ -325,7 +289,7 @@ class Tracer(ShapeBook, GpuSide):
 
     def _finish_manifest(self, status: str) -> None:
         if self.rank == 0 and self.manifest is not None:
-            self.manifest = finished(self.manifest, status)
+            self.manifest = dataclasses.replace(self.manifest, status=status, end=now_iso())
             write_manifest(self.run_dir, self.manifest)
 
     def redirect_writes(self, path: str) -> None:
@@ -339,6 +303,9 @@ class Tracer(ShapeBook, GpuSide):
     # -- internals ------------------------------------------------------------------
     def _write(self, rec) -> None:
         self._lines.write(line(rec))
+
+    record = _write  # the hook for a record of an optional kind (trace/updates.py's Update)
+
 
 def new_run_id(cfg, world) -> str:
     if cfg.run_id:
