@@ -37,11 +37,12 @@ import numpy as np
 
 from . import names as N
 from .errors import PerfmlpError
+from .startup import launched_size
 from .trace.records import Phase
 
 
 class SingleWorld:
-    """One process, no MPI."""
+    """One process, no MPI (also a group of one: perfmlp/strategies/groups.py's LocalGroup)."""
 
     rank, size = 0, 1
     library = "none"
@@ -53,6 +54,12 @@ class SingleWorld:
         return None  # nothing to wait for
 
     def waitall(self, requests) -> None:
+        pass
+
+    def reduce_sum(self, buf, root: int = 0) -> None:
+        pass
+
+    def bcast_buffer(self, buf, root: int = 0) -> None:
         pass
 
     def bcast(self, obj, root: int = 0):
@@ -70,15 +77,14 @@ class SingleWorld:
         os._exit(code)
 
 
-class MPIWorld:
-    """COMM_WORLD through mpi4py."""
+class Group:
+    """An MPI communicator (COMM_WORLD or a part of it): sums, broadcasts and
+    the parameter server's rooted collectives on buffers."""
 
-    def __init__(self):
+    def __init__(self, comm, library: str):
         from mpi4py import MPI
-        self.MPI = MPI
-        self.comm = MPI.COMM_WORLD
-        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")
+        self.MPI, self.comm, self.library = MPI, comm, library
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
 
     def allreduce_sum(self, buf: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
@@ -90,6 +96,15 @@ class MPIWorld:
     def waitall(self, requests) -> None:
         self.MPI.Request.Waitall(requests)
 
+    def reduce_sum(self, buf, root: int = 0) -> None:
+        if self.rank == root:
+            self.comm.Reduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM, root=root)
+        else:
+            self.comm.Reduce(buf, None, op=self.MPI.SUM, root=root)
+
+    def bcast_buffer(self, buf, root: int = 0) -> None:
+        self.comm.Bcast(buf, root=root)
+
     def bcast(self, obj, root: int = 0):
         return self.comm.bcast(obj, root=root)
 
@@ -99,11 +114,19 @@ class MPIWorld:
     def barrier(self) -> None:
         self.comm.Barrier()
 
+
+class MPIWorld(Group):
+    """COMM_WORLD through mpi4py."""
+
+    def __init__(self):
+        from mpi4py import MPI
+        library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")
+        super().__init__(MPI.COMM_WORLD, library)
+
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        # let the launcher forward this rank's last line before MPI_Abort tears
-        # the job down (seen lost under mpiexec on a loaded 2-core machine)
+        # let the launcher forward this rank's last line before MPI_Abort tears the job down
         time.sleep(0.2)
         self.comm.Abort(code)
 
@@ -112,14 +135,15 @@ def make_world():
     """MPIWorld when mpi4py imports, else SingleWorld (then a launch under
     mpirun with several processes is an error, not P independent runs)."""
     try:
-        import mpi4py  # noqa: F401
+        import mpi4py
     except ImportError:
-        for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
-            if int(os.environ.get(var, "1") or 1) > 1:
-                raise PerfmlpError("launched under MPI with several processes but mpi4py is not installed "
-                                   "(pip install mpi4py)") from None
-        return SingleWorld()
-    return MPIWorld()
+        mpi4py = None
+    if mpi4py is not None:
+        return MPIWorld()
+    if launched_size() > 1:
+        raise PerfmlpError("launched under MPI with several processes but mpi4py is not installed "
+                           "(pip install mpi4py)")
+    return SingleWorld()
 
 
 class HostReducer:
@@ -221,7 +245,6 @@ def close_communicators() -> None:
     other waits in MPI_Finalize. ncclCommAbort needs no peer."""
     if not _made:
         return
-    import sys
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         cupy.cuda.Device().synchronize()   # the last step's collectives are done on this rank

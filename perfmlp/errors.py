@@ -66,11 +66,20 @@ def cli(prog: str, main, argv=None) -> int:
         say(f"{prog}: error: {e}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:  # `... | head`: the reader has gone
+        quiet_stdout()
+        return 1
+
+
+def quiet_stdout() -> None:
+    """A stdout that cannot be written (a full device, a closed pipe) must
+    not fail a finished command at exit: what it holds is dropped."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
         try:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-        return 1
 
 
 def write_atomic(path: str | Path, data) -> None:

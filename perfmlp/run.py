@@ -8,19 +8,17 @@ ends it. SIGTERM is handled as SIGINT.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
 import sys
 
+from .faults import launcher_rank
+from .startup import LAUNCHER_SIZE_VARS
+
 # Nothing outside the standard library is imported above this check.
 _DEPENDENCIES = ("numpy", "yaml")
-_MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
-
-
-def _missing(modules) -> list[str]:
-    import importlib.util
-    return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
 def other_interpreter(missing: list[str]) -> str | None:
@@ -50,8 +48,8 @@ def reexec_if_shadowed() -> None:
     project's dependencies (see other_interpreter); say so in one line."""
     if os.environ.get("PERFMLP_REEXEC"):
         return  # once only
-    mpi = any(int(os.environ.get(v, "0") or 0) >= 1 for v in _MPI_SIZE_VARS)
-    missing = _missing(_DEPENDENCIES + (("mpi4py",) if mpi else ()))
+    mpi = any(int(os.environ.get(v, "0") or 0) >= 1 for v in LAUNCHER_SIZE_VARS)
+    missing = [m for m in _DEPENDENCIES + (("mpi4py",) if mpi else ()) if importlib.util.find_spec(m) is None]
     if not missing:
         return
     exe = other_interpreter(missing)
@@ -59,8 +57,7 @@ def reexec_if_shadowed() -> None:
         print(f"perfmlp.run: error: {sys.executable} cannot import {', '.join(missing)} "
               f"(pip install -e . in the environment you run, or name its python by full path)", file=sys.stderr)
         sys.exit(2)
-    rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if v in os.environ), "0")
-    if rank == "0":
+    if launcher_rank() == 0:
         print(f"perfmlp.run: {sys.executable} lacks {', '.join(missing)} (mpirun's --prefix put its folder first "
               f"on PATH); running under {exe} instead", file=sys.stderr)
     sys.stderr.flush()
@@ -71,8 +68,7 @@ def reexec_if_shadowed() -> None:
 def share_cores_among_local_ranks() -> None:
     """Under MPI, give each rank's BLAS its share of the node's cores (unless
     the user chose): P ranks each starting one thread per core oversubscribe
-    the node (on 2 cores, 2 ranks ran 10x slower per batch than with one
-    thread each). Must run before NumPy is imported."""
+    the node. Must run before NumPy is imported."""
     local = next((int(os.environ[v]) for v in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
                   if os.environ.get(v, "").isdigit()), 1)
     if local > 1:
@@ -98,7 +94,7 @@ from pathlib import Path  # noqa: E402
 from . import config as config_mod  # noqa: E402
 from . import flags  # noqa: E402
 from . import params as params_mod  # noqa: E402
-from .errors import PerfmlpError, cli, safe_stdio, say  # noqa: E402
+from .errors import PerfmlpError, cli, quiet_stdout, safe_stdio, say  # noqa: E402
 from .safeio import write_line  # noqa: E402
 
 
@@ -136,10 +132,6 @@ class EveryRank(PerfmlpError):
 def agree(world, error: PerfmlpError | None) -> None:
     """A collective: if any rank has an error, every rank raises EveryRank
     with the first one (named by rank unless every rank has it)."""
-    if world.size == 1:
-        if error is not None:
-            raise EveryRank(str(error), error.exit_code)
-        return
     errors = world.allgather(None if error is None else (str(error), error.exit_code))
     bad = [(r, e) for r, e in enumerate(errors) if e is not None]
     if bad:
@@ -148,16 +140,10 @@ def agree(world, error: PerfmlpError | None) -> None:
         raise EveryRank(msg, code, None if same else r)
 
 
-def config_digest(cfg) -> str:
-    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
 def check_same_config(world, cfg) -> None:
     """A collective: every rank must run the same configuration (else the
     ranks would wait for each other in collectives of different sizes)."""
-    if world.size == 1:
-        return
-    digests = world.allgather(config_digest(cfg))
+    digests = world.allgather(hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest())
     if len(set(digests)) == 1:
         return
     configs = world.allgather(cfg.to_dict())
@@ -204,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
             job.watchdog.close()
             _watch_exit(job)
-        _quiet_stdout()
+        quiet_stdout()
 
 
 def _watch_exit(job: _Job) -> None:
@@ -220,24 +206,11 @@ def _watch_exit(job: _Job) -> None:
     faults.hook(job.rank, faults.EXIT)
 
 
-def _quiet_stdout() -> None:
-    """A stdout that cannot be written (a full device, a closed pipe) must
-    not fail a finished run at exit: what it holds is dropped."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-
-
 def _start(argv, job: _Job):
     """Parse, start MPI under the watchdog, agree on the configuration and
     its checks; the checked configuration."""
     from . import faults
-    from .startup import start_watched
-    from .startup import SIGNALS
+    from .startup import SIGNALS, start_watched
     from .watchdog import DEFAULT_LIMIT_S, STARTUP_MIN_S, Watchdog
     try:
         cfg, error = parse(argv), None
@@ -246,10 +219,10 @@ def _start(argv, job: _Job):
     limit = cfg.stall_limit if cfg else DEFAULT_LIMIT_S
     job.watchdog = Watchdog(limit)
     Watchdog.handle_signals(job.on_signal)   # a signal before MPI starts: one line too (see _fail)
-    faults.hook(faults.launcher_rank(), faults.START)
+    faults.hook(launcher_rank(), faults.START)
     from .comm import make_world
     job.world = start_watched(make_world, SIGNALS, limit and max(limit, STARTUP_MIN_S), "perfmlp.run",
-                              faults.launcher_rank())
+                              launcher_rank())
     job.rank = job.world.rank
     job.watchdog.start(job.on_signal)   # after MPI's start: its transport may have taken SIGHUP
     job.watchdog.attach(job.world)
@@ -352,7 +325,7 @@ def _fail(e: BaseException, job: _Job) -> int:
         return code
     if several and job.rank != 0:
         _mark_manifest(job, status)   # rank 0 may be waiting in a collective, ended by the abort below
-        if isinstance(e, PerfmlpError) and not isinstance(e, EveryRank):
+        if isinstance(e, PerfmlpError):
             time.sleep(ONE_LINE_S)   # bad input every rank meets: rank 0's line and abort come first
     who = f"rank {job.rank}: " if several else ""
     write_line(f"perfmlp.run: {who}error: {msg}" + (f"; {problem}" if problem else ""))
@@ -366,11 +339,9 @@ def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
     one line, then the rank dies of the signal itself. A launcher ends the
     other ranks (waiting inside MPI_Init for this one) only for a rank that
     a signal ended, not for one that exited with a status."""
-    from .startup import launched_size
-    from .startup import SIGNALS
+    from .startup import SIGNALS, launched_size
     if launched_size() <= 1:
         return
-    from .faults import launcher_rank
     signum = e.signum if isinstance(e, Signalled) else signal.SIGINT
     write_line(f"perfmlp.run: rank {launcher_rank()}: error: {SIGNALS[signum][0]} while MPI was starting; "
                "the job is ended")

@@ -11,7 +11,6 @@ from ..model.strategies import ROOT
 from ..step import NonFiniteLoss, Parts, compute
 from ..trace.records import Phase
 from .activations import nccl_communicator, nccl_dtype
-from .groups import world_group
 
 class HostParamServer:
     """`ps` (NumPy): MPI_Reduce of the gradient buffer to rank 0, the update
@@ -22,7 +21,7 @@ class HostParamServer:
     name = "ps"
 
     def __init__(self, world, net):
-        self.group, self.net = world_group(world), net
+        self.group, self.net = world, net
         net.p = FlatParams(net.xp, net.p.layer_sizes, net.dtype, extra=LOSS_SLOTS)
 
     def exchange(self, phase, counts) -> None:
@@ -59,7 +58,7 @@ class NcclParamServer:
     name = N.PS_NCCL
 
     def __init__(self, cupy, world, net):
-        self.group, self.net = world_group(world), net
+        self.group, self.net = world, net
         self.nccl, self.comm = nccl_communicator(self.group)
         self._dtype = nccl_dtype(self.nccl, net.dtype)
         stream = cupy.cuda.get_current_stream()
