@@ -34,6 +34,7 @@ import numpy as np
 from .mixed import LossScale, gemm_operand, storage_dtype
 from .model.costs import LOSS_SLOTS, fused_output, output_grad_splits, output_grad_sums, row_blocks
 from .model.precision import precision as precision_of
+from .params import load_resume
 
 
 class FlatParams:
@@ -66,6 +67,14 @@ def init_weights(layer_sizes, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal((layer_sizes[i + 1], layer_sizes[i])) / np.sqrt(layer_sizes[i])
             for i in range(len(layer_sizes) - 1)]
+
+
+def start_params(net, cfg) -> None:
+    """A run's first parameters (cfg: a Config): --resume's file, else the seed's weights (biases zero)."""
+    if cfg.resume:
+        net.load_params(load_resume(cfg.resume, cfg.layer_sizes))
+    else:
+        net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
 
 
 def sigmoid(xp, z):
@@ -132,13 +141,15 @@ class Network:
         for l, bias in enumerate(biases or []):
             self.p.b[l][...] = self.xp.asarray(bias, dtype=self.dtype)
 
+    def load_params(self, params: dict) -> None:
+        """set_params from a mapping W1, b1, W2, b2, ... (get_params's)."""
+        L = range(1, len(self.p.layer_sizes))
+        self.set_params([params[f"W{l}"] for l in L], [params[f"b{l}"] for l in L])
+
     def get_params(self) -> dict[str, np.ndarray]:
         """Host copies: W1, b1, W2, b2, ..."""
-        out = {}
-        for l, (w, b) in enumerate(zip(self.p.W, self.p.b), start=1):
-            out[f"W{l}"] = _to_host(w)
-            out[f"b{l}"] = _to_host(b)
-        return out
+        return {f"{k}{l}": to_host(a) for l, (w, b) in enumerate(zip(self.p.W, self.p.b), start=1)
+                for k, a in (("W", w), ("b", b))}
 
     # -- the step: the same sequence of kernels on every backend -------------------
     def forward(self, x) -> None:
@@ -357,6 +368,10 @@ class Network:
             a = sigmoid(xp, z) if l < len(self.p.W) - 1 else z
         return a.argmax(axis=0)
 
+    def accuracy(self, x, labels: np.ndarray) -> float:
+        """The share of the columns of x that `predict` gives their label."""
+        return float((to_host(self.predict(x)) == labels).mean())
 
-def _to_host(a) -> np.ndarray:
+
+def to_host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.array(a, copy=True)

@@ -28,7 +28,7 @@ from .backend import build
 from .config import Config, check_procs, data_procs
 from .errors import PerfmlpError
 from .mixed import to_storage
-from .mlp import init_weights
+from .mlp import start_params
 from .model.costs import piece
 from .model.precision import precision as precision_of
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
@@ -103,12 +103,7 @@ def _setup(cfg: Config, world, tracer, log) -> _Setup:
     be = build(cfg, world, xtrain, ytrain)
     tracer.attach(world, be)
     be.net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
-    if cfg.resume:
-        init = params_mod.load_resume(cfg.resume, cfg.layer_sizes)
-        L = len(cfg.layer_sizes) - 1
-        be.net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
-    else:
-        be.net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
+    start_params(be.net, cfg)
     initial = be.net.get_params() if cfg.save_params else None  # every rank: a collective for a shard
     if initial is not None and rank == 0:
         params_mod.save(Path(cfg.save_params) / params_mod.INITIAL, initial)
@@ -207,10 +202,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
     be.sync()  # the epoch's time includes its queued device work
     t_end = time.perf_counter()
     loss = ce_total / n_train + net.weight_penalty()
-    acc = float("nan")
-    if world.rank == 0 and s.x_held is not None:
-        pred = net.predict(s.x_held)
-        acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == s.split.heldout.labels).mean())
+    acc = net.accuracy(s.x_held, s.split.heldout.labels) if world.rank == 0 and s.x_held is not None else float("nan")
     return EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
                        t_end - t_steady if t_steady else 0.0, nbatches - warmup if t_steady else 0)
 

@@ -7,9 +7,10 @@ states around the batches (`mark`). A mark is a store into a small array
 (a memoryview), cheap against a batch (`--stall-limit 0` turns the marks
 off; signals are still watched). A daemon thread looks at its own rank's
 mark every second (every quarter of the limit, if shorter); when it has not
-changed for `limit_s` seconds the job is ended: one line, then MPI_Abort. A rank stopped by a signal (SIGSTOP, a debugger, a swapped-out
-node) makes no marks, and neither does every other rank, waiting for it in a
-collective that does not return: theirs notice. The ranks of a node share
+changed for `limit_s` seconds the job is ended: one line, then MPI_Abort.
+A rank stopped by a signal (SIGSTOP, a debugger, a swapped-out node) makes
+no marks, and neither does every other rank, waiting for it in a collective
+that does not return: theirs notice. The ranks of a node share
 their marks (an MPI shared-memory window), so the line names the rank that
 is behind, with the phase it stopped in, and says whether its process is
 stopped; ranks on another node can only be said to be waited for.

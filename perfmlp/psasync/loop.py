@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ..batches import DeviceBatches, HostBatches
-from ..mlp import Network
+from ..mlp import Network, to_host
 from ..model.costs import piece as piece_bounds, pieces
 from ..model.precision import precision
 from ..model.predict import staging_memory
@@ -82,7 +82,7 @@ def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_re
         if world.rank == SERVER:
             e.params, e.where = be.net.get_params(), status[2]
         raise e
-    final = np.ascontiguousarray(be.net.p.params.get() if hasattr(be.net.p.params, "get") else be.net.p.params)
+    final = to_host(be.net.p.params)
     world.comm.Bcast(final, root=SERVER)
     if world.rank != SERVER:
         be.net.p.params[...] = be.xp.asarray(final)
@@ -130,10 +130,7 @@ def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -
         be.sync()
         seconds = time.perf_counter() - t_epoch[0]
         loss = ce_sum[epoch] / cfg.n_train + net.weight_penalty()
-        acc = float("nan")
-        if x_held is not None:
-            pred = net.predict(x_held)
-            acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == labels).mean())
+        acc = net.accuracy(x_held, labels) if x_held is not None else float("nan")
         ep = epoch_result(epoch + 1, loss, acc, seconds, nbatches, 0.0, 0)
         result.epochs.append(ep)
         tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=seconds, steady_ms_per_batch=None,

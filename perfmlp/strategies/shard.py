@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mlp import Network, _to_host
+from ..mlp import Network, to_host
 from ..model.costs import piece
 from ..model.strategies import layer_splits
 from ..step import Parts, exchange
@@ -74,7 +74,7 @@ class ShardStep:
                            [cut(bias, r) for bias, (r, _) in zip(biases, cuts)] if biases else None)
 
     def get_params(self) -> dict[str, np.ndarray]:
-        mine = [(_to_host(w), _to_host(b)) for w, b in zip(self.p.W, self.p.b)]
+        mine = [(to_host(w), to_host(b)) for w, b in zip(self.p.W, self.p.b)]
         every = self.group.allgather(mine)
         out = {}
         for l in range(len(mine)):
@@ -97,8 +97,7 @@ class ShardStep:
                                "they changed since")
         full, _ = self._eval
         net = Network(self.xp, self.full_sizes, self.dtype, self.lr, self.reg, self.global_batch)
-        L = len(self.splits)
-        net.set_params([full[f"W{l}"] for l in range(1, L + 1)], [full[f"b{l}"] for l in range(1, L + 1)])
+        net.load_params(full)
         return net.predict(x)
 
 
