@@ -1,23 +1,20 @@
 """Communication behind one interface.
 
-`World` is the process group: rank, size, a host allreduce, broadcast,
-barrier and abort. `SingleWorld` is one process without MPI; `MPIWorld`
-wraps mpi4py's COMM_WORLD.
+The world is the process group (rank, size, host collectives, abort):
+`SingleWorld` is one process without MPI, `Group` an MPI communicator,
+`MPIWorld` the Group of COMM_WORLD.
 
 A gradient reducer sums the flat gradient buffer across ranks in place,
-`reduce(flat, phase, counts)`, timing each of its phases with `phase` and
-adding the bytes it copies and hands to MPI or NCCL to `counts` (a
-trace.format.Counts) where it issues them. `name` is the --comm value.
-- `HostReducer` (`mpi`, NumPy backend): the buffer already lives on the
-  host: one MPI_Allreduce.
-- `StagedReducer` (`mpi-staged`, GPU, the reference scheme): one D2H copy,
-  MPI_Allreduce on the host buffer, one H2D copy back; Open MPI on the GPU
-  machine is not CUDA-aware, so device buffers never go to MPI.
-- `NcclReducer` (`nccl`, GPU): a device-side allreduce through
-  cupy.cuda.nccl.
-`host_value(flat, i)` reads one element of the reduced buffer (the loss
-slot) when that costs no synchronisation, else None; then
-`epoch_loss_sum()` gives the epoch's sum once, at its end.
+`reduce(flat, phase, counts)`, timing its phases with `phase` and adding the
+bytes it copies and hands to MPI or NCCL to `counts` (a trace.format.Counts)
+where it issues them. `name` is the --comm value.
+- `HostReducer` (`mpi`, NumPy): one MPI_Allreduce of the host buffer.
+- `StagedReducer` (`mpi-staged`, GPU, the reference scheme): D2H,
+  MPI_Allreduce on the host copy, H2D (the GPU machine's Open MPI is not
+  CUDA-aware, so device buffers never go to MPI).
+- `NcclReducer` (`nccl`, GPU): a device-side allreduce through cupy.cuda.nccl.
+`host_value(flat, i)` reads the loss slot when that costs no
+synchronisation, else None; then `epoch_loss_sum()` gives the epoch's sum.
 
 Overlap (`--overlap`, `HostReducer` and `NcclReducer`): `overlap(net)`
 makes the network call the reducer as each piece of the gradient is
@@ -166,20 +163,17 @@ class HostReducer:
         self._started.append((self.world.iallreduce_sum(self._flat[lo:hi]), hi - lo))
 
     def reduce(self, flat: np.ndarray, phase, counts) -> None:
-        mpi = self.world.library != "none"
-        if self._flat is None:
-            with phase(Phase.ALLREDUCE):
-                self.world.allreduce_sum(flat)
-            if mpi:
-                counts.bytes_mpi += flat.nbytes
-                counts.collectives.append(("MPI_Allreduce", int(flat.size)))
-            return
         with phase(Phase.ALLREDUCE):
-            self.world.waitall([r for r, _ in self._started])
-        if mpi:
-            for _, n in self._started:
+            if self._flat is None:
+                self.world.allreduce_sum(flat)
+            else:
+                self.world.waitall([r for r, _ in self._started])
+        sent = [("MPI_Allreduce", int(flat.size))] if self._flat is None else \
+            [("MPI_Iallreduce", n) for _, n in self._started]
+        if self.world.library != "none":
+            for name, n in sent:
                 counts.bytes_mpi += n * flat.itemsize
-                counts.collectives.append(("MPI_Iallreduce", n))
+                counts.collectives.append((name, n))
         self._started.clear()
 
     def host_value(self, flat, index: int) -> float | None:

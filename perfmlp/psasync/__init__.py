@@ -25,15 +25,10 @@ Transport: MPI non-blocking point to point. The server keeps one receive
 posted per worker with a piece out and answers each request with a small
 header (status, step, piece) and the parameters, sent from a snapshot so
 the server can go on updating; a waiting rank tests its request and yields
-its core between tests (sched_yield), so that the ranks that compute keep
-theirs where there are more ranks than cores (the CPU machine: a 50 us
-sleep instead left large messages, which MPI moves in pieces as both sides
-test, several times slower). On the GPU a worker stages through the
-host (D2H of the gradient, MPI, H2D of the parameters); the server holds
-the parameters on its GPU (H2D of each gradient, the update there, D2H of
-the parameters once per reply). NCCL is refused: its point-to-point calls
-need the receiver to name the sender, so a server cannot take gradients in
-arrival order from it.
+its core between tests (sched_yield: the computing ranks keep theirs, and
+MPI moves large messages only as both sides test). On the GPU a worker
+stages through the host; the server holds the parameters on its GPU. NCCL
+is refused: its receive names the sender, not arrival order.
 """
 from __future__ import annotations
 
