@@ -14,8 +14,10 @@ import shutil
 import signal
 import sys
 
+from . import faults
 from .faults import launcher_rank
-from .startup import LAUNCHER_SIZE_VARS
+from .startup import LAUNCHER_SIZE_VARS, SIGNALS, handle_signals_while_importing, launched_size, start_watched, \
+    watch_exit
 
 # Nothing outside the standard library is imported above this check.
 _DEPENDENCIES = ("numpy", "yaml")
@@ -78,7 +80,6 @@ def share_cores_among_local_ranks() -> None:
 
 
 if __name__ == "__main__":
-    from .startup import handle_signals_while_importing
     handle_signals_while_importing("perfmlp.run")   # until _start installs the trainer's handlers
     reexec_if_shadowed()
     share_cores_among_local_ranks()
@@ -196,8 +197,6 @@ def main(argv: list[str] | None = None) -> int:
 def _watch_exit(job: _Job) -> None:
     """The watchdog thread, then (should teardown hold Python's lock) a
     process started for it, watch the exit; the fault hook may hold it."""
-    from . import faults
-    from .startup import watch_exit
     from .watchdog import EXITING, GRACE_S
     job.watchdog.mark(EXITING)
     if job.world is not None and job.watchdog.limit_s > 0:
@@ -209,8 +208,6 @@ def _watch_exit(job: _Job) -> None:
 def _start(argv, job: _Job):
     """Parse, start MPI under the watchdog, agree on the configuration and
     its checks; the checked configuration."""
-    from . import faults
-    from .startup import SIGNALS, start_watched
     from .watchdog import DEFAULT_LIMIT_S, STARTUP_MIN_S, Watchdog
     try:
         cfg, error = parse(argv), None
@@ -299,7 +296,6 @@ def _non_finite(e, cfg, world, tracer) -> int:
 
 def _fail(e: BaseException, job: _Job) -> int:
     """One line, the trace closed with how the run ended, then the whole job ends."""
-    from .startup import SIGNALS
     if isinstance(e, SystemExit):
         raise e
     for s in SIGNALS:  # the cleanup below is not interrupted again
@@ -324,7 +320,8 @@ def _fail(e: BaseException, job: _Job) -> int:
             write_line(f"perfmlp.run: {who}error: {msg}")
         return code
     if several and job.rank != 0:
-        _mark_manifest(job, status)   # rank 0 may be waiting in a collective, ended by the abort below
+        from .watchdog import mark_manifest   # rank 0 may be waiting in a collective, ended by the abort below
+        mark_manifest(getattr(job.tracer, "run_dir", None), status)
         if isinstance(e, PerfmlpError):
             time.sleep(ONE_LINE_S)   # bad input every rank meets: rank 0's line and abort come first
     who = f"rank {job.rank}: " if several else ""
@@ -339,7 +336,6 @@ def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
     one line, then the rank dies of the signal itself. A launcher ends the
     other ranks (waiting inside MPI_Init for this one) only for a rank that
     a signal ended, not for one that exited with a status."""
-    from .startup import SIGNALS, launched_size
     if launched_size() <= 1:
         return
     signum = e.signum if isinstance(e, Signalled) else signal.SIGINT
@@ -349,18 +345,6 @@ def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
     os.kill(os.getpid(), signum)
     time.sleep(5)   # the signal is delivered at once; this is never reached in practice
     os._exit(128 + signum)
-
-
-def _mark_manifest(job: _Job, status: str) -> None:
-    """The manifest's status from a rank other than 0 (best effort)."""
-    run_dir = getattr(job.tracer, "run_dir", None)
-    if run_dir is None:
-        return
-    try:
-        from .trace.manifest import finish_manifest
-        finish_manifest(Path(run_dir), status)
-    except Exception:  # a full disk, a manifest not yet written: the job must still end
-        pass
 
 
 if __name__ == "__main__":

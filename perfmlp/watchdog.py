@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -79,15 +80,14 @@ ROW_BYTES = 5 * 8
 
 
 def _row(buffer) -> memoryview:
-    """A row of five int64 over `buffer` (a memoryview: its stores cost a
-    quarter of a NumPy array's)."""
+    """A row of five int64 over `buffer` (a memoryview: cheaper stores than a NumPy array's)."""
     return memoryview(buffer).cast("B")[:ROW_BYTES].cast("q")
 
 
 class Watchdog:
     """One per rank process. `start()` (main thread) installs the signal
     handlers and starts the thread; `attach(world)` (a collective) shares
-    the marks within the node; `stop()` ends the watching."""
+    the marks within the node; `close()` at the main thread's exit."""
 
     def __init__(self, limit_s: float = DEFAULT_LIMIT_S, prog: str = "perfmlp.run"):
         self.limit_s = limit_s
@@ -102,8 +102,6 @@ class Watchdog:
         self.row[:] = array("q", (STARTING, -1, -1, launcher_rank(), os.getpid()))
         self.rows = [self.row]   # every rank of this node (this one alone until attach)
         self._stop = threading.Event()
-        self._wake_r = self._wake_w = None
-        self._thread = None
 
     # -- the main thread's side ---------------------------------------------------
     def start(self, on_signal) -> None:
@@ -115,8 +113,7 @@ class Watchdog:
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        self._thread = threading.Thread(target=self._run, name="perfmlp-watchdog", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._run, name="perfmlp-watchdog", daemon=True).start()
 
     @staticmethod
     def handle_signals(on_signal) -> None:
@@ -285,12 +282,7 @@ class Watchdog:
             self.ending.set()
             if line is not None:
                 write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
-            if self.run_dir is not None:
-                try:
-                    from .trace.manifest import finish_manifest
-                    finish_manifest(self.run_dir, status)
-                except Exception:  # a full disk must not keep the job alive
-                    pass
+            mark_manifest(self.run_dir, status)
         w = self.world
         if w is not None and w.size > 1 and _may_abort_from_thread(w):
             # MPI_Abort from this thread can wait for ever while the main thread goes on calling MPI
@@ -303,6 +295,17 @@ class Watchdog:
         except (OSError, ValueError):   # a full or closed stdout must not keep the job alive
             pass
         os._exit(code)
+
+
+def mark_manifest(run_dir, status: str) -> None:
+    """The manifest's status, best effort (a full disk, a manifest not yet written: the job must still end)."""
+    if run_dir is None:
+        return
+    try:
+        from .trace.manifest import finish_manifest
+        finish_manifest(Path(run_dir), status)
+    except Exception:
+        pass
 
 
 def describe(code: int, epoch: int, batch: int) -> str:
