@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,6 @@ from .mlp import start_params
 from .model.costs import piece
 from .model.precision import precision as precision_of
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
-from .straggler import straggler
 from .trace.format import Counts, warmup_batches
 from .trace.writer import NullTracer
 from .watchdog import EPOCH_END, FINISHING, SERVING, NoWatchdog, Watched
@@ -79,8 +79,20 @@ class _Setup:
     split: object       # data.Split
     x_held: object      # the held-out inputs on the backend, or None
     pieces_of: tuple    # the batch is split over (ranks, this rank's piece)
-    straggle: object    # straggler.straggler: the injected delay of a batch (a no-op unless asked)
+    straggle: object    # straggler(): the injected delay of a batch (a no-op unless asked)
     last_finite: tuple = ()   # (flat parameters, which they are): the latest finite epoch start
+
+
+def straggler(cfg: Config, rank: int, size: int):
+    """What this rank calls as each batch it computes starts (`--straggler-delay-ms MS --straggler-rank R`):
+    rank R sleeps MS milliseconds, before the batch's first phase, so the batch's wall time holds the delay
+    and no phase does; a reproducible slowdown of one rank, to show what waiting for it costs a synchronous
+    exchange and what an asynchronous one saves (perfmlp/psasync)."""
+    if cfg.straggler_delay_ms and cfg.straggler_rank >= size:
+        raise PerfmlpError(f"--straggler-rank {cfg.straggler_rank}: this run has ranks 0..{size - 1}")
+    if not cfg.straggler_delay_ms or rank != cfg.straggler_rank:
+        return lambda: None
+    return partial(time.sleep, cfg.straggler_delay_ms / 1e3)
 
 
 def _setup(cfg: Config, world, tracer, log) -> _Setup:
@@ -122,8 +134,17 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
         watched = Watched(tracer, watchdog)
         watched.phase = faults.per_phase(watched.phase, world.rank, tracer, watched.at)
         train_async(cfg, world, be, watched, log, s.straggle, heldout, result, EpochResult)
-        _finish(cfg, world, tracer, watchdog, result)
-        return result
+    else:
+        _epochs(s, world, tracer, log, watchdog, result)
+    watchdog.mark(FINISHING)
+    faults.hook(world.rank, faults.END, tracer)
+    if cfg.save_params and world.rank == 0:   # the final parameters
+        params_mod.save(Path(cfg.save_params) / params_mod.FINAL, result.params)
+    return result
+
+
+def _epochs(s: _Setup, world, tracer, log, watchdog, result: Result) -> None:
+    cfg, be = s.cfg, s.be
     at = [0]  # the batch the fault hook sees
     phase = faults.per_phase(watchdog.watch(tracer.phase), world.rank, tracer, at)
     nbatches = -(-cfg.n_train // cfg.batch_size)
@@ -139,16 +160,6 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
     result.params = be.net.get_params()
     if hasattr(be.batches, "close"):   # the prefetching threads, once the last batch is done
         be.batches.close()
-    _finish(cfg, world, tracer, watchdog, result)
-    return result
-
-
-def _finish(cfg: Config, world, tracer, watchdog, result: Result) -> None:
-    """After the last batch: the final parameters saved (rank 0)."""
-    watchdog.mark(FINISHING)
-    faults.hook(world.rank, faults.END, tracer)
-    if cfg.save_params and world.rank == 0:
-        params_mod.save(Path(cfg.save_params) / params_mod.FINAL, result.params)
 
 
 def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warmup: int,
