@@ -54,6 +54,11 @@ class EpochResult:
             return 1e3 * self.steady_seconds / self.steady_batches
         return 1e3 * self.seconds / self.batches
 
+    def words(self, epochs: int) -> str:
+        """The epoch's line on rank 0."""
+        return (f"epoch {self.epoch}/{epochs}: loss {self.loss:.4f}, held-out accuracy {self.accuracy:.4f}, "
+                f"{self.seconds:.4f} s, {self.ms_per_batch:.4g} ms/batch")
+
 
 @dataclass
 class Result:
@@ -155,8 +160,7 @@ def _epochs(s: _Setup, world, tracer, log, watchdog, result: Result) -> None:
         tracer.end_epoch(epoch=epoch, loss=ep.loss, accuracy=ep.accuracy, seconds=ep.seconds,
                          steady_ms_per_batch=ep.ms_per_batch if ep.steady_batches else None, warmup_batches=warmup)
         if world.rank == 0 and not cfg.quiet:
-            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {ep.loss:.4f}, held-out accuracy {ep.accuracy:.4f}, "
-                f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")
+            log(ep.words(cfg.epochs))
     result.params = be.net.get_params()
     if hasattr(be.batches, "close"):   # the prefetching threads, once the last batch is done
         be.batches.close()

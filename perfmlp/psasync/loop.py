@@ -136,8 +136,7 @@ def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -
         tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=seconds, steady_ms_per_batch=None,
                          warmup_batches=0, updates=server.updates)
         if not cfg.quiet:
-            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, {seconds:.4f} s, "
-                f"{ep.ms_per_batch:.4g} ms/batch, {server.updates} updates")
+            log(f"{ep.words(cfg.epochs)}, {server.updates} updates")
         t_epoch[0] = time.perf_counter()
 
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
