@@ -37,17 +37,9 @@ class Schedule:
         self._applied = [0] * steps        # pieces applied per step
 
     @property
-    def total(self) -> int:
-        return self.steps * self.workers
-
-    @property
     def exhausted(self) -> bool:
         """Every piece has been handed out."""
-        return self.next >= self.total
-
-    @property
-    def done(self) -> bool:
-        return self.complete >= self.steps
+        return self.next >= self.steps * self.workers
 
     def ready(self) -> bool:
         """The next piece may be handed out now (the staleness bound holds)."""
