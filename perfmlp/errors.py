@@ -17,11 +17,8 @@ from pathlib import Path
 
 
 class PerfmlpError(Exception):
-    """A problem with the user's input or environment, reported in one line.
-
-    `exit_code` is what the process exits with: 2 for bad input
-    (configuration, data files, traces), 1 for a run that failed.
-    """
+    """A problem with the user's input or environment, reported in one line;
+    `exit_code`: 2 for bad input (configuration, data, traces), 1 for a run that failed."""
 
     exit_code = 2
 

@@ -41,8 +41,7 @@ def prefix(value, n: int = PREFIX_CHARS) -> str:
 
 def key(k) -> str:
     """A mapping's key for a message: a string as it is, anything else as prefix() shows it, both cut short."""
-    text = k if isinstance(k, str) else prefix(k)
-    return text if len(text) <= PREFIX_CHARS else text[:PREFIX_CHARS] + "..."
+    return prefix(k) if not isinstance(k, str) else k if len(k) <= PREFIX_CHARS else k[:PREFIX_CHARS] + "..."
 
 
 def _small(value, budget: int = 200) -> bool:
@@ -174,18 +173,14 @@ def load_yaml(text: str, loader_class):
         raise InputError(f"YAML nested deeper than {MAX_DEPTH} levels")
     loader = loader_class(text)
     try:
-        try:
-            node = loader.get_single_node()
-        except RecursionError:
-            raise InputError("YAML nested deeper than Python can read") from None
+        node = loader.get_single_node()
         if node is None:
             return None
         if "&" in text:   # only an anchor lets an alias repeat a subtree: without one the text bounds the size
             _check_size(node)
-        try:
-            return loader.construct_document(node)
-        except RecursionError:
-            raise InputError("YAML nested deeper than Python can read") from None
+        return loader.construct_document(node)
+    except RecursionError:
+        raise InputError("YAML nested deeper than Python can read") from None
     finally:
         loader.dispose()
 
