@@ -1,16 +1,10 @@
-"""Typed conversions for values read from YAML files and command-line flags.
+"""Typed conversions for values read from YAML files and command-line flags,
+shared by the configuration and the machine files (standard library only).
 
-Shared by the configuration (`perfmlp.config`) and the machine files
-(`perfmlp.model.machine`). Standard library only, so that the model package
-can use it without importing anything of the trainer.
-
-Each function returns the value converted, or raises `CheckError` whose
-message is one line naming the value: "batch_size must be an integer, got
-2.5". The caller adds its file or flag in front and raises its own type.
-
-Numbers are accepted in every spelling a user writes. PyYAML (YAML 1.1)
-reads `1e-3`, `1E3` and `+1e-4` as strings, since its float needs a dot and
-a signed exponent, so a string that Python's float() reads is a number too.
+Each function returns the value converted, or raises `CheckError` with one
+line naming the value ("batch_size must be an integer, got 2.5"); the caller
+adds its file or flag in front. A string that Python's float() reads is a
+number too: PyYAML (YAML 1.1) reads `1e-3` and `+1e-4` as strings.
 """
 from __future__ import annotations
 

@@ -24,13 +24,10 @@ _DEPENDENCIES = ("numpy", "yaml")
 
 
 def other_interpreter(missing: list[str]) -> str | None:
-    """Another python on PATH that has the `missing` modules, or None.
-
-    Under `nsys profile mpirun`, nsys starts mpirun by its full path
-    (/usr/bin/mpirun), which Open MPI takes as `--prefix /usr`: it puts
-    /usr/bin first on the ranks' PATH, so `python` there is the system's,
-    which lacks the user's packages. The user's interpreter is the one
-    further down PATH."""
+    """Another python on PATH that has the `missing` modules, or None. (Under
+    `nsys profile mpirun`, mpirun started by its full path takes it as
+    `--prefix /usr`: /usr/bin first on the ranks' PATH, and its python lacks
+    the user's packages; the user's interpreter is further down PATH.)"""
     import subprocess
     seen = {os.path.abspath(sys.executable)}  # not realpath: a venv's python links to the base interpreter
     for d in os.environ.get("PATH", "").split(os.pathsep):

@@ -1,15 +1,13 @@
 """Outputs that never replace an input, and inputs read within bounds.
 
 Outputs: a path a command writes must be a regular file or a new name (not
-a folder, a FIFO, a device node or a symbolic link, which a rename would
-replace) and none of the files the command reads; a folder of outputs (the
-report) is filled beside its target and renamed into place. Lines go out in
-one write each, so that two ranks' lines are never glued.
+a folder, a FIFO, a device or a link) and none of the files the command
+reads; a folder of outputs (the report) is filled beside its target and
+renamed into place. Lines go out in one write each, never glued.
 
 Inputs: JSON nested deeper than Python's recursion allows, and YAML nested
-deeper than MAX_DEPTH or whose aliases expand to more than MAX_YAML_NODES
-values, are refused in one line before the memory or the recursion limit is
-reached; a message quotes at most PREFIX_CHARS characters of any value.
+deeper than MAX_DEPTH or whose aliases expand past MAX_YAML_NODES values,
+are refused in one line; a message quotes at most PREFIX_CHARS characters.
 """
 from __future__ import annotations
 

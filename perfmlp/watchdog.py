@@ -1,27 +1,22 @@
 """The run's watchdog: a stalled rank and a signal that cannot be handled
 end the whole job with one line.
 
-Progress. The training loop marks where the rank is: the batch it starts
-(`batch`), each phase it enters (the phase function `watch` returns) and the
-states around the batches (`mark`). A mark is a store into a small array
-(a memoryview), cheap against a batch (`--stall-limit 0` turns the marks
-off; signals are still watched). A daemon thread looks at its own rank's
-mark every second (every quarter of the limit, if shorter); when it has not
-changed for `limit_s` seconds the job is ended: one line, then MPI_Abort.
-A rank stopped by a signal (SIGSTOP, a debugger, a swapped-out node) makes
-no marks, and neither does every other rank, waiting for it in a collective
-that does not return: theirs notice. The ranks of a node share
-their marks (an MPI shared-memory window), so the line names the rank that
-is behind, with the phase it stopped in, and says whether its process is
-stopped; ranks on another node can only be said to be waited for.
+Progress. The training loop marks where the rank is (a store into a small
+memoryview, cheap against a batch; `--stall-limit 0` turns the marks off):
+the batch it starts (`batch`), each phase it enters (`watch`) and the states
+around the batches (`mark`). A daemon thread looks at the marks every second
+(every quarter of the limit, if shorter); when they have not changed for
+`limit_s` seconds the job is ended: one line, then MPI_Abort. A rank stopped
+by a signal (SIGSTOP, a debugger) makes no marks, and neither does every
+rank waiting for it in a collective: theirs notice. The ranks of a node
+share their marks (an MPI shared-memory window), so the line names the rank
+that is behind, the phase it stopped in and whether its process is stopped.
 
-Signals. Python runs a signal's handler only between bytecodes of the main
-thread, so a rank blocked inside MPI (waiting for a stopped peer) never
-runs it: SIGTERM to the rank or to mpiexec would do nothing. The handlers'
-signal numbers are also written to a socket (signal.set_wakeup_fd, at the C
-level, at once); the thread reads them, and if the main thread has not
-handled the signal within GRACE_S it ends the job itself: one line, MPI_Abort
-with 128 + the signal number.
+Signals. Python runs a handler only between bytecodes of the main thread,
+so a rank blocked inside MPI never runs it. The signal numbers are also
+written to a socket (signal.set_wakeup_fd, at the C level); if the main
+thread has not handled one within GRACE_S, the thread ends the job: one
+line, MPI_Abort with 128 + the signal number.
 
 Only one rank prints: the stalled rank itself if it is alive (stuck, not
 stopped), else the lowest-numbered other rank of its node; the others wait

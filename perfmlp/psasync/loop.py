@@ -1,13 +1,11 @@
-"""The training loop of `--comm ps-async` (train.py hands over to
-`train_async` once the data, the backend and the initial parameters are
-in place), and the backend's assembly (`backend_fields`, for backend.build).
+"""The training loop of `--comm ps-async` (`train_async`, once train.py has
+the data, the backend and the initial parameters) and the backend's
+assembly (`backend_fields`, for backend.build).
 
 Epochs belong to the server: epoch e ends when every batch of it has been
-applied (with S > 0 some pieces of epoch e + 1 may already be in the
-parameters); the server then evaluates the held-out accuracy and writes
-the epoch line, with `updates`, the gradients applied so far. The epoch's
-`seconds` runs from the end of the previous epoch's evaluation to the
-moment its last batch completed, as train.py's epochs exclude theirs.
+applied (with S > 0 pieces of epoch e + 1 may already be in); the server
+then evaluates and writes the epoch line with `updates`, the gradients
+applied so far. Its `seconds` exclude the previous epoch's evaluation.
 """
 from __future__ import annotations
 
