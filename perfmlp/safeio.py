@@ -57,9 +57,9 @@ def _small(value, budget: int = 200) -> bool:
     return True
 
 
-def write_line(text: str, stream=None) -> None:
-    """`text` and its newline in one write (never an error: a closed or full output is ignored)."""
-    stream = stream or sys.stderr
+def write_line(text: str) -> None:
+    """`text` and its newline in one write to stderr (never an error: a closed or full output is ignored)."""
+    stream = sys.stderr
     try:
         stream.flush()
         os.write(stream.fileno(), (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8",

@@ -140,12 +140,12 @@ class SlicedExchange:
     # it, its backward starts each slice's reduction as it is written
     compute = staticmethod(step_compute)
 
-    def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+    def exchange(self, net, reducer, phase, counts) -> float | None:
         with phase(Phase.ALLREDUCE):
             self.reduce(net.g.flat, phase, counts)
         ce = float(net.g.flat[-1])
         if not np.isfinite(ce):
-            raise nonfinite(ce)      # before the update: the parameters are still the last finite ones
+            raise NonFiniteLoss(ce)      # before the update: the parameters are still the last finite ones
         with phase(Phase.UPDATE):
             if self.pipelined:   # the rest and slice 0 now; the other slices in the next forward, counted here
                 D = net.p.layer_sizes[0]
@@ -253,7 +253,6 @@ def wire(cfg, world, be):
     else `be` unchanged (an idempotent wrapper of backend.build's result)."""
     if getattr(be.reducer, "sliced", False):
         return be
-    check(cfg, be.name, cfg.parallel != N.DATA or cfg.comm in N.PS_COMMS)   # as backend.partitioned
     gpu = None
     if be.name == N.CUPY:
         gpu = be.xp.cuda.runtime.getDeviceProperties(be.xp.cuda.Device().id)["name"].decode()

@@ -4,10 +4,10 @@ A strategy's step is two parts (`Parts`), functions that issue their
 kernels, copies and collectives within the trace phases they record:
 - `compute(net, x, y, phase, counts)`: forward, loss, backward on the batch
   piece (model parallelism's: strategies/shard.py's shard_compute).
-- `exchange(net, reducer, phase, counts, nonfinite)`: the gradient exchange
-  and the update (the parameter server's: strategies/server.py); returns the
-  batch's reduced cross-entropy sum where reading it costs no device
-  synchronisation, else None, and raises `nonfinite` before an update with
+- `exchange(net, reducer, phase, counts)`: the gradient exchange and the
+  update (the parameter server's: strategies/server.py); returns the batch's
+  reduced cross-entropy sum where reading it costs no device
+  synchronisation, else None, and raises NonFiniteLoss before an update with
   a loss that is not finite.
 
 `step` issues both eagerly, or replays the step's CUDA graph
@@ -44,12 +44,12 @@ def compute(net, x, y, phase, counts) -> None:
         net.backward()
 
 
-def exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+def exchange(net, reducer, phase, counts) -> float | None:
     """The reducer's sum of the gradient buffer over the ranks, then the update."""
     reducer.reduce(net.g.flat, phase, counts)
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):
-        raise nonfinite(ce)  # before the update: the parameters are still the last finite ones
+        raise NonFiniteLoss(ce)  # before the update: the parameters are still the last finite ones
     with phase(Phase.UPDATE):
         net.update()
     return ce
@@ -64,8 +64,7 @@ class Parts:
 DATA = Parts()
 
 
-def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, parts: Parts = DATA,
-         nonfinite=NonFiniteLoss) -> float | None:
+def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, parts: Parts = DATA) -> float | None:
     """One training step on samples [lo, hi) of the current order; the
     exchange's return. `graph`: a gpu.graph.GraphStep made with `parts`."""
     if graph is None:
@@ -75,4 +74,4 @@ def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, par
         graph.replay(lo, hi, phase, counts)
         if graph.whole_step:
             return None  # the exchange and the update were in the graph; the loss stays on the device
-    return parts.exchange(net, reducer, phase, counts, nonfinite)
+    return parts.exchange(net, reducer, phase, counts)

@@ -315,14 +315,13 @@ def describe(code: int, epoch: int, batch: int) -> str:
     return f"in phase {name} of {at}"
 
 
-def behind(rows: np.ndarray, stopped=None):
+def behind(rows: np.ndarray):
     """The row of the rank the others wait for: one whose process is stopped,
     else the earliest (epoch, batch) of those not waiting for others, else
     the earliest; None if every rank is waiting at the same batch (the one
     waited for is on another node)."""
-    stopped = stopped or process_stopped
     for r in rows:
-        if stopped(int(r[PID])):
+        if process_stopped(int(r[PID])):
             return r
     active = [r for r in rows if int(r[CODE]) not in WAITING]
     first = min(active or list(rows), key=lambda r: (int(r[EPOCH]), int(r[BATCH])))

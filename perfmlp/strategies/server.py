@@ -96,12 +96,12 @@ class NcclParamServer:
         return float(v[0])
 
 
-def server_exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+def server_exchange(net, reducer, phase, counts) -> float | None:
     """The parameter server's exchange, which updates on rank 0."""
     reducer.exchange(phase, counts)
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):
-        raise nonfinite(ce)
+        raise NonFiniteLoss(ce)
     return ce
 
 
