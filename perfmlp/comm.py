@@ -232,11 +232,9 @@ def new_nccl_communicator(nccl, group):
 
 def close_communicators() -> None:
     """End every NCCL communicator of this process once its device work is
-    done, before MPI ends. Left to the garbage collector, ncclCommDestroy (a
-    collective of the node's ranks) runs when each rank drops its last
-    reference: at once on one rank, at exit on another whose reference sits
-    in a cycle (a captured step's), and the first then waits in it while the
-    other waits in MPI_Finalize. ncclCommAbort needs no peer."""
+    done, before MPI ends, with ncclCommAbort (it needs no peer): left to the
+    garbage collector, ncclCommDestroy (a collective) could run at once on
+    one rank and only at exit on another, each then waiting for the other."""
     if not _made:
         return
     cupy = sys.modules.get("cupy")

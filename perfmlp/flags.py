@@ -30,14 +30,14 @@ def _help(name: str, default: Any = dataclasses.MISSING) -> str:
     return f"{HELP[name]} (default: {shown})".replace("%", "%%")  # argparse %-formats help
 
 
-def field_value(name: str, flag: str | None = None):
+def field_value(name: str):
     """argparse `type` for field `name`: the text converted and checked as
     the configuration checks it (a bad value: argparse's one-line error)."""
     def convert(text):
         try:
             if name == "hidden_sizes":
-                return list(_convert(name, str(text), flag or _flag(name)))
-            return _convert(name, text, flag or _flag(name))
+                return list(_convert(name, str(text), _flag(name)))
+            return _convert(name, text, _flag(name))
         except checks.CheckError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     convert.__name__ = name   # argparse names the type in its messages

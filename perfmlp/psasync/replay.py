@@ -63,8 +63,7 @@ def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> Fl
 def replay_run(run) -> dict[str, np.ndarray]:
     """The final parameters of a ps-async run (trace.reader.Run), remade
     from its configuration, its data and its server's update lines."""
-    c = dict(run.config)
-    cfg = from_mapping({k: v for k, v in c.items()}, where=f"{run.path or run.run_id}: ", check=False)
+    cfg = from_mapping(dict(run.config), where=f"{run.path or run.run_id}: ", check=False)
     split = data_mod.load(cfg.data, cfg.data_dir, cfg.n_train, cfg.n_heldout, cfg.input_size, cfg.num_classes,
                           cfg.seed)
     xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, np.dtype(precision(cfg.precision).master))
