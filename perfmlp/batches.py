@@ -99,11 +99,8 @@ class DeviceBatches:
             self.prefetcher.close()
 
     def static(self, lo: int, hi: int, counts):
-        """The piece [lo, hi) in the static device buffers (x, y as `get`).
-        Resident: two cudaMemcpyAsync device to device on the step's stream
-        (2 (D + C) b itemsize bytes of memory traffic), counted in
-        `counts.bytes_d2d`; the caller
-        names the phase. Copied modes: `get` (its own h2d phase)."""
+        """The piece [lo, hi) of resident data in the static device buffers (x, y as `get`): two
+        cudaMemcpyAsync device to device on the step's stream, counted in `counts.bytes_d2d`."""
         if self.mode != N.RESIDENT:
             raise RuntimeError("static(): only resident data; copied pieces already land in static buffers")
         b = hi - lo

@@ -171,8 +171,6 @@ def _gunzip(data: bytes, source) -> bytes:
 
 
 def read_yaml(source, what: str) -> Any:
-    """The data in a YAML file (a path, or a file shipped in the package as an
-    importlib.resources Traversable), read with safe loading only and every
-    key of a mapping once; a CheckError naming the file otherwise. `what`
-    names the kind of file."""
+    """The data in a YAML file (a path or a shipped Traversable; `what` names its kind), as
+    load_yaml_text reads it."""
     return load_yaml_text(read_text(source, what), source)

@@ -80,11 +80,8 @@ def quiet_stdout() -> None:
 
 
 def write_atomic(path: str | Path, data) -> None:
-    """Write `path` whole: `data` (bytes, str as UTF-8, or a function given
-    the open binary file) goes to a temporary name in the same folder, then
-    replaces `path` in one rename. On failure (a full disk, Ctrl-C) the
-    temporary file is removed and `path` is as it was; an OSError becomes a
-    RunFailure naming the file."""
+    """Write `path` whole: `data` (bytes, str as UTF-8, or a function given the open binary file) to a
+    temporary name beside it, renamed over `path`; on failure `path` is as it was (an OSError: a RunFailure)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -87,11 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_fields(parser: argparse.ArgumentParser, names, *, choices: dict | None = None,
                dests: dict | None = None, aliases: dict | None = None, convert: dict | None = None) -> None:
-    """A flag for each configuration field in `names`, parsed to the field's
-    type with Config's default (so a command's defaults are the trainer's by
-    construction). `choices`, `dests`, `aliases` and `convert` (field ->
-    argparse type) narrow or rename a field's flag for a command that
-    handles only part of its values."""
+    """A flag for each configuration field in `names`, parsed to the field's type with Config's default;
+    `choices`, `dests`, `aliases` and `convert` (field -> argparse type) narrow or rename a field's flag."""
     defaults = Config()
     for name in names:
         default = getattr(defaults, name)

@@ -49,11 +49,9 @@ class HostParamServer:
 
 class NcclParamServer:
     """`ps-nccl` (GPU): ncclReduce of the gradient buffer to rank 0, the update
-    there, ncclBroadcast of the parameters; no synchronisation, so the whole
-    step captures into a CUDA graph (rank 0's with the update, the others'
-    without). Only rank 0's update kernel moves the loss into the epoch's
-    sum, which is broadcast once per epoch (8 bytes over host MPI, outside
-    every batch's counters)."""
+    there, ncclBroadcast of the parameters; no synchronisation, so the step
+    captures into a CUDA graph. Rank 0's update kernel sums the epoch's loss,
+    broadcast once per epoch over host MPI (outside the batches' counters)."""
 
     name = N.PS_NCCL
 

@@ -13,14 +13,11 @@ from ..trace.records import Phase
 
 class ShardStep:
     """Mixed in before Network (or GpuNetwork): the step of shard m of a model
-    group (`setup_shard` sets it up). forward and backward are Network's; its
+    group (`setup_shard` sets it up): Network's forward and backward, whose
     hooks insert the model group's allreduces (no kernel added or changed).
-
-    Parameters come and go whole: `set_params` takes the whole network's and
-    keeps this shard's part; `get_params` (a collective over the model group:
-    every rank calls it, as the training loop does) gathers the whole.
-    `weight_penalty` (once per epoch on every rank) gathers them too and keeps
-    the copy that `predict` (rank 0 only) evaluates with."""
+    Parameters come and go whole: `set_params` keeps this shard's part of
+    the whole; `get_params` and `weight_penalty` (collectives over the model
+    group) gather the whole, the latter keeping the copy `predict` uses."""
 
     full_sizes: tuple
     splits: tuple
