@@ -1,19 +1,14 @@
 """Where a rank's piece of a batch comes from.
 
-`get(lo, hi, phase, counts)` returns x as D x b and y as C x b (samples are
-columns: transposed views of the row-per-sample arrays, no copy) and adds
-the bytes it copied to `counts.bytes_h2d`.
+`get(lo, hi, phase, counts)` returns x as D x b and y as C x b (transposed
+views of the row-per-sample arrays) and adds the bytes it copied to `counts`.
 
-- `HostBatches` (NumPy): views into the host arrays, no copy and so no
-  h2d phase (its transfer is N.IN_PLACE).
-- `DeviceBatches` (CuPy): copied each batch from pageable host memory (the
-  reference scheme) or from pinned memory, or resident (uploaded once), or
-  prefetched: the next batches copied on copy streams while this one
-  computes, from pinned memory or staged from pageable memory by a pool of
-  host threads (perfmlp/gpu/prefetch.py).
-  `static(lo, hi, counts)` gives the piece in the same device buffers every
-  batch, as a CUDA graph needs (perfmlp/gpu/graph.py): the copies already
-  land there; resident data is copied device to device into them.
+- `HostBatches` (NumPy): views into the host arrays, no copy, no h2d phase.
+- `DeviceBatches` (CuPy): copied each batch from pageable or pinned host
+  memory, or resident (uploaded once), or prefetched on copy streams while
+  this batch computes (perfmlp/gpu/prefetch.py). `static(lo, hi, counts)`
+  gives the piece in the same device buffers every batch, as a CUDA graph
+  needs: resident data is copied device to device into them.
 """
 from __future__ import annotations
 
@@ -104,11 +99,8 @@ class DeviceBatches:
             self.prefetcher.close()
 
     def static(self, lo: int, hi: int, counts):
-        """The piece [lo, hi) in the static device buffers (x, y as `get`).
-        Resident: two cudaMemcpyAsync device to device on the step's stream
-        (2 (D + C) b itemsize bytes of memory traffic), counted in
-        `counts.bytes_d2d`; the caller
-        names the phase. Copied modes: `get` (its own h2d phase)."""
+        """The piece [lo, hi) of resident data in the static device buffers (x, y as `get`): two
+        cudaMemcpyAsync device to device on the step's stream, counted in `counts.bytes_d2d`."""
         if self.mode != N.RESIDENT:
             raise RuntimeError("static(): only resident data; copied pieces already land in static buffers")
         b = hi - lo

@@ -1,16 +1,10 @@
-"""Typed conversions for values read from YAML files and command-line flags.
+"""Typed conversions for values read from YAML files and command-line flags,
+shared by the configuration and the machine files (standard library only).
 
-Shared by the configuration (`perfmlp.config`) and the machine files
-(`perfmlp.model.machine`). Standard library only, so that the model package
-can use it without importing anything of the trainer.
-
-Each function returns the value converted, or raises `CheckError` whose
-message is one line naming the value: "batch_size must be an integer, got
-2.5". The caller adds its file or flag in front and raises its own type.
-
-Numbers are accepted in every spelling a user writes. PyYAML (YAML 1.1)
-reads `1e-3`, `1E3` and `+1e-4` as strings, since its float needs a dot and
-a signed exponent, so a string that Python's float() reads is a number too.
+Each function returns the value converted, or raises `CheckError` with one
+line naming the value ("batch_size must be an integer, got 2.5"); the caller
+adds its file or flag in front. A string that Python's float() reads is a
+number too: PyYAML (YAML 1.1) reads `1e-3` and `+1e-4` as strings.
 """
 from __future__ import annotations
 
@@ -24,23 +18,14 @@ class CheckError(ValueError):
     """A value of the wrong kind or out of range (one-line message)."""
 
 
-def _is_bool(value: Any) -> bool:
-    return isinstance(value, bool)
-
-
 def number(name: str, value: Any) -> float:
     """A finite float from an int, a float or a string that spells one."""
-    if _is_bool(value):
-        raise CheckError(f"{name} must be a number, got {value!r}")
-    if isinstance(value, str):
-        try:
-            converted = float(value.strip())
-        except ValueError:
-            raise CheckError(f"{name} must be a number, got {value!r}") from None
-    elif isinstance(value, (int, float)):
-        converted = float(value)
-    else:
-        raise CheckError(f"{name} must be a number, got {value!r}")
+    try:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError
+        converted = float(value.strip() if isinstance(value, str) else value)
+    except ValueError:
+        raise CheckError(f"{name} must be a number, got {value!r}") from None
     if not math.isfinite(converted):
         raise CheckError(f"{name} must be finite, got {value!r}")
     return converted
@@ -48,7 +33,7 @@ def number(name: str, value: Any) -> float:
 
 def integer(name: str, value: Any) -> int:
     """An int, from an int or a whole number written any way (`3200`, `6e4`, `1_000`)."""
-    if _is_bool(value):
+    if isinstance(value, bool):
         raise CheckError(f"{name} must be an integer, got {value!r}")
     if isinstance(value, int):
         return value
@@ -79,7 +64,7 @@ def non_negative(name: str, value: int | float) -> int | float:
 
 
 def boolean(name: str, value: Any) -> bool:
-    if not _is_bool(value):
+    if not isinstance(value, bool):
         raise CheckError(f"{name} must be true or false, got {value!r}")
     return value
 
@@ -104,7 +89,7 @@ def _unique_key_loader():
     keeps the last one silently: `epochs: 1` then `epochs: 2` would run 2)."""
     import yaml
 
-    # libyaml's parser where PyYAML has it (the same safe constructor; a machine file parses 10x faster)
+    # libyaml's parser where PyYAML has it (the same safe constructor, faster)
     class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         def construct_mapping(self, node, deep=False):
             seen = set()
@@ -186,8 +171,6 @@ def _gunzip(data: bytes, source) -> bytes:
 
 
 def read_yaml(source, what: str) -> Any:
-    """The data in a YAML file (a path, or a file shipped in the package as an
-    importlib.resources Traversable), read with safe loading only and every
-    key of a mapping once; a CheckError naming the file otherwise. `what`
-    names the kind of file."""
+    """The data in a YAML file (a path or a shipped Traversable; `what` names its kind), as
+    load_yaml_text reads it."""
     return load_yaml_text(read_text(source, what), source)

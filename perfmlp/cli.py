@@ -14,9 +14,7 @@ MACHINE_HELP = "machine file: a .yaml path or the name of a shipped one (models/
 
 class Parser(argparse.ArgumentParser):
     """The commands' argument parser: an error is one line on stderr,
-    `<tool>: error: <message>` (no usage block), and exit status 2 (bad input).
-    (errors.OneLineParser raises it instead, for the run, which says it once
-    every rank has started.)"""
+    `<tool>: error: <message>` (no usage block), and exit status 2 (bad input)."""
 
     def error(self, message):
         tool = self.prog.removeprefix("python -m ")

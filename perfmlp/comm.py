@@ -1,23 +1,20 @@
 """Communication behind one interface.
 
-`World` is the process group: rank, size, a host allreduce, broadcast,
-barrier and abort. `SingleWorld` is one process without MPI; `MPIWorld`
-wraps mpi4py's COMM_WORLD.
+The world is the process group (rank, size, host collectives, abort):
+`SingleWorld` is one process without MPI, `Group` an MPI communicator,
+`MPIWorld` the Group of COMM_WORLD.
 
 A gradient reducer sums the flat gradient buffer across ranks in place,
-`reduce(flat, phase, counts)`, timing each of its phases with `phase` and
-adding the bytes it copies and hands to MPI or NCCL to `counts` (a
-trace.format.Counts) where it issues them. `name` is the --comm value.
-- `HostReducer` (`mpi`, NumPy backend): the buffer already lives on the
-  host: one MPI_Allreduce.
-- `StagedReducer` (`mpi-staged`, GPU, the reference scheme): one D2H copy,
-  MPI_Allreduce on the host buffer, one H2D copy back; Open MPI on the GPU
-  machine is not CUDA-aware, so device buffers never go to MPI.
-- `NcclReducer` (`nccl`, GPU): a device-side allreduce through
-  cupy.cuda.nccl.
-`host_value(flat, i)` reads one element of the reduced buffer (the loss
-slot) when that costs no synchronisation, else None; then
-`epoch_loss_sum()` gives the epoch's sum once, at its end.
+`reduce(flat, phase, counts)`, timing its phases with `phase` and adding the
+bytes it copies and hands to MPI or NCCL to `counts` (a trace.format.Counts)
+where it issues them. `name` is the --comm value.
+- `HostReducer` (`mpi`, NumPy): one MPI_Allreduce of the host buffer.
+- `StagedReducer` (`mpi-staged`, GPU, the reference scheme): D2H,
+  MPI_Allreduce on the host copy, H2D (the GPU machine's Open MPI is not
+  CUDA-aware, so device buffers never go to MPI).
+- `NcclReducer` (`nccl`, GPU): a device-side allreduce through cupy.cuda.nccl.
+`host_value(flat, i)` reads the loss slot when that costs no
+synchronisation, else None; then `epoch_loss_sum()` gives the epoch's sum.
 
 Overlap (`--overlap`, `HostReducer` and `NcclReducer`): `overlap(net)`
 makes the network call the reducer as each piece of the gradient is
@@ -37,11 +34,12 @@ import numpy as np
 
 from . import names as N
 from .errors import PerfmlpError
+from .startup import launched_size
 from .trace.records import Phase
 
 
 class SingleWorld:
-    """One process, no MPI."""
+    """One process, no MPI (also a group of one: perfmlp/strategies/groups.py's LocalGroup)."""
 
     rank, size = 0, 1
     library = "none"
@@ -53,6 +51,12 @@ class SingleWorld:
         return None  # nothing to wait for
 
     def waitall(self, requests) -> None:
+        pass
+
+    def reduce_sum(self, buf, root: int = 0) -> None:
+        pass
+
+    def bcast_buffer(self, buf, root: int = 0) -> None:
         pass
 
     def bcast(self, obj, root: int = 0):
@@ -70,15 +74,14 @@ class SingleWorld:
         os._exit(code)
 
 
-class MPIWorld:
-    """COMM_WORLD through mpi4py."""
+class Group:
+    """An MPI communicator (COMM_WORLD or a part of it): sums, broadcasts and
+    the parameter server's rooted collectives on buffers."""
 
-    def __init__(self):
+    def __init__(self, comm, library: str):
         from mpi4py import MPI
-        self.MPI = MPI
-        self.comm = MPI.COMM_WORLD
-        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")
+        self.MPI, self.comm, self.library = MPI, comm, library
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
 
     def allreduce_sum(self, buf: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
@@ -90,6 +93,15 @@ class MPIWorld:
     def waitall(self, requests) -> None:
         self.MPI.Request.Waitall(requests)
 
+    def reduce_sum(self, buf, root: int = 0) -> None:
+        if self.rank == root:
+            self.comm.Reduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM, root=root)
+        else:
+            self.comm.Reduce(buf, None, op=self.MPI.SUM, root=root)
+
+    def bcast_buffer(self, buf, root: int = 0) -> None:
+        self.comm.Bcast(buf, root=root)
+
     def bcast(self, obj, root: int = 0):
         return self.comm.bcast(obj, root=root)
 
@@ -99,11 +111,19 @@ class MPIWorld:
     def barrier(self) -> None:
         self.comm.Barrier()
 
+
+class MPIWorld(Group):
+    """COMM_WORLD through mpi4py."""
+
+    def __init__(self):
+        from mpi4py import MPI
+        library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")
+        super().__init__(MPI.COMM_WORLD, library)
+
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        # let the launcher forward this rank's last line before MPI_Abort tears
-        # the job down (seen lost under mpiexec on a loaded 2-core machine)
+        # let the launcher forward this rank's last line before MPI_Abort tears the job down
         time.sleep(0.2)
         self.comm.Abort(code)
 
@@ -112,14 +132,15 @@ def make_world():
     """MPIWorld when mpi4py imports, else SingleWorld (then a launch under
     mpirun with several processes is an error, not P independent runs)."""
     try:
-        import mpi4py  # noqa: F401
+        import mpi4py
     except ImportError:
-        for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
-            if int(os.environ.get(var, "1") or 1) > 1:
-                raise PerfmlpError("launched under MPI with several processes but mpi4py is not installed "
-                                   "(pip install mpi4py)") from None
-        return SingleWorld()
-    return MPIWorld()
+        mpi4py = None
+    if mpi4py is not None:
+        return MPIWorld()
+    if launched_size() > 1:
+        raise PerfmlpError("launched under MPI with several processes but mpi4py is not installed "
+                           "(pip install mpi4py)")
+    return SingleWorld()
 
 
 class HostReducer:
@@ -142,20 +163,17 @@ class HostReducer:
         self._started.append((self.world.iallreduce_sum(self._flat[lo:hi]), hi - lo))
 
     def reduce(self, flat: np.ndarray, phase, counts) -> None:
-        mpi = self.world.library != "none"
-        if self._flat is None:
-            with phase(Phase.ALLREDUCE):
-                self.world.allreduce_sum(flat)
-            if mpi:
-                counts.bytes_mpi += flat.nbytes
-                counts.collectives.append(("MPI_Allreduce", int(flat.size)))
-            return
         with phase(Phase.ALLREDUCE):
-            self.world.waitall([r for r, _ in self._started])
-        if mpi:
-            for _, n in self._started:
+            if self._flat is None:
+                self.world.allreduce_sum(flat)
+            else:
+                self.world.waitall([r for r, _ in self._started])
+        sent = [("MPI_Allreduce", int(flat.size))] if self._flat is None else \
+            [("MPI_Iallreduce", n) for _, n in self._started]
+        if self.world.library != "none":
+            for name, n in sent:
                 counts.bytes_mpi += n * flat.itemsize
-                counts.collectives.append(("MPI_Iallreduce", n))
+                counts.collectives.append((name, n))
         self._started.clear()
 
     def host_value(self, flat, index: int) -> float | None:
@@ -214,14 +232,11 @@ def new_nccl_communicator(nccl, group):
 
 def close_communicators() -> None:
     """End every NCCL communicator of this process once its device work is
-    done, before MPI ends. Left to the garbage collector, ncclCommDestroy (a
-    collective of the node's ranks) runs when each rank drops its last
-    reference: at once on one rank, at exit on another whose reference sits
-    in a cycle (a captured step's), and the first then waits in it while the
-    other waits in MPI_Finalize. ncclCommAbort needs no peer."""
+    done, before MPI ends, with ncclCommAbort (it needs no peer): left to the
+    garbage collector, ncclCommDestroy (a collective) could run at once on
+    one rank and only at exit on another, each then waiting for the other."""
     if not _made:
         return
-    import sys
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         cupy.cuda.Device().synchronize()   # the last step's collectives are done on this rank

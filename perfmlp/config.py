@@ -1,10 +1,8 @@
 """The one configuration object: defaults, then a YAML file, then flags.
 
-The defaults are a job that visibly learns: about 94% held-out accuracy on
-the 8,000 shipped MNIST digits within a minute on 2 CPU cores. The
-reference configuration (the course's sizes and hyperparameters) is
-configs/reference.yaml, one `--config` away; the sweeps that reproduce the
-reference questions start from it.
+The defaults are a small job that visibly learns on the shipped MNIST
+digits; the reference configuration (the course's sizes and
+hyperparameters) is configs/reference.yaml, one `--config` away.
 
 Every value is converted and checked by perfmlp.checks; unknown keys are
 rejected by name. The resolved configuration is written into every trace
@@ -149,8 +147,8 @@ HELP = {
     "straggler_rank": "the rank --straggler-delay-ms slows (a worker, not rank 0, with --comm ps-async)",
     "grad_precision": "the width the gradients are all-reduced at: float32 (the master type, float64 with "
                       "--precision float64), or bf16 or fp16 (each rank's gradients rounded to 16 bits, summed in "
-                      "16 bits hop by hop, the update in the master type; on the GPU with --comm nccl); float32 in every "
-                      "--precision, as PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
+                      "16 bits hop by hop, the update in the master type; on the GPU with --comm nccl); float32 in "
+                      "every --precision, as PyTorch's DDP reduces (its bf16 and fp16 compression hooks are opt-in)",
     "slices": "the first layer's weight gradient computed and all-reduced in K slices of hidden units, each "
               "updated as its reduction lands and the next batch's first-layer forward started slice by slice "
               "(data parallelism: mpi on numpy, nccl on the GPU); auto: the K the model prices fastest; 1: one "
@@ -279,16 +277,13 @@ def first_difference(a: dict, b: dict) -> str:
 
 def check_procs(cfg: Config, nprocs: int) -> None:
     """Every rank must get at least one sample of every batch, the short last one too."""
-    smallest = cfg.batch_size
-    last = cfg.n_train % cfg.batch_size
-    if last:
-        smallest = min(smallest, last)
+    smallest = cfg.n_train % cfg.batch_size or cfg.batch_size
     if nprocs > smallest:
         what = "the last batch" if smallest != cfg.batch_size else "a batch"
-        raise PerfmlpError(f"{nprocs} ranks but {what} holds only {smallest} samples: use fewer ranks or larger batches")
+        raise PerfmlpError(f"{nprocs} ranks but {what} holds only {smallest} samples: "
+                           "use fewer ranks or larger batches")
 
 
-# ---- command line -------------------------------------------------------------
 
 def data_procs(cfg: Config, nprocs: int) -> int:
     """The ranks a batch is split over: all of them for data parallelism,

@@ -17,11 +17,8 @@ from pathlib import Path
 
 
 class PerfmlpError(Exception):
-    """A problem with the user's input or environment, reported in one line.
-
-    `exit_code` is what the process exits with: 2 for bad input
-    (configuration, data files, traces), 1 for a run that failed.
-    """
+    """A problem with the user's input or environment, reported in one line;
+    `exit_code`: 2 for bad input (configuration, data, traces), 1 for a run that failed."""
 
     exit_code = 2
 
@@ -66,19 +63,25 @@ def cli(prog: str, main, argv=None) -> int:
         say(f"{prog}: error: {e}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:  # `... | head`: the reader has gone
+        quiet_stdout()
+        return 1
+
+
+def quiet_stdout() -> None:
+    """A stdout that cannot be written (a full device, a closed pipe) must
+    not fail a finished command at exit: what it holds is dropped."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
         try:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-        return 1
 
 
 def write_atomic(path: str | Path, data) -> None:
-    """Write `path` whole: `data` (bytes, str as UTF-8, or a function given
-    the open binary file) goes to a temporary name in the same folder, then
-    replaces `path` in one rename. On failure (a full disk, Ctrl-C) the
-    temporary file is removed and `path` is as it was; an OSError becomes a
-    RunFailure naming the file."""
+    """Write `path` whole: `data` (bytes, str as UTF-8, or a function given the open binary file) to a
+    temporary name beside it, renamed over `path`; on failure `path` is as it was (an OSError: a RunFailure)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -2,15 +2,12 @@
 
 PERFMLP_FAULT=RANK:WHEN[:KIND[:PHASE]] makes rank RANK fail at WHEN: a
 batch number (as that batch starts, or as it enters PHASE), `start` (before
-MPI starts: the other ranks wait inside MPI_Init), `end` (after the last
-batch: the final evaluation, saving, the trace's end) or `exit` (as the
-process exits, before MPI's teardown). KIND is `raise` (an
-exception, the default), `disk` (the rank's trace writes go to /dev/full
-from here: ENOSPC, as on a full disk), `kill` (SIGKILL: no cleanup at all),
-`term`, `int`, `hup` (SIGTERM, SIGINT, SIGHUP), `stop` (SIGSTOP, as a
-debugger or a swapped-out node), `hang` (the rank sleeps for ever, on the
-CPU, holding no lock) or `hold` (it sleeps holding Python's lock, as a
-teardown inside a C library does: no Python thread runs).
+MPI starts), `end` (after the last batch) or `exit` (as the process exits,
+before MPI's teardown). KIND is `raise` (an exception, the default), `disk`
+(the rank's trace writes go to /dev/full: ENOSPC), `kill` (SIGKILL), `term`,
+`int`, `hup` (SIGTERM, SIGINT, SIGHUP), `stop` (SIGSTOP), `hang` (the rank
+sleeps for ever, holding no lock) or `hold` (it sleeps holding Python's
+lock, as a teardown inside a C library does: no Python thread runs).
 """
 from __future__ import annotations
 

@@ -112,8 +112,7 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = OneLineParser(prog="python -m perfmlp.fetch",
-                                 description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap = OneLineParser(prog="python -m perfmlp.fetch", description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", default="data/mnist", metavar="DIR",
                     help="folder to write the files to (default: data/mnist, where perfmlp.run looks)")
     ap.add_argument("--mirror", action="append", metavar="URL",

@@ -30,14 +30,14 @@ def _help(name: str, default: Any = dataclasses.MISSING) -> str:
     return f"{HELP[name]} (default: {shown})".replace("%", "%%")  # argparse %-formats help
 
 
-def field_value(name: str, flag: str | None = None):
+def field_value(name: str):
     """argparse `type` for field `name`: the text converted and checked as
     the configuration checks it (a bad value: argparse's one-line error)."""
     def convert(text):
         try:
             if name == "hidden_sizes":
-                return list(_convert(name, str(text), flag or _flag(name)))
-            return _convert(name, text, flag or _flag(name))
+                return list(_convert(name, str(text), _flag(name)))
+            return _convert(name, text, _flag(name))
         except checks.CheckError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     convert.__name__ = name   # argparse names the type in its messages
@@ -87,11 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_fields(parser: argparse.ArgumentParser, names, *, choices: dict | None = None,
                dests: dict | None = None, aliases: dict | None = None, convert: dict | None = None) -> None:
-    """A flag for each configuration field in `names`, parsed to the field's
-    type with Config's default (so a command's defaults are the trainer's by
-    construction). `choices`, `dests`, `aliases` and `convert` (field ->
-    argparse type) narrow or rename a field's flag for a command that
-    handles only part of its values."""
+    """A flag for each configuration field in `names`, parsed to the field's type with Config's default;
+    `choices`, `dests`, `aliases` and `convert` (field -> argparse type) narrow or rename a field's flag."""
     defaults = Config()
     for name in names:
         default = getattr(defaults, name)

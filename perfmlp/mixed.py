@@ -2,21 +2,18 @@
 rounding and dynamic loss scaling (what each precision stores and
 multiplies: perfmlp/model/precision.py).
 
-On NumPy the step computes what the GPU's does: 16-bit arrays through
-`ml_dtypes` (bfloat16) and NumPy (float16), each product of float32
-values rounded as the tensor cores take them (`gemm_operand`) and
-accumulated in float32, the elementwise work in float32 on values read
-from and rounded back to 16 bits. So CPU tests check the arithmetic.
+On NumPy the step computes what the GPU's does, so CPU tests check the
+arithmetic: 16-bit arrays through `ml_dtypes` (bfloat16) and NumPy
+(float16), each product's float32 operands rounded as the tensor cores take
+them (`gemm_operand`), float32 accumulation, elementwise work in float32 on
+values read from and rounded back to 16 bits.
 
-Dynamic loss scaling (fp16): float16's smallest normal number is 6.1e-5,
-and an output delta (p - y) / B is often smaller, so the loss (the delta)
-is multiplied by a scale S before the backward pass and the gradients by
-1 / S in the update. As PyTorch's GradScaler does, with its defaults:
-S starts at 2^16; a step whose reduced gradients hold an inf or a NaN is
-skipped (no update) and S is halved; after GROWTH_INTERVAL finite steps
-in a row S is doubled. The reduced gradients are the same on every rank,
-so every rank decides alike. The GPU's kernels (gpu/kernels.cu:
-grad_check, sgd_update) apply the same rule to a device copy of the state.
+Dynamic loss scaling (fp16), as PyTorch's GradScaler with its defaults: an
+output delta (p - y) / B is often below float16's smallest normal number,
+so the loss is multiplied by a scale S (2^16 at first) and the gradients by
+1 / S in the update; a step whose reduced gradients (alike on every rank)
+hold an inf or a NaN is skipped and S halved; after GROWTH_INTERVAL finite
+steps in a row S is doubled. gpu/kernels.cu applies the same rule.
 """
 from __future__ import annotations
 

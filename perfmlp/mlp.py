@@ -3,29 +3,21 @@
 Samples are columns: X is D x b, W_l is n_l x n_{l-1}, b_l has n_l entries.
 Hidden layers are sigmoid, the output layer softmax; the loss is
 J = (1/B) sum_i CE_i + (lambda/2) sum_l ||W_l||^2 (biases not penalised).
-Formulas: the final-project text, sections 3.3-3.6.
 
-Parameters and gradients each live in one flat buffer laid out as
-[W_1, ..., W_L, b_1, ..., b_L]; the gradient buffer has one more element,
-the rank's cross-entropy sum, so that the loss is reduced in the same
-collective as the gradients. Weights first means that the update is two
-elementwise passes (weights with the regularisation term, biases without)
-whatever the depth.
+Parameters and gradients each live in one flat buffer [W_1..W_L, b_1..b_L]
+(weights first: the update is two elementwise passes whatever the depth);
+the gradient buffer has one more element, the rank's cross-entropy sum,
+reduced in the same collective as the gradients.
 
-The step (forward, loss, backward, update) is written once, in `Network`,
-as a sequence of kernel calls; each kernel method records the operations it
-computes (name and launched shape, which the model package's cost registry
-prices) into `ops` when that is a list, then runs `_<kernel>`, the only
-part a backend overrides (perfmlp/gpu/network.py). So the recorded
-operations are the launched ones by construction, and the model's
-`step_kernels` lists the same kernels in the same order (tested).
+The step is written once, in `Network`, as a sequence of kernel calls: each
+records the operations it computes (name and launched shape, which the
+model's cost registry prices) into `ops` when that is a list, then runs
+`_<kernel>`, the only part a backend overrides (perfmlp/gpu/network.py);
+the model's `step_kernels` lists the same kernels in the same order (tested).
 
 Precision (perfmlp/model/precision.py): `dtype` is the master type of the
-weights, gradients and update (float32 for tf32, bf16 and fp16),
-`act_dtype` that of the activations and deltas; the NumPy kernels compute
-what the GPU's do (perfmlp/mixed.py): each GEMM operand rounded as the
-tensor cores take it, float32 accumulation, elementwise work in float32 on
-16-bit values, fp16's loss scaling in the update.
+weights, gradients and update, `act_dtype` that of the activations and
+deltas; the NumPy kernels compute what the GPU's do (perfmlp/mixed.py).
 """
 from __future__ import annotations
 
@@ -34,6 +26,7 @@ import numpy as np
 from .mixed import LossScale, gemm_operand, storage_dtype
 from .model.costs import LOSS_SLOTS, fused_output, output_grad_splits, output_grad_sums, row_blocks
 from .model.precision import precision as precision_of
+from .params import load_resume
 
 
 class FlatParams:
@@ -61,11 +54,18 @@ class FlatParams:
 
 
 def init_weights(layer_sizes, seed: int) -> list[np.ndarray]:
-    """Host float64 initial weights, W_l ~ N(0, 1/n_{l-1}); biases start at zero.
-    Drawn on the host so that every backend and every rank starts identically."""
+    """Host float64 initial weights, W_l ~ N(0, 1/n_{l-1}), alike on every backend and rank."""
     rng = np.random.default_rng(seed)
     return [rng.standard_normal((layer_sizes[i + 1], layer_sizes[i])) / np.sqrt(layer_sizes[i])
             for i in range(len(layer_sizes) - 1)]
+
+
+def start_params(net, cfg) -> None:
+    """A run's first parameters (cfg: a Config): --resume's file, else the seed's weights (biases zero)."""
+    if cfg.resume:
+        net.load_params(load_resume(cfg.resume, cfg.layer_sizes))
+    else:
+        net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
 
 
 def sigmoid(xp, z):
@@ -75,11 +75,10 @@ def sigmoid(xp, z):
 class Network:
     """Forward, loss, backward and update on flat buffers, for any array module.
 
-    `forward(x)`: x is D x b; keeps the activations.
-    `loss(y)`: y is C x b one-hot; writes the cross-entropy sum into the
-    gradient buffer's loss slot and the output delta (P - Y) / B.
-    `backward()`: fills every weight and bias gradient.
-    `update()`: p <- p - lr * (g + reg * p) on weights, p <- p - lr * g on biases.
+    `forward(x)`: x is D x b; keeps the activations. `loss(y)`: y is C x b
+    one-hot; the cross-entropy sum into the loss slot, the output delta
+    (P - Y) / B. `backward()`: every weight and bias gradient. `update()`:
+    p <- p - lr * (g + reg * p) on weights, p <- p - lr * g on biases.
     """
 
     def __init__(self, xp, layer_sizes, precision, lr: float, reg: float, global_batch: int):
@@ -99,12 +98,9 @@ class Network:
         self.kernels_launched = 0      # kernels launched (a fused kernel computes several operations)
         self._update_ops = (("update_weights", (self.p.n_weights,)), ("update_biases", (self.p.n_biases,)))
         self._check_op = ("grad_check", (self.p.n_params,))   # fp16: the update's finite check
-        # the output layer's backward as the fused pair where the model's rule
-        # allows (costs.fused_output); False runs it as GEMMs and elementwise kernels
+        # the output layer's backward as the fused pair where the model's rule allows it
         self.fuse_output = fused_output(layer_sizes)
-        # Overlapped communication: `grad_ready(lo, hi)` is called as soon as
-        # the backward pass has written the flat gradient elements [lo, hi);
-        # each weight gradient is computed in row blocks of `bucket_bytes`.
+        # overlap: grad_ready(lo, hi) is called once the backward pass has written flat elements [lo, hi)
         self.grad_ready = None
         self.set_buckets(None)
         # A sliced schedule's first-layer forward, f(x, out) -> z (perfmlp/slices.py); None: one GEMM.
@@ -132,13 +128,15 @@ class Network:
         for l, bias in enumerate(biases or []):
             self.p.b[l][...] = self.xp.asarray(bias, dtype=self.dtype)
 
+    def load_params(self, params: dict) -> None:
+        """set_params from a mapping W1, b1, W2, b2, ... (get_params's)."""
+        L = range(1, len(self.p.layer_sizes))
+        self.set_params([params[f"W{l}"] for l in L], [params[f"b{l}"] for l in L])
+
     def get_params(self) -> dict[str, np.ndarray]:
         """Host copies: W1, b1, W2, b2, ..."""
-        out = {}
-        for l, (w, b) in enumerate(zip(self.p.W, self.p.b), start=1):
-            out[f"W{l}"] = _to_host(w)
-            out[f"b{l}"] = _to_host(b)
-        return out
+        return {f"{k}{l}": to_host(a) for l, (w, b) in enumerate(zip(self.p.W, self.p.b), start=1)
+                for k, a in (("W", w), ("b", b))}
 
     # -- the step: the same sequence of kernels on every backend -------------------
     def forward(self, x) -> None:
@@ -357,6 +355,10 @@ class Network:
             a = sigmoid(xp, z) if l < len(self.p.W) - 1 else z
         return a.argmax(axis=0)
 
+    def accuracy(self, x, labels: np.ndarray) -> float:
+        """The share of the columns of x that `predict` gives their label."""
+        return float((to_host(self.predict(x)) == labels).mean())
 
-def _to_host(a) -> np.ndarray:
+
+def to_host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.array(a, copy=True)

@@ -74,15 +74,6 @@ def save(path: Path, params: dict[str, np.ndarray]) -> None:
     write_atomic(path, lambda f: np.savez(f, **params))
 
 
-def expected_shapes(layer_sizes) -> dict[str, tuple]:
-    """W{l}: (out, in) and b{l}: (out,) for every layer l = 1..L."""
-    out = {}
-    for l in range(1, len(layer_sizes)):
-        out[f"W{l}"] = (layer_sizes[l], layer_sizes[l - 1])
-        out[f"b{l}"] = (layer_sizes[l],)
-    return out
-
-
 def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
     """The parameters in an .npz file for a network of `layer_sizes`; a
     PerfmlpError naming the file and the array otherwise."""
@@ -97,8 +88,10 @@ def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
         with open(p, "rb") as f:
             if f.read(2) != b"PK":   # a zip's signature: an .npy array, text, anything else
                 raise PerfmlpError(f"--resume: {path} is not a readable .npz file (not an .npz archive)")
+        shapes = {k: v for l in range(1, len(layer_sizes))   # W{l}: (out, in) and b{l}: (out,)
+                  for k, v in ((f"W{l}", (layer_sizes[l], layer_sizes[l - 1])), (f"b{l}", (layer_sizes[l],)))}
         with zipfile.ZipFile(p) as z:
-            return _read_members(z, path, expected_shapes(layer_sizes))
+            return _read_members(z, path, shapes)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
         raise PerfmlpError(f"--resume: {path} is not a readable .npz file ({type(e).__name__}: {e})") from None
 

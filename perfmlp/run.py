@@ -8,29 +8,26 @@ ends it. SIGTERM is handled as SIGINT.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
 import sys
 
+from . import faults
+from .faults import launcher_rank
+from .startup import LAUNCHER_SIZE_VARS, SIGNALS, handle_signals_while_importing, launched_size, start_watched, \
+    watch_exit
+
 # Nothing outside the standard library is imported above this check.
 _DEPENDENCIES = ("numpy", "yaml")
-_MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
-
-
-def _missing(modules) -> list[str]:
-    import importlib.util
-    return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
 def other_interpreter(missing: list[str]) -> str | None:
-    """Another python on PATH that has the `missing` modules, or None.
-
-    Under `nsys profile mpirun`, nsys starts mpirun by its full path
-    (/usr/bin/mpirun), which Open MPI takes as `--prefix /usr`: it puts
-    /usr/bin first on the ranks' PATH, so `python` there is the system's,
-    which lacks the user's packages. The user's interpreter is the one
-    further down PATH."""
+    """Another python on PATH that has the `missing` modules, or None. (Under
+    `nsys profile mpirun`, mpirun started by its full path takes it as
+    `--prefix /usr`: /usr/bin first on the ranks' PATH, and its python lacks
+    the user's packages; the user's interpreter is further down PATH.)"""
     import subprocess
     seen = {os.path.abspath(sys.executable)}  # not realpath: a venv's python links to the base interpreter
     for d in os.environ.get("PATH", "").split(os.pathsep):
@@ -50,8 +47,8 @@ def reexec_if_shadowed() -> None:
     project's dependencies (see other_interpreter); say so in one line."""
     if os.environ.get("PERFMLP_REEXEC"):
         return  # once only
-    mpi = any(int(os.environ.get(v, "0") or 0) >= 1 for v in _MPI_SIZE_VARS)
-    missing = _missing(_DEPENDENCIES + (("mpi4py",) if mpi else ()))
+    mpi = any(int(os.environ.get(v, "0") or 0) >= 1 for v in LAUNCHER_SIZE_VARS)
+    missing = [m for m in _DEPENDENCIES + (("mpi4py",) if mpi else ()) if importlib.util.find_spec(m) is None]
     if not missing:
         return
     exe = other_interpreter(missing)
@@ -59,8 +56,7 @@ def reexec_if_shadowed() -> None:
         print(f"perfmlp.run: error: {sys.executable} cannot import {', '.join(missing)} "
               f"(pip install -e . in the environment you run, or name its python by full path)", file=sys.stderr)
         sys.exit(2)
-    rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if v in os.environ), "0")
-    if rank == "0":
+    if launcher_rank() == 0:
         print(f"perfmlp.run: {sys.executable} lacks {', '.join(missing)} (mpirun's --prefix put its folder first "
               f"on PATH); running under {exe} instead", file=sys.stderr)
     sys.stderr.flush()
@@ -71,8 +67,7 @@ def reexec_if_shadowed() -> None:
 def share_cores_among_local_ranks() -> None:
     """Under MPI, give each rank's BLAS its share of the node's cores (unless
     the user chose): P ranks each starting one thread per core oversubscribe
-    the node (on 2 cores, 2 ranks ran 10x slower per batch than with one
-    thread each). Must run before NumPy is imported."""
+    the node. Must run before NumPy is imported."""
     local = next((int(os.environ[v]) for v in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
                   if os.environ.get(v, "").isdigit()), 1)
     if local > 1:
@@ -82,14 +77,11 @@ def share_cores_among_local_ranks() -> None:
 
 
 if __name__ == "__main__":
-    from .startup import handle_signals_while_importing
     handle_signals_while_importing("perfmlp.run")   # until _start installs the trainer's handlers
     reexec_if_shadowed()
     share_cores_among_local_ranks()
 
 import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -98,7 +90,7 @@ from pathlib import Path  # noqa: E402
 from . import config as config_mod  # noqa: E402
 from . import flags  # noqa: E402
 from . import params as params_mod  # noqa: E402
-from .errors import PerfmlpError, cli, safe_stdio, say  # noqa: E402
+from .errors import PerfmlpError, cli, quiet_stdout, safe_stdio, say  # noqa: E402
 from .safeio import write_line  # noqa: E402
 
 
@@ -136,10 +128,6 @@ class EveryRank(PerfmlpError):
 def agree(world, error: PerfmlpError | None) -> None:
     """A collective: if any rank has an error, every rank raises EveryRank
     with the first one (named by rank unless every rank has it)."""
-    if world.size == 1:
-        if error is not None:
-            raise EveryRank(str(error), error.exit_code)
-        return
     errors = world.allgather(None if error is None else (str(error), error.exit_code))
     bad = [(r, e) for r, e in enumerate(errors) if e is not None]
     if bad:
@@ -148,20 +136,13 @@ def agree(world, error: PerfmlpError | None) -> None:
         raise EveryRank(msg, code, None if same else r)
 
 
-def config_digest(cfg) -> str:
-    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
 def check_same_config(world, cfg) -> None:
     """A collective: every rank must run the same configuration (else the
     ranks would wait for each other in collectives of different sizes)."""
-    if world.size == 1:
-        return
-    digests = world.allgather(config_digest(cfg))
-    if len(set(digests)) == 1:
-        return
     configs = world.allgather(cfg.to_dict())
-    r = next(i for i, d in enumerate(digests) if d != digests[0])
+    r = next((i for i, c in enumerate(configs) if c != configs[0]), None)
+    if r is None:
+        return
     key = config_mod.first_difference(configs[0], configs[r])
     raise EveryRank(f"the ranks were started with different configurations: {key} is "
                     f"{configs[0].get(key)!r} on rank 0, {configs[r].get(key)!r} on rank {r} "
@@ -204,14 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         if job.watchdog is not None:   # watched to the process's exit: MPI_Finalize waits for every rank
             job.watchdog.close()
             _watch_exit(job)
-        _quiet_stdout()
+        quiet_stdout()
 
 
 def _watch_exit(job: _Job) -> None:
     """The watchdog thread, then (should teardown hold Python's lock) a
     process started for it, watch the exit; the fault hook may hold it."""
-    from . import faults
-    from .startup import watch_exit
     from .watchdog import EXITING, GRACE_S
     job.watchdog.mark(EXITING)
     if job.world is not None and job.watchdog.limit_s > 0:
@@ -220,24 +199,9 @@ def _watch_exit(job: _Job) -> None:
     faults.hook(job.rank, faults.EXIT)
 
 
-def _quiet_stdout() -> None:
-    """A stdout that cannot be written (a full device, a closed pipe) must
-    not fail a finished run at exit: what it holds is dropped."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-
-
 def _start(argv, job: _Job):
     """Parse, start MPI under the watchdog, agree on the configuration and
     its checks; the checked configuration."""
-    from . import faults
-    from .startup import start_watched
-    from .startup import SIGNALS
     from .watchdog import DEFAULT_LIMIT_S, STARTUP_MIN_S, Watchdog
     try:
         cfg, error = parse(argv), None
@@ -246,10 +210,10 @@ def _start(argv, job: _Job):
     limit = cfg.stall_limit if cfg else DEFAULT_LIMIT_S
     job.watchdog = Watchdog(limit)
     Watchdog.handle_signals(job.on_signal)   # a signal before MPI starts: one line too (see _fail)
-    faults.hook(faults.launcher_rank(), faults.START)
+    faults.hook(launcher_rank(), faults.START)
     from .comm import make_world
     job.world = start_watched(make_world, SIGNALS, limit and max(limit, STARTUP_MIN_S), "perfmlp.run",
-                              faults.launcher_rank())
+                              launcher_rank())
     job.rank = job.world.rank
     job.watchdog.start(job.on_signal)   # after MPI's start: its transport may have taken SIGHUP
     job.watchdog.attach(job.world)
@@ -326,7 +290,6 @@ def _non_finite(e, cfg, world, tracer) -> int:
 
 def _fail(e: BaseException, job: _Job) -> int:
     """One line, the trace closed with how the run ended, then the whole job ends."""
-    from .startup import SIGNALS
     if isinstance(e, SystemExit):
         raise e
     for s in SIGNALS:  # the cleanup below is not interrupted again
@@ -351,8 +314,9 @@ def _fail(e: BaseException, job: _Job) -> int:
             write_line(f"perfmlp.run: {who}error: {msg}")
         return code
     if several and job.rank != 0:
-        _mark_manifest(job, status)   # rank 0 may be waiting in a collective, ended by the abort below
-        if isinstance(e, PerfmlpError) and not isinstance(e, EveryRank):
+        from .watchdog import mark_manifest   # rank 0 may be waiting in a collective, ended by the abort below
+        mark_manifest(getattr(job.tracer, "run_dir", None), status)
+        if isinstance(e, PerfmlpError):
             time.sleep(ONE_LINE_S)   # bad input every rank meets: rank 0's line and abort come first
     who = f"rank {job.rank}: " if several else ""
     write_line(f"perfmlp.run: {who}error: {msg}" + (f"; {problem}" if problem else ""))
@@ -366,11 +330,8 @@ def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
     one line, then the rank dies of the signal itself. A launcher ends the
     other ranks (waiting inside MPI_Init for this one) only for a rank that
     a signal ended, not for one that exited with a status."""
-    from .startup import launched_size
-    from .startup import SIGNALS
     if launched_size() <= 1:
         return
-    from .faults import launcher_rank
     signum = e.signum if isinstance(e, Signalled) else signal.SIGINT
     write_line(f"perfmlp.run: rank {launcher_rank()}: error: {SIGNALS[signum][0]} while MPI was starting; "
                "the job is ended")
@@ -378,18 +339,6 @@ def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
     os.kill(os.getpid(), signum)
     time.sleep(5)   # the signal is delivered at once; this is never reached in practice
     os._exit(128 + signum)
-
-
-def _mark_manifest(job: _Job, status: str) -> None:
-    """The manifest's status from a rank other than 0 (best effort)."""
-    run_dir = getattr(job.tracer, "run_dir", None)
-    if run_dir is None:
-        return
-    try:
-        from .trace.manifest import finish_manifest
-        finish_manifest(Path(run_dir), status)
-    except Exception:  # a full disk, a manifest not yet written: the job must still end
-        pass
 
 
 if __name__ == "__main__":

@@ -1,15 +1,13 @@
 """Outputs that never replace an input, and inputs read within bounds.
 
 Outputs: a path a command writes must be a regular file or a new name (not
-a folder, a FIFO, a device node or a symbolic link, which a rename would
-replace) and none of the files the command reads; a folder of outputs (the
-report) is filled beside its target and renamed into place. Lines go out in
-one write each, so that two ranks' lines are never glued.
+a folder, a FIFO, a device or a link) and none of the files the command
+reads; a folder of outputs (the report) is filled beside its target and
+renamed into place. Lines go out in one write each, never glued.
 
 Inputs: JSON nested deeper than Python's recursion allows, and YAML nested
-deeper than MAX_DEPTH or whose aliases expand to more than MAX_YAML_NODES
-values, are refused in one line before the memory or the recursion limit is
-reached; a message quotes at most PREFIX_CHARS characters of any value.
+deeper than MAX_DEPTH or whose aliases expand past MAX_YAML_NODES values,
+are refused in one line; a message quotes at most PREFIX_CHARS characters.
 """
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ def prefix(value, n: int = PREFIX_CHARS) -> str:
 
 def key(k) -> str:
     """A mapping's key for a message: a string as it is, anything else as prefix() shows it, both cut short."""
-    text = k if isinstance(k, str) else prefix(k)
-    return text if len(text) <= PREFIX_CHARS else text[:PREFIX_CHARS] + "..."
+    return prefix(k) if not isinstance(k, str) else k if len(k) <= PREFIX_CHARS else k[:PREFIX_CHARS] + "..."
 
 
 def _small(value, budget: int = 200) -> bool:
@@ -60,9 +57,9 @@ def _small(value, budget: int = 200) -> bool:
     return True
 
 
-def write_line(text: str, stream=None) -> None:
-    """`text` and its newline in one write (never an error: a closed or full output is ignored)."""
-    stream = stream or sys.stderr
+def write_line(text: str) -> None:
+    """`text` and its newline in one write to stderr (never an error: a closed or full output is ignored)."""
+    stream = sys.stderr
     try:
         stream.flush()
         os.write(stream.fileno(), (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8",
@@ -174,18 +171,14 @@ def load_yaml(text: str, loader_class):
         raise InputError(f"YAML nested deeper than {MAX_DEPTH} levels")
     loader = loader_class(text)
     try:
-        try:
-            node = loader.get_single_node()
-        except RecursionError:
-            raise InputError("YAML nested deeper than Python can read") from None
+        node = loader.get_single_node()
         if node is None:
             return None
         if "&" in text:   # only an anchor lets an alias repeat a subtree: without one the text bounds the size
             _check_size(node)
-        try:
-            return loader.construct_document(node)
-        except RecursionError:
-            raise InputError("YAML nested deeper than Python can read") from None
+        return loader.construct_document(node)
+    except RecursionError:
+        raise InputError("YAML nested deeper than Python can read") from None
     finally:
         loader.dispose()
 

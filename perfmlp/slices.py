@@ -2,37 +2,29 @@
 
 The schedule (`--slices K`): the first layer's weight gradient
 dW1 = dZ1 X^T is computed in K slices of hidden units (rows of dW1, last
-rows first), and each slice's all-reduce is started (MPI_Iallreduce) as
-soon as its GEMM has written it. The first slice written, the last rows,
-is contiguous in the flat gradient buffer with the rest of it (the upper
-layers' weights, every bias, the loss slot): it is reduced with them, in
-one collective. The exchange waits for that one, checks the loss and
-updates the rest with slice 0; the other slices stay in flight across the
-batch boundary. The next batch's first-layer forward then goes slice by slice,
-in the same order: wait for slice s's reduction, update rows s of W1, run
-Z1[s] = W1[s] X. So the rows that need the latest reduction are the last
-to wait for it. `drain` (the backend's `sync`: at the warm-up's end and at
-every epoch's end, before the held-out accuracy and before parameters are
-read) lands and applies whatever is still in flight.
+rows first), each slice's MPI_Iallreduce started as soon as its GEMM has
+written it. The first slice written is contiguous with the rest of the flat
+buffer (upper layers, biases, loss slot) and is reduced with it; the
+exchange waits for that one, checks the loss and updates the rest with
+slice 0, while the other slices stay in flight across the batch boundary.
+The next batch's first-layer forward goes slice by slice in the same order:
+wait for slice s, update rows s of W1, run Z1[s] = W1[s] X. `drain` (the
+backend's `sync`, before anything reads the parameters) lands the rest.
 
-Rows h of dW1 need only rows h of dZ1, and Z1[h] needs only the updated
-rows h of W1 and b1, so the parameters after any number of batches are
-the unsliced step's up to the order MPI sums in (tests/mpi_slices.py).
-With fp16's loss scaling (a step is skipped when any reduced gradient is
-not finite) the update waits for every slice: the slices' reductions
-overlap the later slices' GEMMs, not the next batch.
+Rows h of dW1 need only rows h of dZ1, and Z1[h] only rows h of W1 and b1,
+so the parameters are the unsliced step's up to the order MPI sums in
+(tests/mpi_slices.py). With fp16's loss scaling the update waits for every
+slice (a step is skipped when any reduced gradient is not finite).
 
 The 16-bit exchange (`--grad-precision bf16 | fp16`): each rank's gradient
 rounded to 16 bits into a buffer of its own, summed by an MPI operation
-that adds two 16-bit values in float32 and rounds the sum back (as NCCL's
-ring does hop by hop), and widened into the gradient buffer before the
-update, which stays in the master type. The loss slot travels at 16 bits
-as the rank's mean (its sum could pass fp16's largest value): it only
-tells every rank alike that the loss is finite; the epoch's loss is each
+that adds two 16-bit values in float32 and rounds back (as NCCL's ring does
+hop by hop), widened into the gradient buffer before the master-type
+update. The loss slot travels as the rank's mean (its sum could pass fp16's
+largest value) and only says the loss is finite; the epoch's loss is each
 rank's exact sum, reduced once at the epoch's end (`epoch_loss_sum`).
 
-The GPU's form: perfmlp/gpu/sliced.py (NCCL; the 16-bit exchange is
-NumPy's only so far: `check` refuses what is not built, in one line).
+The GPU's form: perfmlp/gpu/sliced.py (`check` refuses what is not built).
 """
 from __future__ import annotations
 
@@ -148,12 +140,12 @@ class SlicedExchange:
     # it, its backward starts each slice's reduction as it is written
     compute = staticmethod(step_compute)
 
-    def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+    def exchange(self, net, reducer, phase, counts) -> float | None:
         with phase(Phase.ALLREDUCE):
             self.reduce(net.g.flat, phase, counts)
         ce = float(net.g.flat[-1])
         if not np.isfinite(ce):
-            raise nonfinite(ce)      # before the update: the parameters are still the last finite ones
+            raise NonFiniteLoss(ce)      # before the update: the parameters are still the last finite ones
         with phase(Phase.UPDATE):
             if self.pipelined:   # the rest and slice 0 now; the other slices in the next forward, counted here
                 D = net.p.layer_sizes[0]
@@ -261,7 +253,6 @@ def wire(cfg, world, be):
     else `be` unchanged (an idempotent wrapper of backend.build's result)."""
     if getattr(be.reducer, "sliced", False):
         return be
-    check(cfg, be.name, cfg.parallel != N.DATA or cfg.comm in N.PS_COMMS)   # as backend.partitioned
     gpu = None
     if be.name == N.CUPY:
         gpu = be.xp.cuda.runtime.getDeviceProperties(be.xp.cuda.Device().id)["name"].decode()

@@ -138,11 +138,10 @@ if not select.select([fd], [], [], limit)[0]:
 
 
 def watch_exit(limit_s: float, stall_limit_s: float, prog: str, rank: int, where: str) -> None:
-    """From here to the process's end at most `limit_s` (`stall_limit_s`, the
-    user's, is named in the line): past it, a small
-    process started now (not forked: MPI and CUDA are live) says so in one
-    line and kills this one, which makes the launcher end the other ranks.
-    It ends with this process (its pipe closes), however this one ends."""
+    """From here to the process's end at most `limit_s` (the line names the
+    user's `stall_limit_s`): past it, a small process started now (not forked:
+    MPI and CUDA are live) says so in one line and kills this one, which makes
+    the launcher end the other ranks. It ends with this process (its pipe closes)."""
     if limit_s <= 0:
         return
     import subprocess

@@ -1,23 +1,19 @@
 """The training step, written once for every strategy and execution mode.
 
-A strategy's step is two parts (`Parts`), each a function that issues its
-kernels, copies and collectives with the trace phases it records:
-- `compute(net, x, y, phase, counts)`: the batch piece to the gradients:
-  forward, loss, backward. Model parallelism's adds the model group's
-  allreduces (through the shard's hooks) and the `combine` phase
-  (perfmlp/strategies/shard.py: shard_compute).
-- `exchange(net, reducer, phase, counts, nonfinite)`: the gradient exchange
-  and the update (the parameter server's: reduce, update on rank 0,
-  broadcast; perfmlp/strategies/server.py: server_exchange); returns the batch's
+A strategy's step is two parts (`Parts`), functions that issue their
+kernels, copies and collectives within the trace phases they record:
+- `compute(net, x, y, phase, counts)`: forward, loss, backward on the batch
+  piece (model parallelism's: strategies/shard.py's shard_compute).
+- `exchange(net, reducer, phase, counts)`: the gradient exchange and the
+  update (the parameter server's: strategies/server.py); returns the batch's
   reduced cross-entropy sum where reading it costs no device
-  synchronisation, else None, and raises `nonfinite` before an update
-  with a loss that is not finite.
+  synchronisation, else None, and raises NonFiniteLoss before an update with
+  a loss that is not finite.
 
 `step` issues both eagerly, or replays the step's CUDA graph
-(perfmlp/gpu/graph.py: GraphStep), which captured these same functions
-once per piece size: the compute part, and the exchange part too where it
-needs no host (`whole_step`: NCCL, ps-nccl); otherwise the exchange runs
-eagerly after the replay.
+(perfmlp/gpu/graph.py), captured from these same functions once per piece
+size: the compute part, and the exchange too where it needs no host
+(`whole_step`: NCCL, ps-nccl).
 """
 from __future__ import annotations
 
@@ -48,12 +44,12 @@ def compute(net, x, y, phase, counts) -> None:
         net.backward()
 
 
-def exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+def exchange(net, reducer, phase, counts) -> float | None:
     """The reducer's sum of the gradient buffer over the ranks, then the update."""
     reducer.reduce(net.g.flat, phase, counts)
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):
-        raise nonfinite(ce)  # before the update: the parameters are still the last finite ones
+        raise NonFiniteLoss(ce)  # before the update: the parameters are still the last finite ones
     with phase(Phase.UPDATE):
         net.update()
     return ce
@@ -68,14 +64,9 @@ class Parts:
 DATA = Parts()
 
 
-def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, parts: Parts = DATA,
-         nonfinite=NonFiniteLoss) -> float | None:
-    """One training step on samples [lo, hi) of the (current) dataset order;
-    returns the batch's reduced cross-entropy sum where reading it costs no
-    device synchronisation, else None. `graph` (a gpu.graph.GraphStep made
-    with the same `parts`): the compute part (and, `whole_step`, the
-    exchange too) replayed as a CUDA graph instead of launched kernel by
-    kernel."""
+def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, parts: Parts = DATA) -> float | None:
+    """One training step on samples [lo, hi) of the current order; the
+    exchange's return. `graph`: a gpu.graph.GraphStep made with `parts`."""
     if graph is None:
         x, y = batches.get(lo, hi, phase, counts)
         parts.compute(net, x, y, phase, counts)
@@ -83,4 +74,4 @@ def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, par
         graph.replay(lo, hi, phase, counts)
         if graph.whole_step:
             return None  # the exchange and the update were in the graph; the loss stays on the device
-    return parts.exchange(net, reducer, phase, counts, nonfinite)
+    return parts.exchange(net, reducer, phase, counts)

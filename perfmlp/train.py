@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +29,10 @@ from .backend import build
 from .config import Config, check_procs, data_procs
 from .errors import PerfmlpError
 from .mixed import to_storage
-from .mlp import init_weights
+from .mlp import start_params
 from .model.costs import piece
 from .model.precision import precision as precision_of
 from .step import NonFiniteLoss, step  # noqa: F401  (step: the benchmarks call it as perfmlp.train.step)
-from .straggler import straggler
 from .trace.format import Counts, warmup_batches
 from .trace.writer import NullTracer
 from .watchdog import EPOCH_END, FINISHING, SERVING, NoWatchdog, Watched
@@ -53,6 +53,11 @@ class EpochResult:
         if self.steady_batches:
             return 1e3 * self.steady_seconds / self.steady_batches
         return 1e3 * self.seconds / self.batches
+
+    def words(self, epochs: int) -> str:
+        """The epoch's line on rank 0."""
+        return (f"epoch {self.epoch}/{epochs}: loss {self.loss:.4f}, held-out accuracy {self.accuracy:.4f}, "
+                f"{self.seconds:.4f} s, {self.ms_per_batch:.4g} ms/batch")
 
 
 @dataclass
@@ -79,8 +84,20 @@ class _Setup:
     split: object       # data.Split
     x_held: object      # the held-out inputs on the backend, or None
     pieces_of: tuple    # the batch is split over (ranks, this rank's piece)
-    straggle: object    # straggler.straggler: the injected delay of a batch (a no-op unless asked)
+    straggle: object    # straggler(): the injected delay of a batch (a no-op unless asked)
     last_finite: tuple = ()   # (flat parameters, which they are): the latest finite epoch start
+
+
+def straggler(cfg: Config, rank: int, size: int):
+    """What this rank calls as each batch it computes starts (`--straggler-delay-ms MS --straggler-rank R`):
+    rank R sleeps MS milliseconds, before the batch's first phase, so the batch's wall time holds the delay
+    and no phase does; a reproducible slowdown of one rank, to show what waiting for it costs a synchronous
+    exchange and what an asynchronous one saves (perfmlp/psasync)."""
+    if cfg.straggler_delay_ms and cfg.straggler_rank >= size:
+        raise PerfmlpError(f"--straggler-rank {cfg.straggler_rank}: this run has ranks 0..{size - 1}")
+    if not cfg.straggler_delay_ms or rank != cfg.straggler_rank:
+        return lambda: None
+    return partial(time.sleep, cfg.straggler_delay_ms / 1e3)
 
 
 def _setup(cfg: Config, world, tracer, log) -> _Setup:
@@ -103,12 +120,7 @@ def _setup(cfg: Config, world, tracer, log) -> _Setup:
     be = build(cfg, world, xtrain, ytrain)
     tracer.attach(world, be)
     be.net.ops = tracer.ops  # the network records the operations it launches there (None: not at all)
-    if cfg.resume:
-        init = params_mod.load_resume(cfg.resume, cfg.layer_sizes)
-        L = len(cfg.layer_sizes) - 1
-        be.net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
-    else:
-        be.net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
+    start_params(be.net, cfg)
     initial = be.net.get_params() if cfg.save_params else None  # every rank: a collective for a shard
     if initial is not None and rank == 0:
         params_mod.save(Path(cfg.save_params) / params_mod.INITIAL, initial)
@@ -127,8 +139,17 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
         watched = Watched(tracer, watchdog)
         watched.phase = faults.per_phase(watched.phase, world.rank, tracer, watched.at)
         train_async(cfg, world, be, watched, log, s.straggle, heldout, result, EpochResult)
-        _finish(cfg, world, tracer, watchdog, result)
-        return result
+    else:
+        _epochs(s, world, tracer, log, watchdog, result)
+    watchdog.mark(FINISHING)
+    faults.hook(world.rank, faults.END, tracer)
+    if cfg.save_params and world.rank == 0:   # the final parameters
+        params_mod.save(Path(cfg.save_params) / params_mod.FINAL, result.params)
+    return result
+
+
+def _epochs(s: _Setup, world, tracer, log, watchdog, result: Result) -> None:
+    cfg, be = s.cfg, s.be
     at = [0]  # the batch the fault hook sees
     phase = faults.per_phase(watchdog.watch(tracer.phase), world.rank, tracer, at)
     nbatches = -(-cfg.n_train // cfg.batch_size)
@@ -139,21 +160,10 @@ def _train(cfg: Config, world, tracer, log, watchdog) -> Result:
         tracer.end_epoch(epoch=epoch, loss=ep.loss, accuracy=ep.accuracy, seconds=ep.seconds,
                          steady_ms_per_batch=ep.ms_per_batch if ep.steady_batches else None, warmup_batches=warmup)
         if world.rank == 0 and not cfg.quiet:
-            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {ep.loss:.4f}, held-out accuracy {ep.accuracy:.4f}, "
-                f"{ep.seconds:.4f} s, {ep.ms_per_batch:.4g} ms/batch")
+            log(ep.words(cfg.epochs))
     result.params = be.net.get_params()
     if hasattr(be.batches, "close"):   # the prefetching threads, once the last batch is done
         be.batches.close()
-    _finish(cfg, world, tracer, watchdog, result)
-    return result
-
-
-def _finish(cfg: Config, world, tracer, watchdog, result: Result) -> None:
-    """After the last batch: the final parameters saved (rank 0)."""
-    watchdog.mark(FINISHING)
-    faults.hook(world.rank, faults.END, tracer)
-    if cfg.save_params and world.rank == 0:
-        params_mod.save(Path(cfg.save_params) / params_mod.FINAL, result.params)
 
 
 def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warmup: int,
@@ -207,10 +217,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
     be.sync()  # the epoch's time includes its queued device work
     t_end = time.perf_counter()
     loss = ce_total / n_train + net.weight_penalty()
-    acc = float("nan")
-    if world.rank == 0 and s.x_held is not None:
-        pred = net.predict(s.x_held)
-        acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == s.split.heldout.labels).mean())
+    acc = net.accuracy(s.x_held, s.split.heldout.labels) if world.rank == 0 and s.x_held is not None else float("nan")
     return EpochResult(epoch + 1, loss, acc, t_end - t_epoch, nbatches,
                        t_end - t_steady if t_steady else 0.0, nbatches - warmup if t_steady else 0)
 

@@ -1,28 +1,22 @@
 """The run's watchdog: a stalled rank and a signal that cannot be handled
 end the whole job with one line.
 
-Progress. The training loop marks where the rank is: the batch it starts
-(`batch`), each phase it enters (the phase function `watch` returns) and the
-states around the batches (`mark`). A mark is a store into a small array
-(a memoryview): on a 2-core CPU the wrapped phase function adds about 0.12
-us a phase and the batch's mark 0.15 us, against a batch of 0.1 ms or more
-(`--stall-limit 0` turns the marks off; signals are still watched). A daemon thread looks at its
-own rank's mark every second (every quarter of the limit, if shorter); when
-it has not changed for `limit_s` seconds the job is ended: one line, then
-MPI_Abort. A rank stopped by a signal (SIGSTOP, a debugger, a swapped-out
-node) makes no marks, and neither does every other rank, waiting for it in a
-collective that does not return: theirs notice. The ranks of a node share
-their marks (an MPI shared-memory window), so the line names the rank that
-is behind, with the phase it stopped in, and says whether its process is
-stopped; ranks on another node can only be said to be waited for.
+Progress. The training loop marks where the rank is (a store into a small
+memoryview, cheap against a batch; `--stall-limit 0` turns the marks off):
+the batch it starts (`batch`), each phase it enters (`watch`) and the states
+around the batches (`mark`). A daemon thread looks at the marks every second
+(every quarter of the limit, if shorter); when they have not changed for
+`limit_s` seconds the job is ended: one line, then MPI_Abort. A rank stopped
+by a signal (SIGSTOP, a debugger) makes no marks, and neither does every
+rank waiting for it in a collective: theirs notice. The ranks of a node
+share their marks (an MPI shared-memory window), so the line names the rank
+that is behind, the phase it stopped in and whether its process is stopped.
 
-Signals. Python runs a signal's handler only between bytecodes of the main
-thread, so a rank blocked inside MPI (waiting for a stopped peer) never
-runs it: SIGTERM to the rank or to mpiexec would do nothing. The handlers'
-signal numbers are also written to a socket (signal.set_wakeup_fd, at the C
-level, at once); the thread reads them, and if the main thread has not
-handled the signal within GRACE_S it ends the job itself: one line, MPI_Abort
-with 128 + the signal number.
+Signals. Python runs a handler only between bytecodes of the main thread,
+so a rank blocked inside MPI never runs it. The signal numbers are also
+written to a socket (signal.set_wakeup_fd, at the C level); if the main
+thread has not handled one within GRACE_S, the thread ends the job: one
+line, MPI_Abort with 128 + the signal number.
 
 Only one rank prints: the stalled rank itself if it is alive (stuck, not
 stopped), else the lowest-numbered other rank of its node; the others wait
@@ -38,6 +32,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -49,8 +44,9 @@ from .startup import SIGNALS
 DEFAULT_LIMIT_S = 300.0
 STARTUP_MIN_S = 10.0    # before the first batch the limit is at least this (data, backend, MPI start-up)
 GRACE_S = 2.0           # a signal's Python handler has this long to run before the thread acts
-# Where a rank can be: these states, then every phase of a batch.
-STATES = ("starting", "the start of a batch", "the end of an epoch", "finishing", "serving", "exiting")
+# Where a rank can be: these states (in describe()'s words), then every phase of a batch.
+STATES = ("before its first batch", "at the start of {at}", "at the end of epoch {epoch}", "after its last batch",
+          "serving the workers (the asynchronous parameter server)", "at its exit")
 STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING, EXITING = range(len(STATES))
 
 
@@ -79,15 +75,14 @@ ROW_BYTES = 5 * 8
 
 
 def _row(buffer) -> memoryview:
-    """A row of five int64 over `buffer` (a memoryview: its stores cost a
-    quarter of a NumPy array's)."""
+    """A row of five int64 over `buffer` (a memoryview: cheaper stores than a NumPy array's)."""
     return memoryview(buffer).cast("B")[:ROW_BYTES].cast("q")
 
 
 class Watchdog:
     """One per rank process. `start()` (main thread) installs the signal
     handlers and starts the thread; `attach(world)` (a collective) shares
-    the marks within the node; `stop()` ends the watching."""
+    the marks within the node; `close()` at the main thread's exit."""
 
     def __init__(self, limit_s: float = DEFAULT_LIMIT_S, prog: str = "perfmlp.run"):
         self.limit_s = limit_s
@@ -100,10 +95,8 @@ class Watchdog:
         self.closed = False               # the main thread is exiting: its exit is the exit watcher's to watch
         self.row = _row(bytearray(ROW_BYTES))
         self.row[:] = array("q", (STARTING, -1, -1, launcher_rank(), os.getpid()))
-        self.table = _Rows([self.row])   # every rank of this node (this one alone until attach)
+        self.rows = [self.row]   # every rank of this node (this one alone until attach)
         self._stop = threading.Event()
-        self._wake_r = self._wake_w = None
-        self._thread = None
 
     # -- the main thread's side ---------------------------------------------------
     def start(self, on_signal) -> None:
@@ -115,8 +108,7 @@ class Watchdog:
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        self._thread = threading.Thread(target=self._run, name="perfmlp-watchdog", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._run, name="perfmlp-watchdog", daemon=True).start()
 
     @staticmethod
     def handle_signals(on_signal) -> None:
@@ -138,7 +130,7 @@ class Watchdog:
         mine[:] = self.row
         self.row = mine
         node.Barrier()  # every row written before any is read
-        self._node_comm, self.table = node, _Rows(rows)
+        self._node_comm, self.rows = node, rows
 
     def mark(self, state: int) -> None:
         self.row[CODE] = state
@@ -206,7 +198,7 @@ class Watchdog:
 
     def _limit(self) -> float:
         """The stall limit; before this node's first batch at least STARTUP_MIN_S."""
-        starting = any(int(r[CODE]) == STARTING for r in self.table.rows)
+        starting = any(int(r[CODE]) == STARTING for r in self.rows)
         return max(self.limit_s, STARTUP_MIN_S) if starting else self.limit_s
 
     def _where(self) -> tuple:
@@ -214,7 +206,7 @@ class Watchdog:
         return int(row[CODE]), int(row[EPOCH]), int(row[BATCH])
 
     def _node(self) -> tuple:
-        return tuple(tuple(r[:PID]) for r in self.table.rows)
+        return tuple(tuple(r[:PID]) for r in self.rows)
 
     def _signals_read(self) -> list[int]:
         try:
@@ -230,7 +222,7 @@ class Watchdog:
                   "could not run (blocked outside Python); the job is ended", status, 128 + signum)
 
     def _end_for_stall(self, waited_s: float) -> None:
-        rows = self.table.copy()
+        rows = np.array([r.tolist() for r in self.rows], dtype=np.int64)
         me = int(self.row[RANK])
         stalled = behind(rows)
         limit = f"no progress for {waited_s:.{1 if waited_s >= 1 else 3}f} s (--stall-limit {self.limit_s:g})"
@@ -254,7 +246,7 @@ class Watchdog:
         if me != reporter:
             time.sleep(2 * GRACE_S)   # the reporter's abort ends this rank first
         # ranks that read the rows at other moments may each think they report: the claim lets one speak
-        if (me == reporter or not any(int(row[CODE]) == REPORTING for row in self.table.rows)) and self._claimed():
+        if (me == reporter or not any(int(row[CODE]) == REPORTING for row in self.rows)) and self._claimed():
             self.row[CODE] = REPORTING
             self._end(f"error: {line}; the job is ended", "stalled", 1)
         time.sleep(4 * GRACE_S)   # another rank has spoken: this one only ends, silently
@@ -285,12 +277,7 @@ class Watchdog:
             self.ending.set()
             if line is not None:
                 write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
-            if self.run_dir is not None:
-                try:
-                    from .trace.manifest import finish_manifest
-                    finish_manifest(self.run_dir, status)
-                except Exception:  # a full disk must not keep the job alive
-                    pass
+            mark_manifest(self.run_dir, status)
         w = self.world
         if w is not None and w.size > 1 and _may_abort_from_thread(w):
             # MPI_Abort from this thread can wait for ever while the main thread goes on calling MPI
@@ -305,31 +292,22 @@ class Watchdog:
         os._exit(code)
 
 
-class _Rows:
-    """The node's rows (views into the shared window), read as one array."""
-
-    def __init__(self, rows):
-        self.rows = rows
-
-    def copy(self) -> np.ndarray:
-        return np.array([r.tolist() for r in self.rows], dtype=np.int64)
+def mark_manifest(run_dir, status: str) -> None:
+    """The manifest's status, best effort (a full disk, a manifest not yet written: the job must still end)."""
+    if run_dir is None:
+        return
+    try:
+        from .trace.manifest import finish_manifest
+        finish_manifest(Path(run_dir), status)
+    except Exception:
+        pass
 
 
 def describe(code: int, epoch: int, batch: int) -> str:
     """Where a rank is, in words: "in phase allreduce of epoch 1, batch 7"."""
     at = f"epoch {epoch + 1}, batch {batch}"
-    if code == STARTING:
-        return "before its first batch"
-    if code == BATCH_START:
-        return f"at the start of {at}"
-    if code == EPOCH_END:
-        return f"at the end of epoch {epoch + 1}"
-    if code == FINISHING:
-        return "after its last batch"
-    if code == EXITING:
-        return "at its exit"
-    if code == SERVING:
-        return "serving the workers (the asynchronous parameter server)"
+    if 0 <= code < len(STATES):
+        return STATES[code].format(at=at, epoch=epoch + 1)
     if code >= PACKED:
         name = code.to_bytes(8, "little").rstrip(b"\0").decode("ascii", "replace")
     else:
@@ -337,14 +315,13 @@ def describe(code: int, epoch: int, batch: int) -> str:
     return f"in phase {name} of {at}"
 
 
-def behind(rows: np.ndarray, stopped=None):
+def behind(rows: np.ndarray):
     """The row of the rank the others wait for: one whose process is stopped,
     else the earliest (epoch, batch) of those not waiting for others, else
     the earliest; None if every rank is waiting at the same batch (the one
     waited for is on another node)."""
-    stopped = stopped or process_stopped
     for r in rows:
-        if stopped(int(r[PID])):
+        if process_stopped(int(r[PID])):
             return r
     active = [r for r in rows if int(r[CODE]) not in WAITING]
     first = min(active or list(rows), key=lambda r: (int(r[EPOCH]), int(r[BATCH])))

@@ -171,7 +171,7 @@ def _what_if_numpy(a: argparse.Namespace, run, values: dict) -> tuple[WhatIf, ob
     return w, cpu, cpu_options(cpu, before)
 
 
-def cpu_interval(machine, w: WhatIf) -> tuple[float, float] | None:
+def cpu_interval(w: WhatIf) -> tuple[float, float] | None:
     """A CPU what-if's 90% interval (ms): its total scaled as the changed
     prediction's interval (predict/cpu.py) is to that prediction."""
     iv = w.predicted_after.detail.get("interval_s")
@@ -198,26 +198,21 @@ def main(argv=None) -> int:
     try:
         w, machine, options = _what_if(a)
         if isinstance(machine, CpuMachine):
-            cpu_iv = cpu_interval(machine, w)
-            iv, words = None, _cpu_interval_words(cpu_iv)
+            iv = cpu_interval(w)
+            words = (f"90% interval: {iv[0]:.3f} to {iv[1]:.3f} ms (the CPU file's measured spread)" if iv
+                     else "90% interval: unknown (the CPU file records no spread)")
+            extra = {"interval_ms": iv, "interval_note": words}
         else:
             iv = what_if_interval(machine, w) if options is None else gpu_interval(machine, w)
-            words = interval_words(iv)
+            words, extra = interval_words(iv), interval_json(iv)
     except (PerfmlpError, TraceError, MachineError, WhatIfError, ValueError) as e:
         print(f"perfmlp.whatif: error: {e}", file=sys.stderr)
         return 2
     if a.json:
-        extra = ({"interval_ms": cpu_iv, "interval_note": words} if isinstance(machine, CpuMachine)
-                 else interval_json(iv))
         print(json.dumps({**w.to_json(), **extra}, indent=1, default=str))
     else:
         print(format_table(w) + "\n" + words + ("\n\n" + options_words(options, w) if options else ""))
     return 0
-
-
-def _cpu_interval_words(iv) -> str:
-    return (f"90% interval: {iv[0]:.3f} to {iv[1]:.3f} ms (the CPU file's measured spread)" if iv
-            else "90% interval: unknown (the CPU file records no spread)")
 
 
 def gpu_interval(machine, w: WhatIf) -> Interval | None:

@@ -2,38 +2,28 @@
 
 Rank 0 serves the parameters; every other rank is a worker. A worker asks
 for a piece of a batch, gets it with the server's current parameters,
-computes the piece's gradient (scaled by 1/B of the whole batch, as a
-data-parallel rank's), sends it and asks again. The server applies each
-gradient as it arrives, in arrival order, and hands out the pieces in order
-under the stale-synchronous rule (schedule.py): a piece of batch k only once
-every batch before k - S is wholly applied.
+computes its gradient (scaled by 1/B of the whole batch, as a data-parallel
+rank's), sends it and asks again. The server applies each gradient in
+arrival order and hands out the pieces under the stale-synchronous rule
+(schedule.py): a piece of batch k only once every batch before k - S is
+wholly applied.
 
-The update. For the gradient g of a piece of step k, on the weights w and
-biases b: w <- w - lr (g_w + lambda w) if it is the first of step k's
-pieces to arrive, else w <- w - lr g_w; b <- b - lr g_b. The regularisation
-term is thus applied once per step, as synchronous SGD applies it. With
-S = 0 every piece of step k is computed on the parameters after step k - 1,
-and the server applies the W of them before any piece of step k + 1 is
-handed out, so the parameters after any number of steps equal synchronous
-SGD on W ranks (one process on the whole batch) up to the order of the
-summation (tests/mpi_psasync.py checks it in float64, short last batch
-included). With S > 0 the run is determined by the order the gradients
-arrived in, which the trace records (trace/updates.py); replay.py remakes
-the parameters from it in one process.
+The update, for the gradient g of a piece of step k: w <- w - lr (g_w +
+lambda w) if it is the first of step k's pieces to arrive, else
+w <- w - lr g_w; b <- b - lr g_b: the regularisation term once per step, as
+synchronous SGD applies it. So with S = 0 the parameters equal synchronous
+SGD's up to the order of summation (tests/mpi_psasync.py); with S > 0 the
+run is determined by the gradients' arrival order, which the trace records
+(trace/updates.py) and replay.py remakes the parameters from.
 
 Transport: MPI non-blocking point to point. The server keeps one receive
 posted per worker with a piece out and answers each request with a small
 header (status, step, piece) and the parameters, sent from a snapshot so
 the server can go on updating; a waiting rank tests its request and yields
-its core between tests (sched_yield), so that the ranks that compute keep
-theirs where there are more ranks than cores (the CPU machine: a 50 us
-sleep instead left large messages, which MPI moves in pieces as both sides
-test, several times slower). On the GPU a worker stages through the
-host (D2H of the gradient, MPI, H2D of the parameters); the server holds
-the parameters on its GPU (H2D of each gradient, the update there, D2H of
-the parameters once per reply). NCCL is refused: its point-to-point calls
-need the receiver to name the sender, so a server cannot take gradients in
-arrival order from it.
+its core between tests (sched_yield: the computing ranks keep theirs, and
+MPI moves large messages only as both sides test). On the GPU a worker
+stages through the host; the server holds the parameters on its GPU. NCCL
+is refused: its receive names the sender, not arrival order.
 """
 from __future__ import annotations
 

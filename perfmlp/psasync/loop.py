@@ -1,13 +1,11 @@
-"""The training loop of `--comm ps-async` (train.py hands over to
-`train_async` once the data, the backend and the initial parameters are
-in place), and the backend's assembly (`backend_fields`, for backend.build).
+"""The training loop of `--comm ps-async` (`train_async`, once train.py has
+the data, the backend and the initial parameters) and the backend's
+assembly (`backend_fields`, for backend.build).
 
 Epochs belong to the server: epoch e ends when every batch of it has been
-applied (with S > 0 some pieces of epoch e + 1 may already be in the
-parameters); the server then evaluates the held-out accuracy and writes
-the epoch line, with `updates`, the gradients applied so far. The epoch's
-`seconds` runs from the end of the previous epoch's evaluation to the
-moment its last batch completed, as train.py's epochs exclude theirs.
+applied (with S > 0 pieces of epoch e + 1 may already be in); the server
+then evaluates and writes the epoch line with `updates`, the gradients
+applied so far. Its `seconds` exclude the previous epoch's evaluation.
 """
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ import time
 import numpy as np
 
 from ..batches import DeviceBatches, HostBatches
-from ..mlp import Network
+from ..mlp import Network, to_host
 from ..model.costs import piece as piece_bounds, pieces
 from ..model.precision import precision
 from ..model.predict import staging_memory
@@ -82,7 +80,7 @@ def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_re
         if world.rank == SERVER:
             e.params, e.where = be.net.get_params(), status[2]
         raise e
-    final = np.ascontiguousarray(be.net.p.params.get() if hasattr(be.net.p.params, "get") else be.net.p.params)
+    final = to_host(be.net.p.params)
     world.comm.Bcast(final, root=SERVER)
     if world.rank != SERVER:
         be.net.p.params[...] = be.xp.asarray(final)
@@ -130,17 +128,13 @@ def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -
         be.sync()
         seconds = time.perf_counter() - t_epoch[0]
         loss = ce_sum[epoch] / cfg.n_train + net.weight_penalty()
-        acc = float("nan")
-        if x_held is not None:
-            pred = net.predict(x_held)
-            acc = float((np.asarray(pred.get() if hasattr(pred, "get") else pred) == labels).mean())
+        acc = net.accuracy(x_held, labels) if x_held is not None else float("nan")
         ep = epoch_result(epoch + 1, loss, acc, seconds, nbatches, 0.0, 0)
         result.epochs.append(ep)
         tracer.end_epoch(epoch=epoch, loss=loss, accuracy=acc, seconds=seconds, steady_ms_per_batch=None,
                          warmup_batches=0, updates=server.updates)
         if not cfg.quiet:
-            log(f"epoch {epoch + 1}/{cfg.epochs}: loss {loss:.4f}, held-out accuracy {acc:.4f}, {seconds:.4f} s, "
-                f"{ep.ms_per_batch:.4g} ms/batch, {server.updates} updates")
+            log(f"{ep.words(cfg.epochs)}, {server.updates} updates")
         t_epoch[0] = time.perf_counter()
 
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):

@@ -15,16 +15,12 @@ import numpy as np
 from .. import data as data_mod
 from ..batches import HostBatches
 from ..config import from_mapping
-from ..mlp import FlatParams, Network, init_weights
+from ..mlp import FlatParams, Network, start_params
 from ..model.costs import piece as piece_bounds
 from ..model.precision import precision
 from ..step import compute
 from .server import apply_gradient
-
-
-def _no_phase(name: str):
-    import contextlib
-    return contextlib.nullcontext()
+from .worker import _no_phase
 
 
 def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> FlatParams:
@@ -67,17 +63,11 @@ def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> Fl
 def replay_run(run) -> dict[str, np.ndarray]:
     """The final parameters of a ps-async run (trace.reader.Run), remade
     from its configuration, its data and its server's update lines."""
-    c = dict(run.config)
-    cfg = from_mapping({k: v for k, v in c.items()}, where=f"{run.path or run.run_id}: ", check=False)
+    cfg = from_mapping(dict(run.config), where=f"{run.path or run.run_id}: ", check=False)
     split = data_mod.load(cfg.data, cfg.data_dir, cfg.n_train, cfg.n_heldout, cfg.input_size, cfg.num_classes,
                           cfg.seed)
     xtrain, ytrain = data_mod.to_arrays(split.train, cfg.num_classes, np.dtype(precision(cfg.precision).master))
     net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    if cfg.resume:
-        init = np.load(cfg.resume)
-        L = len(cfg.layer_sizes) - 1
-        net.set_params([init[f"W{l}"] for l in range(1, L + 1)], [init[f"b{l}"] for l in range(1, L + 1)])
-    else:
-        net.set_params(init_weights(cfg.layer_sizes, cfg.seed))
+    start_params(net, cfg)
     replay(cfg, run.procs - 1, run.ranks[0].updates, xtrain, ytrain, net.p)
     return net.get_params()

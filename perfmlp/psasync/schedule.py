@@ -1,18 +1,14 @@
 """Which piece of which batch a worker computes next, and when: the
 stale-synchronous rule of the asynchronous parameter server (pure: no MPI).
 
-Global step k is batch k of the run (epoch * batches per epoch + batch);
-its batch is cut into W pieces, one per worker's worth (costs.piece, as a
-data-parallel run on W ranks cuts it). A step is *complete* when the server
-has applied the gradients of all W of its pieces; K is the number of
-complete steps counted from the start (steps complete in any order under
-staleness; K counts the unbroken prefix). Pieces are handed out in order,
-(0, 0), (0, 1), ..., (1, 0), ..., each to whichever worker asks next, and a
-piece of step k only once K >= k - S: every step before k - S is complete.
-So a gradient of step k is computed on parameters that hold every update of
-steps < k - S (its staleness, k - K at the time it was handed out, is at
-most S), and with S = 0 every piece of step k is computed on the parameters
-after step k - 1 exactly: synchronous SGD.
+Global step k is batch k of the run, cut into W pieces as a data-parallel
+run on W ranks cuts it (costs.piece). A step is *complete* once all W of
+its gradients are applied; K counts the unbroken prefix of complete steps.
+Pieces are handed out in order, (0, 0), (0, 1), ..., (1, 0), ..., to
+whichever worker asks next, a piece of step k only once K >= k - S. So its
+gradient is computed on parameters holding every update of steps < k - S
+(staleness k - K <= S), and with S = 0 exactly on the parameters after
+step k - 1: synchronous SGD.
 """
 from __future__ import annotations
 
@@ -37,17 +33,9 @@ class Schedule:
         self._applied = [0] * steps        # pieces applied per step
 
     @property
-    def total(self) -> int:
-        return self.steps * self.workers
-
-    @property
     def exhausted(self) -> bool:
         """Every piece has been handed out."""
-        return self.next >= self.total
-
-    @property
-    def done(self) -> bool:
-        return self.complete >= self.steps
+        return self.next >= self.steps * self.workers
 
     def ready(self) -> bool:
         """The next piece may be handed out now (the staleness bound holds)."""

@@ -1,15 +1,10 @@
 """A worker of `--comm ps-async` (every rank but 0): get a piece and the
 parameters, compute the piece's gradient, send it, ask again.
 
-One batch line per piece computed, with the phases: h2d (the piece to the
-GPU, as data parallelism's), forward, loss, backward; on the GPU d2h (the
-gradient staged to the host); push (its send, until MPI hands the buffer
-back: for a large gradient, once the server has taken it); pull (the wait
-for the server's answer: its queue, its update, the staleness bound);
-params (the parameters' message); on the GPU h2d_params (the parameters to
-the device). The batch's wall time is
-thus the worker's whole cycle, waiting included. The loss goes to the
-server with the gradient, so a worker's batch line carries none.
+One batch line per piece computed, with the phases h2d, forward, loss,
+backward, d2h (GPU), push, pull, params and h2d_params (GPU): the batch's
+wall time is the worker's whole cycle, waiting included. The loss goes to
+the server with the gradient, so a worker's batch line carries none.
 """
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from ..model.strategies import ROOT
 from ..step import NonFiniteLoss, Parts, compute
 from ..trace.records import Phase
 from .activations import nccl_communicator, nccl_dtype
-from .groups import world_group
 
 class HostParamServer:
     """`ps` (NumPy): MPI_Reduce of the gradient buffer to rank 0, the update
@@ -22,7 +21,7 @@ class HostParamServer:
     name = "ps"
 
     def __init__(self, world, net):
-        self.group, self.net = world_group(world), net
+        self.group, self.net = world, net
         net.p = FlatParams(net.xp, net.p.layer_sizes, net.dtype, extra=LOSS_SLOTS)
 
     def exchange(self, phase, counts) -> None:
@@ -50,16 +49,14 @@ class HostParamServer:
 
 class NcclParamServer:
     """`ps-nccl` (GPU): ncclReduce of the gradient buffer to rank 0, the update
-    there, ncclBroadcast of the parameters; no synchronisation, so the whole
-    step captures into a CUDA graph (rank 0's with the update, the others'
-    without). Only rank 0's update kernel moves the loss into the epoch's
-    sum, which is broadcast once per epoch (8 bytes over host MPI, outside
-    every batch's counters)."""
+    there, ncclBroadcast of the parameters; no synchronisation, so the step
+    captures into a CUDA graph. Rank 0's update kernel sums the epoch's loss,
+    broadcast once per epoch over host MPI (outside the batches' counters)."""
 
     name = N.PS_NCCL
 
     def __init__(self, cupy, world, net):
-        self.group, self.net = world_group(world), net
+        self.group, self.net = world, net
         self.nccl, self.comm = nccl_communicator(self.group)
         self._dtype = nccl_dtype(self.nccl, net.dtype)
         stream = cupy.cuda.get_current_stream()
@@ -97,12 +94,12 @@ class NcclParamServer:
         return float(v[0])
 
 
-def server_exchange(net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> float | None:
+def server_exchange(net, reducer, phase, counts) -> float | None:
     """The parameter server's exchange, which updates on rank 0."""
     reducer.exchange(phase, counts)
     ce = reducer.host_value(net.g.flat, net.g.n_params)
     if ce is not None and not np.isfinite(ce):
-        raise nonfinite(ce)
+        raise NonFiniteLoss(ce)
     return ce
 
 

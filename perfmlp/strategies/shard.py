@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mlp import Network, _to_host
+from ..mlp import Network, to_host
 from ..model.costs import piece
 from ..model.strategies import layer_splits
 from ..step import Parts, exchange
@@ -13,14 +13,11 @@ from ..trace.records import Phase
 
 class ShardStep:
     """Mixed in before Network (or GpuNetwork): the step of shard m of a model
-    group (`setup_shard` sets it up). forward and backward are Network's; its
+    group (`setup_shard` sets it up): Network's forward and backward, whose
     hooks insert the model group's allreduces (no kernel added or changed).
-
-    Parameters come and go whole: `set_params` takes the whole network's and
-    keeps this shard's part; `get_params` (a collective over the model group:
-    every rank calls it, as the training loop does) gathers the whole.
-    `weight_penalty` (once per epoch on every rank) gathers them too and keeps
-    the copy that `predict` (rank 0 only) evaluates with."""
+    Parameters come and go whole: `set_params` keeps this shard's part of
+    the whole; `get_params` and `weight_penalty` (collectives over the model
+    group) gather the whole, the latter keeping the copy `predict` uses."""
 
     full_sizes: tuple
     splits: tuple
@@ -74,7 +71,7 @@ class ShardStep:
                            [cut(bias, r) for bias, (r, _) in zip(biases, cuts)] if biases else None)
 
     def get_params(self) -> dict[str, np.ndarray]:
-        mine = [(_to_host(w), _to_host(b)) for w, b in zip(self.p.W, self.p.b)]
+        mine = [(to_host(w), to_host(b)) for w, b in zip(self.p.W, self.p.b)]
         every = self.group.allgather(mine)
         out = {}
         for l in range(len(mine)):
@@ -97,8 +94,7 @@ class ShardStep:
                                "they changed since")
         full, _ = self._eval
         net = Network(self.xp, self.full_sizes, self.dtype, self.lr, self.reg, self.global_batch)
-        L = len(self.splits)
-        net.set_params([full[f"W{l}"] for l in range(1, L + 1)], [full[f"b{l}"] for l in range(1, L + 1)])
+        net.load_params(full)
         return net.predict(x)
 
 
