@@ -19,7 +19,7 @@ MODEL = ("perfmlp.model",)                                        # pure: shapes
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
 CONFIG = ("perfmlp.config", "perfmlp.flags", "perfmlp.data", "perfmlp.params")                  # the configuration, the data sets
 TRAINER = ("perfmlp.backend", "perfmlp.batches", "perfmlp.comm", "perfmlp.mlp", "perfmlp.step", "perfmlp.train",
-           "perfmlp.mixed", "perfmlp.straggler", "perfmlp.watchdog", "perfmlp.gpu", "perfmlp.strategies",
+           "perfmlp.mixed", "perfmlp.watchdog", "perfmlp.gpu", "perfmlp.strategies",
            "perfmlp.psasync", "perfmlp.faults", "perfmlp.startup", "perfmlp.slices")
 HOST = ("perfmlp.blas",)                                          # the host's BLAS and cores (ctypes, /proc)
 REPORT = ("perfmlp.report",)
