@@ -29,6 +29,7 @@ HOW = ("backend", "precision", "strategy", "transfer", "comm", "gemm", "exec", "
 SETTINGS = SHAPE + HOW
 # Settings named in a label only where they differ from the set's usual value (the shape and the modes always).
 QUIET_SETTINGS = ("backend", "precision", "strategy", "gemm", "overlap", "trace_level", "profiler")
+FORMATS = {"hidden": "H{}", "batch": "B{}", "procs": "p{}", "trace_level": "trace {}"}   # a label's words
 SHORT = {N.MPI_STAGED: "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
 ORDER = {"transfer": (N.PAGEABLE, N.PREFETCH_PAGEABLE, N.PINNED, N.PREFETCH, N.RESIDENT),
          "comm": ("mpi", N.MPI_STAGED, "ps", N.NCCL, N.PS_NCCL), "exec": (N.EAGER, "graph"),
@@ -132,20 +133,15 @@ class Configuration:
                 f"the median of the repeats' times)")
 
 
-def group(runs) -> list[Configuration]:
+def configurations(a: Analysis) -> list[Configuration]:
     """The runs as configurations (repeats merged), labelled, in the report's order."""
     by: dict[tuple, list] = {}
-    for r in runs:
-        s = settings_of(r)
-        by.setdefault(tuple(s.items()), []).append(r)
+    for r in a.runs:
+        by.setdefault(tuple(settings_of(r).items()), []).append(r)
     configs = [Configuration(k, tuple(sorted(v, key=lambda r: r.run_id))) for k, v in by.items()]
     configs.sort(key=lambda c: sort_key(c.s))
     names = labels([c.s for c in configs])
     return [Configuration(c.settings, c.runs, n) for c, n in zip(configs, names)]
-
-
-def configurations(a: Analysis) -> list[Configuration]:
-    return group(a.runs)
 
 
 def usual(settings: list[dict]) -> dict:
@@ -161,17 +157,9 @@ def varying(settings: list[dict]) -> list[str]:
 def value_text(key: str, value) -> str:
     if value is None:
         return ""
-    if key == "hidden":
-        return f"H{value}"
-    if key == "batch":
-        return f"B{value}"
-    if key == "procs":
-        return f"p{value}"
-    if key == "strategy" and value == N.DATA:
-        return "data parallel"
-    if key == "trace_level":
-        return f"trace {value}"
-    return SHORT.get(value, str(value))
+    if key in FORMATS:
+        return FORMATS[key].format(value)
+    return "data parallel" if key == "strategy" and value == N.DATA else SHORT.get(value, str(value))
 
 
 def label_of(s: dict, shown: list[str], usual_values: dict) -> str:

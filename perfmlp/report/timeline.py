@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pstats
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ..trace.clocks import clock_quality_us, host_phases_ns, host_span_s, rank_segments, to_run_s
@@ -174,12 +174,8 @@ def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
                 continue
             t0 = b.gpu_t0_ns
             bd = breakdown(b.gpu, (t0, t0 + b.t_ms_total * 1e6), host_phases_ns(b, run.ranks[r].clock))
-            out.setdefault(r, []).append(Breakdown(**{**_values(bd), "epoch": key[0], "batch": key[1]}))
+            out.setdefault(r, []).append(replace(bd, epoch=key[0], batch=key[1]))
     return out
-
-
-def _values(obj) -> dict:
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def _comm_span(b, clock) -> tuple[float, float] | None:

@@ -4,6 +4,7 @@ putting timeline.analyse_timeline's results into words, tables and figures
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 
 from ...trace.clocks import host_phase_spans_s, to_run_s
 from ...trace.reader import Run
@@ -90,10 +91,8 @@ def breakdown_rows(t: Timeline) -> list[dict]:
 
 def collective_rows(t: Timeline, ranks: list[int]) -> list[dict]:
     """Per rank: how often it arrived last, its median wait for the last rank and transfer after it."""
-    lasts: dict = {}
-    for c in t.collectives:
-        lasts[c.last_rank] = lasts.get(c.last_rank, 0) + 1
-    return [{"rank": r, "last to arrive (batches)": lasts.get(r, 0),
+    lasts = Counter(c.last_rank for c in t.collectives)
+    return [{"rank": r, "last to arrive (batches)": lasts[r],
              "median wait for the last rank ms": statistics.median(c.wait_ms[r] for c in t.collectives),
              "median transfer after it ms": statistics.median(c.transfer_ms[r] for c in t.collectives)}
             for r in ranks]
