@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..model.interval import coverage, ks_distance, pit
-from .predictions import blind_status
+from .predictions import run_entries
 from .. import names as N
 from .thresholds import COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS
 
@@ -108,17 +108,6 @@ def noise_floor(runs_ms: list[list[float]]) -> float | None:
     return Z90 * sigma * MEDIAN_SD.get(n, math.sqrt(math.pi / (2 * n)))
 
 
-def _entries(group, preds: dict | None, starts: dict) -> list | None:
-    """The blind prediction of every repeat of a configuration, or None."""
-    out = []
-    for r in group.runs:
-        p = (preds or {}).get("runs", {}).get(r.run_id)
-        if blind_status(p, starts.get(r.run_id)) != "blind":
-            return None
-        out.append(p)
-    return out
-
-
 def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts: dict) -> IntervalJudgement | None:
     """The intervals of the judged configurations' blind predictions against
     their measurements; None where no judged configuration has a blind
@@ -127,9 +116,10 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
     for c in sorted(groups.values(), key=lambda c: c.label):
         if c.label not in judged_labels:
             continue
-        entries = _entries(c, preds, starts)
-        if entries is None:
+        found = run_entries(preds, c.runs, starts)
+        if any(st != "blind" for _, st in found):
             continue
+        entries = [e for e, _ in found]
         if any(not e.get("interval_s") or not e.get("quantiles_s") for e in entries):
             unknown += 1
             continue

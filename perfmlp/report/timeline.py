@@ -243,14 +243,15 @@ class HostFunction:
     cumulative_s: float
 
 
-def host_functions(run: Run, top: int = 10) -> list[HostFunction]:
+def top_functions(path: Path, column: int = 2, top: int = 10) -> list[HostFunction]:
+    """A cProfile dump's `top` functions by own time (`column` 2) or cumulative time (3)."""
+    items = sorted(pstats.Stats(str(path)).stats.items(), key=lambda kv: kv[1][column], reverse=True)[:top]
+    return [HostFunction(path.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
+
+
+def host_functions(run: Run) -> list[HostFunction]:
     """The top functions by own time in the cProfile dumps beside the run."""
-    rows = []
-    for p in sorted(Path(run.path).glob("rank-*.prof")) if run.path else []:
-        st = pstats.Stats(str(p))
-        items = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
-        rows += [HostFunction(p.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
-    return rows
+    return [f for p in (sorted(Path(run.path).glob("rank-*.prof")) if run.path else []) for f in top_functions(p)]
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from ..model.predict import GROUPS
 from .analysis import Analysis, RunSummary, predicted_terms
 from .interval_check import judge_intervals
 from .model_error import ErrorStats, error_stats, resolution, within_noise
-from .predictions import blind_status, more_predictions, read_predictions
+from .predictions import more_predictions, read_predictions, run_entries
 from .whatif import what_if_run
 from .. import names as N
 from .thresholds import MIN_STEADY
@@ -196,19 +196,13 @@ class Validation:
 def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:
     """(predicted ms, group -> ms, prediction status) of a configuration:
     the blind prediction where every repeat has one, else the report's own."""
-    statuses, totals, groups = [], [], []
-    for r in c.runs:
-        p = (preds or {}).get("runs", {}).get(r.run_id)
-        st = blind_status(p, starts[r.run_id])
-        statuses.append(st)
-        if st == "blind":
-            totals.append(p["total_s"] * 1e3)
-            groups.append({g: v * 1e3 for g, v in p.get("groups_s", {}).items()})
-    if totals and len(totals) == len(c.runs):
-        return totals[0], groups[0], "blind"
-    ref = c.runs[0]
-    return (ref.predicted.total_s * 1e3 if ref.predicted else None,
-            predicted_terms(ref.predicted) if ref.predicted else {}, next(st for st in statuses if st != "blind"))
+    found = run_entries(preds, c.runs, starts)
+    if all(st == "blind" for _, st in found):
+        p = found[0][0]
+        return p["total_s"] * 1e3, {g: v * 1e3 for g, v in p.get("groups_s", {}).items()}, "blind"
+    pred = c.runs[0].predicted
+    return (pred.total_s * 1e3 if pred else None, predicted_terms(pred) if pred else {},
+            next(st for _, st in found if st != "blind"))
 
 
 def _judged(c: RepeatGroup, calibrated) -> str:
@@ -293,12 +287,11 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
     rows, blind = [], 0
     for j in judged:
         c = by_label[j.label]
-        entries = [(preds["runs"].get(r.run_id), starts[r.run_id]) for r in c.runs]
-        entries = [(e, start) for e, start in entries if e]
-        if not entries:
+        found = [(e, st) for e, st in run_entries(preds, c.runs, starts) if e]
+        if not found:
             continue
-        blind += all(blind_status(e, start) == "blind" for e, start in entries) and len(entries) == len(c.runs)
-        err = 100 * (entries[0][0]["total_s"] * 1e3 / c.t_ms - 1)
+        blind += len(found) == len(c.runs) and all(st == "blind" for _, st in found)
+        err = 100 * (found[0][0]["total_s"] * 1e3 / c.t_ms - 1)
         rows.append(dataclasses.replace(j, error_pct=err, within_noise=within_noise(err, j.spread_pct),
                                         datasheet_error_pct=None, datasheet_within_noise="-"))
     m = preds.get("machine", {})
