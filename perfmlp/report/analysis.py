@@ -31,8 +31,7 @@ from .. import names as N
 # with no phase of its own (gemm, elementwise, launches, the tracer's events)
 # falls inside the compute phases.
 TERMS = N.GROUPS   # the groups a batch's time and the model's terms are compared in
-COMPUTE = "compute"
-BUSY_TERMS = (N.H2D_BATCH, COMPUTE)  # a rank's own work before it waits for the others
+BUSY_TERMS = (N.H2D_BATCH, N.COMPUTE)  # a rank's own work before it waits for the others
 COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
 
 
@@ -142,17 +141,13 @@ class RunSummary:
         return tuple(t for t in TERMS if t in timed and t not in self.comparable)
 
     def busy_ms(self, rank: int) -> float:
-        return busy_ms(self.phases_ms[rank])
+        """A rank's copies and compute in a batch, before it waits for the others."""
+        return sum(self.phases_ms[rank].get(p, 0.0) for p in N.PHASES if N.PHASE_GROUP[p] in BUSY_TERMS)
 
 
 def error_pct(predicted_ms: float, measured_ms: float) -> float:
     """The model's error: above the measurement is positive."""
     return 100 * (predicted_ms / measured_ms - 1)
-
-
-def busy_ms(phases_ms: Mapping[str, float]) -> float:
-    """A rank's copies and compute in a batch, before it waits for the others."""
-    return sum(phases_ms.get(p, 0.0) for p in N.PHASES if N.PHASE_GROUP[p] in BUSY_TERMS)
 
 
 def measured_terms(phases_ms: Mapping[str, float]) -> dict[str, float]:
@@ -167,7 +162,7 @@ def predicted_terms(pred: Prediction) -> dict[str, float]:
     """The model's terms (seconds) summed into the report's (ms)."""
     terms = dict.fromkeys(TERMS, 0.0)
     for term, s in pred.terms.items():
-        terms[TERM_GROUP.get(term, COMPUTE)] += s
+        terms[TERM_GROUP.get(term, N.COMPUTE)] += s
     return {k: v * 1e3 for k, v in terms.items()}
 
 

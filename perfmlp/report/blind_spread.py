@@ -41,7 +41,6 @@ from .blind_tests import read_blind_tests
 from .thresholds import MIN_TESTS
 
 
-
 def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]:
     """spread source -> the sorted measured / predicted ratios of the
     machine kind's blind tests in that execution mode, staged through

@@ -82,11 +82,6 @@ class Configuration:
         return ordered[(len(ordered) - 1) // 2]
 
     @property
-    def repeat(self) -> int:
-        """The representative's number among the repeats (1 = first by run id)."""
-        return self.runs.index(self.representative) + 1
-
-    @property
     def gpu(self) -> bool:
         return self.representative.gpu
 
@@ -129,7 +124,7 @@ class Configuration:
         mode = f"{r.exec}, " if r.gpu else ""
         if len(self.runs) == 1:
             return f"{r.run_id} ({mode}trace level {r.trace_level}; the only run)"
-        return (f"{r.run_id} ({mode}trace level {r.trace_level}; repeat {self.repeat} of {len(self.runs)}, "
+        return (f"{r.run_id} ({mode}trace level {r.trace_level}; repeat {self.runs.index(r) + 1} of {len(self.runs)}, "
                 f"the median of the repeats' times)")
 
 

@@ -42,7 +42,6 @@ from .. import names as N
 from .thresholds import MIN_STEADY
 
 
-
 @dataclass
 class RepeatGroup:
     """The runs of one configuration (its repeats)."""

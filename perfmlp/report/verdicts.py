@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import COMPUTE, COPY_TERMS, RunSummary
+from .analysis import COPY_TERMS, RunSummary
 from .thresholds import CO_BOUND
 from .. import names as N
+from ..names import COMPUTE
 
 GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING = (
     "GEMMs", "elementwise kernels", "launches and host", "copies", "communication", "waiting for a rank")
