@@ -144,11 +144,6 @@ def usual(settings: list[dict]) -> dict:
     return {k: Counter(s[k] for s in settings).most_common(1)[0][0] for k in SETTINGS} if settings else {}
 
 
-def varying(settings: list[dict]) -> list[str]:
-    """The settings that take more than one value in the set."""
-    return [k for k in SETTINGS if len({s[k] for s in settings}) > 1]
-
-
 def value_text(key: str, value) -> str:
     if value is None:
         return ""
@@ -166,7 +161,7 @@ def label_of(s: dict, shown: list[str], usual_values: dict) -> str:
 
 def shown_settings(settings: list[dict]) -> list[str]:
     """The settings a label names: those that vary in the set (the shape when nothing does)."""
-    return varying(settings) or list(SHAPE)
+    return [k for k in SETTINGS if len({s[k] for s in settings}) > 1] or list(SHAPE)
 
 
 def labels(settings: list[dict]) -> list[str]:

@@ -76,21 +76,17 @@ class IntervalJudgement:
             return (f"no judged configuration has a blind prediction with an interval ({self.unknown} without: "
                     "the machine file records no measured spread)")
         graph = "-" if self.graph_half_width is None else f"{100 * self.graph_half_width:.1f}%"
+        unknown = f"; {self.unknown} configuration(s) without an interval" if self.unknown else ""
+        floor = "" if self.graph_floor is None else (
+            f"; the runs themselves set a floor: no 90% interval of a graph-mode configuration's measured median "
+            f"can be narrower than +-{100 * self.graph_floor:.1f}%, however right the model (the run-to-run spread "
+            f"of {self.graph_floor_configs} configurations run at least twice)")
         return (f"90% intervals of {len(self.rows)} configuration(s) cover {100 * self.coverage:.0f}% of their "
                 f"measured medians (target at least {100 * COVERAGE_TARGET.value:.0f}%); median half-width "
                 f"{100 * self.median_half_width:.1f}%, {graph} in graph mode (target at most "
                 f"{100 * GRAPH_HALF_WIDTH_TARGET.value:.0f}%); pooled Kolmogorov-Smirnov distance of the "
-                f"{self.repeats} "
-                f"repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv 2510.15596: "
-                f"{100 * PRISM_KS.value:.1f}%)" + (f"; {self.unknown} configuration(s) without an interval"
-                                              if self.unknown else "") + self._floor_words())
-
-    def _floor_words(self) -> str:
-        if self.graph_floor is None:
-            return ""
-        return (f"; the runs themselves set a floor: no 90% interval of a graph-mode configuration's measured "
-                f"median can be narrower than +-{100 * self.graph_floor:.1f}%, however right the model (the "
-                f"run-to-run spread of {self.graph_floor_configs} configurations run at least twice)")
+                f"{self.repeats} repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv "
+                f"2510.15596: {100 * PRISM_KS.value:.1f}%){unknown}{floor}")
 
 
 def noise_floor(runs_ms: list[list[float]]) -> float | None:

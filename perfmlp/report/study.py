@@ -139,12 +139,6 @@ def _published(where: str, data: dict) -> dict:
     return {"reference_machine": machine, "reference_scheme": pairs, "networks": tuple(networks)}
 
 
-def study_files() -> list:
-    """The studies shipped with the package (studies/*.yaml), by name."""
-    folder = resources.files(__package__) / "studies"
-    return sorted((f for f in folder.iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
-
-
 def load_study(name_or_path: str | Path | None = None) -> Study:
     """A study file by path, or a shipped one (studies/<name>.yaml) by name."""
     name_or_path = name_or_path or DEFAULT_STUDY
@@ -152,7 +146,9 @@ def load_study(name_or_path: str | Path | None = None) -> Study:
     if p.suffix in (".yaml", ".yml") or p.exists():
         source = p
     else:
-        shipped = {f.name[:-len(".yaml")]: f for f in study_files()}
+        folder = resources.files(__package__) / "studies"   # the studies shipped with the package, by name
+        shipped = {f.name[:-len(".yaml")]: f for f in sorted(folder.iterdir(), key=lambda f: f.name)
+                   if f.name.endswith(".yaml")}
         if str(name_or_path) not in shipped:
             raise PerfmlpError(f"no study named {str(name_or_path)!r} (shipped: {', '.join(shipped)}; "
                                "or give a .yaml file)")

@@ -161,10 +161,6 @@ def critical_path(segments: dict[int, list[tuple[str, float, float]]],
 
 # ---- a run ---------------------------------------------------------------------------------
 
-def has_timeline(run: Run) -> bool:
-    return any(b.clock == N.CUPTI for rt in run.ranks.values() for b in rt.batches)
-
-
 def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
     """rank -> one breakdown per steady batch."""
     out: dict = {}
@@ -280,24 +276,18 @@ class Timeline:
         return self.host_launch_share > HOST_BOUND_SHARE.value
 
 
-def _path(run: Run, rep: tuple[int, int] | None) -> list[PathSegment]:
-    if rep is None:
-        return []
-    segs = {r: rank_segments(b, run.ranks[r].clock) for r, b in run.steady_batches()[rep].items()
-            if run.ranks[r].clock}
-    return critical_path(segs) if segs else []
-
-
 def analyse_timeline(run: Run) -> Timeline | None:
     """The run's GPU timeline (None without activity records)."""
-    if not has_timeline(run):
+    if not any(b.clock == N.CUPTI for rt in run.ranks.values() for b in rt.batches):
         return None
     per_rank = run_breakdowns(run)
     medians = [rank_medians(r, bds) for r, bds in sorted(per_rank.items())]
     err, drift = clock_quality_us(run.ranks.values())
     rep = representative(run)
     share = statistics.median(m.median.idle_host_launch / m.median.window for m in medians if m.median.window)
+    segs = {r: rank_segments(b, run.ranks[r].clock) for r, b in run.steady_batches()[rep].items()
+            if run.ranks[r].clock} if rep is not None else {}
     return Timeline(run.run_id, run.trace_level, per_rank, medians, run_collectives(run), rep,
-                    _path(run, rep), run_cross_checks(run), err, drift,
+                    critical_path(segs) if segs else [], run_cross_checks(run), err, drift,
                     sum(rt.activity.orphans for rt in run.ranks.values() if rt.activity), share,
                     host_functions(run) if share > HOST_BOUND_SHARE.value else [])

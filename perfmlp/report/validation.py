@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.predict import GROUPS
-from .analysis import Analysis, RunSummary, predicted_terms
+from .analysis import Analysis, predicted_terms
 from .interval_check import judge_intervals
 from .model_error import ErrorStats, error_stats, resolution, within_noise
 from .predictions import more_predictions, read_predictions, run_entries
@@ -61,11 +61,6 @@ class RepeatGroup:
         return 100 * (max(t) - min(t)) / statistics.median(t)
 
 
-def config_key(s: RunSummary) -> tuple:
-    return (s.hidden, s.batch, s.procs, s.precision, s.transfer, s.comm, s.gemm, s.exec, s.overlap, s.bucket_bytes,
-            s.cprofile)
-
-
 def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
     """The GPU runs (or `runs`: a CPU model's blind sweep's) outside a
     profiler, grouped by configuration."""
@@ -73,7 +68,8 @@ def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
     for r in a.gpu_runs if runs is None else runs:
         if r.profiled:
             continue
-        key = config_key(r)
+        key = (r.hidden, r.batch, r.procs, r.precision, r.transfer, r.comm, r.gemm, r.exec, r.overlap, r.bucket_bytes,
+               r.cprofile)
         label = (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm} "
                  f"{key[7]}" + (" overlap" if key[8] else "") + (" under cProfile" if key[10] else ""))
         groups.setdefault(key, RepeatGroup(key, [], label)).runs.append(r)

@@ -82,10 +82,6 @@ def _sorted(parts: dict) -> tuple:
     return tuple(sorted(((k, v) for k, v in parts.items() if v > 0), key=lambda kv: (-kv[1], CATEGORIES.index(kv[0]))))
 
 
-def model_terms_ms(r: RunSummary) -> dict[str, float]:
-    return {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
-
-
 def waiting_ms(r: RunSummary, rank: int) -> float:
     """What `rank` spent in the collective beyond the least any rank spent."""
     spent = [ph.get("allreduce", 0.0) for ph in r.phases_ms.values()]
@@ -115,7 +111,7 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     """The run's time per batch in CATEGORIES (ms), from its slowest rank."""
     rank = r.slowest_rank
     measured = r.measured_terms(rank)
-    model = model_terms_ms(r)
+    model = {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
     parts = dict.fromkeys(CATEGORIES, 0.0)
     if not r.gpu:
         cpu_terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}

@@ -139,12 +139,6 @@ def verdict_sentence(a: Analysis, o: Overview) -> str:
 
 # ---- tables ------------------------------------------------------------------------------
 
-def peer_ms(peers, name: str, c: Configuration) -> float | None:
-    r = c.representative
-    return next((p.ms for p in peers if p.name == name and p.hidden == r.hidden and p.batch == r.batch
-                 and p.procs == r.procs), None)
-
-
 def headline_pool(a: Analysis, o: Overview) -> tuple[list, bool]:
     """The configurations the headline compares: the study's job where it ran (True), else every judged one."""
     pool = [c for c in o.configs if study_shaped(a, c)]
@@ -168,10 +162,10 @@ def headline(a: Analysis, o: Overview) -> Table:
             row[f"reference solution ({st.reference_gpu})"] = f"{ref:g} ms, {pct(st.reference_utilisation[p])}"
             # a CPU's time beside a GPU reference's is no speed-up: missing, not "0.0x"
             row["speed-up over it"] = f"{ref / best.t_ms:.3g}x" if best.gpu else None
-        for name in sorted({peer.name for peer in o.peers}):
-            ms = peer_ms(o.peers, name, best)
-            if ms is not None:
-                row[f"{name} (benchmark)"] = ms
+        r = best.representative
+        for p in sorted(o.peers, key=lambda p: p.name):   # the benchmarks' times at its H, B and p
+            if (p.hidden, p.batch, p.procs) == (r.hidden, r.batch, r.procs):
+                row.setdefault(f"{p.name} (benchmark)", p.ms)
         rows.append(row)
     what = (f"the study's job (H={st.hidden_size}, B={st.batch_size} split over p, {st.precision})" if ours
             else "any configuration (none ran the study's job)")

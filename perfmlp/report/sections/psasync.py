@@ -105,10 +105,6 @@ def async_row(run: Run) -> dict:
     return row
 
 
-def _order(run: Run) -> tuple:
-    return (is_async(run), int(run.config.get("staleness", 0)), run.run_id)
-
-
 def section_psasync(runs: list[Run]) -> Section | None:
     """The trade-off section, or None without a ps-async run."""
     asyncs = [r for r in runs if is_async(r)]
@@ -116,7 +112,8 @@ def section_psasync(runs: list[Run]) -> Section | None:
         return None
     keys = {group_of(r) for r in asyncs}
     groups = {k: sorted((r for r in runs if group_of(r) == k and r.config.get("parallel", "data") == N.DATA),
-                        key=_order) for k in sorted(keys, key=lambda k: (k[1], k[2]))}
+                        key=lambda r: (is_async(r), int(r.config.get("staleness", 0)), r.run_id))
+              for k in sorted(keys, key=lambda k: (k[1], k[2]))}
     s = Section("Asynchronous SGD: statistical against hardware efficiency")
     s.paragraphs.append(
         "ps-async: rank 0 applies each worker's gradient as it arrives; a piece of batch k is handed out only "
