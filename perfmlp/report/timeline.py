@@ -1,7 +1,7 @@
 """Where each microsecond of a batch went, on every rank: the analyses of
 the GPU activity records (`--trace-level timeline|kernels`,
 trace/activity.py), each returning typed results; the report's section
-(timeline_section.py) only puts them into words and figures.
+(sections/timeline.py) only puts them into words and figures.
 
 Every time is a length of a union of intervals (intervals.py), never a sum
 of records that may overlap (two streams, a copy under a kernel). Per batch

@@ -1,5 +1,5 @@
 """The model tested blind: the protocol the report carries out, as typed
-results (validation_section.py puts them into words).
+results (sections/validation.py puts them into words).
 
 - Calibration: the machine file's own `source:` line says what was measured
   (perfmlp.calibrate: microbenchmarks only, never the trainer).
@@ -182,10 +182,6 @@ class Validation:
     whatif: tuple                     # WhatIfCheck
     quiet_pct: float                  # the spread below which a configuration's noise lets it be judged
     intervals: object = None          # interval_check.IntervalJudgement of the blind intervals, or None
-
-    @property
-    def judged(self) -> tuple:
-        return tuple(c for c in self.configs if c.judged == "yes")
 
 
 def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:

@@ -3,16 +3,10 @@
 with named columns. The report's sections only put these tables into
 words, Markdown, HTML, CSV and figures.
 
-One front door, callable from Python:
-
-    from perfmlp.report import analyses
-    a = analyses.load("traces/")          # every run under the folder, read once
-    t = a.scaling()                       # a Table: t.columns[:3] == ("scaling", "H", "B")
-    [(r["procs"], r["efficiency %"]) for r in t.where(scaling="weak")]
-
-Runs made in memory (the trace reader's `Run.from_records`) go through
-`Analyses.from_runs(runs)`. Each method returns a fresh Table; `a.analysis`
-is the summary they are computed from.
+One front door, callable from Python (docs/report.md shows it in use):
+`load("traces/")`, or `Analyses.from_runs(runs)` for runs made in memory
+(the trace reader's `Run.from_records`); each method returns a fresh Table,
+and `.analysis` is the summary they are computed from.
 """
 from __future__ import annotations
 

@@ -95,8 +95,8 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     tg = a.study.targets
     s.paragraphs.append(f"Targets: {tg.model_median_error_pct:g}% median, {tg.model_worst_error_pct:g}% worst "
                         "(the study's), no sign bias (as many above as below, within what chance gives: a two-sided "
-                        f"sign test below {SIGN_TEST_LEVEL.value:g} is called a bias), per p and per communication mode; "
-                        "where the median spread is larger than the error, the error is within the run-to-run "
+                        f"sign test below {SIGN_TEST_LEVEL.value:g} is called a bias), per p and per communication "
+                        "mode; where the median spread is larger than the error, the error is within the run-to-run "
                         "noise and cannot be judged finer (both are shown).")
     s.paragraphs.append(judged_note(v, tg))
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
