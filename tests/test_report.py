@@ -428,7 +428,7 @@ def label(variant):
 
 def test_direction_of_a_change():
     from types import SimpleNamespace
-    from perfmlp.report.sections.execution import Change, Variant
+    from perfmlp.report.analyses.execution import Change, Variant
 
     def v(t_ms, pred_ms):
         return Variant("graph", None, (SimpleNamespace(t_ms=t_ms, predicted_ms=pred_ms),))

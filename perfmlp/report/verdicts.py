@@ -25,6 +25,7 @@ the measured time per batch stand in, and the verdict says so.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from .analysis import COPY_TERMS, RunSummary
@@ -90,20 +91,15 @@ def waiting_ms(r: RunSummary, rank: int) -> float:
 
 def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpriced_gemm: bool) -> dict:
     """The measured compute group among the model's terms (see the module's words)."""
-    inside = dict(model)
-    total = sum(inside.values())
-    out: dict[str, float] = {}
+    total, extra = sum(model.values()), GEMMS if unpriced_gemm else HOST
     if total <= 0:
-        out[GEMMS if unpriced_gemm else HOST] = measured
-        return out
-    if measured > total and r.exec == N.EAGER:
-        for t, ms in inside.items():
-            out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + ms
-        extra = GEMMS if unpriced_gemm else HOST
-        out[extra] = out.get(extra, 0.0) + measured - total
-        return out
-    for t, ms in inside.items():
-        out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + measured * ms / total
+        return {extra: measured}
+    excess = measured > total and r.exec == N.EAGER   # the model's kernels, and the rest the host's (or the GEMM's)
+    out: Counter = Counter()
+    for t, ms in model.items():
+        out[TERM_CATEGORY[t]] += ms if excess else measured * ms / total
+    if excess:
+        out[extra] += measured - total
     return out
 
 
