@@ -167,16 +167,9 @@ def predicted_terms(pred: Prediction) -> dict[str, float]:
 
 
 def _endings(run: Run) -> tuple[tuple[int, str], ...]:
-    out = []
-    for rank in range(max(run.procs, len(run.ranks))):
-        rt = run.ranks.get(rank)
-        if rt is None:
-            out.append((rank, "left no trace file"))
-        elif rt.end is None:
-            out.append((rank, "killed (no end line)"))
-        else:
-            out.append((rank, rt.end.status))
-    return tuple(out)
+    ranks = (run.ranks.get(k) for k in range(max(run.procs, len(run.ranks))))
+    return tuple((k, "left no trace file" if rt is None else "killed (no end line)" if rt.end is None
+                  else rt.end.status) for k, rt in enumerate(ranks))
 
 
 def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:

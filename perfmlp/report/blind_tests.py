@@ -150,8 +150,5 @@ def history_by_machine(tests: list[BlindTest]) -> list[MachineHistory]:
 
 def worst_configurations(tests: list[BlindTest], per_machine: int = WORST_PER_MACHINE) -> list[BlindTest]:
     """The `per_machine` tests of each machine with the largest |error|, worst first."""
-    out = []
-    for m in sorted({t.machine for t in tests}):
-        mine = sorted((t for t in tests if t.machine == m), key=lambda t: -abs(t.error_pct))
-        out += mine[:per_machine]
-    return out
+    return [t for m in sorted({t.machine for t in tests})
+            for t in sorted((t for t in tests if t.machine == m), key=lambda t: -abs(t.error_pct))[:per_machine]]

@@ -185,12 +185,8 @@ def legend(settings: list[dict]) -> str:
     shown, u = shown_settings(settings), usual(settings)
     fixed = [value_text(k, u[k]) for k in SETTINGS if k not in shown and u[k] is not None]
     quiet = [value_text(k, u[k]) for k in QUIET_SETTINGS if k in shown and u[k] is not None]
-    out = []
-    if fixed:
-        out.append("every configuration: " + ", ".join(fixed))
-    if quiet:
-        out.append("unless a label says otherwise: " + ", ".join(quiet))
-    return "; ".join(out)
+    return "; ".join(words + ", ".join(values) for words, values in
+                     (("every configuration: ", fixed), ("unless a label says otherwise: ", quiet)) if values)
 
 
 def run_labels(configs: list[Configuration]) -> dict[str, str]:

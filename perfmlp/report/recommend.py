@@ -248,11 +248,8 @@ class Advice:
 
 def advice(recs: list[Recommendation]) -> list[Advice]:
     """Each change recommended somewhere, most median predicted gain first."""
-    names = list(dict.fromkeys(r.change for r in recs))
-    out = []
-    for n in names:
-        mine = [r for r in recs if r.change == n]
-        good = tuple(r for r in mine if r.recommended)
-        if good:
-            out.append(Advice(n, good, len(mine)))
-    return sorted(out, key=lambda a: a.predicted)
+    by: dict[str, list] = {}
+    for r in recs:
+        by.setdefault(r.change, []).append(r)
+    out = (Advice(n, tuple(r for r in mine if r.recommended), len(mine)) for n, mine in by.items())
+    return sorted((a for a in out if a.recs), key=lambda a: a.predicted)

@@ -81,12 +81,8 @@ def breakdown(records, window: tuple[float, float], host_phases: dict | None = N
     exposed = subtract(by["comm"], compute)
     copies = subtract(by["copy"], compute + by["comm"])
     idle = subtract([(lo, hi)], union(compute + by["comm"] + by["copy"]))
-    ranks, copying = [], []
-    for phase, span in (host_phases or {}).items():
-        if phase in COLLECTIVE_PHASES:
-            ranks.append(span)
-        elif phase in COPY_PHASES:
-            copying.append(span)
+    ranks = [span for phase, span in (host_phases or {}).items() if phase in COLLECTIVE_PHASES]
+    copying = [span for phase, span in (host_phases or {}).items() if phase in COPY_PHASES]
     return Breakdown(compute=length(compute) / 1e6, exposed_comm=length(exposed) / 1e6,
                      copies=length(copies) / 1e6,
                      idle_host_launch=length(subtract(idle, ranks + copying)) / 1e6,

@@ -99,7 +99,7 @@ def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpri
     for t, ms in model.items():
         out[TERM_CATEGORY[t]] += ms if excess else measured * ms / total
     if excess:
-        out[extra] += measured - total
+        out[extra] = out[extra] + measured - total   # (a + measured) - total: the order fixes the last bits
     return out
 
 
