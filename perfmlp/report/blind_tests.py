@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import PerfmlpError
 from .model_error import ErrorStats, error_stats, resolution
 from .. import names as N
 
-COLUMNS = ("machine", "commit", "date", "sweep", "run", "hidden_sizes", "batch_size", "procs", "batch_transfer",
-           "comm", "exec", "parallel", "precision", "repeats", "predicted_s", "measured_s", "measured_min_s",
-           "measured_max_s", "spread")
 INTS = ("batch_size", "procs", "repeats")
 FLOATS = ("predicted_s", "measured_s", "measured_min_s", "measured_max_s", "spread")
 WORST_PER_MACHINE = 3
@@ -72,6 +69,9 @@ class BlindTest:
         return (f"H={self.hidden_sizes} B={self.batch_size} p={self.procs} {self.precision} "
                 f"{self.batch_transfer}/{self.comm} {self.exec}" + ("" if self.parallel == N.DATA else
                                                                      f" {self.parallel}"))
+
+
+COLUMNS = tuple(f.name for f in fields(BlindTest))   # the history's, in its order
 
 
 def _test(path: Path, line: int, row: dict) -> BlindTest:
