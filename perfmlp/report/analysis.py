@@ -66,14 +66,14 @@ class RunSummary:
     util_calibrated_peak: float | None
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
-    exec: str = N.EAGER         # the execution mode that ran (exec_of)
+    exec: str = N.EAGER         # the execution mode that ran (Run.exec)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
     phase_clock: str = "host"   # the steady batches' phase clock: host, cuda-events or cupti (Run.phase_clock)
     comparable: frozenset = frozenset(TERMS)  # terms measured as the model means them (trace.format.comparable_terms)
     overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
     bucket_bytes: int = 0       # run --bucket-bytes (used only with overlap)
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
-    trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
+    trace_level: str = "phases"  # the tracer's level that ran (Run.trace_level)
     layer_sizes: tuple = ()     # D, the hidden sizes, C
     mem_bytes_rank0: int | None = None   # device-memory bytes rank 0's kernels move in a batch (the trace's Shape)
     bytes_exchanged_rank0: int = 0       # bytes rank 0 hands to MPI and NCCL collectives in a batch (the Shape's)

@@ -205,8 +205,9 @@ def verdict_map(o: Overview) -> tuple[Table, Table]:
     for i, (c, (_, how)) in enumerate(zip(o.configs, labels)):
         first.setdefault(how, sort_key({**c.s, "hidden": "0", "batch": 0, "procs": 0})[3:] + (i,))
     keep_rows = sorted(dict(rows.most_common(MAP_ROWS.value)), key=first.get)
-    table = [{"settings \\ shape": how, **{shape: map_cell(o, cells[shape, how]) if (shape, how) in cells else Cell("")
-                                           for shape in keep_cols}} for how in keep_rows]
+    table = [{"settings \\ shape": how,
+              **{shape: map_cell(o, cells[shape, how]) if (shape, how) in cells else Cell("") for shape in keep_cols}}
+             for how in keep_rows]
     left = len(o.configs) - sum(1 for (shape, how) in cells if shape in keep_cols and how in keep_rows)
     note = f" ({left} configurations not in the map: see the configurations table)" if left else ""
     used = [cat for cat in CATEGORIES if any(o.verdicts[c.label].bound_by == cat for c in o.configs)]
