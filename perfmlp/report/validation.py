@@ -235,12 +235,11 @@ def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> l
     within it (spread below) and over the others: where a configuration's
     own noise lets its error be judged at the target's level."""
     selections = [("all", judged)]
-    for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer ")):
-        for v in sorted({getattr(r, key) for r in judged}):
-            selections.append((f"{name}{v}", [r for r in judged if getattr(r, key) == v]))
-    precisions = sorted({r.precision for r in judged})
-    if len(precisions) > 1:
-        selections += [(f"precision {v}", [r for r in judged if r.precision == v]) for v in precisions]
+    for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer "),
+                      ("precision", "precision ")):
+        values = sorted({getattr(r, key) for r in judged})
+        if key != "precision" or len(values) > 1:
+            selections += [(f"{name}{v}", [r for r in judged if getattr(r, key) == v]) for v in values]
     if quiet_pct is not None:
         quiet = [r for r in judged if r.spread_pct is not None and r.spread_pct < quiet_pct]
         selections += [(quiet_label(quiet_pct), quiet),
