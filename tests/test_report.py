@@ -447,7 +447,7 @@ def label(variant):
 
 def test_direction_of_a_change():
     from types import SimpleNamespace
-    from perfmlp.report.sections.execution import Change, Variant
+    from perfmlp.report.analyses.execution import Change, Variant
 
     def v(t_ms, pred_ms):
         return Variant("graph", None, (SimpleNamespace(t_ms=t_ms, predicted_ms=pred_ms),))
@@ -472,13 +472,12 @@ def test_no_configuration_ran_two_ways():
 
 
 def test_each_run_is_predicted_at_the_trace_level_it_ran_at():
-    from perfmlp.report.analysis import trace_level_of
     machines = Machines(load_machine("h200"), load_machine("h200-calibrated"))
     preds = {}
     for recorded in (None, "auto", "counters", "phases", "kernels"):
         run = fake_run(1, "resident", "nccl", 0.2, exec_mode="graph", trace_level=recorded)
         preds[recorded] = summarise(run, machines).calibrated
-        assert trace_level_of(run) == {None: "phases", "auto": "counters"}.get(recorded, recorded)
+        assert run.trace_level == {None: "phases", "auto": "counters"}.get(recorded, recorded)
     # no level recorded: a run made before the levels, its phases timed with CUDA events (one per replay here)
     assert preds[None].terms == preds["phases"].terms and preds[None].terms["tracing"] > 0
     # auto in graph mode ran the default, counters: no events

@@ -368,7 +368,7 @@ def test_validation_summary_per_mode_and_host_enqueue_runs_left_out(tmp_path):
 
 def test_another_machine_files_predictions_are_shown_apart(tmp_path):
     from perfmlp.model.scaled import scaled_values
-    from perfmlp.report.analysis import analyse, trace_level_of
+    from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
     from perfmlp.report.sections.validation import section_validation
     graph = dict(exec_mode="graph", transfer="resident", comm="nccl", clock="cupti", n=2)
@@ -381,7 +381,7 @@ def test_another_machine_files_predictions_are_shown_apart(tmp_path):
     for r in runs:
         c = r.config
         pred = predict_batch(back, r.layer_sizes, c["batch_size"], r.procs, c["precision"], "nccl", "resident",
-                             trace_level_of(r), exec_mode="graph")
+                             r.trace_level, exec_mode="graph")
         entries[r.run_id] = prediction_entry(pred, "2026-11-22T00:00:00+00:00")
     write_predictions(tmp_path, entries, "predictions-back.json", {"name": "back", "sha256": "0" * 64})
     sec = section_validation(analyse(runs, [], load_study(None), str(CALIBRATED), tmp_path))

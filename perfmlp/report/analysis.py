@@ -19,11 +19,11 @@ from typing import Mapping
 from ..model.machine import CpuMachine, Machine
 from ..model.machine.choose import Machines, pick_machines  # noqa: F401  (perfmlp/whatif.py imports it from here)
 from ..model.predict import TERM_GROUP, Prediction, predict_batch
-from ..model.predict.cpu import predict_cpu
 from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import comparable_terms
 from ..trace.reader import Run
 from .study import Study
+from .whatif import cpu_setting_of
 from .. import names as N
 
 # The report's terms, in the order a batch goes through them: each is the
@@ -31,8 +31,7 @@ from .. import names as N
 # with no phase of its own (gemm, elementwise, launches, the tracer's events)
 # falls inside the compute phases.
 TERMS = N.GROUPS   # the groups a batch's time and the model's terms are compared in
-COMPUTE = "compute"
-BUSY_TERMS = (N.H2D_BATCH, COMPUTE)  # a rank's own work before it waits for the others
+BUSY_TERMS = (N.H2D_BATCH, N.COMPUTE)  # a rank's own work before it waits for the others
 COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
 
 
@@ -67,14 +66,14 @@ class RunSummary:
     util_calibrated_peak: float | None
     parallel: str = "data"      # run --parallel (older traces: data)
     model_procs: int = 0
-    exec: str = N.EAGER         # the execution mode that ran (exec_of)
+    exec: str = N.EAGER         # the execution mode that ran (Run.exec)
     host_enqueue: bool = False  # a GPU run timed by the host's enqueue (trace/reader.py Run.host_enqueue_times)
     phase_clock: str = "host"   # the steady batches' phase clock: host, cuda-events or cupti (Run.phase_clock)
     comparable: frozenset = frozenset(TERMS)  # terms measured as the model means them (trace.format.comparable_terms)
     overlap: bool = False       # run --overlap: the allreduce started in buckets during the backward pass
     bucket_bytes: int = 0       # run --bucket-bytes (used only with overlap)
     cprofile: bool = False      # run --cprofile: the host's time includes cProfile's, which the model leaves out
-    trace_level: str = "phases"  # the tracer's level that ran (trace_level_of)
+    trace_level: str = "phases"  # the tracer's level that ran (Run.trace_level)
     layer_sizes: tuple = ()     # D, the hidden sizes, C
     mem_bytes_rank0: int | None = None   # device-memory bytes rank 0's kernels move in a batch (the trace's Shape)
     bytes_exchanged_rank0: int = 0       # bytes rank 0 hands to MPI and NCCL collectives in a batch (the Shape's)
@@ -142,17 +141,13 @@ class RunSummary:
         return tuple(t for t in TERMS if t in timed and t not in self.comparable)
 
     def busy_ms(self, rank: int) -> float:
-        return busy_ms(self.phases_ms[rank])
+        """A rank's copies and compute in a batch, before it waits for the others."""
+        return sum(self.phases_ms[rank].get(p, 0.0) for p in N.PHASES if N.PHASE_GROUP[p] in BUSY_TERMS)
 
 
 def error_pct(predicted_ms: float, measured_ms: float) -> float:
     """The model's error: above the measurement is positive."""
     return 100 * (predicted_ms / measured_ms - 1)
-
-
-def busy_ms(phases_ms: Mapping[str, float]) -> float:
-    """A rank's copies and compute in a batch, before it waits for the others."""
-    return sum(phases_ms.get(p, 0.0) for p in N.PHASES if N.PHASE_GROUP[p] in BUSY_TERMS)
 
 
 def measured_terms(phases_ms: Mapping[str, float]) -> dict[str, float]:
@@ -167,31 +162,14 @@ def predicted_terms(pred: Prediction) -> dict[str, float]:
     """The model's terms (seconds) summed into the report's (ms)."""
     terms = dict.fromkeys(TERMS, 0.0)
     for term, s in pred.terms.items():
-        terms[TERM_GROUP.get(term, COMPUTE)] += s
+        terms[TERM_GROUP.get(term, N.COMPUTE)] += s
     return {k: v * 1e3 for k, v in terms.items()}
 
 
-def exec_of(run: Run) -> str:
-    """The execution mode that ran (the manifest's record of what ran)."""
-    return run.exec
-
-
-def trace_level_of(run: Run) -> str:
-    """The trace level that ran (the manifest's record of what ran)."""
-    return run.trace_level
-
-
 def _endings(run: Run) -> tuple[tuple[int, str], ...]:
-    out = []
-    for rank in range(max(run.procs, len(run.ranks))):
-        rt = run.ranks.get(rank)
-        if rt is None:
-            out.append((rank, "left no trace file"))
-        elif rt.end is None:
-            out.append((rank, "killed (no end line)"))
-        else:
-            out.append((rank, rt.end.status))
-    return tuple(out)
+    ranks = (run.ranks.get(k) for k in range(max(run.procs, len(run.ranks))))
+    return tuple((k, "left no trace file" if rt is None else "killed (no end line)" if rt.end is None
+                  else rt.end.status) for k, rt in enumerate(ranks))
 
 
 def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:
@@ -202,10 +180,8 @@ def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:
     ran = run.ran
     if ran.parallel != N.DATA or run.comm in N.PS_COMMS or ran.slices > 1 or ran.grad_precision != N.FLOAT32:
         return None
-    threads = (run.ran.blas_threads or (None,))[0]
     try:
-        return predict_cpu(cpu, run.layer_sizes, run.config["batch_size"], run.procs, threads,
-                           run.config["precision"], traced=True)
+        return cpu_setting_of(run).predict(cpu)
     except ValueError:
         return None
 
@@ -215,34 +191,27 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     steady = run.steady_batches().values()
     ranks = sorted(run.ranks)
     per_rank_ms = {r: statistics.median(run.batch_time_ms(recs[r]) for recs in steady) for r in ranks}
-    slowest = max(per_rank_ms, key=per_rank_ms.get)
-    phases = {r: MappingProxyType(run.phase_ms(r)) for r in ranks}
     counters = {r: run.counters(r) for r in ranks}
+    first = counters[ranks[0]]
     flops_job = sum(sum(b.flops.values()) for b in counters.values() if b)
-    flops_rank0 = sum(counters[ranks[0]].flops.values()) if counters[ranks[0]] else 0
-    bytes_rank = max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0)
     # the one place the device-memory bytes are read: the Shape record's per-phase counts, where the trace has them
-    mem = getattr(counters[ranks[0]], "mem_bytes", None) if counters[ranks[0]] else None
-    sent = counters[ranks[0]].bytes_mpi + counters[ranks[0]].bytes_nccl if counters[ranks[0]] else 0
+    mem = getattr(first, "mem_bytes", None) if first else None
     t_ms = run.median_batch_ms()
-    comm = run.comm  # the reader names old traces' exchanges as --comm does
     gpu = run.on_gpu
-    overlap, bucket_bytes = ran.overlap, ran.bucket_bytes
 
     def predict(m: Machine | None) -> Prediction | None:
         if m is None:
             return None
         if not gpu:   # a NumPy run: its CPU file, data parallelism with MPI's allreduce (model/predict/cpu.py)
             return predict_numpy(run, m) if isinstance(m, CpuMachine) else None
-        if ran.parallel != N.DATA or comm in N.PS_COMMS:
-            return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
-                                    ran.batch_transfer, ran.parallel, ran.model_procs,
-                                    trace_level_of(run), exec_mode=exec_of(run))
-        gemm = ran.gemm
-        return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], comm,
-                             ran.batch_transfer, trace_level_of(run), exec_mode=exec_of(run),
-                             overlap=overlap, bucket_bytes=bucket_bytes,
-                             gemm=gemm if m.has_gemm_kernel(gemm) else N.CUBLAS,
+        if ran.parallel != N.DATA or run.comm in N.PS_COMMS:
+            return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], run.comm,
+                                    ran.batch_transfer, ran.parallel, ran.model_procs, run.trace_level,
+                                    exec_mode=run.exec)
+        return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], run.comm,
+                             ran.batch_transfer, run.trace_level, exec_mode=run.exec, overlap=ran.overlap,
+                             bucket_bytes=ran.bucket_bytes,
+                             gemm=ran.gemm if m.has_gemm_kernel(ran.gemm) else N.CUBLAS,
                              fuse_output=ran.fuse_output, output_grad_cols=ran.output_grad_cols)
 
     def util(m: Machine | None) -> float | None:
@@ -250,21 +219,25 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
             return None
         return flops_job / (t_ms * 1e-3) / (run.procs * m.peak_flops_per_s(c["precision"]))
 
-    p_ds, p_cal = predict(machines.datasheet), predict(machines.calibrated if gpu else machines.cpu)
-    comparable = comparable_terms(run.phase_clock, gpu, ran.batch_transfer, comm, ran.parallel)
     return RunSummary(
         run_id=run.run_id, path=run.path, hidden=tuple(int(h) for h in c["hidden_sizes"]),
         batch=int(c["batch_size"]), procs=run.procs, precision=c["precision"], transfer=ran.batch_transfer,
-        comm=comm, gemm=ran.gemm, backend=run.backend, complete=run.complete,
+        comm=run.comm, gemm=ran.gemm, backend=run.backend, complete=run.complete,
         profiled=run.profiled, endings=_endings(run), manifest_status=run.manifest.status,
-        batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=flops_rank0, bytes_copied_rank=bytes_rank,
-        phases_ms=MappingProxyType(phases), slowest_rank=slowest, datasheet=p_ds, calibrated=p_cal,
+        batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=sum(first.flops.values()) if first else 0,
+        bytes_copied_rank=max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0),
+        phases_ms=MappingProxyType({r: MappingProxyType(run.phase_ms(r)) for r in ranks}),
+        slowest_rank=max(per_rank_ms, key=per_rank_ms.get), datasheet=predict(machines.datasheet),
+        calibrated=predict(machines.calibrated if gpu else machines.cpu),
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
-        parallel=ran.parallel, model_procs=ran.model_procs, exec=exec_of(run),
-        host_enqueue=run.host_enqueue_times, phase_clock=run.phase_clock, comparable=comparable,
-        overlap=overlap, bucket_bytes=bucket_bytes, cprofile=bool(c.get("cprofile", False)),
-        trace_level=trace_level_of(run), layer_sizes=tuple(int(n) for n in run.layer_sizes),
-        mem_bytes_rank0=sum(mem.values()) if mem else None, bytes_exchanged_rank0=sent, blas=ran.blas, blas_threads=tuple(ran.blas_threads or ()))
+        parallel=ran.parallel, model_procs=ran.model_procs, exec=run.exec, host_enqueue=run.host_enqueue_times,
+        phase_clock=run.phase_clock,
+        comparable=comparable_terms(run.phase_clock, gpu, ran.batch_transfer, run.comm, ran.parallel),
+        overlap=ran.overlap, bucket_bytes=ran.bucket_bytes, cprofile=bool(c.get("cprofile", False)),
+        trace_level=run.trace_level, layer_sizes=tuple(int(n) for n in run.layer_sizes),
+        mem_bytes_rank0=sum(mem.values()) if mem else None,
+        bytes_exchanged_rank0=first.bytes_mpi + first.bytes_nccl if first else 0, blas=ran.blas,
+        blas_threads=tuple(ran.blas_threads or ()))
 
 
 # ---- every run ---------------------------------------------------------------------------

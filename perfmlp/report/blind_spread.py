@@ -41,7 +41,6 @@ from .blind_tests import read_blind_tests
 from .thresholds import MIN_TESTS
 
 
-
 def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]:
     """spread source -> the sorted measured / predicted ratios of the
     machine kind's blind tests in that execution mode, staged through
@@ -151,13 +150,10 @@ def main(argv=None) -> int:
     else:
         try:
             values = read_yaml(Path(a.into), "machine file")
-        except CheckError as e:
-            raise PerfmlpError(str(e)) from None
-        if not isinstance(values, dict):
-            raise PerfmlpError(f"{a.into}: not a machine file (a YAML mapping of machine keys)")
-        try:
+            if not isinstance(values, dict):
+                raise PerfmlpError(f"{a.into}: not a machine file (a YAML mapping of machine keys)")
             machine_from_mapping(with_model_error(values, ratios), a.into)   # the file still reads
-        except MachineError as e:
+        except (CheckError, MachineError) as e:
             raise PerfmlpError(str(e)) from None
         write_atomic(a.into, written(a.into, values, ratios))
     say("; ".join(f"{s}: {len(r)} blind tests, ratios {r[0]:.3f} to {r[-1]:.3f}" for s, r in ratios.items())

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import PerfmlpError
 from .model_error import ErrorStats, error_stats, resolution
 from .. import names as N
 
-COLUMNS = ("machine", "commit", "date", "sweep", "run", "hidden_sizes", "batch_size", "procs", "batch_transfer",
-           "comm", "exec", "parallel", "precision", "repeats", "predicted_s", "measured_s", "measured_min_s",
-           "measured_max_s", "spread")
 INTS = ("batch_size", "procs", "repeats")
 FLOATS = ("predicted_s", "measured_s", "measured_min_s", "measured_max_s", "spread")
 WORST_PER_MACHINE = 3
@@ -72,6 +69,9 @@ class BlindTest:
         return (f"H={self.hidden_sizes} B={self.batch_size} p={self.procs} {self.precision} "
                 f"{self.batch_transfer}/{self.comm} {self.exec}" + ("" if self.parallel == N.DATA else
                                                                      f" {self.parallel}"))
+
+
+COLUMNS = tuple(f.name for f in fields(BlindTest))   # the history's, in its order
 
 
 def _test(path: Path, line: int, row: dict) -> BlindTest:
@@ -150,8 +150,5 @@ def history_by_machine(tests: list[BlindTest]) -> list[MachineHistory]:
 
 def worst_configurations(tests: list[BlindTest], per_machine: int = WORST_PER_MACHINE) -> list[BlindTest]:
     """The `per_machine` tests of each machine with the largest |error|, worst first."""
-    out = []
-    for m in sorted({t.machine for t in tests}):
-        mine = sorted((t for t in tests if t.machine == m), key=lambda t: -abs(t.error_pct))
-        out += mine[:per_machine]
-    return out
+    return [t for m in sorted({t.machine for t in tests})
+            for t in sorted((t for t in tests if t.machine == m), key=lambda t: -abs(t.error_pct))[:per_machine]]

@@ -29,6 +29,7 @@ HOW = ("backend", "precision", "strategy", "transfer", "comm", "gemm", "exec", "
 SETTINGS = SHAPE + HOW
 # Settings named in a label only where they differ from the set's usual value (the shape and the modes always).
 QUIET_SETTINGS = ("backend", "precision", "strategy", "gemm", "overlap", "trace_level", "profiler")
+FORMATS = {"hidden": "H{}", "batch": "B{}", "procs": "p{}", "trace_level": "trace {}"}   # a label's words
 SHORT = {N.MPI_STAGED: "staged", "float32": "fp32", "float64": "fp64", "cupy": "GPU", "numpy": "NumPy"}
 ORDER = {"transfer": (N.PAGEABLE, N.PREFETCH_PAGEABLE, N.PINNED, N.PREFETCH, N.RESIDENT),
          "comm": ("mpi", N.MPI_STAGED, "ps", N.NCCL, N.PS_NCCL), "exec": (N.EAGER, "graph"),
@@ -81,11 +82,6 @@ class Configuration:
         return ordered[(len(ordered) - 1) // 2]
 
     @property
-    def repeat(self) -> int:
-        """The representative's number among the repeats (1 = first by run id)."""
-        return self.runs.index(self.representative) + 1
-
-    @property
     def gpu(self) -> bool:
         return self.representative.gpu
 
@@ -128,24 +124,19 @@ class Configuration:
         mode = f"{r.exec}, " if r.gpu else ""
         if len(self.runs) == 1:
             return f"{r.run_id} ({mode}trace level {r.trace_level}; the only run)"
-        return (f"{r.run_id} ({mode}trace level {r.trace_level}; repeat {self.repeat} of {len(self.runs)}, "
+        return (f"{r.run_id} ({mode}trace level {r.trace_level}; repeat {self.runs.index(r) + 1} of {len(self.runs)}, "
                 f"the median of the repeats' times)")
 
 
-def group(runs) -> list[Configuration]:
+def configurations(a: Analysis) -> list[Configuration]:
     """The runs as configurations (repeats merged), labelled, in the report's order."""
     by: dict[tuple, list] = {}
-    for r in runs:
-        s = settings_of(r)
-        by.setdefault(tuple(s.items()), []).append(r)
+    for r in a.runs:
+        by.setdefault(tuple(settings_of(r).items()), []).append(r)
     configs = [Configuration(k, tuple(sorted(v, key=lambda r: r.run_id))) for k, v in by.items()]
     configs.sort(key=lambda c: sort_key(c.s))
     names = labels([c.s for c in configs])
     return [Configuration(c.settings, c.runs, n) for c, n in zip(configs, names)]
-
-
-def configurations(a: Analysis) -> list[Configuration]:
-    return group(a.runs)
 
 
 def usual(settings: list[dict]) -> dict:
@@ -153,25 +144,12 @@ def usual(settings: list[dict]) -> dict:
     return {k: Counter(s[k] for s in settings).most_common(1)[0][0] for k in SETTINGS} if settings else {}
 
 
-def varying(settings: list[dict]) -> list[str]:
-    """The settings that take more than one value in the set."""
-    return [k for k in SETTINGS if len({s[k] for s in settings}) > 1]
-
-
 def value_text(key: str, value) -> str:
     if value is None:
         return ""
-    if key == "hidden":
-        return f"H{value}"
-    if key == "batch":
-        return f"B{value}"
-    if key == "procs":
-        return f"p{value}"
-    if key == "strategy" and value == N.DATA:
-        return "data parallel"
-    if key == "trace_level":
-        return f"trace {value}"
-    return SHORT.get(value, str(value))
+    if key in FORMATS:
+        return FORMATS[key].format(value)
+    return "data parallel" if key == "strategy" and value == N.DATA else SHORT.get(value, str(value))
 
 
 def label_of(s: dict, shown: list[str], usual_values: dict) -> str:
@@ -183,7 +161,7 @@ def label_of(s: dict, shown: list[str], usual_values: dict) -> str:
 
 def shown_settings(settings: list[dict]) -> list[str]:
     """The settings a label names: those that vary in the set (the shape when nothing does)."""
-    return varying(settings) or list(SHAPE)
+    return [k for k in SETTINGS if len({s[k] for s in settings}) > 1] or list(SHAPE)
 
 
 def labels(settings: list[dict]) -> list[str]:
@@ -207,12 +185,8 @@ def legend(settings: list[dict]) -> str:
     shown, u = shown_settings(settings), usual(settings)
     fixed = [value_text(k, u[k]) for k in SETTINGS if k not in shown and u[k] is not None]
     quiet = [value_text(k, u[k]) for k in QUIET_SETTINGS if k in shown and u[k] is not None]
-    out = []
-    if fixed:
-        out.append("every configuration: " + ", ".join(fixed))
-    if quiet:
-        out.append("unless a label says otherwise: " + ", ".join(quiet))
-    return "; ".join(out)
+    return "; ".join(words + ", ".join(values) for words, values in
+                     (("every configuration: ", fixed), ("unless a label says otherwise: ", quiet)) if values)
 
 
 def run_labels(configs: list[Configuration]) -> dict[str, str]:

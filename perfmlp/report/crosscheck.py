@@ -3,6 +3,7 @@ to its own counters: the bytes each copy moved and the kernels each phase
 launched (cross_check), and every steady batch of a run (run_cross_checks)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..trace.activity import own_kernel_names
@@ -32,12 +33,8 @@ class CrossCheck:
 def _kernel_mismatch(recs, batch, own: frozenset, library_gemms: bool) -> tuple[dict, int]:
     """(phase -> {"own" | "library": (records, expected)}, library kernel records)."""
     graphs = {r.phase for r in recs if r.cat == N.GRAPH}
-    seen_own: dict = {}
-    seen_lib: dict = {}
-    for r in recs:
-        if r.cat == N.COMPUTE:
-            d = seen_own if r.name in own else seen_lib
-            d[r.phase] = d.get(r.phase, 0) + 1
+    seen_own = Counter(r.phase for r in recs if r.cat == N.COMPUTE and r.name in own)
+    seen_lib = Counter(r.phase for r in recs if r.cat == N.COMPUTE and r.name not in own)
     launched = {p: n for p, n in (batch.kernels or {}).items() if p not in graphs}
     gemms = batch.gemms
     bad: dict = {}

@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..model.interval import coverage, ks_distance, pit
-from .predictions import blind_status
+from .predictions import run_entries
 from .. import names as N
 from .thresholds import COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS
 
@@ -76,21 +76,17 @@ class IntervalJudgement:
             return (f"no judged configuration has a blind prediction with an interval ({self.unknown} without: "
                     "the machine file records no measured spread)")
         graph = "-" if self.graph_half_width is None else f"{100 * self.graph_half_width:.1f}%"
+        unknown = f"; {self.unknown} configuration(s) without an interval" if self.unknown else ""
+        floor = "" if self.graph_floor is None else (
+            f"; the runs themselves set a floor: no 90% interval of a graph-mode configuration's measured median "
+            f"can be narrower than +-{100 * self.graph_floor:.1f}%, however right the model (the run-to-run spread "
+            f"of {self.graph_floor_configs} configurations run at least twice)")
         return (f"90% intervals of {len(self.rows)} configuration(s) cover {100 * self.coverage:.0f}% of their "
                 f"measured medians (target at least {100 * COVERAGE_TARGET.value:.0f}%); median half-width "
                 f"{100 * self.median_half_width:.1f}%, {graph} in graph mode (target at most "
                 f"{100 * GRAPH_HALF_WIDTH_TARGET.value:.0f}%); pooled Kolmogorov-Smirnov distance of the "
-                f"{self.repeats} "
-                f"repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv 2510.15596: "
-                f"{100 * PRISM_KS.value:.1f}%)" + (f"; {self.unknown} configuration(s) without an interval"
-                                              if self.unknown else "") + self._floor_words())
-
-    def _floor_words(self) -> str:
-        if self.graph_floor is None:
-            return ""
-        return (f"; the runs themselves set a floor: no 90% interval of a graph-mode configuration's measured "
-                f"median can be narrower than +-{100 * self.graph_floor:.1f}%, however right the model (the "
-                f"run-to-run spread of {self.graph_floor_configs} configurations run at least twice)")
+                f"{self.repeats} repeats in their predicted distributions {100 * self.ks:.1f}% (PRISM, arXiv "
+                f"2510.15596: {100 * PRISM_KS.value:.1f}%){unknown}{floor}")
 
 
 def noise_floor(runs_ms: list[list[float]]) -> float | None:
@@ -108,17 +104,6 @@ def noise_floor(runs_ms: list[list[float]]) -> float | None:
     return Z90 * sigma * MEDIAN_SD.get(n, math.sqrt(math.pi / (2 * n)))
 
 
-def _entries(group, preds: dict | None, starts: dict) -> list | None:
-    """The blind prediction of every repeat of a configuration, or None."""
-    out = []
-    for r in group.runs:
-        p = (preds or {}).get("runs", {}).get(r.run_id)
-        if blind_status(p, starts.get(r.run_id)) != "blind":
-            return None
-        out.append(p)
-    return out
-
-
 def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts: dict) -> IntervalJudgement | None:
     """The intervals of the judged configurations' blind predictions against
     their measurements; None where no judged configuration has a blind
@@ -127,9 +112,10 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
     for c in sorted(groups.values(), key=lambda c: c.label):
         if c.label not in judged_labels:
             continue
-        entries = _entries(c, preds, starts)
-        if entries is None:
+        found = run_entries(preds, c.runs, starts)
+        if any(st != "blind" for _, st in found):
             continue
+        entries = [e for e, _ in found]
         if any(not e.get("interval_s") or not e.get("quantiles_s") for e in entries):
             unknown += 1
             continue

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from .thresholds import SIGN_TEST_LEVEL
 
 
-
 def sign_test_p(above: int, below: int) -> float:
     """Two-sided sign test: the chance that a fair coin splits above + below
     runs at least as unevenly as this (ties left out)."""

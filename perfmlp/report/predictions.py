@@ -51,3 +51,9 @@ def blind_status(pred: dict | None, start: str | None) -> str:
     if p is None or s is None:
         return "not blind (no time)"
     return "blind" if p.replace(microsecond=0) <= s else "not blind (predicted after the run started)"
+
+
+def run_entries(preds: dict | None, runs, starts: dict) -> list[tuple[dict | None, str]]:
+    """Each run's entry in a predictions file (None: none) and its blind_status (`starts`: run id -> start)."""
+    got = (preds or {}).get("runs", {})
+    return [(got.get(r.run_id), blind_status(got.get(r.run_id), starts.get(r.run_id))) for r in runs]

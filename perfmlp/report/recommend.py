@@ -39,12 +39,6 @@ from .whatif import cpu_setting_of, measured_groups_ms, what_if_run
 from .. import names as N
 
 
-
-def overlap_label(c: Configuration) -> str:
-    """The overlap setting the what-if's `overlap` gives: the run's own bucket size, as it recorded it."""
-    return overlap_words(c.representative.bucket_bytes)
-
-
 @dataclass(frozen=True)
 class Change:
     name: str
@@ -72,7 +66,7 @@ CHANGES = (
            lambda s: s["gemm"] not in (None, N.CUBLAS), (("gemm", N.CUBLAS),)),
     Change("overlap the allreduce with the backward pass", (("overlap", True),),
            lambda s: s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap",
-           (("overlap", overlap_label),)),
+           (("overlap", lambda c: overlap_words(c.representative.bucket_bytes)),)),   # the run's own buckets
 )
 GPU_MOVE = "run it on a GPU"
 SLICES = "slice the first layer's exchange, {k} slices"   # perfmlp/slices.py, K the model's choice
@@ -145,8 +139,9 @@ def slices_recommendation(c: Configuration, run, machine: Machine) -> Recommenda
 def gpu_gain(c: Configuration, gpu: Machine) -> tuple[float, str]:
     """The NumPy run's job on a GPU, resident data, NCCL, one CUDA graph per step: the model's time."""
     r = c.representative
-    p = predict_batch(gpu, r.layer_sizes, r.batch, r.procs, r.precision if r.precision in (N.FLOAT32, N.FLOAT64) else "float32",
-                      N.NCCL, N.RESIDENT, r.trace_level, exec_mode="graph")
+    precision = r.precision if r.precision in (N.FLOAT32, N.FLOAT64) else N.FLOAT32
+    p = predict_batch(gpu, r.layer_sizes, r.batch, r.procs, precision, N.NCCL, N.RESIDENT, r.trace_level,
+                      exec_mode="graph")
     return p.total_s * 1e3 / c.t_ms - 1, f"the model on {gpu.name}, resident data, NCCL, CUDA graph"
 
 
@@ -253,11 +248,8 @@ class Advice:
 
 def advice(recs: list[Recommendation]) -> list[Advice]:
     """Each change recommended somewhere, most median predicted gain first."""
-    names = list(dict.fromkeys(r.change for r in recs))
-    out = []
-    for n in names:
-        mine = [r for r in recs if r.change == n]
-        good = tuple(r for r in mine if r.recommended)
-        if good:
-            out.append(Advice(n, good, len(mine)))
-    return sorted(out, key=lambda a: a.predicted)
+    by: dict[str, list] = {}
+    for r in recs:
+        by.setdefault(r.change, []).append(r)
+    out = (Advice(n, tuple(r for r in mine if r.recommended), len(mine)) for n, mine in by.items())
+    return sorted((a for a in out if a.recs), key=lambda a: a.predicted)

@@ -98,7 +98,8 @@ def study_from_mapping(data, where: str) -> Study:
         for k in lists:
             items = data[k] if isinstance(data[k], list) and data[k] else [None]
             values[k] = tuple(checks.positive(k, checks.integer(k, v)) for v in items)
-        values["target_factor"] = checks.positive("target_factor", checks.number("target_factor", data["target_factor"]))
+        values["target_factor"] = checks.positive("target_factor",
+                                                  checks.number("target_factor", data["target_factor"]))
         t = data["targets"] if isinstance(data["targets"], dict) else {}
         values["targets"] = Targets(**{f: checks.number(f"targets.{f}", t.get(f))
                                        for f in Targets.__dataclass_fields__})
@@ -128,21 +129,15 @@ def _published(where: str, data: dict) -> dict:
         for i, n in enumerate(nets):
             if not isinstance(n, dict) or set(n) != {"name", "mpi_alpha_s", "mpi_bw_bytes_per_s"}:
                 raise checks.CheckError(f"networks[{i}] needs exactly name, mpi_alpha_s, mpi_bw_bytes_per_s")
-            networks.append(Network(checks.string(f"networks[{i}].name", n["name"], non_empty=True),
-                                    checks.non_negative(f"networks[{i}].mpi_alpha_s",
-                                                        checks.number(f"networks[{i}].mpi_alpha_s", n["mpi_alpha_s"])),
-                                    checks.positive(f"networks[{i}].mpi_bw_bytes_per_s",
-                                                    checks.number(f"networks[{i}].mpi_bw_bytes_per_s",
-                                                                  n["mpi_bw_bytes_per_s"]))))
+            k = f"networks[{i}]"
+            networks.append(Network(
+                checks.string(f"{k}.name", n["name"], non_empty=True),
+                checks.non_negative(f"{k}.mpi_alpha_s", checks.number(f"{k}.mpi_alpha_s", n["mpi_alpha_s"])),
+                checks.positive(f"{k}.mpi_bw_bytes_per_s",
+                                checks.number(f"{k}.mpi_bw_bytes_per_s", n["mpi_bw_bytes_per_s"]))))
     except checks.CheckError as e:
         raise PerfmlpError(f"{where}: {e}") from None
     return {"reference_machine": machine, "reference_scheme": pairs, "networks": tuple(networks)}
-
-
-def study_files() -> list:
-    """The studies shipped with the package (studies/*.yaml), by name."""
-    folder = resources.files(__package__) / "studies"
-    return sorted((f for f in folder.iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
 
 
 def load_study(name_or_path: str | Path | None = None) -> Study:
@@ -152,7 +147,9 @@ def load_study(name_or_path: str | Path | None = None) -> Study:
     if p.suffix in (".yaml", ".yml") or p.exists():
         source = p
     else:
-        shipped = {f.name[:-len(".yaml")]: f for f in study_files()}
+        folder = resources.files(__package__) / "studies"   # the studies shipped with the package, by name
+        shipped = {f.name[:-len(".yaml")]: f for f in sorted(folder.iterdir(), key=lambda f: f.name)
+                   if f.name.endswith(".yaml")}
         if str(name_or_path) not in shipped:
             raise PerfmlpError(f"no study named {str(name_or_path)!r} (shipped: {', '.join(shipped)}; "
                                "or give a .yaml file)")

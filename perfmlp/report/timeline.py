@@ -1,7 +1,7 @@
 """Where each microsecond of a batch went, on every rank: the analyses of
 the GPU activity records (`--trace-level timeline|kernels`,
 trace/activity.py), each returning typed results; the report's section
-(timeline_section.py) only puts them into words and figures.
+(sections/timeline.py) only puts them into words and figures.
 
 Every time is a length of a union of intervals (intervals.py), never a sum
 of records that may overlap (two streams, a copy under a kernel). Per batch
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pstats
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ..trace.clocks import clock_quality_us, host_phases_ns, host_span_s, rank_segments, to_run_s
@@ -81,12 +81,8 @@ def breakdown(records, window: tuple[float, float], host_phases: dict | None = N
     exposed = subtract(by["comm"], compute)
     copies = subtract(by["copy"], compute + by["comm"])
     idle = subtract([(lo, hi)], union(compute + by["comm"] + by["copy"]))
-    ranks, copying = [], []
-    for phase, span in (host_phases or {}).items():
-        if phase in COLLECTIVE_PHASES:
-            ranks.append(span)
-        elif phase in COPY_PHASES:
-            copying.append(span)
+    ranks = [span for phase, span in (host_phases or {}).items() if phase in COLLECTIVE_PHASES]
+    copying = [span for phase, span in (host_phases or {}).items() if phase in COPY_PHASES]
     return Breakdown(compute=length(compute) / 1e6, exposed_comm=length(exposed) / 1e6,
                      copies=length(copies) / 1e6,
                      idle_host_launch=length(subtract(idle, ranks + copying)) / 1e6,
@@ -161,10 +157,6 @@ def critical_path(segments: dict[int, list[tuple[str, float, float]]],
 
 # ---- a run ---------------------------------------------------------------------------------
 
-def has_timeline(run: Run) -> bool:
-    return any(b.clock == N.CUPTI for rt in run.ranks.values() for b in rt.batches)
-
-
 def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
     """rank -> one breakdown per steady batch."""
     out: dict = {}
@@ -174,12 +166,8 @@ def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
                 continue
             t0 = b.gpu_t0_ns
             bd = breakdown(b.gpu, (t0, t0 + b.t_ms_total * 1e6), host_phases_ns(b, run.ranks[r].clock))
-            out.setdefault(r, []).append(Breakdown(**{**_values(bd), "epoch": key[0], "batch": key[1]}))
+            out.setdefault(r, []).append(replace(bd, epoch=key[0], batch=key[1]))
     return out
-
-
-def _values(obj) -> dict:
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def _comm_span(b, clock) -> tuple[float, float] | None:
@@ -247,14 +235,15 @@ class HostFunction:
     cumulative_s: float
 
 
-def host_functions(run: Run, top: int = 10) -> list[HostFunction]:
+def top_functions(path: Path, column: int = 2, top: int = 10) -> list[HostFunction]:
+    """A cProfile dump's `top` functions by own time (`column` 2) or cumulative time (3)."""
+    items = sorted(pstats.Stats(str(path)).stats.items(), key=lambda kv: kv[1][column], reverse=True)[:top]
+    return [HostFunction(path.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
+
+
+def host_functions(run: Run) -> list[HostFunction]:
     """The top functions by own time in the cProfile dumps beside the run."""
-    rows = []
-    for p in sorted(Path(run.path).glob("rank-*.prof")) if run.path else []:
-        st = pstats.Stats(str(p))
-        items = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
-        rows += [HostFunction(p.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
-    return rows
+    return [f for p in (sorted(Path(run.path).glob("rank-*.prof")) if run.path else []) for f in top_functions(p)]
 
 
 @dataclass(frozen=True)
@@ -283,24 +272,18 @@ class Timeline:
         return self.host_launch_share > HOST_BOUND_SHARE.value
 
 
-def _path(run: Run, rep: tuple[int, int] | None) -> list[PathSegment]:
-    if rep is None:
-        return []
-    segs = {r: rank_segments(b, run.ranks[r].clock) for r, b in run.steady_batches()[rep].items()
-            if run.ranks[r].clock}
-    return critical_path(segs) if segs else []
-
-
 def analyse_timeline(run: Run) -> Timeline | None:
     """The run's GPU timeline (None without activity records)."""
-    if not has_timeline(run):
+    if not any(b.clock == N.CUPTI for rt in run.ranks.values() for b in rt.batches):
         return None
     per_rank = run_breakdowns(run)
     medians = [rank_medians(r, bds) for r, bds in sorted(per_rank.items())]
     err, drift = clock_quality_us(run.ranks.values())
     rep = representative(run)
     share = statistics.median(m.median.idle_host_launch / m.median.window for m in medians if m.median.window)
+    segs = {r: rank_segments(b, run.ranks[r].clock) for r, b in run.steady_batches()[rep].items()
+            if run.ranks[r].clock} if rep is not None else {}
     return Timeline(run.run_id, run.trace_level, per_rank, medians, run_collectives(run), rep,
-                    _path(run, rep), run_cross_checks(run), err, drift,
+                    critical_path(segs) if segs else [], run_cross_checks(run), err, drift,
                     sum(rt.activity.orphans for rt in run.ranks.values() if rt.activity), share,
                     host_functions(run) if share > HOST_BOUND_SHARE.value else [])

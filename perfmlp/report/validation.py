@@ -1,5 +1,5 @@
 """The model tested blind: the protocol the report carries out, as typed
-results (validation_section.py puts them into words).
+results (sections/validation.py puts them into words).
 
 - Calibration: the machine file's own `source:` line says what was measured
   (perfmlp.calibrate: microbenchmarks only, never the trainer).
@@ -33,14 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.predict import GROUPS
-from .analysis import Analysis, RunSummary, predicted_terms
+from .analysis import Analysis, predicted_terms
 from .interval_check import judge_intervals
 from .model_error import ErrorStats, error_stats, resolution, within_noise
-from .predictions import blind_status, more_predictions, read_predictions
+from .predictions import more_predictions, read_predictions, run_entries
 from .whatif import what_if_run
 from .. import names as N
 from .thresholds import MIN_STEADY
-
 
 
 @dataclass
@@ -62,11 +61,6 @@ class RepeatGroup:
         return 100 * (max(t) - min(t)) / statistics.median(t)
 
 
-def config_key(s: RunSummary) -> tuple:
-    return (s.hidden, s.batch, s.procs, s.precision, s.transfer, s.comm, s.gemm, s.exec, s.overlap, s.bucket_bytes,
-            s.cprofile)
-
-
 def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
     """The GPU runs (or `runs`: a CPU model's blind sweep's) outside a
     profiler, grouped by configuration."""
@@ -74,7 +68,8 @@ def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
     for r in a.gpu_runs if runs is None else runs:
         if r.profiled:
             continue
-        key = config_key(r)
+        key = (r.hidden, r.batch, r.procs, r.precision, r.transfer, r.comm, r.gemm, r.exec, r.overlap, r.bucket_bytes,
+               r.cprofile)
         label = (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm} "
                  f"{key[7]}" + (" overlap" if key[8] else "") + (" under cProfile" if key[10] else ""))
         groups.setdefault(key, RepeatGroup(key, [], label)).runs.append(r)
@@ -188,27 +183,17 @@ class Validation:
     quiet_pct: float                  # the spread below which a configuration's noise lets it be judged
     intervals: object = None          # interval_check.IntervalJudgement of the blind intervals, or None
 
-    @property
-    def judged(self) -> tuple:
-        return tuple(c for c in self.configs if c.judged == "yes")
-
 
 def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:
     """(predicted ms, group -> ms, prediction status) of a configuration:
     the blind prediction where every repeat has one, else the report's own."""
-    statuses, totals, groups = [], [], []
-    for r in c.runs:
-        p = (preds or {}).get("runs", {}).get(r.run_id)
-        st = blind_status(p, starts[r.run_id])
-        statuses.append(st)
-        if st == "blind":
-            totals.append(p["total_s"] * 1e3)
-            groups.append({g: v * 1e3 for g, v in p.get("groups_s", {}).items()})
-    if totals and len(totals) == len(c.runs):
-        return totals[0], groups[0], "blind"
-    ref = c.runs[0]
-    return (ref.predicted.total_s * 1e3 if ref.predicted else None,
-            predicted_terms(ref.predicted) if ref.predicted else {}, next(st for st in statuses if st != "blind"))
+    found = run_entries(preds, c.runs, starts)
+    if all(st == "blind" for _, st in found):
+        p = found[0][0]
+        return p["total_s"] * 1e3, {g: v * 1e3 for g, v in p.get("groups_s", {}).items()}, "blind"
+    pred = c.runs[0].predicted
+    return (pred.total_s * 1e3 if pred else None, predicted_terms(pred) if pred else {},
+            next(st for _, st in found if st != "blind"))
 
 
 def _judged(c: RepeatGroup, calibrated) -> str:
@@ -250,12 +235,11 @@ def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> l
     within it (spread below) and over the others: where a configuration's
     own noise lets its error be judged at the target's level."""
     selections = [("all", judged)]
-    for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer ")):
-        for v in sorted({getattr(r, key) for r in judged}):
-            selections.append((f"{name}{v}", [r for r in judged if getattr(r, key) == v]))
-    precisions = sorted({r.precision for r in judged})
-    if len(precisions) > 1:
-        selections += [(f"precision {v}", [r for r in judged if r.precision == v]) for v in precisions]
+    for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer "),
+                      ("precision", "precision ")):
+        values = sorted({getattr(r, key) for r in judged})
+        if key != "precision" or len(values) > 1:
+            selections += [(f"{name}{v}", [r for r in judged if getattr(r, key) == v]) for v in values]
     if quiet_pct is not None:
         quiet = [r for r in judged if r.spread_pct is not None and r.spread_pct < quiet_pct]
         selections += [(quiet_label(quiet_pct), quiet),
@@ -293,12 +277,11 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
     rows, blind = [], 0
     for j in judged:
         c = by_label[j.label]
-        entries = [(preds["runs"].get(r.run_id), starts[r.run_id]) for r in c.runs]
-        entries = [(e, start) for e, start in entries if e]
-        if not entries:
+        found = [(e, st) for e, st in run_entries(preds, c.runs, starts) if e]
+        if not found:
             continue
-        blind += all(blind_status(e, start) == "blind" for e, start in entries) and len(entries) == len(c.runs)
-        err = 100 * (entries[0][0]["total_s"] * 1e3 / c.t_ms - 1)
+        blind += len(found) == len(c.runs) and all(st == "blind" for _, st in found)
+        err = 100 * (found[0][0]["total_s"] * 1e3 / c.t_ms - 1)
         rows.append(dataclasses.replace(j, error_pct=err, within_noise=within_noise(err, j.spread_pct),
                                         datasheet_error_pct=None, datasheet_within_noise="-"))
     m = preds.get("machine", {})

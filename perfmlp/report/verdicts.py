@@ -25,11 +25,13 @@ the measured time per batch stand in, and the verdict says so.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from .analysis import COMPUTE, COPY_TERMS, RunSummary
+from .analysis import COPY_TERMS, RunSummary
 from .thresholds import CO_BOUND
 from .. import names as N
+from ..names import COMPUTE
 
 GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING = (
     "GEMMs", "elementwise kernels", "launches and host", "copies", "communication", "waiting for a rank")
@@ -81,10 +83,6 @@ def _sorted(parts: dict) -> tuple:
     return tuple(sorted(((k, v) for k, v in parts.items() if v > 0), key=lambda kv: (-kv[1], CATEGORIES.index(kv[0]))))
 
 
-def model_terms_ms(r: RunSummary) -> dict[str, float]:
-    return {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
-
-
 def waiting_ms(r: RunSummary, rank: int) -> float:
     """What `rank` spent in the collective beyond the least any rank spent."""
     spent = [ph.get("allreduce", 0.0) for ph in r.phases_ms.values()]
@@ -93,20 +91,15 @@ def waiting_ms(r: RunSummary, rank: int) -> float:
 
 def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpriced_gemm: bool) -> dict:
     """The measured compute group among the model's terms (see the module's words)."""
-    inside = dict(model)
-    total = sum(inside.values())
-    out: dict[str, float] = {}
+    total, extra = sum(model.values()), GEMMS if unpriced_gemm else HOST
     if total <= 0:
-        out[GEMMS if unpriced_gemm else HOST] = measured
-        return out
-    if measured > total and r.exec == N.EAGER:
-        for t, ms in inside.items():
-            out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + ms
-        extra = GEMMS if unpriced_gemm else HOST
-        out[extra] = out.get(extra, 0.0) + measured - total
-        return out
-    for t, ms in inside.items():
-        out[TERM_CATEGORY[t]] = out.get(TERM_CATEGORY[t], 0.0) + measured * ms / total
+        return {extra: measured}
+    excess = measured > total and r.exec == N.EAGER   # the model's kernels, and the rest the host's (or the GEMM's)
+    out: Counter = Counter()
+    for t, ms in model.items():
+        out[TERM_CATEGORY[t]] += ms if excess else measured * ms / total
+    if excess:
+        out[extra] = out[extra] + measured - total   # (a + measured) - total: the order fixes the last bits
     return out
 
 
@@ -114,7 +107,7 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     """The run's time per batch in CATEGORIES (ms), from its slowest rank."""
     rank = r.slowest_rank
     measured = r.measured_terms(rank)
-    model = model_terms_ms(r)
+    model = {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
     parts = dict.fromkeys(CATEGORIES, 0.0)
     if not r.gpu:
         cpu_terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}

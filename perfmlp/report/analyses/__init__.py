@@ -3,16 +3,10 @@
 with named columns. The report's sections only put these tables into
 words, Markdown, HTML, CSV and figures.
 
-One front door, callable from Python:
-
-    from perfmlp.report import analyses
-    a = analyses.load("traces/")          # every run under the folder, read once
-    t = a.scaling()                       # a Table: t.columns[:3] == ("scaling", "H", "B")
-    [(r["procs"], r["efficiency %"]) for r in t.where(scaling="weak")]
-
-Runs made in memory (the trace reader's `Run.from_records`) go through
-`Analyses.from_runs(runs)`. Each method returns a fresh Table; `a.analysis`
-is the summary they are computed from.
+One front door, callable from Python (docs/report.md shows it in use):
+`load("traces/")`, or `Analyses.from_runs(runs)` for runs made in memory
+(the trace reader's `Run.from_records`); each method returns a fresh Table,
+and `.analysis` is the summary they are computed from.
 """
 from __future__ import annotations
 
@@ -47,6 +41,14 @@ def configurations(a: Analysis) -> Table:
     return Table.from_records("configurations", rows)
 
 
+def _method(analysis):
+    """An analysis as a method of Analyses: the function on its summary."""
+    def method(self) -> Table:
+        return analysis(self.analysis)
+    method.__name__, method.__doc__ = analysis.__name__, analysis.__doc__
+    return method
+
+
 class Analyses:
     """Every analysis of one set of runs, each method returning a Table."""
 
@@ -58,33 +60,8 @@ class Analyses:
         """From runs already read (trace.reader.read_traces or Run.from_records)."""
         return cls(analyse(list(runs), [], load_study(study), machine))
 
-    def runs(self) -> Table:
-        """Every run: settings, time per batch, FLOPs, bytes, utilisation, predictions."""
-        return runs(self.analysis)
-
-    def configurations(self) -> Table:
-        """Repeats merged into configurations."""
-        return configurations(self.analysis)
-
-    def scaling(self) -> Table:
-        """Strong and weak scaling of data parallelism: speed-up and efficiency against p = 1."""
-        return scaling(self.analysis)
-
-    def imbalance(self) -> Table:
-        """Each multi-rank configuration's spread of busy time and allreduce time across ranks."""
-        return imbalance(self.analysis)
-
-    def overlap_bounds(self) -> Table:
-        """Each multi-GPU NCCL configuration's serial bound beside the overlapped one and the sliced schedule's."""
-        return overlap_bounds(self.analysis)
-
-    def terms(self) -> Table:
-        """Each GPU run's measured and predicted time, term by term."""
-        return terms(self.analysis)
-
-    def model_accuracy(self) -> Table:
-        """The model's median and worst |error| per selection of runs and machine file."""
-        return model_accuracy(self.analysis)
+    runs, configurations, scaling, imbalance, overlap_bounds, terms, model_accuracy = map(
+        _method, (runs, configurations, scaling, imbalance, overlap_bounds, terms, model_accuracy))
 
 
 def load(folder: str | Path, machine: str | None = None, study: str | Path | None = None) -> Analyses:

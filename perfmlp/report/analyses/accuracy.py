@@ -26,15 +26,8 @@ def host_paced_spread(pred) -> float | None:
     the host paces the step (detail["host_paced"]), from its interval; None
     for a step the GPU paces, or a model that does not say."""
     d = pred.detail if pred is not None else {}
-    if not d.get("host_paced"):
-        return None
-    iv = d.get("interval") or d.get("interval_s")
-    if iv is None:
-        return None
-    if hasattr(iv, "half_width"):
-        return iv.half_width
-    lo, hi = iv
-    return (hi - lo) / (hi + lo)
+    iv = d.get("interval_s") if d.get("host_paced") else None
+    return None if iv is None else (iv[1] - iv[0]) / (iv[1] + iv[0])
 
 
 def limit_text(pred) -> str | None:

@@ -49,9 +49,8 @@ def measured_points(a: Analysis, hidden: int, batch: int, weak: bool) -> dict[st
     times: dict = {}
     for r in a.gpu_runs:
         if (r.profiled or r.comm != N.NCCL or r.transfer != N.RESIDENT or r.exec != N.GRAPH
-                or r.precision != N.FLOAT32 or r.hidden != (hidden,) or r.parallel not in STRATEGIES):
-            continue
-        if r.batch != (batch * r.procs if weak else batch):
+                or r.precision != N.FLOAT32 or r.hidden != (hidden,) or r.parallel not in STRATEGIES
+                or r.batch != (batch * r.procs if weak else batch)):
             continue
         times.setdefault((r.parallel, r.procs, r.batch), []).append(r.t_ms)
     out: dict = {}

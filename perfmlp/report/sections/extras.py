@@ -3,10 +3,10 @@
 exports. Each is None when there is no such file."""
 from __future__ import annotations
 
-import pstats
 from pathlib import Path
 
 from ..analysis import Analysis
+from ..timeline import top_functions
 from . import Section, Table
 from ...safeio import read_json
 
@@ -40,11 +40,9 @@ def section_profiles(a: Analysis) -> Section | None:
         return None
     s = Section("Top Python functions (cProfile)")
     for r, p in profs[:4]:
-        st = pstats.Stats(str(p))
-        items = sorted(st.stats.items(), key=lambda kv: kv[1][3], reverse=True)[:10]
         s.tables.append(Table(f"profile_{r.run_id}_{p.stem}", f"{r.run_id} {p.name}: cumulative time", [
-            {"function": f"{Path(k[0]).name}:{k[1]}({k[2]})", "calls": v[1], "total s": v[2], "cumulative s": v[3]}
-            for k, v in items]))
+            {"function": f.function, "calls": f.calls, "total s": f.own_s, "cumulative s": f.cumulative_s}
+            for f in top_functions(p, column=3)]))
     return s
 
 

@@ -22,10 +22,10 @@ def configuration_row(o: Overview, c) -> dict:
            "min ms": min(times) if len(times) > 1 else None, "max ms": max(times) if len(times) > 1 else None}
     if c.disagree:
         row["repeats disagree"] = c.disagree
-    if not c.gpu:
-        row["BLAS threads a rank"] = c.blas_threads
     if c.gpu:
         row.update({"utilisation": pct(c.util), "predicted ms": c.predicted_ms})
+    else:
+        row["BLAS threads a rank"] = c.blas_threads
     row.update({"bound by": v.text, "split from": v.source})
     row.update({f"{cat} %": 100 * v.share(cat) for cat in CATEGORIES if v.share(cat)})
     row.update({"first change": rec.change if rec else "-", "predicted": gain(rec.predicted_gain) if rec else "-",
@@ -39,9 +39,9 @@ def section_configurations(o: Overview) -> Section:
     s.paragraphs.append(
         "Each row is a configuration: the runs that share every setting, merged (the time per batch is the median "
         "of the repeats'; min and max beside it; the run that stands for it, the median repeat, is named in the "
-        "column 'stands for it' and in the configuration's tooltip). " + VERDICTS_DOC.split("\n\n")[1].replace("\n", " ")
-        + " The shares of each part are in the columns '<part> %'; the first change is the recommendation with "
-        "the most predicted gain (section Recommendations).")
+        "column 'stands for it' and in the configuration's tooltip). "
+        + VERDICTS_DOC.split("\n\n")[1].replace("\n", " ") + " The shares of each part are in the columns "
+        "'<part> %'; the first change is the recommendation with the most predicted gain (section Recommendations).")
     rows = [configuration_row(o, c) for c in o.configs]
     s.tables.append(Table("configurations", "Every configuration", rows, hidden=("stands for it", "run ids")))
     if len(o.configs) <= SPLIT_FIGURE_MAX and any(c.gpu for c in o.configs):   # else the overview's figure

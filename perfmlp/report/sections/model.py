@@ -51,7 +51,7 @@ def section_model(a: Analysis, labels: dict[str, str] | None = None) -> Section:
         "alpha-beta ring model), for the slowest rank's piece. Measured terms are the slowest rank's median phase "
         "times: compute = forward + loss + backward + update (the predicted compute includes the tracer's cost "
         "at the level each run ran at: its host time per phase, and at `phases` its CUDA events' GPU time). "
-        f"Targets ({_study_file(a)}): {tg.model_median_error_pct:g}% median, "
+        f"Targets (study {Path(a.study.path).name}): {tg.model_median_error_pct:g}% median, "
         f"{tg.model_worst_error_pct:g}% worst, after calibration. "
         "The machine files hold cuBLAS rates only: runs with the reference's own GEMM kernels are predicted "
         "as if they used cuBLAS, and are left out of the accuracy figures, as are runs made under a profiler "
@@ -80,15 +80,12 @@ def section_model(a: Analysis, labels: dict[str, str] | None = None) -> Section:
 
 def accuracy_figure(judged: list[RunSummary], calibrated: bool) -> list[Figure]:
     """Predicted against measured time per batch for the runs the accuracy is judged on."""
-    series = {"predicted_ms": "calibrated", "datasheet_ms": "datasheet"} if calibrated else {"datasheet_ms": "datasheet"}
+    series = {"predicted_ms": "calibrated"} if calibrated else {}
+    series["datasheet_ms"] = "datasheet"
     points = [{"label": r.run_id, "measured_ms": r.t_ms, "datasheet_ms": r.datasheet.total_s * 1e3,
                "predicted_ms": r.predicted.total_s * 1e3} for r in judged]
     return [Figure("measured_vs_predicted", "Predicted against measured time per batch (cuBLAS runs, not profiled)",
                    measured_vs_predicted, dict(rows=points, series=series))] if points else []
-
-
-def _study_file(a: Analysis) -> str:
-    return f"study {Path(a.study.path).name}"
 
 
 def section_no_gpu(a: Analysis) -> Section:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..analyses.runs import study_shaped
 from ..analysis import Analysis
-from ..configurations import Configuration, configurations, legend, shown_settings, split_label, usual
+from ..configurations import (Configuration, configurations, legend, shown_settings, sort_key, split_label,
+                              usual)
 from ..figures import CATEGORY_COLORS, overview_roofline, time_split
 from ..analyses.peers import read_peers
 from ..recommend import Advice, Recommendation, advice, describable, first_change, recommendations
@@ -56,6 +57,12 @@ def overview_of(a: Analysis) -> Overview:
 
 def gain(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.0f}%"
+
+
+def change_words(rec: Recommendation) -> str:
+    """A change with its predicted gain, and its measured one where the set ran it."""
+    return f"{rec.change}, predicted {gain(rec.predicted_gain)}" + \
+        (f", measured {gain(rec.measured_gain)}" if rec.measured_gain is not None else "")
 
 
 def what_ran(a: Analysis, o: Overview) -> str:
@@ -120,24 +127,17 @@ def verdict_sentence(a: Analysis, o: Overview) -> str:
     fastest = min(pool, key=lambda c: c.t_ms)
     rec = o.first(fastest)
     if rec:
-        nxt = f"its first change: {rec.change}, predicted {gain(rec.predicted_gain)}" + \
-              (f", measured {gain(rec.measured_gain)}" if rec.measured_gain is not None else "")
+        nxt = f"its first change: {change_words(rec)}"
     elif describable(fastest):
         nxt = f"no change the what-if engine prices saves {100 * MIN_GAIN.value:.0f}% or more of it"
     else:
-        nxt = f"the what-if engine prices changes of data parallelism only (the strategies are compared below)"
+        nxt = "the what-if engine prices changes of data parallelism only (the strategies are compared below)"
     return (f"Bound by: {'; '.join(parts)} (of {sum(counts.values())} configurations judged). Fastest"
             f"{' at the study' + chr(39) + 's job' if ours else ''}: {fastest.label}, {fastest.t_ms:.3f} ms per "
             f"batch ({o.verdicts[fastest.label].text}); {nxt}.")
 
 
 # ---- tables ------------------------------------------------------------------------------
-
-def peer_ms(peers, name: str, c: Configuration) -> float | None:
-    r = c.representative
-    return next((p.ms for p in peers if p.name == name and p.hidden == r.hidden and p.batch == r.batch
-                 and p.procs == r.procs), None)
-
 
 def headline_pool(a: Analysis, o: Overview) -> tuple[list, bool]:
     """The configurations the headline compares: the study's job where it ran (True), else every judged one."""
@@ -162,10 +162,10 @@ def headline(a: Analysis, o: Overview) -> Table:
             row[f"reference solution ({st.reference_gpu})"] = f"{ref:g} ms, {pct(st.reference_utilisation[p])}"
             # a CPU's time beside a GPU reference's is no speed-up: missing, not "0.0x"
             row["speed-up over it"] = f"{ref / best.t_ms:.3g}x" if best.gpu else None
-        for name in sorted({peer.name for peer in o.peers}):
-            ms = peer_ms(o.peers, name, best)
-            if ms is not None:
-                row[f"{name} (benchmark)"] = ms
+        r = best.representative
+        for p in sorted(o.peers, key=lambda p: p.name):   # the benchmarks' times at its H, B and p
+            if (p.hidden, p.batch, p.procs) == (r.hidden, r.batch, r.procs):
+                row.setdefault(f"{p.name} (benchmark)", p.ms)
         rows.append(row)
     what = (f"the study's job (H={st.hidden_size}, B={st.batch_size} split over p, {st.precision})" if ours
             else "any configuration (none ran the study's job)")
@@ -192,44 +192,33 @@ def advice_rows(items: list[Advice], configs: int) -> list[dict]:
     return rows
 
 
-def verdict_map(o: Overview) -> tuple[Table, Table, str]:
-    """(the colours' legend, the map: settings x shape, each cell a configuration, a note on what it leaves out)."""
+def verdict_map(o: Overview) -> tuple[Table, Table]:
+    """(the colours' legend, the map: settings x shape, each cell a configuration)."""
     settings = [c.s for c in o.configs]
     shown, u = shown_settings(settings), usual(settings)
-    cells: dict[tuple, Configuration] = {}
-    for c in o.configs:
-        cells[split_label(c.s, shown, u)] = c
-    cols = Counter(shape for shape, _ in cells)
-    rows = Counter(how for _, how in cells)
-    keep_cols = [k for k in dict.fromkeys(shape for shape, _ in cells) if k in dict(cols.most_common(MAP_COLUMNS.value))]
-    order = {how: min(i for i, c in enumerate(o.configs) if split_label(c.s, shown, u)[1] == how) for how in rows}
-    keep_rows = sorted(dict(rows.most_common(MAP_ROWS.value)), key=lambda how: _how_rank(o, how, shown, u, order))
-    table = []
-    for how in keep_rows:
-        row = {"settings \\ shape": how}
-        for shape in keep_cols:
-            c = cells.get((shape, how))
-            row[shape] = map_cell(o, c) if c else Cell("")
-        table.append(row)
+    labels = [split_label(c.s, shown, u) for c in o.configs]
+    cells = dict(zip(labels, o.configs))
+    cols, rows = Counter(shape for shape, _ in cells), Counter(how for _, how in cells)
+    top = dict(cols.most_common(MAP_COLUMNS.value))
+    keep_cols = [shape for shape in cols if shape in top]
+    first: dict = {}   # a row's place: its settings' order, then its first configuration's
+    for i, (c, (_, how)) in enumerate(zip(o.configs, labels)):
+        first.setdefault(how, sort_key({**c.s, "hidden": "0", "batch": 0, "procs": 0})[3:] + (i,))
+    keep_rows = sorted(dict(rows.most_common(MAP_ROWS.value)), key=first.get)
+    table = [{"settings \\ shape": how,
+              **{shape: map_cell(o, cells[shape, how]) if (shape, how) in cells else Cell("") for shape in keep_cols}}
+             for how in keep_rows]
     left = len(o.configs) - sum(1 for (shape, how) in cells if shape in keep_cols and how in keep_rows)
     note = f" ({left} configurations not in the map: see the configurations table)" if left else ""
     used = [cat for cat in CATEGORIES if any(o.verdicts[c.label].bound_by == cat for c in o.configs)]
+    # a narrow map sits under the headline tables, beside the figure; a wide one below both
+    place = "main" if len(keep_cols) <= NARROW_MAP else "wide"
     key = Table("overview_legend", "What bounds each configuration: its ms per batch, coloured and lettered by what "
                 "bounds it, and →n: the change above to make first; hover a cell for its verdict and that change's "
                 "predicted and measured gain" + note,
-                [{LETTERS[cat]: Cell(f"{LETTERS[cat]} {cat}", css=CSS[cat]) for cat in used}], place="wide",
+                [{LETTERS[cat]: Cell(f"{LETTERS[cat]} {cat}", css=CSS[cat]) for cat in used}], place=place,
                 collapse=False, header=False, css="legend")
-    # a narrow map sits under the headline tables, beside the figure; a wide one below both
-    place = "main" if len(keep_cols) <= NARROW_MAP else "wide"
-    key.place = place
-    grid = Table("overview_map", "", table, place=place, collapse=False, css="map")
-    return key, grid, note
-
-
-def _how_rank(o: Overview, how: str, shown, u, order) -> tuple:
-    from ..configurations import sort_key
-    c = next(c for c in o.configs if split_label(c.s, shown, u)[1] == how)
-    return sort_key({**c.s, "hidden": "0", "batch": 0, "procs": 0})[3:] + (order[how],)
+    return key, Table("overview_map", "", table, place=place, collapse=False, css="map")
 
 
 def map_cell(o: Overview, c: Configuration) -> Cell:
@@ -238,8 +227,7 @@ def map_cell(o: Overview, c: Configuration) -> Cell:
     tip = f"{c.label}: {c.t_ms:.3f} ms per batch ({len(c.runs)} run{'s' if len(c.runs) > 1 else ''}); " \
           f"bound by {v.text} ({v.source})"
     if rec:
-        tip += f"; first change: {rec.change}, predicted {gain(rec.predicted_gain)}" + \
-               (f", measured {gain(rec.measured_gain)}" if rec.measured_gain is not None else "")
+        tip += f"; first change: {change_words(rec)}"
     if not c.judged:
         tip += "; not judged (incomplete, profiled or timed by the host's enqueue)"
     rank = next((i for i, ad in enumerate(o.advice[:int(TOP_RECOMMENDATIONS.value)], 1)
@@ -278,7 +266,6 @@ def section_overview(a: Analysis, o: Overview) -> Section:
                           advice_rows(top, len(o.configs)) or [{"change": "none predicted to save "
                                                                 f"{100 * MIN_GAIN.value:.0f}% or more"}],
                           place="main", collapse=False))
-    key, grid, _ = verdict_map(o)
-    s.tables += [key, grid]
+    s.tables += verdict_map(o)
     s.figures.append(overview_figure(a, o))
     return s

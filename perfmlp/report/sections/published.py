@@ -24,13 +24,12 @@ def section_published(a: Analysis) -> Section | None:
     st = a.study
     if not st.reference_machine:
         return None
+    s = Section(TITLE)
     try:
         ref = load_machine(st.reference_machine)
     except MachineError as e:
-        s = Section(TITLE)
         s.paragraphs.append(f"No reference machine file: {e}.")
         return s
-    s = Section(TITLE)
     s.paragraphs.append(_introduction(st, ref))
     scaled = scaled_kernels(ref, a.machines.calibrated, a.machines.datasheet, st.precision)
     base = {p: reference_prediction(ref, st, p) for p in _procs(st)}
@@ -155,18 +154,15 @@ def _explanation(s: Section, st, ref: Machine, ex: Explanation) -> None:
             f"{pub[p0]:g} ms. With that rate (the GEMM term then falls as 1/p), the allreduce would have to take "
             + ", ".join(f"{t * 1e3:.2f} ms at p = {p}" for p, t in ex.allreduce_s.items()) + ".")
     s.paragraphs.append(text + _network_words(st, ref, ex))
-    rows = []
-    if ex.machine:
-        rows.append({"model": "implied: GEMM rate from p = %d, network from the rest" % p0,
-                     "GEMM TFLOP/s": ex.gemm_flops_per_s / 1e12, "MPI alpha us": ex.network[0] * 1e6,
-                     "MPI GB/s": ex.network[1] / 1e9,
-                     **{f"p={p} ms": ex.predicted_ms(st, p) for p in procs},
-                     **{f"p={p} error %": 100 * (ex.predicted_ms(st, p) / pub[p] - 1) for p in procs}})
-    for n, t in with_networks(ref, st, ex.gemm_flops_per_s, st.networks):
-        rows.append({"model": f"GEMM rate from p = {p0}, {n.name} (assumed)", "GEMM TFLOP/s": ex.gemm_flops_per_s / 1e12,
-                     "MPI alpha us": n.mpi_alpha_s * 1e6, "MPI GB/s": n.mpi_bw_bytes_per_s / 1e9,
-                     **{f"p={p} ms": t[p] for p in procs},
-                     **{f"p={p} error %": 100 * (t[p] / pub[p] - 1) for p in procs}})
+
+    def row(model: str, alpha_s: float, bw: float, ms: dict) -> dict:
+        return {"model": model, "GEMM TFLOP/s": ex.gemm_flops_per_s / 1e12, "MPI alpha us": alpha_s * 1e6,
+                "MPI GB/s": bw / 1e9, **{f"p={p} ms": ms[p] for p in procs},
+                **{f"p={p} error %": 100 * (ms[p] / pub[p] - 1) for p in procs}}
+    rows = [row("implied: GEMM rate from p = %d, network from the rest" % p0, *ex.network,
+                {p: ex.predicted_ms(st, p) for p in procs})] if ex.machine else []
+    rows += [row(f"GEMM rate from p = {p0}, {n.name} (assumed)", n.mpi_alpha_s, n.mpi_bw_bytes_per_s, t)
+             for n, t in with_networks(ref, st, ex.gemm_flops_per_s, st.networks)]
     rows.append({"model": "published", **{f"p={p} ms": pub[p] for p in procs}})
     s.tables.append(Table("published_explained", "The implied GEMM rate and network against the published times, "
                           "and the same GEMM rate with each of the study's assumed networks", rows))

@@ -48,13 +48,12 @@ def section_scaling(a: Analysis) -> Section:
                         f"Targets ({Path(st.path).name}; NCCL and resident data): weak >= "
                         f"{tg.weak_efficiency_pct:g}% at {pmax} GPUs; strong: {pmax} GPUs at least "
                         f"{tg.strong_speedup:g}x faster than 1.")
-    for kind in (STRONG, WEAK):
-        if fig.get(kind):
-            s.figures.append(Figure(f"scaling_{kind}", f"{kind.capitalize()} scaling, H={st.hidden_size}, each "
-                                    "transfer, exchange and execution mode", scaling,
-                                    dict(groups=fig[kind], ticks=sorted({p for g in fig[kind].values() for p, _, _ in g}),
-                                         title=f"{kind.capitalize()} scaling, H={st.hidden_size}, "
-                                               f"{'B split over p' if kind == 'strong' else f'B/p = {st.batch_size}'}")))
+    for kind in (k for k in (STRONG, WEAK) if fig.get(k)):
+        split = "B split over p" if kind == STRONG else f"B/p = {st.batch_size}"
+        s.figures.append(Figure(f"scaling_{kind}", f"{kind.capitalize()} scaling, H={st.hidden_size}, each "
+                                "transfer, exchange and execution mode", scaling,
+                                dict(groups=fig[kind], ticks=sorted({p for g in fig[kind].values() for p, _, _ in g}),
+                                     title=f"{kind.capitalize()} scaling, H={st.hidden_size}, {split}")))
     s.tables.append(Table("scaling", "Scaling per configuration", table, hidden=("run ids",)))
     return s
 

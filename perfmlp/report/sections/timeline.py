@@ -4,11 +4,12 @@ putting timeline.analyse_timeline's results into words, tables and figures
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 
 from ...trace.clocks import host_phase_spans_s, to_run_s
 from ...trace.reader import Run
 from . import Figure, Section, Table
-from ..timeline import BUSY_PARTS, IDLE_PARTS, PARTS, Timeline, analyse_timeline
+from ..timeline import PARTS, Timeline, analyse_timeline
 
 CAT_COLORS = {"compute": "tab:blue", "comm": "tab:purple", "copy": "tab:orange", "graph": "tab:cyan"}
 PART_COLORS = ("tab:blue", "tab:purple", "tab:orange", "tab:red", "tab:olive", "tab:gray")  # PARTS' order
@@ -79,21 +80,15 @@ def _method(t: Timeline) -> list[str]:
 
 def breakdown_rows(t: Timeline) -> list[dict]:
     """Per rank: the window, each part, all communication (median ms) and the exposed share."""
-    rows = []
-    for m in t.medians:
-        parts = m.median.parts()
-        rows.append({"rank": m.rank, "batches": m.batches, "window ms": m.median.window,
-                     **{f"{k} ms": parts[k] for k in (*BUSY_PARTS, *IDLE_PARTS)}, "comm ms": m.median.comm,
-                     "exposed comm share": m.exposed_comm_share})
-    return rows
+    return [{"rank": m.rank, "batches": m.batches, "window ms": m.median.window,
+             **{f"{k} ms": ms for k, ms in m.median.parts().items()}, "comm ms": m.median.comm,
+             "exposed comm share": m.exposed_comm_share} for m in t.medians]
 
 
 def collective_rows(t: Timeline, ranks: list[int]) -> list[dict]:
     """Per rank: how often it arrived last, its median wait for the last rank and transfer after it."""
-    lasts: dict = {}
-    for c in t.collectives:
-        lasts[c.last_rank] = lasts.get(c.last_rank, 0) + 1
-    return [{"rank": r, "last to arrive (batches)": lasts.get(r, 0),
+    lasts = Counter(c.last_rank for c in t.collectives)
+    return [{"rank": r, "last to arrive (batches)": lasts[r],
              "median wait for the last rank ms": statistics.median(c.wait_ms[r] for c in t.collectives),
              "median transfer after it ms": statistics.median(c.transfer_ms[r] for c in t.collectives)}
             for r in ranks]

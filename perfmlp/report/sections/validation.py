@@ -7,8 +7,7 @@ from pathlib import Path
 
 from ...trace.reader import STEADY_RULE
 from ..analysis import Analysis
-from ..blind_tests import (WORST_PER_MACHINE, History, MachineHistory, history_by_machine,
-                          worst_configurations)
+from ..blind_tests import WORST_PER_MACHINE, History, history_by_machine, worst_configurations
 from ..model_error import ErrorStats, sign_test_p
 from ..analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell
 from . import Section, Table, host_clock_note
@@ -96,8 +95,8 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     tg = a.study.targets
     s.paragraphs.append(f"Targets: {tg.model_median_error_pct:g}% median, {tg.model_worst_error_pct:g}% worst "
                         "(the study's), no sign bias (as many above as below, within what chance gives: a two-sided "
-                        f"sign test below {SIGN_TEST_LEVEL.value:g} is called a bias), per p and per communication mode; "
-                        "where the median spread is larger than the error, the error is within the run-to-run "
+                        f"sign test below {SIGN_TEST_LEVEL.value:g} is called a bias), per p and per communication "
+                        "mode; where the median spread is larger than the error, the error is within the run-to-run "
                         "noise and cannot be judged finer (both are shown).")
     s.paragraphs.append(judged_note(v, tg))
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
@@ -224,15 +223,6 @@ def section_history(history: History | None) -> Section | None:
     return s
 
 
-def _dates(h: MachineHistory) -> str:
-    return h.first_date if h.first_date == h.last_date else f"{h.first_date} to {h.last_date}"
-
-
-def _commits(commits: tuple, most: int = 4) -> str:
-    """The commits by name, or how many where there are more than `most`."""
-    return ", ".join(commits) if len(commits) <= most else f"{len(commits)} commits"
-
-
 def add_history(s: Section, history: History | None) -> None:
     """The blind tests so far, per machine, and the worst configurations of each."""
     if history is None:
@@ -241,7 +231,8 @@ def add_history(s: Section, history: History | None) -> None:
         s.paragraphs.append(f"Blind-test history ({history.path}): the file holds no blind test.")
         return
     by_machine = history_by_machine(list(history.tests))
-    words = [f"{h.machine}: {h.configurations} configuration(s) in {h.sweeps} sweep(s), {_dates(h)}, "
+    words = [f"{h.machine}: {h.configurations} configuration(s) in {h.sweeps} sweep(s), "
+             f"{h.first_date if h.first_date == h.last_date else h.first_date + ' to ' + h.last_date}, "
              f"median |error| {h.errors.median_abs_pct:.1f}%, worst {h.errors.worst_abs_pct:.1f}%, "
              f"signed median {h.errors.signed_median_pct:+.1f}%; sign: {sign_verdict(h.errors.above, h.errors.below)}"
              for h in by_machine]
@@ -250,7 +241,9 @@ def add_history(s: Section, history: History | None) -> None:
                         "spread / 2 with spread = max / min - 1 over the repeats). " + ". ".join(words) + ".")
     s.tables.append(Table("blind_tests_by_machine", "The model's blind tests so far, per machine kind",
                           [{"machine": h.machine, "configurations": h.configurations, "sweeps": h.sweeps,
-                            "commits": _commits(h.commits), "first": h.first_date, "last": h.last_date,
+                            # the commits by name, or how many where there are more than four
+                            "commits": ", ".join(h.commits) if len(h.commits) <= 4 else f"{len(h.commits)} commits",
+                            "first": h.first_date, "last": h.last_date,
                             "median spread %": h.median_spread_pct, **stats_cells(h.errors),
                             "resolution": h.resolution} for h in by_machine]))
     s.tables.append(Table("blind_tests_worst", f"The {WORST_PER_MACHINE} blind tests of each machine kind with the "
