@@ -123,7 +123,8 @@ class MPIWorld(Group):
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        # let the launcher forward this rank's last line before MPI_Abort tears the job down
+        # let the launcher forward this rank's last line before MPI_Abort tears the job down (a line
+        # printed just before it can be lost under mpiexec on a loaded machine)
         time.sleep(0.2)
         self.comm.Abort(code)
 

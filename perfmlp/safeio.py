@@ -39,7 +39,9 @@ def prefix(value, n: int = PREFIX_CHARS) -> str:
 
 def key(k) -> str:
     """A mapping's key for a message: a string as it is, anything else as prefix() shows it, both cut short."""
-    return prefix(k) if not isinstance(k, str) else k if len(k) <= PREFIX_CHARS else k[:PREFIX_CHARS] + "..."
+    if not isinstance(k, str):
+        return prefix(k)
+    return k if len(k) <= PREFIX_CHARS else k[:PREFIX_CHARS] + "..."
 
 
 def _small(value, budget: int = 200) -> bool:

@@ -89,10 +89,11 @@ class _Setup:
 
 
 def straggler(cfg: Config, rank: int, size: int):
-    """What this rank calls as each batch it computes starts (`--straggler-delay-ms MS --straggler-rank R`):
-    rank R sleeps MS milliseconds, before the batch's first phase, so the batch's wall time holds the delay
-    and no phase does; a reproducible slowdown of one rank, to show what waiting for it costs a synchronous
-    exchange and what an asynchronous one saves (perfmlp/psasync)."""
+    """What this rank calls as each batch it computes starts (`--straggler-delay-ms MS
+    --straggler-rank R`): rank R sleeps MS milliseconds before the batch's first phase, so the
+    batch's wall time holds the delay and no phase does; a reproducible slowdown of one rank, to
+    show what waiting for it costs a synchronous exchange and what an asynchronous one saves
+    (perfmlp/psasync)."""
     if cfg.straggler_delay_ms and cfg.straggler_rank >= size:
         raise PerfmlpError(f"--straggler-rank {cfg.straggler_rank}: this run has ranks 0..{size - 1}")
     if not cfg.straggler_delay_ms or rank != cfg.straggler_rank:

@@ -61,6 +61,7 @@ class _Codes(dict):
         return code
 
 
+# a state's slot is never read as a name: describe() words the states itself
 NAMES = (*STATES, *(p.value for p in N.PHASES), "a phase")
 UNKNOWN = len(NAMES) - 1
 PACKED = 256   # codes from here on are packed names

@@ -30,7 +30,6 @@ import numpy as np
 from .. import names as N
 from ..comm import _nccl_communicator
 from ..model.predict.schedule import slice_rows
-from ..step import NonFiniteLoss
 from ..step import compute as step_compute
 from ..trace.records import Phase
 
@@ -172,7 +171,7 @@ class GpuSlices:
     # -- the step's parts ----------------------------------------------------------------
     compute = staticmethod(step_compute)   # the slices hook into the network's own passes
 
-    def exchange(self, net, reducer, phase, counts, nonfinite=NonFiniteLoss) -> None:
+    def exchange(self, net, reducer, phase, counts) -> None:
         with phase(Phase.ALLREDUCE):
             self._wait(self.compute_ptr, self.landed[0])   # the rest (and slice 0) reduced
         with phase(Phase.UPDATE):

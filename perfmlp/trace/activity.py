@@ -65,7 +65,8 @@ def own_kernel_names() -> tuple[str, ...]:
 def classify(kind: str, name: str | None) -> str:
     """The category of a GPU record: comm for NCCL kernels and the 16-bit
     exchange's casts, copy for copies and memsets, graph for a whole graph
-    launch, else compute."""
+    launch, else compute (traces made before the casts had names of their own
+    file them as compute)."""
     if kind in ("memcpy", "memset"):
         return "copy"
     if kind == N.GRAPH:       # a whole CUDA-graph launch
@@ -89,7 +90,8 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
         if where is None:
             orphans += 1
             continue
-        rec = [classify(kind, name), phase_names.get(ext % (1 << PHASE_BITS), "batch"), start, end, stream, nbytes,
+        code = ext & ((1 << PHASE_BITS) - 1)
+        rec = [classify(kind, name), phase_names.get(code, "batch"), start, end, stream, nbytes,
                COPY_KINDS.get(ck, "other") if kind == "memcpy" else (kind if kind == "memset" else None),
                name, api_of.get(corr), corr]
         out.setdefault(where, []).append(rec)

@@ -22,7 +22,8 @@ measures it (TERM_GROUP). docs/model.md gives each term's formula:
 Overlap (each gradient bucket's allreduce started as the backward pass
 writes it) is a two-stage pipeline on one stream: bucket i's communication
 ends at end_i = max(end_{i-1}, written_i) + comm_i, and what adds to the
-batch is end_last less the end of the backward pass.
+batch is end_last less the end of the backward pass. Not modelled: the
+slowdown of compute kernels sharing SMs with the communication kernels.
 
 The total is the sum (copies, communication and compute serialised, as the
 trainer runs them); the overlapped lower bound is the max of the compute
