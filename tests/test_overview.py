@@ -124,6 +124,9 @@ def test_a_rank_that_waits_in_the_allreduce_is_waiting():
     # the measured compute is the CPU model's to split (GEMMs, NumPy's passes, host), no longer one part
     assert dict(v.parts_ms)[COMMUNICATION] == pytest.approx(0.1) and v.share(GEMMS) > 0
     assert v.share(CPU_COMPUTE) == 0
+    # the parts add up to the batch: the compute's launches and tracing share (host) kept beside the
+    # time outside the phases, not written over by it
+    assert v.total_ms == pytest.approx(r.t_ms) and dict(v.parts_ms)[HOST] > r.t_ms - sum(r.measured_terms(1).values())
 
 
 def test_host_clock_phases_take_the_models_split():

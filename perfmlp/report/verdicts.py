@@ -120,7 +120,7 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
         parts[WAITING] = wait
         parts[COMMUNICATION] = measured["allreduce"] - wait
         parts[COPIES] = sum(measured[g] for g in COPY_TERMS)
-        parts[HOST] = max(0.0, r.t_ms - sum(measured.values()))
+        parts[HOST] += max(0.0, r.t_ms - sum(measured.values()))   # beside the compute's launches share
         return Verdict(_sorted(parts), "measured phases")
     if r.incomparable_terms or not model:
         total = sum(model.values()) or 1.0
