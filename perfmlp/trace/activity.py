@@ -1,26 +1,15 @@
 """The GPU timeline of a rank: CUPTI activity records collected in-process
-(NVIDIA's `cupti-python`), attributed to the batch and phase that launched
-them, and the clocks that put every rank on one time axis.
+(`cupti-python`, imported only when a Collector starts), attributed to the
+batch and phase that launched them, and the clocks that put every rank on
+one time axis.
 
-Collection (`Collector`; `cupti` is imported only when one starts, so CPU
-runs and machines without the wheels never load it):
-- kinds: every kernel launched outside a CUDA graph (CONCURRENT_KERNEL),
-  copies (MEMCPY) and memsets, the driver and runtime API calls (their host
-  start is when the launch was issued) and EXTERNAL_CORRELATION; at the
-  `timeline` level a replayed graph is one GRAPH_TRACE record, at `kernels`
-  each of its kernel nodes is a kernel record (instrumented on the GPU).
-- attribution, exact and without clocks: the tracer pushes an external
-  correlation id (`ext_id(seq, phase code)`) as a phase starts and pops it
-  as it ends; CUPTI ties every API call made meanwhile to it, and every GPU
-  record carries the correlation id of the call that launched it.
-- off the critical path: CUPTI hands full buffers to `_completed` on its own
-  thread, which only turns records into tuples; the join and the writing
-  happen between epochs (`drain`, after a flush, when the device is idle).
-
-Pure functions (tested on the CPU with synthetic records): `attribute`,
-`classify`, `clock_offset`, `gpu_phase_spans`, `to_run_s`,
-and `own_kernel_names` (the kernels perfmlp compiles, which the report's
-cross-check tells apart from cuBLAS's and NCCL's).
+Attribution needs no clocks: the tracer pushes an external correlation id
+(`ext_id(seq, phase code)`) as a phase starts and pops it as it ends; CUPTI
+ties every API call made meanwhile to it, and every GPU record carries the
+correlation id of the call that launched it. At `timeline` a replayed graph
+is one GRAPH_TRACE record, at `kernels` each of its kernels is a record.
+CUPTI's thread only turns records into tuples; the join and the writing
+happen between epochs, when the device is idle (`drain`).
 """
 from __future__ import annotations
 
@@ -44,17 +33,14 @@ def ext_id(seq: int, code: int) -> int:
 
 
 def profiler_owning_cupti(environ=os.environ) -> str | None:
-    """The variable that shows a profiler (Nsight Systems, Nsight Compute)
-    injected itself into CUDA and so owns CUPTI, or None."""
+    """The variable that shows a profiler injected itself into CUDA (and so owns CUPTI), or None."""
     return next((v for v in PROFILER_ENV if environ.get(v)), None)
 
 
 @functools.cache
 def own_kernel_names() -> tuple[str, ...]:
-    """The kernels perfmlp compiles itself: every `__global__` function of
-    perfmlp/gpu's CUDA sources (its *.cu files; extern "C": CUPTI and nsys
-    name them as written). Every other kernel of a step is a library's:
-    cuBLAS's GEMMs and their split-K reductions, NCCL's collectives."""
+    """The `__global__` functions of perfmlp/gpu's *.cu files (extern "C": named as written);
+    every other kernel of a step is cuBLAS's or NCCL's."""
     gpu = resources.files("perfmlp.gpu")
     src = "\n".join(f.read_text() for f in gpu.iterdir() if f.name.endswith(".cu"))
     return tuple(sorted(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", src)))
@@ -63,10 +49,8 @@ def own_kernel_names() -> tuple[str, ...]:
 # ---- records -> a rank's timeline (pure) ------------------------------------------------
 
 def classify(kind: str, name: str | None) -> str:
-    """The category of a GPU record: comm for NCCL kernels and the 16-bit
-    exchange's casts, copy for copies and memsets, graph for a whole graph
-    launch, else compute (traces made before the casts had names of their own
-    file them as compute)."""
+    """A GPU record's category: comm (NCCL kernels, the 16-bit exchange's casts), copy (copies,
+    memsets), graph (a whole graph launch), else compute (older traces file the casts as compute)."""
     if kind in ("memcpy", "memset"):
         return "copy"
     if kind == N.GRAPH:       # a whole CUDA-graph launch
@@ -76,12 +60,10 @@ def classify(kind: str, name: str | None) -> str:
 
 def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase_names: dict
               ) -> tuple[dict, int]:
-    """GPU records -> {(epoch, batch): [record array, ...]} in ACTIVITY_FIELDS
-    order, and how many records no batch launched (the held-out evaluation,
-    setup). `gpu`: (kind, corr, start, end, stream, bytes, copy_kind, name)
-    with kind kernel|memcpy|memset|graph; `ext_of`: correlation id ->
-    external id; `api_of`: correlation id -> host start of the launching
-    call (ns); `batches`: seq -> (epoch, batch); `phase_names`: code -> name."""
+    """GPU records -> ({(epoch, batch): [ACTIVITY_FIELDS arrays]}, records no batch launched).
+    `gpu`: (kind, corr, start, end, stream, bytes, copy_kind, name) tuples; `ext_of`: correlation id
+    -> external id; `api_of`: correlation id -> the launching call's host start (ns); `batches`:
+    seq -> (epoch, batch); `phase_names`: code -> name."""
     out: dict = {}
     orphans = 0
     for kind, corr, start, end, stream, nbytes, ck, name in gpu:
@@ -102,17 +84,11 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
 
 def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | None = None
                     ) -> tuple[dict, float, int, int]:
-    """A batch's phases measured on the GPU, as the CUDA events measured them:
-    each phase runs from the end of the GPU work before it (the previous
-    phase's; for the first, the previous batch's end `prev_end_ns` where that
-    comes before this batch's first record, so an idle GPU waiting for the
-    host counts in the batch, else its first record's start) to the end of
-    its own last record.
-    `host_only`: phase -> (start, end) ns on the CUPTI clock for phases that
-    launched nothing (a host MPI allreduce): they end where the host ended
-    them, as a CUDA event recorded then would. `records`: GpuRecords.
-    Returns ({phase: (offset ms, duration ms)} from the batch's GPU start,
-    total ms, start ns, end ns)."""
+    """A batch's phases measured on the GPU, as CUDA events would: each phase runs from
+    the end of the GPU work before it (for the first: the previous batch's end `prev_end_ns` where
+    that comes before this batch's first record, else that record's start) to its last record's end.
+    `host_only`: phase -> (start, end) CUPTI ns of phases that launched nothing (a host allreduce).
+    Returns ({phase: (offset ms, duration ms)}, total ms, start ns, end ns)."""
     ends: dict = {}
     for r in records:
         ends[r.phase] = max(ends.get(r.phase, 0), r.end_ns)
@@ -131,25 +107,21 @@ def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | N
 # ---- clocks (pure) ----------------------------------------------------------------------
 
 def clock_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
-    """Offset of clock B from clock A (B - A, ns) and its uncertainty, from
-    samples (a_before, b, a_after), e.g. MPI ping-pong rounds: the tightest
-    bracket wins, B's reading taken at its midpoint (NTP's estimate)."""
+    """(B - A ns, uncertainty) from samples (a_before, b, a_after): the tightest bracket, at its midpoint."""
     a0, b, a1 = min(samples, key=lambda s: s[2] - s[0])
     return b - (a0 + a1) // 2, (a1 - a0 + 1) // 2
 
 
 def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
-    """A rank's timestamp on the run's one time axis: seconds since rank 0's
-    tracer started. `clock`: the rank's Clock record; `cupti`: t_ns is a CUPTI
-    timestamp (else the rank's host clock, perf_counter_ns)."""
+    """A rank's timestamp (`cupti`: on CUPTI's clock, else perf_counter_ns) as seconds since rank 0's
+    tracer started; `clock`: the rank's Clock record."""
     host = t_ns - clock.cupti_minus_host_ns if cupti else t_ns
     return (host + clock.rank0_minus_host_ns - clock.rank0_start_ns) / 1e9
 
 
 def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:
-    """(rank 0's perf_counter_ns - ours, uncertainty ns), by ping-pong with
-    rank 0 over MPI (a barrier first); 0 on rank 0 or one process. Every
-    rank calls it."""
+    """(rank 0's perf_counter_ns - ours, uncertainty ns) by MPI ping-pong; (0, 0) on rank 0
+    or one process. A collective."""
     comm = getattr(world, "comm", None)
     if world.size == 1 or comm is None:
         return 0, 0
@@ -179,9 +151,7 @@ _registered = None  # the Collector CUPTI's buffer callbacks deliver to (registe
 
 
 class Collector:
-    """CUPTI activity for one rank. `push(ext)` / `pop()` bracket a phase;
-    `drain(batches, phase_names)` flushes CUPTI and returns the attributed
-    records (call it when the device is idle)."""
+    """CUPTI activity for one rank: `push(ext)` / `pop()` bracket a phase; `drain` returns the records."""
 
     def __init__(self, level: str):
         global _registered
@@ -252,8 +222,7 @@ class Collector:
             self._api.update(api)
 
     def drain(self, batches: dict, phase_names: dict) -> tuple[dict, int]:
-        """Flush CUPTI (the device idle, so every record is complete) and
-        return attribute()'s records per batch; clears what it used."""
+        """Flush CUPTI (call it with the device idle) and return attribute()'s records; clears them."""
         self.cupti.activity_flush_all(1)
         with self._lock:
             gpu, ext, api = self._gpu, self._ext, self._api
@@ -280,8 +249,7 @@ def _completed(activities) -> None:
 
 
 def collector_or_reason(level: str, nvtx_tool: bool = False) -> tuple[Collector | None, str | None]:
-    """A started Collector, or None and one line saying why not (`nvtx_tool`:
-    an NVTX tool is attached, which is a profiler, which owns CUPTI)."""
+    """A started Collector, or None and why not (`nvtx_tool`: a profiler, which owns CUPTI)."""
     if nvtx_tool:
         return None, "a profiler owns CUPTI (an NVTX tool is attached)"
     try:

@@ -1,6 +1,5 @@
-"""`rank-<r>.batches`: the batch records of a rank (records.BatchLayout),
-decoded into Batch records, every field checked; a damaged record ends the
-reading with one line naming the file, the record and the field."""
+"""`rank-<r>.batches` (records.BatchLayout) decoded into Batch records, every field checked: a
+damaged record ends the reading with one line naming the file, the record and the field."""
 from __future__ import annotations
 
 import math
@@ -11,8 +10,7 @@ from .records import Batch, BatchLayout, Header, Span
 
 
 def decode_batches(data: bytes, path, shapes: dict, header: Header, problems: list) -> list:
-    """The Batch records of a rank's batch file (records.BatchLayout), each
-    with where it came from; reading stops at the first unwritten record."""
+    """The Batch records of a rank's batch file, each with where it came from, up to the first unwritten."""
     L = BatchLayout
     if len(data) < L.FILE.size:
         raise TraceError(f"{path}: {len(data)} bytes, shorter than its header")

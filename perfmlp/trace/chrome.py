@@ -1,21 +1,14 @@
-"""Export a run to the Chrome trace-event JSON that Perfetto and
-chrome://tracing open: a process per rank, a track each for its batches,
-host phases, GPU phases and CUDA streams (docs/trace-format.md, "The
-Chrome / Perfetto export"), every rank on rank 0's time axis where the
-trace has clock lines (activity.to_run_s).
+"""Export a run to the Chrome trace-event JSON that Perfetto and chrome://tracing open: a process
+per rank, a track each for its batches, host phases, GPU phases and CUDA streams, every rank on
+rank 0's time axis where the trace has clock lines (docs/trace-format.md).
 
     python -m perfmlp.trace.chrome traces/<run-id> -o run.json
 
-What Perfetto's importer needs (its trace processor folds thread id 0 into
-the process's own track, and drops a slice that partly overlaps another on
-its track): every track has a thread id of its own, never 0 and unique in
-the whole file (`tid`); times are whole nanoseconds, as the trace processor
-stores them, and the slices of a track follow one another there (a slice
-that would run past the next one's start, by clock rounding or a record's
-sub-microsecond overlap, is cut there and keeps its measured length in
-`args.measured_us`). `python -m perfmlp.report.perfetto` checks all of this
-with Perfetto's own trace processor.
-"""
+Perfetto's trace processor folds thread id 0 into the process's own track and drops a slice that
+partly overlaps another on its track, so every track has a thread id of its own, never 0 and
+unique in the file, and times are whole nanoseconds, as it stores them, on which a slice that
+would run past the next one's start is cut there (its measured length kept in
+`args.measured_us`). `python -m perfmlp.report.perfetto` checks this with Perfetto itself."""
 from __future__ import annotations
 
 import errno
@@ -101,9 +94,8 @@ def ns(us: float) -> int:
 
 
 def one_after_another(events: list[dict]) -> list[dict]:
-    """A track's slices in order, their times on Perfetto's nanosecond grid
-    (so that what follows here follows there too), each cut where the next
-    one starts if it would run past it."""
+    """A track's slices in order on Perfetto's nanosecond grid, each cut where the next one
+    starts if it would run past it."""
     for e in events:
         e["ts"], e["dur"] = ns(e["ts"]) / 1e3, ns(e["dur"]) / 1e3
     events.sort(key=lambda e: (e["ts"], -e["dur"]))
@@ -140,15 +132,9 @@ def chrome_json(run: Run) -> str:
 def write_atomically(path: Path, text: str) -> None:
     """`text` at `path`, whole or not at all (a temporary name beside it, renamed)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        try:
-            f.write(text)
-            f.flush()
-        except BaseException:
-            f.close()
-            tmp.unlink(missing_ok=True)
-            raise
     try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -1,8 +1,6 @@
-"""A rank's timestamps on the run's one time axis (seconds since rank 0's
-tracer started): host phase spans, CUPTI activity spans, and how far the
-clocks can be trusted. Readers of a run's timeline (the report's timeline
-analysis and figures) use these; the conversion itself is activity.to_run_s.
-"""
+"""A rank's timestamps on the run's one time axis (seconds since rank 0's tracer started: host phase
+spans, CUPTI activity spans) and how far the clocks can be trusted; the conversion is
+activity.to_run_s."""
 from __future__ import annotations
 
 from .. import names as N
@@ -18,8 +16,7 @@ def host_span_s(clock, batch, off_ms: float, dur_ms: float) -> tuple[float, floa
 
 
 def host_phase_spans_s(batch, clock) -> list[tuple[str, float, float]]:
-    """The host's phases of a batch as (phase, start s, end s): the host's
-    own times where the phases were timed on the GPU."""
+    """The host's phases of a batch as (phase, start s, end s) (its host times where the GPU timed it)."""
     return [(p, *host_span_s(clock, batch, off, d)) for p, (off, d) in (batch.t_ms_host or batch.t_ms).items()]
 
 
@@ -33,8 +30,8 @@ def host_phases_ns(batch, clock) -> dict:
 
 
 def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
-    """A rank's phases of one batch as (phase, start s, end s) on the run's
-    time axis: GPU spans where measured on the GPU, else host spans."""
+    """A batch's phases as (phase, start s, end s) on the run's axis: GPU spans where the GPU timed
+    them, else host spans."""
     if batch.clock == N.CUPTI:
         t0 = batch.gpu_t0_ns
         return [(p, to_run_s(clock, t0 + off * 1e6, True), to_run_s(clock, t0 + (off + d) * 1e6, True))
@@ -43,9 +40,8 @@ def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
 
 
 def clock_quality_us(ranks) -> tuple[float | None, float | None]:
-    """(the ranks' alignment error, the largest CUPTI-against-host drift
-    between a rank's first and last clock records), us; `ranks`: the run's
-    rank traces (each with `clock` and `clock_end`)."""
+    """(the ranks' alignment error, the largest CUPTI-against-host drift over the run), us, of
+    `ranks` (rank traces)."""
     clocks = [rt.clock for rt in ranks if rt.clock]
     err = max((c.rank0_err_ns + (c.cupti_err_ns or 0)) / 1e3 for c in clocks) if clocks else None
     drift = [(rt.clock_end.cupti_minus_host_ns - rt.clock.cupti_minus_host_ns) / 1e3

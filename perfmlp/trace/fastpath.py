@@ -1,20 +1,13 @@
-"""The tracer's begin_batch and end_batch on the fast path: a batch of the
-same piece size as the one before it, whose counts and phase stamps match
-its Shape (with no NVTX tool, CUPTI, CUDA events or redirected writes).
-Such a batch takes two clock reads and one record stored into the mapped
-batch file (records.BatchLayout); any other batch goes to the tracer's
-general path (`begin_other`, `end_other`), which sets the fast path up
-again (`samples`, `local`, `nfast`, `set_shape`).
+"""The tracer's begin_batch and end_batch on the fast path: a batch of the same piece size as the
+one before, whose counts and phase stamps match its Shape (and no NVTX tool, CUPTI, CUDA events
+or redirected writes) takes two clock reads and one record stored into the mapped batch file.
+Any other batch goes to the tracer's general path (`begin_other`, `end_other`), which sets the
+fast path up again (`samples`, `local`, `nfast`, `set_shape`).
 
-Two implementations with one interface: `perfmlp.trace._fastpath.FastPath`
-in C (built where a C compiler was found at install, on little-endian
-Linux; with it `Stamper`, the phases' clock stamp: trace/phases.py) and
-`PyFastPath` below. They write the same bytes (tests/
-test_fastpath.py). Why C: inside an eager GPU step, which is host-bound,
-the Python hooks cost several times what they cost run back to back
-(benchmarks/trace_cost.py measures it), since the step's own work evicts
-their code and data between batches; the C hooks run no bytecode.
-"""
+Two implementations write the same bytes: `perfmlp.trace._fastpath.FastPath` in C (built where a
+compiler was found at install; with it `Stamper`, trace/phases.py's stamp) and `PyFastPath`. The
+C hooks run no bytecode: inside a host-bound eager step, which evicts the hooks' code and data
+between batches, Python hooks cost several times what they cost run back to back."""
 from __future__ import annotations
 
 import time
@@ -71,8 +64,8 @@ class PyFastPath:
 
 
 def fast_path(stamps: list, mm, pos: int, limit: int, begin_other, end_other, grow, compiled: bool | None = None):
-    """The C fast path where it was built (`compiled` None or True), else
-    the Python one; `compiled=True` where it was not built raises ImportError."""
+    """The C fast path where built (`compiled` None or True), else the Python one; `compiled=True`
+    where it was not built raises ImportError."""
     if compiled is None:
         compiled = CFastPath is not None
     if compiled and CFastPath is None:

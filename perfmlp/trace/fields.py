@@ -1,12 +1,7 @@
-"""Checks of one field of a trace record as read from disk.
-
-Each checker takes the raw value (MISSING where the key is absent) and
-returns it converted, or raises `Bad` with what is wrong in a few words; the
-reader adds the file, the line and the field's name (`Bad.at`), so every
-damaged field is one line: `rank-0.jsonl:7: t_ms.forward: 'abc', not
-[offset ms, duration ms]`. A record class lists its fields' checkers in
-their metadata (trace/records.py), next to their documentation.
-"""
+"""Checks of one field of a trace record as read from disk: a checker takes the raw value (MISSING
+where the key is absent) and returns it converted, or raises `Bad` saying what is wrong; the
+reader adds the file, line and field (`rank-0.jsonl:7: t_ms.forward: 'abc', not [offset ms,
+duration ms]`). A record class lists its fields' checkers in their metadata (trace/records.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -152,8 +147,8 @@ def checked(checks: dict, obj: dict) -> dict:
 
 
 def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
-    """The checked values of the dataclass `cls`'s fields in the JSON object
-    `obj` (each field's checker is its metadata's `check`)."""
+    """The checked values of the dataclass `cls`'s fields (their metadata's `check`) in the JSON
+    object `obj`."""
     if not isinstance(obj, dict):
         raise _bad(obj, "not a JSON object")
     return checked({f.name: f.metadata["check"] for f in dataclasses.fields(cls)

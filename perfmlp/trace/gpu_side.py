@@ -1,8 +1,6 @@
-"""The GPU side of a rank's tracer (a mixin of trace.writer.Tracer): its
-clocks, the CUDA events of the `phases` level, read once they have
-completed (never by synchronising the device), and the CUPTI activity of
-the `timeline` and `kernels` levels, written as `gpu` lines between epochs
-and at the end, when the device is idle."""
+"""The GPU side of a rank's tracer (a mixin of writer.Tracer): its clocks, the CUDA events of the
+`phases` level, read once completed (never by synchronising the device), and the CUPTI activity
+of `timeline` and `kernels`, written as `gpu` lines between epochs and at the end."""
 from __future__ import annotations
 
 from . import activity as act
@@ -21,9 +19,7 @@ class GpuSide:
             self._push(act.ext_id(self._seq, 0))  # launches between phases belong to the batch
 
     def _write_clock(self, world, at: str) -> None:
-        """This rank's host clock against rank 0's (ping-pong at the start)
-        and against CUPTI's, so that every record of every rank goes on one
-        time axis (activity.to_run_s)."""
+        """This rank's host clock against rank 0's (ping-pong, at the start) and CUPTI's."""
         if at == "start":
             off, err = act.measure_rank_clocks(world)
             r0 = world.bcast(self.t_start_ns if self.rank == 0 else None)
@@ -33,8 +29,7 @@ class GpuSide:
         self._write(Clock(at=at, **self._clock, cupti_minus_host_ns=cupti[0], cupti_err_ns=cupti[1]))
 
     def _drain_activity(self) -> None:
-        """Write the CUPTI records of every batch begun so far, one `gpu` line
-        per batch (between epochs and at the end: the device is idle)."""
+        """Write the CUPTI records of every batch begun so far, a `gpu` line per batch."""
         if self._collector is None:
             return
         by_batch, orphans = self._collector.drain(self._seq_batch, phase_code_names())

@@ -1,8 +1,6 @@
-"""The manifest of a run (records.Manifest): what ran, on what, from which
-code, and how it ended. Rank 0 writes it at the start, again once the
-backend is built (`what_ran`, `machine_seen`: collectives) and at the end;
-each write goes to a temporary name and is renamed over the last, so the
-file is always whole, and an error names it."""
+"""The manifest of a run (records.Manifest): what ran, on what, from which code, and how it ended.
+Rank 0 writes it at the start, once the backend is built (`what_ran`, `machine_seen`:
+collectives) and at the end, each time to a temporary name renamed over the last."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -27,8 +25,7 @@ def now_iso() -> str:
 
 
 def git_commit() -> str | None:
-    """The commit of the code that runs: PERFMLP_GIT_COMMIT where the copy has
-    no .git (the GPU machine's), else git's answer."""
+    """The commit that runs: PERFMLP_GIT_COMMIT where the copy has no .git, else git's answer."""
     if os.environ.get("PERFMLP_GIT_COMMIT"):
         return os.environ["PERFMLP_GIT_COMMIT"]
     import subprocess
@@ -77,8 +74,7 @@ def machine_seen(world, backend: str) -> dict:
 
 
 def blas_seen() -> tuple[str | None, int | None]:
-    """This process's BLAS library (its name and file) and its thread count
-    now; (None, None) where none is found."""
+    """This process's BLAS library (name and file) and its thread count; (None, None) where none."""
     from ..blas import find_blas
     blas = find_blas()
     if blas is None:
@@ -87,9 +83,8 @@ def blas_seen() -> tuple[str | None, int | None]:
 
 
 def what_ran(cfg, backend, machine: dict, levels: dict, blas: list | None = None) -> Ran:
-    """What ran, from the built backend (its reducer names the exchange, its
-    network the launch shapes), the trace levels the ranks resolved
-    (`levels`: Ran's trace_level* fields) and each rank's `blas_seen()`."""
+    """What ran, from the built backend (its reducer names the exchange, its network the launch
+    shapes), the ranks' trace levels (`levels`: Ran's trace_level* fields) and each rank's blas_seen()."""
     from ..model import costs
     net = backend.net
     gpus = sorted({n["gpu"] for n in machine["nodes"].values() if n.get("gpu")})
@@ -114,8 +109,7 @@ def write_manifest(run_dir: Path, m: Manifest) -> None:
 
 
 def finish_manifest(run_dir: Path, status: str) -> None:
-    """The manifest on disk with its status and end (for a process that
-    holds no Manifest record: the watchdog ending the job)."""
+    """The manifest on disk with its status and end (for a process holding no Manifest: the watchdog)."""
     path = run_dir / MANIFEST
     m = json.loads(path.read_text(encoding="utf-8"))
     m["status"], m["end"] = status, now_iso()
@@ -123,18 +117,14 @@ def finish_manifest(run_dir: Path, status: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """`obj` as JSON at `path`, whole or not at all: written to a temporary
-    name beside it and renamed; an error names `path`. The temporary name is
-    this call's own: ranks, or a rank's watchdog thread and its main thread,
-    that end a run at once each write their own."""
+    """`obj` as JSON at `path`, whole or not at all (a temporary name beside it, renamed; an error
+    names `path`). The temporary name is this call's own: ranks, or a rank's watchdog and main thread,
+    may each write at once."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps(obj, indent=1))
         tmp.replace(path)
     except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        tmp.unlink(missing_ok=True)
         raise named(e, path) from None

@@ -1,15 +1,7 @@
-"""Read an Nsight Systems SQLite export (`nsys ... --export sqlite`) and check
-a run's trace against it.
-
-Per rank (matched by process id: each rank file's header holds its pid):
-- bytes: every CUPTI memcpy record whose CUDA API call was issued inside the
-  k-th perfmlp `batch` NVTX range of that process is summed by direction
-  (copyKind 1 = H2D, 2 = D2H) and compared, to the byte, with the k-th batch
-  line's bytes_h2d and bytes_d2h;
-- time: each phase's median NVTX range duration (host side) beside the
-  trace's median phase time (CUDA events, device side), and the GPU time of
-  the kernels launched inside the phase's ranges.
-"""
+"""Check a run's trace against an Nsight Systems SQLite export (`nsys ... --export sqlite`), per rank
+(matched by the header's process id): the bytes each `batch` NVTX range copied (by CUPTI memcpy
+records, H2D and D2H) against the batch's bytes_h2d and bytes_d2h, to the byte; and each phase's
+median NVTX range (host) and kernel time inside it (GPU) beside the trace's median phase time."""
 from __future__ import annotations
 
 import bisect
@@ -40,8 +32,7 @@ def nvtx_ranges(con, domain: str = "perfmlp"):
 
 
 def _by_pid(con, what: str, table: str) -> dict:
-    """{globalPid: [(api_start_ns, *what)]} of a CUPTI activity table's
-    records, joined with the runtime calls that launched them, by API start."""
+    """{globalPid: [(api_start_ns, *what)]} of a CUPTI table's records, by the launching call's start."""
     rows = _q(con, f"""SELECT r.start, {what}, a.globalPid
                        FROM {table} a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
                        ON a.correlationId = r.correlationId AND a.globalPid = r.globalTid - r.globalTid % ?

@@ -1,13 +1,7 @@
-"""NVTX ranges in the `perfmlp` domain, free when NVTX is absent or disabled.
-
-`nvtx_range(name, payload=None)` works as a context manager and as a
-decorator. With the PyPI `nvtx` package missing, NVTX_DISABLE set, or no
-profiler attached (nvtx then hands out a dummy domain), push and pop are
-no-ops.
-"""
+"""NVTX ranges in the `perfmlp` domain: push and pop are no-ops without the `nvtx` package, with
+NVTX_DISABLE set, or with no profiler attached (nvtx then hands out a dummy domain)."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 from ..names import NVTX_RANGES
@@ -21,7 +15,6 @@ try:
     _domain = _nvtx.get_domain(DOMAIN)
     _ENABLED = type(_domain).__name__ != "DummyDomain"
 except ImportError:
-    _nvtx = None
     _ENABLED = False
 
 
@@ -39,17 +32,3 @@ def pop() -> None:
     if _ENABLED:
         _domain.pop_range()
 
-
-class nvtx_range(contextlib.ContextDecorator):
-    """with nvtx_range("forward", payload=k): ...  or  @nvtx_range("setup")"""
-
-    def __init__(self, name: str, payload: int | None = None):
-        self.name, self.payload = name, payload
-
-    def __enter__(self):
-        push(self.name, self.payload)
-        return self
-
-    def __exit__(self, *exc):
-        pop()
-        return False

@@ -1,18 +1,11 @@
-"""The phase hooks a Tracer hands out (`tracer.phase(Phase.X)`, a dict
-look-up done in C).
+"""The phase hooks a Tracer hands out (`tracer.phase(Phase.X)`, a dict look-up done in C).
 
-Per phase, at the default level, the host pays one `with` and one
-perf_counter() appended to the batch's stamp list (`stamp_class`), all in
-C. Only the first batch of each piece size (`Recording`, around the same
-hooks) notes which phases ran and the operations the network launched in
-each, which trace/shapes.py prices into the batch's `Shape`.
-
-`Event` (the `phases` level on the GPU) records a CUDA event as a phase
-ends (a pool reused batch after batch, through the runtime directly: the
-Event wrappers cost host time on every phase); `Hooked` pushes and pops an
-NVTX range (only where a tool is attached) and a CUPTI external
-correlation id (GPU activity levels).
-"""
+At the default level a phase costs one `with` and one perf_counter() appended to the batch's
+stamps, all in C (`stamp_class`). Only the first batch of each piece size (`Recording`) notes
+the phases that ran and the operations launched in each. `Event` (`phases` on the GPU) records
+a CUDA event as a phase ends, from a pool, through the runtime directly (CuPy's Event wrappers
+cost host time on every phase); `Hooked` pushes and pops an NVTX range and a CUPTI external
+correlation id."""
 from __future__ import annotations
 
 import time
@@ -34,20 +27,16 @@ NOOP = ().__init__
 
 
 def stamp_class(stamps: list, compiled: bool = False) -> type:
-    """The class of a phase on the host clock: one stamp into `stamps` as it
-    starts (a phase ends where the next one starts, the last where the
-    batch ends). Both hooks are C code, taken from the class as they are (no
-    bound method) and called with no arguments: __exit__ is NOOP; __enter__
-    is, with `compiled`, the C extension's Stamper (one C call), else
-    `map(stamps.append, starmap(perf_counter, repeat(()))).__next__`, which
-    reads the clock and appends it (three)."""
+    """The class of a phase on the host clock: one stamp into `stamps` as it starts (a phase ends
+    where the next starts). Both hooks are C callables used as they are (no bound method): __exit__
+    is NOOP; __enter__ is the C Stamper (`compiled`), else a map() iterator's __next__ that reads
+    the clock and appends it."""
     stamp = CStamper(stamps) if compiled else map(stamps.append, starmap(_now, repeat(()))).__next__
     return type("Stamp", (), {"__slots__": (), "__enter__": stamp, "__exit__": NOOP})
 
 
 class Event:
-    """A phase timed on the GPU: a CUDA event as it ends (it starts at the
-    event before it, the previous phase's or the batch's first)."""
+    """A phase timed on the GPU: a CUDA event as it ends (it starts at the event before it)."""
 
     __slots__ = ("t", "drain")
 
@@ -64,8 +53,7 @@ class Event:
 
 
 class Hooked:
-    """An NVTX range and, collecting GPU activity, a CUPTI external
-    correlation id around a phase (the batch's sequence and the phase's code)."""
+    """An NVTX range and, collecting GPU activity, a CUPTI external correlation id around a phase."""
 
     __slots__ = ("t", "base", "name", "code")
 
@@ -89,8 +77,7 @@ class Hooked:
 
 
 class Recording:
-    """The first batch of a piece size: which phases ran, in order, and the
-    operations and kernels the network launched in each."""
+    """The first batch of a piece size: which phases ran, in order, and what each launched."""
 
     __slots__ = ("t", "base", "name")
 

@@ -1,11 +1,8 @@
-"""The one reader of the trace (`read_run`, `read_traces`): it returns
-records (trace/records.py) and nothing else, every field checked. A damaged
-field ends the reading of its run with one line naming the file, the line
-(or batch record) and the field (`TraceError`); a run cut off (killed, a
-full disk) is read with every batch it finished and marked incomplete.
-Format-1 traces are read through trace/upgrade.py. `Run.from_records`
-builds a run from in-memory records (tests need no files).
-"""
+"""The one reader of the trace (`read_run`, `read_traces`): it returns records (trace/records.py)
+and nothing else, every field checked. A damaged field ends the reading of its run with one line
+naming the file, the line (or batch record) and the field (`TraceError`); a run cut off (killed,
+a full disk) is read with every batch it finished and marked incomplete. Format-1 traces are read
+through trace/upgrade.py; `Run.from_records` builds a run from in-memory records."""
 from __future__ import annotations
 
 import dataclasses
@@ -83,9 +80,7 @@ class Run:
 
     @property
     def profiled(self) -> bool:
-        """Ran under a profiler (its times include the profiler's cost): the
-        manifest says an NVTX tool was attached, or an Nsight Systems export
-        sits beside the trace."""
+        """Ran under a profiler: an NVTX tool was attached, or an Nsight Systems export sits beside it."""
         if self.manifest.profiler_attached:
             return True
         return bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir())
@@ -99,12 +94,9 @@ class Run:
         return self._steady
 
     def batch_time_ms(self, b: Batch) -> float:
-        """A batch's time: on the GPU (CUDA events or CUPTI records) where the
-        trace has it. On the host clock the epoch's synchronised wall time
-        per batch over its steady window (STEADY_RULE) stands in for each of
-        its batches, the figure the trainer prints: a GPU run's host time is
-        the enqueue time, not the GPU's, and a CPU run's leaves out the time
-        between batches. Traces without epoch lines keep the host time."""
+        """A batch's time: on the GPU where the trace has it; on the host clock the epoch's
+        synchronised wall time per steady batch, the figure the trainer prints (a GPU run's host time is
+        the enqueue time, a CPU run's leaves out the time between batches); else the host time."""
         if b.t_ms_total:
             return b.t_ms_total
         if b.clock == N.HOST_CLOCK:
@@ -121,9 +113,8 @@ class Run:
 
     @property
     def host_enqueue_times(self) -> bool:
-        """A GPU run some of whose steady batch times are the host's enqueue
-        times: host-clock batches and no synchronised steady time on their
-        epoch's line to stand in. Its time per batch measures the host."""
+        """A GPU run some of whose steady batch times are the host's enqueue times (host-clock
+        batches with no synchronised epoch time to stand in)."""
         if not self.on_gpu:
             return False
         return any(not b.t_ms_total and b.clock == N.HOST_CLOCK and not self._epoch_ms.get(b.epoch)
@@ -152,8 +143,7 @@ class Run:
 
     @classmethod
     def from_records(cls, manifest: Manifest, ranks: dict, run_id: str | None = None) -> "Run":
-        """A Run from in-memory records (rank -> the records it would have
-        written: Header, Shape, Batch, Epoch, GpuActivity, Clock, Activity, End)."""
+        """A Run from in-memory records: rank -> the records it would have written."""
         once = manifest.ran is None or manifest.ran.comm != N.PS_ASYNC
         rts = {r: _with_mem_bytes(rank_trace(r, [(rec, f"rank {r} record {i}") for i, rec in enumerate(recs)],
                                              once), manifest)
@@ -166,9 +156,8 @@ _ONE = {Header: "header", End: "end"}
 
 
 def rank_trace(rank: int, recs: list, once: bool = True) -> RankTrace:
-    """A rank's records (each with where it came from) put together: the
-    batches in order, each once (`once`; an asynchronous parameter server's
-    worker may compute several pieces of one batch), their phases measured
+    """A rank's records (each with where it came from) put together: the batches in order, each
+    once (`once`; a ps-async worker may compute several pieces of one batch), their phases measured
     on the GPU where the rank recorded GPU activity."""
     parts: dict = {"batches": [], "epochs": [], "shapes": {}, "updates": []}
     gpu: dict = {}
@@ -222,7 +211,7 @@ def _on_gpu(batches: list, gpu: dict, clock: Clock | None) -> list:
 # ---- from disk ----------------------------------------------------------------------------
 
 def _bytes(path: Path) -> bytes:
-    """A trace file's bytes; TraceError naming it (not a regular file, unreadable, a damaged pack)."""
+    """A trace file's bytes; TraceError naming it."""
     try:
         return read_rank_bytes(path)
     except (OSError, EOFError) as e:
@@ -252,8 +241,7 @@ def read_manifest(folder: Path) -> tuple[Manifest, int]:
 
 
 def _lines(path: Path, problems: list) -> list[tuple[int, str]]:
-    """(line number, text) of a rank file's non-empty lines; a last line cut
-    off mid-way (a run killed, a full disk) is left out and noted."""
+    """(line number, text) of a rank file's non-empty lines; a cut-off last line is left out and noted."""
     text = _bytes(path).decode("utf-8", errors="replace")
     lines = text.split("\n")
     out = [(i, s) for i, s in enumerate(lines, 1) if s.strip()]

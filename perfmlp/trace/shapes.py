@@ -1,13 +1,9 @@
-"""The Shape a batch references: what a batch of one piece size costs,
-priced once. The first batch of each piece size records which phases ran
-and the operations the network launched in each (trace/phases.py:
-Recording); `price` turns them into the Shape's counts with the model's
-formulas (perfmlp/model/costs.py) on the launched shapes, and the tracer
-writes its line once. A later batch of that size references it by id; one
-whose byte counts or collectives differ gets a Shape of its own, and one
-that recorded other phases one without phases (its next batch of that size
-records again).
-"""
+"""The Shape a batch references: what a batch of one piece size costs, priced once. The first
+batch of each piece size records the phases that ran and the operations launched in each
+(trace/phases.py: Recording); `price` turns them into the Shape's counts with the model's
+formulas (perfmlp/model/costs.py). A later batch of that size references it by id; one whose
+byte counts or collectives differ gets a Shape of its own, and one that recorded other phases
+one without phases (its next batch of that size records again)."""
 from __future__ import annotations
 
 from ..model.costs import Widths, op_cost, weight_grad_elements
@@ -17,12 +13,9 @@ from .records import BatchLayout, Shape
 
 
 def mem_bytes(launches, w: Widths, weight_grads: int) -> dict:
-    """phase -> device-memory bytes the operations launched in it read and
-    write: the model's formulas (model.costs.op_cost) at the precision's
-    widths, and where the weight-gradient GEMMs' operands are narrower than
-    the parameters their float32 writes of `weight_grads` elements
-    (model.costs.weight_grad_elements), in the phase that ran them, as
-    model.costs.batch_counts counts them."""
+    """phase -> device-memory bytes its operations read and write (model.costs.op_cost at the
+    widths `w`), plus, where the weight-gradient GEMMs' operands are narrower than the parameters,
+    their float32 writes of `weight_grads` elements, as model.costs.batch_counts counts them."""
     out = {p: sum(op_cost(op, tuple(shape), w)[1] for op, shape in ops) for p, ops in launches.items()}
     grads = Phase.BACKWARD if Phase.BACKWARD in out else Phase.GRAPH
     if grads in out:
@@ -31,11 +24,8 @@ def mem_bytes(launches, w: Widths, weight_grads: int) -> dict:
 
 
 def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: int = 0) -> dict:
-    """The Shape fields of a recorded batch: `ran` (phase, first op, end op,
-    kernels) in order, `ops` the (operation, shape) the network launched.
-    FLOPs and device-memory bytes are the model's formulas
-    (perfmlp/model/costs.py) on the launched shapes at the precision's
-    widths `w` (mem_bytes); a GEMM is one launch (a library call on cuBLAS)."""
+    """The Shape fields of a recorded batch: `ran` (phase, first op, end op, kernels) in order,
+    `ops` the (operation, shape) the network launched; a GEMM is one launch."""
     flops, nops, kernels, gemms, launches = {}, {}, {}, {}, {}
     for name, i0, i1, k in ran:
         mine = ops[i0:i1]
@@ -50,8 +40,8 @@ def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: i
 
 
 class Note:
-    """The writer's note of a Shape: what a batch of it must match, and its
-    record's layout. `coll` None: a batch whose shape is being recorded."""
+    """The writer's note of a Shape: what a batch of it must match, and its record's layout
+    (`coll` None: a shape being recorded)."""
 
     __slots__ = ("id", "bytes", "coll", "nstamps", "record", "size", "priced", "key")
 
@@ -70,8 +60,8 @@ class ShapeBook:
         return e
 
     def _shape_for(self, entry, counts) -> Note:
-        """The Shape this batch's counts are (a new one written where none
-        matches): after a recording batch, priced from what it launched."""
+        """The Shape this batch's counts are (written where none matches), priced after a
+        recording batch."""
         byte_counts = counts.byte_counts()
         key = entry.key
         if entry.coll is None:
@@ -108,15 +98,15 @@ class ShapeBook:
         return e
 
     def _weight_grads(self) -> int:
-        """Elements the network's weight-gradient GEMMs write, where that
-        costs bytes of its own (operands narrower than the parameters)."""
+        """Elements the weight-gradient GEMMs write at their own cost (operands narrower than
+        the parameters), else 0."""
         if self._net is None or self.widths.act == self.widths.param:
             return 0
         return weight_grad_elements(self._net.p.layer_sizes, getattr(self._net, "fuse_output", True))
 
     def _records(self) -> int:
-        """Batch records written: those of the mapped file, walked (the hot
-        path counts nothing), and those written through _write_batch."""
+        """Batch records written: the mapped file's, walked (the hot path counts nothing), and
+        those written through _write_batch."""
         sizes = {e.id: e.size for e in self._entries}
         pos, n, mm, end = self._store.start, 0, self._fp.mm, self._fp.pos
         while pos < end:

@@ -1,7 +1,5 @@
-"""The steady window of a run's batches and its time per batch: one
-definition, the trainer's (trace.format.warmup_batches, recorded in each
-epoch line's `warmup_batches` and `steady_ms_per_batch`), which the reader
-applies to what the ranks wrote."""
+"""The steady window of a run's batches and its time per batch: the trainer's definition
+(format.warmup_batches, as each epoch line records it), applied to what the ranks wrote."""
 from __future__ import annotations
 
 from collections import Counter
@@ -18,8 +16,7 @@ STEADY_RULE = (f"the first {WARMUP_BATCHES} batches of every epoch of more than 
 
 
 def steady_window(ranks: Mapping) -> dict:
-    """(epoch, batch) -> {rank: Batch} of the steady batches (STEADY_RULE)
-    of `ranks` (rank -> RankTrace)."""
+    """(epoch, batch) -> {rank: Batch} of the steady batches (STEADY_RULE); `ranks`: rank -> RankTrace."""
     every: dict = {}
     for r, rt in ranks.items():
         for b in rt.batches:
@@ -33,9 +30,8 @@ def steady_window(ranks: Mapping) -> dict:
 
 
 def epoch_ms(ranks: Mapping) -> dict[int, float]:
-    """epoch -> its synchronised wall time per batch, the slowest rank's:
-    over the steady window (the epoch line's steady_ms_per_batch), or over
-    the whole epoch where it left no batch out."""
+    """epoch -> its synchronised wall time per batch, the slowest rank's: over the steady window,
+    or the whole epoch where it left none out."""
     out: dict = {}
     for rt in ranks.values():
         nbatches: dict = {}

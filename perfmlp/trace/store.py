@@ -1,21 +1,12 @@
-"""Where a rank's records go: `LineFile` (rank-<r>.jsonl, one write(2) a
-line) and `BatchFile` (rank-<r>.batches, the batch records in
-records.BatchLayout, written into a memory-mapped, preallocated file).
+"""Where a rank's records go: `LineFile` (rank-<r>.jsonl, one write(2) a line) and `BatchFile`
+(rank-<r>.batches, records.BatchLayout records stored into a memory-mapped, preallocated file).
 
-Why a mapped file: a record stored into a shared mapping is in the kernel's
-page cache at once, so a run killed outright (SIGKILL) keeps every batch it
-finished, without a system call per batch. The file is reserved ahead with
-posix_fallocate, so a full disk shows up as an error naming the file when
-it grows, never as a SIGBUS on a store; at the end it is cut to what was
-written. Every error names the file.
-
-Why pages are faulted in ahead: the first store into each page of the
-mapping takes a page fault (the page allocated, zeroed and made writable),
-on the step's critical path. The file faults in the next POPULATE_BYTES
-with one madvise(MADV_POPULATE_WRITE) as the records reach them; a window,
-not the whole file, so that its pages are not written back, and made
-read-only again, long before records land on them.
-"""
+A record stored into a shared mapping is in the page cache at once, so a run killed outright
+keeps every batch it finished, with no system call per batch. posix_fallocate reserves the file
+ahead, so a full disk is an error naming the file, never a SIGBUS on a store; the end cuts it to
+what was written. The first store into a page faults on the step's critical path, so the next
+POPULATE_BYTES are faulted in ahead (madvise(MADV_POPULATE_WRITE)): a window, not the whole
+file, so its pages are not written back, and made read-only again, before records land on them."""
 from __future__ import annotations
 
 import mmap
@@ -62,10 +53,8 @@ class LineFile:
 
 
 class BatchFile:
-    """The mapped, preallocated batch file. The writer stores records into
-    `mm` at offsets it keeps itself (the hot path: no call into this class
-    per batch) and calls `ready_to` when the next record would go past the
-    bytes made ready for it."""
+    """The mapped, preallocated batch file. The writer stores records into `mm` at offsets it
+    keeps itself and calls `ready_to` when the next record would go past `limit`."""
 
     def __init__(self, path: Path, rank: int):
         self.path = path
@@ -83,9 +72,8 @@ class BatchFile:
         self.start = BatchLayout.FILE.size   # where the first record goes
 
     def ready_to(self, need: int) -> int:
-        """Reserve and map at least `need` bytes and fault in the pages up to
-        POPULATE_BYTES past them; returns `limit`: stores below it take no
-        page fault (without MADV_POPULATE_WRITE: the mapped size)."""
+        """Reserve and map at least `need` bytes, fault in POPULATE_BYTES past them; returns
+        `limit`, below which stores take no page fault (without MADV_POPULATE_WRITE: the mapped size)."""
         if need > self.cap:
             self.grow(need)
         if self._populate:
@@ -126,8 +114,7 @@ class BatchFile:
 
 
 class WrittenBatchFile(LineFile):
-    """The batch records written by write(2), to a file or device that
-    cannot be mapped (the fault tests' /dev/full)."""
+    """The batch records written by write(2), to a file that cannot be mapped (/dev/full)."""
 
     def append(self, record, *values) -> None:
         self.write(record.pack(*values))

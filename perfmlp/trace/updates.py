@@ -1,14 +1,8 @@
-"""The asynchronous parameter server's record: one `update` line per
-gradient applied (`--comm ps-async`, written by rank 0, the server; an
-optional kind: other runs write none, readers of other kinds skip it).
-A gradient computed on piece `piece` of batch `batch` (costs.piece) missed
-`update - read` updates (its delay); its staleness, the complete steps its
-parameters lacked (k - K), is at most --staleness. `apply_ms` holds the
-gradient's copy to the GPU, `reply_ms` the parameters' copy out and send.
-
-With the initial parameters, the data and the configuration, the update
-lines alone determine the final parameters (perfmlp/psasync/replay.py).
-"""
+"""The asynchronous parameter server's record (`--comm ps-async`): one `update` line per gradient
+rank 0 applied; other runs write none. A gradient computed on piece `piece` of batch `batch`
+missed `update - read` updates; its staleness (complete steps its parameters lacked) is at most
+--staleness. With the initial parameters, the data and the configuration, the update lines alone
+determine the final parameters (perfmlp/psasync/replay.py)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,22 +1,12 @@
-"""Format 1 (`perfmlp.trace/1`) read as format 2's records, so that trace
-sets made before format 2 stay readable. The one place where what a
-format-1 run ran is worked out from what it wrote:
+"""Format 1 (`perfmlp.trace/1`) read as format 2's records: the one place where what a format-1 run
+ran is worked out from what it wrote, every field checked as format 2's are.
 
-- the exchange: the manifest's `comm`, else the configuration's where it
-  names one, else `mpi-staged` on the GPU and `mpi` on NumPy (the rule the
-  trainer had); the execution mode: `exec`, else the configuration's as the
-  trainer resolves it (eager where it names none: graph mode came later);
-  the trace level: `trace_level`, else `phases` (that tracer timed every
-  phase, with CUDA events on a GPU); `auto` as the mode's default;
-- the launch shapes: whether the output layer's backward ran fused, from
-  the operations the first batch line counted; the fused backward's column
-  block by the commit that ran (`COLS_BY_COMMIT`; 256 otherwise, the value
-  before and after those commits);
-- each batch line's counts become a `Shape` (one per distinct set), its
-  times a `Batch`.
-Every field is checked as format 2's are: one line naming file, line and
-field.
-"""
+- the exchange: the manifest's `comm`, else the configuration's, else the trainer's old rule
+  (`mpi-staged` on the GPU, `mpi` on NumPy); the execution mode: `exec`, else the configuration's
+  as resolved (eager where none); the trace level: `trace_level`, else `phases`;
+- the launch shapes: a fused output backward, from the operations the first batch counted; its
+  column block by the commit that ran (`COLS_BY_COMMIT`, else 256);
+- each batch line's counts become a `Shape` (one per distinct set), its times a `Batch`."""
 from __future__ import annotations
 
 import dataclasses
@@ -77,10 +67,8 @@ def manifest(obj: dict) -> Manifest:
 
 
 def with_mem_bytes(shape: Shape, m: Manifest) -> Shape:
-    """A Shape written before `mem_bytes` with it, from the run's own layer
-    sizes and precision: the model's formulas on the launched shapes where
-    the Shape holds them, else (format 1) on the shapes the run's step
-    launches (model.costs.batch_counts), a graph replay holding them all."""
+    """A Shape written before `mem_bytes` with it, from the run's layer sizes and precision: on
+    the launched shapes where it holds them, else (format 1) on the step's (model.costs.batch_counts)."""
     if shape.mem_bytes is not None or m.ran is None:
         return shape
     from ..model.costs import batch_counts, weight_grad_elements, widths
@@ -97,8 +85,7 @@ def with_mem_bytes(shape: Shape, m: Manifest) -> Shape:
 
 
 def with_launch(m: Manifest, first: Batch | None) -> Manifest:
-    """The manifest with `fuse_output` as the run's first batch shows it:
-    the operations it counted are the fused step's or the unfused one's."""
+    """The manifest with `fuse_output` as the first batch's operation count shows it."""
     if first is None or m.ran is None or m.ran.parallel != N.DATA or m.ran.comm in N.PS_COMMS:
         return m
     from ..model.costs import batch_counts
@@ -131,8 +118,7 @@ def _frozen(v):
 
 
 def rank_records(lines: list[tuple[int, str]], path: str) -> list:
-    """A format-1 rank file's lines as format-2 records, each with where it
-    came from (LineError: file, line and field)."""
+    """A format-1 rank file's lines as format-2 records, each with where it came from."""
     out, shapes = [], {}
     header = None
     for i, text in lines:
@@ -174,9 +160,8 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
 
 
 def format1(manifest_obj: dict, ranks: dict) -> tuple:
-    """Format-1 objects held in memory (a manifest, rank -> its lines as
-    dicts) as Run.from_records takes them: (Manifest, rank -> records),
-    read as from disk (a rank without a header line gets one)."""
+    """Format-1 objects in memory (a manifest, rank -> its lines as dicts) as Run.from_records takes
+    them, read as from disk (a rank without a header line gets one)."""
     m = manifest(manifest_obj)
     out = {}
     for r, objs in ranks.items():

@@ -1,25 +1,14 @@
 """Writing a run's trace (its records: trace/records.py).
 
-Two tracers with one interface, which the training loop calls:
-`attach(world, backend)` once the backend is built, `begin_batch`,
-`phase(Phase.X)` (a context manager), `end_batch(loss, counts)`,
-`end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer`
-writes the trace.
+Two tracers with one interface, which the training loop calls: `attach(world, backend)` once the
+backend is built, `begin_batch`, `phase(Phase.X)` (a context manager), `end_batch(loss, counts)`,
+`end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer` writes the trace.
 
-What is timed depends on `--trace-level` (names.TRACE_LEVELS; `auto` is
-resolved in `attach` by the execution mode that runs). CUDA events (`phases`
-on the GPU) are read once they have completed, never by synchronising the
-device; CUPTI activity (trace/activity.py) is written as `gpu` lines between
-epochs.
-
-Host cost per batch, which a host-bound step pays in full
-(benchmarks/trace_cost.py): one perf_counter() per phase, appended in C
-(trace/phases.py), and begin_batch and end_batch on their fast path
-(trace/fastpath.py: two clock reads and one record stored into the mapped
-batch file; no dictionary look-up, no JSON, no system call). The first
-batch of each piece size records the operations the network launched,
-prices them (trace/shapes.py) and writes the `Shape` line once.
-"""
+What a host-bound step pays per batch is kept to one perf_counter() per phase, appended in C
+(trace/phases.py), and begin_batch and end_batch on their fast path (trace/fastpath.py: one
+record stored into the mapped batch file; no dictionary look-up, JSON or system call). Only the
+first batch of each piece size records what the network launched, prices it (trace/shapes.py)
+and writes its `Shape` line; CUDA events are read once completed, CUPTI records between epochs."""
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +22,7 @@ from ..model.costs import widths
 from .. import names as N
 from . import activity as act
 from . import nvtx as nv
-from .format import ACTIVITY_SCHEMA, batch_file, default_trace_level, rank_file
+from .format import ACTIVITY_SCHEMA, default_trace_level
 from .manifest import blas_seen, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
 from .fastpath import CFastPath, fast_path
 from .gpu_side import GpuSide
@@ -77,8 +66,8 @@ class Tracer(ShapeBook, GpuSide):
         self.widths = widths(cfg.precision)   # the Shape's device-memory bytes
         self.level = cfg.trace_level  # attach() resolves auto
         self.t_start_ns = _ns()
-        self._lines = LineFile(run_dir / rank_file(rank))
-        self._store = BatchFile(run_dir / batch_file(rank), rank)
+        self._lines = LineFile(run_dir / f"rank-{rank}.jsonl")
+        self._store = BatchFile(run_dir / f"rank-{rank}.batches", rank)
         self._count = 0              # batch records written once writes are redirected
         self._entries: list = []     # every Note made (their record sizes, to count the records at the end)
         self._written = None         # a WrittenBatchFile once writes are redirected
@@ -115,8 +104,8 @@ class Tracer(ShapeBook, GpuSide):
 
     # -- the hooks the training loop calls -----------------------------------------
     def attach(self, world, backend) -> None:
-        """Resolve the level, write the header and clock lines, and (rank 0)
-        what ran into the manifest (collectives: every rank calls it)."""
+        """Resolve the level, write the header and clock lines, and (rank 0) what ran into the
+        manifest. A collective."""
         self._net = getattr(backend, "net", None)
         self._kernels = self._net if self._net is not None else _NoNet
         asked, note, why = self.level, None, None
@@ -182,9 +171,8 @@ class Tracer(ShapeBook, GpuSide):
                                host_start_ns=self.t_start_ns))
 
     def _begin_other(self, epoch: int, batch: int, samples: int, local: int) -> None:
-        """begin_batch's general path: the first batch of a piece size, a
-        batch after one that took end_batch's general path, or every batch
-        with hooks, CUDA events or redirected writes."""
+        """begin_batch's general path: a batch the fast path cannot take (a new piece size,
+        after a general end, hooks, CUDA events or redirected writes)."""
         note = self._shapes.get(samples << 32 | local)
         if note is None:  # the first batch of this piece size: note what it launches
             note = self._recording_entry(samples, local)
@@ -216,9 +204,8 @@ class Tracer(ShapeBook, GpuSide):
             self._stamps.append(self._last_event if self._last_event is not None else self._event())
 
     def _end_other(self, loss, counts) -> None:
-        """end_batch's general path: hooks to close, CUDA events, redirected
-        writes, or a batch whose counts its Note does not hold (the next batch
-        takes begin_batch's general path)."""
+        """end_batch's general path: hooks to close, CUDA events, redirected writes, or counts
+        its Note does not hold (the next batch then takes begin_batch's general path)."""
         fp = self._fp
         fp.samples = fp.local = fp.nfast = -1
         if self._hooks:
@@ -264,9 +251,8 @@ class Tracer(ShapeBook, GpuSide):
         self._write(Epoch(**clean))
 
     def close(self, status: str) -> None:
-        """Write what is pending, the end line and (rank 0) the manifest's
-        status. Each step is tried even when an earlier one failed; the first
-        failure is raised at the end."""
+        """Write what is pending, the end line and (rank 0) the manifest's status; every step is
+        tried, and the first failure raised at the end."""
         if self._closed:
             return
         self._closed = True
@@ -320,8 +306,8 @@ def new_run_id(cfg, world) -> str:
 
 
 def make_tracer(cfg, world, compiled: bool | None = None):
-    """A Tracer writing under cfg.trace_dir, or the no-op tracer with
-    --no-trace; `compiled`: its batch hooks in C (None: where built)."""
+    """A Tracer writing under cfg.trace_dir, or NullTracer with --no-trace; `compiled`: C batch hooks
+    (None: where built)."""
     if not cfg.trace:
         return NullTracer()
     run_id = new_run_id(cfg, world)
