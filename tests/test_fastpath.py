@@ -87,7 +87,7 @@ def test_the_manifest_names_the_hooks_that_ran(tmp_path, compiled):
 @needs_c
 def test_the_c_stamper_appends_perf_counters_clock():
     import time
-    from perfmlp.trace.phases import stamp_class
+    from perfmlp.trace.fastpath import stamp_class
     stamps: list = []
     hook = stamp_class(stamps, compiled=True)()
     before = time.perf_counter()

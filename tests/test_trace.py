@@ -139,10 +139,10 @@ def _driven_run(tmp_path, monkeypatch, plan):
     Returns the run read back, the batches end_batch's general path took
     and the tracer."""
     from itertools import count
-    from perfmlp.trace import fastpath as fastpath_mod, phases as phases_mod, writer as writer_mod
+    from perfmlp.trace import fastpath as fastpath_mod, writer as writer_mod
     from synthetic import drive_tracer
     ticks = count(1.0)
-    for mod in (phases_mod, writer_mod, fastpath_mod):
+    for mod in (writer_mod, fastpath_mod):
         monkeypatch.setattr(mod, "_now", lambda: next(ticks))
     general, end_other = [], writer_mod.Tracer._end_other
     monkeypatch.setattr(writer_mod.Tracer, "_end_other", lambda t, *a: general.append(t._fp.batch) or end_other(t, *a))

@@ -303,7 +303,7 @@ static PyTypeObject FastPathType = {
 };
 
 /* Stamper(stamps): called with no arguments, appends perf_counter() to the
- * list `stamps`. A phase's __enter__ on the host clock (trace/phases.py:
+ * list `stamps`. A phase's __enter__ on the host clock (trace/fastpath.py:
  * stamp_class): the with statement takes it from the class as it is (no
  * descriptor, so no bound method is made) and calls it; one C call in
  * place of map/starmap's three. */

@@ -20,12 +20,12 @@ from . import fields as F
 from . import upgrade
 from .activity import gpu_phase_spans
 from .format import MANIFEST, PACKED, WARMUP_BATCHES, rank_files, read_rank_bytes
-from .batchfile import decode_batches
 from .clocks import host_phases_ns
 from .fields import TraceError
 from .lines import parse
 from .updates import Update
 from .steady import STEADY_RULE, epoch_ms, steady_window
+from .store import decode_batches
 from .records import (SCHEMA, Activity, Batch, Clock, End, Epoch, GpuActivity, Header, Manifest, Shape, Span,
                       read)
 

@@ -1,6 +1,6 @@
 """The Shape a batch references: what a batch of one piece size costs, priced once. The first
 batch of each piece size records the phases that ran and the operations launched in each
-(trace/phases.py: Recording); `price` turns them into the Shape's counts with the model's
+(trace/fastpath.py: Recording); `price` turns them into the Shape's counts with the model's
 formulas (perfmlp/model/costs.py). A later batch of that size references it by id; one whose
 byte counts or collectives differ gets a Shape of its own, and one that recorded other phases
 one without phases (its next batch of that size records again)."""
@@ -47,7 +47,7 @@ class Note:
 
 
 class ShapeBook:
-    """The tracer's part that keeps its Shapes (a mixin of trace.writer.Tracer)."""
+    """The tracer's part that keeps its Shapes (a mixin of writer.Tracer)."""
 
     def _recording_entry(self, samples: int, local: int) -> Note:
         self._ops.clear()
