@@ -260,9 +260,4 @@ def collector_or_reason(level: str, nvtx_tool: bool = False) -> tuple[Collector 
 
 def cupti_clock(now_ns) -> tuple[int, int]:
     """(CUPTI's clock - perf_counter_ns, uncertainty ns), from 20 brackets."""
-    samples = []
-    for _ in range(20):
-        a0 = time.perf_counter_ns()
-        b = now_ns()
-        samples.append((a0, b, time.perf_counter_ns()))
-    return clock_offset(samples)
+    return clock_offset([(time.perf_counter_ns(), now_ns(), time.perf_counter_ns()) for _ in range(20)])

@@ -20,7 +20,7 @@ from pathlib import Path
 from .. import names as N
 from ..cli import Parser
 from ..errors import PerfmlpError
-from ..safeio import InputError, check_output
+from ..safeio import check_output
 from .activity import to_run_s
 from .format import BYTE_COUNTS
 from .reader import Run, TraceError, read_run
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         check_output(a.out, inputs=[a.run], what="-o")   # never over the run it reads, a link or a device
         run = read_run(a.run)
         text = chrome_json(run)
-    except (TraceError, InputError, PerfmlpError) as e:
+    except (TraceError, PerfmlpError) as e:  # InputError is a PerfmlpError
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2
     except RecursionError:

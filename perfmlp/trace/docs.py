@@ -119,22 +119,19 @@ lasts the trace's `wall_ms`; exit status 1 when anything was dropped.
 """
 
 
-def _table(cls, title: str, text: str) -> list[str]:
+def _table(cls, title: str, text: str | None = None) -> list[str]:
+    text = text or " ".join(s.strip() for s in (cls.__doc__ or "").split("\n") if s.strip())
     return [f"### {title}", "", text, "", "| field | meaning |", "| --- | --- |",
             *(f"| `{f.name}` | {f.metadata.get('doc', '')} |" for f in fields(cls)), ""]
 
 
 def render() -> str:
-    parts = [INTRO, "## manifest.json", ""]
-    parts += _table(R.Manifest, "`Manifest`", R.Manifest.__doc__.split("\n\n")[0].replace("\n    ", " "))
-    parts += _table(R.Ran, "`Ran` (the manifest's `ran`)", R.Ran.__doc__)
-    parts += ["## rank-<r>.jsonl", ""]
+    parts = [INTRO, "## manifest.json", "", *_table(R.Manifest, "`Manifest`"),
+             *_table(R.Ran, "`Ran` (the manifest's `ran`)"), "## rank-<r>.jsonl", ""]
     for cls in (R.Header, R.Clock, R.Activity, R.Shape, R.Epoch, R.GpuActivity, Update, R.End):
-        doc = " ".join(line.strip() for line in (cls.__doc__ or "").split("\n") if line.strip())
-        parts += _table(cls, f"`{cls.__name__}` (`kind: \"{cls.KIND}\"`)", doc)
-    parts += _table(R.GpuRecord, "`GpuRecord`", " ".join(s.strip() for s in R.GpuRecord.__doc__.split("\n")))
-    parts += ["## rank-<r>.batches", "",
-              " ".join(s.strip() for s in R.BatchLayout.__doc__.split("\n")), ""]
+        parts += _table(cls, f"`{cls.__name__}` (`kind: \"{cls.KIND}\"`)")
+    parts += _table(R.GpuRecord, "`GpuRecord`")
+    parts += ["## rank-<r>.batches", "", " ".join(s.strip() for s in R.BatchLayout.__doc__.split("\n")), ""]
     parts += _table(R.Batch, "`Batch` (as the reader returns it)",
                     "Its counts (samples, FLOPs, bytes, collectives) are its shape's, read through it.")
     parts += [PHASES_TEXT.rstrip("\n")] + [f"| `{p.value}` | {N.PHASE_GROUP[p]} |" for p in N.Phase] + [""]

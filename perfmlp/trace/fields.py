@@ -90,17 +90,19 @@ def if_missing(inner: Checker, default) -> Checker:
     return check
 
 
+def _at(name, check: Checker, v):
+    """check(v), its Bad one level down (`name`)."""
+    try:
+        return check(v)
+    except Bad as e:
+        raise e.at(str(name)) from None
+
+
 def list_of(inner: Checker) -> Checker:
     def check(v):
         if not isinstance(v, list):
             raise _bad(v, "not a list")
-        out = []
-        for i, x in enumerate(v):
-            try:
-                out.append(inner(x))
-            except Bad as e:
-                raise e.at(str(i)) from None
-        return tuple(out)
+        return tuple(_at(i, inner, x) for i, x in enumerate(v))
     return check
 
 
@@ -115,10 +117,7 @@ def keyed(key: Checker, value: Checker) -> Checker:
                 kk = key(k)
             except Bad as e:
                 raise Bad(f"key {e.why}") from None
-            try:
-                out[kk] = value(x)
-            except Bad as e:
-                raise e.at(str(k)) from None
+            out[kk] = _at(k, value, x)
         return MappingProxyType(out)
     return check
 
@@ -137,13 +136,7 @@ def pair(first: Checker, second: Checker, want: str) -> Checker:
 
 def checked(checks: dict, obj: dict) -> dict:
     """key -> its checker's value of `obj[key]` (MISSING where absent); Bad names the key."""
-    out = {}
-    for key, check in checks.items():
-        try:
-            out[key] = check(obj.get(key, MISSING))
-        except Bad as e:
-            raise e.at(key) from None
-    return out
+    return {key: _at(key, check, obj.get(key, MISSING)) for key, check in checks.items()}
 
 
 def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:

@@ -81,9 +81,8 @@ class Run:
     @property
     def profiled(self) -> bool:
         """Ran under a profiler: an NVTX tool was attached, or an Nsight Systems export sits beside it."""
-        if self.manifest.profiler_attached:
-            return True
-        return bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir())
+        return self.manifest.profiler_attached or (
+            bool(self.path) and any(p.suffix in (".sqlite", ".nsys-rep") for p in Path(self.path).iterdir()))
 
     # -- per batch ---------------------------------------------------------------------
     _steady = cached_property(lambda self: steady_window(self.ranks))
@@ -99,11 +98,7 @@ class Run:
         the enqueue time, a CPU run's leaves out the time between batches); else the host time."""
         if b.t_ms_total:
             return b.t_ms_total
-        if b.clock == N.HOST_CLOCK:
-            ep = self._epoch_ms.get(b.epoch)
-            if ep:
-                return ep
-        return b.wall_ms
+        return (b.clock == N.HOST_CLOCK and self._epoch_ms.get(b.epoch)) or b.wall_ms
 
     @cached_property
     def phase_clock(self) -> str:
@@ -115,9 +110,7 @@ class Run:
     def host_enqueue_times(self) -> bool:
         """A GPU run some of whose steady batch times are the host's enqueue times (host-clock
         batches with no synchronised epoch time to stand in)."""
-        if not self.on_gpu:
-            return False
-        return any(not b.t_ms_total and b.clock == N.HOST_CLOCK and not self._epoch_ms.get(b.epoch)
+        return self.on_gpu and any(not b.t_ms_total and b.clock == N.HOST_CLOCK and not self._epoch_ms.get(b.epoch)
                    for recs in self._steady.values() for b in recs.values())
 
     def batch_times_ms(self) -> list[float]:
@@ -258,10 +251,7 @@ def _lines(path: Path, problems: list) -> list[tuple[int, str]]:
 def _rank_records(path: Path, batches_path: Path | None, fmt: int, problems: list) -> list:
     lines = _lines(path, problems)
     if fmt == 1:
-        try:
-            return upgrade.rank_records(lines, str(path))
-        except upgrade.LineError as e:
-            raise TraceError(str(e)) from None
+        return upgrade.rank_records(lines, str(path))
     recs = []
     for i, text in lines:
         try:
@@ -289,7 +279,7 @@ def read_run(folder: str | Path) -> Run:
     for rank, p in {**files, **bfiles}.items():
         if rank >= manifest.procs:
             raise TraceError(f"{p}: rank {rank}, but the run had {manifest.procs} process(es)")
-    for rank in sorted(set(bfiles) - set(files)):
+    for rank in sorted(set(bfiles) - set(files)):   # the first, if any
         raise TraceError(f"{bfiles[rank]}: no rank-{rank}.jsonl beside it")
     ranks = {}
     for rank, p in files.items():

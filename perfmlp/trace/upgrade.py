@@ -16,6 +16,7 @@ from types import MappingProxyType
 from .. import names as N
 from ..safeio import read_json
 from . import fields as F
+from .fields import TraceError
 from ..model.predict import resolve_exec
 from .format import BYTE_COUNTS, resolve_trace_level
 from .lines import parse
@@ -31,8 +32,7 @@ COLS_BY_COMMIT = {**dict.fromkeys("7e49c2e 4bd1a76 59e92a7 4251416 e0f3d07 64120
 DEFAULT_COLS = 256
 
 
-class LineError(ValueError):
-    """One line naming the file, line and field."""
+LineError = TraceError  # one line naming the file, line and field, as the reader raises it
 
 
 def manifest(obj: dict) -> Manifest:
