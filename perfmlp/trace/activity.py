@@ -1,16 +1,9 @@
-"""The GPU timeline of a rank: CUPTI activity records collected in-process
-(`cupti-python`, imported only when a Collector starts), attributed to the
-batch and phase that launched them, and the clocks that put every rank on
-one time axis.
-
-Attribution needs no clocks: the tracer pushes an external correlation id
-(`ext_id(seq, phase code)`) as a phase starts and pops it as it ends; CUPTI
-ties every API call made meanwhile to it, and every GPU record carries the
-correlation id of the call that launched it. At `timeline` a replayed graph
-is one GRAPH_TRACE record, at `kernels` each of its kernels is a record.
-CUPTI's thread only turns records into tuples; the join and the writing
-happen between epochs, when the device is idle (`drain`).
-"""
+"""The GPU timeline of a rank: CUPTI activity records collected in-process (`cupti-python`,
+imported only when a Collector starts), attributed to the batch and phase that launched them,
+and the clocks that put every rank on one time axis. Attribution needs no clocks: the tracer
+pushes an external correlation id (`ext_id(seq, phase code)`) around each phase, CUPTI ties the
+API calls made meanwhile to it, and each GPU record carries its launching call's correlation id.
+CUPTI's thread only turns records into tuples; the join and the writing happen between epochs."""
 from __future__ import annotations
 
 import functools

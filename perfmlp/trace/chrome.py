@@ -1,14 +1,11 @@
 """Export a run to the Chrome trace-event JSON that Perfetto and chrome://tracing open: a process
-per rank, a track each for its batches, host phases, GPU phases and CUDA streams, every rank on
-rank 0's time axis where the trace has clock lines (docs/trace-format.md).
+per rank, a track each for its batches, host phases, GPU phases and CUDA streams, on rank 0's
+time axis where the trace has clock lines (docs/trace-format.md).
 
-    python -m perfmlp.trace.chrome traces/<run-id> -o run.json
-
-Perfetto's trace processor folds thread id 0 into the process's own track and drops a slice that
-partly overlaps another on its track, so every track has a thread id of its own, never 0 and
-unique in the file, and times are whole nanoseconds, as it stores them, on which a slice that
-would run past the next one's start is cut there (its measured length kept in
-`args.measured_us`). `python -m perfmlp.report.perfetto` checks this with Perfetto itself."""
+Perfetto folds thread id 0 into the process's track and drops a slice that partly overlaps
+another on its track: every track has its own thread id, never 0, and times are whole
+nanoseconds on which a slice running past the next one's start is cut there (its measured length
+kept in `args.measured_us`). `python -m perfmlp.report.perfetto` checks this with Perfetto."""
 from __future__ import annotations
 
 import errno

@@ -1,22 +1,15 @@
 """The tracer's hot path: the phase hooks it hands out (`tracer.phase(Phase.X)`, a dict look-up
 done in C) and begin_batch and end_batch on their fast path.
 
-At the default level a phase costs one `with` and one perf_counter() appended to the batch's
-stamps, all in C (`stamp_class`). A batch of the same piece size as the one before, whose counts
-and phase stamps match its Shape (and no NVTX tool, CUPTI, CUDA events or redirected writes),
-takes two clock reads and one record stored into the mapped batch file; any other batch goes to
-the tracer's general path (`begin_other`, `end_other`), which sets the fast path up again
-(`samples`, `local`, `nfast`, `set_shape`). The fast path has two implementations that write the
-same bytes: `perfmlp.trace._fastpath` in C (built where a compiler was found at install: FastPath
-and the Stamper) and `PyFastPath`. The C hooks run no bytecode: inside a host-bound eager step,
-which evicts the hooks' code and data between batches, Python hooks cost several times what they
-cost run back to back.
-
-Only the first batch of each piece size (`Recording`) notes the phases that ran and the
-operations launched in each. `Event` (`phases` on the GPU) records a CUDA event as a phase ends,
-from a pool, through the runtime directly (CuPy's Event wrappers cost host time on every phase);
-`Hooked` pushes and pops an NVTX range and a CUPTI external correlation id.
-"""
+A phase costs one `with` and one perf_counter() appended to the batch's stamps, all in C
+(`stamp_class`). A batch of the piece size of the one before, whose counts and stamps match its
+Shape (no NVTX tool, CUPTI, CUDA events or redirected writes), costs two clock reads and one
+record stored into the mapped batch file; any other goes to the tracer's general path
+(`begin_other`, `end_other`), which sets the fast path up again. The C fast path
+(`perfmlp.trace._fastpath`, where built) and `PyFastPath` write the same bytes; the C hooks run
+no bytecode, which matters in a host-bound eager step that evicts the hooks' code between batches.
+`Recording` notes what the first batch of a piece size launched; `Event` (`phases` on the GPU)
+records a CUDA event through the runtime directly; `Hooked` adds NVTX and CUPTI correlation."""
 from __future__ import annotations
 
 import time

@@ -1,13 +1,11 @@
 """A rank's files: `LineFile` (rank-<r>.jsonl, one write(2) a line), `BatchFile` (rank-<r>.batches,
-records.BatchLayout records stored into a memory-mapped, preallocated file) and `decode_batches`,
-which reads the batch file back, every field checked (TraceError: the file, record and field).
+records stored into a memory-mapped, preallocated file) and `decode_batches`, which reads them.
 
-A record stored into a shared mapping is in the page cache at once, so a run killed outright
-keeps every batch it finished, with no system call per batch. posix_fallocate reserves the file
-ahead, so a full disk is an error naming the file, never a SIGBUS on a store; the end cuts it to
-what was written. The first store into a page faults on the step's critical path, so the next
-POPULATE_BYTES are faulted in ahead (madvise(MADV_POPULATE_WRITE)): a window, not the whole
-file, so its pages are not written back, and made read-only again, before records land on them."""
+A store into a shared mapping is in the page cache at once: a run killed outright keeps every
+batch it finished, with no system call per batch. posix_fallocate reserves ahead, so a full disk
+is an error naming the file, not a SIGBUS. The next POPULATE_BYTES are faulted in ahead
+(MADV_POPULATE_WRITE), off the step's critical path; a window, so that pages are not written
+back, and made read-only again, before records land on them."""
 from __future__ import annotations
 
 import math

@@ -34,19 +34,12 @@ _now = time.perf_counter  # the batch records' stamps: seconds on the same clock
 NAN = float("nan")
 
 
-class _Quiet:
-    """A phase that does nothing, in C (NOOP: no Python frame)."""
-
-    __slots__ = ()
-    __enter__ = __exit__ = NOOP
-
-
 class NullTracer:
-    """No trace: every hook is a no-op (a phase is one C-level look-up)."""
+    """No trace: every hook is a no-op (a phase is one C-level look-up, its hooks NOOP: no Python frame)."""
 
     ops = None
     run_dir = None
-    phase = dict.fromkeys(Phase, _Quiet()).__getitem__
+    phase = dict.fromkeys(Phase, type("Quiet", (), {"__enter__": NOOP, "__exit__": NOOP})()).__getitem__
     attach = begin_batch = end_batch = end_epoch = record = close = redirect_writes = NOOP  # any arguments
 
 
