@@ -29,9 +29,8 @@ NAN = float("nan")
 DRAIN_AT = (Phase.BACKWARD, Phase.GRAPH)  # finished GPU batches are written as one of these starts
 
 
-# A C callable that takes any arguments and returns None: object.__init__ of
-# an immutable object (the empty tuple's). A `with` block's __exit__ that
-# runs no Python code, and returns a false value (exceptions propagate).
+# A C callable that takes any arguments and returns None (the empty tuple's object.__init__): a `with` block's
+# __exit__ that runs no Python code and returns a false value (exceptions propagate).
 NOOP = ().__init__
 
 

@@ -76,17 +76,10 @@ string_list = _checker(lambda v: isinstance(v, list) and all(isinstance(s, str) 
                        tuple)
 
 
-def optional(inner: Checker, default=None) -> Checker:
-    """`inner`, or `default` where the value is null or missing."""
+def optional(inner: Checker, default=None, null: bool = True) -> Checker:
+    """`inner`, or `default` where the key is absent or (`null`) the value null."""
     def check(v):
-        return default if v is None or v is MISSING else inner(v)
-    return check
-
-
-def if_missing(inner: Checker, default) -> Checker:
-    """`inner`, or `default` where the key is absent (null is checked by `inner`)."""
-    def check(v):
-        return default if v is MISSING else inner(v)
+        return default if v is MISSING or (null and v is None) else inner(v)
     return check
 
 

@@ -84,9 +84,9 @@ class Ran:
     blas: str | None = _f("the BLAS library NumPy called, with its file (`openblas (libscipy_openblas64_.so)`); null "
                           "where none was found (absent in older traces)", F.optional(F.string))
     slices: int = _f("the first layer's slices (`--slices`, `auto` resolved; 1: unsliced; absent before perfmlp "
-                     "0.5.0: 1)", F.if_missing(F.integer(1), 1))
+                     "0.5.0: 1)", F.optional(F.integer(1), 1, null=False))
     grad_precision: str = _f("the width the gradients were reduced at (`--grad-precision`; absent before perfmlp "
-                             "0.5.0: float32)", F.if_missing(F.choice(*N.GRAD_PRECISIONS), N.FLOAT32))
+                             "0.5.0: float32)", F.optional(F.choice(*N.GRAD_PRECISIONS), N.FLOAT32, null=False))
     blas_threads: tuple | None = _f("each rank's BLAS threads as it trained, rank 0 first (an entry null where the "
                                     "library has no thread-count call; absent in older traces)",
                                     F.optional(F.list_of(F.optional(F.integer(1)))))

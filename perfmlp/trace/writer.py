@@ -189,8 +189,7 @@ class Tracer(ShapeBook):
         if self._hooks:
             self._begin_hooks(epoch, batch)
         if self._events is not None:
-            # the batch starts where the previous one ended (same point in the
-            # stream): one CUDA event fewer per batch; a new one after an epoch
+            # the batch starts at the previous one's last event (one event fewer a batch); a new one after an epoch
             self._stamps.append(self._last_event if self._last_event is not None else self._event())
 
     def _end_other(self, loss, counts) -> None:
@@ -211,8 +210,7 @@ class Tracer(ShapeBook):
         if self._events is None:
             self._write_batch(entry, (entry.id, epoch, batch, loss, t0, t1, -1.0, *stamps, entry.size))
         else:
-            # written later, when a later batch's backward phase starts: the
-            # host then waits on the GPU anyway, so the writing costs no time
+            # written as a later batch's backward phase starts, when the host waits on the GPU anyway
             self._pending.append((entry, epoch, batch, loss, t0, t1, stamps[:]))
             self._last_event = stamps[-1]
 
