@@ -1,29 +1,27 @@
-"""The training loop of `--comm ps-async` (`train_async`, once train.py has
-the data, the backend and the initial parameters) and the backend's
+"""The training loop of `--comm ps-async` (`train_async`, called by train.py) and the backend's
 assembly (`backend_fields`, for backend.build).
 
-Epochs belong to the server: epoch e ends when every batch of it has been
-applied (with S > 0 pieces of epoch e + 1 may already be in); the server
-then evaluates and writes the epoch line with `updates`, the gradients
-applied so far. Its `seconds` exclude the previous epoch's evaluation.
+Epochs belong to the server: epoch e ends when every batch of it has been applied (with S > 0
+pieces of epoch e + 1 may already be in); the server then evaluates and writes the epoch line with
+`updates`, the gradients applied so far. Its `seconds` exclude the previous epoch's evaluation.
 """
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
-from ..batches import DeviceBatches, HostBatches
-from ..mlp import Network, to_host
-from ..model.costs import piece as piece_bounds, pieces
-from ..model.precision import precision
-from ..model.predict import staging_memory
 from .. import names as N
-from ..trace.format import Counts
+from ..comm import host_array
+from ..mlp import to_host
+from ..model.costs import piece as piece_bounds, pieces
+from ..model.predict import staging_memory
 from ..step import NonFiniteLoss
+from ..strategies.build import device, network
+from ..trace.format import Counts
 from . import FAILED, SERVER, check_world
-from .schedule import Schedule
-from .server import Server
+from .server import Schedule, Server
 from .worker import Worker
 
 
@@ -32,29 +30,12 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
     check_world(cfg, world.size)
     W = world.size - 1
     max_local = max(pieces(cfg.batch_size, W))
-    args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    dtype = np.dtype(precision(cfg.precision).master)   # the parameters' and gradients' type
-    stream, batches, sync = None, None, (lambda: None)
-    if name == N.CUPY:
-        from ..gpu import require_cupy, use_device
-        from ..gpu.network import GpuNetwork
-        xp = require_cupy()
-        stream = use_device(xp, world.rank)
-        sync = stream.synchronize
-        net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
-        if world.rank != SERVER:
-            batches = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local)
-        if staging_memory(cfg.batch_transfer) == N.PINNED:
-            import cupyx
-            host_buffer = (lambda n: cupyx.empty_pinned((n,), dtype))
-        else:
-            host_buffer = (lambda n: np.empty(n, dtype))
-    else:
-        xp, host_buffer = np, (lambda n: np.empty(n, dtype))
-        net = Network(np, cfg.layer_sizes, *args)
-        if world.rank != SERVER:
-            batches = HostBatches(xtrain, ytrain)
-    if world.rank == SERVER:
+    serving = world.rank == SERVER
+    xp, batches, sync, stream = device(cfg, world, xtrain, ytrain, name, max_local, batches=not serving)
+    net = network(cfg, xp, name, max_local)
+    # pinned where the batches are (on NumPy the batches are pageable)
+    host_buffer = partial(host_array, dtype=net.dtype, memory=staging_memory(cfg.batch_transfer))
+    if serving:
         nbatches = -(-cfg.n_train // cfg.batch_size)
         role = Server(world.comm, net, Schedule(cfg.epochs * nbatches, W, cfg.staleness), nbatches, host_buffer,
                       stream)
