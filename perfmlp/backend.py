@@ -1,7 +1,6 @@
-"""Where the backend is assembled: the array module, the network, the batch
-source, the gradient reducer, the strategy's step (perfmlp/step.py), the
-execution mode (eager or CUDA graphs, for every strategy whose step can be
-captured) and the device synchronisation for one rank."""
+"""Where the backend is assembled for one rank: the array module, the
+network, the batch source, the gradient reducer, the strategy's step, the
+execution mode (eager or CUDA graphs) and the device synchronisation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +50,7 @@ def partitioned(cfg: Config) -> bool:
 
 
 def check_options(cfg: Config) -> str:
-    """The backend the configuration runs on, after refusing the options
-    that backend does not have (before anything is written)."""
+    """The backend the configuration runs on, after refusing the options it does not have."""
     name = resolve(cfg)
     why = psasync.refusal(cfg, name)
     if why:
@@ -95,8 +93,7 @@ def check_options(cfg: Config) -> str:
 
 
 def exec_mode(cfg: Config, backend: str) -> str:
-    """The execution mode that runs: the model's rule (resolve_exec: `auto`
-    is CUDA graphs where the step can be captured, else eager)."""
+    """The execution mode that runs (the model's resolve_exec: auto is graph where capturable)."""
     return resolve_exec(cfg.exec, backend, cfg.parallel, cfg.comm)
 
 
@@ -132,9 +129,8 @@ def _overlap(cfg: Config, net, reducer) -> None:
 
 
 def _next_piece(B: int, n_train: int, procs: int, rank: int):
-    """f(lo, hi): this rank's piece of the batch after the one whose piece
-    is [lo, hi) (the first batch after the last: the next epoch's), as the
-    training loop takes them (perfmlp/train.py), for the prefetching source."""
+    """f(lo, hi): this rank's piece of the batch after the one whose piece is [lo, hi) (after the last:
+    the next epoch's first), for the prefetching source."""
     def f(lo: int, hi: int) -> tuple[int, int]:
         start = (lo // B + 1) * B
         if start >= n_train:

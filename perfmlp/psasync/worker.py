@@ -1,20 +1,15 @@
 """A worker of `--comm ps-async` (every rank but 0): get a piece and the
-parameters, compute the piece's gradient, send it, ask again.
-
-One batch line per piece computed, with the phases h2d, forward, loss,
-backward, d2h (GPU), push, pull, params and h2d_params (GPU): the batch's
-wall time is the worker's whole cycle, waiting included. The loss goes to
-the server with the gradient, so a worker's batch line carries none.
+parameters, compute the piece's gradient, send it with the loss, ask again.
+One batch line per piece; its wall time is the whole cycle, waiting included.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 
 import numpy as np
 
 from .. import names as N
-from ..step import compute
+from ..step import compute, no_phase
 from ..trace.records import Phase
 from . import OK, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS
 
@@ -25,14 +20,8 @@ def wait(req) -> None:
         os.sched_yield()
 
 
-def _no_phase(name: str):
-    return contextlib.nullcontext()
-
-
 class Worker:
-    """`host_buffer(n)`: a host array to stage through (pinned where the
-    batches are); None on NumPy, where MPI reads and writes the network's
-    own buffers."""
+    """`host_buffer(n)`: a host array to stage through; None on NumPy (MPI uses the network's buffers)."""
 
     name = N.PS_ASYNC
 
@@ -46,10 +35,9 @@ class Worker:
             self.grad_host, self.params_host = host_buffer(net.g.flat.size), host_buffer(net.p.n_params)
 
     def run(self, tracer, straggle, locate, reorder, counts) -> int:
-        """Compute pieces until the server says stop; returns its status.
-        `locate(step, index)`: (epoch, batch, samples, lo, hi) of the piece in
-        the epoch's sample order; `reorder(epoch)` puts that order in place."""
-        status, step, index = self.pull(_no_phase, counts)
+        """Compute pieces until the server says stop; its status. `locate(step, index)`: (epoch, batch,
+        samples, lo, hi) of the piece in the epoch's order, which `reorder(epoch)` puts in place."""
+        status, step, index = self.pull(no_phase, counts)
         counts.reset()
         while status == OK:
             epoch, batch, samples, lo, hi = locate(step, index)

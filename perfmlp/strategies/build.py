@@ -13,15 +13,14 @@ from ..mlp import Network
 from ..model.costs import pieces
 from ..model.predict import resolve_comm, staging_memory
 from ..model.strategies import StrategyError, check_shard, coords, grid, shard_sizes
-from .activations import HostAllreduce, NcclAllreduce, StagedAllreduce
 from .groups import split_groups
 from .server import SERVER, HostParamServer, NcclParamServer
-from .shard import SHARD, LocalReducer, ShardNetwork, ShardStep, setup_shard
+from .shard import (SHARD, HostAllreduce, LocalReducer, NcclAllreduce, ShardNetwork, ShardStep, StagedAllreduce,
+                    setup_shard)
 
 
 def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
-    """The fields of backend.Backend for a run with --parallel model|hybrid or
-    a parameter server; `name`: the backend that runs (numpy or cupy)."""
+    """Backend's fields for --parallel model|hybrid or a parameter server; `name`: numpy or cupy."""
     try:
         p_data, p_model = grid(world.size, cfg.parallel, cfg.model_procs)
         check_shard(cfg.layer_sizes, p_model)

@@ -14,10 +14,8 @@ from ..trace.records import Phase
 
 
 class HostParamServer:
-    """`ps` (NumPy): MPI_Reduce of the gradient buffer to rank 0, the update
-    there, MPI_Bcast of the parameters and the loss (the parameter buffer
-    gets the loss slot, so that every rank sees a non-finite loss at once;
-    rank 0 then skips the update, leaving the last finite parameters)."""
+    """`ps` (NumPy): MPI_Reduce to rank 0, the update there, MPI_Bcast of the parameters with the loss
+    slot (every rank sees a non-finite loss at once; rank 0 then skips the update)."""
 
     name = "ps"
 
@@ -49,10 +47,8 @@ class HostParamServer:
 
 
 class NcclParamServer(NcclGroup):
-    """`ps-nccl` (GPU): ncclReduce of the gradient buffer to rank 0, the update
-    there, ncclBroadcast of the parameters; no synchronisation, so the step
-    captures into a CUDA graph. Rank 0's update kernel sums the epoch's loss,
-    broadcast once per epoch over host MPI (outside the batches' counters)."""
+    """`ps-nccl` (GPU): ncclReduce, the update, ncclBroadcast; no synchronisation, so capturable. Rank
+    0's update kernel sums the epoch's loss, broadcast once per epoch over host MPI."""
 
     name = N.PS_NCCL
 
