@@ -10,7 +10,6 @@ import numpy as np
 
 from . import names as N
 from . import psasync
-from .batches import DeviceBatches, HostBatches
 from .comm import HostReducer, NcclReducer, StagedReducer
 from .config import Config
 from .errors import PerfmlpError
@@ -19,6 +18,7 @@ from .model.costs import piece, pieces
 from .model.precision import precision as precision_of
 from .model.predict import graph_refusal, resolve_exec, staging_memory
 from .step import DATA, Parts
+from .strategies.build import backend_parts, device, network
 
 
 @dataclass(frozen=True)
@@ -103,16 +103,23 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
         from .psasync.loop import backend_fields
         return Backend(**backend_fields(cfg, world, xtrain, ytrain, name), exec=N.EAGER)
     if partitioned(cfg):
-        from .strategies.build import backend_parts
         fields = backend_parts(cfg, world, xtrain, ytrain, name)
-    elif name == N.CUPY:
-        fields = _cupy_fields(cfg, world, xtrain, ytrain)
     else:
-        net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-        reducer = HostReducer(world)
-        _overlap(cfg, net, reducer)
-        fields = dict(name=N.NUMPY, xp=np, net=net, batches=HostBatches(xtrain, ytrain), reducer=reducer,
-                      sync=lambda: None)
+        max_local = max(pieces(cfg.batch_size, world.size))
+        xp, batches, sync, stream = device(cfg, world, xtrain, ytrain, name, max_local,
+                                           next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size,
+                                                                  world.rank))
+        net = network(cfg, xp, name, max_local)
+        if name == N.NUMPY:
+            reducer = HostReducer(world)
+        elif cfg.comm == N.NCCL:
+            reducer = NcclReducer(xp, world, net)
+        else:
+            reducer = StagedReducer(xp, world, net, staging_memory(cfg.batch_transfer))
+        if cfg.overlap:
+            net.set_buckets(cfg.bucket_bytes)
+            reducer.overlap(net)
+        fields = dict(name=name, xp=xp, net=net, batches=batches, reducer=reducer, sync=sync, stream=stream)
     mode = exec_mode(cfg, name)
     if mode == N.GRAPH:
         from .gpu.graph import GraphStep
@@ -120,12 +127,6 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
                                     fields["stream"], fields.get("parts", DATA))
     from .slices import wire
     return wire(cfg, world, Backend(**fields, exec=mode))
-
-
-def _overlap(cfg: Config, net, reducer) -> None:
-    if cfg.overlap:
-        net.set_buckets(cfg.bucket_bytes)
-        reducer.overlap(net)
 
 
 def _next_piece(B: int, n_train: int, procs: int, rank: int):
@@ -138,22 +139,3 @@ def _next_piece(B: int, n_train: int, procs: int, rank: int):
         a, b = piece(min(B, n_train - start), procs, rank)
         return start + a, start + b
     return f
-
-
-def _cupy_fields(cfg: Config, world, xtrain, ytrain) -> dict:
-    from .gpu import require_cupy, use_device
-    from .gpu.network import GpuNetwork
-    cupy = require_cupy()
-    stream = use_device(cupy, world.rank)
-    max_local = max(pieces(cfg.batch_size, world.size))
-    net = GpuNetwork(cupy, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size,
-                     max_local, cfg.gemm)
-    batches = DeviceBatches(cupy, xtrain, ytrain, cfg.batch_transfer, max_local,
-                            next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size, world.rank))
-    if cfg.comm == N.NCCL:
-        reducer = NcclReducer(cupy, world, net)
-    else:
-        reducer = StagedReducer(cupy, world, net, staging_memory(cfg.batch_transfer))
-    _overlap(cfg, net, reducer)
-    return dict(name=N.CUPY, xp=cupy, net=net, batches=batches, reducer=reducer, sync=stream.synchronize,
-                stream=stream)

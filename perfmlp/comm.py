@@ -32,34 +32,22 @@ from .trace.records import Phase
 
 
 class SingleWorld:
-    """One process, no MPI (also a group of one: strategies/groups.py's LocalGroup)."""
+    """One process, no MPI (also a group of one: strategies/groups.py's LocalGroup): every sum and
+    broadcast is the buffer itself, and nothing is waited for."""
 
     rank, size = 0, 1
     library = "none"
 
-    def allreduce_sum(self, buf: np.ndarray) -> None:
-        pass  # the sum over one rank is the buffer itself
+    def _nothing(self, *args, **kwargs) -> None:
+        return None
 
-    def iallreduce_sum(self, buf: np.ndarray):
-        return None  # nothing to wait for
-
-    def waitall(self, requests) -> None:
-        pass
-
-    def reduce_sum(self, buf, root: int = 0) -> None:
-        pass
-
-    def bcast_buffer(self, buf, root: int = 0) -> None:
-        pass
+    allreduce_sum = iallreduce_sum = waitall = reduce_sum = bcast_buffer = barrier = _nothing
 
     def bcast(self, obj, root: int = 0):
         return obj
 
     def allgather(self, obj):
         return [obj]
-
-    def barrier(self) -> None:
-        pass
 
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
@@ -245,8 +233,7 @@ def close_communicators() -> None:
 
 
 def _nccl_communicator(nccl, world, device: int):
-    """The process's NCCL communicator over `world` on `device`, made once
-    (a second one in the same process was seen to hang a later capture)."""
+    """The process's NCCL communicator over `world` on `device`, made once (a second can hang a later capture)."""
     key = (id(world), device)
     comm = _communicators.get(key)
     if comm is None:

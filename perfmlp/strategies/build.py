@@ -1,6 +1,6 @@
-"""backend_parts: the fields of backend.Backend for every strategy but the
-plain allreduce (backend.build calls it); `device` and `network`, shared with
-perfmlp/psasync."""
+"""What backend.build assembles a rank's backend from: `device` (array module,
+batch source, stream) and `network`, for every strategy, and `backend_parts`,
+the fields for every strategy but data parallelism with an allreduce."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,14 +48,15 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
                 parts=SHARD, data_group=(p_data, d))
 
 
-def device(cfg, world, xtrain, ytrain, name: str, max_local: int, batches: bool = True) -> tuple:
-    """(array module, batch source or None without `batches`, synchronisation, stream) of this rank."""
+def device(cfg, world, xtrain, ytrain, name: str, max_local: int, batches: bool = True, next_piece=None) -> tuple:
+    """(array module, batch source or None without `batches`, synchronisation, stream) of this rank;
+    `next_piece`: for a prefetching source (batches.DeviceBatches)."""
     if name != N.CUPY:
         return np, HostBatches(xtrain, ytrain) if batches else None, (lambda: None), None
     from ..gpu import require_cupy, use_device
     xp = require_cupy()
     stream = use_device(xp, world.rank)
-    source = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local) if batches else None
+    source = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local, next_piece) if batches else None
     return xp, source, stream.synchronize, stream
 
 
