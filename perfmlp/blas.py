@@ -42,7 +42,6 @@ class Blas:
         return int(self._fn(self.getter)()) if self.getter else None
 
     def set_threads(self, n: int) -> None:
-        """Set the thread count of this process's BLAS calls from now on."""
         if not self.setter:
             raise RuntimeError(f"{self.library} ({self.path}) has no thread-count call; "
                                f"set {THREAD_ENV[0]} before NumPy loads")

@@ -1,21 +1,14 @@
-"""Communication behind one interface.
-
-The world is the process group (rank, size, host collectives, abort):
-`SingleWorld` is one process without MPI, `Group` an MPI communicator,
-`MPIWorld` the Group of COMM_WORLD.
-
-A gradient reducer (`name`: the --comm value) sums the flat gradient buffer
-across ranks in place, `reduce(flat, phase, counts)`, timing its phases and
+"""Communication behind one interface: the world (`SingleWorld`: one process
+without MPI; `Group`: an MPI communicator; `MPIWorld`: COMM_WORLD) and the
+gradient reducers (`name`: the --comm value). A reducer sums the flat
+gradient buffer across ranks in place, `reduce(flat, phase, counts)`,
 counting the bytes it hands to MPI or NCCL where it issues them;
 `host_value(flat, i)` reads the loss slot where that costs no device
-synchronisation, else None (then `epoch_loss_sum()` gives the epoch's sum).
-The GPU's MPI is not CUDA-aware, so device buffers are staged through the
-host (`StagedReducer`) and never handed to MPI.
-
-Overlap (`--overlap`): the network calls `grad_ready` as each piece of the
-gradient is written in the backward pass, and the reducer starts that
-piece's collective at once (MPI_Iallreduce; ncclAllReduce on a stream that
-waits for the piece's GEMM only); `reduce` then waits for what is in flight.
+synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
+CUDA-aware: device buffers are staged through the host (`StagedReducer`).
+With `--overlap` the network calls `grad_ready` as each gradient piece is
+written and the reducer starts its collective at once; `reduce` then waits
+for what is in flight.
 """
 from __future__ import annotations
 
@@ -93,8 +86,6 @@ class Group:
 
 
 class MPIWorld(Group):
-    """COMM_WORLD through mpi4py."""
-
     def __init__(self):
         from mpi4py import MPI
         library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")

@@ -15,6 +15,8 @@ that is a list, then runs `_<kernel>`, the only part a backend overrides
 """
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from .mixed import LossScale, gemm_operand, storage_dtype
@@ -28,19 +30,15 @@ class FlatParams:
 
     def __init__(self, xp, layer_sizes, dtype, extra: int = 0):
         self.layer_sizes = tuple(layer_sizes)
-        shapes_w = [(layer_sizes[i + 1], layer_sizes[i]) for i in range(len(layer_sizes) - 1)]
-        self.n_weights = sum(m * n for m, n in shapes_w)
+        shapes = [(m, n) for n, m in zip(layer_sizes, layer_sizes[1:])]
+        sizes = [m * n for m, n in shapes] + [m for m, _ in shapes]   # every W_l, then every b_l
+        self.n_weights = sum(sizes[:len(shapes)])
         self.n_biases = sum(layer_sizes[1:])
         self.n_params = self.n_weights + self.n_biases
         self.flat = xp.zeros(self.n_params + extra, dtype=dtype)
-        self.W, self.b = [], []
-        off = 0
-        for m, n in shapes_w:
-            self.W.append(self.flat[off:off + m * n].reshape(m, n))
-            off += m * n
-        for m, _ in shapes_w:
-            self.b.append(self.flat[off:off + m])
-            off += m
+        views = [self.flat[end - k:end] for k, end in zip(sizes, accumulate(sizes))]
+        self.W = [v.reshape(shape) for v, shape in zip(views, shapes)]
+        self.b = views[len(shapes):]
         self.weights = self.flat[:self.n_weights]
         self.biases = self.flat[self.n_weights:self.n_params]
         self.params = self.flat[:self.n_params]

@@ -130,7 +130,7 @@ def test_fetch_checks_digests(http_dir, tmp_path, monkeypatch):
     for name in F.FILES:
         content = f"content of {name}".encode()
         (www / name).write_bytes(content)
-        fake[name] = hashlib.md5(content).hexdigest()
+        fake[name] = (hashlib.md5(content).hexdigest(), F.FILES[name][1])
     monkeypatch.setattr(F, "FILES", fake)
     out = tmp_path / "out"
     got = F.fetch(out, (url,), log=lambda *a: None)

@@ -150,8 +150,8 @@ class Server:
         epoch, batch = divmod(piece.step, self.batches_per_epoch)
         self.tracer.record(update_record(
             update=self.updates - 1, worker=w, epoch=epoch, batch=batch, piece=piece.index, read=read,
-            staleness=stale, queue=queue, blocked=len(self.waiting),
-            t_s=round(t0 - self.tracer.t_start_ns / 1e9, 6), apply_ms=round(apply_s * 1e3, 4), reply_ms=round(reply_s * 1e3, 4)))
+            staleness=stale, queue=queue, blocked=len(self.waiting), t_s=round(t0 - self.tracer.t_start_ns / 1e9, 6),
+            apply_ms=round(apply_s * 1e3, 4), reply_ms=round(reply_s * 1e3, 4)))
 
     # -- receiving ----------------------------------------------------------------------
     def _poll(self) -> None:
