@@ -46,10 +46,9 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
 
 
 def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_result) -> None:
-    """Serve (rank 0) or work until the last piece, then hand every rank
-    the final parameters. `heldout`: (x, labels) for the server's accuracy;
-    `result`: train.Result, filled here (the server's epochs, made by
-    `epoch_result`, train.EpochResult)."""
+    """Serve (rank 0) or work until the last piece, then hand every rank the final parameters.
+    `heldout`: (x, labels) for the server's accuracy; `result`: train.Result, filled here with the
+    server's epochs made by `epoch_result` (train.EpochResult)."""
     nbatches = -(-cfg.n_train // cfg.batch_size)
     if world.rank == SERVER:
         status = _serve(cfg, be, tracer, log, nbatches, heldout, result, epoch_result)
@@ -85,9 +84,7 @@ def _work(cfg, world, be, tracer, straggle, nbatches: int, result) -> tuple:
             be.batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(n_train))
         current[0] = epoch
 
-    counts = Counts()
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        be.reducer.run(tracer, straggle, locate, reorder, counts)
+    be.reducer.run(tracer, straggle, locate, reorder, Counts())   # under train()'s np.errstate
     be.sync()
     result.batches = be.reducer.pieces
     return ()
@@ -118,8 +115,7 @@ def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -
             log(f"{ep.words(cfg.epochs)}, {server.updates} updates")
         t_epoch[0] = time.perf_counter()
 
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        server.serve(tracer, on_complete)
+    server.serve(tracer, on_complete)   # under train()'s np.errstate
     result.batches = server.sched.complete   # batches wholly applied (W updates each)
     if server.failed is None:
         return (0,)
