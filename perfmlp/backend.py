@@ -1,7 +1,6 @@
-"""Where the backend is assembled: the array module, the network, the batch
-source, the gradient reducer, the strategy's step (perfmlp/step.py), the
-execution mode (eager or CUDA graphs, for every strategy whose step can be
-captured) and the device synchronisation for one rank."""
+"""Where the backend is assembled for one rank: the array module, the
+network, the batch source, the gradient reducer, the strategy's step, the
+execution mode (eager or CUDA graphs) and the device synchronisation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +10,6 @@ import numpy as np
 
 from . import names as N
 from . import psasync
-from .batches import DeviceBatches, HostBatches
 from .comm import HostReducer, NcclReducer, StagedReducer
 from .config import Config
 from .errors import PerfmlpError
@@ -20,6 +18,7 @@ from .model.costs import piece, pieces
 from .model.precision import precision as precision_of
 from .model.predict import graph_refusal, resolve_exec, staging_memory
 from .step import DATA, Parts
+from .strategies.build import backend_parts, device, network
 
 
 @dataclass(frozen=True)
@@ -51,8 +50,7 @@ def partitioned(cfg: Config) -> bool:
 
 
 def check_options(cfg: Config) -> str:
-    """The backend the configuration runs on, after refusing the options
-    that backend does not have (before anything is written)."""
+    """The backend the configuration runs on, after refusing the options it does not have."""
     name = resolve(cfg)
     why = psasync.refusal(cfg, name)
     if why:
@@ -95,8 +93,7 @@ def check_options(cfg: Config) -> str:
 
 
 def exec_mode(cfg: Config, backend: str) -> str:
-    """The execution mode that runs: the model's rule (resolve_exec: `auto`
-    is CUDA graphs where the step can be captured, else eager)."""
+    """The execution mode that runs (the model's resolve_exec: auto is graph where capturable)."""
     return resolve_exec(cfg.exec, backend, cfg.parallel, cfg.comm)
 
 
@@ -106,16 +103,23 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
         from .psasync.loop import backend_fields
         return Backend(**backend_fields(cfg, world, xtrain, ytrain, name), exec=N.EAGER)
     if partitioned(cfg):
-        from .strategies.build import backend_parts
         fields = backend_parts(cfg, world, xtrain, ytrain, name)
-    elif name == N.CUPY:
-        fields = _cupy_fields(cfg, world, xtrain, ytrain)
     else:
-        net = Network(np, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-        reducer = HostReducer(world)
-        _overlap(cfg, net, reducer)
-        fields = dict(name=N.NUMPY, xp=np, net=net, batches=HostBatches(xtrain, ytrain), reducer=reducer,
-                      sync=lambda: None)
+        max_local = max(pieces(cfg.batch_size, world.size))
+        xp, batches, sync, stream = device(cfg, world, xtrain, ytrain, name, max_local,
+                                           next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size,
+                                                                  world.rank))
+        net = network(cfg, xp, name, max_local)
+        if name == N.NUMPY:
+            reducer = HostReducer(world)
+        elif cfg.comm == N.NCCL:
+            reducer = NcclReducer(xp, world, net)
+        else:
+            reducer = StagedReducer(xp, world, net, staging_memory(cfg.batch_transfer))
+        if cfg.overlap:
+            net.set_buckets(cfg.bucket_bytes)
+            reducer.overlap(net)
+        fields = dict(name=name, xp=xp, net=net, batches=batches, reducer=reducer, sync=sync, stream=stream)
     mode = exec_mode(cfg, name)
     if mode == N.GRAPH:
         from .gpu.graph import GraphStep
@@ -125,16 +129,9 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
     return wire(cfg, world, Backend(**fields, exec=mode))
 
 
-def _overlap(cfg: Config, net, reducer) -> None:
-    if cfg.overlap:
-        net.set_buckets(cfg.bucket_bytes)
-        reducer.overlap(net)
-
-
 def _next_piece(B: int, n_train: int, procs: int, rank: int):
-    """f(lo, hi): this rank's piece of the batch after the one whose piece
-    is [lo, hi) (the first batch after the last: the next epoch's), as the
-    training loop takes them (perfmlp/train.py), for the prefetching source."""
+    """f(lo, hi): this rank's piece of the batch after the one whose piece is [lo, hi) (after the last:
+    the next epoch's first), for the prefetching source."""
     def f(lo: int, hi: int) -> tuple[int, int]:
         start = (lo // B + 1) * B
         if start >= n_train:
@@ -142,22 +139,3 @@ def _next_piece(B: int, n_train: int, procs: int, rank: int):
         a, b = piece(min(B, n_train - start), procs, rank)
         return start + a, start + b
     return f
-
-
-def _cupy_fields(cfg: Config, world, xtrain, ytrain) -> dict:
-    from .gpu import require_cupy, use_device
-    from .gpu.network import GpuNetwork
-    cupy = require_cupy()
-    stream = use_device(cupy, world.rank)
-    max_local = max(pieces(cfg.batch_size, world.size))
-    net = GpuNetwork(cupy, cfg.layer_sizes, cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size,
-                     max_local, cfg.gemm)
-    batches = DeviceBatches(cupy, xtrain, ytrain, cfg.batch_transfer, max_local,
-                            next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size, world.rank))
-    if cfg.comm == N.NCCL:
-        reducer = NcclReducer(cupy, world, net)
-    else:
-        reducer = StagedReducer(cupy, world, net, staging_memory(cfg.batch_transfer))
-    _overlap(cfg, net, reducer)
-    return dict(name=N.CUPY, xp=cupy, net=net, batches=batches, reducer=reducer, sync=stream.synchronize,
-                stream=stream)

@@ -1,14 +1,11 @@
-"""Where a rank's piece of a batch comes from.
+"""Where a rank's piece of a batch comes from: `get(lo, hi, phase, counts)`
+gives x (D x b) and y (C x b), transposed views of the row-per-sample arrays,
+and counts the bytes it copied.
 
-`get(lo, hi, phase, counts)` returns x as D x b and y as C x b (transposed
-views of the row-per-sample arrays) and adds the bytes it copied to `counts`.
-
-- `HostBatches` (NumPy): views into the host arrays, no copy, no h2d phase.
-- `DeviceBatches` (CuPy): copied each batch from pageable or pinned host
-  memory, or resident (uploaded once), or prefetched on copy streams while
-  this batch computes (perfmlp/gpu/prefetch.py). `static(lo, hi, counts)`
-  gives the piece in the same device buffers every batch, as a CUDA graph
-  needs: resident data is copied device to device into them.
+`HostBatches` (NumPy): views, no copy. `DeviceBatches` (CuPy): copied each
+batch from pageable or pinned memory, resident, or prefetched on copy
+streams (perfmlp/gpu/prefetch.py); `static` gives the piece in the same
+device buffers every batch, as a CUDA graph needs.
 """
 from __future__ import annotations
 
@@ -19,10 +16,8 @@ from .mixed import device_view
 from .trace.records import Phase
 
 
-
 def host_memory(mode: str) -> str | None:
-    """The host memory a transfer mode reads its pieces from (N.COPY_MEMORIES),
-    None for resident data."""
+    """The host memory (N.COPY_MEMORIES) a transfer mode reads its pieces from; None: resident."""
     if mode == N.RESIDENT:
         return None
     return N.PAGEABLE if mode in N.PAGEABLE_SOURCES else N.PINNED
@@ -58,8 +53,7 @@ class DeviceBatches:
             self.yd = cupy.empty((max_local, y.shape[1]), y.dtype)
 
     def _set_host(self, x, y):
-        """The samples in their first order (x0, y0, kept: every epoch's
-        order is a permutation of it, as HostBatches') and the arrays the
+        """The samples in their first order (x0, y0: every epoch's order permutes it) and the arrays the
         pieces are read from (xh, yh on the host; xr, yr resident)."""
         memory = host_memory(self.mode)
         if memory == N.PINNED:
@@ -99,8 +93,7 @@ class DeviceBatches:
             self.prefetcher.close()
 
     def static(self, lo: int, hi: int, counts):
-        """The piece [lo, hi) of resident data in the static device buffers (x, y as `get`): two
-        cudaMemcpyAsync device to device on the step's stream, counted in `counts.bytes_d2d`."""
+        """Piece [lo, hi) of resident data copied (device to device) into the static buffers; x, y as `get`."""
         if self.mode != N.RESIDENT:
             raise RuntimeError("static(): only resident data; copied pieces already land in static buffers")
         b = hi - lo

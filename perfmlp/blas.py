@@ -1,13 +1,9 @@
-"""The BLAS library NumPy calls, and its thread count (the trainer records it
-in each run's manifest; calibrate sets it).
-
-threadpoolctl is not a dependency, so the count is read and set through
-the library's own API, found by ctypes among the shared objects this
-process has loaded (/proc/self/maps): OpenBLAS and its scipy-openblas
-builds (whose symbols carry a prefix and a suffix), MKL, BLIS. A process
-not started yet gets its count through its environment instead
-(`thread_env`): the libraries read those variables once, when NumPy loads
-them, so they must be set before `import numpy` in that process.
+"""The BLAS library NumPy calls and its thread count (recorded in each
+run's manifest; calibrate sets it), without threadpoolctl: through the
+library's own API, found by ctypes among the shared objects this process
+has mapped (OpenBLAS, scipy-openblas's prefixed symbols, MKL, BLIS). A child
+process gets its count through its environment (`thread_env`): the
+libraries read it once, when NumPy loads them.
 """
 from __future__ import annotations
 
@@ -46,7 +42,6 @@ class Blas:
         return int(self._fn(self.getter)()) if self.getter else None
 
     def set_threads(self, n: int) -> None:
-        """Set the thread count of this process's BLAS calls from now on."""
         if not self.setter:
             raise RuntimeError(f"{self.library} ({self.path}) has no thread-count call; "
                                f"set {THREAD_ENV[0]} before NumPy loads")
@@ -68,8 +63,7 @@ def loaded_libraries() -> list[str]:
 
 
 def find_blas() -> Blas | None:
-    """The BLAS library NumPy has loaded, with its thread-count symbols; None
-    where none of _APIS is mapped."""
+    """The BLAS library NumPy has loaded, with its thread-count symbols, or None."""
     import numpy  # noqa: F401  (loads the library whose symbols are looked for)
     for path in loaded_libraries():
         name = os.path.basename(path).lower()
@@ -88,8 +82,7 @@ def find_blas() -> Blas | None:
 
 
 def thread_env(n: int, env: dict | None = None) -> dict:
-    """An environment (a copy of `env`, default os.environ) whose child
-    process's BLAS runs n threads."""
+    """A copy of `env` (default os.environ) in which a child process's BLAS runs n threads."""
     out = dict(os.environ if env is None else env)
     out.update({var: str(int(n)) for var in THREAD_ENV})
     return out

@@ -1,10 +1,7 @@
-"""Typed conversions for values read from YAML files and command-line flags,
-shared by the configuration and the machine files (standard library only).
-
-Each function returns the value converted, or raises `CheckError` with one
-line naming the value ("batch_size must be an integer, got 2.5"); the caller
-adds its file or flag in front. A string that Python's float() reads is a
-number too: PyYAML (YAML 1.1) reads `1e-3` and `+1e-4` as strings.
+"""Typed conversions for values read from YAML files and command-line flags
+(standard library only): each returns the value converted or raises a
+one-line `CheckError` naming it ("batch_size must be an integer, got 2.5").
+A string float() reads is a number too: PyYAML reads `1e-3` as a string.
 """
 from __future__ import annotations
 
@@ -85,11 +82,9 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
 
 
 def _unique_key_loader():
-    """yaml.SafeLoader that refuses a mapping key written twice (PyYAML
-    keeps the last one silently: `epochs: 1` then `epochs: 2` would run 2)."""
+    """yaml.SafeLoader (libyaml's where present) refusing a key written twice (PyYAML keeps the last)."""
     import yaml
 
-    # libyaml's parser where PyYAML has it (the same safe constructor, faster)
     class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         def construct_mapping(self, node, deep=False):
             seen = set()
@@ -114,8 +109,7 @@ class _DuplicateKey(Exception):
 
 
 def load_yaml_text(text: str, source) -> Any:
-    """The data in YAML `text` (safe loading only, every key of a mapping
-    once); a CheckError naming `source` otherwise."""
+    """The data in YAML `text` (safe loading, every key once); a CheckError naming `source` otherwise."""
     import yaml
 
     from . import safeio
@@ -131,9 +125,8 @@ def load_yaml_text(text: str, source) -> Any:
 
 
 def read_text(source, what: str) -> str:
-    """The UTF-8 text of a regular file (a path, or a Traversable shipped in
-    the package); a CheckError naming it otherwise. A FIFO, a device or a
-    folder is refused before it is opened, so reading never blocks."""
+    """The UTF-8 text of a regular file (a path or a shipped Traversable; a FIFO, device or folder is
+    refused before it is opened); a CheckError naming it otherwise."""
     if isinstance(source, str):
         from pathlib import Path
         source = Path(source)
@@ -171,6 +164,5 @@ def _gunzip(data: bytes, source) -> bytes:
 
 
 def read_yaml(source, what: str) -> Any:
-    """The data in a YAML file (a path or a shipped Traversable; `what` names its kind), as
-    load_yaml_text reads it."""
+    """The data in a YAML file (a path or a shipped Traversable; `what`: its kind)."""
     return load_yaml_text(read_text(source, what), source)

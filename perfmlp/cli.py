@@ -1,8 +1,6 @@
-"""What perfmlp's commands share on their command lines, defined once: an
-argument parser whose errors are one line, and the `--machine` option. The
-configuration's keys as flags, built from Config's fields, are
-perfmlp/flags.py's add_fields. This module imports nothing of perfmlp, so
-that every command (the trace's too) can take it.
+"""What perfmlp's commands share on their command lines: an argument parser
+whose errors are one line, and `--machine` (the configuration's flags:
+perfmlp/flags.py). It imports nothing of perfmlp, so every command can take it.
 """
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ MACHINE_HELP = "machine file: a .yaml path or the name of a shipped one (models/
 
 
 class Parser(argparse.ArgumentParser):
-    """The commands' argument parser: an error is one line on stderr,
-    `<tool>: error: <message>` (no usage block), and exit status 2 (bad input)."""
+    """The commands' argument parser: an error is `<tool>: error: <message>` on stderr and status 2."""
 
     def error(self, message):
         tool = self.prog.removeprefix("python -m ")
@@ -24,8 +21,7 @@ class Parser(argparse.ArgumentParser):
 
 def add_machine(parser: argparse.ArgumentParser, default: str, *, required: bool = False,
                 shipped: tuple[str, ...] = ()) -> None:
-    """--machine NAME|FILE.yaml; `default` says what a command takes without
-    it, `shipped` names the shipped files where the command lists them."""
+    """--machine NAME|FILE.yaml; `default`: what the command takes without it; `shipped`: files to list."""
     names = f" ({', '.join(shipped)})" if shipped else ""
     parser.add_argument("--machine", default=None, required=required, metavar="NAME|FILE.yaml",
                         help=f"{MACHINE_HELP}{names} (default: {default})")

@@ -1,28 +1,14 @@
-"""Communication behind one interface.
-
-The world is the process group (rank, size, host collectives, abort):
-`SingleWorld` is one process without MPI, `Group` an MPI communicator,
-`MPIWorld` the Group of COMM_WORLD.
-
-A gradient reducer sums the flat gradient buffer across ranks in place,
-`reduce(flat, phase, counts)`, timing its phases with `phase` and adding the
-bytes it copies and hands to MPI or NCCL to `counts` (a trace.format.Counts)
-where it issues them. `name` is the --comm value.
-- `HostReducer` (`mpi`, NumPy): one MPI_Allreduce of the host buffer.
-- `StagedReducer` (`mpi-staged`, GPU, the reference scheme): D2H,
-  MPI_Allreduce on the host copy, H2D (the GPU machine's Open MPI is not
-  CUDA-aware, so device buffers never go to MPI).
-- `NcclReducer` (`nccl`, GPU): a device-side allreduce through cupy.cuda.nccl.
-`host_value(flat, i)` reads the loss slot when that costs no
-synchronisation, else None; then `epoch_loss_sum()` gives the epoch's sum.
-
-Overlap (`--overlap`, `HostReducer` and `NcclReducer`): `overlap(net)`
-makes the network call the reducer as each piece of the gradient is
-written in the backward pass (Network.grad_ready); the reducer starts that
-piece's collective at once (MPI_Iallreduce; ncclAllReduce on a
-communication stream that waits for the piece's GEMM only), and `reduce`
-then only waits for what is still in flight: its "allreduce" phase is the
-communication the backward pass did not hide.
+"""Communication behind one interface: the world (`SingleWorld`: one process
+without MPI; `Group`: an MPI communicator; `MPIWorld`: COMM_WORLD) and the
+gradient reducers (`name`: the --comm value). A reducer sums the flat
+gradient buffer across ranks in place, `reduce(flat, phase, counts)`,
+counting the bytes it hands to MPI or NCCL where it issues them;
+`host_value(flat, i)` reads the loss slot where that costs no device
+synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
+CUDA-aware: device buffers are staged through the host (`StagedReducer`).
+With `--overlap` the network calls `grad_ready` as each gradient piece is
+written and the reducer starts its collective at once; `reduce` then waits
+for what is in flight.
 """
 from __future__ import annotations
 
@@ -39,34 +25,22 @@ from .trace.records import Phase
 
 
 class SingleWorld:
-    """One process, no MPI (also a group of one: perfmlp/strategies/groups.py's LocalGroup)."""
+    """One process, no MPI (also a group of one: strategies/groups.py's LocalGroup): every sum and
+    broadcast is the buffer itself, and nothing is waited for."""
 
     rank, size = 0, 1
     library = "none"
 
-    def allreduce_sum(self, buf: np.ndarray) -> None:
-        pass  # the sum over one rank is the buffer itself
+    def _nothing(self, *args, **kwargs) -> None:
+        return None
 
-    def iallreduce_sum(self, buf: np.ndarray):
-        return None  # nothing to wait for
-
-    def waitall(self, requests) -> None:
-        pass
-
-    def reduce_sum(self, buf, root: int = 0) -> None:
-        pass
-
-    def bcast_buffer(self, buf, root: int = 0) -> None:
-        pass
+    allreduce_sum = iallreduce_sum = waitall = reduce_sum = bcast_buffer = barrier = _nothing
 
     def bcast(self, obj, root: int = 0):
         return obj
 
     def allgather(self, obj):
         return [obj]
-
-    def barrier(self) -> None:
-        pass
 
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
@@ -86,8 +60,7 @@ class Group:
     def allreduce_sum(self, buf: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
-    def iallreduce_sum(self, buf: np.ndarray):
-        """Start an in-place sum; `waitall` ends it."""
+    def iallreduce_sum(self, buf: np.ndarray):   # an in-place sum, ended by `waitall`
         return self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
     def waitall(self, requests) -> None:
@@ -113,8 +86,6 @@ class Group:
 
 
 class MPIWorld(Group):
-    """COMM_WORLD through mpi4py."""
-
     def __init__(self):
         from mpi4py import MPI
         library = MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].rstrip(", ")
@@ -130,8 +101,7 @@ class MPIWorld(Group):
 
 
 def make_world():
-    """MPIWorld when mpi4py imports, else SingleWorld (then a launch under
-    mpirun with several processes is an error, not P independent runs)."""
+    """MPIWorld when mpi4py imports, else SingleWorld (several processes without mpi4py: an error)."""
     try:
         import mpi4py
     except ImportError:
@@ -145,9 +115,7 @@ def make_world():
 
 
 class HostReducer:
-    """Gradients already on the host: one in-place MPI_Allreduce, or with
-    overlap one MPI_Iallreduce per gradient piece as the backward pass
-    writes it."""
+    """Host gradients: one in-place MPI_Allreduce, or with overlap an MPI_Iallreduce per piece."""
 
     name = "mpi"
 
@@ -181,35 +149,42 @@ class HostReducer:
         return float(flat[index])
 
 
+def host_array(n: int, dtype, memory: str):
+    """n elements of host memory: page-locked (cupyx) for N.PINNED, else a NumPy array."""
+    if memory == N.PINNED:
+        import cupyx
+        return cupyx.empty_pinned((n,), dtype)
+    return np.empty(n, dtype)
+
+
+def staged_allreduce(world, a, host, stream, phase, counts) -> None:
+    """Sum device array `a` over `world` through `host` (D2H, MPI_Allreduce, H2D), counting each copy."""
+    h = host[:a.size].reshape(a.shape)
+    with phase(Phase.D2H):
+        a.get(out=h, stream=stream)
+        stream.synchronize()  # MPI reads the host buffer the GPU just wrote
+    counts.bytes_d2h += a.nbytes
+    with phase(Phase.ALLREDUCE):
+        world.allreduce_sum(h)
+    counts.bytes_mpi += h.nbytes
+    counts.collectives.append(("MPI_Allreduce", int(a.size)))
+    with phase(Phase.H2D_GRAD):
+        a.set(h, stream=stream)
+    counts.bytes_h2d += a.nbytes
+
+
 class StagedReducer:
-    """The reference scheme: D2H of the one gradient buffer, MPI_Allreduce on
-    the host copy, H2D back (through pageable or pinned host memory)."""
+    """The reference scheme: the gradient buffer staged through pageable or pinned host memory."""
 
     name = N.MPI_STAGED
 
     def __init__(self, cupy, world, net, memory: str):
-        self.cp, self.world, self.net = cupy, world, net
+        self.world = world
         self.stream = cupy.cuda.get_current_stream()  # the step's
-        n, dtype = net.g.flat.size, net.dtype
-        if memory == N.PINNED:
-            import cupyx
-            self.host = cupyx.empty_pinned((n,), dtype)
-        else:
-            self.host = np.empty(n, dtype)
+        self.host = host_array(net.g.flat.size, net.dtype, memory)
 
     def reduce(self, flat, phase, counts) -> None:
-        stream = self.stream
-        with phase(Phase.D2H):
-            flat.get(out=self.host, stream=stream)
-            stream.synchronize()  # MPI reads the host buffer the GPU just wrote
-        counts.bytes_d2h += flat.nbytes
-        with phase(Phase.ALLREDUCE):
-            self.world.allreduce_sum(self.host)
-        counts.bytes_mpi += self.host.nbytes
-        counts.collectives.append(("MPI_Allreduce", int(self.host.size)))
-        with phase(Phase.H2D_GRAD):
-            flat.set(self.host, stream=stream)
-        counts.bytes_h2d += flat.nbytes
+        staged_allreduce(self.world, flat, self.host, self.stream, phase, counts)
 
     def host_value(self, flat, index: int) -> float:
         return float(self.host[index])
@@ -220,8 +195,7 @@ _made: list = []            # every communicator this process made, ended togeth
 
 
 def new_nccl_communicator(nccl, group):
-    """An NCCL communicator over an MPI world or group (the unique id
-    broadcast over it), on the current device."""
+    """An NCCL communicator over an MPI world or group (its unique id broadcast over it), on the current device."""
     # connect every peer now, not on a first collective that a CUDA graph captures
     os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
     uid = nccl.get_unique_id() if group.rank == 0 else None
@@ -232,10 +206,9 @@ def new_nccl_communicator(nccl, group):
 
 
 def close_communicators() -> None:
-    """End every NCCL communicator of this process once its device work is
-    done, before MPI ends, with ncclCommAbort (it needs no peer): left to the
-    garbage collector, ncclCommDestroy (a collective) could run at once on
-    one rank and only at exit on another, each then waiting for the other."""
+    """End every NCCL communicator of this process, its device work done, before MPI ends, with
+    ncclCommAbort (it needs no peer): ncclCommDestroy, a collective, left to the garbage collector
+    could run at once on one rank and only at exit on another, each waiting for the other."""
     if not _made:
         return
     cupy = sys.modules.get("cupy")
@@ -251,8 +224,7 @@ def close_communicators() -> None:
 
 
 def _nccl_communicator(nccl, world, device: int):
-    """The process's NCCL communicator over `world` on `device`, made once
-    (a second one in the same process was seen to hang a later capture)."""
+    """The process's NCCL communicator over `world` on `device`, made once (a second can hang a later capture)."""
     key = (id(world), device)
     comm = _communicators.get(key)
     if comm is None:
@@ -260,31 +232,46 @@ def _nccl_communicator(nccl, world, device: int):
     return comm
 
 
-class NcclReducer:
-    """Device-side allreduce through cupy.cuda.nccl; the unique id is
-    broadcast over MPI. With overlap, each gradient piece is reduced on a
-    communication stream of its own that waits (an event) for the GEMM that
-    wrote the piece; `reduce` makes the compute stream wait for the last.
-    Both patterns capture into a CUDA graph (a fork and a join)."""
+class NcclGroup:
+    """NCCL over an MPI group on the current device and stream: the module, a communicator (with
+    `shared`, the process's one over that group), the element type of `dtype`."""
+
+    def __init__(self, cupy, group, dtype, shared: bool = False):
+        from cupy.cuda import nccl
+        if not nccl.available:
+            raise PerfmlpError("--comm nccl: CuPy was built without NCCL")
+        self.cp, self.nccl, self.dtype = cupy, nccl, np.dtype(dtype)
+        self.comm = _nccl_communicator(nccl, group, cupy.cuda.Device().id) if shared else \
+            new_nccl_communicator(nccl, group)
+        self._dtype = nccl.NCCL_FLOAT32 if self.dtype == np.float32 else nccl.NCCL_FLOAT64
+        self._stream_ptr = cupy.cuda.get_current_stream().ptr
+
+    def _allreduce(self, ptr, n: int, stream_ptr=None) -> None:
+        self.comm.allReduce(ptr, ptr, n, self._dtype, self.nccl.NCCL_SUM,
+                            self._stream_ptr if stream_ptr is None else stream_ptr)
+
+    def _warm_up(self, n: int, *calls) -> None:
+        """Each call(ptr) on n zeros outside any graph: what NCCL sets up on a size's first use is not captured."""
+        scratch = self.cp.zeros(n, self.dtype)
+        for call in calls:
+            call(scratch.data.ptr)
+        self.cp.cuda.get_current_stream().synchronize()
+
+
+class NcclReducer(NcclGroup):
+    """Device-side allreduce. With overlap, each gradient piece is reduced on a communication stream
+    that waits (an event) for the GEMM that wrote it, and `reduce` makes the compute stream wait for
+    the last: a fork and a join, both captured into a CUDA graph."""
 
     name = N.NCCL
 
     def __init__(self, cupy, world, net):
-        from cupy.cuda import nccl
-        if not nccl.available:
-            raise PerfmlpError("--comm nccl: CuPy was built without NCCL")
-        self.nccl, self.net, self.cp = nccl, net, cupy
-        self.comm = _nccl_communicator(nccl, world, cupy.cuda.Device().id)
-        self._dtype = nccl.NCCL_FLOAT32 if net.dtype == np.float32 else nccl.NCCL_FLOAT64
-        self._stream_ptr = cupy.cuda.get_current_stream().ptr
+        super().__init__(cupy, world, net.dtype, shared=True)
+        self.net = net
         self._comm_stream = None
         self._started: list = []   # elements of the pieces in flight
-        # one allreduce of the gradient's size outside any graph, so that what
-        # NCCL sets up on its first use of a size is not inside a capture
-        scratch = cupy.zeros(net.g.flat.size, net.dtype)
-        self.comm.allReduce(scratch.data.ptr, scratch.data.ptr, scratch.size, self._dtype, nccl.NCCL_SUM,
-                            self._stream_ptr)
-        cupy.cuda.get_current_stream().synchronize()
+        n = net.g.flat.size
+        self._warm_up(n, lambda ptr: self._allreduce(ptr, n))
 
     def overlap(self, net) -> None:
         cp = self.cp
@@ -303,15 +290,13 @@ class NcclReducer:
         ev = self._events[i].ptr
         self._rt.eventRecord(ev, self._stream_ptr)           # the piece is written ...
         self._rt.streamWaitEvent(self._comm_ptr, ev, 0)     # ... before its allreduce starts
-        p = self._base + lo * self._isz
-        self.comm.allReduce(p, p, hi - lo, self._dtype, self.nccl.NCCL_SUM, self._comm_ptr)
+        self._allreduce(self._base + lo * self._isz, hi - lo, self._comm_ptr)
         self._started.append(hi - lo)
 
     def reduce(self, flat, phase, counts) -> None:
         if self._comm_stream is None:
             with phase(Phase.ALLREDUCE):
-                self.comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, self._dtype, self.nccl.NCCL_SUM,
-                                    self._stream_ptr)
+                self._allreduce(flat.data.ptr, flat.size)
             counts.bytes_nccl += flat.nbytes
             counts.collectives.append(("ncclAllReduce", int(flat.size)))
             return

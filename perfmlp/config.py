@@ -1,12 +1,9 @@
 """The one configuration object: defaults, then a YAML file, then flags.
 
-The defaults are a small job that visibly learns on the shipped MNIST
-digits; the reference configuration (the course's sizes and
-hyperparameters) is configs/reference.yaml, one `--config` away.
-
-Every value is converted and checked by perfmlp.checks; unknown keys are
-rejected by name. The resolved configuration is written into every trace
-manifest.
+The defaults are a small job that visibly learns on the shipped MNIST digits
+(the reference configuration: configs/reference.yaml). Every value is
+converted and checked by perfmlp.checks, unknown keys rejected by name; the
+resolved configuration goes into every trace manifest.
 """
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ import dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
-
 
 from . import checks
 from .errors import PerfmlpError
@@ -172,8 +168,7 @@ NOT_COMPUTED = ("trace_dir", "run_id", "quiet", "save_params", "stall_limit")
 
 
 def _convert(name: str, value: Any, label: str) -> Any:
-    """`value` converted to field `name`'s type and range-checked; `label`
-    is what a message calls it (the key or the flag)."""
+    """`value` converted to field `name`'s type and range-checked; `label`: the key or flag a message names."""
     default = _FIELDS[name].default
     if name == "hidden_sizes":
         if not isinstance(value, (list, tuple)):
@@ -270,8 +265,7 @@ def check_consistent(cfg: Config) -> None:
 
 
 def first_difference(a: dict, b: dict) -> str:
-    """The first key (in sorted order) whose value differs between two
-    configuration mappings, or ""."""
+    """The first key, sorted, whose value differs between two configuration mappings, or ""."""
     return next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), "")
 
 
@@ -284,11 +278,9 @@ def check_procs(cfg: Config, nprocs: int) -> None:
                            "use fewer ranks or larger batches")
 
 
-
 def data_procs(cfg: Config, nprocs: int) -> int:
-    """The ranks a batch is split over: all of them for data parallelism,
-    one per model group otherwise (checked by the model's grid rule); with
-    ps-async every rank but the server."""
+    """The ranks a batch is split over: all for data parallelism, every rank but the server for
+    ps-async, else one per model group (the model's grid rule)."""
     if cfg.comm == N.PS_ASYNC:
         return max(1, nprocs - 1)
     from .model.strategies import StrategyError, grid

@@ -1,9 +1,7 @@
 """Training data: MNIST IDX files (gzip or raw), the shipped test set, and a
-deterministic synthetic MNIST-shaped source.
-
-A dataset is held as uint8 pixels (N x D, one sample a row, so a batch or a
-rank's piece of it is one contiguous block) and integer labels; `to_arrays`
-turns it into the trainer's float inputs (pixel / 255) and one-hot labels.
+deterministic synthetic MNIST-shaped source, held as uint8 pixels (N x D:
+a batch piece is one contiguous block) and integer labels; `to_arrays` makes
+the trainer's float inputs (pixel / 255) and one-hot labels.
 """
 from __future__ import annotations
 
@@ -112,9 +110,8 @@ def shipped_test_set() -> Dataset:
 
 
 def synthetic(n: int, input_size: int = 784, num_classes: int = 10, seed: int = 0) -> Dataset:
-    """MNIST-shaped, class-structured samples: per class a smooth random
-    prototype image, each sample that prototype shifted by up to 2 pixels
-    plus noise, as uint8. Deterministic in (n, sizes, seed)."""
+    """MNIST-shaped uint8 samples, deterministic in (n, sizes, seed): a smooth random prototype per
+    class, shifted by up to 2 pixels, plus noise."""
     rng = np.random.default_rng(seed)
     side = int(round(np.sqrt(input_size)))
     square = side * side == input_size
@@ -151,14 +148,9 @@ class Split:
 
 def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int,
          num_classes: int, seed: int) -> Split:
-    """Training and held-out samples for a run.
-
-    auto: MNIST training files in `data_dir` if there (training on their
-    first part, validating on their last VALIDATION_FRACTION, as the final
-    project's section 2 asks; the test set is not touched), else the shipped
-    test set (training on its first part, holding out its last `n_heldout`);
-    mnist: the same, but a missing folder is an error; synthetic: generated.
-    """
+    """Training and held-out samples: auto takes the MNIST training files in `data_dir`
+    (_validation_split) if there, else the shipped test set (holding out its last `n_heldout`);
+    mnist: the same, a missing folder an error; synthetic: generated."""
     if data == N.SYNTHETIC:
         # one draw, split: held-out samples share the training prototypes
         both = synthetic(n_train + n_heldout, input_size, num_classes, seed)
@@ -189,9 +181,8 @@ def load(data: str, data_dir: str, n_train: int, n_heldout: int, input_size: int
 
 
 def _validation_split(full: Dataset, folder: Path, n_train: int, n_heldout: int) -> Split:
-    """The last VALIDATION_FRACTION of the training files held out for
-    validation (at least one sample), of which the first `n_heldout` are
-    evaluated; training on the first `n_train` of the rest."""
+    """Validating on the first `n_heldout` of the files' last VALIDATION_FRACTION (at least one sample),
+    training on the first `n_train` of the rest; the test set is not touched."""
     n_val = max(1, int(round(len(full) * VALIDATION_FRACTION)))
     if n_val >= len(full):
         raise PerfmlpError(f"{folder}: {len(full)} training images leave none to train on "

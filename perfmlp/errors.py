@@ -17,8 +17,7 @@ from pathlib import Path
 
 
 class PerfmlpError(Exception):
-    """A problem with the user's input or environment, reported in one line;
-    `exit_code`: 2 for bad input (configuration, data, traces), 1 for a run that failed."""
+    """A problem with the user's input or environment, in one line; `exit_code` 2 (bad input) or 1 (failed)."""
 
     exit_code = 2
 
@@ -30,8 +29,7 @@ class RunFailure(PerfmlpError):
 
 
 def safe_stdio() -> None:
-    """Never fail on printing a character the output's encoding lacks
-    (LC_ALL=C, PYTHONIOENCODING=ascii): escape it instead."""
+    """Escape, never fail on, a character the output's encoding lacks (LC_ALL=C, PYTHONIOENCODING=ascii)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
@@ -40,8 +38,7 @@ def safe_stdio() -> None:
 
 
 def say(*args, file=None) -> None:
-    """print(), except that a closed or broken output is not an error; the
-    line goes out in one write, so two ranks' lines are never glued."""
+    """print() in one write (two ranks' lines are never glued); a closed or broken output is no error."""
     out = file or sys.stdout
     try:
         out.write(" ".join(map(str, args)) + "\n")
@@ -51,8 +48,7 @@ def say(*args, file=None) -> None:
 
 
 def cli(prog: str, main, argv=None) -> int:
-    """Run a tool's `main(argv)`: its status, or 130 and one line on
-    Ctrl-C, or one line for a PerfmlpError that escaped it."""
+    """A tool's `main(argv)` status; one line and 130 on Ctrl-C, one line for a PerfmlpError."""
     safe_stdio()
     try:
         return main(argv)
@@ -68,8 +64,7 @@ def cli(prog: str, main, argv=None) -> int:
 
 
 def quiet_stdout() -> None:
-    """A stdout that cannot be written (a full device, a closed pipe) must
-    not fail a finished command at exit: what it holds is dropped."""
+    """Drop what an unwritable stdout (a full device, a closed pipe) holds: a finished command must not fail."""
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
@@ -102,9 +97,8 @@ def write_atomic(path: str | Path, data) -> None:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (a PerfmlpError), not
-    usage + message: for a command that says its errors itself (the run, once
-    every rank has started). perfmlp/cli.py's Parser prints them instead."""
+    """An argument parser whose error is a one-line PerfmlpError, for a command that says its errors
+    itself (the run, once every rank has started); perfmlp/cli.py's Parser prints them instead."""
 
     def error(self, message):
         raise PerfmlpError(" ".join(str(message).split()))
@@ -122,8 +116,7 @@ def seconds_arg(text: str) -> float:
 
 
 def parent_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """A child process's preexec_fn (Linux): SIGTERM to the child when its
-    parent dies (PR_SET_PDEATHSIG), so a killed tool leaves no process behind."""
+    """A child's preexec_fn (Linux): SIGTERM to it when its parent dies (PR_SET_PDEATHSIG)."""
     try:
         import ctypes
         import signal

@@ -56,8 +56,7 @@ def hook(rank: int, when, tracer=None, phase: str | None = None) -> None:
 
 
 def per_phase(phase, rank: int, tracer, where: list):
-    """`phase` with the hook called as each phase starts, where PERFMLP_FAULT
-    names a phase (else `phase` itself); where[0] is the current batch."""
+    """`phase` calling the hook as each phase starts, where PERFMLP_FAULT names one; where[0]: the batch."""
     if not SPEC or len(SPEC.split(":")) < 4:
         return phase
 

@@ -21,19 +21,13 @@ DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "http://yann.lecun.com/exdb/mnist/",
 )
-# The published md5 digests of the official files (LeCun et al.).
+# The official files: their published md5 digests (LeCun et al.) and their sizes in bytes (a server that
+# sends more is cut off there).
 FILES = {
-    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-}
-# Their sizes in bytes: a server that sends more is cut off there.
-SIZES = {
-    "train-images-idx3-ubyte.gz": 9_912_422,
-    "train-labels-idx1-ubyte.gz": 28_881,
-    "t10k-images-idx3-ubyte.gz": 1_648_877,
-    "t10k-labels-idx1-ubyte.gz": 4_542,
+    "train-images-idx3-ubyte.gz": ("f68b3c2dcbeaaa9fbdd348bbdeb94873", 9_912_422),
+    "train-labels-idx1-ubyte.gz": ("d53e105ee54ea40749a09fcbcd1e9432", 28_881),
+    "t10k-images-idx3-ubyte.gz": ("9fb629c4189551a2d022fa330f9573f3", 1_648_877),
+    "t10k-labels-idx1-ubyte.gz": ("ec29112dd5afa0611ce80d1b7f02629c", 4_542),
 }
 DEADLINE_S = 600.0   # the whole download, however slowly a server sends
 
@@ -55,8 +49,8 @@ def md5_of(path: Path) -> str:
 
 
 def _download(url: str, tmp: Path, size: int, timeout_s: float, deadline: float) -> None:
-    """`url` into `tmp`: at most `size` bytes, by `deadline` (time.monotonic());
-    OSError (ValueError for a URL urllib cannot open) otherwise."""
+    """`url` into `tmp`, at most `size` bytes, by `deadline` (time.monotonic()); else OSError (ValueError:
+    a URL urllib cannot open)."""
     got = 0
     with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
         while chunk := r.read(min(1 << 20, size + 1 - got)):
@@ -78,7 +72,7 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
         raise PerfmlpError(f"cannot create {out}: {e.strerror}") from None
     deadline = time.monotonic() + DEADLINE_S
     done = []
-    for name, digest in FILES.items():
+    for name, (digest, size) in FILES.items():
         dest = out / name
         if dest.is_file() and md5_of(dest) == digest:
             log(f"{dest}: present, md5 ok")
@@ -89,7 +83,7 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
             url = base.rstrip("/") + "/" + name
             tmp = dest.with_suffix(dest.suffix + ".part")
             try:
-                _download(url, tmp, SIZES[name], timeout_s, deadline)
+                _download(url, tmp, size, timeout_s, deadline)
             except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: not a URL urllib can open
                 tmp.unlink(missing_ok=True)
                 errors.append(f"{url}: {getattr(e, 'reason', None) or e}")

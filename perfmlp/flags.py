@@ -1,7 +1,6 @@
-"""The configuration's fields as command-line flags: each field's flag,
-type, choices, help and metavar come from perfmlp/config.py, so every
-command that takes a configuration key (run, model, whatif) spells it the
-same way, with the trainer's default."""
+"""The configuration's fields as command-line flags, from perfmlp/config.py,
+so that every command taking a configuration key (run, model, whatif) spells
+it alike, with the trainer's default."""
 from __future__ import annotations
 
 import argparse
@@ -31,8 +30,7 @@ def _help(name: str, default: Any = dataclasses.MISSING) -> str:
 
 
 def field_value(name: str):
-    """argparse `type` for field `name`: the text converted and checked as
-    the configuration checks it (a bad value: argparse's one-line error)."""
+    """argparse `type` for field `name`: the text converted and checked as the configuration does."""
     def convert(text):
         try:
             if name == "hidden_sizes":
@@ -53,10 +51,8 @@ class _Sizes(argparse.Action):
 
 def add_field(parser: argparse.ArgumentParser, name: str, *, default: Any = None, typed: bool = False,
               choices: tuple | None = None, dest: str | None = None, aliases: tuple = (), convert=None) -> None:
-    """--flag (and `aliases`) of the configuration field `name`: its help,
-    choices (CHOICES, or `choices`) and metavar. With `typed`, the value is
-    converted and checked as it is parsed (field_value, or `convert`) and
-    `default` shows in the help; otherwise it is None and from_args converts."""
+    """--flag (and `aliases`) of field `name` with its help, choices and metavar. With `typed` it is
+    converted as parsed (field_value, or `convert`), `default` in the help; else from_args converts."""
     kw = {"dest": dest or name, "default": default,
           "help": _help(name, default) if typed else _help(name)}
     if isinstance(_FIELDS[name].default, bool):
@@ -87,8 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_fields(parser: argparse.ArgumentParser, names, *, choices: dict | None = None,
                dests: dict | None = None, aliases: dict | None = None, convert: dict | None = None) -> None:
-    """A flag for each configuration field in `names`, parsed to the field's type with Config's default;
-    `choices`, `dests`, `aliases` and `convert` (field -> argparse type) narrow or rename a field's flag."""
+    """A typed flag, Config's default, per field in `names`; the dicts narrow or rename a field's flag."""
     defaults = Config()
     for name in names:
         default = getattr(defaults, name)

@@ -3,17 +3,14 @@ rounding and dynamic loss scaling (what each precision stores and
 multiplies: perfmlp/model/precision.py).
 
 On NumPy the step computes what the GPU's does, so CPU tests check the
-arithmetic: 16-bit arrays through `ml_dtypes` (bfloat16) and NumPy
-(float16), each product's float32 operands rounded as the tensor cores take
-them (`gemm_operand`), float32 accumulation, elementwise work in float32 on
-values read from and rounded back to 16 bits.
+arithmetic: bfloat16 through `ml_dtypes`, GEMM operands rounded as the
+tensor cores take them (`gemm_operand`), float32 accumulation and
+elementwise work on values rounded back to 16 bits.
 
-Dynamic loss scaling (fp16), as PyTorch's GradScaler with its defaults: an
-output delta (p - y) / B is often below float16's smallest normal number,
-so the loss is multiplied by a scale S (2^16 at first) and the gradients by
-1 / S in the update; a step whose reduced gradients (alike on every rank)
-hold an inf or a NaN is skipped and S halved; after GROWTH_INTERVAL finite
-steps in a row S is doubled. gpu/kernels.cu applies the same rule.
+Dynamic loss scaling (fp16), as PyTorch's GradScaler's defaults: the loss is
+scaled by S (2^16 at first) and the gradients by 1/S in the update; a step
+whose reduced gradients hold an inf or a NaN is skipped and S halved; after
+GROWTH_INTERVAL finite steps in a row S doubles (gpu/kernels.cu alike).
 """
 from __future__ import annotations
 
@@ -35,8 +32,7 @@ GROWTH_INTERVAL = 2000
 
 
 def storage_dtype(precision) -> np.dtype:
-    """The host (NumPy) type of a precision's activations and batch
-    (bfloat16: ml_dtypes', a one-line error where it is not installed)."""
+    """The NumPy type of a precision's activations and batch (bfloat16: ml_dtypes', needed)."""
     p = precision_of(precision)
     if p.storage != "bfloat16":
         return np.dtype(p.storage)
@@ -46,8 +42,7 @@ def storage_dtype(precision) -> np.dtype:
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
-    """float values as bfloat16's bits (uint16), rounded to nearest, ties to
-    even, as kernels.cu's st() and ml_dtypes round."""
+    """float values as bfloat16's bits (uint16), rounded to nearest even, as kernels.cu's st()."""
     f = np.ascontiguousarray(a, dtype=np.float32)
     u = f.view(np.uint32)
     bits = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
@@ -55,8 +50,7 @@ def bf16_bits(a: np.ndarray) -> np.ndarray:
 
 
 def to_storage(a: np.ndarray, precision) -> np.ndarray:
-    """a in the precision's storage type on the host: bfloat16 through
-    ml_dtypes where installed, else as its bits (what the GPU reads)."""
+    """a in the precision's storage type on the host (bfloat16 without ml_dtypes: its bits)."""
     p = precision_of(precision)
     if p.storage == "bfloat16" and ml_dtypes is None:
         return bf16_bits(a)
@@ -64,8 +58,7 @@ def to_storage(a: np.ndarray, precision) -> np.ndarray:
 
 
 def device_view(a: np.ndarray) -> np.ndarray:
-    """A host array as CuPy can take it: bfloat16 as its uint16 bits (CuPy
-    has no bfloat16 type; the kernels and cuBLAS read the bits)."""
+    """A host array as CuPy can take it: bfloat16 as its uint16 bits (CuPy has no bfloat16)."""
     return a.view(np.uint16) if a.dtype.name == "bfloat16" else a
 
 
@@ -77,16 +70,14 @@ def from_device(a: np.ndarray, precision) -> np.ndarray:
 
 
 def round_tf32(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to TF32's 10 mantissa bits (to nearest, ties
-    to even), still float32: what a TF32 tensor core multiplies."""
+    """float32 values rounded to TF32's 10 mantissa bits (nearest even), as a TF32 tensor core takes them."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     r = ((u + np.uint32(0x0FFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)).view(np.float32)
     return np.where(np.isfinite(x), r, x).astype(np.float32, copy=False)
 
 
 def gemm_operand(p: Precision):
-    """f(x): a GEMM operand as the precision's products take it, as float32
-    (None: float32 or float64, the products in the operands' own type)."""
+    """f(x): a GEMM operand as float32, as the precision's products take it (None: in its own type)."""
     if p.gemm == N.TF32:
         return round_tf32
     if p.mixed:   # (the type looked up when a product runs: NumPy's networks only)
@@ -103,9 +94,7 @@ class LossScale:
         self.skipped = 0     # steps skipped for an overflow, in all
 
     def unscale(self, finite: bool) -> float:
-        """The multiplier this step's update applies to the gradients
-        (1 / the scale they were computed with; 0: skip the update), and
-        the scale for the next step."""
+        """The update's gradient multiplier, 1 / the scale (0: skip the step); sets the next scale."""
         if not finite:
             self.scale *= BACKOFF_FACTOR
             self.good = 0

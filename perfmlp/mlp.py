@@ -1,25 +1,21 @@
 """The network math, generic over the array module (NumPy or CuPy).
 
-Samples are columns: X is D x b, W_l is n_l x n_{l-1}, b_l has n_l entries.
-Hidden layers are sigmoid, the output layer softmax; the loss is
-J = (1/B) sum_i CE_i + (lambda/2) sum_l ||W_l||^2 (biases not penalised).
+Samples are columns: X is D x b, W_l is n_l x n_{l-1}. Hidden layers are
+sigmoid, the output softmax; J = (1/B) sum_i CE_i + (lambda/2) sum_l ||W_l||^2.
 
 Parameters and gradients each live in one flat buffer [W_1..W_L, b_1..b_L]
-(weights first: the update is two elementwise passes whatever the depth);
-the gradient buffer has one more element, the rank's cross-entropy sum,
-reduced in the same collective as the gradients.
+(the update is two elementwise passes whatever the depth); the gradient
+buffer's extra slot holds the rank's cross-entropy sum, reduced with it.
 
-The step is written once, in `Network`, as a sequence of kernel calls: each
-records the operations it computes (name and launched shape, which the
-model's cost registry prices) into `ops` when that is a list, then runs
-`_<kernel>`, the only part a backend overrides (perfmlp/gpu/network.py);
-the model's `step_kernels` lists the same kernels in the same order (tested).
-
-Precision (perfmlp/model/precision.py): `dtype` is the master type of the
-weights, gradients and update, `act_dtype` that of the activations and
-deltas; the NumPy kernels compute what the GPU's do (perfmlp/mixed.py).
+The step is written once, in `Network`, as kernel calls: each records its
+operations (name, launched shape: what the model prices) into `ops` when
+that is a list, then runs `_<kernel>`, the only part a backend overrides
+(gpu/network.py); the model's `step_kernels` lists the same (tested).
+`dtype` is the master type, `act_dtype` the activations' (perfmlp/mixed.py).
 """
 from __future__ import annotations
+
+from itertools import accumulate
 
 import numpy as np
 
@@ -34,19 +30,15 @@ class FlatParams:
 
     def __init__(self, xp, layer_sizes, dtype, extra: int = 0):
         self.layer_sizes = tuple(layer_sizes)
-        shapes_w = [(layer_sizes[i + 1], layer_sizes[i]) for i in range(len(layer_sizes) - 1)]
-        self.n_weights = sum(m * n for m, n in shapes_w)
+        shapes = [(m, n) for n, m in zip(layer_sizes, layer_sizes[1:])]
+        sizes = [m * n for m, n in shapes] + [m for m, _ in shapes]   # every W_l, then every b_l
+        self.n_weights = sum(sizes[:len(shapes)])
         self.n_biases = sum(layer_sizes[1:])
         self.n_params = self.n_weights + self.n_biases
         self.flat = xp.zeros(self.n_params + extra, dtype=dtype)
-        self.W, self.b = [], []
-        off = 0
-        for m, n in shapes_w:
-            self.W.append(self.flat[off:off + m * n].reshape(m, n))
-            off += m * n
-        for m, _ in shapes_w:
-            self.b.append(self.flat[off:off + m])
-            off += m
+        views = [self.flat[end - k:end] for k, end in zip(sizes, accumulate(sizes))]
+        self.W = [v.reshape(shape) for v, shape in zip(views, shapes)]
+        self.b = views[len(shapes):]
         self.weights = self.flat[:self.n_weights]
         self.biases = self.flat[self.n_weights:self.n_params]
         self.params = self.flat[:self.n_params]
@@ -73,13 +65,8 @@ def sigmoid(xp, z):
 
 
 class Network:
-    """Forward, loss, backward and update on flat buffers, for any array module.
-
-    `forward(x)`: x is D x b; keeps the activations. `loss(y)`: y is C x b
-    one-hot; the cross-entropy sum into the loss slot, the output delta
-    (P - Y) / B. `backward()`: every weight and bias gradient. `update()`:
-    p <- p - lr * (g + reg * p) on weights, p <- p - lr * g on biases.
-    """
+    """Forward (x: D x b), loss (y: C x b one-hot; delta (P - Y) / B), backward and update
+    (w <- w - lr (g + reg w), b <- b - lr g) on flat buffers, for any array module."""
 
     def __init__(self, xp, layer_sizes, precision, lr: float, reg: float, global_batch: int):
         self.xp = xp
@@ -117,8 +104,7 @@ class Network:
             off += n_out * n_in
 
     def set_first_rows(self, rows) -> None:
-        """The first layer's weight gradient computed in these row slices
-        [(r0, r1), ...], grad_ready called after each (perfmlp/slices.py)."""
+        """The first layer's weight gradient in row slices [(r0, r1), ...], grad_ready after each."""
         n_in = self.p.layer_sizes[0]
         self._blocks[0] = [(r0, r1, r0 * n_in, r1 * n_in) for r0, r1 in rows]
 
@@ -195,18 +181,16 @@ class Network:
                 ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
 
     def storage_type(self):
-        """The array type of the activations and deltas (NumPy: storage_dtype)."""
+        """The activations' and deltas' array type."""
         return storage_dtype(self.precision)
 
     def gemm_weight(self, l: int):
-        """Layer l's weights as its GEMMs read them (the GPU's bf16 and fp16:
-        the 16-bit copy each update writes)."""
+        """Layer l's weights as its GEMMs read them (the GPU's 16-bit precisions: a copy)."""
         return self.p.W[l]
 
     # hooks for a sharded network (perfmlp/strategies/shard.py): no-ops here
     def _preactivation_done(self, l: int, z) -> None:
-        """Hidden layer l's z = W a is computed, before its bias (the output
-        layer's partial sums are combined after the forward phase)."""
+        """Hidden layer l's z = W a is computed, before its bias."""
 
     def _input_grad_done(self, l: int, da) -> None:
         """W_l^T delta (the gradient of layer l's input) is computed."""
@@ -242,10 +226,8 @@ class Network:
         return self._bias_add(z, bias)
 
     def output_backward(self, w, d, a, gw, gb, out, gb_below):
-        """The output layer's backward: gw = d @ a^T, gb = the row sums of d,
-        and, into `out`, dz = (w^T @ d) * a * (1 - a) for the layer below,
-        whose bias gradient (the row sums of dz) goes into gb_below. Two
-        kernels: the partial sums per column block, then their sum."""
+        """The output layer's backward in two kernels (partial sums per column block, their sum):
+        gw = d a^T, gb = rows of d summed, `out` = dz = (w^T d) a (1 - a), gb_below = rows of dz summed."""
         C, H, b = w.shape[0], w.shape[1], d.shape[1]
         self._record(("output_backward", (C, H, b)))
         self._record(("partial_sums", (output_grad_sums(C, H), output_grad_splits(b))))
@@ -266,16 +248,13 @@ class Network:
         return self._sigmoid_grad_row_sum(da, a, db)
 
     # -- the NumPy (array-generic) implementations ------------------------------------
-    def buffer(self, kind: str, layer: int, b: int):
-        """A preallocated output for a kernel, or None (allocate)."""
+    def buffer(self, kind: str, layer: int, b: int):   # a preallocated output for a kernel, or None
         return None
 
-    def _f(self, x):
-        """x in the master type (the kernels' arithmetic)."""
+    def _f(self, x):   # x in the master type (the kernels' arithmetic)
         return x.astype(self.dtype, copy=False)
 
-    def _act(self, x):
-        """x stored at the activation width."""
+    def _act(self, x):   # x stored at the activation width
         return x.astype(self.act_dtype, copy=False)
 
     def _gemm(self, a, b, out):

@@ -1,11 +1,8 @@
 """Every name the trainer, the trace, the model, the report and the CLIs
-share, defined once. This module imports nothing of perfmlp; everything
-else imports its names and never spells them (tests/test_names.py fails on
-a literal copy anywhere else in perfmlp/, user-facing text aside).
-
-Plain strings, not enums, so that configurations, manifests, YAML and JSON
-hold them as they are; the phases are the one enum (a str Enum: a Phase
-compares, formats and serialises as its value).
+share, defined once; this module imports nothing of perfmlp, and nothing
+else spells these names (tests/test_names.py). Plain strings, so that
+configurations, manifests, YAML and JSON hold them as they are; the phases
+are a str Enum (a Phase compares, formats and serialises as its value).
 """
 from __future__ import annotations
 
@@ -98,8 +95,7 @@ TRACE_LEVELS = {
     KERNELS: "+ one record per kernel inside CUDA graphs too (about 0.5 us of GPU time per graph kernel node)",
 }
 ACTIVITY_LEVELS = (TIMELINE, KERNELS)           # the levels that collect CUPTI activity records
-# The level `--trace-level auto` runs at per execution mode: the richest whose
-# overhead stays under the tracer's target (benchmarks/timeline_overhead.py).
+# `--trace-level auto` per execution mode: the richest level under the tracer's overhead target
 DEFAULT_TRACE_LEVEL = {GRAPH: COUNTERS, EAGER: COUNTERS}
 TRACE_LEVEL_CHOICES = (AUTO, *TRACE_LEVELS)
 
@@ -143,8 +139,7 @@ class Phase(str, Enum):
 
 PHASES = tuple(Phase)
 
-# --- the groups of a batch's time, in a batch's order: the model's terms sum
-# into them and the trace's phases are measured in them
+# --- the groups of a batch's time, in order: the model's terms sum into them, the phases are measured in them
 H2D_BATCH = "h2d_batch"      # the batch's copy to the device
 COMPUTE = "compute"          # GEMMs, elementwise kernels, launches, graph replays, the update
 D2H_GRAD = "d2h_grad"        # the gradients staged to the host
@@ -176,14 +171,10 @@ NVTX_RANGES = (*(p.value for p in PHASES), "batch", "epoch")  # every NVTX range
 
 def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, combine: bool = False,
                  exchange: bool = True, updates: bool = True) -> tuple[Phase, ...]:
-    """The phases one batch of one rank records, in order, for an exchange,
-    a transfer and a resolved execution mode. The strategy's part is given
-    by the caller: `combine` (model parallelism's output combine in the
-    forward pass), `exchange` (the rank reduces gradients with a data group:
-    False for pure model parallelism) and `updates` (the parameter server's
-    workers other than rank 0 do not update). In graph mode one replay
-    (`graph`) stands for forward, combine, loss and backward, and with a
-    device exchange for the exchange and the update too."""
+    """The phases one batch of one rank records, in order. `combine`: model parallelism's output
+    combine; `exchange`: False for pure model parallelism; `updates`: False on a parameter server's
+    worker. In graph mode `graph` stands for forward to backward, and the exchange and update too
+    with a device exchange."""
     out = [] if batch_transfer in UNCOPIED_TRANSFERS else [Phase.H2D]
     if exec_mode == GRAPH:
         out.append(Phase.GRAPH)

@@ -1,11 +1,10 @@
 """Parameter files: `--save-params DIR` (initial.npz, final.npz and, when
 the loss stops being finite, at-failure.npz) and `--resume FILE.npz`.
 
-A file is written whole or not at all (a temporary name, then a rename);
-nothing of an earlier run is overwritten, and two runs never share a folder
-(the first holds an exclusive lock on it for its life). A resumed file is
-read without pickle, each array's header (shape, type) checked before its
-data is read, so a small file declaring a huge array is refused, not loaded.
+A file is written whole or not at all; nothing of an earlier run is
+overwritten, and a run holds an exclusive lock on its folder. A resumed file
+is read without pickle, each array's header checked before its data is read
+(a small file declaring a huge array is refused, not loaded).
 """
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ _held: list = []   # the open lock files: the lock lasts as long as the process
 
 
 def check_folder(folder: str) -> None:
-    """Before anything is written: --save-params must be a folder we can
-    write that holds no parameters of an earlier run."""
+    """--save-params must be a writable folder holding no earlier run's parameters."""
     if not folder:
         return
     d = Path(folder)
@@ -43,9 +41,8 @@ def check_folder(folder: str) -> None:
 
 
 def claim_folder(folder: str) -> None:
-    """Hold --save-params DIR for this run (one rank calls it): an exclusive
-    lock that another run started at the same time cannot take, released
-    when the process ends however it ends; then the check again, under it."""
+    """Hold --save-params DIR for this run (one rank): an exclusive lock for the process's life, then
+    check_folder again under it."""
     if not folder:
         return
     d = Path(folder)
@@ -65,8 +62,7 @@ def claim_folder(folder: str) -> None:
 
 
 def save(path: Path, params: dict[str, np.ndarray]) -> None:
-    """The parameters as an .npz file, written whole or not at all (a
-    RunFailure naming the file on a full disk)."""
+    """The parameters as an .npz file, written whole or not at all (a RunFailure on a full disk)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -75,8 +71,7 @@ def save(path: Path, params: dict[str, np.ndarray]) -> None:
 
 
 def load_resume(path: str, layer_sizes) -> dict[str, np.ndarray]:
-    """The parameters in an .npz file for a network of `layer_sizes`; a
-    PerfmlpError naming the file and the array otherwise."""
+    """The parameters in an .npz file for a network of `layer_sizes`; else a PerfmlpError naming the array."""
     p = Path(path)
     if not p.exists():
         raise PerfmlpError(f"--resume: no such file {path}")

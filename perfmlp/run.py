@@ -24,10 +24,8 @@ _DEPENDENCIES = ("numpy", "yaml")
 
 
 def other_interpreter(missing: list[str]) -> str | None:
-    """Another python on PATH that has the `missing` modules, or None. (Under
-    `nsys profile mpirun`, mpirun started by its full path takes it as
-    `--prefix /usr`: /usr/bin first on the ranks' PATH, and its python lacks
-    the user's packages; the user's interpreter is further down PATH.)"""
+    """Another python on PATH that has the `missing` modules, or None (mpirun started by its full
+    path, as under `nsys profile`, puts its own folder first on the ranks' PATH)."""
     import subprocess
     seen = {os.path.abspath(sys.executable)}  # not realpath: a venv's python links to the base interpreter
     for d in os.environ.get("PATH", "").split(os.pathsep):
@@ -43,8 +41,7 @@ def other_interpreter(missing: list[str]) -> str | None:
 
 
 def reexec_if_shadowed() -> None:
-    """Re-execute under the user's interpreter when this one lacks the
-    project's dependencies (see other_interpreter); say so in one line."""
+    """Re-execute under another interpreter (other_interpreter) when this one lacks the dependencies."""
     if os.environ.get("PERFMLP_REEXEC"):
         return  # once only
     mpi = any(int(os.environ.get(v, "0") or 0) >= 1 for v in LAUNCHER_SIZE_VARS)
@@ -65,9 +62,8 @@ def reexec_if_shadowed() -> None:
 
 
 def share_cores_among_local_ranks() -> None:
-    """Under MPI, give each rank's BLAS its share of the node's cores (unless
-    the user chose): P ranks each starting one thread per core oversubscribe
-    the node. Must run before NumPy is imported."""
+    """Under MPI, each rank's BLAS gets its share of the node's cores unless the user chose (P ranks of
+    one thread per core each oversubscribe the node); before NumPy is imported."""
     local = next((int(os.environ[v]) for v in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
                   if os.environ.get(v, "").isdigit()), 1)
     if local > 1:
@@ -81,7 +77,6 @@ if __name__ == "__main__":
     reexec_if_shadowed()
     share_cores_among_local_ranks()
 
-import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -90,20 +85,15 @@ from pathlib import Path  # noqa: E402
 from . import config as config_mod  # noqa: E402
 from . import flags  # noqa: E402
 from . import params as params_mod  # noqa: E402
-from .errors import PerfmlpError, cli, quiet_stdout, safe_stdio, say  # noqa: E402
+from .errors import OneLineParser, PerfmlpError, cli, quiet_stdout, safe_stdio, say  # noqa: E402
 from .safeio import write_line  # noqa: E402
 
 
 ONE_LINE_S = 1.0   # a rank other than 0 waits this long before saying an error that rank 0 may say too
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        raise PerfmlpError(message)
-
-
 def parse(argv):
-    ap = _Parser(prog="python -m perfmlp.run", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = OneLineParser(prog="python -m perfmlp.run", description=__doc__.split("\n\n")[0].replace("\n", " "))
     flags.add_arguments(ap)
     return flags.from_args(ap.parse_args(argv))
 
@@ -117,8 +107,7 @@ class Signalled(KeyboardInterrupt):
 
 
 class EveryRank(PerfmlpError):
-    """An error every rank knows of (they agreed on it): rank 0 says it,
-    every rank exits, no abort."""
+    """An error every rank agreed on: rank 0 says it, every rank exits, no abort."""
 
     def __init__(self, message: str, exit_code: int, rank: int | None = None):
         super().__init__(message)
@@ -126,8 +115,7 @@ class EveryRank(PerfmlpError):
 
 
 def agree(world, error: PerfmlpError | None) -> None:
-    """A collective: if any rank has an error, every rank raises EveryRank
-    with the first one (named by rank unless every rank has it)."""
+    """A collective: if any rank has an error, every rank raises EveryRank with the first one."""
     errors = world.allgather(None if error is None else (str(error), error.exit_code))
     bad = [(r, e) for r, e in enumerate(errors) if e is not None]
     if bad:
@@ -137,8 +125,7 @@ def agree(world, error: PerfmlpError | None) -> None:
 
 
 def check_same_config(world, cfg) -> None:
-    """A collective: every rank must run the same configuration (else the
-    ranks would wait for each other in collectives of different sizes)."""
+    """A collective: the ranks' configurations must be one (else their collectives would differ)."""
     configs = world.allgather(cfg.to_dict())
     r = next((i for i, c in enumerate(configs) if c != configs[0]), None)
     if r is None:
@@ -189,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _watch_exit(job: _Job) -> None:
-    """The watchdog thread, then (should teardown hold Python's lock) a
-    process started for it, watch the exit; the fault hook may hold it."""
+    """The watchdog thread, and a process in case teardown holds Python's lock, watch the exit."""
     from .watchdog import EXITING, GRACE_S
     job.watchdog.mark(EXITING)
     if job.world is not None and job.watchdog.limit_s > 0:
@@ -200,8 +186,7 @@ def _watch_exit(job: _Job) -> None:
 
 
 def _start(argv, job: _Job):
-    """Parse, start MPI under the watchdog, agree on the configuration and
-    its checks; the checked configuration."""
+    """Parse, start MPI under the watchdog, agree on the configuration and its checks; return it."""
     from .watchdog import DEFAULT_LIMIT_S, STARTUP_MIN_S, Watchdog
     try:
         cfg, error = parse(argv), None
@@ -326,10 +311,8 @@ def _fail(e: BaseException, job: _Job) -> int:
 
 
 def _signalled_before_mpi(e: KeyboardInterrupt) -> None:
-    """A signal before MPI has started, under a launcher of several ranks:
-    one line, then the rank dies of the signal itself. A launcher ends the
-    other ranks (waiting inside MPI_Init for this one) only for a rank that
-    a signal ended, not for one that exited with a status."""
+    """Under a launcher of several ranks: one line, then the rank dies of the signal itself (a launcher
+    ends the other ranks, waiting in MPI_Init, only for a rank a signal ended)."""
     if launched_size() <= 1:
         return
     signum = e.signum if isinstance(e, Signalled) else signal.SIGINT

@@ -1,13 +1,10 @@
 """Outputs that never replace an input, and inputs read within bounds.
 
-Outputs: a path a command writes must be a regular file or a new name (not
-a folder, a FIFO, a device or a link) and none of the files the command
-reads; a folder of outputs (the report) is filled beside its target and
-renamed into place. Lines go out in one write each, never glued.
-
-Inputs: JSON nested deeper than Python's recursion allows, and YAML nested
-deeper than MAX_DEPTH or whose aliases expand past MAX_YAML_NODES values,
-are refused in one line; a message quotes at most PREFIX_CHARS characters.
+An output is a regular file or a new name (never a folder, FIFO, device or
+link, nor a file the command reads); a folder of outputs is filled beside its
+target and renamed into place. JSON nested past Python's recursion and YAML
+nested past MAX_DEPTH or whose aliases expand past MAX_YAML_NODES values are
+refused in one line; a message quotes at most PREFIX_CHARS characters.
 """
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ PREFIX_CHARS = 60          # of a value, quoted in a message
 
 
 class InputError(PerfmlpError, ValueError):
-    """An input beyond its bounds, or an output that would replace an input
-    (a ValueError too, for the parsers that catch those); exit status 2."""
+    """An input beyond its bounds, or an output that would replace an input (a ValueError too)."""
 
 
 def prefix(value, n: int = PREFIX_CHARS) -> str:
@@ -71,9 +67,8 @@ def write_line(text: str) -> None:
 
 
 def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:
-    """`path` if a command may write it: a regular file or a new name in an
-    existing folder, and none of `inputs` (files or folders the command
-    reads: their files are refused too). An InputError naming it otherwise."""
+    """`path` if a command may write it: a regular file or a new name, and neither one of `inputs`
+    (files or folders the command reads) nor inside one; an InputError naming it otherwise."""
     p = Path(path)
     try:
         st = os.lstat(p)
@@ -93,10 +88,8 @@ def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:
 
 
 def check_output_folder(path: str | Path, runs=(), what: str = "--out") -> Path:
-    """`path` if a command may fill it: a folder or a new name (not a link
-    or a file), neither one of the `runs` it reads nor inside one. A folder
-    that holds runs (a committed set: its report beside its traces) may be
-    filled: replace_folder carries what it holds into its new copy."""
+    """`path` if a command may fill it: a folder or a new name (not a link or a file), neither one of
+    the `runs` it reads nor inside one (a folder holding runs may be: replace_folder keeps them)."""
     p = Path(path)
     if p.is_symlink():
         raise InputError(f"{what} {p}: a symbolic link (name a folder or a new name)")
@@ -116,11 +109,9 @@ def _refuse_what_is_read(p: Path, sources, what: str, kind: str) -> None:
 
 
 def replace_folder(target: str | Path, fill, marker: str) -> None:
-    """`fill(folder)` writes into a new folder beside `target`, which then
-    takes its place in two renames: a failure (a full disk, Ctrl-C) leaves
-    the previous `target` whole and no new folder behind. A `target` that
-    holds anything must hold `marker` (a file an earlier fill wrote): a
-    folder of other files is refused, never replaced."""
+    """`fill(folder)` writes a new folder beside `target`, which then takes its place in two renames
+    (a failure leaves `target` whole). A `target` holding anything must hold `marker`, a file an
+    earlier fill wrote: a folder of other files is refused, never replaced."""
     given, target = target, Path(target).resolve()
     if target.is_dir() and any(target.iterdir()) and not (target / marker).is_file():
         raise InputError(f"{given}: holds files but no {marker} (name a new folder or an earlier one's)")
@@ -147,8 +138,7 @@ def replace_folder(target: str | Path, fill, marker: str) -> None:
 
 
 def _keep_times(new: Path, target: Path) -> None:
-    """A file `fill` wrote again with the same bytes keeps the time it had:
-    a report made again over itself changes only what changed."""
+    """A file `fill` wrote again with the same bytes keeps its time (a remade report changes only what changed)."""
     for f in new.iterdir():
         before = target / f.name
         if f.is_file() and not f.is_symlink() and before.is_file() and not before.is_symlink():
@@ -166,9 +156,8 @@ def read_json(text: str | bytes):
 
 
 def load_yaml(text: str, loader_class):
-    """The data of one YAML document read by `loader_class` (a SafeLoader),
-    refusing nesting deeper than MAX_DEPTH and aliases that expand to more
-    than MAX_YAML_NODES nodes (an InputError), before anything is built."""
+    """One YAML document read by `loader_class` (a SafeLoader); an InputError, before anything is
+    built, for nesting past MAX_DEPTH or aliases expanding past MAX_YAML_NODES nodes."""
     if _flow_depth(text) > MAX_DEPTH:   # before PyYAML's scanner, whose time grows with the square of it
         raise InputError(f"YAML nested deeper than {MAX_DEPTH} levels")
     loader = loader_class(text)
@@ -205,8 +194,8 @@ def _flow_depth(text: str) -> int:
 
 
 def _check_size(root) -> None:
-    """Count the nodes with every alias expanded (each node's size once, by
-    identity, so that a bomb is counted, not walked) and the nesting."""
+    """Check the node count with aliases expanded (each node sized once, by identity: a bomb is counted,
+    not walked) and the nesting."""
     size: dict[int, int] = {}
     stack = [(root, 1, False)]
     while stack:

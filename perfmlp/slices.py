@@ -1,30 +1,20 @@
-"""The sliced first layer and the 16-bit gradient exchange, on NumPy and MPI.
+"""The sliced first layer and the 16-bit gradient exchange, on NumPy and MPI
+(the GPU's form: perfmlp/gpu/sliced.py; `check` refuses what is not built).
 
-The schedule (`--slices K`): the first layer's weight gradient
-dW1 = dZ1 X^T is computed in K slices of hidden units (rows of dW1, last
-rows first), each slice's MPI_Iallreduce started as soon as its GEMM has
-written it. The first slice written is contiguous with the rest of the flat
-buffer (upper layers, biases, loss slot) and is reduced with it; the
-exchange waits for that one, checks the loss and updates the rest with
-slice 0, while the other slices stay in flight across the batch boundary.
-The next batch's first-layer forward goes slice by slice in the same order:
-wait for slice s, update rows s of W1, run Z1[s] = W1[s] X. `drain` (the
-backend's `sync`, before anything reads the parameters) lands the rest.
+`--slices K`: dW1 is computed in K slices of hidden units (last rows first),
+each reduced (MPI_Iallreduce) as its GEMM writes it; the first written is
+reduced with the rest of the buffer and waited for by the exchange, the
+others stay in flight into the next batch, whose first-layer forward waits
+for slice s, updates rows s of W1 and computes Z1[s] (`drain` lands the
+rest). Rows h of dW1 need only rows h of dZ1: the parameters are the
+unsliced step's up to summation order. With fp16's loss scaling the update
+waits for every slice.
 
-Rows h of dW1 need only rows h of dZ1, and Z1[h] only rows h of W1 and b1,
-so the parameters are the unsliced step's up to the order MPI sums in
-(tests/mpi_slices.py). With fp16's loss scaling the update waits for every
-slice (a step is skipped when any reduced gradient is not finite).
-
-The 16-bit exchange (`--grad-precision bf16 | fp16`): each rank's gradient
-rounded to 16 bits into a buffer of its own, summed by an MPI operation
-that adds two 16-bit values in float32 and rounds back (as NCCL's ring does
-hop by hop), widened into the gradient buffer before the master-type
-update. The loss slot travels as the rank's mean (its sum could pass fp16's
-largest value) and only says the loss is finite; the epoch's loss is each
-rank's exact sum, reduced once at the epoch's end (`epoch_loss_sum`).
-
-The GPU's form: perfmlp/gpu/sliced.py (`check` refuses what is not built).
+`--grad-precision bf16 | fp16`: gradients rounded to 16 bits and summed by
+an MPI operation adding in float32 (as NCCL's ring does hop by hop), then
+widened for the update. The loss slot travels as the rank's mean (a sum
+could pass fp16's range) and only says it is finite; the epoch's exact sum
+is reduced at its end.
 """
 from __future__ import annotations
 
@@ -68,8 +58,7 @@ def _half_sum(world, dtype: np.dtype):
 
 
 class SlicedExchange:
-    """The schedule's state on one rank: its `compute` and `exchange` are the
-    step's Parts (perfmlp/step.py), `reduce`, `host_value` and
+    """One rank's schedule: `compute` and `exchange` the step's Parts, `reduce`, `host_value` and
     `epoch_loss_sum` the reducer's interface, `drain` the backend's sync."""
 
     name = N.MPI
@@ -208,10 +197,8 @@ class SlicedExchange:
 
 
 def resolve(cfg, procs: int, backend: str = N.NUMPY, exec_mode: str = N.EAGER, gpu: str | None = None) -> int:
-    """--slices as a count: auto is the model's choice, priced on the shipped
-    machine file of the GPU that runs (`gpu`: its device name; calibrated
-    where one ships), else the default file; 1 where that file has no
-    ceiling for the precision."""
+    """--slices as a count: auto is the model's choice on the machine file of `gpu` (its device name),
+    else the default file; 1 where that file has no ceiling for the precision."""
     if cfg.slices != N.AUTO:
         return int(cfg.slices)
     from types import SimpleNamespace
@@ -249,8 +236,7 @@ def check(cfg, backend: str, partitioned: bool) -> None:
 
 
 def wire(cfg, world, be):
-    """The backend with the sliced schedule or the 16-bit exchange where asked,
-    else `be` unchanged (an idempotent wrapper of backend.build's result)."""
+    """`be` (backend.build's) with the sliced schedule or the 16-bit exchange where asked (idempotent)."""
     if getattr(be.reducer, "sliced", False):
         return be
     gpu = None

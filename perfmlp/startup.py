@@ -1,16 +1,12 @@
-"""MPI's start-up and the process's exit, watched: a rank that a signal
-ends, or a job that does not start, inside MPI_Init ends the whole job with
-one line; so does a rank whose exit (MPI, NCCL or CUDA teardown) stalls
-where the run's watchdog thread cannot run.
+"""MPI's start-up and the process's exit, watched: a signal or a stall
+inside MPI_Init, or an exit (MPI, NCCL or CUDA teardown) that stalls where
+the watchdog thread cannot run, ends the whole job with one line.
 
-mpi4py's MPI_Init holds Python's lock until every rank has arrived, so no
-Python thread can watch it (the run's watchdog starts after it). Under a
-launcher of several ranks, a small process forked before MPI starts does:
-it prints the line when the rank gets SIGINT, SIGTERM or SIGHUP (the rank
-then dies of the signal itself, from a handler at the C level, which makes
-the launcher end the other ranks) or when MPI has not started within the
-start-up limit (it then kills the rank, with the same effect). It ends as
-soon as MPI has started or the rank has gone: it never outlives the rank.
+mpi4py's MPI_Init holds Python's lock until every rank has arrived, so a
+small process forked before it watches instead: on SIGINT, SIGTERM or SIGHUP
+it prints the line and the rank dies of the signal itself (which makes the
+launcher end the other ranks); past the start-up limit it kills the rank.
+It never outlives the rank.
 """
 from __future__ import annotations
 
@@ -36,8 +32,8 @@ def launched_size() -> int:
 
 
 def handle_signals_while_importing(prog: str) -> None:
-    """Until the program's own handlers: a signal is one line, then the rank dies of
-    it, so that the launcher ends the job (Python may still be importing)."""
+    """Until the program's own handlers: a signal is one line, then the rank dies of it (the launcher
+    ends the job)."""
     def ended(signum, _frame):
         from .faults import launcher_rank
         who = f"rank {launcher_rank()}: " if launched_size() > 1 else ""
@@ -49,9 +45,8 @@ def handle_signals_while_importing(prog: str) -> None:
 
 
 def start_watched(make_world, signals: dict, limit_s: float, prog: str, rank: int):
-    """make_world() (which starts MPI), watched by a forked process when
-    several ranks must meet; `signals`: signal number -> (words, status);
-    `limit_s`: the longest start-up (0: no limit)."""
+    """make_world() (which starts MPI), watched by a forked process when several ranks must meet;
+    `signals`: number -> (words, status); `limit_s`: the longest start-up (0: none)."""
     if launched_size() <= 1:
         return make_world()
     control_r, control_w = os.pipe()
@@ -138,10 +133,9 @@ if not select.select([fd], [], [], limit)[0]:
 
 
 def watch_exit(limit_s: float, stall_limit_s: float, prog: str, rank: int, where: str) -> None:
-    """From here to the process's end at most `limit_s` (the line names the
-    user's `stall_limit_s`): past it, a small process started now (not forked:
-    MPI and CUDA are live) says so in one line and kills this one, which makes
-    the launcher end the other ranks. It ends with this process (its pipe closes)."""
+    """At most `limit_s` from here to the process's end: past it, a process started now (not forked:
+    MPI and CUDA are live) says so in one line, naming `stall_limit_s`, and kills this one (the
+    launcher ends the others); it ends with this process (its pipe closes)."""
     if limit_s <= 0:
         return
     import subprocess

@@ -1,22 +1,17 @@
 """The training step, written once for every strategy and execution mode.
 
-A strategy's step is two parts (`Parts`), functions that issue their
-kernels, copies and collectives within the trace phases they record:
-- `compute(net, x, y, phase, counts)`: forward, loss, backward on the batch
-  piece (model parallelism's: strategies/shard.py's shard_compute).
-- `exchange(net, reducer, phase, counts)`: the gradient exchange and the
-  update (the parameter server's: strategies/server.py); returns the batch's
-  reduced cross-entropy sum where reading it costs no device
-  synchronisation, else None, and raises NonFiniteLoss before an update with
-  a loss that is not finite.
-
-`step` issues both eagerly, or replays the step's CUDA graph
-(perfmlp/gpu/graph.py), captured from these same functions once per piece
-size: the compute part, and the exchange too where it needs no host
-(`whole_step`: NCCL, ps-nccl).
+A strategy's step is two `Parts`, functions that issue their kernels, copies
+and collectives within the phases they record: `compute(net, x, y, phase,
+counts)` (forward, loss, backward) and `exchange(net, reducer, phase,
+counts)` (the gradient exchange and the update; it returns the reduced loss
+sum where reading it costs no device synchronisation, else None, and raises
+NonFiniteLoss before an update with a non-finite loss). `step` issues both
+eagerly or replays the CUDA graph captured from them (perfmlp/gpu/graph.py),
+with the exchange in it where it needs no host (`whole_step`).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,11 +22,15 @@ from .trace.records import Phase
 
 
 class NonFiniteLoss(RunFailure):
-    """Seen on every rank at once (the loss is reduced with the gradients).
-    `params`: the last finite parameters, `where`: which they are."""
+    """Seen on every rank at once (reduced with the gradients); `params`, `where`: the last finite ones."""
 
     params: dict | None = None
     where: str = ""
+
+
+def no_phase(name: str):
+    """A phase function that times nothing."""
+    return contextlib.nullcontext()
 
 
 def compute(net, x, y, phase, counts) -> None:
@@ -65,8 +64,7 @@ DATA = Parts()
 
 
 def step(net, batches, reducer, lo: int, hi: int, phase, counts, graph=None, parts: Parts = DATA) -> float | None:
-    """One training step on samples [lo, hi) of the current order; the
-    exchange's return. `graph`: a gpu.graph.GraphStep made with `parts`."""
+    """One step on samples [lo, hi) of the current order; the exchange's return (`graph`: a GraphStep)."""
     if graph is None:
         x, y = batches.get(lo, hi, phase, counts)
         parts.compute(net, x, y, phase, counts)

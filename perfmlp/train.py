@@ -1,15 +1,12 @@
 """The data-parallel training loop.
 
-Batches are taken in dataset order, batch k = samples [kB, (k+1)B); the last
-one may be short and is averaged over its own size. Each rank takes its
-contiguous piece of every batch (sizes differ by at most one), runs forward,
-loss and backward on it with the gradient scaled by 1/B (the whole batch's
-size), the gradient buffer is summed across ranks, and every rank applies
-the same update (the regularisation term is added there, once). After any
-number of batches every rank holds the parameters that one process training
-on the whole batch would, up to rounding. The step itself, for every
-strategy and execution mode, is perfmlp/step.py (the partitioned
-strategies' parts: perfmlp/strategies).
+Batch k is samples [kB, (k+1)B) of the epoch's order (the last may be short,
+averaged over its own size). Each rank takes its contiguous piece of every
+batch, its gradient scaled by 1/B of the whole batch; the gradient buffer is
+summed across ranks and every rank applies the same update (regularisation
+added there, once), so every rank holds what one process training on the
+whole batch would, up to rounding. The step, for every strategy and
+execution mode: perfmlp/step.py.
 """
 from __future__ import annotations
 
@@ -69,8 +66,7 @@ class Result:
 
 
 def train(cfg: Config, world, tracer=None, log=print, watchdog=None) -> Result:
-    """Train on `world`'s ranks, recording into `tracer` and marking progress
-    for `watchdog` (perfmlp/watchdog.py), both optional."""
+    """Train on `world`'s ranks, recording into `tracer`, marking progress for `watchdog` (both optional)."""
     # exp overflow in the sigmoid is expected (it saturates to 0); a loss that
     # is not finite is caught below, so NumPy's warnings are only noise
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
@@ -89,11 +85,8 @@ class _Setup:
 
 
 def straggler(cfg: Config, rank: int, size: int):
-    """What this rank calls as each batch it computes starts (`--straggler-delay-ms MS
-    --straggler-rank R`): rank R sleeps MS milliseconds before the batch's first phase, so the
-    batch's wall time holds the delay and no phase does; a reproducible slowdown of one rank, to
-    show what waiting for it costs a synchronous exchange and what an asynchronous one saves
-    (perfmlp/psasync)."""
+    """What this rank calls as each batch starts: with `--straggler-delay-ms MS --straggler-rank R`,
+    rank R sleeps MS ms before the first phase (in the batch's wall time, in no phase's)."""
     if cfg.straggler_delay_ms and cfg.straggler_rank >= size:
         raise PerfmlpError(f"--straggler-rank {cfg.straggler_rank}: this run has ranks 0..{size - 1}")
     if not cfg.straggler_delay_ms or rank != cfg.straggler_rank:
@@ -224,8 +217,8 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
 
 
 def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:
-    """(parameters, which they are): the current ones if they are finite and
-    `now` names them, else the latest epoch-start copy that was finite."""
+    """(parameters, which they are): the current ones if finite and `now` names them, else the latest
+    finite epoch-start copy."""
     if now is not None:
         params = net.get_params()
         if all(np.isfinite(a).all() for a in params.values()):

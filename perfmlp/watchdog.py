@@ -1,26 +1,18 @@
 """The run's watchdog: a stalled rank and a signal that cannot be handled
 end the whole job with one line.
 
-Progress. The training loop marks where the rank is (a store into a small
-memoryview, cheap against a batch; `--stall-limit 0` turns the marks off):
-the batch it starts (`batch`), each phase it enters (`watch`) and the states
-around the batches (`mark`). A daemon thread looks at the marks every second
-(every quarter of the limit, if shorter); when they have not changed for
-`limit_s` seconds the job is ended: one line, then MPI_Abort. A rank stopped
-by a signal (SIGSTOP, a debugger) makes no marks, and neither does every
-rank waiting for it in a collective: theirs notice. The ranks of a node
-share their marks (an MPI shared-memory window), so the line names the rank
-that is behind, the phase it stopped in and whether its process is stopped.
+Progress: the training loop marks the batch, phase or state it is in (a
+store into a small memoryview; `--stall-limit 0` turns the marks off). A
+daemon thread ends the job (one line, MPI_Abort) once no rank of the node
+has changed its marks for `limit_s`. The ranks of a node share their marks
+(an MPI shared-memory window), so the line names the rank that is behind,
+its phase and whether its process is stopped (a stopped rank marks nothing).
+Only one rank prints: the stalled rank if alive, else the lowest other rank
+of its node; the others wait, and the abort ends them first.
 
-Signals. Python runs a handler only between bytecodes of the main thread,
-so a rank blocked inside MPI never runs it. The signal numbers are also
-written to a socket (signal.set_wakeup_fd, at the C level); if the main
-thread has not handled one within GRACE_S, the thread ends the job: one
-line, MPI_Abort with 128 + the signal number.
-
-Only one rank prints: the stalled rank itself if it is alive (stuck, not
-stopped), else the lowest-numbered other rank of its node; the others wait
-a little longer, and the abort ends them first.
+Signals: a rank blocked inside MPI never runs a Python handler, so the
+signal numbers also reach a socket (signal.set_wakeup_fd); if the main thread
+has not handled one within GRACE_S, the thread ends the job with 128 + N.
 """
 from __future__ import annotations
 
@@ -51,9 +43,8 @@ STARTING, BATCH_START, EPOCH_END, FINISHING, SERVING, EXITING = range(len(STATES
 
 
 class _Codes(dict):
-    """Phase name -> code: the trace format's phases by number, any other
-    name (a strategy's own phase) as its first 8 ASCII bytes, so that every
-    rank reads it back without a shared table."""
+    """Phase name -> code: the trace format's phases by number, any other as its first 8 ASCII
+    bytes, which every rank reads back without a shared table."""
 
     def __missing__(self, name: str) -> int:
         packed = int.from_bytes(name.encode("ascii", "replace")[:8], "little")
@@ -76,14 +67,13 @@ ROW_BYTES = 5 * 8
 
 
 def _row(buffer) -> memoryview:
-    """A row of five int64 over `buffer` (a memoryview: cheaper stores than a NumPy array's)."""
+    """Five int64 over `buffer` (a memoryview: cheaper stores than a NumPy array's)."""
     return memoryview(buffer).cast("B")[:ROW_BYTES].cast("q")
 
 
 class Watchdog:
-    """One per rank process. `start()` (main thread) installs the signal
-    handlers and starts the thread; `attach(world)` (a collective) shares
-    the marks within the node; `close()` at the main thread's exit."""
+    """One per rank: `start()` installs the signal handlers and starts the thread, `attach(world)`
+    (a collective) shares the marks within the node, `close()` at the main thread's exit."""
 
     def __init__(self, limit_s: float = DEFAULT_LIMIT_S, prog: str = "perfmlp.run"):
         self.limit_s = limit_s
@@ -101,9 +91,7 @@ class Watchdog:
 
     # -- the main thread's side ---------------------------------------------------
     def start(self, on_signal) -> None:
-        """Install `on_signal` for SIGINT, SIGTERM and SIGHUP (again after MPI
-        starts: its transport may take SIGHUP for a debug dump) and start
-        watching."""
+        """Install `on_signal` for SIGNALS (again after MPI's start: its transport may take SIGHUP) and watch."""
         self.handle_signals(on_signal)
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
@@ -144,23 +132,21 @@ class Watchdog:
         row[CODE] = BATCH_START
 
     def watch(self, phase):
-        """`phase` (the tracer's phase function) marking each phase it enters."""
+        """The tracer's `phase` function, marking each phase it enters."""
         def watched(name, row=self.row, codes=PHASE_CODES):
             row[CODE] = codes[name]
             return phase(name)
         return watched
 
     def hold_if_ending(self) -> None:
-        """The main thread, about to end the run well or to exit: if the
-        thread has said the job is ended, the run must not end well; the
-        thread ends this process, else this does."""
+        """The main thread, about to end well or exit: once the thread has said the job is ended, it
+        must not end well (the thread ends this process, else this does)."""
         if self.ending.is_set():
             time.sleep(2 * GRACE_S)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
-        """The main thread, exiting: hold if the thread is ending the job, else
-        the thread says nothing more (a line after this would come with exit 0)."""
+        """The main thread, exiting: hold if the thread is ending the job, else silence the thread."""
         with self.lock:
             self.hold_if_ending()
             self.closed = True
@@ -177,8 +163,7 @@ class Watchdog:
                 pass
 
     def _watch(self) -> None:
-        """Progress is any rank of the node moving on: a rank whose loop marks
-        nothing (the asynchronous server) is not taken for a stalled one."""
+        """Progress is any rank of the node moving on (the asynchronous server marks nothing)."""
         step = min(1.0, self.limit_s / 4) if self.limit_s > 0 else 1.0
         last, since = self._node(), time.monotonic()
         signalled = {}
@@ -254,8 +239,8 @@ class Watchdog:
         self._end(None, "stalled", 1)
 
     def _claimed(self) -> bool:
-        """The right to say the stall: the first rank to make the run's claim file has it (a rank whose
-        view of the rows says it is the reporter may be one of two); without a run folder, every reporter."""
+        """The right to say the stall: the first rank to make the run's claim file (two ranks may each
+        think they report); without a run folder, every reporter."""
         if self.run_dir is None:
             return True
         try:
@@ -294,7 +279,7 @@ class Watchdog:
 
 
 def mark_manifest(run_dir, status: str) -> None:
-    """The manifest's status, best effort (a full disk, a manifest not yet written: the job must still end)."""
+    """The manifest's status, best effort (the job must end even on a full disk)."""
     if run_dir is None:
         return
     try:
@@ -317,10 +302,8 @@ def describe(code: int, epoch: int, batch: int) -> str:
 
 
 def behind(rows: np.ndarray):
-    """The row of the rank the others wait for: one whose process is stopped,
-    else the earliest (epoch, batch) of those not waiting for others, else
-    the earliest; None if every rank is waiting at the same batch (the one
-    waited for is on another node)."""
+    """The row of the rank the others wait for: a stopped one, else the earliest (epoch, batch) of those
+    not waiting, else the earliest; None if all wait at the same batch (for a rank on another node)."""
     for r in rows:
         if process_stopped(int(r[PID])):
             return r
@@ -346,9 +329,7 @@ def _may_abort_from_thread(world) -> bool:
 
 
 class Watched:
-    """The tracer, with the watchdog marking each batch and phase it begins
-    (for a loop that calls the tracer, not the watchdog); `at[0]` is the
-    batch begun last."""
+    """The tracer, the watchdog marking each batch and phase it begins; `at[0]`: the batch begun last."""
 
     def __init__(self, tracer, watchdog):
         self._tracer, self._watchdog = tracer, watchdog

@@ -33,9 +33,8 @@ from .trace.reader import TraceError, read_run
 
 
 def set_values(sets: dict) -> dict:
-    """The --set values converted and checked as the configuration's (a key
-    a what-if cannot change is refused first); threads (BLAS threads per
-    rank, a NumPy run's) a positive integer."""
+    """The --set values checked as the configuration's (a key a what-if cannot change refused first);
+    threads, BLAS threads per rank of a NumPy run, a positive integer."""
     keys = (*KEYS, "threads")
     unknown = sorted(set(sets) - set(keys))
     if unknown:
@@ -121,9 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def what_if_interval(machine, w: WhatIf) -> Interval | None:
-    """The what-if's 90% interval (perfmlp/model/interval.py): the same
-    what-if under each draw of the machine file's measured spread, the
-    measured groups as measured; None for a file that records no spread."""
+    """The what-if's 90% interval under the machine file's measured spread (None without one)."""
     from types import SimpleNamespace
     return interval(machine, lambda m: SimpleNamespace(
         total_s=what_if(m, w.before, w.after, w.measured_ms, w.measured_groups_ms).total_ms * 1e-3,
@@ -153,9 +150,8 @@ def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:
 
 
 def _what_if_numpy(a: argparse.Namespace, run, values: dict) -> tuple[WhatIf, object, list]:
-    """A NumPy run: priced on its CPU file, or on a GPU file where a change
-    only a GPU has is asked for or --machine names a GPU file; with the
-    CPU's single changes beside it (model/whatif_cpu.py)."""
+    """A NumPy run priced on its CPU file, or on a GPU file for a GPU-only change or a GPU --machine;
+    with the CPU's single changes beside it (model/whatif_cpu.py)."""
     machines = pick_machines([run], a.machine)
     cpu = machines.cpu
     if cpu is None:
@@ -172,8 +168,7 @@ def _what_if_numpy(a: argparse.Namespace, run, values: dict) -> tuple[WhatIf, ob
 
 
 def cpu_interval(w: WhatIf) -> tuple[float, float] | None:
-    """A CPU what-if's 90% interval (ms): its total scaled as the changed
-    prediction's interval (predict/cpu.py) is to that prediction."""
+    """A CPU what-if's 90% interval (ms): its total scaled as the changed prediction's interval is."""
     iv = w.predicted_after.detail.get("interval_s")
     if not iv:
         return None
@@ -216,8 +211,7 @@ def main(argv=None) -> int:
 
 
 def gpu_interval(machine, w: WhatIf) -> Interval | None:
-    """The 90% interval of a NumPy run priced on a GPU: the GPU prediction
-    under each draw of the GPU file's measured spread."""
+    """The 90% interval of a NumPy run priced on a GPU, under the GPU file's measured spread."""
     a = w.after
     from .model.predict import predict_batch
     return interval(machine, lambda m: predict_batch(

@@ -130,7 +130,7 @@ def test_fetch_checks_digests(http_dir, tmp_path, monkeypatch):
     for name in F.FILES:
         content = f"content of {name}".encode()
         (www / name).write_bytes(content)
-        fake[name] = hashlib.md5(content).hexdigest()
+        fake[name] = (hashlib.md5(content).hexdigest(), F.FILES[name][1])
     monkeypatch.setattr(F, "FILES", fake)
     out = tmp_path / "out"
     got = F.fetch(out, (url,), log=lambda *a: None)
@@ -150,7 +150,7 @@ def test_fetch_real_digests_against_shipped_files(http_dir, tmp_path):
     www, url = http_dir
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
         shutil.copy(SHIPPED / name, www / name)
-        assert F.md5_of(www / name) == F.FILES[name]
+        assert F.md5_of(www / name) == F.FILES[name][0]
     with pytest.raises(PerfmlpError, match="could not fetch train-images"):
         F.fetch(tmp_path / "o", (url,), log=lambda *a: None)
     assert F.main(["--out", str(tmp_path / "o2"), "--mirror", url]) == 2

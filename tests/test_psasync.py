@@ -13,7 +13,7 @@ from perfmlp.errors import PerfmlpError
 from perfmlp.mlp import FlatParams
 from perfmlp.model.psasync import predict_async, worker_cycle_s
 from perfmlp.psasync.replay import replay_run
-from perfmlp.psasync.schedule import Piece, Schedule
+from perfmlp.psasync.server import Piece, Schedule
 from perfmlp.psasync.server import apply_gradient
 from perfmlp.report.sections.psasync import section_psasync
 from perfmlp.trace import records as R

@@ -1,29 +1,17 @@
 """The asynchronous parameter server (`--comm ps-async --staleness S`).
 
-Rank 0 serves the parameters; every other rank is a worker. A worker asks
-for a piece of a batch, gets it with the server's current parameters,
-computes its gradient (scaled by 1/B of the whole batch, as a data-parallel
-rank's), sends it and asks again. The server applies each gradient in
-arrival order and hands out the pieces under the stale-synchronous rule
-(schedule.py): a piece of batch k only once every batch before k - S is
-wholly applied.
+Rank 0 serves; every other rank asks for a piece of a batch, gets it with
+the current parameters, sends back its gradient (scaled by 1/B of the whole
+batch) and asks again. The server applies gradients in arrival order and
+hands out pieces under the stale-synchronous rule (schedule.py). The
+regularisation term goes with a step's first applied piece only, so S = 0
+equals synchronous SGD up to summation order; with S > 0 the trace's update
+lines (trace/updates.py) record the order, and replay.py remakes the run.
 
-The update, for the gradient g of a piece of step k: w <- w - lr (g_w +
-lambda w) if it is the first of step k's pieces to arrive, else
-w <- w - lr g_w; b <- b - lr g_b: the regularisation term once per step, as
-synchronous SGD applies it. So with S = 0 the parameters equal synchronous
-SGD's up to the order of summation (tests/mpi_psasync.py); with S > 0 the
-run is determined by the gradients' arrival order, which the trace records
-(trace/updates.py) and replay.py remakes the parameters from.
-
-Transport: MPI non-blocking point to point. The server keeps one receive
-posted per worker with a piece out and answers each request with a small
-header (status, step, piece) and the parameters, sent from a snapshot so
-the server can go on updating; a waiting rank tests its request and yields
-its core between tests (sched_yield: the computing ranks keep theirs, and
-MPI moves large messages only as both sides test). On the GPU a worker
-stages through the host; the server holds the parameters on its GPU. NCCL
-is refused: its receive names the sender, not arrival order.
+Transport: MPI non-blocking point to point, a waiting rank yielding its core
+between tests (MPI moves large messages only as both sides test); the server
+sends from a snapshot so it can go on updating. NCCL is refused: its receive
+names the sender, not arrival order.
 """
 from __future__ import annotations
 
@@ -34,8 +22,7 @@ SERVER = 0      # the rank that serves the parameters
 
 
 def refusal(cfg, backend: str) -> str | None:
-    """Why a ps-async configuration cannot run (a one-line error), or None.
-    The rank count is checked once the world exists (check_world)."""
+    """Why a ps-async configuration cannot run (one line), or None; the rank count: check_world."""
     if cfg.comm == N.PS_ASYNC_NCCL:
         return ("--comm ps-async-nccl: NCCL's receive names its sender, so the server could not take "
                 "gradients in the order they arrive; use --comm ps-async (staged through the host on the GPU)")

@@ -1,30 +1,31 @@
-"""The training loop of `--comm ps-async` (`train_async`, once train.py has
-the data, the backend and the initial parameters) and the backend's
-assembly (`backend_fields`, for backend.build).
+"""The training loop of `--comm ps-async` (`train_async`, called by train.py), the workers' side
+(`Worker`: get a piece and the parameters, send the piece's gradient with its loss, ask again) and
+the backend's assembly (`backend_fields`, for backend.build).
 
-Epochs belong to the server: epoch e ends when every batch of it has been
-applied (with S > 0 pieces of epoch e + 1 may already be in); the server
-then evaluates and writes the epoch line with `updates`, the gradients
-applied so far. Its `seconds` exclude the previous epoch's evaluation.
+Epochs belong to the server: epoch e ends when every batch of it has been applied (with S > 0
+pieces of epoch e + 1 may already be in); the server then evaluates and writes the epoch line with
+`updates`, the gradients applied so far. Its `seconds` exclude the previous epoch's evaluation.
+A worker writes one batch line per piece; its wall time is the whole cycle, waiting included.
 """
 from __future__ import annotations
 
+import os
 import time
+from functools import partial
 
 import numpy as np
 
-from ..batches import DeviceBatches, HostBatches
-from ..mlp import Network, to_host
-from ..model.costs import piece as piece_bounds, pieces
-from ..model.precision import precision
-from ..model.predict import staging_memory
 from .. import names as N
+from ..comm import host_array
+from ..mlp import to_host
+from ..model.costs import piece as piece_bounds, pieces
+from ..model.predict import staging_memory
+from ..step import NonFiniteLoss, compute, no_phase
+from ..strategies.build import device, network
 from ..trace.format import Counts
-from ..step import NonFiniteLoss
-from . import FAILED, SERVER, check_world
-from .schedule import Schedule
-from .server import Server
-from .worker import Worker
+from ..trace.records import Phase
+from . import FAILED, OK, SERVER, TAG_GRAD, TAG_HEADER, TAG_PARAMS, check_world
+from .server import Schedule, Server
 
 
 def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
@@ -32,29 +33,12 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
     check_world(cfg, world.size)
     W = world.size - 1
     max_local = max(pieces(cfg.batch_size, W))
-    args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    dtype = np.dtype(precision(cfg.precision).master)   # the parameters' and gradients' type
-    stream, batches, sync = None, None, (lambda: None)
-    if name == N.CUPY:
-        from ..gpu import require_cupy, use_device
-        from ..gpu.network import GpuNetwork
-        xp = require_cupy()
-        stream = use_device(xp, world.rank)
-        sync = stream.synchronize
-        net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
-        if world.rank != SERVER:
-            batches = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local)
-        if staging_memory(cfg.batch_transfer) == N.PINNED:
-            import cupyx
-            host_buffer = (lambda n: cupyx.empty_pinned((n,), dtype))
-        else:
-            host_buffer = (lambda n: np.empty(n, dtype))
-    else:
-        xp, host_buffer = np, (lambda n: np.empty(n, dtype))
-        net = Network(np, cfg.layer_sizes, *args)
-        if world.rank != SERVER:
-            batches = HostBatches(xtrain, ytrain)
-    if world.rank == SERVER:
+    serving = world.rank == SERVER
+    xp, batches, sync, stream = device(cfg, world, xtrain, ytrain, name, max_local, batches=not serving)
+    net = network(cfg, xp, name, max_local)
+    # pinned where the batches are (on NumPy the batches are pageable)
+    host_buffer = partial(host_array, dtype=net.dtype, memory=staging_memory(cfg.batch_transfer))
+    if serving:
         nbatches = -(-cfg.n_train // cfg.batch_size)
         role = Server(world.comm, net, Schedule(cfg.epochs * nbatches, W, cfg.staleness), nbatches, host_buffer,
                       stream)
@@ -65,10 +49,9 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
 
 
 def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_result) -> None:
-    """Serve (rank 0) or work until the last piece, then hand every rank
-    the final parameters. `heldout`: (x, labels) for the server's accuracy;
-    `result`: train.Result, filled here (the server's epochs, made by
-    `epoch_result`, train.EpochResult)."""
+    """Serve (rank 0) or work until the last piece, then hand every rank the final parameters.
+    `heldout`: (x, labels) for the server's accuracy; `result`: train.Result, filled here with the
+    server's epochs made by `epoch_result` (train.EpochResult)."""
     nbatches = -(-cfg.n_train // cfg.batch_size)
     if world.rank == SERVER:
         status = _serve(cfg, be, tracer, log, nbatches, heldout, result, epoch_result)
@@ -104,9 +87,7 @@ def _work(cfg, world, be, tracer, straggle, nbatches: int, result) -> tuple:
             be.batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(n_train))
         current[0] = epoch
 
-    counts = Counts()
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        be.reducer.run(tracer, straggle, locate, reorder, counts)
+    be.reducer.run(tracer, straggle, locate, reorder, Counts())   # under train()'s np.errstate
     be.sync()
     result.batches = be.reducer.pieces
     return ()
@@ -137,8 +118,7 @@ def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -
             log(f"{ep.words(cfg.epochs)}, {server.updates} updates")
         t_epoch[0] = time.perf_counter()
 
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        server.serve(tracer, on_complete)
+    server.serve(tracer, on_complete)   # under train()'s np.errstate
     result.batches = server.sched.complete   # batches wholly applied (W updates each)
     if server.failed is None:
         return (0,)
@@ -146,3 +126,74 @@ def _serve(cfg, be, tracer, log, nbatches: int, heldout, result, epoch_result) -
     epoch, batch = divmod(piece.step, nbatches)
     return (FAILED, f"loss is {ce} at epoch {epoch + 1}, batch {batch} (piece {piece.index}, from rank {w}): "
                     "stopping", f"after {server.updates} updates, before the one that failed")
+
+
+def wait(req) -> None:
+    """Wait for an MPI request, yielding the core to others between tests."""
+    while not req.Test():
+        os.sched_yield()
+
+
+class Worker:
+    """`host_buffer(n)`: a host array to stage through; None on NumPy (MPI uses the network's buffers)."""
+
+    name = N.PS_ASYNC
+
+    def __init__(self, comm, net, batches, host_buffer=None, stream=None):
+        self.comm, self.net, self.batches, self.stream = comm, net, batches, stream
+        self.header = np.zeros(3, np.int64)
+        self.pieces = 0       # pieces computed
+        if stream is None:
+            self.grad_host, self.params_host = net.g.flat, net.p.params
+        else:
+            self.grad_host, self.params_host = host_buffer(net.g.flat.size), host_buffer(net.p.n_params)
+
+    def run(self, tracer, straggle, locate, reorder, counts) -> int:
+        """Compute pieces until the server says stop; its status. `locate(step, index)`: (epoch, batch,
+        samples, lo, hi) of the piece in the epoch's order, which `reorder(epoch)` puts in place."""
+        status, step, index = self.pull(no_phase, counts)
+        counts.reset()
+        while status == OK:
+            epoch, batch, samples, lo, hi = locate(step, index)
+            reorder(epoch)
+            tracer.begin_batch(epoch, batch, samples, hi - lo)
+            straggle()
+            self.net.global_batch = samples
+            x, y = self.batches.get(lo, hi, tracer.phase, counts)
+            compute(self.net, x, y, tracer.phase, counts)
+            self.push(tracer.phase, counts)
+            status, step, index = self.pull(tracer.phase, counts)
+            tracer.end_batch(None, counts)
+            counts.reset()
+            self.pieces += 1
+        return status
+
+    def push(self, phase, counts) -> None:
+        g = self.net.g.flat
+        if self.stream is not None:
+            with phase(Phase.D2H):
+                g.get(out=self.grad_host, stream=self.stream)
+                self.stream.synchronize()   # MPI reads the host copy the GPU just wrote
+                self.net.g.extra.fill(0)    # the loss kernel adds into the slot: sent, so cleared
+            counts.bytes_d2h += g.nbytes
+        with phase(Phase.PUSH):   # until MPI has the buffer back: a large one only once the server took it
+            wait(self.comm.Isend(self.grad_host, dest=SERVER, tag=TAG_GRAD))
+        counts.bytes_mpi += self.grad_host.nbytes
+        counts.collectives.append(("MPI_Isend", int(self.grad_host.size)))
+
+    def pull(self, phase, counts) -> tuple[int, int, int]:
+        """The next header (status, step, piece) and, with OK, the parameters."""
+        with phase(Phase.PULL):   # the server's queue, its update and the staleness bound
+            wait(self.comm.Irecv(self.header, source=SERVER, tag=TAG_HEADER))
+        status = int(self.header[0])
+        if status != OK:
+            return status, -1, -1
+        with phase(Phase.PARAMS):  # the parameters' message alone, sent as the header was
+            wait(self.comm.Irecv(self.params_host, source=SERVER, tag=TAG_PARAMS))
+        counts.bytes_mpi += self.params_host.nbytes
+        counts.collectives.append(("MPI_Irecv", int(self.params_host.size)))
+        if self.stream is not None:
+            with phase(Phase.H2D_PARAMS):
+                self.net.p.params.set(self.params_host, stream=self.stream)
+            counts.bytes_h2d += self.net.p.params.nbytes
+        return status, int(self.header[1]), int(self.header[2])

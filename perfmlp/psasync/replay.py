@@ -1,10 +1,8 @@
-"""Remake the parameters of a `--comm ps-async` run in one process from its
-update lines (trace/updates.py): each gradient is computed again on the
-parameters the worker had (those after `read` updates), on the piece the
-line names, and applied in the recorded order with the server's own rule
-(server.apply_gradient). The arrival order is the run's only freedom, so
-the result equals the run's final parameters up to the rounding of the
-GEMMs' summation (the BLAS's thread count may differ).
+"""Remake a `--comm ps-async` run's parameters in one process from its
+update lines (trace/updates.py): each gradient computed again on the
+parameters the worker had (after `read` updates) and applied in the recorded
+order by the server's rule. Arrival order being the run's only freedom, the
+result is the run's up to the GEMMs' rounding.
 """
 from __future__ import annotations
 
@@ -18,14 +16,12 @@ from ..config import from_mapping
 from ..mlp import FlatParams, Network, start_params
 from ..model.costs import piece as piece_bounds
 from ..model.precision import precision
-from ..step import compute
+from ..step import compute, no_phase
 from .server import apply_gradient
-from .worker import _no_phase
 
 
 def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> FlatParams:
-    """`params` (the initial ones, updated in place and returned) after
-    every update of `updates` (trace Update records), in their order."""
+    """`params` (the initial ones, updated in place) after every update of `updates` (trace records)."""
     updates = sorted(updates, key=lambda u: u.update)
     if [u.update for u in updates] != list(range(len(updates))):
         raise ValueError("the update lines are not 0, 1, ... without a gap")
@@ -48,8 +44,8 @@ def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> Fl
         if last_use[u.read] == i:
             del kept[u.read]
         net.global_batch = samples
-        x, y = batches.get(start + lo, start + hi, _no_phase, None)
-        compute(net, x, y, _no_phase, None)
+        x, y = batches.get(start + lo, start + hi, no_phase, None)
+        compute(net, x, y, no_phase, None)
         g, p = net.g.flat, params
         step = u.epoch * nbatches + u.batch
         apply_gradient(p, g[:p.n_weights], g[p.n_weights:p.n_params], cfg.learning_rate, cfg.reg,
@@ -61,8 +57,7 @@ def replay(cfg, workers: int, updates, xtrain, ytrain, params: FlatParams) -> Fl
 
 
 def replay_run(run) -> dict[str, np.ndarray]:
-    """The final parameters of a ps-async run (trace.reader.Run), remade
-    from its configuration, its data and its server's update lines."""
+    """The final parameters of a ps-async run (trace.reader.Run), remade from its update lines."""
     cfg = from_mapping(dict(run.config), where=f"{run.path or run.run_id}: ", check=False)
     split = data_mod.load(cfg.data, cfg.data_dir, cfg.n_train, cfg.n_heldout, cfg.input_size, cfg.num_classes,
                           cfg.seed)

@@ -1,25 +1,82 @@
 """Rank 0 of `--comm ps-async`: takes gradients as they arrive, applies
-them, hands out pieces under the staleness bound (schedule.py) and records
-one `update` line per gradient (trace/updates.py)."""
+them, hands out pieces under the staleness bound and records one `update`
+line per gradient (trace/updates.py).
+
+The stale-synchronous rule (`Schedule`, pure): global step k is batch k of
+the run, cut into W pieces as a data-parallel run on W ranks cuts it. Pieces
+go out in order to whichever worker asks next, a piece of step k only once
+K >= k - S, K counting the unbroken prefix of steps whose W gradients are
+all applied. So a gradient sees every update of steps < k - S, and with
+S = 0 exactly the parameters after step k - 1: synchronous SGD.
+"""
 from __future__ import annotations
 
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import names as N
 from ..trace.updates import update_record
 from . import DONE, FAILED, OK, TAG_GRAD, TAG_HEADER, TAG_PARAMS
-from .schedule import Piece, Schedule
+
+
+@dataclass(frozen=True)
+class Piece:
+    step: int    # global step: epoch * batches_per_epoch + batch
+    index: int   # which of the step's W pieces
+
+
+class Schedule:
+    """The pieces of `steps` steps of `workers` pieces each, under staleness S."""
+
+    def __init__(self, steps: int, workers: int, staleness: int):
+        if steps < 0 or workers < 1 or staleness < 0:
+            raise ValueError(f"steps {steps}, workers {workers}, staleness {staleness}")
+        self.steps, self.workers, self.staleness = steps, workers, staleness
+        self.next = 0                      # flat index step * W + index of the next piece to hand out
+        self.complete = 0                  # K: steps 0..K-1 all applied
+        self._applied = [0] * steps        # pieces applied per step
+
+    @property
+    def exhausted(self) -> bool:   # every piece has been handed out
+        return self.next >= self.steps * self.workers
+
+    def ready(self) -> bool:
+        """The next piece may be handed out now (the staleness bound holds)."""
+        return not self.exhausted and self.next // self.workers - self.staleness <= self.complete
+
+    def hand_out(self) -> Piece:
+        if not self.ready():
+            raise RuntimeError("no piece may be handed out now")
+        p = Piece(*divmod(self.next, self.workers))
+        self.next += 1
+        return p
+
+    def staleness_of(self, piece: Piece) -> int:
+        """Complete steps the piece's parameters lack at this moment (k - K)."""
+        return max(0, piece.step - self.complete)
+
+    def applied(self, piece: Piece) -> range:
+        """Record the piece's gradient as applied; the steps it completed."""
+        self._applied[piece.step] += 1
+        if self._applied[piece.step] > self.workers:
+            raise RuntimeError(f"step {piece.step}: more than {self.workers} pieces applied")
+        start = self.complete
+        while self.complete < self.steps and self._applied[self.complete] == self.workers:
+            self.complete += 1
+        return range(start, self.complete)
+
+    def first_of_step(self, piece: Piece) -> bool:
+        """No other piece of its step applied yet (the step's regularisation term goes with this one)."""
+        return self._applied[piece.step] == 0
 
 
 def apply_gradient(p, gw, gb, lr: float, reg: float, first: bool) -> None:
-    """One update on FlatParams `p` from the gradient's weight and bias parts
-    (NumPy or CuPy, same module as p). The regularisation term goes with
-    the step's first piece only, so a step's W pieces update as
-    synchronous SGD's one sum does (Network._sgd_update's formula)."""
+    """One update of FlatParams `p` from the gradient's weight and bias parts (p's array module):
+    w <- w - lr (g_w + reg w) for a step's first piece, w <- w - lr g_w for the others; b <- b - lr g_b."""
     T = p.flat.dtype.type
     if first:
         p.weights -= T(lr) * (gw + T(reg) * p.weights)
@@ -52,14 +109,14 @@ class Server:
         self.stopped: set = set()
         self.updates = 0
         self.failed: tuple | None = None      # (loss, piece, worker) of a gradient whose loss is not finite
-        self.tracer, self.t_start = None, 0.0
+        self.tracer = None
 
     # -- the loop ---------------------------------------------------------------------
     def serve(self, tracer, on_complete) -> None:
         """Until every worker is told to stop. `on_complete(steps, piece, ce)`
         follows each update: the range of steps it completed (often empty),
         the piece and its loss (cross-entropy sum)."""
-        self.tracer, self.t_start = tracer, getattr(tracer, "t_start", time.perf_counter())
+        self.tracer = tracer
         self.waiting.extend(range(1, self.W + 1))
         self._release()
         while len(self.stopped) < self.W:
@@ -93,8 +150,8 @@ class Server:
         epoch, batch = divmod(piece.step, self.batches_per_epoch)
         self.tracer.record(update_record(
             update=self.updates - 1, worker=w, epoch=epoch, batch=batch, piece=piece.index, read=read,
-            staleness=stale, queue=queue, blocked=len(self.waiting),
-            t_s=round(t0 - self.t_start, 6), apply_ms=round(apply_s * 1e3, 4), reply_ms=round(reply_s * 1e3, 4)))
+            staleness=stale, queue=queue, blocked=len(self.waiting), t_s=round(t0 - self.tracer.t_start_ns / 1e9, 6),
+            apply_ms=round(apply_s * 1e3, 4), reply_ms=round(reply_s * 1e3, 4)))
 
     # -- receiving ----------------------------------------------------------------------
     def _poll(self) -> None:

@@ -1,5 +1,6 @@
-"""backend_parts: the fields of backend.Backend for every strategy but the
-plain allreduce (backend.build calls it)."""
+"""What backend.build assembles a rank's backend from: `device` (array module,
+batch source, stream) and `network`, for every strategy, and `backend_parts`,
+the fields for every strategy but data parallelism with an allreduce."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,14 +13,14 @@ from ..mlp import Network
 from ..model.costs import pieces
 from ..model.predict import resolve_comm, staging_memory
 from ..model.strategies import StrategyError, check_shard, coords, grid, shard_sizes
-from .activations import HostAllreduce, NcclAllreduce, StagedAllreduce
 from .groups import split_groups
 from .server import SERVER, HostParamServer, NcclParamServer
-from .shard import SHARD, LocalReducer, ShardNetwork, ShardStep, setup_shard
+from .shard import (SHARD, HostAllreduce, LocalReducer, NcclAllreduce, ShardNetwork, ShardStep, StagedAllreduce,
+                    setup_shard)
+
 
 def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
-    """The fields of backend.Backend for a run with --parallel model|hybrid or
-    a parameter server; `name`: the backend that runs (numpy or cupy)."""
+    """Backend's fields for --parallel model|hybrid or a parameter server; `name`: numpy or cupy."""
     try:
         p_data, p_model = grid(world.size, cfg.parallel, cfg.model_procs)
         check_shard(cfg.layer_sizes, p_model)
@@ -28,38 +29,47 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
     comm = resolve_comm(cfg.comm, name)
     d, m = coords(world.rank, p_model)
     max_local = max(pieces(cfg.batch_size, p_data))
-    args = (cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size)
-    xp, batches, sync, stream = _device(cfg, world, xtrain, ytrain, name, max_local)
+    xp, batches, sync, stream = device(cfg, world, xtrain, ytrain, name, max_local)
     fields = dict(name=name, xp=xp, batches=batches, sync=sync, stream=stream)
     if comm in N.PS_COMMS:
-        if name == N.CUPY:
-            from ..gpu.network import GpuNetwork
-            net = GpuNetwork(xp, cfg.layer_sizes, *args, max_local, cfg.gemm)
-        else:
-            net = Network(np, cfg.layer_sizes, *args)
+        net = network(cfg, xp, name, max_local)
         server = NcclParamServer(xp, world, net) if comm == N.PS_NCCL else HostParamServer(world, net)
         return dict(fields, net=net, reducer=server, parts=SERVER, data_group=(world.size, world.rank))
     data_group, model_group = split_groups(world, p_model)
     sizes = shard_sizes(cfg.layer_sizes, p_model, m)
     if name == N.CUPY:
         from ..gpu.network import GpuNetwork
-        net = type("GpuShardNetwork", (ShardStep, GpuNetwork), {})(xp, sizes, *args, max_local, cfg.gemm)
+        net = type("GpuShardNetwork", (ShardStep, GpuNetwork), {})(xp, sizes, *_args(cfg), max_local, cfg.gemm)
     else:
-        net = ShardNetwork(np, sizes, *args)
+        net = ShardNetwork(np, sizes, *_args(cfg))
     allreduce = _activation_allreduce(cfg, comm, xp, net, model_group, max_local) if p_model > 1 else None
     setup_shard(net, cfg.layer_sizes, model_group, m, allreduce)
     return dict(fields, net=net, reducer=_data_reducer(cfg, comm, xp, net, data_group, p_data, name),
                 parts=SHARD, data_group=(p_data, d))
 
 
-def _device(cfg, world, xtrain, ytrain, name: str, max_local: int) -> tuple:
-    """(array module, batch source, synchronisation, stream) of this rank."""
+def device(cfg, world, xtrain, ytrain, name: str, max_local: int, batches: bool = True, next_piece=None) -> tuple:
+    """(array module, batch source or None without `batches`, synchronisation, stream) of this rank;
+    `next_piece`: for a prefetching source (batches.DeviceBatches)."""
     if name != N.CUPY:
-        return np, HostBatches(xtrain, ytrain), (lambda: None), None
+        return np, HostBatches(xtrain, ytrain) if batches else None, (lambda: None), None
     from ..gpu import require_cupy, use_device
     xp = require_cupy()
     stream = use_device(xp, world.rank)
-    return xp, DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local), stream.synchronize, stream
+    source = DeviceBatches(xp, xtrain, ytrain, cfg.batch_transfer, max_local, next_piece) if batches else None
+    return xp, source, stream.synchronize, stream
+
+
+def _args(cfg) -> tuple:
+    return cfg.precision, cfg.learning_rate, cfg.reg, cfg.batch_size
+
+
+def network(cfg, xp, name: str, max_local: int):
+    """The whole network on this rank's backend (`max_local`: the largest batch piece it computes)."""
+    if name == N.CUPY:
+        from ..gpu.network import GpuNetwork
+        return GpuNetwork(xp, cfg.layer_sizes, *_args(cfg), max_local, cfg.gemm)
+    return Network(np, cfg.layer_sizes, *_args(cfg))
 
 
 def _activation_allreduce(cfg, comm: str, xp, net, model_group, max_local: int):

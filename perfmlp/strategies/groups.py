@@ -7,9 +7,7 @@ from ..model.strategies import coords
 
 
 def split_groups(world, p_model: int):
-    """(data group, model group) of this rank: rank r sits at (d, m) =
-    divmod(r, p_model); its model group is row d (ranks d*p_model .. +p_model-1,
-    adjacent GPUs), its data group column m."""
+    """(data group, model group) of rank r at (d, m) = divmod(r, p_model): column m, row d (adjacent GPUs)."""
     if not hasattr(world, "comm"):
         return LocalGroup(), LocalGroup()
     d, m = coords(world.rank, p_model)

@@ -5,18 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from .. import names as N
+from ..comm import NcclGroup
 from ..mlp import FlatParams
 from ..model.costs import LOSS_SLOTS
 from ..model.strategies import ROOT
 from ..step import NonFiniteLoss, Parts, compute
 from ..trace.records import Phase
-from .activations import nccl_communicator, nccl_dtype
+
 
 class HostParamServer:
-    """`ps` (NumPy): MPI_Reduce of the gradient buffer to rank 0, the update
-    there, MPI_Bcast of the parameters and the loss (the parameter buffer
-    gets the loss slot, so that every rank sees a non-finite loss at once;
-    rank 0 then skips the update, leaving the last finite parameters)."""
+    """`ps` (NumPy): MPI_Reduce to rank 0, the update there, MPI_Bcast of the parameters with the loss
+    slot (every rank sees a non-finite loss at once; rank 0 then skips the update)."""
 
     name = "ps"
 
@@ -47,32 +46,28 @@ class HostParamServer:
         return float(self.net.p.extra[0])
 
 
-class NcclParamServer:
-    """`ps-nccl` (GPU): ncclReduce of the gradient buffer to rank 0, the update
-    there, ncclBroadcast of the parameters; no synchronisation, so the step
-    captures into a CUDA graph. Rank 0's update kernel sums the epoch's loss,
-    broadcast once per epoch over host MPI (outside the batches' counters)."""
+class NcclParamServer(NcclGroup):
+    """`ps-nccl` (GPU): ncclReduce, the update, ncclBroadcast; no synchronisation, so capturable. Rank
+    0's update kernel sums the epoch's loss, broadcast once per epoch over host MPI."""
 
     name = N.PS_NCCL
 
     def __init__(self, cupy, world, net):
+        super().__init__(cupy, world, net.dtype)
         self.group, self.net = world, net
-        self.nccl, self.comm = nccl_communicator(self.group)
-        self._dtype = nccl_dtype(self.nccl, net.dtype)
-        stream = cupy.cuda.get_current_stream()
-        self._stream_ptr = stream.ptr
-        # a reduce and a broadcast of the buffers' sizes outside any graph (as comm.NcclReducer's warm-up)
-        scratch = cupy.zeros(net.g.flat.size, net.dtype)
-        self.comm.reduce(scratch.data.ptr, scratch.data.ptr, scratch.size, self._dtype, self.nccl.NCCL_SUM, ROOT,
-                         self._stream_ptr)
-        self.comm.bcast(scratch.data.ptr, net.p.n_params, self._dtype, ROOT, self._stream_ptr)
-        stream.synchronize()
+        n = net.g.flat.size
+        self._warm_up(n, lambda ptr: self._reduce(ptr, n), lambda ptr: self._bcast(ptr, net.p.n_params))
+
+    def _reduce(self, ptr, n: int) -> None:
+        self.comm.reduce(ptr, ptr, n, self._dtype, self.nccl.NCCL_SUM, ROOT, self._stream_ptr)
+
+    def _bcast(self, ptr, n: int) -> None:
+        self.comm.bcast(ptr, n, self._dtype, ROOT, self._stream_ptr)
 
     def exchange(self, phase, counts) -> None:
         g, p, root = self.net.g, self.net.p, self.group.rank == ROOT
         with phase(Phase.REDUCE):
-            self.comm.reduce(g.flat.data.ptr, g.flat.data.ptr, g.flat.size, self._dtype, self.nccl.NCCL_SUM, ROOT,
-                             self._stream_ptr)
+            self._reduce(g.flat.data.ptr, g.flat.size)
             if not root:
                 g.extra.fill(0)  # the loss was sent; the next batch's kernel adds into this slot
         counts.bytes_nccl += g.flat.nbytes
@@ -81,7 +76,7 @@ class NcclParamServer:
             with phase(Phase.UPDATE):
                 self.net.update()
         with phase(Phase.BCAST):
-            self.comm.bcast(p.params.data.ptr, p.n_params, self._dtype, ROOT, self._stream_ptr)
+            self._bcast(p.params.data.ptr, p.n_params)
         counts.bytes_nccl += p.params.nbytes
         counts.collectives.append(("ncclBroadcast", int(p.n_params)))
 

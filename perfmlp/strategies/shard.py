@@ -1,23 +1,23 @@
 """A shard of a model group: its step (Network's, with the model group's
-allreduces in its hooks), its reducer when its data group is one rank, and
-the step's compute part."""
+allreduces of activations in its hooks, one class per communication mode),
+its reducer when its data group is one rank, and the step's compute part."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..comm import NcclGroup, host_array, staged_allreduce
 from ..mlp import Network, to_host
 from ..model.costs import piece
 from ..model.strategies import layer_splits
-from ..step import Parts, exchange
+from ..step import Parts, exchange, no_phase
 from ..trace.records import Phase
 
+
 class ShardStep:
-    """Mixed in before Network (or GpuNetwork): the step of shard m of a model
-    group (`setup_shard` sets it up): Network's forward and backward, whose
-    hooks insert the model group's allreduces (no kernel added or changed).
-    Parameters come and go whole: `set_params` keeps this shard's part of
-    the whole; `get_params` and `weight_penalty` (collectives over the model
-    group) gather the whole, the latter keeping the copy `predict` uses."""
+    """Mixed in before Network (or GpuNetwork), set up by `setup_shard`: shard m's step, Network's
+    with the model group's allreduces in its hooks (no kernel changed). Parameters come and go
+    whole: `set_params` keeps this shard's part; `get_params` and `weight_penalty` (collectives)
+    gather the whole, the latter keeping the copy `predict` uses."""
 
     full_sizes: tuple
     splits: tuple
@@ -110,8 +110,7 @@ def setup_shard(net, full_sizes, group, m: int, allreduce) -> None:
 
 
 class LocalReducer:
-    """No gradient exchange (a data group of one: pure model parallelism);
-    `name` is the communication mode of the run's other collectives."""
+    """No gradient exchange (a data group of one); `name`: the mode of the run's other collectives."""
 
     def __init__(self, name: str, net, on_host: bool):
         self.name, self.net, self.on_host = name, net, on_host
@@ -127,9 +126,8 @@ class LocalReducer:
 
 
 def shard_compute(net, x, y, phase, counts) -> None:
-    """Forward, loss and backward of a shard: the model group's allreduces
-    run inside forward and backward (the hooks count them into `counts`),
-    and a column-split output is combined in its own phase after forward."""
+    """A shard's forward, loss and backward (the hooks' allreduces counted into `counts`), a
+    column-split output combined in its own phase after forward."""
     net.counts = counts
     with phase(Phase.FORWARD):
         net.forward(x)
@@ -143,3 +141,39 @@ def shard_compute(net, x, y, phase, counts) -> None:
 
 
 SHARD = Parts(shard_compute, exchange)     # the data group's reducer (LocalReducer when it is one rank)
+
+
+class HostAllreduce:
+    """Host buffers (NumPy): one in-place MPI_Allreduce."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def __call__(self, a, counts) -> None:
+        self.group.allreduce_sum(a)
+        counts.bytes_mpi += a.nbytes
+        counts.collectives.append(("MPI_Allreduce", int(a.size)))
+
+
+class StagedAllreduce:
+    """GPU buffers through one host buffer of the largest size (mpi-staged)."""
+
+    def __init__(self, cupy, group, max_elements: int, dtype, memory: str):
+        self.cp, self.group = cupy, group
+        self.host = host_array(max_elements, dtype, memory)
+
+    def __call__(self, a, counts) -> None:
+        staged_allreduce(self.group, a, self.host, self.cp.cuda.get_current_stream(), no_phase, counts)
+
+
+class NcclAllreduce(NcclGroup):
+    """Device buffers: ncclAllReduce in place on the step's stream (no synchronisation), capturable."""
+
+    def __init__(self, cupy, group, dtype, max_elements: int):
+        super().__init__(cupy, group, dtype)
+        self._warm_up(max_elements, lambda ptr: self._allreduce(ptr, max_elements))   # the largest activation
+
+    def __call__(self, a, counts) -> None:
+        self._allreduce(a.data.ptr, a.size)
+        counts.bytes_nccl += a.nbytes
+        counts.collectives.append(("ncclAllReduce", int(a.size)))
