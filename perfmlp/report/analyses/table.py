@@ -1,6 +1,4 @@
-"""The analyses' result: a typed table with named columns (rows of values,
-None where a value is missing), as a notebook wants it; sections put it
-into words, Markdown, HTML and CSV."""
+"""The analyses' result: a table with named columns (None: a missing value)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
