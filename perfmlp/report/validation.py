@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.predict import GROUPS
-from .analysis import Analysis, predicted_terms
+from .analysis import Analysis, error_pct, predicted_terms
 from .interval_check import judge_intervals
 from .model_error import (ErrorStats, error_stats, more_predictions, read_predictions, resolution, run_entries,
                           within_noise)
@@ -58,7 +58,7 @@ def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
         key = (r.hidden, r.batch, r.procs, r.precision, r.transfer, r.comm, r.gemm, r.exec, r.overlap, r.bucket_bytes,
                r.cprofile)
         label = (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm} "
-                 f"{key[7]}" + (" overlap" if key[8] else "") + (" under cProfile" if key[10] else ""))
+                 f"{r.exec}" + (" overlap" if r.overlap else "") + (" under cProfile" if r.cprofile else ""))
         groups.setdefault(key, RepeatGroup(key, [], label)).runs.append(r)
     return groups
 
@@ -180,9 +180,9 @@ def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple
 
 def _judged(c: RepeatGroup, calibrated) -> str:
     """Whether a configuration's error counts, or why not."""
-    gemm = c.key[6]
+    gemm = c.runs[0].gemm
     return ("no: host enqueue times" if any(r.host_enqueue for r in c.runs) else
-            "no: under cProfile" if c.key[10] else
+            "no: under cProfile" if c.runs[0].cprofile else
             "yes" if gemm == N.CUBLAS or (calibrated is not None and calibrated.has_gemm_kernel(gemm)) else
             "no: no rate for its GEMM kernel")
 
@@ -190,17 +190,17 @@ def _judged(c: RepeatGroup, calibrated) -> str:
 def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -> tuple[ConfigError, TermErrors]:
     pred_ms, pred_groups, status = repeat_prediction(c, preds, starts)
     spread, ref = c.spread_pct, c.runs[0]
-    err = 100 * (pred_ms / c.t_ms - 1) if pred_ms else None
-    ds = 100 * (ref.datasheet.total_s * 1e3 / c.t_ms - 1) if ref.datasheet else None
+    err = error_pct(pred_ms, c.t_ms) if pred_ms else None
+    ds = error_pct(ref.datasheet.total_s * 1e3, c.t_ms) if ref.datasheet else None
     row = ConfigError(c.label, len(c.runs), min(r.batches for r in c.runs), c.t_ms, spread, pred_ms, status, err,
-                      within_noise(err, spread), ds, within_noise(ds, spread), c.key[2], c.key[5], c.key[7],
-                      c.key[4], _judged(c, calibrated), c.key[3])
+                      within_noise(err, spread), ds, within_noise(ds, spread), ref.procs, ref.comm, ref.exec,
+                      ref.transfer, _judged(c, calibrated), ref.precision)
     meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
-    if c.key[7] == N.GRAPH and c.key[5] != N.MPI_STAGED:
+    if ref.exec == N.GRAPH and ref.comm != N.MPI_STAGED:
         # one replay holds the NCCL collectives: the trace times them inside compute, so the
         # prediction is compared the same way
-        inside = pred_groups.get("compute", 0.0) + pred_groups.get("allreduce", 0.0)
-        pred_groups = {**pred_groups, "compute": inside, "allreduce": 0.0}
+        inside = pred_groups.get(N.COMPUTE, 0.0) + pred_groups.get(N.ALLREDUCE, 0.0)
+        pred_groups = {**pred_groups, N.COMPUTE: inside, N.ALLREDUCE: 0.0}
     left = {g for r in c.runs for g in r.incomparable_terms}   # some repeat timed it on the host clock
     return row, TermErrors(c.label, meas, pred_groups, tuple(g for g in GROUPS if g in left))
 
@@ -259,7 +259,7 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
         if not found:
             continue
         blind += len(found) == len(c.runs) and all(st == "blind" for _, st in found)
-        err = 100 * (found[0][0]["total_s"] * 1e3 / c.t_ms - 1)
+        err = error_pct(found[0][0]["total_s"] * 1e3, c.t_ms)
         rows.append(dataclasses.replace(j, error_pct=err, within_noise=within_noise(err, j.spread_pct),
                                         datasheet_error_pct=None, datasheet_within_noise="-"))
     m = preds.get("machine", {})
@@ -284,7 +284,7 @@ def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
             continue
         host = any(r.host_enqueue for r in groups[base_key].runs + c.runs)
         out.append(WhatIfCheck(groups[base_key].label, c.label, tuple(w.changed_terms), w.total_ms, c.t_ms,
-                               100 * (w.total_ms / c.t_ms - 1), w.predicted_after.total_s * 1e3,
+                               error_pct(w.total_ms, c.t_ms), w.predicted_after.total_s * 1e3,
                                "no: host enqueue times" if host else "yes"))
     return out
 
