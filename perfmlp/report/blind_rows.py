@@ -1,6 +1,6 @@
 """One blind sweep's rows for the blind-test history (blind_tests.py's columns):
 
-    python -m perfmlp.report.blind_rows TRACES --machine-kind h100 \\
+    python -m perfmlp.report.blind_rows TRACES --machine-kind KIND \\
         --machine calibrated.yaml >> reports/blind-tests.csv
 
 TRACES holds the predictions.json `sweep --predict` wrote before the first

@@ -1,6 +1,6 @@
 """The model's own error, from its blind tests, into a machine file:
 
-    python -m perfmlp.report.blind_spread reports/blind-tests.csv --machine-kind h100 \\
+    python -m perfmlp.report.blind_spread reports/blind-tests.csv --machine-kind KIND \\
         --into calibrated.yaml
 
 Per execution mode, and staged through pageable memory or not, the
@@ -16,6 +16,7 @@ says nothing of the model now).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import textwrap
@@ -96,11 +97,9 @@ def written(path: str, values: dict, ratios: dict[str, tuple]) -> str:
     text = Path(path).read_text(encoding="utf-8")
     new = edited_text(text, ratios)
     want = with_model_error(values, ratios)
-    try:
+    with contextlib.suppress(yaml.YAMLError):   # an edit that does not read back is written whole below
         if new is not None and yaml.safe_load(new) == want:
             return new
-    except yaml.YAMLError:
-        pass            # the edit did not give the file it means: written whole below
     comments = sum(x.lstrip().startswith("#") or " #" in x for x in text.splitlines())
     if comments:
         raise PerfmlpError(f"{path}: its spread is not a block list of entries; writing it again would lose its "
@@ -125,10 +124,9 @@ def main(argv=None) -> int:
         tests = [t for t in tests if t.sweep in names]
     ratios = model_error_ratios(tests, a.machine_kind)
     if not ratios:
-        kinds = sorted({t.machine for t in tests})
+        kinds = ", ".join(sorted({t.machine for t in tests}))
         raise PerfmlpError(f"{a.history}: fewer than {MIN_TESTS.value} blind tests of machine kind "
-                           f"{a.machine_kind!r} in "
-                           f"either execution mode (kinds: {', '.join(kinds)})")
+                           f"{a.machine_kind!r} in either execution mode (kinds: {kinds})")
     if not Path(a.into).exists():
         write_atomic(a.into, f"# the model's error from {a.history}, machine kind {a.machine_kind}: the spread "
                      "entries to merge into its machine file\n" + machine_to_yaml(with_model_error({}, ratios)))
