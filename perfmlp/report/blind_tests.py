@@ -84,7 +84,6 @@ def _test(path: Path, line: int, row: dict) -> BlindTest:
 
 @dataclass(frozen=True)
 class History:
-    """The blind tests a file holds, and the file."""
     path: str
     tests: tuple
 

@@ -151,7 +151,6 @@ class OtherMachine:
 
 @dataclass(frozen=True)
 class Validation:
-    """The validation of the model on an analysis' runs."""
     calibrated: object                # the calibrated Machine, or None
     predictions_note: str
     predictions_machine: dict | None  # None: no predictions file

@@ -26,7 +26,6 @@ class Table:
         return cls(name, tuple(columns), tuple(tuple(r.get(c) for c in columns) for r in records))
 
     def records(self) -> list[dict]:
-        """Each row as a dict of column -> value."""
         return [dict(zip(self.columns, row)) for row in self.rows]
 
     def column(self, name: str) -> list:
