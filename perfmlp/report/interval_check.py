@@ -102,7 +102,7 @@ def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts
         lo, hi = entries[0]["interval_s"]
         pits = tuple(pit(e["quantiles_s"], r.t_ms * 1e-3, e.get("percentiles") or range(0, 101, 5))
                      for e, r in zip(entries, c.runs))
-        rows.append(IntervalRow(c.label, c.runs[0].exec, c.t_ms, lo * 1e3, hi * 1e3, lo * 1e3 <= c.t_ms <= hi * 1e3,
+        rows.append(IntervalRow(c.label, c.key[7], c.t_ms, lo * 1e3, hi * 1e3, lo * 1e3 <= c.t_ms <= hi * 1e3,
                                 (hi - lo) / (hi + lo), pits))
     if not rows and not unknown:
         return None
