@@ -116,7 +116,7 @@ def test_deep_json_in_the_files_beside_a_run_is_skipped_or_one_line(tmp_path):
     # the report's predictions, peers' and correctness rows, a format-1 trace line, a sweep's predictions
     from perfmlp.report.sections.extras import section_correctness
     from perfmlp.report.analyses.peers import read_peers
-    from perfmlp.report.predictions import read_predictions
+    from perfmlp.report.model_error import read_predictions
     from perfmlp.sweep.predict import _existing
     from perfmlp.trace.upgrade import LineError, rank_records
     for name in ("predictions.json", "graph_step.jsonl", "correctness.jsonl"):

@@ -11,9 +11,9 @@ import pytest
 from perfmlp import names as N
 
 from perfmlp.report import build_from_runs
-from perfmlp.report.crosscheck import cross_check as batch_cross_check
-from perfmlp.report.intervals import intersect, length, subtract, union
-from perfmlp.report.timeline import PARTS, breakdown, collective_waits, critical_path, run_breakdowns, run_collectives
+from perfmlp.report.timeline import cross_check as batch_cross_check
+from perfmlp.report.timeline import (PARTS, breakdown, collective_waits, critical_path, intersect, length,
+                                     run_breakdowns, run_collectives, subtract, union)
 from perfmlp.trace import activity as act
 from perfmlp.trace import records as R
 from perfmlp.trace import writer as writer_mod

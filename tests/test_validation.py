@@ -272,7 +272,7 @@ def test_sweep_repeats_windows_and_predictions(tmp_path):
 def test_validation_section_checks_blindness_and_groups_repeats(tmp_path):
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
-    from perfmlp.report.predictions import blind_status
+    from perfmlp.report.model_error import blind_status
     from perfmlp.report.sections.validation import section_validation
     m = load_machine("h200-calibrated")
     started = "2026-11-21T13:14:21+00:00"

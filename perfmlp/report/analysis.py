@@ -1,11 +1,8 @@
-"""Every run read once into a typed, frozen summary.
-
-`analyse` picks the machine files for the GPU the traces saw, then reduces
-each run to what the sections need: its measured time per batch (the
-slowest rank's, median over the steady batches), each rank's median phase
-times, its counters, and its predictions (datasheet and calibrated machine),
-each computed here once. Sections select on these fields and never go back
-to the trace.
+"""Every run read once into a typed, frozen summary: the machine files for
+the GPU the traces saw, and per run its time per batch (the slowest rank's
+median over the steady batches), each rank's median phase times, its
+counters and its predictions, each computed here once. Sections select on
+these fields and never go back to the trace.
 """
 from __future__ import annotations
 
@@ -26,11 +23,9 @@ from .study import Study
 from .whatif import cpu_setting_of
 from .. import names as N
 
-# The report's terms, in the order a batch goes through them: each is the
-# sum of the phases that measure it (perfmlp/trace/format.py). A model term
-# with no phase of its own (gemm, elementwise, launches, the tracer's events)
-# falls inside the compute phases.
-TERMS = N.GROUPS   # the groups a batch's time and the model's terms are compared in
+# The groups a batch's time and the model's terms are compared in, in batch order: each the sum of its phases;
+# a model term with no phase of its own (gemm, elementwise, launches, the tracer's events) falls inside compute.
+TERMS = N.GROUPS
 BUSY_TERMS = (N.H2D_BATCH, N.COMPUTE)  # a rank's own work before it waits for the others
 COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
 
@@ -134,9 +129,7 @@ class RunSummary:
 
     @property
     def incomparable_terms(self) -> tuple[str, ...]:
-        """The terms the slowest rank timed whose measured time is not what
-        the model's term means (on the host clock, around work the host only
-        enqueued or waited behind: trace.format.comparable_terms)."""
+        """The terms the slowest rank timed on the host clock, not as the model means them (comparable_terms)."""
         timed = {N.PHASE_GROUP[p] for p in self.phases_ms[self.slowest_rank]}
         return tuple(t for t in TERMS if t in timed and t not in self.comparable)
 
@@ -173,10 +166,8 @@ def _endings(run: Run) -> tuple[tuple[int, str], ...]:
 
 
 def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:
-    """A NumPy run's prediction from the CPU file, at the BLAS threads rank 0
-    ran with; None for what predict_cpu does not describe (model or hybrid
-    parallelism, the parameter server, the sliced first layer, 16-bit
-    gradients, a precision the file lacks)."""
+    """A NumPy run's prediction from the CPU file at rank 0's BLAS threads; None for what
+    predict_cpu does not describe."""
     ran = run.ran
     if ran.parallel != N.DATA or run.comm in N.PS_COMMS or ran.slices > 1 or ran.grad_precision != N.FLOAT32:
         return None

@@ -1,18 +1,14 @@
 """One blind sweep's rows for the blind-test history (blind_tests.py's columns):
 
-    python -m perfmlp.report.blind_rows TRACES --machine-kind h100 \\
+    python -m perfmlp.report.blind_rows TRACES --machine-kind KIND \\
         --machine calibrated.yaml >> reports/blind-tests.csv
 
-TRACES is a sweep's trace folder with the predictions.json that
-`python -m perfmlp.sweep --predict` wrote before the first run. The runs are
-grouped by configuration and timed as the report's validation section does
-them (validation.repeat_groups: the slowest rank's median steady batch, the
-synchronised epoch time for a run on the host clock); a configuration is a
-row when each of its repeats had its prediction written before it started.
-The sweep is named MACHINE-KIND/<TRACES' folder name>, the commit is the
-runs' own (the manifests' perfmlp_git, which must agree), the run is the
-first repeat's id without its repeat and hash. Printed as CSV lines, without
-the header; configurations left out are named on stderr.
+TRACES holds the predictions.json `sweep --predict` wrote before the first
+run. Runs are grouped and timed as the validation section does
+(validation.repeat_groups); a configuration is a row when every repeat was
+predicted blind. The commit is the runs' own (their manifests' perfmlp_git,
+which must agree). Printed as CSV lines without the header; configurations
+left out are named on stderr.
 """
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ from ..model.machine import MachineError
 from ..trace.reader import TraceError, read_traces
 from .analysis import analyse
 from .blind_tests import COLUMNS
-from .predictions import read_predictions
+from .model_error import read_predictions
 from .study import load_study
 from .validation import repeat_groups, repeat_prediction
 

@@ -1,31 +1,22 @@
 """The model's own error, from its blind tests, into a machine file:
 
-    python -m perfmlp.report.blind_spread reports/blind-tests.csv --machine-kind h100 \\
+    python -m perfmlp.report.blind_spread reports/blind-tests.csv --machine-kind KIND \\
         --into calibrated.yaml
 
-For each execution mode (eager, graph), the measured over predicted times
-per batch of every blind test of that machine kind (blind_tests.py: the
-median of a configuration's repeats over the prediction made before its
-first run) become the file's `spread` entries: `model_eager_pageable` or
-`model_graph_pageable` those whose batch was staged through pageable
-memory (pageable, prefetch-pageable), `model_eager` or `model_graph` the
-others (model/interval.py draws the whole predicted total's factor from
-the one of its prediction, the calibration's own sources drawn as
-before); a group with fewer than MIN_TESTS tests records none, and its
-steps draw from their execution mode's other entry. So an interval covers
-what the calibration's repeats cannot show: a host's speed from one
-process to the next, and the model's known biases, in the proportion the
-blind tests met them. The entries replace any the file held; the rest of the file is kept as written,
-comments included (the spread block is edited as text); a file whose spread is not a block list
-and which holds comments is refused, naming them, rather than rewritten without them. A file
-that does not exist is made holding only the entries, to merge into a machine file.
-The tests are pooled over the sweeps and commits the history holds (each
-one's error is of the model of its own commit), or only those of
-`--sweeps` (a sweep whose model had a bug since fixed says nothing of the
-model now).
+Per execution mode, and staged through pageable memory or not, the
+measured / predicted times of the machine kind's blind tests become the
+file's `spread` entries (model/interval.py draws a prediction's factor from
+its own); a group with fewer than MIN_TESTS tests records none. The entries
+replace any the file held and the rest of its text is kept, comments
+included (the spread block is edited as text); a file whose spread is not a
+block list and which holds comments is refused rather than rewritten
+without them; a missing file is made holding only the entries. `--sweeps`
+keeps only those sweeps' tests (a sweep whose model had a bug since fixed
+says nothing of the model now).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import textwrap
@@ -42,9 +33,7 @@ from .thresholds import MIN_TESTS
 
 
 def model_error_ratios(tests, machine_kind: str) -> dict[str, tuple[float, ...]]:
-    """spread source -> the sorted measured / predicted ratios of the
-    machine kind's blind tests in that execution mode, staged through
-    pageable memory or not (groups with fewer than MIN_TESTS left out)."""
+    """spread source -> the sorted measured / predicted ratios of its group of blind tests."""
     out = {}
     for sources, pageable in ((MODEL_ERROR_SOURCES, False), (PAGEABLE_MODEL_ERROR_SOURCES, True)):
         for mode, source in sources.items():
@@ -71,9 +60,7 @@ def entry_text(source: str, ratios: tuple, indent: str) -> str:
 
 
 def edited_text(text: str, ratios: dict[str, tuple]) -> str | None:
-    """`text` with its top-level spread block's model entries replaced by
-    `ratios`, every other line kept (comments too); None where the file's
-    spread is not a block list this can edit."""
+    """`text` with its spread block's model entries replaced, every other line kept; None: not a block list."""
     lines = text.splitlines(keepends=True)
     at = next((i for i, x in enumerate(lines) if SPREAD.match(x)), None)
     if at is None:
@@ -106,16 +93,13 @@ def edited_text(text: str, ratios: dict[str, tuple]) -> str | None:
 
 
 def written(path: str, values: dict, ratios: dict[str, tuple]) -> str:
-    """The machine file's new text: edited in place where it can be, else
-    written whole, unless that would drop comments (then one line naming them)."""
+    """The machine file's new text: edited in place where it can be, else whole if that drops no comment."""
     text = Path(path).read_text(encoding="utf-8")
     new = edited_text(text, ratios)
     want = with_model_error(values, ratios)
-    try:
+    with contextlib.suppress(yaml.YAMLError):   # an edit that does not read back is written whole below
         if new is not None and yaml.safe_load(new) == want:
             return new
-    except yaml.YAMLError:
-        pass            # the edit did not give the file it means: written whole below
     comments = sum(x.lstrip().startswith("#") or " #" in x for x in text.splitlines())
     if comments:
         raise PerfmlpError(f"{path}: its spread is not a block list of entries; writing it again would lose its "
@@ -140,10 +124,9 @@ def main(argv=None) -> int:
         tests = [t for t in tests if t.sweep in names]
     ratios = model_error_ratios(tests, a.machine_kind)
     if not ratios:
-        kinds = sorted({t.machine for t in tests})
+        kinds = ", ".join(sorted({t.machine for t in tests}))
         raise PerfmlpError(f"{a.history}: fewer than {MIN_TESTS.value} blind tests of machine kind "
-                           f"{a.machine_kind!r} in "
-                           f"either execution mode (kinds: {', '.join(kinds)})")
+                           f"{a.machine_kind!r} in either execution mode (kinds: {kinds})")
     if not Path(a.into).exists():
         write_atomic(a.into, f"# the model's error from {a.history}, machine kind {a.machine_kind}: the spread "
                      "entries to merge into its machine file\n" + machine_to_yaml(with_model_error({}, ratios)))

@@ -1,20 +1,10 @@
-"""The history of the model's blind tests: every blind prediction beside its
-measurement, one row per (sweep, configuration), read from a CSV file
-(`reports/blind-tests.csv`, given to the report as
-`python -m perfmlp.report DIR --blind-tests FILE`; never looked for on its
-own, so a report says which history it read). Its columns:
-
-    machine, commit, date, sweep, run, hidden_sizes, batch_size, procs,
-    batch_transfer, comm, exec, parallel, precision, repeats, predicted_s,
-    measured_s (the median of the repeats), measured_min_s, measured_max_s,
-    spread (max/min - 1)
-
-A configuration's error is predicted / measured - 1 (%, positive: the model
-too slow); it is within noise where |error| <= spread / 2. Per machine
-(history_by_machine): how many configurations, sweeps and commits, the
-dates, the median and worst |error|, the signed median and the sign test
-for a bias (model_error.py), and the WORST_PER_MACHINE configurations with
-the largest |error| (worst_configurations).
+"""The history of the model's blind tests, a CSV file given to the report as
+`--blind-tests FILE` (never looked for, so a report says which it read): one
+row per (sweep, configuration), its columns BlindTest's fields. A test's
+error is predicted / measured - 1 (%, positive: the model too slow), within
+noise where |error| <= spread / 2 (spread: max / min - 1 of its repeats).
+Per machine kind: the figures of model_error.py over its tests, and the
+WORST_PER_MACHINE configurations by |error|.
 """
 from __future__ import annotations
 
@@ -50,10 +40,10 @@ class BlindTest:
     precision: str
     repeats: int
     predicted_s: float
-    measured_s: float
+    measured_s: float           # the median of the repeats
     measured_min_s: float
     measured_max_s: float
-    spread: float
+    spread: float               # max / min - 1
 
     @property
     def error_pct(self) -> float:
@@ -94,7 +84,6 @@ def _test(path: Path, line: int, row: dict) -> BlindTest:
 
 @dataclass(frozen=True)
 class History:
-    """The blind tests a file holds, and the file."""
     path: str
     tests: tuple
 
@@ -103,8 +92,7 @@ class History:
 
 
 def read_blind_tests(path: str | Path) -> History:
-    """The history's rows; PerfmlpError (one line naming the file, and the
-    line and column where a value is wrong) if it cannot be read."""
+    """The history's rows; PerfmlpError naming the file, line and column where it cannot be read."""
     path = Path(path)
     try:
         with path.open(newline="") as f:

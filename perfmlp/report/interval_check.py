@@ -1,33 +1,18 @@
-"""The blind predictions' intervals judged against the measurements
-(perfmlp/model/interval.py makes them; the sweep writes each run's
-`interval_s` and `quantiles_s` beside its prediction, before the run):
+"""The blind predictions' intervals (model/interval.py; the sweep writes each
+run's `interval_s` and `quantiles_s` before the run) against the measurements
+of the configurations the validation judged, every repeat predicted blind:
 
-- coverage: the fraction of configurations whose measured median (over its
-  repeats) lies inside its 90% interval; a 90% interval should cover at
-  least 90% of them;
-- half-width: (hi - lo) / (hi + lo), the interval's width over its middle,
-  the median over the configurations, graph mode apart (the target: at
-  most 5% there);
-- the pooled Kolmogorov-Smirnov distance: each repeat's measured time
-  placed in its configuration's predicted distribution (its quantile,
-  interval.pit), pooled over the sweep, against the uniform distribution
-  they would follow if every predicted distribution were right; PRISM
-  (arXiv 2510.15596) reports 20.8% for its distributions against real runs.
+- coverage: the fraction whose measured median lies inside its 90% interval;
+- half-width: (hi - lo) / (hi + lo), the median over them, graph mode apart;
+- the pooled Kolmogorov-Smirnov distance of each repeat's quantile in its
+  predicted distribution (interval.pit) from the uniform distribution.
+A prediction without an interval (no spread in its machine file) is unknown.
 
-Only configurations judged by the validation whose every repeat has a
-blind prediction with an interval count; a prediction without one (a
-machine file that records no spread) is counted as unknown.
-
-And the floor the repeats themselves set (`noise_floor`): a configuration's
-runs are separate processes, and their times differ. Taking each graph-mode
-configuration's first two runs, d = (t1 - t2) / their median; if one run's
-time is the configuration's times (1 + e), e normal with spread sigma, d
-has spread sigma sqrt(2), so sigma = median |d| / (0.6745 sqrt(2)) over the
-configurations; the measured median of n runs then has spread sigma s_n
-(s_n: the standard deviation of the median of n standard normal draws,
-MEDIAN_SD), and no interval can cover 90% of the measured medians with a
-half-width below 1.645 sigma s_n, however right the model. The target is
-judged beside it.
+noise_floor: if a run's time is the configuration's times (1 + e), e normal
+with spread sigma, the first two runs' d = (t1 - t2) / median has spread
+sigma sqrt(2), so sigma = median |d| / (0.6745 sqrt(2)); the median of n runs
+has spread sigma s_n (MEDIAN_SD), and no 90% interval of it can be narrower
+than +-1.645 sigma s_n, however right the model.
 """
 from __future__ import annotations
 
@@ -36,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..model.interval import coverage, ks_distance, pit
-from .predictions import run_entries
+from .model_error import run_entries
 from .. import names as N
 from .thresholds import COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS
 
@@ -90,11 +75,8 @@ class IntervalJudgement:
 
 
 def noise_floor(runs_ms: list[list[float]]) -> float | None:
-    """The narrowest half-width a 90% interval of each configuration's
-    measured median can have, from the run-to-run spread of its runs (the
-    module docstring): `runs_ms`, each configuration's run times in run
-    order (n: their median number of runs); those with at least two runs
-    count, None under three of them."""
+    """The narrowest half-width of a 90% interval of a measured median (the module docstring):
+    `runs_ms`, each configuration's run times in run order; None under three with two runs."""
     pairs = [rs for rs in runs_ms if len(rs) >= 2]
     if len(pairs) < 3:
         return None
@@ -105,9 +87,7 @@ def noise_floor(runs_ms: list[list[float]]) -> float | None:
 
 
 def judge_intervals(groups: dict, judged_labels: set, preds: dict | None, starts: dict) -> IntervalJudgement | None:
-    """The intervals of the judged configurations' blind predictions against
-    their measurements; None where no judged configuration has a blind
-    prediction at all."""
+    """The judged configurations' blind intervals against their measurements; None: no blind prediction."""
     rows, unknown = [], 0
     for c in sorted(groups.values(), key=lambda c: c.label):
         if c.label not in judged_labels:

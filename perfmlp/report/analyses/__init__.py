@@ -1,12 +1,8 @@
 """The report's analyses: each a pure function from the read runs (an
-`Analysis`: every run's summary, the machine files, the study) to a `Table`
-with named columns. The report's sections only put these tables into
-words, Markdown, HTML, CSV and figures.
-
-One front door, callable from Python (docs/report.md shows it in use):
-`load("traces/")`, or `Analyses.from_runs(runs)` for runs made in memory
-(the trace reader's `Run.from_records`); each method returns a fresh Table,
-and `.analysis` is the summary they are computed from.
+`Analysis`) to a `Table` with named columns, which the sections put into
+words, Markdown, HTML, CSV and figures. From Python (docs/report.md):
+`load("traces/")`, or `Analyses.from_runs(runs)` for runs made in memory;
+each method returns a fresh Table, `.analysis` the summary behind them.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The model against the measurement: each GPU run term by term (the
-slowest rank's median phases beside the primary machine's terms), and the
-median and worst |error| over the runs the model is judged on, per machine
-file. Where a prediction says the host paces the step, its limit is the
-run-to-run spread the calibration measured, not a point."""
+"""The model against the measurement: each GPU run term by term, and the
+median and worst |error| over the runs it is judged on, per machine file.
+Where the host paces the step, the limit is the measured run-to-run spread."""
 from __future__ import annotations
 
 import statistics
@@ -22,9 +20,7 @@ def host_clock_cell(measured: dict[str, float], terms: tuple[str, ...]) -> str:
 
 
 def host_paced_spread(pred) -> float | None:
-    """A prediction's run-to-run spread (0.05 for +-5%) where the model says
-    the host paces the step (detail["host_paced"]), from its interval; None
-    for a step the GPU paces, or a model that does not say."""
+    """A host-paced prediction's run-to-run spread (0.05: +-5%) from its interval; else None."""
     d = pred.detail if pred is not None else {}
     iv = d.get("interval_s") if d.get("host_paced") else None
     return None if iv is None else (iv[1] - iv[0]) / (iv[1] + iv[0])

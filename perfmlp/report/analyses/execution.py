@@ -1,10 +1,8 @@
-"""Execution mode and overlap: runs that differ only in how the step ran
-(eager, or one CUDA graph replay) and in whether the gradient allreduce
-overlapped the backward pass (and in buckets of what size) grouped into
-variants of one configuration, so the model's predicted gain of each change
-sits beside the measured gain, not only each total beside its measurement.
-A run's measured and predicted times are RunSummary.t_ms and
-RunSummary.predicted_ms; a variant's are the medians over its repeats."""
+"""Execution mode and overlap: runs that differ only in exec mode (eager or
+one CUDA graph replay) and in overlap (and its bucket size) grouped as
+variants of one configuration, so each change's predicted gain sits beside
+its measured gain. A variant's times are the medians over its repeats.
+"""
 from __future__ import annotations
 
 import statistics
@@ -43,8 +41,7 @@ def bytes_label(n: int) -> str:
 
 
 def comparable(r: RunSummary) -> bool:
-    """Complete GPU runs whose time per batch is the GPU's and whose cost the
-    model describes: no profiler, no cProfile, not the host's enqueue time."""
+    """Complete GPU runs the model describes, timed on the GPU: no profiler, no cProfile, no host enqueue."""
     return (r.gpu and r.complete and r.predicted is not None and not r.profiled and not r.cprofile
             and not r.host_enqueue)
 
@@ -56,9 +53,8 @@ def configuration(r: RunSummary) -> str:
 
 
 def variant_groups(a: Analysis) -> dict[tuple, dict[tuple, Variant]]:
-    """Configuration (everything but exec mode, overlap and bucket size) ->
-    (exec, bucket bytes or None) -> variant, for configurations with at
-    least two variants."""
+    """Configuration (but for exec, overlap and buckets) -> (exec, bucket bytes or None) -> variant,
+    where it has two variants or more."""
     runs: dict[tuple, dict[tuple, list]] = {}
     for r in a.runs:
         if comparable(r):
@@ -96,9 +92,7 @@ class Change:
 
 
 def changes(configuration: str, variants: dict[tuple, Variant]) -> list[Change]:
-    """The single changes in a group: each graph variant against the eager
-    one with the same overlap, each overlapped variant against its exec mode
-    without overlap."""
+    """Each graph variant against eager with the same overlap; each overlapped one against no overlap."""
     out = []
     for (ex, bucket), v in variants.items():
         if ex == N.GRAPH and (N.EAGER, bucket) in variants:

@@ -1,8 +1,6 @@
-"""Imbalance and waiting across the ranks of each multi-rank configuration:
-each rank's copies and compute before it waits (busy), and its allreduce
-phase, from the median repeat's median phase times. A rank that finishes
-early waits inside the allreduce: the allreduce's spread across ranks is
-that waiting."""
+"""Imbalance across the ranks of each multi-rank configuration: each rank's
+copies and compute before it waits, and its allreduce phase (the median
+repeat's median phases); the allreduce's spread across ranks is the waiting."""
 from __future__ import annotations
 
 from ..configurations import configurations

@@ -1,10 +1,7 @@
-"""Today's serial bound beside the overlapped one, for each configuration
-the sliced schedule (perfmlp/slices.py) applies to: several GPUs of data
-parallelism with NCCL, no overlap, not fp16. Today a step runs its compute
-chain (every kernel) and then one all-reduce of the whole gradient buffer;
-overlapped, no schedule passes the longer of the two chains. The sliced
-schedule at the count the model prices fastest sits between the two
-(model/predict/slices.py prices all three)."""
+"""Today's serial bound beside the overlapped one and the sliced schedule
+(perfmlp/slices.py) at its fastest count, priced by model/predict/slices.py,
+for each configuration the schedule applies to: data parallelism on several
+GPUs with NCCL, no overlap, not fp16."""
 from __future__ import annotations
 
 from ...model.predict.slices import choose_slices, predict_sliced

@@ -1,10 +1,7 @@
-"""The peers' measured step times, where a benchmark measured them beside
-the traces: `graph_step.jsonl` of benchmarks/graph_step.py (PyTorch eager
-and as one CUDA graph, DDP on several GPUs), found under the traces folder
-or, for a committed set laid out as reports/<set>/traces beside
-reports/<set>/benchmarks, under that benchmarks folder.
-
-One reader, typed rows; a line that is not a benchmark row is skipped.
+"""The peers' measured step times, where benchmarks/graph_step.py measured
+them (`graph_step.jsonl`: PyTorch eager and as one CUDA graph, DDP on
+several GPUs), under the traces folder or a committed set's benchmarks
+folder beside it. A line that is not a benchmark row is skipped.
 """
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
-"""The asynchronous parameter server against synchronous SGD: the
-trade-off between statistical efficiency (what a stale gradient is worth)
-and hardware efficiency (nobody waits for the slowest), for runs of
-`--comm ps-async` beside synchronous runs of the same job on as many workers.
-
-A group is one job (sizes, data, batch, epochs, step size, seed) on W
-workers with one straggler setting; its synchronous runs are those of
-another --comm on W ranks. Each run's held-out accuracy, evaluated at the
-end of every epoch, against updates (in batches of B samples: one
-synchronous update, W asynchronous ones) and against wall time (the
-epochs' own seconds, their evaluations left out); what the server's update
-lines measured (staleness, delay, queue, workers held by the bound) and
-its time per update beside the model's (perfmlp/model/psasync.py), from
-each worker's cycle without its waits and the server's own time per
-update, both measured (a worker's cycle: its batch's wall time less its
-wait for the server's answer, plus the server's time on its request).
+"""The asynchronous parameter server against synchronous SGD, for runs of
+`--comm ps-async` beside synchronous runs of the same job on as many
+workers: what a stale gradient is worth against nobody waiting for the
+slowest. A group is one job on W workers with one straggler setting. Per
+run: held-out accuracy after each epoch against updates (in batches of B
+samples: one synchronous update, W asynchronous ones) and against the
+epochs' own seconds; what the server's update lines measured, and its time
+per update beside the model's (model/psasync.py) from each worker's measured
+cycle without its waits and the server's measured time per update.
 """
 from __future__ import annotations
 
@@ -42,8 +35,7 @@ def scheme(run: Run) -> str:
 
 
 def group_of(run: Run) -> tuple:
-    """(job, workers, straggler's delay in ms): which rank straggles is not
-    part of it (ps-async's ranks are numbered from the server)."""
+    """(job, workers, straggler's delay in ms); not which rank straggles (ps-async numbers from the server)."""
     c = run.config
     job = tuple(str(c.get(k)) for k in JOB_KEYS)
     return job, workers_of(run), float(c.get("straggler_delay_ms", 0.0) or 0.0)
@@ -70,9 +62,7 @@ def curve(run: Run) -> list[tuple[float, float, float]]:
 
 
 def _cycle_s(run: Run, rank: int, server_s: float) -> float | None:
-    """A worker's median cycle when nothing keeps it waiting: its batch's wall
-    time less its wait for the server's answer (the pull phase), plus the
-    server's time on its request."""
+    """A worker's median cycle without waits: its batch's wall time less its pull phase, plus the server's."""
     rt = run.ranks.get(rank)
     t = [b.wall_ms - b.t_ms.get("pull", (0.0, 0.0))[1] for b in (rt.batches if rt else ())]
     return statistics.median(t) / 1e3 + server_s if t else None

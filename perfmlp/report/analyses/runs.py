@@ -1,6 +1,4 @@
-"""Every run, one row each: its settings, how it ended, its time per batch,
-FLOPs, copied bytes and intensity, utilisation and predictions (GPU runs;
-the machine files describe GPUs). Which runs the model is judged on."""
+"""Every run, one row each, and which runs the model is judged on."""
 from __future__ import annotations
 
 from ... import names as N
@@ -8,9 +6,7 @@ from .table import Table
 
 
 def judged_for_model(s) -> bool:
-    """The runs the model's accuracy is judged on: cuBLAS (the machine files
-    hold cuBLAS rates), not under a profiler, timed on the GPU (not by the
-    host's enqueue)."""
+    """The runs the model is judged on: cuBLAS (the files' rates), no profiler, timed on the GPU."""
     return s.gpu and s.gemm == N.CUBLAS and not s.profiled and not s.host_enqueue
 
 

@@ -1,6 +1,5 @@
-"""Scaling over process counts: each configuration of data parallelism on
-a GPU against the one-GPU configuration with every other setting equal
-(execution mode and trace level included). Strong scaling keeps B and
+"""Scaling over process counts: each data-parallel GPU configuration against
+the one-GPU one with every other setting equal. Strong scaling keeps B and
 splits it over p (efficiency T1 / (p Tp)); weak keeps B / p (T1 / Tp)."""
 from __future__ import annotations
 
@@ -27,9 +26,7 @@ def scaling_groups(a) -> dict:
 
 
 def scaling(a) -> Table:
-    """One row per configuration of a scaling group: its time per batch, its
-    speed-up over p = 1 and its efficiency; `B` filled for strong scaling,
-    `B/p` for weak."""
+    """One row per configuration of a scaling group (`B` filled for strong scaling, `B/p` for weak)."""
     rows = []
     for (kind, _rest, b), byp in sorted(scaling_groups(a).items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2])):
         t1 = byp[1].t_ms

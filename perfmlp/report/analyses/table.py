@@ -1,6 +1,4 @@
-"""The analyses' result: a typed table with named columns (rows of values,
-None where a value is missing), as a notebook wants it; sections put it
-into words, Markdown, HTML and CSV."""
+"""The analyses' result: a table with named columns (None: a missing value)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +26,6 @@ class Table:
         return cls(name, tuple(columns), tuple(tuple(r.get(c) for c in columns) for r in records))
 
     def records(self) -> list[dict]:
-        """Each row as a dict of column -> value."""
         return [dict(zip(self.columns, row)) for row in self.rows]
 
     def column(self, name: str) -> list:
