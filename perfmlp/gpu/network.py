@@ -1,28 +1,20 @@
 """The network on one GPU: the Network's step (perfmlp/mlp.py) with each
-kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py).
+kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py). A 784-H-10 step
+is 9 kernels: forward 2 GEMMs, bias+sigmoid, bias add; loss 1 (softmax,
+cross-entropy and output delta, the loss summed into the gradient buffer's
+slot); backward the fused output backward (per column block dz and partial
+gradient sums, then those partials added in order) and the hidden weight
+gradient's GEMM; update 1 (all parameters, and the loss slot into the
+epoch's sum). With `fuse_output` off the output backward is 2 GEMMs, a row
+sum and the sigmoid derivative (11 kernels).
 
-A step launches 9 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
-bias+sigmoid, bias add), loss 1 (softmax + cross-entropy + output delta,
-the loss summed into the gradient buffer's slot), backward 3 (the output
-layer's fused backward: per block of columns dz and partial sums of its
-weight and bias gradients and of the hidden bias gradient, then those
-partials added in order; the hidden weight gradient's GEMM), update 1
-(weights and biases in one pass, which also moves the loss slot into the
-epoch's running sum and clears it). With `fuse_output` off the output
-layer's backward is 2 GEMMs, a row sum and the sigmoid derivative with the
-hidden bias gradient (11 kernels).
-
-Buffers are allocated once for the largest piece and sliced for a shorter
-one; kernel arguments (scalars, views) are made once and cached, as their
-construction costs host time comparable to a launch.
-
-Precision (perfmlp/model/precision.py): the activations and deltas are
-stored in the precision's storage type (device_dtype: bf16 as uint16
-bits), the parameters, gradients and partial sums in the master type. In
-bf16 and fp16 the GEMMs read a 16-bit copy of the weights (`wcopy`), which
-the update kernel rewrites; fp16's loss scale lives on the device (`ls`,
-`ls_state`: kernels.cu grad_check), read by the loss kernel and the update,
-so the step stays one CUDA graph.
+Buffers are allocated for the largest piece and sliced for a shorter one;
+kernel arguments are made once and cached (their construction costs host
+time comparable to a launch). Activations and deltas are in the precision's
+storage type (device_dtype), parameters and gradients in the master type;
+bf16 and fp16 GEMMs read a 16-bit weight copy (`wcopy`) the update rewrites;
+fp16's loss scale lives on the device (`ls`, `ls_state`), so the step stays
+one CUDA graph.
 """
 from __future__ import annotations
 
@@ -44,8 +36,7 @@ def _grid(n):
 
 
 def check_grid(cupy, n):
-    """grad_check's grid: its threads stride over the n gradients, at most
-    CHECK_BLOCKS_PER_SM blocks an SM (kernels.cu says why)."""
+    """grad_check's grid: at most CHECK_BLOCKS_PER_SM blocks an SM, striding over n (kernels.cu says why)."""
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     return (min((n + _BLOCK - 1) // _BLOCK, CHECK_BLOCKS_PER_SM * sms),)
 
@@ -97,8 +88,7 @@ class GpuNetwork(Network):
             self._launch("to_storage", *_grid(n), (self.p.weights, self.wcopy, np.int64(n)))
 
     def loss_scale(self) -> tuple[float, int]:
-        """(the loss scale now, steps skipped for an overflow): fp16's device
-        state, read with a synchronisation."""
+        """(the loss scale now, steps skipped for an overflow): fp16's device state, synchronised."""
         return float(self.ls[0].get(stream=self.stream)), int(self.ls_state[3].get(stream=self.stream))
 
     capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
@@ -107,8 +97,7 @@ class GpuNetwork(Network):
     capture_kernels: list | None = None
 
     def buffer(self, kind: str, layer: int, b: int):
-        """A C-contiguous rows x b array on the front of a rows x max buffer
-        (made once per buffer and piece size)."""
+        """A C-contiguous rows x b view on the front of a rows x max buffer (made once per size)."""
         key = (kind, layer, b)
         v = self._views.get(key)
         if v is None:
@@ -142,9 +131,8 @@ class GpuNetwork(Network):
             self.capture_kernels.append((name, lambda: fn(grid, block, args, stream=s)))
 
     def gemm_again(self, a, b, out):
-        """One of the step's GEMMs (as net.capture recorded it) launched
-        again alone, with the step's handle on the step's stream: what the
-        calibration times (perfmlp/calibrate/), whatever stream is current."""
+        """One of the step's GEMMs (as net.capture recorded it) again, with the step's handle on the step's
+        stream whatever stream is current: what perfmlp/calibrate/ times."""
         if self._cublas is not None and out is not None:
             return self._cublas(a, b, out)
         return gemm(self.cp, self.gemm_kind, a, b, out=out, stream=self.stream)
@@ -214,10 +202,8 @@ class GpuNetwork(Network):
         self._launch("sgd_update", grid, blk, a)
 
     def sgd_range(self, lo: int, hi: int, n_weights: int, with_loss: bool) -> None:
-        """The update kernel on flat elements [lo, hi), the first n_weights of
-        them weights (a sliced schedule's piece: perfmlp/gpu/sliced.py);
-        `with_loss`: the piece ends with the loss slot, added into the epoch's
-        sum, else a zero of the piece's own is. Not with fp16's loss scaling."""
+        """The update on flat elements [lo, hi), the first n_weights weights (a piece of gpu/sliced.py);
+        `with_loss`: the piece ends with the loss slot, else a zero of its own. Not with fp16's loss scaling."""
         key = ("range", lo, hi)
         args = self._ints.get(key)
         if args is None:
