@@ -1,22 +1,15 @@
 """The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py):
-the time per batch of the trainer's own step at a hidden size whose GPU
-work is negligible, its batch prefetched from pinned memory (`prefetch`)
-or from a pageable source staged by the pipeline's threads
-(`prefetch-pageable`), and beside them in the same rounds the same step
-with the batch resident: eager and as a CUDA graph, at each piece size.
+the trainer's own step at a hidden size whose GPU work is negligible, its
+batch prefetched from pinned memory or from a pageable source staged by the
+pipeline's threads, beside the same step with the batch resident (eager and
+as a CUDA graph, at each piece size), in the same rounds.
 
 The whole loop, not the staging alone: the staging threads need the GIL,
-which the loop's thread holds while it runs Python (launches, a graph
-loop between replays), so the pipeline's pace depends on the loop beside
-it. With the GPU work negligible, a step's time is the larger of the
-loop's host time and the pipeline's pace: prefetch_s points give the step
-(`s`) and the resident loop's own time (`loop_s`), so that the host's
-calls the pipeline adds to the loop are known too
-(Machine.prefetch_host_s).
-
-A piece's bytes are what the pipeline moves: the step runs in float32
-with as many rows as hold them (a bf16 piece of b rows is a float32
-piece of b/2)."""
+which the loop's thread holds while it runs Python, so the pipeline's pace
+depends on the loop beside it. prefetch_s points give the step (`s`) and the
+resident loop's own time (`loop_s`), so that the host's calls the pipeline
+adds are known too (Machine.prefetch_host_s). A piece's bytes are what the
+pipeline moves: the step runs in float32 with as many rows as hold them."""
 from __future__ import annotations
 
 import time
@@ -38,9 +31,8 @@ def rows_for(piece_bytes: list[int]) -> list[int]:
 
 
 def _loop(cp, stream, source: str, b: int, graph_mode: bool):
-    """run(n): n steps of the trainer's step on pieces of b rows from
-    `source`, going on where the last call stopped (the pipeline prefetched
-    the next pieces); seconds per step, synchronised."""
+    """run(n): seconds per step of n trainer's steps on pieces of b rows from `source`, going on where the
+    last call stopped (the pipeline prefetched the next pieces)."""
     from ..backend import _next_piece
     from ..gpu.graph import GraphStep
     from ..step import step
@@ -69,10 +61,8 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
 
 
 def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int = 20) -> list[dict]:
-    """prefetch_s points: for each piece size, execution mode and
-    prefetching source, the step's seconds per batch (`s`) and the resident
-    step's (`loop_s`), medians over `rounds` interleaved rounds of `steps`
-    steps after a warm-up round (the graphs' capture, the pools' threads)."""
+    """prefetch_s points: for each piece size, execution mode and prefetching source, the step's seconds
+    per batch (`s`) and the resident step's (`loop_s`), medians over interleaved rounds after a warm-up."""
     from ..gpu import use_device
     stream = use_device(cp, cp.cuda.Device().id)
     points, words = [], []

@@ -61,9 +61,8 @@ def precision_rates(cp, hidden, local_batches, precisions, log) -> dict:
 
 
 def stage_rate(cp, piece_bytes: list[int], log, reps: int = 7) -> dict:
-    """host_stage_bytes_per_s: the prefetching pipeline's staging of a
-    piece's pageable rows into pinned memory (gpu/prefetch.py's threads, as
-    the trainer runs them), at the largest piece, median of reps."""
+    """host_stage_bytes_per_s: the staging of the largest piece's pageable rows into pinned memory by
+    gpu/prefetch.py's threads, median of reps."""
     import cupyx
     from concurrent.futures import ThreadPoolExecutor
     from ..gpu.prefetch import STAGE_THREADS
