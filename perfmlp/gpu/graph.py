@@ -1,22 +1,14 @@
 """The step as CUDA graphs: captured once, replayed every batch (at the
-trainer's sizes the host's launching, not the GPU, sets an eager step's pace).
-
-A graph holds the strategy's parts (perfmlp/step.py) as they run eagerly:
-with device collectives (nccl, ps-nccl; model and hybrid groups' allreduces
-inside the passes) the whole step; with the staged exchange, which needs the
+trainer's sizes the host's launching sets an eager step's pace). A graph
+holds the strategy's parts (perfmlp/step.py) as they run eagerly: with
+device collectives the whole step; with the staged exchange, which needs the
 host mid-step, the compute only, the exchange and update running eagerly
-after the replay (model parallelism refuses graph mode there:
-model/predict.py graph_refusal).
-
-A graph reads its input from the same addresses at every replay, so the
-batch lands in static device buffers first, outside the graph (resident
-data copied device to device: batches.DeviceBatches.static, as PyTorch's
-CUDA-graph recipe does; a graph per batch position would save that copy but
-capture once per position). One graph serves every batch of a piece size
-and address (a prefetch slot: gpu/prefetch.py).
-Pointers, shapes and scalars are baked in; parameters are updated in place.
-The operations and counters recorded during the capture are added to each
-replay's batch, so the trace's counters stay exact per batch.
+after the replay. A graph reads its input from fixed addresses, so the batch
+lands in static device buffers first, outside it (resident data copied
+device to device: batches.DeviceBatches.static); one graph serves every
+batch of a piece size and address (a prefetch slot has its own). Pointers,
+shapes and scalars are baked in, parameters updated in place; the operations
+and counters recorded during the capture are added to each replay's batch.
 """
 from __future__ import annotations
 

@@ -1,28 +1,19 @@
 """The input pipeline (`--batch-transfer prefetch` and `prefetch-pageable`):
 the next LOOKAHEAD batches are copied host to device on copy streams of
 their own, into LOOKAHEAD + 1 slots of a device buffer, while this one
-computes. `prefetch` copies from the pinned host array, issued by the loop's
-thread. `prefetch-pageable` stages the pageable source into each slot's
-pinned buffer on a pool of STAGE_THREADS threads, a chunk of rows a task (the
-labels in one more), each task issuing its rows' copy as soon as they are
-staged, so that staging, copy and step overlap.
+computes. `prefetch` copies from the pinned host array. `prefetch-pageable`
+stages the pageable source into each slot's pinned buffer on STAGE_THREADS
+threads, a chunk of rows a task, each task issuing its rows' copy once they
+are staged. A task needs the GIL, which the loop's thread holds while it runs
+Python: so the loop queues a piece LOOKAHEAD batches ahead (the pool never
+waits for the loop), no dispatcher thread stands between them, and a task
+makes only two calls that let go of the GIL (its copy, its cudaMemcpyAsync).
 
-A task needs the GIL to start and to return, which the loop's thread holds
-while it runs Python; so the loop queues the pool a piece LOOKAHEAD batches
-ahead (the pool never waits for the loop), no dispatcher thread stands
-between them, and a task makes only two calls that let go of the GIL (its
-copy into pinned memory, its cudaMemcpyAsync).
-
-Ordering is by CUDA events, never by synchronising the compute stream:
-`copied[s]` (slot s's copies issued) is waited for by the compute stream
-before the step that reads slot s, and on the host by a task before it
-rewrites slot s's pinned buffer; `consumed[s]` (recorded on the compute
-stream when the next piece is taken) is waited for by slot s's copy stream
-before its next copy. A piece not prefetched (the first; after a shuffle) is
-staged when asked for; a task's failure reaches the loop as one RunFailure.
-In graph mode each slot has its own graph (gpu/graph.py keys them by
-address). `Pipeline` is the host's part, `CudaSlots` the device's,
-`HostSlots` the same slots in host memory (CPU tests and benchmarks).
+Ordering is by CUDA events: the compute stream waits for `copied[s]` before
+the step that reads slot s (and a task, on the host, before it rewrites slot
+s's pinned buffer); slot s's copy stream waits for `consumed[s]`, recorded
+when the next piece is taken, before its next copy. `Pipeline` is the host's
+part, `CudaSlots` the device's, `HostSlots` the same in host memory (tests).
 """
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
 """The sliced first layer on the GPU with NCCL (the schedule:
-perfmlp/slices.py), eager and as one captured step.
-
-Two streams: the step's (compute) and a communication stream that waits for
-events only. Batch k's backward writes dW1 in K slices, last rows first;
-slice 0, contiguous with the rest of the gradients, is all-reduced with them
-while the other slices' GEMMs run. Slices 1..K-1 are all-reduced at the start
-of batch k + 1 (the head), each slice's update and forward GEMM waiting for
-its reduction alone; so every fork joins within one captured step. The first
-step after a `drain` (the backend's sync, which applies what is pending)
-has no head: its graph is captured apart (`graph_state`).
-
-`--grad-precision bf16|fp16`: each piece is rounded into a 16-bit buffer,
-all-reduced in that type and widened back on the communication stream; the
-loss slot stays the rank's own, reduced once an epoch on the host.
+perfmlp/slices.py), eager and as one captured step. Batch k's backward
+writes dW1 in K slices, last rows first; slice 0 is all-reduced with the
+rest of the gradients on a communication stream while the other slices'
+GEMMs run; slices 1..K-1 at the start of batch k + 1 (the head), each
+slice's update and forward GEMM waiting for its reduction alone, so every
+fork joins within one captured step. The first step after a `drain` has no
+head: its graph is captured apart (`graph_state`). `--grad-precision
+bf16|fp16`: each piece is all-reduced in a 16-bit copy on the communication
+stream; the loss slot stays the rank's own, reduced once an epoch.
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """Running a sweep's jobs: the MPI launcher, the trace folder's lock, one
-job at a time in a process group the sweep owns, and what a job left.
+job at a time in a process group of its own, and what a job left.
 
-The launcher is the one the installed MPI provides: mpi4py says which MPI
-it loads (MPICH, or Open MPI), and its launcher is looked for beside this
-Python (a virtual environment's bin/, where the `mpich` wheel puts
-mpiexec), then on PATH, and asked its version to be sure it belongs to
-that MPI. PERFMLP_MPIRUN names another (e.g. "mpirun --allow-run-as-root
---oversubscribe -x PYTHONPATH").
-
-Each job runs in a process group of its own (setsid): the sweep ends
-that group (SIGTERM, then SIGKILL after END_GRACE_S) when the job times out,
-when the sweep is interrupted (SIGINT, SIGTERM, SIGHUP) and on the sweep's
-own errors; the launcher also gets SIGTERM should the sweep itself die
-(Linux: PR_SET_PDEATHSIG).
+The launcher is the installed MPI's (the one mpi4py loads: MPICH or Open
+MPI), looked for beside this Python, then on PATH, and asked its version to
+be sure it belongs to that MPI; PERFMLP_MPIRUN names another. The sweep ends
+a job's group (SIGTERM, then SIGKILL after END_GRACE_S) on a timeout, an
+interruption or its own error; the launcher also gets SIGTERM should the
+sweep die (PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
 
