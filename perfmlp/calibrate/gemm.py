@@ -87,20 +87,29 @@ def step_gemm_rates(cp, net, x, y, kinds) -> list[dict]:
     return rates
 
 
-def step_rates(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
-    """gemm_flops_per_s and kernel_s of the float32 and float64 steps: one network per (precision, H, b),
-    its GEMMs timed with each GEMM kernel (the reference's in float32 only); an own kernel's shape met
-    again, as sgd_update's at every b, keeps its first time."""
+def step_shapes(cp, hidden, local_batches, prec: str, gemm_rates, own: dict) -> list[dict]:
+    """The gemm_flops_per_s entries gemm_rates(net, x, y, where) gives for the step of 784-H-10 in `prec`
+    at each H and per-rank batch; its own kernels' kernel_s entries into `own` (a shape met again, as
+    sgd_update's at every b, keeps its first time)."""
     D, C = Config.input_size, Config.num_classes
+    rates = []
+    for H in hidden:
+        for bl in local_batches:
+            net, x, y = step_network(cp, (D, H, C), prec, bl)
+            rates += gemm_rates(net, x, y, f"H={H}, b={bl}")
+            for e in own_kernel_times(cp, net, x, y):
+                own.setdefault((e["kernel"], tuple(e["shape"]), prec), {**e, "precision": prec})
+    return rates
+
+
+def step_rates(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
+    """gemm_flops_per_s and kernel_s of the float32 and float64 steps, their GEMMs timed with each GEMM
+    kernel (the reference's in float32 only)."""
     rates, own = [], {}
     for prec in precisions:
         kinds = (N.CUBLAS, *(gemm_kernels if prec == N.FLOAT32 else ()))
-        for H in hidden:
-            for bl in local_batches:
-                net, x, y = step_network(cp, (D, H, C), prec, bl)
-                rates += step_gemm_rates(cp, net, x, y, kinds)
-                for e in own_kernel_times(cp, net, x, y):
-                    own.setdefault((e["kernel"], tuple(e["shape"]), e["precision"]), e)
+        rates += step_shapes(cp, hidden, local_batches, prec,
+                             lambda net, x, y, where: step_gemm_rates(cp, net, x, y, kinds), own)
     log(f"{len(rates)} trainer GEMM shapes timed (GPU time, queued ahead)")
     span: dict = {}
     for e in own.values():

@@ -106,10 +106,8 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
             return t
         return one_round
     tiny = (0, DISPATCH_BATCH)
-    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH)}
-    for h in hidden:
-        for b in local:
-            measures[h, b] = host_time((Config.input_size, h, Config.num_classes), b)
+    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH),
+                **{(h, b): host_time((Config.input_size, h, Config.num_classes), b) for h in hidden for b in local}}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
     out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b], t[tiny])))}
            for (h, b) in measures if (h, b) != tiny]

@@ -12,10 +12,8 @@ from statistics import median
 
 import numpy as np
 
-from ..config import Config
 from ..errors import PerfmlpError
-from .gemm import TENSOR, captured_gemms, gemm_rate, peak_rate, step_network
-from .kernels import own_kernel_times
+from .gemm import TENSOR, captured_gemms, gemm_rate, peak_rate, step_shapes
 
 
 def tensor_gemm_rates(cp, net, x, y, prec: str, peak: float, where: str) -> list[dict]:
@@ -42,18 +40,13 @@ def tensor_gemm_rates(cp, net, x, y, prec: str, peak: float, where: str) -> list
 def precision_rates(cp, hidden, local_batches, precisions, log) -> dict:
     """For each tensor-core precision asked for: peak_flops_per_s_<p>, and gemm_flops_per_s and kernel_s
     entries of the step of 784-H-10 at each H and per-rank batch."""
-    D, C = Config.input_size, Config.num_classes
     res: dict = {"gemm_flops_per_s": [], "kernel_s": []}
     own: dict = {}
     for prec in (p for p in precisions if p in TENSOR):
-        res[f"peak_flops_per_s_{prec}"] = peak_rate(cp, prec, log)
-        for H in hidden:
-            for bl in local_batches:
-                net, x, y = step_network(cp, (D, H, C), prec, bl)
-                res["gemm_flops_per_s"] += tensor_gemm_rates(cp, net, x, y, prec, res[f"peak_flops_per_s_{prec}"],
-                                                             f"H={H}, b={bl}")
-                for e in own_kernel_times(cp, net, x, y):   # a shape met again (sgd_update's) keeps its first time
-                    own.setdefault((prec, e["kernel"], tuple(e["shape"])), {**e, "precision": prec})
+        res[f"peak_flops_per_s_{prec}"] = peak = peak_rate(cp, prec, log)
+        res["gemm_flops_per_s"] += step_shapes(
+            cp, hidden, local_batches, prec,
+            lambda net, x, y, where: tensor_gemm_rates(cp, net, x, y, prec, peak, where), own)
         res["kernel_s"] = list(own.values())
         log(f"{prec}: {sum(e['precision'] == prec for e in res['gemm_flops_per_s'])} trainer GEMM shapes, "
             f"{sum(e['precision'] == prec for e in res['kernel_s'])} own kernel shapes timed (GPU time, queued ahead)")

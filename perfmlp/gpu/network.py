@@ -12,6 +12,8 @@ loss scale lives on the device (`ls`), so the step stays one CUDA graph.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import names as N
@@ -49,8 +51,11 @@ class GpuNetwork(Network):
         self.stream = cupy.cuda.get_current_stream()
         self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == N.CUBLAS else None
         self._views: dict = {}
-        self._ints: dict = {}
+        self._ints: dict = {}   # launch shapes and argument tuples, made once
         self.T = self.dtype.type
+        # scalar kernel arguments, each value made once
+        self._i32, self._i64 = functools.cache(np.int32), functools.cache(np.int64)
+        self._scale = functools.cache(lambda batch, T=self.T: T(1.0 / batch))
         self.ce_acc = cupy.zeros(1, dtype=dtype)
         L = len(layer_sizes) - 1
         # pre-activations/activations z and deltas d per layer (n_l x max_local)
@@ -98,24 +103,6 @@ class GpuNetwork(Network):
             buf = self._bufs[kind][layer]
             v = self._views[key] = buf.ravel()[: buf.shape[0] * b].reshape(buf.shape[0], b)
         return v
-
-    def _i32(self, v):
-        r = self._ints.get(("i", v))
-        if r is None:
-            r = self._ints[("i", v)] = np.int32(v)
-        return r
-
-    def _i64(self, v):
-        r = self._ints.get(("l", v))
-        if r is None:
-            r = self._ints[("l", v)] = np.int64(v)
-        return r
-
-    def _scale(self, batch):
-        r = self._ints.get(("s", batch))
-        if r is None:
-            r = self._ints[("s", batch)] = self.T(1.0 / batch)
-        return r
 
     # -- the kernels ----------------------------------------------------------------------
     def _launch(self, name, grid, block, args):

@@ -14,6 +14,7 @@ from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_
 from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
+from ..run import Signalled
 from ..startup import SIGNALS
 
 
@@ -52,12 +53,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="print the hidden sizes and per-rank batches the runs use, as perfmlp.calibrate's "
                          "--hidden and --local-batch values, and run nothing (default: run the sweep)")
     return ap
-
-
-class Signalled(KeyboardInterrupt):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
 
 
 def _on_signal(signum, frame):
