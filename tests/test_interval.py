@@ -192,7 +192,7 @@ def test_what_if_carries_the_interval(tmp_path, capsys):
 
 
 def test_the_host_spread_pools_both_dispatch_draws():
-    from perfmlp.calibrate import mean_dispatch
+    from perfmlp.calibrate.host import mean_dispatch
     a = {"launch_overhead_s": 1e-5, "trace_phase_host_s": 0.0, "graph_step_host_s": 1e-5,
          "_rounds": {"untraced": [1.0, 1.0], "graph": [2.0, 2.0]}}
     b = {**a, "_rounds": {"untraced": [1.0, 3.0], "graph": [2.0, 4.0]}}

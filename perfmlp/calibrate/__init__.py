@@ -11,15 +11,6 @@ from pathlib import Path
 
 from ..errors import write_atomic
 from ..model.machine import machine_from_mapping, machine_to_yaml
-from .collectives import ring_fit, staged_parts, staged_wait
-from .copies import host_copies, pageable_ahead, static_copies
-from .gemm import step_network
-from .host import dispatch_size_factors, host_dispatch, mean_dispatch
-from .kernels import own_kernel_times
-
-__all__ = ["dispatch_size_factors", "host_copies", "host_dispatch", "mean_dispatch", "own_kernel_times",
-           "pageable_ahead", "ring_fit", "staged_parts", "staged_wait", "static_copies", "step_network",
-           "write_machine"]
 
 
 def write_machine(values: dict, out: str, prog: str = "perfmlp.calibrate", check: bool = True) -> None:
