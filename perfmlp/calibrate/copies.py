@@ -94,12 +94,11 @@ def copy_latency(cp, log) -> dict:
 
 
 def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> tuple[float, bool, float | None]:
-    """How a pageable H2D copy behaves behind GPU work still running (the runtime stages it through pinned
-    buffers of its own; only their DMA waits for the stream). Behind a long spin, a call that returns
-    while the spin runs staged all of it ahead (ahead: the call's host time), else it waited (ahead: the
-    copy alone less its time after the spin). A copy that waits is then looped `loop` times behind work
-    of w = ahead (median of 5): it hides w + alone - loop, the rest of w is its delay. Returns (median
-    seconds ahead, blocks: it waited in most repeats, delay or None)."""
+    """How a pageable H2D copy behaves behind GPU work still running (the runtime stages it through pinned buffers of
+    its own; only their DMA waits for the stream). Behind a long spin, a call that returns while the spin runs staged
+    all of it ahead (ahead: the call's host time), else it waited (ahead: the copy alone less its time after the spin).
+    A copy that waits is then looped `loop` times behind work of w = ahead (median of 5): it hides w + alone - loop, the
+    rest of w is its delay. Returns (median seconds ahead, blocks: it waited in most repeats, delay or None)."""
     spin, _ = spin_kernels(cp)
     cycles = spin_cycles(cp, max(2e-3, 4 * alone_s))
     s = cp.cuda.get_current_stream()

@@ -86,9 +86,8 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
 
 
 def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
-    """launch_size_factor entries {hidden, batch, factor}: the host's time per operation to enqueue the
-    eager step at 784-H-10 (H in `hidden`, b in `local`) over its time at DISPATCH_SIZES, median ratio
-    over the rounds."""
+    """launch_size_factor entries {hidden, batch, factor}: the host's time per operation to enqueue the eager step at
+    784-H-10 (H in `hidden`, b in `local`) over its time at DISPATCH_SIZES, median ratio over the rounds."""
     stream = use_device(cp, cp.cuda.Device().id)
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
 
@@ -117,10 +116,9 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
 
 
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
-    """The host's time per operation of the eager step (kernels and collective call, as the model counts
-    them) and the tracer's per phase: one rank alone (launch_overhead_s, trace_phase_host_s,
-    graph_step_host_s, static_copy_host_s and pinned_copy_host_s per copy call), then groups of 2 and P
-    ranks at once, the slowest rank's (host_dispatch_s)."""
+    """The host's time per operation of the eager step (kernels and collective call, as the model counts them) and the
+    tracer's per phase: one rank alone (launch_overhead_s, trace_phase_host_s, graph_step_host_s, static_copy_host_s and
+    pinned_copy_host_s per copy call), then groups of 2 and P ranks at once, the slowest rank's (host_dispatch_s)."""
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
     phases = traced_phases(N.NCCL, N.RESIDENT, N.EAGER)
     P = world.size

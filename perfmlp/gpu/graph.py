@@ -71,9 +71,8 @@ class GraphStep:
         return c
 
     def replay(self, lo: int, hi: int, phase, counts) -> None:
-        """The batch piece [lo, hi) through the graph of its size (captured on
-        first use): the compute part, and with device collectives the
-        exchange and the update too (`whole_step`)."""
+        """The batch piece [lo, hi) through the graph of its size (captured on first use): the compute part, and with
+        device collectives the exchange and the update too (`whole_step`)."""
         net = self.net
         resident = self.batches.mode == N.RESIDENT
         if not resident:

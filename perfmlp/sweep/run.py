@@ -137,10 +137,8 @@ def trace_state(folder: Path, run: SweepRun) -> tuple[str, str]:
 
 
 def remove_failed(folder: Path, keep_as: Path | None = None) -> dict[str, str]:
-    """A failed run's trace folder removed, so that no report reads it (its
-    output is kept in the sweep's folder), its at-failure.npz (the
-    parameters its error line names) moved to `keep_as` first; the paths
-    moved, old -> new."""
+    """A failed run's trace folder removed, so that no report reads it (its output is kept in the sweep's folder), its
+    at-failure.npz (the parameters its error line names) moved to `keep_as` first; the paths moved, old -> new."""
     moved = {}
     saved = folder / AT_FAILURE
     if keep_as is not None and saved.is_file():
@@ -197,9 +195,8 @@ def why_failed(output: Path, rc: int) -> str:
 
 
 def end_group(proc: subprocess.Popen, grace_s: float = END_GRACE_S) -> None:
-    """SIGTERM to the job's whole group (the launcher and its ranks, which
-    then close their traces), SIGKILL to whatever is left of it after grace_s.
-    Another Ctrl-C meanwhile waits until this is done."""
+    """SIGTERM to the job's whole group (the launcher and its ranks, which then close their traces), SIGKILL to whatever
+    is left of it after grace_s. Another Ctrl-C meanwhile waits until this is done."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     try:
         os.killpg(proc.pid, signal.SIGTERM)
