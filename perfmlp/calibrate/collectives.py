@@ -103,25 +103,24 @@ def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
     return alpha, 1.0 / inv_bw if inv_bw > 0 else float("inf")
 
 
-def _group_times(cp, world, g: int, sizes, grads: set, events, spread: list) -> tuple[list, list, list, float] | None:
-    """(MPI, NCCL, copies back after MPI, wait for the slowest) of a group of g ranks; None off it."""
+def _group_times(cp, world, g: int, sizes, grads: set, events, got: dict) -> None:
+    """A group of g ranks' points into `got`'s lists: mpi, nccl, reduced (copies back after MPI), waits
+    (for the slowest rank) and spread; nothing off the group."""
     from mpi4py import MPI
     from cupy.cuda import nccl
     sub = world.comm.Split(0 if world.rank < g else MPI.UNDEFINED, world.rank)
     if sub == MPI.COMM_NULL:
-        return None
+        return
     uid = sub.bcast(nccl.get_unique_id() if sub.Get_rank() == 0 else None)
     nc = nccl.NcclCommunicator(g, uid, sub.Get_rank())
-    mpi, nccl_pts, reduced = [], [], []
     for nbytes in sizes:
         db = cp.ones(nbytes // 4, cp.float32)
-        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events, spread)
-        mpi += pts
-        reduced += back
-        nccl_pts.append((g, nbytes, _nccl_time(cp, sub, nc, db, spread), "device"))
-    wait = _rank_wait(cp, sub)
+        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events, got["spread"])
+        got["mpi"] += pts
+        got["reduced"] += back
+        got["nccl"].append((g, nbytes, _nccl_time(cp, sub, nc, db, got["spread"]), "device"))
+    got["waits"].append((g, _rank_wait(cp, sub)))
     sub.Free()
-    return mpi, nccl_pts, reduced, wait
 
 
 def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
@@ -150,20 +149,15 @@ def collective_times(cp, world, log, grad_bytes=()) -> dict:
         return {"allreduce_s": one} if one else {}
     sizes = sorted(set(SIZES_BYTES) | grads)
     events = cp.cuda.Event(), cp.cuda.Event()
-    pts_mpi, pts_nccl, waits, reduced, spread = [], [], [], [], []
+    got: dict = {k: [] for k in ("mpi", "nccl", "reduced", "waits", "spread")}
     for g in sorted({2, P}):
-        got = _group_times(cp, world, g, sizes, grads, events, spread)
-        if got is not None:
-            pts_mpi += got[0]
-            pts_nccl += got[1]
-            reduced += got[2]
-            waits.append((g, got[3]))
+        _group_times(cp, world, g, sizes, grads, events, got)
         world.comm.Barrier()
     if world.rank != 0:
         return {}
-    res = _collective_results(pts_mpi, pts_nccl, waits, reduced, log)
+    res = _collective_results(got["mpi"], got["nccl"], got["waits"], got["reduced"], log)
     res["allreduce_s"] += one
-    return {**res, "_spread_collective": spread}
+    return {**res, "_spread_collective": got["spread"]}
 
 
 def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:

@@ -118,14 +118,9 @@ def event_s(cp, fn, events=None) -> float:
 def copy_s(cp, copy, pinned: bool, events=None) -> float:
     """Seconds of one host <-> device copy() on the current stream: a pinned one's GPU time, a pageable
     one's host wall time (it blocks the host); `events`: a pair to reuse."""
-    a, b = events or (cp.cuda.Event(), cp.cuda.Event())
-    s = cp.cuda.get_current_stream()
     t0 = time.perf_counter()
-    a.record(s)
-    copy()
-    b.record(s)
-    b.synchronize()
-    return cp.cuda.get_elapsed_time(a, b) * 1e-3 if pinned else time.perf_counter() - t0
+    gpu_s = event_s(cp, copy, events)
+    return gpu_s if pinned else time.perf_counter() - t0
 
 
 def host_times(cp, fn, reps: int, warmup: int = 3) -> list[float]:
