@@ -11,6 +11,7 @@ from statistics import median
 
 import numpy as np
 
+from ..gpu.timing import per_call_s
 from .collectives import ring_fit
 
 SIZES = tuple(8 * 4 ** i for i in range(11)) + (16 << 20,)   # 8 B ... 8 MB by 4x, and 16 MB
@@ -20,11 +21,7 @@ QUICK_SIZES = (8, 4096, 1 << 20)
 def _block_s(comm, buf, calls: int) -> float:
     """The slowest rank's seconds per call of `calls` in-place allreduces, started together."""
     from mpi4py import MPI
-    comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    dt = (time.perf_counter() - t0) / calls
+    dt = per_call_s(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), calls, start=comm.Barrier)
     return comm.allreduce(dt, op=MPI.MAX)
 
 

@@ -12,6 +12,7 @@ from statistics import median
 
 import numpy as np
 
+from ..gpu.timing import wall_s
 from ..mlp import Network, init_weights
 from ..model.costs import kernel_name, kernel_shape
 
@@ -88,15 +89,9 @@ def time_step(sizes, precision, b, budget_s: float, start=None) -> dict:
     start = start or (lambda: None)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         plain = _net(Network, sizes, precision, b)
-        t0 = time.perf_counter()
-        one_step(plain, x, y)                                      # warm-up, and the step's size
-        reps = reps_for(time.perf_counter() - t0, budget_s / 2)
+        reps = reps_for(wall_s(lambda: one_step(plain, x, y)), budget_s / 2)   # warm-up, and the step's size
         start()
-        plain_s = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            one_step(plain, x, y)
-            plain_s.append(time.perf_counter() - t0)
+        plain_s = [wall_s(lambda: one_step(plain, x, y)) for _ in range(reps)]
         net = _net(TimedNetwork, sizes, precision, b)
         one_step(net, x, y)
         net.times.clear()
