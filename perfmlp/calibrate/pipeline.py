@@ -8,7 +8,6 @@ time (`loop_s`: Machine.prefetch_host_s); a piece's bytes are what the
 pipeline moves, the step running in float32 with as many rows as hold them."""
 from __future__ import annotations
 
-import time
 from statistics import median
 
 from ..config import Config
@@ -41,16 +40,14 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
     graph = GraphStep(cp, net, batches, reducer, stream) if graph_mode else None
     phase, counts, k = NullTracer().phase, Counts(), [0]
 
+    def one() -> None:
+        lo = (k[0] % PIECES) * b
+        k[0] += 1
+        step(net, batches, reducer, lo, lo + b, phase, counts, graph)
+        counts.reset()
+
     def run(n: int) -> float:
-        stream.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            lo = (k[0] % PIECES) * b
-            k[0] += 1
-            step(net, batches, reducer, lo, lo + b, phase, counts, graph)
-            counts.reset()
-        stream.synchronize()
-        return (time.perf_counter() - t) / n
+        return timing.per_call_s(one, n, start=stream.synchronize, end=stream.synchronize)
 
     run.close = getattr(batches, "close", lambda: None)
     return run
