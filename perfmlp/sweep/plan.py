@@ -68,11 +68,6 @@ def _count(spec: dict, key: str, where: str) -> int:
     return n
 
 
-def load_sweep(path: str) -> dict:
-    """The sweep file's mapping (a regular UTF-8 file, YAML keys unique; expand checks its keys)."""
-    return load_yaml(path)
-
-
 def sweep_name(spec: dict, where: str) -> str:
     name = str(spec.get("name") or Path(where).stem)
     if not all(c.isalnum() or c in "-_." for c in name):
