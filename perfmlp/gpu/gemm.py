@@ -4,6 +4,7 @@ arrays of any strides."""
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
@@ -96,21 +97,16 @@ class CublasGemm:
         return out
 
 
-_lib = None
-
-
+@functools.cache
 def _libcublas(cupy):
     """The libcublas CuPy loaded (found in this process's mapped files)."""
-    global _lib
-    if _lib is None:
-        cupy.cuda.device.get_cublas_handle()  # makes CuPy load it
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libcublas.so" in line and "/" in line}
-        paths = sorted(p for p in paths if "libcublasLt" not in p)
-        if not paths:
-            raise PerfmlpError("cannot find the libcublas that CuPy loaded (in /proc/self/maps)")
-        _lib = ctypes.CDLL(paths[0])
-    return _lib
+    cupy.cuda.device.get_cublas_handle()  # makes CuPy load it
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "libcublas.so" in line and "/" in line}
+    paths = sorted(p for p in paths if "libcublasLt" not in p)
+    if not paths:
+        raise PerfmlpError("cannot find the libcublas that CuPy loaded (in /proc/self/maps)")
+    return ctypes.CDLL(paths[0])
 
 
 def _check(status: int, what: str) -> None:

@@ -28,7 +28,7 @@ from ..errors import RunFailure
 
 STAGE_THREADS = 4             # staging threads (benchmarks/prefetch_stage.py compares counts)
 LOOKAHEAD = 2                 # pieces staged and copied ahead of the one the step reads
-MIN_CHUNK_BYTES = 1 << 18     # a smaller piece is staged by fewer tasks: a task costs tens of us
+MIN_CHUNK_BYTES = 1 << 18     # a smaller piece is staged by fewer tasks (a task has a fixed cost)
 X, Y = 0, 1                   # the parts of a piece: samples, labels
 
 

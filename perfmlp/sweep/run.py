@@ -180,10 +180,9 @@ def why_failed(output: Path, rc: int) -> str:
     """perfmlp's own line in a failed job's output (not the launcher's
     abort notice after it), else its last line, else its exit status."""
     try:
-        lines = [ln.strip() for ln in output.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = [ln.strip() for ln in output.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
     except OSError:
         lines = []
-    lines = [ln for ln in lines if ln]
     ours = [ln for ln in lines if ln.startswith("perfmlp.") and "error:" in ln]
     if ours:
         return ours[0]
