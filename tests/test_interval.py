@@ -167,7 +167,6 @@ def test_what_if_carries_the_interval(tmp_path, capsys):
     import json
     import yaml
     from synthetic import gpu_records, write_run
-    from perfmlp.model.machine import machine_from_mapping
     from perfmlp.trace.reader import read_run
     from perfmlp.model.whatif import what_if
     from perfmlp.report.whatif import measured_groups_ms, setting_of
