@@ -116,9 +116,9 @@ def _group_times(cp, world, g: int, sizes, grads: set, events, got: dict) -> Non
     for nbytes in sizes:
         db = cp.ones(nbytes // 4, cp.float32)
         pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events, got["spread"])
-        got["mpi"] += pts
+        got[N.MPI] += pts
         got["reduced"] += back
-        got["nccl"].append((g, nbytes, _nccl_time(cp, sub, nc, db, got["spread"]), "device"))
+        got[N.NCCL].append((g, nbytes, _nccl_time(cp, sub, nc, db, got["spread"]), "device"))
     got["waits"].append((g, _rank_wait(cp, sub)))
     sub.Free()
 
@@ -149,13 +149,13 @@ def collective_times(cp, world, log, grad_bytes=()) -> dict:
         return {"allreduce_s": one} if one else {}
     sizes = sorted(set(SIZES_BYTES) | grads)
     events = cp.cuda.Event(), cp.cuda.Event()
-    got: dict = {k: [] for k in ("mpi", "nccl", "reduced", "waits", "spread")}
+    got: dict = {k: [] for k in (N.MPI, N.NCCL, "reduced", "waits", "spread")}
     for g in sorted({2, P}):
         _group_times(cp, world, g, sizes, grads, events, got)
         world.comm.Barrier()
     if world.rank != 0:
         return {}
-    res = _collective_results(got["mpi"], got["nccl"], got["waits"], got["reduced"], log)
+    res = _collective_results(got[N.MPI], got[N.NCCL], got["waits"], got["reduced"], log)
     res["allreduce_s"] += one
     return {**res, "_spread_collective": got["spread"]}
 
