@@ -42,8 +42,8 @@ PARTS = {
                   ("numpy", "cupy", "cupyx", "mpi4py", "yaml")),
     # the sweep: refuses in its first second what the trainer would (backend.check_options, a GPU present)
     "sweep": (("perfmlp.sweep",), ("perfmlp.sweep", *CONFIG, *BASE, *MODEL, *TRACE, *REPORT, "perfmlp.backend",
-                                   "perfmlp.gpu", "perfmlp.startup"), ("yaml", "mpi4py")),   # mpi4py: which MPI
-    #                                                                      launches the runs; startup: signals' words
+                                   "perfmlp.gpu", "perfmlp.startup", "perfmlp.run"), ("yaml", "mpi4py")),
+    # mpi4py: which MPI launches the runs; startup: signals' words; run: its Signalled
     # the what-if command: the report's reading of a run, the trainer's refusals (backend.check_options)
     "whatif": (("perfmlp.whatif",), (*BASE, *CONFIG, *MODEL, *TRACE, *REPORT, "perfmlp.backend"), ("yaml",)),
     "fetch": (("perfmlp.fetch",), BASE, ()),

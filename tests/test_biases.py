@@ -76,7 +76,7 @@ def test_copied_launch_factors_time_the_launches_after_the_copies():
 @gpu
 def test_the_calibration_records_spread_of_the_gpu_and_the_copies():
     import cupy as cp
-    from perfmlp.calibrate import host_copies
+    from perfmlp.calibrate.copies import host_copies
     from perfmlp.calibrate.gemm import step_network
     from perfmlp.calibrate.spread import gpu_rounds, spread_table
     from perfmlp.comm import SingleWorld

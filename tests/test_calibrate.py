@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from perfmlp.calibrate import ring_fit
+from perfmlp.calibrate.collectives import ring_fit
 from perfmlp.calibrate.__main__ import machine_values, write_machine
 from perfmlp.calibrate.copies import rotating_offsets
 from perfmlp.model.machine import load_machine

@@ -94,7 +94,7 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
     # the calibration's host terms on one process: the step (step.py, resident batches, the NCCL reducer
     # over one rank) untraced and at the counters level; no table of several ranks on one
     import cupy as cp
-    from perfmlp.calibrate import host_dispatch
+    from perfmlp.calibrate.host import host_dispatch
     from perfmlp.comm import SingleWorld
     lines = []
     res = host_dispatch(cp, SingleWorld(), lines.append, rounds=2, reps=20)
@@ -115,7 +115,7 @@ def test_host_dispatch_alone_times_the_trainers_eager_step():
 @gpu
 def test_the_eager_steps_host_time_by_size_is_a_ratio_to_the_tiny_one():
     import cupy as cp
-    from perfmlp.calibrate import dispatch_size_factors
+    from perfmlp.calibrate.host import dispatch_size_factors
     lines = []
     out = dispatch_size_factors(cp, [512], [800, 3200], lines.append, rounds=2, reps=10)
     assert [(e["hidden"], e["batch"]) for e in out] == [(512, 800), (512, 3200)]
@@ -127,7 +127,7 @@ def test_the_eager_steps_host_time_by_size_is_a_ratio_to_the_tiny_one():
 def test_static_copies_time_each_piece_size_and_load():
     # the calibration's d2d_copy_s: X's and Y's pieces at each local batch and precision, GPU time
     import cupy as cp
-    from perfmlp.calibrate import static_copies
+    from perfmlp.calibrate.copies import static_copies
     from perfmlp.model.machine import machine_from_mapping
     lines = []
     pts = static_copies(cp, [100, 3200], ["float32", "float64"], lines.append)
@@ -143,7 +143,7 @@ def test_static_copies_time_each_piece_size_and_load():
 def test_host_copies_time_each_size_alone_and_load():
     # the calibration's host_copy_s on one process: rank 0 alone, each kind at each size, slowest = its own
     import cupy as cp
-    from perfmlp.calibrate import host_copies
+    from perfmlp.calibrate.copies import host_copies
     from perfmlp.comm import SingleWorld
     from perfmlp.model.machine import machine_from_mapping
     lines = []
@@ -179,7 +179,7 @@ def test_host_copies_time_each_size_alone_and_load():
 def test_the_staged_step_and_its_parts_on_one_rank():
     # calibrate.staged_wait's measurement on one process: the staged step's parts each alone, then in order
     import cupy as cp
-    from perfmlp.calibrate import staged_parts, staged_wait
+    from perfmlp.calibrate.collectives import staged_parts, staged_wait
     from perfmlp.gpu.timing import spin_cycles_per_s
     from perfmlp.comm import SingleWorld
     from perfmlp.model.costs import grad_buffer_bytes
@@ -206,7 +206,8 @@ def machine_values(name) -> dict:
 def test_own_kernel_times_cover_the_models_step(dtype):
     # the calibration's kernel_s (perfmlp/calibrate/kernels.py own_kernel_times) on a small network
     import cupy as cp
-    from perfmlp.calibrate import own_kernel_times, step_network
+    from perfmlp.calibrate.gemm import step_network
+    from perfmlp.calibrate.kernels import own_kernel_times
     from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels
     from perfmlp.model.machine import load_machine, machine_from_mapping
     sizes, b = (33, 17, 10), 23

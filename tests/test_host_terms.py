@@ -264,7 +264,7 @@ def test_carried_to_another_gpu_a_host_copy_keeps_its_latency():
 
 
 def test_the_calibration_takes_the_mean_of_its_two_dispatch_draws():
-    from perfmlp.calibrate import mean_dispatch
+    from perfmlp.calibrate.host import mean_dispatch
     a = {"launch_overhead_s": 10e-6, "trace_phase_host_s": 4e-6, "graph_step_host_s": 50e-6,
          "static_copy_host_s": 5e-6, "pinned_copy_host_s": 20e-6, "host_dispatch_s": DISPATCH}
     b = {"launch_overhead_s": 14e-6, "trace_phase_host_s": 2e-6, "graph_step_host_s": 70e-6,

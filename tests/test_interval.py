@@ -167,7 +167,6 @@ def test_what_if_carries_the_interval(tmp_path, capsys):
     import json
     import yaml
     from synthetic import gpu_records, write_run
-    from perfmlp.model.machine import machine_from_mapping
     from perfmlp.trace.reader import read_run
     from perfmlp.model.whatif import what_if
     from perfmlp.report.whatif import measured_groups_ms, setting_of
@@ -192,7 +191,7 @@ def test_what_if_carries_the_interval(tmp_path, capsys):
 
 
 def test_the_host_spread_pools_both_dispatch_draws():
-    from perfmlp.calibrate import mean_dispatch
+    from perfmlp.calibrate.host import mean_dispatch
     a = {"launch_overhead_s": 1e-5, "trace_phase_host_s": 0.0, "graph_step_host_s": 1e-5,
          "_rounds": {"untraced": [1.0, 1.0], "graph": [2.0, 2.0]}}
     b = {**a, "_rounds": {"untraced": [1.0, 3.0], "graph": [2.0, 4.0]}}

@@ -541,7 +541,7 @@ def test_host_clock_enqueue_times_are_shown_but_not_compared():
 
 def test_a_sweep_names_the_sizes_its_calibration_needs(tmp_path, capsys):
     # per-rank pieces: B split over the ranks (data), whole (model), split over the data groups (hybrid)
-    from perfmlp.sweep import main
+    from perfmlp.sweep.__main__ import main
     f = tmp_path / "s.yaml"
     f.write_text("name: s\nbase: {data: synthetic, backend: cupy}\nruns:\n"
                  "  - {hidden_sizes: [1024, 256], batch_size: 800, procs: 2}\n"

@@ -1,7 +1,6 @@
 """`python -m perfmlp.calibrate --out models/NAME.yaml`: the command line,
-the order of the measurements and the machine file written. On a machine
-without CuPy or a GPU it calibrates the CPU instead (calibrate/cpu.py):
-the same flags, with --threads and --quick for the CPU."""
+the order of the measurements and the machine file written. Without CuPy or
+a GPU it calibrates the CPU instead (calibrate/cpu.py) with the same flags."""
 from __future__ import annotations
 
 import argparse
@@ -50,8 +49,7 @@ def with_slices(hidden) -> list[int]:
 
 
 def gemms(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
-    """gemm_flops_per_s and kernel_s at each H of with_slices(hidden), each per-rank batch and precision;
-    the tensor cores' peak_flops_per_s_<p> too."""
+    """gemm_flops_per_s, kernel_s (each H of with_slices(hidden), batch, precision) and tensor peaks."""
     hidden = with_slices(hidden)
     res = step_rates(cp, hidden, local_batches, [p for p in precisions if p not in TENSOR], log, gemm_kernels)
     tensor = precision_rates(cp, hidden, local_batches, precisions, log)   # tf32, bf16, fp16 where asked for
@@ -62,8 +60,8 @@ def gemms(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
 
 
 def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
-    """An existing machine file's values with the GEMM and kernel entries of `res` in place of those of
-    the same shape (--gemm-only), and its source saying what was added, where and when."""
+    """--gemm-only: an existing machine file's values with the GEMM and kernel entries of `res` in place
+    of those of the same shape, its source saying what was added."""
     keys = {"gemm_flops_per_s": ("m", "n", "k", "precision", "kernel"), "kernel_s": ("kernel", "shape", "precision")}
     out = dict(old)
     for table, fields in keys.items():
@@ -78,7 +76,7 @@ def merged(old: dict, res: dict, gpu_name: str, hidden) -> dict:
 
 
 def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
-    """What rank 0's GPU measures alone (the step's GPU work in rounds, for its spread, at the largest size)."""
+    """What rank 0's GPU measures alone."""
     D, C = Config.input_size, Config.num_classes
     res = peak_rates(cp, precisions, log)
     res.update(gemms(cp, hidden, local_batches, precisions, log, gemm_kernels))
@@ -94,10 +92,8 @@ def single_gpu(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> d
 
 
 def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
-    """Every measurement, every rank taking part where ranks share one
-    (rank 0's results; {} elsewhere). The host's speed differs from one
-    launch of a process to the next and over minutes: its
-    dispatch is drawn twice, first and last, and the file takes the mean."""
+    """Every measurement, every rank taking part where ranks share one (rank 0's results; {} elsewhere).
+    The host's speed drifts over minutes: its dispatch is drawn first and last, and the file takes the mean."""
     D, C = Config.input_size, Config.num_classes
     first = host_dispatch(cp, world, log)
     res = single_gpu(cp, hidden, local, precisions, log, gemm_kernels) if world.rank == 0 else {}
@@ -131,8 +127,7 @@ def measure(cp, world, hidden, local, precisions, gemm_kernels, log) -> dict:
 
 
 def machine_values(res: dict, base, name: str | None, gpu_name: str, procs: int) -> dict:
-    """The machine file's mapping: the measured values, the rest from base,
-    and a source line saying which is which."""
+    """The machine file's mapping: the measured values, the rest from base, a source line saying which."""
     date = dt.date.today().isoformat()
     measured = sorted(k for k in res if k not in TABLES) + [t for t in TABLES if res.get(t)]
     values = {"name": name or f"{gpu_name} (calibrated)",
@@ -173,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def calibrate_cpu(a: argparse.Namespace) -> int:
-    """No CuPy or no GPU here: the CPU's calibration with the same flags."""
+    """No CuPy or no GPU: the CPU's calibration with the same flags."""
     from . import cpu
     if a.gemm_kernels or a.gemm_only:
         flag = "--gemm-kernels: the reference's GPU kernels" if a.gemm_kernels else "--gemm-only: a GPU's"

@@ -1,15 +1,11 @@
-"""Collectives, under `mpirun -n P` (P >= 2; on one process only host
-MPI's call on one rank), over groups of 2 and P ranks:
-
-- host MPI_Allreduce (host wall time, its buffer just written by a D2H
-  copy, as the trainer's is) through pinned and pageable host buffers, and
-  NCCL allreduce (GPU time, queued ahead; the host's call is the launch
-  term), at the trainer's gradient sizes and a size ladder (allreduce_s,
-  and the ring fit mpi_/nccl_alpha_s, _bw_bytes_per_s);
-- the staged exchange's copy back from the buffer MPI has just reduced
-  (host_copy_s points with buffer "reduced");
-- the wait for the slowest rank when every rank does the same work, and
-  the staged exchange's own wait (collective_wait_s, with `memory`)."""
+"""Collectives, under `mpirun -n P` (on one process only host MPI on one
+rank), over groups of 2 and P ranks: host MPI_Allreduce (host wall time, its
+buffer just written by a D2H copy, as the trainer's is) through pinned and
+pageable buffers and NCCL allreduce (GPU time, queued ahead) at the
+gradient sizes and a ladder (allreduce_s, the ring fit mpi_/nccl_alpha_s,
+_bw_bytes_per_s); the staged exchange's copy back from the buffer MPI has
+just reduced (host_copy_s, buffer "reduced"); the wait for the slowest rank
+(collective_wait_s, with `memory` for the staged exchange's own)."""
 from __future__ import annotations
 
 from statistics import median
@@ -26,11 +22,9 @@ MPI_REPS, MPI_WARM = 25, 5                        # host MPI calls per point, th
 
 
 def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: list) -> tuple[list, list]:
-    """One size's host MPI_Allreduce points through a pinned and a pageable
-    host buffer, each call after a D2H into it and a barrier; at a gradient
-    size, the staged exchange's H2D copy back after each call too. The
-    slowest rank's medians; `spread` receives this rank's ratios of the
-    calls' medians in groups of ROUND_MEDIANS."""
+    """One size's host MPI_Allreduce points (the slowest rank's medians) through a pinned and a pageable
+    buffer, each call after a D2H into it and a barrier; at a gradient size, the staged exchange's H2D
+    copy back after each call too. `spread` receives this rank's ratios (groups of ROUND_MEDIANS calls)."""
     from mpi4py import MPI
     import cupyx
     s = cp.cuda.get_current_stream()
@@ -57,9 +51,8 @@ def _mpi_points(cp, sub, g: int, db, nbytes: int, grads: set, events, spread: li
 
 
 def _nccl_time(cp, sub, nc, db, spread: list) -> float:
-    """The slowest rank's GPU time of NCCL's allreduce of db, calls queued
-    ahead behind a spin on every rank (the ranks' skew spread over the
-    calls); `spread` receives this rank's repeats over their median."""
+    """The slowest rank's GPU time of NCCL's allreduce of db, queued ahead (the ranks' skew spread over
+    the calls); `spread` receives this rank's repeats over their median."""
     from cupy.cuda import nccl
     s = cp.cuda.get_current_stream()
     sub.Barrier()
@@ -71,10 +64,8 @@ def _nccl_time(cp, sub, nc, db, spread: list) -> float:
 
 
 def _rank_wait(cp, sub) -> float:
-    """The wait for the slowest rank: the time per iteration of the same GPU
-    work on every rank (a 200 us spin as 10 launches, synchronised) then a
-    4-byte allreduce with no barrier, beyond the work alone and the
-    barriered allreduce."""
+    """The wait for the slowest rank: the time per iteration of the same GPU work on every rank (a spin
+    as 10 launches, synchronised) and a 4-byte allreduce with no barrier, beyond each of them alone."""
     from mpi4py import MPI
     spin, _ = spin_kernels(cp)
     s = cp.cuda.get_current_stream()
@@ -101,10 +92,9 @@ def _rank_wait(cp, sub) -> float:
 
 
 def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
-    """(alpha seconds, bandwidth bytes/s) of the ring allreduce model
-    t = steps x alpha + 2 (p - 1) / p x bytes / bw through points
-    (procs, bytes, seconds, memory), pageable ones left out; steps 2 (p - 1)
-    for MPI (alpha_steps), 1 for NCCL. Least squares on the relative error."""
+    """(alpha seconds, bandwidth bytes/s) of the ring allreduce model t = steps x alpha + 2 (p - 1) / p x
+    bytes / bw through points (procs, bytes, seconds, memory), pageable ones left out; steps 2 (p - 1) for
+    MPI (alpha_steps), 1 for NCCL. Least squares on the relative error."""
     fit = [pt for pt in points if pt[3] != N.PAGEABLE]
     A = np.array([[2 * (p - 1) if alpha_steps else 1.0, 2 * (p - 1) / p * n] for p, n, _, _ in fit])
     t = np.array([x for _, _, x, _ in fit])
@@ -113,33 +103,29 @@ def ring_fit(points, alpha_steps: bool) -> tuple[float, float]:
     return alpha, 1.0 / inv_bw if inv_bw > 0 else float("inf")
 
 
-def _group_times(cp, world, g: int, sizes, grads: set, events, spread: list) -> tuple[list, list, list, float] | None:
-    """The points of one group of g ranks (rank < g): MPI, NCCL, the copies
-    back after MPI, the wait for the slowest rank; None off the group."""
+def _group_times(cp, world, g: int, sizes, grads: set, events, got: dict) -> None:
+    """A group of g ranks' points into `got`'s lists: mpi, nccl, reduced (copies back after MPI), waits
+    (for the slowest rank) and spread; nothing off the group."""
     from mpi4py import MPI
     from cupy.cuda import nccl
     sub = world.comm.Split(0 if world.rank < g else MPI.UNDEFINED, world.rank)
     if sub == MPI.COMM_NULL:
-        return None
+        return
     uid = sub.bcast(nccl.get_unique_id() if sub.Get_rank() == 0 else None)
     nc = nccl.NcclCommunicator(g, uid, sub.Get_rank())
-    mpi, nccl_pts, reduced = [], [], []
     for nbytes in sizes:
         db = cp.ones(nbytes // 4, cp.float32)
-        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events, spread)
-        mpi += pts
-        reduced += back
-        nccl_pts.append((g, nbytes, _nccl_time(cp, sub, nc, db, spread), "device"))
-    wait = _rank_wait(cp, sub)
+        pts, back = _mpi_points(cp, sub, g, db, nbytes, grads, events, got["spread"])
+        got[N.MPI] += pts
+        got["reduced"] += back
+        got[N.NCCL].append((g, nbytes, _nccl_time(cp, sub, nc, db, got["spread"]), "device"))
+    got["waits"].append((g, _rank_wait(cp, sub)))
     sub.Free()
-    return mpi, nccl_pts, reduced, wait
 
 
 def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
-    """Host MPI_Allreduce on rank 0 alone (MPI_COMM_SELF) at the trainer's
-    gradient sizes, as _mpi_points times it: what the staged exchange's call
-    costs a run of one process. allreduce_s points with procs 1; [] without
-    MPI and on the other ranks."""
+    """allreduce_s points with procs 1: host MPI_Allreduce on rank 0 alone (MPI_COMM_SELF) at the
+    gradient sizes, what a one-process run's staged exchange pays; [] without MPI and on other ranks."""
     if world.rank != 0 or getattr(world, "comm", None) is None:
         return []
     from mpi4py import MPI
@@ -154,10 +140,8 @@ def one_rank_mpi(cp, world, log, grads: list[int]) -> list[dict]:
 
 
 def collective_times(cp, world, log, grad_bytes=()) -> dict:
-    """Rank 0's allreduce_s, ring fits, collective_wait_s, host_copy_s (the
-    copies back from a reduced buffer) and `_spread_collective` (the
-    repeats' ratios) on groups of 2 and P ranks, with one_rank_mpi's points;
-    {} on the other ranks."""
+    """Rank 0's allreduce_s, ring fits, collective_wait_s, host_copy_s (copies back from a reduced
+    buffer) and `_spread_collective` on groups of 2 and P ranks, with one_rank_mpi's; {} elsewhere."""
     P = world.size
     grads = {int(n) // 4 * 4 for n in grad_bytes}
     one = one_rank_mpi(cp, world, log, sorted(grads))
@@ -165,20 +149,15 @@ def collective_times(cp, world, log, grad_bytes=()) -> dict:
         return {"allreduce_s": one} if one else {}
     sizes = sorted(set(SIZES_BYTES) | grads)
     events = cp.cuda.Event(), cp.cuda.Event()
-    pts_mpi, pts_nccl, waits, reduced, spread = [], [], [], [], []
+    got: dict = {k: [] for k in (N.MPI, N.NCCL, "reduced", "waits", "spread")}
     for g in sorted({2, P}):
-        got = _group_times(cp, world, g, sizes, grads, events, spread)
-        if got is not None:
-            pts_mpi += got[0]
-            pts_nccl += got[1]
-            reduced += got[2]
-            waits.append((g, got[3]))
+        _group_times(cp, world, g, sizes, grads, events, got)
         world.comm.Barrier()
     if world.rank != 0:
         return {}
-    res = _collective_results(pts_mpi, pts_nccl, waits, reduced, log)
+    res = _collective_results(got[N.MPI], got[N.NCCL], got["waits"], got["reduced"], log)
     res["allreduce_s"] += one
-    return {**res, "_spread_collective": spread}
+    return {**res, "_spread_collective": got["spread"]}
 
 
 def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:
@@ -204,19 +183,17 @@ def _collective_results(pts_mpi, pts_nccl, waits, reduced, log) -> dict:
 
 
 def _staged_calls(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int) -> dict:
-    """The staged step's parts as calls on the current stream through
-    `memory` host buffers: piece (x's then y's H2D, a new slice of a large
-    host array each call), d2h (the gradients', synchronised), allreduce
-    (host MPI in place; nothing where `comm` is None), back (their H2D)."""
+    """The staged step's parts as calls on the current stream through `memory` host buffers: piece (x's
+    and y's H2D from a new slice each call), d2h (synchronised), allreduce (none without `comm`), back."""
     import cupyx
     from mpi4py import MPI
     pinned = memory == N.PINNED
     s = cp.cuda.get_current_stream()
     nx, ny = (n // 4 for n in piece_bytes)
     big = max(HOST_BYTES // 4, 8 * (nx + ny))
-    host = cupyx.empty_pinned(big, np.float32) if pinned else np.empty(big, np.float32)
+    empty = cupyx.empty_pinned if pinned else np.empty
+    host, hg = empty(big, np.float32), empty(grad_bytes // 4, np.float32)
     host[...] = 1.0
-    hg = cupyx.empty_pinned(grad_bytes // 4, np.float32) if pinned else np.empty(grad_bytes // 4, np.float32)
     xd, yd, dg = cp.empty(nx, cp.float32), cp.empty(ny, cp.float32), cp.ones(grad_bytes // 4, cp.float32)
     offset = rotating_offsets(big, nx + ny)
 
@@ -240,13 +217,10 @@ def _staged_calls(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_byte
 
 def staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes: int, work_cycles,
                  reps: int = 30, warm: int = 5) -> tuple[float, float]:
-    """One rank's (sum of the staged step's parts each timed alone, the step
-    in the trainer's order), seconds. Alone: each part's median over `reps`
-    calls after `warm` (the allreduce after a barrier). The step: the
-    piece's copies, a spin of `work_cycles` (the stream idle at the next
-    copy, as after the trainer's step), the D2H, the allreduce with no
-    barrier, the H2D back and an empty kernel (the update): median wall time
-    less the spin's GPU time. `comm` None: one rank."""
+    """One rank's (sum of the staged step's parts each timed alone, the step in the trainer's order),
+    seconds, medians over `reps` after `warm`. The step: the piece's copies, a spin of `work_cycles` (as
+    the trainer's step), the D2H, the allreduce with no barrier, the H2D back and an empty kernel (the
+    update), less the spin's GPU time. `comm` None: one rank."""
     pinned = memory == N.PINNED
     s = cp.cuda.get_current_stream()
     spin, empty = spin_kernels(cp)
@@ -282,13 +256,9 @@ def staged_parts(cp, comm, memory: str, piece_bytes: tuple[int, int], grad_bytes
 
 
 def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int]) -> list[dict]:
-    """The staged exchange's wait for the slowest rank, for each host
-    memory: the step's excess over its parts alone (staged_parts) at each
-    batch piece (x, y bytes) and gradient size, on one rank and on groups of
-    2 and P ranks; a group's median excess less one rank's is what a step
-    loses to the ranks' copies, D2H and MPI differing from batch to batch and
-    rank to rank. collective_wait_s points {procs, s, memory}; [] on one
-    process."""
+    """collective_wait_s points {procs, s, memory}: the staged exchange's wait for the slowest rank, a
+    group's median excess of the step over its parts alone (staged_parts, at each piece (x, y bytes) and
+    gradient size) less one rank's; [] on one process."""
     P = world.size
     if P < 2:
         return []
@@ -312,8 +282,7 @@ def staged_wait(cp, world, log, pieces: list[tuple[int, int]], grads: list[int])
 
 
 def _staged_wait_points(excess: dict, memory: str, log) -> list[dict]:
-    """collective_wait_s points of each group beyond one rank: its median
-    excess less one rank's (at least 0)."""
+    """collective_wait_s points of each group beyond one rank (at least 0)."""
     base, out = median(excess[1]), []
     for g in sorted(excess):
         if g > 1:

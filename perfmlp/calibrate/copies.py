@@ -1,18 +1,11 @@
-"""Copies, as the trainer makes them:
-
-- device memory bandwidth, and the device-to-device copies of a graph
-  step's batch pieces into its static inputs (d2d_copy_s: their fixed cost,
-  which the bandwidth leaves out, dominates below a few MB);
-- host <-> device bandwidth and latency at the trainer's sizes, and a
-  4-byte copy's latency;
-- the trainer's own copies at their sizes (host_copy_s), by rank 0 alone
-  and by 2 and P ranks copying at once (host memory and PCIe shared), each
-  pageable H2D also behind a busy stream (pageable_ahead), and each group's
-  aggregate bandwidth (copy_aggregate_bytes_per_s).
-
-A pageable copy blocks the host: its host wall time; a pinned copy runs
-behind the trainer's kernels: its GPU time, queued ahead. Each copy reads a
-new slice of a host array beyond the host's caches (rotating_offsets), as
+"""Copies, as the trainer makes them: device memory bandwidth; the
+device-to-device copies into a graph step's static inputs (d2d_copy_s: their
+fixed cost dominates below a few MB); host <-> device bandwidth and latency;
+and the trainer's own copies at their sizes (host_copy_s) by rank 0 alone and
+by 2 and P ranks at once (host memory and PCIe shared), with each group's
+aggregate bandwidth. A pageable copy blocks the host: its host wall time; a
+pinned one runs behind the kernels: its GPU time, queued ahead. Each copy
+reads a new slice of a host array beyond the caches (rotating_offsets), as
 the trainer copies a new batch every step."""
 from __future__ import annotations
 
@@ -31,8 +24,7 @@ HOST_BYTES = 256 * 1000 * 1000   # the host arrays copies rotate through: larger
 
 
 def rotating_offsets(total: int, n: int):
-    """A function returning the offset of the next n-element slice of a
-    `total`-element array at each call, cycling through the array."""
+    """A function returning the offset of the next n-element slice of a `total`-element array, cycling."""
     k = itertools.count()
     return lambda: (next(k) % (total // n)) * n
 
@@ -48,11 +40,8 @@ def device_bandwidth(cp, log) -> dict:
 
 
 def static_copies(cp, local_batches, precisions, log) -> list[dict]:
-    """GPU time of the device-to-device copies a graph step with resident
-    data makes into its static inputs (DeviceBatches.static: a
-    cudaMemcpyAsync of X's piece, one of Y's, from rotating rows), at each
-    piece size and precision, queued back to back: a point holds the copy's
-    fixed cost and the gap to the next operation as well as its bytes."""
+    """d2d_copy_s: GPU time of the device-to-device copies of a graph step's pieces into its static inputs
+    (DeviceBatches.static) at each piece size, queued back to back (with their fixed cost and gaps)."""
     D, C = Config.input_size, Config.num_classes
     sizes = sorted({itemsize(p) * b * n for p in precisions for b in local_batches for n in (D, C)})
     src = cp.empty(HOST_BYTES, dtype=cp.uint8)
@@ -71,10 +60,8 @@ def static_copies(cp, local_batches, precisions, log) -> list[dict]:
 
 
 def host_bandwidth(cp, hidden, local_batches, log) -> dict:
-    """Host <-> device copies at the trainer's two sizes (the fp32 gradient
-    buffer of the first hidden size, the X of the largest piece), fitted to
-    t = latency + bytes / bandwidth: {h2d,d2h}_{pageable,pinned}_
-    {bytes_per_s,latency_s}."""
+    """{h2d,d2h}_{pageable,pinned}_{bytes_per_s,latency_s}: t = latency + bytes / bandwidth through copies
+    of the trainer's two sizes (the first H's float32 gradients, the largest piece's X)."""
     import cupyx
     D, C, fp32 = Config.input_size, Config.num_classes, itemsize("float32")
     sizes = (grad_buffer_bytes((D, hidden[0], C), fp32), fp32 * max(local_batches) * D)
@@ -107,16 +94,11 @@ def copy_latency(cp, log) -> dict:
 
 
 def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> tuple[float, bool, float | None]:
-    """How a pageable H2D copy behaves queued behind GPU work still running
-    (the CUDA runtime stages it through pinned buffers of its own, and only
-    their DMA waits for the stream): behind a spin of max(2 ms, 4 x the copy
-    alone), a call that returns while the spin runs staged all of it ahead
-    (seconds ahead: the call's host time), else it waited for the stream
-    (ahead: the copy alone less its time after the spin, between CUDA
-    events). A copy that waits is then timed `loop` times back to back behind
-    work of w = ahead, as the trainer's batches are (median of 5): it hides
-    w + alone - loop of it, and the rest of w is its delay. Returns (median
-    seconds ahead, blocks: it waited in most repeats, delay or None)."""
+    """How a pageable H2D copy behaves behind GPU work still running (the runtime stages it through pinned buffers of
+    its own; only their DMA waits for the stream). Behind a long spin, a call that returns while the spin runs staged
+    all of it ahead (ahead: the call's host time), else it waited (ahead: the copy alone less its time after the spin).
+    A copy that waits is then looped `loop` times behind work of w = ahead (median of 5): it hides w + alone - loop, the
+    rest of w is its delay. Returns (median seconds ahead, blocks: it waited in most repeats, delay or None)."""
     spin, _ = spin_kernels(cp)
     cycles = spin_cycles(cp, max(2e-3, 4 * alone_s))
     s = cp.cuda.get_current_stream()
@@ -143,9 +125,8 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
 
 
 def _copy_call(cp, direction: str, h, d, n: int, blocking: bool = False):
-    """A copy of n bytes between the device buffer d and a new slice of the
-    host array h at each call (rotating_offsets), on the current stream; a
-    D2H blocks the host only where `blocking`."""
+    """A copy of n bytes between d and a new slice of h each call, on the current stream; a D2H blocks the
+    host only where `blocking`."""
     s = cp.cuda.get_current_stream()
     offset = rotating_offsets(len(h), n)
 
@@ -159,16 +140,10 @@ def _copy_call(cp, direction: str, h, d, n: int, blocking: bool = False):
 
 
 def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tuple[list[dict], list[dict]]:
-    """Host <-> device copies as the trainer makes them, at each size of
-    `sizes` ({direction: [bytes]}), pageable and pinned: rank 0 alone, then
-    groups of 2 and of all P ranks at once after a barrier, the slowest
-    member's median. A pinned copy's time is GPU time per copy of 4 queued
-    behind a spin (as the trainer queues them behind the step's kernels; one
-    copy between two events adds the engines' start), a pageable one's the
-    host's wall clock. Returns (host_copy_s points, copy_aggregate_bytes_per_s:
-    each group's g x bytes over that time at the largest size). `spread`: its
-    "pageable_copy" and "pinned_copy" lists receive this rank's ratios of each
-    round's median to the point's (calibrate.spread)."""
+    """Host <-> device copies at each size of `sizes` ({direction: [bytes]}), pageable and pinned, by rank
+    0 alone and groups of 2 and P ranks at once, the slowest member's median: (host_copy_s points,
+    copy_aggregate_bytes_per_s at the largest size). `spread`'s "pageable_copy" and "pinned_copy" lists
+    receive this rank's ratios of each round's median to the point's."""
     import cupyx
     from .spread import chunk_medians, ratios
     P = world.size
@@ -189,8 +164,8 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
                 world.barrier()
                 if not member:
                     return None
-                if key[1] == N.PINNED:   # GPU time per copy of 4 queued back to back behind a spin, as the
-                    return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]   # trainer queues them
+                if key[1] == N.PINNED:   # queued behind a spin, as the trainer queues them behind its kernels
+                    return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]
                 return copy_s(cp, copies[key], False, events)
             return one
         # the host's copy speed drifts over seconds: each point's calls are spread over the group's
@@ -208,10 +183,8 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
 
 
 def _group_points(cp, world, g, member, keys, ts, copies, log) -> list[dict]:
-    """host_copy_s points of a group of g ranks: the slowest member's
-    median, and for a pageable H2D copy its behaviour behind a busy stream,
-    all members at once (pageable_ahead: the least ahead, any blocking, the
-    slowest member's delay)."""
+    """host_copy_s points of a group of g ranks: the slowest member's median, and for a pageable H2D its
+    behaviour behind a busy stream (pageable_ahead: the least ahead, any blocking, the largest delay)."""
     points, lines = [], {}
     for key in keys:
         direction, mem, n = key

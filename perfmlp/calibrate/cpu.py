@@ -1,21 +1,13 @@
 """A CPU as a machine: what a NumPy step of this trainer spends, measured
 with microbenchmarks and written as a machine file (model/predict/cpu.py
 reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
-
-- the step's kernels where the trainer runs them (cpu_kernels): each GEMM's
-  rate and the other kernels' pass bandwidth at the trainer's shapes (H in
-  --hidden, per-rank batch in --local-batch, each precision) and the
-  trainer's own Python per kernel, at each BLAS thread count of --threads
-  (perfmlp/blas.py), one rank alone and all P ranks at once on the same
-  cores (the slowest rank's);
-- the tracer's host time per batch (cpu_loop);
-- a large square GEMM and a triad beyond the caches (the compute and the
-  memory roofs); a small NumPy call's host time;
-- MPI allreduce on one rank and between the P local ranks (cpu_exchange);
-- the spread of each (SOURCES: the per-step sums of the GEMMs and of the
-  passes, whole steps, small calls, allreduce blocks), each over its median.
-
---quick measures a few small shapes in seconds (the tests)."""
+At each BLAS thread count of --threads, one rank alone and all P ranks at
+once on the same cores (the slowest rank's): each GEMM's rate and the other
+kernels' pass bandwidth at the trainer's shapes, and the trainer's own
+Python per kernel (cpu_kernels); the tracer's host time per batch
+(cpu_loop); a large GEMM and a triad (the compute and memory roofs); a small
+NumPy call's host time; MPI allreduce (cpu_exchange); and the spread of
+each (SOURCES). --quick measures a few small shapes in seconds (the tests)."""
 from __future__ import annotations
 
 import argparse
@@ -64,15 +56,15 @@ def rates_of(res: dict, sizes, precision: str, b: int, threads: int, ranks: int)
 
 
 def _slowest(comm, res: dict) -> dict:
-    """Each kernel's and the step's slowest rank's median (every rank calls it)."""
+    """Each kernel's and the step's slowest rank's median (a collective)."""
     every = comm.allgather({"kernels": res["kernels"], "step_s": res["step_s"]})
     return {**res, "kernels": {k: max(r["kernels"][k] for r in every) for k in res["kernels"]},
             "step_s": max(r["step_s"] for r in every)}
 
 
 def step_sweep(comm, ranks: int, threads: int, grid, budget_s: float, spread: dict) -> dict:
-    """The kernels of every (precision, H, b) of `grid` with `ranks` ranks
-    measuring at once (rank < ranks; the others wait without polling)."""
+    """The kernels of every (precision, H, b) of `grid`, `ranks` ranks measuring at once (the others wait
+    without polling)."""
     out = {"gemm_flops_per_s": [], "pass_bytes_per_s": [], "_host": []}
     group = comm.Split(0 if comm.Get_rank() < ranks else 1, comm.Get_rank())
     if comm.Get_rank() < ranks:
@@ -114,8 +106,7 @@ def op_host_times(calls: int = 2000, blocks: int = 7) -> list[float]:
 
 
 def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dict:
-    """Every measurement in the module docstring's order; rank 0's mapping
-    of results ({} on the other ranks)."""
+    """Every measurement in the module docstring's order; rank 0's results ({} on the other ranks)."""
     blas, rank, P = find_blas(), comm.Get_rank(), comm.Get_size()
     if blas is None and len(threads) > 1:
         raise RuntimeError("no BLAS thread-count call found: run one --threads value at a time, "
@@ -157,8 +148,7 @@ def measure(comm, hidden, local, precisions, threads, setting: dict, log) -> dic
 
 
 def kernel_host_s(excess: list[float], log) -> float:
-    """The trainer's own Python per kernel: the median of time_step's host_s
-    over the one-rank sweeps, a negative median written as 0 and said."""
+    """The trainer's own Python per kernel: the median of the one-rank sweeps' host_s (at least 0, said)."""
     m = float(median(excess)) if excess else 0.0
     if m < 0:
         log(f"the timed step's time beyond its kernels is negative ({m * 1e6:.2f} us a kernel): written as 0")

@@ -1,10 +1,9 @@
 """The NumPy trainer's exchange measured: mpi4py's in-place Allreduce on
-NumPy buffers, as comm.MPIWorld.allreduce_sum calls it, at sizes from 8 B
-to 16 MB and the trainer's gradient buffers, on one rank alone (COMM_SELF:
-the call a one-process run still makes) and on every local rank at once.
-Each size is timed in blocks of calls started together after a barrier,
-the slowest rank's (what a step waits for); the blocks over their median
-are the collective's spread; the ring model is fitted to the world's."""
+NumPy buffers (comm.MPIWorld.allreduce_sum) at sizes from 8 B to 16 MB and
+the gradient buffers', on rank 0 alone (COMM_SELF: the call a one-process
+run still makes) and on every local rank at once, in blocks of calls started
+together after a barrier, the slowest rank's; the blocks over their median
+are the spread; the ring model is fitted to the world's."""
 from __future__ import annotations
 
 import time
@@ -12,6 +11,7 @@ from statistics import median
 
 import numpy as np
 
+from ..gpu.timing import per_call_s
 from .collectives import ring_fit
 
 SIZES = tuple(8 * 4 ** i for i in range(11)) + (16 << 20,)   # 8 B ... 8 MB by 4x, and 16 MB
@@ -21,17 +21,12 @@ QUICK_SIZES = (8, 4096, 1 << 20)
 def _block_s(comm, buf, calls: int) -> float:
     """The slowest rank's seconds per call of `calls` in-place allreduces, started together."""
     from mpi4py import MPI
-    comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    dt = (time.perf_counter() - t0) / calls
+    dt = per_call_s(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), calls, start=comm.Barrier)
     return comm.allreduce(dt, op=MPI.MAX)
 
 
 def allreduce_points(comm, sizes, budget_s: float, blocks: int = 5) -> tuple[list[dict], list[float]]:
-    """({procs, bytes, s} per size, the blocks' ratios to their size's median)
-    on `comm` (every rank of it calls this); float64 buffers of each size."""
+    """({procs, bytes, s} per size, the blocks' ratios to their size's median) on `comm` (a collective)."""
     points, ratios = [], []
     for nbytes in sorted(set(int(n) for n in sizes)):
         buf = np.ones(max(1, nbytes // 8), dtype=np.float64)
@@ -45,10 +40,8 @@ def allreduce_points(comm, sizes, budget_s: float, blocks: int = 5) -> tuple[lis
 
 
 def exchange(world_comm, sizes, budget_s: float, log) -> dict:
-    """allreduce_s points on rank 0 alone and on the world, the world's ring
-    fit (mpi_alpha_s, mpi_bw_bytes_per_s) where it has several ranks, and its
-    ratios (`_spread_collective`). Every rank calls it; the others wait for
-    rank 0's one-rank points without polling the cores."""
+    """allreduce_s points on rank 0 alone and on the world, the world's ring fit (mpi_alpha_s,
+    mpi_bw_bytes_per_s) and ratios (`_spread_collective`). A collective; the others wait without polling."""
     from mpi4py import MPI
     out: dict = {"allreduce_s": [], "_spread_collective": []}
     if world_comm.Get_rank() == 0:
@@ -68,8 +61,7 @@ def exchange(world_comm, sizes, budget_s: float, log) -> dict:
 
 
 def quiet_barrier(comm, poll_s: float = 0.002) -> None:
-    """A barrier whose waiting ranks sleep between tests (an MPI barrier
-    polls, which would take a core from a rank measuring alone)."""
+    """A barrier whose waiting ranks sleep (an MPI barrier polls, taking a core from a rank measuring)."""
     req = comm.Ibarrier()
     while not req.Test():
         time.sleep(poll_s)

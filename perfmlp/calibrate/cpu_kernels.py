@@ -1,14 +1,9 @@
 """The NumPy step's kernels timed where the trainer runs them: inside whole
-steps of perfmlp.mlp.Network, each kernel's NumPy work timed by the host
-clock around the call, so a kernel meets the caches the step before it
-left (never one GEMM repeated alone). The output layer's backward runs
-unfused: the same NumPy calls the fused method makes on a CPU, and the
-kernels costs.step_kernels(..., fuse_output=False) prices by shape.
-
-For one (H, b, precision) on this rank (time_step): each kernel's seconds;
-the trainer's own Python per kernel (each timed step's wall time less its
-kernels' sum, over its kernels: the host's drift between steps cancels;
-the timer's own clock reads stay in it), median over steps; the plain,
+steps of perfmlp.mlp.Network, each kernel's NumPy work timed around its call,
+so a kernel meets the caches the step before it left. The output backward
+runs unfused (the kernels costs.step_kernels(..., fuse_output=False) prices).
+time_step gives each kernel's seconds; the trainer's own Python per kernel
+(a timed step's wall time less its kernels', over its kernels); the plain,
 untimed step's seconds; the per-step sums of the GEMMs and of the passes."""
 from __future__ import annotations
 
@@ -17,6 +12,7 @@ from statistics import median
 
 import numpy as np
 
+from ..gpu.timing import wall_s
 from ..mlp import Network, init_weights
 from ..model.costs import kernel_name, kernel_shape
 
@@ -27,8 +23,7 @@ GEMM = "gemm"   # the cost registry's name of a GEMM, as operation and as kernel
 
 
 class TimedNetwork(Network):
-    """A NumPy Network whose kernels' array work is timed: `times` maps
-    (kernel name, shape) to the seconds of each call."""
+    """A NumPy Network whose kernels' array work is timed: `times` maps (kernel name, shape) to seconds."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -81,32 +76,22 @@ def one_step(net, x, y) -> None:
 
 
 def reps_for(step_s: float, budget_s: float, lo: int = 3, hi: int = 30) -> int:
-    """Steps to time within about budget_s, at least lo and at most hi; a
-    step over ten budgets gets lo - 1 (the largest shapes on shared cores)."""
+    """Steps to time within about budget_s, lo to hi; a step over ten budgets gets lo - 1."""
     if step_s > 10 * budget_s:
         return max(2, lo - 1)
     return int(min(hi, max(lo, budget_s // max(step_s, 1e-9))))
 
 
 def time_step(sizes, precision, b, budget_s: float, start=None) -> dict:
-    """The step's kernels on a piece of b samples, as the module docstring
-    says: {"kernels": {(name, shape): median seconds}, "step_s", "host_s",
-    and each step's "plain_steps", "gemm_steps", "pass_steps"}. `start` (a
-    barrier) is called before each timed block, so that ranks sharing the
-    cores run their blocks together."""
+    """{"kernels": {(name, shape): median seconds}, "step_s", "host_s", and each step's "plain_steps",
+    "gemm_steps", "pass_steps"} on a piece of b samples; `start` (a barrier) before each timed block."""
     x, y = step_piece(sizes, precision, b)
     start = start or (lambda: None)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         plain = _net(Network, sizes, precision, b)
-        t0 = time.perf_counter()
-        one_step(plain, x, y)                                      # warm-up, and the step's size
-        reps = reps_for(time.perf_counter() - t0, budget_s / 2)
+        reps = reps_for(wall_s(lambda: one_step(plain, x, y)), budget_s / 2)   # warm-up, and the step's size
         start()
-        plain_s = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            one_step(plain, x, y)
-            plain_s.append(time.perf_counter() - t0)
+        plain_s = [wall_s(lambda: one_step(plain, x, y)) for _ in range(reps)]
         net = _net(TimedNetwork, sizes, precision, b)
         one_step(net, x, y)
         net.times.clear()

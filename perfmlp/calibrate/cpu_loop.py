@@ -1,10 +1,7 @@
 """The tracer's host time per batch of a NumPy run: the trainer's own step
-(perfmlp/step.py with HostBatches and the HostReducer on one process, the
-training loop's begin_batch and end_batch around it) at a size whose
-NumPy work is small, untraced and traced at the default level, in
-interleaved rounds (the host's speed drifts over seconds: the difference
-of neighbours cancels it); the median over the rounds of the traced step's
-time less the untraced one's."""
+(HostBatches, the HostReducer on one process, begin_batch and end_batch
+around it) at a size whose NumPy work is small, untraced and traced, in
+interleaved rounds (the difference of neighbours cancels the host's drift)."""
 from __future__ import annotations
 
 import tempfile
@@ -41,8 +38,7 @@ def _loop(net, batches, reducer, tracer, counts, reps: int):
 
 
 def trace_host_s(log, rounds: int = 7, reps: int = 200) -> float:
-    """The median over the rounds of the traced step less the untraced one
-    (seconds per batch), a negative median written as 0 and said."""
+    """Seconds per batch: the median over the rounds of the traced step less the untraced one (at least 0)."""
     world = SingleWorld()
     net = Network(np, SIZES, N.FLOAT32, 0.1, 1e-4, BATCH)
     net.set_params(init_weights(SIZES, 0))

@@ -1,16 +1,11 @@
-"""Launches and the host's time, the trainer's own step timed in
-interleaved rounds (the host's speed drifts over seconds: neighbours in a
-round share it), at a size whose GPU work is negligible unless said:
-
-- host_dispatch, on every rank, first and last (mean_dispatch: the mean
-  of the two, since the host's speed differs from one launch of a process
-  to the next and over minutes): the eager step's host time per operation
-  and the tracer's per phase, alone and by 2 and P ranks at once, and the
-  graph step's and the batch copies' host time;
-- dispatch_size_factors: the eager step's host time per operation at the
-  trainer's sizes over the tiny one's (launch_size_factor);
-- copied_launch_factors: its launches right after the batch's pageable
-  copies over without them (pageable_launch_factor)."""
+"""Launches and the host's time: the trainer's own step timed in
+interleaved rounds (the host's speed drifts over seconds) at a size whose GPU
+work is negligible unless said. host_dispatch, drawn first and last
+(mean_dispatch): the eager step's host time per operation and the tracer's
+per phase, alone and by 2 and P ranks, and the graph step's and the batch
+copies' host time; dispatch_size_factors (launch_size_factor) and
+copied_launch_factors (pageable_launch_factor): the launches' time at the
+trainer's sizes, and after pageable copies, over the reference's."""
 from __future__ import annotations
 
 import tempfile
@@ -41,10 +36,8 @@ DISPATCH_SIZES, DISPATCH_BATCH = (16, 16, 10), 16   # a step whose GPU work is n
 
 
 def resident_step(cp, sizes, b, group, pieces: int = 1, source: str = N.RESIDENT, next_piece=None):
-    """The trainer's eager step at `sizes` on pieces of b samples, as the
-    host-time microbenchmarks run it: (the network of step_network, `pieces`
-    pieces of random samples with one-hot labels from `source`, resident by
-    default, the NCCL reducer over `group`)."""
+    """(network, batches, reducer) of the trainer's eager step at `sizes` on pieces of b samples: `pieces`
+    random pieces from `source`, the NCCL reducer over `group`."""
     net, _, _ = step_network(cp, sizes, "float32", b)
     rng = np.random.default_rng(0)
     x = rng.random((pieces * b, sizes[0]), dtype=np.float32)
@@ -53,12 +46,9 @@ def resident_step(cp, sizes, b, group, pieces: int = 1, source: str = N.RESIDENT
 
 
 def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[dict, dict]:
-    """This rank's host seconds per step at DISPATCH_SIZES, median over
-    rounds (each started together after `barrier` and ended synchronised; a
-    first round warms up and captures the graph), keyed: untraced, traced
-    (counters), graph (one replay, resident pieces copied into its static
-    inputs), static and pinned (per batch: the piece's two copies into the
-    graph's static inputs, from pinned memory); and each round's values."""
+    """This rank's host seconds per step at DISPATCH_SIZES, median over rounds started together after
+    `barrier` (a first round warms up, captures the graph), keyed untraced, traced, graph (one replay),
+    static and pinned (the piece's two copies into static inputs, from pinned memory); and each round's."""
     stream = use_device(cp, cp.cuda.Device().id)   # the trainer's own non-blocking stream, made current
     bl = DISPATCH_BATCH
     net, batches, reducer = resident_step(cp, DISPATCH_SIZES, bl, group, pieces=4)
@@ -96,11 +86,8 @@ def _dispatch_step_times(cp, group, barrier, rounds: int, reps: int) -> tuple[di
 
 
 def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 30) -> list[dict]:
-    """The host's time per operation of the eager step (untraced, resident
-    pieces, NCCL over one rank) to enqueue `reps` steps at 784-H-10 for H in
-    `hidden`, pieces of b in `local`, over its time at DISPATCH_SIZES in the
-    same rounds: the median ratio over the rounds after the first;
-    launch_size_factor entries {hidden, batch, factor}."""
+    """launch_size_factor entries {hidden, batch, factor}: the host's time per operation to enqueue the eager step at
+    784-H-10 (H in `hidden`, b in `local`) over its time at DISPATCH_SIZES, median ratio over the rounds."""
     stream = use_device(cp, cp.cuda.Device().id)
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
 
@@ -118,10 +105,8 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
             return t
         return one_round
     tiny = (0, DISPATCH_BATCH)
-    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH)}
-    for h in hidden:
-        for b in local:
-            measures[h, b] = host_time((Config.input_size, h, Config.num_classes), b)
+    measures = {tiny: host_time(DISPATCH_SIZES, DISPATCH_BATCH),
+                **{(h, b): host_time((Config.input_size, h, Config.num_classes), b) for h in hidden for b in local}}
     t = timing.rounds(measures, rounds, warmup_rounds=1)
     out = [{"hidden": h, "batch": b, "factor": float(median(x / y for x, y in zip(t[h, b], t[tiny])))}
            for (h, b) in measures if (h, b) != tiny]
@@ -131,12 +116,9 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
 
 
 def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
-    """The host's time per operation of the eager step (its kernels and its
-    collective call, as the model counts them) and the tracer's per phase:
-    one rank alone (launch_overhead_s, trace_phase_host_s, graph_step_host_s,
-    and per copy call, half the piece's two, static_copy_host_s and
-    pinned_copy_host_s), then groups of 2 and P ranks launching at once,
-    the slowest rank's (host_dispatch_s)."""
+    """The host's time per operation of the eager step (kernels and collective call, as the model counts them) and the
+    tracer's per phase: one rank alone (launch_overhead_s, trace_phase_host_s, graph_step_host_s, static_copy_host_s and
+    pinned_copy_host_s per copy call), then groups of 2 and P ranks at once, the slowest rank's (host_dispatch_s)."""
     ops = sum(len(k) for k in step_kernels(DISPATCH_SIZES, DISPATCH_BATCH, None, 4).values()) + 1
     phases = traced_phases(N.NCCL, N.RESIDENT, N.EAGER)
     P = world.size
@@ -179,9 +161,8 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
 
 
 def mean_dispatch(a: dict, b: dict) -> dict:
-    """The mean of two host_dispatch results (rank 0's; {} elsewhere), and
-    in `_spread_host` the ratios of every round of both to their median,
-    the eager step's and the graph step's apart (calibrate.spread)."""
+    """The mean of two host_dispatch results (rank 0's; {} elsewhere), and in `_spread_host` every round's
+    ratio to the median, the eager and the graph step's apart."""
     if not a:
         return {}
     out = {k: (a[k] + b[k]) / 2 for k in ("launch_overhead_s", "trace_phase_host_s", "graph_step_host_s",
@@ -195,14 +176,9 @@ def mean_dispatch(a: dict, b: dict) -> dict:
 
 
 def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 20) -> dict:
-    """The host's time from the return of the piece's two pageable H2D copies
-    (a new piece of a host array beyond the host's caches each step) to the
-    end of the step's launches, over the same step's launches from resident
-    data, each after a synchronised stream, at 784-H-10 for H in `hidden`
-    and pieces of b in `local`: a copy of megabytes through the runtime's
-    staging evicts the host's caches and slows the launches after it. Median
-    ratio over the rounds after the first: {"pageable_launch_factor":
-    [{hidden, batch, factor}]}."""
+    """{"pageable_launch_factor": [{hidden, batch, factor}]}: the host's time from the return of the
+    piece's pageable H2D copies to the end of the step's launches, over the same launches from resident
+    data (a copy through the runtime's staging evicts the host's caches), median ratio over the rounds."""
     stream = use_device(cp, cp.cuda.Device().id)
     D, C = Config.input_size, Config.num_classes
     host = np.ones(HOST_BYTES // 4, dtype=np.float32)
@@ -218,10 +194,7 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
 
 
 def _launches_after_copies(cp, stream, host, reps: int):
-    """launch_time(sizes, b, memory): a round of copied_launch_factors, the
-    median over `reps` steps of the host's time from the end of the piece's
-    copies from `host` (memory pageable or pinned; None: resident) to the end
-    of the step's launches."""
+    """launch_time(sizes, b, memory): a round of copied_launch_factors (memory None: resident)."""
     group, tr, counts = LocalGroup(), NullTracer(), Counts()
     D, C = Config.input_size, Config.num_classes
     marks = {}

@@ -1,10 +1,8 @@
-"""The step's own kernels and the GPU's time between kernels, as GPU time:
-the step's own kernels (gpu/*.cu) relaunched as one eager step at the
-trainer's shapes launched them, with the fused output backward and
-without (kernel_s); an empty kernel's gap queued ahead (kernel_gap_s) and
-in a replayed CUDA graph (graph_kernel_gap_s), a replay's own gap
-(graph_replay_gap_s) and a graph launch's host time (graph_launch_s); a
-CUDA event's GPU time between kernels (trace_event_s)."""
+"""The step's own kernels (gpu/*.cu) and the GPU's time between kernels,
+as GPU time: kernel_s at the trainer's shapes, fused output backward and
+not; an empty kernel's gap queued ahead (kernel_gap_s) and in a replayed
+CUDA graph (graph_kernel_gap_s, graph_replay_gap_s, graph_launch_s); a CUDA
+event's GPU time between kernels (trace_event_s)."""
 from __future__ import annotations
 
 from statistics import median
@@ -17,14 +15,10 @@ GAP_KERNELS = 200   # empty kernels queued ahead, and in the larger graph
 
 
 def own_kernel_times(cp, net, x, y, calls: int = 100) -> list[dict]:
-    """The GPU time of each of the step's own kernels (not the GEMMs) as one
-    eager step of `net` on x, y launches them: recorded (net.capture_kernels)
-    with the fused output backward where the network has it and without it,
-    each distinct (kernel, shape) relaunched `calls` times queued ahead. The
-    launches must be the model's step (costs.step_kernels), whose shapes key
-    the entries: [{kernel, shape, precision, s}]. Relaunching a kernel that
-    writes its inputs (bias_sigmoid's z, sgd_update's parameters) changes
-    values, not work: no kernel's work depends on its data."""
+    """[{kernel, shape, precision, s}]: the GPU time of each own kernel (not the GEMMs) of one eager step of
+    `net` on x, y, fused output backward and not, recorded (net.capture_kernels) and relaunched `calls`
+    times queued ahead; the launches must be the model's step (costs.step_kernels), keyed by its shapes.
+    Relaunching a kernel that writes its inputs changes values, not work."""
     sizes, b = net.p.layer_sizes, x.shape[0]
     fused, times = net.fuse_output, {}
     try:
@@ -50,8 +44,7 @@ def own_kernel_times(cp, net, x, y, calls: int = 100) -> list[dict]:
 
 
 def kernel_gaps(cp, log) -> dict:
-    """The GPU's gap between kernels: an empty kernel queued ahead, one by
-    one (kernel_gap_s) and in replayed CUDA graphs (graph_gaps)."""
+    """The GPU's gap between kernels: empty kernels queued ahead (kernel_gap_s) and in graphs (graph_gaps)."""
     _, empty = spin_kernels(cp)
     res = {}
     res["kernel_gap_s"], host_empty = queued_ahead(cp, lambda: empty((1,), (1,), ()), GAP_KERNELS)
@@ -64,9 +57,8 @@ def kernel_gaps(cp, log) -> dict:
 
 
 def graph_gaps(cp, log) -> dict:
-    """Graphs of 1 and GAP_KERNELS empty kernels, replayed back to back
-    queued ahead: t(n) = replay gap + n x kernel gap (GPU time per replay);
-    graph_launch_s is the host's time per launch of the larger one."""
+    """Graphs of 1 and GAP_KERNELS empty kernels replayed queued ahead: t(n) = replay gap + n x kernel gap
+    (GPU time per replay); graph_launch_s is the host's time per launch of the larger one."""
     _, empty = spin_kernels(cp)
     n_k = GAP_KERNELS
     gs = cp.cuda.Stream(non_blocking=True)
@@ -88,9 +80,7 @@ def graph_gaps(cp, log) -> dict:
 
 
 def event_gap(cp, log) -> dict:
-    """trace_event_s: the GPU time a CUDA event adds between kernels, from a
-    chain of GPU-bound copies (the host stays ahead) with and without an
-    event recorded after each."""
+    """trace_event_s: the GPU time a CUDA event adds between GPU-bound copies, with and without one each."""
     s = cp.cuda.get_current_stream()
     src = cp.empty(64 << 20, dtype=cp.uint8)
     dst = cp.empty_like(src)

@@ -1,25 +1,13 @@
-"""The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py):
-the time per batch of the trainer's own step at a hidden size whose GPU
-work is negligible, its batch prefetched from pinned memory (`prefetch`)
-or from a pageable source staged by the pipeline's threads
-(`prefetch-pageable`), and beside them in the same rounds the same step
-with the batch resident: eager and as a CUDA graph, at each piece size.
-
-The whole loop, not the staging alone: the staging threads need the GIL,
-which the loop's thread holds while it runs Python (launches, a graph
-loop between replays), so the pipeline's pace depends on the loop beside
-it. With the GPU work negligible, a step's time is the larger of the
-loop's host time and the pipeline's pace: prefetch_s points give the step
-(`s`) and the resident loop's own time (`loop_s`), so that the host's
-calls the pipeline adds to the loop are known too
-(Machine.prefetch_host_s).
-
-A piece's bytes are what the pipeline moves: the step runs in float32
-with as many rows as hold them (a bf16 piece of b rows is a float32
-piece of b/2)."""
+"""The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py): the
+trainer's own step at a negligible hidden size, its batch prefetched from
+pinned memory or staged from a pageable source, beside the same step with the
+batch resident (eager and graph), in the same rounds: the whole loop, since
+the staging threads need the GIL the loop's thread holds while it runs
+Python. prefetch_s points give the step (`s`) and the resident loop's own
+time (`loop_s`: Machine.prefetch_host_s); a piece's bytes are what the
+pipeline moves, the step running in float32 with as many rows as hold them."""
 from __future__ import annotations
 
-import time
 from statistics import median
 
 from ..config import Config
@@ -38,9 +26,8 @@ def rows_for(piece_bytes: list[int]) -> list[int]:
 
 
 def _loop(cp, stream, source: str, b: int, graph_mode: bool):
-    """run(n): n steps of the trainer's step on pieces of b rows from
-    `source`, going on where the last call stopped (the pipeline prefetched
-    the next pieces); seconds per step, synchronised."""
+    """run(n): seconds per step of n trainer's steps on pieces of b rows from `source`, going on where the
+    last call stopped (the pipeline prefetched the next pieces)."""
     from ..backend import _next_piece
     from ..gpu.graph import GraphStep
     from ..step import step
@@ -53,26 +40,22 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
     graph = GraphStep(cp, net, batches, reducer, stream) if graph_mode else None
     phase, counts, k = NullTracer().phase, Counts(), [0]
 
+    def one() -> None:
+        lo = (k[0] % PIECES) * b
+        k[0] += 1
+        step(net, batches, reducer, lo, lo + b, phase, counts, graph)
+        counts.reset()
+
     def run(n: int) -> float:
-        stream.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            lo = (k[0] % PIECES) * b
-            k[0] += 1
-            step(net, batches, reducer, lo, lo + b, phase, counts, graph)
-            counts.reset()
-        stream.synchronize()
-        return (time.perf_counter() - t) / n
+        return timing.per_call_s(one, n, start=stream.synchronize, end=stream.synchronize)
 
     run.close = getattr(batches, "close", lambda: None)
     return run
 
 
 def prefetch_points(cp, piece_bytes: list[int], log, rounds: int = 3, steps: int = 20) -> list[dict]:
-    """prefetch_s points: for each piece size, execution mode and
-    prefetching source, the step's seconds per batch (`s`) and the resident
-    step's (`loop_s`), medians over `rounds` interleaved rounds of `steps`
-    steps after a warm-up round (the graphs' capture, the pools' threads)."""
+    """prefetch_s points: for each piece size, execution mode and prefetching source, the step's seconds
+    per batch (`s`) and the resident step's (`loop_s`), medians over interleaved rounds after a warm-up."""
     from ..gpu import use_device
     stream = use_device(cp, cp.cuda.Device().id)
     points, words = [], []

@@ -1,17 +1,11 @@
-"""The spread of the calibration's own repeated measurements, written to the
-machine file as `spread` (the prediction intervals: model/interval.py).
-Each source keeps the ratios of its repeats to their median, at the
+"""The spread of the calibration's own repeated measurements, written to
+the machine file as `spread` (the prediction intervals: model/interval.py):
+each source keeps the ratios of its repeats to their median, at the
 granularity a run's median time per batch varies over (a round's median,
-not a single call's), pooled over the source's points:
-
-- host: every round of the eager and the graph step in both dispatch
-  measurements, first and last (the host's drift over the calibration);
-- pageable_copy, pinned_copy: each round's median of every copy point;
-- gpu: the step's GPU work queued ahead, one time a round (gpu_rounds);
-- collective: host MPI's calls' medians in groups of ROUND_MEDIANS, and
-  NCCL's repeats queued ahead.
-
-Nothing here imports CuPy at import time."""
+not one call's), pooled over its points. Sources: host (the eager and graph
+steps' rounds in both dispatch measurements), pageable_copy and pinned_copy,
+gpu (the step's GPU work queued ahead), collective (host MPI's calls'
+medians in groups of ROUND_MEDIANS, NCCL's repeats). Imports no CuPy."""
 from __future__ import annotations
 
 from statistics import median
@@ -35,9 +29,8 @@ def chunk_medians(values, size: int) -> list[float]:
 
 
 def spread_table(collected: dict, sources=SOURCES) -> list[dict]:
-    """The machine file's `spread` entries: for each of `sources` with ratios,
-    {source, ratios} (sorted, thinned to MAX_RATIOS evenly spaced order
-    statistics, 4 decimals)."""
+    """The machine file's `spread` entries {source, ratios} of `sources` with ratios (sorted, thinned to
+    MAX_RATIOS evenly spaced order statistics, 4 decimals)."""
     out = []
     for source in sources:
         pooled = sorted(r for r in collected.get(source, ()) if r > 0)
@@ -60,8 +53,7 @@ def spread_words(table: list[dict]) -> str:
 
 
 def gpu_rounds(cp, net, x, y, rounds: int = 8, calls: int = 10) -> list[float]:
-    """The ratios of the step's GPU work (`net` on x, y) queued ahead behind
-    a spin kernel, `calls` steps a round, one GPU time a round."""
+    """The ratios of the step's GPU work (`net` on x, y) queued ahead, `calls` steps a round."""
     from ..gpu.timing import queued_ahead
     from .cpu_kernels import one_step
     times: list = []

@@ -1,9 +1,6 @@
-"""The CuPy backend: CUDA kernels (*.cu, compiled by kernels.py), the
-GEMMs (gemm.py: cuBLAS called directly, and the reference's own kernels), the
-network on one GPU (network.py) and the timing primitives the calibration
-and the benchmarks share (timing.py). The batch source lives in
-perfmlp/batches.py, the GPU reducers in perfmlp/comm.py.
-
+"""The CuPy backend: CUDA kernels (*.cu, compiled by kernels.py), the GEMMs
+(gemm.py), the network on one GPU (network.py), graphs, the prefetch
+pipeline, the sliced exchange and the shared timing primitives (timing.py).
 Nothing here imports CuPy at import time: `require_cupy()` does, with a
 one-line error when CuPy or a GPU is missing.
 """
@@ -37,11 +34,8 @@ def require_cupy():
 
 
 def use_device(cupy, rank: int):
-    """Rank r on GPU r mod (GPUs on its node), and a non-blocking stream of
-    its own made current, returned: every kernel, copy and collective of the
-    step goes there (a CUDA graph cannot be captured on the legacy default
-    stream). Called before anything that keeps the current stream (the
-    network, the batch source, the reducers)."""
+    """Rank r on GPU r mod (GPUs on its node), and a non-blocking stream made current and returned (a CUDA
+    graph cannot be captured on the legacy default stream); called before anything keeps the stream."""
     cupy.cuda.Device(rank % cupy.cuda.runtime.getDeviceCount()).use()
     stream = cupy.cuda.Stream(non_blocking=True)
     stream.use()

@@ -4,6 +4,7 @@ arrays of any strides."""
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
@@ -19,6 +20,9 @@ def _elem_strides(a):
 
 
 GEMMS = N.GEMM_KERNELS
+# the reference's kernels: (function, output rows a block, block); each block covers 16 columns
+REFERENCE_LAUNCH = {N.NAIVE: ("gemm_naive", 16, (16, 16)), N.TILED: ("gemm_tiled", 16, (16, 16)),
+                    N.REGBLOCK: ("gemm_regblock", 64, (16, 4))}
 
 # cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t
 # by CuPy type (bfloat16 is held as its uint16 bits: gpu/kernels.py device_dtype),
@@ -31,24 +35,14 @@ CUBLAS_GEMM_DEFAULT = -1
 
 
 class CublasGemm:
-    """out = a @ b through cublas<S|D>gemm_v2 called directly, on a handle of
-    our own bound to one stream, with a preallocated workspace.
+    """out = a @ b through cublas<S|D>gemm_v2 (ctypes, the libcublas CuPy loaded) on a handle of our own
+    bound to one stream, with its own workspace: CuPy's wrappers refuse to run during a graph capture, and
+    cupy.matmul's dispatch costs more host time than the launch at the trainer's sizes.
 
-    Not through CuPy: CuPy's cuBLAS wrappers refuse to run while a stream is
-    being captured into a CUDA graph (cuBLAS itself captures fine when the
-    handle has a workspace of its own), and cupy.matmul's dispatch costs more
-    host time than the launch itself at the trainer's sizes. The functions
-    are those of the libcublas CuPy loaded (ctypes), so eager and graph
-    modes run the same cuBLAS kernels.
-
-    Row-major C (M x N) is column-major C^T, so C^T = B^T A^T: a C-ordered
-    operand is passed as it lies (op N), an F-ordered one (a transposed view)
-    with op T. Other layouts fall back to cupy.matmul (never in the step).
-
-    `precision` tf32, bf16 or fp16: cublasGemmEx on tensor cores with float32
-    accumulation (CUBLAS_COMPUTE_32F_FAST_TF32 on float32 operands;
-    CUBLAS_COMPUTE_32F on 16-bit ones), each operand's and the result's type
-    from its array (a 16-bit result, or float32: the weight gradients)."""
+    Row-major C (M x N) is column-major C^T = B^T A^T: a C-ordered operand is passed as it lies (op N), an
+    F-ordered one (a transposed view) with op T; other layouts fall back to cupy.matmul (never in the step).
+    `precision` tf32, bf16 or fp16: cublasGemmEx with float32 accumulation, each operand's and the
+    result's type from its array."""
 
     WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper
 
@@ -103,21 +97,16 @@ class CublasGemm:
         return out
 
 
-_lib = None
-
-
+@functools.cache
 def _libcublas(cupy):
     """The libcublas CuPy loaded (found in this process's mapped files)."""
-    global _lib
-    if _lib is None:
-        cupy.cuda.device.get_cublas_handle()  # makes CuPy load it
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libcublas.so" in line and "/" in line}
-        paths = sorted(p for p in paths if "libcublasLt" not in p)
-        if not paths:
-            raise PerfmlpError("cannot find the libcublas that CuPy loaded (in /proc/self/maps)")
-        _lib = ctypes.CDLL(paths[0])
-    return _lib
+    cupy.cuda.device.get_cublas_handle()  # makes CuPy load it
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "libcublas.so" in line and "/" in line}
+    paths = sorted(p for p in paths if "libcublasLt" not in p)
+    if not paths:
+        raise PerfmlpError("cannot find the libcublas that CuPy loaded (in /proc/self/maps)")
+    return ctypes.CDLL(paths[0])
 
 
 def _check(status: int, what: str) -> None:
@@ -129,25 +118,21 @@ _cublas_gemms: dict = {}
 
 
 def cublas_gemm(cupy, dtype, stream=None, precision=None) -> CublasGemm:
-    """The CublasGemm of the current device, dtype, stream (a CuPy Stream;
-    default: the current stream) and precision (default: the dtype's), one
-    per process. The CublasGemm keeps its stream alive: a handle outliving
-    its stream would be found again under the address of a later stream
-    (the driver reuses it) and launch into a destroyed one (cuBLAS status
-    13, once the calibration's own streams were collected)."""
+    """The CublasGemm of the current device, dtype, stream (default: the current one) and precision
+    (default: the dtype's), one per process. It keeps its stream alive: the driver reuses a destroyed
+    stream's address, so a cached handle must never outlive its stream."""
     if stream is None:
         stream = cupy.cuda.get_current_stream()
     name = precision_of(precision or dtype).name
     key = (cupy.cuda.Device().id, np.dtype(dtype).char, stream.ptr, name)
     g = _cublas_gemms.get(key)
-    if g is None:   # (a live stream's address is its own: the cached handle keeps its stream alive)
+    if g is None:
         g = _cublas_gemms[key] = CublasGemm(cupy, dtype, stream, name)
     return g
 
 
 def gemm(cupy, kind: str, a, b, out=None, stream=None):
-    """out = a @ b (2-D, any strides) with cuBLAS or one of the reference's
-    kernels, on `stream` (default: the current stream)."""
+    """out = a @ b (2-D, any strides) with cuBLAS or a reference kernel on `stream` (default: current)."""
     if kind == N.CUBLAS:
         if out is None or not out.flags.c_contiguous:
             return cupy.matmul(a, b, out=out)
@@ -163,12 +148,8 @@ def gemm(cupy, kind: str, a, b, out=None, stream=None):
     sb0, sb1 = _elem_strides(b)
     args = (a, b, out, np.int32(M), np.int32(n_cols), np.int32(K),
             np.int64(sa0), np.int64(sa1), np.int64(sb0), np.int64(sb1))
-    if kind == N.NAIVE:
-        mod.get_function("gemm_naive")(((n_cols + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
-    elif kind == N.TILED:
-        mod.get_function("gemm_tiled")(((n_cols + 15) // 16, (M + 15) // 16), (16, 16), args, stream=stream)
-    elif kind == N.REGBLOCK:
-        mod.get_function("gemm_regblock")(((n_cols + 15) // 16, (M + 63) // 64), (16, 4), args, stream=stream)
-    else:
+    if kind not in REFERENCE_LAUNCH:
         raise PerfmlpError(f"unknown GEMM {kind!r} (one of {', '.join(GEMMS)})")
+    name, rows, block = REFERENCE_LAUNCH[kind]
+    mod.get_function(name)(((n_cols + 15) // 16, (M + rows - 1) // rows), block, args, stream=stream)
     return out

@@ -1,47 +1,14 @@
-"""The step as CUDA graphs: captured once, replayed every batch.
-
-An eager step is about a dozen kernel launches from Python, and at the
-trainer's sizes the host's launching, not the GPU, sets the pace. In graph
-mode the step's kernels and collectives (the same calls as eager: the
-strategy's parts, perfmlp/step.py) are captured once into a CUDA graph and
-each batch is one graph launch.
-
-What a graph holds, per strategy and exchange:
-- data parallelism, nccl: forward, loss, backward, the allreduce (or,
-  overlapped, one per gradient piece on the communication stream: a fork
-  and a join) and the update: the whole step.
-- data parallelism, mpi-staged: forward, loss and backward only. The staged
-  exchange needs the host in the middle of the step (D2H, MPI_Allreduce on
-  the host, H2D), so it and the update (one kernel) run eagerly after the
-  replay.
-- model parallelism and the hybrid grid, nccl: the whole step, with the
-  model group's ncclAllReduces inside forward and backward (the shard's
-  hooks) and the data group's gradient allreduce. With the staged or host
-  exchanges those allreduces need the host mid-pass, so the trainer refuses
-  graph mode there (model/predict.py: graph_refusal).
-- the parameter server, ps-nccl: the whole step: ncclReduce to rank 0, the
-  update on rank 0 only (each rank captures its own graph), ncclBroadcast.
-A graph reads its input from the same addresses at every replay, so the
-batch piece lands in static device buffers first, outside the graph:
-pageable and pinned copies land there anyway; resident data is copied device
-to device (batches.DeviceBatches.static, inside the `graph` phase), as
-PyTorch's CUDA-graph recipe copies into its static inputs. One graph serves
-every batch of a piece size (a short last batch gets its own); a prefetched
-batch (gpu/prefetch.py) lands in one of the pipeline's slots, so each slot
-has its graph. The
-alternative, a graph per batch position reading the resident slices in
-place, saves that copy (a few us a step) but pays a capture and
-an instantiation per position in the first epoch (a graph step's first
-batch took 0.8 ms there, against 0.22 ms steady: graph_step.md).
-
-A graph bakes in everything the kernels were launched with: pointers,
-shapes and scalars (the learning rate, 1/B). Parameters are updated in
-place, so replays see the current values. The network records its
-operations and the reducers and allreduces their counters during the
-capture (into the capture's Counts: the parts get it as `counts`); each
-replay adds the same to the batch's trace, so counters stay exact per
-batch. So do the network's own step counters (`step_counters`: a shard
-counts its updates).
+"""The step as CUDA graphs: captured once, replayed every batch (at the
+trainer's sizes the host's launching sets an eager step's pace). A graph
+holds the strategy's parts (perfmlp/step.py) as they run eagerly: with
+device collectives the whole step; with the staged exchange, which needs the
+host mid-step, the compute only, the exchange and update running eagerly
+after the replay. A graph reads its input from fixed addresses, so the batch
+lands in static device buffers first, outside it (resident data copied
+device to device: batches.DeviceBatches.static); one graph serves every
+batch of a piece size and address (a prefetch slot has its own). Pointers,
+shapes and scalars are baked in, parameters updated in place; the operations
+and counters recorded during the capture are added to each replay's batch.
 """
 from __future__ import annotations
 
@@ -64,10 +31,8 @@ class _Captured:
 
 
 class GraphStep:
-    """Replays the step's graphs; perfmlp.step.step calls `replay` in place
-    of the eager compute part (and, `whole_step`, of the exchange too).
-    `parts`: the strategy's step (perfmlp/step.py), captured as it runs
-    eagerly."""
+    """perfmlp.step.step calls `replay` in place of the eager compute part (and, `whole_step`, of the
+    exchange too); `parts`: the strategy's step (perfmlp/step.py)."""
 
     def __init__(self, cupy, net, batches, reducer, stream, parts=DATA):
         self.cp, self.net, self.batches, self.reducer, self.stream = cupy, net, batches, reducer, stream
@@ -106,9 +71,8 @@ class GraphStep:
         return c
 
     def replay(self, lo: int, hi: int, phase, counts) -> None:
-        """The batch piece [lo, hi) through the graph of its size (captured on
-        first use): the compute part, and with device collectives the
-        exchange and the update too (`whole_step`)."""
+        """The batch piece [lo, hi) through the graph of its size (captured on first use): the compute part, and with
+        device collectives the exchange and the update too (`whole_step`)."""
         net = self.net
         resident = self.batches.mode == N.RESIDENT
         if not resident:

@@ -14,12 +14,8 @@ from ..model.precision import precision as precision_of
 
 _modules: dict = {}
 
-# Compile-time constants of the CUDA source, which the launches (network.py) use
-# too: output_backward's rows a warp and threads a block (its columns a
-# block, a launch argument, are the model's OUTPUT_GRAD_COLS). Two rows a
-# warp: the fastest of one, two and four rows with the 16-byte passes over
-# the precisions and the trainer's shapes
-# (benchmarks/diagnostics/own_kernels_ab.py; reports/h100/benchmarks/kernels-ab).
+# Compile-time constants of the CUDA source the launches (network.py) use too: output_backward's rows a
+# warp and threads a block (its columns a block, a launch argument, are the model's OUTPUT_GRAD_COLS)
 LAUNCH = {"OB_WROWS": 2, "OB_THREADS": 256}
 # the storage type's kind in kernels.cu (S_KIND): the master type itself, IEEE half, bfloat16
 S_KIND = {"float32": 0, "float64": 0, "float16": 1, "bfloat16": 2}
@@ -34,17 +30,14 @@ def source() -> str:
 
 
 def device_dtype(precision) -> np.dtype:
-    """The CuPy type of a precision's activations and batch: the storage
-    type, bfloat16 as its uint16 bits (CuPy has no bfloat16)."""
+    """The CuPy type of a precision's activations and batch: its storage type, bf16 as uint16 bits."""
     s = precision_of(precision).storage
     return np.dtype(np.uint16 if s == "bfloat16" else s)
 
 
 def kernels(cupy, precision, classes: int = FUSED_OUTPUT_MAX_CLASSES):
-    """The compiled module for a precision (or a float32/float64 dtype: the
-    reference's GEMM kernels); `classes`: the output layer's C, the fused
-    output backward's accumulators per thread (MAXC: one register each, so
-    compiled for the network's C)."""
+    """The compiled module for a precision (or a float32/float64 dtype); `classes`: the output layer's C,
+    the fused output backward's accumulators per thread (MAXC: one register each)."""
     p = precision_of(precision)
     key = (p.name, classes)
     if key not in _modules:

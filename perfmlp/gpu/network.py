@@ -1,30 +1,18 @@
 """The network on one GPU: the Network's step (perfmlp/mlp.py) with each
-kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py).
-
-A step launches 9 kernels for the 784-H-10 network: forward 4 (2 GEMMs,
-bias+sigmoid, bias add), loss 1 (softmax + cross-entropy + output delta,
-the loss summed into the gradient buffer's slot), backward 3 (the output
-layer's fused backward: per block of columns dz and partial sums of its
-weight and bias gradients and of the hidden bias gradient, then those
-partials added in order; the hidden weight gradient's GEMM), update 1
-(weights and biases in one pass, which also moves the loss slot into the
-epoch's running sum and clears it). With `fuse_output` off the output
-layer's backward is 2 GEMMs, a row sum and the sigmoid derivative with the
-hidden bias gradient (11 kernels).
-
-Buffers are allocated once for the largest piece and sliced for a shorter
-one; kernel arguments (scalars, views) are made once and cached, as their
-construction costs host time comparable to a launch.
-
-Precision (perfmlp/model/precision.py): the activations and deltas are
-stored in the precision's storage type (device_dtype: bf16 as uint16
-bits), the parameters, gradients and partial sums in the master type. In
-bf16 and fp16 the GEMMs read a 16-bit copy of the weights (`wcopy`), which
-the update kernel rewrites; fp16's loss scale lives on the device (`ls`,
-`ls_state`: kernels.cu grad_check), read by the loss kernel and the update,
-so the step stays one CUDA graph.
+kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py): forward 2 GEMMs,
+bias+sigmoid and bias add; the loss (softmax, cross-entropy and output delta,
+summed into the gradient buffer's loss slot); the fused output backward and
+the hidden weight gradient's GEMM; one update of every parameter (`fuse_output`
+off: the output backward as 2 GEMMs, a row sum and the sigmoid derivative).
+Buffers are made for the largest piece and sliced; kernel arguments are made
+once and cached (their construction costs about a launch). Activations are in
+the precision's storage type (device_dtype), parameters and gradients in the
+master type; bf16 and fp16 GEMMs read a 16-bit weight copy (`wcopy`); fp16's
+loss scale lives on the device (`ls`), so the step stays one CUDA graph.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -44,8 +32,7 @@ def _grid(n):
 
 
 def check_grid(cupy, n):
-    """grad_check's grid: its threads stride over the n gradients, at most
-    CHECK_BLOCKS_PER_SM blocks an SM (kernels.cu says why)."""
+    """grad_check's grid: at most CHECK_BLOCKS_PER_SM blocks an SM, striding over n (kernels.cu says why)."""
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     return (min((n + _BLOCK - 1) // _BLOCK, CHECK_BLOCKS_PER_SM * sms),)
 
@@ -64,8 +51,11 @@ class GpuNetwork(Network):
         self.stream = cupy.cuda.get_current_stream()
         self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == N.CUBLAS else None
         self._views: dict = {}
-        self._ints: dict = {}
+        self._ints: dict = {}   # launch shapes and argument tuples, made once
         self.T = self.dtype.type
+        # scalar kernel arguments, each value made once
+        self._i32, self._i64 = functools.cache(np.int32), functools.cache(np.int64)
+        self._scale = functools.cache(lambda batch, T=self.T: T(1.0 / batch))
         self.ce_acc = cupy.zeros(1, dtype=dtype)
         L = len(layer_sizes) - 1
         # pre-activations/activations z and deltas d per layer (n_l x max_local)
@@ -97,8 +87,7 @@ class GpuNetwork(Network):
             self._launch("to_storage", *_grid(n), (self.p.weights, self.wcopy, np.int64(n)))
 
     def loss_scale(self) -> tuple[float, int]:
-        """(the loss scale now, steps skipped for an overflow): fp16's device
-        state, read with a synchronisation."""
+        """(the loss scale now, steps skipped for an overflow): fp16's device state, synchronised."""
         return float(self.ls[0].get(stream=self.stream)), int(self.ls_state[3].get(stream=self.stream))
 
     capture: list | None = None  # when a list: (a, b, out) of every GEMM, for timing them alone
@@ -107,32 +96,13 @@ class GpuNetwork(Network):
     capture_kernels: list | None = None
 
     def buffer(self, kind: str, layer: int, b: int):
-        """A C-contiguous rows x b array on the front of a rows x max buffer
-        (made once per buffer and piece size)."""
+        """A C-contiguous rows x b view on the front of a rows x max buffer (made once per size)."""
         key = (kind, layer, b)
         v = self._views.get(key)
         if v is None:
             buf = self._bufs[kind][layer]
             v = self._views[key] = buf.ravel()[: buf.shape[0] * b].reshape(buf.shape[0], b)
         return v
-
-    def _i32(self, v):
-        r = self._ints.get(("i", v))
-        if r is None:
-            r = self._ints[("i", v)] = np.int32(v)
-        return r
-
-    def _i64(self, v):
-        r = self._ints.get(("l", v))
-        if r is None:
-            r = self._ints[("l", v)] = np.int64(v)
-        return r
-
-    def _scale(self, batch):
-        r = self._ints.get(("s", batch))
-        if r is None:
-            r = self._ints[("s", batch)] = self.T(1.0 / batch)
-        return r
 
     # -- the kernels ----------------------------------------------------------------------
     def _launch(self, name, grid, block, args):
@@ -142,9 +112,8 @@ class GpuNetwork(Network):
             self.capture_kernels.append((name, lambda: fn(grid, block, args, stream=s)))
 
     def gemm_again(self, a, b, out):
-        """One of the step's GEMMs (as net.capture recorded it) launched
-        again alone, with the step's handle on the step's stream: what the
-        calibration times (perfmlp/calibrate/), whatever stream is current."""
+        """One of the step's GEMMs (as net.capture recorded it) again, with the step's handle on the step's
+        stream whatever stream is current: what perfmlp/calibrate/ times."""
         if self._cublas is not None and out is not None:
             return self._cublas(a, b, out)
         return gemm(self.cp, self.gemm_kind, a, b, out=out, stream=self.stream)
@@ -214,10 +183,8 @@ class GpuNetwork(Network):
         self._launch("sgd_update", grid, blk, a)
 
     def sgd_range(self, lo: int, hi: int, n_weights: int, with_loss: bool) -> None:
-        """The update kernel on flat elements [lo, hi), the first n_weights of
-        them weights (a sliced schedule's piece: perfmlp/gpu/sliced.py);
-        `with_loss`: the piece ends with the loss slot, added into the epoch's
-        sum, else a zero of the piece's own is. Not with fp16's loss scaling."""
+        """The update on flat elements [lo, hi), the first n_weights weights (a piece of gpu/sliced.py);
+        `with_loss`: the piece ends with the loss slot, else a zero of its own. Not with fp16's loss scaling."""
         key = ("range", lo, hi)
         args = self._ints.get(key)
         if args is None:

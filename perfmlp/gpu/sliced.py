@@ -1,27 +1,13 @@
 """The sliced first layer on the GPU with NCCL (the schedule:
-perfmlp/slices.py), eager and as one captured step.
-
-Two streams: the step's (compute) and a communication stream that waits
-for events only. Batch k's backward writes dW1 in K slices, last rows
-first; slice 0, contiguous with the rest of the gradient buffer, is
-all-reduced with it on the communication stream while the other slices'
-GEMMs run, and both are updated (one kernel) when it lands. Slices 1..K-1 stay
-unreduced: batch k + 1's step begins by all-reducing them on the
-communication stream (the head) while the compute stream runs slice 0's
-forward GEMM; slice s's update and forward GEMM wait for
-slice s's reduction alone. So in graph mode one captured step begins with
-the previous batch's reductions in flight, and every fork joins within it
-(a capture must end joined). The first step after a `drain` has no head:
-its graph is captured apart (`graph_state`), and `replayed` says that a
-replay left the slices pending, as the step run eagerly does.
-
-`drain` (the backend's sync) reduces and applies what is pending, eagerly.
-
-`--grad-precision bf16|fp16` (K = 1 too: the unsliced step with a 16-bit
-exchange): each piece is rounded into a 16-bit buffer, all-reduced in that
-type and widened back, all on the communication stream; the update is in the
-master type. The loss slot stays the rank's own sum in the master type
-(reduced once an epoch, on the host), so the epoch's loss is exact.
+perfmlp/slices.py), eager and as one captured step. Batch k's backward
+writes dW1 in K slices, last rows first; slice 0 is all-reduced with the
+rest of the gradients on a communication stream while the other slices'
+GEMMs run; slices 1..K-1 at the start of batch k + 1 (the head), each
+slice's update and forward GEMM waiting for its reduction alone, so every
+fork joins within one captured step. The first step after a `drain` has no
+head: its graph is captured apart (`graph_state`). `--grad-precision
+bf16|fp16`: each piece is all-reduced in a 16-bit copy on the communication
+stream; the loss slot stays the rank's own, reduced once an epoch.
 """
 from __future__ import annotations
 
@@ -48,8 +34,7 @@ def half_wire(cupy, net, grad_precision: str):
 
 
 class GpuSlices:
-    """The schedule's state on one rank: `compute` and `exchange` are the
-    step's Parts, `drain` the backend's sync before the stream's."""
+    """The schedule's state on one rank: `compute` and `exchange` are the step's Parts."""
 
     name = N.NCCL
     sliced = True
@@ -112,8 +97,7 @@ class GpuSlices:
             self._sent.append(hi - lo)
 
     def _cast(self, name: str, lo: int, hi: int) -> None:
-        """Flat elements [lo, hi) into the 16-bit buffer (WIRE_PACK) or back; the launch's
-        arguments made once per piece, as the network's own launches are."""
+        """Flat elements [lo, hi) into the 16-bit buffer (WIRE_PACK) or back; arguments made once a piece."""
         args = self._cast_args.get((name, lo, hi))
         if args is None:
             grads, words = self.net.g.flat[lo:hi], self.half[0][lo:hi]

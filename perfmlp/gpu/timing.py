@@ -1,21 +1,11 @@
 """The timing primitives the calibration (perfmlp.calibrate) and the
-benchmarks (benchmarks/) share: how a time is taken, in one place.
-
-- GPU time, between CUDA events: `time_ms` (each call of a function),
-  `event_s` (one call), `queued_ahead` (calls queued behind a spin kernel,
-  so that the host's dispatch is not in the GPU time: a kernel, a pinned
-  copy, an NCCL call);
-- host wall time: `wall_s` (one call), `host_times` (each call, the stream
-  synchronised after it: a pageable copy, which blocks the host),
-  `per_call_s` (calls back to back between a synchronised start and end);
-  `copy_s` takes a host <-> device copy either way by its kind of memory;
-- `rounds`: measurements interleaved in rounds, every key once a round, so
-  that the host's drift over seconds falls on every key alike;
-- `summary`: median, range and spread (max / min - 1) of repeated times;
-- the spin kernel that work is queued behind (`spin_kernels`; its
-  argument for a time, `spin_cycles`, from the device's measured clock).
-
-Nothing here imports CuPy: a function that needs it takes the module (`cp`).
+benchmarks share: how a time is taken, in one place. GPU time is taken
+between CUDA events (`time_ms`, `event_s`, and `queued_ahead`: calls queued
+behind a spin kernel, so that the host's dispatch is not in it); host time by
+the wall clock (`wall_s`, `host_times`, `per_call_s`); `copy_s` times a copy
+either way by its memory; `rounds` interleaves measurements so that the
+host's drift over seconds falls on every key alike. Nothing here imports
+CuPy: a function that needs it takes the module (`cp`).
 """
 from __future__ import annotations
 
@@ -33,7 +23,7 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass(frozen=True)
 class Summary:
-    """Repeated times of one thing: how many, their median and range."""
+    """Repeated times of one thing."""
     n: int
     median: float
     min: float
@@ -53,7 +43,6 @@ def spread(lo: float, hi: float) -> float:
 
 
 def summary(times: Sequence[float]) -> Summary:
-    """The Summary of one or more times."""
     if not times:
         raise ValueError("summary of no times")
     return Summary(len(times), float(median(times)), float(min(times)), float(max(times)))
@@ -62,8 +51,7 @@ def summary(times: Sequence[float]) -> Summary:
 # ---- host wall time -----------------------------------------------------------------------------
 
 def wall_s(fn: Callable[[], object]) -> float:
-    """Host wall seconds of one fn() (what the host spends in the call: a
-    blocking copy, a host MPI call)."""
+    """Host wall seconds of one fn()."""
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -71,10 +59,8 @@ def wall_s(fn: Callable[[], object]) -> float:
 
 def per_call_s(fn: Callable[[], object], calls: int, start: Callable[[], object] | None = None,
                end: Callable[[], object] | None = None) -> float:
-    """Host wall seconds per call of `calls` fn() back to back: the clock
-    starts after start() (a barrier, a synchronised device) and stops after
-    end() (a device synchronisation: the time the work took; none: the
-    host's time to issue it)."""
+    """Host wall seconds per call of `calls` fn() back to back, from after start() (a barrier, a
+    synchronisation) to after end() (a device synchronisation; none: the host's time to issue them)."""
     if start is not None:
         start()
     t0 = time.perf_counter()
@@ -87,14 +73,9 @@ def per_call_s(fn: Callable[[], object], calls: int, start: Callable[[], object]
 
 def rounds(measures: Mapping[K, Callable[[], float]], n: int, per_round: int = 1, warmup_rounds: int = 0,
            warmup_calls: int = 0) -> dict[K, list[float]]:
-    """Interleaved measurements: `warmup_rounds` + n rounds, each calling
-    every measure in turn, `per_round` times each; the warm-up rounds are
-    dropped, and so are `warmup_calls` extra calls of each measure at the
-    start of the first kept round. The host's speed drifts over seconds: a
-    key measured in one burst would sample one moment of it, and keys
-    measured one after the other would differ by the drift between them.
-    Returns each key's kept values in the order taken (value i of two keys
-    from the same round where per_round is 1)."""
+    """Interleaved measurements: `warmup_rounds` + n rounds, each calling every measure in turn, `per_round`
+    times each; the warm-up rounds are dropped, and so are `warmup_calls` extra calls of each measure at
+    the start of the first kept round. Each key's kept values in the order taken."""
     out: dict = {key: [] for key in measures}
     for r in range(warmup_rounds + n):
         extra = warmup_calls if r == warmup_rounds else 0
@@ -109,9 +90,8 @@ def rounds(measures: Mapping[K, Callable[[], float]], n: int, per_round: int = 1
 # ---- GPU time -----------------------------------------------------------------------------------
 
 def time_ms(cupy, fn, warmup: int = 5, reps: int = 30) -> list[float]:
-    """Per-call device times (ms) of fn(), CUDA events around each call and
-    no synchronisation between calls (so host-bound calls show their gaps);
-    one synchronisation at the end."""
+    """Per-call device times (ms) of fn(), CUDA events around each call, no synchronisation between
+    calls (host-bound calls show their gaps)."""
     for _ in range(warmup):
         fn()
     cupy.cuda.get_current_stream().synchronize()
@@ -125,9 +105,8 @@ def time_ms(cupy, fn, warmup: int = 5, reps: int = 30) -> list[float]:
 
 
 def event_s(cp, fn, events=None) -> float:
-    """GPU seconds of one fn() between two CUDA events on the current
-    stream (waits for the second: a synchronisation). `events`: a pair to
-    reuse."""
+    """GPU seconds of one fn() between two CUDA events on the current stream (synchronised); `events`: a
+    pair to reuse."""
     a, b = events or (cp.cuda.Event(), cp.cuda.Event())
     a.record()
     fn()
@@ -137,24 +116,15 @@ def event_s(cp, fn, events=None) -> float:
 
 
 def copy_s(cp, copy, pinned: bool, events=None) -> float:
-    """Seconds of one host <-> device copy, `copy()` on the current stream:
-    a pinned one between CUDA events (GPU time), a pageable one by the
-    host's wall clock (it blocks the host: the host's staging is its time).
-    `events`: a pair to reuse."""
-    a, b = events or (cp.cuda.Event(), cp.cuda.Event())
-    s = cp.cuda.get_current_stream()
+    """Seconds of one host <-> device copy() on the current stream: a pinned one's GPU time, a pageable
+    one's host wall time (it blocks the host); `events`: a pair to reuse."""
     t0 = time.perf_counter()
-    a.record(s)
-    copy()
-    b.record(s)
-    b.synchronize()
-    return cp.cuda.get_elapsed_time(a, b) * 1e-3 if pinned else time.perf_counter() - t0
+    gpu_s = event_s(cp, copy, events)
+    return gpu_s if pinned else time.perf_counter() - t0
 
 
 def host_times(cp, fn, reps: int, warmup: int = 3) -> list[float]:
-    """Host wall seconds of each of `reps` calls of fn(), the current
-    stream synchronised after each one (inside its time), after `warmup`
-    calls."""
+    """Host wall seconds of each of `reps` fn(), each with the stream's synchronisation, after `warmup`."""
     s = cp.cuda.get_current_stream()
     for _ in range(warmup):
         fn()
@@ -164,17 +134,10 @@ def host_times(cp, fn, reps: int, warmup: int = 3) -> list[float]:
 
 def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5,
                  samples: list | None = None, tries: int = 3) -> tuple[float, float]:
-    """(GPU seconds per call, host seconds per call) of `calls` back-to-back
-    fn() queued behind a spin kernel: the host enqueues them all while the
-    GPU spins, so the events around them time the GPU alone (median of reps).
-    The spin is sized from the device clock; a host slower than the spin
-    would show as a GPU time that grows with it, so where the host took
-    longer than 0.8 x spin_s to queue the calls the measurement is made
-    again behind a spin four times as long (a host stalls now and then, for
-    milliseconds, while queueing copies that take tens of us), and after
-    `tries` such measurements it is an error.
-    `samples`: a list that receives each rep's GPU seconds per call (their
-    spread)."""
+    """(GPU seconds per call, host seconds per call) of `calls` back-to-back fn() queued behind a spin
+    kernel, so that the events around them time the GPU alone (median of reps). Where the host took longer
+    than 0.8 x spin_s to queue them (host time would leak into the GPU time) it is made again behind a spin
+    four times as long, `tries` times at most, then an error. `samples` receives each rep's GPU seconds."""
     s = cp.cuda.get_current_stream()
     fn()
     s.synchronize()
@@ -190,8 +153,7 @@ def queued_ahead(cp, fn, calls: int, spin_s: float = 0.02, reps: int = 5,
 
 
 def _behind_spin(cp, fn, calls: int, spin_s: float, reps: int) -> tuple[list, float]:
-    """Each rep's GPU seconds per call of `calls` fn() queued behind a
-    spin of spin_s, and the host's median seconds per call."""
+    """Each rep's GPU seconds per call of `calls` fn() behind a spin of spin_s; the host's median per call."""
     spin, _ = spin_kernels(cp)
     cycles = spin_cycles(cp, spin_s)
     gpu, host = [], []
@@ -220,8 +182,8 @@ _cycles_per_s: dict = {}
 
 
 def spin_kernels(cp):
-    """(spin(cycles), empty()) RawKernels of this device: one thread that
-    spins for `cycles` of clock64(), and one that does nothing."""
+    """(spin(cycles), empty()) RawKernels of this device: a thread spinning for `cycles` of clock64(), and
+    one that does nothing."""
     key = cp.cuda.Device().id
     if key not in _spin_modules:
         mod = cp.RawModule(code=SPIN_SRC)
@@ -230,8 +192,7 @@ def spin_kernels(cp):
 
 
 def spin_cycles_per_s(cp) -> float:
-    """clock64() cycles per second of this device, from a timed spin (the
-    device properties' clock rate is gone from CUDA 13's)."""
+    """clock64() cycles per second of this device, from a timed spin (CUDA 13 has no clock rate property)."""
     key = cp.cuda.Device().id
     if key not in _cycles_per_s:
         spin, _ = spin_kernels(cp)

@@ -60,11 +60,5 @@ interrupted by SIGINT (SIGTERM, SIGHUP), ending the running job first.
 from .plan import SweepRun, calibration_sizes, expand, run_identity, steady_n_train, sweep_run_id
 from .predict import PREDICTIONS, PREDICTIONS_SCHEMA, lengthen, predict_run, write_predictions
 
-__all__ = ["SweepRun", "calibration_sizes", "expand", "lengthen", "main", "predict_run", "run_identity",
+__all__ = ["SweepRun", "calibration_sizes", "expand", "lengthen", "predict_run", "run_identity",
            "steady_n_train", "sweep_run_id", "write_predictions", "PREDICTIONS", "PREDICTIONS_SCHEMA"]
-
-
-def main(argv=None) -> int:
-    """The command line (perfmlp/sweep/__main__.py)."""
-    from .__main__ import main as cli_main
-    return cli_main(argv)

@@ -11,9 +11,11 @@ import yaml
 
 from ..cli import add_machine
 from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
-from .plan import calibration_sizes, check_runnable_here, expand, load_sweep, min_steady_seconds, sweep_name
+from ..config import load_yaml
+from .plan import calibration_sizes, check_runnable_here, expand, min_steady_seconds, sweep_name
 from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
+from ..run import Signalled
 from ..startup import SIGNALS
 
 
@@ -52,12 +54,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="print the hidden sizes and per-rank batches the runs use, as perfmlp.calibrate's "
                          "--hidden and --local-batch values, and run nothing (default: run the sweep)")
     return ap
-
-
-class Signalled(KeyboardInterrupt):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
 
 
 def _on_signal(signum, frame):
@@ -102,7 +98,7 @@ def main(argv=None) -> int:
 
 def _prepare(a) -> _Sweep | None:
     """The runs, checked, lengthened and runnable here (None: nothing to run)."""
-    spec = load_sweep(a.file)
+    spec = load_yaml(a.file)   # a regular UTF-8 file, YAML keys unique; expand checks its keys
     runs = expand(spec, a.file)
     if a.calibration_sizes:
         hidden, local = calibration_sizes(runs)

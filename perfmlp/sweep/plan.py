@@ -40,9 +40,8 @@ def run_identity(cfg: Config, procs: int) -> dict:
 
 
 def sweep_run_id(name: str, cfg: Config, procs: int, repeat: int = 0) -> str:
-    """The id of a sweep's run: readable fields, then a stable hash of the
-    whole identity (so epochs, n_train, learning rate, data, seed... count)
-    and of the repeat."""
+    """The id of a sweep's run: readable fields, then a stable hash of the whole identity (so epochs, n_train, learning
+    rate, data, seed... count) and of the repeat."""
     ident = run_identity(cfg, procs)
     if repeat:
         ident["repeat"] = repeat
@@ -67,11 +66,6 @@ def _count(spec: dict, key: str, where: str) -> int:
     if n <= 0:
         raise PerfmlpError(f"{where}: {key} must be a positive integer, got {prefix(v)}")
     return n
-
-
-def load_sweep(path: str) -> dict:
-    """The sweep file's mapping (a regular UTF-8 file, YAML keys unique; expand checks its keys)."""
-    return load_yaml(path)
 
 
 def sweep_name(spec: dict, where: str) -> str:
@@ -166,9 +160,8 @@ def min_steady_seconds(spec: dict, where: str, machine_arg: str | None) -> float
 
 
 def calibration_sizes(runs: list[SweepRun]) -> tuple[list[int], list[int]]:
-    """The hidden sizes and the per-rank batches (a data group's piece) the
-    runs use: what `python -m perfmlp.calibrate --hidden --local-batch`
-    should time for its GEMM rates and own kernels to cover them."""
+    """The hidden sizes and the per-rank batches (a data group's piece) the runs use: what `python -m perfmlp.calibrate
+    --hidden --local-batch` should time for its GEMM rates and own kernels to cover them."""
     from ..model.costs import pieces
     hidden, local = set(), set()
     for r in runs:

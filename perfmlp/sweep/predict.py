@@ -29,9 +29,8 @@ def predict_run(machine, run: SweepRun) -> dict:
 
 
 def run_interval(machine, run: SweepRun) -> dict:
-    """The run's predicted distribution (perfmlp/model/interval.py):
-    `interval_s` (the 90% interval), `quantiles_s` at `percentiles`; None
-    where the machine file records no spread."""
+    """The run's predicted distribution (perfmlp/model/interval.py): `interval_s` (the 90% interval), `quantiles_s` at
+    `percentiles`; None where the machine file records no spread."""
     from ..model.interval import interval
     if isinstance(machine, CpuMachine):   # the CPU model draws its own (model/predict/cpu.py interval_s)
         lo_hi = run_prediction(machine, run).detail["interval_s"]
@@ -102,10 +101,8 @@ def _existing(path: Path, sha: str, runs: list[SweepRun]) -> dict | None:
 
 
 def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int:
-    """Add the predictions of `runs` not yet in the file (never rewriting
-    one), each with its 90% interval and quantiles (run_interval); returns
-    how many were added. A file made with another machine file is an
-    error."""
+    """Add the predictions of `runs` not yet in the file (never rewriting one), each with its 90% interval and quantiles
+    (run_interval); returns how many were added. A file made with another machine file is an error."""
     from ..model.machine import load_machine, resolve_machine_path
     machine = load_machine(machine_arg)
     mpath = resolve_machine_path(machine_arg)
@@ -126,10 +123,9 @@ def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int
 
 
 def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) -> list[SweepRun]:
-    """Each run with as many epochs (at least its own) as its steady batches
-    need to last `seconds` at the time per batch `machine_arg` predicts, so
-    that they sample more than one moment of the host's drifting copy speed;
-    its samples, and so its host memory, stay as they are; its id follows."""
+    """Each run with as many epochs (at least its own) as its steady batches need to last `seconds` at the time per
+    batch `machine_arg` predicts, so that they sample more than one moment of the host's drifting copy speed; its
+    samples, and so its host memory, stay as they are; its id follows."""
     from ..model.machine import load_machine
     machine = load_machine(machine_arg)
     out = []

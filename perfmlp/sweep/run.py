@@ -1,18 +1,12 @@
 """Running a sweep's jobs: the MPI launcher, the trace folder's lock, one
-job at a time in a process group the sweep owns, and what a job left.
+job at a time in a process group of its own, and what a job left.
 
-The launcher is the one the installed MPI provides: mpi4py says which MPI
-it loads (MPICH, or Open MPI), and its launcher is looked for beside this
-Python (a virtual environment's bin/, where the `mpich` wheel puts
-mpiexec), then on PATH, and asked its version to be sure it belongs to
-that MPI. PERFMLP_MPIRUN names another (e.g. "mpirun --allow-run-as-root
---oversubscribe -x PYTHONPATH").
-
-Each job runs in a process group of its own (setsid): the sweep ends
-that group (SIGTERM, then SIGKILL after END_GRACE_S) when the job times out,
-when the sweep is interrupted (SIGINT, SIGTERM, SIGHUP) and on the sweep's
-own errors; the launcher also gets SIGTERM should the sweep itself die
-(Linux: PR_SET_PDEATHSIG).
+The launcher is the installed MPI's (the one mpi4py loads: MPICH or Open
+MPI), looked for beside this Python, then on PATH, and asked its version to
+be sure it belongs to that MPI; PERFMLP_MPIRUN names another. The sweep ends
+a job's group (SIGTERM, then SIGKILL after END_GRACE_S) on a timeout, an
+interruption or its own error; the launcher also gets SIGTERM should the
+sweep die (PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
 
@@ -143,10 +137,8 @@ def trace_state(folder: Path, run: SweepRun) -> tuple[str, str]:
 
 
 def remove_failed(folder: Path, keep_as: Path | None = None) -> dict[str, str]:
-    """A failed run's trace folder removed, so that no report reads it (its
-    output is kept in the sweep's folder), its at-failure.npz (the
-    parameters its error line names) moved to `keep_as` first; the paths
-    moved, old -> new."""
+    """A failed run's trace folder removed, so that no report reads it (its output is kept in the sweep's folder), its
+    at-failure.npz (the parameters its error line names) moved to `keep_as` first; the paths moved, old -> new."""
     moved = {}
     saved = folder / AT_FAILURE
     if keep_as is not None and saved.is_file():
@@ -188,10 +180,9 @@ def why_failed(output: Path, rc: int) -> str:
     """perfmlp's own line in a failed job's output (not the launcher's
     abort notice after it), else its last line, else its exit status."""
     try:
-        lines = [ln.strip() for ln in output.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = [ln.strip() for ln in output.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
     except OSError:
         lines = []
-    lines = [ln for ln in lines if ln]
     ours = [ln for ln in lines if ln.startswith("perfmlp.") and "error:" in ln]
     if ours:
         return ours[0]
@@ -203,9 +194,8 @@ def why_failed(output: Path, rc: int) -> str:
 
 
 def end_group(proc: subprocess.Popen, grace_s: float = END_GRACE_S) -> None:
-    """SIGTERM to the job's whole group (the launcher and its ranks, which
-    then close their traces), SIGKILL to whatever is left of it after grace_s.
-    Another Ctrl-C meanwhile waits until this is done."""
+    """SIGTERM to the job's whole group (the launcher and its ranks, which then close their traces), SIGKILL to whatever
+    is left of it after grace_s. Another Ctrl-C meanwhile waits until this is done."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     try:
         os.killpg(proc.pid, signal.SIGTERM)
