@@ -201,3 +201,7 @@ COPY_DIRECTIONS = (HOST_TO_DEVICE, DEVICE_TO_HOST)
 # --- the NumPy backend's batches: read where they lie in host memory
 IN_PLACE = "in-place"                          # no copy: a piece is a view of the host arrays
 UNCOPIED_TRANSFERS = (RESIDENT, IN_PLACE)      # transfers whose batches record no h2d phase
+
+# --- a blind sweep's predictions in its trace folder (the sweep writes them, the report reads them)
+PREDICTIONS = "predictions.json"
+MORE_PREDICTIONS = "predictions-*.json"        # --predict-also: one per further machine file

@@ -14,11 +14,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..names import MORE_PREDICTIONS, PREDICTIONS
 from ..safeio import read_json
 from .thresholds import SIGN_TEST_LEVEL
 
-PREDICTIONS = "predictions.json"  # perfmlp/sweep writes it
-MORE_PREDICTIONS = "predictions-*.json"   # sweep --predict-also: another machine file's, e.g. another GPU's
 
 
 # ---- the blind predictions -------------------------------------------------------------------

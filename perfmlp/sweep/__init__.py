@@ -58,7 +58,8 @@ The sweep exits 1 if any run failed or was refused, 130 (143, 129) if
 interrupted by SIGINT (SIGTERM, SIGHUP), ending the running job first.
 """
 from .plan import SweepRun, calibration_sizes, expand, run_identity, steady_n_train, sweep_run_id
-from .predict import PREDICTIONS, PREDICTIONS_SCHEMA, lengthen, predict_run, write_predictions
+from ..names import PREDICTIONS
+from .predict import PREDICTIONS_SCHEMA, lengthen, predict_run, write_predictions
 
 __all__ = ["SweepRun", "calibration_sizes", "expand", "lengthen", "predict_run", "run_identity",
            "steady_n_train", "sweep_run_id", "write_predictions", "PREDICTIONS", "PREDICTIONS_SCHEMA"]

@@ -13,7 +13,8 @@ from ..cli import add_machine
 from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
 from ..config import load_yaml
 from .plan import calibration_sizes, check_runnable_here, expand, min_steady_seconds, sweep_name
-from .predict import PREDICTIONS, lengthen, more_predictions_path, write_predictions
+from ..names import PREDICTIONS
+from .predict import lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
 from ..run import Signalled
 from ..startup import SIGNALS

@@ -14,10 +14,9 @@ from ..errors import PerfmlpError, write_atomic
 from ..model.machine import CpuMachine
 from ..trace.format import WARMUP_BATCHES
 from .plan import SweepRun, sweep_run_id
+from ..names import MORE_PREDICTIONS
 from ..safeio import read_json
 
-PREDICTIONS = "predictions.json"
-MORE_PREDICTIONS = "predictions-*.json"   # --predict-also: one per machine file
 PREDICTIONS_SCHEMA = "perfmlp.predictions/1"
 
 
