@@ -10,12 +10,11 @@ from .. import names as N
 from ..cli import Parser, add_machine
 from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
-from .cpu_summary import cpu_summary, format_cpu
 from .machine import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
 from .predict import default_trace_level, resolve_comm, resolve_exec, trace_words
 from .strategies import StrategyError, format_strategy, strategy_exec, strategy_summary
 from .projection import cluster_summary, format_cluster
-from .summary import summary
+from .summary import cpu_summary, format_cpu, summary
 
 
 def _positive(text: str) -> int:

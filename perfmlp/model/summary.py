@@ -1,6 +1,7 @@
-"""Counts, arithmetic intensity, roofline values and the predicted time of
-one configuration on one machine, as one JSON-ready dict (schema in
-docs/model.md)."""
+"""`python -m perfmlp.model`'s data: counts, arithmetic intensity, roofline
+values and the predicted time of one configuration on one machine, as one
+JSON-ready dict (schema in docs/model.md); on a CPU file, a NumPy run's
+prediction (predict/cpu.py) and its table."""
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ from .costs import DEFAULT_BUCKET_BYTES, batch_counts, grad_buffer_bytes, itemsi
 from .interval import interval, interval_json
 from .machine import Machine
 from .predict import predict_batch, resolve_exec, staging_memory
+from .predict.cpu import cpu_ceilings, predict_cpu, roofline_rates, step_flops
 from .predict.schedule import grad_bytes
 from .predict.slices import slice_count
 from .roofline import modified_roofline, overlapped_roofline, ridge_point, standard_roofline
@@ -100,3 +102,44 @@ def gradient_bytes(layer_sizes, precision: str) -> int:
     """Bytes of the host exchange's gradient buffer in a precision (the
     reference's scheme: activations' width)."""
     return grad_buffer_bytes(layer_sizes, itemsize(precision))
+
+
+def cpu_summary(m, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
+                precision: str = N.FLOAT32, traced: bool = True) -> dict:
+    """The prediction of a NumPy run on the CPU `m` describes."""
+    p = predict_cpu(m, layer_sizes, batch, procs, threads, precision, traced)
+    b = -(-batch // procs)
+    flops = step_flops(layer_sizes, b, precision)
+    nbytes = grad_buffer_bytes(layer_sizes, itemsize(precision))
+    ceil = cpu_ceilings(m, precision, procs, threads)
+    ai_copy = flops / nbytes if procs > 1 else None
+    rates = roofline_rates(m, float("inf"), ai_copy or float("inf"), precision, procs, threads)
+    return {"machine": {"name": m.name, "path": m.path, "backend": N.NUMPY, "cores": m["cores"]},
+            "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs,
+                       "threads": p.detail["threads"], "precision": precision, "traced": traced},
+            "ceilings": ceil, "ai_flops_per_exchanged_byte": ai_copy, "roofline": rates,
+            "prediction": {"terms_s": dict(p.terms), "total_s": p.total_s,
+                           "groups_s": p.groups(),
+                           "interval_s": p.detail["interval_s"], "oversubscribed": p.detail["oversubscribed"],
+                           "job_flops_per_s": p.flops_job / p.total_s}}
+
+
+def format_cpu(s: dict) -> str:
+    c, p, r = s["config"], s["prediction"], s["ceilings"]
+    lines = [f"machine: {s['machine']['name']} ({s['machine']['path']}), a CPU of {s['machine']['cores']} cores",
+             f"network {'-'.join(map(str, c['layer_sizes']))}, batch {c['batch']} over {c['procs']} rank(s) of "
+             f"{c['threads']} BLAS thread(s), {c['precision']}, {'traced' if c['traced'] else 'not traced'}"
+             + (" (more threads than cores: ranks time-share)" if p["oversubscribed"] else ""),
+             "",
+             f"ceilings per rank: GEMM {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, memory "
+             f"{r['mem_bw_bytes_per_s'] / 1e9:.1f} GB/s"
+             + (f", MPI exchange (the modified roofline's copy) {r['copy_bytes_per_s'] / 1e9:.2f} GB/s"
+                if r.get("copy_bytes_per_s") else ""),
+             "", "predicted time per batch (us):"]
+    lines += [f"  {k:<26}{v * 1e6:>12.1f}" for k, v in p["terms_s"].items()]
+    lines.append(f"  {'total':<26}{p['total_s'] * 1e6:>12.1f}")
+    iv = p["interval_s"]
+    lines.append(f"90% interval: {iv[0] * 1e6:.1f} to {iv[1] * 1e6:.1f} us (the file's measured spread)" if iv
+                 else "90% interval: unknown (the file records no spread)")
+    lines.append(f"predicted {p['job_flops_per_s'] / 1e9:.2f} GFLOP/s for the job")
+    return "\n".join(lines)

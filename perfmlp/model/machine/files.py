@@ -1,8 +1,11 @@
-"""Reading machine files: shipped ones by name, any by path, each checked
-into a Machine (one-line MachineError naming the file and key); and the
-YAML text the calibration writes."""
+"""Reading machine files: shipped ones by name, any by path, each value
+checked (rates positive, times not negative, each table's entries exactly
+their keys, of their type and range) into a Machine, a one-line
+MachineError naming the file and key otherwise; and the YAML text the
+calibration writes."""
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,15 +13,203 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ... import checks
+from ... import names as N
+from ..costs import OWN_KERNELS
+from ..precision import NAMES as PRECISION_NAMES
 from .cpu import CpuMachine, cpu_machine_from_mapping, is_cpu_file
 from .description import Machine, MachineError
-from .entries import check_scalars, check_tables
+from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
+from .points import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
+                     HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 MACHINES_PACKAGE = "perfmlp.machines"
 DEFAULT_MACHINE = "quadro-rtx-6000"
+# Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
+# accepted, and left unused.
+RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "pinned_launch_factor",
+                     "queued_gap_s", "graph_node_extra_s"})
+_NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]
+
+
+def _rate_or_time(key: str, value) -> float:
+    """A rate (`..._per_s...`) must be positive (an optional one may be 0:
+    not measured), a time must not be negative."""
+    v = checks.number(key, value)
+    if "_per_s" in key and not (key in OPTIONAL_NUMBERS and v == 0):
+        return checks.positive(key, v)
+    return checks.non_negative(key, v)
+
+
+def _entry(entry, required: tuple, optional: tuple = ()) -> dict:
+    if not isinstance(entry, dict) or not set(required) <= set(entry) <= set(required) | set(optional):
+        extra = f" (optional: {', '.join(optional)})" if optional else ""
+        raise checks.CheckError(f"needs exactly {', '.join(required)}{extra}")
+    return entry
+
+
+def _count(key, v):
+    return checks.positive(key, checks.integer(key, v))
+
+
+def _positive(key, v):
+    return checks.positive(key, checks.number(key, v))
+
+
+def _non_negative(key, v):
+    return checks.non_negative(key, checks.number(key, v))
+
+
+def _one_of(*options, none: bool = False):
+    return lambda key, v: None if none and v is None else checks.choice(key, v, options)
+
+
+_MEMORY = _one_of(N.PAGEABLE, N.PINNED)
+_DIRECTION = _one_of("h2d", "d2h")
+
+
+def _point(entry, cls, spec: dict, optional: dict):
+    """A table's point of type `cls`: the entry holds exactly spec's keys
+    (any of `optional`'s too: key -> its default), each checked by its
+    function, in spec's order."""
+    entry = _entry(entry, tuple(k for k in spec if k not in optional), tuple(optional))
+    return cls(**{k: check(k, entry.get(k, optional[k]) if k in optional else entry[k]) for k, check in spec.items()})
+
+
+def _as_is(key, v):
+    return v
+
+
+_LAUNCH_FACTOR = (LaunchFactor, {"hidden": _count, "batch": _count, "factor": _positive}, {})
+# each table's point: its type, its keys' checks (in the order they run) and its optional keys' defaults
+_POINTS = {
+    "gemm_flops_per_s": (GemmRate, {"m": _count, "n": _count, "k": _count, "precision": _one_of(*PRECISION_NAMES),
+                                    "kernel": _one_of(*N.GEMM_KERNELS), "flops_per_s": _positive},
+                         {"kernel": N.CUBLAS}),
+    "allreduce_s": (CollectivePoint, {"comm": _one_of(*N.COLLECTIVE_LIBS), "procs": _count, "bytes": _count,
+                                      "s": _positive, "memory": _one_of(N.PINNED, N.PAGEABLE)}, {"memory": N.PINNED}),
+    "collective_wait_s": (WaitPoint, {"procs": _count, "s": _non_negative,
+                                      "memory": _one_of(N.PAGEABLE, N.PINNED, none=True)}, {"memory": None}),
+    "host_dispatch_s": (DispatchPoint, {"procs": _count, "launch_s": _positive, "trace_phase_s": _non_negative}, {}),
+    "copy_aggregate_bytes_per_s": (SharedCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY,
+                                                     "bytes_per_s": _positive}, {}),
+    "d2d_copy_s": (CopyPoint, {"bytes": _count, "s": _positive}, {}),
+    # the staging figures are checked once the point is (_host_copy_staging)
+    "host_copy_s": (HostCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY, "bytes": _count,
+                                    "s": _positive, "buffer": _one_of("rotating", "reduced", "cached"),
+                                    "ahead_s": _as_is, "blocks": _as_is, "ahead_delay_s": _as_is},
+                    {"buffer": "rotating", "ahead_s": None, "blocks": True, "ahead_delay_s": None}),
+    "launch_size_factor": _LAUNCH_FACTOR,
+    "pageable_launch_factor": _LAUNCH_FACTOR,
+    "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"),
+                                   "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE), "bytes": _count, "s": _positive,
+                                   "loop_s": _positive}, {}),
+}
+
+
+def _host_copy_staging(point: HostCopyPoint) -> HostCopyPoint:
+    ahead, blocks, delay = point.ahead_s, point.blocks, point.ahead_delay_s
+    if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
+        return point
+    if (point.direction, point.memory) != (N.HOST_TO_DEVICE, N.PAGEABLE):
+        raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
+    if not isinstance(blocks, bool):
+        raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
+    ahead = None if ahead is None else _non_negative("ahead_s", ahead)
+    if delay is not None:
+        if ahead is None or not blocks:
+            raise checks.CheckError("ahead_delay_s is for a copy that blocks, with its ahead_s")
+        delay = _non_negative("ahead_delay_s", delay)
+    return replace(point, ahead_s=ahead, blocks=blocks, ahead_delay_s=delay)
+
+
+def _spread_point(entry) -> SpreadPoint:
+    entry = _entry(entry, ("source", "ratios"))
+    ratios = entry["ratios"]
+    if not isinstance(ratios, list) or len(ratios) < 2:
+        raise checks.CheckError(f"ratios must be a list of at least 2 numbers, got {ratios!r}")
+    return SpreadPoint(checks.choice("source", entry["source"], SPREAD_SOURCES),
+                       tuple(sorted(_positive(f"ratios[{i}]", r) for i, r in enumerate(ratios))))
+
+
+def _kernel_time(entry) -> KernelTime:
+    entry = _entry(entry, ("kernel", "shape", "precision", "s"))
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not shape:
+        raise checks.CheckError(f"shape must be a non-empty list of sizes, got {shape!r}")
+    return KernelTime(checks.choice("kernel", entry["kernel"], OWN_KERNELS.values()),
+                      tuple(_count(f"shape[{i}]", n) for i, n in enumerate(shape)),
+                      checks.choice("precision", entry["precision"], PRECISION_NAMES), _positive("s", entry["s"]))
+
+
+def _table_entry(key: str, entry):
+    if key == "spread":
+        return _spread_point(entry)
+    if key == "kernel_s":
+        return _kernel_time(entry)
+    point = _point(entry, *_POINTS[key])
+    return _host_copy_staging(point) if key == "host_copy_s" else point
+
+
+def check_scalars(data) -> dict:
+    """The file's keys known, the required ones present, and every value
+    that is not a table checked: Machine's fields but the tables and path."""
+    if not isinstance(data, dict):
+        raise checks.CheckError(f"expected a mapping of keys, got {type(data).__name__}")
+    known = ({f.name for f in fields(Machine)} - {"path"}) | RETIRED
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise checks.CheckError(f"unknown key {unknown[0]}")
+    for key in ("name", "source", *_NUMERIC):
+        if key not in data or data[key] is None:
+            raise checks.CheckError(f"missing key {key}")
+    values = {key: checks.string(key, data[key], non_empty=True) for key in ("name", "source")}
+    for key in _NUMERIC:
+        values[key] = _rate_or_time(key, data[key])
+    for key in OPTIONAL_NUMBERS:
+        values[key] = _rate_or_time(key, data.get(key, 0.0))
+    if "gpus" in data:
+        values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
+    values["date"] = str(data.get("date", ""))
+    names = data.get("device_names") or []
+    if not isinstance(names, list):
+        raise checks.CheckError("device_names must be a list")
+    values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
+                                   for i, n in enumerate(names))
+    for key in TABLES:
+        if not isinstance(data.get(key) or [], list):
+            raise checks.CheckError(f"{key} must be a list")
+    return values
+
+
+# one time per point: interpolation needs distinct sizes
+_POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision), "spread": lambda s: (s.source,),
+              "host_copy_s": lambda c: (c.procs, c.direction, c.memory, c.buffer, c.bytes),
+              "prefetch_s": lambda q: (q.exec, q.source, q.bytes)}
+
+
+def check_tables(data: dict) -> dict:
+    """Every table's entries checked (messages name the table and entry),
+    none repeating another's point where interpolation needs distinct ones."""
+    values = {}
+    for key in TABLES:
+        rows = []
+        for i, entry in enumerate(data.get(key) or []):
+            try:
+                rows.append(_table_entry(key, entry))
+            except checks.CheckError as e:
+                raise checks.CheckError(f"{key}[{i}] {e}") from None
+        values[key] = tuple(rows)
+    for key, point in _POINT_KEY.items():
+        seen = {}
+        for i, row in enumerate(values[key]):
+            first = seen.setdefault(point(row), i)
+            if first != i:
+                what = " ".join(str(list(x)) if isinstance(x, tuple) else str(x) for x in point(row))
+                raise checks.CheckError(f"{key}[{i}] repeats {key}[{first}] ({what})")
+    return values
 
 
 def machine_from_mapping(data, where: str) -> Machine | CpuMachine:

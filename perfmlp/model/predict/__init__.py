@@ -37,10 +37,10 @@ batch to the stream), batch.py (predict_batch, the sum).
 """
 from .batch import predict_batch
 from .exchange import allreduce_s, gradient_buckets, overlap_pipeline, ring_allreduce_s, staging_memory
-from .execution import graph_refusal, resolve_comm, resolve_exec
+from .execution import (default_trace_level, graph_refusal, resolve_comm, resolve_exec, trace_cost, trace_detail,
+                        trace_words, traced_phases)
 from .terms import TERM_GROUP, TERMS, Prediction
 from .timeline import Item, Step, graph_loop_host_s, launch_host_s, timeline_batch_s
-from .tracing import default_trace_level, trace_cost, trace_detail, trace_words, traced_phases
 from ...names import GROUPS, TRACE_LEVELS, UNTRACED
 
 __all__ = ["predict_batch", "allreduce_s", "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory",

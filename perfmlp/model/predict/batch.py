@@ -7,11 +7,10 @@ from ..machine import Machine
 from .compute import step_compute
 from .copies import batch_copies
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
-from .execution import resolve_exec
+from .execution import resolve_exec, trace_cost, trace_detail, traced_phases
 from .schedule import schedule_change
 from .terms import COMPUTE_TERMS, TERMS, Prediction
 from .timeline import Step, launch_host_s, step_items, timeline_batch_s
-from .tracing import trace_cost, trace_detail, traced_phases
 from ... import names as N
 
 

@@ -2,39 +2,22 @@
 collectives per step, the predicted time per batch, and which strategy wins
 where (docs/model.md, "Strategies", derives them).
 
-Strategies (`run --parallel`, with `--comm` for the library):
-- data: the batch split over p ranks, the whole gradient buffer allreduced
-  (perfmlp/model/predict); with `--comm ps` / `ps-nccl` the parameter server:
-  the buffer reduced to rank 0, updated there, parameters broadcast.
-- model: every rank holds the whole batch and a shard of every weight
-  matrix (`layer_splits`); activations are combined inside the step.
+- data: the batch split over p ranks, the gradient buffer allreduced; with
+  `--comm ps` / `ps-nccl` the parameter server (reduce to rank 0, update
+  there, broadcast the parameters).
+- model: every rank holds the whole batch and a shard of every weight matrix.
 - hybrid: a p = p_data x p_model grid; rank r sits at (d, m) = divmod(r,
   p_model): a model group per row, a data group per column.
 
-Layer splits over a model group (layer l = 1..L): odd l by rows ("row",
-the input whole, the output the rank's own rows); even l by columns
-("col", the input the rows the layer below left, the output a partial sum:
-one allreduce of n_l x b before the bias, which the output layer adds on
-the group's first rank only); an output layer that would be split by rows
-is replicated ("rep"). Backward, a row layer l > 1 produces a partial sum
-of dA_{l-1}: one allreduce of n_{l-1} x b. A shard is therefore a plain
-network (D, own_1, n_2, own_3, ..., C) (`shard_sizes`), run with the same
-kernels. Collectives over a group of one rank are not called.
-
-Execution modes as data parallelism's: with NCCL (and ps-nccl) the whole
-step, the model group's allreduces included, is one CUDA graph; the staged
-and host exchanges need the host inside the step, so they run eagerly
-(predict/execution.py: graph_refusal, resolve_exec).
-
-The modules: grid.py (the grid, the layer splits, the shards), counts.py
-(each rank's counts and collectives, the closed forms), prediction.py (the
-time per batch, the phases a batch records), choice.py (the candidates,
-the fastest, crossovers), summary.py (one configuration for the CLI).
+Over a model group, odd layers are split by rows and even ones by columns
+(a partial sum: one allreduce of n_l x b); an output layer that would be
+split by rows is replicated. Backward, a row layer l > 1 allreduces its
+partial dA_{l-1}. A shard is a plain network (`shard_sizes`) run with the
+same kernels. Execution modes as data parallelism's (predict/execution.py).
 """
-from .choice import Strategy, best_strategy, crossover_batch, label
-from .counts import closed_form_bytes, rank_collectives, rank_counts, step_bytes
-from .grid import DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, check_shard, coords, grid, layer_splits, shard_sizes
-from .prediction import predict_strategy, step_phases, strategy_exec
+from .counts import (DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, check_shard, closed_form_bytes, coords, grid,
+                     layer_splits, rank_collectives, rank_counts, shard_sizes, step_bytes)
+from .prediction import Strategy, best_strategy, crossover_batch, label, predict_strategy, step_phases, strategy_exec
 from .summary import format_strategy, strategy_summary
 
 __all__ = ["Strategy", "best_strategy", "crossover_batch", "label", "closed_form_bytes", "rank_collectives",

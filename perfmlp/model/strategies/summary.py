@@ -6,10 +6,8 @@ from ..costs import itemsize as itemsize_of
 from ..interval import interval, interval_json
 from ..machine import Machine
 from ..predict import trace_words
-from .choice import best_strategy, label
-from .counts import rank_counts
-from .grid import DEVICE_COMMS, check_shard, grid, layer_splits
-from .prediction import predict_strategy, step_phases, strategy_exec
+from .counts import DEVICE_COMMS, check_shard, grid, layer_splits, rank_counts
+from .prediction import best_strategy, label, predict_strategy, step_phases, strategy_exec
 from ... import names as N
 
 SCHEMA = "perfmlp.model.strategy/1"
