@@ -31,8 +31,7 @@ class Machines:
 
 
 def shipped_machines() -> list[Machine]:
-    """Every shipped machine file that loads (a broken one is passed over),
-    read once per process (the files ship with the package)."""
+    """Every shipped machine file that loads (a broken one is passed over), read once per process."""
     return list(_shipped(tuple(str(f) for f in machine_files())))
 
 
@@ -58,11 +57,9 @@ def shipped_cpu() -> CpuMachine | None:
 
 
 def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
-    """The datasheet and the calibrated file (if any) for the GPU most of
-    `runs` saw (each has a `gpu` attribute: its device name, or None on a
-    CPU); `machine_arg` replaces the one of its kind. Where some ran on a
-    CPU, `cpu` is a CPU file: the one named, else the shipped one whose
-    cores are nearest this machine's."""
+    """The datasheet and calibrated file (if any) for the GPU most of `runs`
+    saw (`run.gpu`, None on a CPU), and where some ran on a CPU the CPU file
+    nearest this machine's cores; `machine_arg` replaces the one of its kind."""
     runs = list(runs)
     gpus = [r.gpu for r in runs if r.gpu]
     gpu = statistics.mode(gpus) if gpus else None

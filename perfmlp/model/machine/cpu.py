@@ -1,7 +1,5 @@
-"""A CPU machine file (`backend: numpy`): the same form as a GPU file, with
-the figures a NumPy step spends (fields.py declares each, machine class
-CPU). Loaded into a CpuMachine, a read-only mapping that
-model/predict/cpu.py prices with; the checks name the file and key."""
+"""A CPU machine file (`backend: numpy`, fields.py's CPU class) checked into a
+CpuMachine, the read-only mapping model/predict/cpu.py prices with."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,8 +23,7 @@ PRECISIONS = (N.FLOAT32, N.FLOAT64)
 
 @dataclass(frozen=True)
 class CpuMachine:
-    """A CPU file's checked values; `machine[key]` and `machine.get(key)`
-    read them as model/predict/cpu.py does."""
+    """A CPU file's checked values, read as `machine[key]` and `machine.get(key)`."""
     name: str
     source: str
     path: str
@@ -81,8 +78,7 @@ def _scalar(key: str, value):
 
 
 def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
-    """The CpuMachine a `backend: numpy` mapping describes; CheckError
-    (one line) for an unknown key, a missing required one or a bad value."""
+    """The CpuMachine a `backend: numpy` mapping describes; CheckError for a bad key or value."""
     unknown = sorted(set(data) - set(CPU_KEYS) - {"path"})
     if unknown:
         raise checks.CheckError(f"unknown key {unknown[0]} for a CPU machine file")

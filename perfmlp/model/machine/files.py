@@ -35,8 +35,7 @@ _NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name
 
 
 def _rate_or_time(key: str, value) -> float:
-    """A rate (`..._per_s...`) must be positive (an optional one may be 0:
-    not measured), a time must not be negative."""
+    """A rate must be positive (an optional one may be 0), a time not negative."""
     v = checks.number(key, value)
     if "_per_s" in key and not (key in OPTIONAL_NUMBERS and v == 0):
         return checks.positive(key, v)
@@ -71,9 +70,8 @@ _DIRECTION = _one_of("h2d", "d2h")
 
 
 def _point(entry, cls, spec: dict, optional: dict):
-    """A table's point of type `cls`: the entry holds exactly spec's keys
-    (any of `optional`'s too: key -> its default), each checked by its
-    function, in spec's order."""
+    """A table's point of type `cls`: exactly spec's keys (`optional`'s may be left to their
+    defaults), each checked by its function in spec's order."""
     entry = _entry(entry, tuple(k for k in spec if k not in optional), tuple(optional))
     return cls(**{k: check(k, entry.get(k, optional[k]) if k in optional else entry[k]) for k, check in spec.items()})
 
@@ -154,8 +152,7 @@ def _table_entry(key: str, entry):
 
 
 def check_scalars(data) -> dict:
-    """The file's keys known, the required ones present, and every value
-    that is not a table checked: Machine's fields but the tables and path."""
+    """Every key known, the required ones present, every value but the tables checked."""
     if not isinstance(data, dict):
         raise checks.CheckError(f"expected a mapping of keys, got {type(data).__name__}")
     known = ({f.name for f in fields(Machine)} - {"path"}) | RETIRED
@@ -191,8 +188,7 @@ _POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision), "spread": 
 
 
 def check_tables(data: dict) -> dict:
-    """Every table's entries checked (messages name the table and entry),
-    none repeating another's point where interpolation needs distinct ones."""
+    """Every table's entries checked, none repeating another's point where interpolation needs distinct ones."""
     values = {}
     for key in TABLES:
         rows = []
@@ -213,8 +209,7 @@ def check_tables(data: dict) -> dict:
 
 
 def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
-    """The Machine a mapping of keys describes (`where`: the file, for
-    messages); a CpuMachine for a CPU file (`backend: numpy`)."""
+    """The Machine (CpuMachine for `backend: numpy`) a mapping describes; `where` names it in errors."""
     try:
         if is_cpu_file(data):
             return cpu_machine_from_mapping(data, where)
@@ -224,9 +219,7 @@ def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
 
 
 def machine_files() -> list[Traversable]:
-    """The machine files shipped with the package (models/*.yaml), by name;
-    in a source checkout (this package beside a models/ folder), that
-    checkout's models/, whichever checkout an editable install points at."""
+    """The shipped machine files (models/*.yaml) by name; in a source checkout, its own models/."""
     folder = Path(__file__).resolve().parents[3] / "models"
     if not (folder / "__init__.py").is_file():
         try:
@@ -238,8 +231,7 @@ def machine_files() -> list[Traversable]:
 
 
 def resolve_machine_path(name_or_path) -> Path | Traversable:
-    """A file as given (a path ending in .yaml/.yml or that exists, or one of
-    machine_files()), else the shipped machine file `<name>.yaml`."""
+    """A file as given (a .yaml/.yml path, an existing one, or a machine_files() entry), else `<name>.yaml`."""
     if name_or_path is None:
         name_or_path = DEFAULT_MACHINE
     if not isinstance(name_or_path, (str, Path)):

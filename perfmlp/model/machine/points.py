@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ... import names as N
 
-# the sources of a file's figures whose measured spread it may record (model/interval.py), and
-# the model's own error, measured blind per execution mode (report/blind_spread.py)
+# the spread sources a file may record (model/interval.py), the model's own error per execution mode among them
 MODEL_ERROR_SOURCES = {N.EAGER: "model_eager", N.GRAPH: "model_graph"}
-# the same for steps whose batch is staged through pageable host memory (PAGEABLE_TRANSFERS), where a file
-# has it; the ones above are then the other transfers' (resident, pinned, prefetched from pinned memory)
+# the same for steps whose batch is staged through pageable memory, where a file has it
 PAGEABLE_MODEL_ERROR_SOURCES = {N.EAGER: "model_eager_pageable", N.GRAPH: "model_graph_pageable"}
 PAGEABLE_TRANSFERS = N.PAGEABLE_SOURCES
 MODEL_SOURCES = (*MODEL_ERROR_SOURCES.values(), *PAGEABLE_MODEL_ERROR_SOURCES.values())
@@ -28,10 +26,7 @@ class GemmRate:
 
 @dataclass(frozen=True)
 class CollectivePoint:
-    """One measured allreduce: `comm` over `procs` ranks of `bytes`, `s` seconds
-    (the slowest rank's median, the buffer cold as the trainer's is); host
-    MPI's through `memory` (the staged gradients' host buffer: pinned, or
-    pageable as the reference scheme's and the NumPy backend's are)."""
+    """One measured allreduce (the slowest rank's median, buffer cold); host MPI's through `memory`."""
     comm: str
     procs: int
     bytes: int
@@ -41,10 +36,8 @@ class CollectivePoint:
 
 @dataclass(frozen=True)
 class WaitPoint:
-    """Seconds the job loses per collective to the slowest of `procs` ranks:
-    `memory` None for equal GPU work (arrival jitter); with `memory`
-    (pageable, pinned), per step of the staged exchange through that memory,
-    beyond its parts each timed alone (calibrate.staged_wait)."""
+    """Seconds lost per collective to the slowest of `procs` ranks: arrival jitter (`memory`
+    None), or the staged exchange's through that memory beyond its parts timed alone."""
     procs: int
     s: float
     memory: str | None = None
@@ -52,9 +45,8 @@ class WaitPoint:
 
 @dataclass(frozen=True)
 class LaunchFactor:
-    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of
-    `batch`: per operation over the tiny step's (launch_size_factor), or
-    after pageable batch copies over without them (pageable_launch_factor)."""
+    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`
+    (launch_size_factor, pageable_launch_factor)."""
     hidden: int
     batch: int
     factor: float
@@ -62,11 +54,8 @@ class LaunchFactor:
 
 @dataclass(frozen=True)
 class PrefetchPoint:
-    """The trainer's step at a negligible size with its batch prefetched
-    (calibrate/pipeline.py) from `source` (prefetch: pinned memory;
-    prefetch-pageable: staged by the pipeline's threads) in `exec` mode,
-    pieces of `bytes`: seconds per batch (`s`) and the same loop's with the
-    batch resident, in the same rounds (`loop_s`)."""
+    """The tiny step with its batch prefetched from `source` in `exec` mode, pieces
+    of `bytes`: seconds per batch, and the same loop's with the batch resident."""
     exec: str
     source: str
     bytes: int
@@ -76,9 +65,7 @@ class PrefetchPoint:
 
 @dataclass(frozen=True)
 class DispatchPoint:
-    """The host's time per operation an eager step launches (`launch_s`)
-    and the tracer's per recorded phase (`trace_phase_s`), with `procs`
-    ranks launching at once: the slowest rank's, seconds."""
+    """Host seconds per launched operation and per traced phase, `procs` ranks at once (the slowest's)."""
     procs: int
     launch_s: float
     trace_phase_s: float
@@ -86,10 +73,7 @@ class DispatchPoint:
 
 @dataclass(frozen=True)
 class SharedCopyPoint:
-    """`procs` ranks, each with its own GPU, making one copy of a kind
-    (`direction`, host `memory`) at once after a barrier: the node's
-    aggregate bandwidth, bytes/s (procs x bytes over the slowest rank's
-    median time; pinned copies timed on the GPU, pageable on the host)."""
+    """The node's aggregate bandwidth while `procs` ranks (a GPU each) copy at once, bytes/s."""
     procs: int
     direction: str
     memory: str
@@ -98,17 +82,12 @@ class SharedCopyPoint:
 
 @dataclass(frozen=True)
 class HostCopyPoint:
-    """One host <-> device copy of `bytes` as the trainer makes it, `procs`
-    ranks (a GPU each) copying at once: the slowest rank's median seconds
-    (pinned: GPU time between CUDA events; pageable: the host's wall time).
-    `buffer`: "rotating" (a new slice of a large array every copy, as the
-    batch pieces) or "reduced" (the host buffer an MPI_Allreduce just wrote).
-    A pageable H2D point may say how the copy behaves queued behind GPU work
-    (the runtime stages it through pinned buffers; only the DMA waits for
-    the stream): `ahead_s`, the host's time on it before it needs the
-    stream (None: not measured); `blocks`, whether the call returns only
-    after the copy; for one that blocks, `ahead_delay_s`: behind queued work
-    w it hides min(ahead_s, max(0, w - ahead_delay_s)) (None: nothing)."""
+    """One host <-> device copy as the trainer makes it, `procs` ranks at once: the
+    slowest rank's median seconds. `buffer`: "rotating" (a new slice each copy)
+    or "reduced" (the buffer an MPI_Allreduce just wrote). A pageable H2D point
+    may say how it behaves queued behind GPU work: `ahead_s`, host time before it
+    needs the stream; `blocks`, the call returns only after the copy; for one
+    that blocks, behind queued work w it hides min(ahead_s, max(0, w - ahead_delay_s))."""
     procs: int
     direction: str
     memory: str
@@ -122,18 +101,14 @@ class HostCopyPoint:
 
 @dataclass(frozen=True)
 class CopyPoint:
-    """One device-to-device copy of `bytes` (a batch piece into a CUDA
-    graph's static inputs), GPU seconds per call queued back to back."""
+    """One device-to-device copy (into a graph's static inputs), GPU seconds per call."""
     bytes: int
     s: float
 
 
 @dataclass(frozen=True)
 class KernelTime:
-    """The GPU time of one of the trainer's own kernels (costs.OWN_KERNELS'
-    names) at `shape` (costs.kernel_shape: its first operation's shape as
-    the trainer records it), seconds per call with the calls queued back to
-    back as the GEMM rates are."""
+    """GPU seconds per call of an own kernel (costs.OWN_KERNELS) at `shape` (costs.kernel_shape)."""
     kernel: str
     shape: tuple[int, ...]
     precision: str
@@ -142,11 +117,8 @@ class KernelTime:
 
 @dataclass(frozen=True)
 class SpreadPoint:
-    """The measured spread of one source of the file's figures
-    (SPREAD_SOURCES): repeated measurements over their median, pooled over
-    the source's points, sorted (calibrate/spread.py; interval.py draws from
-    them); for the model's own error, measured over predicted times of
-    earlier blind tests (report/blind_spread.py)."""
+    """One source's measured spread: repeats over their median, pooled and sorted (interval.py
+    draws from them); the model's own error over earlier blind tests (report/blind_spread.py)."""
     source: str
     ratios: tuple[float, ...]
 
