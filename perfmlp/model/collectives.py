@@ -1,33 +1,16 @@
 """Collectives priced on a cluster (`cluster.py`): ring, double binary tree,
-hierarchical and in-switch all-reduce, the chain reduce and broadcast, and
-the best of them for a group of ranks (docs/model.md derives them).
+hierarchical and in-switch (NVLS) all-reduce, the chain reduce and
+broadcast, and the best of them for a group (docs/model.md tabulates and
+derives the formulas).
 
-Notation: n bytes, a group of g ranks, k of them in each of its N nodes
-(G GPUs a node). Bandwidths are line rate x efficiency: B a GPU's into the
-node's fabric, S the group's share of a node's network ports (nics x port
-rate x k / G: a grid's other groups exchange at the same time through the
-same ports). Latencies: `base` a collective, l_i (l_i^tree) a step inside
-a node, l_n (l_n^tree) a step across nodes (NCCL's own model's figures).
-
-- ring: 2(g-1) steps, 2(N-1) of them across nodes, the channels spread
-  over the ports (as NCCL builds them):
-      t = base + (2(g-1) - 2(N-1)) l_i + 2(N-1) l_n + 2(g-1)/g n / min(B, S)
-- tree: NCCL's double binary tree over the nodes, a chain inside each (a
-  node sends and receives 2n):
-      t = base + 2 ((k-1) l_i^tree + ceil(log2 N) l_n^tree) + 2 n / min(B, S)
-- hierarchical: reduce-scatter inside the node, the k shards all-reduced
-  across nodes at once, all-gather inside (the HKUST lecture's "hybrid"):
-      t = 3 base + 2 (k-1) l_i + 2(k-1)/k n / B + 2(N-1) l_n + 2(N-1)/N n / S
-- switch (NVLink SHARP, NCCL's NVLS; one node whose switch reduces): every
-  rank sends n and receives n/g more, at the link's rate times the switch's
-  efficiency:  t = l_switch + (1 + 1/g) n / (B e_switch)
-- reduce, broadcast (the parameter server): a pipelined chain, the buffer
-  crossing each link once: t = base + (g-N) l_i + (N-1) l_n + n / min(B, S).
-
-Where a term does not exist it drops: no B inside a node of one rank of the
-group, no S on one node. Not modelled: the LL and LL128 protocols (the
-Simple protocol's latencies throughout), the pipeline's ramp below a few
-hundred MB, NVLS across nodes, congestion beyond the ports.
+Notation: n bytes, a group of g ranks, k of them in each of its N nodes (G
+GPUs a node). B is a GPU's bandwidth into the node's fabric, S the group's
+share of its nodes' network ports (nics x rate x k / G: a grid's other
+groups use the same ports), both line rate x efficiency; `base` a
+collective's latency, l_i and l_n a step's inside and across nodes. A term
+that does not exist drops (no B for one rank a node, no S on one node).
+Not modelled: the LL and LL128 protocols, the pipeline's ramp, NVLS across
+nodes, congestion beyond the ports.
 """
 from __future__ import annotations
 
@@ -51,9 +34,7 @@ class Group:
 
 
 def group_of(cluster: Cluster, size: int, stride: int = 1) -> Group:
-    """The group of `size` ranks r0, r0 + stride, ... on a cluster whose
-    nodes are filled in rank order (a model group: stride 1; a hybrid grid's
-    data group: stride p_model)."""
+    """The group of `size` ranks r0, r0 + stride, ... on nodes filled in rank order."""
     G = cluster.gpus_per_node
     per_node = max(1, min(size, G // stride)) if stride <= G else 1
     return Group(size, per_node)
@@ -70,6 +51,7 @@ def _bandwidth(cluster: Cluster, group: Group) -> float:
 
 
 def ring_s(cluster: Cluster, nbytes: float, group: Group) -> float:
+    """base + (2(g-1) - 2(N-1)) l_i + 2(N-1) l_n + 2(g-1)/g n / min(B, S)."""
     g, N = group.size, group.nodes
     cross = 2 * (N - 1)
     lat = cluster.base_latency_s + (2 * (g - 1) - cross) * cluster.intra.latency_s + cross * cluster.inter.latency_s
@@ -77,6 +59,7 @@ def ring_s(cluster: Cluster, nbytes: float, group: Group) -> float:
 
 
 def tree_s(cluster: Cluster, nbytes: float, group: Group) -> float:
+    """base + 2((k-1) l_i^tree + ceil(log2 N) l_n^tree) + 2n / min(B, S)."""
     k, N = group.per_node, group.nodes
     lat = cluster.base_latency_s + 2 * ((k - 1) * cluster.intra.tree_latency_s
                                         + math.ceil(math.log2(N)) * cluster.inter.tree_latency_s)
@@ -84,7 +67,7 @@ def tree_s(cluster: Cluster, nbytes: float, group: Group) -> float:
 
 
 def hierarchical_s(cluster: Cluster, nbytes: float, group: Group) -> float | None:
-    """None where it is the ring (one node, or one rank a node)."""
+    """3 base + 2(k-1) l_i + 2(k-1)/k n / B + 2(N-1) l_n + 2(N-1)/N n / S; None on one node or one rank a node."""
     k, N = group.per_node, group.nodes
     if k <= 1 or N <= 1:
         return None
@@ -96,7 +79,7 @@ def hierarchical_s(cluster: Cluster, nbytes: float, group: Group) -> float | Non
 
 
 def switch_s(cluster: Cluster, nbytes: float, group: Group) -> float | None:
-    """None where the switch cannot reduce: no switch reduction, or the group spans nodes."""
+    """l_switch + (1 + 1/g) n / (B e_switch); None where the switch cannot reduce (or spans nodes)."""
     if not cluster.switch_reduction or group.nodes > 1 or group.size <= 1:
         return None
     g = group.size
@@ -108,8 +91,7 @@ _ALLREDUCE = {"ring": ring_s, "tree": tree_s, "hierarchical": hierarchical_s, "s
 
 
 def allreduce_s(cluster: Cluster, nbytes: float, group: Group, algorithm: str) -> float | None:
-    """Seconds of one all-reduce of nbytes over `group` by `algorithm`; 0 on
-    one rank; None where the algorithm does not apply to the group."""
+    """Seconds of one all-reduce by `algorithm`; 0 on one rank; None where it does not apply."""
     if algorithm not in _ALLREDUCE:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if group.size <= 1 or nbytes <= 0:
@@ -124,15 +106,14 @@ def allreduce_times(cluster: Cluster, nbytes: float, group: Group) -> dict[str, 
 
 
 def best_allreduce(cluster: Cluster, nbytes: float, group: Group) -> tuple[str, float]:
-    """(algorithm, seconds) of the fastest all-reduce for the group (ties:
-    the first of ALGORITHMS)."""
+    """(algorithm, seconds) of the fastest all-reduce for the group (ties: ALGORITHMS' order)."""
     times = allreduce_times(cluster, nbytes, group)
     best = min(times, key=lambda a: (times[a], ALGORITHMS.index(a)))
     return best, times[best]
 
 
 def chain_s(cluster: Cluster, nbytes: float, group: Group) -> float:
-    """A pipelined chain's reduce or broadcast (module docstring); 0 on one rank."""
+    """A pipelined chain's reduce or broadcast: base + (g-N) l_i + (N-1) l_n + n / min(B, S); 0 on one rank."""
     if group.size <= 1 or nbytes <= 0:
         return 0.0
     g, N = group.size, group.nodes
@@ -141,6 +122,5 @@ def chain_s(cluster: Cluster, nbytes: float, group: Group) -> float:
 
 
 def bus_bytes_per_s(nbytes: float, procs: int, seconds: float) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce: algbw x 2(p-1)/p, algbw = bytes / time
-    (nccl-tests doc/PERFORMANCE.md)."""
+    """nccl-tests' bus bandwidth of an all-reduce: bytes / time x 2(p-1)/p."""
     return nbytes / seconds * 2 * (procs - 1) / procs

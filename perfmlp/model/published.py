@@ -1,29 +1,17 @@
 """The published-time solver: what the model says of a reference's published
-times per batch, which terms explain them, and what each unknown would have
-to be (docs/model.md, "The published times"; the report's section puts the
-results into words).
+times per batch and what each unknown would have to be (docs/model.md, "The
+published times"; the report's section words the results).
 
-The reference (a study: report/study.py's Study, or anything with its
-layer_sizes, batch_size, precision, scheme {comm, batch_transfer, exec,
-gemm} and reference_ms_per_batch {p: ms}) names the published times, the
-reference GPU's machine file (datasheet figures only) and its scheme (its
-own GEMM kernel, pageable copies, gradients through host MPI). Computed for
-that scheme, untraced:
-1. the model's terms on the datasheet file, where the reference's kernel has
-   no rate and is priced at the peak;
-2. the same with that kernel's rates measured on a calibrated GPU, scaled to
-   the reference GPU by the two datasheets' fp32 peak ratio (and, as the
-   other bound, their memory-bandwidth ratio: scaled_kernels);
-3. per p, the value one unknown alone would need to give the published time,
-   everything else as the datasheet file says: the kernel's GEMM rate (one
-   rate for every shape), the pageable copy bandwidth, the MPI bandwidth
-   (unknowns_alone);
-4. one explanation of all p: the GEMM rate that gives p = 1 (no allreduce
-   there), then the MPI latency and bandwidth that, with that rate, give the
-   other p (the ring model, alpha-beta, solved from the allreduce time each p
-   leaves: explain), set beside the study's assumed networks.
-Every implied value is solved on predict_batch itself (bisection on the
-predicted total), so putting it back reproduces the published time.
+The reference (a study, or anything with its layer_sizes, batch_size,
+precision, scheme and reference_ms_per_batch {p: ms}) is priced for its
+scheme, untraced: 1. on the datasheet file (its kernel at the peak); 2. with
+that kernel's rates measured on a calibrated GPU, scaled by the datasheets'
+fp32 peak ratio and memory-bandwidth ratio (scaled_kernels); 3. per p, the
+value one unknown alone would need, the rest as the datasheet says
+(unknowns_alone); 4. one explanation of all p: the GEMM rate that gives the
+smallest p, then the ring's MPI latency and bandwidth through the allreduce
+time each other p leaves (explain). Every implied value is solved on
+predict_batch itself, so putting it back reproduces the published time.
 """
 from __future__ import annotations
 
@@ -42,9 +30,7 @@ ONE_CONSTANT = 1.5   # an unknown whose implied values over p stay within this f
 # ---- the model with one number changed --------------------------------------------------
 
 def reference_prediction(machine: Machine, study, procs: int, gemm: str | None = None) -> Prediction:
-    """The model's time per batch of the reference's scheme on `machine`
-    (`gemm`: another GEMM kernel than the scheme's). The reference's step
-    runs every product as a GEMM: no fused output backward."""
+    """The model's time per batch of the reference's scheme (every product a GEMM) on `machine`."""
     sc = study.scheme
     return predict_batch(machine, study.layer_sizes, study.batch_size, procs, study.precision, sc["comm"],
                          sc["batch_transfer"], exec_mode=sc["exec"], gemm=gemm or sc["gemm"],
@@ -78,9 +64,8 @@ def with_mpi(machine: Machine, alpha_s: float, bw_bytes_per_s: float) -> Machine
 
 
 def solve(f, target: float, lo: float, hi: float, rel: float = 1e-9) -> float | None:
-    """x in [lo, hi] (both > 0) with f(x) = target for f monotone and
-    continuous, by bisection on log x; None when f(lo) and f(hi) do not
-    bracket the target."""
+    """x in [lo, hi] (both > 0) with f(x) = target for monotone f, by bisection on log x;
+    None when f(lo) and f(hi) do not bracket the target."""
     f_lo, f_hi = f(lo) - target, f(hi) - target
     if f_lo == 0:
         return lo
@@ -130,9 +115,8 @@ def implied_mpi_bw(machine: Machine, study, procs: int, target_s: float) -> floa
 
 
 def ring_fit(times_s: dict[int, float], nbytes: int) -> tuple[float, float] | None:
-    """(alpha_s, bw_bytes_per_s) of the host ring allreduce, 2(p-1) alpha +
-    2(p-1)/p n / bw, through the allreduce times per p (exact for two p,
-    least squares for more); None unless both come out positive."""
+    """(alpha_s, bw_bytes_per_s) of 2(p-1) alpha + 2(p-1)/p n / bw through the times per p
+    (least squares); None unless both come out positive."""
     rows = [(2 * (p - 1), 2 * (p - 1) / p * nbytes, t) for p, t in times_s.items() if p > 1]
     if len(rows) < 2:
         return None
@@ -163,7 +147,7 @@ class Explanation:
 
 
 def explain(machine: Machine, study) -> Explanation:
-    """One explanation of every published time (see the module docstring, 4)."""
+    """One explanation of every published time (the module docstring's 4)."""
     pub = {p: t * 1e-3 for p, t in study.reference_ms_per_batch.items()}
     p0 = min(pub)
     rate = implied_gemm_rate(machine, study, p0, pub[p0])
@@ -197,9 +181,7 @@ def gemm_effective(pred: Prediction, study, procs: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class ScaledKernels:
-    """The reference's kernels as measured on a calibrated GPU, scaled to the
-    reference GPU by the datasheets' fp32 peak ratio (`flop`) and their
-    memory-bandwidth ratio (`bw`)."""
+    """The reference's kernels measured on a calibrated GPU, scaled by the fp32 peak and bandwidth ratios."""
     measured: Machine          # the calibrated file the rates come from
     flop_ratio: float
     bw_ratio: float
@@ -208,8 +190,7 @@ class ScaledKernels:
 
 def scaled_kernels(ref: Machine, calibrated: Machine | None, datasheet: Machine,
                    precision: str) -> ScaledKernels | None:
-    """The reference kernels the calibrated file has rates for, scaled; None
-    without a calibrated file, or where its GPU is the reference's."""
+    """The reference kernels the calibrated file has rates for, scaled; None without one, or on the same GPU."""
     if calibrated is None or datasheet.name == ref.name:
         return None
     flop_ratio = ref.peak_flops_per_s(precision) / datasheet.peak_flops_per_s(precision)
@@ -222,9 +203,7 @@ def scaled_kernels(ref: Machine, calibrated: Machine | None, datasheet: Machine,
 
 @dataclasses.dataclass(frozen=True)
 class KernelRate:
-    """One reference kernel at the smallest p's shapes: its effective GEMM
-    rate (the step's GEMM FLOPs over their time) as measured, and scaled
-    both ways, with the model's time per batch for each scaling."""
+    """One reference kernel's effective GEMM rate as measured and scaled both ways, with the time per batch."""
     kernel: str
     measured_flops_per_s: float
     flop_scaled_flops_per_s: float
@@ -248,8 +227,7 @@ def kernel_rates(scaled: ScaledKernels, study, procs: int) -> list[KernelRate]:
 
 @dataclasses.dataclass(frozen=True)
 class Unknown:
-    """What one unknown alone would have to be at each p (None: no value
-    gives that p), beside the datasheet file's value."""
+    """What one unknown alone would have to be at each p (None: no value gives it), and the file's value."""
     key: str                   # gemm, copy, mpi
     values: dict               # p -> the implied value, or None
     file_value: float
@@ -275,8 +253,7 @@ class Unknown:
 
 
 def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
-    """The GEMM rate of the reference's kernel, its copy bandwidth and the MPI
-    bandwidth, each alone, at every published p."""
+    """The GEMM rate, copy bandwidth and MPI bandwidth, each alone, at every published p."""
     pub = {p: study.reference_ms_per_batch[p] * 1e-3 for p in sorted(study.reference_ms_per_batch)}
     kernel = study.scheme["gemm"]
     mem = N.PAGEABLE if study.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
@@ -291,9 +268,7 @@ def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
 # ---- 4. the explanation beside the study's assumed networks -------------------------------
 
 def with_networks(ref: Machine, study, gemm_flops_per_s: float, networks) -> list[tuple[object, dict]]:
-    """(network, {p: predicted ms}) of the reference file with the implied
-    GEMM rate and each of `networks` (anything with mpi_alpha_s and
-    mpi_bw_bytes_per_s) as its host MPI."""
+    """(network, {p: predicted ms}) with the implied GEMM rate and each network's MPI alpha and bandwidth."""
     mg = with_gemm_rate(ref, study.scheme["gemm"], study.precision, gemm_flops_per_s)
     out = []
     for n in networks:

@@ -1,9 +1,6 @@
-"""The GPU time of the step's kernels (GEMMs at their rates, the trainer's
-own kernels measured or at memory bandwidth).
-
-A measured time (a GEMM rate, an own kernel's kernel_s) is a time per call
-of calls queued back to back eagerly, priced as it is in both execution
-modes; each kernel then adds the mode's gap (the kernel_gaps term)."""
+"""The GPU time of the step's kernels: GEMMs at their rates, the trainer's own
+kernels measured or at memory bandwidth, as measured in both execution modes;
+each kernel then adds the mode's gap (the kernel_gaps term)."""
 from __future__ import annotations
 
 from ..costs import OUTPUT_GRAD_COLS, kernel_name, kernel_shape, op_cost, step_kernels
@@ -11,9 +8,7 @@ from ..machine import Machine
 
 
 def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str) -> float:
-    """GPU time of one kernel: a GEMM's FLOPs over its rate; an own kernel's
-    calibrated time (kernel_s) where the machine has one, else its
-    operations' bytes over memory bandwidth."""
+    """GPU time of one kernel: a GEMM's FLOPs over its rate, else kernel_s or bytes over memory bandwidth."""
     name = kernel_name(kernel)
     if name == "gemm":
         (_, shape), = kernel
@@ -27,10 +22,8 @@ def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str)
 def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
                  fuse_output: bool, gap_s: float, output_grad_cols: int = OUTPUT_GRAD_COLS
                  ) -> tuple[float, float, dict[str, list[float]], int]:
-    """The step's kernels on a piece of b samples: (GEMM seconds, the other
-    kernels' seconds, phase -> each kernel's GPU time with the gap after it,
-    kernels). `split`: the weight gradients' GEMMs in row blocks of at most
-    that many bytes (the overlapped exchange), None for whole ones."""
+    """(GEMM seconds, other kernels' seconds, phase -> each kernel's time with its gap, kernels);
+    `split`: the weight gradients' GEMMs in row blocks of that many bytes (None: whole)."""
     gemm_s = other_s = 0.0
     phase_kernels: dict[str, list[float]] = {}
     for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output, output_grad_cols).items():

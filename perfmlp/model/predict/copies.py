@@ -5,21 +5,14 @@ from __future__ import annotations
 from ..machine import Machine
 from ... import names as N
 
-# The input pipeline (perfmlp/gpu/prefetch.py): the loop thread's host calls
-# per batch that order it (an event recorded and waited on; with a pinned
-# source the two copies and their stream's wait and record too; with a
-# pageable source the host thread's task handed over and joined instead).
+# The loop thread's host calls per batch that order the input pipeline (perfmlp/gpu/prefetch.py).
 PREFETCH_CALLS = {N.PREFETCH: 6, N.PREFETCH_PAGEABLE: 4}
 
 
 def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbytes: int,
                exec_mode: str = N.EAGER) -> float:
-    """Per batch, the prefetching pipeline's own time: its copies and, from a
-    pageable source, the host threads' staging of the piece's nbytes into
-    pinned memory, whichever is slower (each runs beside the other and the
-    step). The staging: the pace calibrated beside the `exec_mode` loop
-    (Machine.prefetch_pace: the threads wait for the loop's GIL), else the
-    threads' copy rate alone (Machine.stage_bw)."""
+    """The prefetching pipeline's own time per batch: its copies or, from a pageable source, its
+    threads' staging (the calibrated pace, else Machine.stage_bw), whichever is slower."""
     if batch_transfer != N.PREFETCH_PAGEABLE:
         return sum(copies)
     pace = machine.prefetch_pace(exec_mode, batch_transfer, nbytes)
@@ -28,10 +21,8 @@ def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbyte
 
 def batch_copies(machine: Machine, layer_sizes, b: int, act_bytes: int, batch_transfer: str,
                  procs: int, exec_mode: str = N.EAGER) -> tuple[list[float], list[tuple], float | None]:
-    """(seconds of each of the batch's copies, X and Y, at act_bytes an
-    element, none when resident or prefetched; for pageable ones the host's
-    staging of each ahead of the stream: (seconds, blocks, its ahead delay
-    or None); the prefetching pipeline's time, prefetch_s, or None)."""
+    """(seconds of each of X's and Y's copies, none resident or prefetched; pageable ones'
+    (ahead seconds, blocks, ahead delay); the prefetching pipeline's time or None)."""
     if batch_transfer == N.RESIDENT:
         return [], [], None
     mem = N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED

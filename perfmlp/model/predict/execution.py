@@ -9,13 +9,8 @@ from ... import names as N
 
 
 def graph_refusal(backend: str, parallel: str = "data", comm: str = N.NCCL) -> str | None:
-    """Why a step cannot run as CUDA graphs (the trainer's one-line error
-    for `--exec graph`), or None where it can. A graph needs the GPU, and
-    every part of the step that it holds must run without the host:
-    partitioned steps (model, hybrid) issue the model group's allreduces
-    inside the forward and backward passes, so they need NCCL; data
-    parallelism's staged exchange runs eagerly after a replay of forward to
-    backward, and the parameter server's with ps-nccl is all NCCL."""
+    """Why a step cannot run as CUDA graphs (the trainer's error for `--exec graph`), or None:
+    a graph needs the GPU, and partitioned steps need NCCL for their in-step allreduces."""
     if backend != N.CUPY:
         return f"--exec graph needs the cupy backend (this run is on {backend})"
     if parallel != N.DATA and comm != N.NCCL:
@@ -25,19 +20,15 @@ def graph_refusal(backend: str, parallel: str = "data", comm: str = N.NCCL) -> s
 
 
 def resolve_comm(comm: str, backend: str) -> str:
-    """The exchange that runs, for the trainer and a prediction made before
-    a run alike: `auto` is mpi-staged on the GPU (cupy), mpi on NumPy."""
+    """The exchange that runs: `auto` is mpi-staged on the GPU (cupy), mpi on NumPy."""
     if comm != "auto":
         return comm
     return "mpi" if backend == N.NUMPY else N.MPI_STAGED
 
 
 def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "data", comm: str = N.NCCL) -> str:
-    """The execution mode that runs, for the trainer (perfmlp/backend.py)
-    and the model alike: `auto` is CUDA graphs wherever the step can be
-    captured (graph_refusal: the cupy backend, and NCCL for a partitioned
-    step), else eager. The model describes GPU runs, so `backend` defaults
-    to cupy; the comm of host MPI (mpi, ps) is the NumPy backend's."""
+    """The execution mode that runs: `auto` is graph wherever graph_refusal allows, else eager
+    (host MPI's comm, mpi or ps, is the NumPy backend's)."""
     if exec_mode not in (None, "auto"):
         return exec_mode
     if comm in (N.MPI, N.PS):
@@ -45,11 +36,8 @@ def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "
     return "graph" if graph_refusal(backend, parallel, comm) is None else N.EAGER
 
 
-# What each tracer level (names.TRACE_LEVELS) costs a batch. Every level runs
-# the host hooks at each recorded phase (trace_phase_host_s, measured by
-# calibrate/host.py); only `phases` records a CUDA event at the end of each
-# (trace_event_s of GPU time: the tracing term). The CUPTI levels' own cost is
-# not calibrated: priced as counters, and detail["trace_uncalibrated"] says so.
+# What each tracer level costs a batch: every level runs the host hooks at each recorded phase; only
+# `phases` records a CUDA event (the tracing term). The CUPTI levels' own cost is not calibrated.
 @dataclass(frozen=True)
 class TraceCost:
     events: bool              # a CUDA event at the end of each recorded phase
@@ -70,8 +58,7 @@ def default_trace_level(exec_mode: str) -> str:
 
 
 def trace_cost(trace_level: str | None) -> TraceCost | None:
-    """A level's cost rule (None: untraced); a level the model does not
-    price is a one-line error."""
+    """A level's cost rule (None: untraced); an unknown level is an error."""
     if trace_level is None:
         return None
     if trace_level not in TRACE_COSTS:
@@ -87,8 +74,7 @@ def trace_words(level: str) -> str:
 
 
 def trace_detail(trace_level: str | None) -> dict:
-    """What a prediction's detail says of the tracer: its level, and what
-    of its cost is not priced (None: all of it is)."""
+    """A prediction's detail on the tracer: its level, and what of its cost is not priced."""
     cost = trace_cost(trace_level)
     return {"trace_level": trace_level or N.UNTRACED,
             "trace_uncalibrated": f"{cost.uncalibrated} ({trace_level} level), not calibrated"
@@ -96,7 +82,5 @@ def trace_detail(trace_level: str | None) -> dict:
 
 
 def traced_phases(comm: str, batch_transfer: str, exec_mode: str = N.EAGER) -> int:
-    """Phases a traced batch of data parallelism records (at the `phases`
-    level a CUDA event at the end of each): names.batch_phases in the
-    execution mode that runs."""
+    """Phases a traced batch of data parallelism records (names.batch_phases)."""
     return len(N.batch_phases(comm, batch_transfer, resolve_exec(exec_mode, comm=comm)))
