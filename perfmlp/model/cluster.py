@@ -1,16 +1,12 @@
-"""Cluster descriptions: `models/clusters/*.yaml` loaded into a frozen dataclass
-(docs/model.md, "Clusters", lists the keys).
+"""Cluster descriptions: `models/clusters/*.yaml` loaded into a frozen
+dataclass (docs/model.md, "Clusters", lists the keys).
 
-A cluster is nodes of `gpus_per_node` GPUs (each described by a machine
-file, `machine`), the link between the GPUs of a node (`intra_node`: a
-GPU's line rate a direction into the node's fabric; `switch_reduction`: the
-switch reduces, NVLink SHARP) and the network between nodes (`inter_node`:
-`nics_per_node` ports behind a non-blocking fat tree), each with its line
-rate, the fraction of it a collective gets (`efficiency`) and its latency a
-step; `base_latency_s` is a collective's fixed cost. The collectives priced
-on it are in `collectives.py`. Every figure names its source (`sources`,
-`intra_node.x` for a link's key): a figure without one is a one-line error
-naming the file and key, as an unknown, missing or bad value is.
+Nodes of `gpus_per_node` GPUs (a machine file, `machine`), the link inside
+a node (`intra_node`; `switch_reduction`: NVLink SHARP) and the network
+between nodes (`inter_node`: `nics_per_node` ports, a non-blocking fat
+tree), each with line rate, efficiency and latency a step. Every figure
+names its source (`sources`); a missing source, an unknown, missing or bad
+value is a one-line error naming the file and key.
 """
 from __future__ import annotations
 
@@ -31,9 +27,7 @@ class ClusterError(ValueError):
 
 @dataclass(frozen=True)
 class Link:
-    """A link kind: line rate a direction (a GPU's into the node's fabric, or
-    one network port), the fraction of it a collective moves data at, its
-    latency a ring step and a tree step."""
+    """A link: line rate a direction, the fraction a collective gets, latency a ring and a tree step."""
     kind: str
     bytes_per_s: float
     efficiency: float
@@ -157,8 +151,7 @@ def cluster_files() -> list:
 
 
 def load_cluster(name_or_path: str | Path) -> Cluster:
-    """The cluster in a file given by path (ending in .yaml or existing), or
-    shipped under a name (models/clusters/NAME.yaml)."""
+    """The cluster in a file given by path, or shipped under a name (models/clusters/NAME.yaml)."""
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml") and not p.exists():
         shipped = cluster_files()

@@ -1,19 +1,12 @@
 """The strategies projected onto a cluster (`cluster.py`): data, model and
-hybrid parallelism on 1 to 1,024 GPUs, each exchange priced by its best
-collective (`collectives.py`), strong and weak scaling, and which strategy
-wins where over (p, H, B).
+hybrid parallelism on 1 to 1,024 GPUs, each exchange by its best collective
+(`collectives.py`), strong and weak scaling, and which strategy wins where.
 
-A step on the cluster is rank 0's own step on its GPU (its shard and its
-piece of the batch, priced by the GPUs' machine file as one process: graph
-mode, resident data, as the trainer runs NCCL strategies, so no host copy
-and no exchange), then every collective the strategy's rank 0 calls
-(perfmlp/model/strategies rank_collectives), serialised as the trainer
-runs them. A model group is consecutive ranks (inside a node while it fits);
-a hybrid grid's data group is every p_model-th rank (one rank a node once
-p_model fills a node). The hybrid grid is the fastest of the powers of two
-p_model in [2, min(p/2, GPUs a node)] whose shard has at least one hidden
-unit a rank: model groups inside a node, as tensor parallelism is placed
-(its exchanges are on the critical path of every layer).
+A step is rank 0's own step on its GPU (graph mode, resident data, one
+process), then every collective its strategy calls, serialised. A model
+group is consecutive ranks (inside a node while it fits); a hybrid data
+group every p_model-th rank. The hybrid grid is the fastest power of two
+p_model in [2, min(p/2, GPUs a node)] whose shard keeps a hidden unit a rank.
 """
 from __future__ import annotations
 
@@ -33,8 +26,7 @@ PROCS = tuple(2 ** k for k in range(11))          # 1 .. 1,024 GPUs
 
 @dataclass(frozen=True)
 class Exchange:
-    """One collective of a step: its kind, bytes, ranks, the fastest
-    algorithm and its time, and every algorithm that applies (name -> s)."""
+    """One collective of a step, its fastest algorithm and every one that applies (name -> s)."""
     kind: str
     nbytes: int
     ranks: int
@@ -73,9 +65,7 @@ class ClusterStep:
 
 def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int, parallel: str = "data",
                  model_procs: int = 0, precision: str = "float32") -> ClusterStep:
-    """A strategy's predicted step on the cluster (module docstring); a
-    StrategyError where it cannot run (a shard without a hidden unit, more
-    data pieces than samples, more GPUs than the cluster has)."""
+    """A strategy's predicted step on the cluster; a StrategyError where it cannot run."""
     if procs > cluster.max_procs:
         raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.name}")
     p_data, p_model = grid(procs, parallel, model_procs)
@@ -102,8 +92,7 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
 
 
 def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[int]:
-    """The p_model a hybrid grid of `procs` can take: powers of two in
-    [2, procs/2], at most `per_node` (a model group inside a node)."""
+    """The p_model a hybrid grid of `procs` can take: powers of two in [2, procs/2], at most `per_node`."""
     out, m = [], 2
     while m <= min(procs // 2, per_node or procs):
         try:
@@ -117,9 +106,7 @@ def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[i
 
 def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
                    precision: str = "float32", left_out: dict | None = None) -> dict[str, ClusterStep]:
-    """Each strategy's step at this size, those that can run: data, model,
-    and the fastest hybrid grid. `left_out`, where given, receives each
-    strategy that cannot run -> why (the StrategyError's words)."""
+    """Each strategy's step that can run (the fastest hybrid grid); `left_out` receives the others' why."""
     out, why = {}, {}
     for parallel in ("data", "model"):
         try:
@@ -145,9 +132,7 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
 
 def scaling(cluster: Cluster, machine: Machine, layer_sizes, batch: int, weak: bool = False,
             procs_list=PROCS, precision: str = "float32") -> list[dict]:
-    """Rows of strong scaling (the batch fixed) or weak scaling (`batch`
-    samples a GPU): one per (p, strategy) that can run, with its time per
-    batch, its throughput, its speedup over one GPU and its collectives."""
+    """Rows of strong (the batch fixed) or weak scaling (`batch` a GPU), one per (p, strategy)."""
     rows = []
     one = None
     for p in procs_list:
@@ -167,8 +152,7 @@ def scaling(cluster: Cluster, machine: Machine, layer_sizes, batch: int, weak: b
 
 def crossover(cluster: Cluster, machine: Machine, hidden_sizes, batches, procs_list, input_size: int = 784,
               classes: int = 10, precision: str = "float32") -> list[dict]:
-    """Which strategy is fastest at each (H, B, p): rows with each
-    strategy's time per batch (ms; None where it cannot run) and the winner."""
+    """Which strategy is fastest at each (H, B, p), with each one's ms (None: cannot run)."""
     rows = []
     for H in hidden_sizes:
         for B in batches:
@@ -191,9 +175,7 @@ SCHEMA = "perfmlp.model.cluster/1"
 
 def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
                     precision: str = "float32") -> dict:
-    """Every strategy that can run at this size on the cluster, fastest
-    first, each exchange with its best collective and every algorithm's
-    time (schema in docs/model.md)."""
+    """Every strategy that can run at this size on the cluster, fastest first (schema in docs/model.md)."""
     if procs > cluster.max_procs:
         raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.path} "
                             f"({cluster.nodes} nodes of {cluster.gpus_per_node})")

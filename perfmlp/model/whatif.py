@@ -1,26 +1,13 @@
-"""The what-if solver: the time per batch a measured run would take with
-some of its configuration changed (`python -m perfmlp.whatif` is its
-command; the report's validation checks it against measured changes).
+"""The what-if solver: the time per batch a measured run would take with some
+of its configuration changed (`python -m perfmlp.whatif`).
 
-It starts from what the run measured: the slowest rank's median time of
-each phase group (perfmlp/names.py PHASE_GROUP) and the rest of its
-measured time per batch ("other": the median batch is not the sum of the
-phases' medians). The model predicts every term for the configuration that
-ran and for the changed one; a term whose prediction moves is affected. In
-each group:
-- no term affected: the measured time is kept;
-- every term affected (or the group gone, as the batch copy with resident
-  data): the model's new value replaces the measurement;
-- some affected: the measurement less the model's old value plus its new
-  value of each affected term.
-"other" (in an eager run, the host's time between phases) is kept, except
-when the change makes an eager run a replayed graph, which has none: then
-it is 0. So what the change does not touch is measured and what it touches
-is predicted. Both configurations are predicted at the trace level the run
-ran at (perfmlp/model/predict TRACE_COSTS).
-
-Pure: the measurement comes in as numbers (perfmlp/report/whatif.py reads
-them from a trace), the changes as checked values.
+From the run's measured phase groups (the slowest rank's medians) and the
+rest of its time ("other"), the model predicts every term for both
+configurations at the run's trace level; in each group, no term affected:
+kept as measured; every term affected (or the group gone): the model's new
+value; some: the measurement plus each affected term's change. "other" is
+kept, but 0 when the change makes an eager run a replayed graph. So what
+the change does not touch stays measured. Pure: numbers in, numbers out.
 """
 from __future__ import annotations
 
@@ -73,8 +60,7 @@ def slices_of(value) -> int | str:
 
 
 def resolve_slices(machine: Machine, s: Setting) -> Setting:
-    """`s` with slices `auto` made the count the model prices fastest, and
-    refused in one line where the trainer's GPU schedule does not run."""
+    """`s` with slices `auto` resolved, refused where the trainer's sliced schedule does not run."""
     if s.slices == 1:
         return s
     if s.comm != N.NCCL or s.precision == N.FP16 or s.overlap:
@@ -122,9 +108,7 @@ class WhatIf:
 
 
 def changed_setting(before: Setting, values: dict, procs: int | None = None) -> Setting:
-    """`before` with `values` (configuration keys, already converted by
-    perfmlp.config) and the process count applied. comm `auto` keeps the
-    run's; exec `auto` is resolve_exec's."""
+    """`before` with `values` (checked configuration keys) and the process count applied."""
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
         raise WhatIfError(f"--set {unknown[0]}: not a key a what-if can change (one of {', '.join(KEYS)})")
@@ -153,8 +137,7 @@ def affected_terms(before: Prediction, after: Prediction) -> tuple:
 
 def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: float, measured_groups_ms: dict,
             run_id: str = "") -> WhatIf:
-    """The changed configuration's time per batch from the run's measured
-    time per batch and groups (group -> ms, "other" the rest)."""
+    """The changed configuration's time per batch from the run's measured groups (ms)."""
     for s in (before, after):
         if s.comm not in COMMS:
             raise WhatIfError(f"comm {s.comm}: the what-if prices data parallelism with an allreduce "
@@ -168,9 +151,8 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
 
 
 def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
-    """The what-if with the slice count changed too: the model's change of
-    the step added to the exchange's group, not in place of it (the schedule
-    moves only how much of the measured exchange the compute hides)."""
+    """The what-if with the slice count changed too: the model's change added to the exchange's
+    group (the schedule only moves how much of it the compute hides)."""
     shift_ms = (sliced_p.total_s - plain_p.total_s) * 1e3
     groups = {**w.groups_ms, N.ALLREDUCE: w.groups_ms[N.ALLREDUCE] + shift_ms}
     changed = w.changed if N.ALLREDUCE in w.changed else (*w.changed, N.ALLREDUCE)
@@ -180,9 +162,7 @@ def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
 
 def combined(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0: Prediction,
              p1: Prediction, to_graph: bool = False) -> WhatIf:
-    """The WhatIf of two predictions of a measured run (the module
-    docstring's rule per group). A group that falls below 0 is kept
-    negative and named in `notes`, never clamped."""
+    """The WhatIf of two predictions of a measured run; a negative group is kept and noted, never clamped."""
     t0, t1 = p0.terms, p1.terms
     terms = affected_terms(p0, p1)
     g1 = p1.groups()
@@ -207,8 +187,7 @@ def combined(run_id, machine_name, before, after, measured_ms, measured_groups_m
 
 
 def change_words(measured_ms: float, predicted_ms: float) -> str:
-    """A predicted time beside the measured one, a reduction said as one:
-    "-75%, 4.0x faster than the measured 2.000 ms"."""
+    """A predicted time beside the measured one, e.g. "-75%, 4.0x faster than the measured 2.000 ms"."""
     if predicted_ms <= 0:
         return f"not positive: the model's changes exceed the measured {measured_ms:.3f} ms"
     pct = 100 * (predicted_ms / measured_ms - 1)

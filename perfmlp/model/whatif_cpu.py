@@ -1,16 +1,8 @@
-"""The what-if of a NumPy run: the time per batch it would take on this CPU
-with its ranks, BLAS threads per rank, batch, network or precision changed
-(model/predict/cpu.py, the CPU file; whatif.py's rule per phase group:
-what the change does not touch stays measured), or on a GPU.
-
-"On a GPU" is one change among the others: a change only a GPU has (an
-exchange through NCCL, a replayed graph, resident batches, overlap, another
-GEMM kernel) moves the run to the GPU a GPU machine file describes, and is
-priced there by the GPU model alone (predict_batch): a CPU run's measured
-phases do not carry to a GPU, so every group is the model's, and the
-result says so.
-
-Pure: the measurement comes in as numbers, the changes as checked values.
+"""The what-if of a NumPy run: on its CPU with ranks, BLAS threads, batch,
+network or precision changed (predict/cpu.py; whatif.py's rule per group),
+or moved to a GPU by a change only a GPU has (NCCL, graphs, resident
+batches, overlap, a GEMM kernel), priced there by the GPU model alone: a CPU
+run's measured phases do not carry to a GPU. Pure: numbers in, numbers out.
 """
 from __future__ import annotations
 
@@ -80,9 +72,7 @@ def what_if_cpu(machine, before: CpuSetting, after: CpuSetting, measured_ms: flo
 
 def what_if_on_gpu(cpu_machine, gpu_machine, before: CpuSetting, values: dict, procs: int | None,
                    measured_ms: float, measured_groups_ms: dict, run_id: str = "") -> WhatIf:
-    """The run moved to the GPU `gpu_machine` describes with `values`
-    applied (the GPU's defaults for what is not set: GPU_DEFAULTS); every
-    group the GPU model's (the module docstring)."""
+    """The run moved to `gpu_machine` with `values` (else GPU_DEFAULTS) applied, every group the model's."""
     after_cpu = changed_cpu_setting(before, {k: v for k, v in values.items() if k != "precision"}, procs)
     g = {**GPU_DEFAULTS, **gpu_changes(values)}
     if g["comm"] in CPU_COMMS:
