@@ -65,9 +65,7 @@ def check_shard(layer_sizes, p_model: int) -> None:
 
 
 def activation_collectives(layer_sizes, b: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(forward, backward) allreduces over the model group, each (layer, elements),
-    in the order the step issues them; the forward's last is the output's (the
-    `combine` phase) when the output layer is col-split."""
+    """(forward, backward) allreduces over the model group, each (layer, elements), in issue order."""
     L = len(layer_sizes) - 1
     splits = layer_splits(L)
     fwd = [(l, layer_sizes[l] * b) for l in range(1, L + 1) if splits[l - 1] == "col"]
@@ -93,8 +91,7 @@ class Collective:
 
 @dataclass(frozen=True)
 class RankCounts:
-    """One rank's step: its shard and piece, FLOPs per phase (the phases that
-    compute), and the bytes it copies and hands to MPI / NCCL."""
+    """One rank's step: shard, piece, FLOPs per phase, and the bytes it copies and hands to MPI / NCCL."""
 
     rank: int
     b: int                      # samples this rank computes on
@@ -151,8 +148,7 @@ def rank_collectives(layer_sizes, batch: int, procs: int, rank: int, parallel: s
 
 def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, parallel: str = "data",
                 model_procs: int = 0, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT) -> RankCounts:
-    """What rank `rank` computes, copies and communicates in one step of a
-    batch of `batch` samples (the trace's counters, to the byte)."""
+    """What rank `rank` computes, copies and communicates in one step (the trace's counters)."""
     _, _, b, sizes = _place(layer_sizes, batch, procs, rank, parallel, model_procs)
     base = batch_counts(sizes, b, itemsize, N.NCCL, batch_transfer)  # compute and the batch copy only
     flops = dict(base.flops)
@@ -171,8 +167,7 @@ def rank_counts(layer_sizes, batch: int, procs: int, rank: int, itemsize: int, p
 
 def step_bytes(layer_sizes, batch: int, procs: int, itemsize: int, parallel: str = "data", model_procs: int = 0,
                comm: str = N.NCCL) -> dict:
-    """Bytes handed to collectives in one step: per rank (the most any rank
-    hands) and summed over the ranks."""
+    """Bytes handed to collectives in one step: the most of any rank, and the job's."""
     per = [rank_counts(layer_sizes, batch, procs, r, itemsize, parallel, model_procs, comm).bytes_comm
            for r in range(procs)]
     return {"per_rank": max(per), "job": sum(per)}

@@ -16,9 +16,8 @@ from ... import names as N
 
 
 def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> float:
-    """Time of one collective. Allreduce: the ring (model/predict/exchange.py).
-    Reduce and broadcast, along a chain (NCCL) or a binomial tree (MPI): n /
-    bw after one latency per step (NCCL: one; MPI: ceil(log2 p))."""
+    """One collective: the ring allreduce; reduce and broadcast n / bw after one latency a step
+    (NCCL's chain: one step; MPI's binomial tree: ceil(log2 p))."""
     if c.group <= 1:
         return 0.0
     device = comm in DEVICE_COMMS
@@ -31,9 +30,7 @@ def collective_s(machine: Machine, c: Collective, nbytes: int, comm: str) -> flo
 
 
 def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
-    """The execution mode a strategy's step runs in (`auto`: resolve_exec);
-    graph where the step cannot be captured is a StrategyError with the
-    trainer's message (graph_refusal)."""
+    """The execution mode a strategy's step runs in; graph where it cannot is a StrategyError."""
     mode = resolve_exec(exec_mode, "cupy", parallel, comm)
     if mode == N.GRAPH:
         why = graph_refusal("numpy" if comm in (N.MPI, N.PS) else "cupy", parallel, comm)
@@ -44,10 +41,7 @@ def strategy_exec(exec_mode: str | None, parallel: str, comm: str) -> str:
 
 def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: int, comm: str,
                 batch_transfer: str, exec_mode: str = N.EAGER) -> tuple[N.Phase, ...]:
-    """The phases one batch of this rank records, in order: names.batch_phases
-    with the strategy's part (a combine where the last layer is split by
-    columns, an exchange where the rank has a data group, the update on the
-    server's rank only)."""
+    """The phases one batch of this rank records, in order (names.batch_phases with the strategy's part)."""
     p_data, p_model = grid(procs, parallel, model_procs)
     return N.batch_phases(comm, batch_transfer, strategy_exec(exec_mode, parallel, comm),
                           combine=p_model > 1 and layer_splits(len(layer_sizes) - 1)[-1] == "col",
@@ -58,18 +52,11 @@ def step_phases(layer_sizes, procs: int, rank: int, parallel: str, model_procs: 
 def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                      comm: str = N.NCCL, batch_transfer: str = N.RESIDENT, parallel: str = "data",
                      model_procs: int = 0, trace_level: str | None = None, exec_mode: str = N.EAGER) -> Prediction:
-    """Predicted time per batch of a strategy, with model/predict's terms. Data
-    parallelism with an allreduce is predict_batch itself. Otherwise the
-    compute terms are predict_batch's for the slowest rank's own step (rank
-    0: the largest piece and shard) and `allreduce` holds every collective
-    of the step (combines, gradients, the server's reduce and broadcast);
-    mpi-staged adds a D2H and an H2D copy around each.
-
-    Eager (`exec_mode`; auto: resolve_exec's for the strategy) pays
-    `launches`, the host's launches the GPU work does not hide. Graph mode
-    (NCCL only: strategy_exec) is one replay of the whole step, as
-    predict_batch prices data parallelism's, with `graph_launch` the rank's
-    own step's less the collectives the replay also holds."""
+    """Predicted time per batch of a strategy: data parallelism with an allreduce is
+    predict_batch itself; otherwise rank 0's own step (the largest piece and shard)
+    with every collective in `allreduce` (mpi-staged: a D2H and an H2D copy around
+    each). Eager pays the launches the GPU work does not hide; graph mode is one
+    replay, its launch less the collectives the replay holds."""
     if parallel == N.DATA and comm not in PS_COMMS:
         return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
                              exec_mode=exec_mode)
@@ -107,8 +94,7 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
 
 def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, batch_transfer: str,
                       terms: dict) -> None:
-    """Add every collective of the step to `allreduce`, and with mpi-staged
-    its D2H and H2D copies to d2h_grad and h2d_grad."""
+    """Add every collective to `allreduce` (mpi-staged: its copies to d2h_grad and h2d_grad)."""
     mem = staging_memory(batch_transfer)
     for c in collectives:
         n = itemsize * c.elements
@@ -120,9 +106,8 @@ def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, b
 
 def _eager_launches(machine: Machine, kernels: int, phases: int, procs: int, traced: bool, comm: str,
                     batch_transfer: str, terms: dict) -> float:
-    """The host's launches and the tracer's host time that the GPU work does
-    not hide (with resident data and device collectives, nothing
-    synchronises the step: the collectives hide them too)."""
+    """The host's launch and tracer time the GPU work (with resident data and device
+    collectives, the collectives too) does not hide."""
     hidden_by = terms["gemm"] + terms["elementwise"]
     if batch_transfer == N.RESIDENT and comm in DEVICE_COMMS:
         hidden_by += terms["allreduce"]
@@ -148,11 +133,8 @@ def label(parallel: str, model_procs: int, comm: str, procs: int) -> str:
 
 
 def candidates(procs: int, device: bool = True, staged: bool = False) -> list[Strategy]:
-    """The strategies a run on `procs` ranks can choose from: data parallel
-    (allreduce), the parameter server, model parallel, and each proper hybrid
-    grid. device: on GPUs, the collectives by NCCL, or with `staged` through
-    host MPI (mpi-staged; the GPU's parameter server is ps-nccl either way);
-    else the NumPy backend's host MPI (mpi, ps)."""
+    """The strategies a run on `procs` ranks can choose from; `device`: on GPUs (NCCL, or
+    mpi-staged with `staged`), else the NumPy backend's host MPI."""
     comm = (N.MPI_STAGED if staged else N.NCCL) if device else "mpi"
     out = [Strategy("data", 0, comm)]
     if procs > 1:
@@ -165,10 +147,8 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
 def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = "float32",
                   batch_transfer: str = N.RESIDENT, device: bool = True, trace_level: str | None = None,
                   exec_mode: str = N.EAGER, staged: bool = False) -> list[tuple[str, Prediction]]:
-    """Every candidate strategy that can run (candidates: `device`,
-    `staged`), fastest first: (label, prediction). `exec_mode` graph or
-    auto: each candidate in graph mode where its step can be captured, else
-    eagerly."""
+    """(label, prediction) of every candidate that can run, fastest first; `exec_mode` not
+    eager: each in graph mode where its step can be captured."""
     out = []
     for st in candidates(procs, device, staged):
         try:
@@ -188,9 +168,7 @@ def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precisi
 def crossover_batch(machine: Machine, layer_sizes, procs: int, a: Strategy, b: Strategy, lo: int = 1,
                     hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = N.RESIDENT,
                     exec_mode: str = N.EAGER) -> int | None:
-    """The smallest batch in [lo, hi] at which strategy b is predicted no
-    slower than a, found by bisection where the sign changes once (None: b
-    never catches up in the range)."""
+    """The smallest batch in [lo, hi] where b is predicted no slower than a, by bisection (None: never)."""
     def b_wins(B):
         ta = predict_strategy(machine, layer_sizes, B, procs, precision, a.comm, batch_transfer, a.parallel,
                               a.model_procs, exec_mode=exec_mode).total_s

@@ -16,9 +16,7 @@ SCHEMA = "perfmlp.model.strategy/1"
 def strategy_summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
                       comm: str = N.NCCL, batch_transfer: str = N.RESIDENT, parallel: str = "data",
                       model_procs: int = 0, exec_mode: str = N.EAGER, trace_level: str | None = None) -> dict:
-    """A strategy's counts per rank, bytes per step and predicted time, and
-    every candidate strategy at the same size, fastest first (schema in
-    docs/model.md)."""
+    """A strategy's counts per rank, bytes per step, predicted time, and every candidate fastest first."""
     s = itemsize_of(precision)
     p_data, p_model = grid(procs, parallel, model_procs)
     check_shard(layer_sizes, p_model)
