@@ -12,9 +12,9 @@ from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
 from .machine import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
 from .predict import default_trace_level, resolve_comm, resolve_exec, trace_words
-from .strategies import StrategyError, format_strategy, strategy_exec, strategy_summary
-from .projection import cluster_summary, format_cluster
-from .summary import cpu_summary, format_cpu, summary
+from .strategies import StrategyError, strategy_exec
+from .summary import (cluster_summary, cpu_summary, format_cluster, format_cpu, format_strategy, strategy_summary,
+                      summary)
 
 
 def _positive(text: str) -> int:

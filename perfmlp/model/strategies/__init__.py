@@ -18,9 +18,7 @@ same kernels. Execution modes as data parallelism's (predict/execution.py).
 from .counts import (DEVICE_COMMS, PS_COMMS, ROOT, StrategyError, check_shard, closed_form_bytes, coords, grid,
                      layer_splits, rank_collectives, rank_counts, shard_sizes, step_bytes)
 from .prediction import Strategy, best_strategy, crossover_batch, label, predict_strategy, step_phases, strategy_exec
-from .summary import format_strategy, strategy_summary
 
 __all__ = ["Strategy", "best_strategy", "crossover_batch", "label", "closed_form_bytes", "rank_collectives",
            "rank_counts", "step_bytes", "DEVICE_COMMS", "PS_COMMS", "ROOT", "StrategyError", "check_shard", "coords",
-           "grid", "layer_splits", "shard_sizes", "predict_strategy", "step_phases", "strategy_exec",
-           "format_strategy", "strategy_summary"]
+           "grid", "layer_splits", "shard_sizes", "predict_strategy", "step_phases", "strategy_exec"]
