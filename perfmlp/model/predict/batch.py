@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from ..costs import DEFAULT_BUCKET_BYTES, OUTPUT_GRAD_COLS, batch_counts, pieces, widths
 from ..machine import Machine
-from .compute import step_compute
-from .copies import batch_copies
+from .compute import batch_copies, step_compute
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
 from .execution import resolve_exec, trace_cost, trace_detail, traced_phases
 from .schedule import schedule_change

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..machine import Machine
-from .copies import PREFETCH_CALLS
+from .compute import PREFETCH_CALLS
 from .exchange import staging_memory
 from ... import names as N
 
