@@ -1,5 +1,5 @@
 """Published nccl-tests all-reduce figures beside the cluster model
-(`collectives.py`), each with its address; the tests hold the model to them,
+(`cluster.py`), each with its address; the tests hold the model to them,
 the report shows the table. A figure is a time or a bus bandwidth, set
 beside the model's time for the algorithm it was measured with (`switch`:
 NVLS, `ring`, `best`: the model's choice); `expected`: within TOLERANCE,
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cluster import load_cluster
-from .collectives import allreduce_s, best_allreduce, group_of
+from .cluster import allreduce_s, best_allreduce, group_of, load_cluster
 
 TOLERANCE = 0.15
 NCCL_TESTS_290 = "https://github.com/NVIDIA/nccl-tests/issues/290"

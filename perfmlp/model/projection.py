@@ -1,6 +1,6 @@
 """The strategies projected onto a cluster (`cluster.py`): data, model and
 hybrid parallelism on 1 to 1,024 GPUs, each exchange by its best collective
-(`collectives.py`), strong and weak scaling, and which strategy wins where.
+(`cluster.py`), strong and weak scaling, and which strategy wins where.
 
 A step is rank 0's own step on its GPU (graph mode, resident data, one
 process), then every collective its strategy calls, serialised. A model
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cluster import Cluster
-from .collectives import ALGORITHMS, allreduce_times, chain_s, group_of
+from .cluster import ALGORITHMS, Cluster, allreduce_times, chain_s, group_of
 from .costs import itemsize as itemsize_of, pieces
 from .machine import Machine
 from .strategies import StrategyError, check_shard, grid, rank_collectives, shard_sizes
