@@ -10,7 +10,7 @@ from .cpu import CpuMachine
 from .description import Machine
 from .files import (DEFAULT_MACHINE, MACHINES_PACKAGE, MachineError, load_machine, machine_files, machine_from_mapping,
                     machine_to_yaml, resolve_machine_path)
-from .points import (GemmRate, KernelTime, MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES,
+from .description import (GemmRate, KernelTime, MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES,
                      PAGEABLE_TRANSFERS, SPREAD_SOURCES)
 
 __all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine",

@@ -17,10 +17,10 @@ from ... import names as N
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .cpu import CpuMachine, cpu_machine_from_mapping, is_cpu_file
-from .description import Machine, MachineError
 from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
-from .points import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate,
-                     HostCopyPoint, KernelTime, LaunchFactor, PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint)
+from .description import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
+                          KernelTime, LaunchFactor, Machine, MachineError, PrefetchPoint, SharedCopyPoint, SpreadPoint,
+                          WaitPoint)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -80,6 +80,18 @@ def _as_is(key, v):
     return v
 
 
+def _shape(key, v):
+    if not isinstance(v, list) or not v:
+        raise checks.CheckError(f"{key} must be a non-empty list of sizes, got {v!r}")
+    return tuple(_count(f"{key}[{i}]", n) for i, n in enumerate(v))
+
+
+def _ratios(key, v):
+    if not isinstance(v, list) or len(v) < 2:
+        raise checks.CheckError(f"{key} must be a list of at least 2 numbers, got {v!r}")
+    return tuple(sorted(_positive(f"{key}[{i}]", r) for i, r in enumerate(v)))
+
+
 _LAUNCH_FACTOR = (LaunchFactor, {"hidden": _count, "batch": _count, "factor": _positive}, {})
 # each table's point: its type, its keys' checks (in the order they run) and its optional keys' defaults
 _POINTS = {
@@ -104,6 +116,9 @@ _POINTS = {
     "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"),
                                    "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE), "bytes": _count, "s": _positive,
                                    "loop_s": _positive}, {}),
+    "kernel_s": (KernelTime, {"kernel": _one_of(*OWN_KERNELS.values()), "shape": _shape,
+                              "precision": _one_of(*PRECISION_NAMES), "s": _positive}, {}),
+    "spread": (SpreadPoint, {"source": _one_of(*SPREAD_SOURCES), "ratios": _ratios}, {}),
 }
 
 
@@ -123,30 +138,7 @@ def _host_copy_staging(point: HostCopyPoint) -> HostCopyPoint:
     return replace(point, ahead_s=ahead, blocks=blocks, ahead_delay_s=delay)
 
 
-def _spread_point(entry) -> SpreadPoint:
-    entry = _entry(entry, ("source", "ratios"))
-    ratios = entry["ratios"]
-    if not isinstance(ratios, list) or len(ratios) < 2:
-        raise checks.CheckError(f"ratios must be a list of at least 2 numbers, got {ratios!r}")
-    return SpreadPoint(checks.choice("source", entry["source"], SPREAD_SOURCES),
-                       tuple(sorted(_positive(f"ratios[{i}]", r) for i, r in enumerate(ratios))))
-
-
-def _kernel_time(entry) -> KernelTime:
-    entry = _entry(entry, ("kernel", "shape", "precision", "s"))
-    shape = entry["shape"]
-    if not isinstance(shape, list) or not shape:
-        raise checks.CheckError(f"shape must be a non-empty list of sizes, got {shape!r}")
-    return KernelTime(checks.choice("kernel", entry["kernel"], OWN_KERNELS.values()),
-                      tuple(_count(f"shape[{i}]", n) for i, n in enumerate(shape)),
-                      checks.choice("precision", entry["precision"], PRECISION_NAMES), _positive("s", entry["s"]))
-
-
 def _table_entry(key: str, entry):
-    if key == "spread":
-        return _spread_point(entry)
-    if key == "kernel_s":
-        return _kernel_time(entry)
     point = _point(entry, *_POINTS[key])
     return _host_copy_staging(point) if key == "host_copy_s" else point
 

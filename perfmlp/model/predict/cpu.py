@@ -26,7 +26,7 @@ from ... import names as N
 from ..costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, pieces, step_kernels
 from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
-from ..machine.points import PAGEABLE_MODEL_ERROR_SOURCES
+from ..machine import PAGEABLE_MODEL_ERROR_SOURCES
 from .terms import Prediction
 
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
