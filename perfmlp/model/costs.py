@@ -1,18 +1,13 @@
 """One registry from operation to cost: FLOPs and device-memory bytes as
 formulas of shapes and element size (docs/model.md, "Counting rule").
 
-- A multiply-add is 2 FLOPs (a GEMM M x K by K x N: 2MNK), at any precision,
-  tensor cores included; add, subtract, multiply, divide, max, exp and log
-  1 each (a sigmoid 3); a reduction of n values n - 1. Not counted: index
-  arithmetic, copies, casts, argmax, the held-out evaluation, fp16's loss
-  scaling.
-- Bytes: every input read once and every output written once, at its width
-  (`Widths`: activations at the activation width, parameters and partial
-  sums at the parameter width); copies and collectives count the buffer
-  handed to cudaMemcpy, MPI or NCCL (`batch_counts`).
-
-The trainer's counters are these formulas applied to the (name, shape) of
-every operation it launches."""
+A multiply-add is 2 FLOPs at any precision; add, subtract, multiply, divide,
+max, exp and log 1 each; a reduction of n values n - 1; not counted: index
+arithmetic, copies, casts, argmax, evaluation, loss scaling. Bytes: every
+input read and output written once at its width (`Widths`); copies and
+collectives count the buffer handed over (`batch_counts`). The trainer's
+counters are these formulas applied to what it launches.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,18 +1,13 @@
 """Prediction intervals: the calibration's measured spread carried to a
 distribution of the predicted time per batch.
 
-A calibrated file may hold `spread`: per source of its figures (SOURCES;
-SOURCE_TERMS names the terms each prices) the ratios of repeated
-measurements to their median; `model_eager`/`model_graph` (and their
-`_pageable` variants) hold the model's own error over earlier blind tests.
-Monte Carlo with a fixed seed: each draw takes one factor a source from its
-empirical distribution, scales every figure of that source at once (times
-multiplied, rates divided: the host's speed is one thing in a run), predicts
-again, timeline included, and scales the total by the model's error. The 90%
-interval is the 5th to 95th percentile; `quantiles_s` every fifth. A file
-without spread has no interval (None, said "unknown"). Judged over a blind
-sweep by `coverage` and, as PRISM (arXiv 2510.15596), by `ks_distance` of
-the pooled probability integral transforms (`pit`).
+A file's `spread` holds, per source of its figures (SOURCE_TERMS), repeats
+over their median, and the model's own blind error per execution mode.
+Monte Carlo, fixed seed: each draw scales every figure of a source by one
+factor from its ratios (times multiplied, rates divided), predicts again and
+scales the total by the model's error; the 90% interval is the 5th to 95th
+percentile. No spread, no interval (said "unknown"). Judged over a blind
+sweep by `coverage` and, as PRISM (arXiv 2510.15596), `ks_distance` of `pit`.
 """
 from __future__ import annotations
 

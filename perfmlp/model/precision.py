@@ -1,14 +1,9 @@
 """The precisions a step can run in, and what each stores, multiplies and
-reduces: one table for the trainer, the model and the report.
-
-- float64, float32: everything in that type, on the FFMA (FP64) units.
-- tf32: float32 throughout; the GEMMs on tensor cores from inputs rounded to
-  TF32 with float32 accumulation.
-- bf16, fp16 (mixed): master weights, gradients and the update in float32;
-  activations, deltas and the batch in 16 bits; the GEMMs on tensor cores
-  from 16-bit inputs (a 16-bit weight copy each update rewrites); fp16 adds
-  dynamic loss scaling (perfmlp/mixed.py).
-Gradients are reduced in 32 bits in every precision but float64.
+reduces (one table for the trainer, the model and the report): float64 and
+float32 throughout; tf32 float32 with the GEMMs on tensor cores; bf16 and
+fp16 mixed (16-bit activations and batch, float32 master weights, gradients
+and update; fp16 with loss scaling: perfmlp/mixed.py). Gradients are
+reduced in 32 bits in every precision but float64.
 """
 from __future__ import annotations
 
@@ -55,8 +50,7 @@ NAMES = N.PRECISIONS
 
 
 def precision(name) -> Precision:
-    """The table's entry for a --precision value (or a NumPy float32/float64
-    dtype, the names older code passes)."""
+    """The table's entry for a --precision value (or a NumPy float32/float64 dtype, the names older code passes)."""
     if isinstance(name, Precision):
         return name
     try:

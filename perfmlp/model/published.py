@@ -1,17 +1,11 @@
 """The published-time solver: what the model says of a reference's published
 times per batch and what each unknown would have to be (docs/model.md, "The
-published times"; the report's section words the results).
-
-The reference (a study, or anything with its layer_sizes, batch_size,
-precision, scheme and reference_ms_per_batch {p: ms}) is priced for its
-scheme, untraced: 1. on the datasheet file (its kernel at the peak); 2. with
-that kernel's rates measured on a calibrated GPU, scaled by the datasheets'
-fp32 peak ratio and memory-bandwidth ratio (scaled_kernels); 3. per p, the
-value one unknown alone would need, the rest as the datasheet says
-(unknowns_alone); 4. one explanation of all p: the GEMM rate that gives the
-smallest p, then the ring's MPI latency and bandwidth through the allreduce
-time each other p leaves (explain). Every implied value is solved on
-predict_batch itself, so putting it back reproduces the published time.
+published times"). The reference's scheme, untraced: 1. on the datasheet
+file; 2. with its kernel's rates from a calibrated GPU, scaled
+(scaled_kernels); 3. each unknown alone per p (unknowns_alone); 4. the GEMM
+rate from the smallest p, then the ring's MPI alpha and bandwidth from the
+others (explain). Every value is solved on predict_batch itself, so putting
+it back reproduces the published time.
 """
 from __future__ import annotations
 

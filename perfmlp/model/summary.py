@@ -105,8 +105,7 @@ def part_flops(layer_sizes, batch: int, precision: str) -> dict[str, int]:
 
 
 def gradient_bytes(layer_sizes, precision: str) -> int:
-    """Bytes of the host exchange's gradient buffer in a precision (the
-    reference's scheme: activations' width)."""
+    """Bytes of the host exchange's gradient buffer in a precision (the reference's scheme: activations' width)."""
     return grad_buffer_bytes(layer_sizes, itemsize(precision))
 
 

@@ -1,19 +1,12 @@
 """A NumPy run's time per batch on a CPU, from a CPU machine file (machine/cpu.py).
 
-The step's kernels are the unfused ones (NumPy's output backward makes the
-same calls) on the slowest rank's piece, priced in the GPU model's terms:
-gemm (FLOPs over the rate at that shape, precision, BLAS threads and ranks:
-`gemm_rate`), elementwise (bytes over the pass bandwidth: `pass_rate`),
-launches (kernel_host_s per kernel), tracing (trace_batch_host_s), allreduce
-(MPI's in place: the measured table, else the ring) and rank_wait (the
-compute times the slowest of p draws of the step's spread: `slowest_of`).
-No copies: a NumPy batch is a view of the host's arrays.
-
-p ranks of t threads on c cores: a rate measured at (t, p) is used as it is,
-else the family nearest in cores per rank, scaled by the cores each rank gets
-(min(t, c / p) for BLAS, min(1, c / p) for NumPy's one-threaded passes).
-The interval draws each term's source (SOURCE_TERMS) and the model's blind
-error as model/interval.py does; none without spread.
+The step's unfused kernels on the slowest rank's piece, in the GPU model's
+terms: gemm (`gemm_rate`), elementwise (`pass_rate`), launches
+(kernel_host_s a kernel), tracing, allreduce (MPI in place) and rank_wait
+(the slowest of p draws of the step's spread: `slowest_of`); no copies. A
+rate measured at (threads, ranks) is used as it is, else the nearest family
+in cores per rank, scaled by the cores each rank gets. The interval draws
+each term's source (SOURCE_TERMS) as model/interval.py does.
 """
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
 """The sliced first layer's two chains (perfmlp/slices.py runs the schedule,
-batch.py prices it with them, slices.py chooses K).
+batch.py prices it, slices.py chooses K): dW1 in K slices of hidden units,
+each reduced as soon as written (the first with the rest of the gradients),
+updated and its next forward GEMM run as soon as it lands.
 
-dW1 is computed in K slices of hidden units, each slice's all-reduce started
-as soon as its GEMM has written it; the rest of the gradients reduced once,
-with the first slice; slice s updated, and the next batch's forward GEMM of
-slice s run, as soon as its reduction lands. Two chains, on two streams:
+    compute:  [upd_s + fwd_s when comm_s lands] x K, the middle, [bwd_s] x K, the rest's update
+    comm:     [comm_s after bwd_s] x K
 
-    compute:  [upd_s + fwd_s when comm_s lands] x K, the middle (the rest of
-              the forward, the loss, the output backward), [bwd_s] x K, the rest's update
-    comm:     [comm_s after bwd_s] x K, the first with the rest
-
-Today's step (K = 1, not pipelined) is the serial sum. predict_batch's
-sliced step is today's less today's chain plus the sliced chain
-(schedule_change); a 16-bit exchange adds its two casts to each reduction.
-Not modelled: GEMMs slowed by NCCL's kernels, eager mode's extra launches.
+predict_batch's sliced step is today's less today's serial chain plus the
+sliced one (schedule_change). Not modelled: GEMMs slowed by NCCL's kernels,
+eager mode's extra launches.
 """
 from __future__ import annotations
 
