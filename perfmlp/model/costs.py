@@ -37,11 +37,6 @@ class Widths(NamedTuple):
     param: int
     grad_check: bool = False
 
-    @property
-    def weight_copy(self) -> bool:
-        """The update also writes the weights' copy at the activation width."""
-        return self.act < self.param
-
 
 def as_widths(itemsize) -> Widths:
     return itemsize if isinstance(itemsize, Widths) else Widths(int(itemsize), int(itemsize))
@@ -125,7 +120,7 @@ def _grad_check(n, w):
 @register("update_weights")
 def _update_weights(n, w):
     # w -= lr * (g + reg * w); in bf16 and fp16 the weights' 16-bit copy is written too
-    return 4 * n, w.param * 3 * n + (w.act * n if w.weight_copy else 0)
+    return 4 * n, w.param * 3 * n + (w.act * n if w.act < w.param else 0)
 
 
 @register("update_biases")

@@ -158,17 +158,12 @@ def explain(machine: Machine, study) -> Explanation:
     return Explanation(rate, left, net, with_mpi(m, *net) if net else None)
 
 
-def gemm_flops(study, procs: int) -> int:
-    """FLOPs of the GEMMs of one step on the largest piece."""
-    isz = itemsize(study.precision)
-    b = max(pieces(study.batch_size, procs))
-    return sum(op_cost(name, shape, isz)[0] for kernels in step_kernels(study.layer_sizes, b, None, isz).values()
-               for kernel in kernels for name, shape in kernel if name == "gemm")
-
-
 def gemm_effective(pred: Prediction, study, procs: int) -> float:
-    """FLOP/s of the step's GEMMs together (their FLOPs over their time)."""
-    return gemm_flops(study, procs) / pred.terms["gemm"] if pred.terms["gemm"] else math.inf
+    """FLOP/s of the step's GEMMs on the largest piece together (their FLOPs over their time)."""
+    isz, b = itemsize(study.precision), max(pieces(study.batch_size, procs))
+    flops = sum(op_cost(name, shape, isz)[0] for kernels in step_kernels(study.layer_sizes, b, None, isz).values()
+                for kernel in kernels for name, shape in kernel if name == "gemm")
+    return flops / pred.terms["gemm"] if pred.terms["gemm"] else math.inf
 
 
 # ---- 2. the reference's kernels measured on another GPU, scaled to the reference's ---------

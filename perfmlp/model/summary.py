@@ -30,11 +30,6 @@ def reference_approx(D: int, H: int, B: int) -> dict[str, int]:
     return {"forward": 2 * B * H * D, "backward": 2 * B * H * D, "batch": 4 * B * H * D}
 
 
-def pcie_bw(machine: Machine, batch_transfer: str) -> float:
-    """The host-device bandwidth the run's copies see (H2D, its memory kind)."""
-    return machine.copy_bw("h2d", N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED)
-
-
 def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision: str = "float32",
             comm: str = N.MPI_STAGED, batch_transfer: str = N.PAGEABLE, exec_mode: str = N.EAGER,
             overlap: bool = False, bucket_bytes: int = DEFAULT_BUCKET_BYTES, gemm: str = N.CUBLAS,
@@ -54,7 +49,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
            for b in pieces(batch, procs)]
     big = per[0]  # the largest piece (the first ranks get the extra sample)
     P = machine.peak_flops_per_s(precision)
-    bw = pcie_bw(machine, batch_transfer)
+    bw = machine.copy_bw("h2d", staging_memory(batch_transfer))   # the memory kind of the run's host copies
     ai = big.flops_total / big.bytes_copied if big.bytes_copied else math.inf
     job_flops = sum(c.flops_total for c in per)
     return {
