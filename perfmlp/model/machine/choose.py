@@ -9,9 +9,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
-from .cpu import CpuMachine
 from .description import Machine
-from .files import DEFAULT_MACHINE, MachineError, load_machine, machine_files
+from .files import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Reading machine files: shipped ones by name, any by path, each value
 checked (rates positive, times not negative, each table's entries exactly
-their keys, of their type and range) into a Machine, a one-line
-MachineError naming the file and key otherwise; and the YAML text the
-calibration writes."""
+their keys, of their type and range) into a Machine, or a CpuMachine for a
+CPU file (`backend: numpy`, fields.py's CPU class); a one-line MachineError
+naming the file and key otherwise; and the YAML text the calibration writes."""
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import yaml
@@ -16,8 +17,7 @@ from ... import checks
 from ... import names as N
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
-from .cpu import CpuMachine, cpu_machine_from_mapping, is_cpu_file
-from .fields import OPTIONAL, OPTIONAL_NUMBERS, TABLES
+from .fields import CPU_KEYS, CPU_REQUIRED, FIELDS, OPTIONAL, OPTIONAL_NUMBERS, TABLES
 from .description import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
                           KernelTime, LaunchFactor, Machine, MachineError, PrefetchPoint, SharedCopyPoint, SpreadPoint,
                           WaitPoint)
@@ -199,6 +199,98 @@ def check_tables(data: dict) -> dict:
                 raise checks.CheckError(f"{key}[{i}] repeats {key}[{first}] ({what})")
     return values
 
+
+# ---- a CPU file ---------------------------------------------------------------------------------
+
+# each table's entries: their keys, the integer ones and the positive numbers among them
+_CPU_TABLES = {
+    "gemm_flops_per_s": (("m", "n", "k", "precision", "threads", "ranks", "flops_per_s"),
+                         ("m", "n", "k", "threads", "ranks"), ("flops_per_s",)),
+    "pass_bytes_per_s": (("kernel", "shape", "precision", "threads", "ranks", "bytes", "bytes_per_s"),
+                         ("threads", "ranks", "bytes"), ("bytes_per_s",)),
+    "allreduce_s": (("procs", "bytes", "s"), ("procs", "bytes"), ("s",)),
+    "spread": (("source", "ratios"), (), ()),
+}
+CPU_PRECISIONS = (N.FLOAT32, N.FLOAT64)
+
+
+@dataclass(frozen=True)
+class CpuMachine:
+    """A CPU file's checked values, read as `machine[key]` and `machine.get(key)`."""
+    name: str
+    source: str
+    path: str
+    values: MappingProxyType = field(repr=False)
+
+    backend = N.NUMPY
+    calibrated = True    # every figure of a CPU file is measured
+    gpus = 0
+
+    def __getitem__(self, key):
+        return self.values[key]
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def describes(self, device_name) -> bool:
+        return False     # a CPU file describes no GPU
+
+
+def is_cpu_file(data) -> bool:
+    return isinstance(data, dict) and data.get("backend") == N.NUMPY
+
+
+def _cpu_entry(key: str, i: int, entry) -> dict:
+    keys, ints, rates = _CPU_TABLES[key]
+    where = f"{key}[{i}]"
+    if not isinstance(entry, dict) or set(entry) != set(keys):
+        raise checks.CheckError(f"{where} needs exactly {', '.join(keys)}")
+    out = dict(entry)
+    for k in ints:
+        out[k] = _count(f"{where} {k}", entry[k])
+    for k in rates:
+        out[k] = _positive(f"{where} {k}", entry[k])
+    if "precision" in entry:
+        checks.choice(f"{where} precision", entry["precision"], CPU_PRECISIONS)
+    if key == "spread":
+        r = entry["ratios"]
+        if not isinstance(r, list) or len(r) < 2:
+            raise checks.CheckError(f"{where} ratios must be a list of at least 2 numbers")
+        out["ratios"] = [_positive(f"{where} ratios", v) for v in r]
+    return out
+
+
+def _cpu_scalar(key: str, value):
+    f = FIELDS[key]
+    if f.check == "word":
+        return checks.string(key, value, non_empty=True) if key != "date" else str(value)
+    if f.check == "count":
+        return _count(key, value)
+    return _positive(key, value) if f.check == "rate" else _non_negative(key, value)
+
+
+def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
+    """The CpuMachine a `backend: numpy` mapping describes; CheckError for a bad key or value."""
+    unknown = sorted(set(data) - set(CPU_KEYS) - {"path"})
+    if unknown:
+        raise checks.CheckError(f"unknown key {unknown[0]} for a CPU machine file")
+    missing = [k for k in CPU_REQUIRED if data.get(k) is None]
+    if missing:
+        raise checks.CheckError(f"missing key {missing[0]}")
+    values = {}
+    for k, v in data.items():
+        if k == "path" or v is None:
+            continue
+        if FIELDS[k].check == "table":
+            if not isinstance(v, list):
+                raise checks.CheckError(f"{k} must be a list")
+            values[k] = tuple(_cpu_entry(k, i, e) for i, e in enumerate(v))
+        else:
+            values[k] = _cpu_scalar(k, v)
+    return CpuMachine(values["name"], values["source"], where, MappingProxyType(values))
+
+
+# ---- reading files ------------------------------------------------------------------------------
 
 def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
     """The Machine (CpuMachine for `backend: numpy`) a mapping describes; `where` names it in errors."""

@@ -1,4 +1,4 @@
-"""A NumPy run's time per batch on a CPU, from a CPU machine file (machine/cpu.py).
+"""A NumPy run's time per batch on a CPU, from a CPU machine file (machine/files.py).
 
 The step's unfused kernels on the slowest rank's piece, in the GPU model's
 terms: gemm (`gemm_rate`), elementwise (`pass_rate`), launches
