@@ -31,8 +31,7 @@ def register(name: str):
 
 
 class Widths(NamedTuple):
-    """Bytes per element of the activations and of the parameters, and
-    whether fp16's finite check precedes the update; an int w is Widths(w, w)."""
+    """Bytes per element of the activations and the parameters; fp16's finite check before the update."""
     act: int
     param: int
     grad_check: bool = False
@@ -50,8 +49,7 @@ def widths(precision) -> Widths:
 
 @lru_cache(maxsize=4096)
 def op_cost(name: str, shape: tuple, itemsize) -> tuple[int, int]:
-    """(FLOPs, bytes) of operation `name` at `shape` with elements of
-    `itemsize` bytes (an int, or the Widths of a precision)."""
+    """(FLOPs, bytes) of operation `name` at `shape`, elements of `itemsize` bytes (an int or Widths)."""
     try:
         fn = OPS[name]
     except KeyError:
@@ -141,9 +139,7 @@ DEFAULT_BUCKET_BYTES = 25 << 20
 
 
 def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) -> list[tuple[int, int]]:
-    """The [r0, r1) row blocks of a rows x cols weight gradient under overlap:
-    the fewest of at most `bucket_bytes` (one row at least), sizes within one
-    row; one block without buckets (None)."""
+    """The fewest [r0, r1) row blocks of at most `bucket_bytes` a weight gradient goes in (None: one)."""
     if not bucket_bytes:
         return [(0, rows)]
     per = max(1, bucket_bytes // (cols * itemsize))

@@ -112,8 +112,7 @@ def draw_factor(ratios: tuple, u: float) -> float:
 
 
 def model_source(detail: dict, spread: dict) -> str | None:
-    """The model-error source for a prediction's detail: its execution mode's, the pageable one
-    for a batch staged through pageable memory where `spread` has it."""
+    """The model-error source of a prediction's detail: its mode's, pageable where the batch is."""
     mode = detail.get("exec")
     pageable = PAGEABLE_MODEL_ERROR_SOURCES.get(mode)
     if detail.get("batch_transfer") in PAGEABLE_TRANSFERS and pageable in spread:
@@ -123,8 +122,7 @@ def model_source(detail: dict, spread: dict) -> str | None:
 
 def interval(machine: Machine, predict: Callable[[Machine], object], draws: int = DRAWS,
              seed: int = SEED, spread: dict | None = None) -> Interval | None:
-    """The distribution of `predict(machine).total_s` under the spread (`spread`: source -> ratios,
-    default the file's); None where no spread bears on this prediction."""
+    """The distribution of `predict(machine).total_s` under `spread` (default the file's); None without."""
     spread = ({e.source: e.ratios for e in machine.spread} if spread is None
               else {k: tuple(sorted(v)) for k, v in spread.items()})
     if not spread:

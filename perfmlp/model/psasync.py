@@ -34,8 +34,7 @@ class AsyncPrediction:
 def worker_cycle_s(compute_s: float, message_bytes: int, link_bytes_per_s: float | None = None,
                    latency_s: float = 0.0, staged_bytes: int = 0, copy_bytes_per_s: float | None = None,
                    server_s: float = 0.0) -> float:
-    """A worker's cycle: compute, two messages of `message_bytes`, its staged copies
-    (`staged_bytes` in all) and the server's time on its request."""
+    """A worker's cycle: compute, two messages, its staged copies and the server's time on its request."""
     msg = 0.0 if link_bytes_per_s is None else 2 * (latency_s + message_bytes / link_bytes_per_s)
     copies = 0.0 if copy_bytes_per_s is None else staged_bytes / copy_bytes_per_s
     return compute_s + msg + copies + server_s
@@ -51,8 +50,7 @@ def staleness_to_hide(cycle_s: Sequence[float]) -> int:
 
 def predict_async(cycle_s: Sequence[float], staleness: int, message_bytes: int = 0,
                   link_bytes_per_s: float | None = None, apply_s: float = 0.0) -> AsyncPrediction:
-    """Time per update of len(cycle_s) workers under staleness S, and the bounds
-    (`link_bytes_per_s` None: the link is already in apply_s)."""
+    """Time per update of len(cycle_s) workers under staleness S, and the bounds."""
     W = len(cycle_s)
     if W < 1 or min(cycle_s) <= 0 or staleness < 0:
         raise ValueError(f"cycles {list(cycle_s)}, staleness {staleness}")

@@ -92,9 +92,7 @@ def summary(machine: Machine, layer_sizes, batch: int, procs: int = 1, precision
 
 
 def part_flops(layer_sizes, batch: int, precision: str) -> dict[str, int]:
-    """Exact FLOPs per part of one process's batch (forward, backward, loss,
-    update) and their sum (`batch`): the counts a report sets beside the
-    reference's approximation for a shape that no run had."""
+    """Exact FLOPs per part of one process's batch and their sum (`batch`)."""
     c = batch_counts(layer_sizes, batch, itemsize(precision))
     return {**{part: c.flops[part] for part in ("forward", "backward", "loss", "update")}, "batch": c.flops_total}
 

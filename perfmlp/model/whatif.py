@@ -151,8 +151,7 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
 
 
 def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
-    """The what-if with the slice count changed too: the model's change added to the exchange's
-    group (the schedule only moves how much of it the compute hides)."""
+    """The what-if with the slice count changed too: the model's change added to the exchange's group."""
     shift_ms = (sliced_p.total_s - plain_p.total_s) * 1e3
     groups = {**w.groups_ms, N.ALLREDUCE: w.groups_ms[N.ALLREDUCE] + shift_ms}
     changed = w.changed if N.ALLREDUCE in w.changed else (*w.changed, N.ALLREDUCE)

@@ -50,8 +50,7 @@ class WaitPoint:
 
 @dataclass(frozen=True)
 class LaunchFactor:
-    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`
-    (launch_size_factor, pageable_launch_factor)."""
+    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`."""
     hidden: int
     batch: int
     factor: float
@@ -59,8 +58,7 @@ class LaunchFactor:
 
 @dataclass(frozen=True)
 class PrefetchPoint:
-    """The tiny step with its batch prefetched from `source` in `exec` mode, pieces
-    of `bytes`: seconds per batch, and the same loop's with the batch resident."""
+    """The tiny step's seconds per batch prefetched from `source`, and with the batch resident."""
     exec: str
     source: str
     bytes: int
@@ -129,8 +127,7 @@ class SpreadPoint:
 
 
 def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
-    """y at x on the line through `points` (sorted by x): linear between
-    the two around x, the nearest end's y outside them."""
+    """y at x on the line through `points` (sorted by x); the nearest end's y outside them."""
     if x <= points[0][0]:
         return points[0][1]
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
@@ -228,8 +225,7 @@ class Machine:
 
     def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
                buffer: str = "rotating") -> float:
-        """One cudaMemcpy of nbytes while `sharing` ranks copy at once: the measured
-        points (extended at the shared bandwidth), else latency + bytes / shared_copy_bw."""
+        """One cudaMemcpy while `sharing` ranks copy: the measured points, else latency + bytes / bandwidth."""
         bw = self.shared_copy_bw(direction, memory, sharing)
         pts = self.host_copy_points(direction, memory, sharing, buffer)
         if not pts:
@@ -260,14 +256,12 @@ class Machine:
         return min(ahead, self.copy_s("h2d", N.PAGEABLE, nbytes, sharing)), blocks
 
     def prefetch_pace(self, exec_mode: str, source: str, nbytes: int) -> float | None:
-        """Seconds per batch of the input pipeline from `source` beside the `exec_mode`
-        loop (prefetch_s's `s`, in proportion to the bytes beyond); None without points."""
+        """Seconds per batch of the input pipeline from `source` (prefetch_s); None without points."""
         pts = sorted((q.bytes, q.s) for q in self.prefetch_s if q.exec == exec_mode and q.source == source)
         return extended(pts, nbytes, lambda n0, s0: s0 * nbytes / n0) if pts else None
 
     def prefetch_host_s(self, exec_mode: str) -> float | None:
-        """Host time per batch prefetching from pinned memory adds to the loop: the
-        smallest point's `s` less its `loop_s` (not below 0); None without points."""
+        """Host time per batch prefetching from pinned memory adds to the loop; None without points."""
         pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
                      if q.exec == exec_mode and q.source == N.PREFETCH)
         return max(0.0, pts[0][1]) if pts else None
@@ -328,8 +322,7 @@ class Machine:
         return _nearest_factor(self.pageable_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
-        """The calibrated wait for the slowest of `procs` ranks at a collective (0 on
-        one rank); with `memory`, the staged exchange's where the file has it."""
+        """The calibrated wait for the slowest of `procs` ranks, 0 on one (`memory`: the staged exchange's)."""
         pts = sorted((w.procs, w.s) for w in self.collective_wait_s if w.memory == memory)
         if memory is not None and not pts:
             return self.wait_s(procs)

@@ -70,8 +70,7 @@ _DIRECTION = _one_of("h2d", "d2h")
 
 
 def _point(entry, cls, spec: dict, optional: dict):
-    """A table's point of type `cls`: exactly spec's keys (`optional`'s may be left to their
-    defaults), each checked by its function in spec's order."""
+    """A table's point of type `cls`: exactly spec's keys (some optional), each checked in spec's order."""
     entry = _entry(entry, tuple(k for k in spec if k not in optional), tuple(optional))
     return cls(**{k: check(k, entry.get(k, optional[k]) if k in optional else entry[k]) for k, check in spec.items()})
 

@@ -117,8 +117,7 @@ def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: 
 
 def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, batch_transfer: str, exec_mode: str,
                  trace_level: str | None, phase_kernels: dict, copies: list, terms: dict) -> Step:
-    """The step as the host issues it, with the tracer's cost per recorded phase (sets the
-    tracing term; comm mpi is a NumPy run: none priced)."""
+    """The step as the host issues it, the tracer's cost per recorded phase (sets the tracing term)."""
     cost = trace_cost(trace_level)
     graph = exec_mode == N.GRAPH
     traced = cost is not None and comm != N.MPI
@@ -136,8 +135,7 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
 
 
 def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
-    """Set launches or graph_launch (what the timeline adds to the other terms) and take off
-    h2d_batch what pageable copies staged ahead hide; returns the timeline's detail."""
+    """Set launches or graph_launch and take off h2d_batch what staged pageable copies hide."""
     items = step_items(step)
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)

@@ -25,8 +25,7 @@ def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str)
 def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision: str, gemm: str, split,
                  fuse_output: bool, gap_s: float, output_grad_cols: int = OUTPUT_GRAD_COLS
                  ) -> tuple[float, float, dict[str, list[float]], int]:
-    """(GEMM seconds, other kernels' seconds, phase -> each kernel's time with its gap, kernels);
-    `split`: the weight gradients' GEMMs in row blocks of that many bytes (None: whole)."""
+    """(GEMM seconds, other kernels' seconds, phase -> each kernel's seconds with its gap, kernels)."""
     gemm_s = other_s = 0.0
     phase_kernels: dict[str, list[float]] = {}
     for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output, output_grad_cols).items():
@@ -57,8 +56,7 @@ def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbyte
 
 def batch_copies(machine: Machine, layer_sizes, b: int, act_bytes: int, batch_transfer: str,
                  procs: int, exec_mode: str = N.EAGER) -> tuple[list[float], list[tuple], float | None]:
-    """(seconds of each of X's and Y's copies, none resident or prefetched; pageable ones'
-    (ahead seconds, blocks, ahead delay); the prefetching pipeline's time or None)."""
+    """(each batch copy's seconds, pageable ones' staging ahead, the prefetching pipeline's time or None)."""
     if batch_transfer == N.RESIDENT:
         return [], [], None
     mem = N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED

@@ -190,8 +190,7 @@ def interval_s(machine, terms: dict) -> tuple[float, float] | None:
 
 
 def cpu_ceilings(machine, precision: str = N.FLOAT32, procs: int = 1, threads: int | None = None) -> dict:
-    """One rank's roofline ceilings: its share of the GEMM peak, of memory bandwidth, and the
-    exchange's bandwidth (the modified roofline's "copy")."""
+    """One rank's roofline ceilings: its share of the GEMM peak and memory bandwidth, and MPI's."""
     s = setting_of(machine, procs, threads)
     share = s.cores_per_rank() / s.cores
     bw = machine.get("mpi_bw_bytes_per_s")
@@ -224,8 +223,7 @@ class Alternative:
 
 def cpu_alternatives(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
                      precision: str = N.FLOAT32, traced: bool = True) -> list[Alternative]:
-    """The run as it is (change {}) and each single change the CPU offers (ranks,
-    threads, half or twice the batch, the other precision), fastest per sample first."""
+    """The run as it is (change {}) and each single change the CPU offers, fastest per sample first."""
     s = setting_of(machine, procs, threads)
     base = {"batch": batch, "procs": s.procs, "threads": s.threads, "precision": precision}
     changes = [{}] + [{"procs": p} for p in range(1, s.cores + 1) if p != s.procs] \

@@ -24,8 +24,7 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
 
 
 def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = N.PINNED) -> float:
-    """One allreduce: the measured table (host MPI's through `memory`; the ring's scaling beyond
-    it), else the ring; on one rank the one-rank points, else 0."""
+    """One allreduce: the measured table (scaled by the ring beyond it), else the ring; one rank: 0 unmeasured."""
     if procs < 1 or nbytes <= 0:
         return 0.0
     kind = N.NCCL if comm == N.NCCL else "mpi"
@@ -67,8 +66,7 @@ def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer:
 
 
 def gradient_buckets(layer_sizes, itemsize: int, bucket_bytes: int) -> list[int]:
-    """Elements of each allreduce the overlapped exchange starts, in order: the weight gradients
-    from the top in row blocks, and the biases with the loss slot before the first layer's."""
+    """Elements of each allreduce the overlapped exchange starts, in order (perfmlp/mlp.py's)."""
     L = len(layer_sizes) - 1
     tail = sum(layer_sizes[1:]) + LOSS_SLOTS
     out = []
@@ -81,8 +79,7 @@ def gradient_buckets(layer_sizes, itemsize: int, bucket_bytes: int) -> list[int]
 
 
 def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
-    """(end of compute, end of last communication) of (compute_s, comm_s) stages, each
-    communication after its compute and the previous communication."""
+    """(end of compute, end of last communication) of stages of (compute_s, comm_s), one stream each."""
     t_compute = t_comm = 0.0
     for c, m in stages:
         t_compute += c
@@ -92,8 +89,7 @@ def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
 
 def backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm,
                     fuse_output=True, output_grad_cols=OUTPUT_GRAD_COLS):
-    """(compute, communication) of each piece of the overlapped exchange: the backward kernels
-    cut where the trainer starts each piece's allreduce (gradient_buckets)."""
+    """(compute, communication) of each piece of the overlapped exchange, in order."""
     L = len(layer_sizes) - 1
     grad_bytes = as_widths(itemsize).param
     kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output, output_grad_cols)["backward"])

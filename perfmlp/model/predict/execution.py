@@ -27,8 +27,7 @@ def resolve_comm(comm: str, backend: str) -> str:
 
 
 def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "data", comm: str = N.NCCL) -> str:
-    """The execution mode that runs: `auto` is graph wherever graph_refusal allows, else eager
-    (host MPI's comm, mpi or ps, is the NumPy backend's)."""
+    """The execution mode that runs: `auto` is graph wherever graph_refusal allows, else eager."""
     if exec_mode not in (None, "auto"):
         return exec_mode
     if comm in (N.MPI, N.PS):

@@ -32,8 +32,7 @@ def slice_rows(hidden: int, k: int) -> list[tuple[int, int]]:
 
 
 def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap: float, k: int) -> dict:
-    """GPU seconds (gaps included) of each slice's forward GEMM, dW1 GEMM and update, the middle
-    (every other kernel but the update) and the rest's update."""
+    """GPU seconds (gaps included) of the schedule's kernels: per slice, the middle, the rest's update."""
     isz = widths(precision)
     D, H = layer_sizes[0], layer_sizes[1]
 
@@ -86,9 +85,7 @@ def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
 
 def schedule_change(machine: Machine, layer_sizes, b: int, procs: int, slices: int, precision: str,
                     grad_precision: str, comm: str, batch_transfer: str, gap: float, gemm: str) -> dict:
-    """What the schedule changes in predict_batch's terms for a piece of b samples:
-    compute_s, exchange_s, both chains, and today's two chains apart (compute_today_s,
-    comm_today_s at `grad_precision`'s width)."""
+    """What the schedule changes in predict_batch's terms for a piece of b samples, and both chains."""
     def comm_fn(width):
         def seconds(n):
             t = sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())

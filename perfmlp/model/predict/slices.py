@@ -15,8 +15,7 @@ SLICE_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)   # the slice counts `auto` choose
 def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices: int, precision: str = N.FLOAT32,
                    grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
                    exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> dict:
-    """Seconds per batch of today's step and the sliced one, the gain, both chains, today's two
-    chains apart and `overlapped_s` (the longer of them in place of their sum: no slicing passes it)."""
+    """Seconds per batch of today's step and the sliced one, the gain and both steps' chains."""
     args = (machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode)
     base = predict_batch(*args, gemm=gemm)
     new = predict_batch(*args, gemm=gemm, slices=slices, grad_precision=grad_precision)

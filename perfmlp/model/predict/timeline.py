@@ -26,8 +26,7 @@ def graph_loop_host_s(machine: Machine) -> float:
 
 
 def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -> float:
-    """Host time of one batch copy's call: as calibrated, nothing for a pageable one timed on the
-    host's clock, else a launch's."""
+    """Host time of one batch copy's call: as calibrated, else a launch's."""
     if batch_transfer == N.RESIDENT:
         return machine.static_copy_host_s or per_kernel
     if batch_transfer == N.PINNED:
@@ -39,8 +38,7 @@ def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -
 
 @dataclass(frozen=True)
 class Item:
-    """One thing the host issues: GPU stream time, host time to issue it (a host-only item's work),
-    and whether the host then waits for the stream."""
+    """One thing the host issues: GPU stream time, host time, and whether the host then waits."""
     gpu_s: float
     host_s: float
     blocking: bool = False
@@ -120,8 +118,7 @@ def step_items(step: Step, ahead=()) -> list[Item]:
 
 
 def prefetch_calls_s(m: Machine, step: Step) -> float:
-    """Host time per batch of the loop's calls ordering the input pipeline: as calibrated, in
-    proportion to the calls (graph mode: plus the calibration loop's two static copies), else a launch each."""
+    """Host time per batch of the loop's calls ordering the input pipeline: as calibrated, else launches."""
     measured = m.prefetch_host_s("graph" if step.graph else N.EAGER)
     calls = PREFETCH_CALLS[step.batch_transfer]
     if measured is None:

@@ -106,8 +106,7 @@ def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, b
 
 def _eager_launches(machine: Machine, kernels: int, phases: int, procs: int, traced: bool, comm: str,
                     batch_transfer: str, terms: dict) -> float:
-    """The host's launch and tracer time the GPU work (with resident data and device
-    collectives, the collectives too) does not hide."""
+    """The host's launch and tracer time the GPU work does not hide."""
     hidden_by = terms["gemm"] + terms["elementwise"]
     if batch_transfer == N.RESIDENT and comm in DEVICE_COMMS:
         hidden_by += terms["allreduce"]
@@ -133,8 +132,7 @@ def label(parallel: str, model_procs: int, comm: str, procs: int) -> str:
 
 
 def candidates(procs: int, device: bool = True, staged: bool = False) -> list[Strategy]:
-    """The strategies a run on `procs` ranks can choose from; `device`: on GPUs (NCCL, or
-    mpi-staged with `staged`), else the NumPy backend's host MPI."""
+    """The strategies a run on `procs` ranks can choose from (`device`: on GPUs)."""
     comm = (N.MPI_STAGED if staged else N.NCCL) if device else "mpi"
     out = [Strategy("data", 0, comm)]
     if procs > 1:
@@ -147,8 +145,7 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
 def best_strategy(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = "float32",
                   batch_transfer: str = N.RESIDENT, device: bool = True, trace_level: str | None = None,
                   exec_mode: str = N.EAGER, staged: bool = False) -> list[tuple[str, Prediction]]:
-    """(label, prediction) of every candidate that can run, fastest first; `exec_mode` not
-    eager: each in graph mode where its step can be captured."""
+    """(label, prediction) of every candidate that can run, fastest first."""
     out = []
     for st in candidates(procs, device, staged):
         try:
