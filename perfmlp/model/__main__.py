@@ -79,10 +79,8 @@ def format_table(s: dict) -> str:
     return "\n".join(lines)
 
 
-# The flags of the configuration the model predicts: the trainer's, with its
-# defaults (perfmlp/flags.py add_fields builds them from Config), so that with none given
-# the model predicts the run `python -m perfmlp.run` makes on a GPU (comm auto
-# resolved as the trainer resolves it there).
+# The configuration's flags: the trainer's with its defaults (perfmlp/flags.py), so that with none given
+# the model predicts the run `python -m perfmlp.run` makes on a GPU.
 CONFIG_FLAGS = ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "comm", "parallel",
                 "model_procs", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "trace_level", "slices",
                 "grad_precision")

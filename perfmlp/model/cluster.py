@@ -65,10 +65,6 @@ class Cluster:
     def max_procs(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def nodes_for(self, procs: int) -> int:
-        """Nodes a job of `procs` GPUs fills (one rank a GPU, nodes filled in turn)."""
-        return -(-procs // self.gpus_per_node)
-
     def node_network_bytes_per_s(self) -> float:
         """What one node moves into the network a direction: all its ports."""
         return self.nics_per_node * self.inter.effective_bytes_per_s

@@ -76,9 +76,8 @@ def _bias_add(m, n, w):
 
 @register("softmax_ce_grad")
 def _softmax_ce_grad(c, b, w):
-    # per column: max (c-1), subtract c, exp c, sum (c-1), divide c -> 5c - 2;
-    # cross-entropy log(sum) - (z_y - max): 2; delta (p - y) * (1/B): 2c.
-    # Then the sum of b column losses: b - 1.
+    # per column: max, subtract, exp, sum, divide (5c - 2); cross-entropy 2; delta (p - y) / B 2c;
+    # then the sum of b column losses: b - 1
     return b * (5 * c - 2 + 2 + 2 * c) + (b - 1), w.act * 3 * c * b + w.param
 
 

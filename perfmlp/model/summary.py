@@ -225,7 +225,7 @@ def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int,
     return {
         "schema": CLUSTER_SCHEMA,
         "cluster": {"name": cluster.name, "path": cluster.path, "gpus_per_node": cluster.gpus_per_node,
-                    "nodes": cluster.nodes_for(procs)},
+                    "nodes": -(-procs // cluster.gpus_per_node)},
         "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
         "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
                    "exec": "graph", "batch_transfer": N.RESIDENT},

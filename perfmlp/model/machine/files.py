@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 MACHINES_PACKAGE = "perfmlp.machines"
 DEFAULT_MACHINE = "quadro-rtx-6000"
-# Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md):
-# accepted, and left unused.
+# Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md): accepted.
 RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "pinned_launch_factor",
                      "queued_gap_s", "graph_node_extra_s"})
 _NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]

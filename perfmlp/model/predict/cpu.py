@@ -36,9 +36,6 @@ class Setting:
     threads: int
     cores: int
 
-    def cores_per_rank(self, threads: int | None = None) -> float:
-        return min(self.threads if threads is None else threads, self.cores / self.procs)
-
     @property
     def oversubscribed(self) -> bool:
         return self.procs * self.threads > self.cores
@@ -192,7 +189,7 @@ def interval_s(machine, terms: dict) -> tuple[float, float] | None:
 def cpu_ceilings(machine, precision: str = N.FLOAT32, procs: int = 1, threads: int | None = None) -> dict:
     """One rank's roofline ceilings: its share of the GEMM peak and memory bandwidth, and MPI's."""
     s = setting_of(machine, procs, threads)
-    share = s.cores_per_rank() / s.cores
+    share = min(s.threads, s.cores / s.procs) / s.cores   # the cores a rank's BLAS gets
     bw = machine.get("mpi_bw_bytes_per_s")
     return {"peak_flops_per_s": machine[f"peak_flops_per_s_{precision}"] * share,
             "mem_bw_bytes_per_s": machine["mem_bw_bytes_per_s"] * min(1.0, s.cores / s.procs),  # one NumPy thread
