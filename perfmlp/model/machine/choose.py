@@ -56,9 +56,7 @@ def shipped_cpu() -> CpuMachine | None:
 
 
 def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
-    """The datasheet and calibrated file (if any) for the GPU most of `runs`
-    saw (`run.gpu`, None on a CPU), and where some ran on a CPU the CPU file
-    nearest this machine's cores; `machine_arg` replaces the one of its kind."""
+    """The datasheet, calibrated and CPU files for `runs` (`run.gpu`); `machine_arg` replaces its kind's."""
     runs = list(runs)
     gpus = [r.gpu for r in runs if r.gpu]
     gpu = statistics.mode(gpus) if gpus else None

@@ -41,8 +41,7 @@ class CollectivePoint:
 
 @dataclass(frozen=True)
 class WaitPoint:
-    """Seconds lost per collective to the slowest of `procs` ranks: arrival jitter (`memory`
-    None), or the staged exchange's through that memory beyond its parts timed alone."""
+    """Seconds lost per collective to the slowest of `procs` ranks (`memory`: the staged exchange's)."""
     procs: int
     s: float
     memory: str | None = None
@@ -120,8 +119,7 @@ class KernelTime:
 
 @dataclass(frozen=True)
 class SpreadPoint:
-    """One source's measured spread: repeats over their median, pooled and sorted (interval.py
-    draws from them); the model's own error over earlier blind tests (report/blind_spread.py)."""
+    """One spread source's repeats over their median, pooled and sorted (interval.py draws from them)."""
     source: str
     ratios: tuple[float, ...]
 

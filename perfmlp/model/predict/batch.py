@@ -23,11 +23,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   gemm: str = N.CUBLAS, fuse_output: bool = True,
                   output_grad_cols: int = OUTPUT_GRAD_COLS, slices: int = 1,
                   grad_precision: str = N.FLOAT32) -> Prediction:
-    """Predicted time per batch (the package docstring's terms). `trace_level`: None
-    untraced; `overlap`: the allreduce pipelined with the backward pass;
-    `fuse_output=False`: every product a GEMM (the reference's step); `slices`,
-    `grad_precision`: the sliced first layer and 16-bit exchange (schedule.py).
-    launches / graph_launch is what the host/GPU timeline adds to the other terms."""
+    """Predicted time per batch (the package docstring's terms). `trace_level` None: untraced;
+    `fuse_output=False`: every product a GEMM (the reference's step); `slices`, `grad_precision`:
+    the sliced first layer and 16-bit exchange (schedule.py)."""
     exec_mode = resolve_exec(exec_mode, comm=comm)
     if exec_mode not in N.EXECS:
         raise ValueError(f"exec must be one of {', '.join(N.EXECS)}, got {exec_mode!r}")

@@ -46,8 +46,7 @@ PREFETCH_CALLS = {N.PREFETCH: 6, N.PREFETCH_PAGEABLE: 4}
 
 def prefetch_s(machine: Machine, batch_transfer: str, copies: list[float], nbytes: int,
                exec_mode: str = N.EAGER) -> float:
-    """The prefetching pipeline's own time per batch: its copies or, from a pageable source, its
-    threads' staging (the calibrated pace, else Machine.stage_bw), whichever is slower."""
+    """The prefetching pipeline's own time per batch: its copies or its threads' staging, the slower."""
     if batch_transfer != N.PREFETCH_PAGEABLE:
         return sum(copies)
     pace = machine.prefetch_pace(exec_mode, batch_transfer, nbytes)

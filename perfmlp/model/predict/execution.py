@@ -9,8 +9,7 @@ from ... import names as N
 
 
 def graph_refusal(backend: str, parallel: str = "data", comm: str = N.NCCL) -> str | None:
-    """Why a step cannot run as CUDA graphs (the trainer's error for `--exec graph`), or None:
-    a graph needs the GPU, and partitioned steps need NCCL for their in-step allreduces."""
+    """Why a step cannot run as CUDA graphs (the trainer's error for `--exec graph`), or None."""
     if backend != N.CUPY:
         return f"--exec graph needs the cupy backend (this run is on {backend})"
     if parallel != N.DATA and comm != N.NCCL:

@@ -50,9 +50,7 @@ class Item:
 
 
 def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
-    """Steady time per batch of a host issuing `items` to one stream (the last two batches' ends
-    apart): the stream starts an item once issued and the previous one done; the host waits on
-    blocking and host-only items, and a reuses item for the batch before's."""
+    """Steady time per batch of a host issuing `items` to one stream (docs/model.md, the timeline)."""
     th = tg = 0.0
     ends = []
     done = [0.0] * len(items)   # when the stream finished each item, last batch
@@ -88,9 +86,7 @@ class Step:
 
 
 def step_items(step: Step, ahead=()) -> list[Item]:
-    """One batch as the host issues it: copies, kernels (or graph replays), the exchange, the
-    update, a tracer event per recorded phase. `ahead`: each pageable copy's (staged ahead
-    seconds, blocks, ahead delay); without it a pageable copy blocks the host."""
+    """One batch as the host issues it (`ahead`: each pageable copy's staging, else it blocks the host)."""
     m, terms = step.machine, step.terms
     event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
     items = _copy_items(step, ahead)
