@@ -21,7 +21,7 @@ def _positive(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        v = 0
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v

@@ -63,13 +63,10 @@ def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
     files = shipped_machines()
     cpus = [m for m in files if isinstance(m, CpuMachine)]
     files = [m for m in files if not isinstance(m, CpuMachine)]
-    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
+    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None) \
+        or load_machine(DEFAULT_MACHINE)
     calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
-    if datasheet is None:
-        datasheet = load_machine(DEFAULT_MACHINE)
-    cpu = None
-    if len(gpus) < len(runs):
-        cpu = nearest_cpu(cpus)
+    cpu = nearest_cpu(cpus) if len(gpus) < len(runs) else None
     if machine_arg:
         given = load_machine(machine_arg)
         if isinstance(given, CpuMachine):

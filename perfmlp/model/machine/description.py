@@ -84,12 +84,10 @@ class SharedCopyPoint:
 
 @dataclass(frozen=True)
 class HostCopyPoint:
-    """One host <-> device copy as the trainer makes it, `procs` ranks at once: the
-    slowest rank's median seconds. `buffer`: "rotating" (a new slice each copy)
-    or "reduced" (the buffer an MPI_Allreduce just wrote). A pageable H2D point
-    may say how it behaves queued behind GPU work: `ahead_s`, host time before it
-    needs the stream; `blocks`, the call returns only after the copy; for one
-    that blocks, behind queued work w it hides min(ahead_s, max(0, w - ahead_delay_s))."""
+    """One host <-> device copy as the trainer makes it, `procs` ranks at once (the slowest's median);
+    `buffer` "rotating" (a new slice each copy) or "reduced" (an MPI_Allreduce's). Pageable H2D behind
+    queued GPU work w: `ahead_s` host time before it needs the stream, `blocks` the call waits for the
+    copy, and one that blocks hides min(ahead_s, max(0, w - ahead_delay_s))."""
     procs: int
     direction: str
     memory: str

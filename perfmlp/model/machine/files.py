@@ -288,8 +288,6 @@ def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
     return CpuMachine(values["name"], values["source"], where, MappingProxyType(values))
 
 
-# ---- reading files ------------------------------------------------------------------------------
-
 def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
     """The Machine (CpuMachine for `backend: numpy`) a mapping describes; `where` names it in errors."""
     try:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ... import names as N
 from ..costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, pieces, step_kernels
+from ..interval import DRAWS, LEVEL, SEED
 from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
 from ..machine import PAGEABLE_MODEL_ERROR_SOURCES
@@ -26,7 +27,6 @@ PRECISIONS = (N.FLOAT32, N.FLOAT64)
 GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
 TERMS = (GEMM, ELEMENTWISE, LAUNCHES, TRACING, N.ALLREDUCE, RANK_WAIT)
 SOURCE_TERMS = {"blas": (GEMM,), "memory": (ELEMENTWISE,), "host": (LAUNCHES, TRACING), "collective": (N.ALLREDUCE,)}
-DRAWS, SEED, LEVEL = 200, 0, (5, 95)
 
 
 @dataclass(frozen=True)
