@@ -29,8 +29,7 @@ def _positive(text: str) -> int:
 
 def format_table(s: dict) -> str:
     c, r, p = s["counts"], s["roofline"], s["prediction"]
-    per = c["per_rank"]
-    cfg = s["config"]
+    per, cfg = c["per_rank"], s["config"]
     lines = [
         f"machine: {s['machine']['name']} ({s['machine']['path']}{', calibrated' if s['machine']['calibrated'] else ''})",
         f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']} over {cfg['procs']} "
@@ -44,8 +43,7 @@ def format_table(s: dict) -> str:
     ]
     ap = c["approx"]
     for phase in ("forward", "loss", "backward", "update"):
-        approx = ap.get(phase, None)
-        lines.append(f"  {phase:<26}{per['flops'][phase]:>16,}{(f'{approx:,}' if approx else ''):>16}")
+        lines.append(f"  {phase:<26}{per['flops'][phase]:>16,}{(f'{ap[phase]:,}' if ap.get(phase) else ''):>16}")
     lines.append(f"  {'batch':<26}{per['flops_total']:>16,}{ap['batch']:>16,}")
     lines += [
         f"{'bytes H2D / D2H per rank':<28}{per['bytes_h2d']:>16,} / {per['bytes_d2h']:,}",
@@ -62,8 +60,7 @@ def format_table(s: dict) -> str:
         "",
         "predicted time per batch (us):",
     ]
-    for k, v in p["terms_s"].items():
-        lines.append(f"  {k:<26}{v * 1e6:>12.1f}")
+    lines += [f"  {k:<26}{v * 1e6:>12.1f}" for k, v in p["terms_s"].items()]
     lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
     lines.append(f"  {'overlapped lower bound':<26}{p['overlapped_s'] * 1e6:>12.1f}")
     lines.append(p["interval_note"])
