@@ -74,9 +74,7 @@ class Interval:
 
 
 def _scale(value, factor: float, rate: bool):
-    if value is None:
-        return None
-    return value / factor if rate else value * factor
+    return None if value is None else value / factor if rate else value * factor
 
 
 def perturbed(machine: Machine, factors: dict[str, float]) -> Machine:

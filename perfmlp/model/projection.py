@@ -132,8 +132,7 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
 def scaling(cluster: Cluster, machine: Machine, layer_sizes, batch: int, weak: bool = False,
             procs_list=PROCS, precision: str = "float32") -> list[dict]:
     """Rows of strong (the batch fixed) or weak scaling (`batch` a GPU), one per (p, strategy)."""
-    rows = []
-    one = None
+    rows, one = [], None
     for p in procs_list:
         if p > cluster.max_procs:
             break

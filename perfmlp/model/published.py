@@ -259,9 +259,6 @@ def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
 def with_networks(ref: Machine, study, gemm_flops_per_s: float, networks) -> list[tuple[object, dict]]:
     """(network, {p: predicted ms}) with the implied GEMM rate and each network's MPI alpha and bandwidth."""
     mg = with_gemm_rate(ref, study.scheme["gemm"], study.precision, gemm_flops_per_s)
-    out = []
-    for n in networks:
-        m = with_mpi(mg, n.mpi_alpha_s, n.mpi_bw_bytes_per_s)
-        out.append((n, {p: reference_prediction(m, study, p).total_s * 1e3
-                        for p in sorted(study.reference_ms_per_batch)}))
-    return out
+    machines = [(n, with_mpi(mg, n.mpi_alpha_s, n.mpi_bw_bytes_per_s)) for n in networks]
+    return [(n, {p: reference_prediction(m, study, p).total_s * 1e3 for p in sorted(study.reference_ms_per_batch)})
+            for n, m in machines]
