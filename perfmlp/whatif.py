@@ -27,7 +27,7 @@ from .model.machine import CpuMachine, MachineError, load_machine
 from .model.predict import GROUPS, TERM_GROUP
 from .model.whatif import KEYS, Setting, WhatIf, WhatIfError, change_words, changed_setting, what_if
 from .model.machine.choose import pick_machines
-from .model.whatif_cpu import changed_cpu_setting, cpu_options, gpu_changes, what_if_cpu, what_if_on_gpu
+from .model.whatif import changed_cpu_setting, cpu_options, gpu_changes, what_if_cpu, what_if_on_gpu
 from .report.whatif import cpu_setting_of, measured_groups_ms, setting_of
 from .trace.reader import TraceError, read_run
 
@@ -151,7 +151,7 @@ def _what_if(a: argparse.Namespace) -> tuple[WhatIf, object]:
 
 def _what_if_numpy(a: argparse.Namespace, run, values: dict) -> tuple[WhatIf, object, list]:
     """A NumPy run priced on its CPU file, or on a GPU file for a GPU-only change or a GPU --machine;
-    with the CPU's single changes beside it (model/whatif_cpu.py)."""
+    with the CPU's single changes beside it (model/whatif.py)."""
     machines = pick_machines([run], a.machine)
     cpu = machines.cpu
     if cpu is None:

@@ -5,9 +5,8 @@ import copy
 import pytest
 
 from perfmlp.model import load_machine, predict_batch
-from perfmlp.model.cluster import ClusterError, cluster_files, cluster_from_mapping, load_cluster
-from perfmlp.model.collectives import (allreduce_s, allreduce_times, best_allreduce, bus_bytes_per_s, chain_s,
-                                       group_of, Group)
+from perfmlp.model.cluster import (ClusterError, Group, allreduce_s, allreduce_times, best_allreduce,
+                                   bus_bytes_per_s, chain_s, cluster_files, cluster_from_mapping, group_of, load_cluster)
 from perfmlp.model.nccl_tests import PUBLISHED, TOLERANCE, comparison, model_s
 from perfmlp.model.projection import cluster_step, crossover, hybrid_grids, scaling, strategy_steps
 

@@ -11,7 +11,7 @@ import pytest
 
 from perfmlp.model.interval import SOURCES, _SCALARS, UNSCALED, interval
 from perfmlp.model.machine import Machine, load_machine
-from perfmlp.model.machine import entries
+from perfmlp.model.machine import files
 from perfmlp.model.machine.fields import CPU_KEYS, FIELDS, GPU_KEYS, OPTIONAL, TABLES, markdown_table
 from perfmlp.model.predict import predict_batch
 from perfmlp.model.predict.cpu import SOURCE_TERMS as CPU_SOURCE_TERMS
@@ -32,7 +32,7 @@ def test_every_field_of_a_machine_is_declared_once():
 
 
 def test_the_loader_and_the_interval_read_the_declaration():
-    assert entries.TABLES is TABLES and entries.OPTIONAL is OPTIONAL
+    assert files.TABLES is TABLES and files.OPTIONAL is OPTIONAL
     # a scalar's spread source moves it in a draw; one without a source is left as it is
     for name in GPU_KEYS:
         f = FIELDS[name]

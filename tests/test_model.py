@@ -380,7 +380,7 @@ def test_the_model_command_by_default_predicts_the_trainers_default_run(capsys):
 def test_the_strategy_comparison_prices_each_strategy_with_the_runs_library():
     # with mpi-staged, data parallelism in the comparison is the staged exchange's, as predicted alone,
     # not NCCL's (which is faster: the comparison would favour it)
-    from perfmlp.model.strategies import strategy_summary
+    from perfmlp.model.summary import strategy_summary
     m = load_machine("h200-calibrated")
     for comm in ("mpi-staged", "nccl"):
         s = strategy_summary(m, (784, 512, 10), 3200, 2, comm=comm, batch_transfer="pageable", parallel="model",

@@ -1,4 +1,4 @@
-"""The what-if of a NumPy run on its CPU file (model/whatif_cpu.py), "on a
+"""The what-if of a NumPy run on its CPU file (model/whatif.py), "on a
 GPU" as one change among the CPU's, reductions said as reductions, and no
 group clamped silently."""
 import pytest
@@ -6,9 +6,8 @@ import pytest
 from perfmlp import names as N
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict.terms import Prediction
-from perfmlp.model.whatif import change_words, combined
-from perfmlp.model.whatif_cpu import (CpuSetting, changed_cpu_setting, cpu_options, gpu_changes, what_if_cpu,
-                                      what_if_on_gpu)
+from perfmlp.model.whatif import (CpuSetting, change_words, changed_cpu_setting, combined, cpu_options, gpu_changes,
+                                  what_if_cpu, what_if_on_gpu)
 from perfmlp.model.whatif import WhatIfError
 
 CPU = load_machine("cpu-ci-2core")

@@ -1,9 +1,6 @@
 """The analytic model: FLOP and byte counts, rooflines, predicted time per batch.
-
-Pure functions of shapes and machine numbers. This package imports nothing
-from the trainer, CuPy, mpi4py or matplotlib; machine numbers live in
-`models/*.yaml`.
-"""
+Pure functions of shapes and machine numbers (those live in `models/*.yaml`);
+nothing from the trainer, CuPy, mpi4py or matplotlib."""
 from .machine import load_machine
 from .predict import predict_batch
 

@@ -10,19 +10,18 @@ from .. import names as N
 from ..cli import Parser, add_machine
 from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
-from .cpu_summary import cpu_summary, format_cpu
 from .machine import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
 from .predict import default_trace_level, resolve_comm, resolve_exec, trace_words
-from .strategies import StrategyError, format_strategy, strategy_exec, strategy_summary
-from .projection import cluster_summary, format_cluster
-from .summary import summary
+from .strategies import StrategyError, strategy_exec
+from .summary import (cluster_summary, cpu_summary, format_cluster, format_cpu, format_strategy, strategy_summary,
+                      summary)
 
 
 def _positive(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        v = 0
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
@@ -30,8 +29,7 @@ def _positive(text: str) -> int:
 
 def format_table(s: dict) -> str:
     c, r, p = s["counts"], s["roofline"], s["prediction"]
-    per = c["per_rank"]
-    cfg = s["config"]
+    per, cfg = c["per_rank"], s["config"]
     lines = [
         f"machine: {s['machine']['name']} ({s['machine']['path']}{', calibrated' if s['machine']['calibrated'] else ''})",
         f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']} over {cfg['procs']} "
@@ -45,8 +43,7 @@ def format_table(s: dict) -> str:
     ]
     ap = c["approx"]
     for phase in ("forward", "loss", "backward", "update"):
-        approx = ap.get(phase, None)
-        lines.append(f"  {phase:<26}{per['flops'][phase]:>16,}{(f'{approx:,}' if approx else ''):>16}")
+        lines.append(f"  {phase:<26}{per['flops'][phase]:>16,}{(f'{ap[phase]:,}' if ap.get(phase) else ''):>16}")
     lines.append(f"  {'batch':<26}{per['flops_total']:>16,}{ap['batch']:>16,}")
     lines += [
         f"{'bytes H2D / D2H per rank':<28}{per['bytes_h2d']:>16,} / {per['bytes_d2h']:,}",
@@ -63,8 +60,7 @@ def format_table(s: dict) -> str:
         "",
         "predicted time per batch (us):",
     ]
-    for k, v in p["terms_s"].items():
-        lines.append(f"  {k:<26}{v * 1e6:>12.1f}")
+    lines += [f"  {k:<26}{v * 1e6:>12.1f}" for k, v in p["terms_s"].items()]
     lines.append(f"  {'total (serialised)':<26}{p['total_s'] * 1e6:>12.1f}")
     lines.append(f"  {'overlapped lower bound':<26}{p['overlapped_s'] * 1e6:>12.1f}")
     lines.append(p["interval_note"])
@@ -80,10 +76,8 @@ def format_table(s: dict) -> str:
     return "\n".join(lines)
 
 
-# The flags of the configuration the model predicts: the trainer's, with its
-# defaults (perfmlp/flags.py add_fields builds them from Config), so that with none given
-# the model predicts the run `python -m perfmlp.run` makes on a GPU (comm auto
-# resolved as the trainer resolves it there).
+# The configuration's flags: the trainer's with its defaults (perfmlp/flags.py), so that with none given
+# the model predicts the run `python -m perfmlp.run` makes on a GPU.
 CONFIG_FLAGS = ("input_size", "hidden_sizes", "num_classes", "batch_size", "precision", "comm", "parallel",
                 "model_procs", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "trace_level", "slices",
                 "grad_precision")

@@ -1,30 +1,12 @@
 """One registry from operation to cost: FLOPs and device-memory bytes as
-formulas of shapes and element size.
+formulas of shapes and element size (docs/model.md, "Counting rule").
 
-Counting rule
-- A multiply-add is 2 FLOPs (one multiply, one add): a GEMM of an M x K by a
-  K x N matrix is 2*M*N*K FLOPs.
-- Each add, subtract, multiply, division, comparison (max), exp and log
-  counts 1 FLOP. The sigmoid 1 / (1 + exp(-z)) is 3 (exp, add, division);
-  negation is not counted.
-- A reduction of n values (sum, max) is n - 1 FLOPs per output.
-- Not counted: index arithmetic, copies, casts, argmax for accuracy, and
-  the held-out evaluation (it is not part of a training step).
-- Tensor cores (tf32, bf16, fp16: model/precision.py): a multiply-add is
-  2 FLOPs at its precision, as on the FFMA units. Not counted: fp16's loss
-  scaling (the finite check of the gradients and the unscaling multiply).
-- Bytes are the fewest a kernel must move through device memory: every
-  input read once, every output written once, at the width it has
-  (`Widths`): activations, deltas, the batch and the GEMMs' operands at the
-  activation width (16 bits in bf16 and fp16, whose GEMMs read a 16-bit
-  copy of the weights that each update writes); weights, biases, gradients
-  and partial sums at the parameter width (float32 there); the
-  weight-gradient GEMMs write float32 (`batch_counts` adds those bytes).
-  Copies count the bytes handed to cudaMemcpy and collectives the bytes of
-  the buffer handed to MPI or NCCL (`batch_counts`).
-
-The trainer records every operation it launches as (name, shape); its
-counters are these same formulas applied to those shapes.
+A multiply-add is 2 FLOPs at any precision; add, subtract, multiply, divide,
+max, exp and log 1 each; a reduction of n values n - 1; not counted: index
+arithmetic, copies, casts, argmax, evaluation, loss scaling. Bytes: every
+input read and output written once at its width (`Widths`); copies and
+collectives count the buffer handed over (`batch_counts`). The trainer's
+counters are these formulas applied to what it launches.
 """
 from __future__ import annotations
 
@@ -49,18 +31,10 @@ def register(name: str):
 
 
 class Widths(NamedTuple):
-    """Bytes per element of the activations (deltas, the batch, the GEMMs'
-    operands) and of the parameters (weights, biases, gradients); and
-    whether the update is preceded by the gradients' finite check (fp16's
-    loss scaling). An int w stands for Widths(w, w)."""
+    """Bytes per element of the activations and the parameters; fp16's finite check before the update."""
     act: int
     param: int
     grad_check: bool = False
-
-    @property
-    def weight_copy(self) -> bool:
-        """The update also writes the weights' copy at the activation width."""
-        return self.act < self.param
 
 
 def as_widths(itemsize) -> Widths:
@@ -75,8 +49,7 @@ def widths(precision) -> Widths:
 
 @lru_cache(maxsize=4096)
 def op_cost(name: str, shape: tuple, itemsize) -> tuple[int, int]:
-    """(FLOPs, bytes) of operation `name` at `shape` with elements of
-    `itemsize` bytes (an int, or the Widths of a precision)."""
+    """(FLOPs, bytes) of operation `name` at `shape`, elements of `itemsize` bytes (an int or Widths)."""
     try:
         fn = OPS[name]
     except KeyError:
@@ -103,9 +76,8 @@ def _bias_add(m, n, w):
 
 @register("softmax_ce_grad")
 def _softmax_ce_grad(c, b, w):
-    # per column: max (c-1), subtract c, exp c, sum (c-1), divide c -> 5c - 2;
-    # cross-entropy log(sum) - (z_y - max): 2; delta (p - y) * (1/B): 2c.
-    # Then the sum of b column losses: b - 1.
+    # per column: max, subtract, exp, sum, divide (5c - 2); cross-entropy 2; delta (p - y) / B 2c;
+    # then the sum of b column losses: b - 1
     return b * (5 * c - 2 + 2 + 2 * c) + (b - 1), w.act * 3 * c * b + w.param
 
 
@@ -123,12 +95,8 @@ def _sigmoid_grad(m, n, w):
 
 @register("output_backward")
 def _output_backward(c, h, b, w):
-    # the output layer's backward (c x h weights, b samples): dW = delta a^T,
-    # db = the row sums of delta, da = W^T delta, dz = da * a * (1 - a) and
-    # the layer below's db: the FLOPs of those five operations; reads delta, a
-    # and W (the float32 weights: it runs on the FFMA units in every
-    # precision), writes dz and one partial sum of dW, db and the layer
-    # below's db per column block (output_grad_splits)
+    # the fused output backward (c x h weights, b samples): the FLOPs of dW, db, da, dz and the layer below's
+    # db; reads delta, a and the float32 W, writes dz and a partial sum of dW and both db per column block
     f = (_gemm(c, h, b, w)[0] + _row_sum(c, b, w)[0] + _gemm(h, b, c, w)[0] + _sigmoid_grad(h, b, w)[0]
          + _row_sum(h, b, w)[0])
     return f, w.act * (c * b + h * b + h * b) + w.param * (c * h + output_grad_splits(b) * output_grad_sums(c, h))
@@ -136,9 +104,7 @@ def _output_backward(c, h, b, w):
 
 @register("partial_sums")
 def _partial_sums(n, splits, w):
-    # n sums of `splits` partials each, in a fixed order: the work of splitting
-    # a reduction over blocks, not counted as FLOPs (as a GEMM library's
-    # split-K reduction is not); reads the partials, writes the n sums
+    # n sums of `splits` partials in a fixed order: not FLOPs (as a split-K reduction is not)
     return 0, w.param * n * (splits + 1)
 
 
@@ -150,9 +116,8 @@ def _grad_check(n, w):
 
 @register("update_weights")
 def _update_weights(n, w):
-    # w -= lr * (g + reg * w): multiply, add, multiply, subtract; in bf16 and
-    # fp16 the weights' 16-bit copy is written too
-    return 4 * n, w.param * 3 * n + (w.act * n if w.weight_copy else 0)
+    # w -= lr * (g + reg * w); in bf16 and fp16 the weights' 16-bit copy is written too
+    return 4 * n, w.param * 3 * n + (w.act * n if w.act < w.param else 0)
 
 
 @register("update_biases")
@@ -164,21 +129,16 @@ def _update_biases(n, w):
 # ---- a whole step from shapes ---------------------------------------------------
 
 def itemsize(precision: str) -> int:
-    """Bytes per element of a precision's activations and batch (its
-    parameters: widths(precision).param)."""
+    """Bytes per element of a precision's activations and batch."""
     return precision_of(precision).act_bytes
 
 
-# Overlapped communication's bucket: a weight gradient larger than this is computed and reduced in row
-# blocks of at most this size. 25 MiB, PyTorch DDP's bucket_cap_mb: each layer's gradient is one piece.
+# Overlapped communication's bucket (PyTorch DDP's bucket_cap_mb): larger weight gradients go in row blocks.
 DEFAULT_BUCKET_BYTES = 25 << 20
 
 
 def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) -> list[tuple[int, int]]:
-    """The [r0, r1) row blocks a rows x cols weight gradient is computed and
-    reduced in when gradient communication overlaps the backward pass: the
-    fewest blocks of at most `bucket_bytes` each (at least one row), sizes
-    differing by at most one row. One block without buckets (None)."""
+    """The fewest [r0, r1) row blocks of at most `bucket_bytes` a weight gradient goes in (None: one)."""
     if not bucket_bytes:
         return [(0, rows)]
     per = max(1, bucket_bytes // (cols * itemsize))
@@ -186,43 +146,34 @@ def row_blocks(rows: int, cols: int, itemsize: int, bucket_bytes: int | None) ->
     return [piece(rows, n, i) for i in range(n)]
 
 
-# The output layer (C rows: 10 for MNIST) is too thin for a GEMM library. With at most this many classes
-# (one accumulator per class in registers) the trainer runs its backward as two kernels of its own instead
-# of 2 GEMMs, a row sum and the sigmoid gradient: `output_backward` (per block of OUTPUT_GRAD_COLS columns:
-# dz, and partial sums of dW, db and the layer below's db) and `partial_sums` (the partials added in a
-# fixed order, so every run gives the same result). The column block is fixed (gpu/kernels.py: LAUNCH).
+# The output layer is too thin for a GEMM library: with at most this many classes the trainer runs its
+# backward as `output_backward` (per block of OUTPUT_GRAD_COLS columns: dz and partial sums) and
+# `partial_sums` (added in a fixed order, so every run gives the same result); gpu/kernels.py: LAUNCH.
 FUSED_OUTPUT_MAX_CLASSES = 16
 OUTPUT_GRAD_COLS = 256
 
 
 def fused_output(layer_sizes) -> bool:
-    """Whether the output layer's backward runs as the fused pair: at most
-    FUSED_OUTPUT_MAX_CLASSES classes and a hidden layer below it."""
+    """The output layer's backward runs as the fused pair (few classes, a hidden layer below)."""
     return len(layer_sizes) >= 3 and layer_sizes[-1] <= FUSED_OUTPUT_MAX_CLASSES
 
 
 def output_grad_splits(b: int, cols: int = OUTPUT_GRAD_COLS) -> int:
-    """Column blocks (partial sums) of the fused output backward on b
-    samples, in blocks of `cols` (a run's trace records the block it launched)."""
+    """Column blocks (partial sums) of the fused output backward on b samples."""
     return -(-b // cols)
 
 
 def output_grad_sums(c: int, h: int) -> int:
-    """The sums the fused output backward reduces: dW (c x h), the layer
-    below's db (h) and db (c)."""
+    """The sums the fused output backward reduces: dW (c x h), db (c) and the layer below's (h)."""
     return c * h + h + c
 
 
 def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=4, fuse_output: bool = True,
                  output_grad_cols: int = OUTPUT_GRAD_COLS) -> dict[str, list[tuple[tuple[str, tuple], ...]]]:
-    """The kernels of one training step on a piece of b samples, per phase, in
-    launch order (layer_sizes = D, H1, ..., C); each kernel is the tuple of
-    operations it computes. With `bucket_bytes` (overlapped communication)
-    each weight gradient is one GEMM per row block (`row_blocks`), but the
-    fused output layer's is one piece. `fuse_output=False`: the output
-    layer's backward as GEMMs and elementwise kernels even where
-    `fused_output` allows the fused pair. perfmlp/mlp.py's Network launches
-    exactly these (tested)."""
+    """The kernels of one step on a piece of b samples, per phase, in launch
+    order, each the tuple of (operation, shape) it computes (perfmlp/mlp.py
+    launches exactly these). `bucket_bytes`: weight gradients in `row_blocks`;
+    `fuse_output=False`: no fused output backward."""
     L = len(layer_sizes) - 1
     w = as_widths(itemsize)
     fuse = fuse_output and fused_output(layer_sizes)
@@ -257,9 +208,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
     }
 
 
-# The trainer's own kernels (perfmlp/gpu/*.cu, launched by perfmlp/gpu/network.py
-# under these names) by the operations each computes, as step_kernels lists
-# them; every other kernel of the step is one GEMM ("gemm").
+# The trainer's own kernels (perfmlp/gpu/*.cu) by the operations each computes; every other kernel is a GEMM.
 OWN_KERNELS = {("bias_sigmoid",): "bias_sigmoid", ("bias_add",): "bias_add",
                ("softmax_ce_grad",): "softmax_ce_grad", ("row_sum",): "row_sum",
                ("sigmoid_grad", "row_sum"): "sigmoid_grad_row_sum", ("output_backward",): "output_backward",
@@ -268,16 +217,13 @@ OWN_KERNELS = {("bias_sigmoid",): "bias_sigmoid", ("bias_add",): "bias_add",
 
 
 def kernel_name(kernel) -> str:
-    """The name the trainer launches a step kernel (a tuple of (operation,
-    shape)) under: "gemm", or one of OWN_KERNELS'."""
+    """The name the trainer launches a step kernel under: "gemm", or one of OWN_KERNELS'."""
     ops = tuple(name for name, _ in kernel)
     return "gemm" if ops == ("gemm",) else OWN_KERNELS[ops]
 
 
 def kernel_shape(kernel) -> tuple:
-    """The shape a kernel's calibrated time is keyed by (the machine file's
-    kernel_s): its first operation's, e.g. (C, H, b) for output_backward,
-    (H, b) for bias_sigmoid, (weights,) for sgd_update."""
+    """The shape a kernel's calibrated time (kernel_s) is keyed by: its first operation's."""
     return tuple(kernel[0][1])
 
 
@@ -289,8 +235,7 @@ def step_ops(layer_sizes, b: int, bucket_bytes: int | None = None,
 
 
 def weight_grad_elements(layer_sizes, fuse_output: bool = True) -> int:
-    """Elements the weight-gradient GEMMs of a step write (the fused output
-    layer's backward writes partial sums instead)."""
+    """Elements the weight-gradient GEMMs of a step write (not the fused output layer's)."""
     fused = fuse_output and fused_output(layer_sizes)
     return n_weights(layer_sizes) - (layer_sizes[-1] * layer_sizes[-2] if fused else 0)
 
@@ -349,17 +294,10 @@ class BatchCounts:
 def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
                  batch_transfer: str = N.PAGEABLE, bucket_bytes: int | None = None,
                  exec_mode: str = N.EAGER, fuse_output: bool = True, grad_width: int | None = None) -> BatchCounts:
-    """Counts for one rank's piece of b samples.
-
-    comm: `mpi-staged` (gradients D2H, MPI_Allreduce, H2D), `nccl`, or `mpi`
-    (NumPy backend: the buffer is already on the host); MPI and NCCL bytes
-    are counted even on one process, where the trainer hands the buffer to
-    the collective too. batch_transfer: `pageable`/`pinned` copy X and Y
-    each batch, `resident` none. bucket_bytes, fuse_output: as step_kernels.
-    itemsize: an int, or a precision's Widths: the batch is copied at the
-    activation width, the gradients at the parameter width, or `grad_width`
-    bytes an element where given (`--grad-precision`).
-    """
+    """Counts for one rank's piece of b samples. MPI and NCCL bytes count
+    even on one process (the trainer hands the buffer over too); the batch
+    is copied at the activation width, the gradients at the parameter width
+    or `grad_width` (`--grad-precision`)."""
     w = as_widths(itemsize)
     flops, mem, ops, kern = {}, {}, {}, {}
     for phase, kernels in step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output).items():

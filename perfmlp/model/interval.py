@@ -1,42 +1,13 @@
-"""Prediction intervals: the spread the calibration measured, carried to a
+"""Prediction intervals: the calibration's measured spread carried to a
 distribution of the predicted time per batch.
 
-A calibrated machine file may hold `spread`: for each source of its figures
-(SOURCES) the ratios of the calibration's repeated measurements to their
-median, pooled over that source's points. A source's figures price these terms:
-
-    host           launches, graph_launch (host time per operation, per graph launch, the loop's
-                   own work, a host thread's staging copy)
-    pageable_copy  h2d_batch, d2h_grad, h2d_grad through pageable memory
-    pinned_copy    the same through pinned memory
-    gpu            gemm, elementwise, kernel_gaps, tracing (and the GPU time under launches)
-    collective     allreduce, rank_wait
-    model_eager,   the whole total: the model's own error over earlier blind tests on the machine
-    model_graph    kind, per execution mode (report/blind_spread.py): what no microbenchmark's
-                   repeats show; model_eager_pageable and model_graph_pageable, where a file has
-                   them, are the error of steps whose batch is staged through pageable memory
-                   (model_source)
-
-Monte Carlo, fixed seed (SEED, DRAWS draws): each draw takes one factor a
-source from the empirical distribution of its ratios (draw_factor), scales
-every figure of that source by it (a time times the factor, a rate divided
-by it: the whole source at once, as the host's speed is one thing in a run)
-and predicts the batch again, the host/GPU timeline included, then scales
-that total by a factor of the model's error for the prediction's execution
-mode, where the file records it. The 90% interval is the 5th to 95th
-percentile of the draws' totals; `quantiles_s` holds every fifth percentile
-(the predicted distribution a measurement is placed in: `pit`).
-
-A file without `spread` has no interval: `interval` returns None and the
-outputs say "unknown" rather than inventing one. A file with some sources
-only says which terms carry no spread (`Interval.unmeasured`).
-
-Judging an interval over a blind sweep: `coverage`, the fraction of
-configurations whose measured median lies inside its interval; and, as
-PRISM (arXiv 2510.15596) reports it, `ks_distance`, the Kolmogorov-Smirnov
-distance of the pooled probability integral transforms (`pit`: each repeat
-placed in its configuration's predicted distribution), which are uniform on
-[0, 1] if the predicted distributions are right.
+A file's `spread` holds, per source of its figures (SOURCE_TERMS), repeats
+over their median, and the model's own blind error per execution mode.
+Monte Carlo, fixed seed: each draw scales every figure of a source by one
+factor from its ratios (times multiplied, rates divided), predicts again and
+scales the total by the model's error; the 90% interval is the 5th to 95th
+percentile. No spread, no interval (said "unknown"). Judged over a blind
+sweep by `coverage` and, as PRISM (arXiv 2510.15596), `ks_distance` of `pit`.
 """
 from __future__ import annotations
 
@@ -80,8 +51,7 @@ UNSCALED = tuple(k for k, f in FIELDS.items() if f.spread is None)
 
 @dataclass(frozen=True)
 class Interval:
-    """A prediction's distribution: the 90% interval, every fifth
-    percentile, how it was drawn, and the terms no measured spread covers."""
+    """A prediction's distribution: the 90% interval, every fifth percentile, how it was drawn."""
     lo_s: float
     hi_s: float
     quantiles_s: tuple
@@ -104,14 +74,11 @@ class Interval:
 
 
 def _scale(value, factor: float, rate: bool):
-    if value is None:
-        return None
-    return value / factor if rate else value * factor
+    return None if value is None else value / factor if rate else value * factor
 
 
 def perturbed(machine: Machine, factors: dict[str, float]) -> Machine:
-    """The machine with every figure of each source scaled by its factor:
-    times multiplied, rates (`_per_s` in the name) divided."""
+    """The machine with each source's figures scaled by its factor (rates, `_per_s`, divided)."""
     changes = {}
     for source, f in factors.items():
         if f == 1.0:
@@ -126,8 +93,7 @@ def perturbed(machine: Machine, factors: dict[str, float]) -> Machine:
 
 
 def _with(point, values: dict):
-    """A frozen table point with some figures changed: dataclasses.replace
-    without re-running __init__ for each of the thousands of points a draw scales."""
+    """A frozen point with some figures changed, without dataclasses.replace's __init__ (thousands a draw)."""
     new = object.__new__(type(point))
     new.__dict__.update(point.__dict__)
     new.__dict__.update(values)
@@ -135,8 +101,7 @@ def _with(point, values: dict):
 
 
 def draw_factor(ratios: tuple, u: float) -> float:
-    """The ratio at quantile u of the empirical distribution (linear between
-    the sorted ratios, at u (n - 1))."""
+    """The ratio at quantile u of the sorted ratios (linear, at u (n - 1))."""
     if len(ratios) == 1:
         return ratios[0]
     x = u * (len(ratios) - 1)
@@ -145,10 +110,7 @@ def draw_factor(ratios: tuple, u: float) -> float:
 
 
 def model_source(detail: dict, spread: dict) -> str | None:
-    """The spread source of the model's own error for a prediction (its
-    detail's `exec` and `batch_transfer`): the pageable one of its execution
-    mode for a batch staged through pageable memory where `spread` has it,
-    else its execution mode's."""
+    """The model-error source of a prediction's detail: its mode's, pageable where the batch is."""
     mode = detail.get("exec")
     pageable = PAGEABLE_MODEL_ERROR_SOURCES.get(mode)
     if detail.get("batch_transfer") in PAGEABLE_TRANSFERS and pageable in spread:
@@ -158,10 +120,7 @@ def model_source(detail: dict, spread: dict) -> str | None:
 
 def interval(machine: Machine, predict: Callable[[Machine], object], draws: int = DRAWS,
              seed: int = SEED, spread: dict | None = None) -> Interval | None:
-    """The distribution of `predict(machine).total_s` under the machine's
-    measured spread (module docstring; `spread`: source -> ratios, default
-    the file's); None for a file without spread, or with none that bears on
-    this prediction."""
+    """The distribution of `predict(machine).total_s` under `spread` (default the file's); None without."""
     spread = ({e.source: e.ratios for e in machine.spread} if spread is None
               else {k: tuple(sorted(v)) for k, v in spread.items()})
     if not spread:
@@ -187,9 +146,7 @@ def interval(machine: Machine, predict: Callable[[Machine], object], draws: int 
 
 
 def interval_json(iv: Interval | None) -> dict:
-    """A prediction's JSON keys for its interval: `interval_s` ([lo, hi] or
-    None), `distribution` (Interval.as_json but the interval, or None) and
-    `interval_note` (interval_words)."""
+    """A prediction's JSON keys for its interval: `interval_s`, `distribution` and `interval_note`."""
     if iv is None:
         return {"interval_s": None, "distribution": None, "interval_note": interval_words(None)}
     d = iv.as_json()
@@ -213,8 +170,7 @@ def interval_words(iv: Interval | None) -> str:
 # ---- judging intervals over a blind sweep --------------------------------------------------------
 
 def pit(quantiles_s, t: float, percentiles=PERCENTILES) -> float:
-    """F(t): where t falls in the predicted distribution given by its
-    quantiles (linear between them; 0 below the lowest, 1 above the highest)."""
+    """F(t) of the distribution given by its quantiles (linear between; 0 below, 1 above)."""
     q = np.asarray(quantiles_s, dtype=float)
     p = np.asarray(percentiles, dtype=float) / 100
     if t <= q[0]:
@@ -225,9 +181,8 @@ def pit(quantiles_s, t: float, percentiles=PERCENTILES) -> float:
 
 
 def ks_distance(pits) -> float:
-    """The Kolmogorov-Smirnov distance of the values' empirical CDF from the
-    uniform one on [0, 1]: max over the sorted values u_(i) of
-    max(i/n - u_(i), u_(i) - (i-1)/n)."""
+    """The KS distance of the values' empirical CDF from uniform on [0, 1]:
+    max over sorted u_(i) of max(i/n - u_(i), u_(i) - (i-1)/n)."""
     u = np.sort(np.asarray(list(pits), dtype=float))
     n = len(u)
     if not n:

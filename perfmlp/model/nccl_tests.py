@@ -1,23 +1,15 @@
-"""Published nccl-tests all-reduce figures set beside the cluster model
-(`collectives.py` on `models/clusters/*.yaml`): something no one here
-wrote. One place for the figures, each with the address it comes from; the
-tests hold the model to them, the report shows the table.
-
-A figure is a time (all_reduce_perf's out-of-place time, float, sum) or a
-bus bandwidth (busbw = algbw x 2(p-1)/p, algbw = bytes / time: nccl-tests
-doc/PERFORMANCE.md), set beside the model's time for the algorithm the
-figure was measured with (`switch`: NVLink SHARP, NCCL's NVLS; `ring`:
-NCCL_ALGO=RING; `best`: the model's choice, for NCCL's default algorithm
-across nodes). `expected`: whether the model should be within TOLERANCE of
-it; where not, `why` says what the model leaves out or what the thread
-says of the figure.
+"""Published nccl-tests all-reduce figures beside the cluster model
+(`cluster.py`), each with its address; the tests hold the model to them,
+the report shows the table. A figure is a time or a bus bandwidth, set
+beside the model's time for the algorithm it was measured with (`switch`:
+NVLS, `ring`, `best`: the model's choice); `expected`: within TOLERANCE,
+else `why` says what the model leaves out.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cluster import load_cluster
-from .collectives import allreduce_s, best_allreduce, group_of
+from .cluster import allreduce_s, best_allreduce, group_of, load_cluster
 
 TOLERANCE = 0.15
 NCCL_TESTS_290 = "https://github.com/NVIDIA/nccl-tests/issues/290"
@@ -70,8 +62,7 @@ PUBLISHED = (
 
 
 def model_s(p: Published, clusters: dict | None = None) -> tuple[str, float]:
-    """(algorithm, seconds) the model gives for the published figure's case
-    (`clusters`: name -> Cluster already loaded)."""
+    """(algorithm, seconds) the model gives for the figure's case (`clusters`: those already loaded)."""
     c = (clusters or {}).get(p.cluster) or load_cluster(p.cluster)
     g = group_of(c, p.procs)
     if p.algorithm == "best":

@@ -1,26 +1,9 @@
 """The precisions a step can run in, and what each stores, multiplies and
-reduces (pure: the trainer, the model and the report read the same table).
-
-- float64, float32: everything in that type; the products on the FFMA
-  (or FP64) units.
-- tf32: float32 storage, master weights and update; the GEMMs on tensor
-  cores with their inputs rounded to TF32 (10 mantissa bits) and float32
-  accumulation (cuBLAS CUBLAS_COMPUTE_32F_FAST_TF32).
-- bf16, fp16 (mixed precision): master weights, gradients and the update
-  in float32; activations, deltas and the batch in 16 bits; the GEMMs on
-  tensor cores from 16-bit inputs (the activations and a 16-bit copy of the
-  weights, rewritten by each update) with float32 accumulation
-  (CUBLAS_COMPUTE_32F); elementwise kernels read and write 16 bits and
-  compute in float32. fp16 adds dynamic loss scaling (its range is too
-  narrow for small gradients): perfmlp/mixed.py.
-
-Gradients are reduced in 32 bits in every precision but float64: the
-weight-gradient GEMMs write float32 straight into the gradient buffer, and
-that buffer is what the allreduce (MPI or NCCL) and the staged copies move.
-
-Counting rule for the tensor cores: a multiply-add is 2 FLOPs at its
-precision, as on the FFMA units (costs.py); a machine's ceiling for a
-precision is its dense tensor-core peak (Machine.peak_flops_per_s).
+reduces (one table for the trainer, the model and the report): float64 and
+float32 throughout; tf32 float32 with the GEMMs on tensor cores; bf16 and
+fp16 mixed (16-bit activations and batch, float32 master weights, gradients
+and update; fp16 with loss scaling: perfmlp/mixed.py). Gradients are
+reduced in 32 bits in every precision but float64.
 """
 from __future__ import annotations
 
@@ -67,8 +50,7 @@ NAMES = N.PRECISIONS
 
 
 def precision(name) -> Precision:
-    """The table's entry for a --precision value (or a NumPy float32/float64
-    dtype, the names older code passes)."""
+    """The table's entry for a --precision value (or a NumPy float32/float64 dtype, the names older code passes)."""
     if isinstance(name, Precision):
         return name
     try:

@@ -1,26 +1,18 @@
 """The strategies projected onto a cluster (`cluster.py`): data, model and
-hybrid parallelism on 1 to 1,024 GPUs, each exchange priced by its best
-collective (`collectives.py`), strong and weak scaling, and which strategy
-wins where over (p, H, B).
+hybrid parallelism on 1 to 1,024 GPUs, each exchange by its best collective
+(`cluster.py`), strong and weak scaling, and which strategy wins where.
 
-A step on the cluster is rank 0's own step on its GPU (its shard and its
-piece of the batch, priced by the GPUs' machine file as one process: graph
-mode, resident data, as the trainer runs NCCL strategies, so no host copy
-and no exchange), then every collective the strategy's rank 0 calls
-(perfmlp/model/strategies rank_collectives), serialised as the trainer
-runs them. A model group is consecutive ranks (inside a node while it fits);
-a hybrid grid's data group is every p_model-th rank (one rank a node once
-p_model fills a node). The hybrid grid is the fastest of the powers of two
-p_model in [2, min(p/2, GPUs a node)] whose shard has at least one hidden
-unit a rank: model groups inside a node, as tensor parallelism is placed
-(its exchanges are on the critical path of every layer).
+A step is rank 0's own step on its GPU (graph mode, resident data, one
+process), then every collective its strategy calls, serialised. A model
+group is consecutive ranks (inside a node while it fits); a hybrid data
+group every p_model-th rank. The hybrid grid is the fastest power of two
+p_model in [2, min(p/2, GPUs a node)] whose shard keeps a hidden unit a rank.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cluster import Cluster
-from .collectives import ALGORITHMS, allreduce_times, chain_s, group_of
+from .cluster import ALGORITHMS, Cluster, allreduce_times, chain_s, group_of
 from .costs import itemsize as itemsize_of, pieces
 from .machine import Machine
 from .strategies import StrategyError, check_shard, grid, rank_collectives, shard_sizes
@@ -33,8 +25,7 @@ PROCS = tuple(2 ** k for k in range(11))          # 1 .. 1,024 GPUs
 
 @dataclass(frozen=True)
 class Exchange:
-    """One collective of a step: its kind, bytes, ranks, the fastest
-    algorithm and its time, and every algorithm that applies (name -> s)."""
+    """One collective of a step, its fastest algorithm and every one that applies (name -> s)."""
     kind: str
     nbytes: int
     ranks: int
@@ -73,9 +64,7 @@ class ClusterStep:
 
 def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int, parallel: str = "data",
                  model_procs: int = 0, precision: str = "float32") -> ClusterStep:
-    """A strategy's predicted step on the cluster (module docstring); a
-    StrategyError where it cannot run (a shard without a hidden unit, more
-    data pieces than samples, more GPUs than the cluster has)."""
+    """A strategy's predicted step on the cluster; a StrategyError where it cannot run."""
     if procs > cluster.max_procs:
         raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.name}")
     p_data, p_model = grid(procs, parallel, model_procs)
@@ -102,8 +91,7 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
 
 
 def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[int]:
-    """The p_model a hybrid grid of `procs` can take: powers of two in
-    [2, procs/2], at most `per_node` (a model group inside a node)."""
+    """The p_model a hybrid grid of `procs` can take: powers of two in [2, procs/2], at most `per_node`."""
     out, m = [], 2
     while m <= min(procs // 2, per_node or procs):
         try:
@@ -117,9 +105,7 @@ def hybrid_grids(layer_sizes, procs: int, per_node: int | None = None) -> list[i
 
 def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
                    precision: str = "float32", left_out: dict | None = None) -> dict[str, ClusterStep]:
-    """Each strategy's step at this size, those that can run: data, model,
-    and the fastest hybrid grid. `left_out`, where given, receives each
-    strategy that cannot run -> why (the StrategyError's words)."""
+    """Each strategy's step that can run (the fastest hybrid grid); `left_out` receives the others' why."""
     out, why = {}, {}
     for parallel in ("data", "model"):
         try:
@@ -145,11 +131,8 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
 
 def scaling(cluster: Cluster, machine: Machine, layer_sizes, batch: int, weak: bool = False,
             procs_list=PROCS, precision: str = "float32") -> list[dict]:
-    """Rows of strong scaling (the batch fixed) or weak scaling (`batch`
-    samples a GPU): one per (p, strategy) that can run, with its time per
-    batch, its throughput, its speedup over one GPU and its collectives."""
-    rows = []
-    one = None
+    """Rows of strong (the batch fixed) or weak scaling (`batch` a GPU), one per (p, strategy)."""
+    rows, one = [], None
     for p in procs_list:
         if p > cluster.max_procs:
             break
@@ -167,8 +150,7 @@ def scaling(cluster: Cluster, machine: Machine, layer_sizes, batch: int, weak: b
 
 def crossover(cluster: Cluster, machine: Machine, hidden_sizes, batches, procs_list, input_size: int = 784,
               classes: int = 10, precision: str = "float32") -> list[dict]:
-    """Which strategy is fastest at each (H, B, p): rows with each
-    strategy's time per batch (ms; None where it cannot run) and the winner."""
+    """Which strategy is fastest at each (H, B, p), with each one's ms (None: cannot run)."""
     rows = []
     for H in hidden_sizes:
         for B in batches:
@@ -182,60 +164,3 @@ def crossover(cluster: Cluster, machine: Machine, hidden_sizes, batches, procs_l
                              "hybrid grid": f"{steps[N.HYBRID].grid[0]}x{steps[N.HYBRID].grid[1]}"
                              if N.HYBRID in steps else None})
     return rows
-
-
-# ---- one configuration on a cluster (python -m perfmlp.model --cluster) ----------------------------
-
-SCHEMA = "perfmlp.model.cluster/1"
-
-
-def cluster_summary(cluster: Cluster, machine: Machine, layer_sizes, batch: int, procs: int,
-                    precision: str = "float32") -> dict:
-    """Every strategy that can run at this size on the cluster, fastest
-    first, each exchange with its best collective and every algorithm's
-    time (schema in docs/model.md)."""
-    if procs > cluster.max_procs:
-        raise StrategyError(f"{procs} GPUs, more than the {cluster.max_procs} of {cluster.path} "
-                            f"({cluster.nodes} nodes of {cluster.gpus_per_node})")
-    left_out: dict = {}
-    steps = sorted(strategy_steps(cluster, machine, layer_sizes, batch, procs, precision, left_out).values(),
-                   key=lambda st: st.total_s)
-    if not steps:
-        why = "; ".join(f"{k}: {v}" for k, v in left_out.items())
-        raise StrategyError(f"no strategy runs {'-'.join(map(str, layer_sizes))} with a batch of {batch} on "
-                            f"{procs} GPUs ({why})")
-    return {
-        "schema": SCHEMA,
-        "cluster": {"name": cluster.name, "path": cluster.path, "gpus_per_node": cluster.gpus_per_node,
-                    "nodes": cluster.nodes_for(procs)},
-        "machine": {"name": machine.name, "path": machine.path, "calibrated": machine.calibrated},
-        "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs, "precision": precision,
-                   "exec": "graph", "batch_transfer": N.RESIDENT},
-        "strategies": [{"strategy": st.strategy, "grid": list(st.grid), "compute_s": st.compute_s,
-                        "comm_s": st.comm_s, "total_s": st.total_s, "samples_per_s": st.samples_per_s,
-                        "exchanges": [{"kind": e.kind, "bytes": e.nbytes, "ranks": e.ranks,
-                                       "algorithm": e.algorithm, "s": e.s, "algorithms_s": dict(e.alternatives)}
-                                      for e in st.exchanges]} for st in steps],
-        "left_out": [{"strategy": k, "why": v} for k, v in left_out.items()],
-    }
-
-
-def format_cluster(s: dict) -> str:
-    """The table `python -m perfmlp.model --cluster` prints."""
-    c, cfg = s["cluster"], s["config"]
-    lines = [f"cluster: {c['name']} ({c['path']}), {cfg['procs']} GPUs on {c['nodes']} node(s) of "
-             f"{c['gpus_per_node']}; compute: {s['machine']['name']} ({s['machine']['path']})",
-             f"network {'-'.join(map(str, cfg['layer_sizes']))}, batch {cfg['batch']}, {cfg['precision']}, "
-             "graph mode, resident data, NCCL; each exchange by its fastest collective", "",
-             f"{'strategy':<10}{'grid':>10}{'compute us':>12}{'comm us':>12}{'total us':>12}{'samples/s':>14}"]
-    for st in s["strategies"]:
-        lines.append(f"{st['strategy']:<10}{'x'.join(map(str, st['grid'])):>10}{st['compute_s'] * 1e6:>12.1f}"
-                     f"{st['comm_s'] * 1e6:>12.1f}{st['total_s'] * 1e6:>12.1f}{st['samples_per_s']:>14.3g}")
-        for e in st["exchanges"]:
-            if e["ranks"] > 1:
-                every = ", ".join(f"{a} {t * 1e6:.1f}" for a, t in e["algorithms_s"].items())
-                lines.append(f"    {e['kind']} {e['bytes']:,} B over {e['ranks']}: {e['algorithm']} "
-                             f"({every} us)")
-    for gone in s.get("left_out", ()):
-        lines.append(f"{gone['strategy']:<10}left out: {gone['why']}")
-    return "\n".join(lines)

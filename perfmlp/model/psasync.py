@@ -1,26 +1,13 @@
 """The asynchronous parameter server's time per update (`--comm ps-async`;
-perfmlp/psasync): pure, numbers in and numbers out (docs/psasync.md).
+perfmlp/psasync; docs/psasync.md derives it). Pure.
 
-An update is one worker's gradient applied by the server. Worker w cycles
-in c_w seconds when nothing keeps it waiting: its piece's compute (and an
-injected delay), its staged copies, its two messages and the server's
-service of its own request (`worker_cycle_s`).
-
-- The workers' bound, nobody waiting for the slowest: gradients arrive at
-  sum_w 1 / c_w, so t_workers = 1 / sum_w (1 / c_w).
-- The staleness bound. A piece of step k is handed out only once every step
-  before k - S is applied, so while the slowest worker (c_max) computes one
-  piece the others take at most (S + 1) W - 1 pieces, and can take
-  c_max sum_{w != slowest} 1 / c_w: t_stale = c_max / (1 + min(others,
-  (S + 1) W - 1)). With S = 0 and equal workers it is c / W (synchronous
-  SGD); with S large enough (`staleness_to_hide`) it is t_workers.
-- The server's own bound: its link carries the gradient in and the
-  parameters out, 2 m / bw for m bytes each way (both directions sharing
-  it), and it applies the update: t_server = 2 m / bw + apply_s.
-
-Time per update: max(t_stale, t_server), the bound naming which is larger.
-The server saturates at W* = c / t_server workers of cycle c: beyond W*,
-only its queue grows.
+Worker w cycles in c_w when nothing keeps it waiting (`worker_cycle_s`).
+- workers: t_workers = 1 / sum_w (1 / c_w), nobody waiting for the slowest;
+- staleness S (a piece of step k handed out once every step before k - S is
+  applied): t_stale = c_max / (1 + min(sum_{others} c_max / c_w, (S + 1) W - 1));
+- the server: t_server = 2 m / bw + apply_s (gradient in, parameters out).
+Time per update: max(t_stale, t_server); the server saturates at
+W* = c / t_server workers.
 """
 from __future__ import annotations
 
@@ -47,18 +34,14 @@ class AsyncPrediction:
 def worker_cycle_s(compute_s: float, message_bytes: int, link_bytes_per_s: float | None = None,
                    latency_s: float = 0.0, staged_bytes: int = 0, copy_bytes_per_s: float | None = None,
                    server_s: float = 0.0) -> float:
-    """A worker's cycle: compute, two messages (gradient out, parameters in)
-    of `message_bytes` each, on the GPU its staged copies (D2H of the
-    gradient, H2D of the parameters: `staged_bytes` in all), and the
-    server's time on its request (`server_s`: the update and the reply)."""
+    """A worker's cycle: compute, two messages, its staged copies and the server's time on its request."""
     msg = 0.0 if link_bytes_per_s is None else 2 * (latency_s + message_bytes / link_bytes_per_s)
     copies = 0.0 if copy_bytes_per_s is None else staged_bytes / copy_bytes_per_s
     return compute_s + msg + copies + server_s
 
 
 def staleness_to_hide(cycle_s: Sequence[float]) -> int:
-    """The least S at which the slowest worker keeps no other waiting:
-    (S + 1) W - 1 >= c_max sum_{others} 1 / c_w."""
+    """The least S with (S + 1) W - 1 >= c_max sum_{others} 1 / c_w: nobody waits for the slowest."""
     W = len(cycle_s)
     slow = max(range(W), key=lambda w: cycle_s[w])
     others = sum(cycle_s[slow] / c for w, c in enumerate(cycle_s) if w != slow)
@@ -67,9 +50,7 @@ def staleness_to_hide(cycle_s: Sequence[float]) -> int:
 
 def predict_async(cycle_s: Sequence[float], staleness: int, message_bytes: int = 0,
                   link_bytes_per_s: float | None = None, apply_s: float = 0.0) -> AsyncPrediction:
-    """Predicted time per update of W = len(cycle_s) workers under staleness
-    S, and the server's bounds (module docstring). `link_bytes_per_s` None:
-    the link's time is already in apply_s (a measured per-update time)."""
+    """Time per update of len(cycle_s) workers under staleness S, and the bounds."""
     W = len(cycle_s)
     if W < 1 or min(cycle_s) <= 0 or staleness < 0:
         raise ValueError(f"cycles {list(cycle_s)}, staleness {staleness}")

@@ -1,29 +1,11 @@
 """The published-time solver: what the model says of a reference's published
-times per batch, which terms explain them, and what each unknown would have
-to be (docs/model.md, "The published times"; the report's section puts the
-results into words).
-
-The reference (a study: report/study.py's Study, or anything with its
-layer_sizes, batch_size, precision, scheme {comm, batch_transfer, exec,
-gemm} and reference_ms_per_batch {p: ms}) names the published times, the
-reference GPU's machine file (datasheet figures only) and its scheme (its
-own GEMM kernel, pageable copies, gradients through host MPI). Computed for
-that scheme, untraced:
-1. the model's terms on the datasheet file, where the reference's kernel has
-   no rate and is priced at the peak;
-2. the same with that kernel's rates measured on a calibrated GPU, scaled to
-   the reference GPU by the two datasheets' fp32 peak ratio (and, as the
-   other bound, their memory-bandwidth ratio: scaled_kernels);
-3. per p, the value one unknown alone would need to give the published time,
-   everything else as the datasheet file says: the kernel's GEMM rate (one
-   rate for every shape), the pageable copy bandwidth, the MPI bandwidth
-   (unknowns_alone);
-4. one explanation of all p: the GEMM rate that gives p = 1 (no allreduce
-   there), then the MPI latency and bandwidth that, with that rate, give the
-   other p (the ring model, alpha-beta, solved from the allreduce time each p
-   leaves: explain), set beside the study's assumed networks.
-Every implied value is solved on predict_batch itself (bisection on the
-predicted total), so putting it back reproduces the published time.
+times per batch and what each unknown would have to be (docs/model.md, "The
+published times"). The reference's scheme, untraced: 1. on the datasheet
+file; 2. with its kernel's rates from a calibrated GPU, scaled
+(scaled_kernels); 3. each unknown alone per p (unknowns_alone); 4. the GEMM
+rate from the smallest p, then the ring's MPI alpha and bandwidth from the
+others (explain). Every value is solved on predict_batch itself, so putting
+it back reproduces the published time.
 """
 from __future__ import annotations
 
@@ -42,9 +24,7 @@ ONE_CONSTANT = 1.5   # an unknown whose implied values over p stay within this f
 # ---- the model with one number changed --------------------------------------------------
 
 def reference_prediction(machine: Machine, study, procs: int, gemm: str | None = None) -> Prediction:
-    """The model's time per batch of the reference's scheme on `machine`
-    (`gemm`: another GEMM kernel than the scheme's). The reference's step
-    runs every product as a GEMM: no fused output backward."""
+    """The model's time per batch of the reference's scheme (every product a GEMM) on `machine`."""
     sc = study.scheme
     return predict_batch(machine, study.layer_sizes, study.batch_size, procs, study.precision, sc["comm"],
                          sc["batch_transfer"], exec_mode=sc["exec"], gemm=gemm or sc["gemm"],
@@ -78,9 +58,8 @@ def with_mpi(machine: Machine, alpha_s: float, bw_bytes_per_s: float) -> Machine
 
 
 def solve(f, target: float, lo: float, hi: float, rel: float = 1e-9) -> float | None:
-    """x in [lo, hi] (both > 0) with f(x) = target for f monotone and
-    continuous, by bisection on log x; None when f(lo) and f(hi) do not
-    bracket the target."""
+    """x in [lo, hi] (both > 0) with f(x) = target for monotone f, by bisection on log x;
+    None when f(lo) and f(hi) do not bracket the target."""
     f_lo, f_hi = f(lo) - target, f(hi) - target
     if f_lo == 0:
         return lo
@@ -130,9 +109,8 @@ def implied_mpi_bw(machine: Machine, study, procs: int, target_s: float) -> floa
 
 
 def ring_fit(times_s: dict[int, float], nbytes: int) -> tuple[float, float] | None:
-    """(alpha_s, bw_bytes_per_s) of the host ring allreduce, 2(p-1) alpha +
-    2(p-1)/p n / bw, through the allreduce times per p (exact for two p,
-    least squares for more); None unless both come out positive."""
+    """(alpha_s, bw_bytes_per_s) of 2(p-1) alpha + 2(p-1)/p n / bw through the times per p
+    (least squares); None unless both come out positive."""
     rows = [(2 * (p - 1), 2 * (p - 1) / p * nbytes, t) for p, t in times_s.items() if p > 1]
     if len(rows) < 2:
         return None
@@ -163,7 +141,7 @@ class Explanation:
 
 
 def explain(machine: Machine, study) -> Explanation:
-    """One explanation of every published time (see the module docstring, 4)."""
+    """One explanation of every published time (the module docstring's 4)."""
     pub = {p: t * 1e-3 for p, t in study.reference_ms_per_batch.items()}
     p0 = min(pub)
     rate = implied_gemm_rate(machine, study, p0, pub[p0])
@@ -180,26 +158,19 @@ def explain(machine: Machine, study) -> Explanation:
     return Explanation(rate, left, net, with_mpi(m, *net) if net else None)
 
 
-def gemm_flops(study, procs: int) -> int:
-    """FLOPs of the GEMMs of one step on the largest piece."""
-    isz = itemsize(study.precision)
-    b = max(pieces(study.batch_size, procs))
-    return sum(op_cost(name, shape, isz)[0] for kernels in step_kernels(study.layer_sizes, b, None, isz).values()
-               for kernel in kernels for name, shape in kernel if name == "gemm")
-
-
 def gemm_effective(pred: Prediction, study, procs: int) -> float:
-    """FLOP/s of the step's GEMMs together (their FLOPs over their time)."""
-    return gemm_flops(study, procs) / pred.terms["gemm"] if pred.terms["gemm"] else math.inf
+    """FLOP/s of the step's GEMMs on the largest piece together (their FLOPs over their time)."""
+    isz, b = itemsize(study.precision), max(pieces(study.batch_size, procs))
+    flops = sum(op_cost(name, shape, isz)[0] for kernels in step_kernels(study.layer_sizes, b, None, isz).values()
+                for kernel in kernels for name, shape in kernel if name == "gemm")
+    return flops / pred.terms["gemm"] if pred.terms["gemm"] else math.inf
 
 
 # ---- 2. the reference's kernels measured on another GPU, scaled to the reference's ---------
 
 @dataclasses.dataclass(frozen=True)
 class ScaledKernels:
-    """The reference's kernels as measured on a calibrated GPU, scaled to the
-    reference GPU by the datasheets' fp32 peak ratio (`flop`) and their
-    memory-bandwidth ratio (`bw`)."""
+    """The reference's kernels measured on a calibrated GPU, scaled by the fp32 peak and bandwidth ratios."""
     measured: Machine          # the calibrated file the rates come from
     flop_ratio: float
     bw_ratio: float
@@ -208,8 +179,7 @@ class ScaledKernels:
 
 def scaled_kernels(ref: Machine, calibrated: Machine | None, datasheet: Machine,
                    precision: str) -> ScaledKernels | None:
-    """The reference kernels the calibrated file has rates for, scaled; None
-    without a calibrated file, or where its GPU is the reference's."""
+    """The reference kernels the calibrated file has rates for, scaled; None without one, or on the same GPU."""
     if calibrated is None or datasheet.name == ref.name:
         return None
     flop_ratio = ref.peak_flops_per_s(precision) / datasheet.peak_flops_per_s(precision)
@@ -222,9 +192,7 @@ def scaled_kernels(ref: Machine, calibrated: Machine | None, datasheet: Machine,
 
 @dataclasses.dataclass(frozen=True)
 class KernelRate:
-    """One reference kernel at the smallest p's shapes: its effective GEMM
-    rate (the step's GEMM FLOPs over their time) as measured, and scaled
-    both ways, with the model's time per batch for each scaling."""
+    """One reference kernel's effective GEMM rate as measured and scaled both ways, with the time per batch."""
     kernel: str
     measured_flops_per_s: float
     flop_scaled_flops_per_s: float
@@ -248,8 +216,7 @@ def kernel_rates(scaled: ScaledKernels, study, procs: int) -> list[KernelRate]:
 
 @dataclasses.dataclass(frozen=True)
 class Unknown:
-    """What one unknown alone would have to be at each p (None: no value
-    gives that p), beside the datasheet file's value."""
+    """What one unknown alone would have to be at each p (None: no value gives it), and the file's value."""
     key: str                   # gemm, copy, mpi
     values: dict               # p -> the implied value, or None
     file_value: float
@@ -275,8 +242,7 @@ class Unknown:
 
 
 def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
-    """The GEMM rate of the reference's kernel, its copy bandwidth and the MPI
-    bandwidth, each alone, at every published p."""
+    """The GEMM rate, copy bandwidth and MPI bandwidth, each alone, at every published p."""
     pub = {p: study.reference_ms_per_batch[p] * 1e-3 for p in sorted(study.reference_ms_per_batch)}
     kernel = study.scheme["gemm"]
     mem = N.PAGEABLE if study.scheme["batch_transfer"] == N.PAGEABLE else N.PINNED
@@ -291,13 +257,8 @@ def unknowns_alone(ref: Machine, study) -> dict[str, Unknown]:
 # ---- 4. the explanation beside the study's assumed networks -------------------------------
 
 def with_networks(ref: Machine, study, gemm_flops_per_s: float, networks) -> list[tuple[object, dict]]:
-    """(network, {p: predicted ms}) of the reference file with the implied
-    GEMM rate and each of `networks` (anything with mpi_alpha_s and
-    mpi_bw_bytes_per_s) as its host MPI."""
+    """(network, {p: predicted ms}) with the implied GEMM rate and each network's MPI alpha and bandwidth."""
     mg = with_gemm_rate(ref, study.scheme["gemm"], study.precision, gemm_flops_per_s)
-    out = []
-    for n in networks:
-        m = with_mpi(mg, n.mpi_alpha_s, n.mpi_bw_bytes_per_s)
-        out.append((n, {p: reference_prediction(m, study, p).total_s * 1e3
-                        for p in sorted(study.reference_ms_per_batch)}))
-    return out
+    machines = [(n, with_mpi(mg, n.mpi_alpha_s, n.mpi_bw_bytes_per_s)) for n in networks]
+    return [(n, {p: reference_prediction(m, study, p).total_s * 1e3 for p in sorted(study.reference_ms_per_batch)})
+            for n, m in machines]

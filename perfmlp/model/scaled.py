@@ -1,21 +1,13 @@
 """A calibrated machine file carried to another GPU by datasheet ratios:
 `python -m perfmlp.model.scaled CAL.yaml --from h200 --to h100-sxm --out FILE`.
 
-Every measured number of CAL is multiplied by the ratio of the two
-datasheet files' figure for the same resource (machine/fields.py `scales`):
-- FLOP rates (the peaks and every GEMM rate, cuBLAS and the reference's
-  kernels alike): the peak ratio of their format;
-- device memory bandwidth: its ratio (a measured device copy's time: its
-  bytes at that, its fixed cost as measured);
-- host-device copies (per kind, the node's aggregate, each measured copy's
-  time beyond its kind's latency): the ratio of that kind's bandwidth;
-- MPI and NCCL bandwidths: their ratio (a measured allreduce's time is
-  divided by it).
-Times no datasheet gives (latencies, host launch times, kernel gaps, the
-tracer's costs, the wait at a collective) belong to the host, driver and
-software more than to the GPU: kept as measured. So are the trainer's own
-kernels' times (kernel_s): latency-bound at the trainer's sizes, which no
-datasheet figure scales. The file's `source:` line says all of this.
+Every measured number is multiplied by the ratio of the two datasheets'
+figure for its resource (machine/fields.py `scales`): FLOP rates by the peak
+of their format, device copies by memory bandwidth, host copies by their
+kind's link (their latency kept), allreduces by the MPI or NCCL bandwidth.
+Host, driver and software times (latencies, launches, gaps, the tracer, the
+own kernels' latency-bound times) are kept as measured; the file's `source:`
+line says so.
 """
 from __future__ import annotations
 
@@ -46,23 +38,19 @@ def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, fl
 
 
 def d2d_scaled(nbytes: int, s: float, mem_bw: float, ratio: float) -> float:
-    """A measured device copy's time on the target GPU: its bytes read and
-    written at the memory bandwidth times `ratio`, the rest (the copy's
-    fixed cost, none below 0) as measured."""
+    """A device copy's time on the target: its bytes at mem_bw x `ratio`, its fixed cost as measured."""
     moved = 2 * nbytes / mem_bw
     return max(s - moved, 0.0) + moved / ratio
 
 
 def copy_scaled(c, measured: Machine, ratio: float) -> float:
-    """A measured host copy (HostCopyPoint) on a link `ratio` times as fast:
-    its kind's latency as measured, the rest divided by the ratio."""
+    """A host copy on a link `ratio` times as fast: its latency as measured, the rest divided."""
     lat = min(getattr(measured, f"{c.direction}_{c.memory}_latency_s") or measured.copy_latency_s, c.s)
     return lat + (c.s - lat) / ratio
 
 
 def _ratio_key(key: str, f) -> str | None:
-    """The datasheet ratio (a key of `ratios`) a scalar figure scales by,
-    from its declared rule; None: carried as measured."""
+    """The key of `ratios` a scalar figure scales by; None: carried as measured."""
     if f.check == "table":
         return None
     if f.scales == "flops":

@@ -1,34 +1,26 @@
-"""The what-if solver: the time per batch a measured run would take with
-some of its configuration changed (`python -m perfmlp.whatif` is its
-command; the report's validation checks it against measured changes).
+"""The what-if solver: the time per batch a measured run would take with some
+of its configuration changed (`python -m perfmlp.whatif`).
 
-It starts from what the run measured: the slowest rank's median time of
-each phase group (perfmlp/names.py PHASE_GROUP) and the rest of its
-measured time per batch ("other": the median batch is not the sum of the
-phases' medians). The model predicts every term for the configuration that
-ran and for the changed one; a term whose prediction moves is affected. In
-each group:
-- no term affected: the measured time is kept;
-- every term affected (or the group gone, as the batch copy with resident
-  data): the model's new value replaces the measurement;
-- some affected: the measurement less the model's old value plus its new
-  value of each affected term.
-"other" (in an eager run, the host's time between phases) is kept, except
-when the change makes an eager run a replayed graph, which has none: then
-it is 0. So what the change does not touch is measured and what it touches
-is predicted. Both configurations are predicted at the trace level the run
-ran at (perfmlp/model/predict TRACE_COSTS).
-
-Pure: the measurement comes in as numbers (perfmlp/report/whatif.py reads
-them from a trace), the changes as checked values.
+From the run's measured phase groups (the slowest rank's medians) and the
+rest of its time ("other"), the model predicts every term for both
+configurations at the run's trace level; in each group, no term affected:
+kept as measured; every term affected (or the group gone): the model's new
+value; some: the measurement plus each affected term's change. "other" is
+kept, but 0 when the change makes an eager run a replayed graph. So what
+the change does not touch stays measured. A NumPy run is priced so on its
+CPU (predict/cpu.py), or moved to a GPU by a change only a GPU has (NCCL,
+graphs, resident batches, overlap, a GEMM kernel) and priced there by the
+GPU model alone: its measured phases do not carry to a GPU. Pure.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
+from .costs import DEFAULT_BUCKET_BYTES
 from .machine import Machine
 from .predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
+from .predict.cpu import PRECISIONS, Alternative, cpu_alternatives, predict_cpu
 from .predict.slices import choose_slices
 from .. import names as N
 
@@ -73,8 +65,7 @@ def slices_of(value) -> int | str:
 
 
 def resolve_slices(machine: Machine, s: Setting) -> Setting:
-    """`s` with slices `auto` made the count the model prices fastest, and
-    refused in one line where the trainer's GPU schedule does not run."""
+    """`s` with slices `auto` resolved, refused where the trainer's sliced schedule does not run."""
     if s.slices == 1:
         return s
     if s.comm != N.NCCL or s.precision == N.FP16 or s.overlap:
@@ -122,9 +113,7 @@ class WhatIf:
 
 
 def changed_setting(before: Setting, values: dict, procs: int | None = None) -> Setting:
-    """`before` with `values` (configuration keys, already converted by
-    perfmlp.config) and the process count applied. comm `auto` keeps the
-    run's; exec `auto` is resolve_exec's."""
+    """`before` with `values` (checked configuration keys) and the process count applied."""
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
         raise WhatIfError(f"--set {unknown[0]}: not a key a what-if can change (one of {', '.join(KEYS)})")
@@ -153,8 +142,7 @@ def affected_terms(before: Prediction, after: Prediction) -> tuple:
 
 def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: float, measured_groups_ms: dict,
             run_id: str = "") -> WhatIf:
-    """The changed configuration's time per batch from the run's measured
-    time per batch and groups (group -> ms, "other" the rest)."""
+    """The changed configuration's time per batch from the run's measured groups (ms)."""
     for s in (before, after):
         if s.comm not in COMMS:
             raise WhatIfError(f"comm {s.comm}: the what-if prices data parallelism with an allreduce "
@@ -168,9 +156,7 @@ def what_if(machine: Machine, before: Setting, after: Setting, measured_ms: floa
 
 
 def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
-    """The what-if with the slice count changed too: the model's change of
-    the step added to the exchange's group, not in place of it (the schedule
-    moves only how much of the measured exchange the compute hides)."""
+    """The what-if with the slice count changed too: the model's change added to the exchange's group."""
     shift_ms = (sliced_p.total_s - plain_p.total_s) * 1e3
     groups = {**w.groups_ms, N.ALLREDUCE: w.groups_ms[N.ALLREDUCE] + shift_ms}
     changed = w.changed if N.ALLREDUCE in w.changed else (*w.changed, N.ALLREDUCE)
@@ -180,9 +166,7 @@ def with_slices(w: WhatIf, sliced_p: Prediction, plain_p: Prediction) -> WhatIf:
 
 def combined(run_id, machine_name, before, after, measured_ms, measured_groups_ms, p0: Prediction,
              p1: Prediction, to_graph: bool = False) -> WhatIf:
-    """The WhatIf of two predictions of a measured run (the module
-    docstring's rule per group). A group that falls below 0 is kept
-    negative and named in `notes`, never clamped."""
+    """The WhatIf of two predictions of a measured run; a negative group is kept and noted, never clamped."""
     t0, t1 = p0.terms, p1.terms
     terms = affected_terms(p0, p1)
     g1 = p1.groups()
@@ -207,11 +191,94 @@ def combined(run_id, machine_name, before, after, measured_ms, measured_groups_m
 
 
 def change_words(measured_ms: float, predicted_ms: float) -> str:
-    """A predicted time beside the measured one, a reduction said as one:
-    "-75%, 4.0x faster than the measured 2.000 ms"."""
+    """A predicted time beside the measured one, e.g. "-75%, 4.0x faster than the measured 2.000 ms"."""
     if predicted_ms <= 0:
         return f"not positive: the model's changes exceed the measured {measured_ms:.3f} ms"
     pct = 100 * (predicted_ms / measured_ms - 1)
     if predicted_ms < measured_ms:
         return f"{pct:.0f}%, {measured_ms / predicted_ms:.1f}x faster than the measured {measured_ms:.3f} ms"
     return f"+{pct:.0f}%, {predicted_ms / measured_ms:.1f}x slower than the measured {measured_ms:.3f} ms"
+
+
+# ---- a NumPy run ----------------------------------------------------------------------------------
+
+# the keys a NumPy run can change on its CPU; --procs too, and threads (BLAS threads per rank)
+CPU_KEYS = ("batch_size", "precision", "hidden_sizes", "threads")
+# an exchange a NumPy run makes on the CPU: MPI's allreduce of the host's gradients ("auto" keeps it)
+CPU_COMMS = (N.AUTO, N.MPI, N.MPI_STAGED)
+# a GPU's settings where the change sets none: the trainer's defaults, the exchange through NCCL
+GPU_DEFAULTS = {"comm": N.NCCL, "batch_transfer": N.PAGEABLE, "exec": N.AUTO, "overlap": False,
+                "bucket_bytes": DEFAULT_BUCKET_BYTES, "gemm": N.CUBLAS}
+
+
+@dataclass(frozen=True)
+class CpuSetting:
+    """What the CPU model needs of a NumPy run's configuration."""
+    layer_sizes: tuple
+    batch: int
+    procs: int
+    threads: int | None           # BLAS threads per rank (None: the CPU file's default)
+    precision: str
+    traced: bool
+
+    def predict(self, machine):
+        return predict_cpu(machine, self.layer_sizes, self.batch, self.procs, self.threads, self.precision,
+                           self.traced)
+
+
+def gpu_changes(values: dict) -> dict:
+    """The changes only a GPU has, among `values` (configuration keys)."""
+    out = {k: v for k, v in values.items() if k in KEYS and k not in CPU_KEYS}
+    if out.get("comm") in CPU_COMMS:
+        out.pop("comm")
+    return out
+
+
+def changed_cpu_setting(before: CpuSetting, values: dict, procs: int | None = None) -> CpuSetting:
+    """`before` with the CPU's changes among `values` and the rank count applied."""
+    v = values
+    new = dataclasses.replace(
+        before, batch=v.get("batch_size", before.batch), procs=procs or before.procs,
+        threads=v.get("threads", before.threads), precision=v.get("precision", before.precision),
+        layer_sizes=(before.layer_sizes[0], *v["hidden_sizes"], before.layer_sizes[-1]) if "hidden_sizes" in v
+        else before.layer_sizes)
+    if new.procs > new.batch:
+        raise WhatIfError(f"--procs {new.procs}: more ranks than the {new.batch} samples of a batch")
+    if new.precision not in PRECISIONS:
+        raise WhatIfError(f"precision {new.precision}: a NumPy run computes in {' or '.join(PRECISIONS)}; "
+                          "add --machine with a GPU file and a GPU change to price it on a GPU")
+    return new
+
+
+def what_if_cpu(machine, before: CpuSetting, after: CpuSetting, measured_ms: float, measured_groups_ms: dict,
+                run_id: str = "") -> WhatIf:
+    """The changed NumPy run on the CPU `machine` describes (whatif.combined's rule)."""
+    return combined(run_id, machine.name, before, after, measured_ms, measured_groups_ms,
+                    before.predict(machine), after.predict(machine))
+
+
+def what_if_on_gpu(cpu_machine, gpu_machine, before: CpuSetting, values: dict, procs: int | None,
+                   measured_ms: float, measured_groups_ms: dict, run_id: str = "") -> WhatIf:
+    """The run moved to `gpu_machine` with `values` (else GPU_DEFAULTS) applied, every group the model's."""
+    after_cpu = changed_cpu_setting(before, {k: v for k, v in values.items() if k != "precision"}, procs)
+    g = {**GPU_DEFAULTS, **gpu_changes(values)}
+    if g["comm"] in CPU_COMMS:
+        g["comm"] = N.NCCL
+    precision = values.get("precision", before.precision)
+    exec_mode = resolve_exec(g["exec"], comm=g["comm"])
+    p1 = predict_batch(gpu_machine, after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
+                       g["batch_transfer"], N.COUNTERS if before.traced else None, exec_mode=exec_mode,
+                       overlap=g["overlap"], bucket_bytes=g["bucket_bytes"], gemm=g["gemm"])
+    after = Setting(after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
+                    g["batch_transfer"], exec_mode, g["overlap"], g["bucket_bytes"], g["gemm"],
+                    N.COUNTERS if before.traced else "")
+    used = {**{k: v * 1e3 for k, v in p1.groups().items()}, "other": 0.0}
+    note = (f"priced on a GPU ({gpu_machine.name}) by the GPU model alone: this run's CPU measurement does not "
+            "carry to a GPU, so every group is the model's")
+    return WhatIf(run_id, gpu_machine.name, before, after, measured_ms, measured_groups_ms,
+                  before.predict(cpu_machine), p1, tuple(used), tuple(p1.terms), used, (note,))
+
+
+def cpu_options(machine, s: CpuSetting) -> list[Alternative]:
+    """Each single change the CPU offers (cpu_alternatives), fastest per sample first."""
+    return cpu_alternatives(machine, s.layer_sizes, s.batch, s.procs, s.threads, s.precision, s.traced)

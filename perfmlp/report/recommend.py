@@ -14,7 +14,7 @@ predicted gain is at least MIN_GAIN (thresholds.py).
 A NumPy run's changes are the CPU's (cpu_recommendations): more or fewer
 ranks, BLAS threads per rank, half or twice the batch (its gain per
 sample), the other precision, each priced by the what-if engine on the CPU
-file (perfmlp/model/whatif_cpu.py); and, one change among them, the GPU:
+file (perfmlp/model/whatif.py); and, one change among them, the GPU:
 the model's time for the same job on the report's GPU machine file
 (nothing of the CPU run carries over). Steps the
 what-if engine does not describe (model and hybrid parallelism, the
@@ -32,7 +32,7 @@ from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
 from ..model.machine.choose import shipped_cpu
 from ..model.whatif import WhatIfError
-from ..model.whatif_cpu import changed_cpu_setting, cpu_options, what_if_cpu
+from ..model.whatif import changed_cpu_setting, cpu_options, what_if_cpu
 from .configurations import Configuration, overlap_words
 from .thresholds import MIN_GAIN
 from .whatif import cpu_setting_of, measured_groups_ms, what_if_run

@@ -9,9 +9,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
-from .cpu import CpuMachine
 from .description import Machine
-from .files import DEFAULT_MACHINE, MachineError, load_machine, machine_files
+from .files import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,7 @@ class Machines:
 
 
 def shipped_machines() -> list[Machine]:
-    """Every shipped machine file that loads (a broken one is passed over),
-    read once per process (the files ship with the package)."""
+    """Every shipped machine file that loads (a broken one is passed over), read once per process."""
     return list(_shipped(tuple(str(f) for f in machine_files())))
 
 
@@ -58,24 +56,17 @@ def shipped_cpu() -> CpuMachine | None:
 
 
 def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
-    """The datasheet and the calibrated file (if any) for the GPU most of
-    `runs` saw (each has a `gpu` attribute: its device name, or None on a
-    CPU); `machine_arg` replaces the one of its kind. Where some ran on a
-    CPU, `cpu` is a CPU file: the one named, else the shipped one whose
-    cores are nearest this machine's."""
+    """The datasheet, calibrated and CPU files for `runs` (`run.gpu`); `machine_arg` replaces its kind's."""
     runs = list(runs)
     gpus = [r.gpu for r in runs if r.gpu]
     gpu = statistics.mode(gpus) if gpus else None
     files = shipped_machines()
     cpus = [m for m in files if isinstance(m, CpuMachine)]
     files = [m for m in files if not isinstance(m, CpuMachine)]
-    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None)
+    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None) \
+        or load_machine(DEFAULT_MACHINE)
     calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
-    if datasheet is None:
-        datasheet = load_machine(DEFAULT_MACHINE)
-    cpu = None
-    if len(gpus) < len(runs):
-        cpu = nearest_cpu(cpus)
+    cpu = nearest_cpu(cpus) if len(gpus) < len(runs) else None
     if machine_arg:
         given = load_machine(machine_arg)
         if isinstance(given, CpuMachine):

@@ -1,15 +1,135 @@
-"""The Machine dataclass: a machine file's numbers and the look-ups the
-model prices with (copies, collectives, launches, kernels, GEMM rates), each
-interpolating in the file's measured points where it has them."""
+"""The Machine dataclass: a machine file's numbers, its measured tables (one
+frozen dataclass per kind of point), and the look-ups the model prices with,
+each interpolating in the file's measured points where it has them."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
-from .points import (CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint, KernelTime, LaunchFactor,
-                     PrefetchPoint, SharedCopyPoint, SpreadPoint, WaitPoint, piecewise_linear)
 from ... import names as N
+
+
+# the spread sources a file may record (model/interval.py), the model's own error per execution mode among them
+MODEL_ERROR_SOURCES = {N.EAGER: "model_eager", N.GRAPH: "model_graph"}
+# the same for steps whose batch is staged through pageable memory, where a file has it
+PAGEABLE_MODEL_ERROR_SOURCES = {N.EAGER: "model_eager_pageable", N.GRAPH: "model_graph_pageable"}
+PAGEABLE_TRANSFERS = N.PAGEABLE_SOURCES
+MODEL_SOURCES = (*MODEL_ERROR_SOURCES.values(), *PAGEABLE_MODEL_ERROR_SOURCES.values())
+SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_SOURCES)
+
+
+@dataclass(frozen=True)
+class GemmRate:
+    m: int
+    n: int
+    k: int
+    precision: str
+    flops_per_s: float
+    kernel: str = N.CUBLAS
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One measured allreduce (the slowest rank's median, buffer cold); host MPI's through `memory`."""
+    comm: str
+    procs: int
+    bytes: int
+    s: float
+    memory: str = N.PINNED
+
+
+@dataclass(frozen=True)
+class WaitPoint:
+    """Seconds lost per collective to the slowest of `procs` ranks (`memory`: the staged exchange's)."""
+    procs: int
+    s: float
+    memory: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchFactor:
+    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`."""
+    hidden: int
+    batch: int
+    factor: float
+
+
+@dataclass(frozen=True)
+class PrefetchPoint:
+    """The tiny step's seconds per batch prefetched from `source`, and with the batch resident."""
+    exec: str
+    source: str
+    bytes: int
+    s: float
+    loop_s: float
+
+
+@dataclass(frozen=True)
+class DispatchPoint:
+    """Host seconds per launched operation and per traced phase, `procs` ranks at once (the slowest's)."""
+    procs: int
+    launch_s: float
+    trace_phase_s: float
+
+
+@dataclass(frozen=True)
+class SharedCopyPoint:
+    """The node's aggregate bandwidth while `procs` ranks (a GPU each) copy at once, bytes/s."""
+    procs: int
+    direction: str
+    memory: str
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class HostCopyPoint:
+    """One host <-> device copy as the trainer makes it, `procs` ranks at once (the slowest's median);
+    `buffer` "rotating" (a new slice each copy) or "reduced" (an MPI_Allreduce's). Pageable H2D behind
+    queued GPU work w: `ahead_s` host time before it needs the stream, `blocks` the call waits for the
+    copy, and one that blocks hides min(ahead_s, max(0, w - ahead_delay_s))."""
+    procs: int
+    direction: str
+    memory: str
+    bytes: int
+    s: float
+    buffer: str = "rotating"
+    ahead_s: float | None = None
+    blocks: bool = True
+    ahead_delay_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CopyPoint:
+    """One device-to-device copy (into a graph's static inputs), GPU seconds per call."""
+    bytes: int
+    s: float
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """GPU seconds per call of an own kernel (costs.OWN_KERNELS) at `shape` (costs.kernel_shape)."""
+    kernel: str
+    shape: tuple[int, ...]
+    precision: str
+    s: float
+
+
+@dataclass(frozen=True)
+class SpreadPoint:
+    """One spread source's repeats over their median, pooled and sorted (interval.py draws from them)."""
+    source: str
+    ratios: tuple[float, ...]
+
+
+def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
+    """y at x on the line through `points` (sorted by x); the nearest end's y outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return points[-1][1]
 
 
 class MachineError(ValueError):
@@ -79,9 +199,7 @@ class Machine:
         return device_name == self.name or device_name in self.device_names
 
     def peak_flops_per_s(self, precision: str) -> float:
-        """The ceiling of a precision's GEMMs: the FFMA (FP64) peak for float32
-        (float64), the dense tensor-core peak for tf32, bf16 and fp16; a
-        MachineError where the file has none (a GPU without those tensor cores)."""
+        """The ceiling of a precision's GEMMs (FFMA, FP64 or dense tensor-core peak); MachineError if none."""
         gemm = precision_of(precision).gemm
         peak = getattr(self, f"peak_flops_per_s_{gemm}")
         if not peak:
@@ -90,8 +208,7 @@ class Machine:
         return peak
 
     def ceilings(self) -> dict[str, float]:
-        """The compute ceilings the file has, by GEMM input format (float64,
-        float32 on the FFMA units, tf32, bf16, fp16 on tensor cores)."""
+        """The compute ceilings the file has, by GEMM input format."""
         peaks = {g: getattr(self, f"peak_flops_per_s_{g}") for g in (precision_of(n).gemm for n in PRECISION_NAMES)}
         return {g: v for g, v in peaks.items() if v}
 
@@ -104,9 +221,7 @@ class Machine:
 
     def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
                buffer: str = "rotating") -> float:
-        """One cudaMemcpy of nbytes while `sharing` ranks copy at once:
-        host_copy_points' (extended, the rest at the shared bandwidth), else
-        latency (its kind's, else copy_latency_s) + bytes / shared_copy_bw."""
+        """One cudaMemcpy while `sharing` ranks copy: the measured points, else latency + bytes / bandwidth."""
         bw = self.shared_copy_bw(direction, memory, sharing)
         pts = self.host_copy_points(direction, memory, sharing, buffer)
         if not pts:
@@ -115,27 +230,20 @@ class Machine:
         return extended(pts, nbytes, lambda n0, s0: s0 + (nbytes - n0) / bw)
 
     def pageable_ahead_delay(self, nbytes: int, sharing: int = 1) -> float | None:
-        """For a pageable H2D copy too large to be staged whole: the GPU work
-        queued before it that its staging does not hide
-        (HostCopyPoint.ahead_delay_s, piecewise_linear in bytes); None where
-        no point has it (the copy then hides nothing)."""
+        """HostCopyPoint.ahead_delay_s at nbytes (piecewise_linear); None where no point has it."""
         pts = [(p.bytes, p.ahead_delay_s) for p in self._staging_points(sharing) if p.ahead_delay_s is not None]
         return piecewise_linear(pts, nbytes) if pts else None
 
     def _staging_points(self, sharing: int) -> list:
-        """The pageable H2D batch-copy points of this rank count that were
-        timed behind a busy stream (with ahead_s), by size."""
+        """The pageable H2D batch-copy points of this rank count with ahead_s, by size."""
         return sorted((p for p in self.host_copy_s
                        if p.direction == N.HOST_TO_DEVICE and p.memory == N.PAGEABLE and p.procs == max(sharing, 1)
                        and p.buffer == "rotating" and p.ahead_s is not None), key=lambda p: p.bytes)
 
     def pageable_ahead(self, nbytes: int, sharing: int = 1) -> tuple[float, bool]:
-        """(seconds, blocks) of a pageable H2D copy of nbytes queued behind
-        GPU work: the host time it spends before it needs the stream
-        (staging into the runtime's pinned buffers; piecewise_linear in
-        bytes, never more than the copy), and whether the call returns only
-        after the copy (the smallest point at or above nbytes, else the
-        largest). Without such points: (0, True), it waits for the stream."""
+        """(seconds, blocks) of a pageable H2D copy queued behind GPU work: its
+        host time before it needs the stream (at most the copy's) and whether
+        the call returns only after the copy; (0, True) without points."""
         pts = [(p.bytes, p.ahead_s, p.blocks) for p in self._staging_points(sharing)]
         if not pts:
             return 0.0, True
@@ -144,36 +252,27 @@ class Machine:
         return min(ahead, self.copy_s("h2d", N.PAGEABLE, nbytes, sharing)), blocks
 
     def prefetch_pace(self, exec_mode: str, source: str, nbytes: int) -> float | None:
-        """Seconds per batch of the input pipeline (`source`: prefetch or
-        prefetch-pageable) beside the `exec_mode` loop, pieces of nbytes:
-        prefetch_s's `s`, extended in proportion to the bytes; None without points."""
+        """Seconds per batch of the input pipeline from `source` (prefetch_s); None without points."""
         pts = sorted((q.bytes, q.s) for q in self.prefetch_s if q.exec == exec_mode and q.source == source)
         return extended(pts, nbytes, lambda n0, s0: s0 * nbytes / n0) if pts else None
 
     def prefetch_host_s(self, exec_mode: str) -> float | None:
-        """The host time per batch that prefetching from pinned memory adds
-        to the `exec_mode` loop (its event and copy calls): at the smallest
-        piece, where its copies are shortest, prefetch_s's `s` less the
-        resident loop's `loop_s` (not below 0); None without points."""
+        """Host time per batch prefetching from pinned memory adds to the loop; None without points."""
         pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
                      if q.exec == exec_mode and q.source == N.PREFETCH)
         return max(0.0, pts[0][1]) if pts else None
 
     def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
-        """(bytes, seconds) of host_copy_s for this kind, rank count and host
-        buffer, by size; a "reduced" buffer without points: the "rotating"
-        ones."""
+        """(bytes, seconds) of host_copy_s for this kind, ranks and buffer (else "rotating"), by size."""
         def pts(buf):
             return sorted((p.bytes, p.s) for p in self.host_copy_s if p.direction == direction
                           and p.memory == memory and p.procs == max(procs, 1) and p.buffer == buf)
         return pts(buffer) or (pts("rotating") if buffer != "rotating" else [])
 
     def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
-        """One rank's copy bandwidth while `sharing` ranks copy at once:
-        min(its own, the node's aggregate / sharing). The aggregate:
-        copy_aggregate_bytes_per_s's points of that kind, piecewise_linear in
-        the rank count from one rank's own; else `<kind>_aggregate_bytes_per_s`
-        (all the node's ranks), else no limit."""
+        """One rank's copy bandwidth while `sharing` ranks copy: min(its own, the
+        node's aggregate / sharing), the aggregate from copy_aggregate_bytes_per_s
+        (piecewise_linear in ranks), else `<kind>_aggregate_bytes_per_s`, else none."""
         own = self.copy_bw(direction, memory)
         if sharing <= 1:
             return own
@@ -184,25 +283,20 @@ class Machine:
         return min(own, agg / sharing) if agg else own
 
     def device_copy_s(self, nbytes: int) -> float:
-        """GPU time of one device-to-device copy of nbytes: d2d_copy_s's
-        points, extended by the rest read and written at mem_bw_bytes_per_s;
-        without points, read + write at that."""
+        """GPU time of one device copy: d2d_copy_s's points, the rest read and written at mem_bw."""
         pts = sorted((p.bytes, p.s) for p in self.d2d_copy_s)
         if not pts:
             return 2 * nbytes / self.mem_bw_bytes_per_s
         return extended(pts, nbytes, lambda n0, s0: s0 + 2 * (nbytes - n0) / self.mem_bw_bytes_per_s)
 
     def allreduce_points(self, comm: str, procs: int, memory: str = N.PINNED) -> list[tuple[int, float]]:
-        """(bytes, seconds) measured for `comm` over `procs` ranks, by size;
-        host MPI through `memory`, else (a file without it) through pinned."""
+        """(bytes, seconds) measured for `comm` over `procs` ranks by size; host MPI through `memory`, else pinned."""
         pts = [p for p in self.allreduce_s if p.comm == comm and p.procs == procs]
         mine = [p for p in pts if p.memory == memory]
         return sorted((p.bytes, p.s) for p in (mine or [p for p in pts if p.memory == N.PINNED]))
 
     def launch_s(self, procs: int = 1) -> float:
-        """Host time per operation an eager step launches with `procs` ranks
-        launching at once (launch_overhead_s alone; host_dispatch_s's points,
-        piecewise_linear in p)."""
+        """Host time per launched operation with `procs` ranks launching (host_dispatch_s, piecewise_linear)."""
         return self._dispatch(procs, self.launch_overhead_s, "launch_s")
 
     def trace_host_s(self, procs: int = 1) -> float:
@@ -216,20 +310,15 @@ class Machine:
         return piecewise_linear([(1, alone)] + pts, procs)
 
     def launch_factor(self, hidden: int, batch: int) -> float:
-        """launch_size_factor at the measured (hidden, batch) nearest to these
-        (by the ratio of each, summed in log), 1 in a file without it."""
+        """launch_size_factor at the nearest measured (hidden, batch); 1 without it."""
         return _nearest_factor(self.launch_size_factor, hidden, batch)
 
     def pageable_launch(self, hidden: int, batch: int) -> float:
-        """pageable_launch_factor the same way: how much slower the eager
-        step's launches run after its pageable batch copies (1 without it)."""
+        """pageable_launch_factor the same way: eager launches after pageable batch copies."""
         return _nearest_factor(self.pageable_launch_factor, hidden, batch)
 
     def wait_s(self, procs: int, memory: str | None = None) -> float:
-        """The calibrated wait for the slowest of `procs` ranks at a collective
-        (piecewise_linear in p, from 0 on one rank): with `memory`, a staged
-        exchange's through that host memory where the file has such points,
-        else the equal-work wait."""
+        """The calibrated wait for the slowest of `procs` ranks, 0 on one (`memory`: the staged exchange's)."""
         pts = sorted((w.procs, w.s) for w in self.collective_wait_s if w.memory == memory)
         if memory is not None and not pts:
             return self.wait_s(procs)
@@ -240,12 +329,8 @@ class Machine:
         return piecewise_linear(pts, procs)
 
     def kernel_time_s(self, kernel: str, shape, precision: str) -> float | None:
-        """GPU seconds of own kernel `kernel` at `shape` (costs.kernel_shape),
-        or None where kernel_s has no point of that kernel, precision and
-        number of dimensions. A shape is (h..., b): b its last size, h the
-        product of the others. The points of the measured h nearest by ratio,
-        piecewise_linear in b (held below the smallest: a kernel does not get
-        faster), in proportion to b beyond the largest."""
+        """GPU seconds of own kernel `kernel` at shape (h..., b), None without points: at the
+        measured h nearest by ratio, piecewise_linear in b, in proportion to b beyond."""
         pts = [(math.prod(p.shape[:-1]), p.shape[-1], p.s) for p in self.kernel_s
                if p.kernel == kernel and p.precision == precision and len(p.shape) == len(shape)]
         if not pts:
@@ -265,9 +350,7 @@ class Machine:
         return any(g.kernel == kernel for g in self.gemm_flops_per_s)
 
     def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = N.CUBLAS) -> float:
-        """FLOP/s of an m x n x k GEMM by `kernel`: the calibrated entry of
-        that kernel nearest in log-shape space when the file has some, else
-        the peak rate."""
+        """FLOP/s of an m x n x k GEMM by `kernel`: the nearest calibrated entry in log-shape space, else the peak."""
         rates = [g for g in self.gemm_flops_per_s if g.precision == precision and g.kernel == kernel]
         if not rates:
             return self.peak_flops_per_s(precision)
@@ -283,8 +366,7 @@ def extended(points: list[tuple[float, float]], x: float, beyond) -> float:
 
 
 def _nearest_factor(table, hidden: int, batch: int) -> float:
-    """The factor of the (hidden, batch) point nearest by the ratio of each,
-    summed in log; 1 for an empty table."""
+    """The factor of the (hidden, batch) point nearest in summed log ratio; 1 for none."""
     if not table:
         return 1.0
     near = min(table, key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))

@@ -1,16 +1,14 @@
 """Each figure of a machine file, declared once: its unit, its check, where
 it comes from (a datasheet, or the calibrate module that measures it), how
-it scales to another GPU (model/scaled.py), which source of measured spread
-moves it in an interval (model/interval.py), and the machine classes it
-applies to. The loader's key lists (entries.py), the interval's scalars and
-the machine-file table of docs/model.md (`markdown_table`) read it.
+it scales to another GPU (scaled.py), which spread source moves it in an
+interval (interval.py), and the machine classes it applies to. The loader's
+key lists (files.py), the interval's scalars and docs/model.md's machine-file
+table (`markdown_table`) read it.
 
 Checks: `rate` positive, `time` not negative, `optional-rate` positive or 0
-(0: absent), `table` a list of points checked by entries.py, `word` text.
-Scaling (scaled.py reads it for every scalar): `flops` by the ratio of the two datasheets' peaks of
-that format, `mem_bw` by their memory bandwidths, `copy` by their link of
-that kind, `collective` by their MPI or NCCL bandwidth, `measured` carried
-as measured (host, latencies, ratios), `none` (words, counts)."""
+(absent), `table` a list of points, `word` text. Scaling: `flops`, `mem_bw`,
+`copy`, `collective` by the ratio of the two datasheets' figure; `measured`
+and `none` carried as they are."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -145,7 +143,7 @@ FIELDS: dict[str, Field] = {
 
 
 def keys_of(machine_class: str) -> tuple[str, ...]:
-    """The fields a file of that machine class (GPU or CPU) may hold."""
+    """The fields a file of that machine class may hold."""
     return tuple(k for k, f in FIELDS.items() if machine_class in f.applies)
 
 
@@ -159,14 +157,12 @@ OPTIONAL_NUMBERS = tuple(k for k in GPU_KEYS if not FIELDS[k].required and FIELD
 
 
 def scalars_of(spread_source: str) -> tuple[str, ...]:
-    """The scalar figures of a GPU file a spread source moves (interval.py;
-    a CPU file's draws are model/predict/cpu.py's)."""
+    """The scalar figures of a GPU file a spread source moves (interval.py)."""
     return tuple(k for k in GPU_KEYS if FIELDS[k].spread == spread_source and FIELDS[k].check != "table")
 
 
 def markdown_table() -> str:
-    """The machine-file table of docs/model.md: one row a field, the four
-    copy kinds of a figure ({h2d,d2h}_{pageable,pinned}_...) in one row."""
+    """docs/model.md's machine-file table: a row a field, a figure's four copy kinds in one."""
     rows = ["| key | unit | what | source | scales | spread | applies |", "| --- | --- | --- | --- | --- | --- | --- |"]
     done = set()
     for k, f in FIELDS.items():

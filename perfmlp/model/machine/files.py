@@ -1,29 +1,295 @@
-"""Reading machine files: shipped ones by name, any by path, each checked
-into a Machine (one-line MachineError naming the file and key); and the
-YAML text the calibration writes."""
+"""Reading machine files: shipped ones by name, any by path, each value
+checked (rates positive, times not negative, each table's entries exactly
+their keys, of their type and range) into a Machine, or a CpuMachine for a
+CPU file (`backend: numpy`, fields.py's CPU class); a one-line MachineError
+naming the file and key otherwise; and the YAML text the calibration writes."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import yaml
 
 from ... import checks
-from .cpu import CpuMachine, cpu_machine_from_mapping, is_cpu_file
-from .description import Machine, MachineError
-from .entries import check_scalars, check_tables
+from ... import names as N
+from ..costs import OWN_KERNELS
+from ..precision import NAMES as PRECISION_NAMES
+from .fields import CPU_KEYS, CPU_REQUIRED, FIELDS, OPTIONAL, OPTIONAL_NUMBERS, TABLES
+from .description import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
+                          KernelTime, LaunchFactor, Machine, MachineError, PrefetchPoint, SharedCopyPoint, SpreadPoint,
+                          WaitPoint)
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 MACHINES_PACKAGE = "perfmlp.machines"
 DEFAULT_MACHINE = "quadro-rtx-6000"
+# Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md): accepted.
+RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "pinned_launch_factor",
+                     "queued_gap_s", "graph_node_extra_s"})
+_NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]
+
+
+def _rate_or_time(key: str, value) -> float:
+    """A rate must be positive (an optional one may be 0), a time not negative."""
+    v = checks.number(key, value)
+    if "_per_s" in key and not (key in OPTIONAL_NUMBERS and v == 0):
+        return checks.positive(key, v)
+    return checks.non_negative(key, v)
+
+
+def _entry(entry, required: tuple, optional: tuple = ()) -> dict:
+    if not isinstance(entry, dict) or not set(required) <= set(entry) <= set(required) | set(optional):
+        extra = f" (optional: {', '.join(optional)})" if optional else ""
+        raise checks.CheckError(f"needs exactly {', '.join(required)}{extra}")
+    return entry
+
+
+def _count(key, v):
+    return checks.positive(key, checks.integer(key, v))
+
+
+def _positive(key, v):
+    return checks.positive(key, checks.number(key, v))
+
+
+def _non_negative(key, v):
+    return checks.non_negative(key, checks.number(key, v))
+
+
+def _one_of(*options, none: bool = False):
+    return lambda key, v: None if none and v is None else checks.choice(key, v, options)
+
+
+_MEMORY = _one_of(N.PAGEABLE, N.PINNED)
+_DIRECTION = _one_of("h2d", "d2h")
+
+
+def _point(entry, cls, spec: dict, optional: dict):
+    """A table's point of type `cls`: exactly spec's keys (some optional), each checked in spec's order."""
+    entry = _entry(entry, tuple(k for k in spec if k not in optional), tuple(optional))
+    return cls(**{k: check(k, entry.get(k, optional[k]) if k in optional else entry[k]) for k, check in spec.items()})
+
+
+def _as_is(key, v):
+    return v
+
+
+def _shape(key, v):
+    if not isinstance(v, list) or not v:
+        raise checks.CheckError(f"{key} must be a non-empty list of sizes, got {v!r}")
+    return tuple(_count(f"{key}[{i}]", n) for i, n in enumerate(v))
+
+
+def _ratios(key, v):
+    if not isinstance(v, list) or len(v) < 2:
+        raise checks.CheckError(f"{key} must be a list of at least 2 numbers, got {v!r}")
+    return tuple(sorted(_positive(f"{key}[{i}]", r) for i, r in enumerate(v)))
+
+
+_LAUNCH_FACTOR = (LaunchFactor, {"hidden": _count, "batch": _count, "factor": _positive}, {})
+# each table's point: its type, its keys' checks (in the order they run) and its optional keys' defaults
+_POINTS = {
+    "gemm_flops_per_s": (GemmRate, {"m": _count, "n": _count, "k": _count, "precision": _one_of(*PRECISION_NAMES),
+                                    "kernel": _one_of(*N.GEMM_KERNELS), "flops_per_s": _positive},
+                         {"kernel": N.CUBLAS}),
+    "allreduce_s": (CollectivePoint, {"comm": _one_of(*N.COLLECTIVE_LIBS), "procs": _count, "bytes": _count,
+                                      "s": _positive, "memory": _one_of(N.PINNED, N.PAGEABLE)}, {"memory": N.PINNED}),
+    "collective_wait_s": (WaitPoint, {"procs": _count, "s": _non_negative,
+                                      "memory": _one_of(N.PAGEABLE, N.PINNED, none=True)}, {"memory": None}),
+    "host_dispatch_s": (DispatchPoint, {"procs": _count, "launch_s": _positive, "trace_phase_s": _non_negative}, {}),
+    "copy_aggregate_bytes_per_s": (SharedCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY,
+                                                     "bytes_per_s": _positive}, {}),
+    "d2d_copy_s": (CopyPoint, {"bytes": _count, "s": _positive}, {}),
+    # the staging figures are checked once the point is (_host_copy_staging)
+    "host_copy_s": (HostCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY, "bytes": _count,
+                                    "s": _positive, "buffer": _one_of("rotating", "reduced", "cached"),
+                                    "ahead_s": _as_is, "blocks": _as_is, "ahead_delay_s": _as_is},
+                    {"buffer": "rotating", "ahead_s": None, "blocks": True, "ahead_delay_s": None}),
+    "launch_size_factor": _LAUNCH_FACTOR,
+    "pageable_launch_factor": _LAUNCH_FACTOR,
+    "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"),
+                                   "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE), "bytes": _count, "s": _positive,
+                                   "loop_s": _positive}, {}),
+    "kernel_s": (KernelTime, {"kernel": _one_of(*OWN_KERNELS.values()), "shape": _shape,
+                              "precision": _one_of(*PRECISION_NAMES), "s": _positive}, {}),
+    "spread": (SpreadPoint, {"source": _one_of(*SPREAD_SOURCES), "ratios": _ratios}, {}),
+}
+
+
+def _host_copy_staging(point: HostCopyPoint) -> HostCopyPoint:
+    ahead, blocks, delay = point.ahead_s, point.blocks, point.ahead_delay_s
+    if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
+        return point
+    if (point.direction, point.memory) != (N.HOST_TO_DEVICE, N.PAGEABLE):
+        raise checks.CheckError(f"ahead_s and blocks are for pageable h2d copies, not {point.memory} {point.direction}")
+    if not isinstance(blocks, bool):
+        raise checks.CheckError(f"blocks must be true or false, got {blocks!r}")
+    ahead = None if ahead is None else _non_negative("ahead_s", ahead)
+    if delay is not None:
+        if ahead is None or not blocks:
+            raise checks.CheckError("ahead_delay_s is for a copy that blocks, with its ahead_s")
+        delay = _non_negative("ahead_delay_s", delay)
+    return replace(point, ahead_s=ahead, blocks=blocks, ahead_delay_s=delay)
+
+
+def _table_entry(key: str, entry):
+    point = _point(entry, *_POINTS[key])
+    return _host_copy_staging(point) if key == "host_copy_s" else point
+
+
+def check_scalars(data) -> dict:
+    """Every key known, the required ones present, every value but the tables checked."""
+    if not isinstance(data, dict):
+        raise checks.CheckError(f"expected a mapping of keys, got {type(data).__name__}")
+    known = ({f.name for f in fields(Machine)} - {"path"}) | RETIRED
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise checks.CheckError(f"unknown key {unknown[0]}")
+    for key in ("name", "source", *_NUMERIC):
+        if key not in data or data[key] is None:
+            raise checks.CheckError(f"missing key {key}")
+    values = {key: checks.string(key, data[key], non_empty=True) for key in ("name", "source")}
+    for key in _NUMERIC:
+        values[key] = _rate_or_time(key, data[key])
+    for key in OPTIONAL_NUMBERS:
+        values[key] = _rate_or_time(key, data.get(key, 0.0))
+    if "gpus" in data:
+        values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
+    values["date"] = str(data.get("date", ""))
+    names = data.get("device_names") or []
+    if not isinstance(names, list):
+        raise checks.CheckError("device_names must be a list")
+    values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
+                                   for i, n in enumerate(names))
+    for key in TABLES:
+        if not isinstance(data.get(key) or [], list):
+            raise checks.CheckError(f"{key} must be a list")
+    return values
+
+
+# one time per point: interpolation needs distinct sizes
+_POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision), "spread": lambda s: (s.source,),
+              "host_copy_s": lambda c: (c.procs, c.direction, c.memory, c.buffer, c.bytes),
+              "prefetch_s": lambda q: (q.exec, q.source, q.bytes)}
+
+
+def check_tables(data: dict) -> dict:
+    """Every table's entries checked, none repeating another's point where interpolation needs distinct ones."""
+    values = {}
+    for key in TABLES:
+        rows = []
+        for i, entry in enumerate(data.get(key) or []):
+            try:
+                rows.append(_table_entry(key, entry))
+            except checks.CheckError as e:
+                raise checks.CheckError(f"{key}[{i}] {e}") from None
+        values[key] = tuple(rows)
+    for key, point in _POINT_KEY.items():
+        seen = {}
+        for i, row in enumerate(values[key]):
+            first = seen.setdefault(point(row), i)
+            if first != i:
+                what = " ".join(str(list(x)) if isinstance(x, tuple) else str(x) for x in point(row))
+                raise checks.CheckError(f"{key}[{i}] repeats {key}[{first}] ({what})")
+    return values
+
+
+# ---- a CPU file ---------------------------------------------------------------------------------
+
+# each table's entries: their keys, the integer ones and the positive numbers among them
+_CPU_TABLES = {
+    "gemm_flops_per_s": (("m", "n", "k", "precision", "threads", "ranks", "flops_per_s"),
+                         ("m", "n", "k", "threads", "ranks"), ("flops_per_s",)),
+    "pass_bytes_per_s": (("kernel", "shape", "precision", "threads", "ranks", "bytes", "bytes_per_s"),
+                         ("threads", "ranks", "bytes"), ("bytes_per_s",)),
+    "allreduce_s": (("procs", "bytes", "s"), ("procs", "bytes"), ("s",)),
+    "spread": (("source", "ratios"), (), ()),
+}
+CPU_PRECISIONS = (N.FLOAT32, N.FLOAT64)
+
+
+@dataclass(frozen=True)
+class CpuMachine:
+    """A CPU file's checked values, read as `machine[key]` and `machine.get(key)`."""
+    name: str
+    source: str
+    path: str
+    values: MappingProxyType = field(repr=False)
+
+    backend = N.NUMPY
+    calibrated = True    # every figure of a CPU file is measured
+    gpus = 0
+
+    def __getitem__(self, key):
+        return self.values[key]
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def describes(self, device_name) -> bool:
+        return False     # a CPU file describes no GPU
+
+
+def is_cpu_file(data) -> bool:
+    return isinstance(data, dict) and data.get("backend") == N.NUMPY
+
+
+def _cpu_entry(key: str, i: int, entry) -> dict:
+    keys, ints, rates = _CPU_TABLES[key]
+    where = f"{key}[{i}]"
+    if not isinstance(entry, dict) or set(entry) != set(keys):
+        raise checks.CheckError(f"{where} needs exactly {', '.join(keys)}")
+    out = dict(entry)
+    for k in ints:
+        out[k] = _count(f"{where} {k}", entry[k])
+    for k in rates:
+        out[k] = _positive(f"{where} {k}", entry[k])
+    if "precision" in entry:
+        checks.choice(f"{where} precision", entry["precision"], CPU_PRECISIONS)
+    if key == "spread":
+        r = entry["ratios"]
+        if not isinstance(r, list) or len(r) < 2:
+            raise checks.CheckError(f"{where} ratios must be a list of at least 2 numbers")
+        out["ratios"] = [_positive(f"{where} ratios", v) for v in r]
+    return out
+
+
+def _cpu_scalar(key: str, value):
+    f = FIELDS[key]
+    if f.check == "word":
+        return checks.string(key, value, non_empty=True) if key != "date" else str(value)
+    if f.check == "count":
+        return _count(key, value)
+    return _positive(key, value) if f.check == "rate" else _non_negative(key, value)
+
+
+def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
+    """The CpuMachine a `backend: numpy` mapping describes; CheckError for a bad key or value."""
+    unknown = sorted(set(data) - set(CPU_KEYS) - {"path"})
+    if unknown:
+        raise checks.CheckError(f"unknown key {unknown[0]} for a CPU machine file")
+    missing = [k for k in CPU_REQUIRED if data.get(k) is None]
+    if missing:
+        raise checks.CheckError(f"missing key {missing[0]}")
+    values = {}
+    for k, v in data.items():
+        if k == "path" or v is None:
+            continue
+        if FIELDS[k].check == "table":
+            if not isinstance(v, list):
+                raise checks.CheckError(f"{k} must be a list")
+            values[k] = tuple(_cpu_entry(k, i, e) for i, e in enumerate(v))
+        else:
+            values[k] = _cpu_scalar(k, v)
+    return CpuMachine(values["name"], values["source"], where, MappingProxyType(values))
 
 
 def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
-    """The Machine a mapping of keys describes (`where`: the file, for
-    messages); a CpuMachine for a CPU file (`backend: numpy`)."""
+    """The Machine (CpuMachine for `backend: numpy`) a mapping describes; `where` names it in errors."""
     try:
         if is_cpu_file(data):
             return cpu_machine_from_mapping(data, where)
@@ -33,9 +299,7 @@ def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
 
 
 def machine_files() -> list[Traversable]:
-    """The machine files shipped with the package (models/*.yaml), by name;
-    in a source checkout (this package beside a models/ folder), that
-    checkout's models/, whichever checkout an editable install points at."""
+    """The shipped machine files (models/*.yaml) by name; in a source checkout, its own models/."""
     folder = Path(__file__).resolve().parents[3] / "models"
     if not (folder / "__init__.py").is_file():
         try:
@@ -47,8 +311,7 @@ def machine_files() -> list[Traversable]:
 
 
 def resolve_machine_path(name_or_path) -> Path | Traversable:
-    """A file as given (a path ending in .yaml/.yml or that exists, or one of
-    machine_files()), else the shipped machine file `<name>.yaml`."""
+    """A file as given (a .yaml/.yml path, an existing one, or a machine_files() entry), else `<name>.yaml`."""
     if name_or_path is None:
         name_or_path = DEFAULT_MACHINE
     if not isinstance(name_or_path, (str, Path)):

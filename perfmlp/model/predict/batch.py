@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from ..costs import DEFAULT_BUCKET_BYTES, OUTPUT_GRAD_COLS, batch_counts, pieces, widths
 from ..machine import Machine
-from .compute import step_compute
-from .copies import batch_copies
+from .compute import batch_copies, step_compute
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
-from .execution import resolve_exec
+from .execution import resolve_exec, trace_cost, trace_detail, traced_phases
 from .schedule import schedule_change
 from .terms import COMPUTE_TERMS, TERMS, Prediction
 from .timeline import Step, launch_host_s, step_items, timeline_batch_s
-from .tracing import trace_cost, trace_detail, traced_phases
 from ... import names as N
 
 
-# A step is host-paced where the host's time is at least this fraction of it: its time then follows the
-# host's speed, which drifts from one run to the next beyond what any term can price (docs/model.md).
+# A step is host-paced where the host's time is at least this fraction of it (docs/model.md).
 HOST_PACED = 0.25
 
 
@@ -26,20 +23,9 @@ def predict_batch(machine: Machine, layer_sizes, batch: int, procs: int = 1, pre
                   gemm: str = N.CUBLAS, fuse_output: bool = True,
                   output_grad_cols: int = OUTPUT_GRAD_COLS, slices: int = 1,
                   grad_precision: str = N.FLOAT32) -> Prediction:
-    """Predicted time per batch (the package docstring's terms). `trace_level`:
-    the tracer's level (names.TRACE_LEVELS; None: untraced), priced by
-    TRACE_COSTS; `exec_mode`: eager, graph or auto (resolve_exec); `overlap`:
-    the gradient allreduce pipelined with the backward pass; `gemm`: the GEMM
-    kernel; `fuse_output=False`: every product a GEMM (the reference
-    solution's step); `output_grad_cols`: the fused backward's column block
-    (a trace's launch shapes); `slices`, `grad_precision`: the sliced first
-    layer and the 16-bit exchange (predict/schedule.py: its two chains
-    replace the serial one; `overlap` is then not priced apart).
-
-    launches / graph_launch is what the host/GPU timeline (timeline_batch_s)
-    adds to the other terms: where the step synchronises (a pageable copy,
-    the staged gradients) the stream starts empty and waits for the host's
-    launches; otherwise only the host's excess over the GPU time shows."""
+    """Predicted time per batch (the package docstring's terms). `trace_level` None: untraced;
+    `fuse_output=False`: every product a GEMM (the reference's step); `slices`, `grad_precision`:
+    the sliced first layer and 16-bit exchange (schedule.py)."""
     exec_mode = resolve_exec(exec_mode, comm=comm)
     if exec_mode not in N.EXECS:
         raise ValueError(f"exec must be one of {', '.join(N.EXECS)}, got {exec_mode!r}")
@@ -107,8 +93,7 @@ def _scheduled(change: dict, slices: int, grad_precision: str, terms: dict, deta
 
 
 def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> float:
-    """The calibrated wait for the slowest rank at the collective: the staged
-    step's own where the file has it; none on one process."""
+    """The calibrated wait for the slowest rank at the collective; none on one process."""
     if procs <= 1 or comm not in (N.MPI_STAGED, N.MPI, N.NCCL):
         return 0.0
     return machine.wait_s(procs, staging_memory(batch_transfer) if comm == N.MPI_STAGED else None)
@@ -117,9 +102,7 @@ def _rank_wait(machine: Machine, comm: str, procs: int, batch_transfer: str) -> 
 def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: str, gemm: str, gap: float,
                          comm: str, procs: int, batch_transfer: str, bucket_bytes: int,
                          fuse_output: bool, output_grad_cols: int = OUTPUT_GRAD_COLS) -> tuple[float, dict]:
-    """(the exchange's exposed seconds, its detail) when each bucket's
-    allreduce starts as the backward pass writes it (the package docstring's
-    Overlap)."""
+    """(exposed seconds, detail) of the overlapped exchange (the package docstring's Overlap)."""
     buckets = gradient_buckets(layer_sizes, isz.param, bucket_bytes)
     bucket_comm = lambda n: sum(comm_s(machine, comm, n, procs, batch_transfer).values())  # noqa: E731
     stages = backward_stages(machine, layer_sizes, b, isz, precision, gemm, gap, bucket_bytes, bucket_comm,
@@ -132,10 +115,7 @@ def _overlapped_exchange(machine: Machine, layer_sizes, b: int, isz, precision: 
 
 def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, batch_transfer: str, exec_mode: str,
                  trace_level: str | None, phase_kernels: dict, copies: list, terms: dict) -> Step:
-    """The step as the host issues it, with the tracer at the end of each
-    recorded phase: host time, and a CUDA event's GPU time at `phases` (the
-    tracing term, set here). Host MPI (comm mpi) is the NumPy backend's run:
-    no GPU, no tracer cost priced."""
+    """The step as the host issues it, the tracer's cost per recorded phase (sets the tracing term)."""
     cost = trace_cost(trace_level)
     graph = exec_mode == N.GRAPH
     traced = cost is not None and comm != N.MPI
@@ -153,11 +133,7 @@ def _traced_step(machine: Machine, layer_sizes, b: int, procs: int, comm: str, b
 
 
 def _launch_terms(step: Step, terms: dict, ahead: list) -> dict:
-    """Set launches (eager) or graph_launch (graph), what the host/GPU
-    timeline adds to the other terms, and take off h2d_batch what pageable
-    copies staged ahead hide behind the previous batch's GPU work (the
-    timeline with that staging against without it; beyond what is staged,
-    host launch time that no longer waits). Returns the timeline's detail."""
+    """Set launches or graph_launch and take off h2d_batch what staged pageable copies hide."""
     items = step_items(step)
     host_s = sum(it.host_s for it in items if not it.host_only)
     sim = timeline_batch_s(items)

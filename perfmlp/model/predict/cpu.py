@@ -1,32 +1,12 @@
-"""A NumPy run's time per batch on a CPU, from a CPU machine file
-(perfmlp.calibrate.cpu writes one, machine/cpu.py loads it; any mapping of
-machine/fields.py's CPU fields serves).
+"""A NumPy run's time per batch on a CPU, from a CPU machine file (machine/files.py).
 
-The step's kernels are the unfused ones (costs.step_kernels with
-fuse_output=False: NumPy's output-layer backward makes the same calls) on
-the slowest rank's piece. Terms, named and grouped as the GPU model's:
-- gemm: each GEMM's FLOPs over its rate at that shape, precision, BLAS
-  threads per rank and ranks sharing the cores (`gemm_rate`);
-- elementwise: each other kernel's bytes over its pass bandwidth (`pass_rate`);
-- launches: the trainer's own Python per kernel (kernel_host_s);
-- tracing (traced runs): the tracer's host time per batch (trace_batch_host_s);
-- allreduce: MPI's in-place allreduce of the gradient buffer (the measured
-  table at that many ranks, log-log between sizes, else the ring model);
-- rank_wait: the compute times the median of the largest of p draws of a
-  step's ratio to its median, less the median (`slowest_of`); 0 on one rank.
-No copies: a NumPy batch is a view of the host's arrays.
-
-Ranks sharing cores: p ranks of t threads on c cores. A rate measured at
-(t, p) is used as it is; otherwise the measured family nearest in cores per
-rank, scaled by the cores each rank gets, min(t, c / p) for BLAS and
-min(1, c / p) for NumPy's one-threaded passes (time-sharing, not measured).
-
-The interval: DRAWS draws (SEED), each scaling gemm by a factor from the
-blas source's ratios, elementwise from memory's, launches and tracing from
-host's and allreduce from collective's, then the whole total by the model's
-own blind error where the file records it (`model_eager_pageable`: a NumPy
-step is eager, its batch a host array), as model/interval.py draws it; the
-90% interval is the 5th to 95th percentile; none without spread.
+The step's unfused kernels on the slowest rank's piece, in the GPU model's
+terms: gemm (`gemm_rate`), elementwise (`pass_rate`), launches
+(kernel_host_s a kernel), tracing, allreduce (MPI in place) and rank_wait
+(the slowest of p draws of the step's spread: `slowest_of`); no copies. A
+rate measured at (threads, ranks) is used as it is, else the nearest family
+in cores per rank, scaled by the cores each rank gets. The interval draws
+each term's source (SOURCE_TERMS) as model/interval.py does.
 """
 from __future__ import annotations
 
@@ -37,16 +17,16 @@ import numpy as np
 
 from ... import names as N
 from ..costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, pieces, step_kernels
+from ..interval import DRAWS, LEVEL, SEED
 from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
-from ..machine.points import PAGEABLE_MODEL_ERROR_SOURCES
+from ..machine import PAGEABLE_MODEL_ERROR_SOURCES
 from .terms import Prediction
 
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
 GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
 TERMS = (GEMM, ELEMENTWISE, LAUNCHES, TRACING, N.ALLREDUCE, RANK_WAIT)
 SOURCE_TERMS = {"blas": (GEMM,), "memory": (ELEMENTWISE,), "host": (LAUNCHES, TRACING), "collective": (N.ALLREDUCE,)}
-DRAWS, SEED, LEVEL = 200, 0, (5, 95)
 
 
 @dataclass(frozen=True)
@@ -56,18 +36,13 @@ class Setting:
     threads: int
     cores: int
 
-    def cores_per_rank(self, threads: int | None = None) -> float:
-        return min(self.threads if threads is None else threads, self.cores / self.procs)
-
     @property
     def oversubscribed(self) -> bool:
         return self.procs * self.threads > self.cores
 
 
 def _family(entries, precision: str, s: Setting, threaded: bool):
-    """The entries of the measured (threads, ranks) family nearest to s
-    (exact first, then by cores per rank, then by threads), and the factor
-    its rates take for s."""
+    """The entries of the measured (threads, ranks) family nearest to s, and the factor its rates take."""
     own = [e for e in entries if e["precision"] == precision]
     if not own:
         raise ValueError(f"the machine file has no {precision} entries")
@@ -84,9 +59,8 @@ def _family(entries, precision: str, s: Setting, threaded: bool):
 
 
 def gemm_rate(machine, shape, precision: str, s: Setting) -> float:
-    """FLOP/s of an (m, n, k) GEMM: the family's entries weighted by the
-    inverse square of their distance in log-shape space (the four nearest;
-    an exact shape is its own rate), geometric mean, times the family's factor."""
+    """FLOP/s of an (m, n, k) GEMM: geometric mean of the four nearest entries in log-shape
+    space, weighted by inverse squared distance, times the family's factor."""
     fam, factor = _family(machine["gemm_flops_per_s"], precision, s, threaded=True)
     dist = [(sum(math.log(a / b) ** 2 for a, b in zip((e["m"], e["n"], e["k"]), shape)), e["flops_per_s"])
             for e in fam]
@@ -99,8 +73,7 @@ def gemm_rate(machine, shape, precision: str, s: Setting) -> float:
 
 
 def pass_rate(machine, kernel: str, nbytes: int, precision: str, s: Setting) -> float:
-    """Bytes/s of a kernel's pass over nbytes: log-log between the family's
-    two sizes around it, the nearest size's rate beyond them."""
+    """Bytes/s of a kernel's pass over nbytes: log-log between the family's sizes."""
     fam, factor = _family(machine["pass_bytes_per_s"], precision, s, threaded=False)
     pts = sorted((e["bytes"], e["bytes_per_s"]) for e in fam if e["kernel"] == kernel)
     if not pts:
@@ -109,9 +82,7 @@ def pass_rate(machine, kernel: str, nbytes: int, precision: str, s: Setting) -> 
 
 
 def allreduce_s(machine, nbytes: int, procs: int) -> float:
-    """One in-place MPI allreduce of nbytes over procs local ranks: the
-    measured table at procs (exchange._interpolated, the ring model beyond
-    it), else the ring model; on one rank the one-rank points, else 0."""
+    """One in-place MPI allreduce over procs local ranks: the measured table, else the ring."""
     pts = sorted((e["bytes"], e["s"]) for e in machine.get("allreduce_s", ()) if e["procs"] == procs)
     if procs <= 1:
         return _interpolated(pts, nbytes)
@@ -130,8 +101,7 @@ def ratios_of(machine, source: str) -> tuple:
 
 
 def slowest_of(ratios, p: int) -> float:
-    """The median of the largest of p independent draws from sorted ratios
-    (the median batch's slowest rank): their quantile 0.5 ** (1 / p)."""
+    """The median of the largest of p draws from sorted ratios: their quantile 0.5 ** (1 / p)."""
     q = 0.5 ** (1.0 / p) * (len(ratios) - 1)
     return float(np.interp(q, np.arange(len(ratios)), ratios))
 
@@ -144,8 +114,7 @@ def step_flops(layer_sizes, b: int, precision: str) -> int:
 
 
 def setting_of(machine, procs: int, threads: int | None) -> Setting:
-    """The ranks, BLAS threads per rank and cores of a run; the threads unless
-    given by the trainer's rule (run.share_cores_among_local_ranks)."""
+    """A run's ranks, BLAS threads per rank (default: the trainer's rule) and cores."""
     cores = int(machine["cores"])
     if threads is None:
         threads = int(machine["default_threads"]) if procs == 1 else max(1, cores // int(procs))
@@ -172,10 +141,7 @@ def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> t
 
 def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
                 precision: str = N.FLOAT32, traced: bool = True) -> Prediction:
-    """Time per batch of a NumPy run of `batch` samples over `procs` local
-    ranks of `threads` BLAS threads each (None: the file's default): the
-    module docstring's terms; detail holds the setting, the interval and
-    the exchange's bytes."""
+    """Time per batch of a NumPy run over `procs` local ranks of `threads` BLAS threads each."""
     if precision not in PRECISIONS:
         raise ValueError(f"a NumPy run computes in {N.FLOAT32} or {N.FLOAT64}, not {precision}")
     if procs < 1 or batch < procs:
@@ -200,8 +166,7 @@ def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int |
 
 
 def interval_s(machine, terms: dict) -> tuple[float, float] | None:
-    """The 90% interval of the total: each measured source's factor drawn
-    for its term (the module docstring); None where no source has spread."""
+    """The 90% interval of the total; None where no source has spread."""
     rng = np.random.default_rng(SEED)
     totals = np.full(DRAWS, sum(terms.values()))
     drawn = False
@@ -222,11 +187,9 @@ def interval_s(machine, terms: dict) -> tuple[float, float] | None:
 
 
 def cpu_ceilings(machine, precision: str = N.FLOAT32, procs: int = 1, threads: int | None = None) -> dict:
-    """The CPU's roofline ceilings for one rank of a run: its share of the
-    large-GEMM rate, the memory bandwidth, and the exchange's bandwidth (the
-    modified roofline's "copy": a NumPy step's only traffic outside memory)."""
+    """One rank's roofline ceilings: its share of the GEMM peak and memory bandwidth, and MPI's."""
     s = setting_of(machine, procs, threads)
-    share = s.cores_per_rank() / s.cores
+    share = min(s.threads, s.cores / s.procs) / s.cores   # the cores a rank's BLAS gets
     bw = machine.get("mpi_bw_bytes_per_s")
     return {"peak_flops_per_s": machine[f"peak_flops_per_s_{precision}"] * share,
             "mem_bw_bytes_per_s": machine["mem_bw_bytes_per_s"] * min(1.0, s.cores / s.procs),  # one NumPy thread
@@ -235,8 +198,7 @@ def cpu_ceilings(machine, precision: str = N.FLOAT32, procs: int = 1, threads: i
 
 def roofline_rates(machine, ai_mem: float, ai_copy: float, precision: str = N.FLOAT32, procs: int = 1,
                    threads: int | None = None) -> dict:
-    """The standard roofline at AI = FLOPs per memory byte and the modified
-    one at AI = FLOPs per exchanged byte (copies serialised with compute)."""
+    """The standard roofline at FLOPs per memory byte, the modified one per exchanged byte."""
     c = cpu_ceilings(machine, precision, procs, threads)
     out = {"standard": float(standard_roofline(ai_mem, c["peak_flops_per_s"], c["mem_bw_bytes_per_s"]))}
     if c["copy_bytes_per_s"]:
@@ -258,9 +220,7 @@ class Alternative:
 
 def cpu_alternatives(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
                      precision: str = N.FLOAT32, traced: bool = True) -> list[Alternative]:
-    """The run as it is (change {}) and each single change the CPU offers
-    (ranks or threads from 1 to the cores, half and twice the batch, the
-    other precision), fastest per sample first."""
+    """The run as it is (change {}) and each single change the CPU offers, fastest per sample first."""
     s = setting_of(machine, procs, threads)
     base = {"batch": batch, "procs": s.procs, "threads": s.threads, "precision": precision}
     changes = [{}] + [{"procs": p} for p in range(1, s.cores + 1) if p != s.procs] \

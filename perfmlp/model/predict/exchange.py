@@ -12,8 +12,7 @@ from ... import names as N
 
 
 def staging_memory(batch_transfer: str) -> str:
-    """Host memory the gradients are staged through: pageable for the
-    reference scheme, pinned once the batch is pinned or resident."""
+    """Host memory the gradients are staged through: pageable with a pageable batch, else pinned."""
     return N.PAGEABLE if batch_transfer == N.PAGEABLE else N.PINNED
 
 
@@ -25,10 +24,7 @@ def ring_allreduce_s(nbytes: int, procs: int, alpha_s: float, bw_bytes_per_s: fl
 
 
 def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: str = N.PINNED) -> float:
-    """One allreduce of nbytes over procs ranks: the measured table (host
-    MPI's through `memory`; _interpolated, scaled by the ring model beyond
-    it), else the ring model. On one rank the measured one-rank points (host
-    MPI's in-place call is not free), else 0."""
+    """One allreduce: the measured table (scaled by the ring beyond it), else the ring; one rank: 0 unmeasured."""
     if procs < 1 or nbytes <= 0:
         return 0.0
     kind = N.NCCL if comm == N.NCCL else "mpi"
@@ -42,9 +38,8 @@ def allreduce_s(machine: Machine, comm: str, nbytes: int, procs: int, memory: st
 
 
 def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale=lambda n: 1.0) -> float:
-    """Seconds at nbytes from measured (bytes, seconds) points: log-log
-    between the two around it, beyond them the nearest point times
-    scale(nbytes) / scale(its bytes) (default: its time); 0 with no point."""
+    """Seconds at nbytes: log-log between points, beyond them the nearest times
+    scale(nbytes) / scale(its bytes); 0 with no point."""
     if not pts:
         return 0.0
     if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
@@ -58,9 +53,7 @@ def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale=lambda n: 1.0
 
 
 def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
-    """The communication of one gradient buffer (or bucket) of nbytes:
-    d2h_grad, allreduce, h2d_grad (the staged copies shared by the ranks
-    copying at once; the copy back from the buffer MPI has just reduced)."""
+    """d2h_grad, allreduce and h2d_grad of one gradient buffer (or bucket) of nbytes."""
     out = {N.D2H_GRAD: 0.0, "allreduce": 0.0, N.H2D_GRAD: 0.0}
     mem = staging_memory(batch_transfer) if comm == N.MPI_STAGED else N.PAGEABLE  # mpi: NumPy's own buffers
     if comm == N.MPI_STAGED:
@@ -73,11 +66,7 @@ def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer:
 
 
 def gradient_buckets(layer_sizes, itemsize: int, bucket_bytes: int) -> list[int]:
-    """Elements of each allreduce the overlapped exchange starts, in order
-    (perfmlp/mlp.py Network.backward): every weight gradient from the top
-    down in row blocks of at most bucket_bytes (costs.row_blocks), and all
-    biases with the loss slot as one piece once the last bias gradient is
-    written (before the first layer's weight gradient)."""
+    """Elements of each allreduce the overlapped exchange starts, in order (perfmlp/mlp.py's)."""
     L = len(layer_sizes) - 1
     tail = sum(layer_sizes[1:]) + LOSS_SLOTS
     out = []
@@ -90,9 +79,7 @@ def gradient_buckets(layer_sizes, itemsize: int, bucket_bytes: int) -> list[int]
 
 
 def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
-    """(compute_s, comm_s) per stage, in order: a stage's communication starts
-    when its compute is done and the previous communication has finished.
-    Returns (end of the compute, end of the last communication)."""
+    """(end of compute, end of last communication) of stages of (compute_s, comm_s), one stream each."""
     t_compute = t_comm = 0.0
     for c, m in stages:
         t_compute += c
@@ -102,10 +89,7 @@ def overlap_pipeline(stages: list[tuple[float, float]]) -> tuple[float, float]:
 
 def backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, bucket_bytes, bucket_comm,
                     fuse_output=True, output_grad_cols=OUTPUT_GRAD_COLS):
-    """(compute, communication) of each piece of the overlapped exchange: the
-    backward kernels (costs.step_kernels with the row-block GEMMs) are cut
-    where the trainer starts each piece's allreduce (gradient_buckets).
-    itemsize: an int or a precision's Widths (the gradients: its param)."""
+    """(compute, communication) of each piece of the overlapped exchange, in order."""
     L = len(layer_sizes) - 1
     grad_bytes = as_widths(itemsize).param
     kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output, output_grad_cols)["backward"])

@@ -1,31 +1,14 @@
-"""The sliced first layer's two chains (perfmlp/slices.py runs the
-schedule; predict/batch.py prices it with them, predict/slices.py compares
-it with today's step and chooses K).
+"""The sliced first layer's two chains (perfmlp/slices.py runs the schedule,
+batch.py prices it, slices.py chooses K): dW1 in K slices of hidden units,
+each reduced as soon as written (the first with the rest of the gradients),
+updated and its next forward GEMM run as soon as it lands.
 
-The schedule: the first layer's weight gradient dW1 = dZ1 X^T computed in
-K slices of hidden units, each slice's all-reduce started on the
-communication stream as soon as its GEMM has written it; the rest of the
-gradients (the upper layers' weights, every bias) reduced once, before the
-first slice, and updated when that lands; slice s updated, and the next
-batch's first-layer forward GEMM of slice s run, as soon as its reduction
-lands. Two chains per batch, on two streams:
+    compute:  [upd_s + fwd_s when comm_s lands] x K, the middle, [bwd_s] x K, the rest's update
+    comm:     [comm_s after bwd_s] x K
 
-    compute:  [upd_s + fwd_s when comm_s lands] x K (slice 0: no upd_s), the middle (the rest
-              of the forward, the loss, the output backward), [bwd_s] x K,
-              the rest's update when its reduction lands
-    comm:     [comm_s after bwd_s] x K, the first with the rest
-
-`chain_s` plays four batches of it and returns the steady batch's length
-(the pipeline's fill and drain included by construction). Today's step
-(K = 1, `pipelined=False`) is the serial sum: forward, middle, backward,
-one all-reduce of the whole buffer, the update.
-
-The sliced step's prediction is predict_batch's (today's step) less today's
-chain plus the sliced chain (schedule_change): only the kernels and
-collectives the schedule changes are repriced. A 16-bit exchange adds its
-two casts (a pass over memory each) to each piece's reduction. Not
-modelled: GEMMs slowed by sharing the SMs with NCCL's kernels, and the
-host's extra launches in eager mode (graph mode is the target).
+predict_batch's sliced step is today's less today's serial chain plus the
+sliced one (schedule_change). Not modelled: GEMMs slowed by NCCL's kernels,
+eager mode's extra launches.
 """
 from __future__ import annotations
 
@@ -49,9 +32,7 @@ def slice_rows(hidden: int, k: int) -> list[tuple[int, int]]:
 
 
 def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap: float, k: int) -> dict:
-    """The schedule's kernels' GPU seconds, each with its gap: each slice's
-    forward GEMM, dW1 GEMM and update; the middle (every other kernel but
-    the update); the rest's update."""
+    """GPU seconds (gaps included) of the schedule's kernels: per slice, the middle, the rest's update."""
     isz = widths(precision)
     D, H = layer_sizes[0], layer_sizes[1]
 
@@ -76,11 +57,8 @@ def _parts(machine: Machine, layer_sizes, b: int, precision: str, gemm: str, gap
 
 
 def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
-    """Seconds per steady batch of the two chains (the module docstring).
-    `comm(elements)`: a collective's seconds for that many elements. The
-    slices (`parts`' lists) go last rows first: the first one written is
-    contiguous with the rest of the buffer and reduced with it, in one
-    collective."""
+    """Seconds per steady batch of the two chains, four batches played. `comm(elements)`: a
+    collective's seconds. Slices go last rows first: the first is reduced with the rest."""
     rows, D = parts["rows"], parts["D"]
     rest = parts["rest_elems"] + parts["loss_elems"]
     if not pipelined:   # today's step: everything serial, one collective
@@ -107,11 +85,7 @@ def chain_s(parts: dict, comm, pipelined: bool, batches: int = 4) -> float:
 
 def schedule_change(machine: Machine, layer_sizes, b: int, procs: int, slices: int, precision: str,
                     grad_precision: str, comm: str, batch_transfer: str, gap: float, gemm: str) -> dict:
-    """What the schedule changes in predict_batch's terms for a piece of b
-    samples: {"compute_s" (the compute chain's change: smaller GEMMs, the
-    split update), "exchange_s" (the exchange left exposed less today's
-    serial exchange), "chain_today_s", "chain_sliced_s", and today's two chains apart, "compute_today_s" and
-    "comm_today_s" (at `grad_precision`'s width)}."""
+    """What the schedule changes in predict_batch's terms for a piece of b samples, and both chains."""
     def comm_fn(width):
         def seconds(n):
             t = sum(comm_s(machine, comm, n * width, procs, batch_transfer).values())

@@ -1,12 +1,6 @@
 """The price of the sliced first layer (perfmlp/slices.py) and the slice
-count it is fastest at.
-
-predict_sliced sets today's step beside the sliced one, both from
-predict_batch (whose `slices` and `grad_precision` price the schedule's
-two chains: predict/schedule.py); choose_slices takes the fastest K of
-SLICE_CANDIDATES; `python -m perfmlp.model.predict.slices FILE` prints the
-predicted gains at p = 2, 4, 8 (gain_table).
-"""
+count it is fastest at; `python -m perfmlp.model.predict.slices FILE`
+prints the predicted gains at p = 2, 4, 8."""
 from __future__ import annotations
 
 from ... import names as N
@@ -21,11 +15,7 @@ SLICE_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)   # the slice counts `auto` choose
 def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices: int, precision: str = N.FLOAT32,
                    grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
                    exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> dict:
-    """Predicted seconds per batch of today's step and of the sliced one:
-    {"today_s", "sliced_s", "gain" (today / sliced), "slices", "chain_today_s",
-    "chain_sliced_s", "compute_chain_s" and "comm_chain_s" (today's two chains apart: every kernel, and one
-    all-reduce of the whole buffer), "overlapped_s" (the step with the longer chain in place of their sum:
-    the bound no slicing passes)}. slices=1 prices today's schedule with `grad_precision`'s bytes."""
+    """Seconds per batch of today's step and the sliced one, the gain and both steps' chains."""
     args = (machine, layer_sizes, batch, procs, precision, comm, batch_transfer, None, exec_mode)
     base = predict_batch(*args, gemm=gemm)
     new = predict_batch(*args, gemm=gemm, slices=slices, grad_precision=grad_precision)
@@ -45,8 +35,7 @@ def predict_sliced(machine: Machine, layer_sizes, batch: int, procs: int, slices
 def choose_slices(machine: Machine, layer_sizes, batch: int, procs: int, precision: str = N.FLOAT32,
                   grad_precision: str = N.FLOAT32, comm: str = N.NCCL, batch_transfer: str = N.RESIDENT,
                   exec_mode: str = N.GRAPH, gemm: str = N.CUBLAS) -> int:
-    """The slice count (of SLICE_CANDIDATES, at most the hidden units) the
-    model prices fastest; the smaller on a tie."""
+    """The slice count of SLICE_CANDIDATES the model prices fastest; the smaller on a tie."""
     ks = [k for k in SLICE_CANDIDATES if k <= layer_sizes[1]]
     price = {k: predict_sliced(machine, layer_sizes, batch, procs, k, precision, grad_precision, comm,
                                batch_transfer, exec_mode, gemm)["sliced_s"] for k in ks}
@@ -64,8 +53,7 @@ def slice_count(value, machine: Machine, layer_sizes, batch: int, procs: int, pr
 
 
 def gain_table(machine: Machine, hidden: int = 512, per_gpu: int = 3200, procs=(2, 4, 8)) -> list[dict]:
-    """The schedule's predicted gain, one row per (p, batch, precision, gradient
-    precision): graph mode, NCCL, resident data, K chosen by the model."""
+    """The predicted gain per (p, batch, precision, gradient precision), K chosen by the model."""
     rows = []
     for p in procs:
         for batch, scaling in ((per_gpu, "split"), (per_gpu * p, "per GPU")):

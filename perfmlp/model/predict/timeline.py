@@ -1,28 +1,24 @@
-"""The host issuing a batch to one GPU stream, simulated: what the host's
-launches, synchronisations and pageable copies add to the GPU's work."""
+"""The host issuing a batch to one GPU stream, simulated: what its launches,
+synchronisations and pageable copies add to the GPU's work."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..machine import Machine
-from .copies import PREFETCH_CALLS
+from .compute import PREFETCH_CALLS
 from .exchange import staging_memory
 from ... import names as N
 
 
 def launch_host_s(machine: Machine, traced: bool, procs: int = 1) -> float:
-    """Host time per kernel launch with `procs` ranks launching at once (a
-    file without trace_phase_host_s: traced_launch_overhead_s when traced)."""
+    """Host time per kernel launch with `procs` ranks launching at once."""
     if traced and not machine.trace_phase_host_s and machine.traced_launch_overhead_s:
         return machine.traced_launch_overhead_s
     return machine.launch_s(procs)
 
 
 def graph_loop_host_s(machine: Machine) -> float:
-    """Host time per batch of a graph-mode run beyond its launches (the
-    loop's own work between replays): graph_step_host_s less what the
-    timeline already gives that step's host (two copies into the static
-    inputs and the graph launch); 0 in a file without it."""
+    """Host time per batch of a graph-mode loop beyond its two static copies and launch (0 without it)."""
     if not machine.graph_step_host_s:
         return 0.0
     copy = machine.static_copy_host_s or machine.launch_overhead_s
@@ -30,10 +26,7 @@ def graph_loop_host_s(machine: Machine) -> float:
 
 
 def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -> float:
-    """Host time of one batch copy's call, beside its time on the stream:
-    resident and pinned ones as calibrated (static_copy_host_s,
-    pinned_copy_host_s); a pageable one nothing more where host_copy_s has
-    pageable H2D points (timed on the host's wall clock); else a launch's."""
+    """Host time of one batch copy's call: as calibrated, else a launch's."""
     if batch_transfer == N.RESIDENT:
         return machine.static_copy_host_s or per_kernel
     if batch_transfer == N.PINNED:
@@ -45,10 +38,7 @@ def copy_call_host_s(machine: Machine, batch_transfer: str, per_kernel: float) -
 
 @dataclass(frozen=True)
 class Item:
-    """One thing the host issues in a step, for the host/GPU timeline.
-    gpu_s: time on the GPU stream; host_s: host time to issue it (for a
-    host-only item, the work itself); blocking: the host waits until the
-    stream has finished it (a pageable copy, a synchronisation)."""
+    """One thing the host issues: GPU stream time, host time, and whether the host then waits."""
     gpu_s: float
     host_s: float
     blocking: bool = False
@@ -60,12 +50,7 @@ class Item:
 
 
 def timeline_batch_s(items: list[Item], batches: int = 6) -> float:
-    """Steady time per batch of a host issuing `items` batch after batch to
-    one GPU stream (the last two simulated batches' ends apart): the stream
-    starts an item when it is issued and the previous one is done; the host
-    waits on blocking and host-only items, and before a reuses item for that
-    item of the batch before; a `hides` item takes min(ahead, max(0, queued
-    - delay)) off its stream time, queued being the stream's work left."""
+    """Steady time per batch of a host issuing `items` to one stream (docs/model.md, the timeline)."""
     th = tg = 0.0
     ends = []
     done = [0.0] * len(items)   # when the stream finished each item, last batch
@@ -101,12 +86,7 @@ class Step:
 
 
 def step_items(step: Step, ahead=()) -> list[Item]:
-    """One batch as the host issues it: the batch copies, the compute phases'
-    kernels (or graph replays), the gradient exchange, the update, and the
-    tracer's event at the end of each phase it records. `ahead`: for each
-    pageable batch copy, (seconds staged ahead, blocks, ahead delay or None)
-    (Machine.pageable_ahead, pageable_ahead_delay); without it a pageable
-    copy waits for the stream and blocks the host."""
+    """One batch as the host issues it (`ahead`: each pageable copy's staging, else it blocks the host)."""
     m, terms = step.machine, step.terms
     event = [Item(step.ev_gpu, step.ev_host)] if step.traced else []
     items = _copy_items(step, ahead)
@@ -134,11 +114,7 @@ def step_items(step: Step, ahead=()) -> list[Item]:
 
 
 def prefetch_calls_s(m: Machine, step: Step) -> float:
-    """The host time per batch of the loop's calls that order the input
-    pipeline (PREFETCH_CALLS): as calibrated from pinned memory in this mode
-    (Machine.prefetch_host_s, in proportion to the calls), else a launch
-    each. In graph mode the calibration's resident loop made two copies into
-    the static inputs, which a prefetched step does not: added back."""
+    """Host time per batch of the loop's calls ordering the input pipeline: as calibrated, else launches."""
     measured = m.prefetch_host_s("graph" if step.graph else N.EAGER)
     calls = PREFETCH_CALLS[step.batch_transfer]
     if measured is None:
@@ -149,8 +125,7 @@ def prefetch_calls_s(m: Machine, step: Step) -> float:
 
 
 def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
-    """Phases of the step's compute: one graph replay, or each kernel launched
-    by the host; the tracer's event after the replay or after each phase."""
+    """Compute phases as one graph replay or kernel by kernel, a tracer event after each."""
     if replay:
         gpu = sum(sum(step.phase_kernels[p]) for p in phases) + step.machine.graph_replay_gap_s
         return [Item(gpu, step.machine.graph_launch_s), *event]
@@ -161,8 +136,7 @@ def _segment(step: Step, phases, replay: bool, event: list) -> list[Item]:
 
 
 def _copy_items(step: Step, ahead) -> list[Item]:
-    """The batch copies: a copy's host call (copy_call_host_s); its latency
-    and transfer are GPU time."""
+    """The batch copies: the host's call, then latency and transfer on the GPU."""
     items = []
     call = copy_call_host_s(step.machine, step.batch_transfer, step.per_kernel)
     for i, c in enumerate(step.copies):
