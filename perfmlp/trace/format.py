@@ -61,9 +61,8 @@ def comparable_terms(clock: str, on_gpu: bool, batch_transfer: str, comm: str, p
 
 
 # The default trace level per execution mode (N.DEFAULT_TRACE_LEVEL) is the richest whose median overhead stays
-# under OVERHEAD_TARGET of untraced time per batch, as measured in OVERHEAD_EVIDENCE (test_timeline holds it to it).
+# under OVERHEAD_TARGET of untraced time per batch (benchmarks/trace_overhead.py; test_timeline holds it to it).
 OVERHEAD_TARGET = 0.02
-OVERHEAD_EVIDENCE = "reports/h200-x2/benchmarks/overhead"
 
 
 def default_trace_level(exec_mode: str) -> str:
