@@ -273,6 +273,8 @@ class BatchLayout:
 
 @dataclass(frozen=True, slots=True)
 class Epoch:
+    """`epoch` line: an epoch's loss, accuracy and wall time (written at its end, after its GPU records)."""
+
     KIND: ClassVar[str] = "epoch"
     epoch: int = _f("the epoch", _count)
     loss: float | None = _f("mean cross-entropy over the epoch + the weight penalty at its end",
@@ -331,6 +333,8 @@ class GpuActivity:
 
 @dataclass(frozen=True, slots=True)
 class End:
+    """`end` line: the last line of a rank's file, written once the rank is done."""
+
     KIND: ClassVar[str] = "end"
     status: str = _f("as the manifest's", F.choice(*N.STATUSES))
     end: str = _f("ISO 8601, UTC", F.string)
