@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from ..errors import PerfmlpError
 from ..safeio import check_output
 from .activity import to_run_s
 from .format import BYTE_COUNTS
+from .manifest import write_atomically
 from .reader import Run, TraceError, read_run
 
 BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank; a stream's: STREAM0 + its index
@@ -124,18 +124,6 @@ def chrome_events(run: Run) -> list[dict]:
 def chrome_json(run: Run) -> str:
     """The export's text: the trace events and the unit Perfetto shows."""
     return json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all (a temporary name beside it, renamed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def main(argv=None) -> int:

@@ -117,14 +117,21 @@ def finish_manifest(run_dir: Path, status: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """`obj` as JSON at `path`, whole or not at all (a temporary name beside it, renamed; an error
-    names `path`). The temporary name is this call's own: ranks, or a rank's watchdog and main thread,
-    may each write at once."""
+    """`obj` as JSON at `path`, whole or not at all (write_atomically; an error names `path`)."""
+    try:
+        write_atomically(path, json.dumps(obj, indent=1))
+    except OSError as e:
+        raise named(e, path) from None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all: written to a temporary name beside it, renamed. The
+    temporary name is this call's own: ranks, or a rank's watchdog and main thread, may each write at once."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=1))
+            f.write(text)
         tmp.replace(path)
-    except OSError as e:
+    except BaseException:
         tmp.unlink(missing_ok=True)
-        raise named(e, path) from None
+        raise
