@@ -121,11 +121,6 @@ def chrome_events(run: Run) -> list[dict]:
     return ev
 
 
-def chrome_json(run: Run) -> str:
-    """The export's text: the trace events and the unit Perfetto shows."""
-    return json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
-
-
 def main(argv=None) -> int:
     ap = Parser(prog="python -m perfmlp.trace.chrome",
                 description="Export a run's trace to Chrome trace-event JSON (Perfetto, chrome://tracing): a process "
@@ -137,7 +132,7 @@ def main(argv=None) -> int:
         a = ap.parse_args(argv)
         check_output(a.out, inputs=[a.run], what="-o")   # never over the run it reads, a link or a device
         run = read_run(a.run)
-        text = chrome_json(run)
+        text = json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
     except (TraceError, PerfmlpError) as e:  # InputError is a PerfmlpError
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2

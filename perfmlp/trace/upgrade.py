@@ -32,8 +32,6 @@ COLS_BY_COMMIT = {**dict.fromkeys("7e49c2e 4bd1a76 59e92a7 4251416 e0f3d07 64120
 DEFAULT_COLS = 256
 
 
-LineError = TraceError  # one line naming the file, line and field, as the reader raises it
-
 
 def manifest(obj: dict) -> Manifest:
     """A format-1 manifest as a Manifest (F.Bad names the field)."""
@@ -127,7 +125,7 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
         try:
             obj = read_json(text)   # deep nesting: an InputError, a ValueError
         except ValueError as e:
-            raise LineError(f"{where}: not JSON ({e})") from None
+            raise TraceError(f"{where}: not JSON ({e})") from None
         kind = obj.get("kind") if isinstance(obj, dict) else None
         try:
             if kind == "header":
@@ -150,9 +148,9 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
             else:
                 out.append((parse(json.dumps({"end": "", **obj}) if kind == "end" else text), where))
         except F.Bad as e:
-            raise LineError(f"{where}: {e}") from None
+            raise TraceError(f"{where}: {e}") from None
     if header is None:
-        raise LineError(f"{path}:1: kind: no header line")
+        raise TraceError(f"{path}:1: kind: no header line")
     h, where = header
     clock = next((r.clock for r, _ in out if isinstance(r, Batch)), N.HOST_CLOCK)
     start = next((r.host_start_ns for r, _ in reversed(out) if isinstance(r, Clock) and r.at == "start"), 0)
