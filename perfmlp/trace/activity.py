@@ -6,6 +6,7 @@ API calls made meanwhile to it, and each GPU record carries its launching call's
 CUPTI's thread only turns records into tuples; the join and the writing happen between epochs."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -224,10 +225,8 @@ class Collector:
 
     def stop(self) -> None:
         for k in self.enabled:
-            try:
+            with contextlib.suppress(Exception):
                 self.cupti.activity_disable(k)
-            except Exception:
-                pass
         self.enabled = []
 
 

@@ -133,21 +133,18 @@ def main(argv=None) -> int:
         check_output(a.out, inputs=[a.run], what="-o")   # never over the run it reads, a link or a device
         run = read_run(a.run)
         text = json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
+        try:
+            write_atomically(Path(a.out), text)
+        except OSError as e:
+            print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+            bad_path = e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR)
+            return 2 if bad_path else 1  # a path that cannot be written: bad input; a full disk: failed
     except (TraceError, PerfmlpError) as e:  # InputError is a PerfmlpError
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2
     except RecursionError:
         print(f"perfmlp.trace.chrome: error: {a.run}: JSON nested too deeply", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("perfmlp.trace.chrome: interrupted", file=sys.stderr)
-        return 130
-    try:
-        write_atomically(Path(a.out), text)
-    except OSError as e:
-        print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
-        bad_path = e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR)
-        return 2 if bad_path else 1  # a path that cannot be written: bad input; a full disk: failed
     except KeyboardInterrupt:
         print("perfmlp.trace.chrome: interrupted", file=sys.stderr)
         return 130

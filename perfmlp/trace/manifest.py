@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy
+
 from .. import names as N
 from .. import __version__
 from .format import MANIFEST
@@ -38,9 +40,8 @@ def git_commit() -> str | None:
 
 
 def versions() -> dict:
-    v = {"perfmlp": __version__, "perfmlp_git": git_commit(), "python": platform.python_version()}
-    import numpy
-    v["numpy"] = numpy.__version__
+    v = {"perfmlp": __version__, "perfmlp_git": git_commit(), "python": platform.python_version(),
+         "numpy": numpy.__version__}
     for mod in ("cupy", "mpi4py", "nvtx"):
         m = sys.modules.get(mod)
         if m is not None:
