@@ -198,14 +198,10 @@ class Collector:
         for a in activities:
             kind = a.kind
             what = k.get(kind)
-            if what == "kernel":
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, a.name))
-            elif what == "memcpy":
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, a.copy_kind, None))
-            elif what == "memset":
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, 0, None))
-            elif what == N.GRAPH:
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, f"graph {a.graph_id}"))
+            if what is not None:  # (bytes, copy kind, name) by kind
+                tail = ((0, 0, a.name) if what == "kernel" else (a.bytes, a.copy_kind, None) if what == "memcpy"
+                        else (a.bytes, 0, None) if what == "memset" else (0, 0, f"graph {a.graph_id}"))
+                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, *tail))
             elif kind == k_ext:
                 ext[a.correlation_id] = a.external_id
             elif kind == k_rt or kind == k_drv:

@@ -4,10 +4,9 @@ Two tracers with one interface, which the training loop calls: `attach(world, ba
 backend is built, `begin_batch`, `phase(Phase.X)` (a context manager), `end_batch(loss, counts)`,
 `end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer` writes the trace.
 
-What a host-bound step pays per batch is kept to one perf_counter() per phase, appended in C, and
-begin_batch and end_batch on their fast path (trace/fastpath.py: one record stored into the mapped
-batch file; no dictionary look-up, JSON or system call). Only the first batch of each piece size
-records what the network launched, prices it (trace/shapes.py) and writes its `Shape` line."""
+A batch's cost to the step is trace/fastpath.py's (one record stored into the mapped batch file). Only
+the first batch of each piece size records what the network launched, prices it (trace/shapes.py)
+and writes its `Shape` line."""
 from __future__ import annotations
 
 import dataclasses
