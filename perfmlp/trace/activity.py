@@ -164,9 +164,7 @@ class Collector:
         self.kinds = [K.EXTERNAL_CORRELATION, K.RUNTIME, K.DRIVER, K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET]
         self.note = None
         self._lock = threading.Lock()
-        self._gpu: list = []
-        self._ext: dict = {}
-        self._api: dict = {}
+        self._gpu, self._ext, self._api = [], {}, {}  # take() fills them, drain() empties them
         self.enabled = []
         try:
             if _registered is None:

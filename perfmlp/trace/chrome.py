@@ -68,9 +68,8 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
                     {"batch": b.batch})
             for g in b.gpu:
                 track = streams.setdefault(g.stream, STREAM0 + len(streams))
-                a = {"batch": b.batch, "phase": str(g.phase), "correlation": g.corr}
-                if g.cat == "copy":
-                    a.update(bytes=g.bytes, kind=g.copy)
+                a = {"batch": b.batch, "phase": str(g.phase), "correlation": g.corr,
+                     **({"bytes": g.bytes, "kind": g.copy} if g.cat == "copy" else {})}
                 add(track, g.name or g.copy or g.cat, g.cat, to_run_s(clock, g.start_ns, True) * 1e6,
                     (g.end_ns - g.start_ns) / 1e3, a)
         elif b.clock == N.CUDA_EVENTS and b.t_ms:

@@ -182,5 +182,4 @@ def fast_path(stamps: list, mm, pos: int, limit: int, begin_other, end_other, gr
         compiled = CFastPath is not None
     if compiled and CFastPath is None:
         raise ImportError("perfmlp.trace._fastpath is not built (pip install -e . with a C compiler)")
-    cls = CFastPath if compiled else PyFastPath
-    return cls(stamps, mm, pos, limit, begin_other, end_other, grow)
+    return (CFastPath if compiled else PyFastPath)(stamps, mm, pos, limit, begin_other, end_other, grow)

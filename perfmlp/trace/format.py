@@ -31,13 +31,11 @@ def per_batch_words(warmup: int) -> str:
 
 MANIFEST = "manifest.json"
 
-# On a GPU run's host clock a phase is the host's time between its hooks: enqueued work measures the enqueue,
-# and only a phase whose call blocks the host with the GPU idle (or behind one update kernel) times its work.
-
 
 def host_clock_terms(batch_transfer: str, comm: str, parallel: str = N.DATA) -> frozenset:
-    """The phase groups whose time on a GPU run's host clock is their own work's: only data
-    parallelism with the staged exchange, whose D2H ends in a stream synchronize, after which
+    """The phase groups whose time on a GPU run's host clock (the host's time between a phase's hooks:
+    enqueued work measures its enqueue) is their own work's: only data parallelism with the staged
+    exchange, whose D2H ends in a stream synchronize, after which
     - allreduce (MPI_Allreduce on the host buffer) is host work;
     - h2d_grad from pageable memory blocks the host with the GPU idle (pinned: only enqueued);
     - h2d_batch from pageable memory blocks the host behind only the update kernel.

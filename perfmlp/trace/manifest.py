@@ -42,10 +42,8 @@ def git_commit() -> str | None:
 def versions() -> dict:
     v = {"perfmlp": __version__, "perfmlp_git": git_commit(), "python": platform.python_version(),
          "numpy": numpy.__version__}
-    for mod in ("cupy", "mpi4py", "nvtx"):
-        m = sys.modules.get(mod)
-        if m is not None:
-            v[mod] = getattr(m, "__version__", "?")
+    v.update({mod: getattr(sys.modules[mod], "__version__", "?") for mod in ("cupy", "mpi4py", "nvtx")
+              if mod in sys.modules})
     if N.CUPY in sys.modules:
         try:
             import cupy

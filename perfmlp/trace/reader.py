@@ -228,8 +228,7 @@ def read_manifest(folder: Path) -> tuple[Manifest, int]:
 def _lines(path: Path, problems: list) -> list[tuple[int, str]]:
     """(line number, text) of a rank file's non-empty lines; a cut-off last line is left out and noted."""
     text = _bytes(path).decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    out = [(i, s) for i, s in enumerate(lines, 1) if s.strip()]
+    out = [(i, s) for i, s in enumerate(text.split("\n"), 1) if s.strip()]
     if out and not text.endswith("\n"):
         i, last = out[-1]
         try:

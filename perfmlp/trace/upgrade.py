@@ -21,7 +21,7 @@ from ..model.predict import resolve_exec
 from .format import BYTE_COUNTS, resolve_trace_level
 from .lines import parse
 from ..names import Phase
-from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, phase
+from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, _count, _phase_counts, phase
 
 SCHEMA_V1 = "perfmlp.trace/1"
 # the fused output backward's column block where it was not 256 (perfmlp/model/costs.py: OUTPUT_GRAD_COLS)
@@ -96,12 +96,10 @@ def with_launch(m: Manifest, first: Batch | None) -> Manifest:
     return m
 
 
-_count = F.integer(0)
-_counts = F.keyed(phase, _count)
 BATCH_V1 = {
     "epoch": _count, "batch": _count, "samples": F.integer(1), "local_samples": F.integer(1),
-    "t0_s": F.number(), "loss": F.optional(F.number()), "flops": _counts, "ops": F.optional(_counts, {}),
-    "kernels": F.optional(_counts), "gemms": F.optional(_counts),
+    "t0_s": F.number(), "loss": F.optional(F.number()), "flops": _phase_counts,
+    "ops": F.optional(_phase_counts, {}), "kernels": F.optional(_phase_counts), "gemms": F.optional(_phase_counts),
     "bytes_h2d": _count, "bytes_d2h": _count, "bytes_d2d": F.optional(_count, 0, null=False), "bytes_mpi": _count,
     "bytes_nccl": _count,
     "collectives": F.optional(F.list_of(F.pair(F.string, _count, "[name, element count]")), (), null=False),
