@@ -118,13 +118,13 @@ def test_deep_json_in_the_files_beside_a_run_is_skipped_or_one_line(tmp_path):
     from perfmlp.report.analyses.peers import read_peers
     from perfmlp.report.model_error import read_predictions
     from perfmlp.sweep.predict import _existing
-    from perfmlp.trace.upgrade import LineError, rank_records
+    from perfmlp.trace.upgrade import TraceError, rank_records
     for name in ("predictions.json", "graph_step.jsonl", "correctness.jsonl"):
         (tmp_path / name).write_text(DEEP + "\n")
     assert read_predictions(tmp_path) == (None, f"{tmp_path / 'predictions.json'}: unreadable, ignored")
     assert read_peers(tmp_path) == []
     assert section_correctness(tmp_path) is not None   # the section, without the row
-    with pytest.raises(LineError, match="rank-0.jsonl:1: not JSON .JSON nested too deeply"):
+    with pytest.raises(TraceError, match="rank-0.jsonl:1: not JSON .JSON nested too deeply"):
         rank_records([(1, DEEP)], "rank-0.jsonl")
     with pytest.raises(PerfmlpError, match="predictions.json: unreadable"):
         _existing(tmp_path / "predictions.json", "", [])

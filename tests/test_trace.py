@@ -217,10 +217,10 @@ def test_cprofile_writes_rank_profiles(tmp_path):
 
 
 def test_nvtx_ranges_are_free_without_a_profiler():
-    from perfmlp.trace.nvtx import enabled, pop, push
-    push("forward", 3)
-    pop()
-    assert enabled() is False
+    from perfmlp.trace.fastpath import nvtx_enabled, nvtx_pop, nvtx_push
+    nvtx_push("forward", 3)
+    nvtx_pop()
+    assert nvtx_enabled() is False
 
 
 def test_every_line_record_round_trips():
@@ -558,7 +558,7 @@ def test_the_chrome_export_to_an_unwritable_path_is_one_line_and_leaves_nothing(
     # a full disk: the previous export stays whole, no temporary file is left
     good = tmp_path / "good.json"
     good.write_text("previous")
-    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c\n"
+    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c, perfmlp.trace.manifest as m\n"
                         "real = open\n"
                         "class Full:\n"
                         "    def __init__(s, f): s.f = f\n"
@@ -567,7 +567,7 @@ def test_the_chrome_export_to_an_unwritable_path_is_one_line_and_leaves_nothing(
                         "    def write(s, t): raise OSError(28, 'No space left on device')\n"
                         "    def flush(s): pass\n"
                         "    def close(s): s.f.close()\n"
-                        "c.open = lambda p, *a, **k: Full(real(p, *a, **k))\n"
+                        "m.open = lambda p, *a, **k: Full(real(p, *a, **k))  # the atomic write's\n"
                         f"sys.exit(c.main([{str(folder)!r}, '-o', {str(good)!r}]))"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and r.stderr.strip() == (

@@ -6,6 +6,7 @@ API calls made meanwhile to it, and each GPU record carries its launching call's
 CUPTI's thread only turns records into tuples; the join and the writing happen between epochs."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -163,9 +164,7 @@ class Collector:
         self.kinds = [K.EXTERNAL_CORRELATION, K.RUNTIME, K.DRIVER, K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET]
         self.note = None
         self._lock = threading.Lock()
-        self._gpu: list = []
-        self._ext: dict = {}
-        self._api: dict = {}
+        self._gpu, self._ext, self._api = [], {}, {}  # take() fills them, drain() empties them
         self.enabled = []
         try:
             if _registered is None:
@@ -197,14 +196,10 @@ class Collector:
         for a in activities:
             kind = a.kind
             what = k.get(kind)
-            if what == "kernel":
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, a.name))
-            elif what == "memcpy":
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, a.copy_kind, None))
-            elif what == "memset":
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, a.bytes, 0, None))
-            elif what == N.GRAPH:
-                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, 0, 0, f"graph {a.graph_id}"))
+            if what is not None:  # (bytes, copy kind, name) by kind
+                tail = ((0, 0, a.name) if what == "kernel" else (a.bytes, a.copy_kind, None) if what == "memcpy"
+                        else (a.bytes, 0, None) if what == "memset" else (0, 0, f"graph {a.graph_id}"))
+                gpu.append((what, a.correlation_id, a.start, a.end, a.stream_id, *tail))
             elif kind == k_ext:
                 ext[a.correlation_id] = a.external_id
             elif kind == k_rt or kind == k_drv:
@@ -224,10 +219,8 @@ class Collector:
 
     def stop(self) -> None:
         for k in self.enabled:
-            try:
+            with contextlib.suppress(Exception):
                 self.cupti.activity_disable(k)
-            except Exception:
-                pass
         self.enabled = []
 
 

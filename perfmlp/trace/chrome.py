@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from ..errors import PerfmlpError
 from ..safeio import check_output
 from .activity import to_run_s
 from .format import BYTE_COUNTS
+from .manifest import write_atomically
 from .reader import Run, TraceError, read_run
 
 BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank; a stream's: STREAM0 + its index
@@ -68,9 +68,8 @@ def _slices(run: Run, rank: int) -> dict[int, list[dict]]:
                     {"batch": b.batch})
             for g in b.gpu:
                 track = streams.setdefault(g.stream, STREAM0 + len(streams))
-                a = {"batch": b.batch, "phase": str(g.phase), "correlation": g.corr}
-                if g.cat == "copy":
-                    a.update(bytes=g.bytes, kind=g.copy)
+                a = {"batch": b.batch, "phase": str(g.phase), "correlation": g.corr,
+                     **({"bytes": g.bytes, "kind": g.copy} if g.cat == "copy" else {})}
                 add(track, g.name or g.copy or g.cat, g.cat, to_run_s(clock, g.start_ns, True) * 1e6,
                     (g.end_ns - g.start_ns) / 1e3, a)
         elif b.clock == N.CUDA_EVENTS and b.t_ms:
@@ -121,23 +120,6 @@ def chrome_events(run: Run) -> list[dict]:
     return ev
 
 
-def chrome_json(run: Run) -> str:
-    """The export's text: the trace events and the unit Perfetto shows."""
-    return json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all (a temporary name beside it, renamed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def main(argv=None) -> int:
     ap = Parser(prog="python -m perfmlp.trace.chrome",
                 description="Export a run's trace to Chrome trace-event JSON (Perfetto, chrome://tracing): a process "
@@ -149,22 +131,19 @@ def main(argv=None) -> int:
         a = ap.parse_args(argv)
         check_output(a.out, inputs=[a.run], what="-o")   # never over the run it reads, a link or a device
         run = read_run(a.run)
-        text = chrome_json(run)
+        text = json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
+        try:
+            write_atomically(Path(a.out), text)
+        except OSError as e:
+            print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+            bad_path = e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR)
+            return 2 if bad_path else 1  # a path that cannot be written: bad input; a full disk: failed
     except (TraceError, PerfmlpError) as e:  # InputError is a PerfmlpError
         print(f"perfmlp.trace.chrome: error: {e}", file=sys.stderr)
         return 2
     except RecursionError:
         print(f"perfmlp.trace.chrome: error: {a.run}: JSON nested too deeply", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("perfmlp.trace.chrome: interrupted", file=sys.stderr)
-        return 130
-    try:
-        write_atomically(Path(a.out), text)
-    except OSError as e:
-        print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
-        bad_path = e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR)
-        return 2 if bad_path else 1  # a path that cannot be written: bad input; a full disk: failed
     except KeyboardInterrupt:
         print("perfmlp.trace.chrome: interrupted", file=sys.stderr)
         return 130

@@ -40,8 +40,7 @@ def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
 
 
 def clock_quality_us(ranks) -> tuple[float | None, float | None]:
-    """(the ranks' alignment error, the largest CUPTI-against-host drift over the run), us, of
-    `ranks` (rank traces)."""
+    """(the ranks' alignment error, the largest CUPTI-against-host drift over the run), us, of `ranks` (rank traces)."""
     clocks = [rt.clock for rt in ranks if rt.clock]
     err = max((c.rank0_err_ns + (c.cupti_err_ns or 0)) / 1e3 for c in clocks) if clocks else None
     drift = [(rt.clock_end.cupti_minus_host_ns - rt.clock.cupti_minus_host_ns) / 1e3

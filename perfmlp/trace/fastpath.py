@@ -9,14 +9,16 @@ record stored into the mapped batch file; any other goes to the tracer's general
 (`perfmlp.trace._fastpath`, where built) and `PyFastPath` write the same bytes; the C hooks run
 no bytecode, which matters in a host-bound eager step that evicts the hooks' code between batches.
 `Recording` notes what the first batch of a piece size launched; `Event` (`phases` on the GPU)
-records a CUDA event through the runtime directly; `Hooked` adds NVTX and CUPTI correlation."""
+records a CUDA event through the runtime directly; `Hooked` adds NVTX ranges (the `perfmlp` domain; no-ops
+without the `nvtx` package, with NVTX_DISABLE set, or with no profiler attached) and CUPTI correlation."""
 from __future__ import annotations
 
+import os
 import time
 from itertools import repeat, starmap
 
+from ..names import NVTX_RANGES
 from . import activity as act
-from . import nvtx as nv
 from .records import BatchLayout, Phase
 
 try:
@@ -32,6 +34,30 @@ DRAIN_AT = (Phase.BACKWARD, Phase.GRAPH)  # finished GPU batches are written as 
 # A C callable that takes any arguments and returns None (the empty tuple's object.__init__): a `with` block's
 # __exit__ that runs no Python code and returns a false value (exceptions propagate).
 NOOP = ().__init__
+
+try:
+    if os.environ.get("NVTX_DISABLE"):
+        raise ImportError
+    import nvtx as _nvtx
+    _domain = _nvtx.get_domain("perfmlp")
+    _NVTX = type(_domain).__name__ != "DummyDomain"  # nvtx hands out a dummy domain with no profiler attached
+except ImportError:
+    _NVTX = False
+
+
+def nvtx_enabled() -> bool:
+    return _NVTX
+
+
+def nvtx_push(name: str, payload: int | None = None) -> None:
+    if _NVTX:
+        cat = name if name in NVTX_RANGES else None
+        _domain.push_range(_domain.get_event_attributes(message=name, category=cat, payload=payload))
+
+
+def nvtx_pop() -> None:
+    if _NVTX:
+        _domain.pop_range()
 
 
 def stamp_class(stamps: list, compiled: bool = False) -> type:
@@ -71,7 +97,7 @@ class Hooked:
 
     def __enter__(self):
         t = self.t
-        nv.push(self.name.value, t._batch_no)
+        nvtx_push(self.name.value, t._batch_no)
         if t._push is not None:
             t._push((t._seq << act.PHASE_BITS) | self.code)
         self.base.__enter__()
@@ -81,7 +107,7 @@ class Hooked:
         t = self.t
         if t._push is not None:
             t._collector.pop()
-        nv.pop()
+        nvtx_pop()
 
 
 class Recording:
@@ -156,5 +182,4 @@ def fast_path(stamps: list, mm, pos: int, limit: int, begin_other, end_other, gr
         compiled = CFastPath is not None
     if compiled and CFastPath is None:
         raise ImportError("perfmlp.trace._fastpath is not built (pip install -e . with a C compiler)")
-    cls = CFastPath if compiled else PyFastPath
-    return cls(stamps, mm, pos, limit, begin_other, end_other, grow)
+    return (CFastPath if compiled else PyFastPath)(stamps, mm, pos, limit, begin_other, end_other, grow)

@@ -133,8 +133,7 @@ def checked(checks: dict, obj: dict) -> dict:
 
 
 def fields_of(cls, obj: Any, skip: tuple = ()) -> dict:
-    """The checked values of the dataclass `cls`'s fields (their metadata's `check`) in the JSON
-    object `obj`."""
+    """The checked values of the dataclass `cls`'s fields (their metadata's `check`) in the JSON object `obj`."""
     if not isinstance(obj, dict):
         raise _bad(obj, "not a JSON object")
     return checked({f.name: f.metadata["check"] for f in dataclasses.fields(cls)

@@ -31,13 +31,11 @@ def per_batch_words(warmup: int) -> str:
 
 MANIFEST = "manifest.json"
 
-# On a GPU run's host clock a phase is the host's time between its hooks: enqueued work measures the enqueue,
-# and only a phase whose call blocks the host with the GPU idle (or behind one update kernel) times its work.
-
 
 def host_clock_terms(batch_transfer: str, comm: str, parallel: str = N.DATA) -> frozenset:
-    """The phase groups whose time on a GPU run's host clock is their own work's: only data
-    parallelism with the staged exchange, whose D2H ends in a stream synchronize, after which
+    """The phase groups whose time on a GPU run's host clock (the host's time between a phase's hooks:
+    enqueued work measures its enqueue) is their own work's: only data parallelism with the staged
+    exchange, whose D2H ends in a stream synchronize, after which
     - allreduce (MPI_Allreduce on the host buffer) is host work;
     - h2d_grad from pageable memory blocks the host with the GPU idle (pinned: only enqueued);
     - h2d_batch from pageable memory blocks the host behind only the update kernel.
@@ -61,9 +59,8 @@ def comparable_terms(clock: str, on_gpu: bool, batch_transfer: str, comm: str, p
 
 
 # The default trace level per execution mode (N.DEFAULT_TRACE_LEVEL) is the richest whose median overhead stays
-# under OVERHEAD_TARGET of untraced time per batch, as measured in OVERHEAD_EVIDENCE (test_timeline holds it to it).
+# under OVERHEAD_TARGET of untraced time per batch (benchmarks/trace_overhead.py; test_timeline holds it to it).
 OVERHEAD_TARGET = 0.02
-OVERHEAD_EVIDENCE = "reports/h200-x2/benchmarks/overhead"
 
 
 def default_trace_level(exec_mode: str) -> str:

@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy
+
 from .. import names as N
 from .. import __version__
 from .format import MANIFEST
@@ -38,13 +40,10 @@ def git_commit() -> str | None:
 
 
 def versions() -> dict:
-    v = {"perfmlp": __version__, "perfmlp_git": git_commit(), "python": platform.python_version()}
-    import numpy
-    v["numpy"] = numpy.__version__
-    for mod in ("cupy", "mpi4py", "nvtx"):
-        m = sys.modules.get(mod)
-        if m is not None:
-            v[mod] = getattr(m, "__version__", "?")
+    v = {"perfmlp": __version__, "perfmlp_git": git_commit(), "python": platform.python_version(),
+         "numpy": numpy.__version__}
+    v.update({mod: getattr(sys.modules[mod], "__version__", "?") for mod in ("cupy", "mpi4py", "nvtx")
+              if mod in sys.modules})
     if N.CUPY in sys.modules:
         try:
             import cupy
@@ -117,14 +116,21 @@ def finish_manifest(run_dir: Path, status: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """`obj` as JSON at `path`, whole or not at all (a temporary name beside it, renamed; an error
-    names `path`). The temporary name is this call's own: ranks, or a rank's watchdog and main thread,
-    may each write at once."""
+    """`obj` as JSON at `path`, whole or not at all (write_atomically; an error names `path`)."""
+    try:
+        write_atomically(path, json.dumps(obj, indent=1))
+    except OSError as e:
+        raise named(e, path) from None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all: written to a temporary name beside it, renamed. The
+    temporary name is this call's own: ranks, or a rank's watchdog and main thread, may each write at once."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=1))
+            f.write(text)
         tmp.replace(path)
-    except OSError as e:
+    except BaseException:
         tmp.unlink(missing_ok=True)
-        raise named(e, path) from None
+        raise

@@ -55,20 +55,6 @@ class Run:
     path: str = ""
     problems: tuple = ()
 
-    config = property(lambda self: self.manifest.config)
-    procs = property(lambda self: self.manifest.procs)
-    ran = property(lambda self: self.manifest.ran)
-    layer_sizes = property(lambda self: self.manifest.layer_sizes)
-    # what ran (`run.comm` is `run.manifest.ran.comm`: resolved at run time, never worked out here)
-    backend = property(attrgetter("manifest.ran.backend"))
-    comm = property(attrgetter("manifest.ran.comm"))
-    exec = property(attrgetter("manifest.ran.exec"))
-    parallel = property(attrgetter("manifest.ran.parallel"))
-    overlap = property(attrgetter("manifest.ran.overlap"))
-    trace_level = property(attrgetter("manifest.ran.trace_level"))
-    gpu = property(attrgetter("manifest.ran.gpu"))
-    on_gpu = property(attrgetter("manifest.ran.on_gpu"))
-
     @property
     def complete(self) -> bool:
         return (self.manifest.status == "complete" and len(self.ranks) == self.procs
@@ -143,6 +129,12 @@ class Run:
                for r, recs in ranks.items()}
         return cls(run_id or manifest.run_id, manifest, rts)
 
+
+# the manifest's, and what ran (`run.comm` is `run.manifest.ran.comm`: resolved at run time, never worked out here)
+for _name in ("config", "procs", "ran", "layer_sizes"):
+    setattr(Run, _name, property(attrgetter("manifest." + _name)))
+for _name in ("backend", "comm", "exec", "parallel", "overlap", "trace_level", "gpu", "on_gpu"):
+    setattr(Run, _name, property(attrgetter("manifest.ran." + _name)))
 
 _MANY = {Batch: "batches", Epoch: "epochs", Update: "updates"}  # RankTrace's field of a kind of record
 _ONE = {Header: "header", End: "end"}
@@ -236,8 +228,7 @@ def read_manifest(folder: Path) -> tuple[Manifest, int]:
 def _lines(path: Path, problems: list) -> list[tuple[int, str]]:
     """(line number, text) of a rank file's non-empty lines; a cut-off last line is left out and noted."""
     text = _bytes(path).decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    out = [(i, s) for i, s in enumerate(lines, 1) if s.strip()]
+    out = [(i, s) for i, s in enumerate(text.split("\n"), 1) if s.strip()]
     if out and not text.endswith("\n"):
         i, last = out[-1]
         try:
@@ -325,8 +316,8 @@ def read_traces(folder: str | Path) -> tuple[list[Run], list[str]]:
     if not folder.is_dir():
         raise TraceError(f"{folder}: no such folder")
     runs, skipped = [], []
-    dirs = sorted({p.parent for p in folder.rglob(MANIFEST)} | {p.parent for p in folder.rglob("rank-*.jsonl")}
-                  | {p.parent for p in folder.rglob("rank-*.jsonl" + PACKED)})
+    dirs = sorted({p.parent for pattern in (MANIFEST, "rank-*.jsonl", "rank-*.jsonl" + PACKED)
+                   for p in folder.rglob(pattern)})
     for d in dirs:
         try:
             run = read_run(d)

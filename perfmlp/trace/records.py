@@ -42,8 +42,7 @@ _phase_counts = F.keyed(phase, _count)
 
 
 def _config(v) -> Mapping:
-    """The resolved configuration: every key passes through; the ones the
-    readers compute with are checked."""
+    """The resolved configuration: every key passes through; the ones the readers compute with are checked."""
     m = F.mapping(v)  # kept as written (hidden_sizes a list, as the configuration's)
     F.checked({"input_size": F.integer(1), "hidden_sizes": F.list_of(F.integer(1)), "num_classes": F.integer(1),
                "batch_size": F.integer(1), "precision": F.string, "batch_transfer": F.string}, m)
@@ -273,6 +272,8 @@ class BatchLayout:
 
 @dataclass(frozen=True, slots=True)
 class Epoch:
+    """`epoch` line: an epoch's loss, accuracy and wall time, written as it ends (every rank)."""
+
     KIND: ClassVar[str] = "epoch"
     epoch: int = _f("the epoch", _count)
     loss: float | None = _f("mean cross-entropy over the epoch + the weight penalty at its end",
@@ -331,6 +332,8 @@ class GpuActivity:
 
 @dataclass(frozen=True, slots=True)
 class End:
+    """`end` line: the last line of a rank's file, written once the rank is done."""
+
     KIND: ClassVar[str] = "end"
     status: str = _f("as the manifest's", F.choice(*N.STATUSES))
     end: str = _f("ISO 8601, UTC", F.string)

@@ -60,8 +60,7 @@ class ShapeBook:
         return e
 
     def _shape_for(self, entry, counts) -> Note:
-        """The Shape this batch's counts are (written where none matches), priced after a
-        recording batch."""
+        """The Shape this batch's counts are (written where none matches), priced after a recording batch."""
         byte_counts = counts.byte_counts()
         key = entry.key
         if entry.coll is None:
@@ -92,9 +91,9 @@ class ShapeBook:
         e.nstamps = n + 1 if self._events is not None else n
         e.record = BatchLayout.record(n)
         e.size = e.record.size
-        names = dict(zip(BYTE_COUNTS, byte_counts))
         self._write(Shape(id=e.id, samples=key[0], local_samples=key[1], **{**priced, "phases": priced["phases"][:n]},
-                          **names, collectives=tuple((str(c), int(k)) for c, k in counts.collectives)))
+                          **dict(zip(BYTE_COUNTS, byte_counts)),
+                          collectives=tuple((str(c), int(k)) for c, k in counts.collectives)))
         return e
 
     def _weight_grads(self) -> int:

@@ -77,7 +77,15 @@ class BatchFile:
         """Reserve and map at least `need` bytes, fault in POPULATE_BYTES past them; returns
         `limit`, below which stores take no page fault (without MADV_POPULATE_WRITE: the mapped size)."""
         if need > self.cap:
-            self.grow(need)
+            cap = self.cap
+            while cap < need:
+                cap += min(cap, MAX_STEP)
+            try:
+                os.posix_fallocate(self.fd, 0, cap)  # ENOSPC here, naming the file, not SIGBUS on a store
+                self.mm.resize(cap)
+            except OSError as e:
+                raise named(e, self.path) from None
+            self.cap = cap
         if self._populate:
             ready = min(self.cap, (need + POPULATE_BYTES) & -mmap.PAGESIZE)
             if ready > self.ready:
@@ -88,18 +96,6 @@ class BatchFile:
                     self._populate = False
         self.limit = self.ready if self._populate else self.cap
         return self.limit
-
-    def grow(self, need: int) -> None:
-        """Reserve and map at least `need` bytes."""
-        cap = self.cap
-        while cap < need:
-            cap += min(cap, MAX_STEP)
-        try:
-            os.posix_fallocate(self.fd, 0, cap)  # ENOSPC here, naming the file, not SIGBUS on a store
-            self.mm.resize(cap)
-        except OSError as e:
-            raise named(e, self.path) from None
-        self.cap = cap
 
     def close(self, used: int) -> None:
         """Cut the file to the `used` bytes written and close it."""

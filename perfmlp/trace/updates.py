@@ -12,7 +12,6 @@ from typing import ClassVar
 from . import fields as F
 from .records import _f
 
-KIND = "update"
 _count, _time = F.integer(0), F.number(0)
 
 
@@ -20,7 +19,7 @@ _count, _time = F.integer(0), F.number(0)
 class Update:
     """`update` line: one gradient the asynchronous parameter server applied."""
 
-    KIND: ClassVar[str] = KIND
+    KIND: ClassVar[str] = "update"
     update: int = _f("the update's index, in the order the server applied them", _count)
     worker: int = _f("the rank that computed the gradient", _count)
     epoch: int = _f("what it was computed on: the epoch", _count)

@@ -21,7 +21,7 @@ from ..model.predict import resolve_exec
 from .format import BYTE_COUNTS, resolve_trace_level
 from .lines import parse
 from ..names import Phase
-from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, phase
+from .records import Batch, Clock, Header, Manifest, Ran, Shape, Span, _count, _phase_counts, phase
 
 SCHEMA_V1 = "perfmlp.trace/1"
 # the fused output backward's column block where it was not 256 (perfmlp/model/costs.py: OUTPUT_GRAD_COLS)
@@ -31,8 +31,6 @@ COLS_BY_COMMIT = {**dict.fromkeys("7e49c2e 4bd1a76 59e92a7 4251416 e0f3d07 64120
                                   "cba38bf 8fdc90f fb5a059 05bac0a".split(), 1024)}
 DEFAULT_COLS = 256
 
-
-LineError = TraceError  # one line naming the file, line and field, as the reader raises it
 
 
 def manifest(obj: dict) -> Manifest:
@@ -98,12 +96,10 @@ def with_launch(m: Manifest, first: Batch | None) -> Manifest:
     return m
 
 
-_count = F.integer(0)
-_counts = F.keyed(phase, _count)
 BATCH_V1 = {
     "epoch": _count, "batch": _count, "samples": F.integer(1), "local_samples": F.integer(1),
-    "t0_s": F.number(), "loss": F.optional(F.number()), "flops": _counts, "ops": F.optional(_counts, {}),
-    "kernels": F.optional(_counts), "gemms": F.optional(_counts),
+    "t0_s": F.number(), "loss": F.optional(F.number()), "flops": _phase_counts,
+    "ops": F.optional(_phase_counts, {}), "kernels": F.optional(_phase_counts), "gemms": F.optional(_phase_counts),
     "bytes_h2d": _count, "bytes_d2h": _count, "bytes_d2d": F.optional(_count, 0, null=False), "bytes_mpi": _count,
     "bytes_nccl": _count,
     "collectives": F.optional(F.list_of(F.pair(F.string, _count, "[name, element count]")), (), null=False),
@@ -127,7 +123,7 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
         try:
             obj = read_json(text)   # deep nesting: an InputError, a ValueError
         except ValueError as e:
-            raise LineError(f"{where}: not JSON ({e})") from None
+            raise TraceError(f"{where}: not JSON ({e})") from None
         kind = obj.get("kind") if isinstance(obj, dict) else None
         try:
             if kind == "header":
@@ -150,9 +146,9 @@ def rank_records(lines: list[tuple[int, str]], path: str) -> list:
             else:
                 out.append((parse(json.dumps({"end": "", **obj}) if kind == "end" else text), where))
         except F.Bad as e:
-            raise LineError(f"{where}: {e}") from None
+            raise TraceError(f"{where}: {e}") from None
     if header is None:
-        raise LineError(f"{path}:1: kind: no header line")
+        raise TraceError(f"{path}:1: kind: no header line")
     h, where = header
     clock = next((r.clock for r, _ in out if isinstance(r, Batch)), N.HOST_CLOCK)
     start = next((r.host_start_ns for r, _ in reversed(out) if isinstance(r, Clock) and r.at == "start"), 0)

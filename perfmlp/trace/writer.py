@@ -4,10 +4,9 @@ Two tracers with one interface, which the training loop calls: `attach(world, ba
 backend is built, `begin_batch`, `phase(Phase.X)` (a context manager), `end_batch(loss, counts)`,
 `end_epoch` and `close(status)`. `NullTracer` does nothing; `Tracer` writes the trace.
 
-What a host-bound step pays per batch is kept to one perf_counter() per phase, appended in C, and
-begin_batch and end_batch on their fast path (trace/fastpath.py: one record stored into the mapped
-batch file; no dictionary look-up, JSON or system call). Only the first batch of each piece size
-records what the network launched, prices it (trace/shapes.py) and writes its `Shape` line."""
+A batch's cost to the step is trace/fastpath.py's (one record stored into the mapped batch file). Only
+the first batch of each piece size records what the network launched, prices it (trace/shapes.py)
+and writes its `Shape` line."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,18 +19,16 @@ from ..errors import PerfmlpError
 from ..model.costs import widths
 from .. import names as N
 from . import activity as act
-from . import nvtx as nv
 from .format import ACTIVITY_SCHEMA, default_trace_level
 from .manifest import blas_seen, machine_seen, new_manifest, now_iso, versions, what_ran, write_manifest
-from .fastpath import NOOP, CFastPath, Event, Hooked, Recording, fast_path, phase_code_names, stamp_class
+from .fastpath import (NAN, NOOP, CFastPath, Event, Hooked, Recording, _now, fast_path, nvtx_enabled, nvtx_pop,
+                       nvtx_push, phase_code_names, stamp_class)
 from .shapes import ShapeBook
 from .lines import line
 from .records import ACTIVITY_FIELDS, SCHEMA, Activity, Clock, End, Epoch, GpuActivity, GpuRecord, Header, Phase
 from .store import BatchFile, LineFile, WrittenBatchFile
 
-_ns = time.perf_counter_ns
-_now = time.perf_counter  # the batch records' stamps: seconds on the same clock as _ns
-NAN = float("nan")
+_ns = time.perf_counter_ns  # the tracer's start; the batch records' stamps are fastpath._now, the same clock
 
 
 class NullTracer:
@@ -106,7 +103,7 @@ class Tracer(ShapeBook):
         if backend.name != N.CUPY and self.level in N.ACTIVITY_LEVELS:
             self.level, note = N.PHASES_LEVEL, "no GPU: phases on the host clock"
         elif self.level in N.ACTIVITY_LEVELS:
-            self._collector, refused = act.collector_or_reason(self.level, nv.enabled())
+            self._collector, refused = act.collector_or_reason(self.level, nvtx_enabled())
             if self._collector is None:
                 self.level, note = N.PHASES_LEVEL, f"no GPU activity records: {refused}; phases from CUDA events"
             else:
@@ -115,7 +112,7 @@ class Tracer(ShapeBook):
             self._cupy, self._rt = backend.xp, backend.xp.cuda.runtime
             self._stream_ptr = backend.xp.cuda.get_current_stream().ptr
             self._events = []
-        self._hooks = nv.enabled() or self._push is not None
+        self._hooks = nvtx_enabled() or self._push is not None
         self._slow = self._hooks or self._events is not None
         self._write_header()
         self._write_clock(world, "start")
@@ -186,8 +183,14 @@ class Tracer(ShapeBook):
             self._fp.set_shape(note.id, note.size, note.bytes, note.coll)
 
     def _begin_slow(self, epoch: int, batch: int) -> None:
+        """The batch's NVTX range and CUPTI correlation id (hooks), and its first CUDA event."""
         if self._hooks:
-            self._begin_hooks(epoch, batch)
+            self._batch_no = batch
+            nvtx_push("batch", batch)
+            if self._push is not None:
+                self._seq += 1
+                self._seq_batch[self._seq] = (epoch, batch)
+                self._push(act.ext_id(self._seq, 0))  # launches between phases belong to the batch
         if self._events is not None:
             # the batch starts at the previous one's last event (one event fewer a batch); a new one after an epoch
             self._stamps.append(self._last_event if self._last_event is not None else self._event())
@@ -198,7 +201,7 @@ class Tracer(ShapeBook):
         fp = self._fp
         fp.samples = fp.local = fp.nfast = -1
         if self._hooks:
-            nv.pop()
+            nvtx_pop()
             if self._push is not None:
                 self._collector.pop()
         entry, stamps = self._note, self._stamps
@@ -275,14 +278,6 @@ class Tracer(ShapeBook):
         self._fp.samples = self._fp.local = self._fp.nfast = -1
 
     # -- the GPU side: clocks, CUDA events (read once completed, never by synchronising), CUPTI ----------
-    def _begin_hooks(self, epoch: int, batch: int) -> None:
-        self._batch_no = batch
-        nv.push("batch", batch)
-        if self._push is not None:
-            self._seq += 1
-            self._seq_batch[self._seq] = (epoch, batch)
-            self._push(act.ext_id(self._seq, 0))  # launches between phases belong to the batch
-
     def _write_clock(self, world, at: str) -> None:
         """This rank's host clock against rank 0's (ping-pong, at the start) and CUPTI's."""
         if at == "start":
@@ -365,7 +360,7 @@ def make_tracer(cfg, world, compiled: bool | None = None):
             raise PerfmlpError(f"trace folder {run_dir} already exists (choose another --run-id)") from None
         except OSError as e:
             raise PerfmlpError(f"cannot create trace folder {run_dir}: {e.strerror}") from None
-        manifest = new_manifest(run_id, cfg, world, nv.enabled())
+        manifest = new_manifest(run_id, cfg, world, nvtx_enabled())
         write_manifest(run_dir, manifest)
     world.barrier()
     return Tracer(run_dir, world.rank, world, cfg, manifest, compiled)
