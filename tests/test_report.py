@@ -19,7 +19,7 @@ from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures, sections_of
 from perfmlp.report.__main__ import main as report_main
 from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
-from perfmlp.report.sections.model import section_model
+from perfmlp.report.sections.validation import section_model
 from perfmlp.report.study import load_study
 
 from conftest import ROOT, in_process, run_perfmlp

@@ -22,20 +22,17 @@ from .analysis import Analysis, analyse
 from .sections.cluster import section_cluster
 from .sections.execution import section_execution
 from .configurations import run_labels
-from .sections.extras import section_correctness, section_nsys, section_profiles
-from .sections.findings import section_configurations, section_recommendations
-from .sections.overview import overview_of, section_overview
+from .sections.overview import overview_of, section_configurations, section_overview, section_recommendations
 from .sections.psasync import is_async, section_psasync
 from .sections.published import section_published
 from .sections.questions import section_modes, section_q2_1, section_q2_2
 from .render import render
 from .sections.scaling import section_host_timeline, section_phases, section_scaling
-from .sections.model import section_model, section_no_gpu, section_runs
 from .sections.strategies import section_strategies
 from .study import Study, load_study
 from .blind_tests import History, read_blind_tests
-from .sections.timeline import section_timeline
-from .sections.validation import section_history, section_validation
+from .sections.timeline import section_correctness, section_nsys, section_profiles, section_timeline
+from .sections.validation import section_history, section_model, section_no_gpu, section_runs, section_validation
 
 
 def sections_of(a: Analysis, history: History | None = None) -> list:

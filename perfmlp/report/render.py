@@ -1,13 +1,11 @@
 """The report on disk: report.md, report.html (each figure an image linked
-beside it, as report.md links it, so the folder stays small enough to
-commit), each table as CSV and each figure as PNG and SVG.
+beside it, so the folder stays small enough to commit), each table as CSV
+and each figure as PNG and SVG.
 
-The report is written whole or not at all: every file goes first into a
-fresh folder beside the target (`staged`), and only once all are written do
-they take their places by rename, so a failure halfway (a full disk) leaves
-the previous report as it was. A file whose bytes would not change is not
-replaced, so regenerating a report over a committed one touches only what
-changed.
+`render` writes into a staging folder (safeio.replace_folder swaps it in
+whole, so a failure halfway leaves the previous report as it was); a file
+whose bytes would not change is not rewritten, so regenerating a committed
+report touches only what changed.
 """
 from __future__ import annotations
 
@@ -258,6 +256,7 @@ def render(sections: list[Section], out: Path, title: str, header: list[str], fi
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
     _write(out / "report.html", page.encode("utf-8", "surrogateescape"))
+
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -17,7 +17,7 @@ from ...model.machine import MachineError, load_machine
 from ...model.nccl_tests import comparison
 from ...model.projection import PROCS, STRATEGIES, crossover, scaling
 from ..analysis import Analysis
-from ..figures import _plt, encode
+from ..figures import encode, subplots
 from . import Figure, Section, Table
 from ... import names as N
 
@@ -61,9 +61,8 @@ def measured_points(a: Analysis, hidden: int, batch: int, weak: bool) -> dict[st
 
 def scaling_figure(panels, title: str):
     """panels: [(panel title, rows of projection.scaling, measured_points)]."""
-    plt = _plt()
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4))
+    fig, axes = subplots(1, len(panels), figsize=(5.2 * len(panels), 4))
     for ax, (name, rows, measured) in zip(axes, panels):
         for strategy in STRATEGIES:
             pts = [(r["procs"], r["samples_per_s"]) for r in rows if r["strategy"] == strategy]

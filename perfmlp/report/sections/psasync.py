@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...trace.reader import Run
 from ..analyses.psasync import async_row, curve, group_label, groups as groups_of, is_async, scheme, workers_of
-from ..figures import _plt, encode
+from ..figures import encode, subplots
 from . import Figure, Section, Table
 
 S_COLORS = {0: "tab:blue", 1: "tab:orange", 2: "tab:green", 4: "tab:red"}
@@ -49,8 +49,7 @@ def _finding(key: tuple, members: list[Run]) -> str:
 
 def tradeoff(groups: dict[str, list[tuple[str, list]]]):
     """groups: label -> [(scheme, [(updates, wall_s, accuracy), ...]), ...]."""
-    plt = _plt()
-    fig, axes = plt.subplots(len(groups), 2, figsize=(10, 3.6 * len(groups)), squeeze=False)
+    fig, axes = subplots(len(groups), 2, figsize=(10, 3.6 * len(groups)), squeeze=False)
     for (label, series), (a1, a2) in zip(groups.items(), axes):
         for name, pts in series:
             if not pts:

@@ -15,7 +15,7 @@ from ...model.precision import precision as precision_of
 from ...model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
 from ..analysis import Analysis, RunSummary
 from ..configurations import Configuration, configurations
-from ..figures import _plt, encode, legend_below, plain_log
+from ..figures import encode, legend_below, log_axes, subplots
 from . import Figure, Section, Table
 from ... import names as N
 from ..thresholds import STRATEGY_TIE
@@ -179,7 +179,6 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     """The predicted best strategy on a log grid of H and B, and the measured winners on it
     (GPU runs: `device` NCCL, else MPI staged through the host; exec_mode graph: each strategy
     in graph mode where its step can be captured)."""
-    plt = _plt()
     hs = np.unique(np.geomspace(*h_range, n).round().astype(int))
     bs = np.unique(np.geomspace(max(b_range[0], procs), b_range[1], n).round().astype(int))
     names: list[str] = []
@@ -197,7 +196,7 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
             if best not in names:
                 names.append(best)
             grid[i, j] = names.index(best)
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    fig, ax = subplots(figsize=(6.4, 4.8))
     from matplotlib.colors import ListedColormap
     ax.pcolormesh(hs, bs, grid, cmap=ListedColormap([_color(x) for x in names]), shading="nearest", alpha=0.45,
                   vmin=-0.5, vmax=len(names) - 0.5)
@@ -217,19 +216,14 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     if any(not pt["agree"] for pt in measured):
         handles.append(Line2D([], [], marker="x", ls="", markersize=9, color="red",
                               label="measured winner not the predicted one"))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax)
-    ax.set_xlabel("hidden units H")
-    ax.set_ylabel("batch B (split or shared over the ranks)")
-    ax.set_title(f"Fastest strategy predicted, p={procs}, {exec_mode} execution", fontsize=10)
-    legend_below(ax, handles, [h.get_label() for h in handles], ncol=2)
+    log_axes(ax, "hidden units H", "batch B (split or shared over the ranks)",
+             f"Fastest strategy predicted, p={procs}, {exec_mode} execution")
+    legend_below(ax, handles, ncol=2)
     return encode(fig)
 
 
 def measured_vs_predicted_by_strategy(points):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    fig, ax = subplots(figsize=(5.2, 5.0))
     for name in sorted({p["strategy"] for p in points}):
         xs = [p["predicted_ms"] for p in points if p["strategy"] == name]
         ys = [p["measured_ms"] for p in points if p["strategy"] == name]
@@ -237,11 +231,7 @@ def measured_vs_predicted_by_strategy(points):
     lo = min(min(p["predicted_ms"], p["measured_ms"]) for p in points) / 1.3
     hi = max(max(p["predicted_ms"], p["measured_ms"]) for p in points) * 1.3
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax)
-    ax.set_xlabel("predicted ms per batch")
-    ax.set_ylabel("measured ms per batch")
-    ax.set_title("Measured against predicted time per batch, per strategy", fontsize=10)
+    log_axes(ax, "predicted ms per batch", "measured ms per batch", "Measured against predicted time per batch, "
+             "per strategy")
     legend_below(ax, ncol=3)
     return encode(fig)
