@@ -462,7 +462,7 @@ def test_direction_of_a_change():
 
 
 def test_no_configuration_ran_two_ways():
-    from perfmlp.report.sections.execution import section_execution
+    from perfmlp.report.sections.scaling import section_execution
     # repeats of one variant, and a second variant only under a profiler: nothing to set side by side
     runs = mode_variant(2, "eager", None, [0.3, 0.31]) + mode_variant(2, "graph", None, [0.2])
     runs[-1] = profiled(runs[-1])

@@ -1,10 +1,9 @@
-"""The report's figures (matplotlib, Agg). Each drawing function returns the
-figure as {"png": bytes, "svg": bytes}; the renderer writes them.
-
-The bytes are reproducible: no date or software version in the metadata and
-a fixed salt for the SVG's clip-path ids, so a regenerated report leaves an
-unchanged figure's files as they were. matplotlib is imported when a figure
-is drawn (`require` checks for it up front).
+"""The report's figures (matplotlib, Agg), and the drawing helpers the
+sections' own figures share. Each drawing function returns the figure as
+{"png": bytes, "svg": bytes}: reproducible bytes (no date or version in the
+metadata, a fixed salt for the SVG's ids), so a regenerated report leaves
+an unchanged figure's files as they were. matplotlib is imported only when
+a figure is drawn (`require` checks for it up front).
 """
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}                 # process count
 H_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")   # over the study's H list
 TRANSFER_MARKERS = {N.PAGEABLE: "o", N.PREFETCH_PAGEABLE: "v", N.PINNED: "s", N.PREFETCH: "D", N.RESIDENT: "^"}
 TRANSFER_STYLES = {N.PAGEABLE: "-", N.PINNED: "--", N.RESIDENT: ":"}
+STRATEGY_COLORS = {N.DATA: "tab:blue", N.PS: "tab:gray", N.MODEL: "tab:orange", N.HYBRID: "tab:green", "tie": "white"}
 # what bounds a configuration (report/verdicts.py CATEGORIES): the overview's colours, in HTML too (render.py)
 CATEGORY_COLORS = {"GEMMs": "#4c72b0", "elementwise kernels": "#64b5cd", "launches and host": "#8172b2",
                    "copies": "#dd8452", "communication": "#55a868", "waiting for a rank": "#c44e52",
@@ -135,12 +135,9 @@ def lanes(ax, labels: list, xlabel: str, title: str, size: float = 7, titlesize:
 
 
 def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=()):
-    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs,
-    transfer. bws: label -> bytes/s. kind: 'modified' or 'standard'. model:
-    which machine file predicted ('calibrated' or 'datasheet'). Colour: H;
-    marker: p; the copy bandwidth each point pays is its transfer mode's
-    line (the modes share a position on the x axis, pageable and pinned
-    copying the same bytes)."""
+    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs, transfer; bws: label -> bytes/s;
+    kind: 'modified' or 'standard'; model: the machine file that predicted. Colour: H; marker: p; each point
+    pays its transfer mode's line (pageable and pinned copy the same bytes: one x)."""
     colors = dict(zip(h_list, H_COLORS))
     fig, ax = subplots(figsize=(7.5, 5.6))
     ais = [p["ai"] for p in points] or [100.0]
@@ -174,10 +171,8 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
 
 
 def overview_roofline(points, peak, bws: dict, title: str, precision: str):
-    """Every configuration on the modified roofline, coloured by what bounds
-    it. points: dicts with ai (inf: nothing copied), flops (per GPU),
-    category, transfer. Configurations that copy nothing stand in a band at
-    the right, under the peak."""
+    """Every configuration on the modified roofline, coloured by what bounds it (points: dicts with ai,
+    flops per GPU, category, transfer); those that copy nothing (ai inf) in a band at the right."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     fig, ax = subplots(figsize=(6.4, 3.9))
@@ -271,8 +266,7 @@ def phases(runs_phases, title: str):
 
 
 def measured_vs_predicted(rows, series: dict[str, str], title: str = "Predicted against measured time per batch"):
-    """rows: dicts with measured_ms and one key per series; series: key ->
-    label (each machine file's prediction: calibrated, datasheet)."""
+    """rows: dicts with measured_ms and one key per series; series: key -> label (each machine file's)."""
     fig, ax = subplots(figsize=(5.5, 5.4))
     m = np.array([r["measured_ms"] for r in rows])
     for (key, label), mk in zip(series.items(), ("o", "x")):
@@ -310,14 +304,9 @@ CEILING_COLORS = {"float64": "tab:gray", "float32": "tab:blue", N.TF32: "tab:gre
 
 def ceilings_roofline(points, ceilings: dict, bws: dict, title: str, levels=("HBM", "PCIe"), units="FFMA",
                       per="GPU"):
-    """A roofline of several ceilings, as Nsight Compute draws its
-    hierarchical one: a horizontal line per precision's GEMM units
-    (`ceilings`: format -> FLOP/s; equal ones share a line), a slanted one
-    per memory level (`bws`: label -> bytes/s; for PCIe also the modified,
-    serialised, bound under the ceilings the points ran at, dotted); points:
-    dicts with precision (its GEMM format), measured (FLOP/s per GPU),
-    ai_hbm and ai_pcie (FLOPs per device-memory / copied byte; None: not
-    drawn). A point's colour is its precision's ceiling's."""
+    """A hierarchical roofline, as Nsight Compute draws it: a line per precision's GEMM ceiling (`ceilings`:
+    format -> FLOP/s), a slanted one per memory level (`bws`: label -> bytes/s; the copy level's modified
+    bound dotted); points: dicts with precision, measured FLOP/s, ai_hbm and ai_pcie (None: not drawn)."""
     fig, ax = subplots(figsize=(7.5, 5))
     ais = [p[k] for p in points for k in ("ai_hbm", "ai_pcie") if p.get(k)] or [1.0, 1e4]
     top = max(ceilings.values())

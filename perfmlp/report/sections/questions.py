@@ -69,11 +69,10 @@ def flops_table(a: Analysis) -> Table:
         ex = part_flops(layers, b, prec)
         ap = reference_approx(layers[0], layers[1], b) if len(layers) == 3 else None
         shape = f"{'-'.join(map(str, layers))}, B={b}"
-        for part in ("forward", "backward", "loss", "update"):
-            rows.append({"shape": shape, "part": {"loss": "loss (softmax, cross-entropy, output delta)"}.get(part, part),
-                         "approx (2BHD)": ap.get(part) if ap else None, "exact": ex[part]})
-        rows.append({"shape": shape, "part": "batch", "approx (2BHD)": ap["batch"] if ap else None,
-                     "exact": ex["batch"]})
+        for part in ("forward", "backward", "loss", "update", "batch"):
+            words = "loss (softmax, cross-entropy, output delta)" if part == "loss" else part
+            rows.append({"shape": shape, "part": words, "approx (2BHD)": ap.get(part) if ap else None,
+                         "exact": ex[part]})
     return Table("q2_1_flops", "FLOPs per batch on one process, the approximation 2BHD against the exact count "
                  "(every GEMM, elementwise op and reduction), for the shapes the runs had", rows)
 
@@ -212,13 +211,9 @@ def section_q2_2(a: Analysis) -> Section:
 
 
 def exchange_roofline(rows, title: str):
-    """The overlap_bounds table on a roofline of the exchange: x = FLOPs per
-    GPU over the bytes it all-reduces, y = FLOP/s per GPU. Each configuration:
-    measured (filled), today's serial bound (x), the overlapped bound (^) and
-    the sliced schedule (hollow square), the model's. Per process count, the
-    lines at the median compute-chain rate P and exchange bandwidth BW: serial
-    AI / (AI / P + 1 / BW), the modified roofline, and overlapped min(P, AI BW),
-    the standard one."""
+    """The overlap_bounds rows on a roofline of the exchange (x: FLOPs per byte all-reduced): measured, the
+    serial, overlapped and sliced bounds; per p, at the median compute rate P and all-reduce bandwidth BW,
+    serial AI / (AI / P + 1 / BW) (the modified roofline) and overlapped min(P, AI BW) (the standard one)."""
     fig, ax = subplots(figsize=(7.5, 5.6))
     ais = [r["FLOPs per GPU"] / r["bytes all-reduced per GPU"] for r in rows]
     x = np.logspace(np.log10(min(ais) / 4), np.log10(max(ais) * 4), 200)
@@ -252,11 +247,8 @@ def exchange_roofline(rows, title: str):
 # ---- the roofline of several ceilings ---------------------------------------------------------
 
 def ceilings_points(a) -> list[dict]:
-    """One point per GPU run of data parallelism: its precision's GEMM format,
-    measured FLOP/s per GPU (rank 0's FLOPs over the time per batch) and its
-    two intensities, from the run's own trace: its FLOPs over the
-    device-memory bytes its kernels moved (None where the trace does not
-    count them), and over the bytes it copied."""
+    """One point per GPU run of data parallelism: its GEMM format, measured FLOP/s per GPU, and its FLOPs
+    per device-memory byte its kernels moved (None where the trace does not count them) and per copied byte."""
     out = []
     for r in a.runs:
         if r.backend != N.CUPY or r.strategy != N.DATA or not r.t_ms:
@@ -269,8 +261,7 @@ def ceilings_points(a) -> list[dict]:
 
 
 def ceilings_figures(a, figure) -> list:
-    """The figure (a report Figure made by `figure(name, caption, draw, args)`), or none without GPU runs;
-    the CPU's beside it where NumPy runs are."""
+    """The GPU runs' figure (made by `figure(name, caption, draw, args)`), and the CPU's where NumPy runs are."""
     pts, m = ceilings_points(a), a.machines.primary
     if not pts:
         return cpu_figures(a, figure)
@@ -288,9 +279,8 @@ def ceilings_figures(a, figure) -> list:
 
 
 def cpu_points(a) -> list[dict]:
-    """One point per NumPy run of data parallelism: measured FLOP/s per
-    rank, its FLOPs per memory byte (where the trace counts them) and per
-    byte its rank exchanges (several ranks)."""
+    """One point per NumPy run of data parallelism: measured FLOP/s per rank, FLOPs per memory byte (where
+    the trace counts them) and per byte its rank exchanges (several ranks)."""
     out = []
     for r in a.runs:
         if r.backend != N.NUMPY or r.strategy != N.DATA or not r.t_ms:
@@ -303,8 +293,7 @@ def cpu_points(a) -> list[dict]:
 
 
 def cpu_figures(a, figure) -> list:
-    """The CPU's roofline at the NumPy runs' most common rank count (its
-    ceilings are one rank's share of the machine), or none."""
+    """The CPU's roofline at the NumPy runs' most common rank count (one rank's share of the machine), or none."""
     pts, cpu = cpu_points(a), a.machines.cpu
     if not pts or cpu is None:
         return []
