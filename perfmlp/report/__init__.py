@@ -32,8 +32,7 @@ from .sections.validation import section_history, section_model, section_no_gpu,
 
 
 def sections_of(a: Analysis, history: History | None = None) -> list:
-    """The report's sections, in order: the overview, its full tables, then the details (`history`: the
-    blind-test history, in the validation section)."""
+    """The report's sections, in order (`history`: the blind-test history, in the validation section)."""
     o = overview_of(a)
     labels = run_labels(list(o.configs))
     bound = {r.run_id: o.verdicts[c.label].text for c in o.configs for r in c.runs}

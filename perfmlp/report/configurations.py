@@ -157,8 +157,7 @@ def shown_settings(settings: list[dict]) -> list[str]:
 
 
 def labels(settings: list[dict]) -> list[str]:
-    """A short label per configuration: the settings that vary in the set, the
-    quiet ones (QUIET_SETTINGS) only where they differ from the usual value."""
+    """A short label per configuration: the settings that vary, QUIET_SETTINGS only where not the usual."""
     shown, u = shown_settings(settings), usual(settings)
     return [label_of(s, shown, u) or "the one configuration" for s in settings]
 

@@ -105,6 +105,12 @@ def _roof_lines(ax, x, peak, bws: dict, kind: str):
     ax.axhline(peak, color="tab:red", lw=0.8, label=f"peak {peak / 1e12:.1f} TFLOP/s")
 
 
+def mark(label: str, marker: str = "o", color: str = "grey", **kw):
+    """A legend handle: a marker alone (no line)."""
+    from matplotlib.lines import Line2D
+    return Line2D([], [], marker=marker, color=color, ls="", label=label, **kw)
+
+
 def swatches(ax, colors: dict, ncol: int) -> None:
     """legend_below of a colour swatch per label (`colors`: label -> colour)."""
     from matplotlib.patches import Rectangle
@@ -155,15 +161,11 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
         if p.get("predicted"):
             ax.scatter([p["ai"]], [p["predicted"]], marker="_", color=c, s=90, zorder=3)
             ax.plot([p["ai"], p["ai"]], [p["measured"], p["predicted"]], color=c, lw=0.6, alpha=0.6)
-    handles, labels = ax.get_legend_handles_labels()
-    from matplotlib.lines import Line2D
-    for h in h_list:
-        handles.append(Line2D([], [], color=colors.get(h, "tab:purple"), marker="o", ls="", label=f"H={h}"))
-    for procs in sorted({p["procs"] for p in points}):
-        handles.append(Line2D([], [], color="grey", marker=MARKERS.get(procs, "x"), ls="", label=f"p={procs}"))
-    handles += [Line2D([], [], color="grey", marker="o", mfc="white", ls="", label="pageable (hollow)"),
-                Line2D([], [], color="grey", marker="o", ls="", label="pinned or resident (filled)"),
-                Line2D([], [], color="grey", marker="_", ms=10, ls="", label=f"predicted ({model} model)")]
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [mark(f"H={h}", color=colors.get(h, "tab:purple")) for h in h_list]
+    handles += [mark(f"p={procs}", MARKERS.get(procs, "x")) for procs in sorted({p["procs"] for p in points})]
+    handles += [mark("pageable (hollow)", mfc="white"), mark("pinned or resident (filled)"),
+                mark(f"predicted ({model} model)", "_", ms=10)]
     log_axes(ax, "arithmetic intensity (FLOP per byte copied between host and device)", "FLOP/s per GPU", title,
              "FLOP/s", grid=True)
     legend_below(ax, handles, ncol=3)
@@ -173,7 +175,6 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
 def overview_roofline(points, peak, bws: dict, title: str, precision: str):
     """Every configuration on the modified roofline, coloured by what bounds it (points: dicts with ai,
     flops per GPU, category, transfer); those that copy nothing (ai inf) in a band at the right."""
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     fig, ax = subplots(figsize=(6.4, 3.9))
     finite = [p["ai"] for p in points if math.isfinite(p["ai"])]
@@ -193,11 +194,10 @@ def overview_roofline(points, peak, bws: dict, title: str, precision: str):
     ax.set_xlim(lo, hi * 6)
     ax.set_ylim(min([p["flops"] for p in points] + [peak / 100]) / 2, peak * 2)
     ax.tick_params(labelsize=7)
-    handles, labels = ax.get_legend_handles_labels()
+    handles, _ = ax.get_legend_handles_labels()
     cats = list(dict.fromkeys(p["category"] for p in points))
     handles += [Patch(color=CATEGORY_COLORS.get(c, "black"), label=f"bound by {c}") for c in cats]
-    handles += [Line2D([], [], color="grey", marker=TRANSFER_MARKERS.get(t, "o"), ls="", label=f"{t} data")
-                for t in dict.fromkeys(p["transfer"] for p in points)]
+    handles += [mark(f"{t} data", TRANSFER_MARKERS.get(t, "o")) for t in dict.fromkeys(p["transfer"] for p in points)]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=6.5, ncol=3, loc="upper center",
               bbox_to_anchor=(0.5, 0.0), borderaxespad=4.5, frameon=False, columnspacing=1.0, handletextpad=0.4)
     return encode(fig)

@@ -1,11 +1,6 @@
-"""The report's first screen and the full tables after it: what ran, the
-headline figures, what bounds each configuration and what to change first,
-with its predicted and (where the set ran it) measured gain.
-
-`overview_of(a)` computes it once (configurations, verdicts, priced changes,
-peers); `section_overview` words the first screen, `section_configurations`
-and `section_recommendations` give every configuration, every change priced
-and the thresholds (report/thresholds.py).
+"""The report's first screen (what ran, the headline figures, what bounds
+each configuration, what to change first with its predicted and measured
+gain) and the full tables after it. `overview_of(a)` computes it all once.
 """
 from __future__ import annotations
 
@@ -94,8 +89,7 @@ def what_ran(a: Analysis, o: Overview) -> str:
 
 
 def blas_sentence(a: Analysis, o: Overview) -> str:
-    """The BLAS library the NumPy runs called and the threads each rank ran,
-    by process count (ranks sharing a machine's cores share its threads)."""
+    """The BLAS library the NumPy runs called and the threads each rank ran, by process count."""
     cpu = [r for c in o.configs if not c.gpu for r in c.runs]
     if not cpu:
         return ""

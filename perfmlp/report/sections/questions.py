@@ -1,12 +1,7 @@
 """The study's questions: Question 2.1's FLOPs and utilisation, the modes
-that bought the gains, Question 2.2's rooflines, the roofline of several
-ceilings (every GPU run under its precision's FFMA, TF32 or BF16/FP16 peak,
-against HBM and PCIe) and a NumPy run's CPU roofline (model/predict/cpu.py).
-
-Every cell that shows a time is a configuration's (report/configurations.py:
-the median of its repeats, every repeat named in the CSV), chosen by the
-settings the column names, execution mode included: nothing is the first
-run of several by id.
+that bought the gains, Question 2.2's rooflines, and the rooflines of
+several ceilings (GPU and CPU). Every time shown is a configuration's (the
+median of its repeats), chosen by the settings its column names.
 """
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ from ..analyses.overlap import overlap_bounds
 from ..analyses.runs import study_shaped
 from ..analysis import Analysis
 from ..configurations import Configuration, configurations
-from ..figures import H_COLORS, ceilings_roofline, encode, log_axes, roofline, subplots
+from ..figures import H_COLORS, ceilings_roofline, encode, log_axes, mark, roofline, subplots
 from . import Figure, Section, Table, pct
 from ... import names as N
 
@@ -232,9 +227,8 @@ def exchange_roofline(rows, title: str):
                            ("overlapped bound ms", dict(marker="^", color="tab:green")),
                            ("sliced ms", dict(marker="s", facecolors="none", edgecolors="tab:purple"))):
             ax.scatter([ai], [f / (r[key] * 1e-3)], s=40, zorder=3, **style)
-    from matplotlib.lines import Line2D
     handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], color=c, marker=m, ls="", mfc=f, label=lab) for c, m, f, lab in (
+    handles += [mark(lab, m, c, mfc=f) for c, m, f, lab in (
         ("black", "o", "black", "measured"), ("tab:red", "x", "tab:red", "serial bound (model)"),
         ("tab:green", "^", "tab:green", "overlapped bound (model)"),
         ("tab:purple", "s", "none", "sliced schedule (model)"))]

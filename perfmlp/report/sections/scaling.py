@@ -1,11 +1,7 @@
 """How the time per batch moves with a setting: scaling over process counts,
-execution mode and overlap measured beside predicted (analyses/execution.py
-groups the variants), each rank's phases, and one batch's phases on the
-host clock for runs without GPU activity records.
-
-Each point and row is a configuration (report/configurations.py: the median
-of its repeats), so the curves compare like with like: the same settings,
-execution mode and trace level included, at each p.
+execution mode and overlap, each rank's phases, and one batch's phases on
+the host clock. Each point and row is a configuration (the median of its
+repeats), so the curves compare like with like at each p.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""The partitioning strategies, when the traces hold a run that is not plain
-data parallelism: which strategy the model says wins where (a map over H
-and B, the measured winners on it), measured against predicted per
-strategy, and the bytes each handed to collectives against the closed forms;
-and the asynchronous parameter server's trade-off (analyses/psasync.py's
-groups, curves and server measurements).
+"""The partitioning strategies, where a run is not plain data parallelism:
+which one the model says wins where (a map over H and B), measured against
+predicted, the bytes each handed to collectives against the closed forms;
+and the asynchronous parameter server's trade-off (analyses/psasync.py).
 """
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from ...trace.reader import Run
 from ..analyses.psasync import async_row, curve, group_label, groups as groups_of, is_async, scheme, workers_of
 from ..analysis import Analysis, RunSummary
 from ..configurations import Configuration, configurations
-from ..figures import STRATEGY_COLORS, encode, legend_below, log_axes, subplots
+from ..figures import STRATEGY_COLORS, encode, legend_below, log_axes, mark, subplots
 from . import Figure, Section, Table
 from ... import names as N
 from ..thresholds import STRATEGY_TIE
@@ -204,18 +202,15 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
         ax.scatter(pt["H"], pt["B"], s=90, color=_color(pt["winner"]), edgecolors="black", zorder=3)
         if not pt["agree"]:
             ax.scatter(pt["H"], pt["B"], s=160, marker="x", color="red", zorder=4)
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=_color(x), edgecolor="gray", alpha=0.6,
                      label=f"{x} predicted fastest" if x != "tie"
                      else f"predicted within {100 * STRATEGY_TIE.value:g}%: a tie")
                for x in names]
-    for w in dict.fromkeys(pt["winner"] for pt in measured):
-        handles.append(Line2D([], [], marker="o", ls="", markersize=8, color=_color(w), markeredgecolor="black",
-                              label=f"measured: {w} fastest"))
+    handles += [mark(f"measured: {w} fastest", color=_color(w), markersize=8, markeredgecolor="black")
+                for w in dict.fromkeys(pt["winner"] for pt in measured)]
     if any(not pt["agree"] for pt in measured):
-        handles.append(Line2D([], [], marker="x", ls="", markersize=9, color="red",
-                              label="measured winner not the predicted one"))
+        handles.append(mark("measured winner not the predicted one", "x", "red", markersize=9))
     log_axes(ax, "hidden units H", "batch B (split or shared over the ranks)",
              f"Fastest strategy predicted, p={procs}, {exec_mode} execution")
     legend_below(ax, handles, ncol=2)

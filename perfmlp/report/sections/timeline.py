@@ -1,9 +1,7 @@
-"""The sections from what a run recorded beyond its phases: one GPU
-timeline per run with GPU activity records (timeline.analyse_timeline's
-results: the batch's tracks on the run's time axis, each steady batch's
-breakdown), and the files found beside the traces: correctness results
-(benchmarks/correctness.py), cProfile dumps and Nsight Systems SQLite
-exports (each section None when there is no such file)."""
+"""The sections from what a run recorded beyond its phases: a GPU timeline
+per run with activity records (timeline.analyse_timeline's results), and
+the files beside the traces: correctness results, cProfile dumps and Nsight
+Systems SQLite exports (each section None without such a file)."""
 from __future__ import annotations
 
 import statistics
@@ -176,8 +174,7 @@ def section_nsys(a: Analysis) -> Section | None:
 # ---- figures -------------------------------------------------------------------------------
 
 def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, float]]]]:
-    """(track label, [(label, colour, start ms, end ms)]) for one batch, every
-    rank, on the run's time axis from the batch's earliest start."""
+    """(track, [(label, colour, start ms, end ms)]) of one batch, every rank, from its earliest start."""
     tracks = []
     for r, b in sorted(run.steady_batches()[key].items()):
         clock = run.ranks[r].clock
@@ -204,8 +201,7 @@ def draw_batch(run_batch, title: str = ""):
 
 
 def draw_breakdown(per_rank, title: str = ""):
-    """per_rank: rank -> each steady batch's PARTS -> ms, stacked; every rank on one y scale that holds
-    the tallest batch."""
+    """per_rank: rank -> each steady batch's PARTS -> ms, stacked; every rank on one y scale."""
     fig, axes = subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 1.0), squeeze=False)
     top = max((sum(b[p] for p in PARTS) for bds in per_rank.values() for b in bds), default=1.0) or 1.0
     for ax, (r, bds) in zip(axes[:, 0], sorted(per_rank.items())):

@@ -1,7 +1,6 @@
-"""The model against the measurements: every run, measured against
-predicted per run, and the validation section (validation.analyse_validation's
-results and, when the report is given it (`--blind-tests FILE`), the
-blind-test history of blind_tests.py), put into words and tables."""
+"""The model against the measurements: every run, measured against predicted,
+the validation (validation.analyse_validation) and, given `--blind-tests`,
+the blind-test history, put into words and tables."""
 from __future__ import annotations
 
 from collections import Counter
@@ -182,8 +181,7 @@ def _within(e: ErrorStats, tg) -> str:
 
 
 def judged_note(v: Validation, tg) -> str:
-    """Which configurations the error figures leave out and why, then the
-    overall figures and the sign test in words."""
+    """What the error figures leave out and why, then the overall figures and the sign test, in words."""
     parts = _left_out(v)
     if not v.summary:
         return ". ".join(parts + ["No configuration is left to judge"]) + "."
@@ -219,8 +217,7 @@ def judged_note(v: Validation, tg) -> str:
 # ---- every run, measured against predicted -------------------------------------------------
 
 def section_runs(a: Analysis, labels: dict[str, str], bound: dict[str, str]) -> Section:
-    """Every run, named by its short label (`labels`: run id -> label; the id in the tooltip and
-    the CSV), with what bounds it (`bound`: run id -> verdict text)."""
+    """Every run by its short label (`labels`: run id -> label) and what bounds it (`bound`: run id -> text)."""
     ds = a.machines.datasheet
     s = Section("Runs")
     n = len(a.runs)
