@@ -118,8 +118,8 @@ def swatches(ax, colors: dict, ncol: int) -> None:
 
 
 def log_axes(ax, xlabel: str, ylabel: str, title: str, yunit: str = "", size=None, grid: bool = False) -> None:
-    """Both axes log and labelled plainly (plain_log; `yunit` after the y ticks), the title at 10 points
-    (`size`: the labels' and a point less for the title)."""
+    """Both axes log and labelled plainly (plain_log; `yunit` after the y ticks); `size`: the labels' points
+    and the title's one more (default: the title at 10)."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain_log(ax, "x")

@@ -140,13 +140,17 @@ def html_table(t: Table) -> str:
     return f"<table{css}>{head}{body}</table>"
 
 
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
 def write_if_changed(path: Path, data: bytes) -> bool:
     """Write `data` whole (write_atomic) unless the file already holds exactly it; True if written."""
-    try:
-        if path.read_bytes() == data:
-            return False
-    except OSError:
-        pass
+    if _holds(path, data):
+        return False
     write_atomic(path, data)
     return True
 
@@ -254,10 +258,5 @@ def render(sections: list[Section], out: Path, title: str, header: list[str], fi
 
 def _write(path: Path, data: bytes) -> None:
     """Write into the staging folder (a copy of the previous report) unless the bytes are already there."""
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    with open(path, "wb") as f:
-        f.write(data)
+    if not _holds(path, data):
+        path.write_bytes(data)

@@ -121,5 +121,4 @@ ALL = tuple(t for t in dict(globals()).values() if isinstance(t, Threshold))   #
 
 
 def table() -> list[dict]:
-    """The thresholds as a table for the report."""
     return [{"threshold": t.name, "value": t.value, "meaning": t.meaning, "source": t.source} for t in ALL]

@@ -10,7 +10,6 @@ from .. import names as N
 
 
 def setting_of(run: Run) -> Setting:
-    """The configuration a run ran with (the manifest's record of what ran)."""
     c, ran = run.config, run.ran
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], ran.comm,
                    ran.batch_transfer, ran.exec, ran.overlap, ran.bucket_bytes, ran.gemm, ran.trace_level,

@@ -325,14 +325,11 @@ def section_recommendations(o: Overview) -> Section:
         + ". Measured: the time of the configuration in the set that differs in that setting only, over this one's, "
         f"less 1. A change is recommended where it is predicted to save {100 * MIN_GAIN.value:.0f}% or more "
         "(threshold min_gain below); the overview ranks the recommended changes by their median predicted gain.")
-    rows = []
-    for r in sorted(o.recs, key=lambda r: (r.predicted_gain, r.configuration.label)):
-        rows.append({"configuration": r.configuration.label, "change": r.change,
-                     "measured ms": r.configuration.t_ms, "predicted ms after": r.predicted_ms,
-                     "predicted": gain(r.predicted_gain), "recommended": r.recommended,
-                     "measured after (ms)": r.sibling.t_ms if r.sibling else None,
-                     "measured": gain(r.measured_gain), "ran as": r.sibling.label if r.sibling else "-",
-                     "priced by": r.how})
+    rows = [{"configuration": r.configuration.label, "change": r.change, "measured ms": r.configuration.t_ms,
+             "predicted ms after": r.predicted_ms, "predicted": gain(r.predicted_gain), "recommended": r.recommended,
+             "measured after (ms)": r.sibling.t_ms if r.sibling else None, "measured": gain(r.measured_gain),
+             "ran as": r.sibling.label if r.sibling else "-", "priced by": r.how}
+            for r in sorted(o.recs, key=lambda r: (r.predicted_gain, r.configuration.label))]
     s.tables.append(Table("recommendations", "Every change priced, most predicted gain first", rows))
     s.tables.append(Table("thresholds", "The thresholds (report/thresholds.py)", thresholds_table()))
     return s

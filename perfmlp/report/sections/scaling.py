@@ -113,7 +113,6 @@ def section_execution(a: Analysis) -> Section | None:
 
 
 def change_summary(kind: str, pairs: list[Change]) -> str:
-    """One sentence on one kind of change."""
     what = {EAGER_TO_GRAPH: "each graph variant against the eager one with the same overlap",
             TO_OVERLAP: "each overlapped variant against the same execution mode without overlap"}[kind]
     if not pairs:

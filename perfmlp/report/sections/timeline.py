@@ -23,12 +23,8 @@ CORRECTNESS_KEYS = ("procs", "precision", "comm", "H", "B", "batches", "lr", "ma
 
 def section_timeline(runs) -> list[Section]:
     """One section per run that has GPU activity records (none without)."""
-    out = []
-    for run in runs:
-        t = analyse_timeline(run)
-        if t is not None:
-            out.append(_section(run, t))
-    return out
+    timelines = ((run, analyse_timeline(run)) for run in runs)
+    return [_section(run, t) for run, t in timelines if t is not None]
 
 
 def _section(run: Run, t: Timeline) -> Section:

@@ -23,7 +23,6 @@ STATS = ("median |error| %", "worst |error| %", "signed median %", "above", "bel
 
 
 def sign_verdict(above: int, below: int) -> str:
-    """The sign test in words."""
     n, p = above + below, sign_test_p(above, below)
     if n == 0:
         return "no error with a sign"
