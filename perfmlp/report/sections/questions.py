@@ -65,7 +65,7 @@ def flops_table(a: Analysis) -> Table:
         ap = reference_approx(layers[0], layers[1], b) if len(layers) == 3 else None
         shape = f"{'-'.join(map(str, layers))}, B={b}"
         for part in ("forward", "backward", "loss", "update", "batch"):
-            words = "loss (softmax, cross-entropy, output delta)" if part == "loss" else part
+            words = {"loss": "loss (softmax, cross-entropy, output delta)"}.get(part, part)
             rows.append({"shape": shape, "part": words, "approx (2BHD)": ap.get(part) if ap else None,
                          "exact": ex[part]})
     return Table("q2_1_flops", "FLOPs per batch on one process, the approximation 2BHD against the exact count "
