@@ -6,7 +6,7 @@ without an injected straggler, on the default job (the shipped digits).
 Synchronous runs use W ranks, ps-async runs W + 1 (the server and W
 workers), so both compute on W ranks. Every run writes a trace under
 OUT/traces; the figure and the tables are the report's own ps-async
-section (perfmlp/report/sections/psasync.py) made from them, written to OUT with a
+section (perfmlp/report/sections/strategies.py) made from them, written to OUT with a
 RUN.md naming the command, the commit, the date and the machine.
 
     python benchmarks/async_tradeoff.py --out reports/cpu/psasync
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfmlp.report.sections.psasync import section_psasync  # noqa: E402
+from perfmlp.report.sections.strategies import section_psasync  # noqa: E402
 from perfmlp.report.render import csv_text  # noqa: E402
 from perfmlp.trace.reader import read_traces  # noqa: E402
 

@@ -90,7 +90,7 @@ def test_load_reads_a_folder_and_names_an_empty_one(tmp_path):
 def test_ceilings_use_each_runs_own_counts():
     # a run of input size 20 (not the study's 784): its HBM intensity is its own FLOPs over its own bytes
     from types import SimpleNamespace
-    from perfmlp.report.sections.ceilings import ceilings_points
+    from perfmlp.report.sections.questions import ceilings_points
     from perfmlp.report.analysis import analyse
     from perfmlp.report.study import load_study
     run = fake_run(1, "pageable", "mpi-staged", 2.0, run_id="small")

@@ -101,7 +101,7 @@ def test_the_overlapped_roofline_is_above_the_serialised_one():
 def test_the_report_places_each_run_under_its_precisions_ceiling(tmp_path):
     from perfmlp.report import build_from_runs
     from perfmlp.report.analysis import analyse
-    from perfmlp.report.sections.ceilings import ceilings_points
+    from perfmlp.report.sections.questions import ceilings_points
     from perfmlp.report.study import load_study
     from synthetic import gpu_run
     runs = [gpu_run(precision=p, transfer=t, comm=c, run_id=f"{p}-{t}")

@@ -15,7 +15,7 @@ from perfmlp.model.psasync import predict_async, worker_cycle_s
 from perfmlp.psasync.replay import replay_run
 from perfmlp.psasync.server import Piece, Schedule
 from perfmlp.psasync.server import apply_gradient
-from perfmlp.report.sections.psasync import section_psasync
+from perfmlp.report.sections.strategies import section_psasync
 from perfmlp.trace import records as R
 from perfmlp.trace.lines import parse as parse_line
 from perfmlp.trace.reader import Run, read_run
@@ -174,7 +174,7 @@ def test_the_server_bounds_the_update_and_saturates():
     assert worker_cycle_s(0.001, 1_600_000, 8e9, latency_s=5e-6) == pytest.approx(0.001 + 2 * (5e-6 + 2e-4))
 
 
-# ---- the report's section (perfmlp/report/sections/psasync.py) -----------------------------------------
+# ---- the report's section (perfmlp/report/sections/strategies.py) -----------------------------------------
 
 JOB = dict(input_size=4, hidden_sizes=[3], num_classes=2, n_train=40, batch_size=20, epochs=2, learning_rate=0.5,
            reg=0.0, precision="float64", seed=0, shuffle=False, data="synthetic", n_heldout=10, parallel="data")

@@ -19,7 +19,7 @@ from perfmlp.trace.upgrade import format1
 from perfmlp.report import build_from_runs, figures, sections_of
 from perfmlp.report.__main__ import main as report_main
 from perfmlp.report.analysis import TERMS, Machines, analyse, measured_terms, predicted_terms, summarise
-from perfmlp.report.sections.model import section_model
+from perfmlp.report.sections.validation import section_model
 from perfmlp.report.study import load_study
 
 from conftest import ROOT, in_process, run_perfmlp
@@ -462,7 +462,7 @@ def test_direction_of_a_change():
 
 
 def test_no_configuration_ran_two_ways():
-    from perfmlp.report.sections.execution import section_execution
+    from perfmlp.report.sections.scaling import section_execution
     # repeats of one variant, and a second variant only under a profiler: nothing to set side by side
     runs = mode_variant(2, "eager", None, [0.3, 0.31]) + mode_variant(2, "graph", None, [0.2])
     runs[-1] = profiled(runs[-1])

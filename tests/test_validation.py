@@ -485,7 +485,7 @@ def test_a_run_at_phases_keeps_every_term(exec_mode, transfer, comm):
 def test_per_term_tables_show_host_clock_terms_apart():
     from perfmlp.report.analysis import analyse
     from perfmlp.report.analyses.accuracy import HOST_CLOCK_COLUMN
-    from perfmlp.report.sections.model import section_model
+    from perfmlp.report.sections.validation import section_model
     from perfmlp.report.study import load_study
     from perfmlp.report.sections.validation import section_validation
     runs = [clocked_run("graph", "resident", "nccl", "host"), clocked_run("eager", "pageable", "mpi-staged", "host"),

@@ -70,7 +70,7 @@ def test_a_precision_a_cpu_lacks_is_refused_in_words():
 def test_a_numpy_run_is_predicted_from_the_cpu_file_its_compute_split_and_its_roofline_drawn(tmp_path):
     from conftest import run_perfmlp
     from perfmlp.report.analysis import analyse
-    from perfmlp.report.sections.ceilings import cpu_figures
+    from perfmlp.report.sections.questions import cpu_figures
     from perfmlp.report.sections import Figure
     from perfmlp.report.study import load_study
     from perfmlp.report.verdicts import CPU_COMPUTE, GEMMS, attribute

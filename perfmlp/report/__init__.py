@@ -1,14 +1,11 @@
 """`python -m perfmlp.report traces/`: the roofline analysis of every run
 under a folder, measured beside predicted.
 
-Three steps, one module each: `analysis` reads every run once into a typed
-summary (measured, predicted, per rank); `sections` selects from those
-summaries what each section says, for a study (`study`, default
-studies/cme213.yaml: the reference question as data); `render` writes
-report.md and report.html (both linking the figures beside them), each table as CSV and each figure
-(`figures`, matplotlib) as PNG and SVG. Reads only trace files (and, where
-they sit beside the traces, correctness results, cProfile dumps and Nsight
-Systems SQLite exports); never imports CuPy or the trainer.
+Three steps: `analysis` reads every run once into a typed summary;
+`sections` words what each section says, for a study (`study`: the
+reference question as data); `render` writes report.md, report.html, the
+tables as CSV and the figures (`figures`) as PNG and SVG. Reads only trace
+files and the files beside them; never imports CuPy or the trainer.
 """
 from __future__ import annotations
 
@@ -18,48 +15,39 @@ from ..errors import PerfmlpError
 from ..safeio import check_output_folder, replace_folder
 from ..trace.reader import Run, read_traces
 from . import figures
+from .analyses.psasync import is_async
 from .analysis import Analysis, analyse
 from .sections.cluster import section_cluster
-from .sections.execution import section_execution
 from .configurations import run_labels
-from .sections.extras import section_correctness, section_nsys, section_profiles
-from .sections.findings import section_configurations, section_recommendations
-from .sections.overview import overview_of, section_overview
-from .sections.psasync import is_async, section_psasync
+from .sections.overview import overview_of, section_configurations, section_overview, section_recommendations
 from .sections.published import section_published
 from .sections.questions import section_modes, section_q2_1, section_q2_2
 from .render import render
-from .sections.scaling import section_host_timeline, section_phases, section_scaling
-from .sections.model import section_model, section_no_gpu, section_runs
-from .sections.strategies import section_strategies
+from .sections.scaling import section_execution, section_host_timeline, section_phases, section_scaling
+from .sections.strategies import section_psasync, section_strategies
 from .study import Study, load_study
 from .blind_tests import History, read_blind_tests
-from .sections.timeline import section_timeline
-from .sections.validation import section_history, section_validation
+from .sections.timeline import section_correctness, section_nsys, section_profiles, section_timeline
+from .sections.validation import section_history, section_model, section_no_gpu, section_runs, section_validation
 
 
 def sections_of(a: Analysis, history: History | None = None) -> list:
-    """The report's sections, in order: the overview, its full tables, then the details (`history`: the
-    blind-test history, in the validation section)."""
+    """The report's sections, in order (`history`: the blind-test history, in the validation section)."""
     o = overview_of(a)
     labels = run_labels(list(o.configs))
     bound = {r.run_id: o.verdicts[c.label].text for c in o.configs for r in c.runs}
     out = [section_overview(a, o), section_configurations(o), section_recommendations(o),
            section_runs(a, labels, bound), section_q2_1(a)]
     if a.gpu_runs:
-        out += [s for s in (section_published(a),) if s is not None]
-        out += [section_modes(a), section_q2_2(a), section_model(a, labels), section_validation(a, history)]
-        out += [s for s in (section_execution(a),) if s is not None]
-        out.append(section_scaling(a))
+        out += [section_published(a), section_modes(a), section_q2_2(a), section_model(a, labels),
+                section_validation(a, history), section_execution(a), section_scaling(a)]
     else:
-        out += [s for s in (section_no_gpu(a), section_history(history)) if s is not None]
-    out += [s for s in (section_strategies(a), section_cluster(a)) if s is not None]
-    out.append(section_phases(a))
-    out += [s for s in (section_host_timeline(a),) if s is not None]
+        out += [section_no_gpu(a), section_history(history)]
+    out += [section_strategies(a), section_cluster(a), section_phases(a), section_host_timeline(a)]
     out += section_timeline(a.traces)  # runs with GPU activity records (--trace-level timeline|kernels)
     if a.folder is not None:
-        out += [s for s in (section_correctness(a.folder), section_profiles(a), section_nsys(a)) if s is not None]
-    return out
+        out += [section_correctness(a.folder), section_profiles(a), section_nsys(a)]
+    return [s for s in out if s is not None]
 
 
 def header_of(a: Analysis, runs: int | None = None) -> list[str]:
@@ -84,8 +72,7 @@ def header_of(a: Analysis, runs: int | None = None) -> list[str]:
 
 def build(folder: str | Path, out: str | Path, machine: str | None = None, log=print,
           study: str | Path | None = None, blind_tests: str | Path | None = None, draw: bool = True) -> Path:
-    """The report of every run under `folder`, written to `out` (with the
-    blind-test history of the CSV file `blind_tests`, report/blind_tests.py;
+    """The report of every run under `folder`, written to `out` (`blind_tests`: the blind-test history's CSV;
     `draw=False`: words and tables only, no matplotlib needed)."""
     if draw:
         figures.require()
@@ -109,7 +96,7 @@ def build_from_runs(runs: list[Run], skipped: list[str], out: str | Path, machin
     out = Path(out)
     st = study if isinstance(study, Study) else load_study(study)
     a = analyse([r for r in runs if not is_async(r)], skipped, st, machine, folder)  # ps-async: its own section
-    sections = (sections_of(a, history) if a.runs else []) + [s for s in (section_psasync(runs),) if s is not None]
+    sections = [s for s in (sections_of(a, history) if a.runs else []) + [section_psasync(runs)] if s is not None]
     check_output_folder(out, [r.path for r in runs if r.path], what="report folder")
     try:
         replace_folder(out, lambda d: render(sections, d, "perfmlp report", header_of(a, len(runs)), draw), "report.md")

@@ -10,11 +10,11 @@ from .study import DEFAULT_STUDY
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m perfmlp.report",
-                description="Roofline report from traces: report.md, "
-                            "report.html (linking its figures), figures (PNG, SVG) and tables (CSV)")
+    ap = Parser(prog="python -m perfmlp.report", description="Roofline report from traces: report.md, "
+                "report.html (linking its figures), figures (PNG, SVG) and tables (CSV)")
     ap.add_argument("traces", help="folder holding run folders (any depth)")
-    ap.add_argument("--out", default=None, help="report folder (default: report/ inside the traces folder, beside the runs it describes)")
+    ap.add_argument("--out", default=None, help="report folder (default: report/ inside the traces folder, "
+                                                "beside the runs it describes)")
     add_machine(ap, "the datasheet and calibrated files for the traces' GPU")
     ap.add_argument("--study", default=DEFAULT_STUDY,
                     help="the reference question the tables compare with: a shipped study name "

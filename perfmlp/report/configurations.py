@@ -1,17 +1,10 @@
 """Runs grouped into configurations, and the short labels tables name them by.
 
-A configuration is every setting a run ran with (backend, H, B, p,
-precision, strategy, batch transfer, exchange, GEMM kernel, execution mode,
-overlap, trace level, profiler): runs that share all of them are repeats,
-merged: the configuration's time per batch is the median of the repeats'
-(each the slowest rank's median over its steady batches), and the repeat
-whose time is the median (the faster of the two middle ones for an even
-count) stands for it where one run's phases are needed. Nothing is dropped:
-every repeat is listed in configurations.csv.
-
-Settings that mean nothing on the NumPy backend (batch transfer, GEMM
-kernel, execution mode, overlap) are None there, so no table shows a GPU's
-value for a CPU run.
+Runs that share every setting (SETTINGS) are repeats, merged: the
+configuration's time per batch is the median of the repeats', and the
+median repeat stands for it where one run's phases are needed; every repeat
+is listed in configurations.csv. Settings that mean nothing on the NumPy
+backend are None there, so no table shows a GPU's value for a CPU run.
 """
 from __future__ import annotations
 
@@ -87,8 +80,7 @@ class Configuration:
 
     @property
     def disagree(self) -> str | None:
-        """Where the repeats' times differ by more than REPEATS_AGREE: their
-        range in words ("0.975 to 8.753 ms, the slowest +798%"); else None."""
+        """The repeats' range in words where it is wider than REPEATS_AGREE, else None."""
         lo, hi = min(r.t_ms for r in self.runs), max(r.t_ms for r in self.runs)
         if hi <= lo * (1 + REPEATS_AGREE.value):
             return None
@@ -165,8 +157,7 @@ def shown_settings(settings: list[dict]) -> list[str]:
 
 
 def labels(settings: list[dict]) -> list[str]:
-    """A short label per configuration: the settings that vary in the set, the
-    quiet ones (QUIET_SETTINGS) only where they differ from the usual value."""
+    """A short label per configuration: the settings that vary, QUIET_SETTINGS only where not the usual."""
     shown, u = shown_settings(settings), usual(settings)
     return [label_of(s, shown, u) or "the one configuration" for s in settings]
 

@@ -1,10 +1,9 @@
-"""The report's figures (matplotlib, Agg). Each drawing function returns the
-figure as {"png": bytes, "svg": bytes}; the renderer writes them.
-
-The bytes are reproducible: no date or software version in the metadata and
-a fixed salt for the SVG's clip-path ids, so a regenerated report leaves an
-unchanged figure's files as they were. matplotlib is imported when a figure
-is drawn (`require` checks for it up front).
+"""The report's figures (matplotlib, Agg), and the drawing helpers the
+sections' own figures share. Each drawing function returns the figure as
+{"png": bytes, "svg": bytes}: reproducible bytes (no date or version in the
+metadata, a fixed salt for the SVG's ids), so a regenerated report leaves
+an unchanged figure's files as they were. matplotlib is imported only when
+a figure is drawn (`require` checks for it up front).
 """
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}                 # process count
 H_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")   # over the study's H list
 TRANSFER_MARKERS = {N.PAGEABLE: "o", N.PREFETCH_PAGEABLE: "v", N.PINNED: "s", N.PREFETCH: "D", N.RESIDENT: "^"}
 TRANSFER_STYLES = {N.PAGEABLE: "-", N.PINNED: "--", N.RESIDENT: ":"}
+STRATEGY_COLORS = {N.DATA: "tab:blue", N.PS: "tab:gray", N.MODEL: "tab:orange", N.HYBRID: "tab:green", "tie": "white"}
 # what bounds a configuration (report/verdicts.py CATEGORIES): the overview's colours, in HTML too (render.py)
 CATEGORY_COLORS = {"GEMMs": "#4c72b0", "elementwise kernels": "#64b5cd", "launches and host": "#8172b2",
                    "copies": "#dd8452", "communication": "#55a868", "waiting for a rank": "#c44e52",
@@ -36,7 +36,7 @@ _SVG_SALT = "perfmlp.report"
 def require() -> None:
     """A one-line error naming the extra to install when matplotlib is missing."""
     try:
-        import matplotlib  # noqa: F401
+        _plt()
     except ImportError:
         raise PerfmlpError("the report draws its figures with matplotlib, which is not installed: "
                            "pip install 'perfmlp[report]'") from None
@@ -47,6 +47,11 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def subplots(*args, **kw):
+    """plt.subplots on the Agg backend: (figure, axes)."""
+    return _plt().subplots(*args, **kw)
 
 
 def encode(fig) -> dict[str, bytes]:
@@ -80,9 +85,11 @@ def plain_log(ax, axis: str = "both", unit: str = "") -> None:
 
 
 def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
-    """A legend under the axes, where it hides no data."""
+    """A legend under the axes, where it hides no data (`labels`: the handles' own by default)."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
+    elif labels is None:
+        labels = [h.get_label() for h in handles]
     # anchored to the axes' bottom edge and pushed down by a fixed number of font sizes, clear of the
     # tick labels and the axis label whatever the axes' height
     kw.setdefault("borderaxespad", 4.2)
@@ -98,27 +105,47 @@ def _roof_lines(ax, x, peak, bws: dict, kind: str):
     ax.axhline(peak, color="tab:red", lw=0.8, label=f"peak {peak / 1e12:.1f} TFLOP/s")
 
 
-def roofline_axes(ax, xlabel: str, title: str) -> None:
-    """A roofline's log axes: x the intensity (`xlabel`), y FLOP/s per GPU."""
+def mark(label: str, marker: str = "o", color: str = "grey", **kw):
+    """A legend handle: a marker alone (no line)."""
+    from matplotlib.lines import Line2D
+    return Line2D([], [], marker=marker, color=color, ls="", label=label, **kw)
+
+
+def swatches(ax, colors: dict, ncol: int) -> None:
+    """legend_below of a colour swatch per label (`colors`: label -> colour)."""
+    from matplotlib.patches import Rectangle
+    legend_below(ax, [Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], list(colors), ncol=ncol)
+
+
+def log_axes(ax, xlabel: str, ylabel: str, title: str, yunit: str = "", size=None, grid: bool = False) -> None:
+    """Both axes log and labelled plainly (plain_log; `yunit` after the y ticks); `size`: the labels' points
+    and the title's one more (default: the title at 10)."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain_log(ax, "x")
-    plain_log(ax, "y", "FLOP/s")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("FLOP/s per GPU")
-    ax.set_title(title, fontsize=10)
+    plain_log(ax, "y", yunit)
+    ax.set_xlabel(xlabel, fontsize=size)
+    ax.set_ylabel(ylabel, fontsize=size)
+    ax.set_title(title, fontsize=size + 1 if size else 10)
+    if grid:
+        ax.grid(True, which="major", lw=0.3, alpha=0.5)
+
+
+def lanes(ax, labels: list, xlabel: str, title: str, size: float = 7, titlesize: float = 10, xsize=None) -> None:
+    """A horizontal bar chart's lanes: one per label (`size` points), the first at the top."""
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=size)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel, fontsize=xsize)
+    ax.set_title(title, fontsize=titlesize)
 
 
 def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=()):
-    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs,
-    transfer. bws: label -> bytes/s. kind: 'modified' or 'standard'. model:
-    which machine file predicted ('calibrated' or 'datasheet'). Colour: H;
-    marker: p; the copy bandwidth each point pays is its transfer mode's
-    line (the modes share a position on the x axis, pageable and pinned
-    copying the same bytes)."""
-    plt = _plt()
+    """points: dicts with ai, measured, predicted (FLOP/s per GPU), H, procs, transfer; bws: label -> bytes/s;
+    kind: 'modified' or 'standard'; model: the machine file that predicted. Colour: H; marker: p; each point
+    pays its transfer mode's line (pageable and pinned copy the same bytes: one x)."""
     colors = dict(zip(h_list, H_COLORS))
-    fig, ax = plt.subplots(figsize=(7.5, 5.6))
+    fig, ax = subplots(figsize=(7.5, 5.6))
     ais = [p["ai"] for p in points] or [100.0]
     lo, hi = min(ais) / 4, max(max(ais) * 8, max(peak / bw for bw in bws.values()) * 4)
     x = np.logspace(np.log10(lo), np.log10(hi), 300)
@@ -134,30 +161,22 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
         if p.get("predicted"):
             ax.scatter([p["ai"]], [p["predicted"]], marker="_", color=c, s=90, zorder=3)
             ax.plot([p["ai"], p["ai"]], [p["measured"], p["predicted"]], color=c, lw=0.6, alpha=0.6)
-    handles, labels = ax.get_legend_handles_labels()
-    from matplotlib.lines import Line2D
-    for h in h_list:
-        handles.append(Line2D([], [], color=colors.get(h, "tab:purple"), marker="o", ls="", label=f"H={h}"))
-    for procs in sorted({p["procs"] for p in points}):
-        handles.append(Line2D([], [], color="grey", marker=MARKERS.get(procs, "x"), ls="", label=f"p={procs}"))
-    handles += [Line2D([], [], color="grey", marker="o", mfc="white", ls="", label="pageable (hollow)"),
-                Line2D([], [], color="grey", marker="o", ls="", label="pinned or resident (filled)"),
-                Line2D([], [], color="grey", marker="_", ms=10, ls="", label=f"predicted ({model} model)")]
-    roofline_axes(ax, "arithmetic intensity (FLOP per byte copied between host and device)", title)
-    ax.grid(True, which="major", lw=0.3, alpha=0.5)
-    legend_below(ax, handles, [h.get_label() for h in handles], ncol=3)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [mark(f"H={h}", color=colors.get(h, "tab:purple")) for h in h_list]
+    handles += [mark(f"p={procs}", MARKERS.get(procs, "x")) for procs in sorted({p["procs"] for p in points})]
+    handles += [mark("pageable (hollow)", mfc="white"), mark("pinned or resident (filled)"),
+                mark(f"predicted ({model} model)", "_", ms=10)]
+    log_axes(ax, "arithmetic intensity (FLOP per byte copied between host and device)", "FLOP/s per GPU", title,
+             "FLOP/s", grid=True)
+    legend_below(ax, handles, ncol=3)
     return encode(fig)
 
 
 def overview_roofline(points, peak, bws: dict, title: str, precision: str):
-    """Every configuration on the modified roofline, coloured by what bounds
-    it. points: dicts with ai (inf: nothing copied), flops (per GPU),
-    category, transfer. Configurations that copy nothing stand in a band at
-    the right, under the peak."""
-    plt = _plt()
-    from matplotlib.lines import Line2D
+    """Every configuration on the modified roofline, coloured by what bounds it (points: dicts with ai,
+    flops per GPU, category, transfer); those that copy nothing (ai inf) in a band at the right."""
     from matplotlib.patches import Patch
-    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    fig, ax = subplots(figsize=(6.4, 3.9))
     finite = [p["ai"] for p in points if math.isfinite(p["ai"])]
     ridge = max(peak / bw for bw in bws.values())
     lo = min(finite + [ridge / 30]) / 3
@@ -171,23 +190,14 @@ def overview_roofline(points, peak, bws: dict, title: str, precision: str):
         ai = p["ai"] if math.isfinite(p["ai"]) else band
         ax.scatter([ai], [p["flops"]], marker=TRANSFER_MARKERS.get(p["transfer"], "o"), s=36, zorder=3,
                    color=CATEGORY_COLORS.get(p["category"], "black"), edgecolors="black", linewidths=0.4)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_axes(ax, "FLOP per byte copied between host and device", "FLOP/s per GPU", title, size=8, grid=True)
     ax.set_xlim(lo, hi * 6)
-    ymin = min([p["flops"] for p in points] + [peak / 100]) / 2
-    ax.set_ylim(ymin, peak * 2)
-    plain_log(ax, "x")
-    plain_log(ax, "y")
-    ax.set_xlabel("FLOP per byte copied between host and device", fontsize=8)
-    ax.set_ylabel("FLOP/s per GPU", fontsize=8)
+    ax.set_ylim(min([p["flops"] for p in points] + [peak / 100]) / 2, peak * 2)
     ax.tick_params(labelsize=7)
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="major", lw=0.3, alpha=0.5)
-    handles, labels = ax.get_legend_handles_labels()
+    handles, _ = ax.get_legend_handles_labels()
     cats = list(dict.fromkeys(p["category"] for p in points))
     handles += [Patch(color=CATEGORY_COLORS.get(c, "black"), label=f"bound by {c}") for c in cats]
-    handles += [Line2D([], [], color="grey", marker=TRANSFER_MARKERS.get(t, "o"), ls="", label=f"{t} data")
-                for t in dict.fromkeys(p["transfer"] for p in points)]
+    handles += [mark(f"{t} data", TRANSFER_MARKERS.get(t, "o")) for t in dict.fromkeys(p["transfer"] for p in points)]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=6.5, ncol=3, loc="upper center",
               bbox_to_anchor=(0.5, 0.0), borderaxespad=4.5, frameon=False, columnspacing=1.0, handletextpad=0.4)
     return encode(fig)
@@ -195,8 +205,7 @@ def overview_roofline(points, peak, bws: dict, title: str, precision: str):
 
 def time_split(rows, title: str):
     """Where each configuration's time per batch goes. rows: (label, [(category, ms)])."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.2, 0.34 * len(rows) + 1.6))
+    fig, ax = subplots(figsize=(6.2, 0.34 * len(rows) + 1.6))
     seen = []
     for i, (_, parts) in enumerate(rows):
         left = 0.0
@@ -205,11 +214,7 @@ def time_split(rows, title: str):
                     label=None if cat in seen else cat)
             seen.append(cat)
             left += ms
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([lab for lab, _ in rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per batch", fontsize=8)
-    ax.set_title(title, fontsize=9)
+    lanes(ax, [lab for lab, _ in rows], "ms per batch", title, titlesize=9, xsize=8)
     ax.set_xlim(0, max(sum(ms for _, ms in parts) for _, parts in rows) * 1.05)
     legend_below(ax, ncol=3)
     return encode(fig)
@@ -217,8 +222,7 @@ def time_split(rows, title: str):
 
 def scaling(groups, title: str, ticks=(1, 2, 4)):
     """groups: label -> list of (procs, time_ms, efficiency). Each mode its own colour and marker."""
-    plt = _plt()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.4))
+    fig, (a1, a2) = subplots(1, 2, figsize=(10, 4.4))
     markers = ("o", "s", "^", "D", "v", "P", "X")
     for i, (label, pts) in enumerate(groups.items()):
         pts = sorted(pts)
@@ -246,9 +250,8 @@ def scaling(groups, title: str, ticks=(1, 2, 4)):
 
 def phases(runs_phases, title: str):
     """runs_phases: list of (run label, {rank: {phase: ms}}): each rank's median phase times, stacked."""
-    plt = _plt()
     rows = [(f"{lab}, rank {r}", ph) for lab, per in runs_phases for r, ph in sorted(per.items())]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.8))
+    fig, ax = subplots(figsize=(9, 0.32 * len(rows) + 1.8))
     used = [n for n in PHASE_COLORS if any(ph.get(n) for _, ph in rows)]
     for i, (lab, ph) in enumerate(rows):
         left = 0.0
@@ -257,21 +260,14 @@ def phases(runs_phases, title: str):
             if v:
                 ax.barh(i, v, left=left, color=PHASE_COLORS[name_])
                 left += v
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r[0] for r in rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("median time per batch (ms)")
-    ax.set_title(title, fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[n]) for n in used]
-    legend_below(ax, handles, used, ncol=min(6, len(used)))
+    lanes(ax, [r[0] for r in rows], "median time per batch (ms)", title)
+    swatches(ax, {n: PHASE_COLORS[n] for n in used}, ncol=min(6, len(used)))
     return encode(fig)
 
 
 def measured_vs_predicted(rows, series: dict[str, str], title: str = "Predicted against measured time per batch"):
-    """rows: dicts with measured_ms and one key per series; series: key ->
-    label (each machine file's prediction: calibrated, datasheet)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 5.4))
+    """rows: dicts with measured_ms and one key per series; series: key -> label (each machine file's)."""
+    fig, ax = subplots(figsize=(5.5, 5.4))
     m = np.array([r["measured_ms"] for r in rows])
     for (key, label), mk in zip(series.items(), ("o", "x")):
         v = np.array([r[key] or np.nan for r in rows])
@@ -282,21 +278,14 @@ def measured_vs_predicted(rows, series: dict[str, str], title: str = "Predicted 
     ax.fill_between(x, x * 0.95, x * 1.05, color="grey", alpha=0.2, label="within ±5%")
     ax.plot(x, x * 0.85, ":", color="grey", lw=0.6)
     ax.plot(x, x * 1.15, ":", color="grey", lw=0.6, label="±15%")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax)
-    ax.set_xlabel("measured time per batch (ms)")
-    ax.set_ylabel("predicted time per batch (ms)")
-    ax.set_title(title, fontsize=10)
+    log_axes(ax, "measured time per batch (ms)", "predicted time per batch (ms)", title, grid=True)
     legend_below(ax, ncol=2)
-    ax.grid(True, which="major", lw=0.3, alpha=0.5)
     return encode(fig)
 
 
 def host_batch(tracks, title: str):
     """One batch's phases per rank on the host clock. tracks: (lane, [(phase, start ms, end ms)])."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(tracks) + 1.6))
+    fig, ax = subplots(figsize=(9, 0.5 * len(tracks) + 1.6))
     used = []
     for i, (_, items) in enumerate(tracks):
         for name_, s, e in items:
@@ -304,13 +293,8 @@ def host_batch(tracks, title: str):
                     linewidth=0.3, height=0.6)
             if name_ not in used:
                 used.append(name_)
-    ax.set_yticks(range(len(tracks)))
-    ax.set_yticklabels([lane for lane, _ in tracks], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms from the rank's batch start")
-    ax.set_title(title, fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS.get(n, "black")) for n in used]
-    legend_below(ax, handles, used, ncol=min(6, len(used)))
+    lanes(ax, [lane for lane, _ in tracks], "ms from the rank's batch start", title, size=8)
+    swatches(ax, {n: PHASE_COLORS.get(n, "black") for n in used}, ncol=min(6, len(used)))
     return encode(fig)
 
 
@@ -320,16 +304,10 @@ CEILING_COLORS = {"float64": "tab:gray", "float32": "tab:blue", N.TF32: "tab:gre
 
 def ceilings_roofline(points, ceilings: dict, bws: dict, title: str, levels=("HBM", "PCIe"), units="FFMA",
                       per="GPU"):
-    """A roofline of several ceilings, as Nsight Compute draws its
-    hierarchical one: a horizontal line per precision's GEMM units
-    (`ceilings`: format -> FLOP/s; equal ones share a line), a slanted one
-    per memory level (`bws`: label -> bytes/s; for PCIe also the modified,
-    serialised, bound under the ceilings the points ran at, dotted); points:
-    dicts with precision (its GEMM format), measured (FLOP/s per GPU),
-    ai_hbm and ai_pcie (FLOPs per device-memory / copied byte; None: not
-    drawn). A point's colour is its precision's ceiling's."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    """A hierarchical roofline, as Nsight Compute draws it: a line per precision's GEMM ceiling (`ceilings`:
+    format -> FLOP/s), a slanted one per memory level (`bws`: label -> bytes/s; the copy level's modified
+    bound dotted); points: dicts with precision, measured FLOP/s, ai_hbm and ai_pcie (None: not drawn)."""
+    fig, ax = subplots(figsize=(7.5, 5))
     ais = [p[k] for p in points for k in ("ai_hbm", "ai_pcie") if p.get(k)] or [1.0, 1e4]
     top = max(ceilings.values())
     lo, hi = min(ais) / 4, max(max(ais) * 8, max(top / bw for bw in bws.values()) * 2)
@@ -358,12 +336,6 @@ def ceilings_roofline(points, ceilings: dict, bws: dict, title: str, levels=("HB
                 ax.scatter([p[key]], [p["measured"]], color=c, marker=m, s=30, zorder=3,
                            label=lab if lab not in seen else None)
                 seen.add(lab)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of the memory level)")
-    ax.set_ylabel(f"FLOP/s per {per}")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    log_axes(ax, "arithmetic intensity (FLOP per byte of the memory level)", f"FLOP/s per {per}", title, grid=True)
     legend_below(ax, ncol=2)
     return encode(fig)

@@ -1,25 +1,15 @@
 """What to change, and by how much it would help: each configuration's
-candidate changes priced by the what-if engine, beside the measured gain
-where the set also ran the change.
+candidate changes (CHANGES: one setting changed, the rest kept) priced by
+the what-if engine (model/whatif.py) from its representative run, predicted
+gain = predicted time / measured time - 1; where another configuration of
+the set differs in that setting only, the measured gain beside it. A change
+is recommended where it is predicted to save at least MIN_GAIN.
 
-A change (CHANGES) is one setting changed, the rest kept. Its predicted
-time is the what-if engine's (perfmlp/model/whatif.py: what the change does not
-touch stays measured, what it touches is predicted by the model) from the
-configuration's representative run; its predicted gain is that time over
-the run's measured one, less 1. Where another configuration of the set
-differs from this one in that setting only, its measured time over this
-one's, less 1, is the measured gain. A change is recommended where its
-predicted gain is at least MIN_GAIN (thresholds.py).
-
-A NumPy run's changes are the CPU's (cpu_recommendations): more or fewer
-ranks, BLAS threads per rank, half or twice the batch (its gain per
-sample), the other precision, each priced by the what-if engine on the CPU
-file (perfmlp/model/whatif.py); and, one change among them, the GPU:
-the model's time for the same job on the report's GPU machine file
-(nothing of the CPU run carries over). Steps the
-what-if engine does not describe (model and hybrid parallelism, the
-parameter server, a run under a profiler) get no recommendation here; the
-strategies section compares those.
+A NumPy run's changes are its CPU's (ranks, BLAS threads, the batch by its
+time per sample, the precision; model/whatif.py) and a move to the GPU,
+the model's time for the job on the report's GPU file. Steps the what-if
+engine does not describe (model and hybrid parallelism, the parameter
+server, a profiled run) get none: the strategies section compares those.
 """
 from __future__ import annotations
 
@@ -44,8 +34,7 @@ class Change:
     name: str
     sets: tuple           # the what-if's (key, value) changes
     applies: Callable     # settings -> bool
-    target: tuple         # (setting, value) of the configuration that made the change (a value: or its function
-                          # of the configuration changed)
+    target: tuple         # (setting, value or a function of the configuration) of the one that made the change
 
 
 CHANGES = (
@@ -125,8 +114,7 @@ def slices_apply(s: dict) -> bool:
 
 
 def slices_recommendation(c: Configuration, run, machine: Machine) -> Recommendation | None:
-    """The sliced first layer at the slice count the model prices fastest,
-    priced by the what-if engine; offered only where it is recommended."""
+    """The sliced first layer at the slice count the model prices fastest; None unless recommended."""
     try:
         w = what_if_run(run, machine, {"slices": N.AUTO})
     except (WhatIfError, PerfmlpError, ValueError, KeyError):
@@ -153,9 +141,8 @@ CPU_CHANGES = {"procs": (None, "procs", "{new} rank(s) instead of {old}"),
 
 
 def cpu_recommendations(c: Configuration, run, cpu, index: dict) -> list[Recommendation]:
-    """A NumPy configuration's single changes on its CPU (cpu_alternatives),
-    each priced by the what-if engine on the CPU file: a change of batch
-    by its time per sample, the others by their time per batch."""
+    """A NumPy configuration's single changes on its CPU, priced on the CPU file: a change of batch by its
+    time per sample, the others by their time per batch."""
     before = cpu_setting_of(run)
     t, groups = measured_groups_ms(run)
     old = {"procs": before.procs, "threads": before.threads or cpu["default_threads"], "batch": before.batch,
@@ -181,9 +168,8 @@ def cpu_recommendations(c: Configuration, run, cpu, index: dict) -> list[Recomme
 
 def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Machine, gpu: Machine,
                     unpriced: Callable[[str], bool], cpu=None) -> list[Recommendation]:
-    """Every change that applies to every describable configuration, priced
-    (recommended or not); a NumPy configuration's on `cpu` (None: the
-    shipped CPU file nearest this machine) and on the GPU."""
+    """Every change that applies to every describable configuration, priced (recommended or not); a NumPy
+    configuration's on `cpu` (None: the shipped CPU file nearest this machine) and on the GPU."""
     index = {c.settings: c for c in configs}
     out = []
     for c in configs:

@@ -1,13 +1,11 @@
 """The report on disk: report.md, report.html (each figure an image linked
-beside it, as report.md links it, so the folder stays small enough to
-commit), each table as CSV and each figure as PNG and SVG.
+beside it, so the folder stays small enough to commit), each table as CSV
+and each figure as PNG and SVG.
 
-The report is written whole or not at all: every file goes first into a
-fresh folder beside the target (`staged`), and only once all are written do
-they take their places by rename, so a failure halfway (a full disk) leaves
-the previous report as it was. A file whose bytes would not change is not
-replaced, so regenerating a report over a committed one touches only what
-changed.
+`render` writes into a staging folder (safeio.replace_folder swaps it in
+whole, so a failure halfway leaves the previous report as it was); a file
+whose bytes would not change is not rewritten, so regenerating a committed
+report touches only what changed.
 """
 from __future__ import annotations
 
@@ -61,9 +59,7 @@ def _text(v) -> str | None:
 
 
 def csv_columns(rows: list[dict]) -> dict:
-    """How each column goes into the CSV: "change" where every value given is
-    a signed percentage (a fraction, with its interval's ends beside it),
-    "times" where every one is a ratio ("25.2x": the number), else as it is."""
+    """Column -> "change" where every value given is a signed percentage, "times" where every one is a ratio."""
     kinds = {}
     for k in columns(rows):
         given = [_text(r.get(k)) for r in rows if _text(r.get(k)) not in MISSING and r.get(k) is not None]
@@ -90,8 +86,8 @@ def csv_cells(k: str, v, kind: str | None) -> dict:
 
 
 def csv_text(rows: list[dict]) -> str:
-    """The table as CSV: numbers as numbers (a change in percent as a
-    fraction, its column named so; a ratio as its number), missing as empty."""
+    """The table as CSV: a change in percent as a fraction (its interval's ends beside it), a ratio ("25.2x")
+    as its number, each column named so; missing as empty."""
     kinds = csv_columns(rows)
     out = [{n: x for k, v in r.items() for n, x in csv_cells(k, v, kinds.get(k)).items()} for r in rows]
     names = columns(out)
@@ -144,14 +140,17 @@ def html_table(t: Table) -> str:
     return f"<table{css}>{head}{body}</table>"
 
 
-def write_if_changed(path: Path, data: bytes) -> bool:
-    """Write `data` (whole: a temporary name, then renamed) unless the file
-    already holds exactly it; True if written."""
+def _holds(path: Path, data: bytes) -> bool:
     try:
-        if path.read_bytes() == data:
-            return False
+        return path.read_bytes() == data
     except OSError:
-        pass
+        return False
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Write `data` whole (write_atomic) unless the file already holds exactly it; True if written."""
+    if _holds(path, data):
+        return False
     write_atomic(path, data)
     return True
 
@@ -199,8 +198,7 @@ STYLE = ("body{font-family:sans-serif;max-width:1240px;margin:auto;padding:0 12p
 
 
 def html_section(s: Section, figures: bool = True) -> str:
-    """One section: its words, then its figures and tables; laid out in columns
-    (main beside side, wide below) where its tables and figures say where."""
+    """One section: its words, then its figures and tables, in columns where they name a place."""
     paras = "".join(f"<p>{html.escape(p)}</p>" for p in s.paragraphs)
     figs = s.figures if figures else []
     items = [(t.place, html_table_block(t)) for t in s.tables] + [(f.place, html_figure(f)) for f in figs]
@@ -229,11 +227,8 @@ def md_section(s: Section, figures: bool = True) -> list[str]:
 
 
 def render(sections: list[Section], out: Path, title: str, header: list[str], figures: bool = True) -> None:
-    """Draw every figure and write every file of the report into `out`, a
-    folder (safeio.replace_folder gives it a new one and puts it in place
-    whole). The first section opens the page; a line of links to the others
-    follows it. `figures=False`: words and tables only, and no figure of an
-    earlier report left beside them."""
+    """Draw every figure and write every file of the report into the folder `out`; a line of links to the
+    sections follows the first. `figures=False`: words and tables only, no earlier figure left beside them."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = [f"# {title}", ""] + header + [""]
@@ -260,13 +255,8 @@ def render(sections: list[Section], out: Path, title: str, header: list[str], fi
     _write(out / "report.html", page.encode("utf-8", "surrogateescape"))
 
 
+
 def _write(path: Path, data: bytes) -> None:
-    """Write into the staging folder, a copy of the previous report: a file
-    whose bytes would not change keeps its copy (and its time)."""
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    with open(path, "wb") as f:
-        f.write(data)
+    """Write into the staging folder (a copy of the previous report) unless the bytes are already there."""
+    if not _holds(path, data):
+        path.write_bytes(data)

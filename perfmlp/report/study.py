@@ -1,10 +1,7 @@
-"""A study: the reference question a report answers, read from YAML.
-
-`studies/cme213.yaml` (shipped with the package) holds the course's sizes,
-the reference solution's published utilisations and times, which process
-counts to tabulate and Question 2.2's hidden sizes; `--study PATH` gives the
-report another. Every value is checked; a bad one is a one-line error
-naming the file and key.
+"""A study: the reference question a report answers (sizes, the reference's
+published times and utilisations, the process counts and hidden sizes to
+tabulate), read from YAML: a shipped one (studies/) by name or `--study PATH`.
+Every value is checked; a bad one is a one-line error naming file and key.
 """
 from __future__ import annotations
 

@@ -117,11 +117,8 @@ REPEATS_AGREE = Threshold(
     "the report flags it with their range, and its median is no firm figure",
     "the model's accuracy target on a CPU is set where repeats agree within 10%")
 
-ALL = (MIN_GAIN, CO_BOUND, MEASURED_AGREES, COLLAPSE_ROWS, MAP_ROWS, MAP_COLUMNS, TOP_RECOMMENDATIONS, WITHIN_CLOSE,
-       WITHIN_FAIR, STRATEGY_TIE, HOST_BOUND_SHARE, PUBLISHED_CLOSE, SIGN_TEST_LEVEL, MIN_STEADY, MIN_TESTS,
-       COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS, REPEATS_AGREE)
+ALL = tuple(t for t in dict(globals()).values() if isinstance(t, Threshold))   # in the order above
 
 
 def table() -> list[dict]:
-    """The thresholds as a table for the report."""
     return [{"threshold": t.name, "value": t.value, "meaning": t.meaning, "source": t.source} for t in ALL]

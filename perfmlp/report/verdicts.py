@@ -12,16 +12,13 @@ is split among GEMMs (BLAS), elementwise kernels (NumPy's passes) and
 launches and host in proportion to the CPU model's terms (its CPU file,
 model/predict/cpu.py); without a CPU file it is one part, compute (NumPy).
 
-Where the run's phases were timed on the GPU (CUDA events, CUPTI), the
-measured phase groups are split by the model's terms: each group's
-measured time shared among the model's terms of that group in proportion,
-but in an eager run's compute group only the model's GPU time is the
-kernels' and what the group takes beyond the model is the host's (the GPU
-waited for launches); a GEMM kernel the machine file has no rate for takes
-that excess instead (the model priced it as cuBLAS). A graph replay's one
-phase holds what the model's collective terms price too. Where the phases
-are the host's (trace level counters on a GPU) the model's terms scaled to
-the measured time per batch stand in, and the verdict says so.
+Where the phases were timed on the GPU (CUDA events, CUPTI), each measured
+phase group is shared among the model's terms of that group in proportion,
+except an eager run's compute: the model's GPU time is the kernels', the
+excess the host's (launches the GPU waited for), or the GEMM's where the
+machine file has no rate for its kernel. A graph replay's one phase holds
+the collectives too. Host-timed phases (trace level counters) fall back to
+the model's terms scaled to the measured time, and the verdict says so.
 """
 from __future__ import annotations
 

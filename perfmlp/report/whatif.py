@@ -1,5 +1,4 @@
-"""What a measured run gives the what-if solver (perfmlp/model/whatif.py):
-the configuration it ran and its measured time per batch by phase group."""
+"""What a measured run gives the what-if solver (model/whatif.py): its configuration and its time by phase group."""
 from __future__ import annotations
 
 from ..model.machine import Machine
@@ -11,7 +10,6 @@ from .. import names as N
 
 
 def setting_of(run: Run) -> Setting:
-    """The configuration a run ran with (the manifest's record of what ran)."""
     c, ran = run.config, run.ran
     return Setting(tuple(run.layer_sizes), int(c["batch_size"]), run.procs, c["precision"], ran.comm,
                    ran.batch_transfer, ran.exec, ran.overlap, ran.bucket_bytes, ran.gemm, ran.trace_level,
@@ -19,18 +17,14 @@ def setting_of(run: Run) -> Setting:
 
 
 def cpu_setting_of(run: Run) -> CpuSetting:
-    """A NumPy run's configuration for the CPU model: its ranks and the
-    BLAS threads rank 0 ran with (the manifest's `ran.blas_threads`; None
-    where the library has no thread count: the CPU file's default). A
-    run with a trace ran traced."""
+    """A NumPy run's configuration for the CPU model, with the BLAS threads rank 0 ran (None: the CPU file's)."""
     threads = (run.ran.blas_threads or (None,))[0]
     return CpuSetting(tuple(run.layer_sizes), int(run.config["batch_size"]), run.procs, threads,
                       run.config["precision"], True)
 
 
 def measured_groups_ms(run: Run) -> tuple[float, dict]:
-    """(time per batch, group -> ms) of the slowest rank; "other" holds the
-    time per batch the phases' medians do not add up to."""
+    """(time per batch, group -> ms) of the slowest rank; "other": what the phases' medians do not add up to."""
     steady = run.steady_batches().values()
     per_rank = {r: sorted(run.batch_time_ms(recs[r]) for recs in steady) for r in run.ranks}
     slowest = max(per_rank, key=lambda r: per_rank[r][len(per_rank[r]) // 2])
@@ -43,8 +37,7 @@ def measured_groups_ms(run: Run) -> tuple[float, dict]:
 
 
 def what_if_run(run: Run, machine: Machine, values: dict, procs: int | None = None) -> WhatIf:
-    """The what-if of a measured run with `values` (configuration keys, each
-    of its field's type) and `procs` changed."""
+    """The what-if of a measured run with `values` (configuration keys) and `procs` changed."""
     before = setting_of(run)
     after = changed_setting(before, values, procs)
     t, groups = measured_groups_ms(run)

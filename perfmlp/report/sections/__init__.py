@@ -1,8 +1,6 @@
-"""The report's sections: each a pure function from the analysis (its
-tables, perfmlp/report/analyses/) to paragraphs, tables (rows as dicts:
-column name -> value) and figures (a drawing function and its arguments);
-nothing is written here (render.py writes them). This module holds what a
-section is made of; each section lives in a module of its own.
+"""What a report section is made of: paragraphs, tables (rows as dicts) and
+figures (a drawing function and its arguments). Each section is a pure
+function from the analysis, in the modules beside this one; render.py writes.
 """
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ from ..analysis import TERMS
 
 @dataclass(frozen=True)
 class Cell:
-    """A table cell with more than its text: a tooltip (report.html's title)
-    and a class that colours it (render.py's CSS); Markdown and CSV write the text."""
+    """A cell with a tooltip and a colour class in report.html; Markdown and CSV write the text."""
     text: str
     tip: str = ""
     css: str = ""
@@ -58,8 +55,7 @@ class Section:
 
 
 def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
-    """One sentence on the measured terms a per-term table does not compare:
-    `left_out` holds each row's (a run's or a configuration's) terms left out."""
+    """One sentence on the measured terms a per-term table leaves out (`left_out`: each row's)."""
     by_term = Counter(t for terms in left_out for t in terms)
     if not by_term:
         return None

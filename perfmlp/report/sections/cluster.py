@@ -1,11 +1,7 @@
-"""The cluster projection in the report: data, model and hybrid parallelism
-from 1 to 1,024 GPUs on the shipped cluster of the traces' GPU
-(models/clusters/*.yaml), each exchange by its best collective
-(perfmlp/model/projection.py), strong and weak scaling with the measured
-points (p <= 4: graph mode, resident data, NCCL, as the projection prices
-a step) on the same axes, which strategy wins over (p, H, B), and the
-cluster's all-reduce set beside published nccl-tests figures
-(perfmlp/model/nccl_tests.py). Pure, like sections.py.
+"""The projection onto the shipped cluster of the traces' GPU (model/projection.py):
+data, model and hybrid parallelism up to 1,024 GPUs, strong and weak scaling
+with the measured points on the same axes, the fastest strategy over (p, H,
+B), and the cluster's all-reduce beside published nccl-tests figures.
 """
 from __future__ import annotations
 
@@ -17,20 +13,17 @@ from ...model.machine import MachineError, load_machine
 from ...model.nccl_tests import comparison
 from ...model.projection import PROCS, STRATEGIES, crossover, scaling
 from ..analysis import Analysis
-from ..figures import _plt, encode
+from ..figures import STRATEGY_COLORS, encode, subplots
 from . import Figure, Section, Table
 from ... import names as N
 
-STRATEGY_COLORS = {"data": "tab:blue", "model": "tab:orange", N.HYBRID: "tab:green"}
 SHOWN_PROCS = (1, 8, 64, 256, 1024)          # the scaling table's rows (the figure has every power of two)
 CROSSOVER_H, CROSSOVER_B, CROSSOVER_P = (256, 1024, 4096), (800, 3200, 12800), (8, 64, 256, 1024)
 
 
 def cluster_for(a: Analysis):
-    """(cluster, the machine that prices its GPUs' compute) for the traces'
-    GPU: the shipped cluster whose machine file is the report's datasheet
-    file, priced with the report's primary (calibrated where there is one)
-    machine; (None, None) where no shipped cluster has this GPU."""
+    """(the shipped cluster of the report's datasheet GPU, the primary machine that prices its compute);
+    (None, None) where no shipped cluster has this GPU."""
     for f in cluster_files():
         try:
             c = load_cluster(f)
@@ -43,9 +36,8 @@ def cluster_for(a: Analysis):
 
 
 def measured_points(a: Analysis, hidden: int, batch: int, weak: bool) -> dict[str, list[tuple[int, float]]]:
-    """strategy -> [(p, samples/s)] of the traces' runs the projection
-    describes (float32, graph mode, resident, NCCL; the batch fixed, or
-    `batch` a GPU when weak), the median of a configuration's repeats."""
+    """strategy -> [(p, samples/s)] of the runs the projection describes (float32, graph, resident, NCCL;
+    `batch` fixed, or a GPU's when weak), the median of a configuration's repeats."""
     times: dict = {}
     for r in a.gpu_runs:
         if (r.profiled or r.comm != N.NCCL or r.transfer != N.RESIDENT or r.exec != N.GRAPH
@@ -61,9 +53,8 @@ def measured_points(a: Analysis, hidden: int, batch: int, weak: bool) -> dict[st
 
 def scaling_figure(panels, title: str):
     """panels: [(panel title, rows of projection.scaling, measured_points)]."""
-    plt = _plt()
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4))
+    fig, axes = subplots(1, len(panels), figsize=(5.2 * len(panels), 4))
     for ax, (name, rows, measured) in zip(axes, panels):
         for strategy in STRATEGIES:
             pts = [(r["procs"], r["samples_per_s"]) for r in rows if r["strategy"] == strategy]

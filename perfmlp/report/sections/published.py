@@ -80,8 +80,7 @@ def _trend(values: list[float]) -> str:
 
 
 def _terms(s: Section, st, ref: Machine, base: dict, scaled: ScaledKernels | None) -> None:
-    """1-2. The model's terms on the datasheet file, and with the kernel's
-    calibrated rates scaled by the fp32 peak ratio."""
+    """1-2. The model's terms on the datasheet file, and with the kernel's rates scaled by the fp32 peak ratio."""
     kernel, prec, procs, pub = st.scheme["gemm"], st.precision, _procs(st), st.reference_ms_per_batch
     variants = [("datasheet file" + (f" ({kernel} has no rate: priced at the peak)"
                                      if not ref.has_gemm_kernel(kernel) else ""), ref)]

@@ -1,26 +1,26 @@
 """The study's questions: Question 2.1's FLOPs and utilisation, the modes
-that bought the gains, Question 2.2's rooflines.
-
-Every cell that shows a time is a configuration's (report/configurations.py:
-the median of its repeats, every repeat named in the CSV), chosen by the
-settings the column names, execution mode included: nothing is the first
-run of several by id.
+that bought the gains, Question 2.2's rooflines, and the rooflines of
+several ceilings (GPU and CPU). Every time shown is a configuration's (the
+median of its repeats), chosen by the settings its column names.
 """
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
 
+from ...model.machine import MachineError
+from ...model.precision import precision as precision_of
+from ...model.predict.cpu import cpu_ceilings
 from ...model.summary import part_flops, reference_approx
 from ...model.roofline import modified_roofline, standard_roofline
 from ..analyses.overlap import overlap_bounds
 from ..analyses.runs import study_shaped
 from ..analysis import Analysis
-from .ceilings import ceilings_figures
 from ..configurations import Configuration, configurations
-from ..figures import H_COLORS, _plt, encode, roofline, roofline_axes
+from ..figures import H_COLORS, ceilings_roofline, encode, log_axes, mark, roofline, subplots
 from . import Figure, Section, Table, pct
 from ... import names as N
 
@@ -64,11 +64,10 @@ def flops_table(a: Analysis) -> Table:
         ex = part_flops(layers, b, prec)
         ap = reference_approx(layers[0], layers[1], b) if len(layers) == 3 else None
         shape = f"{'-'.join(map(str, layers))}, B={b}"
-        for part in ("forward", "backward", "loss", "update"):
-            rows.append({"shape": shape, "part": {"loss": "loss (softmax, cross-entropy, output delta)"}.get(part, part),
-                         "approx (2BHD)": ap.get(part) if ap else None, "exact": ex[part]})
-        rows.append({"shape": shape, "part": "batch", "approx (2BHD)": ap["batch"] if ap else None,
-                     "exact": ex["batch"]})
+        for part in ("forward", "backward", "loss", "update", "batch"):
+            words = {"loss": "loss (softmax, cross-entropy, output delta)"}.get(part, part)
+            rows.append({"shape": shape, "part": words, "approx (2BHD)": ap.get(part) if ap else None,
+                         "exact": ex[part]})
     return Table("q2_1_flops", "FLOPs per batch on one process, the approximation 2BHD against the exact count "
                  "(every GEMM, elementwise op and reduction), for the shapes the runs had", rows)
 
@@ -182,7 +181,7 @@ def section_q2_2(a: Analysis) -> Section:
                                     title=f"{kind.capitalize()} roofline per GPU, {primary.name}, B/p = "
                                           f"{st.batch_size}", model=a.machines.primary_kind,
                                     h_list=st.q2_2_hidden_sizes)))
-    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling (report/sections/ceilings.py)
+    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling
     s.tables.append(Table("q2_2_points", "The Question 2.2 points", [
         {"configuration": p["label"], "H": p["H"], "procs": p["procs"], "transfer": p["transfer"],
          "comm": p["comm"], "exec": p["exec"], "AI (FLOP/B)": p["ai"] if math.isfinite(p["ai"]) else None,
@@ -207,15 +206,10 @@ def section_q2_2(a: Analysis) -> Section:
 
 
 def exchange_roofline(rows, title: str):
-    """The overlap_bounds table on a roofline of the exchange: x = FLOPs per
-    GPU over the bytes it all-reduces, y = FLOP/s per GPU. Each configuration:
-    measured (filled), today's serial bound (x), the overlapped bound (^) and
-    the sliced schedule (hollow square), the model's. Per process count, the
-    lines at the median compute-chain rate P and exchange bandwidth BW: serial
-    AI / (AI / P + 1 / BW), the modified roofline, and overlapped min(P, AI BW),
-    the standard one."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 5.6))
+    """The overlap_bounds rows on a roofline of the exchange (x: FLOPs per byte all-reduced): measured, the
+    serial, overlapped and sliced bounds; per p, at the median compute rate P and all-reduce bandwidth BW,
+    serial AI / (AI / P + 1 / BW) (the modified roofline) and overlapped min(P, AI BW) (the standard one)."""
+    fig, ax = subplots(figsize=(7.5, 5.6))
     ais = [r["FLOPs per GPU"] / r["bytes all-reduced per GPU"] for r in rows]
     x = np.logspace(np.log10(min(ais) / 4), np.log10(max(ais) * 4), 200)
     for i, procs in enumerate(sorted({r["procs"] for r in rows})):
@@ -233,13 +227,78 @@ def exchange_roofline(rows, title: str):
                            ("overlapped bound ms", dict(marker="^", color="tab:green")),
                            ("sliced ms", dict(marker="s", facecolors="none", edgecolors="tab:purple"))):
             ax.scatter([ai], [f / (r[key] * 1e-3)], s=40, zorder=3, **style)
-    from matplotlib.lines import Line2D
     handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], color=c, marker=m, ls="", mfc=f, label=lab) for c, m, f, lab in (
+    handles += [mark(lab, m, c, mfc=f) for c, m, f, lab in (
         ("black", "o", "black", "measured"), ("tab:red", "x", "tab:red", "serial bound (model)"),
         ("tab:green", "^", "tab:green", "overlapped bound (model)"),
         ("tab:purple", "s", "none", "sliced schedule (model)"))]
-    roofline_axes(ax, "FLOPs per byte all-reduced (per GPU, per batch)", title)
+    log_axes(ax, "FLOPs per byte all-reduced (per GPU, per batch)", "FLOP/s per GPU", title, "FLOP/s")
     ax.legend(handles=handles, fontsize=6.5, loc="lower right")
     fig.tight_layout()
     return encode(fig)
+
+
+# ---- the roofline of several ceilings ---------------------------------------------------------
+
+def ceilings_points(a) -> list[dict]:
+    """One point per GPU run of data parallelism: its GEMM format, measured FLOP/s per GPU, and its FLOPs
+    per device-memory byte its kernels moved (None where the trace does not count them) and per copied byte."""
+    out = []
+    for r in a.runs:
+        if r.backend != N.CUPY or r.strategy != N.DATA or not r.t_ms:
+            continue
+        mem = r.mem_bytes_rank0
+        out.append({"precision": precision_of(r.precision).gemm, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
+                    "ai_hbm": r.flops_rank0 / mem if mem else None,
+                    "ai_pcie": r.ai if math.isfinite(r.ai) else None, "run": r.run_id})
+    return out
+
+
+def ceilings_figures(a, figure) -> list:
+    """The GPU runs' figure (made by `figure(name, caption, draw, args)`), and the CPU's where NumPy runs are."""
+    pts, m = ceilings_points(a), a.machines.primary
+    if not pts:
+        return cpu_figures(a, figure)
+    try:
+        ceilings = m.ceilings()
+        for p in pts:
+            m.peak_flops_per_s(p["precision"])   # a run in a precision the machine has no ceiling for
+    except MachineError:
+        return []
+    bws = {"HBM": m.mem_bw_bytes_per_s, "PCIe pinned, copies overlapped (prefetch):": m.h2d_pinned_bytes_per_s}
+    return [figure("roofline_ceilings", "Roofline of several ceilings: every GPU run under its precision's",
+                   ceilings_roofline, dict(points=pts, ceilings=ceilings, bws=bws,
+                                           title=f"Ceilings per precision and memory level, {m.name}"))] \
+        + cpu_figures(a, figure)
+
+
+def cpu_points(a) -> list[dict]:
+    """One point per NumPy run of data parallelism: measured FLOP/s per rank, FLOPs per memory byte (where
+    the trace counts them) and per byte its rank exchanges (several ranks)."""
+    out = []
+    for r in a.runs:
+        if r.backend != N.NUMPY or r.strategy != N.DATA or not r.t_ms:
+            continue
+        sent = r.bytes_exchanged_rank0 if r.procs > 1 else 0
+        out.append({"precision": r.precision, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
+                    "ai_hbm": r.flops_rank0 / r.mem_bytes_rank0 if r.mem_bytes_rank0 else None,
+                    "ai_pcie": r.flops_rank0 / sent if sent else None, "run": r.run_id, "procs": r.procs})
+    return out
+
+
+def cpu_figures(a, figure) -> list:
+    """The CPU's roofline at the NumPy runs' most common rank count (one rank's share of the machine), or none."""
+    pts, cpu = cpu_points(a), a.machines.cpu
+    if not pts or cpu is None:
+        return []
+    procs = statistics.mode(p["procs"] for p in pts)
+    precisions = sorted({p["precision"] for p in pts})
+    c = {p: cpu_ceilings(cpu, p, procs) for p in precisions}
+    ceilings = {p: c[p]["peak_flops_per_s"] for p in precisions}
+    bws = {"memory": c[precisions[0]]["mem_bw_bytes_per_s"]}
+    if c[precisions[0]]["copy_bytes_per_s"]:
+        bws["MPI exchange (the modified roofline's copy):"] = c[precisions[0]]["copy_bytes_per_s"]
+    return [figure("roofline_cpu", f"Roofline of the CPU: every NumPy run under one rank's ceilings at p = {procs}",
+                   ceilings_roofline, dict(points=pts, ceilings=ceilings, bws=bws, levels=("memory", "MPI"),
+                                           units="BLAS", per="rank",
+                                           title=f"One rank's ceilings at p = {procs}, {cpu.name}"))]

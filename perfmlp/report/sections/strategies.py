@@ -1,9 +1,7 @@
-"""The strategies in the report: which strategy the model says
-wins where (a map over H and B), the measured runs on it, measured against
-predicted per strategy, the bytes each strategy handed to collectives
-(counted, against the model's closed forms), and strong scaling with the
-better strategy. Present only when the traces hold a run that is not plain
-data parallelism (perfmlp/strategies); pure, like sections.py.
+"""The partitioning strategies, where a run is not plain data parallelism:
+which one the model says wins where (a map over H and B), measured against
+predicted, the bytes each handed to collectives against the closed forms;
+and the asynchronous parameter server's trade-off (analyses/psasync.py).
 """
 from __future__ import annotations
 
@@ -13,30 +11,31 @@ import numpy as np
 
 from ...model.precision import precision as precision_of
 from ...model.strategies import DEVICE_COMMS, best_strategy, closed_form_bytes, step_bytes
+from ...trace.reader import Run
+from ..analyses.psasync import async_row, curve, group_label, groups as groups_of, is_async, scheme, workers_of
 from ..analysis import Analysis, RunSummary
 from ..configurations import Configuration, configurations
-from ..figures import _plt, encode, legend_below, plain_log
+from ..figures import STRATEGY_COLORS, encode, legend_below, log_axes, mark, subplots
 from . import Figure, Section, Table
 from ... import names as N
 from ..thresholds import STRATEGY_TIE
 
-STRATEGY_COLORS = {"data": "tab:blue", "ps": "tab:gray", "model": "tab:orange", "tie": "white"}  # hybrids: green
+S_COLORS = {0: "tab:blue", 1: "tab:orange", 2: "tab:green", 4: "tab:red"}   # ps-async: each staleness bound S
 
 
 def _color(name: str) -> str:
-    return STRATEGY_COLORS.get(name, "tab:green")
+    return STRATEGY_COLORS.get(name, STRATEGY_COLORS[N.HYBRID])   # every hybrid grid the hybrid's
 
 
 def comm_bytes(a: Analysis, r: RunSummary) -> tuple[int | None, int | None]:
-    """Bytes the busiest rank handed to MPI and NCCL in one steady full batch:
-    (counted in the trace, the model's)."""
+    """(counted in the trace, the model's) bytes the busiest rank handed to MPI and NCCL in a steady batch."""
     run = next((t for t in a.traces if t.run_id == r.run_id), None)
     if run is None:
         return None, None
     per = [c for c in (run.counters(rank) for rank in sorted(run.ranks)) if c]
     counted = max(c.bytes_mpi + c.bytes_nccl for c in per) if per else None
-    model = step_bytes(run.layer_sizes, r.batch, r.procs, precision_of(r.precision).act_bytes, r.parallel, r.model_procs,
-                       r.comm)["per_rank"]
+    model = step_bytes(run.layer_sizes, r.batch, r.procs, precision_of(r.precision).act_bytes, r.parallel,
+                       r.model_procs, r.comm)["per_rank"]
     return counted, model
 
 
@@ -104,7 +103,7 @@ def section_strategies(a: Analysis) -> Section | None:
 
 def _pencil_and_paper(a: Analysis) -> str:
     st = a.study
-    D, H, C, B = st.input_size, st.hidden_size, 10, st.batch_size
+    D, H, C, B = st.layer_sizes + (st.batch_size,)
     sz = precision_of(st.precision).act_bytes
     P = max(r.procs for r in a.runs if r.strategy != N.DATA)   # the set's largest strategy run
     pen = {name: closed_form_bytes(D, H, C, B, P, sz, name) for name in ("data", "ps", "model")}
@@ -167,8 +166,8 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
         "strategy_map", f"Predicted best strategy over H and B, p={procs}, {transfer} data, "
         f"{'NCCL' if device else 'host MPI'}, {mode} execution ({m.name}); each measured point coloured by the "
         "strategy that won it, a red cross where the model predicted another", strategy_map,
-        dict(machine=m, D=st.input_size, C=10, procs=procs, precision=prec, transfer=transfer, device=device,
-             exec_mode=mode, h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2),
+        dict(machine=m, D=st.input_size, C=st.num_classes, procs=procs, precision=prec, transfer=transfer,
+             device=device, exec_mode=mode, h_range=(min(hs + [H]) / 2, max(hs + [H]) * 2),
              b_range=(min(bs + [B]) / 2, max(bs + [B]) * 2), measured=meas))]
 
 
@@ -176,10 +175,8 @@ def map_figure(a: Analysis, groups: dict, winners: list[dict]) -> list[Figure]:
 
 def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_range, measured, n=18,
                  exec_mode=N.EAGER):
-    """The predicted best strategy on a log grid of H and B, and the measured winners on it
-    (GPU runs: `device` NCCL, else MPI staged through the host; exec_mode graph: each strategy
-    in graph mode where its step can be captured)."""
-    plt = _plt()
+    """The predicted best strategy on a log grid of H and B, and the measured winners on it (`device`: NCCL,
+    else MPI staged through the host; exec_mode graph: each strategy captured where its step can be)."""
     hs = np.unique(np.geomspace(*h_range, n).round().astype(int))
     bs = np.unique(np.geomspace(max(b_range[0], procs), b_range[1], n).round().astype(int))
     names: list[str] = []
@@ -197,7 +194,7 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
             if best not in names:
                 names.append(best)
             grid[i, j] = names.index(best)
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    fig, ax = subplots(figsize=(6.4, 4.8))
     from matplotlib.colors import ListedColormap
     ax.pcolormesh(hs, bs, grid, cmap=ListedColormap([_color(x) for x in names]), shading="nearest", alpha=0.45,
                   vmin=-0.5, vmax=len(names) - 0.5)
@@ -205,31 +202,23 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
         ax.scatter(pt["H"], pt["B"], s=90, color=_color(pt["winner"]), edgecolors="black", zorder=3)
         if not pt["agree"]:
             ax.scatter(pt["H"], pt["B"], s=160, marker="x", color="red", zorder=4)
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=_color(x), edgecolor="gray", alpha=0.6,
                      label=f"{x} predicted fastest" if x != "tie"
                      else f"predicted within {100 * STRATEGY_TIE.value:g}%: a tie")
                for x in names]
-    for w in dict.fromkeys(pt["winner"] for pt in measured):
-        handles.append(Line2D([], [], marker="o", ls="", markersize=8, color=_color(w), markeredgecolor="black",
-                              label=f"measured: {w} fastest"))
+    handles += [mark(f"measured: {w} fastest", color=_color(w), markersize=8, markeredgecolor="black")
+                for w in dict.fromkeys(pt["winner"] for pt in measured)]
     if any(not pt["agree"] for pt in measured):
-        handles.append(Line2D([], [], marker="x", ls="", markersize=9, color="red",
-                              label="measured winner not the predicted one"))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax)
-    ax.set_xlabel("hidden units H")
-    ax.set_ylabel("batch B (split or shared over the ranks)")
-    ax.set_title(f"Fastest strategy predicted, p={procs}, {exec_mode} execution", fontsize=10)
-    legend_below(ax, handles, [h.get_label() for h in handles], ncol=2)
+        handles.append(mark("measured winner not the predicted one", "x", "red", markersize=9))
+    log_axes(ax, "hidden units H", "batch B (split or shared over the ranks)",
+             f"Fastest strategy predicted, p={procs}, {exec_mode} execution")
+    legend_below(ax, handles, ncol=2)
     return encode(fig)
 
 
 def measured_vs_predicted_by_strategy(points):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    fig, ax = subplots(figsize=(5.2, 5.0))
     for name in sorted({p["strategy"] for p in points}):
         xs = [p["predicted_ms"] for p in points if p["strategy"] == name]
         ys = [p["measured_ms"] for p in points if p["strategy"] == name]
@@ -237,11 +226,69 @@ def measured_vs_predicted_by_strategy(points):
     lo = min(min(p["predicted_ms"], p["measured_ms"]) for p in points) / 1.3
     hi = max(max(p["predicted_ms"], p["measured_ms"]) for p in points) * 1.3
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    plain_log(ax)
-    ax.set_xlabel("predicted ms per batch")
-    ax.set_ylabel("measured ms per batch")
-    ax.set_title("Measured against predicted time per batch, per strategy", fontsize=10)
+    log_axes(ax, "predicted ms per batch", "measured ms per batch", "Measured against predicted time per batch, "
+             "per strategy")
     legend_below(ax, ncol=3)
+    return encode(fig)
+
+
+# ---- the asynchronous parameter server ---------------------------------------------------------
+
+def section_psasync(runs: list[Run]) -> Section | None:
+    """The trade-off section, or None without a ps-async run."""
+    groups = groups_of(runs)
+    if not groups:
+        return None
+    s = Section("Asynchronous SGD: statistical against hardware efficiency")
+    s.paragraphs.append(
+        "ps-async: rank 0 applies each worker's gradient as it arrives; a piece of batch k is handed out only "
+        "once every batch before k - S is applied, so S = 0 is synchronous SGD and a larger S lets the workers "
+        "that are ahead go on without the slowest. Updates are counted in batches of B samples (W asynchronous "
+        "updates make one); wall time is the epochs' own, evaluations left out.")
+    rows = []
+    for key, members in groups.items():
+        s.paragraphs.append(_finding(key, members))
+        for r in members:
+            x, wall, acc = (curve(r) or [(None, None, None)])[-1]   # at the end of the last epoch
+            rows.append({"group": group_label(key), "scheme": scheme(r), "run": r.run_id, "procs": r.procs,
+                         "workers": workers_of(r), "final_accuracy": acc, "wall_s": wall,
+                         "ms_per_batch": 1e3 * wall / x if x else None, **(async_row(r) if is_async(r) else {})})
+    s.figures.append(Figure("psasync_tradeoff", "Held-out accuracy against updates (left) and wall time (right), "
+                            "one row per group", tradeoff, {"groups": {group_label(k): [(scheme(r), curve(r))
+                                                                         for r in m] for k, m in groups.items()}}))
+    s.tables.append(Table("psasync", "Each run of the trade-off, and what its server measured", rows))
+    return s
+
+
+def _finding(key: tuple, members: list[Run]) -> str:
+    ref = next((curve(r) for r in members if not is_async(r)), None)
+    if not ref:
+        return f"{group_label(key)}: no synchronous run of the same job on {key[1]} ranks to compare with."
+    _, ref_wall, ref_acc = ref[-1]
+    parts = [f"{scheme(r)} {100 * acc:.2f}% in {wall:.1f} s ({ref_wall / wall:.2f}x)"
+             for r, (_, wall, acc) in ((r, curve(r)[-1]) for r in members if is_async(r) and curve(r))]
+    return (f"{group_label(key)}: synchronous {100 * ref_acc:.2f}% held-out accuracy in {ref_wall:.1f} s; "
+            + "; ".join(parts) + ".")
+
+
+def tradeoff(groups: dict[str, list[tuple[str, list]]]):
+    """groups: label -> [(scheme, [(updates, wall_s, accuracy), ...]), ...]."""
+    fig, axes = subplots(len(groups), 2, figsize=(10, 3.6 * len(groups)), squeeze=False)
+    for (label, series), (a1, a2) in zip(groups.items(), axes):
+        for name, pts in series:
+            if not pts:
+                continue
+            S = int(name.split("=")[1]) if "=" in name else None
+            style = dict(color=S_COLORS.get(S, "tab:purple"), marker="o", ms=3, lw=1.2) if S is not None else \
+                dict(color="black", marker="s", ms=3, lw=2)
+            a1.plot([p[0] for p in pts], [100 * p[2] for p in pts], label=name, **style)
+            a2.plot([p[1] for p in pts], [100 * p[2] for p in pts], label=name, **style)
+        a1.set_xlabel("updates (batches of B samples)")
+        a2.set_xlabel("wall time (s)")
+        for a in (a1, a2):
+            a.set_ylabel("held-out accuracy (%)")
+            a.set_title(label, fontsize=9)
+            a.grid(True, lw=0.3)
+        a1.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
     return encode(fig)

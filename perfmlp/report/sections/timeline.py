@@ -1,28 +1,30 @@
-"""The report's GPU-timeline section: one per run with GPU activity records,
-putting timeline.analyse_timeline's results into words, tables and figures
-(the batch's tracks on the run's time axis, each steady batch's breakdown)."""
+"""The sections from what a run recorded beyond its phases: a GPU timeline
+per run with activity records (timeline.analyse_timeline's results), and
+the files beside the traces: correctness results, cProfile dumps and Nsight
+Systems SQLite exports (each section None without such a file)."""
 from __future__ import annotations
 
 import statistics
 from collections import Counter
+from pathlib import Path
 
+from ...safeio import read_json
 from ...trace.clocks import host_phase_spans_s, to_run_s
 from ...trace.reader import Run
+from ..analysis import Analysis
 from . import Figure, Section, Table
-from ..timeline import PARTS, Timeline, analyse_timeline
+from ..figures import encode, lanes, subplots, swatches
+from ..timeline import PARTS, Timeline, analyse_timeline, top_functions
 
 CAT_COLORS = {"compute": "tab:blue", "comm": "tab:purple", "copy": "tab:orange", "graph": "tab:cyan"}
 PART_COLORS = ("tab:blue", "tab:purple", "tab:orange", "tab:red", "tab:olive", "tab:gray")  # PARTS' order
+CORRECTNESS_KEYS = ("procs", "precision", "comm", "H", "B", "batches", "lr", "max_abs", "max_rel", "ranks_identical")
 
 
 def section_timeline(runs) -> list[Section]:
     """One section per run that has GPU activity records (none without)."""
-    out = []
-    for run in runs:
-        t = analyse_timeline(run)
-        if t is not None:
-            out.append(_section(run, t))
-    return out
+    timelines = ((run, analyse_timeline(run)) for run in runs)
+    return [_section(run, t) for run, t in timelines if t is not None]
 
 
 def _section(run: Run, t: Timeline) -> Section:
@@ -108,11 +110,67 @@ def _checks_note(t: Timeline) -> str:
             + ".")
 
 
+# ---- the files beside the traces -----------------------------------------------------------
+
+def section_correctness(folder: Path) -> Section | None:
+    files = sorted(folder.rglob("correctness*.jsonl"))
+    if not files:
+        return None
+    rows = []
+    for f in files:
+        for line in f.read_text().splitlines():
+            try:
+                r = read_json(line)
+            except ValueError:
+                continue
+            rows.append({k: r.get(k) for k in CORRECTNESS_KEYS})
+    s = Section("Correctness: GPU against CPU parameters")
+    s.paragraphs.append(
+        f"From {', '.join(str(f) for f in files)} (benchmarks/correctness.py): after one epoch on real digits, "
+        "the GPU parameters against one NumPy process trained on the same batches; max |difference| over all "
+        "parameters, and relative to the largest parameter. Every rank's parameters are compared bit for bit.")
+    s.tables.append(Table("correctness", "GPU against CPU after training", rows))
+    return s
+
+
+def section_profiles(a: Analysis) -> Section | None:
+    profs = [(r, p) for r in a.runs if r.path for p in sorted(Path(r.path).glob("rank-*.prof"))]
+    if not profs:
+        return None
+    s = Section("Top Python functions (cProfile)")
+    for r, p in profs[:4]:
+        s.tables.append(Table(f"profile_{r.run_id}_{p.stem}", f"{r.run_id} {p.name}: cumulative time", [
+            {"function": f.function, "calls": f.calls, "total s": f.own_s, "cumulative s": f.cumulative_s}
+            for f in top_functions(p, column=3)]))
+    return s
+
+
+def section_nsys(a: Analysis) -> Section | None:
+    dbs = sorted(a.folder.rglob("*.sqlite")) if a.folder else []
+    if not dbs:
+        return None
+    from ...trace.nsys import cross_check
+    s = Section("Nsight Systems cross-check")
+    by_id = {r.run_id: r for r in a.traces}
+    for db in dbs:
+        run = next((by_id[d.name] for d in [db.parent, *db.parents] if d.name in by_id), None)
+        if run is None:
+            s.paragraphs.append(f"{db}: no trace of the same run beside it; skipped")
+            continue
+        try:
+            rows, notes = cross_check(db, run)
+        except Exception as e:  # a damaged export: say so, report the rest
+            s.paragraphs.append(f"{db}: cannot read ({type(e).__name__}: {e})")
+            continue
+        s.paragraphs.extend(notes)
+        s.tables.append(Table(f"nsys_{run.run_id}", f"{db.name} against {run.run_id}", rows))
+    return s
+
+
 # ---- figures -------------------------------------------------------------------------------
 
 def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, float]]]]:
-    """(track label, [(label, colour, start ms, end ms)]) for one batch, every
-    rank, on the run's time axis from the batch's earliest start."""
+    """(track, [(label, colour, start ms, end ms)]) of one batch, every rank, from its earliest start."""
     tracks = []
     for r, b in sorted(run.steady_batches()[key].items()):
         clock = run.ranks[r].clock
@@ -127,30 +185,20 @@ def batch_tracks(run: Run, key) -> list[tuple[str, list[tuple[str, str, float, f
 
 
 def draw_batch(run_batch, title: str = ""):
-    from ..figures import _plt, encode, legend_below
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(run_batch) + 1.2))
+    fig, ax = subplots(figsize=(10, 0.45 * len(run_batch) + 1.2))
     for i, (_, items) in enumerate(run_batch):
         for name, colour, s, e in items:
             ax.barh(i, max(e - s, 1e-4), left=s, color=colour, edgecolor="black", linewidth=0.3, height=0.7)
             if e - s > 0.02 * max((x[3] for _, it in run_batch for x in it), default=1.0):
                 ax.text((s + e) / 2, i, name, ha="center", va="center", fontsize=6)
-    ax.set_yticks(range(len(run_batch)))
-    ax.set_yticklabels([lab for lab, _ in run_batch], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms from the batch's first start (run time axis)")
-    ax.set_title(title, fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*CAT_COLORS.values(), "tab:gray")]
-    legend_below(ax, handles, [*CAT_COLORS, "host phase"], ncol=5)   # below the lanes: it hides none
+    lanes(ax, [lab for lab, _ in run_batch], "ms from the batch's first start (run time axis)", title)
+    swatches(ax, {**CAT_COLORS, "host phase": "tab:gray"}, ncol=5)
     return encode(fig)
 
 
 def draw_breakdown(per_rank, title: str = ""):
-    """per_rank: rank -> each steady batch's PARTS -> ms, stacked; every rank on one y scale that holds
-    the tallest batch."""
-    from ..figures import _plt, encode
-    plt = _plt()
-    fig, axes = plt.subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 1.0), squeeze=False)
+    """per_rank: rank -> each steady batch's PARTS -> ms, stacked; every rank on one y scale."""
+    fig, axes = subplots(len(per_rank), 1, figsize=(9, 2.2 * len(per_rank) + 1.0), squeeze=False)
     top = max((sum(b[p] for p in PARTS) for bds in per_rank.values() for b in bds), default=1.0) or 1.0
     for ax, (r, bds) in zip(axes[:, 0], sorted(per_rank.items())):
         x = range(len(bds))
