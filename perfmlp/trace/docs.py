@@ -19,6 +19,7 @@ from .updates import Update
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "trace-format.md"
 TEMPLATE = Path(__file__).with_name("format-page.md")
+MADE_BY = "<!-- Made by `python -m perfmlp.trace.docs` from perfmlp/trace/records.py; do not edit by hand. -->"
 
 
 def _flat(doc: str | None) -> str:
@@ -40,7 +41,7 @@ def render() -> str:
     records += _table(R.Batch, "`Batch` (as the reader returns it)",
                       "Its counts (samples, FLOPs, bytes, collectives) are its shape's, read through it.")
     return TEMPLATE.read_text(encoding="utf-8").format(
-        schema=R.SCHEMA, warmup=WARMUP_BATCHES, records="\n".join(records),
+        made_by=MADE_BY, schema=R.SCHEMA, warmup=WARMUP_BATCHES, records="\n".join(records),
         phases="\n".join(f"| `{p.value}` | {N.PHASE_GROUP[p]} |" for p in N.Phase),
         levels="\n".join(f"| `{k}` | {v} |" for k, v in N.TRACE_LEVELS.items()))
 

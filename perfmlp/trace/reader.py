@@ -54,6 +54,19 @@ class Run:
     ranks: Mapping            # rank -> RankTrace
     path: str = ""
     problems: tuple = ()
+    config = property(attrgetter("manifest.config"))
+    procs = property(attrgetter("manifest.procs"))
+    ran = property(attrgetter("manifest.ran"))
+    layer_sizes = property(attrgetter("manifest.layer_sizes"))
+    # what ran (`run.comm` is `run.manifest.ran.comm`: resolved at run time, never worked out here)
+    backend = property(attrgetter("manifest.ran.backend"))
+    comm = property(attrgetter("manifest.ran.comm"))
+    exec = property(attrgetter("manifest.ran.exec"))
+    parallel = property(attrgetter("manifest.ran.parallel"))
+    overlap = property(attrgetter("manifest.ran.overlap"))
+    trace_level = property(attrgetter("manifest.ran.trace_level"))
+    gpu = property(attrgetter("manifest.ran.gpu"))
+    on_gpu = property(attrgetter("manifest.ran.on_gpu"))
 
     @property
     def complete(self) -> bool:
@@ -129,12 +142,6 @@ class Run:
                for r, recs in ranks.items()}
         return cls(run_id or manifest.run_id, manifest, rts)
 
-
-# the manifest's, and what ran (`run.comm` is `run.manifest.ran.comm`: resolved at run time, never worked out here)
-for _name in ("config", "procs", "ran", "layer_sizes"):
-    setattr(Run, _name, property(attrgetter("manifest." + _name)))
-for _name in ("backend", "comm", "exec", "parallel", "overlap", "trace_level", "gpu", "on_gpu"):
-    setattr(Run, _name, property(attrgetter("manifest.ran." + _name)))
 
 _MANY = {Batch: "batches", Epoch: "epochs", Update: "updates"}  # RankTrace's field of a kind of record
 _ONE = {Header: "header", End: "end"}
