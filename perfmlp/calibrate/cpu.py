@@ -4,10 +4,10 @@ reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
 At each BLAS thread count of --threads, one rank alone and all P ranks at
 once on the same cores (the slowest rank's): each GEMM's rate and the other
 kernels' pass bandwidth at the trainer's shapes, and the trainer's own
-Python per kernel (cpu_kernels); the tracer's host time per batch
-(cpu_loop); a large GEMM and a triad (the compute and memory roofs); a small
-NumPy call's host time; MPI allreduce (cpu_exchange); and the spread of
-each (SOURCES). --quick measures a few small shapes in seconds (the tests)."""
+Python per kernel, the tracer's host time per batch and MPI allreduce (all
+three timed in cpu_bench.py); a large GEMM and a triad (the compute and
+memory roofs); a small NumPy call's host time; and the spread of each
+(SOURCES). --quick measures a few small shapes in seconds (the tests)."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +23,7 @@ from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, step_kernels
 from ..blas import cpu_cores, cpu_name, find_blas
 from ..gpu.timing import wall_s
-from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
-from .cpu_kernels import GEMM, time_step
-from .cpu_loop import trace_host_s
+from .cpu_bench import GEMM, QUICK_SIZES, SIZES, exchange, quiet_barrier, time_step, trace_host_s
 from . import write_machine
 from .spread import ratios, spread_table
 

@@ -9,7 +9,7 @@ from statistics import median
 
 from ..gpu.timing import queued_ahead, spin_kernels, time_ms
 from ..model.costs import kernel_name, kernel_shape, step_kernels, widths
-from .cpu_kernels import one_step
+from .cpu_bench import one_step
 
 GAP_KERNELS = 200   # empty kernels queued ahead, and in the larger graph
 
