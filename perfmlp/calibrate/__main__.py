@@ -159,11 +159,7 @@ def calibrate_cpu(a: argparse.Namespace) -> int:
         flag = "--gemm-kernels: the reference's GPU kernels" if a.gemm_kernels else "--gemm-only: a GPU's"
         print(f"perfmlp.calibrate: error: {flag}; a CPU calibration measures its BLAS", file=sys.stderr)
         return 2
-    argv = ["--out", a.out, "--precisions", a.precisions]
-    for flag, value in (("--name", a.name), ("--hidden", a.hidden), ("--local-batch", a.local_batch),
-                        ("--threads", a.threads)):
-        argv += [flag, value] if value else []
-    return cpu.main(argv + (["--quick"] if a.quick else []))
+    return cpu.calibrate(a)
 
 
 def main(argv=None) -> int:

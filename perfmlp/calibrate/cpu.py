@@ -199,8 +199,8 @@ def _parser() -> argparse.ArgumentParser:
                                              "machine file (under mpiexec -n P for what P local ranks share)")
     ap.add_argument("--out", required=True, help="machine file to write (YAML)")
     ap.add_argument("--name", default=None, help="machine name (default: the CPU's name and cores)")
-    ap.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes H (comma-separated)")
-    ap.add_argument("--local-batch", default=",".join(map(str, LOCAL)), help="per-rank batches (comma-separated)")
+    ap.add_argument("--hidden", default=None, help="hidden sizes H (comma-separated)")
+    ap.add_argument("--local-batch", default=None, help="per-rank batches (comma-separated)")
     ap.add_argument("--precisions", default=f"{N.FLOAT32},{N.FLOAT64}", help="float32 and/or float64")
     ap.add_argument("--threads", default=None, help="BLAS threads per rank to measure (default: 1 to the cores)")
     ap.add_argument("--quick", action="store_true", help="a few small shapes, in seconds (for tests)")
@@ -210,8 +210,8 @@ def _parser() -> argparse.ArgumentParser:
 def options(a) -> tuple:
     """(hidden, local, precisions, threads, setting) from the parsed flags; ValueError names the bad one."""
     setting = {**FULL, **(QUICK if a.quick else {})}
-    hidden = setting.get("hidden") if a.quick else _ints("--hidden", a.hidden)
-    local = setting.get("local") if a.quick else _ints("--local-batch", a.local_batch)
+    hidden = setting.get("hidden") if a.quick else _ints("--hidden", a.hidden) if a.hidden else HIDDEN
+    local = setting.get("local") if a.quick else _ints("--local-batch", a.local_batch) if a.local_batch else LOCAL
     precisions = tuple(p for p in a.precisions.split(",") if p)
     bad = [p for p in precisions if p not in (N.FLOAT32, N.FLOAT64)]
     if bad or not precisions:
@@ -222,7 +222,11 @@ def options(a) -> tuple:
 
 
 def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
+    return calibrate(_parser().parse_args(argv))
+
+
+def calibrate(a) -> int:
+    """The calibration the flags `a` ask for (this parser's, or perfmlp.calibrate's on a machine without a GPU)."""
     try:
         hidden, local, precisions, threads, setting = options(a)
     except ValueError as e:
