@@ -31,6 +31,7 @@ from ..step import step
 from ..trace.format import Counts
 from ..trace.writer import NullTracer, make_tracer
 from .collectives import ring_fit
+from .kernels import one_step
 
 
 # the Network's array-work methods, each timed around its call
@@ -82,14 +83,6 @@ def _net(cls, sizes, precision, b):
     net.set_params(init_weights(sizes, 0))
     net.fuse_output = False
     return net
-
-
-def one_step(net, x, y) -> None:
-    """One step of a Network (NumPy or GPU) on the piece x, y (features by samples)."""
-    net.forward(x)
-    net.loss(y)
-    net.backward()
-    net.update()
 
 
 def reps_for(step_s: float, budget_s: float, lo: int = 3, hi: int = 30) -> int:
