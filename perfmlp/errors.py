@@ -115,6 +115,19 @@ def seconds_arg(text: str) -> float:
     return v
 
 
+def positive_int_arg(message: str):
+    """An argparse `type`: an integer above 0, else `message` (formatted with the text's repr) as the error."""
+    def convert(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = 0
+        if v <= 0:
+            raise argparse.ArgumentTypeError(message.format(repr(text)))
+        return v
+    return convert
+
+
 def parent_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
     """A child's preexec_fn (Linux): SIGTERM to it when its parent dies (PR_SET_PDEATHSIG)."""
     try:

@@ -24,7 +24,8 @@ from .errors import PerfmlpError
 from .safeio import prefix
 from .model.interval import Interval, interval, interval_json, interval_words
 from .model.machine import CpuMachine, MachineError, load_machine
-from .model.predict import GROUPS, TERM_GROUP
+from .model.predict import TERM_GROUP
+from .names import GROUPS
 from .model.whatif import KEYS, Setting, WhatIf, WhatIfError, change_words, changed_setting, what_if
 from .model.machine.choose import pick_machines
 from .model.whatif import changed_cpu_setting, cpu_options, gpu_changes, what_if_cpu, what_if_on_gpu

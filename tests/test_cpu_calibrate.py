@@ -11,7 +11,8 @@ from conftest import mpiexec, run_cmd
 from perfmlp import names as N
 from perfmlp.calibrate.cpu import QUICK, SOURCES, main
 from perfmlp.blas import THREAD_ENV, cpu_cores, find_blas, thread_env
-from perfmlp.calibrate.cpu_kernels import TimedNetwork, one_step, step_piece, time_step
+from perfmlp.calibrate.cpu_bench import TimedNetwork, step_piece, time_step
+from perfmlp.calibrate.kernels import one_step
 from perfmlp.mlp import Network, init_weights
 from perfmlp.model.costs import kernel_name, kernel_shape, step_kernels
 from perfmlp.model.machine import load_machine

@@ -12,7 +12,8 @@ from perfmlp.model import costs
 from perfmlp.model.costs import batch_counts, op_cost, step_ops
 from perfmlp.model.machine import MachineError, load_machine, machine_files, machine_from_mapping
 from perfmlp.model.strategies import predict_strategy, step_phases
-from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
+from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
+from perfmlp.names import TRACE_LEVELS
 from perfmlp.model.roofline import modified_roofline, ridge_point, standard_roofline
 from perfmlp.model.summary import reference_approx
 

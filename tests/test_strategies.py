@@ -15,7 +15,8 @@ from perfmlp.model.machine import load_machine
 from perfmlp.model.strategies import (StrategyError, Strategy, best_strategy, closed_form_bytes, crossover_batch,
                                      grid, layer_splits, predict_strategy, rank_counts, shard_sizes, step_bytes,
                                      step_phases)
-from perfmlp.model.predict import TERMS, TRACE_LEVELS, predict_batch, ring_allreduce_s
+from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
+from perfmlp.names import TRACE_LEVELS
 from perfmlp.trace.reader import read_run
 
 from conftest import ROOT, mpiexec, run_cmd, run_perfmlp

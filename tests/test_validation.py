@@ -13,7 +13,8 @@ import pytest
 from perfmlp import names as N
 from perfmlp.model.costs import grad_buffer_bytes
 from perfmlp.model.machine import MachineError, load_machine, machine_from_mapping
-from perfmlp.model.predict import (GROUPS, TERM_GROUP, Item, allreduce_s, gradient_buckets, graph_loop_host_s,
+from perfmlp.names import GROUPS
+from perfmlp.model.predict import (TERM_GROUP, Item, allreduce_s, gradient_buckets, graph_loop_host_s,
                                    overlap_pipeline, predict_batch, timeline_batch_s)
 
 from conftest import ROOT

@@ -12,6 +12,7 @@ from ..cli import Parser
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
 from ..model.machine import load_machine
+from ..model.machine.fields import BASE_SCALARS, MEASURED_ONLY, TABLES
 from . import write_machine
 from .collectives import collective_times, staged_wait
 from .copies import copy_latency, device_bandwidth, host_bandwidth, host_copies, static_copies
@@ -22,22 +23,6 @@ from .pipeline import prefetch_points
 from .precision import TENSOR, precision_rates, stage_rate
 from .spread import gpu_rounds, spread_table, spread_words
 from .. import names as N
-
-# the machine file's scalars: measured, else the base file's
-SCALARS = ("peak_flops_per_s_float32", "peak_flops_per_s_float64", "peak_flops_per_s_tf32", "peak_flops_per_s_bf16",
-           "peak_flops_per_s_fp16", "mem_bw_bytes_per_s",
-           "h2d_pageable_bytes_per_s", "h2d_pinned_bytes_per_s", "d2h_pageable_bytes_per_s",
-           "d2h_pinned_bytes_per_s", "copy_latency_s", "launch_overhead_s", "mpi_alpha_s",
-           "mpi_bw_bytes_per_s", "nccl_alpha_s", "nccl_bw_bytes_per_s")
-# measured only: written where measured
-OPTIONAL = ("trace_event_s", "trace_phase_host_s", "kernel_gap_s", "graph_kernel_gap_s", "graph_replay_gap_s",
-            "graph_launch_s", "graph_step_host_s", "static_copy_host_s", "pinned_copy_host_s",
-            "host_stage_bytes_per_s",
-            "h2d_pageable_latency_s", "h2d_pinned_latency_s", "d2h_pageable_latency_s", "d2h_pinned_latency_s")
-TABLES = ("gemm_flops_per_s", "allreduce_s", "collective_wait_s", "kernel_s", "host_dispatch_s",
-          "copy_aggregate_bytes_per_s", "d2d_copy_s", "host_copy_s", "launch_size_factor", "pageable_launch_factor",
-          "spread", "prefetch_s")
-
 
 # the sliced first layer (--slices K) runs its GEMMs at H / K rows: timed at these K too
 SLICED_K = (2, 4)
@@ -136,9 +121,9 @@ def machine_values(res: dict, base, name: str | None, gpu_name: str, procs: int)
                          f"a spin kernel), host dispatch is launch_overhead_s; the rest from {Path(base.path).name} "
                          f"({base.name}); peak_flops_per_s_* is the large-GEMM rate, not the datasheet peak"),
               "date": date, "gpus": procs if procs > 1 else max(procs, base.gpus)}
-    values.update({k: float(res.get(k, getattr(base, k))) for k in SCALARS})
+    values.update({k: float(res.get(k, getattr(base, k))) for k in BASE_SCALARS})
     values.update({k: res.get(k, []) for k in TABLES})
-    values.update({k: float(res[k]) for k in OPTIONAL if k in res})
+    values.update({k: float(res[k]) for k in MEASURED_ONLY if k in res})
     return values
 
 
@@ -174,11 +159,7 @@ def calibrate_cpu(a: argparse.Namespace) -> int:
         flag = "--gemm-kernels: the reference's GPU kernels" if a.gemm_kernels else "--gemm-only: a GPU's"
         print(f"perfmlp.calibrate: error: {flag}; a CPU calibration measures its BLAS", file=sys.stderr)
         return 2
-    argv = ["--out", a.out, "--precisions", a.precisions]
-    for flag, value in (("--name", a.name), ("--hidden", a.hidden), ("--local-batch", a.local_batch),
-                        ("--threads", a.threads)):
-        argv += [flag, value] if value else []
-    return cpu.main(argv + (["--quick"] if a.quick else []))
+    return cpu.calibrate(a)
 
 
 def main(argv=None) -> int:

@@ -4,10 +4,10 @@ reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
 At each BLAS thread count of --threads, one rank alone and all P ranks at
 once on the same cores (the slowest rank's): each GEMM's rate and the other
 kernels' pass bandwidth at the trainer's shapes, and the trainer's own
-Python per kernel (cpu_kernels); the tracer's host time per batch
-(cpu_loop); a large GEMM and a triad (the compute and memory roofs); a small
-NumPy call's host time; MPI allreduce (cpu_exchange); and the spread of
-each (SOURCES). --quick measures a few small shapes in seconds (the tests)."""
+Python per kernel, the tracer's host time per batch and MPI allreduce (all
+three timed in cpu_bench.py); a large GEMM and a triad (the compute and
+memory roofs); a small NumPy call's host time; and the spread of each
+(SOURCES). --quick measures a few small shapes in seconds (the tests)."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +23,7 @@ from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize, kernel_name, kernel_shape, op_cost, step_kernels
 from ..blas import cpu_cores, cpu_name, find_blas
 from ..gpu.timing import wall_s
-from .cpu_exchange import QUICK_SIZES, SIZES, exchange, quiet_barrier
-from .cpu_kernels import GEMM, time_step
-from .cpu_loop import trace_host_s
+from .cpu_bench import GEMM, QUICK_SIZES, SIZES, exchange, quiet_barrier, time_step, trace_host_s
 from . import write_machine
 from .spread import ratios, spread_table
 
@@ -201,8 +199,8 @@ def _parser() -> argparse.ArgumentParser:
                                              "machine file (under mpiexec -n P for what P local ranks share)")
     ap.add_argument("--out", required=True, help="machine file to write (YAML)")
     ap.add_argument("--name", default=None, help="machine name (default: the CPU's name and cores)")
-    ap.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes H (comma-separated)")
-    ap.add_argument("--local-batch", default=",".join(map(str, LOCAL)), help="per-rank batches (comma-separated)")
+    ap.add_argument("--hidden", default=None, help="hidden sizes H (comma-separated)")
+    ap.add_argument("--local-batch", default=None, help="per-rank batches (comma-separated)")
     ap.add_argument("--precisions", default=f"{N.FLOAT32},{N.FLOAT64}", help="float32 and/or float64")
     ap.add_argument("--threads", default=None, help="BLAS threads per rank to measure (default: 1 to the cores)")
     ap.add_argument("--quick", action="store_true", help="a few small shapes, in seconds (for tests)")
@@ -212,8 +210,8 @@ def _parser() -> argparse.ArgumentParser:
 def options(a) -> tuple:
     """(hidden, local, precisions, threads, setting) from the parsed flags; ValueError names the bad one."""
     setting = {**FULL, **(QUICK if a.quick else {})}
-    hidden = setting.get("hidden") if a.quick else _ints("--hidden", a.hidden)
-    local = setting.get("local") if a.quick else _ints("--local-batch", a.local_batch)
+    hidden = setting.get("hidden") if a.quick else _ints("--hidden", a.hidden) if a.hidden else HIDDEN
+    local = setting.get("local") if a.quick else _ints("--local-batch", a.local_batch) if a.local_batch else LOCAL
     precisions = tuple(p for p in a.precisions.split(",") if p)
     bad = [p for p in precisions if p not in (N.FLOAT32, N.FLOAT64)]
     if bad or not precisions:
@@ -224,7 +222,11 @@ def options(a) -> tuple:
 
 
 def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
+    return calibrate(_parser().parse_args(argv))
+
+
+def calibrate(a) -> int:
+    """The calibration the flags `a` ask for (this parser's, or perfmlp.calibrate's on a machine without a GPU)."""
     try:
         hidden, local, precisions, threads, setting = options(a)
     except ValueError as e:

@@ -55,7 +55,7 @@ def spread_words(table: list[dict]) -> str:
 def gpu_rounds(cp, net, x, y, rounds: int = 8, calls: int = 10) -> list[float]:
     """The ratios of the step's GPU work (`net` on x, y) queued ahead, `calls` steps a round."""
     from ..gpu.timing import queued_ahead
-    from .cpu_kernels import one_step
+    from .kernels import one_step
     times: list = []
     with net.stream:
         queued_ahead(cp, lambda: one_step(net, x.T, y.T), calls, reps=rounds, samples=times)

@@ -8,6 +8,7 @@ import sys
 
 from .. import names as N
 from ..cli import Parser, add_machine
+from ..errors import positive_int_arg
 from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
 from .machine import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
@@ -17,14 +18,7 @@ from .summary import (cluster_summary, cpu_summary, format_cluster, format_cpu, 
                       summary)
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+_positive = positive_int_arg("expected a positive integer, got {}")
 
 
 def format_table(s: dict) -> str:

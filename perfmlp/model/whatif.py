@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 from .costs import DEFAULT_BUCKET_BYTES
 from .machine import Machine
-from .predict import GROUPS, TERM_GROUP, Prediction, predict_batch, resolve_exec
+from .predict import TERM_GROUP, Prediction, predict_batch, resolve_exec
 from .predict.cpu import PRECISIONS, Alternative, cpu_alternatives, predict_cpu
 from .predict.slices import choose_slices
 from .. import names as N
+from ..names import GROUPS
 
 # The configuration keys a what-if may change (the model predicts each).
 KEYS = ("comm", "batch_transfer", "exec", "overlap", "bucket_bytes", "gemm", "batch_size", "precision",

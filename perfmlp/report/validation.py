@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.predict import GROUPS
+from ..names import GROUPS
 from .analysis import Analysis, error_pct, predicted_terms
 from .interval_check import judge_intervals
 from .model_error import (ErrorStats, error_stats, more_predictions, read_predictions, resolution, run_entries,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..model.machine import Machine
-from ..model.predict import GROUPS
+from ..names import GROUPS
 from ..model.whatif import Setting, WhatIf, changed_setting, slices_of, what_if
 from ..model.whatif import CpuSetting
 from ..trace.reader import Run

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from ..cli import add_machine
-from ..errors import OneLineParser, PerfmlpError, cli, safe_stdio, say, seconds_arg, write_atomic
+from ..errors import OneLineParser, PerfmlpError, cli, positive_int_arg, safe_stdio, say, seconds_arg, write_atomic
 from ..config import load_yaml
 from .plan import calibration_sizes, check_runnable_here, expand, min_steady_seconds, sweep_name
 from ..names import PREDICTIONS
@@ -18,16 +18,6 @@ from .predict import lengthen, more_predictions_path, write_predictions
 from .run import SWEEP_DIR, find_launcher, launch, lock, remove_failed, trace_state
 from ..run import Signalled
 from ..startup import SIGNALS
-
-
-def _procs(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of processes, got {text!r}")
-    return v
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     add_machine(ap, "the report's: the calibrated file for the traces' GPU")
     ap.add_argument("--timeout", type=seconds_arg, default=600, metavar="SECONDS",
                     help="seconds a run may take before it is stopped and counted as failed (default: 600)")
-    ap.add_argument("--max-procs", type=_procs, default=None, metavar="P",
+    ap.add_argument("--max-procs", type=positive_int_arg("must be a positive number of processes, got {}"),
+                    default=None, metavar="P",
                     help="skip the runs that need more than P processes (default: run them all)")
     ap.add_argument("--predict", default=None, metavar="NAME|FILE.yaml",
                     help="write the blind predictions with this machine file before the runs "

@@ -30,6 +30,7 @@ class Field:
     doc: str = ""
     applies: tuple = (GPU,)
     required: bool = False
+    from_base: bool = False   # optional, yet a calibration that does not measure it takes --base's value
 
 
 _COPIES = {f"{d}_{m}": f"{'host to device' if d == N.HOST_TO_DEVICE else 'device to host'}, {m} memory"
@@ -86,7 +87,7 @@ FIELDS: dict[str, Field] = {
     **{f"{k}_aggregate_bytes_per_s": Field("B/s", "optional-rate", "calibrate/copies.py host_copies", "copy",
                                            k.split("_")[1] + "_copy", f"all ranks of a node copying at once, {w}")
        for k, w in _COPIES.items()},
-    "allreduce_s": Field("s", "table", "calibrate/collectives.py collective_times (cpu_exchange.py on a CPU)",
+    "allreduce_s": Field("s", "table", "calibrate/collectives.py collective_times (cpu_bench.py exchange on a CPU)",
                          "collective", "collective", "measured allreduces by size and ranks", BOTH),
     "collective_wait_s": Field("s", "table", "calibrate/collectives.py staged_wait", "measured", "collective",
                                "the wait for the slowest rank"),
@@ -103,11 +104,11 @@ FIELDS: dict[str, Field] = {
     "launch_size_factor": Field("ratio", "table", "calibrate/host.py dispatch_size_factors", "measured", None,
                                 "the eager step's host time per operation by size over the tiny step's"),
     "peak_flops_per_s_tf32": Field("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
-                                   "tf32 tensor-core ceiling (0: none)"),
+                                   "tf32 tensor-core ceiling (0: none)", from_base=True),
     "peak_flops_per_s_bf16": Field("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
-                                   "bf16 tensor-core ceiling (0: none)"),
+                                   "bf16 tensor-core ceiling (0: none)", from_base=True),
     "peak_flops_per_s_fp16": Field("FLOP/s", "optional-rate", "calibrate/precision.py precision_rates", "flops", "gpu",
-                                   "fp16 tensor-core ceiling (0: none)"),
+                                   "fp16 tensor-core ceiling (0: none)", from_base=True),
     "host_stage_bytes_per_s": Field("B/s", "optional-rate", "calibrate/precision.py stage_rate", "measured", "host",
                                     "a host thread's pageable-to-pinned memcpy"),
     "pageable_launch_factor": Field("ratio", "table", "calibrate/host.py copied_launch_factors", "measured", None,
@@ -135,9 +136,9 @@ FIELDS: dict[str, Field] = {
                        (CPU,), True),
     "kernel_host_s": Field("s", "time", "calibrate/cpu.py kernel_host_s", "measured", "host",
                            "a timed step's wall time beyond its kernels', per kernel", (CPU,), True),
-    "trace_batch_host_s": Field("s", "time", "calibrate/cpu_loop.py", "measured", "host",
+    "trace_batch_host_s": Field("s", "time", "calibrate/cpu_bench.py trace_host_s", "measured", "host",
                                 "the trainer's step traced less untraced, per batch", (CPU,)),
-    "pass_bytes_per_s": Field("B/s", "table", "calibrate/cpu_kernels.py", "measured", "memory",
+    "pass_bytes_per_s": Field("B/s", "table", "calibrate/cpu_bench.py time_step", "measured", "memory",
                               "each other kernel of the step by size, threads and ranks", (CPU,), True),
 }
 
@@ -152,8 +153,11 @@ GPU_KEYS, CPU_KEYS = keys_of(GPU), keys_of(CPU)
 CPU_REQUIRED = tuple(k for k in CPU_KEYS if FIELDS[k].required and k not in ("mpi_alpha_s", "mpi_bw_bytes_per_s"))
 TABLES = tuple(k for k in GPU_KEYS if FIELDS[k].check == "table")
 OPTIONAL = frozenset(k for k in GPU_KEYS if not FIELDS[k].required)
-OPTIONAL_NUMBERS = tuple(k for k in GPU_KEYS if not FIELDS[k].required and FIELDS[k].check in ("time", "rate",
-                                                                                                "optional-rate"))
+_NUMBERS = ("time", "rate", "optional-rate")
+OPTIONAL_NUMBERS = tuple(k for k in GPU_KEYS if not FIELDS[k].required and FIELDS[k].check in _NUMBERS)
+# a GPU calibration's scalars: measured, else --base's (BASE_SCALARS); or written only where measured
+BASE_SCALARS = tuple(k for k in GPU_KEYS if FIELDS[k].check in _NUMBERS and (FIELDS[k].required or FIELDS[k].from_base))
+MEASURED_ONLY = tuple(k for k in OPTIONAL_NUMBERS if k not in BASE_SCALARS)
 
 
 def scalars_of(spread_source: str) -> tuple[str, ...]:

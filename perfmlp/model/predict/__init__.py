@@ -16,9 +16,8 @@ from .execution import (default_trace_level, graph_refusal, resolve_comm, resolv
                         trace_words, traced_phases)
 from .terms import TERM_GROUP, TERMS, Prediction
 from .timeline import Item, Step, graph_loop_host_s, launch_host_s, timeline_batch_s
-from ...names import GROUPS, TRACE_LEVELS
 
 __all__ = ["predict_batch", "allreduce_s", "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory",
            "graph_refusal", "resolve_comm", "resolve_exec", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step",
            "graph_loop_host_s", "launch_host_s", "timeline_batch_s", "default_trace_level", "trace_cost",
-           "trace_detail", "trace_words", "traced_phases", "GROUPS", "TRACE_LEVELS"]
+           "trace_detail", "trace_words", "traced_phases"]
