@@ -8,7 +8,8 @@ synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
 CUDA-aware: device buffers are staged through the host (`StagedReducer`).
 With `--overlap` the network calls `grad_ready` as each gradient piece is
 written and the reducer starts its collective at once; `reduce` then waits
-for what is in flight.
+for what is in flight, so the `allreduce` phase is the communication the
+backward pass did not hide.
 """
 from __future__ import annotations
 

@@ -5,9 +5,10 @@
 each reduced (MPI_Iallreduce) as its GEMM writes it; the first written is
 reduced with the rest of the buffer and waited for by the exchange, the
 others stay in flight into the next batch, whose first-layer forward waits
-for slice s, updates rows s of W1 and computes Z1[s] (`drain` lands the
-rest). Rows h of dW1 need only rows h of dZ1: the parameters are the
-unsliced step's up to summation order. With fp16's loss scaling the update
+for slice s, updates rows s of W1 and computes Z1[s] (`drain`, the
+backend's sync, lands the rest before anything reads the parameters).
+Rows h of dW1 need only rows h of dZ1: the parameters are the unsliced
+step's up to summation order. With fp16's loss scaling the update
 waits for every slice.
 
 `--grad-precision bf16 | fp16`: gradients rounded to 16 bits and summed by

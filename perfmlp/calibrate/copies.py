@@ -164,7 +164,9 @@ def host_copies(cp, world, sizes: dict, log, spread: dict | None = None) -> tupl
                 world.barrier()
                 if not member:
                     return None
-                if key[1] == N.PINNED:   # queued behind a spin, as the trainer queues them behind its kernels
+                # pinned: GPU time per copy of 4 queued behind a spin, as the trainer queues them (one copy
+                # between two events would add the engines' start)
+                if key[1] == N.PINNED:
                     return queued_ahead(cp, copies[key], 4, spin_s=0.002, reps=1)[0]
                 return copy_s(cp, copies[key], False, events)
             return one

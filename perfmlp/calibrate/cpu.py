@@ -210,8 +210,9 @@ def _parser() -> argparse.ArgumentParser:
 def options(a) -> tuple:
     """(hidden, local, precisions, threads, setting) from the parsed flags; ValueError names the bad one."""
     setting = {**FULL, **(QUICK if a.quick else {})}
-    hidden = setting.get("hidden") if a.quick else _ints("--hidden", a.hidden) if a.hidden is not None else HIDDEN
-    local = setting.get("local") if a.quick else _ints("--local-batch", a.local_batch) if a.local_batch is not None else LOCAL
+    hidden, local = (setting.get("hidden"), setting.get("local")) if a.quick else (
+        HIDDEN if a.hidden is None else _ints("--hidden", a.hidden),
+        LOCAL if a.local_batch is None else _ints("--local-batch", a.local_batch))
     precisions = tuple(p for p in a.precisions.split(",") if p)
     bad = [p for p in precisions if p not in (N.FLOAT32, N.FLOAT64)]
     if bad or not precisions:

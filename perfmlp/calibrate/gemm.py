@@ -75,9 +75,9 @@ def captured_gemms(net, x, y) -> list:
 def step_gemm_rates(cp, net, x, y, kinds) -> list[dict]:
     """gemm_flops_per_s entries of the GEMMs of one step of `net` on x, y with each GEMM kernel of `kinds`."""
     prec = net.dtype.name
-    rates = []
+    rates, gemms = [], captured_gemms(net, x, y)
     for kind in kinds:
-        for a, b, out in captured_gemms(net, x, y):
+        for a, b, out in gemms:
             m_, k_, n_ = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
             call = (lambda a=a, b=b, out=out, g=cublas_gemm(cp, prec): g(a, b, out)) if kind == N.CUBLAS \
                 else (lambda a=a, b=b, out=out, kind=kind: gemm(cp, kind, a, b, out=out))

@@ -9,6 +9,9 @@ device to device: batches.DeviceBatches.static); one graph serves every
 batch of a piece size and address (a prefetch slot has its own). Pointers,
 shapes and scalars are baked in, parameters updated in place; the operations
 and counters recorded during the capture are added to each replay's batch.
+With ps-nccl each rank captures its own graph, the update on rank 0 only;
+model and hybrid parallelism over staged or host exchanges are refused
+graph mode (model.predict.graph_refusal says why).
 """
 from __future__ import annotations
 

@@ -163,7 +163,7 @@ class Worker:
             compute(self.net, x, y, tracer.phase, counts)
             self.push(tracer.phase, counts)
             status, step, index = self.pull(tracer.phase, counts)
-            tracer.end_batch(None, counts)
+            tracer.end_batch(None, counts)   # the loss went with the gradient: the server's lines carry it
             counts.reset()
             self.pieces += 1
         return status

@@ -1,7 +1,8 @@
 """The asynchronous parameter server's record (`--comm ps-async`): one `update` line per gradient
 rank 0 applied; other runs write none. A gradient computed on piece `piece` of batch `batch`
 missed `update - read` updates; its staleness (complete steps its parameters lacked) is at most
---staleness. With the initial parameters, the data and the configuration, the update lines alone
+--staleness. `apply_ms` includes the gradient's copy to the GPU, `reply_ms` the parameters' copy out
+and send. With the initial parameters, the data and the configuration, the update lines alone
 determine the final parameters (perfmlp/psasync/replay.py)."""
 from __future__ import annotations
 
