@@ -1,5 +1,6 @@
 """The one exception type a user sees (its message is the one-line error),
-and what every command-line tool shares: how it ends and how it writes.
+and what every command-line tool shares: how it ends, how it writes, its
+argument parser (errors in one line) and `--machine`.
 
 The promise: bad input or a fault ends a tool with one line naming the file
 or value and a non-zero status (2: bad input, 1: failed, 130: Ctrl-C, 128 + N:
@@ -96,12 +97,33 @@ def write_atomic(path: str | Path, data) -> None:
         raise
 
 
+class Parser(argparse.ArgumentParser):
+    """The commands' argument parser: an error is `<tool>: error: <message>` on stderr and status 2."""
+
+    def error(self, message):
+        tool = self.prog.removeprefix("python -m ")
+        print(f"{tool}: error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose error is a one-line PerfmlpError, for a command that says its errors
-    itself (the run, once every rank has started); perfmlp/cli.py's Parser prints them instead."""
+    itself (the run, once every rank has started); `Parser` prints them instead."""
 
     def error(self, message):
         raise PerfmlpError(" ".join(str(message).split()))
+
+
+MACHINE_HELP = "machine file: a .yaml path or the name of a shipped one (models/*.yaml)"
+
+
+def add_machine(parser: argparse.ArgumentParser, default: str, *, required: bool = False,
+                shipped: tuple[str, ...] = ()) -> None:
+    """--machine NAME|FILE.yaml, the one every command takes (the configuration's flags: perfmlp/flags.py);
+    `default`: what the command takes without it; `shipped`: files to list."""
+    names = f" ({', '.join(shipped)})" if shipped else ""
+    parser.add_argument("--machine", default=None, required=required, metavar="NAME|FILE.yaml",
+                        help=f"{MACHINE_HELP}{names} (default: {default})")
 
 
 def seconds_arg(text: str) -> float:

@@ -18,9 +18,8 @@ import json
 import sys
 
 from .checks import CheckError, load_yaml_text
-from .cli import Parser, add_machine
 from .config import Config, from_mapping
-from .errors import PerfmlpError
+from .errors import Parser, PerfmlpError, add_machine
 from .safeio import prefix
 from .model.interval import Interval, interval, interval_json, interval_words
 from .model.machine import CpuMachine, MachineError, load_machine

@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[1] / "perfmlp"
 # A name stands for the module and everything under it ("perfmlp" alone is the package's __init__:
 # its version). Every module of perfmlp belongs to exactly one part; a new one must be placed here.
 BASE = ("perfmlp", "perfmlp.checks", "perfmlp.errors", "perfmlp.names",   # checks, the error type, the vocabulary,
-        "perfmlp.cli", "perfmlp.safeio")                                 # the commands' parser and --machine, safe I/O
+        "perfmlp.safeio")                                                # safe I/O
 MODEL = ("perfmlp.model",)                                        # pure: shapes and machine numbers
 TRACE = ("perfmlp.trace",)                                        # the contract between a run and its report
 CONFIG = ("perfmlp.config", "perfmlp.flags", "perfmlp.data", "perfmlp.params")                  # the configuration, the data sets

@@ -1,4 +1,4 @@
-"""The commands' shared command line (perfmlp/cli.py, flags.add_fields):
+"""The commands' shared command line (perfmlp/errors.py, flags.add_fields):
 one-line argument errors, one --machine, and the model command's
 configuration flags built from Config's fields, so its defaults are the
 trainer's by construction."""
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from perfmlp import cli
+from perfmlp import errors as cli
 from perfmlp import names as N
 from perfmlp.config import Config
 from perfmlp.flags import add_fields

@@ -8,7 +8,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from ..cli import Parser
+from ..errors import Parser
 from ..config import Config
 from ..model.costs import grad_buffer_bytes, itemsize
 from ..model.machine import load_machine

@@ -7,8 +7,7 @@ import os
 import sys
 
 from .. import names as N
-from ..cli import Parser, add_machine
-from ..errors import positive_int_arg
+from ..errors import Parser, add_machine, positive_int_arg
 from ..flags import add_fields
 from .cluster import ClusterError, cluster_files, load_cluster
 from .machine import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files

@@ -1,8 +1,7 @@
 import sys
 from pathlib import Path
 
-from ..cli import Parser, add_machine
-from ..errors import PerfmlpError, cli, say
+from ..errors import Parser, PerfmlpError, add_machine, cli, say
 from ..model.machine import MachineError
 from ..trace.reader import TraceError
 from . import build

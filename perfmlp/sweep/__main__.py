@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ..cli import add_machine
-from ..errors import OneLineParser, PerfmlpError, cli, positive_int_arg, safe_stdio, say, seconds_arg, write_atomic
+from ..errors import (OneLineParser, PerfmlpError, add_machine, cli, positive_int_arg, safe_stdio, say, seconds_arg,
+                      write_atomic)
 from ..config import load_yaml
 from .plan import calibration_sizes, check_runnable_here, expand, min_steady_seconds, sweep_name
 from ..names import PREDICTIONS

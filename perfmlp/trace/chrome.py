@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from .. import names as N
-from ..cli import Parser
-from ..errors import PerfmlpError
+from ..errors import Parser, PerfmlpError
 from ..safeio import check_output
 from .activity import to_run_s
 from .format import BYTE_COUNTS
