@@ -210,9 +210,11 @@ def _parser() -> argparse.ArgumentParser:
 def options(a) -> tuple:
     """(hidden, local, precisions, threads, setting) from the parsed flags; ValueError names the bad one."""
     setting = {**FULL, **(QUICK if a.quick else {})}
-    hidden, local = (setting.get("hidden"), setting.get("local")) if a.quick else (
-        HIDDEN if a.hidden is None else _ints("--hidden", a.hidden),
-        LOCAL if a.local_batch is None else _ints("--local-batch", a.local_batch))
+    if a.quick:
+        hidden, local = setting.get("hidden"), setting.get("local")
+    else:
+        hidden = HIDDEN if a.hidden is None else _ints("--hidden", a.hidden)
+        local = LOCAL if a.local_batch is None else _ints("--local-batch", a.local_batch)
     precisions = tuple(p for p in a.precisions.split(",") if p)
     bad = [p for p in precisions if p not in (N.FLOAT32, N.FLOAT64)]
     if bad or not precisions:
