@@ -1,3 +1,4 @@
+import compileall
 import contextlib
 import io
 import os
@@ -17,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # extra threads only spin against them. A test about thread counts sets its own.
 for _var in THREAD_ENV:
     os.environ.setdefault(_var, "1")
+
+
+def pytest_sessionstart(session):
+    """Compile perfmlp's modules once, before the commands the tests start import
+    them: where PYTHONDONTWRITEBYTECODE is set (as in many CI images) each of those
+    processes would otherwise compile every module it imports again."""
+    if not hasattr(session.config, "workerinput"):   # the controller, not each xdist worker
+        compileall.compile_dir(ROOT / "perfmlp", quiet=1)
 
 
 def mpiexec():

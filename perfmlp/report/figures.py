@@ -31,6 +31,7 @@ PHASE_COLORS = dict(zip(PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green",
                                  "navy", "teal", "maroon", "lime")))
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 _SVG_SALT = "perfmlp.report"
+_PNG_DPI = 130
 
 
 def require() -> None:
@@ -57,11 +58,15 @@ def subplots(*args, **kw):
 def encode(fig) -> dict[str, bytes]:
     import matplotlib
     out = {}
-    # SVG text as text (the reader's sans-serif), not a path per glyph: a third of the bytes
+    # the tight bounding box is found once, at the PNG's resolution, and both formats are saved to it: a save
+    # asked for "tight" lays the whole figure out twice more, once per format
     with matplotlib.rc_context({"svg.hashsalt": _SVG_SALT, "svg.fonttype": "none"}):
+        fig.set_dpi(_PNG_DPI)
+        fig.draw_without_rendering()
+        bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
         for ext in ("png", "svg"):
             buf = io.BytesIO()
-            fig.savefig(buf, format=ext, dpi=130 if ext == "png" else None, bbox_inches="tight",
+            fig.savefig(buf, format=ext, dpi=_PNG_DPI if ext == "png" else None, bbox_inches=bbox,
                         metadata=_METADATA[ext])
             out[ext] = buf.getvalue()
     _plt().close(fig)
