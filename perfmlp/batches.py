@@ -1,12 +1,9 @@
-"""Where a rank's piece of a batch comes from: `get(lo, hi, phase, counts)`
-gives x (D x b) and y (C x b), transposed views of the row-per-sample arrays,
-and counts the bytes it copied.
+"""Where a rank's piece of a batch comes from: `get(lo, hi, phase, counts)` gives x (D x b) and y (C x b),
+transposed views of the row-per-sample arrays, and counts the bytes it copied.
 
-`HostBatches` (NumPy): views, no copy. `DeviceBatches` (CuPy): copied each
-batch from pageable or pinned memory, resident, or prefetched on copy
-streams (perfmlp/gpu/prefetch.py); `static` gives the piece in the same
-device buffers every batch, as a CUDA graph needs.
-"""
+`HostBatches` (NumPy): views, no copy. `DeviceBatches` (CuPy): copied each batch from pageable or
+pinned memory, resident, or prefetched on copy streams (perfmlp/gpu/prefetch.py); `static` gives the
+piece in the same device buffers every batch, as a CUDA graph needs."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,10 +1,7 @@
-"""The BLAS library NumPy calls and its thread count (recorded in each
-run's manifest; calibrate sets it), without threadpoolctl: through the
-library's own API, found by ctypes among the shared objects this process
-has mapped (OpenBLAS, scipy-openblas's prefixed symbols, MKL, BLIS). A child
-process gets its count through its environment (`thread_env`): the
-libraries read it once, when NumPy loads them.
-"""
+"""The BLAS library NumPy calls and its thread count (recorded in each run's manifest; calibrate sets it),
+without threadpoolctl: through the library's own API, found by ctypes among the shared objects this
+process has mapped (OpenBLAS, scipy-openblas's prefixed symbols, MKL, BLIS). A child process gets its
+count through its environment (`thread_env`): the libraries read it once, when NumPy loads them."""
 from __future__ import annotations
 
 import ctypes

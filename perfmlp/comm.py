@@ -1,16 +1,13 @@
-"""Communication behind one interface: the world (`SingleWorld`: one process
-without MPI; `Group`: an MPI communicator; `MPIWorld`: COMM_WORLD) and the
-gradient reducers (`name`: the --comm value). A reducer sums the flat
-gradient buffer across ranks in place, `reduce(flat, phase, counts)`,
-counting the bytes it hands to MPI or NCCL where it issues them;
-`host_value(flat, i)` reads the loss slot where that costs no device
-synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
-CUDA-aware: device buffers are staged through the host (`StagedReducer`).
-With `--overlap` the network calls `grad_ready` as each gradient piece is
-written and the reducer starts its collective at once; `reduce` then waits
-for what is in flight, so the `allreduce` phase is the communication the
-backward pass did not hide.
-"""
+"""Communication behind one interface: the world (`SingleWorld`: one process without MPI; `Group`: an MPI
+communicator; `MPIWorld`: COMM_WORLD) and the gradient reducers (`name`: the --comm value).
+
+A reducer sums the flat gradient buffer across ranks in place, `reduce(flat, phase, counts)`, counting
+the bytes it hands to MPI or NCCL where it issues them; `host_value(flat, i)` reads the loss slot where
+that costs no device synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
+CUDA-aware: device buffers are staged through the host (`StagedReducer`). With `--overlap` the network
+calls `grad_ready` as each gradient piece is written and the reducer starts its collective at once;
+`reduce` then waits for what is in flight, so the `allreduce` phase is the communication the backward
+pass did not hide."""
 from __future__ import annotations
 
 import os

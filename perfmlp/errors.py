@@ -1,13 +1,10 @@
-"""The one exception type a user sees (its message is the one-line error),
-and what every command-line tool shares: how it ends, how it writes, its
-argument parser (errors in one line) and `--machine`.
+"""The one exception type a user sees (its message is the one-line error), and what every command-line
+tool shares: how it ends, how it writes, its argument parser (errors in one line) and `--machine`.
 
-The promise: bad input or a fault ends a tool with one line naming the file
-or value and a non-zero status (2: bad input, 1: failed, 130: Ctrl-C, 128 + N:
-signal N), never a traceback; an output file is written to a temporary name
-beside it and renamed, so it is whole or absent; printing never fails a
-finished run (characters the terminal's encoding lacks are escaped).
-"""
+The promise: bad input or a fault ends a tool with one line naming the file or value and a non-zero
+status (2: bad input, 1: failed, 130: Ctrl-C, 128 + N: signal N), never a traceback; an output file is
+written to a temporary name beside it and renamed, so it is whole or absent; printing never fails a
+finished run (characters the terminal's encoding lacks are escaped)."""
 from __future__ import annotations
 
 import argparse

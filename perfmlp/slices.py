@@ -1,22 +1,17 @@
-"""The sliced first layer and the 16-bit gradient exchange, on NumPy and MPI
-(the GPU's form: perfmlp/gpu/sliced.py; `check` refuses what is not built).
+"""The sliced first layer and the 16-bit gradient exchange on NumPy and MPI (the GPU's form:
+perfmlp/gpu/sliced.py; `check` refuses what is not built).
 
-`--slices K`: dW1 is computed in K slices of hidden units (last rows first),
-each reduced (MPI_Iallreduce) as its GEMM writes it; the first written is
-reduced with the rest of the buffer and waited for by the exchange, the
-others stay in flight into the next batch, whose first-layer forward waits
-for slice s, updates rows s of W1 and computes Z1[s] (`drain`, the
-backend's sync, lands the rest before anything reads the parameters).
-Rows h of dW1 need only rows h of dZ1: the parameters are the unsliced
-step's up to summation order. With fp16's loss scaling the update
-waits for every slice.
+`--slices K`: dW1 is computed in K slices of hidden units (last rows first), each reduced
+(MPI_Iallreduce) as its GEMM writes it; the first written goes with the rest of the buffer and is
+waited for by the exchange, the others stay in flight into the next batch, whose first-layer forward
+waits for slice s, updates rows s of W1 and computes Z1[s] (`drain`, the backend's sync, lands the rest
+before anything reads the parameters). Rows h of dW1 need only rows h of dZ1, so the parameters are the
+unsliced step's up to summation order. With fp16's loss scaling the update waits for every slice.
 
-`--grad-precision bf16 | fp16`: gradients rounded to 16 bits and summed by
-an MPI operation adding in float32 (as NCCL's ring does hop by hop), then
-widened for the update. The loss slot travels as the rank's mean (a sum
-could pass fp16's range) and only says it is finite; the epoch's exact sum
-is reduced at its end.
-"""
+`--grad-precision bf16 | fp16`: gradients rounded to 16 bits, summed by an MPI operation adding in
+float32 (as NCCL's ring does hop by hop), widened for the update. The loss slot travels as the rank's
+mean (a sum could pass fp16's range) and only says it is finite; the epoch's exact sum is reduced at
+its end."""
 from __future__ import annotations
 
 import dataclasses

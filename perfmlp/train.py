@@ -1,13 +1,10 @@
 """The data-parallel training loop.
 
-Batch k is samples [kB, (k+1)B) of the epoch's order (the last may be short,
-averaged over its own size). Each rank takes its contiguous piece of every
-batch, its gradient scaled by 1/B of the whole batch; the gradient buffer is
-summed across ranks and every rank applies the same update (regularisation
-added there, once), so every rank holds what one process training on the
-whole batch would, up to rounding. The step, for every strategy and
-execution mode: perfmlp/step.py.
-"""
+Batch k is samples [kB, (k+1)B) of the epoch's order (the last may be short, averaged over its own
+size). Each rank takes its contiguous piece of every batch, its gradient scaled by 1/B of the whole
+batch; the gradient buffer is summed across ranks and every rank applies the same update
+(regularisation added there, once), so every rank holds what one process training on the whole batch
+would, up to rounding. The step, for every strategy and execution mode: perfmlp/step.py."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,13 +1,10 @@
-"""A CPU as a machine: what a NumPy step of this trainer spends, measured
-with microbenchmarks and written as a machine file (model/predict/cpu.py
-reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
-At each BLAS thread count of --threads, one rank alone and all P ranks at
-once on the same cores (the slowest rank's): each GEMM's rate and the other
-kernels' pass bandwidth at the trainer's shapes, and the trainer's own
-Python per kernel, the tracer's host time per batch and MPI allreduce (all
-three timed in cpu_bench.py); a large GEMM and a triad (the compute and
-memory roofs); a small NumPy call's host time; and the spread of each
-(SOURCES). --quick measures a few small shapes in seconds (the tests)."""
+"""A CPU as a machine: what a NumPy step of this trainer spends, measured with microbenchmarks and written
+as a machine file (model/predict/cpu.py reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out
+FILE.yaml`. At each BLAS thread count of --threads, one rank alone and all P ranks at once on the same
+cores (the slowest rank's): each GEMM's rate and the other kernels' pass bandwidth at the trainer's
+shapes, and the trainer's own Python per kernel, the tracer's host time per batch and MPI allreduce (all
+three timed in cpu_bench.py); a large GEMM and a triad (the compute and memory roofs); a small NumPy
+call's host time; and the spread of each (SOURCES). --quick measures a few small shapes in seconds."""
 from __future__ import annotations
 
 import argparse

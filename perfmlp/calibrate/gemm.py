@@ -1,11 +1,9 @@
-"""GEMM rates as GPU time: the large-GEMM rate of each precision
-(peak_flops_per_s_*, the empirical compute roof) and the trainer's own GEMMs
-at its shapes and layouts, recorded from one step (GpuNetwork.capture) and
-each relaunched alone, for cuBLAS and, with --gemm-kernels, the reference's
-kernels, each over back-to-back calls queued behind a spin kernel
-(gpu.timing.queued_ahead) so that the host's dispatch (launch_overhead_s,
-host.py) is not in it; and the step's own kernels on the same networks. The
-tensor-core precisions' step: precision.py."""
+"""GEMM rates as GPU time: the large-GEMM rate of each precision (peak_flops_per_s_*, the empirical
+compute roof) and the trainer's own GEMMs at its shapes and layouts, recorded from one step
+(GpuNetwork.capture) and each relaunched alone, for cuBLAS and, with --gemm-kernels, the reference's
+kernels, each over back-to-back calls queued behind a spin kernel (gpu.timing.queued_ahead) so that
+the host's dispatch (launch_overhead_s, host.py) is not in it; and the step's own kernels on the same
+networks. The tensor-core precisions' step: precision.py."""
 from __future__ import annotations
 
 import numpy as np

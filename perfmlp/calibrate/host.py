@@ -1,10 +1,8 @@
-"""Launches and the host's time: the trainer's own step timed in
-interleaved rounds (the host's speed drifts over seconds) at a size whose GPU
-work is negligible unless said. host_dispatch, drawn first and last
-(mean_dispatch): the eager step's host time per operation and the tracer's
-per phase, alone and by 2 and P ranks, and the graph step's and the batch
-copies' host time; dispatch_size_factors (launch_size_factor) and
-copied_launch_factors (pageable_launch_factor): the launches' time at the
+"""Launches and the host's time: the trainer's own step timed in interleaved rounds (the host's speed
+drifts over seconds) at a size whose GPU work is negligible unless said. host_dispatch, drawn first and
+last (mean_dispatch): the eager step's host time per operation and the tracer's per phase, alone and by
+2 and P ranks, and the graph step's and the batch copies' host time; dispatch_size_factors
+(launch_size_factor) and copied_launch_factors (pageable_launch_factor): the launches' time at the
 trainer's sizes, and after pageable copies, over the reference's."""
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py): the
-trainer's own step at a negligible hidden size, its batch prefetched from
-pinned memory or staged from a pageable source, beside the same step with the
-batch resident (eager and graph), in the same rounds: the whole loop, since
-the staging threads need the GIL the loop's thread holds while it runs
-Python. prefetch_s points give the step (`s`) and the resident loop's own
-time (`loop_s`: Machine.prefetch_host_s); a piece's bytes are what the
-pipeline moves, the step running in float32 with as many rows as hold them."""
+"""The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py): the trainer's own step at a
+negligible hidden size, its batch prefetched from pinned memory or staged from a pageable source,
+beside the same step with the batch resident (eager and graph), in the same rounds: the whole loop,
+since the staging threads need the GIL the loop's thread holds while it runs Python. prefetch_s points
+give the step (`s`) and the resident loop's own time (`loop_s`: Machine.prefetch_host_s); a piece's
+bytes are what the pipeline moves, the step running in float32 with as many rows as hold them."""
 from __future__ import annotations
 
 from statistics import median

@@ -1,20 +1,15 @@
-"""The input pipeline (`--batch-transfer prefetch` and `prefetch-pageable`):
-the next LOOKAHEAD batches are copied host to device on copy streams of
-their own, into LOOKAHEAD + 1 slots of a device buffer, while this one
-computes. `prefetch` copies from the pinned host array. `prefetch-pageable`
-stages the pageable source into each slot's pinned buffer on STAGE_THREADS
-threads, a chunk of rows a task, each task issuing its rows' copy once they
-are staged. A task needs the GIL, which the loop's thread holds while it runs
-Python: so the loop queues a piece LOOKAHEAD batches ahead (the pool never
-waits for the loop), no dispatcher thread stands between them, and a task
-makes only two calls that let go of the GIL (its copy, its cudaMemcpyAsync).
+"""The input pipeline (`--batch-transfer prefetch` and `prefetch-pageable`): the next LOOKAHEAD batches
+are copied host to device on copy streams of their own, into LOOKAHEAD + 1 slots of a device buffer,
+while this one computes. `prefetch` copies from the pinned host array; `prefetch-pageable` stages the
+pageable source into each slot's pinned buffer on STAGE_THREADS threads, a chunk of rows a task, each
+task issuing its rows' copy once staged. A task needs the GIL, which the loop's thread holds while it
+runs Python: so the loop queues a piece LOOKAHEAD batches ahead, no dispatcher thread stands between
+them, and a task makes only two calls that let go of the GIL (its copy, its cudaMemcpyAsync).
 
-Ordering is by CUDA events: the compute stream waits for `copied[s]` before
-the step that reads slot s (and a task, on the host, before it rewrites slot
-s's pinned buffer); slot s's copy stream waits for `consumed[s]`, recorded
-when the next piece is taken, before its next copy. `Pipeline` is the host's
-part, `CudaSlots` the device's (tests and benchmarks give it host-memory slots).
-"""
+Ordering is by CUDA events: the compute stream waits for `copied[s]` before the step that reads slot s
+(and a task, on the host, before it rewrites slot s's pinned buffer); slot s's copy stream waits for
+`consumed[s]`, recorded when the next piece is taken, before its next copy. `Pipeline` is the host's
+part, `CudaSlots` the device's (tests and benchmarks give it host-memory slots)."""
 from __future__ import annotations
 
 import time

@@ -1,12 +1,9 @@
-"""The timing primitives the calibration (perfmlp.calibrate) and the
-benchmarks share: how a time is taken, in one place. GPU time is taken
-between CUDA events (`time_ms`, `event_s`, and `queued_ahead`: calls queued
-behind a spin kernel, so that the host's dispatch is not in it); host time by
-the wall clock (`wall_s`, `host_times`, `per_call_s`); `copy_s` times a copy
-either way by its memory; `rounds` interleaves measurements so that the
-host's drift over seconds falls on every key alike. Nothing here imports
-CuPy: a function that needs it takes the module (`cp`).
-"""
+"""The timing primitives the calibration (perfmlp.calibrate) and the benchmarks share. GPU time is taken
+between CUDA events (`time_ms`, `event_s`, and `queued_ahead`: calls queued behind a spin kernel, so
+that the host's dispatch is not in it); host time by the wall clock (`wall_s`, `host_times`,
+`per_call_s`); `copy_s` times a copy either way by its memory; `rounds` interleaves measurements so
+that the host's drift over seconds falls on every key alike. Nothing here imports CuPy: a function
+that needs it takes the module (`cp`)."""
 from __future__ import annotations
 
 import time

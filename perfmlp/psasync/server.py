@@ -1,14 +1,11 @@
-"""Rank 0 of `--comm ps-async`: takes gradients as they arrive, applies
-them, hands out pieces under the staleness bound and records one `update`
-line per gradient (trace/updates.py).
+"""Rank 0 of `--comm ps-async`: takes gradients as they arrive, applies them, hands out pieces under the
+staleness bound and records one `update` line per gradient (trace/updates.py).
 
-The stale-synchronous rule (`Schedule`, pure): global step k is batch k of
-the run, cut into W pieces as a data-parallel run on W ranks cuts it. Pieces
-go out in order to whichever worker asks next, a piece of step k only once
-K >= k - S, K counting the unbroken prefix of steps whose W gradients are
-all applied. So a gradient sees every update of steps < k - S, and with
-S = 0 exactly the parameters after step k - 1: synchronous SGD.
-"""
+The stale-synchronous rule (`Schedule`, pure): global step k is batch k of the run, cut into W pieces
+as a data-parallel run on W ranks cuts it. Pieces go out in order to whichever worker asks next, a
+piece of step k only once K >= k - S, K counting the unbroken prefix of steps whose W gradients are all
+applied. So a gradient sees every update of steps < k - S, and with S = 0 exactly the parameters after
+step k - 1: synchronous SGD."""
 from __future__ import annotations
 
 import os

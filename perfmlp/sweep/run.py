@@ -1,13 +1,10 @@
-"""Running a sweep's jobs: the MPI launcher, the trace folder's lock, one
-job at a time in a process group of its own, and what a job left.
+"""Running a sweep's jobs: the MPI launcher, the trace folder's lock, one job at a time in a process group
+of its own, and what a job left.
 
-The launcher is the installed MPI's (the one mpi4py loads: MPICH or Open
-MPI), looked for beside this Python, then on PATH, and asked its version to
-be sure it belongs to that MPI; PERFMLP_MPIRUN names another. The sweep ends
-a job's group (SIGTERM, then SIGKILL after END_GRACE_S) on a timeout, an
-interruption or its own error; the launcher also gets SIGTERM should the
-sweep die (PR_SET_PDEATHSIG).
-"""
+The launcher is the installed MPI's (the one mpi4py loads: MPICH or Open MPI), looked for beside this
+Python, then on PATH, and asked its version to be sure it belongs to that MPI; PERFMLP_MPIRUN names
+another. The sweep ends a job's group (SIGTERM, then SIGKILL after END_GRACE_S) on a timeout, an
+interruption or its own error; the launcher also gets SIGTERM should the sweep die (PR_SET_PDEATHSIG)."""
 from __future__ import annotations
 
 import os
