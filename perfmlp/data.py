@@ -1,8 +1,6 @@
-"""Training data: MNIST IDX files (gzip or raw), the shipped test set, and a
-deterministic synthetic MNIST-shaped source, held as uint8 pixels (N x D:
-a batch piece is one contiguous block) and integer labels; `to_arrays` makes
-the trainer's float inputs (pixel / 255) and one-hot labels.
-"""
+"""Training data: MNIST IDX files (gzip or raw), the shipped test set, and a deterministic synthetic
+MNIST-shaped source, held as uint8 pixels (N x D: a batch piece is one contiguous block) and integer
+labels; `to_arrays` makes the trainer's float inputs (pixel / 255) and one-hot labels."""
 from __future__ import annotations
 
 import gzip

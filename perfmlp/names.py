@@ -1,9 +1,7 @@
-"""Every name the trainer, the trace, the model, the report and the CLIs
-share, defined once; this module imports nothing of perfmlp, and nothing
-else spells these names (tests/test_names.py). Plain strings, so that
-configurations, manifests, YAML and JSON hold them as they are; the phases
-are a str Enum (a Phase compares, formats and serialises as its value).
-"""
+"""Every name the trainer, the trace, the model, the report and the CLIs share, defined once; this module
+imports nothing of perfmlp, and nothing else spells these names (tests/test_names.py). Plain strings,
+so that configurations, manifests, YAML and JSON hold them as they are; the phases are a str Enum (a
+Phase compares, formats and serialises as its value)."""
 from __future__ import annotations
 
 from enum import Enum

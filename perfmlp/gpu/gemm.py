@@ -1,6 +1,5 @@
-"""The GEMMs: cuBLAS called directly, and the reference's own kernels
-(naive, tiled, register-blocked; reference_gemm.cu), all as out = a @ b on 2-D
-arrays of any strides."""
+"""The GEMMs: cuBLAS called directly, and the reference's own kernels (naive, tiled, register-blocked;
+reference_gemm.cu), all as out = a @ b on 2-D arrays of any strides."""
 from __future__ import annotations
 
 import ctypes

@@ -1,6 +1,6 @@
-"""What backend.build assembles a rank's backend from: `device` (array module,
-batch source, stream) and `network`, for every strategy, and `backend_parts`,
-the fields for every strategy but data parallelism with an allreduce."""
+"""What backend.build assembles a rank's backend from: `device` (array module, batch source, stream) and
+`network`, for every strategy, and `backend_parts`, the fields for every strategy but data parallelism
+with an allreduce."""
 from __future__ import annotations
 
 import numpy as np

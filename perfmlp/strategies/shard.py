@@ -1,6 +1,6 @@
-"""A shard of a model group: its step (Network's, with the model group's
-allreduces of activations in its hooks, one class per communication mode),
-its reducer when its data group is one rank, and the step's compute part."""
+"""A shard of a model group: its step (Network's, with the model group's allreduces of activations in its
+hooks, one class per communication mode), its reducer when its data group is one rank, and the step's
+compute part."""
 from __future__ import annotations
 
 import numpy as np
