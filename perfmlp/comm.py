@@ -47,8 +47,7 @@ class SingleWorld:
 
 
 class Group:
-    """An MPI communicator (COMM_WORLD or a part of it): sums, broadcasts and
-    the parameter server's rooted collectives on buffers."""
+    """An MPI communicator (COMM_WORLD or a part): sums, broadcasts and the parameter server's rooted collectives."""
 
     def __init__(self, comm, library: str):
         from mpi4py import MPI

@@ -108,8 +108,7 @@ def shipped_test_set() -> Dataset:
 
 
 def synthetic(n: int, input_size: int = 784, num_classes: int = 10, seed: int = 0) -> Dataset:
-    """MNIST-shaped uint8 samples, deterministic in (n, sizes, seed): a smooth random prototype per
-    class, shifted by up to 2 pixels, plus noise."""
+    """MNIST-shaped uint8 samples, deterministic in (n, sizes, seed): a smooth prototype per class, shifted, noisy."""
     rng = np.random.default_rng(seed)
     side = int(round(np.sqrt(input_size)))
     square = side * side == input_size

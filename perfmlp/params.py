@@ -39,8 +39,7 @@ def check_folder(folder: str) -> None:
 
 
 def claim_folder(folder: str) -> None:
-    """Hold --save-params DIR for this run (one rank): an exclusive lock for the process's life, then
-    check_folder again under it."""
+    """Hold --save-params DIR for this run (one rank): an exclusive lock for the process's life, then check again."""
     if not folder:
         return
     d = Path(folder)

@@ -29,8 +29,7 @@ def launched_size() -> int:
 
 
 def handle_signals_while_importing(prog: str) -> None:
-    """Until the program's own handlers: a signal is one line, then the rank dies of it (the launcher
-    ends the job)."""
+    """Until the program's own handlers: a signal is one line, then the rank dies of it (the launcher ends the job)."""
     def ended(signum, _frame):
         from .faults import launcher_rank
         who = f"rank {launcher_rank()}: " if launched_size() > 1 else ""

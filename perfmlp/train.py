@@ -214,8 +214,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
 
 
 def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:
-    """(parameters, which they are): the current ones if finite and `now` names them, else the latest
-    finite epoch-start copy."""
+    """(parameters, which): the current ones if finite and `now` names them, else the last finite epoch start's."""
     if now is not None:
         params = net.get_params()
         if all(np.isfinite(a).all() for a in params.values()):

@@ -123,8 +123,7 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
 
 
 def _copy_call(cp, direction: str, h, d, n: int, blocking: bool = False):
-    """A copy of n bytes between d and a new slice of h each call, on the current stream; a D2H blocks the
-    host only where `blocking`."""
+    """A copy of n bytes between d and a new slice of h each call, on the current stream; a blocking D2H if asked."""
     s = cp.cuda.get_current_stream()
     offset = rotating_offsets(len(h), n)
 

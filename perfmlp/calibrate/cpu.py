@@ -58,8 +58,7 @@ def _slowest(comm, res: dict) -> dict:
 
 
 def step_sweep(comm, ranks: int, threads: int, grid, budget_s: float, spread: dict) -> dict:
-    """The kernels of every (precision, H, b) of `grid`, `ranks` ranks measuring at once (the others wait
-    without polling)."""
+    """The kernels of every (precision, H, b) of `grid`, `ranks` ranks measuring at once (the others wait idle)."""
     out = {"gemm_flops_per_s": [], "pass_bytes_per_s": [], "_host": []}
     group = comm.Split(0 if comm.Get_rank() < ranks else 1, comm.Get_rank())
     if comm.Get_rank() < ranks:

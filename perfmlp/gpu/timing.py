@@ -87,8 +87,7 @@ def rounds(measures: Mapping[K, Callable[[], float]], n: int, per_round: int = 1
 # ---- GPU time -----------------------------------------------------------------------------------
 
 def time_ms(cupy, fn, warmup: int = 5, reps: int = 30) -> list[float]:
-    """Per-call device times (ms) of fn(), CUDA events around each call, no synchronisation between
-    calls (host-bound calls show their gaps)."""
+    """Per-call device times (ms) of fn(), CUDA events around each call, no synchronisation between calls."""
     for _ in range(warmup):
         fn()
     cupy.cuda.get_current_stream().synchronize()
@@ -102,8 +101,7 @@ def time_ms(cupy, fn, warmup: int = 5, reps: int = 30) -> list[float]:
 
 
 def event_s(cp, fn, events=None) -> float:
-    """GPU seconds of one fn() between two CUDA events on the current stream (synchronised); `events`: a
-    pair to reuse."""
+    """GPU seconds of one fn() between two CUDA events on the current stream (synchronised); `events`: a pair."""
     a, b = events or (cp.cuda.Event(), cp.cuda.Event())
     a.record()
     fn()
@@ -179,8 +177,7 @@ _cycles_per_s: dict = {}
 
 
 def spin_kernels(cp):
-    """(spin(cycles), empty()) RawKernels of this device: a thread spinning for `cycles` of clock64(), and
-    one that does nothing."""
+    """(spin(cycles), empty()) RawKernels: a thread spinning for `cycles` of clock64(), and one doing nothing."""
     key = cp.cuda.Device().id
     if key not in _spin_modules:
         mod = cp.RawModule(code=SPIN_SRC)

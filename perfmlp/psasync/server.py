@@ -83,8 +83,7 @@ def apply_gradient(p, gw, gb, lr: float, reg: float, first: bool) -> None:
 
 
 class Server:
-    """The parameter server over MPI point to point. `host_buffer(n)` makes
-    a host array (pinned on the GPU where the batches are)."""
+    """The parameter server over MPI point to point; `host_buffer(n)`: a host array (pinned where batches are)."""
 
     name = N.PS_ASYNC
 
@@ -181,8 +180,7 @@ class Server:
 
     # -- answering ---------------------------------------------------------------------
     def _release(self) -> None:
-        """Answer the waiting workers the schedule allows: a piece with the
-        current parameters (one snapshot for all of them), or stop."""
+        """Answer the waiting workers the schedule allows: a piece with the current parameters (a snapshot), or stop."""
         given = []
         while self.waiting and (self.sched.ready() or self.sched.exhausted or self.failed is not None):
             w = self.waiting.popleft()

@@ -139,8 +139,7 @@ def expand(spec: dict, where: str) -> list[SweepRun]:
 
 
 def steady_n_train(cfg: Config, min_steady: int) -> int:
-    """Samples for at least `min_steady` steady batches over cfg.epochs epochs
-    (WARMUP_BATCHES of each epoch are not steady)."""
+    """Samples for at least `min_steady` steady batches over cfg.epochs epochs (each epoch's WARMUP_BATCHES not)."""
     per_epoch = WARMUP_BATCHES + -(-min_steady // cfg.epochs)
     return cfg.batch_size * per_epoch
 
@@ -173,8 +172,7 @@ def calibration_sizes(runs: list[SweepRun]) -> tuple[list[int], list[int]]:
 
 
 def gpu_need(cfg: Config) -> str | None:
-    """Why a configuration cannot run on the NumPy backend (None if it can):
-    the trainer's own refusal, word for word."""
+    """Why a configuration cannot run on the NumPy backend (None if it can): the trainer's refusal, word for word."""
     if cfg.backend == N.CUPY:
         return "backend cupy"
     from ..backend import check_options

@@ -33,8 +33,7 @@ def profiler_owning_cupti(environ=os.environ) -> str | None:
 
 @functools.cache
 def own_kernel_names() -> tuple[str, ...]:
-    """The `__global__` functions of perfmlp/gpu's *.cu files (extern "C": named as written);
-    every other kernel of a step is cuBLAS's or NCCL's."""
+    """The `__global__` functions of perfmlp/gpu's *.cu files; every other kernel of a step is cuBLAS's or NCCL's."""
     gpu = resources.files("perfmlp.gpu")
     src = "\n".join(f.read_text() for f in gpu.iterdir() if f.name.endswith(".cu"))
     return tuple(sorted(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", src)))
@@ -114,8 +113,7 @@ def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
 
 
 def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:
-    """(rank 0's perf_counter_ns - ours, uncertainty ns) by MPI ping-pong; (0, 0) on rank 0
-    or one process. A collective."""
+    """(rank 0's perf_counter_ns - ours, uncertainty ns) by MPI ping-pong; (0, 0) on rank 0 or alone. A collective."""
     comm = getattr(world, "comm", None)
     if world.size == 1 or comm is None:
         return 0, 0

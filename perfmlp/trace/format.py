@@ -69,8 +69,7 @@ def default_trace_level(exec_mode: str) -> str:
 
 
 def resolve_trace_level(level: str | None, exec_mode: str) -> str:
-    """The level a run ran at, from its manifest's or configuration's `trace_level`: auto is
-    the mode's default; none (made before --trace-level) is `phases`."""
+    """A run's level from its manifest's or configuration's `trace_level`: auto the mode's default; none `phases`."""
     if not level:
         return N.PHASES_LEVEL
     return default_trace_level(exec_mode) if level == N.AUTO else level

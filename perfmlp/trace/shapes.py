@@ -97,15 +97,13 @@ class ShapeBook:
         return e
 
     def _weight_grads(self) -> int:
-        """Elements the weight-gradient GEMMs write at their own cost (operands narrower than
-        the parameters), else 0."""
+        """Elements the weight-gradient GEMMs write at their own cost (operands narrower than parameters), else 0."""
         if self._net is None or self.widths.act == self.widths.param:
             return 0
         return weight_grad_elements(self._net.p.layer_sizes, getattr(self._net, "fuse_output", True))
 
     def _records(self) -> int:
-        """Batch records written: the mapped file's, walked (the hot path counts nothing), and
-        those written through _write_batch."""
+        """Batch records written: the mapped file's, walked (the hot path counts nothing), and _write_batch's."""
         sizes = {e.id: e.size for e in self._entries}
         pos, n, mm, end = self._store.start, 0, self._fp.mm, self._fp.pos
         while pos < end:
