@@ -49,8 +49,7 @@ def md5_of(path: Path) -> str:
 
 
 def _download(url: str, tmp: Path, size: int, timeout_s: float, deadline: float) -> None:
-    """`url` into `tmp`, at most `size` bytes, by `deadline` (time.monotonic()); else OSError (ValueError:
-    a URL urllib cannot open)."""
+    """`url` into `tmp`, at most `size` bytes, by `deadline` (monotonic); else OSError (ValueError: a bad URL)."""
     got = 0
     with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
         while chunk := r.read(min(1 << 20, size + 1 - got)):

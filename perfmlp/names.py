@@ -169,10 +169,9 @@ NVTX_RANGES = (*(p.value for p in PHASES), "batch", "epoch")  # every NVTX range
 
 def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, combine: bool = False,
                  exchange: bool = True, updates: bool = True) -> tuple[Phase, ...]:
-    """The phases one batch of one rank records, in order. `combine`: model parallelism's output
-    combine; `exchange`: False for pure model parallelism; `updates`: False on a parameter server's
-    worker. In graph mode `graph` stands for forward to backward, and the exchange and update too
-    with a device exchange."""
+    """The phases one batch of one rank records, in order. `combine`: model parallelism's output combine; `exchange`:
+    False for pure model parallelism; `updates`: False on a parameter server's worker. In graph mode `graph` stands for
+    forward to backward, and the exchange and update too with a device exchange."""
     out = [] if batch_transfer in UNCOPIED_TRANSFERS else [Phase.H2D]
     if exec_mode == GRAPH:
         out.append(Phase.GRAPH)

@@ -34,16 +34,14 @@ CUBLAS_GEMM_DEFAULT = -1
 
 
 class CublasGemm:
-    """out = a @ b through cublas<S|D>gemm_v2 (ctypes, the libcublas CuPy loaded) on a handle of our own
-    bound to one stream, with its own workspace (cuBLAS captures into a graph only when the handle has a
-    workspace of its own): CuPy's wrappers refuse to run during a graph capture, and cupy.matmul's dispatch
-    costs more host time than the launch at the trainer's sizes. The library is the one CuPy loaded, so eager
-    and graph modes run the same cuBLAS kernels.
+    """out = a @ b through cublas<S|D>gemm_v2 (ctypes, the libcublas CuPy loaded, so eager and graph modes run the
+    same kernels) on a handle of our own bound to one stream, with its own workspace (cuBLAS captures into a graph
+    only then): CuPy's wrappers refuse to run during a graph capture, and cupy.matmul's dispatch costs more host
+    time than the launch at the trainer's sizes.
 
-    Row-major C (M x N) is column-major C^T = B^T A^T: a C-ordered operand is passed as it lies (op N), an
-    F-ordered one (a transposed view) with op T; other layouts fall back to cupy.matmul (never in the step).
-    `precision` tf32, bf16 or fp16: cublasGemmEx with float32 accumulation, each operand's and the
-    result's type from its array."""
+    Row-major C (M x N) is column-major C^T = B^T A^T: a C-ordered operand is passed as it lies (op N), an F-ordered
+    one (a transposed view) with op T; other layouts fall back to cupy.matmul (never in the step). `precision` tf32,
+    bf16 or fp16: cublasGemmEx with float32 accumulation, each operand's and the result's type from its array."""
 
     WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommended workspace for its newest GPUs
 

@@ -201,8 +201,7 @@ class CudaSlots:
 
 
 class Prefetcher:
-    """DeviceBatches' prefetching source: `get` as DeviceBatches.get (x as D x b, y as C x b, views of
-    the slot's device buffers), `reset`."""
+    """DeviceBatches' prefetching source: `get` as DeviceBatches.get (views of a slot's buffers), `reset`."""
 
     def __init__(self, cupy, batches, next_piece, staged: bool, threads: int | None = None):
         xh, yh = batches.xh, batches.yh

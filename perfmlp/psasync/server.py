@@ -109,9 +109,8 @@ class Server:
 
     # -- the loop ---------------------------------------------------------------------
     def serve(self, tracer, on_complete) -> None:
-        """Until every worker is told to stop. `on_complete(steps, piece, ce)`
-        follows each update: the range of steps it completed (often empty),
-        the piece and its loss (cross-entropy sum)."""
+        """Until every worker is told to stop. `on_complete(steps, piece, ce)` follows each update: the range of steps
+        it completed (often empty), the piece and its loss (cross-entropy sum)."""
         self.tracer = tracer
         self.waiting.extend(range(1, self.W + 1))
         self._release()

@@ -174,8 +174,7 @@ def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
 
 
 def why_failed(output: Path, rc: int) -> str:
-    """perfmlp's own line in a failed job's output (not the launcher's
-    abort notice after it), else its last line, else its exit status."""
+    """perfmlp's own line in a failed job's output (not the launcher's abort notice), else its last line or status."""
     try:
         lines = [ln.strip() for ln in output.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
     except OSError:

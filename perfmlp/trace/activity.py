@@ -53,10 +53,9 @@ def classify(kind: str, name: str | None) -> str:
 
 def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase_names: dict
               ) -> tuple[dict, int]:
-    """GPU records -> ({(epoch, batch): [ACTIVITY_FIELDS arrays]}, records no batch launched).
-    `gpu`: (kind, corr, start, end, stream, bytes, copy_kind, name) tuples; `ext_of`: correlation id
-    -> external id; `api_of`: correlation id -> the launching call's host start (ns); `batches`:
-    seq -> (epoch, batch); `phase_names`: code -> name."""
+    """GPU records -> ({(epoch, batch): [ACTIVITY_FIELDS arrays]}, records no batch launched). `gpu`: (kind, corr,
+    start, end, stream, bytes, copy_kind, name) tuples; `ext_of`: correlation id -> external id; `api_of`: correlation
+    id -> the launching call's host start (ns); `batches`: seq -> (epoch, batch); `phase_names`: code -> name."""
     out: dict = {}
     orphans = 0
     for kind, corr, start, end, stream, nbytes, ck, name in gpu:
@@ -77,11 +76,10 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
 
 def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | None = None
                     ) -> tuple[dict, float, int, int]:
-    """A batch's phases measured on the GPU, as CUDA events would: each phase runs from
-    the end of the GPU work before it (for the first: the previous batch's end `prev_end_ns` where
-    that comes before this batch's first record, else that record's start) to its last record's end.
-    `host_only`: phase -> (start, end) CUPTI ns of phases that launched nothing (a host allreduce).
-    Returns ({phase: (offset ms, duration ms)}, total ms, start ns, end ns)."""
+    """A batch's phases measured on the GPU, as CUDA events would: each phase runs from the end of the GPU work before
+    it (for the first: the previous batch's end `prev_end_ns` where that comes before this batch's first record, else
+    that record's start) to its last record's end. `host_only`: phase -> (start, end) CUPTI ns of phases that launched
+    nothing (a host allreduce). Returns ({phase: (offset ms, duration ms)}, total ms, start ns, end ns)."""
     ends: dict = {}
     for r in records:
         ends[r.phase] = max(ends.get(r.phase, 0), r.end_ns)

@@ -40,8 +40,7 @@ def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: i
 
 
 class Note:
-    """The writer's note of a Shape: what a batch of it must match, and its record's layout
-    (`coll` None: a shape being recorded)."""
+    """The writer's note of a Shape: what its batches must match, its record's layout (`coll` None: being recorded)."""
 
     __slots__ = ("id", "bytes", "coll", "nstamps", "record", "size", "priced", "key")
 
