@@ -192,7 +192,7 @@ def _flow_depth(text: str) -> int:
 
 
 def _check_size(root) -> None:
-    """The node count with aliases expanded (each node sized once, by identity: a bomb is counted, not walked)."""
+    """Check the nesting and the node count, aliases expanded (each node sized once: a bomb is counted, not walked)."""
     size: dict[int, int] = {}
     stack = [(root, 1, False)]
     while stack:
