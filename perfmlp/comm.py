@@ -23,7 +23,7 @@ from .trace.records import Phase
 
 
 class SingleWorld:
-    """One process, no MPI (also a group of one: strategies/groups.py's LocalGroup): every sum and
+    """One process, no MPI (also a group of one, as strategies/build.py's split_groups makes): every sum and
     broadcast is the buffer itself, and nothing is waited for."""
 
     rank, size = 0, 1

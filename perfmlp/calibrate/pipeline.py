@@ -29,11 +29,11 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
     from ..backend import _next_piece
     from ..gpu.graph import GraphStep
     from ..step import step
-    from ..strategies.groups import LocalGroup
+    from ..comm import SingleWorld
     from ..trace.format import Counts
     from ..trace.writer import NullTracer
     sizes = (Config.input_size, DISPATCH_SIZES[1], Config.num_classes)
-    net, batches, reducer = resident_step(cp, sizes, b, LocalGroup(), PIECES, source,
+    net, batches, reducer = resident_step(cp, sizes, b, SingleWorld(), PIECES, source,
                                           _next_piece(b, PIECES * b, 1, 0))
     graph = GraphStep(cp, net, batches, reducer, stream) if graph_mode else None
     phase, counts, k = NullTracer().phase, Counts(), [0]

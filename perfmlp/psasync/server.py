@@ -75,10 +75,7 @@ def apply_gradient(p, gw, gb, lr: float, reg: float, first: bool) -> None:
     """One update of FlatParams `p` from the gradient's weight and bias parts (p's array module):
     w <- w - lr (g_w + reg w) for a step's first piece, w <- w - lr g_w for the others; b <- b - lr g_b."""
     T = p.flat.dtype.type
-    if first:
-        p.weights -= T(lr) * (gw + T(reg) * p.weights)
-    else:
-        p.weights -= T(lr) * gw
+    p.weights -= T(lr) * (gw + T(reg) * p.weights if first else gw)
     p.biases -= T(lr) * gb
 
 
@@ -206,8 +203,7 @@ class Server:
         self._header_req[w] = self.comm.Isend(h, dest=w, tag=TAG_HEADER)
 
     def _snapshot(self):
-        """A copy of the parameters to send from (the next update may start
-        before the sends end); a buffer whose sends have all ended is reused."""
+        """A copy of the parameters to send from (an update may start before the sends end), reusing a free buffer."""
         from mpi4py import MPI
         for snap, reqs in self._pool:
             if MPI.Request.Testall(reqs):
