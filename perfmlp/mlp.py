@@ -64,6 +64,8 @@ class Network:
     """Forward (x: D x b), loss (y: C x b one-hot; delta (P - Y) / B), backward and update
     (w <- w - lr (g + reg w), b <- b - lr g) on flat buffers, for any array module."""
 
+    combines_output = False   # a model group's column-split output (strategies/shard.py's property)
+
     def __init__(self, xp, layer_sizes, precision, lr: float, reg: float, global_batch: int):
         self.xp = xp
         self.precision = precision_of(precision)   # a --precision name (or a float32/float64 dtype)

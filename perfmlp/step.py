@@ -31,9 +31,13 @@ def no_phase(name: str):
 
 
 def compute(net, x, y, phase, counts) -> None:
-    """Data parallelism's: forward, loss and backward on the rank's piece."""
+    """Forward, loss and backward on the rank's piece (a model group's column-split output combined in its own
+    phase after forward)."""
     with phase(Phase.FORWARD):
         net.forward(x)
+    if net.combines_output:
+        with phase(Phase.COMBINE):
+            net.combine_output()
     with phase(Phase.LOSS):
         net.loss(y)
     with phase(Phase.BACKWARD):

@@ -9,8 +9,7 @@ from ..comm import NcclGroup, host_array, staged_allreduce
 from ..mlp import Network, to_host
 from ..model.costs import piece
 from ..model.strategies import layer_splits
-from ..step import Parts, exchange, no_phase
-from ..trace.records import Phase
+from ..step import Parts, compute, exchange, no_phase
 
 
 class ShardStep:
@@ -126,18 +125,9 @@ class LocalReducer:
 
 
 def shard_compute(net, x, y, phase, counts) -> None:
-    """A shard's forward, loss and backward (the hooks' allreduces counted into `counts`), a
-    column-split output combined in its own phase after forward."""
+    """step.compute, the shard's hooks' allreduces counted into `counts`."""
     net.counts = counts
-    with phase(Phase.FORWARD):
-        net.forward(x)
-    if net.combines_output:
-        with phase(Phase.COMBINE):
-            net.combine_output()
-    with phase(Phase.LOSS):
-        net.loss(y)
-    with phase(Phase.BACKWARD):
-        net.backward()
+    compute(net, x, y, phase, counts)
 
 
 SHARD = Parts(shard_compute, exchange)     # the data group's reducer (LocalReducer when it is one rank)
