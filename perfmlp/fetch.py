@@ -1,10 +1,8 @@
-"""`python -m perfmlp.fetch`: download the four official MNIST files and
-check their digests.
+"""`python -m perfmlp.fetch`: download the four official MNIST files and check their digests.
 
-Each file is written to a temporary name and renamed only once its md5
-matches, so an interrupted or corrupted download never leaves a file that
-the loader would trust. Files already present with the right digest are kept.
-"""
+Each file is written to a temporary name and renamed only once its md5 matches, so an interrupted or
+corrupted download never leaves a file that the loader would trust. Files already present with the
+right digest are kept."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from .errors import OneLineParser, PerfmlpError, cli, say, seconds_arg
+from .startup import SIGNALS
 
 DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
@@ -122,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"perfmlp.fetch: error: {e}", file=sys.stderr)
         return e.exit_code
     except Terminated as e:
-        what = "terminated (SIGTERM)" if e.signum == signal.SIGTERM else "hung up (SIGHUP)"
-        say(f"perfmlp.fetch: {what}; no partial file is left", file=sys.stderr)
+        say(f"perfmlp.fetch: {SIGNALS[e.signum][0]}; no partial file is left", file=sys.stderr)
         return 128 + e.signum
     return 0
 
