@@ -117,8 +117,7 @@ class DeviceBatches:
             if self.prefetcher is not None:   # copied ahead: the compute stream waits for it (and the next starts)
                 return self.prefetcher.get(lo, hi, counts)
             xd, yd = self.xd[:b], self.yd[:b]
-            # on the step's stream, after the previous step's kernels: from
-            # pageable memory the copy also blocks the host; from pinned, not
+            # on the step's stream, after the previous step's kernels (from pageable memory blocking the host)
             xd.set(self.xh[lo:hi], stream=self.stream)
             yd.set(self.yh[lo:hi], stream=self.stream)
             counts.bytes_h2d += xd.nbytes + yd.nbytes

@@ -91,8 +91,7 @@ class MPIWorld(Group):
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        # let the launcher forward this rank's last line before MPI_Abort tears the job down (a line
-        # printed just before it can be lost under mpiexec on a loaded machine)
+        # let the launcher forward this rank's last line before MPI_Abort tears the job down (else it can be lost)
         time.sleep(0.2)
         self.comm.Abort(code)
 

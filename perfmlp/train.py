@@ -64,8 +64,7 @@ class Result:
 
 def train(cfg: Config, world, tracer=None, log=print, watchdog=None) -> Result:
     """Train on `world`'s ranks, recording into `tracer`, marking progress for `watchdog` (both optional)."""
-    # exp overflow in the sigmoid is expected (it saturates to 0); a loss that
-    # is not finite is caught below, so NumPy's warnings are only noise
+    # the sigmoid's exp overflows by design (saturating to 0) and a non-finite loss is caught: no warnings
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         return _train(cfg, world, tracer or NullTracer(), log, watchdog or NoWatchdog())
 

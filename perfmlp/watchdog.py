@@ -254,9 +254,8 @@ class Watchdog:
         w = self.world
         MPI = getattr(w, "MPI", None)
         if w is not None and w.size > 1 and MPI is not None and MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
-            # MPI_Abort from this thread can wait for ever while the main thread goes on calling MPI
-            # (a batch slower than a tiny limit): then this rank is killed, which ends the job too (not a
-            # daemon thread: an interpreter that reaches its exit first waits for it)
+            # MPI_Abort from this thread can wait for ever while the main thread calls MPI: then this rank
+            # is killed, which ends the job too (not a daemon thread: an exiting interpreter waits for it)
             threading.Timer(GRACE_S, os.kill, (os.getpid(), signal.SIGKILL)).start()
             w.abort(code)
         try:

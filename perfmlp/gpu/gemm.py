@@ -23,9 +23,8 @@ GEMMS = N.GEMM_KERNELS
 REFERENCE_LAUNCH = {N.NAIVE: ("gemm_naive", 16, (16, 16)), N.TILED: ("gemm_tiled", 16, (16, 16)),
                     N.REGBLOCK: ("gemm_regblock", 64, (16, 4))}
 
-# cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t
-# by CuPy type (bfloat16 is held as its uint16 bits: gpu/kernels.py device_dtype),
-# and cublasComputeType_t for each tensor-core format (float32 accumulation)
+# cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t by CuPy type (bfloat16
+# is held as its uint16 bits: gpu/kernels.py device_dtype), cublasComputeType_t by tensor-core format
 CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.uint16): 14}
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_COMPUTE_32F_FAST_TF32 = 77

@@ -48,8 +48,7 @@ class GraphStep:
         c.counts = Counts()
         net.ops, net.kernels_launched = [], 0
         graph = None
-        # relaxed: a first use of a kernel may load its module during the capture
-        # (every launch of the step names the stream: perfmlp/gpu/network.py)
+        # relaxed: a kernel's first use may load its module during the capture (every launch names the stream)
         self.stream.begin_capture(getattr(rt, "streamCaptureModeRelaxed", 2))
         try:
             self.parts.compute(net, x, y, _nophase, c.counts)

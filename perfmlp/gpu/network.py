@@ -43,8 +43,7 @@ class GpuNetwork(Network):
         mod = kernels(cupy, prec, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, prec)
         self.k = {n: mod.get_function(n) for n in (*OWN_KERNELS.values(), "to_storage")}
         self.gemm_kind = gemm_kind
-        # every kernel of the step goes to this stream, named at each launch
-        # (never "the current stream", which CUDA-graph capture and callers change)
+        # every kernel of the step names this stream (never "the current", which graph capture and callers change)
         self.stream = cupy.cuda.get_current_stream()
         self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == N.CUBLAS else None
         self._views: dict = {}

@@ -37,8 +37,7 @@ class ShardStep:
             self.allreduce(z, self.counts)  # partial sums of the pre-activation, before its bias
 
     def _output_bias(self):
-        # a col-split output is combined after the step's forward phase (combine_output),
-        # so its bias is added by the group's first rank only
+        # a col-split output is combined after the forward phase (combine_output): one rank adds the bias
         return self.p.b[-1] if self.m == 0 or not self.combines_output else self._zero_bias
 
     def combine_output(self) -> None:
