@@ -78,11 +78,9 @@ def find_blas() -> Blas | None:
     return None
 
 
-def thread_env(n: int, env: dict | None = None) -> dict:
-    """A copy of `env` (default os.environ) in which a child process's BLAS runs n threads."""
-    out = dict(os.environ if env is None else env)
-    out.update({var: str(int(n)) for var in THREAD_ENV})
-    return out
+def thread_env(n: int) -> dict:
+    """A copy of os.environ in which a child process's BLAS runs n threads."""
+    return {**os.environ, **{var: str(int(n)) for var in THREAD_ENV}}
 
 
 def cpu_cores() -> int:

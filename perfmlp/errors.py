@@ -114,12 +114,11 @@ class OneLineParser(argparse.ArgumentParser):
 MACHINE_HELP = "machine file: a .yaml path or the name of a shipped one (models/*.yaml)"
 
 
-def add_machine(parser: argparse.ArgumentParser, default: str, *, required: bool = False,
-                shipped: tuple[str, ...] = ()) -> None:
+def add_machine(parser: argparse.ArgumentParser, default: str, *, shipped: tuple[str, ...] = ()) -> None:
     """--machine NAME|FILE.yaml, the one every command takes (the configuration's flags: perfmlp/flags.py);
     `default`: what the command takes without it; `shipped`: files to list."""
     names = f" ({', '.join(shipped)})" if shipped else ""
-    parser.add_argument("--machine", default=None, required=required, metavar="NAME|FILE.yaml",
+    parser.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
                         help=f"{MACHINE_HELP}{names} (default: {default})")
 
 
