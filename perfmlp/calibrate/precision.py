@@ -52,8 +52,7 @@ def precision_rates(cp, hidden, local_batches, precisions, log) -> dict:
 
 
 def stage_rate(cp, piece_bytes: list[int], log, reps: int = 7) -> dict:
-    """host_stage_bytes_per_s: the staging of the largest piece's pageable rows into pinned memory by
-    gpu/prefetch.py's threads, median of reps."""
+    """host_stage_bytes_per_s: the prefetch threads staging the largest piece's pageable rows into pinned memory."""
     import cupyx
     from concurrent.futures import ThreadPoolExecutor
     from ..gpu.prefetch import STAGE_THREADS

@@ -88,8 +88,7 @@ def find_launcher() -> list[str]:
 
 
 def lock(trace_dir: Path):
-    """An exclusive lock on the trace folder (the open file; released when
-    the sweep ends, however it ends); an error if another sweep holds it."""
+    """The open file locking the trace folder (released however the sweep ends); an error if another sweep holds it."""
     import fcntl
     folder = trace_dir / SWEEP_DIR
     try:
@@ -149,8 +148,7 @@ def remove_failed(folder: Path, keep_as: Path | None = None) -> dict[str, str]:
 
 
 def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
-    """Run one job in a process group of its own, its stdout and stderr into
-    `output`; (ok, why it failed: perfmlp's own line, else the last line)."""
+    """One job in a process group of its own, its output into `output`; (ok, why it failed, in one line)."""
     try:
         out = open(output, "wb")
     except OSError as e:
