@@ -32,11 +32,8 @@ class SweepRun:
 
 
 def run_identity(cfg: Config, procs: int) -> dict:
-    """What a run computes and measures: its configuration without the keys
-    that say where its output goes or how it is watched, and its process count."""
-    ident = {k: v for k, v in cfg.to_dict().items() if k not in NOT_COMPUTED}
-    ident["procs"] = procs
-    return ident
+    """What a run computes and measures: its configuration less NOT_COMPUTED's keys, and its process count."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in NOT_COMPUTED} | {"procs": procs}
 
 
 def sweep_run_id(name: str, cfg: Config, procs: int, repeat: int = 0) -> str:
@@ -140,8 +137,7 @@ def expand(spec: dict, where: str) -> list[SweepRun]:
 
 def steady_n_train(cfg: Config, min_steady: int) -> int:
     """Samples for at least `min_steady` steady batches over cfg.epochs epochs (each epoch's WARMUP_BATCHES not)."""
-    per_epoch = WARMUP_BATCHES + -(-min_steady // cfg.epochs)
-    return cfg.batch_size * per_epoch
+    return cfg.batch_size * (WARMUP_BATCHES + -(-min_steady // cfg.epochs))
 
 
 def min_steady_seconds(spec: dict, where: str, machine_arg: str | None) -> float | None:
