@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 from .errors import OneLineParser, PerfmlpError, cli, say, seconds_arg
-from .startup import SIGNALS
 
 DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
@@ -121,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"perfmlp.fetch: error: {e}", file=sys.stderr)
         return e.exit_code
     except Terminated as e:
-        say(f"perfmlp.fetch: {SIGNALS[e.signum][0]}; no partial file is left", file=sys.stderr)
+        what = "terminated (SIGTERM)" if e.signum == signal.SIGTERM else "hung up (SIGHUP)"
+        say(f"perfmlp.fetch: {what}; no partial file is left", file=sys.stderr)
         return 128 + e.signum
     return 0
 
