@@ -1,8 +1,8 @@
 """The input pipeline's host side alone: how fast this host stages a
 pageable batch into the pipeline's buffers, and what the training loop's
 thread, busy in Python, takes from it. No GPU: perfmlp/gpu/prefetch.py's
-Pipeline runs as the trainer runs it, on HostSlots with the copies left
-out (on a GPU they are the copy engine's, not the host's).
+Pipeline runs as the trainer runs it, on host-memory slots with the copies
+left out (on a GPU they are the copy engine's, not the host's).
 
     python benchmarks/prefetch_stage.py --out DIR
 
@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfmlp.gpu.prefetch import HostSlots, Pipeline  # noqa: E402
+from perfmlp.gpu.prefetch import Pipeline  # noqa: E402
 from perfmlp.gpu.timing import rounds, summary  # noqa: E402
 from perfmlp.trace.manifest import git_commit  # noqa: E402
 
@@ -71,12 +71,32 @@ def busy(seconds: float, release, scratch=np.ones(8192, np.float32), big=np.ones
             nxt = t + 20e-6
 
 
+class StagingSlots:
+    """CudaSlots' interface in host memory with the copies left out: the staging alone."""
+
+    def __init__(self, n: int, xdtype, ydtype, slots: int):
+        self.slots = slots
+        self.xs = [np.zeros((n, D), xdtype) for _ in range(slots)]
+        self.ys = [np.zeros((n, C), ydtype) for _ in range(slots)]
+
+    def staging(self, slot: int, part: int):
+        return (self.xs, self.ys)[part][slot]
+
+    def copying(self, slot: int) -> bool:
+        return False
+
+    def noop(self, *args) -> None:
+        pass
+
+    bind_thread = wait_copied = wait_consumed = copy_rows = ready = release = sync = noop
+
+
 class Case:
     """One staging configuration and one loop, its pipeline kept between rounds."""
 
     def __init__(self, x, y, B, threads, lookahead, switch_s, work_s, release):
         self.B, self.switch_s, self.work_s, self.release = B, switch_s, work_s, release
-        self.dev = HostSlots(B, x.dtype, y.dtype, D, C, lookahead + 1, copies=False)
+        self.dev = StagingSlots(B, x.dtype, y.dtype, lookahead + 1)
         src = type("Src", (), {"xh": x, "yh": y})
         self.pipe = Pipeline(self.dev, src, self.next_piece, True, threads, lookahead)
         self.k = 0

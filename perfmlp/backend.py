@@ -1,6 +1,6 @@
-"""Where the backend is assembled for one rank: the array module, the
-network, the batch source, the gradient reducer, the strategy's step, the
-execution mode (eager or CUDA graphs) and the device synchronisation."""
+"""Where the backend is assembled for one rank: the array module, the network, the batch source, the
+gradient reducer, the strategy's step, the execution mode (eager or CUDA graphs) and the device
+synchronisation."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,12 +1,9 @@
-"""Where a rank's piece of a batch comes from: `get(lo, hi, phase, counts)`
-gives x (D x b) and y (C x b), transposed views of the row-per-sample arrays,
-and counts the bytes it copied.
+"""Where a rank's piece of a batch comes from: `get(lo, hi, phase, counts)` gives x (D x b) and y (C x b),
+transposed views of the row-per-sample arrays, and counts the bytes it copied.
 
-`HostBatches` (NumPy): views, no copy. `DeviceBatches` (CuPy): copied each
-batch from pageable or pinned memory, resident, or prefetched on copy
-streams (perfmlp/gpu/prefetch.py); `static` gives the piece in the same
-device buffers every batch, as a CUDA graph needs.
-"""
+`HostBatches` (NumPy): views, no copy. `DeviceBatches` (CuPy): copied each batch from pageable or
+pinned memory, resident, or prefetched on copy streams (perfmlp/gpu/prefetch.py); `static` gives the
+piece in the same device buffers every batch, as a CUDA graph needs."""
 from __future__ import annotations
 
 import numpy as np
@@ -120,8 +117,7 @@ class DeviceBatches:
             if self.prefetcher is not None:   # copied ahead: the compute stream waits for it (and the next starts)
                 return self.prefetcher.get(lo, hi, counts)
             xd, yd = self.xd[:b], self.yd[:b]
-            # on the step's stream, after the previous step's kernels: from
-            # pageable memory the copy also blocks the host; from pinned, not
+            # on the step's stream, after the previous step's kernels (from pageable memory blocking the host)
             xd.set(self.xh[lo:hi], stream=self.stream)
             yd.set(self.yh[lo:hi], stream=self.stream)
             counts.bytes_h2d += xd.nbytes + yd.nbytes

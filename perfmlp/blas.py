@@ -1,10 +1,7 @@
-"""The BLAS library NumPy calls and its thread count (recorded in each
-run's manifest; calibrate sets it), without threadpoolctl: through the
-library's own API, found by ctypes among the shared objects this process
-has mapped (OpenBLAS, scipy-openblas's prefixed symbols, MKL, BLIS). A child
-process gets its count through its environment (`thread_env`): the
-libraries read it once, when NumPy loads them.
-"""
+"""The BLAS library NumPy calls and its thread count (recorded in each run's manifest; calibrate sets it),
+without threadpoolctl: through the library's own API, found by ctypes among the shared objects this
+process has mapped (OpenBLAS, scipy-openblas's prefixed symbols, MKL, BLIS). A child process gets its
+count through its environment (`thread_env`): the libraries read it once, when NumPy loads them."""
 from __future__ import annotations
 
 import ctypes
@@ -81,11 +78,9 @@ def find_blas() -> Blas | None:
     return None
 
 
-def thread_env(n: int, env: dict | None = None) -> dict:
-    """A copy of `env` (default os.environ) in which a child process's BLAS runs n threads."""
-    out = dict(os.environ if env is None else env)
-    out.update({var: str(int(n)) for var in THREAD_ENV})
-    return out
+def thread_env(n: int) -> dict:
+    """A copy of os.environ in which a child process's BLAS runs n threads."""
+    return {**os.environ, **{var: str(int(n)) for var in THREAD_ENV}}
 
 
 def cpu_cores() -> int:

@@ -1,8 +1,6 @@
-"""Typed conversions for values read from YAML files and command-line flags
-(standard library only): each returns the value converted or raises a
-one-line `CheckError` naming it ("batch_size must be an integer, got 2.5").
-A string float() reads is a number too: PyYAML reads `1e-3` as a string.
-"""
+"""Typed conversions for values read from YAML files and command-line flags (standard library only): each
+returns the value converted or raises a one-line `CheckError` naming it ("batch_size must be an
+integer, got 2.5"). A string float() reads is a number too: PyYAML reads `1e-3` as a string."""
 from __future__ import annotations
 
 import math

@@ -1,16 +1,13 @@
-"""Communication behind one interface: the world (`SingleWorld`: one process
-without MPI; `Group`: an MPI communicator; `MPIWorld`: COMM_WORLD) and the
-gradient reducers (`name`: the --comm value). A reducer sums the flat
-gradient buffer across ranks in place, `reduce(flat, phase, counts)`,
-counting the bytes it hands to MPI or NCCL where it issues them;
-`host_value(flat, i)` reads the loss slot where that costs no device
-synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
-CUDA-aware: device buffers are staged through the host (`StagedReducer`).
-With `--overlap` the network calls `grad_ready` as each gradient piece is
-written and the reducer starts its collective at once; `reduce` then waits
-for what is in flight, so the `allreduce` phase is the communication the
-backward pass did not hide.
-"""
+"""Communication behind one interface: the world (`SingleWorld`: one process without MPI; `Group`: an MPI
+communicator; `MPIWorld`: COMM_WORLD) and the gradient reducers (`name`: the --comm value).
+
+A reducer sums the flat gradient buffer across ranks in place, `reduce(flat, phase, counts)`, counting
+the bytes it hands to MPI or NCCL where it issues them; `host_value(flat, i)` reads the loss slot where
+that costs no device synchronisation, else None (then `epoch_loss_sum()`). The GPU's MPI is not
+CUDA-aware: device buffers are staged through the host (`StagedReducer`). With `--overlap` the network
+calls `grad_ready` as each gradient piece is written and the reducer starts its collective at once;
+`reduce` then waits for what is in flight, so the `allreduce` phase is the communication the backward
+pass did not hide."""
 from __future__ import annotations
 
 import os
@@ -26,7 +23,7 @@ from .trace.records import Phase
 
 
 class SingleWorld:
-    """One process, no MPI (also a group of one: strategies/groups.py's LocalGroup): every sum and
+    """One process, no MPI (also a group of one, as strategies/build.py's split_groups makes): every sum and
     broadcast is the buffer itself, and nothing is waited for."""
 
     rank, size = 0, 1
@@ -50,8 +47,7 @@ class SingleWorld:
 
 
 class Group:
-    """An MPI communicator (COMM_WORLD or a part of it): sums, broadcasts and
-    the parameter server's rooted collectives on buffers."""
+    """An MPI communicator (COMM_WORLD or a part): sums, broadcasts and the parameter server's rooted collectives."""
 
     def __init__(self, comm, library: str):
         from mpi4py import MPI
@@ -95,8 +91,7 @@ class MPIWorld(Group):
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        # let the launcher forward this rank's last line before MPI_Abort tears the job down (a line
-        # printed just before it can be lost under mpiexec on a loaded machine)
+        # let the launcher forward this rank's last line before MPI_Abort tears the job down (else it can be lost)
         time.sleep(0.2)
         self.comm.Abort(code)
 

@@ -1,8 +1,6 @@
-"""Training data: MNIST IDX files (gzip or raw), the shipped test set, and a
-deterministic synthetic MNIST-shaped source, held as uint8 pixels (N x D:
-a batch piece is one contiguous block) and integer labels; `to_arrays` makes
-the trainer's float inputs (pixel / 255) and one-hot labels.
-"""
+"""Training data: MNIST IDX files (gzip or raw), the shipped test set, and a deterministic synthetic
+MNIST-shaped source, held as uint8 pixels (N x D: a batch piece is one contiguous block) and integer
+labels; `to_arrays` makes the trainer's float inputs (pixel / 255) and one-hot labels."""
 from __future__ import annotations
 
 import gzip
@@ -110,8 +108,7 @@ def shipped_test_set() -> Dataset:
 
 
 def synthetic(n: int, input_size: int = 784, num_classes: int = 10, seed: int = 0) -> Dataset:
-    """MNIST-shaped uint8 samples, deterministic in (n, sizes, seed): a smooth random prototype per
-    class, shifted by up to 2 pixels, plus noise."""
+    """MNIST-shaped uint8 samples, deterministic in (n, sizes, seed): a smooth prototype per class, shifted, noisy."""
     rng = np.random.default_rng(seed)
     side = int(round(np.sqrt(input_size)))
     square = side * side == input_size

@@ -1,13 +1,10 @@
-"""The one exception type a user sees (its message is the one-line error),
-and what every command-line tool shares: how it ends, how it writes, its
-argument parser (errors in one line) and `--machine`.
+"""The one exception type a user sees (its message is the one-line error), and what every command-line
+tool shares: how it ends, how it writes, its argument parser (errors in one line) and `--machine`.
 
-The promise: bad input or a fault ends a tool with one line naming the file
-or value and a non-zero status (2: bad input, 1: failed, 130: Ctrl-C, 128 + N:
-signal N), never a traceback; an output file is written to a temporary name
-beside it and renamed, so it is whole or absent; printing never fails a
-finished run (characters the terminal's encoding lacks are escaped).
-"""
+The promise: bad input or a fault ends a tool with one line naming the file or value and a non-zero
+status (2: bad input, 1: failed, 130: Ctrl-C, 128 + N: signal N), never a traceback; an output file is
+written to a temporary name beside it and renamed, so it is whole or absent; printing never fails a
+finished run (characters the terminal's encoding lacks are escaped)."""
 from __future__ import annotations
 
 import argparse
@@ -117,12 +114,11 @@ class OneLineParser(argparse.ArgumentParser):
 MACHINE_HELP = "machine file: a .yaml path or the name of a shipped one (models/*.yaml)"
 
 
-def add_machine(parser: argparse.ArgumentParser, default: str, *, required: bool = False,
-                shipped: tuple[str, ...] = ()) -> None:
+def add_machine(parser: argparse.ArgumentParser, default: str, *, shipped: tuple[str, ...] = ()) -> None:
     """--machine NAME|FILE.yaml, the one every command takes (the configuration's flags: perfmlp/flags.py);
     `default`: what the command takes without it; `shipped`: files to list."""
     names = f" ({', '.join(shipped)})" if shipped else ""
-    parser.add_argument("--machine", default=None, required=required, metavar="NAME|FILE.yaml",
+    parser.add_argument("--machine", default=None, metavar="NAME|FILE.yaml",
                         help=f"{MACHINE_HELP}{names} (default: {default})")
 
 

@@ -1,14 +1,11 @@
 """Fault injection for the tests: how the whole job ends when one rank fails.
 
-PERFMLP_FAULT=RANK:WHEN[:KIND[:PHASE]] makes rank RANK fail at WHEN: a
-batch number (as that batch starts, or as it enters PHASE), `start` (before
-MPI starts), `end` (after the last batch) or `exit` (as the process exits,
-before MPI's teardown). KIND is `raise` (an exception, the default), `disk`
-(the rank's trace writes go to /dev/full: ENOSPC), `kill` (SIGKILL), `term`,
-`int`, `hup` (SIGTERM, SIGINT, SIGHUP), `stop` (SIGSTOP), `hang` (the rank
-sleeps for ever, holding no lock) or `hold` (it sleeps holding Python's
-lock, as a teardown inside a C library does: no Python thread runs).
-"""
+PERFMLP_FAULT=RANK:WHEN[:KIND[:PHASE]] makes rank RANK fail at WHEN: a batch number (as that batch
+starts, or as it enters PHASE), `start` (before MPI starts), `end` (after the last batch) or `exit` (as
+the process exits, before MPI's teardown). KIND is `raise` (an exception, the default), `disk` (the
+rank's trace writes go to /dev/full: ENOSPC), `kill` (SIGKILL), `term`, `int`, `hup` (SIGTERM, SIGINT,
+SIGHUP), `stop` (SIGSTOP), `hang` (the rank sleeps for ever, holding no lock) or `hold` (it sleeps
+holding Python's lock, as a teardown inside a C library does: no Python thread runs)."""
 from __future__ import annotations
 
 import os

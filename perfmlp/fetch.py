@@ -1,10 +1,8 @@
-"""`python -m perfmlp.fetch`: download the four official MNIST files and
-check their digests.
+"""`python -m perfmlp.fetch`: download the four official MNIST files and check their digests.
 
-Each file is written to a temporary name and renamed only once its md5
-matches, so an interrupted or corrupted download never leaves a file that
-the loader would trust. Files already present with the right digest are kept.
-"""
+Each file is written to a temporary name and renamed only once its md5 matches, so an interrupted or
+corrupted download never leaves a file that the loader would trust. Files already present with the
+right digest are kept."""
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +47,7 @@ def md5_of(path: Path) -> str:
 
 
 def _download(url: str, tmp: Path, size: int, timeout_s: float, deadline: float) -> None:
-    """`url` into `tmp`, at most `size` bytes, by `deadline` (time.monotonic()); else OSError (ValueError:
-    a URL urllib cannot open)."""
+    """`url` into `tmp`, at most `size` bytes, by `deadline` (monotonic); else OSError (ValueError: a bad URL)."""
     got = 0
     with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
         while chunk := r.read(min(1 << 20, size + 1 - got)):

@@ -1,6 +1,5 @@
-"""The configuration's fields as command-line flags, from perfmlp/config.py,
-so that every command taking a configuration key (run, model, whatif) spells
-it alike, with the trainer's default."""
+"""The configuration's fields as command-line flags, from perfmlp/config.py, so that every command taking
+a configuration key (run, model, whatif) spells it alike, with the trainer's default."""
 from __future__ import annotations
 
 import argparse

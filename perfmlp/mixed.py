@@ -1,17 +1,13 @@
-"""Mixed-precision numerics on the host: the 16-bit storage types, TF32
-rounding and dynamic loss scaling (what each precision stores and
-multiplies: perfmlp/model/precision.py).
+"""Mixed-precision numerics on the host: the 16-bit storage types, TF32 rounding and dynamic loss scaling
+(what each precision stores and multiplies: perfmlp/model/precision.py).
 
-On NumPy the step computes what the GPU's does, so CPU tests check the
-arithmetic: bfloat16 through `ml_dtypes`, GEMM operands rounded as the
-tensor cores take them (`gemm_operand`), float32 accumulation and
-elementwise work on values rounded back to 16 bits.
+On NumPy the step computes what the GPU's does, so CPU tests check the arithmetic: bfloat16 through
+`ml_dtypes`, GEMM operands rounded as the tensor cores take them (`gemm_operand`), float32 accumulation
+and elementwise work on values rounded back to 16 bits.
 
-Dynamic loss scaling (fp16), as PyTorch's GradScaler's defaults: the loss is
-scaled by S (2^16 at first) and the gradients by 1/S in the update; a step
-whose reduced gradients hold an inf or a NaN is skipped and S halved; after
-GROWTH_INTERVAL finite steps in a row S doubles (gpu/kernels.cu alike).
-"""
+Dynamic loss scaling (fp16), as PyTorch's GradScaler's defaults: the loss is scaled by S (2^16 at
+first) and the gradients by 1/S in the update; a step whose reduced gradients hold an inf or a NaN is
+skipped and S halved; after GROWTH_INTERVAL finite steps in a row S doubles (gpu/kernels.cu alike)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,18 +1,14 @@
 """The network math, generic over the array module (NumPy or CuPy).
 
-Samples are columns: X is D x b, W_l is n_l x n_{l-1}. Hidden layers are
-sigmoid, the output softmax; J = (1/B) sum_i CE_i + (lambda/2) sum_l ||W_l||^2.
+Samples are columns: X is D x b, W_l is n_l x n_{l-1}. Hidden layers are sigmoid, the output softmax;
+J = (1/B) sum_i CE_i + (lambda/2) sum_l ||W_l||^2. Parameters and gradients each live in one flat buffer
+[W_1..W_L, b_1..b_L] (the update is two elementwise passes whatever the depth); the gradient buffer's
+extra slot holds the rank's cross-entropy sum, reduced with it.
 
-Parameters and gradients each live in one flat buffer [W_1..W_L, b_1..b_L]
-(the update is two elementwise passes whatever the depth); the gradient
-buffer's extra slot holds the rank's cross-entropy sum, reduced with it.
-
-The step is written once, in `Network`, as kernel calls: each records its
-operations (name, launched shape: what the model prices) into `ops` when
-that is a list, then runs `_<kernel>`, the only part a backend overrides
-(gpu/network.py); the model's `step_kernels` lists the same (tested).
-`dtype` is the master type, `act_dtype` the activations' (perfmlp/mixed.py).
-"""
+The step is written once, in `Network`, as kernel calls: each records its operations (name, launched
+shape: what the model prices) into `ops` when that is a list, then runs `_<kernel>`, the only part a
+backend overrides (gpu/network.py); the model's `step_kernels` lists the same (tested). `dtype` is the
+master type, `act_dtype` the activations' (perfmlp/mixed.py)."""
 from __future__ import annotations
 
 from itertools import accumulate
@@ -67,6 +63,8 @@ def sigmoid(xp, z):
 class Network:
     """Forward (x: D x b), loss (y: C x b one-hot; delta (P - Y) / B), backward and update
     (w <- w - lr (g + reg w), b <- b - lr g) on flat buffers, for any array module."""
+
+    combines_output = False   # a model group's column-split output (strategies/shard.py's property)
 
     def __init__(self, xp, layer_sizes, precision, lr: float, reg: float, global_batch: int):
         self.xp = xp
@@ -165,10 +163,7 @@ class Network:
                         ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
                 continue
             for r0, r1, lo, hi in blocks:                                   # dW = delta a^T (in row blocks)
-                if len(blocks) == 1:
-                    self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
-                else:
-                    self.gemm(d[r0:r1], self.acts[l], out=self.g.W[l][r0:r1], trans_b=True)
+                self.gemm(d[r0:r1], self.acts[l], out=self.g.W[l][r0:r1], trans_b=True)
                 if ready is not None:
                     ready(lo, hi)
             if l == L - 1:

@@ -1,9 +1,7 @@
-"""Every name the trainer, the trace, the model, the report and the CLIs
-share, defined once; this module imports nothing of perfmlp, and nothing
-else spells these names (tests/test_names.py). Plain strings, so that
-configurations, manifests, YAML and JSON hold them as they are; the phases
-are a str Enum (a Phase compares, formats and serialises as its value).
-"""
+"""Every name the trainer, the trace, the model, the report and the CLIs share, defined once; this module
+imports nothing of perfmlp, and nothing else spells these names (tests/test_names.py). Plain strings,
+so that configurations, manifests, YAML and JSON hold them as they are; the phases are a str Enum (a
+Phase compares, formats and serialises as its value)."""
 from __future__ import annotations
 
 from enum import Enum
@@ -171,10 +169,9 @@ NVTX_RANGES = (*(p.value for p in PHASES), "batch", "epoch")  # every NVTX range
 
 def batch_phases(comm: str, batch_transfer: str, exec_mode: str = EAGER, *, combine: bool = False,
                  exchange: bool = True, updates: bool = True) -> tuple[Phase, ...]:
-    """The phases one batch of one rank records, in order. `combine`: model parallelism's output
-    combine; `exchange`: False for pure model parallelism; `updates`: False on a parameter server's
-    worker. In graph mode `graph` stands for forward to backward, and the exchange and update too
-    with a device exchange."""
+    """The phases one batch of one rank records, in order. `combine`: model parallelism's output combine; `exchange`:
+    False for pure model parallelism; `updates`: False on a parameter server's worker. In graph mode `graph` stands for
+    forward to backward, and the exchange and update too with a device exchange."""
     out = [] if batch_transfer in UNCOPIED_TRANSFERS else [Phase.H2D]
     if exec_mode == GRAPH:
         out.append(Phase.GRAPH)

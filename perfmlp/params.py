@@ -1,11 +1,9 @@
-"""Parameter files: `--save-params DIR` (initial.npz, final.npz and, when
-the loss stops being finite, at-failure.npz) and `--resume FILE.npz`.
+"""Parameter files: `--save-params DIR` (initial.npz, final.npz and, when the loss stops being finite,
+at-failure.npz) and `--resume FILE.npz`.
 
-A file is written whole or not at all; nothing of an earlier run is
-overwritten, and a run holds an exclusive lock on its folder. A resumed file
-is read without pickle, each array's header checked before its data is read
-(a small file declaring a huge array is refused, not loaded).
-"""
+A file is written whole or not at all; nothing of an earlier run is overwritten, and a run holds an
+exclusive lock on its folder. A resumed file is read without pickle, each array's header checked before
+its data is read (a small file declaring a huge array is refused, not loaded)."""
 from __future__ import annotations
 
 import fcntl
@@ -41,8 +39,7 @@ def check_folder(folder: str) -> None:
 
 
 def claim_folder(folder: str) -> None:
-    """Hold --save-params DIR for this run (one rank): an exclusive lock for the process's life, then
-    check_folder again under it."""
+    """Hold --save-params DIR for this run (one rank): an exclusive lock for the process's life, then check again."""
     if not folder:
         return
     d = Path(folder)

@@ -1,11 +1,9 @@
 """`python -m perfmlp.run`: train the MLP, data-parallel under `mpirun -n P`.
 
-Only rank 0 prints: which data it uses, a line per epoch, a summary.
-Any error ends the whole job with one line and a non-zero exit: a rank that
-fails on its own aborts the MPI job rather than leaving the others waiting
-in a collective, and an error while cleaning up (a full disk, say) still
-ends it. SIGTERM is handled as SIGINT.
-"""
+Only rank 0 prints: which data it uses, a line per epoch, a summary. Any error ends the whole job with
+one line and a non-zero exit: a rank that fails on its own aborts the MPI job rather than leaving the
+others waiting in a collective, and an error while cleaning up (a full disk, say) still ends it.
+SIGTERM is handled as SIGINT."""
 from __future__ import annotations
 
 import importlib.util

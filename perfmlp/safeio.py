@@ -1,11 +1,9 @@
 """Outputs that never replace an input, and inputs read within bounds.
 
-An output is a regular file or a new name (never a folder, FIFO, device or
-link, nor a file the command reads); a folder of outputs is filled beside its
-target and renamed into place. JSON nested past Python's recursion and YAML
-nested past MAX_DEPTH or whose aliases expand past MAX_YAML_NODES values are
-refused in one line; a message quotes at most PREFIX_CHARS characters.
-"""
+An output is a regular file or a new name (never a folder, FIFO, device or link, nor a file the command
+reads); a folder of outputs is filled beside its target and renamed into place. JSON nested past
+Python's recursion and YAML nested past MAX_DEPTH or whose aliases expand past MAX_YAML_NODES values
+are refused in one line; a message quotes at most PREFIX_CHARS characters."""
 from __future__ import annotations
 
 import json
@@ -194,8 +192,7 @@ def _flow_depth(text: str) -> int:
 
 
 def _check_size(root) -> None:
-    """Check the node count with aliases expanded (each node sized once, by identity: a bomb is counted,
-    not walked) and the nesting."""
+    """Check the nesting and the node count, aliases expanded (each node sized once: a bomb is counted, not walked)."""
     size: dict[int, int] = {}
     stack = [(root, 1, False)]
     while stack:

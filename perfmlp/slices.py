@@ -1,22 +1,17 @@
-"""The sliced first layer and the 16-bit gradient exchange, on NumPy and MPI
-(the GPU's form: perfmlp/gpu/sliced.py; `check` refuses what is not built).
+"""The sliced first layer and the 16-bit gradient exchange on NumPy and MPI (the GPU's form:
+perfmlp/gpu/sliced.py; `check` refuses what is not built).
 
-`--slices K`: dW1 is computed in K slices of hidden units (last rows first),
-each reduced (MPI_Iallreduce) as its GEMM writes it; the first written is
-reduced with the rest of the buffer and waited for by the exchange, the
-others stay in flight into the next batch, whose first-layer forward waits
-for slice s, updates rows s of W1 and computes Z1[s] (`drain`, the
-backend's sync, lands the rest before anything reads the parameters).
-Rows h of dW1 need only rows h of dZ1: the parameters are the unsliced
-step's up to summation order. With fp16's loss scaling the update
-waits for every slice.
+`--slices K`: dW1 is computed in K slices of hidden units (last rows first), each reduced
+(MPI_Iallreduce) as its GEMM writes it; the first written goes with the rest of the buffer and is
+waited for by the exchange, the others stay in flight into the next batch, whose first-layer forward
+waits for slice s, updates rows s of W1 and computes Z1[s] (`drain`, the backend's sync, lands the rest
+before anything reads the parameters). Rows h of dW1 need only rows h of dZ1, so the parameters are the
+unsliced step's up to summation order. With fp16's loss scaling the update waits for every slice.
 
-`--grad-precision bf16 | fp16`: gradients rounded to 16 bits and summed by
-an MPI operation adding in float32 (as NCCL's ring does hop by hop), then
-widened for the update. The loss slot travels as the rank's mean (a sum
-could pass fp16's range) and only says it is finite; the epoch's exact sum
-is reduced at its end.
-"""
+`--grad-precision bf16 | fp16`: gradients rounded to 16 bits, summed by an MPI operation adding in
+float32 (as NCCL's ring does hop by hop), widened for the update. The loss slot travels as the rank's
+mean (a sum could pass fp16's range) and only says it is finite; the epoch's exact sum is reduced at
+its end."""
 from __future__ import annotations
 
 import dataclasses
@@ -67,6 +62,7 @@ class SlicedExchange:
 
     def __init__(self, world, net, k: int, grad_precision: str = N.FLOAT32, overlap: bool = False):
         H, D = net.p.layer_sizes[1], net.p.layer_sizes[0]
+        self.D = D                                          # W1's columns: row r is flat elements [r D, (r+1) D)
         if not 1 <= k <= H:
             raise PerfmlpError(f"--slices {k}: the first layer has {H} hidden units; give 1 to {H}")
         self.world, self.net, self.overlap = world, net, overlap
@@ -138,11 +134,10 @@ class SlicedExchange:
             raise NonFiniteLoss(ce)      # before the update: the parameters are still the last finite ones
         with phase(Phase.UPDATE):
             if self.pipelined:   # the rest and slice 0 now; the other slices in the next forward, counted here
-                D = net.p.layer_sizes[0]
-                lo = self.rows[0][0] * D
+                lo = self.rows[0][0] * self.D
                 net._record(("update_weights", (net.p.n_weights - lo,)), ("update_biases", (net.p.n_biases,)))
                 for r0, r1 in self.rows[1:]:
-                    net._record(("update_weights", ((r1 - r0) * D,)), ("update_biases", (0,)))
+                    net._record(("update_weights", ((r1 - r0) * self.D,)), ("update_biases", (0,)))
                 net.sgd_weights(lo, net.p.n_weights)
                 net.sgd_biases()
             else:
@@ -164,9 +159,8 @@ class SlicedExchange:
         """Z1 = W1 X slice by slice, each slice's rows updated as its reduction lands."""
         net = self.net
         z = out if out is not None else np.empty((net.p.layer_sizes[1], x.shape[1]), net.act_dtype)
-        D = net.p.layer_sizes[0]
         for s, (r0, r1) in enumerate(self.rows):
-            self._apply(s, r0 * D, r1 * D)
+            self._apply(s, r0 * self.D, r1 * self.D)
             net.gemm(net.gemm_weight(0)[r0:r1], x, out=z[r0:r1])
         return z
 
@@ -180,10 +174,9 @@ class SlicedExchange:
 
     def drain(self) -> None:
         """Land and apply every slice still in flight (W1 as the unsliced step leaves it)."""
-        D = self.net.p.layer_sizes[0]
         for s in list(self._pending):
             r0, r1 = self.rows[s]
-            self._apply(s, r0 * D, r1 * D)
+            self._apply(s, r0 * self.D, r1 * self.D)
 
     def host_value(self, flat, index: int) -> float | None:
         return float(flat[index]) if self.half is None else None

@@ -1,13 +1,10 @@
-"""MPI's start-up and the process's exit, watched: a signal or a stall
-inside MPI_Init, or an exit (MPI, NCCL or CUDA teardown) that stalls where
-the watchdog thread cannot run, ends the whole job with one line.
+"""MPI's start-up and the process's exit, watched: a signal or a stall inside MPI_Init, or an exit (MPI,
+NCCL or CUDA teardown) that stalls where the watchdog thread cannot run, ends the whole job with one line.
 
-mpi4py's MPI_Init holds Python's lock until every rank has arrived, so a
-small process forked before it watches instead: on SIGINT, SIGTERM or SIGHUP
-it prints the line and the rank dies of the signal itself (which makes the
-launcher end the other ranks); past the start-up limit it kills the rank.
-It never outlives the rank.
-"""
+mpi4py's MPI_Init holds Python's lock until every rank has arrived, so a small process forked before it
+watches instead: on SIGINT, SIGTERM or SIGHUP it prints the line and the rank dies of the signal itself
+(which makes the launcher end the other ranks); past the start-up limit it kills the rank. It never
+outlives the rank."""
 from __future__ import annotations
 
 import faulthandler
@@ -32,8 +29,7 @@ def launched_size() -> int:
 
 
 def handle_signals_while_importing(prog: str) -> None:
-    """Until the program's own handlers: a signal is one line, then the rank dies of it (the launcher
-    ends the job)."""
+    """Until the program's own handlers: a signal is one line, then the rank dies of it (the launcher ends the job)."""
     def ended(signum, _frame):
         from .faults import launcher_rank
         who = f"rank {launcher_rank()}: " if launched_size() > 1 else ""

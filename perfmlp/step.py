@@ -1,14 +1,11 @@
 """The training step, written once for every strategy and execution mode.
 
-A strategy's step is two `Parts`, functions that issue their kernels, copies
-and collectives within the phases they record: `compute(net, x, y, phase,
-counts)` (forward, loss, backward) and `exchange(net, reducer, phase,
-counts)` (the gradient exchange and the update; it returns the reduced loss
-sum where reading it costs no device synchronisation, else None, and raises
-NonFiniteLoss before an update with a non-finite loss). `step` issues both
-eagerly or replays the CUDA graph captured from them (perfmlp/gpu/graph.py),
-with the exchange in it where it needs no host (`whole_step`).
-"""
+A strategy's step is two `Parts`, functions that issue their kernels, copies and collectives within the
+phases they record: `compute(net, x, y, phase, counts)` (forward, loss, backward) and `exchange(net,
+reducer, phase, counts)` (the gradient exchange and the update; it returns the reduced loss sum where
+reading it costs no device synchronisation, else None, and raises NonFiniteLoss before an update with a
+non-finite loss). `step` issues both eagerly or replays the CUDA graph captured from them
+(perfmlp/gpu/graph.py), with the exchange in it where it needs no host (`whole_step`)."""
 from __future__ import annotations
 
 import contextlib
@@ -34,9 +31,13 @@ def no_phase(name: str):
 
 
 def compute(net, x, y, phase, counts) -> None:
-    """Data parallelism's: forward, loss and backward on the rank's piece."""
+    """Forward, loss and backward on the rank's piece (a model group's column-split output combined in its own
+    phase after forward)."""
     with phase(Phase.FORWARD):
         net.forward(x)
+    if net.combines_output:
+        with phase(Phase.COMBINE):
+            net.combine_output()
     with phase(Phase.LOSS):
         net.loss(y)
     with phase(Phase.BACKWARD):

@@ -1,13 +1,10 @@
 """The data-parallel training loop.
 
-Batch k is samples [kB, (k+1)B) of the epoch's order (the last may be short,
-averaged over its own size). Each rank takes its contiguous piece of every
-batch, its gradient scaled by 1/B of the whole batch; the gradient buffer is
-summed across ranks and every rank applies the same update (regularisation
-added there, once), so every rank holds what one process training on the
-whole batch would, up to rounding. The step, for every strategy and
-execution mode: perfmlp/step.py.
-"""
+Batch k is samples [kB, (k+1)B) of the epoch's order (the last may be short, averaged over its own
+size). Each rank takes its contiguous piece of every batch, its gradient scaled by 1/B of the whole
+batch; the gradient buffer is summed across ranks and every rank applies the same update
+(regularisation added there, once), so every rank holds what one process training on the whole batch
+would, up to rounding. The step, for every strategy and execution mode: perfmlp/step.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -67,8 +64,7 @@ class Result:
 
 def train(cfg: Config, world, tracer=None, log=print, watchdog=None) -> Result:
     """Train on `world`'s ranks, recording into `tracer`, marking progress for `watchdog` (both optional)."""
-    # exp overflow in the sigmoid is expected (it saturates to 0); a loss that
-    # is not finite is caught below, so NumPy's warnings are only noise
+    # the sigmoid's exp overflows by design (saturating to 0) and a non-finite loss is caught: no warnings
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         return _train(cfg, world, tracer or NullTracer(), log, watchdog or NoWatchdog())
 
@@ -217,8 +213,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
 
 
 def _last_finite(net, snapshot, now: str | None) -> tuple[dict, str]:
-    """(parameters, which they are): the current ones if finite and `now` names them, else the latest
-    finite epoch-start copy."""
+    """(parameters, which): the current ones if finite and `now` names them, else the last finite epoch start's."""
     if now is not None:
         params = net.get_params()
         if all(np.isfinite(a).all() for a in params.values()):

@@ -1,18 +1,12 @@
-"""The run's watchdog: a stalled rank and a signal that cannot be handled
-end the whole job with one line.
+"""The run's watchdog: a stalled rank or a signal that cannot be handled ends the whole job with one line.
 
-Progress: the training loop marks the batch, phase or state it is in (a
-store into a small memoryview; `--stall-limit 0` turns the marks off). A
-daemon thread ends the job (one line, MPI_Abort) once no rank of the node
-has changed its marks for `limit_s`. The ranks of a node share their marks
-(an MPI shared-memory window), so the line names the rank that is behind,
-its phase and whether its process is stopped (a stopped rank marks nothing).
-Only one rank prints: the stalled rank if alive, else the lowest other rank
-of its node; the others wait, and the abort ends them first.
-
-Signals: a rank blocked inside MPI never runs a Python handler, so the
-signal numbers also reach a socket (signal.set_wakeup_fd); if the main thread
-has not handled one within GRACE_S, the thread ends the job with 128 + N.
+Progress: the training loop marks its batch, phase or state (stores into a small memoryview shared
+by the node's ranks through an MPI shared-memory window; `--stall-limit 0`: no marks). A daemon thread
+ends the job once no rank of the node has changed its marks for `limit_s`, naming the rank behind, its
+phase and whether its process is stopped. One rank prints (the stalled one if alive, else the lowest
+other of its node); the abort ends the others. Signals: a rank blocked inside MPI never runs a Python
+handler, so the signal numbers also reach a socket (set_wakeup_fd); one the main thread has not
+handled within GRACE_S ends the job with 128 + N.
 """
 from __future__ import annotations
 
@@ -187,10 +181,6 @@ class Watchdog:
         starting = any(int(r[CODE]) == STARTING for r in self.rows)
         return max(self.limit_s, STARTUP_MIN_S) if starting else self.limit_s
 
-    def _where(self) -> tuple:
-        row = self.row
-        return int(row[CODE]), int(row[EPOCH]), int(row[BATCH])
-
     def _node(self) -> tuple:
         return tuple(tuple(r[:PID]) for r in self.rows)
 
@@ -203,8 +193,9 @@ class Watchdog:
 
     def _end_for_signal(self, signum: int) -> None:
         what, status = SIGNALS[signum]
-        code, epoch, batch = self._where()
-        self._end(f"{self._who()}error: {what} {describe(code, epoch, batch)}, where the signal's handler "
+        w = self.world
+        who = f"rank {w.rank}: " if w is not None and w.size > 1 else ""
+        self._end(f"{who}error: {what} {describe(*self.row[:BATCH + 1])}, where the signal's handler "
                   "could not run (blocked outside Python); the job is ended", status, 128 + signum)
 
     def _end_for_stall(self, waited_s: float) -> None:
@@ -214,12 +205,12 @@ class Watchdog:
         limit = f"no progress for {waited_s:.{1 if waited_s >= 1 else 3}f} s (--stall-limit {self.limit_s:g})"
         self._stop.set()   # this thread reports once, whatever follows
         if stalled is None:   # every rank of this node is waiting: at the exit, or for a rank elsewhere
-            code, epoch, batch = self._where()
+            where = describe(*self.row[:BATCH + 1])
             whole = self.world is not None and len(rows) == self.world.size   # the job is this node
             line = f"every rank of this node stalled at its exit (MPI, NCCL or CUDA teardown): {limit}" \
                 if all(int(c) == EXITING for c in rows[:, CODE]) else \
-                f"every rank waited {describe(code, epoch, batch)} for the others: {limit}" if whole else \
-                f"rank {me} waited {describe(code, epoch, batch)} for a rank on another node: {limit}"
+                f"every rank waited {where} for the others: {limit}" if whole else \
+                f"rank {me} waited {where} for a rank on another node: {limit}"
             reporter = int(rows[:, RANK].min())
         else:
             r = int(stalled[RANK])
@@ -251,10 +242,6 @@ class Watchdog:
             pass
         return True
 
-    def _who(self) -> str:
-        w = self.world
-        return f"rank {w.rank}: " if w is not None and w.size > 1 else ""
-
     def _end(self, line: str | None, status: str, code: int) -> None:
         """One line (unless None), the manifest's status (best effort), then the whole job ends."""
         with self.lock:
@@ -265,10 +252,10 @@ class Watchdog:
                 write_line(f"{self.prog}: {line}")   # one write: never glued to another rank's line
             mark_manifest(self.run_dir, status)
         w = self.world
-        if w is not None and w.size > 1 and _may_abort_from_thread(w):
-            # MPI_Abort from this thread can wait for ever while the main thread goes on calling MPI
-            # (a batch slower than a tiny limit): then this rank is killed, which ends the job too (not a
-            # daemon thread: an interpreter that reaches its exit first waits for it)
+        MPI = getattr(w, "MPI", None)
+        if w is not None and w.size > 1 and MPI is not None and MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
+            # MPI_Abort from this thread can wait for ever while the main thread calls MPI: then this rank
+            # is killed, which ends the job too (not a daemon thread: an exiting interpreter waits for it)
             threading.Timer(GRACE_S, os.kill, (os.getpid(), signal.SIGKILL)).start()
             w.abort(code)
         try:
@@ -321,11 +308,6 @@ def process_stopped(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
-
-
-def _may_abort_from_thread(world) -> bool:
-    MPI = getattr(world, "MPI", None)
-    return MPI is not None and MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 
 
 class Watched:

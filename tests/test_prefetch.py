@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfmlp.errors import RunFailure
-from perfmlp.gpu.prefetch import HostSlots, Pipeline
+from perfmlp.gpu.prefetch import LOOKAHEAD, Pipeline
 
 N, B, D, C = 230, 50, 7, 3   # 5 batches an epoch: 50 50 50 50 30
 
@@ -24,6 +24,46 @@ class Source:
 
     def reorder(self, order):
         self.xh, self.yh = self.x0[order], self.y0[order]
+
+
+class HostSlots:
+    """CudaSlots' interface in host memory, nothing asynchronous: a copy is np.copyto at once.
+    `copy_rows` may be replaced to inject a fault."""
+
+    def __init__(self, n: int, xdtype, ydtype, D: int, C: int, slots: int = LOOKAHEAD + 1):
+        self.slots = slots
+        self.xd = [np.zeros((n, D), xdtype) for _ in range(slots)]
+        self.yd = [np.zeros((n, C), ydtype) for _ in range(slots)]
+        self.xs = [np.zeros((n, D), xdtype) for _ in range(slots)]
+        self.ys = [np.zeros((n, C), ydtype) for _ in range(slots)]
+        self.calls: list = []   # (what, slot) of the loop thread's calls, in order
+
+    def bind_thread(self) -> None:
+        pass
+
+    def staging(self, slot: int, part: int):
+        return (self.xs, self.ys)[part][slot]
+
+    def copying(self, slot: int) -> bool:
+        return False
+
+    def wait_copied(self, slot: int) -> None:
+        pass
+
+    def wait_consumed(self, slot: int) -> None:
+        self.calls.append(("wait_consumed", slot))
+
+    def copy_rows(self, slot: int, part: int, r0: int, host) -> None:
+        np.copyto((self.xd, self.yd)[part][slot][r0:r0 + len(host)], host)
+
+    def ready(self, slot: int) -> None:
+        self.calls.append(("ready", slot))
+
+    def release(self, slot: int) -> None:
+        self.calls.append(("release", slot))
+
+    def sync(self) -> None:
+        self.calls.append(("sync", None))
 
 
 def next_piece(lo, hi):

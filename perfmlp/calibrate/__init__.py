@@ -1,12 +1,9 @@
-"""Measure the machine with microbenchmarks (the trainer's own kernels,
-copies and step, each at sizes that isolate one cost; never a training run)
-and write a machine file, an empirical roofline:
-`python -m perfmlp.calibrate --out models/NAME.yaml`, under `mpirun -n P` for
-what several ranks share; what is not measured comes from --base. One module
-per kind of measurement (gemm, precision, kernels, copies, pipeline, host,
-collectives, spread; cpu*.py: a CPU's), each timed with perfmlp.gpu.timing;
-__main__.py orders them. Nothing here imports CuPy or mpi4py at import time.
-"""
+"""Measure the machine with microbenchmarks (the trainer's own kernels, copies and step, each at sizes
+that isolate one cost; never a training run) and write a machine file, an empirical roofline:
+`python -m perfmlp.calibrate --out models/NAME.yaml`, under `mpirun -n P` for what several ranks share;
+what is not measured comes from --base. One module per kind of measurement (gemm, precision, kernels,
+copies, pipeline, host, collectives, spread; cpu*.py: a CPU's), each timed with perfmlp.gpu.timing;
+__main__.py orders them. Nothing here imports CuPy or mpi4py at import time."""
 from pathlib import Path
 
 from ..errors import write_atomic

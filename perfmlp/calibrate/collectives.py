@@ -1,11 +1,9 @@
-"""Collectives, under `mpirun -n P` (on one process only host MPI on one
-rank), over groups of 2 and P ranks: host MPI_Allreduce (host wall time, its
-buffer just written by a D2H copy, as the trainer's is) through pinned and
-pageable buffers and NCCL allreduce (GPU time, queued ahead) at the
-gradient sizes and a ladder (allreduce_s, the ring fit mpi_/nccl_alpha_s,
-_bw_bytes_per_s); the staged exchange's copy back from the buffer MPI has
-just reduced (host_copy_s, buffer "reduced"); the wait for the slowest rank
-(collective_wait_s, with `memory` for the staged exchange's own)."""
+"""Collectives, under `mpirun -n P` (on one process only host MPI on one rank), over groups of 2 and P
+ranks: host MPI_Allreduce (host wall time, its buffer just written by a D2H copy, as the trainer's is)
+through pinned and pageable buffers and NCCL allreduce (GPU time, queued ahead) at the gradient sizes
+and a ladder (allreduce_s, the ring fit mpi_/nccl_alpha_s, _bw_bytes_per_s); the staged exchange's copy
+back from the buffer MPI has just reduced (host_copy_s, buffer "reduced"); the wait for the slowest
+rank (collective_wait_s, with `memory` for the staged exchange's own)."""
 from __future__ import annotations
 
 from statistics import median

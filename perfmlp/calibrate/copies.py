@@ -1,12 +1,10 @@
-"""Copies, as the trainer makes them: device memory bandwidth; the
-device-to-device copies into a graph step's static inputs (d2d_copy_s: their
-fixed cost dominates below a few MB); host <-> device bandwidth and latency;
-and the trainer's own copies at their sizes (host_copy_s) by rank 0 alone and
-by 2 and P ranks at once (host memory and PCIe shared), with each group's
-aggregate bandwidth. A pageable copy blocks the host: its host wall time; a
-pinned one runs behind the kernels: its GPU time, queued ahead. Each copy
-reads a new slice of a host array beyond the caches (rotating_offsets), as
-the trainer copies a new batch every step."""
+"""Copies, as the trainer makes them: device memory bandwidth; the device-to-device copies into a graph
+step's static inputs (d2d_copy_s: their fixed cost dominates below a few MB); host <-> device bandwidth
+and latency; and the trainer's own copies at their sizes (host_copy_s) by rank 0 alone and by 2 and P
+ranks at once (host memory and PCIe shared), with each group's aggregate bandwidth. A pageable copy
+blocks the host: its host wall time; a pinned one runs behind the kernels: its GPU time, queued ahead.
+Each copy reads a new slice of a host array beyond the caches (rotating_offsets), as the trainer copies
+a new batch every step."""
 from __future__ import annotations
 
 import itertools
@@ -125,8 +123,7 @@ def pageable_ahead(cp, copy, alone_s: float, reps: int = 10, loop: int = 10) -> 
 
 
 def _copy_call(cp, direction: str, h, d, n: int, blocking: bool = False):
-    """A copy of n bytes between d and a new slice of h each call, on the current stream; a D2H blocks the
-    host only where `blocking`."""
+    """A copy of n bytes between d and a new slice of h each call, on the current stream; a blocking D2H if asked."""
     s = cp.cuda.get_current_stream()
     offset = rotating_offsets(len(h), n)
 

@@ -1,13 +1,10 @@
-"""A CPU as a machine: what a NumPy step of this trainer spends, measured
-with microbenchmarks and written as a machine file (model/predict/cpu.py
-reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out FILE.yaml`.
-At each BLAS thread count of --threads, one rank alone and all P ranks at
-once on the same cores (the slowest rank's): each GEMM's rate and the other
-kernels' pass bandwidth at the trainer's shapes, and the trainer's own
-Python per kernel, the tracer's host time per batch and MPI allreduce (all
-three timed in cpu_bench.py); a large GEMM and a triad (the compute and
-memory roofs); a small NumPy call's host time; and the spread of each
-(SOURCES). --quick measures a few small shapes in seconds (the tests)."""
+"""A CPU as a machine: what a NumPy step of this trainer spends, measured with microbenchmarks and written
+as a machine file (model/predict/cpu.py reads it): `mpiexec -n P python -m perfmlp.calibrate.cpu --out
+FILE.yaml`. At each BLAS thread count of --threads, one rank alone and all P ranks at once on the same
+cores (the slowest rank's): each GEMM's rate and the other kernels' pass bandwidth at the trainer's
+shapes, and the trainer's own Python per kernel, the tracer's host time per batch and MPI allreduce (all
+three timed in cpu_bench.py); a large GEMM and a triad (the compute and memory roofs); a small NumPy
+call's host time; and the spread of each (SOURCES). --quick measures a few small shapes in seconds."""
 from __future__ import annotations
 
 import argparse
@@ -61,8 +58,7 @@ def _slowest(comm, res: dict) -> dict:
 
 
 def step_sweep(comm, ranks: int, threads: int, grid, budget_s: float, spread: dict) -> dict:
-    """The kernels of every (precision, H, b) of `grid`, `ranks` ranks measuring at once (the others wait
-    without polling)."""
+    """The kernels of every (precision, H, b) of `grid`, `ranks` ranks measuring at once (the others wait idle)."""
     out = {"gemm_flops_per_s": [], "pass_bytes_per_s": [], "_host": []}
     group = comm.Split(0 if comm.Get_rank() < ranks else 1, comm.Get_rank())
     if comm.Get_rank() < ranks:

@@ -1,15 +1,13 @@
-"""The CPU's microbenchmarks, each where the NumPy trainer runs it
-(calibrate/cpu.py orders them). The step's kernels: inside whole steps of
-perfmlp.mlp.Network, each kernel's NumPy work timed around its call, so a
-kernel meets the caches the step before it left; the output backward runs
-unfused (as costs.step_kernels(..., fuse_output=False) prices it). The
-tracer's host time per batch: the trainer's own step at a size whose NumPy
-work is small, untraced and traced in interleaved rounds (the difference of
-neighbours cancels the host's drift). The exchange: mpi4py's in-place
-Allreduce on NumPy buffers on rank 0 alone (COMM_SELF: the call a one-process
-run still makes) and on every local rank at once, in blocks of calls started
-together after a barrier, the slowest rank's; the blocks over their median
-are the spread; the ring model is fitted to the world's."""
+"""The CPU's microbenchmarks, each where the NumPy trainer runs it (calibrate/cpu.py orders them).
+
+The step's kernels: inside whole steps of perfmlp.mlp.Network, each kernel's NumPy work timed around its
+call, so a kernel meets the caches the step before it left; the output backward runs unfused (as
+costs.step_kernels(..., fuse_output=False) prices it). The tracer's host time per batch: the trainer's
+own step at a size whose NumPy work is small, untraced and traced in interleaved rounds (the difference
+of neighbours cancels the host's drift). The exchange: mpi4py's in-place Allreduce on NumPy buffers on
+rank 0 alone (COMM_SELF: the call a one-process run still makes) and on every local rank at once, in
+blocks of calls started together after a barrier, the slowest rank's; the blocks over their median are
+the spread; the ring model is fitted to the world's."""
 from __future__ import annotations
 
 import tempfile

@@ -1,11 +1,9 @@
-"""GEMM rates as GPU time: the large-GEMM rate of each precision
-(peak_flops_per_s_*, the empirical compute roof) and the trainer's own GEMMs
-at its shapes and layouts, recorded from one step (GpuNetwork.capture) and
-each relaunched alone, for cuBLAS and, with --gemm-kernels, the reference's
-kernels, each over back-to-back calls queued behind a spin kernel
-(gpu.timing.queued_ahead) so that the host's dispatch (launch_overhead_s,
-host.py) is not in it; and the step's own kernels on the same networks. The
-tensor-core precisions' step: precision.py."""
+"""GEMM rates as GPU time: the large-GEMM rate of each precision (peak_flops_per_s_*, the empirical
+compute roof) and the trainer's own GEMMs at its shapes and layouts, recorded from one step
+(GpuNetwork.capture) and each relaunched alone, for cuBLAS and, with --gemm-kernels, the reference's
+kernels, each over back-to-back calls queued behind a spin kernel (gpu.timing.queued_ahead) so that
+the host's dispatch (launch_overhead_s, host.py) is not in it; and the step's own kernels on the same
+networks. The tensor-core precisions' step: precision.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +40,7 @@ def step_network(cp, sizes, precision, b):
 
 
 def peak_rate(cp, precision: str, log) -> float:
-    """FLOP/s of a large n x n x n cuBLAS GEMM, operands and result in the precision's storage type (the
-    tensor cores' with float32 accumulation)."""
+    """FLOP/s of a large n x n x n cuBLAS GEMM in the precision's storage type (tensor cores: float32 accumulation)."""
     n = PEAK_N.get(precision, 8192)
     def operand():   # random values in the storage type (bfloat16: a float32's top 16 bits)
         f = cp.random.random((n, n), dtype=cp.float32)
@@ -103,8 +100,7 @@ def step_shapes(cp, hidden, local_batches, prec: str, gemm_rates, own: dict) -> 
 
 
 def step_rates(cp, hidden, local_batches, precisions, log, gemm_kernels=()) -> dict:
-    """gemm_flops_per_s and kernel_s of the float32 and float64 steps, their GEMMs timed with each GEMM
-    kernel (the reference's in float32 only)."""
+    """gemm_flops_per_s and kernel_s of the float32 and float64 steps by GEMM kernel (the reference's: float32)."""
     rates, own = [], {}
     for prec in precisions:
         kinds = (N.CUBLAS, *(gemm_kernels if prec == N.FLOAT32 else ()))

@@ -1,10 +1,8 @@
-"""Launches and the host's time: the trainer's own step timed in
-interleaved rounds (the host's speed drifts over seconds) at a size whose GPU
-work is negligible unless said. host_dispatch, drawn first and last
-(mean_dispatch): the eager step's host time per operation and the tracer's
-per phase, alone and by 2 and P ranks, and the graph step's and the batch
-copies' host time; dispatch_size_factors (launch_size_factor) and
-copied_launch_factors (pageable_launch_factor): the launches' time at the
+"""Launches and the host's time: the trainer's own step timed in interleaved rounds (the host's speed
+drifts over seconds) at a size whose GPU work is negligible unless said. host_dispatch, drawn first and
+last (mean_dispatch): the eager step's host time per operation and the tracer's per phase, alone and by
+2 and P ranks, and the graph step's and the batch copies' host time; dispatch_size_factors
+(launch_size_factor) and copied_launch_factors (pageable_launch_factor): the launches' time at the
 trainer's sizes, and after pageable copies, over the reference's."""
 from __future__ import annotations
 
@@ -17,14 +15,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..batches import DeviceBatches
-from ..comm import NcclReducer, SingleWorld
+from ..comm import Group, NcclReducer, SingleWorld
 from ..config import Config
 from ..gpu import timing, use_device
 from ..gpu.graph import GraphStep
 from ..model.costs import step_kernels
 from ..model.predict import traced_phases
 from ..step import step
-from ..strategies.groups import Group, LocalGroup
 from ..trace.format import Counts
 from ..trace.writer import NullTracer, make_tracer
 from .copies import HOST_BYTES
@@ -89,7 +86,7 @@ def dispatch_size_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 3
     """launch_size_factor entries {hidden, batch, factor}: the host's time per operation to enqueue the eager step at
     784-H-10 (H in `hidden`, b in `local`) over its time at DISPATCH_SIZES, median ratio over the rounds."""
     stream = use_device(cp, cp.cuda.Device().id)
-    group, tr, counts = LocalGroup(), NullTracer(), Counts()
+    group, tr, counts = SingleWorld(), NullTracer(), Counts()
 
     def host_time(sizes, b):
         net, batches, reducer = resident_step(cp, sizes, b, group)
@@ -130,7 +127,7 @@ def host_dispatch(cp, world, log, rounds: int = 5, reps: int = 200) -> dict:
             from mpi4py import MPI
             sub = world.comm.Split(0 if member else MPI.UNDEFINED, world.rank)
         if member:
-            group = Group(sub, world.library) if P > 1 else LocalGroup()
+            group = Group(sub, world.library) if P > 1 else SingleWorld()
             groups.append(group)
             t, by_round = _dispatch_step_times(cp, group, sub.Barrier if P > 1 else (lambda: None), rounds, reps)
             per_rank = group.allgather(t)
@@ -195,7 +192,7 @@ def copied_launch_factors(cp, hidden, local, log, rounds: int = 4, reps: int = 2
 
 def _launches_after_copies(cp, stream, host, reps: int):
     """launch_time(sizes, b, memory): a round of copied_launch_factors (memory None: resident)."""
-    group, tr, counts = LocalGroup(), NullTracer(), Counts()
+    group, tr, counts = SingleWorld(), NullTracer(), Counts()
     D, C = Config.input_size, Config.num_classes
     marks = {}
 

@@ -1,8 +1,7 @@
-"""The step's own kernels (gpu/*.cu) and the GPU's time between kernels,
-as GPU time: kernel_s at the trainer's shapes, fused output backward and
-not; an empty kernel's gap queued ahead (kernel_gap_s) and in a replayed
-CUDA graph (graph_kernel_gap_s, graph_replay_gap_s, graph_launch_s); a CUDA
-event's GPU time between kernels (trace_event_s)."""
+"""The step's own kernels (gpu/*.cu) and the GPU's time between kernels, as GPU time: kernel_s at the
+trainer's shapes, fused output backward and not; an empty kernel's gap queued ahead (kernel_gap_s) and
+in a replayed CUDA graph (graph_kernel_gap_s, graph_replay_gap_s, graph_launch_s); a CUDA event's GPU
+time between kernels (trace_event_s)."""
 from __future__ import annotations
 
 from statistics import median

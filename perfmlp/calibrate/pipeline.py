@@ -1,11 +1,9 @@
-"""The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py): the
-trainer's own step at a negligible hidden size, its batch prefetched from
-pinned memory or staged from a pageable source, beside the same step with the
-batch resident (eager and graph), in the same rounds: the whole loop, since
-the staging threads need the GIL the loop's thread holds while it runs
-Python. prefetch_s points give the step (`s`) and the resident loop's own
-time (`loop_s`: Machine.prefetch_host_s); a piece's bytes are what the
-pipeline moves, the step running in float32 with as many rows as hold them."""
+"""The input pipeline as the trainer runs it (perfmlp/gpu/prefetch.py): the trainer's own step at a
+negligible hidden size, its batch prefetched from pinned memory or staged from a pageable source,
+beside the same step with the batch resident (eager and graph), in the same rounds: the whole loop,
+since the staging threads need the GIL the loop's thread holds while it runs Python. prefetch_s points
+give the step (`s`) and the resident loop's own time (`loop_s`: Machine.prefetch_host_s); a piece's
+bytes are what the pipeline moves, the step running in float32 with as many rows as hold them."""
 from __future__ import annotations
 
 from statistics import median
@@ -31,11 +29,11 @@ def _loop(cp, stream, source: str, b: int, graph_mode: bool):
     from ..backend import _next_piece
     from ..gpu.graph import GraphStep
     from ..step import step
-    from ..strategies.groups import LocalGroup
+    from ..comm import SingleWorld
     from ..trace.format import Counts
     from ..trace.writer import NullTracer
     sizes = (Config.input_size, DISPATCH_SIZES[1], Config.num_classes)
-    net, batches, reducer = resident_step(cp, sizes, b, LocalGroup(), PIECES, source,
+    net, batches, reducer = resident_step(cp, sizes, b, SingleWorld(), PIECES, source,
                                           _next_piece(b, PIECES * b, 1, 0))
     graph = GraphStep(cp, net, batches, reducer, stream) if graph_mode else None
     phase, counts, k = NullTracer().phase, Counts(), [0]

@@ -1,10 +1,8 @@
-"""The tensor-core precisions (tf32, bf16, fp16: model/precision.py) as GPU
-time, by gemm.py's method: the large-GEMM rate of each, the trainer's GEMMs
-at its shapes and layouts (16-bit operands and results, the weight gradients
-in float32) through the step's own handle, and its own kernels on 16-bit
-storage; and the prefetching pipeline's host staging rate
-(host_stage_bytes_per_s: gpu/prefetch.py's threads copying pageable rows into
-pinned memory)."""
+"""The tensor-core precisions (tf32, bf16, fp16: model/precision.py) as GPU time, by gemm.py's method: the
+large-GEMM rate of each, the trainer's GEMMs at its shapes and layouts (16-bit operands and results, the
+weight gradients in float32) through the step's own handle, and its own kernels on 16-bit storage; and
+the prefetching pipeline's host staging rate (host_stage_bytes_per_s: gpu/prefetch.py's threads copying
+pageable rows into pinned memory)."""
 from __future__ import annotations
 
 import time
@@ -54,8 +52,7 @@ def precision_rates(cp, hidden, local_batches, precisions, log) -> dict:
 
 
 def stage_rate(cp, piece_bytes: list[int], log, reps: int = 7) -> dict:
-    """host_stage_bytes_per_s: the staging of the largest piece's pageable rows into pinned memory by
-    gpu/prefetch.py's threads, median of reps."""
+    """host_stage_bytes_per_s: the prefetch threads staging the largest piece's pageable rows into pinned memory."""
     import cupyx
     from concurrent.futures import ThreadPoolExecutor
     from ..gpu.prefetch import STAGE_THREADS

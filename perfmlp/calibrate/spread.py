@@ -1,11 +1,9 @@
-"""The spread of the calibration's own repeated measurements, written to
-the machine file as `spread` (the prediction intervals: model/interval.py):
-each source keeps the ratios of its repeats to their median, at the
-granularity a run's median time per batch varies over (a round's median,
-not one call's), pooled over its points. Sources: host (the eager and graph
-steps' rounds in both dispatch measurements), pageable_copy and pinned_copy,
-gpu (the step's GPU work queued ahead), collective (host MPI's calls'
-medians in groups of ROUND_MEDIANS, NCCL's repeats). Imports no CuPy."""
+"""The spread of the calibration's own repeated measurements, written to the machine file as `spread`
+(the prediction intervals: model/interval.py): each source keeps the ratios of its repeats to their
+median, at the granularity a run's median time per batch varies over (a round's median, not one
+call's), pooled over its points. Sources: host (the eager and graph steps' rounds in both dispatch
+measurements), pageable_copy and pinned_copy, gpu (the step's GPU work queued ahead), collective (host
+MPI's calls' medians in groups of ROUND_MEDIANS, NCCL's repeats). Imports no CuPy."""
 from __future__ import annotations
 
 from statistics import median

@@ -1,9 +1,7 @@
-"""The CuPy backend: CUDA kernels (*.cu, compiled by kernels.py), the GEMMs
-(gemm.py), the network on one GPU (network.py), graphs, the prefetch
-pipeline, the sliced exchange and the shared timing primitives (timing.py).
-Nothing here imports CuPy at import time: `require_cupy()` does, with a
-one-line error when CuPy or a GPU is missing.
-"""
+"""The CuPy backend: CUDA kernels (*.cu, compiled by kernels.py), the GEMMs (gemm.py), the network on one
+GPU (network.py), graphs, the prefetch pipeline, the sliced exchange and the shared timing primitives
+(timing.py). Nothing here imports CuPy at import time: `require_cupy()` does, with a one-line error
+when CuPy or a GPU is missing."""
 from __future__ import annotations
 
 from ..errors import PerfmlpError

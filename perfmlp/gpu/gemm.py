@@ -1,6 +1,5 @@
-"""The GEMMs: cuBLAS called directly, and the reference's own kernels
-(naive, tiled, register-blocked; reference_gemm.cu), all as out = a @ b on 2-D
-arrays of any strides."""
+"""The GEMMs: cuBLAS called directly, and the reference's own kernels (naive, tiled, register-blocked;
+reference_gemm.cu), all as out = a @ b on 2-D arrays of any strides."""
 from __future__ import annotations
 
 import ctypes
@@ -24,9 +23,8 @@ GEMMS = N.GEMM_KERNELS
 REFERENCE_LAUNCH = {N.NAIVE: ("gemm_naive", 16, (16, 16)), N.TILED: ("gemm_tiled", 16, (16, 16)),
                     N.REGBLOCK: ("gemm_regblock", 64, (16, 4))}
 
-# cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t
-# by CuPy type (bfloat16 is held as its uint16 bits: gpu/kernels.py device_dtype),
-# and cublasComputeType_t for each tensor-core format (float32 accumulation)
+# cuBLAS's enumerations (CUDA 13 library_types.h and cublas_api.h): cudaDataType_t by CuPy type (bfloat16
+# is held as its uint16 bits: gpu/kernels.py device_dtype), cublasComputeType_t by tensor-core format
 CUDA_TYPE = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2, np.dtype(np.uint16): 14}
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_COMPUTE_32F_FAST_TF32 = 77
@@ -35,16 +33,14 @@ CUBLAS_GEMM_DEFAULT = -1
 
 
 class CublasGemm:
-    """out = a @ b through cublas<S|D>gemm_v2 (ctypes, the libcublas CuPy loaded) on a handle of our own
-    bound to one stream, with its own workspace (cuBLAS captures into a graph only when the handle has a
-    workspace of its own): CuPy's wrappers refuse to run during a graph capture, and cupy.matmul's dispatch
-    costs more host time than the launch at the trainer's sizes. The library is the one CuPy loaded, so eager
-    and graph modes run the same cuBLAS kernels.
+    """out = a @ b through cublas<S|D>gemm_v2 (ctypes, the libcublas CuPy loaded, so eager and graph modes run the
+    same kernels) on a handle of our own bound to one stream, with its own workspace (cuBLAS captures into a graph
+    only then): CuPy's wrappers refuse to run during a graph capture, and cupy.matmul's dispatch costs more host
+    time than the launch at the trainer's sizes.
 
-    Row-major C (M x N) is column-major C^T = B^T A^T: a C-ordered operand is passed as it lies (op N), an
-    F-ordered one (a transposed view) with op T; other layouts fall back to cupy.matmul (never in the step).
-    `precision` tf32, bf16 or fp16: cublasGemmEx with float32 accumulation, each operand's and the
-    result's type from its array."""
+    Row-major C (M x N) is column-major C^T = B^T A^T: a C-ordered operand is passed as it lies (op N), an F-ordered
+    one (a transposed view) with op T; other layouts fall back to cupy.matmul (never in the step). `precision` tf32,
+    bf16 or fp16: cublasGemmEx with float32 accumulation, each operand's and the result's type from its array."""
 
     WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommended workspace for its newest GPUs
 

@@ -1,18 +1,14 @@
-"""The step as CUDA graphs: captured once, replayed every batch (at the
-trainer's sizes the host's launching sets an eager step's pace). A graph
-holds the strategy's parts (perfmlp/step.py) as they run eagerly: with
-device collectives the whole step; with the staged exchange, which needs the
-host mid-step, the compute only, the exchange and update running eagerly
-after the replay. A graph reads its input from fixed addresses, so the batch
-lands in static device buffers first, outside it (resident data copied
-device to device: batches.DeviceBatches.static); one graph serves every
-batch of a piece size and address (a prefetch slot has its own). Pointers,
-shapes and scalars are baked in, parameters updated in place; the operations
-and counters recorded during the capture are added to each replay's batch.
-With ps-nccl each rank captures its own graph, the update on rank 0 only;
-model and hybrid parallelism over staged or host exchanges are refused
-graph mode (model.predict.graph_refusal says why).
-"""
+"""The step as CUDA graphs: captured once, replayed every batch (at the trainer's sizes the host's
+launching sets an eager step's pace). A graph holds the strategy's parts (perfmlp/step.py) as they run
+eagerly: with device collectives the whole step; with the staged exchange, which needs the host
+mid-step, the compute only, the exchange and update running eagerly after the replay.
+
+A graph reads its input from fixed addresses, so the batch lands in static device buffers first
+(resident data copied device to device: batches.DeviceBatches.static); one graph serves every batch of
+a piece size and address (a prefetch slot has its own). Pointers, shapes and scalars are baked in,
+parameters updated in place; the operations and counters recorded during the capture are added to each
+replay's batch. With ps-nccl each rank captures its own graph, the update on rank 0 only; model and
+hybrid parallelism over staged or host exchanges are refused (model.predict.graph_refusal says why)."""
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +48,7 @@ class GraphStep:
         c.counts = Counts()
         net.ops, net.kernels_launched = [], 0
         graph = None
-        # relaxed: a first use of a kernel may load its module during the capture
-        # (every launch of the step names the stream: perfmlp/gpu/network.py)
+        # relaxed: a kernel's first use may load its module during the capture (every launch names the stream)
         self.stream.begin_capture(getattr(rt, "streamCaptureModeRelaxed", 2))
         try:
             self.parts.compute(net, x, y, _nophase, c.counts)

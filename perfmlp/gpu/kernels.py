@@ -1,6 +1,5 @@
-"""perfmlp's CUDA kernels (kernels.cu, the fused output backward in
-output_backward.cu and the reference's GEMMs in reference_gemm.cu),
-compiled once per process, precision and output-layer width as one CuPy
+"""perfmlp's CUDA kernels (kernels.cu, the fused output backward in output_backward.cu and the reference's
+GEMMs in reference_gemm.cu), compiled once per process, precision and output-layer width as one CuPy
 RawModule."""
 from __future__ import annotations
 

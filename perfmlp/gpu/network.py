@@ -1,15 +1,12 @@
-"""The network on one GPU: the Network's step (perfmlp/mlp.py) with each
-kernel a fused CUDA kernel (kernels.cu) or a GEMM (gemm.py): forward 2 GEMMs,
-bias+sigmoid and bias add; the loss (softmax, cross-entropy and output delta,
-summed into the gradient buffer's loss slot); the fused output backward and
-the hidden weight gradient's GEMM; one update of every parameter (`fuse_output`
-off: the output backward as 2 GEMMs, a row sum and the sigmoid derivative).
-Buffers are made for the largest piece and sliced; kernel arguments are made
-once and cached (their construction costs about a launch). Activations are in
-the precision's storage type (device_dtype), parameters and gradients in the
-master type; bf16 and fp16 GEMMs read a 16-bit weight copy (`wcopy`); fp16's
-loss scale lives on the device (`ls`), so the step stays one CUDA graph.
-"""
+"""The network on one GPU: the Network's step (perfmlp/mlp.py) with each kernel a fused CUDA kernel
+(kernels.cu) or a GEMM (gemm.py): forward 2 GEMMs, bias+sigmoid and bias add; the loss (softmax,
+cross-entropy and output delta, summed into the gradient buffer's loss slot); the fused output backward
+and the hidden weight gradient's GEMM; one update of every parameter (`fuse_output` off: the output
+backward as 2 GEMMs, a row sum and the sigmoid derivative). Buffers are made for the largest piece and
+sliced; kernel arguments are made once and cached (their construction costs about a launch).
+Activations are in the precision's storage type (device_dtype), parameters and gradients in the master
+type; bf16 and fp16 GEMMs read a 16-bit weight copy (`wcopy`); fp16's loss scale lives on the device
+(`ls`), so the step stays one CUDA graph."""
 from __future__ import annotations
 
 import functools
@@ -46,8 +43,7 @@ class GpuNetwork(Network):
         mod = kernels(cupy, prec, layer_sizes[-1]) if fused_output(layer_sizes) else kernels(cupy, prec)
         self.k = {n: mod.get_function(n) for n in (*OWN_KERNELS.values(), "to_storage")}
         self.gemm_kind = gemm_kind
-        # every kernel of the step goes to this stream, named at each launch
-        # (never "the current stream", which CUDA-graph capture and callers change)
+        # every kernel of the step names this stream (never "the current", which graph capture and callers change)
         self.stream = cupy.cuda.get_current_stream()
         self._cublas = cublas_gemm(cupy, dtype, self.stream, prec.name) if gemm_kind == N.CUBLAS else None
         self._views: dict = {}

@@ -1,20 +1,15 @@
-"""The input pipeline (`--batch-transfer prefetch` and `prefetch-pageable`):
-the next LOOKAHEAD batches are copied host to device on copy streams of
-their own, into LOOKAHEAD + 1 slots of a device buffer, while this one
-computes. `prefetch` copies from the pinned host array. `prefetch-pageable`
-stages the pageable source into each slot's pinned buffer on STAGE_THREADS
-threads, a chunk of rows a task, each task issuing its rows' copy once they
-are staged. A task needs the GIL, which the loop's thread holds while it runs
-Python: so the loop queues a piece LOOKAHEAD batches ahead (the pool never
-waits for the loop), no dispatcher thread stands between them, and a task
-makes only two calls that let go of the GIL (its copy, its cudaMemcpyAsync).
+"""The input pipeline (`--batch-transfer prefetch` and `prefetch-pageable`): the next LOOKAHEAD batches
+are copied host to device on copy streams of their own, into LOOKAHEAD + 1 slots of a device buffer,
+while this one computes. `prefetch` copies from the pinned host array; `prefetch-pageable` stages the
+pageable source into each slot's pinned buffer on STAGE_THREADS threads, a chunk of rows a task, each
+task issuing its rows' copy once staged. A task needs the GIL, which the loop's thread holds while it
+runs Python: so the loop queues a piece LOOKAHEAD batches ahead, no dispatcher thread stands between
+them, and a task makes only two calls that let go of the GIL (its copy, its cudaMemcpyAsync).
 
-Ordering is by CUDA events: the compute stream waits for `copied[s]` before
-the step that reads slot s (and a task, on the host, before it rewrites slot
-s's pinned buffer); slot s's copy stream waits for `consumed[s]`, recorded
-when the next piece is taken, before its next copy. `Pipeline` is the host's
-part, `CudaSlots` the device's, `HostSlots` the same in host memory (tests).
-"""
+Ordering is by CUDA events: the compute stream waits for `copied[s]` before the step that reads slot s
+(and a task, on the host, before it rewrites slot s's pinned buffer); slot s's copy stream waits for
+`consumed[s]`, recorded when the next piece is taken, before its next copy. `Pipeline` is the host's
+part, `CudaSlots` the device's (tests and benchmarks give it host-memory slots)."""
 from __future__ import annotations
 
 import time
@@ -41,8 +36,8 @@ class Piece:
 
 
 class Pipeline:
-    """Pieces [lo, hi) of `src.xh`, `src.yh` (rows: samples) through the slots of `dev` (CudaSlots or
-    HostSlots). `staged`: a pageable source, staged by `threads` threads, the samples in `chunks` tasks
+    """Pieces [lo, hi) of `src.xh`, `src.yh` (rows: samples) through the slots of `dev` (CudaSlots, or
+    a host-memory double). `staged`: a pageable source, staged by `threads` threads, the samples in `chunks` tasks
     (default: one a thread, fewer under min_chunk_bytes each), the labels in one."""
 
     def __init__(self, dev, src, next_piece, staged: bool, threads: int | None = None,
@@ -205,50 +200,8 @@ class CudaSlots:
             s.synchronize()
 
 
-class HostSlots:
-    """CudaSlots' interface in host memory, nothing asynchronous: a copy is np.copyto at once
-    (`copies=False`: none, to time the staging alone). `copy_rows` may be replaced to inject a fault."""
-
-    def __init__(self, n: int, xdtype, ydtype, D: int, C: int, slots: int = LOOKAHEAD + 1, copies: bool = True):
-        self.slots, self.copies = slots, copies
-        self.xd = [np.zeros((n, D), xdtype) for _ in range(slots)]
-        self.yd = [np.zeros((n, C), ydtype) for _ in range(slots)]
-        self.xs = [np.zeros((n, D), xdtype) for _ in range(slots)]
-        self.ys = [np.zeros((n, C), ydtype) for _ in range(slots)]
-        self.calls: list = []   # (what, slot) of the loop thread's calls, in order
-
-    def bind_thread(self) -> None:
-        pass
-
-    def staging(self, slot: int, part: int):
-        return (self.xs, self.ys)[part][slot]
-
-    def copying(self, slot: int) -> bool:
-        return False
-
-    def wait_copied(self, slot: int) -> None:
-        pass
-
-    def wait_consumed(self, slot: int) -> None:
-        self.calls.append(("wait_consumed", slot))
-
-    def copy_rows(self, slot: int, part: int, r0: int, host) -> None:
-        if self.copies:
-            np.copyto((self.xd, self.yd)[part][slot][r0:r0 + len(host)], host)
-
-    def ready(self, slot: int) -> None:
-        self.calls.append(("ready", slot))
-
-    def release(self, slot: int) -> None:
-        self.calls.append(("release", slot))
-
-    def sync(self) -> None:
-        self.calls.append(("sync", None))
-
-
 class Prefetcher:
-    """DeviceBatches' prefetching source: `get` as DeviceBatches.get (x as D x b, y as C x b, views of
-    the slot's device buffers), `reset`."""
+    """DeviceBatches' prefetching source: `get` as DeviceBatches.get (views of a slot's buffers), `reset`."""
 
     def __init__(self, cupy, batches, next_piece, staged: bool, threads: int | None = None):
         xh, yh = batches.xh, batches.yh

@@ -1,14 +1,10 @@
-"""The sliced first layer on the GPU with NCCL (the schedule:
-perfmlp/slices.py), eager and as one captured step. Batch k's backward
-writes dW1 in K slices, last rows first; slice 0 is all-reduced with the
-rest of the gradients on a communication stream while the other slices'
-GEMMs run; slices 1..K-1 at the start of batch k + 1 (the head), each
-slice's update and forward GEMM waiting for its reduction alone, so every
-fork joins within one captured step. The first step after a `drain` has no
-head: its graph is captured apart (`graph_state`). `--grad-precision
-bf16|fp16`: each piece is all-reduced in a 16-bit copy on the communication
-stream; the loss slot stays the rank's own, reduced once an epoch.
-"""
+"""The sliced first layer on the GPU with NCCL (the schedule: perfmlp/slices.py), eager and as one
+captured step. Batch k's backward writes dW1 in K slices, last rows first; slice 0 is all-reduced with
+the rest of the gradients on a communication stream while the other slices' GEMMs run; slices 1..K-1
+at the start of batch k + 1 (the head), each slice's update and forward GEMM waiting for its reduction
+alone, so every fork joins within one captured step. The first step after a `drain` has no head: its
+graph is captured apart (`graph_state`). `--grad-precision bf16|fp16`: each piece is all-reduced in a
+16-bit copy on the communication stream; the loss slot stays the rank's own, reduced once an epoch."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,12 +1,9 @@
-"""The timing primitives the calibration (perfmlp.calibrate) and the
-benchmarks share: how a time is taken, in one place. GPU time is taken
-between CUDA events (`time_ms`, `event_s`, and `queued_ahead`: calls queued
-behind a spin kernel, so that the host's dispatch is not in it); host time by
-the wall clock (`wall_s`, `host_times`, `per_call_s`); `copy_s` times a copy
-either way by its memory; `rounds` interleaves measurements so that the
-host's drift over seconds falls on every key alike. Nothing here imports
-CuPy: a function that needs it takes the module (`cp`).
-"""
+"""The timing primitives the calibration (perfmlp.calibrate) and the benchmarks share. GPU time is taken
+between CUDA events (`time_ms`, `event_s`, and `queued_ahead`: calls queued behind a spin kernel, so
+that the host's dispatch is not in it); host time by the wall clock (`wall_s`, `host_times`,
+`per_call_s`); `copy_s` times a copy either way by its memory; `rounds` interleaves measurements so
+that the host's drift over seconds falls on every key alike. Nothing here imports CuPy: a function
+that needs it takes the module (`cp`)."""
 from __future__ import annotations
 
 import time
@@ -90,8 +87,7 @@ def rounds(measures: Mapping[K, Callable[[], float]], n: int, per_round: int = 1
 # ---- GPU time -----------------------------------------------------------------------------------
 
 def time_ms(cupy, fn, warmup: int = 5, reps: int = 30) -> list[float]:
-    """Per-call device times (ms) of fn(), CUDA events around each call, no synchronisation between
-    calls (host-bound calls show their gaps)."""
+    """Per-call device times (ms) of fn(), CUDA events around each call, no synchronisation between calls."""
     for _ in range(warmup):
         fn()
     cupy.cuda.get_current_stream().synchronize()
@@ -105,8 +101,7 @@ def time_ms(cupy, fn, warmup: int = 5, reps: int = 30) -> list[float]:
 
 
 def event_s(cp, fn, events=None) -> float:
-    """GPU seconds of one fn() between two CUDA events on the current stream (synchronised); `events`: a
-    pair to reuse."""
+    """GPU seconds of one fn() between two CUDA events on the current stream (synchronised); `events`: a pair."""
     a, b = events or (cp.cuda.Event(), cp.cuda.Event())
     a.record()
     fn()
@@ -182,8 +177,7 @@ _cycles_per_s: dict = {}
 
 
 def spin_kernels(cp):
-    """(spin(cycles), empty()) RawKernels of this device: a thread spinning for `cycles` of clock64(), and
-    one that does nothing."""
+    """(spin(cycles), empty()) RawKernels: a thread spinning for `cycles` of clock64(), and one doing nothing."""
     key = cp.cuda.Device().id
     if key not in _spin_modules:
         mod = cp.RawModule(code=SPIN_SRC)

@@ -1,18 +1,14 @@
 """The asynchronous parameter server (`--comm ps-async --staleness S`).
 
-Rank 0 serves; every other rank asks for a piece of a batch, gets it with
-the current parameters, sends back its gradient (scaled by 1/B of the whole
-batch) and asks again. The server applies gradients in arrival order and
-hands out pieces under the stale-synchronous rule (schedule.py). The
-regularisation term goes with a step's first applied piece only, so S = 0
-equals synchronous SGD up to summation order; with S > 0 the trace's update
-lines (trace/updates.py) record the order, and replay.py remakes the run.
+Rank 0 serves; every other rank asks for a piece of a batch, gets it with the current parameters, sends
+back its gradient (scaled by 1/B of the whole batch) and asks again. The server applies gradients in
+arrival order and hands out pieces under the stale-synchronous rule (schedule.py). The regularisation
+term goes with a step's first applied piece only, so S = 0 is synchronous SGD up to summation order;
+with S > 0 the trace's update lines (trace/updates.py) record the order, and replay.py remakes the run.
 
-Transport: MPI non-blocking point to point, a waiting rank yielding its core
-between tests (MPI moves large messages only as both sides test); the server
-sends from a snapshot so it can go on updating. NCCL is refused: its receive
-names the sender, not arrival order.
-"""
+Transport: MPI non-blocking point to point, a waiting rank yielding its core between tests (MPI moves
+large messages only as both sides test); the server sends from a snapshot so it can go on updating.
+NCCL is refused: its receive names the sender, not arrival order."""
 from __future__ import annotations
 
 from .. import names as N

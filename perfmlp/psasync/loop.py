@@ -1,12 +1,11 @@
-"""The training loop of `--comm ps-async` (`train_async`, called by train.py), the workers' side
-(`Worker`: get a piece and the parameters, send the piece's gradient with its loss, ask again) and
-the backend's assembly (`backend_fields`, for backend.build).
+"""The training loop of `--comm ps-async` (`train_async`, called by train.py), the workers' side (`Worker`:
+get a piece and the parameters, send the piece's gradient with its loss, ask again) and the backend's
+assembly (`backend_fields`, for backend.build).
 
-Epochs belong to the server: epoch e ends when every batch of it has been applied (with S > 0
-pieces of epoch e + 1 may already be in); the server then evaluates and writes the epoch line with
-`updates`, the gradients applied so far. Its `seconds` exclude the previous epoch's evaluation.
-A worker writes one batch line per piece; its wall time is the whole cycle, waiting included.
-"""
+Epochs belong to the server: epoch e ends when every batch of it has been applied (with S > 0 pieces of
+epoch e + 1 may already be in); the server then evaluates and writes the epoch line with `updates`, the
+gradients applied so far. Its `seconds` exclude the previous epoch's evaluation. A worker writes one
+batch line per piece; its wall time is the whole cycle, waiting included."""
 from __future__ import annotations
 
 import os

@@ -1,9 +1,7 @@
-"""Remake a `--comm ps-async` run's parameters in one process from its
-update lines (trace/updates.py): each gradient computed again on the
-parameters the worker had (after `read` updates) and applied in the recorded
-order by the server's rule. Arrival order being the run's only freedom, the
-result is the run's up to the GEMMs' rounding.
-"""
+"""Remake a `--comm ps-async` run's parameters in one process from its update lines (trace/updates.py):
+each gradient computed again on the parameters the worker had (after `read` updates) and applied in the
+recorded order by the server's rule. Arrival order being the run's only freedom, the result is the
+run's up to the GEMMs' rounding."""
 from __future__ import annotations
 
 from collections import Counter

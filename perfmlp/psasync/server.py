@@ -1,14 +1,11 @@
-"""Rank 0 of `--comm ps-async`: takes gradients as they arrive, applies
-them, hands out pieces under the staleness bound and records one `update`
-line per gradient (trace/updates.py).
+"""Rank 0 of `--comm ps-async`: takes gradients as they arrive, applies them, hands out pieces under the
+staleness bound and records one `update` line per gradient (trace/updates.py).
 
-The stale-synchronous rule (`Schedule`, pure): global step k is batch k of
-the run, cut into W pieces as a data-parallel run on W ranks cuts it. Pieces
-go out in order to whichever worker asks next, a piece of step k only once
-K >= k - S, K counting the unbroken prefix of steps whose W gradients are
-all applied. So a gradient sees every update of steps < k - S, and with
-S = 0 exactly the parameters after step k - 1: synchronous SGD.
-"""
+The stale-synchronous rule (`Schedule`, pure): global step k is batch k of the run, cut into W pieces
+as a data-parallel run on W ranks cuts it. Pieces go out in order to whichever worker asks next, a
+piece of step k only once K >= k - S, K counting the unbroken prefix of steps whose W gradients are all
+applied. So a gradient sees every update of steps < k - S, and with S = 0 exactly the parameters after
+step k - 1: synchronous SGD."""
 from __future__ import annotations
 
 import os
@@ -78,16 +75,12 @@ def apply_gradient(p, gw, gb, lr: float, reg: float, first: bool) -> None:
     """One update of FlatParams `p` from the gradient's weight and bias parts (p's array module):
     w <- w - lr (g_w + reg w) for a step's first piece, w <- w - lr g_w for the others; b <- b - lr g_b."""
     T = p.flat.dtype.type
-    if first:
-        p.weights -= T(lr) * (gw + T(reg) * p.weights)
-    else:
-        p.weights -= T(lr) * gw
+    p.weights -= T(lr) * (gw + T(reg) * p.weights if first else gw)
     p.biases -= T(lr) * gb
 
 
 class Server:
-    """The parameter server over MPI point to point. `host_buffer(n)` makes
-    a host array (pinned on the GPU where the batches are)."""
+    """The parameter server over MPI point to point; `host_buffer(n)`: a host array (pinned where batches are)."""
 
     name = N.PS_ASYNC
 
@@ -113,9 +106,8 @@ class Server:
 
     # -- the loop ---------------------------------------------------------------------
     def serve(self, tracer, on_complete) -> None:
-        """Until every worker is told to stop. `on_complete(steps, piece, ce)`
-        follows each update: the range of steps it completed (often empty),
-        the piece and its loss (cross-entropy sum)."""
+        """Until every worker is told to stop. `on_complete(steps, piece, ce)` follows each update: the range of steps
+        it completed (often empty), the piece and its loss (cross-entropy sum)."""
         self.tracer = tracer
         self.waiting.extend(range(1, self.W + 1))
         self._release()
@@ -184,8 +176,7 @@ class Server:
 
     # -- answering ---------------------------------------------------------------------
     def _release(self) -> None:
-        """Answer the waiting workers the schedule allows: a piece with the
-        current parameters (one snapshot for all of them), or stop."""
+        """Answer the waiting workers the schedule allows: a piece with the current parameters (a snapshot), or stop."""
         given = []
         while self.waiting and (self.sched.ready() or self.sched.exhausted or self.failed is not None):
             w = self.waiting.popleft()
@@ -212,8 +203,7 @@ class Server:
         self._header_req[w] = self.comm.Isend(h, dest=w, tag=TAG_HEADER)
 
     def _snapshot(self):
-        """A copy of the parameters to send from (the next update may start
-        before the sends end); a buffer whose sends have all ended is reused."""
+        """A copy of the parameters to send from (an update may start before the sends end), reusing a free buffer."""
         from mpi4py import MPI
         for snap, reqs in self._pool:
             if MPI.Request.Testall(reqs):

@@ -1,22 +1,29 @@
-"""What backend.build assembles a rank's backend from: `device` (array module,
-batch source, stream) and `network`, for every strategy, and `backend_parts`,
-the fields for every strategy but data parallelism with an allreduce."""
+"""What backend.build assembles a rank's backend from: `device` (array module, batch source, stream) and
+`network`, for every strategy, and `backend_parts`, the fields for every strategy but data parallelism
+with an allreduce."""
 from __future__ import annotations
 
 import numpy as np
 
 from .. import names as N
 from ..batches import DeviceBatches, HostBatches
-from ..comm import HostReducer, NcclReducer, StagedReducer
+from ..comm import Group, HostReducer, NcclReducer, SingleWorld, StagedReducer
 from ..errors import PerfmlpError
 from ..mlp import Network
 from ..model.costs import pieces
 from ..model.predict import resolve_comm, staging_memory
 from ..model.strategies import StrategyError, check_shard, coords, grid, shard_sizes
-from .groups import split_groups
 from .server import SERVER, HostParamServer, NcclParamServer
 from .shard import (SHARD, HostAllreduce, LocalReducer, NcclAllreduce, ShardNetwork, ShardStep, StagedAllreduce,
                     setup_shard)
+
+
+def split_groups(world, d: int, m: int):
+    """(data group, model group) of the rank at (d, m) of the hybrid grid: column m, row d (adjacent GPUs)."""
+    if not hasattr(world, "comm"):
+        return SingleWorld(), SingleWorld()
+    return (Group(world.comm.Split(color=m, key=d), world.library),
+            Group(world.comm.Split(color=d, key=m), world.library))
 
 
 def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
@@ -35,7 +42,7 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
         net = network(cfg, xp, name, max_local)
         server = NcclParamServer(xp, world, net) if comm == N.PS_NCCL else HostParamServer(world, net)
         return dict(fields, net=net, reducer=server, parts=SERVER, data_group=(world.size, world.rank))
-    data_group, model_group = split_groups(world, p_model)
+    data_group, model_group = split_groups(world, d, m)
     sizes = shard_sizes(cfg.layer_sizes, p_model, m)
     if name == N.CUPY:
         from ..gpu.network import GpuNetwork

@@ -1,6 +1,6 @@
-"""A shard of a model group: its step (Network's, with the model group's
-allreduces of activations in its hooks, one class per communication mode),
-its reducer when its data group is one rank, and the step's compute part."""
+"""A shard of a model group: its step (Network's, with the model group's allreduces of activations in its
+hooks, one class per communication mode), its reducer when its data group is one rank, and the step's
+compute part."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +9,7 @@ from ..comm import NcclGroup, host_array, staged_allreduce
 from ..mlp import Network, to_host
 from ..model.costs import piece
 from ..model.strategies import layer_splits
-from ..step import Parts, exchange, no_phase
-from ..trace.records import Phase
+from ..step import Parts, compute, exchange, no_phase
 
 
 class ShardStep:
@@ -38,8 +37,7 @@ class ShardStep:
             self.allreduce(z, self.counts)  # partial sums of the pre-activation, before its bias
 
     def _output_bias(self):
-        # a col-split output is combined after the step's forward phase (combine_output),
-        # so its bias is added by the group's first rank only
+        # a col-split output is combined after the forward phase (combine_output): one rank adds the bias
         return self.p.b[-1] if self.m == 0 or not self.combines_output else self._zero_bias
 
     def combine_output(self) -> None:
@@ -126,18 +124,9 @@ class LocalReducer:
 
 
 def shard_compute(net, x, y, phase, counts) -> None:
-    """A shard's forward, loss and backward (the hooks' allreduces counted into `counts`), a
-    column-split output combined in its own phase after forward."""
+    """step.compute, the shard's hooks' allreduces counted into `counts`."""
     net.counts = counts
-    with phase(Phase.FORWARD):
-        net.forward(x)
-    if net.combines_output:
-        with phase(Phase.COMBINE):
-            net.combine_output()
-    with phase(Phase.LOSS):
-        net.loss(y)
-    with phase(Phase.BACKWARD):
-        net.backward()
+    compute(net, x, y, phase, counts)
 
 
 SHARD = Parts(shard_compute, exchange)     # the data group's reducer (LocalReducer when it is one rank)

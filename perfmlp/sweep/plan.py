@@ -32,11 +32,8 @@ class SweepRun:
 
 
 def run_identity(cfg: Config, procs: int) -> dict:
-    """What a run computes and measures: its configuration without the keys
-    that say where its output goes or how it is watched, and its process count."""
-    ident = {k: v for k, v in cfg.to_dict().items() if k not in NOT_COMPUTED}
-    ident["procs"] = procs
-    return ident
+    """What a run computes and measures: its configuration less NOT_COMPUTED's keys, and its process count."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in NOT_COMPUTED} | {"procs": procs}
 
 
 def sweep_run_id(name: str, cfg: Config, procs: int, repeat: int = 0) -> str:
@@ -139,10 +136,8 @@ def expand(spec: dict, where: str) -> list[SweepRun]:
 
 
 def steady_n_train(cfg: Config, min_steady: int) -> int:
-    """Samples for at least `min_steady` steady batches over cfg.epochs epochs
-    (WARMUP_BATCHES of each epoch are not steady)."""
-    per_epoch = WARMUP_BATCHES + -(-min_steady // cfg.epochs)
-    return cfg.batch_size * per_epoch
+    """Samples for at least `min_steady` steady batches over cfg.epochs epochs (each epoch's WARMUP_BATCHES not)."""
+    return cfg.batch_size * (WARMUP_BATCHES + -(-min_steady // cfg.epochs))
 
 
 def min_steady_seconds(spec: dict, where: str, machine_arg: str | None) -> float | None:
@@ -173,8 +168,7 @@ def calibration_sizes(runs: list[SweepRun]) -> tuple[list[int], list[int]]:
 
 
 def gpu_need(cfg: Config) -> str | None:
-    """Why a configuration cannot run on the NumPy backend (None if it can):
-    the trainer's own refusal, word for word."""
+    """Why a configuration cannot run on the NumPy backend (None if it can): the trainer's refusal, word for word."""
     if cfg.backend == N.CUPY:
         return "backend cupy"
     from ..backend import check_options

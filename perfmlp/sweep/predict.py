@@ -52,8 +52,7 @@ def run_prediction(machine, run: SweepRun):
     comm = resolve_comm(c.comm, c.backend)   # the exchange the trainer will use
     # the execution mode the trainer will run (auto: graph where the step can be captured)
     mode = resolve_exec(c.exec, N.NUMPY if c.backend == N.NUMPY else N.CUPY, c.parallel, comm)
-    # the level the tracer will run at (auto: the mode's default); a level that cannot run falls back at run
-    # time (trace/writer.py attach), which no prediction made before the run can know
+    # the tracer's level (auto: the mode's default); a fallback at run time (writer.attach) is not foreseen
     level = resolve_trace_level(c.trace_level, mode) if c.trace else None
     if isinstance(machine, CpuMachine):   # a NumPy run, each rank its share of the cores (run.py)
         if c.parallel != N.DATA or comm in PS_COMMS or c.slices != "1" or c.grad_precision != N.FLOAT32:

@@ -1,13 +1,10 @@
-"""Running a sweep's jobs: the MPI launcher, the trace folder's lock, one
-job at a time in a process group of its own, and what a job left.
+"""Running a sweep's jobs: the MPI launcher, the trace folder's lock, one job at a time in a process group
+of its own, and what a job left.
 
-The launcher is the installed MPI's (the one mpi4py loads: MPICH or Open
-MPI), looked for beside this Python, then on PATH, and asked its version to
-be sure it belongs to that MPI; PERFMLP_MPIRUN names another. The sweep ends
-a job's group (SIGTERM, then SIGKILL after END_GRACE_S) on a timeout, an
-interruption or its own error; the launcher also gets SIGTERM should the
-sweep die (PR_SET_PDEATHSIG).
-"""
+The launcher is the installed MPI's (the one mpi4py loads: MPICH or Open MPI), looked for beside this
+Python, then on PATH, and asked its version to be sure it belongs to that MPI; PERFMLP_MPIRUN names
+another. The sweep ends a job's group (SIGTERM, then SIGKILL after END_GRACE_S) on a timeout, an
+interruption or its own error; the launcher also gets SIGTERM should the sweep die (PR_SET_PDEATHSIG)."""
 from __future__ import annotations
 
 import os
@@ -91,8 +88,7 @@ def find_launcher() -> list[str]:
 
 
 def lock(trace_dir: Path):
-    """An exclusive lock on the trace folder (the open file; released when
-    the sweep ends, however it ends); an error if another sweep holds it."""
+    """The open file locking the trace folder (released however the sweep ends); an error if another sweep holds it."""
     import fcntl
     folder = trace_dir / SWEEP_DIR
     try:
@@ -152,8 +148,7 @@ def remove_failed(folder: Path, keep_as: Path | None = None) -> dict[str, str]:
 
 
 def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
-    """Run one job in a process group of its own, its stdout and stderr into
-    `output`; (ok, why it failed: perfmlp's own line, else the last line)."""
+    """One job in a process group of its own, its output into `output`; (ok, why it failed, in one line)."""
     try:
         out = open(output, "wb")
     except OSError as e:
@@ -177,8 +172,7 @@ def launch(cmd: list[str], timeout_s: float, output: Path) -> tuple[bool, str]:
 
 
 def why_failed(output: Path, rc: int) -> str:
-    """perfmlp's own line in a failed job's output (not the launcher's
-    abort notice after it), else its last line, else its exit status."""
+    """perfmlp's own line in a failed job's output (not the launcher's abort notice), else its last line or status."""
     try:
         lines = [ln.strip() for ln in output.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
     except OSError:

@@ -33,8 +33,7 @@ def profiler_owning_cupti(environ=os.environ) -> str | None:
 
 @functools.cache
 def own_kernel_names() -> tuple[str, ...]:
-    """The `__global__` functions of perfmlp/gpu's *.cu files (extern "C": named as written);
-    every other kernel of a step is cuBLAS's or NCCL's."""
+    """The `__global__` functions of perfmlp/gpu's *.cu files; every other kernel of a step is cuBLAS's or NCCL's."""
     gpu = resources.files("perfmlp.gpu")
     src = "\n".join(f.read_text() for f in gpu.iterdir() if f.name.endswith(".cu"))
     return tuple(sorted(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", src)))
@@ -54,10 +53,9 @@ def classify(kind: str, name: str | None) -> str:
 
 def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase_names: dict
               ) -> tuple[dict, int]:
-    """GPU records -> ({(epoch, batch): [ACTIVITY_FIELDS arrays]}, records no batch launched).
-    `gpu`: (kind, corr, start, end, stream, bytes, copy_kind, name) tuples; `ext_of`: correlation id
-    -> external id; `api_of`: correlation id -> the launching call's host start (ns); `batches`:
-    seq -> (epoch, batch); `phase_names`: code -> name."""
+    """GPU records -> ({(epoch, batch): [ACTIVITY_FIELDS arrays]}, records no batch launched). `gpu`: (kind, corr,
+    start, end, stream, bytes, copy_kind, name) tuples; `ext_of`: correlation id -> external id; `api_of`: correlation
+    id -> the launching call's host start (ns); `batches`: seq -> (epoch, batch); `phase_names`: code -> name."""
     out: dict = {}
     orphans = 0
     for kind, corr, start, end, stream, nbytes, ck, name in gpu:
@@ -78,11 +76,10 @@ def attribute(gpu: list[tuple], ext_of: dict, api_of: dict, batches: dict, phase
 
 def gpu_phase_spans(records, prev_end_ns: int | None = None, host_only: dict | None = None
                     ) -> tuple[dict, float, int, int]:
-    """A batch's phases measured on the GPU, as CUDA events would: each phase runs from
-    the end of the GPU work before it (for the first: the previous batch's end `prev_end_ns` where
-    that comes before this batch's first record, else that record's start) to its last record's end.
-    `host_only`: phase -> (start, end) CUPTI ns of phases that launched nothing (a host allreduce).
-    Returns ({phase: (offset ms, duration ms)}, total ms, start ns, end ns)."""
+    """A batch's phases measured on the GPU, as CUDA events would: each phase runs from the end of the GPU work before
+    it (for the first: the previous batch's end `prev_end_ns` where that comes before this batch's first record, else
+    that record's start) to its last record's end. `host_only`: phase -> (start, end) CUPTI ns of phases that launched
+    nothing (a host allreduce). Returns ({phase: (offset ms, duration ms)}, total ms, start ns, end ns)."""
     ends: dict = {}
     for r in records:
         ends[r.phase] = max(ends.get(r.phase, 0), r.end_ns)
@@ -114,8 +111,7 @@ def to_run_s(clock: dict, t_ns: int, cupti: bool) -> float:
 
 
 def measure_rank_clocks(world, rounds: int = 20) -> tuple[int, int]:
-    """(rank 0's perf_counter_ns - ours, uncertainty ns) by MPI ping-pong; (0, 0) on rank 0
-    or one process. A collective."""
+    """(rank 0's perf_counter_ns - ours, uncertainty ns) by MPI ping-pong; (0, 0) on rank 0 or alone. A collective."""
     comm = getattr(world, "comm", None)
     if world.size == 1 or comm is None:
         return 0, 0

@@ -89,8 +89,7 @@ def ns(us: float) -> int:
 
 
 def one_after_another(events: list[dict]) -> list[dict]:
-    """A track's slices in order on Perfetto's nanosecond grid, each cut where the next one
-    starts if it would run past it."""
+    """A track's slices in order on Perfetto's nanosecond grid, each cut where the next one starts."""
     for e in events:
         e["ts"], e["dur"] = ns(e["ts"]) / 1e3, ns(e["dur"]) / 1e3
     events.sort(key=lambda e: (e["ts"], -e["dur"]))

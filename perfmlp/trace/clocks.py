@@ -30,8 +30,7 @@ def host_phases_ns(batch, clock) -> dict:
 
 
 def rank_segments(batch, clock) -> list[tuple[str, float, float]]:
-    """A batch's phases as (phase, start s, end s) on the run's axis: GPU spans where the GPU timed
-    them, else host spans."""
+    """A batch's phases as (phase, start s, end s) on the run's axis: GPU spans where the GPU timed them, else host."""
     if batch.clock == N.CUPTI:
         t0 = batch.gpu_t0_ns
         return [(p, to_run_s(clock, t0 + off * 1e6, True), to_run_s(clock, t0 + (off + d) * 1e6, True))

@@ -1,11 +1,9 @@
-"""docs/trace-format.md, made from the records themselves (trace/records.py:
-each field's documentation is its metadata), so the page cannot drift
-from the format; a test holds the committed page to `render()`. The page's
-prose is the template format-page.md beside this module; this fills in its
+"""docs/trace-format.md, made from the records themselves (trace/records.py: each field's documentation
+is its metadata), so the page cannot drift from the format; a test holds the committed page to
+`render()`. The page's prose is the template format-page.md beside this module; this fills in its
 record tables, phases and trace levels.
 
-    python -m perfmlp.trace.docs            (writes docs/trace-format.md)
-"""
+    python -m perfmlp.trace.docs            (writes docs/trace-format.md)"""
 from __future__ import annotations
 
 import sys

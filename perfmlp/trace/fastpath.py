@@ -61,10 +61,9 @@ def nvtx_pop() -> None:
 
 
 def stamp_class(stamps: list, compiled: bool = False) -> type:
-    """The class of a phase on the host clock: one stamp into `stamps` as it starts (a phase ends
-    where the next starts). Both hooks are C callables used as they are (no bound method): __exit__
-    is NOOP; __enter__ is the C Stamper (`compiled`), else a map() iterator's __next__ that reads
-    the clock and appends it."""
+    """The class of a phase on the host clock: one stamp into `stamps` as it starts (a phase ends where the next
+    starts). Both hooks are C callables used as they are (no bound method): __exit__ is NOOP; __enter__ is the C Stamper
+    (`compiled`), else a map() iterator's __next__ that reads the clock and appends it."""
     stamp = CStamper(stamps) if compiled else map(stamps.append, starmap(_now, repeat(()))).__next__
     return type("Stamp", (), {"__slots__": (), "__enter__": stamp, "__exit__": NOOP})
 
@@ -176,8 +175,7 @@ class PyFastPath:
 
 
 def fast_path(stamps: list, mm, pos: int, limit: int, begin_other, end_other, grow, compiled: bool | None = None):
-    """The C fast path where built (`compiled` None or True), else the Python one; `compiled=True`
-    where it was not built raises ImportError."""
+    """The C fast path where built (`compiled` None or True), else the Python one; ImportError if True and not built."""
     if compiled is None:
         compiled = CFastPath is not None
     if compiled and CFastPath is None:

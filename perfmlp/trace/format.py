@@ -33,15 +33,14 @@ MANIFEST = "manifest.json"
 
 
 def host_clock_terms(batch_transfer: str, comm: str, parallel: str = N.DATA) -> frozenset:
-    """The phase groups whose time on a GPU run's host clock (the host's time between a phase's hooks:
-    enqueued work measures its enqueue) is their own work's: only data parallelism with the staged
-    exchange, whose D2H ends in a stream synchronize, after which
+    """The phase groups whose time on a GPU run's host clock (between a phase's hooks: enqueued work measures its
+    enqueue) is their own work's: only data parallelism with the staged exchange, whose D2H ends in a stream
+    synchronize, after which
     - allreduce (MPI_Allreduce on the host buffer) is host work;
     - h2d_grad from pageable memory blocks the host with the GPU idle (pinned: only enqueued);
     - h2d_batch from pageable memory blocks the host behind only the update kernel.
-    The staged d2h_grad waits for the enqueued backward pass before its copy, so is never its own
-    time. Model and hybrid parallelism's allreduces wait for kernels queued ahead of them, and
-    nccl's and ps-nccl's collectives are enqueued."""
+    The staged d2h_grad waits for the enqueued backward pass, so is never its own time; model and hybrid
+    parallelism's allreduces wait for kernels queued ahead, and nccl's and ps-nccl's collectives are enqueued."""
     if comm not in N.STAGED_COMMS or parallel != N.DATA:
         return frozenset()
     groups = {N.ALLREDUCE}
@@ -69,8 +68,7 @@ def default_trace_level(exec_mode: str) -> str:
 
 
 def resolve_trace_level(level: str | None, exec_mode: str) -> str:
-    """The level a run ran at, from its manifest's or configuration's `trace_level`: auto is
-    the mode's default; none (made before --trace-level) is `phases`."""
+    """A run's level from its manifest's or configuration's `trace_level`: auto the mode's default; none `phases`."""
     if not level:
         return N.PHASES_LEVEL
     return default_trace_level(exec_mode) if level == N.AUTO else level

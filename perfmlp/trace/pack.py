@@ -1,8 +1,7 @@
-"""`python -m perfmlp.trace.pack DIR...`: gzip every rank file (rank-<r>.jsonl
-and rank-<r>.batches) under each DIR in place, for committing a trace set (the
-readers take either form: format.rank_files). Each packed file is read back and compared before the
-plain one is removed; a file already packed is left as it is. Prints the
-bytes before and after."""
+"""`python -m perfmlp.trace.pack DIR...`: gzip every rank file (rank-<r>.jsonl and rank-<r>.batches) under
+each DIR in place, for committing a trace set (the readers take either form: format.rank_files). Each
+packed file is read back and compared before the plain one is removed; a file already packed is left as
+it is. Prints the bytes before and after."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,7 @@
-"""The records of a run's trace (format 2): what a run writes and what the
-reader returns, nothing else. Each is a frozen dataclass whose fields carry
-their documentation and their check (trace/fields.py); docs/trace-format.md,
-which describes the run folder they make up, is generated from them
-(`python -m perfmlp.trace.docs`, held to them by a test).
-"""
+"""The records of a run's trace (format 2): what a run writes and what the reader returns, nothing else.
+Each is a frozen dataclass whose fields carry their documentation and their check (trace/fields.py);
+docs/trace-format.md, which describes the run folder they make up, is generated from them (`python -m
+perfmlp.trace.docs`, held to them by a test)."""
 from __future__ import annotations
 
 import struct

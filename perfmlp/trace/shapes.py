@@ -40,8 +40,7 @@ def price(ran: list, ops: list, w: Widths, counts_kernels: bool, weight_grads: i
 
 
 class Note:
-    """The writer's note of a Shape: what a batch of it must match, and its record's layout
-    (`coll` None: a shape being recorded)."""
+    """The writer's note of a Shape: what its batches must match, its record's layout (`coll` None: being recorded)."""
 
     __slots__ = ("id", "bytes", "coll", "nstamps", "record", "size", "priced", "key")
 
@@ -97,15 +96,13 @@ class ShapeBook:
         return e
 
     def _weight_grads(self) -> int:
-        """Elements the weight-gradient GEMMs write at their own cost (operands narrower than
-        the parameters), else 0."""
+        """Elements the weight-gradient GEMMs write at their own cost (operands narrower than parameters), else 0."""
         if self._net is None or self.widths.act == self.widths.param:
             return 0
         return weight_grad_elements(self._net.p.layer_sizes, getattr(self._net, "fuse_output", True))
 
     def _records(self) -> int:
-        """Batch records written: the mapped file's, walked (the hot path counts nothing), and
-        those written through _write_batch."""
+        """Batch records written: the mapped file's, walked (the hot path counts nothing), and _write_batch's."""
         sizes = {e.id: e.size for e in self._entries}
         pos, n, mm, end = self._store.start, 0, self._fp.mm, self._fp.pos
         while pos < end:

@@ -30,8 +30,7 @@ def steady_window(ranks: Mapping) -> dict:
 
 
 def epoch_ms(ranks: Mapping) -> dict[int, float]:
-    """epoch -> its synchronised wall time per batch, the slowest rank's: over the steady window,
-    or the whole epoch where it left none out."""
+    """epoch -> synchronised wall ms per batch, the slowest rank's: over the steady window, else the whole epoch."""
     out: dict = {}
     for rt in ranks.values():
         nbatches: dict = {}

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .fields import TraceError
+from .. import names as N
 from .records import Batch, BatchLayout, Header, Span
 
 FIRST_BYTES = 1 << 18   # the first reservation: 256 KiB (about 2,300 batches of 8 phases)
@@ -159,7 +160,7 @@ def _batch(where, shape, header, epoch, batch, loss, t0, t1, total, stamps) -> B
         raise TraceError(f"{where}: wall_ms: ends before it starts")
     if math.isinf(loss):
         raise TraceError(f"{where}: loss: {loss}, not a finite number")
-    host = header.clock == "host"
+    host = header.clock == N.HOST_CLOCK
     origin = t0 if host else 0.0
     ends = (*stamps[1:], t1 if host else total)
     t_ms: dict = {}

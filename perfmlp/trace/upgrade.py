@@ -32,7 +32,6 @@ COLS_BY_COMMIT = {**dict.fromkeys("7e49c2e 4bd1a76 59e92a7 4251416 e0f3d07 64120
 DEFAULT_COLS = 256
 
 
-
 def manifest(obj: dict) -> Manifest:
     """A format-1 manifest as a Manifest (F.Bad names the field)."""
     # `start`: metadata no reader computes with, absent in hand-made format-1 runs

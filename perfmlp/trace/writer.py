@@ -91,8 +91,7 @@ class Tracer(ShapeBook):
 
     # -- the hooks the training loop calls -----------------------------------------
     def attach(self, world, backend) -> None:
-        """Resolve the level, write the header and clock lines, and (rank 0) what ran into the
-        manifest. A collective."""
+        """Resolve the level, write the header and clock lines and (rank 0) what ran to the manifest; a collective."""
         self._net = getattr(backend, "net", None)
         self._kernels = self._net if self._net is not None else _NoNet
         asked, note, why = self.level, None, None
@@ -346,8 +345,7 @@ def new_run_id(cfg, world) -> str:
 
 
 def make_tracer(cfg, world, compiled: bool | None = None):
-    """A Tracer writing under cfg.trace_dir, or NullTracer with --no-trace; `compiled`: C batch hooks
-    (None: where built)."""
+    """A Tracer under cfg.trace_dir, or NullTracer with --no-trace; `compiled`: C batch hooks (None: where built)."""
     if not cfg.trace:
         return NullTracer()
     run_id = new_run_id(cfg, world)
