@@ -163,7 +163,10 @@ class Network:
                         ready(self.p.n_weights, self.g.flat.size)  # every bias and the loss slot are written
                 continue
             for r0, r1, lo, hi in blocks:                                   # dW = delta a^T (in row blocks)
-                self.gemm(d[r0:r1], self.acts[l], out=self.g.W[l][r0:r1], trans_b=True)
+                if len(blocks) == 1:   # no slice views: each costs host time on CuPy, in the eager step's hot path
+                    self.gemm(d, self.acts[l], out=self.g.W[l], trans_b=True)
+                else:
+                    self.gemm(d[r0:r1], self.acts[l], out=self.g.W[l][r0:r1], trans_b=True)
                 if ready is not None:
                     ready(lo, hi)
             if l == L - 1:
