@@ -1,11 +1,13 @@
-"""The Machine dataclass: a machine file's numbers, its measured tables (one
+"""The Machine dataclass: a machine file's numbers (its fields made from
+fields.FIELDS, where each key is declared once), its measured tables (one
 frozen dataclass per kind of point), and the look-ups the model prices with,
 each interpolating in the file's measured points where it has them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 
+from .fields import FIELDS, GPU_KEYS
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
 from ... import names as N
 
@@ -136,63 +138,8 @@ class MachineError(ValueError):
     """A machine file that cannot be used (message: one line, file and key)."""
 
 
-@dataclass(frozen=True)
-class Machine:
-    name: str
-    source: str
-    peak_flops_per_s_float32: float
-    peak_flops_per_s_float64: float
-    mem_bw_bytes_per_s: float
-    h2d_pageable_bytes_per_s: float
-    h2d_pinned_bytes_per_s: float
-    d2h_pageable_bytes_per_s: float
-    d2h_pinned_bytes_per_s: float
-    copy_latency_s: float
-    launch_overhead_s: float
-    mpi_alpha_s: float
-    mpi_bw_bytes_per_s: float
-    nccl_alpha_s: float
-    nccl_bw_bytes_per_s: float
-    gemm_flops_per_s: tuple[GemmRate, ...] = ()
-    traced_launch_overhead_s: float = 0.0   # host time per operation with perfmlp's tracer on (0: as untraced)
-    trace_event_s: float = 0.0              # GPU time one CUDA event recorded between kernels adds
-    h2d_pageable_latency_s: float = 0.0     # per-kind copy latency (0: copy_latency_s)
-    h2d_pinned_latency_s: float = 0.0
-    d2h_pageable_latency_s: float = 0.0
-    d2h_pinned_latency_s: float = 0.0
-    graph_launch_s: float = 0.0             # host time of one cudaGraphLaunch (a replayed step or segment)
-    graph_step_host_s: float = 0.0          # host time per batch of the resident graph step, its loop included
-    static_copy_host_s: float = 0.0         # host time of one copy call into a graph's static inputs (0: a launch's)
-    pinned_copy_host_s: float = 0.0         # host time of one pinned H2D batch copy call (0: a launch's)
-    kernel_gap_s: float = 0.0               # GPU idle time between two kernels launched one by one
-    graph_kernel_gap_s: float = 0.0         # the same between two kernels of a replayed graph
-    graph_replay_gap_s: float = 0.0         # GPU time per graph replay beyond its kernels (replays back to back)
-    trace_phase_host_s: float = 0.0         # host time the tracer adds per traced phase (0: traced_launch_overhead_s)
-    h2d_pageable_aggregate_bytes_per_s: float = 0.0   # all ranks of a node copying at once, together (0: no limit)
-    h2d_pinned_aggregate_bytes_per_s: float = 0.0
-    d2h_pageable_aggregate_bytes_per_s: float = 0.0
-    d2h_pinned_aggregate_bytes_per_s: float = 0.0
-    allreduce_s: tuple[CollectivePoint, ...] = ()   # measured allreduces (interpolated; else alpha-beta)
-    collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
-    kernel_s: tuple[KernelTime, ...] = ()   # measured times of the trainer's own kernels (else bytes / bandwidth)
-    host_dispatch_s: tuple[DispatchPoint, ...] = ()   # launch and tracer host time, several ranks at once
-    copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
-    d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
-    host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
-    launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
-    # dense tensor-core peaks with float32 accumulation (model/precision.py; 0: none on this GPU)
-    peak_flops_per_s_tf32: float = 0.0
-    peak_flops_per_s_bf16: float = 0.0
-    peak_flops_per_s_fp16: float = 0.0
-    host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
-    # the eager step's launches after its pageable batch copies over without them, by size (ratio)
-    pageable_launch_factor: tuple[LaunchFactor, ...] = ()
-    prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
-    spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
-    gpus: int = 1
-    date: str = ""
-    device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
-    path: str = ""
+class MachineLookups:
+    """The look-ups the model prices with, on a Machine's fields."""
 
     def describes(self, device_name: str) -> bool:
         """This file is for a GPU CUDA names `device_name`."""
@@ -358,6 +305,21 @@ class Machine:
         def dist(g):
             return sum(math.log(a / b) ** 2 for a, b in ((g.m, m), (g.n, n), (g.k, k)))
         return min(rates, key=dist).flops_per_s
+
+
+_TYPES = {"rate": float, "time": float, "optional-rate": float, "count": int, "word": str, "table": tuple}
+_DEFAULTS = {"rate": 0.0, "time": 0.0, "optional-rate": 0.0, "count": 1, "word": "", "table": ()}
+
+
+def _machine_field(key: str) -> tuple:
+    """(name, type[, default]) of a GPU file's key: required keys first, as fields.FIELDS declares them."""
+    check = "table" if key == "device_names" else FIELDS[key].check   # a list of words
+    return (key, _TYPES[check]) if FIELDS[key].required else (key, _TYPES[check], _DEFAULTS[check])
+
+
+# A GPU machine file's values, one field per key of fields.FIELDS (declared there once: unit, check, doc).
+Machine = make_dataclass("Machine", [_machine_field(k) for k in GPU_KEYS], bases=(MachineLookups,), frozen=True,
+                         namespace={"__module__": __name__})
 
 
 def extended(points: list[tuple[float, float]], x: float, beyond) -> float:
