@@ -7,9 +7,9 @@ says where its numbers come from (`source:`); a bad key or value is a
 one-line error naming the file and key.
 """
 from .description import (MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS,
-                          SPREAD_SOURCES, GemmRate, KernelTime, Machine)
-from .files import (DEFAULT_MACHINE, MACHINES_PACKAGE, CpuMachine, MachineError, load_machine, machine_files,
-                    machine_from_mapping, machine_to_yaml, resolve_machine_path)
+                          SPREAD_SOURCES, Machine)
+from .files import (DEFAULT_MACHINE, MACHINES_PACKAGE, CpuMachine, GemmRate, KernelTime, MachineError, load_machine,
+                    machine_files, machine_from_mapping, machine_to_yaml, resolve_machine_path)
 
 __all__ = ["Machine", "CpuMachine", "DEFAULT_MACHINE", "MACHINES_PACKAGE", "MachineError", "load_machine",
            "machine_files", "machine_from_mapping", "machine_to_yaml", "resolve_machine_path", "GemmRate", "KernelTime",

@@ -1,11 +1,11 @@
 """The Machine dataclass: a machine file's numbers (its fields made from
-fields.FIELDS, where each key is declared once), its measured tables (one
-frozen dataclass per kind of point), and the look-ups the model prices with,
-each interpolating in the file's measured points where it has them."""
+fields.FIELDS, where each key is declared once), its measured tables (tuples
+of files.py's points), and the look-ups the model prices with, each
+interpolating in the file's measured points where it has them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, make_dataclass
+from dataclasses import make_dataclass
 
 from .fields import FIELDS, GPU_KEYS
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
@@ -19,109 +19,6 @@ PAGEABLE_MODEL_ERROR_SOURCES = {N.EAGER: "model_eager_pageable", N.GRAPH: "model
 PAGEABLE_TRANSFERS = N.PAGEABLE_SOURCES
 MODEL_SOURCES = (*MODEL_ERROR_SOURCES.values(), *PAGEABLE_MODEL_ERROR_SOURCES.values())
 SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_SOURCES)
-
-
-@dataclass(frozen=True)
-class GemmRate:
-    m: int
-    n: int
-    k: int
-    precision: str
-    flops_per_s: float
-    kernel: str = N.CUBLAS
-
-
-@dataclass(frozen=True)
-class CollectivePoint:
-    """One measured allreduce (the slowest rank's median, buffer cold); host MPI's through `memory`."""
-    comm: str
-    procs: int
-    bytes: int
-    s: float
-    memory: str = N.PINNED
-
-
-@dataclass(frozen=True)
-class WaitPoint:
-    """Seconds lost per collective to the slowest of `procs` ranks (`memory`: the staged exchange's)."""
-    procs: int
-    s: float
-    memory: str | None = None
-
-
-@dataclass(frozen=True)
-class LaunchFactor:
-    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`."""
-    hidden: int
-    batch: int
-    factor: float
-
-
-@dataclass(frozen=True)
-class PrefetchPoint:
-    """The tiny step's seconds per batch prefetched from `source`, and with the batch resident."""
-    exec: str
-    source: str
-    bytes: int
-    s: float
-    loop_s: float
-
-
-@dataclass(frozen=True)
-class DispatchPoint:
-    """Host seconds per launched operation and per traced phase, `procs` ranks at once (the slowest's)."""
-    procs: int
-    launch_s: float
-    trace_phase_s: float
-
-
-@dataclass(frozen=True)
-class SharedCopyPoint:
-    """The node's aggregate bandwidth while `procs` ranks (a GPU each) copy at once, bytes/s."""
-    procs: int
-    direction: str
-    memory: str
-    bytes_per_s: float
-
-
-@dataclass(frozen=True)
-class HostCopyPoint:
-    """One host <-> device copy as the trainer makes it, `procs` ranks at once (the slowest's median);
-    `buffer` "rotating" (a new slice each copy) or "reduced" (an MPI_Allreduce's). Pageable H2D behind
-    queued GPU work w: `ahead_s` host time before it needs the stream, `blocks` the call waits for the
-    copy, and one that blocks hides min(ahead_s, max(0, w - ahead_delay_s))."""
-    procs: int
-    direction: str
-    memory: str
-    bytes: int
-    s: float
-    buffer: str = "rotating"
-    ahead_s: float | None = None
-    blocks: bool = True
-    ahead_delay_s: float | None = None
-
-
-@dataclass(frozen=True)
-class CopyPoint:
-    """One device-to-device copy (into a graph's static inputs), GPU seconds per call."""
-    bytes: int
-    s: float
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    """GPU seconds per call of an own kernel (costs.OWN_KERNELS) at `shape` (costs.kernel_shape)."""
-    kernel: str
-    shape: tuple[int, ...]
-    precision: str
-    s: float
-
-
-@dataclass(frozen=True)
-class SpreadPoint:
-    """One spread source's repeats over their median, pooled and sorted (interval.py draws from them)."""
-    source: str
-    ratios: tuple[float, ...]
 
 
 def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:

@@ -5,7 +5,7 @@ CPU file (`backend: numpy`, fields.py's CPU class); a one-line MachineError
 naming the file and key otherwise; and the YAML text the calibration writes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -18,9 +18,7 @@ from ... import names as N
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
 from .fields import CPU_KEYS, CPU_REQUIRED, FIELDS, OPTIONAL, OPTIONAL_NUMBERS, TABLES
-from .description import (SPREAD_SOURCES, CollectivePoint, CopyPoint, DispatchPoint, GemmRate, HostCopyPoint,
-                          KernelTime, LaunchFactor, Machine, MachineError, PrefetchPoint, SharedCopyPoint, SpreadPoint,
-                          WaitPoint)
+from .description import SPREAD_SOURCES, Machine, MachineError
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -90,37 +88,63 @@ def _ratios(key, v):
     return tuple(sorted(_positive(f"{key}[{i}]", r) for i, r in enumerate(v)))
 
 
-_LAUNCH_FACTOR = (LaunchFactor, {"hidden": _count, "batch": _count, "factor": _positive}, {})
+def _point_class(name: str, spec: dict, optional: dict | None = None) -> tuple:
+    """(a frozen dataclass of spec's keys, the required ones first; spec; optional keys' defaults)."""
+    optional = optional or {}
+    keys = [(k, object) for k in spec if k not in optional] + [(k, object, v) for k, v in optional.items()]
+    return make_dataclass(name, keys, frozen=True, namespace={"__module__": __name__}), spec, optional
+
+
+_LAUNCH_FACTOR = _point_class("LaunchFactor", {"hidden": _count, "batch": _count, "factor": _positive})
 # each table's point: its type, its keys' checks (in the order they run) and its optional keys' defaults
 _POINTS = {
-    "gemm_flops_per_s": (GemmRate, {"m": _count, "n": _count, "k": _count, "precision": _one_of(*PRECISION_NAMES),
-                                    "kernel": _one_of(*N.GEMM_KERNELS), "flops_per_s": _positive},
-                         {"kernel": N.CUBLAS}),
-    "allreduce_s": (CollectivePoint, {"comm": _one_of(*N.COLLECTIVE_LIBS), "procs": _count, "bytes": _count,
-                                      "s": _positive, "memory": _one_of(N.PINNED, N.PAGEABLE)}, {"memory": N.PINNED}),
-    "collective_wait_s": (WaitPoint, {"procs": _count, "s": _non_negative,
-                                      "memory": _one_of(N.PAGEABLE, N.PINNED, none=True)}, {"memory": None}),
-    "host_dispatch_s": (DispatchPoint, {"procs": _count, "launch_s": _positive, "trace_phase_s": _non_negative}, {}),
-    "copy_aggregate_bytes_per_s": (SharedCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY,
-                                                     "bytes_per_s": _positive}, {}),
-    "d2d_copy_s": (CopyPoint, {"bytes": _count, "s": _positive}, {}),
-    # the staging figures are checked once the point is (_host_copy_staging)
-    "host_copy_s": (HostCopyPoint, {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY, "bytes": _count,
-                                    "s": _positive, "buffer": _one_of("rotating", "reduced", "cached"),
-                                    "ahead_s": _as_is, "blocks": _as_is, "ahead_delay_s": _as_is},
-                    {"buffer": "rotating", "ahead_s": None, "blocks": True, "ahead_delay_s": None}),
+    # a GEMM's rate at one shape, by kernel
+    "gemm_flops_per_s": _point_class("GemmRate", {"m": _count, "n": _count, "k": _count,
+                                                  "precision": _one_of(*PRECISION_NAMES),
+                                                  "kernel": _one_of(*N.GEMM_KERNELS), "flops_per_s": _positive},
+                                     {"kernel": N.CUBLAS}),
+    # one measured allreduce (the slowest rank's median, buffer cold); host MPI's through `memory`
+    "allreduce_s": _point_class("CollectivePoint", {"comm": _one_of(*N.COLLECTIVE_LIBS), "procs": _count,
+                                                    "bytes": _count, "s": _positive,
+                                                    "memory": _one_of(N.PINNED, N.PAGEABLE)}, {"memory": N.PINNED}),
+    # seconds lost per collective to the slowest of `procs` ranks (`memory`: the staged exchange's)
+    "collective_wait_s": _point_class("WaitPoint", {"procs": _count, "s": _non_negative,
+                                                    "memory": _one_of(N.PAGEABLE, N.PINNED, none=True)},
+                                      {"memory": None}),
+    # host seconds per launched operation and per traced phase, `procs` ranks at once (the slowest's)
+    "host_dispatch_s": _point_class("DispatchPoint", {"procs": _count, "launch_s": _positive,
+                                                      "trace_phase_s": _non_negative}),
+    # the node's aggregate bandwidth while `procs` ranks (a GPU each) copy at once, bytes/s
+    "copy_aggregate_bytes_per_s": _point_class("SharedCopyPoint", {"procs": _count, "direction": _DIRECTION,
+                                                                   "memory": _MEMORY, "bytes_per_s": _positive}),
+    # one device-to-device copy (into a graph's static inputs), GPU seconds per call
+    "d2d_copy_s": _point_class("CopyPoint", {"bytes": _count, "s": _positive}),
+    # one host <-> device copy as the trainer makes it, `procs` ranks at once (the slowest's median);
+    # `buffer` "rotating" (a new slice each copy) or "reduced" (an MPI_Allreduce's). Pageable H2D behind
+    # queued GPU work w: `ahead_s` host time before it needs the stream, `blocks` the call waits for the
+    # copy, and one that blocks hides min(ahead_s, max(0, w - ahead_delay_s)); checked by _host_copy_staging
+    "host_copy_s": _point_class("HostCopyPoint", {"procs": _count, "direction": _DIRECTION, "memory": _MEMORY,
+                                                  "bytes": _count, "s": _positive,
+                                                  "buffer": _one_of("rotating", "reduced", "cached"),
+                                                  "ahead_s": _as_is, "blocks": _as_is, "ahead_delay_s": _as_is},
+                                {"buffer": "rotating", "ahead_s": None, "blocks": True, "ahead_delay_s": None}),
+    # a ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`
     "launch_size_factor": _LAUNCH_FACTOR,
     "pageable_launch_factor": _LAUNCH_FACTOR,
-    "prefetch_s": (PrefetchPoint, {"exec": _one_of(N.EAGER, "graph"),
-                                   "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE), "bytes": _count, "s": _positive,
-                                   "loop_s": _positive}, {}),
-    "kernel_s": (KernelTime, {"kernel": _one_of(*OWN_KERNELS.values()), "shape": _shape,
-                              "precision": _one_of(*PRECISION_NAMES), "s": _positive}, {}),
-    "spread": (SpreadPoint, {"source": _one_of(*SPREAD_SOURCES), "ratios": _ratios}, {}),
+    # the tiny step's seconds per batch prefetched from `source`, and with the batch resident
+    "prefetch_s": _point_class("PrefetchPoint", {"exec": _one_of(N.EAGER, "graph"),
+                                                 "source": _one_of(N.PREFETCH, N.PREFETCH_PAGEABLE),
+                                                 "bytes": _count, "s": _positive, "loop_s": _positive}),
+    # GPU seconds per call of an own kernel (costs.OWN_KERNELS) at `shape` (costs.kernel_shape)
+    "kernel_s": _point_class("KernelTime", {"kernel": _one_of(*OWN_KERNELS.values()), "shape": _shape,
+                                            "precision": _one_of(*PRECISION_NAMES), "s": _positive}),
+    # one spread source's repeats over their median, pooled and sorted (interval.py draws from them)
+    "spread": _point_class("SpreadPoint", {"source": _one_of(*SPREAD_SOURCES), "ratios": _ratios}),
 }
+GemmRate, KernelTime = _POINTS["gemm_flops_per_s"][0], _POINTS["kernel_s"][0]
 
 
-def _host_copy_staging(point: HostCopyPoint) -> HostCopyPoint:
+def _host_copy_staging(point):
     ahead, blocks, delay = point.ahead_s, point.blocks, point.ahead_delay_s
     if ahead is None and blocks is True and delay is None:   # as dataclasses.asdict writes a point without them
         return point
