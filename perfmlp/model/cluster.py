@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from .. import checks
+from .machine.files import find_file, machine_files, read_file
 
 CLUSTERS_FOLDER = "clusters"          # under the machine files' package (models/clusters/)
 INTRA_KINDS = ("nvswitch", "pcie")
@@ -143,30 +143,13 @@ def cluster_from_mapping(data, where: str) -> Cluster:
 
 def cluster_files() -> list:
     """The cluster files shipped with the package (models/clusters/*.yaml), by name."""
-    try:
-        folder = resources.files("perfmlp.machines").joinpath(CLUSTERS_FOLDER)
-    except ModuleNotFoundError:
-        folder = Path(__file__).resolve().parents[2] / "models" / CLUSTERS_FOLDER
-    if not folder.is_dir():
-        return []
-    return sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+    return machine_files(CLUSTERS_FOLDER)
 
 
 def load_cluster(name_or_path: str | Path) -> Cluster:
     """The cluster in a file given by path, or shipped under a name (models/clusters/NAME.yaml)."""
-    p = Path(name_or_path)
-    if p.suffix not in (".yaml", ".yml") and not p.exists():
-        shipped = cluster_files()
-        found = [f for f in shipped if f.name == f"{name_or_path}.yaml"]
-        if not found:
-            names = ", ".join(f.name.removesuffix(".yaml") for f in shipped) or "none"
-            raise ClusterError(f"no cluster named {str(name_or_path)!r} (shipped: {names}; or give a .yaml file)")
-        p = found[0]
-    try:
-        data = checks.read_yaml(p, "cluster file")
-    except checks.CheckError as e:
-        raise ClusterError(str(e)) from None
-    return cluster_from_mapping(data, str(p))
+    p = find_file(name_or_path, cluster_files, "cluster", ClusterError)
+    return cluster_from_mapping(read_file(p, "cluster file", ClusterError), str(p))
 
 
 # ---- collectives priced on a cluster ---------------------------------------------------------------

@@ -322,43 +322,54 @@ def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
         raise MachineError(f"{where}: {e}") from None
 
 
-def machine_files() -> list[Traversable]:
-    """The shipped machine files (models/*.yaml) by name; in a source checkout, its own models/."""
-    folder = Path(__file__).resolve().parents[3] / "models"
-    if not (folder / "__init__.py").is_file():
+def machine_files(folder: str = "") -> list[Traversable]:
+    """The shipped machine files (models/*.yaml; `folder`: models/<folder>/*.yaml) by name; in a source
+    checkout, its own models/."""
+    root = Path(__file__).resolve().parents[3] / "models"
+    if not (root / "__init__.py").is_file():
         try:
-            folder = resources.files(MACHINES_PACKAGE)
+            root = resources.files(MACHINES_PACKAGE)
         except ModuleNotFoundError:
             raise MachineError(f"the package {MACHINES_PACKAGE} (the machine files) is not installed: "
                                "run `pip install -e .` again in the project") from None
-    return sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+    root = root.joinpath(folder) if folder else root
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
 
 
-def resolve_machine_path(name_or_path) -> Path | Traversable:
-    """A file as given (a .yaml/.yml path, an existing one, or a machine_files() entry), else `<name>.yaml`."""
-    if name_or_path is None:
-        name_or_path = DEFAULT_MACHINE
-    if not isinstance(name_or_path, (str, Path)):
-        return name_or_path  # a Traversable from machine_files()
+def find_file(name_or_path, shipped, what: str, error=MachineError) -> Path | Traversable:
+    """A file as given (a .yaml/.yml path, an existing one), else the `<name>.yaml` of shipped()."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
-    shipped = machine_files()
-    for f in shipped:
+    files = shipped()
+    for f in files:
         if f.name == f"{name_or_path}.yaml":
             return f
-    names = ", ".join(f.name.removesuffix(".yaml") for f in shipped)
-    raise MachineError(f"no machine named {str(name_or_path)!r} (shipped: {names}; or give a .yaml file)")
+    names = ", ".join(f.name.removesuffix(".yaml") for f in files) or "none"
+    raise error(f"no {what} named {str(name_or_path)!r} (shipped: {names}; or give a .yaml file)")
+
+
+def read_file(path, what: str, error=MachineError):
+    """The YAML mapping of a file; a one-line `error` if it cannot be read."""
+    try:
+        return checks.read_yaml(path, what)
+    except checks.CheckError as e:
+        raise error(str(e)) from None
+
+
+def resolve_machine_path(name_or_path) -> Path | Traversable:
+    """A file as given (a path, or a machine_files() entry), else the shipped `<name>.yaml` (None: DEFAULT_MACHINE)."""
+    if not isinstance(name_or_path, (str, Path, type(None))):
+        return name_or_path  # a Traversable from machine_files()
+    return find_file(DEFAULT_MACHINE if name_or_path is None else name_or_path, machine_files, "machine")
 
 
 def load_machine(name_or_path=None) -> Machine | CpuMachine:
     """The machine in a file given by path, or shipped under a name (default: DEFAULT_MACHINE)."""
     path = resolve_machine_path(name_or_path)
-    try:
-        data = checks.read_yaml(path, "machine file")
-    except checks.CheckError as e:
-        raise MachineError(str(e)) from None
-    return machine_from_mapping(data, str(path))
+    return machine_from_mapping(read_file(path, "machine file"), str(path))
 
 
 def machine_to_yaml(values: dict) -> str:
