@@ -5,7 +5,7 @@ CPU file (`backend: numpy`, fields.py's CPU class); a one-line MachineError
 naming the file and key otherwise; and the YAML text the calibration writes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -17,7 +17,7 @@ from ... import checks
 from ... import names as N
 from ..costs import OWN_KERNELS
 from ..precision import NAMES as PRECISION_NAMES
-from .fields import CPU_KEYS, CPU_REQUIRED, FIELDS, OPTIONAL, OPTIONAL_NUMBERS, TABLES
+from .fields import CPU_KEYS, CPU_REQUIRED, FIELDS, GPU_KEYS, OPTIONAL, TABLES
 from .description import SPREAD_SOURCES, Machine, MachineError
 
 if TYPE_CHECKING:
@@ -28,15 +28,18 @@ DEFAULT_MACHINE = "quadro-rtx-6000"
 # Keys older machine files hold and the model no longer reads (withdrawn terms, docs/model.md): accepted.
 RETIRED = frozenset({"host_cache_bytes", "engine_switch_s", "pinned_launch_factor",
                      "queued_gap_s", "graph_node_extra_s"})
-_NUMERIC = [f.name for f in fields(Machine) if f.name not in OPTIONAL and f.name not in ("name", "source")]
 
 
-def _rate_or_time(key: str, value) -> float:
-    """A rate must be positive (an optional one may be 0), a time not negative."""
+def _scalar(key: str, value):
+    """A figure checked by its FIELDS kind: a rate positive (an optional one may be 0), a time not negative."""
+    check = FIELDS[key].check
+    if check == "word":
+        return checks.string(key, value, non_empty=True) if key != "date" else str(value)
+    if check == "count":
+        return _count(key, value)
     v = checks.number(key, value)
-    if "_per_s" in key and not (key in OPTIONAL_NUMBERS and v == 0):
-        return checks.positive(key, v)
-    return checks.non_negative(key, v)
+    return checks.non_negative(key, v) if check == "time" or (check == "optional-rate" and v == 0) \
+        else checks.positive(key, v)
 
 
 def _entry(entry, required: tuple, optional: tuple = ()) -> dict:
@@ -169,21 +172,14 @@ def check_scalars(data) -> dict:
     """Every key known, the required ones present, every value but the tables checked."""
     if not isinstance(data, dict):
         raise checks.CheckError(f"expected a mapping of keys, got {type(data).__name__}")
-    known = ({f.name for f in fields(Machine)} - {"path"}) | RETIRED
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - (set(GPU_KEYS) - {"path"}) - RETIRED)
     if unknown:
         raise checks.CheckError(f"unknown key {unknown[0]}")
-    for key in ("name", "source", *_NUMERIC):
-        if key not in data or data[key] is None:
-            raise checks.CheckError(f"missing key {key}")
-    values = {key: checks.string(key, data[key], non_empty=True) for key in ("name", "source")}
-    for key in _NUMERIC:
-        values[key] = _rate_or_time(key, data[key])
-    for key in OPTIONAL_NUMBERS:
-        values[key] = _rate_or_time(key, data.get(key, 0.0))
-    if "gpus" in data:
-        values["gpus"] = checks.positive("gpus", checks.integer("gpus", data["gpus"]))
-    values["date"] = str(data.get("date", ""))
+    missing = [k for k in GPU_KEYS if k not in OPTIONAL and data.get(k) is None]
+    if missing:
+        raise checks.CheckError(f"missing key {missing[0]}")
+    values = {k: _scalar(k, data[k]) for k in GPU_KEYS
+              if k in data and FIELDS[k].check != "table" and k != "device_names"}
     names = data.get("device_names") or []
     if not isinstance(names, list):
         raise checks.CheckError("device_names must be a list")
@@ -201,17 +197,20 @@ _POINT_KEY = {"kernel_s": lambda k: (k.kernel, k.shape, k.precision), "spread": 
               "prefetch_s": lambda q: (q.exec, q.source, q.bytes)}
 
 
+def _rows(key: str, entries, point) -> tuple:
+    """A table's entries, each point(entry); a bad one's error names it, `key[i]`."""
+    rows = []
+    for i, entry in enumerate(entries):
+        try:
+            rows.append(point(entry))
+        except checks.CheckError as e:
+            raise checks.CheckError(f"{key}[{i}] {e}") from None
+    return tuple(rows)
+
+
 def check_tables(data: dict) -> dict:
     """Every table's entries checked, none repeating another's point where interpolation needs distinct ones."""
-    values = {}
-    for key in TABLES:
-        rows = []
-        for i, entry in enumerate(data.get(key) or []):
-            try:
-                rows.append(_table_entry(key, entry))
-            except checks.CheckError as e:
-                raise checks.CheckError(f"{key}[{i}] {e}") from None
-        values[key] = tuple(rows)
+    values = {key: _rows(key, data.get(key) or [], lambda e, key=key: _table_entry(key, e)) for key in TABLES}
     for key, point in _POINT_KEY.items():
         seen = {}
         for i, row in enumerate(values[key]):
@@ -224,16 +223,22 @@ def check_tables(data: dict) -> dict:
 
 # ---- a CPU file ---------------------------------------------------------------------------------
 
-# each table's entries: their keys, the integer ones and the positive numbers among them
-_CPU_TABLES = {
-    "gemm_flops_per_s": (("m", "n", "k", "precision", "threads", "ranks", "flops_per_s"),
-                         ("m", "n", "k", "threads", "ranks"), ("flops_per_s",)),
-    "pass_bytes_per_s": (("kernel", "shape", "precision", "threads", "ranks", "bytes", "bytes_per_s"),
-                         ("threads", "ranks", "bytes"), ("bytes_per_s",)),
-    "allreduce_s": (("procs", "bytes", "s"), ("procs", "bytes"), ("s",)),
-    "spread": (("source", "ratios"), (), ()),
+def _cpu_ratios(key, v):
+    if not isinstance(v, list) or len(v) < 2:
+        raise checks.CheckError(f"{key} must be a list of at least 2 numbers")
+    return [_positive(key, r) for r in v]
+
+
+_CPU_PRECISION = _one_of(N.FLOAT32, N.FLOAT64)
+# each table's entries: their keys' checks, in the order a file lists them
+_CPU_POINTS = {
+    "gemm_flops_per_s": {"m": _count, "n": _count, "k": _count, "precision": _CPU_PRECISION, "threads": _count,
+                         "ranks": _count, "flops_per_s": _positive},
+    "pass_bytes_per_s": {"kernel": _as_is, "shape": _as_is, "precision": _CPU_PRECISION, "threads": _count,
+                         "ranks": _count, "bytes": _count, "bytes_per_s": _positive},
+    "allreduce_s": {"procs": _count, "bytes": _count, "s": _positive},
+    "spread": {"source": _as_is, "ratios": _cpu_ratios},
 }
-CPU_PRECISIONS = (N.FLOAT32, N.FLOAT64)
 
 
 @dataclass(frozen=True)
@@ -262,35 +267,6 @@ def is_cpu_file(data) -> bool:
     return isinstance(data, dict) and data.get("backend") == N.NUMPY
 
 
-def _cpu_entry(key: str, i: int, entry) -> dict:
-    keys, ints, rates = _CPU_TABLES[key]
-    where = f"{key}[{i}]"
-    if not isinstance(entry, dict) or set(entry) != set(keys):
-        raise checks.CheckError(f"{where} needs exactly {', '.join(keys)}")
-    out = dict(entry)
-    for k in ints:
-        out[k] = _count(f"{where} {k}", entry[k])
-    for k in rates:
-        out[k] = _positive(f"{where} {k}", entry[k])
-    if "precision" in entry:
-        checks.choice(f"{where} precision", entry["precision"], CPU_PRECISIONS)
-    if key == "spread":
-        r = entry["ratios"]
-        if not isinstance(r, list) or len(r) < 2:
-            raise checks.CheckError(f"{where} ratios must be a list of at least 2 numbers")
-        out["ratios"] = [_positive(f"{where} ratios", v) for v in r]
-    return out
-
-
-def _cpu_scalar(key: str, value):
-    f = FIELDS[key]
-    if f.check == "word":
-        return checks.string(key, value, non_empty=True) if key != "date" else str(value)
-    if f.check == "count":
-        return _count(key, value)
-    return _positive(key, value) if f.check == "rate" else _non_negative(key, value)
-
-
 def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
     """The CpuMachine a `backend: numpy` mapping describes; CheckError for a bad key or value."""
     unknown = sorted(set(data) - set(CPU_KEYS) - {"path"})
@@ -306,9 +282,9 @@ def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
         if FIELDS[k].check == "table":
             if not isinstance(v, list):
                 raise checks.CheckError(f"{k} must be a list")
-            values[k] = tuple(_cpu_entry(k, i, e) for i, e in enumerate(v))
+            values[k] = _rows(k, v, lambda e, spec=_CPU_POINTS[k]: _point(e, dict, spec, {}))
         else:
-            values[k] = _cpu_scalar(k, v)
+            values[k] = _scalar(k, v)
     return CpuMachine(values["name"], values["source"], where, MappingProxyType(values))
 
 
