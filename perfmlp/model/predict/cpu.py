@@ -21,7 +21,7 @@ from ..interval import DRAWS, LEVEL, SEED
 from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
 from ..machine import PAGEABLE_MODEL_ERROR_SOURCES
-from .terms import Prediction
+from .batch import Prediction
 
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
 GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
