@@ -270,7 +270,6 @@ def pieces(batch: int, procs: int) -> list[int]:
 @dataclass(frozen=True)
 class BatchCounts:
     """Exact counts for one batch on one rank (piece of `b` samples)."""
-
     b: int
     flops: dict            # phase -> FLOPs
     mem_bytes: dict        # phase -> device-memory bytes

@@ -100,7 +100,6 @@ class Collective:
 @dataclass(frozen=True)
 class RankCounts:
     """One rank's step: shard, piece, FLOPs per phase, and the bytes it copies and hands to MPI / NCCL."""
-
     rank: int
     b: int                      # samples this rank computes on
     sizes: tuple[int, ...]      # the network it runs (a shard, or the whole one)
@@ -253,10 +252,9 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
     own = predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level, exec_mode=mode)
-    cost = trace_cost(trace_level)
-    phases = 0
-    if cost:   # the phases a traced batch records, a CUDA event each at the `phases` level
-        phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode))
+    cost = trace_cost(trace_level)   # the phases a traced batch records, a CUDA event each at the `phases` level
+    phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode)) \
+        if cost else 0
     terms = dict.fromkeys(TERMS, 0.0)
     for k in ("gemm", "elementwise", N.H2D_BATCH) + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
@@ -354,12 +352,12 @@ def crossover_batch(machine: Machine, layer_sizes, procs: int, a: Strategy, b: S
                     hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = N.RESIDENT,
                     exec_mode: str = N.EAGER) -> int | None:
     """The smallest batch in [lo, hi] where b is predicted no slower than a, by bisection (None: never)."""
+    def total_s(st: Strategy, B: int) -> float:
+        return predict_strategy(machine, layer_sizes, B, procs, precision, st.comm, batch_transfer, st.parallel,
+                                st.model_procs, exec_mode=exec_mode).total_s
+
     def b_wins(B):
-        ta = predict_strategy(machine, layer_sizes, B, procs, precision, a.comm, batch_transfer, a.parallel,
-                              a.model_procs, exec_mode=exec_mode).total_s
-        tb = predict_strategy(machine, layer_sizes, B, procs, precision, b.comm, batch_transfer, b.parallel,
-                              b.model_procs, exec_mode=exec_mode).total_s
-        return tb <= ta
+        return total_s(b, B) <= total_s(a, B)
     if b_wins(lo):
         return lo
     if not b_wins(hi):

@@ -51,13 +51,13 @@ class Setting:
     overlap: bool
     bucket_bytes: int
     gemm: str
-    trace_level: str              # the level the run's tracer ran at, kept by every change
+    trace_level: str              # the level the run's tracer ran at ("": untraced), kept by every change
     slices: int | str = 1         # the first layer's exchange in K slices (perfmlp/slices.py), or auto
 
     def predict(self, machine: Machine) -> Prediction:
         return predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
-                             self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
-                             bucket_bytes=self.bucket_bytes, gemm=self.gemm, slices=self.slices)
+                             self.batch_transfer, self.trace_level or None, exec_mode=self.exec_mode,
+                             overlap=self.overlap, bucket_bytes=self.bucket_bytes, gemm=self.gemm, slices=self.slices)
 
 
 def slices_of(value) -> int | str:
@@ -267,12 +267,10 @@ def what_if_on_gpu(cpu_machine, gpu_machine, before: CpuSetting, values: dict, p
         g["comm"] = N.NCCL
     precision = values.get("precision", before.precision)
     exec_mode = resolve_exec(g["exec"], comm=g["comm"])
-    p1 = predict_batch(gpu_machine, after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
-                       g["batch_transfer"], N.COUNTERS if before.traced else None, exec_mode=exec_mode,
-                       overlap=g["overlap"], bucket_bytes=g["bucket_bytes"], gemm=g["gemm"])
     after = Setting(after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
                     g["batch_transfer"], exec_mode, g["overlap"], g["bucket_bytes"], g["gemm"],
                     N.COUNTERS if before.traced else "")
+    p1 = after.predict(gpu_machine)
     used = {**{k: v * 1e3 for k, v in p1.groups().items()}, "other": 0.0}
     note = (f"priced on a GPU ({gpu_machine.name}) by the GPU model alone: this run's CPU measurement does not "
             "carry to a GPU, so every group is the model's")
