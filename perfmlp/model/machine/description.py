@@ -65,9 +65,12 @@ class MachineLookups:
 
     def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
                buffer: str = "rotating") -> float:
-        """One cudaMemcpy while `sharing` ranks copy: the measured points, else latency + bytes / bandwidth."""
+        """One cudaMemcpy while `sharing` ranks copy: host_copy_s's points of this kind, ranks and buffer (else
+        "rotating"), else latency + bytes / bandwidth."""
         bw = self.shared_copy_bw(direction, memory, sharing)
-        pts = self.host_copy_points(direction, memory, sharing, buffer)
+        mine = [p for p in self.host_copy_s if (p.direction, p.memory, p.procs) == (direction, memory, max(sharing, 1))]
+        pts = sorted((p.bytes, p.s) for p in mine if p.buffer == buffer) or \
+            sorted((p.bytes, p.s) for p in mine if p.buffer == "rotating")
         if not pts:
             lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
             return lat + nbytes / bw
@@ -105,13 +108,6 @@ class MachineLookups:
         pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
                      if q.exec == exec_mode and q.source == N.PREFETCH)
         return max(0.0, pts[0][1]) if pts else None
-
-    def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
-        """(bytes, seconds) of host_copy_s for this kind, ranks and buffer (else "rotating"), by size."""
-        def pts(buf):
-            return sorted((p.bytes, p.s) for p in self.host_copy_s if p.direction == direction
-                          and p.memory == memory and p.procs == max(procs, 1) and p.buffer == buf)
-        return pts(buffer) or (pts("rotating") if buffer != "rotating" else [])
 
     def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
         """One rank's copy bandwidth while `sharing` ranks copy: min(its own, the

@@ -45,11 +45,9 @@ def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale=lambda n: 1.0
     if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
         n0, s0 = pts[0] if nbytes <= pts[0][0] else pts[-1]
         return s0 * scale(nbytes) / scale(n0)
-    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
-        if n0 <= nbytes <= n1:
-            f = math.log(nbytes / n0) / math.log(n1 / n0)
-            return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
-    raise AssertionError("unreachable")
+    (n0, s0), (n1, s1) = next((a, b) for a, b in zip(pts, pts[1:]) if a[0] <= nbytes <= b[0])
+    f = math.log(nbytes / n0) / math.log(n1 / n0)
+    return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
 
 
 def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
