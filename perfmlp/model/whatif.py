@@ -229,10 +229,7 @@ class CpuSetting:
 
 def gpu_changes(values: dict) -> dict:
     """The changes only a GPU has, among `values` (configuration keys)."""
-    out = {k: v for k, v in values.items() if k in KEYS and k not in CPU_KEYS}
-    if out.get("comm") in CPU_COMMS:
-        out.pop("comm")
-    return out
+    return {k: v for k, v in values.items() if k in KEYS and k not in CPU_KEYS and not (k == "comm" and v in CPU_COMMS)}
 
 
 def changed_cpu_setting(before: CpuSetting, values: dict, procs: int | None = None) -> CpuSetting:
@@ -262,9 +259,7 @@ def what_if_on_gpu(cpu_machine, gpu_machine, before: CpuSetting, values: dict, p
                    measured_ms: float, measured_groups_ms: dict, run_id: str = "") -> WhatIf:
     """The run moved to `gpu_machine` with `values` (else GPU_DEFAULTS) applied, every group the model's."""
     after_cpu = changed_cpu_setting(before, {k: v for k, v in values.items() if k != "precision"}, procs)
-    g = {**GPU_DEFAULTS, **gpu_changes(values)}
-    if g["comm"] in CPU_COMMS:
-        g["comm"] = N.NCCL
+    g = {**GPU_DEFAULTS, **gpu_changes(values)}   # an exchange the CPU has: the GPU's default
     precision = values.get("precision", before.precision)
     exec_mode = resolve_exec(g["exec"], comm=g["comm"])
     after = Setting(after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
