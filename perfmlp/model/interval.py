@@ -103,11 +103,7 @@ def _with(point, values: dict):
 
 def draw_factor(ratios: tuple, u: float) -> float:
     """The ratio at quantile u of the sorted ratios (linear, at u (n - 1))."""
-    if len(ratios) == 1:
-        return ratios[0]
-    x = u * (len(ratios) - 1)
-    i = min(int(x), len(ratios) - 2)
-    return ratios[i] + (ratios[i + 1] - ratios[i]) * (x - i)
+    return float(np.interp(u * (len(ratios) - 1), range(len(ratios)), ratios))
 
 
 def model_source(detail: dict, spread: dict) -> str | None:
