@@ -168,20 +168,21 @@ def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int |
 def interval_s(machine, terms: dict) -> tuple[float, float] | None:
     """The 90% interval of the total; None where no source has spread."""
     rng = np.random.default_rng(SEED)
+
+    def draws(r):   # DRAWS factors from the sorted ratios r, linear between them
+        return np.interp(rng.random(DRAWS) * (len(r) - 1), np.arange(len(r)), r)
     totals = np.full(DRAWS, sum(terms.values()))
     drawn = False
     for source, names in SOURCE_TERMS.items():
         r, t = ratios_of(machine, source), sum(terms.get(n, 0.0) for n in names)
-        if len(r) < 2 or not t:
-            continue
-        u = rng.random(DRAWS) * (len(r) - 1)
-        totals += t * (np.interp(u, np.arange(len(r)), r) - 1.0)
-        drawn = True
+        if len(r) >= 2 and t:
+            totals += t * (draws(r) - 1.0)
+            drawn = True
     if not drawn:
         return None
     model = ratios_of(machine, PAGEABLE_MODEL_ERROR_SOURCES[N.EAGER])
     if len(model) >= 2:   # the model's blind error: the whole total's factor
-        totals *= np.interp(rng.random(DRAWS) * (len(model) - 1), np.arange(len(model)), model)
+        totals *= draws(model)
     lo, hi = np.percentile(totals, LEVEL)
     return float(lo), float(hi)
 
