@@ -263,10 +263,6 @@ class CpuMachine:
         return False     # a CPU file describes no GPU
 
 
-def is_cpu_file(data) -> bool:
-    return isinstance(data, dict) and data.get("backend") == N.NUMPY
-
-
 def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
     """The CpuMachine a `backend: numpy` mapping describes; CheckError for a bad key or value."""
     unknown = sorted(set(data) - set(CPU_KEYS) - {"path"})
@@ -291,7 +287,7 @@ def cpu_machine_from_mapping(data: dict, where: str) -> CpuMachine:
 def machine_from_mapping(data, where: str) -> Machine | CpuMachine:
     """The Machine (CpuMachine for `backend: numpy`) a mapping describes; `where` names it in errors."""
     try:
-        if is_cpu_file(data):
+        if isinstance(data, dict) and data.get("backend") == N.NUMPY:
             return cpu_machine_from_mapping(data, where)
         return Machine(path=where, **check_scalars(data), **check_tables(data))
     except checks.CheckError as e:
