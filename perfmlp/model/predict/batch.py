@@ -8,9 +8,9 @@ from ..costs import DEFAULT_BUCKET_BYTES, OUTPUT_GRAD_COLS, batch_counts, pieces
 from ..machine import Machine
 from .compute import batch_copies, step_compute
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
-from .execution import resolve_exec, trace_cost, trace_detail, traced_phases
 from .schedule import schedule_change
-from .timeline import Step, launch_host_s, step_items, timeline_batch_s
+from .timeline import (Step, launch_host_s, resolve_exec, step_items, timeline_batch_s, trace_cost, trace_detail,
+                       traced_phases)
 from ... import names as N
 
 # Each term and the group of a batch's time (names.GROUPS) that measures it.
