@@ -251,7 +251,3 @@ def chain_s(cluster: Cluster, nbytes: float, group: Group) -> float:
     lat = cluster.base_latency_s + (g - N) * cluster.intra.latency_s + (N - 1) * cluster.inter.latency_s
     return lat + nbytes / _bandwidth(cluster, group)
 
-
-def bus_bytes_per_s(nbytes: float, procs: int, seconds: float) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce: bytes / time x 2(p-1)/p."""
-    return nbytes / seconds * 2 * (procs - 1) / procs
