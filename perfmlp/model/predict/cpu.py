@@ -125,18 +125,16 @@ def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> t
     """(gemm, elementwise, launches seconds; kernels) of one step on a piece of b samples."""
     w = itemsize(precision)
     out = {GEMM: 0.0, ELEMENTWISE: 0.0, LAUNCHES: 0.0}
-    n = 0
-    for kernels in step_kernels(layer_sizes, b, None, w, fuse_output=False).values():
-        for kernel in kernels:
-            n += 1
-            name, shape = kernel_name(kernel), kernel_shape(kernel)
-            if name == GEMM:
-                out[GEMM] += op_cost(GEMM, shape, w)[0] / gemm_rate(machine, shape, precision, s)
-            else:
-                nbytes = sum(op_cost(op, sh, w)[1] for op, sh in kernel)
-                out[ELEMENTWISE] += nbytes / pass_rate(machine, name, nbytes, precision, s)
-    out[LAUNCHES] = n * machine.get("kernel_host_s", 0.0) / min(1.0, s.cores / s.procs)
-    return out, n
+    kernels = [k for ks in step_kernels(layer_sizes, b, None, w, fuse_output=False).values() for k in ks]
+    for kernel in kernels:
+        name, shape = kernel_name(kernel), kernel_shape(kernel)
+        if name == GEMM:
+            out[GEMM] += op_cost(GEMM, shape, w)[0] / gemm_rate(machine, shape, precision, s)
+        else:
+            nbytes = sum(op_cost(op, sh, w)[1] for op, sh in kernel)
+            out[ELEMENTWISE] += nbytes / pass_rate(machine, name, nbytes, precision, s)
+    out[LAUNCHES] = len(kernels) * machine.get("kernel_host_s", 0.0) / min(1.0, s.cores / s.procs)
+    return out, len(kernels)
 
 
 def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
