@@ -78,8 +78,7 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
                         exec_mode="graph")
     exchanges = []
     for c in rank_collectives(layer_sizes, batch, procs, 0, parallel, model_procs, N.NCCL):
-        data_group = c.phase == N.ALLREDUCE
-        group = group_of(cluster, c.group, p_model if data_group else 1)
+        group = group_of(cluster, c.group, p_model if c.phase == N.ALLREDUCE else 1)   # a data group: every p_model-th
         n = s * c.elements
         if c.group <= 1:
             exchanges.append(Exchange(c.kind, n, c.group, "none", 0.0))

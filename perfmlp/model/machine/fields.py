@@ -150,10 +150,9 @@ CPU_REQUIRED = tuple(k for k in CPU_KEYS if FIELDS[k].required and k not in ("mp
 TABLES = tuple(k for k in GPU_KEYS if FIELDS[k].check == "table")
 OPTIONAL = frozenset(k for k in GPU_KEYS if not FIELDS[k].required)
 _NUMBERS = ("time", "rate", "optional-rate")
-OPTIONAL_NUMBERS = tuple(k for k in GPU_KEYS if not FIELDS[k].required and FIELDS[k].check in _NUMBERS)
 # a GPU calibration's scalars: measured, else --base's (BASE_SCALARS); or written only where measured
 BASE_SCALARS = tuple(k for k in GPU_KEYS if FIELDS[k].check in _NUMBERS and (FIELDS[k].required or FIELDS[k].from_base))
-MEASURED_ONLY = tuple(k for k in OPTIONAL_NUMBERS if k not in BASE_SCALARS)
+MEASURED_ONLY = tuple(k for k in GPU_KEYS if k in OPTIONAL and FIELDS[k].check in _NUMBERS and k not in BASE_SCALARS)
 
 
 def markdown_table() -> str:
