@@ -300,8 +300,7 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
         ops[phase], kern[phase] = len(costs), len(kernels)
     # the weight-gradient GEMMs write float32 where their operands are 16 bits
     mem["backward"] += (w.param - w.act) * weight_grad_elements(layer_sizes, fuse_output)
-    D, C = layer_sizes[0], layer_sizes[-1]
-    piece_bytes = w.act * b * (D + C)
+    piece_bytes = w.act * b * (layer_sizes[0] + layer_sizes[-1])
     resident = batch_transfer == N.RESIDENT
     g = grad_buffer_bytes(layer_sizes, w.param)
     staged = comm == N.MPI_STAGED

@@ -93,27 +93,26 @@ def backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, b
     kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output, output_grad_cols)["backward"])
     stages, acc = [], 0.0
 
-    def run(n=1):
+    def run(n: int):   # the next n kernels
         nonlocal acc
         for _ in range(n):
             acc += kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
 
-    pieces_ = iter(gradient_buckets(layer_sizes, grad_bytes, bucket_bytes))
+    def send():   # the next bucket, after the kernels run since the last
+        nonlocal acc
+        stages.append((acc, bucket_comm(grad_bytes * next(buckets))))
+        acc = 0.0
+
+    buckets = iter(gradient_buckets(layer_sizes, grad_bytes, bucket_bytes))
     fuse = fuse_output and fused_output(layer_sizes)
     for l in range(L, 0, -1):
-        blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], grad_bytes, bucket_bytes)
-        if l == L and fuse:
-            run(2)         # the fused output-layer backward (and its partial sums) writes all its row blocks
-        for _ in blocks:
-            if not (l == L and fuse):
-                run()
-            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
-            acc = 0.0
-        if l == L and not fuse:
-            run()          # the output layer's bias row sum
-        if l > 1 and not (l == L and fuse):
-            run(2)         # dA = W^T delta, and the sigmoid gradient with the layer below's bias gradient
-        if l == min(2, L):
-            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
-            acc = 0.0
+        fused = l == L and fuse   # the fused output-layer backward (and its partial sums) writes all its row blocks
+        run(2 if fused else 0)
+        for _ in row_blocks(layer_sizes[l], layer_sizes[l - 1], grad_bytes, bucket_bytes):
+            run(0 if fused else 1)   # a row block of dW
+            send()
+        if not fused:   # the output layer's bias row sum; dA = W^T delta and the sigmoid gradient (and db below)
+            run((l == L) + 2 * (l > 1))
+        if l == min(2, L):   # every bias gradient written: the last bucket
+            send()
     return stages
