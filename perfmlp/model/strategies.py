@@ -322,8 +322,7 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
     comm = (N.MPI_STAGED if staged else N.NCCL) if device else "mpi"
     out = [Strategy("data", 0, comm)]
     if procs > 1:
-        out.append(Strategy("data", 0, N.PS_NCCL if device else "ps"))
-        out.append(Strategy("model", 0, comm))
+        out += [Strategy("data", 0, N.PS_NCCL if device else "ps"), Strategy("model", 0, comm)]
         out += [Strategy(N.HYBRID, m, comm) for m in range(2, procs) if procs % m == 0]
     return out
 

@@ -180,14 +180,11 @@ def check_scalars(data) -> dict:
         raise checks.CheckError(f"missing key {missing[0]}")
     values = {k: _scalar(k, data[k]) for k in GPU_KEYS
               if k in data and FIELDS[k].check != "table" and k != "device_names"}
-    names = data.get("device_names") or []
-    if not isinstance(names, list):
-        raise checks.CheckError("device_names must be a list")
-    values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
-                                   for i, n in enumerate(names))
-    for key in TABLES:
+    for key in ("device_names", *TABLES):
         if not isinstance(data.get(key) or [], list):
             raise checks.CheckError(f"{key} must be a list")
+    values["device_names"] = tuple(checks.string(f"device_names[{i}]", n, non_empty=True)
+                                   for i, n in enumerate(data.get("device_names") or []))
     return values
 
 
