@@ -30,10 +30,8 @@ def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, fl
     tensor = sorted(set(s.ceilings()) & set(t.ceilings()) - {"float32", "float64"})
     out = {f"flops_{p}": t.peak_flops_per_s(p) / s.peak_flops_per_s(p) for p in ("float32", "float64", *tensor)}
     out["mem_bw"] = t.mem_bw_bytes_per_s / s.mem_bw_bytes_per_s
-    for k in COPY_KEYS:
-        out[k] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
-    for lib in ("mpi", N.NCCL):
-        out[lib] = getattr(t, f"{lib}_bw_bytes_per_s") / getattr(s, f"{lib}_bw_bytes_per_s")
+    for k in (*COPY_KEYS, "mpi_bw", f"{N.NCCL}_bw"):   # copies by kind, allreduces by library
+        out[k.removesuffix("_bw")] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
     return out
 
 

@@ -3,8 +3,7 @@
 The files ship inside the package as `perfmlp.machines` (pyproject.toml maps
 models/ there), so `--machine NAME` finds them after any install; `--machine
 PATH` reads any file. Every number carries its unit in its key, and a file
-says where its numbers come from (`source:`); a bad key or value is a
-one-line error naming the file and key.
+says where its numbers come from (`source:`); files.py checks every value.
 """
 from .description import (MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS,
                           SPREAD_SOURCES, Machine)
