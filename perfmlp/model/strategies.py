@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, piece, pieces
+from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, pieces
 from .machine import Machine
 from .predict import (TERMS, Prediction, graph_refusal, launch_host_s, predict_batch, resolve_exec, ring_allreduce_s,
                       staging_memory, trace_cost, trace_detail)
@@ -55,13 +55,9 @@ def layer_splits(n_layers: int) -> tuple[str, ...]:
 
 
 def shard_sizes(layer_sizes, p_model: int, m: int) -> tuple[int, ...]:
-    """Layer sizes of shard m: a row layer's units split by `piece`."""
-    sizes = list(layer_sizes)
-    for l, split in enumerate(layer_splits(len(layer_sizes) - 1), start=1):
-        if split == "row":
-            lo, hi = piece(layer_sizes[l], p_model, m)
-            sizes[l] = hi - lo
-    return tuple(sizes)
+    """Layer sizes of shard m: a row layer's units split by `pieces`."""
+    splits = layer_splits(len(layer_sizes) - 1)
+    return (layer_sizes[0], *(pieces(n, p_model)[m] if s == "row" else n for n, s in zip(layer_sizes[1:], splits)))
 
 
 def check_shard(layer_sizes, p_model: int) -> None:

@@ -224,5 +224,4 @@ def _nearest_factor(table, hidden: int, batch: int) -> float:
     """The factor of the (hidden, batch) point nearest in summed log ratio; 1 for none."""
     if not table:
         return 1.0
-    near = min(table, key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))
-    return near.factor
+    return min(table, key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch))).factor
