@@ -25,9 +25,7 @@ def graph_refusal(backend: str, parallel: str = "data", comm: str = N.NCCL) -> s
 
 def resolve_comm(comm: str, backend: str) -> str:
     """The exchange that runs: `auto` is mpi-staged on the GPU (cupy), mpi on NumPy."""
-    if comm != "auto":
-        return comm
-    return "mpi" if backend == N.NUMPY else N.MPI_STAGED
+    return comm if comm != "auto" else ("mpi" if backend == N.NUMPY else N.MPI_STAGED)
 
 
 def resolve_exec(exec_mode: str | None, backend: str = "cupy", parallel: str = "data", comm: str = N.NCCL) -> str:
