@@ -5,7 +5,7 @@ import pytest
 
 from perfmlp import names as N
 from perfmlp.model.machine import load_machine
-from perfmlp.model.predict.terms import Prediction
+from perfmlp.model.predict import Prediction
 from perfmlp.model.whatif import (CpuSetting, change_words, changed_cpu_setting, combined, cpu_options, gpu_changes,
                                   what_if_cpu, what_if_on_gpu)
 from perfmlp.model.whatif import WhatIfError

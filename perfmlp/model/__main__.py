@@ -98,11 +98,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    sizes = (a.input_size, *a.hidden, a.num_classes)
     try:
         if a.cluster:   # every strategy at --procs on a cluster (perfmlp/model/projection.py)
             cluster = load_cluster(a.cluster)
-            s = cluster_summary(cluster, load_machine(a.machine or cluster.machine),
-                                (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.precision)
+            s = cluster_summary(cluster, load_machine(a.machine or cluster.machine), sizes, a.batch_size, a.procs,
+                                a.precision)
             return _print(json.dumps(s, indent=1) if a.json else format_cluster(s))
         if a.procs > a.batch_size:
             raise StrategyError(f"{a.procs} processes but a batch of {a.batch_size}")
@@ -110,10 +111,9 @@ def main(argv=None) -> int:
             raise StrategyError(f"--model-procs ({a.model_procs}) is for --parallel hybrid")
         m = load_machine(a.machine)
         if isinstance(m, CpuMachine):   # a NumPy run on this CPU (model/predict/cpu.py)
-            s = cpu_summary(m, (a.input_size, *a.hidden, a.num_classes), a.batch_size, a.procs, a.threads,
-                            a.precision, a.trace_level != N.UNTRACED)
+            s = cpu_summary(m, sizes, a.batch_size, a.procs, a.threads, a.precision, a.trace_level != N.UNTRACED)
             return _print(json.dumps(s, indent=1) if a.json else format_cpu(s))
-        s, text = _prediction(a, m)
+        s, text = _prediction(a, m, sizes)
     except (MachineError, ClusterError, StrategyError, ValueError) as e:
         print(f"perfmlp.model: error: {e}", file=sys.stderr)
         return 2
@@ -129,9 +129,8 @@ def _print(text: str) -> int:
     return 0
 
 
-def _prediction(a: argparse.Namespace, m) -> tuple[dict, str]:
+def _prediction(a: argparse.Namespace, m, sizes: tuple) -> tuple[dict, str]:
     """(the JSON-ready summary, its table) of the configuration asked for."""
-    sizes = (a.input_size, *a.hidden, a.num_classes)
     strategy = a.parallel != N.DATA or a.comm in N.PS_COMMS
     exec_mode = strategy_exec(a.exec_mode, a.parallel, a.comm) if strategy else resolve_exec(a.exec_mode,
                                                                                              comm=a.comm)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from .. import checks
+from .machine.files import _count, _non_negative, _positive, find_file, machine_files, read_file
 
 CLUSTERS_FOLDER = "clusters"          # under the machine files' package (models/clusters/)
 INTRA_KINDS = ("nvswitch", "pcie")
@@ -90,18 +90,16 @@ def _keys(where: str, data, required: tuple, optional: tuple = ()) -> dict:
 
 
 def _fraction(key: str, value) -> float:
-    v = checks.positive(key, checks.number(key, value))
+    v = _positive(key, value)
     if v > 1:
         raise checks.CheckError(f"{key} must be at most 1, got {v}")
     return v
 
 
 def _link(data: dict, kinds: tuple) -> Link:
-    return Link(checks.choice("kind", data["kind"], kinds),
-                checks.positive("bytes_per_s", checks.number("bytes_per_s", data["bytes_per_s"])),
-                _fraction("efficiency", data["efficiency"]),
-                checks.non_negative("latency_s", checks.number("latency_s", data["latency_s"])),
-                checks.non_negative("tree_latency_s", checks.number("tree_latency_s", data["tree_latency_s"])))
+    return Link(checks.choice("kind", data["kind"], kinds), _positive("bytes_per_s", data["bytes_per_s"]),
+                _fraction("efficiency", data["efficiency"]), _non_negative("latency_s", data["latency_s"]),
+                _non_negative("tree_latency_s", data["tree_latency_s"]))
 
 
 def cluster_from_mapping(data, where: str) -> Cluster:
@@ -126,15 +124,13 @@ def cluster_from_mapping(data, where: str) -> Cluster:
         cluster = Cluster(
             name=checks.string("name", top["name"], non_empty=True), path=where,
             machine=checks.string("machine", top["machine"], non_empty=True),
-            gpus_per_node=checks.positive("gpus_per_node", checks.integer("gpus_per_node", top["gpus_per_node"])),
-            nodes=checks.positive("nodes", checks.integer("nodes", top["nodes"])),
-            base_latency_s=checks.non_negative("base_latency_s", checks.number("base_latency_s", top["base_latency_s"])),
+            gpus_per_node=_count("gpus_per_node", top["gpus_per_node"]), nodes=_count("nodes", top["nodes"]),
+            base_latency_s=_non_negative("base_latency_s", top["base_latency_s"]),
             intra=_link(intra, INTRA_KINDS), inter=_link(inter, INTER_KINDS),
-            nics_per_node=checks.positive("nics_per_node", checks.integer("nics_per_node", inter["nics_per_node"])),
+            nics_per_node=_count("nics_per_node", inter["nics_per_node"]),
             switch_reduction=checks.boolean("switch_reduction", intra["switch_reduction"]),
             switch_efficiency=_fraction("switch_efficiency", intra["switch_efficiency"]) if switch else 0.0,
-            switch_latency_s=checks.non_negative("switch_latency_s", checks.number(
-                "switch_latency_s", intra["switch_latency_s"])) if switch else 0.0,
+            switch_latency_s=_non_negative("switch_latency_s", intra["switch_latency_s"]) if switch else 0.0,
             sources=dict(sources))
     except checks.CheckError as e:
         raise ClusterError(f"{where}: {e}") from None
@@ -143,30 +139,13 @@ def cluster_from_mapping(data, where: str) -> Cluster:
 
 def cluster_files() -> list:
     """The cluster files shipped with the package (models/clusters/*.yaml), by name."""
-    try:
-        folder = resources.files("perfmlp.machines").joinpath(CLUSTERS_FOLDER)
-    except ModuleNotFoundError:
-        folder = Path(__file__).resolve().parents[2] / "models" / CLUSTERS_FOLDER
-    if not folder.is_dir():
-        return []
-    return sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+    return machine_files(CLUSTERS_FOLDER)
 
 
 def load_cluster(name_or_path: str | Path) -> Cluster:
     """The cluster in a file given by path, or shipped under a name (models/clusters/NAME.yaml)."""
-    p = Path(name_or_path)
-    if p.suffix not in (".yaml", ".yml") and not p.exists():
-        shipped = cluster_files()
-        found = [f for f in shipped if f.name == f"{name_or_path}.yaml"]
-        if not found:
-            names = ", ".join(f.name.removesuffix(".yaml") for f in shipped) or "none"
-            raise ClusterError(f"no cluster named {str(name_or_path)!r} (shipped: {names}; or give a .yaml file)")
-        p = found[0]
-    try:
-        data = checks.read_yaml(p, "cluster file")
-    except checks.CheckError as e:
-        raise ClusterError(str(e)) from None
-    return cluster_from_mapping(data, str(p))
+    p = find_file(name_or_path, cluster_files, "cluster", ClusterError)
+    return cluster_from_mapping(read_file(p, "cluster file", ClusterError), str(p))
 
 
 # ---- collectives priced on a cluster ---------------------------------------------------------------
@@ -272,7 +251,3 @@ def chain_s(cluster: Cluster, nbytes: float, group: Group) -> float:
     lat = cluster.base_latency_s + (g - N) * cluster.intra.latency_s + (N - 1) * cluster.inter.latency_s
     return lat + nbytes / _bandwidth(cluster, group)
 
-
-def bus_bytes_per_s(nbytes: float, procs: int, seconds: float) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce: bytes / time x 2(p-1)/p."""
-    return nbytes / seconds * 2 * (procs - 1) / procs

@@ -180,8 +180,7 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
     fwd, bwd = [], []
     for l in range(1, L + 1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
-        fwd.append((("gemm", (n_out, b, n_in)),))
-        fwd.append(((("bias_sigmoid" if l < L else "bias_add"), (n_out, b)),))
+        fwd += [(("gemm", (n_out, b, n_in)),), (("bias_sigmoid" if l < L else "bias_add", (n_out, b)),)]
     for l in range(L, 0, -1):
         n_out, n_in = layer_sizes[l], layer_sizes[l - 1]
         if l == L and fuse:
@@ -200,12 +199,8 @@ def step_kernels(layer_sizes, b: int, bucket_bytes: int | None = None, itemsize=
     update = [(("update_weights", (n_w,)), ("update_biases", (n_b,)))]  # one pass over the flat buffer
     if w.grad_check:   # fp16: the gradients' finite check decides whether the update runs
         update.insert(0, (("grad_check", (n_w + n_b,)),))
-    return {
-        "forward": fwd,
-        "loss": [(("softmax_ce_grad", (layer_sizes[-1], b)),)],
-        "backward": bwd,
-        "update": update,
-    }
+    return {"forward": fwd, "loss": [(("softmax_ce_grad", (layer_sizes[-1], b)),)], "backward": bwd,
+            "update": update}
 
 
 # The trainer's own kernels (perfmlp/gpu/*.cu) by the operations each computes; every other kernel is a GEMM.
@@ -270,7 +265,6 @@ def pieces(batch: int, procs: int) -> list[int]:
 @dataclass(frozen=True)
 class BatchCounts:
     """Exact counts for one batch on one rank (piece of `b` samples)."""
-
     b: int
     flops: dict            # phase -> FLOPs
     mem_bytes: dict        # phase -> device-memory bytes
@@ -306,8 +300,7 @@ def batch_counts(layer_sizes, b: int, itemsize, comm: str = N.MPI_STAGED,
         ops[phase], kern[phase] = len(costs), len(kernels)
     # the weight-gradient GEMMs write float32 where their operands are 16 bits
     mem["backward"] += (w.param - w.act) * weight_grad_elements(layer_sizes, fuse_output)
-    D, C = layer_sizes[0], layer_sizes[-1]
-    piece_bytes = w.act * b * (D + C)
+    piece_bytes = w.act * b * (layer_sizes[0] + layer_sizes[-1])
     resident = batch_transfer == N.RESIDENT
     g = grad_buffer_bytes(layer_sizes, w.param)
     staged = comm == N.MPI_STAGED

@@ -19,7 +19,7 @@ import numpy as np
 
 from .machine import MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS, \
     SPREAD_SOURCES as SOURCES, Machine
-from .machine.fields import FIELDS, scalars_of
+from .machine.fields import FIELDS, GPU_KEYS
 from .. import names as N
 
 SOURCE_TERMS = {"host": ("launches", "graph_launch"),
@@ -34,7 +34,8 @@ PERCENTILES = tuple(range(0, 101, 5))
 LEVEL = (5, 95)            # the 90% interval's percentiles
 
 # The machine's scalar figures each source scales (a rate divided, a time multiplied): machine/fields.py.
-_SCALARS = {source: scalars_of(source) for source in SOURCES}
+_SCALARS = {source: tuple(k for k in GPU_KEYS if FIELDS[k].spread == source and FIELDS[k].check != "table")
+            for source in SOURCES}
 # The machine's tables each source scales: (field, the point's figures, which points)
 _TABLES = {
     "host": (("host_dispatch_s", ("launch_s", "trace_phase_s"), None), ("prefetch_s", ("s", "loop_s"), None)),
@@ -102,11 +103,7 @@ def _with(point, values: dict):
 
 def draw_factor(ratios: tuple, u: float) -> float:
     """The ratio at quantile u of the sorted ratios (linear, at u (n - 1))."""
-    if len(ratios) == 1:
-        return ratios[0]
-    x = u * (len(ratios) - 1)
-    i = min(int(x), len(ratios) - 2)
-    return ratios[i] + (ratios[i + 1] - ratios[i]) * (x - i)
+    return float(np.interp(u * (len(ratios) - 1), range(len(ratios)), ratios))
 
 
 def model_source(detail: dict, spread: dict) -> str | None:

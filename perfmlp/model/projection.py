@@ -78,8 +78,7 @@ def cluster_step(cluster: Cluster, machine: Machine, layer_sizes, batch: int, pr
                         exec_mode="graph")
     exchanges = []
     for c in rank_collectives(layer_sizes, batch, procs, 0, parallel, model_procs, N.NCCL):
-        data_group = c.phase == N.ALLREDUCE
-        group = group_of(cluster, c.group, p_model if data_group else 1)
+        group = group_of(cluster, c.group, p_model if c.phase == N.ALLREDUCE else 1)   # a data group: every p_model-th
         n = s * c.elements
         if c.group <= 1:
             exchanges.append(Exchange(c.kind, n, c.group, "none", 0.0))
@@ -107,21 +106,16 @@ def strategy_steps(cluster: Cluster, machine: Machine, layer_sizes, batch: int, 
                    precision: str = "float32", left_out: dict | None = None) -> dict[str, ClusterStep]:
     """Each strategy's step that can run (the fastest hybrid grid); `left_out` receives the others' why."""
     out, why = {}, {}
-    for parallel in ("data", "model"):
-        try:
-            out[parallel] = cluster_step(cluster, machine, layer_sizes, batch, procs, parallel, 0, precision)
-        except StrategyError as e:
-            why[parallel] = str(e)
-    hybrids = []
     grids = hybrid_grids(layer_sizes, procs, cluster.gpus_per_node)
-    for m in grids:
+    for parallel, m in [(N.DATA, 0), (N.MODEL, 0), *((N.HYBRID, m) for m in grids)]:
         try:
-            hybrids.append(cluster_step(cluster, machine, layer_sizes, batch, procs, N.HYBRID, m, precision))
+            st = cluster_step(cluster, machine, layer_sizes, batch, procs, parallel, m, precision)
         except StrategyError as e:
-            why[N.HYBRID] = f"{e} (p_model = {m})"
-    if hybrids:
-        out[N.HYBRID] = min(hybrids, key=lambda st: st.total_s)
-    elif not grids:
+            why[parallel] = f"{e} (p_model = {m})" if m else str(e)
+            continue
+        if parallel not in out or st.total_s < out[parallel].total_s:   # the fastest hybrid grid
+            out[parallel] = st
+    if not grids:
         why[N.HYBRID] = (f"no grid of {procs} GPUs: p_model a power of two from 2 to min(p/2, "
                          f"{cluster.gpus_per_node} GPUs a node) whose shard keeps a hidden unit a rank")
     if left_out is not None:

@@ -61,10 +61,8 @@ def predict_async(cycle_s: Sequence[float], staleness: int, message_bytes: int =
     link_s = 0.0 if link_bytes_per_s is None else 2 * message_bytes / link_bytes_per_s
     server_s = link_s + apply_s
     update_s = max(stale_s, server_s)
-    if server_s >= stale_s and server_s > 0:
-        bound = "server"
-    else:
-        bound = "workers" if stale_s <= workers_s * (1 + 1e-9) else "staleness"
+    bound = "server" if server_s >= stale_s and server_s > 0 else \
+        "workers" if stale_s <= workers_s * (1 + 1e-9) else "staleness"
     mean = sum(cycle_s) / W
     return AsyncPrediction(W, tuple(cycle_s), workers_s, stale_s, link_s, apply_s, server_s, update_s, bound,
                            mean / server_s if server_s > 0 else math.inf, staleness_to_hide(cycle_s))

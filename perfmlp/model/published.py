@@ -148,11 +148,9 @@ def explain(machine: Machine, study) -> Explanation:
     if rate is None:
         return Explanation(None, {}, None, None)
     m = with_gemm_rate(machine, study.scheme["gemm"], study.precision, rate)
-    left = {}
-    for p, t in pub.items():
-        if p > p0:
-            pred = reference_prediction(m, study, p)
-            left[p] = t - (pred.total_s - pred.terms["allreduce"])   # the allreduce adds to the batch as it is
+    preds = {p: reference_prediction(m, study, p) for p in pub if p > p0}
+    # the allreduce adds to the batch as it is
+    left = {p: pub[p] - (pred.total_s - pred.terms["allreduce"]) for p, pred in preds.items()}
     net = ring_fit(left, grad_buffer_bytes(study.layer_sizes, itemsize(study.precision))) \
         if study.scheme["comm"] == N.MPI_STAGED else None
     return Explanation(rate, left, net, with_mpi(m, *net) if net else None)

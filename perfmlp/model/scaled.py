@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .machine import Machine, MachineError, load_machine, machine_from_mapping, machine_to_yaml
-from .machine.fields import FIELDS
+from .machine.fields import FIELDS, TABLES
 from .. import names as N
 
 COPY_KEYS = tuple(f"{d}_{m}" for d in ("h2d", "d2h") for m in (N.PAGEABLE, N.PINNED))
@@ -30,10 +30,8 @@ def ratios(source_datasheet: Machine, target_datasheet: Machine) -> dict[str, fl
     tensor = sorted(set(s.ceilings()) & set(t.ceilings()) - {"float32", "float64"})
     out = {f"flops_{p}": t.peak_flops_per_s(p) / s.peak_flops_per_s(p) for p in ("float32", "float64", *tensor)}
     out["mem_bw"] = t.mem_bw_bytes_per_s / s.mem_bw_bytes_per_s
-    for k in COPY_KEYS:
-        out[k] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
-    for lib in ("mpi", N.NCCL):
-        out[lib] = getattr(t, f"{lib}_bw_bytes_per_s") / getattr(s, f"{lib}_bw_bytes_per_s")
+    for k in (*COPY_KEYS, "mpi_bw", f"{N.NCCL}_bw"):   # copies by kind, allreduces by library
+        out[k.removesuffix("_bw")] = getattr(t, f"{k}_bytes_per_s") / getattr(s, f"{k}_bytes_per_s")
     return out
 
 
@@ -71,24 +69,18 @@ def scaled_values(measured: Machine, source_datasheet: Machine, target_datasheet
         rule = _ratio_key(key, f)
         if rule is not None:   # a tensor ceiling only where both GPUs have it
             v[key] = v[key] * r[rule] if rule in r else 0.0
-    v["gemm_flops_per_s"] = [{"m": g.m, "n": g.n, "k": g.k, "precision": g.precision,
-                              "flops_per_s": g.flops_per_s * r[f"flops_{g.precision}"], "kernel": g.kernel}
-                             for g in measured.gemm_flops_per_s if f"flops_{g.precision}" in r]
-    v["allreduce_s"] = [{"comm": a.comm, "procs": a.procs, "bytes": a.bytes, "s": a.s / r[a.comm],
-                         "memory": a.memory} for a in measured.allreduce_s]
-    v["copy_aggregate_bytes_per_s"] = [{**dataclasses.asdict(c), "bytes_per_s": c.bytes_per_s *
-                                        r[f"{c.direction}_{c.memory}"]} for c in measured.copy_aggregate_bytes_per_s]
-    v["d2d_copy_s"] = [{"bytes": c.bytes, "s": d2d_scaled(c.bytes, c.s, measured.mem_bw_bytes_per_s, r["mem_bw"])}
-                       for c in measured.d2d_copy_s]
-    v["host_copy_s"] = [{**dataclasses.asdict(c), "s": copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}
-                        for c in measured.host_copy_s]
-    for key in ("host_dispatch_s", "launch_size_factor", "pageable_launch_factor", "prefetch_s"):   # the host's
-        v[key] = [dataclasses.asdict(p) for p in getattr(measured, key)]
-    v["spread"] = [{"source": e.source, "ratios": list(e.ratios)} for e in measured.spread]   # ratios: as measured
-    v["collective_wait_s"] = [{"procs": w.procs, "s": w.s, **({"memory": w.memory} if w.memory else {})}
-                              for w in measured.collective_wait_s]   # host and jitter: carried as measured
-    v["kernel_s"] = [{"kernel": k.kernel, "shape": list(k.shape), "precision": k.precision, "s": k.s}
-                     for k in measured.kernel_s]
+    scale = {"gemm_flops_per_s": {"flops_per_s": lambda g: g.flops_per_s * r.get(f"flops_{g.precision}", 0.0)},
+             "allreduce_s": {"s": lambda a: a.s / r[a.comm]},
+             "copy_aggregate_bytes_per_s": {"bytes_per_s": lambda c: c.bytes_per_s * r[f"{c.direction}_{c.memory}"]},
+             "d2d_copy_s": {"s": lambda c: d2d_scaled(c.bytes, c.s, measured.mem_bw_bytes_per_s, r["mem_bw"])},
+             "host_copy_s": {"s": lambda c: copy_scaled(c, measured, r[f"{c.direction}_{c.memory}"])}}
+    for key in TABLES:   # the host's tables, the waits, own kernels and spread as measured
+        changed = scale.get(key, {})
+        rows = [{**dataclasses.asdict(p), **{k: f(p) for k, f in changed.items()}} for p in getattr(measured, key)]
+        # as a file holds them: lists, and a wait's memory only where it has one
+        v[key] = [{k: list(x) if isinstance(x, tuple) else x for k, x in row.items() if k != "memory" or x is not None}
+                  for row in rows]
+    v["gemm_flops_per_s"] = [g for g in v["gemm_flops_per_s"] if f"flops_{g['precision']}" in r]   # both have
     v["name"] = f"{measured.name} scaled to {target_datasheet.name}"
     v["gpus"] = target_datasheet.gpus
     v["source"] = (f"{measured.name} ({Path(measured.path).name}) carried to {target_datasheet.name} by the ratios "

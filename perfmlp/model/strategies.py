@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, piece, pieces
+from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, pieces
 from .machine import Machine
 from .predict import (TERMS, Prediction, graph_refusal, launch_host_s, predict_batch, resolve_exec, ring_allreduce_s,
                       staging_memory, trace_cost, trace_detail)
@@ -55,13 +55,9 @@ def layer_splits(n_layers: int) -> tuple[str, ...]:
 
 
 def shard_sizes(layer_sizes, p_model: int, m: int) -> tuple[int, ...]:
-    """Layer sizes of shard m: a row layer's units split by `piece`."""
-    sizes = list(layer_sizes)
-    for l, split in enumerate(layer_splits(len(layer_sizes) - 1), start=1):
-        if split == "row":
-            lo, hi = piece(layer_sizes[l], p_model, m)
-            sizes[l] = hi - lo
-    return tuple(sizes)
+    """Layer sizes of shard m: a row layer's units split by `pieces`."""
+    splits = layer_splits(len(layer_sizes) - 1)
+    return (layer_sizes[0], *(pieces(n, p_model)[m] if s == "row" else n for n, s in zip(layer_sizes[1:], splits)))
 
 
 def check_shard(layer_sizes, p_model: int) -> None:
@@ -100,7 +96,6 @@ class Collective:
 @dataclass(frozen=True)
 class RankCounts:
     """One rank's step: shard, piece, FLOPs per phase, and the bytes it copies and hands to MPI / NCCL."""
-
     rank: int
     b: int                      # samples this rank computes on
     sizes: tuple[int, ...]      # the network it runs (a shard, or the whole one)
@@ -253,10 +248,9 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
     own = predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level, exec_mode=mode)
-    cost = trace_cost(trace_level)
-    phases = 0
-    if cost:   # the phases a traced batch records, a CUDA event each at the `phases` level
-        phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode))
+    cost = trace_cost(trace_level)   # the phases a traced batch records, a CUDA event each at the `phases` level
+    phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode)) \
+        if cost else 0
     terms = dict.fromkeys(TERMS, 0.0)
     for k in ("gemm", "elementwise", N.H2D_BATCH) + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
@@ -324,8 +318,7 @@ def candidates(procs: int, device: bool = True, staged: bool = False) -> list[St
     comm = (N.MPI_STAGED if staged else N.NCCL) if device else "mpi"
     out = [Strategy("data", 0, comm)]
     if procs > 1:
-        out.append(Strategy("data", 0, N.PS_NCCL if device else "ps"))
-        out.append(Strategy("model", 0, comm))
+        out += [Strategy("data", 0, N.PS_NCCL if device else "ps"), Strategy("model", 0, comm)]
         out += [Strategy(N.HYBRID, m, comm) for m in range(2, procs) if procs % m == 0]
     return out
 
@@ -354,12 +347,12 @@ def crossover_batch(machine: Machine, layer_sizes, procs: int, a: Strategy, b: S
                     hi: int = 1 << 20, precision: str = "float32", batch_transfer: str = N.RESIDENT,
                     exec_mode: str = N.EAGER) -> int | None:
     """The smallest batch in [lo, hi] where b is predicted no slower than a, by bisection (None: never)."""
+    def total_s(st: Strategy, B: int) -> float:
+        return predict_strategy(machine, layer_sizes, B, procs, precision, st.comm, batch_transfer, st.parallel,
+                                st.model_procs, exec_mode=exec_mode).total_s
+
     def b_wins(B):
-        ta = predict_strategy(machine, layer_sizes, B, procs, precision, a.comm, batch_transfer, a.parallel,
-                              a.model_procs, exec_mode=exec_mode).total_s
-        tb = predict_strategy(machine, layer_sizes, B, procs, precision, b.comm, batch_transfer, b.parallel,
-                              b.model_procs, exec_mode=exec_mode).total_s
-        return tb <= ta
+        return total_s(b, B) <= total_s(a, B)
     if b_wins(lo):
         return lo
     if not b_wins(hi):

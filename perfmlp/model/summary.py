@@ -11,7 +11,7 @@ from .costs import DEFAULT_BUCKET_BYTES, batch_counts, grad_buffer_bytes, itemsi
 from .interval import interval, interval_json
 from .machine import Machine
 from .predict import predict_batch, resolve_exec, staging_memory, trace_words
-from .predict.cpu import cpu_ceilings, predict_cpu, roofline_rates, step_flops
+from .predict.cpu import cpu_ceilings, predict_cpu, roofline_rates
 from .predict.schedule import grad_bytes
 from .predict.slices import slice_count
 from .projection import strategy_steps
@@ -106,11 +106,8 @@ def cpu_summary(m, layer_sizes, batch: int, procs: int = 1, threads: int | None 
                 precision: str = N.FLOAT32, traced: bool = True) -> dict:
     """The prediction of a NumPy run on the CPU `m` describes."""
     p = predict_cpu(m, layer_sizes, batch, procs, threads, precision, traced)
-    b = -(-batch // procs)
-    flops = step_flops(layer_sizes, b, precision)
-    nbytes = grad_buffer_bytes(layer_sizes, itemsize(precision))
     ceil = cpu_ceilings(m, precision, procs, threads)
-    ai_copy = flops / nbytes if procs > 1 else None
+    ai_copy = p.flops_per_rank / p.detail["bytes_mpi"] if procs > 1 else None   # the slowest rank's, per exchanged byte
     rates = roofline_rates(m, float("inf"), ai_copy or float("inf"), precision, procs, threads)
     return {"machine": {"name": m.name, "path": m.path, "backend": N.NUMPY, "cores": m["cores"]},
             "config": {"layer_sizes": list(layer_sizes), "batch": batch, "procs": procs,

@@ -51,13 +51,13 @@ class Setting:
     overlap: bool
     bucket_bytes: int
     gemm: str
-    trace_level: str              # the level the run's tracer ran at, kept by every change
+    trace_level: str              # the level the run's tracer ran at ("": untraced), kept by every change
     slices: int | str = 1         # the first layer's exchange in K slices (perfmlp/slices.py), or auto
 
     def predict(self, machine: Machine) -> Prediction:
         return predict_batch(machine, self.layer_sizes, self.batch, self.procs, self.precision, self.comm,
-                             self.batch_transfer, self.trace_level, exec_mode=self.exec_mode, overlap=self.overlap,
-                             bucket_bytes=self.bucket_bytes, gemm=self.gemm, slices=self.slices)
+                             self.batch_transfer, self.trace_level or None, exec_mode=self.exec_mode,
+                             overlap=self.overlap, bucket_bytes=self.bucket_bytes, gemm=self.gemm, slices=self.slices)
 
 
 def slices_of(value) -> int | str:
@@ -229,10 +229,7 @@ class CpuSetting:
 
 def gpu_changes(values: dict) -> dict:
     """The changes only a GPU has, among `values` (configuration keys)."""
-    out = {k: v for k, v in values.items() if k in KEYS and k not in CPU_KEYS}
-    if out.get("comm") in CPU_COMMS:
-        out.pop("comm")
-    return out
+    return {k: v for k, v in values.items() if k in KEYS and k not in CPU_KEYS and not (k == "comm" and v in CPU_COMMS)}
 
 
 def changed_cpu_setting(before: CpuSetting, values: dict, procs: int | None = None) -> CpuSetting:
@@ -262,17 +259,13 @@ def what_if_on_gpu(cpu_machine, gpu_machine, before: CpuSetting, values: dict, p
                    measured_ms: float, measured_groups_ms: dict, run_id: str = "") -> WhatIf:
     """The run moved to `gpu_machine` with `values` (else GPU_DEFAULTS) applied, every group the model's."""
     after_cpu = changed_cpu_setting(before, {k: v for k, v in values.items() if k != "precision"}, procs)
-    g = {**GPU_DEFAULTS, **gpu_changes(values)}
-    if g["comm"] in CPU_COMMS:
-        g["comm"] = N.NCCL
+    g = {**GPU_DEFAULTS, **gpu_changes(values)}   # an exchange the CPU has: the GPU's default
     precision = values.get("precision", before.precision)
     exec_mode = resolve_exec(g["exec"], comm=g["comm"])
-    p1 = predict_batch(gpu_machine, after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
-                       g["batch_transfer"], N.COUNTERS if before.traced else None, exec_mode=exec_mode,
-                       overlap=g["overlap"], bucket_bytes=g["bucket_bytes"], gemm=g["gemm"])
     after = Setting(after_cpu.layer_sizes, after_cpu.batch, after_cpu.procs, precision, g["comm"],
                     g["batch_transfer"], exec_mode, g["overlap"], g["bucket_bytes"], g["gemm"],
                     N.COUNTERS if before.traced else "")
+    p1 = after.predict(gpu_machine)
     used = {**{k: v * 1e3 for k, v in p1.groups().items()}, "other": 0.0}
     note = (f"priced on a GPU ({gpu_machine.name}) by the GPU model alone: this run's CPU measurement does not "
             "carry to a GPU, so every group is the model's")

@@ -3,8 +3,9 @@ describes the GPU they ran on, the calibrated file made on that GPU (if one
 ships), and a file the user named in place of the one of its kind."""
 from __future__ import annotations
 
-import os
+import contextlib
 import functools
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Iterable
@@ -38,10 +39,8 @@ def shipped_machines() -> list[Machine]:
 def _shipped(names: tuple) -> tuple:
     out = []
     for f in machine_files():
-        try:
+        with contextlib.suppress(MachineError):
             out.append(load_machine(f))
-        except MachineError:
-            continue
     return tuple(out)
 
 

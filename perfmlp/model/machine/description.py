@@ -1,11 +1,13 @@
-"""The Machine dataclass: a machine file's numbers, its measured tables (one
-frozen dataclass per kind of point), and the look-ups the model prices with,
-each interpolating in the file's measured points where it has them."""
+"""The Machine dataclass: a machine file's numbers (its fields made from
+fields.FIELDS, where each key is declared once), its measured tables (tuples
+of files.py's points), and the look-ups the model prices with, each
+interpolating in the file's measured points where it has them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import make_dataclass
 
+from .fields import FIELDS, GPU_KEYS
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
 from ... import names as N
 
@@ -17,109 +19,6 @@ PAGEABLE_MODEL_ERROR_SOURCES = {N.EAGER: "model_eager_pageable", N.GRAPH: "model
 PAGEABLE_TRANSFERS = N.PAGEABLE_SOURCES
 MODEL_SOURCES = (*MODEL_ERROR_SOURCES.values(), *PAGEABLE_MODEL_ERROR_SOURCES.values())
 SPREAD_SOURCES = ("host", "pageable_copy", "pinned_copy", "gpu", "collective", *MODEL_SOURCES)
-
-
-@dataclass(frozen=True)
-class GemmRate:
-    m: int
-    n: int
-    k: int
-    precision: str
-    flops_per_s: float
-    kernel: str = N.CUBLAS
-
-
-@dataclass(frozen=True)
-class CollectivePoint:
-    """One measured allreduce (the slowest rank's median, buffer cold); host MPI's through `memory`."""
-    comm: str
-    procs: int
-    bytes: int
-    s: float
-    memory: str = N.PINNED
-
-
-@dataclass(frozen=True)
-class WaitPoint:
-    """Seconds lost per collective to the slowest of `procs` ranks (`memory`: the staged exchange's)."""
-    procs: int
-    s: float
-    memory: str | None = None
-
-
-@dataclass(frozen=True)
-class LaunchFactor:
-    """A ratio of the eager step's host time at 784-`hidden`-10, pieces of `batch`."""
-    hidden: int
-    batch: int
-    factor: float
-
-
-@dataclass(frozen=True)
-class PrefetchPoint:
-    """The tiny step's seconds per batch prefetched from `source`, and with the batch resident."""
-    exec: str
-    source: str
-    bytes: int
-    s: float
-    loop_s: float
-
-
-@dataclass(frozen=True)
-class DispatchPoint:
-    """Host seconds per launched operation and per traced phase, `procs` ranks at once (the slowest's)."""
-    procs: int
-    launch_s: float
-    trace_phase_s: float
-
-
-@dataclass(frozen=True)
-class SharedCopyPoint:
-    """The node's aggregate bandwidth while `procs` ranks (a GPU each) copy at once, bytes/s."""
-    procs: int
-    direction: str
-    memory: str
-    bytes_per_s: float
-
-
-@dataclass(frozen=True)
-class HostCopyPoint:
-    """One host <-> device copy as the trainer makes it, `procs` ranks at once (the slowest's median);
-    `buffer` "rotating" (a new slice each copy) or "reduced" (an MPI_Allreduce's). Pageable H2D behind
-    queued GPU work w: `ahead_s` host time before it needs the stream, `blocks` the call waits for the
-    copy, and one that blocks hides min(ahead_s, max(0, w - ahead_delay_s))."""
-    procs: int
-    direction: str
-    memory: str
-    bytes: int
-    s: float
-    buffer: str = "rotating"
-    ahead_s: float | None = None
-    blocks: bool = True
-    ahead_delay_s: float | None = None
-
-
-@dataclass(frozen=True)
-class CopyPoint:
-    """One device-to-device copy (into a graph's static inputs), GPU seconds per call."""
-    bytes: int
-    s: float
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    """GPU seconds per call of an own kernel (costs.OWN_KERNELS) at `shape` (costs.kernel_shape)."""
-    kernel: str
-    shape: tuple[int, ...]
-    precision: str
-    s: float
-
-
-@dataclass(frozen=True)
-class SpreadPoint:
-    """One spread source's repeats over their median, pooled and sorted (interval.py draws from them)."""
-    source: str
-    ratios: tuple[float, ...]
 
 
 def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
@@ -136,63 +35,8 @@ class MachineError(ValueError):
     """A machine file that cannot be used (message: one line, file and key)."""
 
 
-@dataclass(frozen=True)
-class Machine:
-    name: str
-    source: str
-    peak_flops_per_s_float32: float
-    peak_flops_per_s_float64: float
-    mem_bw_bytes_per_s: float
-    h2d_pageable_bytes_per_s: float
-    h2d_pinned_bytes_per_s: float
-    d2h_pageable_bytes_per_s: float
-    d2h_pinned_bytes_per_s: float
-    copy_latency_s: float
-    launch_overhead_s: float
-    mpi_alpha_s: float
-    mpi_bw_bytes_per_s: float
-    nccl_alpha_s: float
-    nccl_bw_bytes_per_s: float
-    gemm_flops_per_s: tuple[GemmRate, ...] = ()
-    traced_launch_overhead_s: float = 0.0   # host time per operation with perfmlp's tracer on (0: as untraced)
-    trace_event_s: float = 0.0              # GPU time one CUDA event recorded between kernels adds
-    h2d_pageable_latency_s: float = 0.0     # per-kind copy latency (0: copy_latency_s)
-    h2d_pinned_latency_s: float = 0.0
-    d2h_pageable_latency_s: float = 0.0
-    d2h_pinned_latency_s: float = 0.0
-    graph_launch_s: float = 0.0             # host time of one cudaGraphLaunch (a replayed step or segment)
-    graph_step_host_s: float = 0.0          # host time per batch of the resident graph step, its loop included
-    static_copy_host_s: float = 0.0         # host time of one copy call into a graph's static inputs (0: a launch's)
-    pinned_copy_host_s: float = 0.0         # host time of one pinned H2D batch copy call (0: a launch's)
-    kernel_gap_s: float = 0.0               # GPU idle time between two kernels launched one by one
-    graph_kernel_gap_s: float = 0.0         # the same between two kernels of a replayed graph
-    graph_replay_gap_s: float = 0.0         # GPU time per graph replay beyond its kernels (replays back to back)
-    trace_phase_host_s: float = 0.0         # host time the tracer adds per traced phase (0: traced_launch_overhead_s)
-    h2d_pageable_aggregate_bytes_per_s: float = 0.0   # all ranks of a node copying at once, together (0: no limit)
-    h2d_pinned_aggregate_bytes_per_s: float = 0.0
-    d2h_pageable_aggregate_bytes_per_s: float = 0.0
-    d2h_pinned_aggregate_bytes_per_s: float = 0.0
-    allreduce_s: tuple[CollectivePoint, ...] = ()   # measured allreduces (interpolated; else alpha-beta)
-    collective_wait_s: tuple[WaitPoint, ...] = ()   # the wait for the slowest rank, per process count
-    kernel_s: tuple[KernelTime, ...] = ()   # measured times of the trainer's own kernels (else bytes / bandwidth)
-    host_dispatch_s: tuple[DispatchPoint, ...] = ()   # launch and tracer host time, several ranks at once
-    copy_aggregate_bytes_per_s: tuple[SharedCopyPoint, ...] = ()   # ranks copying at once, per count and kind
-    d2d_copy_s: tuple[CopyPoint, ...] = ()  # device-to-device copies by size (else read + write at mem bandwidth)
-    host_copy_s: tuple[HostCopyPoint, ...] = ()   # host <-> device copies measured by size and rank count
-    launch_size_factor: tuple[LaunchFactor, ...] = ()   # the eager step's host per operation by size (ratio)
-    # dense tensor-core peaks with float32 accumulation (model/precision.py; 0: none on this GPU)
-    peak_flops_per_s_tf32: float = 0.0
-    peak_flops_per_s_bf16: float = 0.0
-    peak_flops_per_s_fp16: float = 0.0
-    host_stage_bytes_per_s: float = 0.0     # a host thread's memcpy, pageable into pinned (0: the pageable H2D rate)
-    # the eager step's launches after its pageable batch copies over without them, by size (ratio)
-    pageable_launch_factor: tuple[LaunchFactor, ...] = ()
-    prefetch_s: tuple[PrefetchPoint, ...] = ()   # the step beside its input pipeline, by piece size
-    spread: tuple[SpreadPoint, ...] = ()    # the calibration's measured spread per source of figures
-    gpus: int = 1
-    date: str = ""
-    device_names: tuple[str, ...] = ()   # the names CUDA gives this GPU, where they differ from `name`
-    path: str = ""
+class MachineLookups:
+    """The look-ups the model prices with, on a Machine's fields."""
 
     def describes(self, device_name: str) -> bool:
         """This file is for a GPU CUDA names `device_name`."""
@@ -221,9 +65,12 @@ class Machine:
 
     def copy_s(self, direction: str, memory: str, nbytes: int, sharing: int = 1,
                buffer: str = "rotating") -> float:
-        """One cudaMemcpy while `sharing` ranks copy: the measured points, else latency + bytes / bandwidth."""
+        """One cudaMemcpy while `sharing` ranks copy: host_copy_s's points of this kind, ranks and buffer (else
+        "rotating"), else latency + bytes / bandwidth."""
         bw = self.shared_copy_bw(direction, memory, sharing)
-        pts = self.host_copy_points(direction, memory, sharing, buffer)
+        mine = [p for p in self.host_copy_s if (p.direction, p.memory, p.procs) == (direction, memory, max(sharing, 1))]
+        pts = sorted((p.bytes, p.s) for p in mine if p.buffer == buffer) or \
+            sorted((p.bytes, p.s) for p in mine if p.buffer == "rotating")
         if not pts:
             lat = getattr(self, f"{direction}_{memory}_latency_s") or self.copy_latency_s
             return lat + nbytes / bw
@@ -261,13 +108,6 @@ class Machine:
         pts = sorted((q.bytes, q.s - q.loop_s) for q in self.prefetch_s
                      if q.exec == exec_mode and q.source == N.PREFETCH)
         return max(0.0, pts[0][1]) if pts else None
-
-    def host_copy_points(self, direction: str, memory: str, procs: int, buffer: str = "rotating") -> list:
-        """(bytes, seconds) of host_copy_s for this kind, ranks and buffer (else "rotating"), by size."""
-        def pts(buf):
-            return sorted((p.bytes, p.s) for p in self.host_copy_s if p.direction == direction
-                          and p.memory == memory and p.procs == max(procs, 1) and p.buffer == buf)
-        return pts(buffer) or (pts("rotating") if buffer != "rotating" else [])
 
     def shared_copy_bw(self, direction: str, memory: str, sharing: int = 1) -> float:
         """One rank's copy bandwidth while `sharing` ranks copy: min(its own, the
@@ -360,6 +200,21 @@ class Machine:
         return min(rates, key=dist).flops_per_s
 
 
+_TYPES = {"rate": float, "time": float, "optional-rate": float, "count": int, "word": str, "table": tuple}
+_DEFAULTS = {"rate": 0.0, "time": 0.0, "optional-rate": 0.0, "count": 1, "word": "", "table": ()}
+
+
+def _machine_field(key: str) -> tuple:
+    """(name, type[, default]) of a GPU file's key: required keys first, as fields.FIELDS declares them."""
+    check = "table" if key == "device_names" else FIELDS[key].check   # a list of words
+    return (key, _TYPES[check]) if FIELDS[key].required else (key, _TYPES[check], _DEFAULTS[check])
+
+
+# A GPU machine file's values, one field per key of fields.FIELDS (declared there once: unit, check, doc).
+Machine = make_dataclass("Machine", [_machine_field(k) for k in GPU_KEYS], bases=(MachineLookups,), frozen=True,
+                         namespace={"__module__": __name__})
+
+
 def extended(points: list[tuple[float, float]], x: float, beyond) -> float:
     """piecewise_linear up to the largest point's x; beyond it, beyond(that point's x, its y)."""
     return beyond(*points[-1]) if x > points[-1][0] else piecewise_linear(points, x)
@@ -369,5 +224,4 @@ def _nearest_factor(table, hidden: int, batch: int) -> float:
     """The factor of the (hidden, batch) point nearest in summed log ratio; 1 for none."""
     if not table:
         return 1.0
-    near = min(table, key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch)))
-    return near.factor
+    return min(table, key=lambda f: abs(math.log(hidden / f.hidden)) + abs(math.log(max(batch, 1) / f.batch))).factor

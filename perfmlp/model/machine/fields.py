@@ -143,26 +143,16 @@ FIELDS: dict[str, Field] = {
 }
 
 
-def keys_of(machine_class: str) -> tuple[str, ...]:
-    """The fields a file of that machine class may hold."""
-    return tuple(k for k, f in FIELDS.items() if machine_class in f.applies)
-
-
-GPU_KEYS, CPU_KEYS = keys_of(GPU), keys_of(CPU)
+# the fields a file of each machine class may hold
+GPU_KEYS, CPU_KEYS = (tuple(k for k, f in FIELDS.items() if c in f.applies) for c in (GPU, CPU))
 # a CPU calibrated on one rank measures no exchange between ranks: no ring fit
 CPU_REQUIRED = tuple(k for k in CPU_KEYS if FIELDS[k].required and k not in ("mpi_alpha_s", "mpi_bw_bytes_per_s"))
 TABLES = tuple(k for k in GPU_KEYS if FIELDS[k].check == "table")
 OPTIONAL = frozenset(k for k in GPU_KEYS if not FIELDS[k].required)
 _NUMBERS = ("time", "rate", "optional-rate")
-OPTIONAL_NUMBERS = tuple(k for k in GPU_KEYS if not FIELDS[k].required and FIELDS[k].check in _NUMBERS)
 # a GPU calibration's scalars: measured, else --base's (BASE_SCALARS); or written only where measured
 BASE_SCALARS = tuple(k for k in GPU_KEYS if FIELDS[k].check in _NUMBERS and (FIELDS[k].required or FIELDS[k].from_base))
-MEASURED_ONLY = tuple(k for k in OPTIONAL_NUMBERS if k not in BASE_SCALARS)
-
-
-def scalars_of(spread_source: str) -> tuple[str, ...]:
-    """The scalar figures of a GPU file a spread source moves (interval.py)."""
-    return tuple(k for k in GPU_KEYS if FIELDS[k].spread == spread_source and FIELDS[k].check != "table")
+MEASURED_ONLY = tuple(k for k in GPU_KEYS if k in OPTIONAL and FIELDS[k].check in _NUMBERS and k not in BASE_SCALARS)
 
 
 def markdown_table() -> str:

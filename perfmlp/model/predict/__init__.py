@@ -10,12 +10,10 @@ written_i) + comm_i; what adds to the batch is end_last less the end of the
 backward pass. Not modelled: compute kernels slowed by sharing SMs with the
 communication kernels.
 """
-from .batch import predict_batch
+from .batch import TERM_GROUP, TERMS, Prediction, predict_batch
 from .exchange import allreduce_s, gradient_buckets, overlap_pipeline, ring_allreduce_s, staging_memory
-from .execution import (default_trace_level, graph_refusal, resolve_comm, resolve_exec, trace_cost, trace_detail,
-                        trace_words, traced_phases)
-from .terms import TERM_GROUP, TERMS, Prediction
-from .timeline import Item, Step, graph_loop_host_s, launch_host_s, timeline_batch_s
+from .timeline import (Item, Step, default_trace_level, graph_loop_host_s, graph_refusal, launch_host_s, resolve_comm,
+                       resolve_exec, timeline_batch_s, trace_cost, trace_detail, trace_words, traced_phases)
 
 __all__ = ["predict_batch", "allreduce_s", "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory",
            "graph_refusal", "resolve_comm", "resolve_exec", "TERM_GROUP", "TERMS", "Prediction", "Item", "Step",

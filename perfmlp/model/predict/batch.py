@@ -1,16 +1,43 @@
 """predict_batch: data parallelism's time per batch, the package's terms
-summed (the package docstring says what each term is)."""
+summed (the package docstring says what each term is), and the Prediction."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from ..costs import DEFAULT_BUCKET_BYTES, OUTPUT_GRAD_COLS, batch_counts, pieces, widths
 from ..machine import Machine
 from .compute import batch_copies, step_compute
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
-from .execution import resolve_exec, trace_cost, trace_detail, traced_phases
 from .schedule import schedule_change
-from .terms import COMPUTE_TERMS, TERMS, Prediction
-from .timeline import Step, launch_host_s, step_items, timeline_batch_s
+from .timeline import (Step, launch_host_s, resolve_exec, step_items, timeline_batch_s, trace_cost, trace_detail,
+                       traced_phases)
 from ... import names as N
+
+# Each term and the group of a batch's time (names.GROUPS) that measures it.
+TERM_GROUP = {N.H2D_BATCH: N.H2D_BATCH, "gemm": N.COMPUTE, "elementwise": N.COMPUTE, "kernel_gaps": N.COMPUTE,
+              "launches": N.COMPUTE, "graph_launch": N.COMPUTE, "tracing": N.COMPUTE, N.D2H_GRAD: N.D2H_GRAD,
+              N.ALLREDUCE: N.ALLREDUCE, "rank_wait": N.ALLREDUCE, N.H2D_GRAD: N.H2D_GRAD}
+TERMS = tuple(TERM_GROUP)
+COMPUTE_TERMS = tuple(t for t in TERMS if TERM_GROUP[t] == N.COMPUTE)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    terms: dict            # term -> seconds
+    total_s: float         # serialised
+    overlapped_s: float    # lower bound with copies overlapped
+    flops_per_rank: int
+    flops_job: int
+    bytes_copied_per_rank: int
+    machine: str
+    detail: dict = field(default_factory=dict)   # host and GPU time of the step, kernels, buckets, hidden comm
+
+    def groups(self) -> dict[str, float]:
+        """The terms summed into the trace's phase groups (seconds)."""
+        out = dict.fromkeys(N.GROUPS, 0.0)
+        for term, s in self.terms.items():
+            out[TERM_GROUP[term]] += s
+        return out
 
 
 # A step is host-paced where the host's time is at least this fraction of it (docs/model.md).

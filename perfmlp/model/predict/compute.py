@@ -26,18 +26,11 @@ def step_compute(machine: Machine, layer_sizes, b: int, itemsize: int, precision
                  fuse_output: bool, gap_s: float, output_grad_cols: int = OUTPUT_GRAD_COLS
                  ) -> tuple[float, float, dict[str, list[float]], int]:
     """(GEMM seconds, other kernels' seconds, phase -> each kernel's seconds with its gap, kernels)."""
-    gemm_s = other_s = 0.0
-    phase_kernels: dict[str, list[float]] = {}
-    for phase, kernels in step_kernels(layer_sizes, b, split, itemsize, fuse_output, output_grad_cols).items():
-        phase_kernels[phase] = []
-        for kernel in kernels:
-            t = kernel_s(machine, kernel, itemsize, precision, gemm)
-            if kernel_name(kernel) == "gemm":
-                gemm_s += t
-            else:
-                other_s += t
-            phase_kernels[phase].append(t + gap_s)
-    return gemm_s, other_s, phase_kernels, sum(len(k) for k in phase_kernels.values())
+    timed = {phase: [(kernel_name(k) == "gemm", kernel_s(machine, k, itemsize, precision, gemm)) for k in ks]
+             for phase, ks in step_kernels(layer_sizes, b, split, itemsize, fuse_output, output_grad_cols).items()}
+    every = [kt for ks in timed.values() for kt in ks]   # (a GEMM?, seconds) in launch order
+    return (sum((t for is_gemm, t in every if is_gemm), 0.0), sum((t for is_gemm, t in every if not is_gemm), 0.0),
+            {phase: [t + gap_s for _, t in ks] for phase, ks in timed.items()}, len(every))
 
 
 # The loop thread's host calls per batch that order the input pipeline (perfmlp/gpu/prefetch.py).

@@ -21,7 +21,7 @@ from ..interval import DRAWS, LEVEL, SEED
 from ..roofline import modified_roofline, standard_roofline
 from .exchange import _interpolated, ring_allreduce_s
 from ..machine import PAGEABLE_MODEL_ERROR_SOURCES
-from .terms import Prediction
+from .batch import Prediction
 
 PRECISIONS = (N.FLOAT32, N.FLOAT64)
 GEMM, ELEMENTWISE, LAUNCHES, TRACING, RANK_WAIT = "gemm", "elementwise", "launches", "tracing", "rank_wait"
@@ -125,18 +125,16 @@ def compute_terms(machine, layer_sizes, b: int, precision: str, s: Setting) -> t
     """(gemm, elementwise, launches seconds; kernels) of one step on a piece of b samples."""
     w = itemsize(precision)
     out = {GEMM: 0.0, ELEMENTWISE: 0.0, LAUNCHES: 0.0}
-    n = 0
-    for kernels in step_kernels(layer_sizes, b, None, w, fuse_output=False).values():
-        for kernel in kernels:
-            n += 1
-            name, shape = kernel_name(kernel), kernel_shape(kernel)
-            if name == GEMM:
-                out[GEMM] += op_cost(GEMM, shape, w)[0] / gemm_rate(machine, shape, precision, s)
-            else:
-                nbytes = sum(op_cost(op, sh, w)[1] for op, sh in kernel)
-                out[ELEMENTWISE] += nbytes / pass_rate(machine, name, nbytes, precision, s)
-    out[LAUNCHES] = n * machine.get("kernel_host_s", 0.0) / min(1.0, s.cores / s.procs)
-    return out, n
+    kernels = [k for ks in step_kernels(layer_sizes, b, None, w, fuse_output=False).values() for k in ks]
+    for kernel in kernels:
+        name, shape = kernel_name(kernel), kernel_shape(kernel)
+        if name == GEMM:
+            out[GEMM] += op_cost(GEMM, shape, w)[0] / gemm_rate(machine, shape, precision, s)
+        else:
+            nbytes = sum(op_cost(op, sh, w)[1] for op, sh in kernel)
+            out[ELEMENTWISE] += nbytes / pass_rate(machine, name, nbytes, precision, s)
+    out[LAUNCHES] = len(kernels) * machine.get("kernel_host_s", 0.0) / min(1.0, s.cores / s.procs)
+    return out, len(kernels)
 
 
 def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int | None = None,
@@ -168,20 +166,21 @@ def predict_cpu(machine, layer_sizes, batch: int, procs: int = 1, threads: int |
 def interval_s(machine, terms: dict) -> tuple[float, float] | None:
     """The 90% interval of the total; None where no source has spread."""
     rng = np.random.default_rng(SEED)
+
+    def draws(r):   # DRAWS factors from the sorted ratios r, linear between them
+        return np.interp(rng.random(DRAWS) * (len(r) - 1), np.arange(len(r)), r)
     totals = np.full(DRAWS, sum(terms.values()))
     drawn = False
     for source, names in SOURCE_TERMS.items():
         r, t = ratios_of(machine, source), sum(terms.get(n, 0.0) for n in names)
-        if len(r) < 2 or not t:
-            continue
-        u = rng.random(DRAWS) * (len(r) - 1)
-        totals += t * (np.interp(u, np.arange(len(r)), r) - 1.0)
-        drawn = True
+        if len(r) >= 2 and t:
+            totals += t * (draws(r) - 1.0)
+            drawn = True
     if not drawn:
         return None
     model = ratios_of(machine, PAGEABLE_MODEL_ERROR_SOURCES[N.EAGER])
     if len(model) >= 2:   # the model's blind error: the whole total's factor
-        totals *= np.interp(rng.random(DRAWS) * (len(model) - 1), np.arange(len(model)), model)
+        totals *= draws(model)
     lo, hi = np.percentile(totals, LEVEL)
     return float(lo), float(hi)
 

@@ -45,11 +45,9 @@ def _interpolated(pts: list[tuple[int, float]], nbytes: int, scale=lambda n: 1.0
     if nbytes <= pts[0][0] or nbytes >= pts[-1][0]:
         n0, s0 = pts[0] if nbytes <= pts[0][0] else pts[-1]
         return s0 * scale(nbytes) / scale(n0)
-    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
-        if n0 <= nbytes <= n1:
-            f = math.log(nbytes / n0) / math.log(n1 / n0)
-            return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
-    raise AssertionError("unreachable")
+    (n0, s0), (n1, s1) = next((a, b) for a, b in zip(pts, pts[1:]) if a[0] <= nbytes <= b[0])
+    f = math.log(nbytes / n0) / math.log(n1 / n0)
+    return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
 
 
 def comm_s(machine: Machine, comm: str, nbytes: int, procs: int, batch_transfer: str) -> dict[str, float]:
@@ -95,27 +93,26 @@ def backward_stages(machine, layer_sizes, b, itemsize, precision, gemm, gap_s, b
     kernels = iter(step_kernels(layer_sizes, b, bucket_bytes, itemsize, fuse_output, output_grad_cols)["backward"])
     stages, acc = [], 0.0
 
-    def run(n=1):
+    def run(n: int):   # the next n kernels
         nonlocal acc
         for _ in range(n):
             acc += kernel_s(machine, next(kernels), itemsize, precision, gemm) + gap_s
 
-    pieces_ = iter(gradient_buckets(layer_sizes, grad_bytes, bucket_bytes))
+    def send():   # the next bucket, after the kernels run since the last
+        nonlocal acc
+        stages.append((acc, bucket_comm(grad_bytes * next(buckets))))
+        acc = 0.0
+
+    buckets = iter(gradient_buckets(layer_sizes, grad_bytes, bucket_bytes))
     fuse = fuse_output and fused_output(layer_sizes)
     for l in range(L, 0, -1):
-        blocks = row_blocks(layer_sizes[l], layer_sizes[l - 1], grad_bytes, bucket_bytes)
-        if l == L and fuse:
-            run(2)         # the fused output-layer backward (and its partial sums) writes all its row blocks
-        for _ in blocks:
-            if not (l == L and fuse):
-                run()
-            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
-            acc = 0.0
-        if l == L and not fuse:
-            run()          # the output layer's bias row sum
-        if l > 1 and not (l == L and fuse):
-            run(2)         # dA = W^T delta, and the sigmoid gradient with the layer below's bias gradient
-        if l == min(2, L):
-            stages.append((acc, bucket_comm(grad_bytes * next(pieces_))))
-            acc = 0.0
+        fused = l == L and fuse   # the fused output-layer backward (and its partial sums) writes all its row blocks
+        run(2 if fused else 0)
+        for _ in row_blocks(layer_sizes[l], layer_sizes[l - 1], grad_bytes, bucket_bytes):
+            run(0 if fused else 1)   # a row block of dW
+            send()
+        if not fused:   # the output layer's bias row sum; dA = W^T delta and the sigmoid gradient (and db below)
+            run((l == L) + 2 * (l > 1))
+        if l == min(2, L):   # every bias gradient written: the last bucket
+            send()
     return stages

@@ -18,12 +18,10 @@ from ..machine import Machine
 from .compute import kernel_s
 from .exchange import comm_s
 
-HALF_BYTES = 2                                   # bytes of a bf16 or fp16 gradient element
-
 
 def grad_bytes(precision: str, grad_precision: str) -> int:
     """Bytes per gradient element on the wire: 2 for bf16 and fp16, else the master type's."""
-    return HALF_BYTES if grad_precision in N.HALF_PRECISIONS else widths(precision).param
+    return 2 if grad_precision in N.HALF_PRECISIONS else widths(precision).param
 
 
 def slice_rows(hidden: int, k: int) -> list[tuple[int, int]]:

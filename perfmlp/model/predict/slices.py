@@ -69,8 +69,7 @@ def gain_table(machine: Machine, hidden: int = 512, per_gpu: int = 3200, procs=(
 
 
 def markdown(rows: list[dict]) -> str:
-    head = "| p | B | batch | precision | gradients | K | today (us) | sliced (us) | gain |"
-    lines = [head, "|" + " --- |" * 9]
+    lines = ["| p | B | batch | precision | gradients | K | today (us) | sliced (us) | gain |", "|" + " --- |" * 9]
     for r in rows:
         lines.append(f"| {r['procs']} | {r['batch']} | {r['scaling']} | {r['precision']} | {r['grad_precision']} "
                      f"| {r['slices']} | {r['today_us']:.1f} | {r['sliced_us']:.1f} | {r['gain']:.3f} |")
