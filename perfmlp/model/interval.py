@@ -90,7 +90,11 @@ def perturbed(machine: Machine, factors: dict[str, float]) -> Machine:
             rows = changes.get(key, getattr(machine, key))
             changes[key] = tuple(_with(r, {a: _scale(getattr(r, a), f, "_per_s" in a) for a in attrs})
                                  if memory is None or r.memory == memory else r for r in rows)
-    return dataclasses.replace(machine, **changes) if changes else machine
+    if not changes:
+        return machine
+    new = dataclasses.replace(machine, **changes)
+    new.__dict__["_picks"] = machine._picks   # the same rows, their figures scaled: the look-ups pick the same
+    return new
 
 
 def _with(point, values: dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import make_dataclass
+from functools import cached_property
 
 from .fields import FIELDS, GPU_KEYS
 from ..precision import NAMES as PRECISION_NAMES, precision as precision_of
@@ -168,16 +169,28 @@ class MachineLookups:
             return pts[0][1] * (procs - 1) / max(pts[0][0] - 1, 1)
         return piecewise_linear(pts, procs)
 
+    @cached_property
+    def _picks(self) -> dict:
+        """The table rows each look-up picked (by position), memoised. They depend on the rows' shapes and
+        order only, which a perturbed copy keeps (model/interval.py scales a table's figures alike), so
+        such a copy shares this memo."""
+        return {}
+
     def kernel_time_s(self, kernel: str, shape, precision: str) -> float | None:
         """GPU seconds of own kernel `kernel` at shape (h..., b), None without points: at the
         measured h nearest by ratio, piecewise_linear in b, in proportion to b beyond."""
-        pts = [(math.prod(p.shape[:-1]), p.shape[-1], p.s) for p in self.kernel_s
-               if p.kernel == kernel and p.precision == precision and len(p.shape) == len(shape)]
-        if not pts:
+        key = ("kernel_time_s", kernel, tuple(shape), precision)
+        if key not in self._picks:
+            rows = {i: math.prod(p.shape[:-1]) for i, p in enumerate(self.kernel_s)
+                    if p.kernel == kernel and p.precision == precision and len(p.shape) == len(shape)}
+            h = math.prod(shape[:-1])
+            near = min(set(rows.values()), key=lambda ph: (abs(math.log(ph / h)), ph), default=None)
+            self._picks[key] = sorted((i for i, ph in rows.items() if ph == near),
+                                      key=lambda i: (self.kernel_s[i].shape[-1], self.kernel_s[i].s))
+        line = [(self.kernel_s[i].shape[-1], self.kernel_s[i].s) for i in self._picks[key]]
+        if not line:
             return None
-        h, b = math.prod(shape[:-1]), shape[-1]
-        near = min({ph for ph, _, _ in pts}, key=lambda ph: (abs(math.log(ph / h)), ph))
-        line = sorted((pb, s) for ph, pb, s in pts if ph == near)
+        b = shape[-1]
         if b >= line[-1][0]:
             return line[-1][1] * b / line[-1][0]
         return piecewise_linear(line, b)
@@ -191,13 +204,16 @@ class MachineLookups:
 
     def gemm_rate(self, m: int, n: int, k: int, precision: str, kernel: str = N.CUBLAS) -> float:
         """FLOP/s of an m x n x k GEMM by `kernel`: the nearest calibrated entry in log-shape space, else the peak."""
-        rates = [g for g in self.gemm_flops_per_s if g.precision == precision and g.kernel == kernel]
-        if not rates:
-            return self.peak_flops_per_s(precision)
+        key = ("gemm_rate", m, n, k, precision, kernel)
+        if key not in self._picks:
+            table = self.gemm_flops_per_s
 
-        def dist(g):
-            return sum(math.log(a / b) ** 2 for a, b in ((g.m, m), (g.n, n), (g.k, k)))
-        return min(rates, key=dist).flops_per_s
+            def dist(i):
+                return sum(math.log(a / b) ** 2 for a, b in ((table[i].m, m), (table[i].n, n), (table[i].k, k)))
+            rows = (i for i, g in enumerate(table) if g.precision == precision and g.kernel == kernel)
+            self._picks[key] = min(rows, key=dist, default=None)
+        i = self._picks[key]
+        return self.peak_flops_per_s(precision) if i is None else self.gemm_flops_per_s[i].flops_per_s
 
 
 _TYPES = {"rate": float, "time": float, "optional-rate": float, "count": int, "word": str, "table": tuple}

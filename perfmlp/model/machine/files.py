@@ -6,6 +6,7 @@ naming the file and key otherwise; and the YAML text the calibration writes."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass, replace
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -338,7 +339,22 @@ def resolve_machine_path(name_or_path) -> Path | Traversable:
 def load_machine(name_or_path=None) -> Machine | CpuMachine:
     """The machine in a file given by path, or shipped under a name (default: DEFAULT_MACHINE)."""
     path = resolve_machine_path(name_or_path)
-    return machine_from_mapping(read_file(path, "machine file"), str(path))
+    try:
+        text = checks.read_text(path, "machine file")
+    except checks.CheckError as e:
+        raise MachineError(str(e)) from None
+    return _machine_from_text(text, str(path))
+
+
+@lru_cache(maxsize=16)
+def _machine_from_text(text: str, source: str) -> Machine | CpuMachine:
+    # a machine is immutable, so a file read again with the same text is not parsed again: a calibrated
+    # file's tables take the YAML reader most of a second
+    try:
+        data = checks.load_yaml_text(text, source)
+    except checks.CheckError as e:
+        raise MachineError(str(e)) from None
+    return machine_from_mapping(data, source)
 
 
 def machine_to_yaml(values: dict) -> str:
