@@ -5,9 +5,13 @@ the batch's copies (a pageable copy's staging ahead of the stream, the
 prefetching pipeline's own time)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..costs import OUTPUT_GRAD_COLS, kernel_name, kernel_shape, op_cost, step_kernels
-from ..machine import Machine
 from ... import names as N
+
+if TYPE_CHECKING:   # annotations only: the trainer imports these modules, never a machine file
+    from ..machine import Machine
 
 
 def kernel_s(machine: Machine, kernel, itemsize: int, precision: str, gemm: str) -> float:

@@ -3,12 +3,16 @@ the staged scheme's copies, and the overlapped exchange's buckets and
 pipeline (the package docstring's Overlap)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 from ..costs import LOSS_SLOTS, OUTPUT_GRAD_COLS, as_widths, fused_output, row_blocks, step_kernels
-from ..machine import Machine
 from .compute import kernel_s
 from ... import names as N
+
+if TYPE_CHECKING:   # annotations only: the trainer imports these modules, never a machine file
+    from ..machine import Machine
 
 
 def staging_memory(batch_transfer: str) -> str:

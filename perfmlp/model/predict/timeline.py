@@ -5,12 +5,16 @@ issuing a batch to one GPU stream, simulated: what its launches,
 synchronisations and pageable copies add to the GPU's work."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
-from ..machine import Machine
 from .compute import PREFETCH_CALLS
 from .exchange import staging_memory
 from ... import names as N
+
+if TYPE_CHECKING:   # annotations only: the trainer imports these modules, never a machine file
+    from ..machine import Machine
 
 
 def graph_refusal(backend: str, parallel: str = "data", comm: str = N.NCCL) -> str | None:
