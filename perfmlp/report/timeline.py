@@ -51,20 +51,6 @@ def length(intervals) -> float:
     return sum(e - s for s, e in union(intervals))
 
 
-def intersect(a, b) -> list[tuple[float, float]]:
-    a, b = union(a), union(b)
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if e > s:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
 def subtract(a, b) -> list[tuple[float, float]]:
     """Points of a not in b."""
     out = []
@@ -82,8 +68,9 @@ def subtract(a, b) -> list[tuple[float, float]]:
     return out
 
 
-def clip(intervals, lo: float, hi: float) -> list[tuple[float, float]]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
+def intersect(a, b) -> list[tuple[float, float]]:
+    """Points of a in b."""
+    return subtract(a, subtract(a, b))
 
 
 # ---- one batch on one rank -----------------------------------------------------------------
@@ -114,21 +101,15 @@ class Breakdown:
 
 def breakdown(records, window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
     """A batch's GPU window (start, end ns) split into PARTS (`host_phases`: phase -> (start, end) ns)."""
-    lo, hi = window
-    by = {c: clip([(r.start_ns, r.end_ns) for r in records if r.cat == c], lo, hi)
+    by = {c: intersect([(r.start_ns, r.end_ns) for r in records if r.cat == c], [window])
           for c in ("compute", "comm", "copy", "graph")}
     compute = union(by["compute"] + by["graph"])
-    exposed = subtract(by["comm"], compute)
-    copies = subtract(by["copy"], compute + by["comm"])
-    idle = subtract([(lo, hi)], union(compute + by["comm"] + by["copy"]))
+    idle = subtract([window], compute + by["comm"] + by["copy"])
     ranks = [span for phase, span in (host_phases or {}).items() if phase in COLLECTIVE_PHASES]
     copying = [span for phase, span in (host_phases or {}).items() if phase in COPY_PHASES]
-    return Breakdown(compute=length(compute) / 1e6, exposed_comm=length(exposed) / 1e6,
-                     copies=length(copies) / 1e6,
-                     idle_host_launch=length(subtract(idle, ranks + copying)) / 1e6,
-                     idle_copies=length(intersect(idle, copying)) / 1e6,
-                     idle_other_ranks=length(intersect(idle, ranks)) / 1e6,
-                     comm=length(by["comm"]) / 1e6, window=(hi - lo) / 1e6)
+    parts = (compute, subtract(by["comm"], compute), subtract(by["copy"], compute + by["comm"]),
+             subtract(idle, ranks + copying), intersect(idle, copying), intersect(idle, ranks), by["comm"])
+    return Breakdown(*(length(x) / 1e6 for x in parts), window=(window[1] - window[0]) / 1e6)
 
 
 # ---- one batch across ranks ----------------------------------------------------------------

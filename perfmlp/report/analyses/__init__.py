@@ -13,10 +13,8 @@ from ...trace.reader import read_traces
 from ..analysis import Analysis, analyse
 from ..study import load_study
 from .accuracy import host_paced_spread, limit_text, model_accuracy, terms
-from .imbalance import imbalance
-from .overlap import overlap_bounds
 from .runs import in_q2_2, judged_for_model, runs
-from .scaling import STRONG, WEAK, scaling, scaling_groups
+from .scaling import STRONG, WEAK, imbalance, overlap_bounds, scaling, scaling_groups
 from .table import Table
 from ..configurations import configurations as configurations_of
 

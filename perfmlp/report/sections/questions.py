@@ -16,7 +16,7 @@ from ...model.precision import precision as precision_of
 from ...model.predict.cpu import cpu_ceilings
 from ...model.summary import part_flops, reference_approx
 from ...model.roofline import modified_roofline, standard_roofline
-from ..analyses.overlap import overlap_bounds
+from ..analyses.scaling import overlap_bounds
 from ..analyses.runs import study_shaped
 from ..analysis import Analysis
 from ..configurations import Configuration, configurations

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from ..analyses.execution import (EAGER_TO_GRAPH, TO_OVERLAP, Change, Variant, baseline, bytes_label, changes,
                                   configuration, variant_groups)
-from ..analyses.imbalance import imbalance
-from ..analyses.scaling import STRONG, WEAK, scaling as scaling_table
+from ..analyses.scaling import STRONG, WEAK, imbalance, scaling as scaling_table
 from ..analysis import Analysis, error_pct
 from ..configurations import Configuration, configurations
 from ..figures import host_batch, phases, scaling
