@@ -12,8 +12,7 @@ from ...errors import PerfmlpError
 from ...trace.reader import read_traces
 from ..analysis import Analysis, analyse
 from ..study import load_study
-from .accuracy import host_paced_spread, limit_text, model_accuracy, terms
-from .runs import in_q2_2, judged_for_model, runs
+from .accuracy import host_paced_spread, in_q2_2, judged_for_model, limit_text, model_accuracy, runs, terms
 from .scaling import STRONG, WEAK, imbalance, overlap_bounds, scaling, scaling_groups
 from .table import Table
 from ..configurations import configurations as configurations_of

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..analyses.runs import study_shaped
+from ..analyses.accuracy import study_shaped
 from ..analysis import Analysis
 from ..configurations import (Configuration, configurations, legend, shown_settings, sort_key, split_label,
                               usual)

@@ -17,7 +17,7 @@ from ...model.predict.cpu import cpu_ceilings
 from ...model.summary import part_flops, reference_approx
 from ...model.roofline import modified_roofline, standard_roofline
 from ..analyses.scaling import overlap_bounds
-from ..analyses.runs import study_shaped
+from ..analyses.accuracy import study_shaped
 from ..analysis import Analysis
 from ..configurations import Configuration, configurations
 from ..figures import H_COLORS, ceilings_roofline, encode, log_axes, mark, roofline, subplots
@@ -30,7 +30,7 @@ REFERENCE_SCHEME, BEST = MODES[0], MODES[-1]
 
 
 def study_job(a: Analysis, c: Configuration) -> bool:
-    """A GPU configuration of the study's own job (analyses.runs.study_shaped), data parallel."""
+    """A GPU configuration of the study's own job (analyses.accuracy.study_shaped), data parallel."""
     return c.gpu and study_shaped(a, c) and c.s["strategy"] == N.DATA
 
 

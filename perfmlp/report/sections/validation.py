@@ -10,8 +10,8 @@ from ...trace.reader import STEADY_RULE
 from ..analysis import Analysis, RunSummary
 from ..blind_tests import WORST_PER_MACHINE, History, history_by_machine, worst_configurations
 from ..model_error import ErrorStats, sign_test_p
-from ..analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell, model_accuracy, terms
-from ..analyses.runs import judged_for_model, runs as runs_table
+from ..analyses.accuracy import (HOST_CLOCK_COLUMN, host_clock_cell, judged_for_model, model_accuracy,
+                                 runs as runs_table, terms)
 from ..figures import measured_vs_predicted
 from . import Figure, Section, Table, host_clock_note
 from ..interval_check import interval_table_rows
