@@ -77,8 +77,7 @@ def plain_log(ax, axis: str = "both", unit: str = "") -> None:
             if v >= size:
                 return f"{v / size:g}{suffix}{unit}"
         return f"{v:g}{unit}"
-    for which in ("x", "y") if axis == "both" else (axis,):
-        a = ax.xaxis if which == "x" else ax.yaxis
+    for a in {"x": (ax.xaxis,), "y": (ax.yaxis,), "both": (ax.xaxis, ax.yaxis)}[axis]:
         a.set_major_locator(LogLocator(base=10))
         a.set_major_formatter(FuncFormatter(label))
         a.set_minor_formatter(NullFormatter())
@@ -120,8 +119,7 @@ def swatches(ax, colors: dict, ncol: int) -> None:
 def log_axes(ax, xlabel: str, ylabel: str, title: str, yunit: str = "", size=None, grid: bool = False) -> None:
     """Both axes log and labelled plainly (plain_log; `yunit` after the y ticks); `size`: the labels' points
     and the title's one more (default: the title at 10)."""
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    ax.set(xscale="log", yscale="log")
     plain_log(ax, "x")
     plain_log(ax, "y", yunit)
     ax.set_xlabel(xlabel, fontsize=size)

@@ -8,9 +8,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from ..analyses.execution import (EAGER_TO_GRAPH, TO_OVERLAP, Change, Variant, baseline, bytes_label, changes,
-                                  configuration, variant_groups)
-from ..analyses.scaling import STRONG, WEAK, imbalance, scaling as scaling_table
+from ..analyses.scaling import (EAGER_TO_GRAPH, STRONG, TO_OVERLAP, WEAK, Change, Variant, baseline, bytes_label,
+                                changes, configuration, imbalance, scaling as scaling_table, variant_groups)
 from ..analysis import Analysis, error_pct
 from ..configurations import Configuration, configurations
 from ..figures import host_batch, phases, scaling
