@@ -101,7 +101,7 @@ def test_calibration_spread_table():
 
 def test_blind_intervals_judged_over_a_sweep():
     from types import SimpleNamespace as NS
-    from perfmlp.report.interval_check import judge_intervals, interval_table_rows
+    from perfmlp.report.model_error import judge_intervals, interval_table_rows
     q = [1e-3 * (1.0 + 0.01 * i) for i in range(21)]        # uniform on 1.00-1.20 ms: 90% interval 1.01-1.19
 
     def entry(**kw):
@@ -306,7 +306,7 @@ def test_blind_spread_refuses_a_file_that_is_not_a_machine_file_in_one_line(tmp_
 
 
 def test_the_run_to_run_floor_of_a_graph_interval():
-    from perfmlp.report.interval_check import MEDIAN_SD, judge_intervals, noise_floor
+    from perfmlp.report.model_error import MEDIAN_SD, judge_intervals, noise_floor
     # first two runs 2%, 4% and 0% apart (over their median): median |d| 2/101, sigma = that / (0.6745 sqrt 2)
     runs = [[1.0, 1.02], [1.0, 1.04], [1.0, 1.0]]
     sigma = (0.02 / 1.01) / (0.6745 * 2 ** 0.5)

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from ..names import GROUPS
 from .analysis import Analysis, error_pct, predicted_terms
-from .interval_check import judge_intervals
-from .model_error import (ErrorStats, error_stats, more_predictions, read_predictions, resolution, run_entries,
-                          within_noise)
+from .model_error import (ErrorStats, error_stats, judge_intervals, more_predictions, read_predictions, resolution,
+                          run_entries, within_noise)
 from .whatif import what_if_run
 from .. import names as N
 from .thresholds import MIN_STEADY
@@ -163,7 +162,7 @@ class Validation:
     others: tuple                     # OtherMachine
     whatif: tuple                     # WhatIfCheck
     quiet_pct: float                  # the spread below which a configuration's noise lets it be judged
-    intervals: object = None          # interval_check.IntervalJudgement of the blind intervals, or None
+    intervals: object = None          # model_error.IntervalJudgement of the blind intervals, or None
 
 
 def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:

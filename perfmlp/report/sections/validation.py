@@ -9,12 +9,11 @@ from pathlib import Path
 from ...trace.reader import STEADY_RULE
 from ..analysis import Analysis, RunSummary
 from ..blind_tests import WORST_PER_MACHINE, History, history_by_machine, worst_configurations
-from ..model_error import ErrorStats, sign_test_p
+from ..model_error import ErrorStats, interval_table_rows, sign_test_p
 from ..analyses.accuracy import (HOST_CLOCK_COLUMN, host_clock_cell, judged_for_model, model_accuracy,
                                  runs as runs_table, terms)
 from ..figures import measured_vs_predicted
 from . import Figure, Section, Table, host_clock_note
-from ..interval_check import interval_table_rows
 from ..validation import OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
 from ..thresholds import MIN_STEADY, SIGN_TEST_LEVEL
 
@@ -104,7 +103,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
                           "per communication, execution and transfer mode: the calibrated (or blind) prediction, "
                           "then the datasheet-only model's (columns 'datasheet ...')", summary_table_rows(v.summary)))
-    if v.intervals is not None:   # the blind predictions' 90% intervals (interval_check.py)
+    if v.intervals is not None:   # the blind predictions' 90% intervals (model_error.py)
         s.paragraphs.append("Intervals: " + v.intervals.verdict() + ".")
         if v.intervals.rows:
             s.tables.append(Table("validation_intervals", "Each judged configuration's blind 90% interval against "
