@@ -116,9 +116,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
         s.paragraphs.append("Per term: " + note)
     s.tables.append(Table("validation_terms_summary", "Error per term (phase group), over the configurations "
                           "whose trace timed the group's work (on the GPU, or on the host clock where it blocks "
-                          "the host)", [{"term": t.term, "configurations": t.configurations,
-                                        "median |error| ms": t.median_abs_ms, "median |error| %": t.median_abs_pct,
-                                        "signed median %": t.signed_median_pct} for t in v.per_term]))
+                          "the host)", list(v.per_term)))
     s.tables.append(Table("validation_runs", "Each configuration: repeats, spread, prediction and error",
                           config_rows(v)))
     s.tables.append(Table("validation_terms", "Each configuration, term by term (slowest rank, median over "
@@ -128,9 +126,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     if v.whatif:
         s.tables.append(Table("validation_whatif", "What-if from the reference-scheme run (pageable, mpi-staged, "
                               "eager, one GPU) of each size: perfmlp.whatif's prediction against the measurement",
-                              [{"from": w.from_label, "to": w.to_label, "changed terms": ", ".join(w.changed_terms),
-                                "what-if ms": w.whatif_ms, "measured ms": w.measured_ms, "error %": w.error_pct,
-                                "model alone ms": w.model_ms, "judged": w.judged} for w in v.whatif]))
+                              list(v.whatif)))
     add_history(s, history)
     return s
 
