@@ -18,7 +18,7 @@ from __future__ import annotations
 import pstats
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..trace.activity import own_kernel_names
@@ -94,9 +94,8 @@ class Breakdown:
         return self.exposed_comm / self.window if self.window > 0 else 0.0
 
     def parts(self) -> dict[str, float]:
-        """PARTS -> ms."""
-        return dict(zip(PARTS, (self.compute, self.exposed_comm, self.copies, self.idle_host_launch,
-                                self.idle_copies, self.idle_other_ranks)))
+        """PARTS -> ms (the first six fields)."""
+        return dict(zip(PARTS, astuple(self)))
 
 
 def breakdown(records, window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
