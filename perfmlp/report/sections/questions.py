@@ -17,7 +17,7 @@ from ...model.predict.cpu import cpu_ceilings
 from ...model.summary import part_flops, reference_approx
 from ...model.roofline import modified_roofline, standard_roofline
 from ..analyses.scaling import overlap_bounds
-from ..analyses.accuracy import study_shaped
+from ..analyses.accuracy import in_q2_2, study_shaped
 from ..analysis import Analysis
 from ..configurations import Configuration, configurations
 from ..figures import H_COLORS, ceilings_roofline, encode, log_axes, mark, roofline, subplots
@@ -34,11 +34,10 @@ def study_job(a: Analysis, c: Configuration) -> bool:
     return c.gpu and study_shaped(a, c) and c.s["strategy"] == N.DATA
 
 
-def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str,
-         gemm: str = N.CUBLAS) -> Configuration | None:
-    """The study-job configuration with exactly these settings (there is at most one: repeats are merged)."""
+def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str) -> Configuration | None:
+    """The cuBLAS study-job configuration with exactly these settings (one per trace level: repeats are merged)."""
     found = [c for c in configs if study_job(a, c) and c.s["procs"] == procs and c.s["transfer"] == transfer
-             and c.s["comm"] == comm and c.s["exec"] == exec_mode and c.s["gemm"] == gemm
+             and c.s["comm"] == comm and c.s["exec"] == exec_mode and c.s["gemm"] == N.CUBLAS
              and c.s["overlap"] == "no overlap"]
     return min(found, key=lambda c: (c.s["trace_level"] != N.PHASES_LEVEL, c.s["trace_level"])) if found else None
 
@@ -144,19 +143,11 @@ def _modified(ai: float, peak: float, bw: float) -> float:
     return peak if not math.isfinite(ai) else modified_roofline(ai, peak, bw)
 
 
-def q2_2_configs(a: Analysis) -> list[Configuration]:
-    """Question 2.2's points: B / p = the study's B, one of its H, its precision, cuBLAS, data parallel."""
-    st = a.study
-    return [c for c in configurations(a) if c.gpu and c.judged and c.s["gemm"] == N.CUBLAS
-            and c.s["batch"] == st.batch_size * c.s["procs"] and c.s["precision"] == st.precision
-            and c.s["hidden"] in {str(h) for h in st.q2_2_hidden_sizes} and c.s["strategy"] == N.DATA]
-
-
 def section_q2_2(a: Analysis) -> Section:
     st, primary = a.study, a.machines.primary
     s = Section("Question 2.2: the modified and the standard roofline")
     pts, inf_pts = [], []
-    for c in q2_2_configs(a):
+    for c in (c for c in configurations(a) if c.judged and in_q2_2(a, c.representative)):   # its points
         r = c.representative
         point = {"ai": r.ai, "measured": r.flops_rank0 / (c.t_ms * 1e-3),
                  "predicted": r.flops_rank0 / r.predicted.total_s if r.predicted else None,
