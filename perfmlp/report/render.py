@@ -114,10 +114,8 @@ def md_table(t: Table) -> str:
     if not t.rows:
         return "(none)\n"
     keys = shown(t)
-    out = ["| " + " | ".join(map(md_cell, keys)) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
-    for r in t.rows:
-        out.append("| " + " | ".join(md_cell(fmt(r.get(k))) for k in keys) + " |")
-    return "\n".join(out) + "\n"
+    rows = [map(md_cell, keys), ["---"] * len(keys), *([md_cell(fmt(r.get(k))) for k in keys] for r in t.rows)]
+    return "".join(f"| {' | '.join(cells)} |\n" for cells in rows)
 
 
 def html_cell(row: dict, key: str, tips: dict) -> str:
