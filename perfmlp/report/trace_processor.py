@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import importlib.util
+import math
 import os
 import queue
 import signal
@@ -179,19 +180,16 @@ class TraceProcessor:
                 return out
 
     def _next_reply(self) -> list:
-        waited = 0.0
-        while True:
+        for _ in range(max(1, math.ceil(self.timeout_s))):   # a second at a time, watching the browser
             try:
                 path, body = self._replies.get(timeout=1.0)
                 break
             except queue.Empty:
-                waited += 1.0
                 if self._chromium.poll() is not None:
                     raise RunFailure(f"{self.exe} ended (exit {self._chromium.returncode}) before the trace "
                                      "processor answered") from None
-                if waited >= self.timeout_s:
-                    raise RunFailure(f"Perfetto's trace processor in {self.exe} did not answer within "
-                                     f"{self.timeout_s:g} s") from None
+        else:
+            raise RunFailure(f"Perfetto's trace processor in {self.exe} did not answer within {self.timeout_s:g} s")
         if path != "/reply":
             line = body.decode("utf-8", "replace").strip().splitlines() or ["no message"]
             raise RunFailure(f"Perfetto's trace processor in {self.exe} failed: {line[0]}")
