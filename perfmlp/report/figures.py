@@ -170,7 +170,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
     return encode(fig)
 
 
-def overview_roofline(points, peak, bws: dict, title: str, precision: str):
+def overview_roofline(points, peak, bws: dict, title: str):
     """Every configuration on the modified roofline, coloured by what bounds it (points: dicts with ai,
     flops per GPU, category, transfer); those that copy nothing (ai inf) in a band at the right."""
     from matplotlib.patches import Patch

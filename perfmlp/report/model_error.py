@@ -1,17 +1,14 @@
 """The model against measured runs: the blind predictions a sweep writes
-beside its traces (sweep --predict: `predictions.json`; --predict-also:
-another machine file's, `predictions-<name>.json`), whether each was blind
-(made no later than its run started), the error figures over a set of
-configurations that the validation section and the blind-test history share
-(median and worst |error|, the signed median, the sign test for a bias, how
-many lie within their run-to-run noise, whether that noise lets the error be
-judged at all), and the blind intervals (model/interval.py) against the
-measurements of the judged configurations, every repeat predicted blind:
-coverage (the fraction of measured medians inside their 90% interval), the
-median half-width (hi - lo) / (hi + lo), graph mode apart, and the pooled
-Kolmogorov-Smirnov distance of each repeat's quantile in its predicted
-distribution (interval.pit) from the uniform one. A prediction without an
-interval (no spread in its machine file) is unknown.
+beside its traces (`predictions.json`; --predict-also: another machine
+file's, `predictions-<name>.json`), whether each was blind (made no later
+than its run started), the error figures the validation section and the
+blind-test history share (median and worst |error|, signed median, sign
+test, how many within their noise, whether the noise resolves the error),
+and the blind 90% intervals (model/interval.py) of the judged configurations
+against their measurements: coverage, the median half-width
+(hi - lo) / (hi + lo), graph mode apart, and the pooled Kolmogorov-Smirnov
+distance of each repeat's quantile (interval.pit) from the uniform one. A
+prediction without an interval (no spread in its machine file) is unknown.
 
 noise_floor: if a run's time is the configuration's times (1 + e), e normal
 with spread sigma, the first two runs' d = (t1 - t2) / median has spread

@@ -1,16 +1,11 @@
-"""How the time per batch moves with a setting, each row a configuration.
-Scaling: each data-parallel GPU configuration against the one-GPU one with
-every other setting equal; strong scaling keeps B and splits it over p
-(efficiency T1 / (p Tp)), weak keeps B / p (T1 / Tp). Imbalance: each rank's
-copies and compute before it waits, and its allreduce phase (the median
-repeat's median phases); the allreduce's spread across ranks is the waiting.
-Overlap bounds: today's serial bound beside the overlapped one and the sliced
-schedule (perfmlp/slices.py) at its fastest count, priced by
-model/predict/slices.py, where that schedule applies (data parallelism,
-several GPUs, NCCL, no overlap, not fp16). Execution mode and overlap: runs
-that differ only in exec mode and in overlap (and its bucket size) grouped
-as variants of one configuration, each change's predicted gain beside its
-measured one (a variant's times: the medians over its repeats).
+"""How the time per batch moves with a setting, each row a configuration:
+scaling over p against the one-GPU configuration with every other setting
+equal (strong: B split over p, efficiency T1 / (p Tp); weak: B / p kept,
+T1 / Tp); imbalance across ranks (each rank's copies and compute before it
+waits, and the allreduce's spread across ranks: the waiting); the serial,
+overlapped and sliced bounds (model/predict/slices.py) where the sliced
+schedule applies; and the execution-mode and overlap variants of a
+configuration, each change's predicted gain beside its measured one.
 """
 from __future__ import annotations
 

@@ -85,10 +85,10 @@ def what_ran(a: Analysis, o: Overview) -> str:
     n, note = len(a.runs), legend([c.s for c in o.configs])
     return (f"{n} run{'s' if n != 1 else ''} in {len(o.configs)} configuration{'s' if len(o.configs) != 1 else ''}"
             f"{f' ({repeated} with repeats, merged: the median)' if repeated else ''} on {where}; {when}; {code}. "
-            + (note[0].upper() + note[1:] + "." if note else "") + blas_sentence(a, o) + disagree_sentence(o))
+            + (note[0].upper() + note[1:] + "." if note else "") + blas_sentence(o) + disagree_sentence(o))
 
 
-def blas_sentence(a: Analysis, o: Overview) -> str:
+def blas_sentence(o: Overview) -> str:
     """The BLAS library the NumPy runs called and the threads each rank ran, by process count."""
     cpu = [r for c in o.configs if not c.gpu for r in c.runs]
     if not cpu:
@@ -247,7 +247,7 @@ def overview_figure(a: Analysis, o: Overview) -> Figure:
     bws = {N.PAGEABLE: m.h2d_pageable_bytes_per_s, N.PINNED: m.h2d_pinned_bytes_per_s}
     return Figure("overview_roofline", f"Every GPU configuration on the modified roofline ({m.name}, {prec} peak), "
                   "coloured by what bounds it", overview_roofline,
-                  dict(points=points, peak=m.peak_flops_per_s(prec), bws=bws, precision=prec,
+                  dict(points=points, peak=m.peak_flops_per_s(prec), bws=bws,
                        title=f"{len(gpu)} configurations on the modified roofline, {m.name}"), place="side")
 
 
