@@ -231,17 +231,20 @@ def exchange_roofline(rows, title: str):
 
 # ---- the roofline of several ceilings ---------------------------------------------------------
 
-def ceilings_points(a) -> list[dict]:
-    """One point per GPU run of data parallelism: its GEMM format, measured FLOP/s per GPU, and its FLOPs
-    per device-memory byte its kernels moved (None where the trace does not count them) and per copied byte."""
+def ceilings_points(a, backend: str = N.CUPY) -> list[dict]:
+    """One point per `backend` run of data parallelism: its GEMM format (NumPy: its precision), measured FLOP/s
+    per GPU (rank), its FLOPs per device-memory byte its kernels moved (None where the trace does not count
+    them) and per byte it copied (NumPy: per byte its rank exchanges, with several ranks)."""
     out = []
     for r in a.runs:
-        if r.backend != N.CUPY or r.strategy != N.DATA or not r.t_ms:
+        if r.backend != backend or r.strategy != N.DATA or not r.t_ms:
             continue
-        mem = r.mem_bytes_rank0
-        out.append({"precision": precision_of(r.precision).gemm, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
-                    "ai_hbm": r.flops_rank0 / mem if mem else None,
-                    "ai_pcie": r.ai if math.isfinite(r.ai) else None, "run": r.run_id})
+        sent = r.bytes_exchanged_rank0 if r.procs > 1 else 0
+        link = (r.ai if math.isfinite(r.ai) else None) if r.gpu else (r.flops_rank0 / sent if sent else None)
+        out.append({"precision": precision_of(r.precision).gemm if r.gpu else r.precision,
+                    "measured": r.flops_rank0 / (r.t_ms * 1e-3),
+                    "ai_hbm": r.flops_rank0 / r.mem_bytes_rank0 if r.mem_bytes_rank0 else None,
+                    "ai_pcie": link, "run": r.run_id, "procs": r.procs})
     return out
 
 
@@ -263,23 +266,9 @@ def ceilings_figures(a, figure) -> list:
         + cpu_figures(a, figure)
 
 
-def cpu_points(a) -> list[dict]:
-    """One point per NumPy run of data parallelism: measured FLOP/s per rank, FLOPs per memory byte (where
-    the trace counts them) and per byte its rank exchanges (several ranks)."""
-    out = []
-    for r in a.runs:
-        if r.backend != N.NUMPY or r.strategy != N.DATA or not r.t_ms:
-            continue
-        sent = r.bytes_exchanged_rank0 if r.procs > 1 else 0
-        out.append({"precision": r.precision, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
-                    "ai_hbm": r.flops_rank0 / r.mem_bytes_rank0 if r.mem_bytes_rank0 else None,
-                    "ai_pcie": r.flops_rank0 / sent if sent else None, "run": r.run_id, "procs": r.procs})
-    return out
-
-
 def cpu_figures(a, figure) -> list:
     """The CPU's roofline at the NumPy runs' most common rank count (one rank's share of the machine), or none."""
-    pts, cpu = cpu_points(a), a.machines.cpu
+    pts, cpu = ceilings_points(a, N.NUMPY), a.machines.cpu
     if not pts or cpu is None:
         return []
     procs = statistics.mode(p["procs"] for p in pts)
