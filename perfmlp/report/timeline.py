@@ -269,12 +269,9 @@ def _comm_span(b, clock) -> tuple[float, float] | None:
 
 def run_collectives(run: Run) -> list[CollectiveWait]:
     """collective_waits() of every steady batch with a collective on every rank (more than one)."""
-    rows = []
-    for key, recs in sorted(run.steady_batches().items()):
-        arr = {r: _comm_span(b, run.ranks[r].clock) for r, b in recs.items()}
-        if len(arr) > 1 and None not in arr.values():
-            rows.append(collective_waits(arr, *key))
-    return rows
+    arrivals = ((key, {r: _comm_span(b, run.ranks[r].clock) for r, b in recs.items()})
+                for key, recs in sorted(run.steady_batches().items()))
+    return [collective_waits(arr, *key) for key, arr in arrivals if len(arr) > 1 and None not in arr.values()]
 
 
 def representative(run: Run) -> tuple[int, int] | None:

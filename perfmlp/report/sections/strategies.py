@@ -179,7 +179,6 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     grid = np.zeros((len(bs), len(hs)), dtype=int)
     for j, h in enumerate(hs):
         for i, b in enumerate(bs):
-            # on GPUs: NCCL, else host MPI through the host (mpi-staged)
             ranking = best_strategy(machine, (D, int(h), C), int(b), procs, precision, transfer, True,
                                     exec_mode=exec_mode, staged=not device)
             if not ranking:
