@@ -96,7 +96,9 @@ def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
                      frameon=False, **kw)
 
 
-def _roof_lines(ax, x, peak, bws: dict, kind: str):
+def _roof_lines(ax, lo: float, hi: float, points: int, peak, bws: dict, kind: str):
+    """Each copy bandwidth's roofline over `points` log-spaced AIs from lo to hi, and the peak."""
+    x = np.logspace(np.log10(lo), np.log10(hi), points)
     for label, bw in bws.items():
         y = modified_roofline(x, peak, bw) if kind == "modified" else standard_roofline(x, peak, bw)
         ax.plot(x, y, TRANSFER_STYLES.get(label, "-."), color="black", lw=1.1,
@@ -146,8 +148,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
     fig, ax = subplots(figsize=(7.5, 5.6))
     ais = [p["ai"] for p in points] or [100.0]
     lo, hi = min(ais) / 4, max(max(ais) * 8, max(peak / bw for bw in bws.values()) * 4)
-    x = np.logspace(np.log10(lo), np.log10(hi), 300)
-    _roof_lines(ax, x, peak, bws, kind)
+    _roof_lines(ax, lo, hi, 300, peak, bws, kind)
     for label, bw in bws.items():
         ax.axvline(peak / bw, color="grey", lw=0.6, ls=TRANSFER_STYLES.get(label, "-."),
                    label=f"ridge point, {label} copies (AI {peak / bw:,.0f})")
@@ -179,8 +180,7 @@ def overview_roofline(points, peak, bws: dict, title: str):
     ridge = max(peak / bw for bw in bws.values())
     lo = min(finite + [ridge / 30]) / 3
     hi = max(finite + [ridge]) * 6
-    x = np.logspace(np.log10(lo), np.log10(hi), 200)
-    _roof_lines(ax, x, peak, bws, "modified")
+    _roof_lines(ax, lo, hi, 200, peak, bws, "modified")
     band = hi * 3
     ax.axvspan(hi * 1.6, hi * 6, color="0.92", zorder=0)
     ax.annotate("no host-device\ncopies", (band, peak * 1.15), ha="center", fontsize=7, color="0.3")
