@@ -7,18 +7,31 @@ from collections import Counter
 from pathlib import Path
 
 from ...trace.reader import STEADY_RULE
-from ..analysis import Analysis, RunSummary
+from ..analysis import TERMS, Analysis, RunSummary
 from ..blind_tests import WORST_PER_MACHINE, History, history_by_machine, worst_configurations
 from ..model_error import ErrorStats, interval_table_rows, sign_test_p
 from ..analyses.accuracy import (HOST_CLOCK_COLUMN, host_clock_cell, judged_for_model, model_accuracy,
                                  runs as runs_table, terms)
 from ..figures import measured_vs_predicted
-from . import Figure, Section, Table, host_clock_note
+from . import Figure, Section, Table
 from ..validation import OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
 from ..thresholds import MIN_STEADY, SIGN_TEST_LEVEL
 
 TITLE = "The model tested blind: protocol, noise floor and error per term"
 STATS = ("median |error| %", "worst |error| %", "signed median %", "above", "below", "within noise", "sign test p")
+
+
+def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
+    """One sentence on the measured terms a per-term table leaves out (`left_out`: each row's)."""
+    by_term = Counter(t for terms in left_out for t in terms)
+    if not by_term:
+        return None
+    where = ", ".join(f"{t} in {by_term[t]}" for t in TERMS if by_term[t])
+    return (f"{sum(by_term.values())} measured term(s) in {sum(map(bool, left_out))} of {len(left_out)} {rows} "
+            f"{outcome} ({where}): they were timed on the host clock (trace level counters), where work the host "
+            "only enqueues (kernels, graph replays, NCCL collectives, pinned copies) measures its enqueue and the "
+            "staged D2H its wait for the backward pass, not the time the model's term prices "
+            f"(trace.format.comparable_terms; the host's times are in the column '{HOST_CLOCK_COLUMN}').")
 
 
 def sign_verdict(above: int, below: int) -> str:
