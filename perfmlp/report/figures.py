@@ -83,7 +83,7 @@ def plain_log(ax, axis: str = "both", unit: str = "") -> None:
         a.set_minor_formatter(NullFormatter())
 
 
-def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
+def legend_below(ax, handles=None, labels=None, ncol: int = 3, fontsize: float = 7, **kw):
     """A legend under the axes, where it hides no data (`labels`: the handles' own by default)."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
@@ -92,7 +92,7 @@ def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
     # anchored to the axes' bottom edge and pushed down by a fixed number of font sizes, clear of the
     # tick labels and the axis label whatever the axes' height
     kw.setdefault("borderaxespad", 4.2)
-    return ax.legend(handles, labels, fontsize=7, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+    return ax.legend(handles, labels, fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                      frameon=False, **kw)
 
 
@@ -196,8 +196,7 @@ def overview_roofline(points, peak, bws: dict, title: str):
     cats = list(dict.fromkeys(p["category"] for p in points))
     handles += [Patch(color=CATEGORY_COLORS.get(c, "black"), label=f"bound by {c}") for c in cats]
     handles += [mark(f"{t} data", TRANSFER_MARKERS.get(t, "o")) for t in dict.fromkeys(p["transfer"] for p in points)]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=6.5, ncol=3, loc="upper center",
-              bbox_to_anchor=(0.5, 0.0), borderaxespad=4.5, frameon=False, columnspacing=1.0, handletextpad=0.4)
+    legend_below(ax, handles, fontsize=6.5, borderaxespad=4.5, columnspacing=1.0, handletextpad=0.4)
     return encode(fig)
 
 
