@@ -1,4 +1,4 @@
-"""One blind sweep's rows for the blind-test history (blind_tests.py's columns):
+"""One blind sweep's rows for the blind-test history (model_error.py's columns):
 
     python -m perfmlp.report.blind_rows TRACES --machine-kind KIND \\
         --machine calibrated.yaml >> reports/blind-tests.csv
@@ -22,7 +22,7 @@ from ..errors import OneLineParser, PerfmlpError, cli, say
 from ..model.machine import MachineError
 from ..trace.reader import TraceError, read_traces
 from .analysis import analyse
-from .blind_tests import COLUMNS
+from .model_error import COLUMNS
 from .model_error import read_predictions
 from .study import load_study
 from .validation import repeat_groups, repeat_prediction

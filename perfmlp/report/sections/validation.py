@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ...trace.reader import STEADY_RULE
 from ..analysis import TERMS, Analysis, RunSummary
-from ..blind_tests import WORST_PER_MACHINE, History, history_by_machine, worst_configurations
-from ..model_error import ErrorStats, interval_table_rows, sign_test_p
+from ..model_error import (WORST_PER_MACHINE, ErrorStats, History, history_by_machine, interval_table_rows,
+                           sign_test_p, worst_configurations)
 from ..analyses.accuracy import (HOST_CLOCK_COLUMN, host_clock_cell, judged_for_model, model_accuracy,
                                  runs as runs_table, terms)
 from ..figures import measured_vs_predicted
