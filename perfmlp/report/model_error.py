@@ -361,7 +361,7 @@ def history_by_machine(tests: list[BlindTest]) -> list[MachineHistory]:
     return out + [_history("all", tests)] if len(machines) > 1 else out
 
 
-def worst_configurations(tests: list[BlindTest], per_machine: int = WORST_PER_MACHINE) -> list[BlindTest]:
-    """The `per_machine` tests of each machine with the largest |error|, worst first."""
-    return [t for m in sorted({t.machine for t in tests})
-            for t in sorted((t for t in tests if t.machine == m), key=lambda t: -abs(t.error_pct))[:per_machine]]
+def worst_configurations(tests: list[BlindTest]) -> list[BlindTest]:
+    """The WORST_PER_MACHINE tests of each machine with the largest |error|, worst first."""
+    return [t for m in sorted({t.machine for t in tests}) for t in
+            sorted((t for t in tests if t.machine == m), key=lambda t: -abs(t.error_pct))[:WORST_PER_MACHINE]]

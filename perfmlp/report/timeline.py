@@ -306,9 +306,9 @@ class HostFunction:
     cumulative_s: float
 
 
-def top_functions(path: Path, column: int = 2, top: int = 10) -> list[HostFunction]:
-    """A cProfile dump's `top` functions by own time (`column` 2) or cumulative time (3)."""
-    items = sorted(pstats.Stats(str(path)).stats.items(), key=lambda kv: kv[1][column], reverse=True)[:top]
+def top_functions(path: Path, column: int = 2) -> list[HostFunction]:
+    """A cProfile dump's ten functions with the most own time (`column` 2) or cumulative time (3)."""
+    items = sorted(pstats.Stats(str(path)).stats.items(), key=lambda kv: kv[1][column], reverse=True)[:10]
     return [HostFunction(path.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
 
 
