@@ -33,8 +33,7 @@ def section_scaling(a: Analysis) -> Section:
     table, fig = [], {}
     for row in scaling_table(a):
         kind = row["scaling"]
-        shown = {k: v for k, v in row.items() if k not in ("B", "B/p") or v is not None}
-        table.append(shown)
+        table.append({k: v for k, v in row.items() if k not in ("B", "B/p") or v is not None})   # the kind's B
         if row["gemm"] == N.CUBLAS and row["precision"] == st.precision and row["H"] == str(st.hidden_size):
             label = mode_label(row) + (f", B={row['B']}" if kind == STRONG else "")
             fig.setdefault(kind, {}).setdefault(label, []).append(
