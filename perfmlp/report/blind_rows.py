@@ -55,7 +55,7 @@ def blind_rows(folder: Path, machine_kind: str, machine: str) -> tuple[list[dict
         first = g.runs[0]
         rows.append({"machine": machine_kind, "commit": commit.pop(), "date": starts[first.run_id][:10],
                      "sweep": f"{machine_kind}/{folder.name}", "run": _REPEAT.sub("", first.run_id),
-                     "hidden_sizes": "x".join(map(str, first.hidden)), "batch_size": first.batch,
+                     "hidden_sizes": first.hidden_label, "batch_size": first.batch,
                      "procs": first.procs, "batch_transfer": first.transfer, "comm": first.comm, "exec": first.exec,
                      "parallel": first.parallel, "precision": first.precision, "repeats": len(t),
                      "predicted_s": f"{pred_ms / 1e3:.12g}", "measured_s": f"{statistics.median(t):.12g}",
