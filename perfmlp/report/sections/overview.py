@@ -69,12 +69,9 @@ def what_ran(a: Analysis, o: Overview) -> str:
     dates = sorted({str(m.start)[:10] for m in ms if m.start})
     recorded = [m.versions.get("perfmlp_git") for m in ms]
     commits = sorted(set(recorded) - {None})
-    gpus = Counter()
-    for m in ms:
-        for node in ((m.machine or {}).get("nodes") or {}).values():
-            if node.get("gpu"):
-                gpus[(node["gpu"], int(node.get("gpu_count", 1)))] += 1
-    where = ", ".join(f"{n} x {g}" if n > 1 else g for (g, n) in sorted(gpus)) or "the CPU (NumPy)"
+    gpus = sorted({(node["gpu"], int(node.get("gpu_count", 1))) for m in ms
+                   for node in ((m.machine or {}).get("nodes") or {}).values() if node.get("gpu")})
+    where = ", ".join(f"{n} x {g}" if n > 1 else g for g, n in gpus) or "the CPU (NumPy)"
     if gpus and len(a.gpu_runs) < len(a.runs):
         where += " and the CPU (NumPy)"
     repeated = sum(len(c.runs) > 1 for c in o.configs)
