@@ -1,4 +1,4 @@
-"""The blind-test history (perfmlp/report/blind_tests.py) read from a CSV
+"""The blind-test history (perfmlp/report/model_error.py) read from a CSV
 fixture of the tests' own (tests/data/blind-tests.csv: errors chosen so
 that each figure below can be worked out by hand), its figures per machine,
 its worst configurations, the report's words, and bad input."""
@@ -11,7 +11,7 @@ import pytest
 from perfmlp.errors import PerfmlpError
 from perfmlp.report import build_from_runs
 from perfmlp.report.__main__ import main as report_main
-from perfmlp.report.blind_tests import COLUMNS, history_by_machine, read_blind_tests, worst_configurations
+from perfmlp.report.model_error import COLUMNS, history_by_machine, read_blind_tests, worst_configurations
 
 from conftest import ROOT, in_process
 from synthetic import gpu_records, write_run

@@ -336,14 +336,14 @@ def test_ctrl_c_in_the_report_is_one_line(tmp_path):
 
 def test_a_full_disk_leaves_the_report_files_as_they_were(tmp_path, monkeypatch):
     from perfmlp.errors import RunFailure
-    from perfmlp.report.render import write_if_changed
+    from perfmlp.errors import write_atomic
     (tmp_path / "report.md").write_bytes(b"# the previous report\n")
 
     def full(src, dst):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr("perfmlp.errors.os.replace", full)
     with pytest.raises(RunFailure) as e:
-        write_if_changed(tmp_path / "report.md", b"# a new report, cut short\n")
+        write_atomic(tmp_path / "report.md", b"# a new report, cut short\n")
     assert str(e.value) == f"cannot write {tmp_path / 'report.md'}: No space left on device"
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]   # no temporary file left
     assert (tmp_path / "report.md").read_bytes() == b"# the previous report\n"

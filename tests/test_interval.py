@@ -9,7 +9,7 @@ from perfmlp.calibrate.spread import MAX_RATIOS, chunk_medians, ratios, spread_t
 from perfmlp.model import load_machine, predict_batch
 from perfmlp.model.interval import (SOURCES, UNSCALED, _SCALARS, _TABLES, coverage, draw_factor, interval,
                                     interval_words, ks_distance, perturbed, pit)
-from perfmlp.report.blind_tests import COLUMNS
+from perfmlp.report.model_error import COLUMNS
 
 CALIBRATED = "tests/data/h200-x2-calibrated.yaml"
 SPREAD = {"host": (0.8, 0.9, 1.0, 1.0, 1.1, 1.4), "pageable_copy": (0.7, 1.0, 1.3), "pinned_copy": (0.99, 1.0, 1.01),
@@ -101,7 +101,7 @@ def test_calibration_spread_table():
 
 def test_blind_intervals_judged_over_a_sweep():
     from types import SimpleNamespace as NS
-    from perfmlp.report.interval_check import judge_intervals, interval_table_rows
+    from perfmlp.report.model_error import judge_intervals, interval_table_rows
     q = [1e-3 * (1.0 + 0.01 * i) for i in range(21)]        # uniform on 1.00-1.20 ms: 90% interval 1.01-1.19
 
     def entry(**kw):
@@ -250,7 +250,7 @@ def test_a_step_staged_through_pageable_memory_draws_the_pageable_model_error_wh
 
 def test_the_blind_tests_model_error_goes_into_a_machine_file(tmp_path):
     from perfmlp.report.blind_spread import main, model_error_ratios
-    from perfmlp.report.blind_tests import read_blind_tests
+    from perfmlp.report.model_error import read_blind_tests
     from perfmlp.model.machine import load_machine as load
     head = ",".join(COLUMNS)
     rows = [f"k,abc,2026-11-25,s,r{i},512,800,1,resident,nccl,{'graph' if i < 6 else 'eager'},data,float32,2,"
@@ -306,7 +306,7 @@ def test_blind_spread_refuses_a_file_that_is_not_a_machine_file_in_one_line(tmp_
 
 
 def test_the_run_to_run_floor_of_a_graph_interval():
-    from perfmlp.report.interval_check import MEDIAN_SD, judge_intervals, noise_floor
+    from perfmlp.report.model_error import MEDIAN_SD, judge_intervals, noise_floor
     # first two runs 2%, 4% and 0% apart (over their median): median |d| 2/101, sigma = that / (0.6745 sqrt 2)
     runs = [[1.0, 1.02], [1.0, 1.04], [1.0, 1.0]]
     sigma = (0.02 / 1.01) / (0.6745 * 2 ** 0.5)

@@ -447,7 +447,7 @@ def label(variant):
 
 def test_direction_of_a_change():
     from types import SimpleNamespace
-    from perfmlp.report.analyses.execution import Change, Variant
+    from perfmlp.report.analyses.scaling import Change, Variant
 
     def v(t_ms, pred_ms):
         return Variant("graph", None, (SimpleNamespace(t_ms=t_ms, predicted_ms=pred_ms),))

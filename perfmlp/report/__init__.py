@@ -26,7 +26,7 @@ from .render import render
 from .sections.scaling import section_execution, section_host_timeline, section_phases, section_scaling
 from .sections.strategies import section_psasync, section_strategies
 from .study import Study, load_study
-from .blind_tests import History, read_blind_tests
+from .model_error import History, read_blind_tests
 from .sections.timeline import section_correctness, section_nsys, section_profiles, section_timeline
 from .sections.validation import section_history, section_model, section_no_gpu, section_runs, section_validation
 

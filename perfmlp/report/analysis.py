@@ -27,7 +27,6 @@ from .. import names as N
 # a model term with no phase of its own (gemm, elementwise, launches, the tracer's events) falls inside compute.
 TERMS = N.GROUPS
 BUSY_TERMS = (N.H2D_BATCH, N.COMPUTE)  # a rank's own work before it waits for the others
-COPY_TERMS = (N.H2D_BATCH, N.D2H_GRAD, N.H2D_GRAD)
 
 
 # ---- one run ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One blind sweep's rows for the blind-test history (blind_tests.py's columns):
+"""One blind sweep's rows for the blind-test history (model_error.py's columns):
 
     python -m perfmlp.report.blind_rows TRACES --machine-kind KIND \\
         --machine calibrated.yaml >> reports/blind-tests.csv
@@ -22,7 +22,7 @@ from ..errors import OneLineParser, PerfmlpError, cli, say
 from ..model.machine import MachineError
 from ..trace.reader import TraceError, read_traces
 from .analysis import analyse
-from .blind_tests import COLUMNS
+from .model_error import COLUMNS
 from .model_error import read_predictions
 from .study import load_study
 from .validation import repeat_groups, repeat_prediction
@@ -55,7 +55,7 @@ def blind_rows(folder: Path, machine_kind: str, machine: str) -> tuple[list[dict
         first = g.runs[0]
         rows.append({"machine": machine_kind, "commit": commit.pop(), "date": starts[first.run_id][:10],
                      "sweep": f"{machine_kind}/{folder.name}", "run": _REPEAT.sub("", first.run_id),
-                     "hidden_sizes": "x".join(map(str, first.hidden)), "batch_size": first.batch,
+                     "hidden_sizes": first.hidden_label, "batch_size": first.batch,
                      "procs": first.procs, "batch_transfer": first.transfer, "comm": first.comm, "exec": first.exec,
                      "parallel": first.parallel, "precision": first.precision, "repeats": len(t),
                      "predicted_s": f"{pred_ms / 1e3:.12g}", "measured_s": f"{statistics.median(t):.12g}",

@@ -28,7 +28,7 @@ from ..checks import CheckError, read_yaml
 from ..errors import OneLineParser, PerfmlpError, cli, say, write_atomic
 from ..model.machine import (MODEL_ERROR_SOURCES, MODEL_SOURCES, PAGEABLE_MODEL_ERROR_SOURCES, PAGEABLE_TRANSFERS,
                              MachineError, machine_from_mapping, machine_to_yaml)
-from .blind_tests import read_blind_tests
+from .model_error import read_blind_tests
 from .thresholds import MIN_TESTS
 
 

@@ -22,9 +22,10 @@ from ..errors import PerfmlpError, cli, say, write_atomic
 
 WINDOW = (1280, 900)    # CSS pixels: the overview's budget
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--force-device-scale-factor=1",
-         "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000")
+HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync")   # a fresh browser that reaches nothing
+FLAGS = (*HEADLESS, "--hide-scrollbars", "--force-device-scale-factor=1", "--run-all-compositor-stages-before-draw",
+         "--virtual-time-budget=5000")
 TIMEOUT_S = 120
 
 

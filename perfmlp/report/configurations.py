@@ -182,8 +182,5 @@ def legend(settings: list[dict]) -> str:
 
 def run_labels(configs: list[Configuration]) -> dict[str, str]:
     """run id -> a short label: its configuration's, with #k for the k-th of several repeats."""
-    out = {}
-    for c in configs:
-        for i, r in enumerate(c.runs, 1):
-            out[r.run_id] = c.label + (f" #{i}" if len(c.runs) > 1 else "")
-    return out
+    return {r.run_id: c.label + (f" #{i}" if len(c.runs) > 1 else "") for c in configs
+            for i, r in enumerate(c.runs, 1)}

@@ -82,14 +82,13 @@ def plain_log(ax, axis: str = "both", unit: str = "") -> None:
             if v >= size:
                 return f"{v / size:g}{suffix}{unit}"
         return f"{v:g}{unit}"
-    for which in ("x", "y") if axis == "both" else (axis,):
-        a = ax.xaxis if which == "x" else ax.yaxis
+    for a in {"x": (ax.xaxis,), "y": (ax.yaxis,), "both": (ax.xaxis, ax.yaxis)}[axis]:
         a.set_major_locator(LogLocator(base=10))
         a.set_major_formatter(FuncFormatter(label))
         a.set_minor_formatter(NullFormatter())
 
 
-def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
+def legend_below(ax, handles=None, labels=None, ncol: int = 3, fontsize: float = 7, **kw):
     """A legend under the axes, where it hides no data (`labels`: the handles' own by default)."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
@@ -98,11 +97,13 @@ def legend_below(ax, handles=None, labels=None, ncol: int = 3, **kw):
     # anchored to the axes' bottom edge and pushed down by a fixed number of font sizes, clear of the
     # tick labels and the axis label whatever the axes' height
     kw.setdefault("borderaxespad", 4.2)
-    return ax.legend(handles, labels, fontsize=7, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+    return ax.legend(handles, labels, fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                      frameon=False, **kw)
 
 
-def _roof_lines(ax, x, peak, bws: dict, kind: str):
+def _roof_lines(ax, lo: float, hi: float, points: int, peak, bws: dict, kind: str):
+    """Each copy bandwidth's roofline over `points` log-spaced AIs from lo to hi, and the peak."""
+    x = np.logspace(np.log10(lo), np.log10(hi), points)
     for label, bw in bws.items():
         y = modified_roofline(x, peak, bw) if kind == "modified" else standard_roofline(x, peak, bw)
         ax.plot(x, y, TRANSFER_STYLES.get(label, "-."), color="black", lw=1.1,
@@ -125,8 +126,7 @@ def swatches(ax, colors: dict, ncol: int) -> None:
 def log_axes(ax, xlabel: str, ylabel: str, title: str, yunit: str = "", size=None, grid: bool = False) -> None:
     """Both axes log and labelled plainly (plain_log; `yunit` after the y ticks); `size`: the labels' points
     and the title's one more (default: the title at 10)."""
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    ax.set(xscale="log", yscale="log")
     plain_log(ax, "x")
     plain_log(ax, "y", yunit)
     ax.set_xlabel(xlabel, fontsize=size)
@@ -153,8 +153,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
     fig, ax = subplots(figsize=(7.5, 5.6))
     ais = [p["ai"] for p in points] or [100.0]
     lo, hi = min(ais) / 4, max(max(ais) * 8, max(peak / bw for bw in bws.values()) * 4)
-    x = np.logspace(np.log10(lo), np.log10(hi), 300)
-    _roof_lines(ax, x, peak, bws, kind)
+    _roof_lines(ax, lo, hi, 300, peak, bws, kind)
     for label, bw in bws.items():
         ax.axvline(peak / bw, color="grey", lw=0.6, ls=TRANSFER_STYLES.get(label, "-."),
                    label=f"ridge point, {label} copies (AI {peak / bw:,.0f})")
@@ -177,7 +176,7 @@ def roofline(points, peak, bws: dict, kind: str, title: str, model: str, h_list=
     return encode(fig)
 
 
-def overview_roofline(points, peak, bws: dict, title: str, precision: str):
+def overview_roofline(points, peak, bws: dict, title: str):
     """Every configuration on the modified roofline, coloured by what bounds it (points: dicts with ai,
     flops per GPU, category, transfer); those that copy nothing (ai inf) in a band at the right."""
     from matplotlib.patches import Patch
@@ -186,8 +185,7 @@ def overview_roofline(points, peak, bws: dict, title: str, precision: str):
     ridge = max(peak / bw for bw in bws.values())
     lo = min(finite + [ridge / 30]) / 3
     hi = max(finite + [ridge]) * 6
-    x = np.logspace(np.log10(lo), np.log10(hi), 200)
-    _roof_lines(ax, x, peak, bws, "modified")
+    _roof_lines(ax, lo, hi, 200, peak, bws, "modified")
     band = hi * 3
     ax.axvspan(hi * 1.6, hi * 6, color="0.92", zorder=0)
     ax.annotate("no host-device\ncopies", (band, peak * 1.15), ha="center", fontsize=7, color="0.3")
@@ -203,8 +201,7 @@ def overview_roofline(points, peak, bws: dict, title: str, precision: str):
     cats = list(dict.fromkeys(p["category"] for p in points))
     handles += [Patch(color=CATEGORY_COLORS.get(c, "black"), label=f"bound by {c}") for c in cats]
     handles += [mark(f"{t} data", TRANSFER_MARKERS.get(t, "o")) for t in dict.fromkeys(p["transfer"] for p in points)]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=6.5, ncol=3, loc="upper center",
-              bbox_to_anchor=(0.5, 0.0), borderaxespad=4.5, frameon=False, columnspacing=1.0, handletextpad=0.4)
+    legend_below(ax, handles, fontsize=6.5, borderaxespad=4.5, columnspacing=1.0, handletextpad=0.4)
     return encode(fig)
 
 

@@ -94,7 +94,7 @@ def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | 
     return found if found is not None and found.judged else None
 
 
-def whatif_gain(c: Configuration, change: Change, run, machine: Machine, unpriced_gemm: bool) -> float | None:
+def whatif_gain(change: Change, run, machine: Machine, unpriced_gemm: bool) -> float | None:
     """The what-if engine's predicted gain of one change for the configuration's representative run."""
     try:
         w = what_if_run(run, machine, dict(change.sets))
@@ -189,7 +189,7 @@ def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Mac
         for ch in CHANGES:
             if not ch.applies(c.s):
                 continue
-            gain = whatif_gain(c, ch, run, machine, unpriced(c.s["gemm"]))
+            gain = whatif_gain(ch, run, machine, unpriced(c.s["gemm"]))
             if gain is None:
                 continue
             sib = sibling_of(c, ch.target, index)

@@ -9,6 +9,7 @@ report touches only what changed.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import io
@@ -16,7 +17,6 @@ import math
 import re
 from pathlib import Path
 
-from ..errors import write_atomic
 from .figures import CATEGORY_COLORS
 from .sections import Cell, Figure, Section, Table
 from .thresholds import COLLAPSE_ROWS
@@ -114,10 +114,8 @@ def md_table(t: Table) -> str:
     if not t.rows:
         return "(none)\n"
     keys = shown(t)
-    out = ["| " + " | ".join(map(md_cell, keys)) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
-    for r in t.rows:
-        out.append("| " + " | ".join(md_cell(fmt(r.get(k))) for k in keys) + " |")
-    return "\n".join(out) + "\n"
+    rows = [map(md_cell, keys), ["---"] * len(keys), *([md_cell(fmt(r.get(k))) for k in keys] for r in t.rows)]
+    return "".join(f"| {' | '.join(cells)} |\n" for cells in rows)
 
 
 def html_cell(row: dict, key: str, tips: dict) -> str:
@@ -138,21 +136,6 @@ def html_table(t: Table) -> str:
     body = "".join("<tr>" + "".join(html_cell(r, k, t.tips) for k in keys) + "</tr>" for r in t.rows)
     css = f' class="{t.css}"' if t.css else ""
     return f"<table{css}>{head}{body}</table>"
-
-
-def _holds(path: Path, data: bytes) -> bool:
-    try:
-        return path.read_bytes() == data
-    except OSError:
-        return False
-
-
-def write_if_changed(path: Path, data: bytes) -> bool:
-    """Write `data` whole (write_atomic) unless the file already holds exactly it; True if written."""
-    if _holds(path, data):
-        return False
-    write_atomic(path, data)
-    return True
 
 
 def collapsed(t: Table) -> bool:
@@ -255,8 +238,9 @@ def render(sections: list[Section], out: Path, title: str, header: list[str], fi
     _write(out / "report.html", page.encode("utf-8", "surrogateescape"))
 
 
-
 def _write(path: Path, data: bytes) -> None:
     """Write into the staging folder (a copy of the previous report) unless the bytes are already there."""
-    if not _holds(path, data):
-        path.write_bytes(data)
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return
+    path.write_bytes(data)

@@ -68,18 +68,23 @@ class Study:
         return (self.input_size, self.hidden_size, self.num_classes)
 
 
-def _per_procs(where: str, key: str, value, procs) -> dict[int, float]:
+def _per_procs(key: str, value, procs) -> dict[int, float]:
     if not isinstance(value, dict) or set(value) != set(procs):
-        raise PerfmlpError(f"{where}: {key} must give a value for each of procs {list(procs)}")
+        raise checks.CheckError(f"{key} must give a value for each of procs {list(procs)}")
+    return {p: checks.positive(f"{key}[{p}]", checks.number(f"{key}[{p}]", value[p])) for p in procs}
+
+
+def study_from_mapping(data, where: str) -> Study:
+    """The study a YAML mapping describes; a bad value is a one-line PerfmlpError naming `where` and the key."""
     try:
-        return {p: checks.positive(f"{key}[{p}]", checks.number(f"{key}[{p}]", value[p])) for p in procs}
+        return Study(**_values(data), **_published(data), path=where)
     except checks.CheckError as e:
         raise PerfmlpError(f"{where}: {e}") from None
 
 
-def study_from_mapping(data, where: str) -> Study:
+def _values(data) -> dict:
     if not isinstance(data, dict):
-        raise PerfmlpError(f"{where}: expected a mapping of keys")
+        raise checks.CheckError("expected a mapping of keys")
     ints = ("input_size", "hidden_size", "num_classes", "batch_size")
     strings = ("name", "title", "precision", "reference_gpu")
     lists = ("procs", "q2_2_hidden_sizes")
@@ -87,53 +92,44 @@ def study_from_mapping(data, where: str) -> Study:
     optional = {"reference_machine", "reference_scheme", "networks"}
     wrong = sorted((set(data) - optional) ^ known)
     if wrong:
-        raise PerfmlpError(f"{where}: {'unknown' if wrong[0] in data else 'missing'} key {wrong[0]}")
-    try:
-        values = {k: checks.positive(k, checks.integer(k, data[k])) for k in ints}
-        values.update({k: checks.string(k, data[k], non_empty=True) for k in strings})
-        checks.choice("precision", data["precision"], ("float32", "float64"))
-        for k in lists:
-            items = data[k] if isinstance(data[k], list) and data[k] else [None]
-            values[k] = tuple(checks.positive(k, checks.integer(k, v)) for v in items)
-        values["target_factor"] = checks.positive("target_factor",
-                                                  checks.number("target_factor", data["target_factor"]))
-        t = data["targets"] if isinstance(data["targets"], dict) else {}
-        values["targets"] = Targets(**{f: checks.number(f"targets.{f}", t.get(f))
-                                       for f in Targets.__dataclass_fields__})
-    except checks.CheckError as e:
-        raise PerfmlpError(f"{where}: {e}") from None
+        raise checks.CheckError(f"{'unknown' if wrong[0] in data else 'missing'} key {wrong[0]}")
+    values = {k: checks.positive(k, checks.integer(k, data[k])) for k in ints}
+    values.update({k: checks.string(k, data[k], non_empty=True) for k in strings})
+    checks.choice("precision", data["precision"], ("float32", "float64"))
+    for k in lists:
+        items = data[k] if isinstance(data[k], list) and data[k] else [None]
+        values[k] = tuple(checks.positive(k, checks.integer(k, v)) for v in items)
+    values["target_factor"] = checks.positive("target_factor", checks.number("target_factor", data["target_factor"]))
+    t = data["targets"] if isinstance(data["targets"], dict) else {}
+    values["targets"] = Targets(**{f: checks.number(f"targets.{f}", t.get(f)) for f in Targets.__dataclass_fields__})
     for key in ("reference_utilisation", "reference_ms_per_batch"):
-        values[key] = _per_procs(where, key, data[key], values["procs"])
-    values.update(_published(where, data))
-    return Study(**values, path=where)
+        values[key] = _per_procs(key, data[key], values["procs"])
+    return values
 
 
-def _published(where: str, data: dict) -> dict:
+def _published(data: dict) -> dict:
     """The optional keys that say how the published times were made."""
     if not {"reference_machine", "reference_scheme", "networks"} & set(data):
         return {}
-    try:
-        machine = checks.string("reference_machine", data.get("reference_machine"), non_empty=True)
-        scheme = data.get("reference_scheme")
-        if not isinstance(scheme, dict) or set(scheme) != set(REFERENCE_SCHEME_CHOICES):
-            raise checks.CheckError(f"reference_scheme must give exactly {', '.join(REFERENCE_SCHEME_CHOICES)}")
-        pairs = tuple((k, checks.choice(f"reference_scheme.{k}", scheme[k], opts))
-                      for k, opts in REFERENCE_SCHEME_CHOICES.items())
-        nets = data.get("networks") or []
-        if not isinstance(nets, list):
-            raise checks.CheckError("networks must be a list")
-        networks = []
-        for i, n in enumerate(nets):
-            if not isinstance(n, dict) or set(n) != {"name", "mpi_alpha_s", "mpi_bw_bytes_per_s"}:
-                raise checks.CheckError(f"networks[{i}] needs exactly name, mpi_alpha_s, mpi_bw_bytes_per_s")
-            k = f"networks[{i}]"
-            networks.append(Network(
-                checks.string(f"{k}.name", n["name"], non_empty=True),
-                checks.non_negative(f"{k}.mpi_alpha_s", checks.number(f"{k}.mpi_alpha_s", n["mpi_alpha_s"])),
-                checks.positive(f"{k}.mpi_bw_bytes_per_s",
-                                checks.number(f"{k}.mpi_bw_bytes_per_s", n["mpi_bw_bytes_per_s"]))))
-    except checks.CheckError as e:
-        raise PerfmlpError(f"{where}: {e}") from None
+    machine = checks.string("reference_machine", data.get("reference_machine"), non_empty=True)
+    scheme = data.get("reference_scheme")
+    if not isinstance(scheme, dict) or set(scheme) != set(REFERENCE_SCHEME_CHOICES):
+        raise checks.CheckError(f"reference_scheme must give exactly {', '.join(REFERENCE_SCHEME_CHOICES)}")
+    pairs = tuple((k, checks.choice(f"reference_scheme.{k}", scheme[k], opts))
+                  for k, opts in REFERENCE_SCHEME_CHOICES.items())
+    nets = data.get("networks") or []
+    if not isinstance(nets, list):
+        raise checks.CheckError("networks must be a list")
+    networks = []
+    for i, n in enumerate(nets):
+        if not isinstance(n, dict) or set(n) != {"name", "mpi_alpha_s", "mpi_bw_bytes_per_s"}:
+            raise checks.CheckError(f"networks[{i}] needs exactly name, mpi_alpha_s, mpi_bw_bytes_per_s")
+        k = f"networks[{i}]"
+        networks.append(Network(
+            checks.string(f"{k}.name", n["name"], non_empty=True),
+            checks.non_negative(f"{k}.mpi_alpha_s", checks.number(f"{k}.mpi_alpha_s", n["mpi_alpha_s"])),
+            checks.positive(f"{k}.mpi_bw_bytes_per_s",
+                            checks.number(f"{k}.mpi_bw_bytes_per_s", n["mpi_bw_bytes_per_s"]))))
     return {"reference_machine": machine, "reference_scheme": pairs, "networks": tuple(networks)}
 
 

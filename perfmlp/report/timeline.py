@@ -18,7 +18,7 @@ from __future__ import annotations
 import pstats
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..trace.activity import own_kernel_names
@@ -51,20 +51,6 @@ def length(intervals) -> float:
     return sum(e - s for s, e in union(intervals))
 
 
-def intersect(a, b) -> list[tuple[float, float]]:
-    a, b = union(a), union(b)
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if e > s:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
 def subtract(a, b) -> list[tuple[float, float]]:
     """Points of a not in b."""
     out = []
@@ -82,8 +68,9 @@ def subtract(a, b) -> list[tuple[float, float]]:
     return out
 
 
-def clip(intervals, lo: float, hi: float) -> list[tuple[float, float]]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
+def intersect(a, b) -> list[tuple[float, float]]:
+    """Points of a in b."""
+    return subtract(a, subtract(a, b))
 
 
 # ---- one batch on one rank -----------------------------------------------------------------
@@ -107,28 +94,21 @@ class Breakdown:
         return self.exposed_comm / self.window if self.window > 0 else 0.0
 
     def parts(self) -> dict[str, float]:
-        """PARTS -> ms."""
-        return dict(zip(PARTS, (self.compute, self.exposed_comm, self.copies, self.idle_host_launch,
-                                self.idle_copies, self.idle_other_ranks)))
+        """PARTS -> ms (the first six fields)."""
+        return dict(zip(PARTS, astuple(self)))
 
 
 def breakdown(records, window: tuple[float, float], host_phases: dict | None = None) -> Breakdown:
     """A batch's GPU window (start, end ns) split into PARTS (`host_phases`: phase -> (start, end) ns)."""
-    lo, hi = window
-    by = {c: clip([(r.start_ns, r.end_ns) for r in records if r.cat == c], lo, hi)
+    by = {c: intersect([(r.start_ns, r.end_ns) for r in records if r.cat == c], [window])
           for c in ("compute", "comm", "copy", "graph")}
     compute = union(by["compute"] + by["graph"])
-    exposed = subtract(by["comm"], compute)
-    copies = subtract(by["copy"], compute + by["comm"])
-    idle = subtract([(lo, hi)], union(compute + by["comm"] + by["copy"]))
+    idle = subtract([window], compute + by["comm"] + by["copy"])
     ranks = [span for phase, span in (host_phases or {}).items() if phase in COLLECTIVE_PHASES]
     copying = [span for phase, span in (host_phases or {}).items() if phase in COPY_PHASES]
-    return Breakdown(compute=length(compute) / 1e6, exposed_comm=length(exposed) / 1e6,
-                     copies=length(copies) / 1e6,
-                     idle_host_launch=length(subtract(idle, ranks + copying)) / 1e6,
-                     idle_copies=length(intersect(idle, copying)) / 1e6,
-                     idle_other_ranks=length(intersect(idle, ranks)) / 1e6,
-                     comm=length(by["comm"]) / 1e6, window=(hi - lo) / 1e6)
+    parts = (compute, subtract(by["comm"], compute), subtract(by["copy"], compute + by["comm"]),
+             subtract(idle, ranks + copying), intersect(idle, copying), intersect(idle, ranks), by["comm"])
+    return Breakdown(*(length(x) / 1e6 for x in parts), window=(window[1] - window[0]) / 1e6)
 
 
 # ---- one batch across ranks ----------------------------------------------------------------
@@ -289,12 +269,9 @@ def _comm_span(b, clock) -> tuple[float, float] | None:
 
 def run_collectives(run: Run) -> list[CollectiveWait]:
     """collective_waits() of every steady batch with a collective on every rank (more than one)."""
-    rows = []
-    for key, recs in sorted(run.steady_batches().items()):
-        arr = {r: _comm_span(b, run.ranks[r].clock) for r, b in recs.items()}
-        if len(arr) > 1 and None not in arr.values():
-            rows.append(collective_waits(arr, *key))
-    return rows
+    arrivals = ((key, {r: _comm_span(b, run.ranks[r].clock) for r, b in recs.items()})
+                for key, recs in sorted(run.steady_batches().items()))
+    return [collective_waits(arr, *key) for key, arr in arrivals if len(arr) > 1 and None not in arr.values()]
 
 
 def representative(run: Run) -> tuple[int, int] | None:
@@ -329,9 +306,9 @@ class HostFunction:
     cumulative_s: float
 
 
-def top_functions(path: Path, column: int = 2, top: int = 10) -> list[HostFunction]:
-    """A cProfile dump's `top` functions by own time (`column` 2) or cumulative time (3)."""
-    items = sorted(pstats.Stats(str(path)).stats.items(), key=lambda kv: kv[1][column], reverse=True)[:top]
+def top_functions(path: Path, column: int = 2) -> list[HostFunction]:
+    """A cProfile dump's ten functions with the most own time (`column` 2) or cumulative time (3)."""
+    items = sorted(pstats.Stats(str(path)).stats.items(), key=lambda kv: kv[1][column], reverse=True)[:10]
     return [HostFunction(path.name, f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], v[2], v[3]) for k, v in items]
 
 

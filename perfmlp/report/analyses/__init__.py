@@ -12,11 +12,8 @@ from ...errors import PerfmlpError
 from ...trace.reader import read_traces
 from ..analysis import Analysis, analyse
 from ..study import load_study
-from .accuracy import host_paced_spread, limit_text, model_accuracy, terms
-from .imbalance import imbalance
-from .overlap import overlap_bounds
-from .runs import in_q2_2, judged_for_model, runs
-from .scaling import STRONG, WEAK, scaling, scaling_groups
+from .accuracy import host_paced_spread, in_q2_2, judged_for_model, limit_text, model_accuracy, runs, terms
+from .scaling import STRONG, WEAK, imbalance, overlap_bounds, scaling, scaling_groups
 from .table import Table
 from ..configurations import configurations as configurations_of
 
@@ -28,13 +25,10 @@ __all__ = ["Analyses", "Table", "load", "runs", "configurations", "scaling", "sc
 def configurations(a: Analysis) -> Table:
     """Repeats merged: one row per configuration, its settings, the median time per batch over its repeats,
     their fastest and slowest, and the run that stands for it."""
-    rows = []
-    for c in configurations_of(a):
-        times = [r.t_ms for r in c.runs]
-        rows.append({"configuration": c.label, **c.s, "ms per batch": c.t_ms, "repeats": len(c.runs),
-                     "fastest ms": min(times), "slowest ms": max(times), "judged": c.judged,
-                     "predicted ms": c.predicted_ms, "representative": c.representative.run_id})
-    return Table.from_records("configurations", rows)
+    return Table.from_records("configurations", (
+        {"configuration": c.label, **c.s, "ms per batch": c.t_ms, "repeats": len(c.runs),
+         "fastest ms": min(r.t_ms for r in c.runs), "slowest ms": max(r.t_ms for r in c.runs), "judged": c.judged,
+         "predicted ms": c.predicted_ms, "representative": c.representative.run_id} for c in configurations_of(a)))
 
 
 def _method(analysis):

@@ -22,17 +22,12 @@ class Peer:
     batch: int           # all ranks together (the benchmark splits B over p)
     procs: int
     ms: float            # median over the rounds of the wall time per step
-    source: str          # the file, relative to the traces folder's parent
 
 
 def peer_files(folder: Path | None) -> list[Path]:
     if folder is None or not folder.is_dir():
         return []
-    found = set(folder.rglob(PEER_FILE))
-    bench = folder.parent / "benchmarks"
-    if bench.is_dir():
-        found |= set(bench.rglob(PEER_FILE))
-    return sorted(found)
+    return sorted({f for d in (folder, folder.parent / "benchmarks") for f in d.rglob(PEER_FILE)})
 
 
 def read_peers(folder: Path | None) -> list[Peer]:
@@ -43,7 +38,6 @@ def read_peers(folder: Path | None) -> list[Peer]:
             lines = f.read_text(encoding="utf-8").splitlines()
         except OSError:
             continue
-        rel = str(f.relative_to(folder.parent)) if folder.parent in f.parents else str(f)
         for line in lines:
             try:
                 r = read_json(line)
@@ -53,5 +47,5 @@ def read_peers(folder: Path | None) -> list[Peer]:
             except (ValueError, KeyError, TypeError):
                 continue
             if name:
-                rows.setdefault(key, []).append((ms, rel))
-    return [Peer(*k, statistics.median(ms for ms, _ in v), v[0][1]) for k, v in sorted(rows.items())]
+                rows.setdefault(key, []).append(ms)
+    return [Peer(*k, statistics.median(v)) for k, v in sorted(rows.items())]

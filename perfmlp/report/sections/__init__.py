@@ -4,12 +4,8 @@ function from the analysis, in the modules beside this one; render.py writes.
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
-
-from ..analyses.accuracy import HOST_CLOCK_COLUMN
-from ..analysis import TERMS
 
 
 @dataclass(frozen=True)
@@ -52,19 +48,6 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     anchor: str = ""            # report.html's id for the section ("" : made from the title)
-
-
-def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
-    """One sentence on the measured terms a per-term table leaves out (`left_out`: each row's)."""
-    by_term = Counter(t for terms in left_out for t in terms)
-    if not by_term:
-        return None
-    where = ", ".join(f"{t} in {by_term[t]}" for t in TERMS if by_term[t])
-    return (f"{sum(by_term.values())} measured term(s) in {sum(map(bool, left_out))} of {len(left_out)} {rows} "
-            f"{outcome} ({where}): they were timed on the host clock (trace level counters), where work the host "
-            "only enqueues (kernels, graph replays, NCCL collectives, pinned copies) measures its enqueue and the "
-            "staged D2H its wait for the backward pass, not the time the model's term prices "
-            f"(trace.format.comparable_terms; the host's times are in the column '{HOST_CLOCK_COLUMN}').")
 
 
 def pct(fraction: float | None, nd: int = 2) -> str:

@@ -100,9 +100,8 @@ def section_cluster(a: Analysis) -> Section | None:
     if cluster is None:
         return None
     st = a.study
-    sizes = (st.input_size, st.hidden_size, st.num_classes)
-    strong = scaling(cluster, machine, sizes, st.batch_size, procs_list=PROCS, precision=st.precision)
-    weak = scaling(cluster, machine, sizes, st.batch_size, weak=True, procs_list=PROCS, precision=st.precision)
+    strong = scaling(cluster, machine, st.layer_sizes, st.batch_size, procs_list=PROCS, precision=st.precision)
+    weak = scaling(cluster, machine, st.layer_sizes, st.batch_size, weak=True, procs_list=PROCS, precision=st.precision)
     s = Section(f"Projection onto a cluster: {cluster.name}")
     s.paragraphs.append(
         f"Cluster file models/clusters/{Path(cluster.path).name}; compute priced with {machine.name} "
@@ -113,7 +112,7 @@ def section_cluster(a: Analysis) -> Section | None:
         f"nccl-tests figures below (docs/model.md says where and why it differs).")
     s.figures.append(Figure(
         "cluster_scaling", f"Strong scaling (B = {st.batch_size}) and weak scaling ({st.batch_size} a GPU), "
-        f"{'-'.join(map(str, sizes))}: the model's lines, the traces' runs (p <= 4) as points",
+        f"{'-'.join(map(str, st.layer_sizes))}: the model's lines, the traces' runs (p <= 4) as points",
         scaling_figure, {"panels": [
             (f"strong, B = {st.batch_size}", strong, measured_points(a, st.hidden_size, st.batch_size, False)),
             (f"weak, {st.batch_size} a GPU", weak, measured_points(a, st.hidden_size, st.batch_size, True))],

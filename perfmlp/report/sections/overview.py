@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..analyses.runs import study_shaped
+from ..analyses.accuracy import study_shaped
 from ..analysis import Analysis
 from ..configurations import (Configuration, configurations, legend, shown_settings, sort_key, split_label,
                               usual)
@@ -69,12 +69,9 @@ def what_ran(a: Analysis, o: Overview) -> str:
     dates = sorted({str(m.start)[:10] for m in ms if m.start})
     recorded = [m.versions.get("perfmlp_git") for m in ms]
     commits = sorted(set(recorded) - {None})
-    gpus = Counter()
-    for m in ms:
-        for node in ((m.machine or {}).get("nodes") or {}).values():
-            if node.get("gpu"):
-                gpus[(node["gpu"], int(node.get("gpu_count", 1)))] += 1
-    where = ", ".join(f"{n} x {g}" if n > 1 else g for (g, n) in sorted(gpus)) or "the CPU (NumPy)"
+    gpus = sorted({(node["gpu"], int(node.get("gpu_count", 1))) for m in ms
+                   for node in ((m.machine or {}).get("nodes") or {}).values() if node.get("gpu")})
+    where = ", ".join(f"{n} x {g}" if n > 1 else g for g, n in gpus) or "the CPU (NumPy)"
     if gpus and len(a.gpu_runs) < len(a.runs):
         where += " and the CPU (NumPy)"
     repeated = sum(len(c.runs) > 1 for c in o.configs)
@@ -85,10 +82,10 @@ def what_ran(a: Analysis, o: Overview) -> str:
     n, note = len(a.runs), legend([c.s for c in o.configs])
     return (f"{n} run{'s' if n != 1 else ''} in {len(o.configs)} configuration{'s' if len(o.configs) != 1 else ''}"
             f"{f' ({repeated} with repeats, merged: the median)' if repeated else ''} on {where}; {when}; {code}. "
-            + (note[0].upper() + note[1:] + "." if note else "") + blas_sentence(a, o) + disagree_sentence(o))
+            + (note[0].upper() + note[1:] + "." if note else "") + blas_sentence(o) + disagree_sentence(o))
 
 
-def blas_sentence(a: Analysis, o: Overview) -> str:
+def blas_sentence(o: Overview) -> str:
     """The BLAS library the NumPy runs called and the threads each rank ran, by process count."""
     cpu = [r for c in o.configs if not c.gpu for r in c.runs]
     if not cpu:
@@ -247,7 +244,7 @@ def overview_figure(a: Analysis, o: Overview) -> Figure:
     bws = {N.PAGEABLE: m.h2d_pageable_bytes_per_s, N.PINNED: m.h2d_pinned_bytes_per_s}
     return Figure("overview_roofline", f"Every GPU configuration on the modified roofline ({m.name}, {prec} peak), "
                   "coloured by what bounds it", overview_roofline,
-                  dict(points=points, peak=m.peak_flops_per_s(prec), bws=bws, precision=prec,
+                  dict(points=points, peak=m.peak_flops_per_s(prec), bws=bws,
                        title=f"{len(gpu)} configurations on the modified roofline, {m.name}"), place="side")
 
 

@@ -16,8 +16,8 @@ from ...model.precision import precision as precision_of
 from ...model.predict.cpu import cpu_ceilings
 from ...model.summary import part_flops, reference_approx
 from ...model.roofline import modified_roofline, standard_roofline
-from ..analyses.overlap import overlap_bounds
-from ..analyses.runs import study_shaped
+from ..analyses.scaling import overlap_bounds
+from ..analyses.accuracy import in_q2_2, study_shaped
 from ..analysis import Analysis
 from ..configurations import Configuration, configurations
 from ..figures import H_COLORS, ceilings_roofline, encode, log_axes, mark, roofline, subplots
@@ -30,15 +30,14 @@ REFERENCE_SCHEME, BEST = MODES[0], MODES[-1]
 
 
 def study_job(a: Analysis, c: Configuration) -> bool:
-    """A GPU configuration of the study's own job (analyses.runs.study_shaped), data parallel."""
+    """A GPU configuration of the study's own job (analyses.accuracy.study_shaped), data parallel."""
     return c.gpu and study_shaped(a, c) and c.s["strategy"] == N.DATA
 
 
-def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str,
-         gemm: str = N.CUBLAS) -> Configuration | None:
-    """The study-job configuration with exactly these settings (there is at most one: repeats are merged)."""
+def pick(a: Analysis, configs, procs: int, transfer: str, comm: str, exec_mode: str) -> Configuration | None:
+    """The cuBLAS study-job configuration with exactly these settings (one per trace level: repeats are merged)."""
     found = [c for c in configs if study_job(a, c) and c.s["procs"] == procs and c.s["transfer"] == transfer
-             and c.s["comm"] == comm and c.s["exec"] == exec_mode and c.s["gemm"] == gemm
+             and c.s["comm"] == comm and c.s["exec"] == exec_mode and c.s["gemm"] == N.CUBLAS
              and c.s["overlap"] == "no overlap"]
     return min(found, key=lambda c: (c.s["trace_level"] != N.PHASES_LEVEL, c.s["trace_level"])) if found else None
 
@@ -144,19 +143,11 @@ def _modified(ai: float, peak: float, bw: float) -> float:
     return peak if not math.isfinite(ai) else modified_roofline(ai, peak, bw)
 
 
-def q2_2_configs(a: Analysis) -> list[Configuration]:
-    """Question 2.2's points: B / p = the study's B, one of its H, its precision, cuBLAS, data parallel."""
-    st = a.study
-    return [c for c in configurations(a) if c.gpu and c.judged and c.s["gemm"] == N.CUBLAS
-            and c.s["batch"] == st.batch_size * c.s["procs"] and c.s["precision"] == st.precision
-            and c.s["hidden"] in {str(h) for h in st.q2_2_hidden_sizes} and c.s["strategy"] == N.DATA]
-
-
 def section_q2_2(a: Analysis) -> Section:
     st, primary = a.study, a.machines.primary
     s = Section("Question 2.2: the modified and the standard roofline")
     pts, inf_pts = [], []
-    for c in q2_2_configs(a):
+    for c in (c for c in configurations(a) if c.judged and in_q2_2(a, c.representative)):   # its points
         r = c.representative
         point = {"ai": r.ai, "measured": r.flops_rank0 / (c.t_ms * 1e-3),
                  "predicted": r.flops_rank0 / r.predicted.total_s if r.predicted else None,
@@ -240,17 +231,20 @@ def exchange_roofline(rows, title: str):
 
 # ---- the roofline of several ceilings ---------------------------------------------------------
 
-def ceilings_points(a) -> list[dict]:
-    """One point per GPU run of data parallelism: its GEMM format, measured FLOP/s per GPU, and its FLOPs
-    per device-memory byte its kernels moved (None where the trace does not count them) and per copied byte."""
+def ceilings_points(a, backend: str = N.CUPY) -> list[dict]:
+    """One point per `backend` run of data parallelism: its GEMM format (NumPy: its precision), measured FLOP/s
+    per GPU (rank), its FLOPs per device-memory byte its kernels moved (None where the trace does not count
+    them) and per byte it copied (NumPy: per byte its rank exchanges, with several ranks)."""
     out = []
     for r in a.runs:
-        if r.backend != N.CUPY or r.strategy != N.DATA or not r.t_ms:
+        if r.backend != backend or r.strategy != N.DATA or not r.t_ms:
             continue
-        mem = r.mem_bytes_rank0
-        out.append({"precision": precision_of(r.precision).gemm, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
-                    "ai_hbm": r.flops_rank0 / mem if mem else None,
-                    "ai_pcie": r.ai if math.isfinite(r.ai) else None, "run": r.run_id})
+        sent = r.bytes_exchanged_rank0 if r.procs > 1 else 0
+        link = (r.ai if math.isfinite(r.ai) else None) if r.gpu else (r.flops_rank0 / sent if sent else None)
+        out.append({"precision": precision_of(r.precision).gemm if r.gpu else r.precision,
+                    "measured": r.flops_rank0 / (r.t_ms * 1e-3),
+                    "ai_hbm": r.flops_rank0 / r.mem_bytes_rank0 if r.mem_bytes_rank0 else None,
+                    "ai_pcie": link, "run": r.run_id, "procs": r.procs})
     return out
 
 
@@ -272,23 +266,9 @@ def ceilings_figures(a, figure) -> list:
         + cpu_figures(a, figure)
 
 
-def cpu_points(a) -> list[dict]:
-    """One point per NumPy run of data parallelism: measured FLOP/s per rank, FLOPs per memory byte (where
-    the trace counts them) and per byte its rank exchanges (several ranks)."""
-    out = []
-    for r in a.runs:
-        if r.backend != N.NUMPY or r.strategy != N.DATA or not r.t_ms:
-            continue
-        sent = r.bytes_exchanged_rank0 if r.procs > 1 else 0
-        out.append({"precision": r.precision, "measured": r.flops_rank0 / (r.t_ms * 1e-3),
-                    "ai_hbm": r.flops_rank0 / r.mem_bytes_rank0 if r.mem_bytes_rank0 else None,
-                    "ai_pcie": r.flops_rank0 / sent if sent else None, "run": r.run_id, "procs": r.procs})
-    return out
-
-
 def cpu_figures(a, figure) -> list:
     """The CPU's roofline at the NumPy runs' most common rank count (one rank's share of the machine), or none."""
-    pts, cpu = cpu_points(a), a.machines.cpu
+    pts, cpu = ceilings_points(a, N.NUMPY), a.machines.cpu
     if not pts or cpu is None:
         return []
     procs = statistics.mode(p["procs"] for p in pts)

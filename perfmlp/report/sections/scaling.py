@@ -8,10 +8,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from ..analyses.execution import (EAGER_TO_GRAPH, TO_OVERLAP, Change, Variant, baseline, bytes_label, changes,
-                                  configuration, variant_groups)
-from ..analyses.imbalance import imbalance
-from ..analyses.scaling import STRONG, WEAK, scaling as scaling_table
+from ..analyses.scaling import (EAGER_TO_GRAPH, STRONG, TO_OVERLAP, WEAK, Change, Variant, baseline, bytes_label,
+                                changes, configuration, imbalance, scaling as scaling_table, variant_groups)
 from ..analysis import Analysis, error_pct
 from ..configurations import Configuration, configurations
 from ..figures import host_batch, phases, scaling
@@ -35,8 +33,7 @@ def section_scaling(a: Analysis) -> Section:
     table, fig = [], {}
     for row in scaling_table(a):
         kind = row["scaling"]
-        shown = {k: v for k, v in row.items() if k not in ("B", "B/p") or v is not None}
-        table.append(shown)
+        table.append({k: v for k, v in row.items() if k not in ("B", "B/p") or v is not None})   # the kind's B
         if row["gemm"] == N.CUBLAS and row["precision"] == st.precision and row["H"] == str(st.hidden_size):
             label = mode_label(row) + (f", B={row['B']}" if kind == STRONG else "")
             fig.setdefault(kind, {}).setdefault(label, []).append(

@@ -71,17 +71,12 @@ def section_strategies(a: Analysis) -> Section | None:
         "settings.")
     groups = strategy_groups(a)
     one_gpu = {k[:3] + k[4:]: by["data"][0] for k, by in groups.items() if k[3] == 1 and N.DATA in by}
-    rows, winners, points = [], [], []
+    rows, winners = [], []
     for key, by in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        procs = key[3]
-        if procs == 1 or not any(n != N.DATA for n in by):
+        if key[3] == 1 or not any(n != N.DATA for n in by):   # one GPU, or data parallelism alone
             continue
         base = one_gpu.get(key[:3] + key[4:])
-        for name, cs in sorted(by.items()):
-            for c in cs:
-                rows.append(strategy_row(a, c, name, base))
-                if c.predicted_ms:
-                    points.append({"strategy": name, "measured_ms": c.t_ms, "predicted_ms": c.predicted_ms})
+        rows += [strategy_row(a, c, name, base) for name, cs in sorted(by.items()) for c in cs]
         w = winner_row(by, base)
         if w:
             winners.append(w)
@@ -95,6 +90,7 @@ def section_strategies(a: Analysis) -> Section | None:
         s.tables.append(Table("strategy_winners", "Which strategy won at each measured point, measured and "
                               "predicted", winners))
     s.figures += map_figure(a, groups, winners)
+    points = [r for r in rows if r["predicted ms"]]
     if points:
         s.figures.append(Figure("strategy_measured_vs_predicted", "Measured against predicted time per batch, "
                                 "per strategy", measured_vs_predicted_by_strategy, dict(points=points)))
@@ -183,7 +179,6 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
     grid = np.zeros((len(bs), len(hs)), dtype=int)
     for j, h in enumerate(hs):
         for i, b in enumerate(bs):
-            # on GPUs: NCCL, else host MPI through the host (mpi-staged)
             ranking = best_strategy(machine, (D, int(h), C), int(b), procs, precision, transfer, True,
                                     exec_mode=exec_mode, staged=not device)
             if not ranking:
@@ -218,13 +213,14 @@ def strategy_map(machine, D, C, procs, precision, transfer, device, h_range, b_r
 
 
 def measured_vs_predicted_by_strategy(points):
+    """points: strategy_row()s with a prediction."""
     fig, ax = subplots(figsize=(5.2, 5.0))
     for name in sorted({p["strategy"] for p in points}):
-        xs = [p["predicted_ms"] for p in points if p["strategy"] == name]
-        ys = [p["measured_ms"] for p in points if p["strategy"] == name]
+        xs = [p["predicted ms"] for p in points if p["strategy"] == name]
+        ys = [p["ms per batch"] for p in points if p["strategy"] == name]
         ax.scatter(xs, ys, color=_color(name), label=name, edgecolors="black", zorder=3)
-    lo = min(min(p["predicted_ms"], p["measured_ms"]) for p in points) / 1.3
-    hi = max(max(p["predicted_ms"], p["measured_ms"]) for p in points) * 1.3
+    lo = min(min(p["predicted ms"], p["ms per batch"]) for p in points) / 1.3
+    hi = max(max(p["predicted ms"], p["ms per batch"]) for p in points) * 1.3
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
     log_axes(ax, "predicted ms per batch", "measured ms per batch", "Measured against predicted time per batch, "
              "per strategy")

@@ -7,19 +7,31 @@ from collections import Counter
 from pathlib import Path
 
 from ...trace.reader import STEADY_RULE
-from ..analysis import Analysis, RunSummary
-from ..blind_tests import WORST_PER_MACHINE, History, history_by_machine, worst_configurations
-from ..model_error import ErrorStats, sign_test_p
-from ..analyses.accuracy import HOST_CLOCK_COLUMN, host_clock_cell, model_accuracy, terms
-from ..analyses.runs import judged_for_model, runs as runs_table
+from ..analysis import TERMS, Analysis, RunSummary
+from ..model_error import (WORST_PER_MACHINE, ErrorStats, History, history_by_machine, interval_table_rows,
+                           sign_test_p, worst_configurations)
+from ..analyses.accuracy import (HOST_CLOCK_COLUMN, host_clock_cell, judged_for_model, model_accuracy,
+                                 runs as runs_table, terms)
 from ..figures import measured_vs_predicted
-from . import Figure, Section, Table, host_clock_note
-from ..interval_check import interval_table_rows
+from . import Figure, Section, Table
 from ..validation import OtherMachine, SelectionErrors, Validation, analyse_validation, quiet_label
 from ..thresholds import MIN_STEADY, SIGN_TEST_LEVEL
 
 TITLE = "The model tested blind: protocol, noise floor and error per term"
 STATS = ("median |error| %", "worst |error| %", "signed median %", "above", "below", "within noise", "sign test p")
+
+
+def host_clock_note(left_out: list[tuple[str, ...]], rows: str, outcome: str) -> str | None:
+    """One sentence on the measured terms a per-term table leaves out (`left_out`: each row's)."""
+    by_term = Counter(t for terms in left_out for t in terms)
+    if not by_term:
+        return None
+    where = ", ".join(f"{t} in {by_term[t]}" for t in TERMS if by_term[t])
+    return (f"{sum(by_term.values())} measured term(s) in {sum(map(bool, left_out))} of {len(left_out)} {rows} "
+            f"{outcome} ({where}): they were timed on the host clock (trace level counters), where work the host "
+            "only enqueues (kernels, graph replays, NCCL collectives, pinned copies) measures its enqueue and the "
+            "staged D2H its wait for the backward pass, not the time the model's term prices "
+            f"(trace.format.comparable_terms; the host's times are in the column '{HOST_CLOCK_COLUMN}').")
 
 
 def sign_verdict(above: int, below: int) -> str:
@@ -104,7 +116,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     s.tables.append(Table("validation_summary", "Model error against the median of the repeats, overall, per p, "
                           "per communication, execution and transfer mode: the calibrated (or blind) prediction, "
                           "then the datasheet-only model's (columns 'datasheet ...')", summary_table_rows(v.summary)))
-    if v.intervals is not None:   # the blind predictions' 90% intervals (interval_check.py)
+    if v.intervals is not None:   # the blind predictions' 90% intervals (model_error.py)
         s.paragraphs.append("Intervals: " + v.intervals.verdict() + ".")
         if v.intervals.rows:
             s.tables.append(Table("validation_intervals", "Each judged configuration's blind 90% interval against "
@@ -117,9 +129,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
         s.paragraphs.append("Per term: " + note)
     s.tables.append(Table("validation_terms_summary", "Error per term (phase group), over the configurations "
                           "whose trace timed the group's work (on the GPU, or on the host clock where it blocks "
-                          "the host)", [{"term": t.term, "configurations": t.configurations,
-                                        "median |error| ms": t.median_abs_ms, "median |error| %": t.median_abs_pct,
-                                        "signed median %": t.signed_median_pct} for t in v.per_term]))
+                          "the host)", list(v.per_term)))
     s.tables.append(Table("validation_runs", "Each configuration: repeats, spread, prediction and error",
                           config_rows(v)))
     s.tables.append(Table("validation_terms", "Each configuration, term by term (slowest rank, median over "
@@ -129,9 +139,7 @@ def section_validation(a: Analysis, history: History | None = None) -> Section:
     if v.whatif:
         s.tables.append(Table("validation_whatif", "What-if from the reference-scheme run (pageable, mpi-staged, "
                               "eager, one GPU) of each size: perfmlp.whatif's prediction against the measurement",
-                              [{"from": w.from_label, "to": w.to_label, "changed terms": ", ".join(w.changed_terms),
-                                "what-if ms": w.whatif_ms, "measured ms": w.measured_ms, "error %": w.error_pct,
-                                "model alone ms": w.model_ms, "judged": w.judged} for w in v.whatif]))
+                              list(v.whatif)))
     add_history(s, history)
     return s
 
