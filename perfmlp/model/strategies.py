@@ -246,13 +246,14 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     each). Eager pays the launches the GPU work does not hide; graph mode is one
     replay, its launch less the collectives the replay holds."""
     if parallel == N.DATA and comm not in PS_COMMS:
-        return predict.predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
-                             exec_mode=exec_mode)
+        return predict.predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer,
+                                     trace_level, exec_mode=exec_mode)
     mode = strategy_exec(exec_mode, parallel, comm)
     graph = mode == N.GRAPH
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
-    own = predict.predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level, exec_mode=mode)
+    own = predict.predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level,
+                                exec_mode=mode)
     cost = trace_cost(trace_level)   # the phases a traced batch records, a CUDA event each at the `phases` level
     phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode)) \
         if cost else 0
@@ -275,8 +276,8 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     job = sum(rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer).flops_total
               for r in range(procs))
     return predict.Prediction(terms, total, max(compute, total - compute), rc.flops_total, job,
-                      rc.bytes_h2d + rc.bytes_d2h, machine.name,
-                      {"exec": mode, "kernels": own.detail["kernels"], **trace_detail(trace_level)})
+                              rc.bytes_h2d + rc.bytes_d2h, machine.name,
+                              {"exec": mode, "kernels": own.detail["kernels"], **trace_detail(trace_level)})
 
 
 def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, batch_transfer: str,

@@ -12,12 +12,12 @@ communication kernels.
 """
 import importlib
 
-_HOME = {"predict_batch": "batch", "TERM_GROUP": "batch", "TERMS": "batch", "Prediction": "batch",
-         "allreduce_s": "exchange", "gradient_buckets": "exchange", "overlap_pipeline": "exchange",
-         "ring_allreduce_s": "exchange", "staging_memory": "exchange",
-         **dict.fromkeys(("Item", "Step", "default_trace_level", "graph_loop_host_s", "graph_refusal", "launch_host_s",
-                          "resolve_comm", "resolve_exec", "timeline_batch_s", "trace_cost", "trace_detail", "trace_words",
-                          "traced_phases"), "timeline")}
+_NAMES = {"batch": ("predict_batch", "TERM_GROUP", "TERMS", "Prediction"),
+          "exchange": ("allreduce_s", "gradient_buckets", "overlap_pipeline", "ring_allreduce_s", "staging_memory"),
+          "timeline": ("Item", "Step", "default_trace_level", "graph_loop_host_s", "graph_refusal", "launch_host_s",
+                       "resolve_comm", "resolve_exec", "timeline_batch_s", "trace_cost", "trace_detail", "trace_words",
+                       "traced_phases")}
+_HOME = {name: module for module, names in _NAMES.items() for name in names}
 __all__ = list(_HOME)
 
 
