@@ -4,7 +4,6 @@ ships), and a file the user named in place of the one of its kind."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import statistics
 from dataclasses import dataclass
@@ -31,17 +30,12 @@ class Machines:
 
 
 def shipped_machines() -> list[Machine]:
-    """Every shipped machine file that loads (a broken one is passed over), read once per process."""
-    return list(_shipped(tuple(str(f) for f in machine_files())))
-
-
-@functools.lru_cache(maxsize=2)
-def _shipped(names: tuple) -> tuple:
+    """Every shipped machine file that loads (a broken one is passed over)."""
     out = []
     for f in machine_files():
         with contextlib.suppress(MachineError):
-            out.append(load_machine(f))
-    return tuple(out)
+            out.append(load_machine(f))   # parsed once per process (load_machine keeps what it read)
+    return out
 
 
 def nearest_cpu(cpus) -> CpuMachine | None:
