@@ -65,7 +65,7 @@ def scaling_figure(panels, title: str):
                         label=f"{strategy} (measured)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        # plain tick labels: the log axes' default mathtext labels take seconds to lay out
+        # plain tick labels: the log axes' default mathtext labels are slow to lay out
         ax.set_xticks([p for p in PROCS if p <= max(r["procs"] for r in rows)])
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(NullLocator())
