@@ -129,7 +129,7 @@ def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) 
     out = []
     for r in runs:
         c = r.config
-        steady = max(-(-c.n_train // c.batch_size) - WARMUP_BATCHES, 1)
+        steady = max(c.batches_per_epoch - WARMUP_BATCHES, 1)
         per_batch = predict_run(machine, r)["total_s"]
         epochs = max(c.epochs, math.ceil(seconds / (per_batch * steady)))
         if epochs == c.epochs:
