@@ -52,19 +52,21 @@ def partitioned(cfg: Config) -> bool:
 def check_options(cfg: Config) -> str:
     """The backend the configuration runs on, after refusing the options it does not have."""
     name = resolve(cfg)
-    why = psasync.refusal(cfg, name)
+    why = psasync.refusal(cfg)
     if why:
         raise PerfmlpError(why)
-    what = f"--parallel {cfg.parallel}" if cfg.parallel != N.DATA else f"--comm {cfg.comm}"
-    if partitioned(cfg) and cfg.overlap:
-        raise PerfmlpError(f"--overlap is for data parallelism with an allreduce (this run: {what})")
     prec = precision_of(cfg.precision)
-    if partitioned(cfg) and prec.mixed:
-        raise PerfmlpError(f"--precision {cfg.precision} is for data parallelism with an allreduce (this run: "
-                           f"{what}): there every rank's update rewrites its 16-bit weight copy")
-    if partitioned(cfg) and cfg.batch_transfer in N.PREFETCH_TRANSFERS:
-        raise PerfmlpError(f"--batch-transfer {cfg.batch_transfer} is for data parallelism with an allreduce "
-                           f"(this run: {what})")
+    if partitioned(cfg) or cfg.comm == psasync.COMM:
+        ps = cfg.comm == psasync.COMM   # the options data parallelism with an allreduce has, refused
+        what = f"--parallel {cfg.parallel}" if cfg.parallel != N.DATA else f"--comm {cfg.comm}"
+        for flag, asked, why in (
+                ("--overlap", cfg.overlap, ")"),
+                (f"--precision {cfg.precision}", prec.mixed, "): the server's update does not rewrite the 16-bit "
+                 "weight copy" if ps else "): there every rank's update rewrites its 16-bit weight copy"),
+                (f"--batch-transfer {cfg.batch_transfer}", cfg.batch_transfer in N.PREFETCH_TRANSFERS,
+                 ", whose worker takes its next piece only from the server's answer)" if ps else ")")):
+            if asked:
+                raise PerfmlpError(f"{flag} is for data parallelism with an allreduce (this run: {what}{why}")
     if name == N.CUPY and prec.tensor_cores and cfg.gemm != N.CUBLAS:
         raise PerfmlpError(f"--precision {cfg.precision} runs its GEMMs on tensor cores through cuBLAS: "
                            f"use --gemm cublas, not --gemm {cfg.gemm}")
