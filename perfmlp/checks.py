@@ -3,6 +3,7 @@ returns the value converted or raises a one-line `CheckError` naming it ("batch_
 integer, got 2.5"). A string float() reads is a number too: PyYAML reads `1e-3` as a string."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import stat
@@ -33,10 +34,8 @@ def integer(name: str, value: Any) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             return int(value.strip())
-        except ValueError:
-            pass
     try:
         converted = number(name, value)
     except CheckError:

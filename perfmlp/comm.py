@@ -10,6 +10,7 @@ calls `grad_ready` as each gradient piece is written and the reducer starts its 
 pass did not hide."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -212,10 +213,8 @@ def close_communicators() -> None:
         cupy.cuda.Device().synchronize()   # the last step's collectives are done on this rank
     while _made:
         comm = _made.pop()
-        try:
+        with contextlib.suppress(Exception):  # already ended (destroy or abort): nothing to free
             comm.abort()
-        except Exception:  # already ended (destroy or abort): nothing to free
-            pass
     _communicators.clear()
 
 
