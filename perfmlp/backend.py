@@ -10,15 +10,14 @@ import numpy as np
 
 from . import names as N
 from . import psasync
-from .comm import HostReducer, NcclReducer, StagedReducer
 from .config import Config
 from .errors import PerfmlpError
 from .mlp import Network
 from .model.costs import piece, pieces
 from .model.precision import precision as precision_of
-from .model.predict import graph_refusal, resolve_exec, staging_memory
+from .model.predict import graph_refusal, resolve_comm, resolve_exec
 from .step import DATA, Parts
-from .strategies.build import backend_parts, device, network
+from .strategies.build import allreduce_reducer, backend_parts, device, network
 
 
 @dataclass(frozen=True)
@@ -112,12 +111,7 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
                                            next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size,
                                                                   world.rank))
         net = network(cfg, xp, name, max_local)
-        if name == N.NUMPY:
-            reducer = HostReducer(world)
-        elif cfg.comm == N.NCCL:
-            reducer = NcclReducer(xp, world, net)
-        else:
-            reducer = StagedReducer(xp, world, net, staging_memory(cfg.batch_transfer))
+        reducer = allreduce_reducer(cfg, resolve_comm(cfg.comm, name), xp, net, world)
         if cfg.overlap:
             net.set_buckets(cfg.bucket_bytes)
             reducer.overlap(net)

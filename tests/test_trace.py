@@ -558,7 +558,7 @@ def test_the_chrome_export_to_an_unwritable_path_is_one_line_and_leaves_nothing(
     # a full disk: the previous export stays whole, no temporary file is left
     good = tmp_path / "good.json"
     good.write_text("previous")
-    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c, perfmlp.trace.manifest as m\n"
+    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c, perfmlp.errors as m\n"
                         "real = open\n"
                         "class Full:\n"
                         "    def __init__(s, f): s.f = f\n"
