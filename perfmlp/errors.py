@@ -122,28 +122,21 @@ def add_machine(parser: argparse.ArgumentParser, default: str, *, shipped: tuple
                         help=f"{MACHINE_HELP}{names} (default: {default})")
 
 
-def seconds_arg(text: str) -> float:
-    """A command-line duration: a finite number of seconds above 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return v
-
-
-def positive_int_arg(message: str):
-    """An argparse `type`: an integer above 0, else `message` (formatted with the text's repr) as the error."""
-    def convert(text: str) -> int:
+def positive_int_arg(message: str, cast=int):
+    """An argparse `type`: `cast(text)` if finite and above 0, else `message` (formatted with the text's repr) as
+    the error."""
+    def convert(text: str):
         try:
-            v = int(text)
+            v = cast(text)
         except ValueError:
             v = 0
-        if v <= 0:
+        if not (math.isfinite(v) and v > 0):
             raise argparse.ArgumentTypeError(message.format(repr(text)))
         return v
     return convert
+
+
+seconds_arg = positive_int_arg("must be a positive number of seconds, got {}", float)   # a command-line duration
 
 
 def parent_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
