@@ -203,9 +203,8 @@ def new_nccl_communicator(nccl, group):
 
 
 def close_communicators() -> None:
-    """End every NCCL communicator of this process, its device work done, before MPI ends, with
-    ncclCommAbort (it needs no peer): ncclCommDestroy, a collective, left to the garbage collector
-    could run at once on one rank and only at exit on another, each waiting for the other."""
+    """End this process's NCCL communicators before MPI ends, its device work done, with ncclCommAbort (no peer
+    needed): ncclCommDestroy, a collective, run by the garbage collector when it likes, could deadlock the ranks."""
     if not _made:
         return
     cupy = sys.modules.get("cupy")

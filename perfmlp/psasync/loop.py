@@ -48,9 +48,8 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
 
 
 def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_result) -> None:
-    """Serve (rank 0) or work until the last piece, then hand every rank the final parameters.
-    `heldout`: (x, labels) for the server's accuracy; `result`: train.Result, filled here with the
-    server's epochs made by `epoch_result` (train.EpochResult)."""
+    """Serve (rank 0) or work until the last piece, then hand every rank the final parameters; `heldout`: (x, labels)
+    for the server's accuracy; `result` (train.Result) gets the server's epochs as `epoch_result`s."""
     if world.rank == SERVER:
         status = _serve(cfg, be, tracer, log, cfg.batches_per_epoch, heldout, result, epoch_result)
     else:
