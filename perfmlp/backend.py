@@ -10,15 +10,14 @@ import numpy as np
 
 from . import names as N
 from . import psasync
-from .comm import HostReducer, NcclReducer, StagedReducer
 from .config import Config
 from .errors import PerfmlpError
 from .mlp import Network
 from .model.costs import piece, pieces
 from .model.precision import precision as precision_of
-from .model.predict import graph_refusal, resolve_exec, staging_memory
+from .model.predict import graph_refusal, resolve_comm, resolve_exec
 from .step import DATA, Parts
-from .strategies.build import backend_parts, device, network
+from .strategies.build import allreduce_reducer, backend_parts, device, network
 
 
 @dataclass(frozen=True)
@@ -52,19 +51,21 @@ def partitioned(cfg: Config) -> bool:
 def check_options(cfg: Config) -> str:
     """The backend the configuration runs on, after refusing the options it does not have."""
     name = resolve(cfg)
-    why = psasync.refusal(cfg, name)
+    why = psasync.refusal(cfg)
     if why:
         raise PerfmlpError(why)
-    what = f"--parallel {cfg.parallel}" if cfg.parallel != N.DATA else f"--comm {cfg.comm}"
-    if partitioned(cfg) and cfg.overlap:
-        raise PerfmlpError(f"--overlap is for data parallelism with an allreduce (this run: {what})")
     prec = precision_of(cfg.precision)
-    if partitioned(cfg) and prec.mixed:
-        raise PerfmlpError(f"--precision {cfg.precision} is for data parallelism with an allreduce (this run: "
-                           f"{what}): there every rank's update rewrites its 16-bit weight copy")
-    if partitioned(cfg) and cfg.batch_transfer in N.PREFETCH_TRANSFERS:
-        raise PerfmlpError(f"--batch-transfer {cfg.batch_transfer} is for data parallelism with an allreduce "
-                           f"(this run: {what})")
+    if partitioned(cfg) or cfg.comm == psasync.COMM:
+        ps = cfg.comm == psasync.COMM   # the options data parallelism with an allreduce has, refused
+        what = f"--parallel {cfg.parallel}" if cfg.parallel != N.DATA else f"--comm {cfg.comm}"
+        for flag, asked, why in (
+                ("--overlap", cfg.overlap, ")"),
+                (f"--precision {cfg.precision}", prec.mixed, "): the server's update does not rewrite the 16-bit "
+                 "weight copy" if ps else "): there every rank's update rewrites its 16-bit weight copy"),
+                (f"--batch-transfer {cfg.batch_transfer}", cfg.batch_transfer in N.PREFETCH_TRANSFERS,
+                 ", whose worker takes its next piece only from the server's answer)" if ps else ")")):
+            if asked:
+                raise PerfmlpError(f"{flag} is for data parallelism with an allreduce (this run: {what}{why}")
     if name == N.CUPY and prec.tensor_cores and cfg.gemm != N.CUBLAS:
         raise PerfmlpError(f"--precision {cfg.precision} runs its GEMMs on tensor cores through cuBLAS: "
                            f"use --gemm cublas, not --gemm {cfg.gemm}")
@@ -110,12 +111,7 @@ def build(cfg: Config, world, xtrain: np.ndarray, ytrain: np.ndarray) -> Backend
                                            next_piece=_next_piece(cfg.batch_size, len(xtrain), world.size,
                                                                   world.rank))
         net = network(cfg, xp, name, max_local)
-        if name == N.NUMPY:
-            reducer = HostReducer(world)
-        elif cfg.comm == N.NCCL:
-            reducer = NcclReducer(xp, world, net)
-        else:
-            reducer = StagedReducer(xp, world, net, staging_memory(cfg.batch_transfer))
+        reducer = allreduce_reducer(cfg, resolve_comm(cfg.comm, name), xp, net, world)
         if cfg.overlap:
             net.set_buckets(cfg.bucket_bytes)
             reducer.overlap(net)

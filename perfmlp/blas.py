@@ -4,6 +4,7 @@ process has mapped (OpenBLAS, scipy-openblas's prefixed symbols, MKL, BLIS). A c
 count through its environment (`thread_env`): the libraries read it once, when NumPy loads them."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from dataclasses import dataclass
@@ -93,12 +94,10 @@ def cpu_cores() -> int:
 
 def cpu_name() -> str:
     """The processor's model name (Linux /proc/cpuinfo), else the platform's word."""
-    try:
+    with contextlib.suppress(OSError):
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
     return platform.processor() or platform.machine() or "unknown CPU"

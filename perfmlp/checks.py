@@ -3,6 +3,7 @@ returns the value converted or raises a one-line `CheckError` naming it ("batch_
 integer, got 2.5"). A string float() reads is a number too: PyYAML reads `1e-3` as a string."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import stat
@@ -28,22 +29,15 @@ def number(name: str, value: Any) -> float:
 
 def integer(name: str, value: Any) -> int:
     """An int, from an int or a whole number written any way (`3200`, `6e4`, `1_000`)."""
-    if isinstance(value, bool):
-        raise CheckError(f"{name} must be an integer, got {value!r}")
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             return int(value.strip())
-        except ValueError:
-            pass
-    try:
-        converted = number(name, value)
-    except CheckError:
-        raise CheckError(f"{name} must be an integer, got {value!r}") from None
-    if not converted.is_integer():
-        raise CheckError(f"{name} must be an integer, got {value!r}")
-    return int(converted)
+    with contextlib.suppress(CheckError):   # a bool, a fraction, not a number: the one error below
+        if not isinstance(value, bool) and (converted := number(name, value)).is_integer():
+            return int(converted)
+    raise CheckError(f"{name} must be an integer, got {value!r}")
 
 
 def positive(name: str, value: int | float) -> int | float:

@@ -10,6 +10,7 @@ calls `grad_ready` as each gradient piece is written and the reducer starts its 
 pass did not hide."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -202,9 +203,8 @@ def new_nccl_communicator(nccl, group):
 
 
 def close_communicators() -> None:
-    """End every NCCL communicator of this process, its device work done, before MPI ends, with
-    ncclCommAbort (it needs no peer): ncclCommDestroy, a collective, left to the garbage collector
-    could run at once on one rank and only at exit on another, each waiting for the other."""
+    """End this process's NCCL communicators before MPI ends, its device work done, with ncclCommAbort (no peer
+    needed): ncclCommDestroy, a collective, run by the garbage collector when it likes, could deadlock the ranks."""
     if not _made:
         return
     cupy = sys.modules.get("cupy")
@@ -212,10 +212,8 @@ def close_communicators() -> None:
         cupy.cuda.Device().synchronize()   # the last step's collectives are done on this rank
     while _made:
         comm = _made.pop()
-        try:
+        with contextlib.suppress(Exception):  # already ended (destroy or abort): nothing to free
             comm.abort()
-        except Exception:  # already ended (destroy or abort): nothing to free
-            pass
     _communicators.clear()
 
 

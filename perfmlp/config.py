@@ -80,6 +80,10 @@ class Config:
     def layer_sizes(self) -> tuple[int, ...]:
         return (self.input_size, *self.hidden_sizes, self.num_classes)
 
+    @property
+    def batches_per_epoch(self) -> int:
+        return -(-self.n_train // self.batch_size)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)

@@ -8,9 +8,11 @@ finished run (characters the terminal's encoding lacks are escaped)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
+import threading
 from pathlib import Path
 
 
@@ -29,20 +31,16 @@ class RunFailure(PerfmlpError):
 def safe_stdio() -> None:
     """Escape, never fail on, a character the output's encoding lacks (LC_ALL=C, PYTHONIOENCODING=ascii)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(AttributeError, ValueError):  # replaced by a non-text stream, or closed
             stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError):  # replaced by a non-text stream, or closed
-            pass
 
 
 def say(*args, file=None) -> None:
     """print() in one write (two ranks' lines are never glued); a closed or broken output is no error."""
     out = file or sys.stdout
-    try:
+    with contextlib.suppress(OSError, ValueError):
         out.write(" ".join(map(str, args)) + "\n")
         out.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def cli(prog: str, main, argv=None) -> int:
@@ -66,17 +64,23 @@ def quiet_stdout() -> None:
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
-        try:
+        with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
 
 
 def write_atomic(path: str | Path, data) -> None:
+    """`write_whole`, an OSError as a RunFailure naming `path`."""
+    try:
+        write_whole(Path(path), data)
+    except OSError as e:
+        raise RunFailure(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def write_whole(path: Path, data) -> None:
     """Write `path` whole: `data` (bytes, str as UTF-8, or a function given the open binary file) to a
-    temporary name beside it, renamed over `path`; on failure `path` is as it was (an OSError: a RunFailure)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary name beside it, renamed over `path`; on failure `path` is as it was. The temporary name is
+    this call's own: ranks, or a rank's watchdog and main thread, may each write at once."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             if callable(data):
@@ -84,13 +88,9 @@ def write_atomic(path: str | Path, data) -> None:
             else:
                 f.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
         os.replace(tmp, path)
-    except BaseException as e:
-        try:
+    except BaseException:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise RunFailure(f"cannot write {path}: {e.strerror or e}") from None
         raise
 
 
@@ -122,35 +122,26 @@ def add_machine(parser: argparse.ArgumentParser, default: str, *, shipped: tuple
                         help=f"{MACHINE_HELP}{names} (default: {default})")
 
 
-def seconds_arg(text: str) -> float:
-    """A command-line duration: a finite number of seconds above 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return v
-
-
-def positive_int_arg(message: str):
-    """An argparse `type`: an integer above 0, else `message` (formatted with the text's repr) as the error."""
-    def convert(text: str) -> int:
+def positive_int_arg(message: str, cast=int):
+    """An argparse `type`: `cast(text)` if finite and above 0, else `message` (formatted with the text's repr) as
+    the error."""
+    def convert(text: str):
         try:
-            v = int(text)
+            v = cast(text)
         except ValueError:
             v = 0
-        if v <= 0:
+        if not (math.isfinite(v) and v > 0):
             raise argparse.ArgumentTypeError(message.format(repr(text)))
         return v
     return convert
 
 
+seconds_arg = positive_int_arg("must be a positive number of seconds, got {}", float)   # a command-line duration
+
+
 def parent_death_signal() -> None:  # pragma: no cover - runs in the child between fork and exec
     """A child's preexec_fn (Linux): SIGTERM to it when its parent dies (PR_SET_PDEATHSIG)."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         import ctypes
         import signal
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass

@@ -81,6 +81,9 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
             tmp = dest.with_suffix(dest.suffix + ".part")
             try:
                 _download(url, tmp, size, timeout_s, deadline)
+                got = md5_of(tmp)
+                if got != digest:
+                    raise OSError(f"md5 {got}, expected {digest}")
             except (urllib.error.URLError, OSError, ValueError) as e:  # ValueError: not a URL urllib can open
                 tmp.unlink(missing_ok=True)
                 errors.append(f"{url}: {getattr(e, 'reason', None) or e}")
@@ -88,11 +91,6 @@ def fetch(out: Path, mirrors: tuple[str, ...] = DEFAULT_MIRRORS, timeout_s: floa
             except BaseException:   # Ctrl-C, SIGTERM: no partial file is left
                 tmp.unlink(missing_ok=True)
                 raise
-            got = md5_of(tmp)
-            if got != digest:
-                tmp.unlink(missing_ok=True)
-                errors.append(f"{url}: md5 {got}, expected {digest}")
-                continue
             tmp.replace(dest)
             log(f"{dest}: downloaded from {url}, md5 ok")
             done.append(dest)

@@ -136,10 +136,9 @@ def check_same_config(world, cfg) -> None:
 
 def _cleanup(tracer, status: str) -> str | None:
     """Close the trace; return a one-line reason if that failed (never raise)."""
-    if tracer is None:
-        return None
     try:
-        tracer.close(status)
+        if tracer is not None:
+            tracer.close(status)
     except BaseException as e:  # a full disk, a dead device: the job must still end
         return f"closing the trace failed ({type(e).__name__}: {e})"
     return None

@@ -6,6 +6,7 @@ Python's recursion and YAML nested past MAX_DEPTH or whose aliases expand past M
 are refused in one line; a message quotes at most PREFIX_CHARS characters."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -56,12 +57,10 @@ def _small(value, budget: int = 200) -> bool:
 def write_line(text: str) -> None:
     """`text` and its newline in one write to stderr (never an error: a closed or full output is ignored)."""
     stream = sys.stderr
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         stream.flush()
         os.write(stream.fileno(), (text + "\n").encode(getattr(stream, "encoding", None) or "utf-8",
                                                          "backslashreplace"))
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def check_output(path: str | Path, inputs=(), what: str = "output") -> Path:

@@ -7,6 +7,7 @@ watches instead: on SIGINT, SIGTERM or SIGHUP it prints the line and the rank di
 outlives the rank."""
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import select
@@ -78,10 +79,8 @@ def _watcher(control: int, pipes: dict, signals: dict, limit_s: float, prog: str
     """The forked process: wait for MPI's start, the rank's end, a signal or the limit."""
     for s in signals:
         signal.signal(s, signal.SIG_IGN)   # a Ctrl-C to the process group is the rank's to handle
-    try:
+    with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
-    except ValueError:
-        pass
     deadline = time.monotonic() + limit_s if limit_s > 0 else None
     said = False
     while True:
@@ -104,10 +103,8 @@ def _watcher(control: int, pipes: dict, signals: dict, limit_s: float, prog: str
 
 
 def _say(line: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         os.write(sys.stderr.fileno(), (line + "\n").encode("utf-8", "backslashreplace"))
-    except (OSError, ValueError):
-        pass
 
 
 _EXIT_WATCHER = """

@@ -142,8 +142,7 @@ def _epochs(s: _Setup, world, tracer, log, watchdog, result: Result) -> None:
     cfg, be = s.cfg, s.be
     at = [0]  # the batch the fault hook sees
     phase = faults.per_phase(watchdog.watch(tracer.phase), world.rank, tracer, at)
-    nbatches = -(-cfg.n_train // cfg.batch_size)
-    warmup = warmup_batches(nbatches)  # the steady window starts after these (JIT, allocations, capture)
+    warmup = warmup_batches(cfg.batches_per_epoch)  # the steady window starts after these (JIT, allocations, capture)
     for epoch in range(cfg.epochs):
         ep = _epoch(s, world, tracer, watchdog, phase, at, epoch, warmup, result)
         result.epochs.append(ep)
@@ -161,8 +160,7 @@ def _epoch(s: _Setup, world, tracer, watchdog, phase, at: list, epoch: int, warm
     """One pass over the training samples, then the held-out accuracy (rank 0)."""
     cfg, be = s.cfg, s.be
     net, batches, reducer = be.net, be.batches, be.reducer
-    n_train, B = cfg.n_train, cfg.batch_size
-    nbatches = -(-n_train // B)
+    n_train, B, nbatches = cfg.n_train, cfg.batch_size, cfg.batches_per_epoch
     if cfg.shuffle:
         batches.reorder(np.random.default_rng(cfg.seed + 1 + epoch).permutation(n_train))
     if epoch == 0 or bool(be.xp.isfinite(net.p.flat).all()):  # one check (a device sync) per epoch

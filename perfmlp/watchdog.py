@@ -10,6 +10,7 @@ handled within GRACE_S ends the job with 128 + N.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 from array import array
@@ -150,11 +151,9 @@ class Watchdog:
         try:
             self._watch()
         except Exception as e:  # a bug here must not end a run that is going well
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 print(f"{self.prog}: warning: the watchdog stopped ({type(e).__name__}: {e})", file=sys.stderr,
                       flush=True)
-            except (OSError, ValueError):
-                pass
 
     def _watch(self) -> None:
         """Progress is any rank of the node moving on (the asynchronous server marks nothing)."""
@@ -258,10 +257,8 @@ class Watchdog:
             # is killed, which ends the job too (not a daemon thread: an exiting interpreter waits for it)
             threading.Timer(GRACE_S, os.kill, (os.getpid(), signal.SIGKILL)).start()
             w.abort(code)
-        try:
+        with contextlib.suppress(OSError, ValueError):   # a full or closed stdout must not keep the job alive
             sys.stdout.flush()
-        except (OSError, ValueError):   # a full or closed stdout must not keep the job alive
-            pass
         os._exit(code)
 
 
@@ -269,11 +266,9 @@ def mark_manifest(run_dir, status: str) -> None:
     """The manifest's status, best effort (the job must end even on a full disk)."""
     if run_dir is None:
         return
-    try:
+    with contextlib.suppress(Exception):
         from .trace.manifest import finish_manifest
         finish_manifest(Path(run_dir), status)
-    except Exception:
-        pass
 
 
 def describe(code: int, epoch: int, batch: int) -> str:
@@ -328,13 +323,7 @@ class Watched:
 
 
 class NoWatchdog:
-    """What the loop calls when nothing watches it."""
+    """What the loop calls when nothing watches it: the phase function unwatched, no marks."""
 
-    def watch(self, phase):
-        return phase
-
-    def batch(self, epoch: int, batch: int) -> None:
-        pass
-
-    def mark(self, state: int) -> None:
-        pass
+    watch = staticmethod(lambda phase: phase)
+    batch = mark = staticmethod(lambda *where: None)

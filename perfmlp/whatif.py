@@ -79,8 +79,7 @@ def format_table(w: WhatIf) -> str:
                  f"{w.groups_ms['other'] * 1e3:>10.1f}  {'yes' if 'other' in w.changed else ''}")
     lines.append(f"{'time per batch':<22}{w.measured_ms * 1e3:>10.1f}{w.predicted_before.total_s * 1e6:>11.1f}"
                  f"{w.predicted_after.total_s * 1e6:>11.1f}{w.total_ms * 1e3:>10.1f}")
-    lines.append("")
-    lines.append(f"predicted time per batch: {w.total_ms:.3f} ms ({change_words(w.measured_ms, w.total_ms)})")
+    lines += ["", f"predicted time per batch: {w.total_ms:.3f} ms ({change_words(w.measured_ms, w.total_ms)})"]
     lines += [f"note: {n}" for n in w.notes]
     if "other" in w.changed:
         lines.append("  other: the eager run's time between phases, none in one graph replay")

@@ -558,7 +558,7 @@ def test_the_chrome_export_to_an_unwritable_path_is_one_line_and_leaves_nothing(
     # a full disk: the previous export stays whole, no temporary file is left
     good = tmp_path / "good.json"
     good.write_text("previous")
-    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c, perfmlp.trace.manifest as m\n"
+    r = subprocess.run([sys.executable, "-c", "import sys, builtins, perfmlp.trace.chrome as c, perfmlp.errors as m\n"
                         "real = open\n"
                         "class Full:\n"
                         "    def __init__(s, f): s.f = f\n"
@@ -577,6 +577,7 @@ def test_the_chrome_export_to_an_unwritable_path_is_one_line_and_leaves_nothing(
 
 def test_a_manifest_that_cannot_be_written_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
     import builtins
+    from perfmlp import errors
     from perfmlp.trace import manifest
     real = builtins.open
 
@@ -592,7 +593,7 @@ def test_a_manifest_that_cannot_be_written_names_the_file_and_leaves_no_temporar
 
         def write(self, text):
             raise OSError(28, "No space left on device")
-    monkeypatch.setattr(manifest, "open", lambda p, *a, **k: Full(real(p, *a, **k)), raising=False)
+    monkeypatch.setattr(errors, "open", lambda p, *a, **k: Full(real(p, *a, **k)), raising=False)
     with pytest.raises(OSError) as e:
         manifest.write_json(tmp_path / "manifest.json", {"a": 1})
     assert str(e.value) == f"[Errno 28] No space left on device: '{tmp_path / 'manifest.json'}'"

@@ -152,23 +152,18 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def calibrate_cpu(a: argparse.Namespace) -> int:
-    """No CuPy or no GPU: the CPU's calibration with the same flags."""
-    from . import cpu
-    if a.gemm_kernels or a.gemm_only:
-        flag = "--gemm-kernels: the reference's GPU kernels" if a.gemm_kernels else "--gemm-only: a GPU's"
-        print(f"perfmlp.calibrate: error: {flag}; a CPU calibration measures its BLAS", file=sys.stderr)
-        return 2
-    return cpu.calibrate(a)
-
-
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     from ..comm import make_world
     from ..errors import PerfmlpError
     from ..gpu import available, require_cupy
-    if not available():
-        return calibrate_cpu(a)
+    if not available():   # no CuPy or no GPU: the CPU's calibration with the same flags
+        if a.gemm_kernels or a.gemm_only:
+            flag = "--gemm-kernels: the reference's GPU kernels" if a.gemm_kernels else "--gemm-only: a GPU's"
+            print(f"perfmlp.calibrate: error: {flag}; a CPU calibration measures its BLAS", file=sys.stderr)
+            return 2
+        from .cpu import calibrate
+        return calibrate(a)
     try:
         cp = require_cupy()
         base = load_machine(a.base)

@@ -17,25 +17,15 @@ COMM = N.PS_ASYNC
 SERVER = 0      # the rank that serves the parameters
 
 
-def refusal(cfg, backend: str) -> str | None:
-    """Why a ps-async configuration cannot run (one line), or None; the rank count: check_world."""
+def refusal(cfg) -> str | None:
+    """Why a ps-async configuration cannot run (one line), or None; data parallelism's options:
+    backend.check_options; the rank count: check_world."""
     if cfg.comm == N.PS_ASYNC_NCCL:
         return ("--comm ps-async-nccl: NCCL's receive names its sender, so the server could not take "
                 "gradients in the order they arrive; use --comm ps-async (staged through the host on the GPU)")
-    if cfg.comm != COMM:
-        return None
-    if cfg.exec == N.GRAPH:
+    if cfg.comm == COMM and cfg.exec == N.GRAPH:
         return ("--exec graph with --comm ps-async: the worker's exchange and the server's update need the host "
                 "every batch (MPI point to point); use --exec eager")
-    if cfg.overlap:
-        return "--overlap is for data parallelism with an allreduce (this run: --comm ps-async)"
-    from ..model.precision import precision
-    if precision(cfg.precision).mixed:
-        return (f"--precision {cfg.precision} is for data parallelism with an allreduce (this run: --comm "
-                "ps-async): the server's update does not rewrite the 16-bit weight copy")
-    if cfg.batch_transfer in N.PREFETCH_TRANSFERS:
-        return (f"--batch-transfer {cfg.batch_transfer} is for data parallelism with an allreduce (this run: "
-                "--comm ps-async, whose worker takes its next piece only from the server's answer)")
     return None
 
 

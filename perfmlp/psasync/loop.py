@@ -38,7 +38,7 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
     # pinned where the batches are (on NumPy the batches are pageable)
     host_buffer = partial(host_array, dtype=net.dtype, memory=staging_memory(cfg.batch_transfer))
     if serving:
-        nbatches = -(-cfg.n_train // cfg.batch_size)
+        nbatches = cfg.batches_per_epoch
         role = Server(world.comm, net, Schedule(cfg.epochs * nbatches, W, cfg.staleness), nbatches, host_buffer,
                       stream)
     else:
@@ -48,14 +48,12 @@ def backend_fields(cfg, world, xtrain, ytrain, name: str) -> dict:
 
 
 def train_async(cfg, world, be, tracer, log, straggle, heldout, result, epoch_result) -> None:
-    """Serve (rank 0) or work until the last piece, then hand every rank the final parameters.
-    `heldout`: (x, labels) for the server's accuracy; `result`: train.Result, filled here with the
-    server's epochs made by `epoch_result` (train.EpochResult)."""
-    nbatches = -(-cfg.n_train // cfg.batch_size)
+    """Serve (rank 0) or work until the last piece, then hand every rank the final parameters; `heldout`: (x, labels)
+    for the server's accuracy; `result` (train.Result) gets the server's epochs as `epoch_result`s."""
     if world.rank == SERVER:
-        status = _serve(cfg, be, tracer, log, nbatches, heldout, result, epoch_result)
+        status = _serve(cfg, be, tracer, log, cfg.batches_per_epoch, heldout, result, epoch_result)
     else:
-        status = _work(cfg, world, be, tracer, straggle, nbatches, result)
+        status = _work(cfg, world, be, tracer, straggle, cfg.batches_per_epoch, result)
     status = world.bcast(status if world.rank == SERVER else None, root=SERVER)
     if status[0] == FAILED:
         e = NonFiniteLoss(status[1])

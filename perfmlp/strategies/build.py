@@ -51,8 +51,9 @@ def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
         net = ShardNetwork(np, sizes, *_args(cfg))
     allreduce = _activation_allreduce(cfg, comm, xp, net, model_group, max_local) if p_model > 1 else None
     setup_shard(net, cfg.layer_sizes, model_group, m, allreduce)
-    return dict(fields, net=net, reducer=_data_reducer(cfg, comm, xp, net, data_group, p_data, name),
-                parts=SHARD, data_group=(p_data, d))
+    reducer = (LocalReducer(comm, net, on_host=name == N.NUMPY) if p_data == 1   # no exchange on a group of one
+               else allreduce_reducer(cfg, comm, xp, net, data_group))
+    return dict(fields, net=net, reducer=reducer, parts=SHARD, data_group=(p_data, d))
 
 
 def device(cfg, world, xtrain, ytrain, name: str, max_local: int, batches: bool = True, next_piece=None) -> tuple:
@@ -89,12 +90,10 @@ def _activation_allreduce(cfg, comm: str, xp, net, model_group, max_local: int):
     return HostAllreduce(model_group)
 
 
-def _data_reducer(cfg, comm: str, xp, net, data_group, p_data: int, name: str):
-    """The gradient exchange over the data group (none on a group of one)."""
-    if p_data == 1:
-        return LocalReducer(comm, net, on_host=name == N.NUMPY)
+def allreduce_reducer(cfg, comm: str, xp, net, group):
+    """The gradient allreduce over `group` for the resolved `comm` (resolve_comm)."""
     if comm == N.NCCL:
-        return NcclReducer(xp, data_group, net)
+        return NcclReducer(xp, group, net)
     if comm == N.MPI_STAGED:
-        return StagedReducer(xp, data_group, net, staging_memory(cfg.batch_transfer))
-    return HostReducer(data_group)
+        return StagedReducer(xp, group, net, staging_memory(cfg.batch_transfer))
+    return HostReducer(group)

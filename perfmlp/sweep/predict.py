@@ -121,15 +121,14 @@ def write_predictions(path: Path, machine_arg: str, runs: list[SweepRun]) -> int
 
 
 def lengthen(runs: list[SweepRun], machine_arg: str, seconds: float, name: str) -> list[SweepRun]:
-    """Each run with as many epochs (at least its own) as its steady batches need to last `seconds` at the time per
-    batch `machine_arg` predicts, so that they sample more than one moment of the host's drifting copy speed; its
-    samples, and so its host memory, stay as they are; its id follows."""
+    """Each run with the epochs (at least its own) its steady batches need to last `seconds` by `machine_arg`'s
+    prediction, to sample the host's drifting copy speed more than once; samples (host memory) kept, id renewed."""
     from ..model.machine import load_machine
     machine = load_machine(machine_arg)
     out = []
     for r in runs:
         c = r.config
-        steady = max(-(-c.n_train // c.batch_size) - WARMUP_BATCHES, 1)
+        steady = max(c.batches_per_epoch - WARMUP_BATCHES, 1)
         per_batch = predict_run(machine, r)["total_s"]
         epochs = max(c.epochs, math.ceil(seconds / (per_batch * steady)))
         if epochs == c.epochs:

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 from .. import names as N
-from ..errors import Parser, PerfmlpError
+from ..errors import Parser, PerfmlpError, write_whole
 from ..safeio import check_output
 from .activity import to_run_s
 from .format import BYTE_COUNTS
-from .manifest import write_atomically
 from .reader import Run, TraceError, read_run
 
 BATCHES, HOST, GPU_PHASES, STREAM0 = 1, 2, 3, 10  # a track's number in its rank; a stream's: STREAM0 + its index
@@ -131,7 +130,7 @@ def main(argv=None) -> int:
         run = read_run(a.run)
         text = json.dumps({"traceEvents": chrome_events(run), "displayTimeUnit": "ms"})
         try:
-            write_atomically(Path(a.out), text)
+            write_whole(Path(a.out), text)
         except OSError as e:
             print(f"perfmlp.trace.chrome: error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
             bad_path = e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR)

@@ -8,9 +8,8 @@ record stored into the mapped batch file; any other goes to the tracer's general
 (`begin_other`, `end_other`), which sets the fast path up again. The C fast path
 (`perfmlp.trace._fastpath`, where built) and `PyFastPath` write the same bytes; the C hooks run
 no bytecode, which matters in a host-bound eager step that evicts the hooks' code between batches.
-`Recording` notes what the first batch of a piece size launched; `Event` (`phases` on the GPU)
-records a CUDA event through the runtime directly; `Hooked` adds NVTX ranges (the `perfmlp` domain; no-ops
-without the `nvtx` package, with NVTX_DISABLE set, or with no profiler attached) and CUPTI correlation."""
+The other phases: `Recording` (a piece size's first batch), `Event` (CUDA events) and `Hooked` (NVTX
+ranges in the `perfmlp` domain, no-ops unless a profiler is attached, and CUPTI correlation)."""
 from __future__ import annotations
 
 import os

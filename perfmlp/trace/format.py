@@ -33,14 +33,11 @@ MANIFEST = "manifest.json"
 
 
 def host_clock_terms(batch_transfer: str, comm: str, parallel: str = N.DATA) -> frozenset:
-    """The phase groups whose time on a GPU run's host clock (between a phase's hooks: enqueued work measures its
-    enqueue) is their own work's: only data parallelism with the staged exchange, whose D2H ends in a stream
-    synchronize, after which
-    - allreduce (MPI_Allreduce on the host buffer) is host work;
-    - h2d_grad from pageable memory blocks the host with the GPU idle (pinned: only enqueued);
-    - h2d_batch from pageable memory blocks the host behind only the update kernel.
-    The staged d2h_grad waits for the enqueued backward pass, so is never its own time; model and hybrid
-    parallelism's allreduces wait for kernels queued ahead, and nccl's and ps-nccl's collectives are enqueued."""
+    """The phase groups whose time on a GPU run's host clock (enqueued work measures its enqueue) is their own
+    work's. Only data parallelism's staged exchange has any: its D2H ends in a stream synchronize, after which
+    the allreduce is host MPI work, and h2d_grad and h2d_batch from pageable memory block the host (pinned: only
+    enqueued). d2h_grad waits for the queued backward pass, model and hybrid parallelism's allreduces for queued
+    kernels; nccl's and ps-nccl's collectives are enqueued."""
     if comm not in N.STAGED_COMMS or parallel != N.DATA:
         return frozenset()
     groups = {N.ALLREDUCE}

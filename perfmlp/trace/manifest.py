@@ -3,19 +3,20 @@ Rank 0 writes it at the start, once the backend is built (`what_ran`, `machine_s
 collectives) and at the end, each time to a temporary name renamed over the last."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import platform
 import socket
 import sys
-import threading
 from pathlib import Path
 
 import numpy
 
 from .. import names as N
 from .. import __version__
+from ..errors import write_whole
 from .format import MANIFEST
 from .lines import as_json
 from .records import SCHEMA, Manifest, Ran
@@ -45,12 +46,10 @@ def versions() -> dict:
     v.update({mod: getattr(sys.modules[mod], "__version__", "?") for mod in ("cupy", "mpi4py", "nvtx")
               if mod in sys.modules})
     if N.CUPY in sys.modules:
-        try:
+        with contextlib.suppress(Exception):  # pragma: no cover - no device
             import cupy
             v["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
             v["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-        except Exception:  # pragma: no cover - no device
-            pass
     return v
 
 
@@ -116,21 +115,8 @@ def finish_manifest(run_dir: Path, status: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """`obj` as JSON at `path`, whole or not at all (write_atomically; an error names `path`)."""
+    """`obj` as JSON at `path`, whole or not at all (errors.write_whole; an error names `path`)."""
     try:
-        write_atomically(path, json.dumps(obj, indent=1))
+        write_whole(path, json.dumps(obj, indent=1))
     except OSError as e:
         raise named(e, path) from None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all: written to a temporary name beside it, renamed. The
-    temporary name is this call's own: ranks, or a rank's watchdog and main thread, may each write at once."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
