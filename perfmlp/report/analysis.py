@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..model.machine import CpuMachine, Machine
-from ..model.machine.choose import Machines, pick_machines  # noqa: F401  (perfmlp/whatif.py imports it from here)
+from ..model.machine.choose import Machines, pick_machines
 from ..model.predict import TERM_GROUP, Prediction, predict_batch
 from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import comparable_terms

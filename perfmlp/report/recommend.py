@@ -21,8 +21,7 @@ from ..errors import PerfmlpError
 from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
 from ..model.machine.choose import shipped_cpu
-from ..model.whatif import WhatIfError
-from ..model.whatif import changed_cpu_setting, cpu_options, what_if_cpu
+from ..model.whatif import WhatIfError, changed_cpu_setting, cpu_options, what_if_cpu
 from .configurations import Configuration, overlap_words
 from .thresholds import MIN_GAIN
 from .whatif import cpu_setting_of, measured_groups_ms, what_if_run

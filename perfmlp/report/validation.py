@@ -20,7 +20,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..names import GROUPS
 from .analysis import Analysis, error_pct, predicted_terms
 from .model_error import (ErrorStats, error_stats, judge_intervals, more_predictions, read_predictions, resolution,
                           run_entries, within_noise)
@@ -95,7 +94,7 @@ class TermErrors:
 
     def shown(self) -> tuple[str, ...]:
         """The groups measured or predicted (GROUPS' order)."""
-        return tuple(g for g in GROUPS if self.measured[g] or self.predicted.get(g))
+        return tuple(g for g in N.GROUPS if self.measured[g] or self.predicted.get(g))
 
     def compared(self) -> dict[str, tuple[float, float]]:
         """group -> (predicted, measured) of the groups shown and not apart."""
@@ -170,14 +169,14 @@ def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -
     row = ConfigError(c.label, len(c.runs), min(r.batches for r in c.runs), c.t_ms, spread, pred_ms, status, err,
                       within_noise(err, spread), ds, within_noise(ds, spread), ref.procs, ref.comm, ref.exec,
                       ref.transfer, _judged(c, calibrated), ref.precision)
-    meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
+    meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in N.GROUPS}
     if ref.exec == N.GRAPH and ref.comm != N.MPI_STAGED:
         # one replay holds the NCCL collectives: the trace times them inside compute, so the
         # prediction is compared the same way
         inside = pred_groups.get(N.COMPUTE, 0.0) + pred_groups.get(N.ALLREDUCE, 0.0)
         pred_groups = {**pred_groups, N.COMPUTE: inside, N.ALLREDUCE: 0.0}
     left = {g for r in c.runs for g in r.incomparable_terms}   # some repeat timed it on the host clock
-    return row, TermErrors(c.label, meas, pred_groups, tuple(g for g in GROUPS if g in left))
+    return row, TermErrors(c.label, meas, pred_groups, tuple(g for g in N.GROUPS if g in left))
 
 
 def quiet_label(quiet_pct: float) -> str:
@@ -212,7 +211,7 @@ def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> l
 def per_term(terms: list[TermErrors]) -> list[dict]:
     """A row per phase group: its error over the configurations that compare it."""
     out = []
-    for g in GROUPS:
+    for g in N.GROUPS:
         errs = [t.compared()[g] for t in terms if g in t.compared()]
         rel = [100 * (p / m - 1) for p, m in errs if m > 0]
         if errs:

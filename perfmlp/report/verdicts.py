@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from .analysis import RunSummary
 from .thresholds import CO_BOUND
 from .. import names as N
-from ..names import COMPUTE
 
 GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING = (
     "GEMMs", "elementwise kernels", "launches and host", "copies", "communication", "waiting for a rank")
@@ -129,7 +128,7 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     for g, ms in measured.items():
         if ms <= 0:
             continue
-        if g == COMPUTE:
+        if g == N.COMPUTE:
             split = split_compute(ms, compute, r, unpriced_gemm) if r.gpu else split_cpu_compute(ms, model)
             for k, v in split.items():
                 parts[k] += v
