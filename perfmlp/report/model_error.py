@@ -48,11 +48,6 @@ def read_predictions(folder: Path | None, name: str = N.PREDICTIONS) -> tuple[di
         return None, f"{path}: unreadable, ignored"
 
 
-def more_predictions(folder: Path | None) -> list[Path]:
-    """Other machine files' predictions beside the traces, by name."""
-    return sorted(Path(folder).glob(N.MORE_PREDICTIONS)) if folder is not None else []
-
-
 def _time(text: str | None) -> dt.datetime | None:
     try:
         t = dt.datetime.fromisoformat(text)

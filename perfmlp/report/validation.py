@@ -1,17 +1,13 @@
 """The model tested blind, as typed results (sections/validation.py words them).
 
-- Blind predictions: a prediction beside the traces counts as blind only when
-  it was made before its run started (model_error.blind_status); runs
-  without one are judged with the report's own prediction, "not blind".
-- Repeats: the runs of one configuration; its time is the median of theirs,
-  its spread (max - min) / median, and an error within half the spread is
-  "within noise". Runs with fewer than MIN_STEADY steady batches are named.
-- Error per term: the slowest rank's median phase groups against the
-  model's terms summed into the same groups, where the trace timed the
-  group's work as the model means it (trace.format.comparable_terms); the
-  other measured groups are shown, not compared.
-- What-if: from a size's one-GPU reference-scheme run, each other measured
-  configuration of that size predicted by the what-if solver.
+A configuration's repeats are grouped: its time is their median, its spread
+(max - min) / median, and an error within half the spread is "within
+noise". A prediction counts as blind only when it was made before its run
+started (model_error.blind_status); runs without one are judged with the
+report's own prediction, "not blind". Per term, the slowest rank's median
+phase groups are compared with the model's terms summed into the same
+groups only where the trace timed the group's work as the model means it
+(trace.format.comparable_terms); the other measured groups are shown.
 """
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .analysis import Analysis, error_pct, predicted_terms
-from .model_error import (ErrorStats, error_stats, judge_intervals, more_predictions, read_predictions, resolution,
+from .model_error import (ErrorStats, error_stats, judge_intervals, read_predictions, resolution,
                           run_entries, within_noise)
 from .whatif import what_if_run
 from .. import names as N
@@ -275,12 +271,13 @@ def analyse_validation(a: Analysis) -> Validation:
     configs = tuple(p[0] for p in pairs)
     judged = [c for c in configs if c.judged == "yes"]
     quiet = a.study.targets.model_median_error_pct
+    others = sorted(Path(a.folder).glob(N.MORE_PREDICTIONS)) if configs and a.folder is not None else []
     return Validation(
-        cal, pred_note, (preds or {}).get("machine", {}) if preds else None,
+        cal, pred_note, preds.get("machine", {}) if preds else None,
         tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY.value),
         tuple(sorted({str(t.manifest.versions.get("perfmlp_git")) for t in a.traces})),
         configs, tuple(p[1] for p in pairs), tuple(summary_rows(judged, quiet)),
         tuple(per_term([p[1] for p in pairs])),
-        tuple(other_machine(path, judged, groups, starts) for path in more_predictions(a.folder)) if configs else (),
+        tuple(other_machine(path, judged, groups, starts) for path in others),
         tuple(what_if_rows(a, groups)) if configs else (), quiet,
         judge_intervals(groups, {c.label for c in judged}, preds, starts))
