@@ -85,29 +85,18 @@ def waiting_ms(r: RunSummary, rank: int) -> float:
     return max(0.0, r.phases_ms[rank].get("allreduce", 0.0) - min(spent)) if len(spent) > 1 else 0.0
 
 
-def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpriced_gemm: bool) -> dict:
-    """The measured compute group among the model's terms (see the module's words)."""
-    total, extra = sum(model.values()), GEMMS if unpriced_gemm else HOST
+def split_compute(measured: float, model: dict[str, float], fallback: str, excess_to: str | None = None) -> dict:
+    """The measured compute among the model's terms in proportion (none: all `fallback`); with `excess_to`, a
+    measurement above the model's sum is the model's terms and the rest `excess_to`'s (the module's words)."""
+    total = sum(model.values())
     if total <= 0:
-        return {extra: measured}
-    excess = measured > total and r.exec == N.EAGER   # the model's kernels, and the rest the host's (or the GEMM's)
+        return {fallback: measured}
+    excess = excess_to is not None and measured > total
     out: Counter = Counter()
     for t, ms in model.items():
         out[TERM_CATEGORY[t]] += ms if excess else measured * ms / total
     if excess:
-        out[extra] = out[extra] + measured - total   # (a + measured) - total: the order fixes the last bits
-    return out
-
-
-def split_cpu_compute(measured: float, model: dict[str, float]) -> dict:
-    """A NumPy run's measured compute among the CPU model's terms, in proportion (one part without them)."""
-    terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}
-    total = sum(terms.values())
-    if total <= 0:
-        return {CPU_COMPUTE: measured}
-    out: Counter = Counter()
-    for t, ms in terms.items():
-        out[TERM_CATEGORY[t]] += measured * ms / total
+        out[excess_to] = out[excess_to] + measured - total   # (a + measured) - total: the order fixes the last bits
     return out
 
 
@@ -129,7 +118,9 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
         if ms <= 0:
             continue
         if g == N.COMPUTE:
-            split = split_compute(ms, compute, r, unpriced_gemm) if r.gpu else split_cpu_compute(ms, model)
+            extra = GEMMS if unpriced_gemm else HOST   # an eager GPU run's excess: the host's (or the GEMM's)
+            split = (split_compute(ms, compute, extra, extra if r.exec == N.EAGER else None) if r.gpu else
+                     split_compute(ms, {t: v for t, v in model.items() if t in CPU_COMPUTE_TERMS}, CPU_COMPUTE))
             for k, v in split.items():
                 parts[k] += v
         elif g == N.ALLREDUCE and r.procs > 1:
