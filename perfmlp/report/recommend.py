@@ -198,12 +198,6 @@ def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Mac
     return out
 
 
-def first_change(recs: list[Recommendation], c: Configuration) -> Recommendation | None:
-    """The configuration's recommended change with the most predicted gain."""
-    mine = [r for r in recs if r.configuration is c and r.recommended]
-    return min(mine, key=lambda r: r.predicted_gain) if mine else None
-
-
 @dataclass(frozen=True)
 class Advice:
     """One change over the set: where it is recommended, predicted and measured."""

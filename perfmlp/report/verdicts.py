@@ -105,12 +105,10 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     rank = r.slowest_rank
     measured = r.measured_terms(rank)
     model = {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
-    parts = dict.fromkeys(CATEGORIES, 0.0)
     if r.gpu and (r.incomparable_terms or not model):
-        total = sum(model.values()) or 1.0
-        for t, ms in model.items():
-            parts[TERM_CATEGORY[t]] += r.t_ms * ms / total
-        return Verdict(_sorted(parts), "the model's split")
+        return Verdict(_sorted(split_compute(r.t_ms, model, HOST) if sum(model.values()) > 0 else {}),
+                       "the model's split")
+    parts = dict.fromkeys(CATEGORIES, 0.0)
     # the model's terms inside the measured compute: a graph replay's one phase holds those timed nowhere else
     compute = {t: ms for t, ms in model.items() if t in COMPUTE_TERMS
                or (r.exec == N.GRAPH and measured.get(WAIT_GROUP.get(t, t), 0.0) == 0.0)}

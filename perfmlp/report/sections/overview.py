@@ -18,7 +18,7 @@ from ..configurations import (Configuration, configurations, legend, shown_setti
                               usual)
 from ..figures import CATEGORY_COLORS, overview_roofline, time_split
 from ..recommend import (CHANGES, GPU_MOVE, SLICES, SLICES_WORDS, Advice, Recommendation, advice, describable,
-                         first_change, recommendations)
+                         recommendations)
 from . import Cell, Figure, Section, Table, pct
 from ..thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, REPEATS_AGREE, TOP_RECOMMENDATIONS, table as thresholds_table
 from ..verdicts import CATEGORIES, Verdict, attribute, __doc__ as VERDICTS_DOC
@@ -75,7 +75,9 @@ class Overview:
     peers: tuple            # Peer
 
     def first(self, c: Configuration) -> Recommendation | None:
-        return first_change(list(self.recs), c)
+        """The configuration's recommended change with the most predicted gain."""
+        mine = [r for r in self.recs if r.configuration is c and r.recommended]
+        return min(mine, key=lambda r: r.predicted_gain) if mine else None
 
 
 def overview_of(a: Analysis) -> Overview:
