@@ -115,7 +115,7 @@ def test_a_deep_last_line_cut_off_is_a_cut_off_line(traced_run, tmp_path, capsys
 def test_deep_json_in_the_files_beside_a_run_is_skipped_or_one_line(tmp_path):
     # the report's predictions, peers' and correctness rows, a format-1 trace line, a sweep's predictions
     from perfmlp.report.sections.timeline import section_correctness
-    from perfmlp.report.analyses.peers import read_peers
+    from perfmlp.report.sections.overview import read_peers
     from perfmlp.report.model_error import read_predictions
     from perfmlp.sweep.predict import _existing
     from perfmlp.trace.upgrade import TraceError, rank_records

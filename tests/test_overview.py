@@ -336,10 +336,10 @@ def test_slicing_the_first_layers_exchange_is_offered_only_where_the_model_predi
 
 def test_the_cpu_model_prices_no_sliced_or_16bit_numpy_run():
     import dataclasses
-    from perfmlp.report.analysis import predict_numpy
+    from perfmlp.report.analysis import predict_run
     cpu, run = load_machine("cpu-ci-2core"), cpu_run(procs=2)
-    assert predict_numpy(run, cpu).total_s > 0
+    assert predict_run(run, cpu).total_s > 0
     for change in ({"slices": 2}, {"grad_precision": "bf16"}):
         ran = dataclasses.replace(run.ran, **change)
         other = dataclasses.replace(run, manifest=dataclasses.replace(run.manifest, ran=ran))
-        assert predict_numpy(other, cpu) is None, change
+        assert predict_run(other, cpu) is None, change

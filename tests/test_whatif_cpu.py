@@ -71,7 +71,6 @@ def test_a_numpy_run_is_predicted_from_the_cpu_file_its_compute_split_and_its_ro
     from conftest import run_perfmlp
     from perfmlp.report.analysis import analyse
     from perfmlp.report.sections.questions import cpu_figures
-    from perfmlp.report.sections import Figure
     from perfmlp.report.study import load_study
     from perfmlp.report.verdicts import CPU_COMPUTE, GEMMS, attribute
     from perfmlp.trace.reader import read_run
@@ -83,6 +82,6 @@ def test_a_numpy_run_is_predicted_from_the_cpu_file_its_compute_split_and_its_ro
     assert a.machines.cpu is not None and s.predicted is not None and s.predicted.machine == a.machines.cpu.name
     parts = dict(attribute(s).parts_ms)
     assert GEMMS in parts and CPU_COMPUTE not in parts   # the CPU model splits the measured compute
-    figs = cpu_figures(a, Figure)
+    figs = cpu_figures(a)
     assert [f.name for f in figs] == ["roofline_cpu"]
     assert figs[0].draw(**figs[0].args)   # drawn: the encoded image

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..model.machine import CpuMachine, Machine
-from ..model.machine.choose import Machines, pick_machines  # noqa: F401  (perfmlp/whatif.py imports it from here)
+from ..model.machine.choose import Machines, pick_machines
 from ..model.predict import TERM_GROUP, Prediction, predict_batch
 from ..model.strategies import label as strategy_label, predict_strategy
 from ..trace.format import comparable_terms
@@ -164,16 +164,27 @@ def _endings(run: Run) -> tuple[tuple[int, str], ...]:
                   else rt.end.status) for k, rt in enumerate(ranks))
 
 
-def predict_numpy(run: Run, cpu: CpuMachine) -> Prediction | None:
-    """A NumPy run's prediction from the CPU file at rank 0's BLAS threads; None for what
-    predict_cpu does not describe."""
-    ran = run.ran
-    if ran.parallel != N.DATA or run.comm in N.PS_COMMS or ran.slices > 1 or ran.grad_precision != N.FLOAT32:
+def predict_run(run: Run, m: Machine | None) -> Prediction | None:
+    """The run's prediction with machine file `m`; a NumPy run's from a CPU file at rank 0's BLAS threads,
+    data parallelism with MPI's allreduce (model/predict/cpu.py); None for what the model does not describe."""
+    c, ran = run.config, run.ran
+    if m is None:
         return None
-    try:
-        return cpu_setting_of(run).predict(cpu)
-    except ValueError:
-        return None
+    if not run.on_gpu:
+        if (not isinstance(m, CpuMachine) or ran.parallel != N.DATA or run.comm in N.PS_COMMS or ran.slices > 1
+                or ran.grad_precision != N.FLOAT32):
+            return None
+        try:
+            return cpu_setting_of(run).predict(m)
+        except ValueError:
+            return None
+    if ran.parallel != N.DATA or run.comm in N.PS_COMMS:
+        return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], run.comm,
+                                ran.batch_transfer, ran.parallel, ran.model_procs, run.trace_level, exec_mode=run.exec)
+    return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], run.comm,
+                         ran.batch_transfer, run.trace_level, exec_mode=run.exec, overlap=ran.overlap,
+                         bucket_bytes=ran.bucket_bytes, gemm=ran.gemm if m.has_gemm_kernel(ran.gemm) else N.CUBLAS,
+                         fuse_output=ran.fuse_output, output_grad_cols=ran.output_grad_cols)
 
 
 def summarise(run: Run, machines: Machines) -> RunSummary:
@@ -189,21 +200,6 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
     t_ms = run.median_batch_ms()
     gpu = run.on_gpu
 
-    def predict(m: Machine | None) -> Prediction | None:
-        if m is None:
-            return None
-        if not gpu:   # a NumPy run: its CPU file, data parallelism with MPI's allreduce (model/predict/cpu.py)
-            return predict_numpy(run, m) if isinstance(m, CpuMachine) else None
-        if ran.parallel != N.DATA or run.comm in N.PS_COMMS:
-            return predict_strategy(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], run.comm,
-                                    ran.batch_transfer, ran.parallel, ran.model_procs, run.trace_level,
-                                    exec_mode=run.exec)
-        return predict_batch(m, run.layer_sizes, c["batch_size"], run.procs, c["precision"], run.comm,
-                             ran.batch_transfer, run.trace_level, exec_mode=run.exec, overlap=ran.overlap,
-                             bucket_bytes=ran.bucket_bytes,
-                             gemm=ran.gemm if m.has_gemm_kernel(ran.gemm) else N.CUBLAS,
-                             fuse_output=ran.fuse_output, output_grad_cols=ran.output_grad_cols)
-
     def util(m: Machine | None) -> float | None:
         if m is None or not gpu:
             return None
@@ -217,8 +213,8 @@ def summarise(run: Run, machines: Machines) -> RunSummary:
         batches=len(steady), t_ms=t_ms, flops_job=flops_job, flops_rank0=sum(first.flops.values()) if first else 0,
         bytes_copied_rank=max((b.bytes_h2d + b.bytes_d2h for b in counters.values() if b), default=0),
         phases_ms=MappingProxyType({r: MappingProxyType(run.phase_ms(r)) for r in ranks}),
-        slowest_rank=max(per_rank_ms, key=per_rank_ms.get), datasheet=predict(machines.datasheet),
-        calibrated=predict(machines.calibrated if gpu else machines.cpu),
+        slowest_rank=max(per_rank_ms, key=per_rank_ms.get), datasheet=predict_run(run, machines.datasheet),
+        calibrated=predict_run(run, machines.calibrated if gpu else machines.cpu),
         util_datasheet=util(machines.datasheet), util_calibrated_peak=util(machines.calibrated),
         parallel=ran.parallel, model_procs=ran.model_procs, exec=run.exec, host_enqueue=run.host_enqueue_times,
         phase_clock=run.phase_clock,

@@ -22,8 +22,7 @@ from ..errors import OneLineParser, PerfmlpError, cli, say
 from ..model.machine import MachineError
 from ..trace.reader import TraceError, read_traces
 from .analysis import analyse
-from .model_error import COLUMNS
-from .model_error import read_predictions
+from .model_error import COLUMNS, read_predictions
 from .study import load_study
 from .validation import repeat_groups, repeat_prediction
 

@@ -10,9 +10,7 @@ its own); a group with fewer than MIN_TESTS tests records none. The entries
 replace any the file held and the rest of its text is kept, comments
 included (the spread block is edited as text); a file whose spread is not a
 block list and which holds comments is refused rather than rewritten
-without them; a missing file is made holding only the entries. `--sweeps`
-keeps only those sweeps' tests (a sweep whose model had a bug since fixed
-says nothing of the model now).
+without them.
 """
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..errors import PerfmlpError
 from ..model.roofline import modified_roofline, standard_roofline
-from ..names import PHASES
 from .. import names as N
 
 MARKERS = {1: "o", 2: "s", 4: "^", 8: "D"}                 # process count
@@ -26,7 +25,7 @@ STRATEGY_COLORS = {N.DATA: "tab:blue", N.PS: "tab:gray", N.MODEL: "tab:orange", 
 CATEGORY_COLORS = {"GEMMs": "#4c72b0", "elementwise kernels": "#64b5cd", "launches and host": "#8172b2",
                    "copies": "#dd8452", "communication": "#55a868", "waiting for a rank": "#c44e52",
                    "compute (NumPy)": "#937860"}
-PHASE_COLORS = dict(zip(PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green", "tab:pink", "tab:purple",
+PHASE_COLORS = dict(zip(N.PHASES, ("tab:red", "tab:blue", "tab:cyan", "tab:green", "tab:pink", "tab:purple",
                                  "tab:orange", "tab:olive", "tab:gray", "tab:brown", "gold", "black",
                                  "navy", "teal", "maroon", "lime")))
 _METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}

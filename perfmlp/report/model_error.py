@@ -2,23 +2,12 @@
 beside its traces (`predictions.json`; --predict-also: another machine
 file's, `predictions-<name>.json`), whether each was blind (made no later
 than its run started), the error figures the validation section and the
-blind-test history share (median and worst |error|, signed median, sign
-test, how many within their noise, whether the noise resolves the error),
-and the blind 90% intervals (model/interval.py) of the judged configurations
-against their measurements: coverage, the median half-width
-(hi - lo) / (hi + lo), graph mode apart, and the pooled Kolmogorov-Smirnov
-distance of each repeat's quantile (interval.pit) from the uniform one. A
-prediction without an interval (no spread in its machine file) is unknown.
+blind-test history share, and the blind 90% intervals (model/interval.py)
+of the judged configurations against their measurements. A prediction
+without an interval (no spread in its machine file) is unknown.
 
 The blind-test history: a CSV given as `--blind-tests FILE` (never looked
-for, so a report says which it read), a BlindTest per (sweep, configuration);
-per machine kind, its error figures and the WORST_PER_MACHINE by |error|.
-
-noise_floor: if a run's time is the configuration's times (1 + e), e normal
-with spread sigma, the first two runs' d = (t1 - t2) / median has spread
-sigma sqrt(2), so sigma = median |d| / (0.6745 sqrt(2)); the median of n runs
-has spread sigma s_n (MEDIAN_SD), and no 90% interval of it can be narrower
-than +-1.645 sigma s_n, however right the model.
+for, so a report says which it read), a BlindTest per (sweep, configuration).
 """
 from __future__ import annotations
 
@@ -31,7 +20,6 @@ from pathlib import Path
 
 from ..errors import PerfmlpError
 from ..model.interval import coverage, ks_distance, pit
-from ..names import MORE_PREDICTIONS, PREDICTIONS
 from ..safeio import read_json
 from .. import names as N
 from .thresholds import COVERAGE_TARGET, GRAPH_HALF_WIDTH_TARGET, PRISM_KS, SIGN_TEST_LEVEL
@@ -45,7 +33,7 @@ MEDIAN_SD = {1: 1.0, 2: 0.7071, 3: 0.6696, 4: 0.5462, 5: 0.5353}
 
 # ---- the blind predictions -------------------------------------------------------------------
 
-def read_predictions(folder: Path | None, name: str = PREDICTIONS) -> tuple[dict | None, str]:
+def read_predictions(folder: Path | None, name: str = N.PREDICTIONS) -> tuple[dict | None, str]:
     """(the predictions file's content, one line about it)."""
     if folder is None:
         return None, "no trace folder"
@@ -58,11 +46,6 @@ def read_predictions(folder: Path | None, name: str = PREDICTIONS) -> tuple[dict
         return data, f"{path}"
     except (OSError, ValueError, AssertionError):
         return None, f"{path}: unreadable, ignored"
-
-
-def more_predictions(folder: Path | None) -> list[Path]:
-    """Other machine files' predictions beside the traces, by name."""
-    return sorted(Path(folder).glob(MORE_PREDICTIONS)) if folder is not None else []
 
 
 def _time(text: str | None) -> dt.datetime | None:
@@ -190,8 +173,11 @@ class IntervalJudgement:
 
 
 def noise_floor(runs_ms: list[list[float]]) -> float | None:
-    """The narrowest half-width of a 90% interval of a measured median (the module docstring):
-    `runs_ms`, each configuration's run times in run order; None under three with two runs."""
+    """The narrowest half-width of a 90% interval of a measured median; `runs_ms`: each configuration's run
+    times in run order; None under three with two runs. A run's time is the configuration's (1 + e), e normal
+    with spread sigma: the first two runs' (t1 - t2) / median has spread sigma sqrt(2), so sigma = median |d| /
+    (0.6745 sqrt(2)); the median of n runs has spread sigma MEDIAN_SD[n], and no 90% interval of it can be
+    narrower than +-1.645 sigma MEDIAN_SD[n], however right the model."""
     pairs = [rs for rs in runs_ms if len(rs) >= 2]
     if len(pairs) < 3:
         return None

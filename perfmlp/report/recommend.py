@@ -21,8 +21,7 @@ from ..errors import PerfmlpError
 from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
 from ..model.machine.choose import shipped_cpu
-from ..model.whatif import WhatIfError
-from ..model.whatif import changed_cpu_setting, cpu_options, what_if_cpu
+from ..model.whatif import WhatIfError, changed_cpu_setting, cpu_options, what_if_cpu
 from .configurations import Configuration, overlap_words
 from .thresholds import MIN_GAIN
 from .whatif import cpu_setting_of, measured_groups_ms, what_if_run
@@ -32,30 +31,29 @@ from .. import names as N
 @dataclass(frozen=True)
 class Change:
     name: str
-    sets: tuple           # the what-if's (key, value) changes
+    key: str              # the what-if's configuration key the change sets to `value`
+    value: object
     applies: Callable     # settings -> bool
-    target: tuple         # (setting, value or a function of the configuration) of the one that made the change
+
+    def target(self, c: Configuration) -> tuple:
+        """(setting, value) of the configuration that made the change (an overlap: the run's own buckets)."""
+        if self.key == "overlap":
+            return (("overlap", overlap_words(c.representative.bucket_bytes)),)
+        return (("transfer" if self.key == "batch_transfer" else self.key, self.value),)
 
 
 CHANGES = (
-    Change("pinned copies instead of pageable", (("batch_transfer", N.PINNED),),
-           lambda s: s["transfer"] == N.PAGEABLE, (("transfer", N.PINNED),)),
-    Change("resident data instead of pageable copies", (("batch_transfer", N.RESIDENT),),
-           lambda s: s["transfer"] == N.PAGEABLE, (("transfer", N.RESIDENT),)),
-    Change("resident data instead of pinned copies", (("batch_transfer", N.RESIDENT),),
-           lambda s: s["transfer"] == N.PINNED, (("transfer", N.RESIDENT),)),
-    Change("prefetched copies instead of pinned", (("batch_transfer", N.PREFETCH),),
-           lambda s: s["transfer"] == N.PINNED, (("transfer", N.PREFETCH),)),
-    Change("NCCL instead of MPI staged through the host", (("comm", N.NCCL),),
-           lambda s: s["comm"] == N.MPI_STAGED, (("comm", N.NCCL),)),
-    Change("one CUDA graph per step instead of eager launches", (("exec", "graph"),),
-           lambda s: s["exec"] == N.EAGER and graph_refusal("cupy", "data", s["comm"]) is None,
-           (("exec", "graph"),)),
-    Change("cuBLAS instead of the course's GEMM kernel", (("gemm", N.CUBLAS),),
-           lambda s: s["gemm"] not in (None, N.CUBLAS), (("gemm", N.CUBLAS),)),
-    Change("overlap the allreduce with the backward pass", (("overlap", True),),
-           lambda s: s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap",
-           (("overlap", lambda c: overlap_words(c.representative.bucket_bytes)),)),   # the run's own buckets
+    Change("pinned copies instead of pageable", "batch_transfer", N.PINNED, lambda s: s["transfer"] == N.PAGEABLE),
+    Change("resident data instead of pageable copies", "batch_transfer", N.RESIDENT,
+           lambda s: s["transfer"] == N.PAGEABLE),
+    Change("resident data instead of pinned copies", "batch_transfer", N.RESIDENT, lambda s: s["transfer"] == N.PINNED),
+    Change("prefetched copies instead of pinned", "batch_transfer", N.PREFETCH, lambda s: s["transfer"] == N.PINNED),
+    Change("NCCL instead of MPI staged through the host", "comm", N.NCCL, lambda s: s["comm"] == N.MPI_STAGED),
+    Change("one CUDA graph per step instead of eager launches", "exec", "graph",
+           lambda s: s["exec"] == N.EAGER and graph_refusal("cupy", "data", s["comm"]) is None),
+    Change("cuBLAS instead of the course's GEMM kernel", "gemm", N.CUBLAS, lambda s: s["gemm"] not in (None, N.CUBLAS)),
+    Change("overlap the allreduce with the backward pass", "overlap", True,
+           lambda s: s["procs"] > 1 and s["comm"] == N.NCCL and s["overlap"] == "no overlap"),
 )
 GPU_MOVE = "run it on a GPU"
 SLICES = "slice the first layer's exchange, {k} slices"   # perfmlp/slices.py, K the model's choice
@@ -89,7 +87,7 @@ def describable(c: Configuration) -> bool:
 
 def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | None:
     s = dict(c.settings)
-    s.update((k, v(c) if callable(v) else v) for k, v in target)
+    s.update(target)
     found = index.get(tuple(s.items()))
     return found if found is not None and found.judged else None
 
@@ -97,10 +95,10 @@ def sibling_of(c: Configuration, target: tuple, index: dict) -> Configuration | 
 def whatif_gain(change: Change, run, machine: Machine, unpriced_gemm: bool) -> float | None:
     """The what-if engine's predicted gain of one change for the configuration's representative run."""
     try:
-        w = what_if_run(run, machine, dict(change.sets))
+        w = what_if_run(run, machine, {change.key: change.value})
     except (WhatIfError, PerfmlpError, ValueError, KeyError):
         return None
-    if change.target[0][0] == "gemm" and unpriced_gemm:
+    if change.key == "gemm" and unpriced_gemm:
         # the machine file has no rate for the run's kernel: the model priced it as cuBLAS, so the
         # measured compute is replaced by the model's cuBLAS compute whole
         g = "compute"
@@ -192,18 +190,12 @@ def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Mac
             gain = whatif_gain(ch, run, machine, unpriced(c.s["gemm"]))
             if gain is None:
                 continue
-            sib = sibling_of(c, ch.target, index)
+            sib = sibling_of(c, ch.target(c), index)
             out.append(Recommendation(c, ch.name, gain, sib.t_ms / c.t_ms - 1 if sib else None, sib,
                                       f"what-if on {machine.name}"))
         sliced = slices_recommendation(c, run, machine) if slices_apply(c.s) else None
         out += [sliced] if sliced else []
     return out
-
-
-def first_change(recs: list[Recommendation], c: Configuration) -> Recommendation | None:
-    """The configuration's recommended change with the most predicted gain."""
-    mine = [r for r in recs if r.configuration is c and r.recommended]
-    return min(mine, key=lambda r: r.predicted_gain) if mine else None
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,9 @@
 words and draws them). Pure functions of records, tested on the CPU.
 
 Every time is the length of a union of (start, end) intervals, never a sum
-of records that may overlap (two streams, a copy under a kernel). Per batch
-and rank (breakdown): busy, split into compute (a CUDA-graph launch counts
-as compute), then communication not under it, then copies under neither;
-idle, each gap named by the host's phase meanwhile: a collective (waiting
-for the other ranks), a copy, else waiting for the host to launch. Across
-ranks: each collective's arrivals and waits (collective_waits), and the
-batch's critical path with the most each segment's removal could gain. And
-each batch's records held to its own counters: copied bytes and kernels
-launched per phase (cross_check).
+of records that may overlap (two streams, a copy under a kernel). Idle time
+is named by the host's phase meanwhile: a collective (waiting for the other
+ranks), a copy, else waiting for the host to launch.
 """
 from __future__ import annotations
 

@@ -1,17 +1,13 @@
 """The model tested blind, as typed results (sections/validation.py words them).
 
-- Blind predictions: a prediction beside the traces counts as blind only when
-  it was made before its run started (model_error.blind_status); runs
-  without one are judged with the report's own prediction, "not blind".
-- Repeats: the runs of one configuration; its time is the median of theirs,
-  its spread (max - min) / median, and an error within half the spread is
-  "within noise". Runs with fewer than MIN_STEADY steady batches are named.
-- Error per term: the slowest rank's median phase groups against the
-  model's terms summed into the same groups, where the trace timed the
-  group's work as the model means it (trace.format.comparable_terms); the
-  other measured groups are shown, not compared.
-- What-if: from a size's one-GPU reference-scheme run, each other measured
-  configuration of that size predicted by the what-if solver.
+A configuration's repeats are grouped: its time is their median, its spread
+(max - min) / median, and an error within half the spread is "within
+noise". A prediction counts as blind only when it was made before its run
+started (model_error.blind_status); runs without one are judged with the
+report's own prediction, "not blind". Per term, the slowest rank's median
+phase groups are compared with the model's terms summed into the same
+groups only where the trace timed the group's work as the model means it
+(trace.format.comparable_terms); the other measured groups are shown.
 """
 from __future__ import annotations
 
@@ -20,9 +16,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..names import GROUPS
 from .analysis import Analysis, error_pct, predicted_terms
-from .model_error import (ErrorStats, error_stats, judge_intervals, more_predictions, read_predictions, resolution,
+from .model_error import (ErrorStats, error_stats, judge_intervals, read_predictions, resolution,
                           run_entries, within_noise)
 from .whatif import what_if_run
 from .. import names as N
@@ -95,7 +90,7 @@ class TermErrors:
 
     def shown(self) -> tuple[str, ...]:
         """The groups measured or predicted (GROUPS' order)."""
-        return tuple(g for g in GROUPS if self.measured[g] or self.predicted.get(g))
+        return tuple(g for g in N.GROUPS if self.measured[g] or self.predicted.get(g))
 
     def compared(self) -> dict[str, tuple[float, float]]:
         """group -> (predicted, measured) of the groups shown and not apart."""
@@ -170,14 +165,14 @@ def config_error(c: RepeatGroup, preds: dict | None, starts: dict, calibrated) -
     row = ConfigError(c.label, len(c.runs), min(r.batches for r in c.runs), c.t_ms, spread, pred_ms, status, err,
                       within_noise(err, spread), ds, within_noise(ds, spread), ref.procs, ref.comm, ref.exec,
                       ref.transfer, _judged(c, calibrated), ref.precision)
-    meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in GROUPS}
+    meas = {g: statistics.median(r.measured_terms(r.slowest_rank)[g] for r in c.runs) for g in N.GROUPS}
     if ref.exec == N.GRAPH and ref.comm != N.MPI_STAGED:
         # one replay holds the NCCL collectives: the trace times them inside compute, so the
         # prediction is compared the same way
         inside = pred_groups.get(N.COMPUTE, 0.0) + pred_groups.get(N.ALLREDUCE, 0.0)
         pred_groups = {**pred_groups, N.COMPUTE: inside, N.ALLREDUCE: 0.0}
     left = {g for r in c.runs for g in r.incomparable_terms}   # some repeat timed it on the host clock
-    return row, TermErrors(c.label, meas, pred_groups, tuple(g for g in GROUPS if g in left))
+    return row, TermErrors(c.label, meas, pred_groups, tuple(g for g in N.GROUPS if g in left))
 
 
 def quiet_label(quiet_pct: float) -> str:
@@ -212,7 +207,7 @@ def summary_rows(judged: list[ConfigError], quiet_pct: float | None = None) -> l
 def per_term(terms: list[TermErrors]) -> list[dict]:
     """A row per phase group: its error over the configurations that compare it."""
     out = []
-    for g in GROUPS:
+    for g in N.GROUPS:
         errs = [t.compared()[g] for t in terms if g in t.compared()]
         rel = [100 * (p / m - 1) for p, m in errs if m > 0]
         if errs:
@@ -276,12 +271,13 @@ def analyse_validation(a: Analysis) -> Validation:
     configs = tuple(p[0] for p in pairs)
     judged = [c for c in configs if c.judged == "yes"]
     quiet = a.study.targets.model_median_error_pct
+    others = sorted(Path(a.folder).glob(N.MORE_PREDICTIONS)) if configs and a.folder is not None else []
     return Validation(
-        cal, pred_note, (preds or {}).get("machine", {}) if preds else None,
+        cal, pred_note, preds.get("machine", {}) if preds else None,
         tuple(r.run_id for r in a.gpu_runs if r.batches < MIN_STEADY.value),
         tuple(sorted({str(t.manifest.versions.get("perfmlp_git")) for t in a.traces})),
         configs, tuple(p[1] for p in pairs), tuple(summary_rows(judged, quiet)),
         tuple(per_term([p[1] for p in pairs])),
-        tuple(other_machine(path, judged, groups, starts) for path in more_predictions(a.folder)) if configs else (),
+        tuple(other_machine(path, judged, groups, starts) for path in others),
         tuple(what_if_rows(a, groups)) if configs else (), quiet,
         judge_intervals(groups, {c.label for c in judged}, preds, starts))

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from .analysis import RunSummary
 from .thresholds import CO_BOUND
 from .. import names as N
-from ..names import COMPUTE
 
 GEMMS, ELEMENTWISE, HOST, COPIES, COMMUNICATION, WAITING = (
     "GEMMs", "elementwise kernels", "launches and host", "copies", "communication", "waiting for a rank")
@@ -86,29 +85,18 @@ def waiting_ms(r: RunSummary, rank: int) -> float:
     return max(0.0, r.phases_ms[rank].get("allreduce", 0.0) - min(spent)) if len(spent) > 1 else 0.0
 
 
-def split_compute(measured: float, model: dict[str, float], r: RunSummary, unpriced_gemm: bool) -> dict:
-    """The measured compute group among the model's terms (see the module's words)."""
-    total, extra = sum(model.values()), GEMMS if unpriced_gemm else HOST
+def split_compute(measured: float, model: dict[str, float], fallback: str, excess_to: str | None = None) -> dict:
+    """The measured compute among the model's terms in proportion (none: all `fallback`); with `excess_to`, a
+    measurement above the model's sum is the model's terms and the rest `excess_to`'s (the module's words)."""
+    total = sum(model.values())
     if total <= 0:
-        return {extra: measured}
-    excess = measured > total and r.exec == N.EAGER   # the model's kernels, and the rest the host's (or the GEMM's)
+        return {fallback: measured}
+    excess = excess_to is not None and measured > total
     out: Counter = Counter()
     for t, ms in model.items():
         out[TERM_CATEGORY[t]] += ms if excess else measured * ms / total
     if excess:
-        out[extra] = out[extra] + measured - total   # (a + measured) - total: the order fixes the last bits
-    return out
-
-
-def split_cpu_compute(measured: float, model: dict[str, float]) -> dict:
-    """A NumPy run's measured compute among the CPU model's terms, in proportion (one part without them)."""
-    terms = {t: ms for t, ms in model.items() if t in CPU_COMPUTE_TERMS}
-    total = sum(terms.values())
-    if total <= 0:
-        return {CPU_COMPUTE: measured}
-    out: Counter = Counter()
-    for t, ms in terms.items():
-        out[TERM_CATEGORY[t]] += measured * ms / total
+        out[excess_to] = out[excess_to] + measured - total   # (a + measured) - total: the order fixes the last bits
     return out
 
 
@@ -117,20 +105,20 @@ def attribute(r: RunSummary, unpriced_gemm: bool = False) -> Verdict:
     rank = r.slowest_rank
     measured = r.measured_terms(rank)
     model = {t: s * 1e3 for t, s in r.predicted.terms.items()} if r.predicted else {}
-    parts = dict.fromkeys(CATEGORIES, 0.0)
     if r.gpu and (r.incomparable_terms or not model):
-        total = sum(model.values()) or 1.0
-        for t, ms in model.items():
-            parts[TERM_CATEGORY[t]] += r.t_ms * ms / total
-        return Verdict(_sorted(parts), "the model's split")
+        return Verdict(_sorted(split_compute(r.t_ms, model, HOST) if sum(model.values()) > 0 else {}),
+                       "the model's split")
+    parts = dict.fromkeys(CATEGORIES, 0.0)
     # the model's terms inside the measured compute: a graph replay's one phase holds those timed nowhere else
     compute = {t: ms for t, ms in model.items() if t in COMPUTE_TERMS
                or (r.exec == N.GRAPH and measured.get(WAIT_GROUP.get(t, t), 0.0) == 0.0)}
     for g, ms in measured.items():
         if ms <= 0:
             continue
-        if g == COMPUTE:
-            split = split_compute(ms, compute, r, unpriced_gemm) if r.gpu else split_cpu_compute(ms, model)
+        if g == N.COMPUTE:
+            extra = GEMMS if unpriced_gemm else HOST   # an eager GPU run's excess: the host's (or the GEMM's)
+            split = (split_compute(ms, compute, extra, extra if r.exec == N.EAGER else None) if r.gpu else
+                     split_compute(ms, {t: v for t, v in model.items() if t in CPU_COMPUTE_TERMS}, CPU_COMPUTE))
             for k, v in split.items():
                 parts[k] += v
         elif g == N.ALLREDUCE and r.procs > 1:

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 from ..model.machine import Machine
-from ..names import GROUPS
-from ..model.whatif import Setting, WhatIf, changed_setting, slices_of, what_if
-from ..model.whatif import CpuSetting
+from ..model.whatif import CpuSetting, Setting, WhatIf, changed_setting, slices_of, what_if
 from ..trace.reader import Run
 from .. import names as N
 
@@ -28,7 +26,7 @@ def measured_groups_ms(run: Run) -> tuple[float, dict]:
     steady = run.steady_batches().values()
     per_rank = {r: sorted(run.batch_time_ms(recs[r]) for recs in steady) for r in run.ranks}
     slowest = max(per_rank, key=lambda r: per_rank[r][len(per_rank[r]) // 2])
-    groups = dict.fromkeys(GROUPS, 0.0)
+    groups = dict.fromkeys(N.GROUPS, 0.0)
     for phase, ms in run.phase_ms(slowest).items():
         groups[N.PHASE_GROUP[phase]] += ms
     t = run.median_batch_ms()

@@ -4,9 +4,8 @@ workers: what a stale gradient is worth against nobody waiting for the
 slowest. A group is one job on W workers with one straggler setting. Per
 run: held-out accuracy after each epoch against updates (in batches of B
 samples: one synchronous update, W asynchronous ones) and against the
-epochs' own seconds; what the server's update lines measured, and its time
-per update beside the model's (model/psasync.py) from each worker's measured
-cycle without its waits and the server's measured time per update.
+epochs' own seconds, and what the server's update lines measured beside the
+model's time per update (model/psasync.py).
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """How the time per batch moves with a setting, each row a configuration:
 scaling over p against the one-GPU configuration with every other setting
 equal (strong: B split over p, efficiency T1 / (p Tp); weak: B / p kept,
-T1 / Tp); imbalance across ranks (each rank's copies and compute before it
-waits, and the allreduce's spread across ranks: the waiting); the serial,
-overlapped and sliced bounds (model/predict/slices.py) where the sliced
-schedule applies; and the execution-mode and overlap variants of a
-configuration, each change's predicted gain beside its measured one.
+T1 / Tp); imbalance and waiting across ranks; the serial, overlapped and
+sliced bounds (model/predict/slices.py); and the execution-mode and overlap
+variants of a configuration.
 """
 from __future__ import annotations
 

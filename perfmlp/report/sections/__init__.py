@@ -15,9 +15,6 @@ class Cell:
     tip: str = ""
     css: str = ""
 
-    def __str__(self) -> str:
-        return self.text
-
 
 @dataclass
 class Table:

@@ -1,30 +1,69 @@
 """The report's first screen (what ran, the headline figures, what bounds
 each configuration, what to change first with its predicted and measured
 gain) and the full tables after it. `overview_of(a)` computes it all once.
+The headline sets PyTorch's step times beside perfmlp's where
+benchmarks/graph_step.py measured them (its rows under the traces folder or
+a committed set's benchmarks folder beside it).
 """
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..analyses.accuracy import study_shaped
 from ..analysis import Analysis
 from ..configurations import (Configuration, configurations, legend, shown_settings, sort_key, split_label,
                               usual)
 from ..figures import CATEGORY_COLORS, overview_roofline, time_split
-from ..analyses.peers import read_peers
 from ..recommend import (CHANGES, GPU_MOVE, SLICES, SLICES_WORDS, Advice, Recommendation, advice, describable,
-                         first_change, recommendations)
+                         recommendations)
 from . import Cell, Figure, Section, Table, pct
 from ..thresholds import MAP_COLUMNS, MAP_ROWS, MIN_GAIN, REPEATS_AGREE, TOP_RECOMMENDATIONS, table as thresholds_table
 from ..verdicts import CATEGORIES, Verdict, attribute, __doc__ as VERDICTS_DOC
 from ... import names as N
+from ...safeio import read_json
 
 LETTERS = dict(zip(CATEGORIES, "GEHCMWN"))   # a verdict's letter in the map (its colour in report.html)
 CSS = {c: f"v{i}" for i, c in enumerate(CATEGORY_COLORS)}
 NARROW_MAP = 8      # shapes: a map this narrow fits the overview's left column
 SLICED = SLICES.split(",")[0]   # the sliced schedule's recommendations, whatever their count
 SPLIT_FIGURE_MAX = 30   # configurations: beyond this the time-split figure would be taller than a page
+PEER_FILE = "graph_step.jsonl"
+PEERS = {"pytorch graph": "PyTorch, CUDA graph", "pytorch eager": "PyTorch, eager"}   # on p > 1 with " (DDP)"
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str            # PEERS' words
+    hidden: tuple
+    batch: int           # all ranks together (the benchmark splits B over p)
+    procs: int
+    ms: float            # median over the rounds of the wall time per step
+
+
+def read_peers(folder: Path | None) -> list[Peer]:
+    """Every peer row under the traces folder (or its set's benchmarks), merged by (name, H, B, p): median;
+    a line that is not a benchmark row is skipped."""
+    folders = (folder, folder.parent / "benchmarks") if folder is not None and folder.is_dir() else ()
+    rows: dict[tuple, list] = {}
+    for f in sorted({f for d in folders for f in d.rglob(PEER_FILE)}):
+        try:
+            lines = f.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                r = read_json(line)
+                name = PEERS.get(str(r["variant"]).removesuffix(" (DDP)"))
+                key = (name, tuple(int(h) for h in r["hidden"]), int(r["B"]), int(r["procs"]))
+                ms = float(r["median_us"]) / 1e3
+            except (ValueError, KeyError, TypeError):
+                continue
+            if name:
+                rows.setdefault(key, []).append(ms)
+    return [Peer(*k, statistics.median(v)) for k, v in sorted(rows.items())]
 
 
 @dataclass(frozen=True)
@@ -36,7 +75,9 @@ class Overview:
     peers: tuple            # Peer
 
     def first(self, c: Configuration) -> Recommendation | None:
-        return first_change(list(self.recs), c)
+        """The configuration's recommended change with the most predicted gain."""
+        mine = [r for r in self.recs if r.configuration is c and r.recommended]
+        return min(mine, key=lambda r: r.predicted_gain) if mine else None
 
 
 def overview_of(a: Analysis) -> Overview:

@@ -172,7 +172,7 @@ def section_q2_2(a: Analysis) -> Section:
                                     title=f"{kind.capitalize()} roofline per GPU, {primary.name}, B/p = "
                                           f"{st.batch_size}", model=a.machines.primary_kind,
                                     h_list=st.q2_2_hidden_sizes)))
-    s.figures += ceilings_figures(a, Figure)   # every GPU run under its precision's ceiling
+    s.figures += ceilings_figures(a)   # every GPU run under its precision's ceiling
     s.tables.append(Table("q2_2_points", "The Question 2.2 points", [
         {"configuration": p["label"], "H": p["H"], "procs": p["procs"], "transfer": p["transfer"],
          "comm": p["comm"], "exec": p["exec"], "AI (FLOP/B)": p["ai"] if math.isfinite(p["ai"]) else None,
@@ -248,11 +248,11 @@ def ceilings_points(a, backend: str = N.CUPY) -> list[dict]:
     return out
 
 
-def ceilings_figures(a, figure) -> list:
-    """The GPU runs' figure (made by `figure(name, caption, draw, args)`), and the CPU's where NumPy runs are."""
+def ceilings_figures(a) -> list[Figure]:
+    """The GPU runs' figure, and the CPU's where NumPy runs are."""
     pts, m = ceilings_points(a), a.machines.primary
     if not pts:
-        return cpu_figures(a, figure)
+        return cpu_figures(a)
     try:
         ceilings = m.ceilings()
         for p in pts:
@@ -260,13 +260,13 @@ def ceilings_figures(a, figure) -> list:
     except MachineError:
         return []
     bws = {"HBM": m.mem_bw_bytes_per_s, "PCIe pinned, copies overlapped (prefetch):": m.h2d_pinned_bytes_per_s}
-    return [figure("roofline_ceilings", "Roofline of several ceilings: every GPU run under its precision's",
+    return [Figure("roofline_ceilings", "Roofline of several ceilings: every GPU run under its precision's",
                    ceilings_roofline, dict(points=pts, ceilings=ceilings, bws=bws,
                                            title=f"Ceilings per precision and memory level, {m.name}"))] \
-        + cpu_figures(a, figure)
+        + cpu_figures(a)
 
 
-def cpu_figures(a, figure) -> list:
+def cpu_figures(a) -> list[Figure]:
     """The CPU's roofline at the NumPy runs' most common rank count (one rank's share of the machine), or none."""
     pts, cpu = ceilings_points(a, N.NUMPY), a.machines.cpu
     if not pts or cpu is None:
@@ -278,7 +278,7 @@ def cpu_figures(a, figure) -> list:
     bws = {"memory": c[precisions[0]]["mem_bw_bytes_per_s"]}
     if c[precisions[0]]["copy_bytes_per_s"]:
         bws["MPI exchange (the modified roofline's copy):"] = c[precisions[0]]["copy_bytes_per_s"]
-    return [figure("roofline_cpu", f"Roofline of the CPU: every NumPy run under one rank's ceilings at p = {procs}",
+    return [Figure("roofline_cpu", f"Roofline of the CPU: every NumPy run under one rank's ceilings at p = {procs}",
                    ceilings_roofline, dict(points=pts, ceilings=ceilings, bws=bws, levels=("memory", "MPI"),
                                            units="BLAS", per="rank",
                                            title=f"One rank's ceilings at p = {procs}, {cpu.name}"))]

@@ -153,7 +153,7 @@ def section_nsys(a: Analysis) -> Section | None:
     s = Section("Nsight Systems cross-check")
     by_id = {r.run_id: r for r in a.traces}
     for db in dbs:
-        run = next((by_id[d.name] for d in [db.parent, *db.parents] if d.name in by_id), None)
+        run = next((by_id[d.name] for d in db.parents if d.name in by_id), None)
         if run is None:
             s.paragraphs.append(f"{db}: no trace of the same run beside it; skipped")
             continue
