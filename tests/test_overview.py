@@ -343,3 +343,19 @@ def test_the_cpu_model_prices_no_sliced_or_16bit_numpy_run():
         ran = dataclasses.replace(run.ran, **change)
         other = dataclasses.replace(run, manifest=dataclasses.replace(run.manifest, ran=ran))
         assert predict_run(other, cpu) is None, change
+
+
+def test_a_cpu_file_given_prices_the_numpy_runs_recommendations(tmp_path):
+    import yaml
+    from pathlib import Path
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "models" / "cpu-ci-2core.yaml").read_text())
+    for e in data["gemm_flops_per_s"]:
+        e["flops_per_s"] /= 4   # a machine whose GEMMs are four times slower
+    slow = tmp_path / "slow-cpu.yaml"
+    slow.write_text(yaml.safe_dump(data))
+    runs = [cpu_run(procs=2)]
+
+    def gains(machine):
+        return {r.change: r.predicted_gain for r in overview_of(analyse(runs, [], load_study(), machine)).recs}
+    shipped, given = gains(None), gains(str(slow))
+    assert shipped.keys() == given.keys() and shipped != given

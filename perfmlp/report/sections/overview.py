@@ -88,7 +88,7 @@ def overview_of(a: Analysis) -> Overview:
         return gemm not in (None, N.CUBLAS) and not m.has_gemm_kernel(gemm)
     verdicts = {c.label: attribute(c.representative, unpriced(c.s["gemm"])) for c in configs}
     by_id = {r.run_id: r for r in a.traces}
-    recs = recommendations(configs, by_id, m, a.machines.datasheet, unpriced)
+    recs = recommendations(configs, by_id, m, a.machines.datasheet, unpriced, a.machines.cpu)
     return Overview(tuple(configs), verdicts, tuple(recs), tuple(advice(recs)), tuple(read_peers(a.folder)))
 
 
