@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .costs import LOSS_SLOTS, batch_counts, itemsize as itemsize_of, n_params, pieces
-from . import predict   # its batch module, with the machine files' reader, loads on first use: never the trainer's
-from .predict.exchange import ring_allreduce_s, staging_memory
-from .predict.timeline import graph_refusal, launch_host_s, resolve_exec, trace_cost, trace_detail
+from .predict import (TERMS, Prediction, graph_refusal, launch_host_s, predict_batch, resolve_exec, ring_allreduce_s,
+                      staging_memory, trace_cost, trace_detail)
 from .. import names as N
 
 if TYPE_CHECKING:
     from .machine import Machine
-    from .predict import Prediction
 
 PS_COMMS = N.PS_COMMS
 DEVICE_COMMS = N.DEVICE_COMMS
@@ -246,18 +244,17 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     each). Eager pays the launches the GPU work does not hide; graph mode is one
     replay, its launch less the collectives the replay holds."""
     if parallel == N.DATA and comm not in PS_COMMS:
-        return predict.predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer,
-                                     trace_level, exec_mode=exec_mode)
+        return predict_batch(machine, layer_sizes, batch, procs, precision, comm, batch_transfer, trace_level,
+                             exec_mode=exec_mode)
     mode = strategy_exec(exec_mode, parallel, comm)
     graph = mode == N.GRAPH
     s = itemsize_of(precision)
     rc = rank_counts(layer_sizes, batch, procs, ROOT, s, parallel, model_procs, comm, batch_transfer)
-    own = predict.predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level,
-                                exec_mode=mode)
+    own = predict_batch(machine, rc.sizes, rc.b, 1, precision, N.NCCL, batch_transfer, trace_level, exec_mode=mode)
     cost = trace_cost(trace_level)   # the phases a traced batch records, a CUDA event each at the `phases` level
     phases = len(step_phases(layer_sizes, procs, ROOT, parallel, model_procs, comm, batch_transfer, mode)) \
         if cost else 0
-    terms = dict.fromkeys(predict.TERMS, 0.0)
+    terms = dict.fromkeys(TERMS, 0.0)
     for k in ("gemm", "elementwise", N.H2D_BATCH) + (("kernel_gaps",) if graph else ()):
         terms[k] = own.terms[k]
     _collective_terms(machine, rc.collectives, s, comm, batch_transfer, terms)
@@ -275,9 +272,9 @@ def predict_strategy(machine: Machine, layer_sizes, batch: int, procs: int = 1, 
     compute = terms["gemm"] + terms["elementwise"] + terms["kernel_gaps"] + terms["launches"] + terms["graph_launch"]
     job = sum(rank_counts(layer_sizes, batch, procs, r, s, parallel, model_procs, comm, batch_transfer).flops_total
               for r in range(procs))
-    return predict.Prediction(terms, total, max(compute, total - compute), rc.flops_total, job,
-                              rc.bytes_h2d + rc.bytes_d2h, machine.name,
-                              {"exec": mode, "kernels": own.detail["kernels"], **trace_detail(trace_level)})
+    return Prediction(terms, total, max(compute, total - compute), rc.flops_total, job,
+                      rc.bytes_h2d + rc.bytes_d2h, machine.name,
+                      {"exec": mode, "kernels": own.detail["kernels"], **trace_detail(trace_level)})
 
 
 def _collective_terms(machine: Machine, collectives, itemsize: int, comm: str, batch_transfer: str,

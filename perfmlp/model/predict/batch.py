@@ -3,15 +3,18 @@ summed (the package docstring says what each term is), and the Prediction."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..costs import DEFAULT_BUCKET_BYTES, OUTPUT_GRAD_COLS, batch_counts, pieces, widths
-from ..machine import Machine
 from .compute import batch_copies, step_compute
 from .exchange import backward_stages, comm_s, gradient_buckets, overlap_pipeline, staging_memory
 from .schedule import schedule_change
 from .timeline import (Step, launch_host_s, resolve_exec, step_items, timeline_batch_s, trace_cost, trace_detail,
                        traced_phases)
 from ... import names as N
+
+if TYPE_CHECKING:   # annotations only: the trainer imports this module, never a machine file
+    from ..machine import Machine
 
 # Each term and the group of a batch's time (names.GROUPS) that measures it.
 TERM_GROUP = {N.H2D_BATCH: N.H2D_BATCH, "gemm": N.COMPUTE, "elementwise": N.COMPUTE, "kernel_gaps": N.COMPUTE,

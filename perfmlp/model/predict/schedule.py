@@ -12,11 +12,15 @@ eager mode's extra launches.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ... import names as N
 from ..costs import LOSS_SLOTS, n_weights, piece, pieces, step_kernels, widths
-from ..machine import Machine
 from .compute import kernel_s
 from .exchange import comm_s
+
+if TYPE_CHECKING:   # annotations only: the trainer imports this module, never a machine file
+    from ..machine import Machine
 
 
 def grad_bytes(precision: str, grad_precision: str) -> int:

@@ -3,11 +3,15 @@ count it is fastest at; `python -m perfmlp.model.predict.slices FILE`
 prints the predicted gains at p = 2, 4, 8."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ... import names as N
 from ..costs import pieces
-from ..machine import Machine
 from .batch import predict_batch
 from .schedule import schedule_change
+
+if TYPE_CHECKING:   # annotations only: the trainer imports this module, never a machine file
+    from ..machine import Machine
 
 SLICE_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)   # the slice counts `auto` chooses among
 
