@@ -20,7 +20,6 @@ from typing import Callable
 from ..errors import PerfmlpError
 from ..model.machine import Machine
 from ..model.predict import graph_refusal, predict_batch
-from ..model.machine.choose import shipped_cpu
 from ..model.whatif import WhatIfError, changed_cpu_setting, cpu_options, what_if_cpu
 from .configurations import Configuration, overlap_words
 from .thresholds import MIN_GAIN
@@ -165,14 +164,13 @@ def cpu_recommendations(c: Configuration, run, cpu, index: dict) -> list[Recomme
 
 
 def recommendations(configs: list[Configuration], runs_by_id: dict, machine: Machine, gpu: Machine,
-                    unpriced: Callable[[str], bool], cpu=None) -> list[Recommendation]:
+                    unpriced: Callable[[str], bool], cpu) -> list[Recommendation]:
     """Every change that applies to every describable configuration, priced (recommended or not); a NumPy
-    configuration's on `cpu` (None: the shipped CPU file nearest this machine) and on the GPU."""
+    configuration's on `cpu` (the analysis's CPU file; None: none) and on the GPU."""
     index = {c.settings: c for c in configs}
     out = []
     for c in configs:
         if not c.gpu and c.judged:
-            cpu = cpu or shipped_cpu()
             run = runs_by_id.get(c.representative.run_id)
             if cpu is not None and run is not None and c.s["strategy"] == N.DATA:
                 out += cpu_recommendations(c, run, cpu, index)

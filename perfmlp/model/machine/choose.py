@@ -43,11 +43,6 @@ def nearest_cpu(cpus) -> CpuMachine | None:
     return min(cpus, key=lambda m: abs(m["cores"] - (os.cpu_count() or 1)), default=None)
 
 
-def shipped_cpu() -> CpuMachine | None:
-    """The shipped CPU file nearest this machine (None: none ships)."""
-    return nearest_cpu([m for m in shipped_machines() if isinstance(m, CpuMachine)])
-
-
 def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
     """The datasheet, calibrated and CPU files for `runs` (`run.gpu`); `machine_arg` replaces its kind's."""
     runs = list(runs)

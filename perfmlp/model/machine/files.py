@@ -340,21 +340,16 @@ def load_machine(name_or_path=None) -> Machine | CpuMachine:
     """The machine in a file given by path, or shipped under a name (default: DEFAULT_MACHINE)."""
     path = resolve_machine_path(name_or_path)
     try:
-        text = checks.read_text(path, "machine file")
-    except checks.CheckError as e:
+        return _machine_from_text(checks.read_text(path, "machine file"), str(path))
+    except checks.CheckError as e:   # the file unreadable, or not YAML
         raise MachineError(str(e)) from None
-    return _machine_from_text(text, str(path))
 
 
 @lru_cache(maxsize=16)
 def _machine_from_text(text: str, source: str) -> Machine | CpuMachine:
     # a machine is immutable, so a file read again with the same text is not parsed again: a calibrated
     # file's tables take the YAML reader most of a second
-    try:
-        data = checks.load_yaml_text(text, source)
-    except checks.CheckError as e:
-        raise MachineError(str(e)) from None
-    return machine_from_mapping(data, source)
+    return machine_from_mapping(checks.load_yaml_text(text, source), source)
 
 
 def machine_to_yaml(values: dict) -> str:
