@@ -45,6 +45,15 @@ def bf16_bits(a: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(f), np.uint16(0x7FC0), bits)
 
 
+def narrow(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """a as a 16-bit type, rounded to nearest even as astype does. float16's subnormals are rounded here
+    first: NumPy converts an inexact one in a slow scalar path, and small gradients are mostly such."""
+    if dtype != np.float16:
+        return a.astype(dtype)
+    tiny = np.abs(a) < 2.0 ** -14     # under float16's smallest normal: multiples of 2**-24 there
+    return np.where(tiny, np.rint(a * 2.0 ** 24) * 2.0 ** -24, a).astype(np.float16)
+
+
 def to_storage(a: np.ndarray, precision) -> np.ndarray:
     """a in the precision's storage type on the host (bfloat16 without ml_dtypes: its bits)."""
     p = precision_of(precision)

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import names as N
 from .errors import PerfmlpError
-from .mixed import ml_dtypes
+from .mixed import ml_dtypes, narrow
 from .model.precision import precision as precision_of
 from .model.predict.schedule import slice_rows
 from .model.predict.slices import choose_slices
@@ -102,7 +102,7 @@ class SlicedExchange:
             if hi == g.size:   # the loss slot as the rank's mean (the module docstring)
                 self._ce += float(g[-1])
                 g[-1] = g[-1] / self.net.global_batch
-            self.wire[lo:hi] = g[lo:hi].astype(self.half)
+            self.wire[lo:hi] = narrow(g[lo:hi], self.half)
             buf, nbytes = self.wire[lo:hi], (hi - lo) * self.half.itemsize
             req = self._start_half(buf) if self.mpi else None
         self._sent.append((ISEND, hi - lo, nbytes))

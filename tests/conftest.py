@@ -1,5 +1,6 @@
 import compileall
 import contextlib
+import fcntl
 import io
 import os
 import shutil
@@ -80,12 +81,21 @@ gpu = pytest.mark.skipif(not has_gpu(), reason="needs CuPy and a CUDA GPU")
 
 
 @pytest.fixture(scope="session")
-def four_runs_report(tmp_path_factory):
-    """The report of test_report.four_runs(), built once a worker for every test
-    file that reads it: the tests read it, none writes into it."""
+def four_runs_report(tmp_path_factory, request):
+    """The report of test_report.four_runs(), built once for every test file and
+    xdist worker that reads it (the first to ask builds it, under a lock, into the
+    folder the workers share): the tests read it, none writes into it."""
     from perfmlp.report import build_from_runs
     from test_report import four_runs
-    return build_from_runs(four_runs(), [], tmp_path_factory.mktemp("four-runs") / "rep")
+    shared = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):   # an xdist worker: its base's parent is the run's
+        shared = shared.parent
+    out = shared / "four-runs-report"
+    with open(shared / "four-runs-report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "report.md").exists():
+            build_from_runs(four_runs(), [], out)
+    return out
 
 
 # The longest tests start first, longest first, so that no worker is left running one alone at the end.

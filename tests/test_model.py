@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from perfmlp.model import costs
+from perfmlp.model.__main__ import main as model_main
 from perfmlp.model.costs import batch_counts, op_cost, step_ops
 from perfmlp.model.machine import MachineError, load_machine, machine_files, machine_from_mapping
 from perfmlp.model.strategies import predict_strategy, step_phases
@@ -17,7 +18,7 @@ from perfmlp.names import TRACE_LEVELS
 from perfmlp.model.roofline import modified_roofline, ridge_point, standard_roofline
 from perfmlp.model.summary import reference_approx
 
-from conftest import ROOT
+from conftest import ROOT, in_process
 
 
 def test_formulas_on_tiny_shapes():
@@ -220,6 +221,12 @@ def test_shipped_machine_files_load():
     ref = load_machine(None)
     assert (ref.peak_flops_per_s_float32, ref.h2d_pageable_bytes_per_s, ref.mem_bw_bytes_per_s) == (16.3e12, 13e9, 672e9)
     assert load_machine("h200-calibrated").calibrated
+    # the report reads only the kind of file its runs need, each file's kind told by its backend line
+    from perfmlp.model.machine import CpuMachine
+    from perfmlp.model.machine.choose import shipped_machines
+    cpus, gpus = shipped_machines(cpu=True), shipped_machines(cpu=False)
+    assert cpus and all(isinstance(m, CpuMachine) for m in cpus) and len(cpus) + len(gpus) == len(names)
+    assert not any(isinstance(m, CpuMachine) for m in gpus)
 
 
 def _good():
@@ -275,20 +282,17 @@ def test_gemm_rate_uses_nearest_calibrated_shape():
 
 
 def test_cli_table_and_json(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--json", "--procs", "2", "--batch-size", "3200"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = in_process(model_main, ["--json", "--procs", "2", "--batch-size", "3200"])
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["schema"] == "perfmlp.model/1" and s["config"]["procs"] == 2
     assert s["counts"]["per_rank"]["b"] == 1600
     assert math.isclose(sum(s["prediction"]["terms_s"].values()), s["prediction"]["total_s"])
-    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--hidden-size", "1024"], capture_output=True,
-                       text=True, cwd=ROOT)
+    r = in_process(model_main, ["--hidden-size", "1024"])
     assert r.returncode == 0 and "modified" in r.stdout and "784-1024-10" in r.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
-    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", str(bad)], capture_output=True,
-                       text=True, cwd=ROOT)
+    r = in_process(model_main, ["--machine", bad])
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "missing key source" in r.stderr
 
 
@@ -306,18 +310,15 @@ def test_cli_stops_quietly_when_the_reader_goes_away():
     assert r.stderr == ""
 
 
-def test_cli_machine_by_name_and_by_path(tmp_path):
-    by_name = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", "h200", "--json"],
-                             capture_output=True, text=True, cwd=tmp_path)
-    path = str(ROOT / "models" / "h200.yaml")
-    by_path = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", path, "--json"],
-                             capture_output=True, text=True, cwd=tmp_path)
+def test_cli_machine_by_name_and_by_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # a name is found wherever the command runs
+    by_name = in_process(model_main, ["--machine", "h200", "--json"])
+    by_path = in_process(model_main, ["--machine", ROOT / "models" / "h200.yaml", "--json"])
     assert by_name.returncode == 0 and by_path.returncode == 0, by_name.stderr + by_path.stderr
     a, b = json.loads(by_name.stdout), json.loads(by_path.stdout)
     assert a["machine"]["name"] == b["machine"]["name"] == "NVIDIA H200"
     assert a["prediction"] == b["prediction"]
-    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", "h300"], capture_output=True,
-                       text=True, cwd=tmp_path)
+    r = in_process(model_main, ["--machine", "h300"])
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no machine named 'h300'" in r.stderr
 
 
@@ -326,8 +327,7 @@ def test_peak_of_zero_is_one_line(tmp_path):
                                                                "peak_flops_per_s_float32: 0")
     bad = tmp_path / "zero.yaml"
     bad.write_text(text)
-    r = subprocess.run([sys.executable, "-m", "perfmlp.model", "--machine", str(bad)], capture_output=True,
-                       text=True, cwd=ROOT)
+    r = in_process(model_main, ["--machine", bad])
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert f"{bad}: peak_flops_per_s_float32 must be positive" in r.stderr
 

@@ -10,6 +10,7 @@ from perfmlp import names as N
 from perfmlp.comm import SingleWorld
 from perfmlp.config import Config, from_mapping
 from perfmlp.errors import PerfmlpError
+from perfmlp.mixed import narrow
 from perfmlp.mlp import Network
 from perfmlp.model.machine import load_machine
 from perfmlp.model.predict import predict_batch
@@ -102,3 +103,15 @@ def test_the_model_prices_today_as_predict_batch_and_chooses_a_candidate():
     assert half["sliced_s"] < one["sliced_s"]   # half the bytes on the wire
     k = choose_slices(m, layers, 3200, 4)
     assert predict_sliced(m, layers, 3200, 4, k)["sliced_s"] <= one["sliced_s"]
+
+
+def test_narrowing_to_float16_rounds_as_numpy_does():
+    # subnormals, the edge of the normals, signed zero, NaN and overflow: the same bits as astype's
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        for scale in (1.0, 1e-5, 1e-7, 1e-9, 1e5):
+            a = (rng.standard_normal(5000) * scale).astype(dtype)
+            a[:4] = [np.nan, -0.0, 2.0 ** -14 * (1 - 2.0 ** -12), -2.0 ** -25]
+            with np.errstate(over="ignore"):
+                assert np.array_equal(narrow(a, np.dtype(np.float16)).view(np.uint16),
+                                      a.astype(np.float16).view(np.uint16)), (dtype, scale)

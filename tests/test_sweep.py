@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -106,25 +107,38 @@ def write_sweep(tmp_path, **base) -> Path:
     return f
 
 
-def test_sweep_runs_then_reports_then_reuses(tmp_path):
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A two-run sweep (1 and 2 ranks) run once with its report: (sweep file, its command's result); tests that
+    change its folder take a copy (`copied`)."""
     mpiexec()
-    f = write_sweep(tmp_path)
-    r = sweep(f, tmp_path / "tr", "--report-out", str(tmp_path / "rep"))
+    where = tmp_path_factory.mktemp("swept")
+    f = write_sweep(where)
+    return f, sweep(f, where / "tr", "--report-out", str(where / "rep"))
+
+
+def copied(swept, tmp_path) -> tuple[Path, list[str]]:
+    """A copy of the swept folder beside the same sweep file, and the sweep's run ids."""
+    f = swept[0]
+    shutil.copytree(f.parent / "tr", tmp_path / "tr")
+    return f, [run.run_id for run in expand(load_yaml(f), str(f))]
+
+
+def test_sweep_runs_then_reports_then_reuses(swept):
+    f, r = swept
+    where = f.parent
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(": ok") == 2
     ids = [run.run_id for run in expand(load_yaml(f), str(f))]
     assert ids[1].startswith("t-h8-b20-p2-float32-pageable-auto-cublas-")
-    assert (tmp_path / "tr" / ids[1] / "rank-1.jsonl").is_file()
-    assert (tmp_path / "rep" / "report.md").is_file()
-    r = sweep(f, tmp_path / "tr", "--no-report")
+    assert (where / "tr" / ids[1] / "rank-1.jsonl").is_file()
+    assert (where / "rep" / "report.md").is_file()
+    r = sweep(f, where / "tr", "--no-report")
     assert r.returncode == 0 and r.stdout.count("already traced, skipped") == 2, r.stdout + r.stderr
 
 
-def test_sweep_reruns_an_incomplete_run(tmp_path):
-    mpiexec()
-    f = write_sweep(tmp_path)
-    ids = [run.run_id for run in expand(load_yaml(f), str(f))]
-    assert sweep(f, tmp_path / "tr", "--no-report").returncode == 0
+def test_sweep_reruns_an_incomplete_run(swept, tmp_path):
+    f, ids = copied(swept, tmp_path)
     # a run cut off: rank 1 never wrote its end line, the manifest still says running
     folder = tmp_path / "tr" / ids[1]
     lines = (folder / "rank-1.jsonl").read_text().splitlines()
@@ -141,11 +155,8 @@ def test_sweep_reruns_an_incomplete_run(tmp_path):
     assert sorted(p.name for p in (tmp_path / "tr").iterdir()) == sorted([".sweep", *ids])
 
 
-def test_sweep_refuses_a_folder_of_another_configuration(tmp_path):
-    mpiexec()
-    f = write_sweep(tmp_path)
-    ids = [run.run_id for run in expand(load_yaml(f), str(f))]
-    assert sweep(f, tmp_path / "tr", "--no-report").returncode == 0
+def test_sweep_refuses_a_folder_of_another_configuration(swept, tmp_path):
+    f, ids = copied(swept, tmp_path)
     path = tmp_path / "tr" / ids[0] / "manifest.json"
     manifest = json.loads(path.read_text())
     manifest["config"]["learning_rate"] = 0.5  # as if made by hand with --run-id
@@ -265,11 +276,10 @@ def test_min_steady_seconds_adds_epochs_by_the_prediction():
 
 @pytest.mark.parametrize("value, words", [(0, "positive number"), ("2", "positive number"), (True, "positive"),
                                           (2, "needs a machine file")])
-def test_min_steady_seconds_is_checked(tmp_path, value, words):
-    f = tmp_path / "s.yaml"
-    f.write_text(json.dumps({"name": "s", "base": TINY, "min_steady_seconds": value, "runs": [{"procs": 1}]}))
-    r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "t"), "--no-report"])
-    assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1
+def test_min_steady_seconds_is_checked(tmp_path, capsys, value, words):
+    spec = json.dumps({"name": "s", "base": TINY, "min_steady_seconds": value, "runs": [{"procs": 1}]})
+    rc, out = sweep_main(tmp_path, capsys, spec)
+    assert rc == 2 and words in out.err and out.err.count("\n") == 1
 
 
 # ---- the sweep's own faults ------------------------------------------------------------

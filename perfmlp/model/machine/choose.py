@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
 from .description import Machine
 from .files import DEFAULT_MACHINE, CpuMachine, MachineError, load_machine, machine_files
+
+_CPU_LINE = re.compile(r"^backend:\s*['\"]?numpy['\"]?\s*(#.*)?$", re.MULTILINE)   # a CPU file's top-level key
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,14 @@ class Machines:
         return "calibrated" if self.calibrated else "datasheet"
 
 
-def shipped_machines() -> list[Machine]:
-    """Every shipped machine file that loads (a broken one is passed over)."""
+def shipped_machines(cpu: bool) -> list[Machine]:
+    """Every shipped machine file of one kind (`cpu`: CPU files, else GPU ones) that loads (a broken one is
+    passed over); a file's kind is read from its `backend:` line, so the other kind's are never parsed."""
     out = []
     for f in machine_files():
-        with contextlib.suppress(MachineError):
-            out.append(load_machine(f))   # parsed once per process (load_machine keeps what it read)
+        with contextlib.suppress(MachineError, OSError, UnicodeDecodeError):
+            if (_CPU_LINE.search(f.read_text(encoding="utf-8")) is not None) == cpu:
+                out.append(load_machine(f))   # parsed once per process (load_machine keeps what it read)
     return out
 
 
@@ -48,15 +53,14 @@ def pick_machines(runs: Iterable, machine_arg: str | None) -> Machines:
     runs = list(runs)
     gpus = [r.gpu for r in runs if r.gpu]
     gpu = statistics.mode(gpus) if gpus else None
-    files = shipped_machines()
-    cpus = [m for m in files if isinstance(m, CpuMachine)]
-    files = [m for m in files if not isinstance(m, CpuMachine)]
-    datasheet = next((m for m in files if gpu and m.describes(gpu) and not m.calibrated), None) \
+    given = load_machine(machine_arg) if machine_arg else None
+    files = shipped_machines(cpu=False) if gpu else []
+    datasheet = next((m for m in files if m.describes(gpu) and not m.calibrated), None) \
         or load_machine(DEFAULT_MACHINE)
-    calibrated = next((m for m in files if gpu and m.name.startswith(gpu) and m.calibrated), None)
-    cpu = nearest_cpu(cpus) if len(gpus) < len(runs) else None
-    if machine_arg:
-        given = load_machine(machine_arg)
+    calibrated = next((m for m in files if m.name.startswith(gpu) and m.calibrated), None)
+    numpy_runs = len(gpus) < len(runs) and not isinstance(given, CpuMachine)
+    cpu = nearest_cpu(shipped_machines(cpu=True)) if numpy_runs else None
+    if given is not None:
         if isinstance(given, CpuMachine):
             cpu = given
         elif given.calibrated:
