@@ -2,14 +2,15 @@
 whole batch, on every rank, for several N, B (divisible by P or not, a short
 last batch), with the exchange after the backward pass and overlapped with it
 (one MPI_Iallreduce per gradient row block as the backward pass writes it).
-Exits non-zero with a one-line reason on any mismatch."""
-import sys
-
+Exits non-zero with a one-line reason on any mismatch. `--sizes 1,2,3,4`: each
+rank count in turn in one job (tests/mpi_sizes.py); default: the whole job."""
 import numpy as np
 
-from perfmlp.comm import SingleWorld, make_world
+from perfmlp.comm import SingleWorld
 from perfmlp.config import from_mapping
 from perfmlp.train import train
+
+from mpi_sizes import each_size, sizes_argument
 
 CASES = [
     # (N, B, hidden, precision, tolerance): batches of B and a last one of N % B
@@ -19,8 +20,7 @@ CASES = [
 ]
 
 
-def main():
-    world = make_world()
+def check(world) -> tuple[list[str], str]:
     failures = []
     for (n, b, hidden, prec, tol), overlap in [(c, o) for c in CASES for o in (False, True)]:
         # overlapped: buckets of one or two rows (20 inputs per row), so many collectives
@@ -43,12 +43,8 @@ def main():
                                                     SingleWorld()).params["W1"]).max())
             if moved < 1e-3:
                 failures.append(f"N={n} B={b}: parameters barely moved ({moved:.3g}); the check is vacuous")
-    if world.rank == 0:
-        if failures:
-            print("FAIL " + "; ".join(failures))
-            sys.exit(1)
-        print(f"OK {world.size} ranks, {len(CASES)} cases, each with and without overlap")
+    return failures, f"{world.size} ranks, {len(CASES)} cases, each with and without overlap"
 
 
 if __name__ == "__main__":
-    main()
+    each_size(check, sizes_argument())

@@ -6,15 +6,18 @@ Synchronous SGD here is one process on the whole batch, which data-parallel
 training on W ranks equals up to summation order (tests/mpi_equivalence.py).
 `mpi_psasync.py cupy` runs the workers and the server on the GPU (staged
 through the host) against the same NumPy reference.
-Exits non-zero with a one-line reason on any mismatch."""
+Exits non-zero with a one-line reason on any mismatch. `--sizes 2,3,4`: each
+rank count in turn in one job (tests/mpi_sizes.py)."""
 import dataclasses
 import sys
 
 import numpy as np
 
-from perfmlp.comm import SingleWorld, make_world
+from perfmlp.comm import SingleWorld
 from perfmlp.config import from_mapping
 from perfmlp.train import train
+
+from mpi_sizes import each_size, sizes_argument
 
 CASES = [
     # (N, B, hidden, shuffle, straggler ms): batches of B and a last one of N % B
@@ -24,10 +27,8 @@ CASES = [
 ]
 
 
-def main():
-    backend = sys.argv[1] if len(sys.argv) > 1 else "numpy"
+def check(world, backend: str) -> tuple[list[str], str]:
     tol = 1e-12 if backend == "numpy" else 1e-10   # the GPU's float64 GEMMs sum in another order
-    world = make_world()
     failures = []
     for n, b, hidden, shuffle, delay in CASES:
         base = dict(data="synthetic", input_size=20, hidden_sizes=hidden, n_train=n, batch_size=b, n_heldout=0,
@@ -48,12 +49,8 @@ def main():
                         failures.append(f"N={n} B={b} rank {r} {k}: max diff {d:.3g} from synchronous SGD")
             if float(np.abs(ref["W1"] - start["W1"]).max()) < 1e-3:
                 failures.append(f"N={n} B={b}: parameters barely moved; the check is vacuous")
-    if world.rank == 0:
-        if failures:
-            print("FAIL " + "; ".join(failures))
-            sys.exit(1)
-        print(f"OK {world.size} ranks, {len(CASES)} cases ({backend})")
+    return failures, f"{world.size} ranks, {len(CASES)} cases ({backend})"
 
 
 if __name__ == "__main__":
-    main()
+    each_size(lambda world: check(world, "cupy" if "cupy" in sys.argv[1:] else "numpy"), sizes_argument())

@@ -3,7 +3,8 @@ trains to the unsliced step's parameters, on every rank, for several N, B
 (a short last batch), hidden sizes and slice counts (uneven splits of H),
 with and without --overlap; the 16-bit exchange counts its bytes at two per
 element and stays near the float32 exchange. Exits non-zero with a
-one-line reason on any mismatch.
+one-line reason on any mismatch. `--sizes 2,3`: each rank count in turn in
+one job (tests/mpi_sizes.py).
 
 `accuracy` as the first argument: the default job (python -m perfmlp.run's
 defaults) with bf16 and with fp16 gradients, beside float32's; prints the
@@ -19,6 +20,8 @@ from perfmlp.config import Config, from_mapping
 from perfmlp.mlp import Network
 from perfmlp.slices import SlicedExchange, wire
 from perfmlp.trace.format import Counts
+
+from mpi_sizes import each_size, sizes_argument
 
 _build = T.build
 T.build = lambda cfg, world, x, y: wire(cfg, world, _build(cfg, world, x, y))   # what backend.build will do
@@ -114,20 +117,16 @@ def accuracy(world, short: bool) -> None:
             sys.exit(1)
 
 
-def main():
-    world = make_world()
-    if sys.argv[1:2] == ["accuracy"]:
-        return accuracy(world, sys.argv[2:] == ["short"])
+def check(world) -> tuple[list[str], str]:
     failures: list[str] = []
     sliced_equals_unsliced(world, failures)
     half_exchange(world, failures)
     half_bytes(world, failures)
-    if world.rank == 0:
-        if failures:
-            print("FAIL " + "; ".join(failures[:8]))
-            sys.exit(1)
-        print(f"OK {world.size} ranks, {len(CASES)} sliced cases, 16-bit exchanges")
+    return failures, f"{world.size} ranks, {len(CASES)} sliced cases, 16-bit exchanges"
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["accuracy"]:
+        accuracy(make_world(), sys.argv[2:] == ["short"])
+    else:
+        each_size(check, sizes_argument())

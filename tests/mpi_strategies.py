@@ -15,17 +15,19 @@ Every rank's gathered parameters must be identical.
 `--backend cupy` runs the same on the GPUs (NCCL or staged), comparing with
 one NumPy process; `--exec` (default auto: on the GPU, the NCCL and ps-nccl
 strategies as CUDA graphs, the staged ones eagerly) sets the execution
-mode. Exits non-zero with a one-line reason on any mismatch.
+mode. Exits non-zero with a one-line reason on any mismatch. `--sizes 1,2,3,4`:
+each rank count in turn in one job (tests/mpi_sizes.py).
 """
 import argparse
 import dataclasses
-import sys
 
 import numpy as np
 
-from perfmlp.comm import SingleWorld, make_world
+from perfmlp.comm import SingleWorld
 from perfmlp.config import from_mapping
 from perfmlp.train import train
+
+from mpi_sizes import each_size
 
 CASES = [
     # (N, B, hidden, precision, tolerance): batches of B and a last one of N % B
@@ -46,12 +48,7 @@ def strategies(procs: int, backend: str):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
-    ap.add_argument("--exec", dest="exec_mode", default="auto", choices=("auto", "eager"))
-    a = ap.parse_args()
-    world = make_world()
+def check(world, a) -> tuple[list[str], str]:
     failures, checked = [], 0
     for n, b, hidden, prec, tol in CASES:
         if world.size > min(b, n % b or b):
@@ -82,12 +79,13 @@ def main():
                         failures.append(f"{what} rank {r} {k}: max diff {d:.3g}")
                     if not np.array_equal(p[k], every[0][k]):
                         failures.append(f"{what} rank {r} {k} differs from rank 0")
-    if world.rank == 0:
-        if failures:
-            print("FAIL " + "; ".join(failures[:6]))
-            sys.exit(1)
-        print(f"OK {world.size} ranks, {checked} strategy cases")
+    return failures, f"{world.size} ranks, {checked} strategy cases"
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
+    ap.add_argument("--exec", dest="exec_mode", default="auto", choices=("auto", "eager"))
+    ap.add_argument("--sizes", type=lambda t: [int(k) for k in t.split(",")])
+    a = ap.parse_args()
+    each_size(lambda world: check(world, a), a.sizes)
