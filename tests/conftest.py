@@ -29,6 +29,19 @@ def pytest_sessionstart(session):
         compileall.compile_dir(ROOT / "perfmlp", quiet=1)
 
 
+def yaml_load(text_or_file):
+    """YAML data through libyaml's safe loader where PyYAML has it (PyYAML's own takes about a second for a
+    calibrated file's tables)."""
+    import yaml
+    return yaml.load(text_or_file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def yaml_dump(data) -> str:
+    """YAML text for data, by libyaml's safe dumper where PyYAML has it."""
+    import yaml
+    return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+
+
 def mpiexec():
     exe = shutil.which("mpiexec") or shutil.which("mpirun")
     if exe is None:
@@ -96,6 +109,26 @@ def four_runs_report(tmp_path_factory, request):
         if not (out / "report.md").exists():
             build_from_runs(four_runs(), [], out)
     return out
+
+
+@pytest.fixture
+def drawing_only(monkeypatch):
+    """drawing_only(*names): reports built after it draw only the figures whose names start with one of
+    `names`, and write the others' files empty (the report's words and tables are unchanged): a test that
+    checks a figure pays for that one alone."""
+    import perfmlp.report as report
+
+    def only(*names):
+        def sections(*args, **kwargs):
+            out = every(*args, **kwargs)
+            for s in out:
+                for f in s.figures:
+                    if not f.name.startswith(names):
+                        f.draw, f.args = (lambda: {"png": b"", "svg": b""}), {}
+            return out
+        every = report.sections_of
+        monkeypatch.setattr(report, "sections_of", sections)
+    return only
 
 
 # The longest tests start first, longest first, so that no worker is left running one alone at the end.

@@ -4,10 +4,12 @@ pageable batch copies (pageable_launch_factor); and the withdrawn terms,
 which an older file may still hold and the model reads no more. CPU tests
 of the model; GPU tests of the microbenchmarks (skipped without CuPy and a
 GPU)."""
-import pytest
-import yaml
+import copy
+import functools
 
-from conftest import gpu
+import pytest
+
+from conftest import gpu, yaml_load
 from perfmlp.model import predict_batch
 from perfmlp.model.machine import MachineError, machine_from_mapping
 
@@ -15,10 +17,14 @@ CALIBRATED = "tests/data/h200-x2-calibrated.yaml"
 SIZES = (784, 512, 10)
 
 
-def calibrated(**extra):
+@functools.lru_cache(maxsize=1)
+def _calibrated_data() -> dict:
     with open(CALIBRATED) as f:
-        data = yaml.safe_load(f)
-    return machine_from_mapping({**data, **extra}, "x.yaml")
+        return yaml_load(f)
+
+
+def calibrated(**extra):
+    return machine_from_mapping({**copy.deepcopy(_calibrated_data()), **extra}, "x.yaml")
 
 
 def predict(m, transfer, exec_mode, comm="nccl", sizes=SIZES, B=800):

@@ -11,6 +11,8 @@ from perfmlp.model.interval import (SOURCES, UNSCALED, _SCALARS, _TABLES, covera
                                     interval_words, ks_distance, perturbed, pit)
 from perfmlp.report.model_error import COLUMNS
 
+from conftest import yaml_dump, yaml_load
+
 CALIBRATED = "tests/data/h200-x2-calibrated.yaml"
 SPREAD = {"host": (0.8, 0.9, 1.0, 1.0, 1.1, 1.4), "pageable_copy": (0.7, 1.0, 1.3), "pinned_copy": (0.99, 1.0, 1.01),
           "gpu": (0.995, 1.0, 1.005), "collective": (0.9, 1.0, 1.1)}
@@ -131,8 +133,7 @@ def test_blind_intervals_judged_over_a_sweep():
 def test_model_summary_carries_the_interval():
     from perfmlp.model.machine import machine_from_mapping
     from perfmlp.model.summary import summary
-    import yaml
-    data = yaml.safe_load(open(CALIBRATED))
+    data = yaml_load(open(CALIBRATED))
     spread = [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]
     m = machine_from_mapping({**data, "spread": spread}, "x.yaml")
     p = summary(m, (784, 512, 10), 3200, comm="nccl", batch_transfer="resident", exec_mode="graph")["prediction"]
@@ -165,7 +166,6 @@ def test_the_reports_validation_judges_the_blind_intervals(tmp_path):
 
 def test_what_if_carries_the_interval(tmp_path, capsys):
     import json
-    import yaml
     from synthetic import gpu_records, write_run
     from perfmlp.trace.reader import read_run
     from perfmlp.model.whatif import what_if
@@ -174,9 +174,9 @@ def test_what_if_carries_the_interval(tmp_path, capsys):
     from perfmlp.whatif import main, what_if_interval
     folder = write_run(tmp_path, gpu_records(transfer="pageable", comm="mpi-staged", run_id="ref"))
     run = read_run(folder)
-    data = yaml.safe_load(open(CALIBRATED))
+    data = yaml_load(open(CALIBRATED))
     path = tmp_path / "spread.yaml"
-    path.write_text(yaml.safe_dump({**data, "spread": [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]}))
+    path.write_text(yaml_dump({**data, "spread": [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]}))
     m = load_machine(path)
     before = setting_of(run)
     after = changed_setting(before, {"batch_transfer": "resident"})
@@ -201,15 +201,14 @@ def test_the_host_spread_pools_both_dispatch_draws():
 
 def test_the_sweeps_blind_predictions_carry_their_intervals(tmp_path):
     import json
-    import yaml
     from perfmlp.sweep import expand, write_predictions
     spec = {"name": "v", "base": {"data": "synthetic", "backend": "cupy", "hidden_sizes": [64], "batch_size": 400,
                                   "epochs": 1, "batch_transfer": "resident", "comm": "nccl", "exec": "graph"},
             "matrix": {"procs": [1]}, "repeats": 2}
     runs = expand(spec, "v.yaml")
-    data = yaml.safe_load(open(CALIBRATED))
+    data = yaml_load(open(CALIBRATED))
     path = tmp_path / "spread.yaml"
-    path.write_text(yaml.safe_dump({**data, "spread": [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]}))
+    path.write_text(yaml_dump({**data, "spread": [{"source": s, "ratios": list(r)} for s, r in SPREAD.items()]}))
     f = tmp_path / "predictions.json"
     assert write_predictions(f, str(path), runs) == 2
     entries = list(json.loads(f.read_text())["runs"].values())

@@ -16,6 +16,8 @@ from perfmlp.model.machine.fields import CPU_KEYS, FIELDS, GPU_KEYS, OPTIONAL, T
 from perfmlp.model.predict import predict_batch
 from perfmlp.model.predict.cpu import SOURCE_TERMS as CPU_SOURCE_TERMS
 
+from conftest import yaml_dump, yaml_load
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -93,20 +95,17 @@ def test_the_shipped_cpu_file_loads_and_predicts_a_numpy_run_with_its_interval()
 
 @pytest.fixture(scope="module")
 def cpu_file_data():
-    """The shipped CPU file's mapping, read once (libyaml where PyYAML has it: the file is large)."""
-    import yaml
-    text = (ROOT / "models" / "cpu-ci-2core.yaml").read_text()
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    """The shipped CPU file's mapping, read once."""
+    return yaml_load((ROOT / "models" / "cpu-ci-2core.yaml").read_text())
 
 
 @pytest.mark.parametrize("change, word", [({"cores": 0}, "cores"), ({"kernel_host_s": -1}, "kernel_host_s"),
                                           ({"pcie": 1}, "unknown key pcie"), ({"op_host_s": None}, "op_host_s")])
 def test_a_bad_cpu_file_is_one_line_naming_the_key(tmp_path, cpu_file_data, change, word):
-    import yaml
     from perfmlp.model.machine import MachineError
     data = {**cpu_file_data, **change}
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
+    path.write_text(yaml_dump(data))
     with pytest.raises(MachineError, match=word) as e:
         load_machine(str(path))
     assert str(path) in str(e.value) and "\n" not in str(e.value)

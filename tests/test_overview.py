@@ -23,6 +23,7 @@ from perfmlp.report.verdicts import COMMUNICATION, COPIES, CPU_COMPUTE, GEMMS, H
 from perfmlp.trace.upgrade import SCHEMA_V1 as SCHEMA, format1  # format-1 records, through the upgrader
 from perfmlp.trace.reader import Run
 
+from conftest import yaml_dump, yaml_load
 from synthetic import gpu_run, model_phase_ms
 
 H200_CAL = load_machine("h200-calibrated")
@@ -178,7 +179,8 @@ def test_question_2_1_never_mixes_execution_modes():
 
 # ---- a CPU run's report ----------------------------------------------------------------------
 
-def test_a_cpu_report_shows_no_gpu_values_and_gets_figures(tmp_path):
+def test_a_cpu_report_shows_no_gpu_values_and_gets_figures(tmp_path, drawing_only):
+    drawing_only("overview_time", "phases_per_rank", "host_batch_")
     out = build_from_runs([cpu_run()], [], tmp_path / "rep")
     md = (out / "report.md").read_text()
     for word in ("pageable", "cublas", " inf ", "1 runs", "2569011200"):   # the last: 2 B H D at B=3200
@@ -190,7 +192,7 @@ def test_a_cpu_report_shows_no_gpu_values_and_gets_figures(tmp_path):
     assert next(r for r in flops if r["part"] == "forward")["approx (2BHD)"] == "80281600"
     for fig in ("overview_time", "phases_per_rank"):
         assert (out / f"{fig}.png").stat().st_size > 1000
-    assert any(p.name.startswith("host_batch_") for p in out.glob("*.png"))
+    assert any(p.stat().st_size > 1000 for p in out.glob("host_batch_*.png"))
 
 
 def test_the_overview_comes_first_and_long_tables_fold():
@@ -346,13 +348,12 @@ def test_the_cpu_model_prices_no_sliced_or_16bit_numpy_run():
 
 
 def test_a_cpu_file_given_prices_the_numpy_runs_recommendations(tmp_path):
-    import yaml
     from pathlib import Path
-    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "models" / "cpu-ci-2core.yaml").read_text())
+    data = yaml_load((Path(__file__).resolve().parents[1] / "models" / "cpu-ci-2core.yaml").read_text())
     for e in data["gemm_flops_per_s"]:
         e["flops_per_s"] /= 4   # a machine whose GEMMs are four times slower
     slow = tmp_path / "slow-cpu.yaml"
-    slow.write_text(yaml.safe_dump(data))
+    slow.write_text(yaml_dump(data))
     runs = [cpu_run(procs=2)]
 
     def gains(machine):

@@ -98,7 +98,8 @@ def test_the_overlapped_roofline_is_above_the_serialised_one():
     assert math.isclose(float(overlapped_roofline(ridge, 1e12, 1e10) / modified_roofline(ridge, 1e12, 1e10)), 2)
 
 
-def test_the_report_places_each_run_under_its_precisions_ceiling(tmp_path):
+def test_the_report_places_each_run_under_its_precisions_ceiling(tmp_path, drawing_only):
+    drawing_only("roofline_ceilings")
     from perfmlp.report import build_from_runs
     from perfmlp.report.analysis import analyse
     from perfmlp.report.sections.questions import ceilings_points

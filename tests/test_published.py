@@ -17,7 +17,7 @@ from perfmlp.model.published import (explain, implied_copy_bw, implied_gemm_rate
                                       with_scaled_kernel)
 from perfmlp.report.study import load_study
 
-from conftest import ROOT
+from conftest import ROOT, yaml_dump, yaml_load
 from test_report import fake_run, four_runs
 
 CALIBRATED = ROOT / "tests" / "data" / "h200-x2-calibrated.yaml"  # a 2 x H200 calibration with the kernels' rates
@@ -111,11 +111,11 @@ def read_csv(path):
 
 def test_the_section_renders_with_and_without_the_kernels_rates(tmp_path):
     # a calibration without the reference kernels' rates: the same file less its rows with a kernel
-    data = yaml.safe_load(CALIBRATED.read_text())
+    data = yaml_load(CALIBRATED.read_text())
     data["gemm_flops_per_s"] = [r for r in data["gemm_flops_per_s"] if "kernel" not in r]
     data.pop("kernel_s", None)
     plain = tmp_path / "plain.yaml"
-    plain.write_text(yaml.safe_dump(data))
+    plain.write_text(yaml_dump(data))
     assert not load_machine(plain).has_gemm_kernel("regblock")
     out = build_from_runs(four_runs(), [], tmp_path / "plain", machine=str(plain), draw=False)
     md = (out / "report.md").read_text()

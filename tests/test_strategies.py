@@ -458,9 +458,10 @@ def fake_gpu_run(H, B, procs, parallel, comm, t_ms, model_procs=0):
     return Run.from_records(*format1(manifest, ranks))  # format-1 objects, through the upgrader
 
 
-def test_report_maps_the_strategies_and_checks_the_bytes(tmp_path):
+def test_report_maps_the_strategies_and_checks_the_bytes(tmp_path, drawing_only):
     import csv
     from perfmlp.report import build_from_runs
+    drawing_only("strategy_map", "strategy_measured_vs_predicted")
     runs = [fake_gpu_run(512, 3200, 1, "data", "nccl", 0.22),
             fake_gpu_run(512, 3200, 2, "data", "nccl", 0.17), fake_gpu_run(512, 3200, 2, "model", "nccl", 0.12),
             fake_gpu_run(512, 3200, 2, "data", "ps-nccl", 0.20),

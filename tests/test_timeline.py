@@ -361,8 +361,9 @@ def test_writer_reader_round_trip_of_gpu_records(tmp_path, monkeypatch):
     assert run_collectives(run) == []  # one rank: nobody to wait for
 
 
-def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
+def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch, drawing_only):
     import dataclasses
+    drawing_only("timeline_fake", "breakdown_fake")
     run = traced_run(tmp_path, monkeypatch)
     m = run.manifest
     run = dataclasses.replace(run, manifest=dataclasses.replace(
@@ -370,7 +371,8 @@ def test_report_and_chrome_export_show_the_timeline(tmp_path, monkeypatch):
         config={**m.config, "hidden_sizes": [512]}, ran=dataclasses.replace(m.ran, gpu="NVIDIA H200")))
     out = build_from_runs([run], [], tmp_path / "rep")
     md = (out / "report.md").read_text()
-    assert "GPU timeline: fake" in md and (out / "timeline_fake.png").exists() and (out / "breakdown_fake.svg").exists()
+    assert "GPU timeline: fake" in md
+    assert (out / "timeline_fake.png").stat().st_size > 1000 and (out / "breakdown_fake.svg").stat().st_size > 1000
     assert "memcpy bytes equal the counters in 3" in md and "kernel records match the launches in 3" in md
     ev = chrome_events(run)
     copies = [e for e in ev if e.get("cat") == "copy"]

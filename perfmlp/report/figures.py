@@ -58,11 +58,11 @@ def encode(fig) -> dict[str, bytes]:
     import matplotlib
     out = {}
     # the tight bounding box is found once, at the PNG's resolution, and both formats are saved to it: a save
-    # asked for "tight" lays the whole figure out twice more, once per format. SVG text stays text (the
-    # reader's sans-serif), not a path per glyph: far fewer bytes
+    # asked for "tight" draws the whole figure once more per format, where measuring the artists' extents
+    # lays out only what it measures. SVG text stays text (the reader's sans-serif), not a path per glyph:
+    # far fewer bytes
     with matplotlib.rc_context({"svg.hashsalt": _SVG_SALT, "svg.fonttype": "none"}):
         fig.set_dpi(_PNG_DPI)
-        fig.draw_without_rendering()
         bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
         for ext in ("png", "svg"):
             buf = io.BytesIO()
