@@ -240,11 +240,6 @@ def test_regenerated_report_is_byte_identical(tmp_path, four_runs_report):
         assert (a / name).stat().st_mtime_ns == stamps[name], name
 
 
-def report_cmd(*args):
-    return subprocess.run([sys.executable, "-m", "perfmlp.report", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT)
-
-
 def test_report_command_on_real_and_bad_folders(tmp_path):
     traces = tmp_path / "traces"
     args = ["--backend", "numpy", "--data", "synthetic", "--input-size", "20", "--hidden-size", "8",
@@ -263,7 +258,7 @@ def test_report_command_on_real_and_bad_folders(tmp_path):
     (traces / "broken" / "manifest.json").write_text("{oops")
     (traces / "broken" / "rank-0.jsonl").write_text("")
     out = tmp_path / "rep"
-    r = report_cmd(traces, "--out", out)
+    r = in_process(report_main, [traces, "--out", out, "--no-figures"])   # the figures: the next tests'
     assert r.returncode == 0, r.stderr
     assert f"skipped: {traces / 'broken' / 'manifest.json'}: unreadable manifest" in r.stderr
     assert "truncated last line (the run was cut off)" in r.stderr
@@ -313,7 +308,7 @@ def test_a_report_without_figures_needs_no_matplotlib_and_leaves_no_old_figure(t
     traces = tmp_path / "t"
     assert run_perfmlp("--data", "synthetic", "--input-size", "20", "--hidden-size", "8", "--n-train", "40",
                        "--batch-size", "10", "--trace-dir", traces, "--run-id", "r").returncode == 0
-    assert report_cmd(traces, "--out", tmp_path / "rep").returncode == 0   # with its figures, first
+    assert in_process(report_main, [traces, "--out", tmp_path / "rep"]).returncode == 0   # with its figures, first
     drawn = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
     assert drawn and all((tmp_path / "rep" / f"{n[:-4]}.svg").exists() for n in drawn)
     code = ("import sys; sys.modules['matplotlib'] = None; from perfmlp.report.__main__ import main; "
