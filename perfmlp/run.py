@@ -96,6 +96,14 @@ def parse(argv):
     return flags.from_args(ap.parse_args(argv))
 
 
+def check_before_writing(cfg) -> None:
+    """What the run refuses, once its flags parse, before it writes anything: a save folder it cannot write,
+    options its backend does not have (a PerfmlpError)."""
+    from .backend import check_options
+    params_mod.check_folder(cfg.save_params)
+    check_options(cfg)
+
+
 class Signalled(KeyboardInterrupt):
     """SIGINT, SIGTERM or SIGHUP, raised where the run is."""
 
@@ -201,10 +209,8 @@ def _start(argv, job: _Job):
     job.watchdog.attach(job.world)
     agree(job.world, error)
     check_same_config(job.world, cfg)
-    from .backend import check_options
     try:
-        params_mod.check_folder(cfg.save_params)
-        check_options(cfg)
+        check_before_writing(cfg)
         if job.rank == 0:
             params_mod.claim_folder(cfg.save_params)
         error = None

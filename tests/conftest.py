@@ -82,6 +82,28 @@ def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):
     return run_cmd(cmd, timeout=timeout, env=env, cwd=cwd)
 
 
+def run_refusal(*args) -> str:
+    """The line `python -m perfmlp.run args` is refused with ("" if none), found in this process by the checks
+    the run makes before it starts MPI or writes anything (each test keeps one case as a real command)."""
+    from perfmlp.errors import PerfmlpError
+    from perfmlp.run import check_before_writing, parse
+    try:
+        check_before_writing(parse([str(a) for a in args]))
+    except PerfmlpError as e:
+        return f"perfmlp.run: error: {e}"
+    return ""
+
+
+def refusal_line(*args, process: bool) -> str:
+    """perfmlp.run's refusal of `args`, stripped: from the command itself (`process`; it must exit 2) or
+    from run_refusal in this process."""
+    if not process:
+        return run_refusal(*args)
+    r = run_perfmlp(*args, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    return r.stderr.strip()
+
+
 def has_gpu():
     try:
         import cupy

@@ -19,7 +19,7 @@ from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
 from perfmlp.names import TRACE_LEVELS
 from perfmlp.trace.reader import read_run
 
-from conftest import ROOT, mpiexec, run_cmd, run_perfmlp
+from conftest import ROOT, mpiexec, refusal_line, run_cmd, run_perfmlp
 
 H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
 
@@ -282,7 +282,7 @@ def test_the_trainer_and_the_model_resolve_exec_alike():
     assert ("numpy", "model", "mpi", "eager") in seen
 
 
-@pytest.mark.parametrize("args, message", [
+GRAPH_AND_OVERLAP = [
     (["--backend", "cupy", "--parallel", "model", "--comm", "mpi-staged", "--exec", "graph"],
      "--exec graph with --parallel model needs --comm nccl (with --comm mpi-staged the model group's "
      "allreduces need the host inside the step): use --comm nccl or --exec eager"),
@@ -295,13 +295,15 @@ def test_the_trainer_and_the_model_resolve_exec_alike():
      "--overlap is for data parallelism with an allreduce (this run: --parallel model)"),
     (["--backend", "cupy", "--comm", "ps-nccl", "--exec", "graph", "--overlap"],
      "--overlap is for data parallelism with an allreduce (this run: --comm ps-nccl)"),
-])
+]
+
+
+@pytest.mark.parametrize("args, message", GRAPH_AND_OVERLAP)
 def test_graph_and_overlap_refusals_are_one_line_before_anything_is_written(tmp_path, args, message):
     # checked before CuPy is imported: no GPU needed
-    r = run_perfmlp("--data", "synthetic", "--input-size", "10", "--n-train", "40", "--batch-size", "10",
-                    "--trace-dir", str(tmp_path), *args, timeout=60)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert r.stderr.strip() == f"perfmlp.run: error: {message}"
+    line = refusal_line("--data", "synthetic", "--input-size", "10", "--n-train", "40", "--batch-size", "10",
+                        "--trace-dir", tmp_path, *args, process=args == GRAPH_AND_OVERLAP[0][0])
+    assert line == f"perfmlp.run: error: {message}"
     assert not any(tmp_path.iterdir())
 
 
@@ -393,7 +395,7 @@ def test_model_parallel_learns_and_saves_whole_parameters(tmp_path):
 
 # ---- bad input: one line, exit 2 ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("procs, args, words", [
+BAD_STRATEGIES = [
     (None, ["--parallel", "hybrid"], "parallel hybrid needs model_procs"),
     (None, ["--model-procs", "2"], "model_procs (2) is for parallel hybrid, not parallel data"),
     (None, ["--parallel", "model", "--comm", "ps"], "comm ps (the parameter server) is data parallelism's"),
@@ -401,17 +403,20 @@ def test_model_parallel_learns_and_saves_whole_parameters(tmp_path):
     (None, ["--parallel", "sideways"], "invalid choice: 'sideways'"),
     (3, ["--parallel", "hybrid", "--model-procs", "2"], "model_procs (2) must divide the 3 ranks"),
     (3, ["--parallel", "model", "--hidden-size", "2"], "hidden layer 1 has 2 units, fewer than the 3 ranks"),
-])
+]
+
+
+@pytest.mark.parametrize("procs, args, words", BAD_STRATEGIES)
 def test_bad_strategies_are_one_line(procs, args, words):
-    r = run_perfmlp("--backend", "numpy", "--data", "synthetic", "--input-size", "10", "--n-train", "40",
-                    "--batch-size", "10", "--no-trace", *args, procs=procs, timeout=60)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    if procs is None:
-        assert len(lines) == 1 and words in lines[0], r.stderr
-    else:  # every rank finds it; the job says it once
-        assert r.stderr.count("perfmlp.run: ") == 1 and words in r.stderr, r.stderr
+    base = ["--backend", "numpy", "--data", "synthetic", "--input-size", "10", "--n-train", "40", "--batch-size",
+            "10", "--no-trace"]
+    if procs is None:   # refused as the flags are read: one case as the command, the others in this process
+        line = refusal_line(*base, *args, process=args == BAD_STRATEGIES[0][1])
+        assert line.count("\n") == 0 and words in line, line
+        return
+    r = run_perfmlp(*base, *args, procs=procs, timeout=60)   # refused by the ranks, which the checks need
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert r.stderr.count("perfmlp.run: ") == 1 and words in r.stderr, r.stderr   # every rank finds it; said once
 
 
 def test_model_cli_takes_the_strategy(tmp_path):
