@@ -4,6 +4,7 @@ before it), a tiny --stall-limit before the first batch, a rank that stops
 after its last batch, SIGTERM to a rank other than 0, a full stdout, an
 error every rank meets; and the lines that ranks print at once stay whole
 lines, the manifest that they end at once a whole file."""
+import contextlib
 import json
 import os
 import re
@@ -38,6 +39,15 @@ def rank_pythons(marker: str, rank: int) -> list[int]:
                   if not (p / "cmdline").read_bytes().startswith(b"sh\0"))
 
 
+def maps_libmpi(pids: list[int]) -> bool:
+    """Whether one of the processes has loaded the MPI library."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if "libmpi" in Path(f"/proc/{pid}/maps").read_text():
+                return True
+    return False
+
+
 # the signalled rank under a shell that writes its exit status (the launcher's own is not the rank's),
 # then dies of the same signal, as the launcher would have seen the rank do
 STATUS_SHELL = ('python -m perfmlp.run "$@"; rc=$?; echo "exit of rank $PMI_RANK: $rc" >&2; '
@@ -56,8 +66,9 @@ def test_a_signal_inside_mpi_init_ends_the_whole_job(tmp_path, signalled):
     cmd = [mpiexec(), "-n", "1", *first, ":", "-n", "1", *second]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
-        # rank 0 and the process that watches its start-up, and rank 1
-        assert wait_for(lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and rank_pythons(str(tmp_path), 1), 20)
+        # rank 0, which has loaded MPI, and the process that watches its start-up, and rank 1
+        assert wait_for(lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and maps_libmpi(rank_pythons(str(tmp_path), 0))
+                        and rank_pythons(str(tmp_path), 1), 20)
         time.sleep(0.5)
         t0 = time.monotonic()
         os.kill(rank_pythons(str(tmp_path), signalled)[0], signal.SIGTERM)
@@ -192,7 +203,9 @@ def test_lines_that_ranks_print_at_once_are_whole(tmp_path, when, unbuffered):
     # stdout and stderr in one pipe, as a terminal or a log file gets them
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     try:
-        started = (lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and rank_pythons(str(tmp_path), 1)) \
+        # at the start: rank 0 has forked its watcher and loaded MPI (its handlers for MPI's start are set)
+        started = (lambda: len(rank_pythons(str(tmp_path), 0)) == 2 and maps_libmpi(rank_pythons(str(tmp_path), 0))
+                   and rank_pythons(str(tmp_path), 1)) \
             if when == "start" else (lambda: len(list(run.glob("rank-*.jsonl"))) == 2)
         assert wait_for(started, 20)
         time.sleep(0.3)
