@@ -14,6 +14,7 @@ import time
 import pytest
 
 from perfmlp.model.costs import batch_counts, grad_buffer_bytes, pieces
+from perfmlp.report.__main__ import main as report_main
 from perfmlp.trace.chrome import main as chrome_main
 from perfmlp.trace.reader import TraceError, read_run, read_traces
 
@@ -300,7 +301,7 @@ def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path, tw
     plain0 = (run_dir / "rank-0.jsonl").read_bytes()
     assert pack([str(run_dir)]) == 0
     (run_dir / "rank-0.jsonl").write_bytes(plain0)      # rank 0 now in both forms
-    report = [sys.executable, "-m", "perfmlp.report", str(run_dir), "--out", str(tmp_path / "r")]
+    report = [run_dir, "--out", tmp_path / "r"]
     with pytest.raises(TraceError, match="both packed and plain"):
         read_run(run_dir)
     (run_dir / "rank-0.jsonl").unlink()
@@ -312,7 +313,7 @@ def test_a_rank_both_packed_and_plain_or_a_damaged_pack_is_one_line(tmp_path, tw
         (run_dir / "rank-1.jsonl.gz").write_bytes(damage)
         with pytest.raises(TraceError, match="rank-1.jsonl.gz: unreadable"):
             read_run(run_dir)
-        r = subprocess.run(report, capture_output=True, text=True, cwd=ROOT)
+        r = in_process(report_main, report)
         assert r.returncode != 0 and "Traceback" not in r.stderr
         lines = r.stderr.strip().splitlines()
         assert "rank-1.jsonl.gz: unreadable" in lines[0] and lines[-1].startswith("perfmlp.report: error")
