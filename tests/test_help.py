@@ -30,7 +30,7 @@ def description(help_text: str) -> str:
 
 @pytest.mark.parametrize("module, flags", [
     ("perfmlp.run", len(C.fields(C.Config)) + 3),  # a flag per field, --hidden-size, --config, -h
-    ("perfmlp.sweep", 10),  # + --predict, --predict-also, --calibration-sizes
+    ("perfmlp.sweep", 11),  # + --predict, --predict-also, --calibration-sizes, --no-figures
     ("perfmlp.fetch", 4),
     ("perfmlp.model", 22),  # + --exec, --overlap, --bucket-bytes, --gemm, --trace-level, --parallel, --model-procs,
     #                         --cluster, --threads, --slices, --grad-precision

@@ -114,7 +114,7 @@ def swept(tmp_path_factory):
     mpiexec()
     where = tmp_path_factory.mktemp("swept")
     f = write_sweep(where)
-    return f, sweep(f, where / "tr", "--report-out", str(where / "rep"))
+    return f, sweep(f, where / "tr", "--report-out", str(where / "rep"), "--no-figures")
 
 
 def copied(swept, tmp_path) -> tuple[Path, list[str]]:
@@ -132,7 +132,7 @@ def test_sweep_runs_then_reports_then_reuses(swept):
     ids = [run.run_id for run in expand(load_yaml(f), str(f))]
     assert ids[1].startswith("t-h8-b20-p2-float32-pageable-auto-cublas-")
     assert (where / "tr" / ids[1] / "rank-1.jsonl").is_file()
-    assert (where / "rep" / "report.md").is_file()
+    assert (where / "rep" / "report.md").is_file() and not list((where / "rep").glob("*.png"))   # --no-figures
     r = sweep(f, where / "tr", "--no-report")
     assert r.returncode == 0 and r.stdout.count("already traced, skipped") == 2, r.stdout + r.stderr
 
@@ -175,7 +175,7 @@ def test_a_failed_run_is_removed_and_its_own_error_quoted(tmp_path):
     ids = [run.run_id for run in expand(load_yaml(f), str(f))]
     env = {"PERFMLP_FAULT": "1:1"}  # rank 1 fails at batch 1; MPICH's abort notice is printed after its line
     r = run_cmd([sys.executable, "-m", "perfmlp.sweep", str(f), "--trace-dir", str(tmp_path / "tr"),
-                 "--report-out", str(tmp_path / "rep")], env=env, timeout=120)
+                 "--report-out", str(tmp_path / "rep"), "--no-figures"], env=env, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     out = tmp_path / "tr" / ".sweep" / f"{ids[1]}.out"
     assert (f"{ids[1]}: FAILED: perfmlp.run: rank 1: error: RuntimeError: injected fault at batch 1 "

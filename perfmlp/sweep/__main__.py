@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="do not make the report after the runs (default: make it)")
     ap.add_argument("--report-out", default=None, metavar="DIR",
                     help="folder for the report (default: reports/<name of the trace folder>)")
+    ap.add_argument("--no-figures", dest="draw", action="store_false",
+                    help="the report's words and tables only: no figure drawn, no matplotlib needed "
+                         "(default: with its figures)")
     add_machine(ap, "the report's: the calibrated file for the traces' GPU")
     ap.add_argument("--timeout", type=seconds_arg, default=600, metavar="SECONDS",
                     help="seconds a run may take before it is stopped and counted as failed (default: 600)")
@@ -124,7 +127,7 @@ def _main(sweep: _Sweep) -> int:
         from ..report.__main__ import main as report_main
         a = sweep.a
         rc = report_main([str(sweep.trace_dir)] + (["--out", a.report_out] if a.report_out else []) +
-                         (["--machine", a.machine] if a.machine else []))
+                         (["--machine", a.machine] if a.machine else []) + ([] if a.draw else ["--no-figures"]))
         status = status or rc
     return status
 
