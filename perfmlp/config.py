@@ -292,3 +292,13 @@ def data_procs(cfg: Config, nprocs: int) -> int:
         return grid(nprocs, cfg.parallel, cfg.model_procs)[0]
     except StrategyError as e:
         raise PerfmlpError(str(e)) from None
+
+
+def check_strategy(cfg: Config, nprocs: int) -> None:
+    """What the strategy refuses on `nprocs` ranks: model_procs not dividing them, a model group with more ranks
+    than a split layer has units."""
+    from .model.strategies import StrategyError, check_shard, grid
+    try:
+        check_shard(cfg.layer_sizes, grid(nprocs, cfg.parallel, cfg.model_procs)[1])
+    except StrategyError as e:
+        raise PerfmlpError(str(e)) from None

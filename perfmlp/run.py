@@ -96,12 +96,14 @@ def parse(argv):
     return flags.from_args(ap.parse_args(argv))
 
 
-def check_before_writing(cfg) -> None:
+def check_before_writing(cfg, procs: int = 1) -> None:
     """What the run refuses, once its flags parse, before it writes anything: a save folder it cannot write,
-    options its backend does not have (a PerfmlpError)."""
+    options its backend does not have, a strategy its `procs` ranks cannot form (a PerfmlpError). Every rank
+    finds the same, so the job says it once, on any MPI."""
     from .backend import check_options
     params_mod.check_folder(cfg.save_params)
     check_options(cfg)
+    config_mod.check_strategy(cfg, procs)
 
 
 class Signalled(KeyboardInterrupt):
@@ -210,7 +212,7 @@ def _start(argv, job: _Job):
     agree(job.world, error)
     check_same_config(job.world, cfg)
     try:
-        check_before_writing(cfg)
+        check_before_writing(cfg, job.world.size)
         if job.rank == 0:
             params_mod.claim_folder(cfg.save_params)
         error = None
