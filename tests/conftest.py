@@ -82,9 +82,13 @@ def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):
     return run_cmd(cmd, timeout=timeout, env=env, cwd=cwd)
 
 
-def run_refusal(*args) -> str:
-    """The line `python -m perfmlp.run args` is refused with ("" if none), found in this process by the checks
-    the run makes before it starts MPI or writes anything (each test keeps one case as a real command)."""
+def refusal_line(*args, process: bool) -> str:
+    """perfmlp.run's refusal of `args`, stripped ("" if none): from the command itself (`process`; it must exit 2),
+    else found in this process by the checks the run makes before it starts MPI or writes anything."""
+    if process:
+        r = run_perfmlp(*args, timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+        return r.stderr.strip()
     from perfmlp.errors import PerfmlpError
     from perfmlp.run import check_before_writing, parse
     try:
@@ -94,14 +98,12 @@ def run_refusal(*args) -> str:
     return ""
 
 
-def refusal_line(*args, process: bool) -> str:
-    """perfmlp.run's refusal of `args`, stripped: from the command itself (`process`; it must exit 2) or
-    from run_refusal in this process."""
-    if not process:
-        return run_refusal(*args)
-    r = run_perfmlp(*args, timeout=60)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    return r.stderr.strip()
+def each_rank_count(script: str, sizes: tuple[int, ...], *args, timeout=300) -> None:
+    """tests/<script> on each rank count of `sizes` in turn, in one job of the largest (tests/mpi_sizes.py):
+    every count must pass."""
+    r = run_cmd([mpiexec(), "-n", str(max(sizes)), sys.executable, str(ROOT / "tests" / script), *args,
+                 "--sizes", ",".join(map(str, sizes))], timeout=timeout)
+    assert r.returncode == 0 and all(f"OK {k} ranks" in r.stdout for k in sizes), r.stdout + r.stderr
 
 
 def has_gpu():

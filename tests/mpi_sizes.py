@@ -9,10 +9,15 @@ import sys
 from perfmlp.comm import Group, make_world
 
 
+def rank_counts(text: str) -> list[int]:
+    """`1,2,3` as rank counts."""
+    return [int(k) for k in text.split(",")]
+
+
 def sizes_argument() -> list[int] | None:
     """The rank counts named by `--sizes 1,2,3` on the command line (None where absent: the whole job)."""
     argv = sys.argv[1:]
-    return [int(k) for k in argv[argv.index("--sizes") + 1].split(",")] if "--sizes" in argv else None
+    return rank_counts(argv[argv.index("--sizes") + 1]) if "--sizes" in argv else None
 
 
 def each_size(check, sizes: list[int] | None) -> None:

@@ -27,7 +27,7 @@ from perfmlp.comm import SingleWorld
 from perfmlp.config import from_mapping
 from perfmlp.train import train
 
-from mpi_sizes import each_size
+from mpi_sizes import each_size, rank_counts
 
 CASES = [
     # (N, B, hidden, precision, tolerance): batches of B and a last one of N % B
@@ -86,6 +86,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"))
     ap.add_argument("--exec", dest="exec_mode", default="auto", choices=("auto", "eager"))
-    ap.add_argument("--sizes", type=lambda t: [int(k) for k in t.split(",")])
+    ap.add_argument("--sizes", type=rank_counts)
     a = ap.parse_args()
     each_size(lambda world: check(world, a), a.sizes)

@@ -1,15 +1,10 @@
-import sys
 import time
 
-from conftest import ROOT, mpiexec, run_cmd, run_perfmlp
+from conftest import each_rank_count, run_perfmlp
 
 
 def test_data_parallel_equals_one_process():
-    # 1, 2, 3 and 4 ranks in turn, in one job of four
-    r = run_cmd([mpiexec(), "-n", "4", sys.executable, str(ROOT / "tests" / "mpi_equivalence.py"),
-                 "--sizes", "1,2,3,4"], timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert all(f"OK {procs} ranks" in r.stdout for procs in (1, 2, 3, 4)), r.stdout
+    each_rank_count("mpi_equivalence.py", (1, 2, 3, 4))
 
 
 def test_one_failing_rank_ends_the_job_fast():

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, gpu, mpiexec, run_cmd, run_perfmlp
+from conftest import ROOT, each_rank_count, gpu, mpiexec, run_cmd, run_perfmlp
 from perfmlp.backend import check_options
 from perfmlp.config import from_mapping
 from perfmlp.errors import PerfmlpError
@@ -63,11 +63,7 @@ def test_a_steps_pieces_applied_one_by_one_make_one_synchronous_update():
 
 
 def test_staleness_zero_equals_synchronous_sgd():
-    # 2, 3 and 4 ranks in turn, in one job of four
-    r = run_cmd([mpiexec(), "-n", "4", sys.executable, str(ROOT / "tests" / "mpi_psasync.py"), "--sizes", "2,3,4"],
-                timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert all(f"OK {procs} ranks" in r.stdout for procs in (2, 3, 4)), r.stdout
+    each_rank_count("mpi_psasync.py", (2, 3, 4), timeout=120)
 
 
 def test_a_stale_run_is_replayed_from_its_trace(tmp_path):

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, mpiexec, run_cmd
+from conftest import ROOT, each_rank_count, mpiexec, run_cmd
 from perfmlp import names as N
 from perfmlp.comm import SingleWorld
 from perfmlp.config import Config, from_mapping
@@ -22,10 +22,7 @@ H200 = ROOT / "models" / "h200-calibrated.yaml"
 
 
 def test_sliced_step_equals_unsliced_on_several_ranks():
-    # 2 and 3 ranks in turn, in one job of three
-    r = run_cmd([mpiexec(), "-n", "3", sys.executable, str(ROOT / "tests" / "mpi_slices.py"), "--sizes", "2,3"],
-                timeout=300)
-    assert r.returncode == 0 and all(f"OK {procs} ranks" in r.stdout for procs in (2, 3)), r.stdout + r.stderr
+    each_rank_count("mpi_slices.py", (2, 3))
 
 
 def test_16bit_gradients_keep_the_jobs_accuracy():

@@ -19,7 +19,7 @@ from perfmlp.model.predict import TERMS, predict_batch, ring_allreduce_s
 from perfmlp.names import TRACE_LEVELS
 from perfmlp.trace.reader import read_run
 
-from conftest import ROOT, mpiexec, refusal_line, run_cmd, run_perfmlp
+from conftest import ROOT, each_rank_count, refusal_line, run_perfmlp
 
 H200_FIXTURE = str(__import__("pathlib").Path(__file__).parent / "data" / "h200-calibrated-fixture.yaml")  # values the tests work out
 
@@ -335,11 +335,7 @@ def test_sweep_predicts_a_partitioned_run_as_it_will_run():
 # ---- the trainer: equal to one process --------------------------------------------------------------
 
 def test_every_strategy_equals_one_process():
-    # 1, 2, 3 and 4 ranks in turn, in one job of four
-    r = run_cmd([mpiexec(), "-n", "4", sys.executable, str(ROOT / "tests" / "mpi_strategies.py"),
-                 "--sizes", "1,2,3,4"], timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert all(f"OK {procs} ranks" in r.stdout for procs in (1, 2, 3, 4)), r.stdout
+    each_rank_count("mpi_strategies.py", (1, 2, 3, 4))
 
 
 # ---- the trainer's counters are the model's, to the byte ---------------------------------------------

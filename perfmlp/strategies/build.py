@@ -8,11 +8,11 @@ import numpy as np
 from .. import names as N
 from ..batches import DeviceBatches, HostBatches
 from ..comm import Group, HostReducer, NcclReducer, SingleWorld, StagedReducer
-from ..errors import PerfmlpError
+from ..config import check_strategy
 from ..mlp import Network
 from ..model.costs import pieces
 from ..model.predict import resolve_comm, staging_memory
-from ..model.strategies import StrategyError, check_shard, coords, grid, shard_sizes
+from ..model.strategies import coords, grid, shard_sizes
 from .server import SERVER, HostParamServer, NcclParamServer
 from .shard import (SHARD, HostAllreduce, LocalReducer, NcclAllreduce, ShardNetwork, ShardStep, StagedAllreduce,
                     setup_shard)
@@ -28,11 +28,8 @@ def split_groups(world, d: int, m: int):
 
 def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
     """Backend's fields for --parallel model|hybrid or a parameter server; `name`: numpy or cupy."""
-    try:
-        p_data, p_model = grid(world.size, cfg.parallel, cfg.model_procs)
-        check_shard(cfg.layer_sizes, p_model)
-    except StrategyError as e:
-        raise PerfmlpError(str(e)) from None
+    check_strategy(cfg, world.size)
+    p_data, p_model = grid(world.size, cfg.parallel, cfg.model_procs)
     comm = resolve_comm(cfg.comm, name)
     d, m = coords(world.rank, p_model)
     max_local = max(pieces(cfg.batch_size, p_data))
