@@ -180,6 +180,27 @@ weak efficiency: the one-GPU time over the weak time.
                                  "weak efficiency"], out))
 
 
+def scaling(root: Path, kind: str) -> list[str]:
+    """The graph step's scaling against PyTorch and DDP (benchmarks/scaling.py's ratio table)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import scaling as sc
+    rel = f"reports/{kind}/benchmarks/scaling.jsonl"
+    rows = read_jsonl(root, rel)
+    cs = sc.cells(rows)
+    procs = sorted({r["procs"] for r in rows} | {1})
+    precs = [p for p in ("float32", "bf16") if any(k[1] == p for k in cs)]
+    first = rows[0]
+    made = f"{day(first['date'])}, code `{first['perfmlp_git']}`, {procs[-1]} x {first['gpu']}"
+    words = f"""
+H = 512, resident data, CUDA graph, NCCL; ratios of medians (the slowest rank's wall time over
+{first['steps']} steps, {first['rounds']} rounds a run, implementations in turn). {sc.TARGETS}
+Every time, with its range: `reports/{kind}/benchmarks/scaling.md`.
+"""
+    return section(f"The graph step's scaling on 1 and {procs[-1]} GPUs, against PyTorch and DDP", [rel], made,
+                   f"SCALING_FLAGS=--quick bash benchmarks/gpu_suite.sh {kind} scaling", words,
+                   [*sc.ratio_table(cs, procs, precs), ""])
+
+
 # ---- the CPU ----------------------------------------------------------------------------------
 
 HOOKS = {"c": "C", "python": "Python"}
@@ -276,7 +297,8 @@ def latest(kinds: list[str], sweeps: dict[str, list]) -> list[str]:
 def render(root: Path = ROOT) -> str:
     lines = [INTRO]
     parts = {"h100": [precision_step, trace_cost_gpu], "h200": [trace_cost_gpu],
-             "h200-x2": [q2_1, lambda r, k: graph_step(r, k, "reports/h200-x2/benchmarks/graph/graph_step.jsonl")],
+             "h200-x2": [q2_1, lambda r, k: graph_step(r, k, "reports/h200-x2/benchmarks/graph/graph_step.jsonl"),
+                         scaling],
              "h200-x4": [q2_1, lambda r, k: graph_step(r, k, "reports/h200-x4/benchmarks/scaling/graph_step.jsonl")],
              "cpu": [lambda r, k: trace_cost_cpu(r)]}
     for kind, makers in parts.items():

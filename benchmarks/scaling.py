@@ -335,18 +335,26 @@ def table(path: Path, command: str | None = None) -> str:
             if any(k[0] == v and k[1] == prec for k in cs):
                 out.append(f"| {prec} | {v} | " + " | ".join(_cell(cs.get((v, prec, p, B))) for _, p, B in cols)
                            + " |")
+    out += ["", TARGETS, "", *ratio_table(cs, procs, precs)]
+    return "\n".join(out) + "\n"
+
+
+TARGETS = ("Targets (set for p = 4; shown at each p measured): weak-scaling efficiency "
+           f"(the one-GPU step at {PER_GPU}, data parallelism's for every perfmlp row, over the P-GPU weak step) "
+           ">= 95% fp32, >= 90% bf16; bf16 strong speed-up over that one-GPU step >= 1.3x; perfmlp over "
+           "PyTorch's graph step (DDP at p > 1) >= 1.7x fp32, >= 2x bf16. PyTorch rows: its own one-GPU step.")
+
+
+def ratio_table(cs: dict, procs: list[int], precs: list[str]) -> list[str]:
+    """The ratios against the targets, as a Markdown table (its rows: ratio_rows)."""
     rcols = ["over PyTorch graph, 1 GPU"]
     for P in procs[1:]:
         rcols += [f"weak efficiency p={P}", f"strong speed-up p={P}", f"over DDP graph p={P} split",
                   f"over DDP graph p={P} per GPU"]
-    out += ["", "Targets (set for p = 4; shown at each p measured): weak-scaling efficiency "
-            f"(the one-GPU step at {PER_GPU}, data parallelism's for every perfmlp row, over the P-GPU weak step) "
-            ">= 95% fp32, >= 90% bf16; bf16 strong speed-up over that one-GPU step >= 1.3x; perfmlp over "
-            "PyTorch's graph step (DDP at p > 1) >= 1.7x fp32, >= 2x bf16. PyTorch rows: its own one-GPU step.", "",
-            "| precision | variant | " + " | ".join(rcols) + " |", "| --- " * (2 + len(rcols)) + "|"]
+    out = ["| precision | variant | " + " | ".join(rcols) + " |", "| --- " * (2 + len(rcols)) + "|"]
     for prec in precs:
         out += ratio_rows(cs, procs, prec)
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _ints(text: str) -> list[int]:
