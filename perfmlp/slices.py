@@ -48,7 +48,7 @@ def _half_sum(world, dtype: np.dtype):
     if dtype not in _OPS:
         def add(inbuf, inoutbuf, datatype):
             a, b = np.frombuffer(inbuf, dtype), np.frombuffer(inoutbuf, dtype)
-            b[...] = (a.astype(np.float32) + b.astype(np.float32)).astype(dtype)
+            b[...] = narrow(a.astype(np.float32) + b.astype(np.float32), dtype)
         _OPS[dtype] = world.MPI.Op.Create(add, commute=True)
     return _OPS[dtype]
 
