@@ -85,17 +85,19 @@ def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):
     return run_cmd(cmd, timeout=timeout, env=env, cwd=cwd)
 
 
-def refusal_line(*args, process: bool) -> str:
-    """perfmlp.run's refusal of `args`, stripped ("" if none): from the command itself (`process`; it must exit 2),
-    else found in this process by the checks the run makes before it starts MPI or writes anything."""
+def refusal_line(*args, process: bool, procs: int | None = None) -> str:
+    """perfmlp.run's refusal of `args` on `procs` ranks, stripped ("" if none): from the command itself (`process`;
+    it must exit 2 and say it once), else found in this process by the checks the run makes before it starts MPI
+    or writes anything."""
     if process:
-        r = run_perfmlp(*args, timeout=60)
+        r = run_perfmlp(*args, procs=procs, timeout=60)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+        assert r.stderr.count("perfmlp.run: ") == 1, r.stderr   # every rank finds it; said once
         return r.stderr.strip()
     from perfmlp.errors import PerfmlpError
     from perfmlp.run import check_before_writing, parse
     try:
-        check_before_writing(parse([str(a) for a in args]))
+        check_before_writing(parse([str(a) for a in args]), procs or 1)
     except PerfmlpError as e:
         return f"perfmlp.run: error: {e}"
     return ""

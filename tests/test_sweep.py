@@ -197,8 +197,8 @@ def test_sweep_timeout_ends_the_run(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text("name: t\nbase: " + json.dumps({**TINY, "n_train": 600000, "batch_size": 10, "epochs": 100})
                  + "\nruns: [{procs: 2}]\n")
-    r = sweep(f, tmp_path / "tr", "--no-report", "--timeout", "3", timeout=60)
-    assert r.returncode == 1 and "FAILED: timed out after 3 s" in r.stdout, r.stdout + r.stderr
+    r = sweep(f, tmp_path / "tr", "--no-report", "--timeout", "1", timeout=60)
+    assert r.returncode == 1 and "FAILED: timed out after 1 s" in r.stdout, r.stdout + r.stderr
     # mpiexec and its ranks are gone (their command lines name the run's configuration file)
     marker = str(tmp_path / "tr" / ".sweep").encode()
     left = []

@@ -43,6 +43,12 @@ def two_ranks(tmp_path_factory):
     return tiny_run(tmp_path_factory.mktemp("two-ranks"), "z", procs=2)
 
 
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory):
+    """A tiny run on three ranks, made once for the tests that read it."""
+    return tiny_run(tmp_path_factory.mktemp("three-ranks"), "p3", procs=3)
+
+
 def copy_run(run_dir, where):
     """A copy of the run folder `run_dir` in the folder `where`, for a test to change."""
     return shutil.copytree(run_dir, where / run_dir.name)
@@ -71,8 +77,8 @@ def test_counters_match_hand_counts(one_rank):
     assert run.ranks[0].batches[0].shape is run.ranks[0].batches[1].shape
 
 
-def test_counters_match_the_model_on_three_ranks(tmp_path):
-    run = read_run(tiny_run(tmp_path, "p3", procs=3))
+def test_counters_match_the_model_on_three_ranks(three_ranks):
+    run = read_run(three_ranks)
     assert run.complete and sorted(run.ranks) == [0, 1, 2]
     sizes = (4, 3, 2)
     for rank, rt in run.ranks.items():
@@ -531,8 +537,8 @@ def check_chrome(doc: dict) -> list:
     return xs
 
 
-def test_the_chrome_export_keeps_every_track_apart(tmp_path):
-    folder = tiny_run(tmp_path, "c", procs=3)
+def test_the_chrome_export_keeps_every_track_apart(tmp_path, three_ranks):
+    folder = three_ranks
     out = tmp_path / "c.json"
     r = subprocess.run([sys.executable, "-m", "perfmlp.trace.chrome", str(folder), "-o", str(out)],
                        capture_output=True, text=True, cwd=ROOT)
