@@ -122,22 +122,29 @@ def has_gpu():
 gpu = pytest.mark.skipif(not has_gpu(), reason="needs CuPy and a CUDA GPU")
 
 
-@pytest.fixture(scope="session")
-def four_runs_report(tmp_path_factory, request):
-    """The report of test_report.four_runs(), built once for every test file and
-    xdist worker that reads it (the first to ask builds it, under a lock, into the
-    folder the workers share): the tests read it, none writes into it."""
-    from perfmlp.report import build_from_runs
-    from test_report import four_runs
+def built_once(request, tmp_path_factory, name: str, build) -> Path:
+    """The folder `name` that build(folder) fills, made once for every test file and xdist worker that asks
+    (the first builds it, under a lock, in the folder the workers share): tests read it and never write into it."""
     shared = tmp_path_factory.getbasetemp()
     if hasattr(request.config, "workerinput"):   # an xdist worker: its base's parent is the run's
         shared = shared.parent
-    out = shared / "four-runs-report"
-    with open(shared / "four-runs-report.lock", "w") as lock:
+    out, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "report.md").exists():
-            build_from_runs(four_runs(), [], out)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)   # a build that failed part-way
+            out.mkdir()
+            build(out)
+            done.touch()
     return out
+
+
+@pytest.fixture(scope="session")
+def four_runs_report(tmp_path_factory, request):
+    """The report of test_report.four_runs(), built once (`built_once`)."""
+    from perfmlp.report import build_from_runs
+    from test_report import four_runs
+    return built_once(request, tmp_path_factory, "four-runs-report", lambda out: build_from_runs(four_runs(), [], out))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from perfmlp.report.__main__ import main as report_main
 from perfmlp.trace.chrome import main as chrome_main
 from perfmlp.trace.reader import TraceError, read_run, read_traces
 
-from conftest import ROOT, in_process, run_perfmlp
+from conftest import ROOT, built_once, in_process, run_perfmlp
 
 TINY = ["--backend", "numpy", "--data", "synthetic", "--input-size", "4", "--hidden-size", "3", "--num-classes", "2",
         "--n-train", "13", "--batch-size", "5", "--epochs", "1", "--learning-rate", "1e-4"]
@@ -31,22 +31,22 @@ def tiny_run(tmp_path, run_id="t", *extra, procs=None):
     return tmp_path / run_id
 
 
-@pytest.fixture(scope="module")
-def one_rank(tmp_path_factory):
-    """A tiny run on one process, made once for the tests that read it or change a copy of it."""
-    return tiny_run(tmp_path_factory.mktemp("one-rank"))
+@pytest.fixture(scope="session")
+def one_rank(request, tmp_path_factory):
+    """A tiny run on one process, made once (conftest's `built_once`) for the tests that read it or change a copy."""
+    return built_once(request, tmp_path_factory, "one-rank", tiny_run) / "t"
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+@pytest.fixture(scope="session")
+def two_ranks(request, tmp_path_factory):
     """A tiny run on two ranks, made once for the tests that read it or change a copy of it."""
-    return tiny_run(tmp_path_factory.mktemp("two-ranks"), "z", procs=2)
+    return built_once(request, tmp_path_factory, "two-ranks", lambda d: tiny_run(d, "z", procs=2)) / "z"
 
 
-@pytest.fixture(scope="module")
-def three_ranks(tmp_path_factory):
+@pytest.fixture(scope="session")
+def three_ranks(request, tmp_path_factory):
     """A tiny run on three ranks, made once for the tests that read it."""
-    return tiny_run(tmp_path_factory.mktemp("three-ranks"), "p3", procs=3)
+    return built_once(request, tmp_path_factory, "three-ranks", lambda d: tiny_run(d, "p3", procs=3)) / "p3"
 
 
 def copy_run(run_dir, where):
