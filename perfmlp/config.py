@@ -294,11 +294,13 @@ def data_procs(cfg: Config, nprocs: int) -> int:
         raise PerfmlpError(str(e)) from None
 
 
-def check_strategy(cfg: Config, nprocs: int) -> None:
-    """What the strategy refuses on `nprocs` ranks: model_procs not dividing them, a model group with more ranks
-    than a split layer has units."""
+def check_strategy(cfg: Config, nprocs: int) -> tuple[int, int]:
+    """The strategy's (data, model) ranks on `nprocs` ranks, or what it refuses there: model_procs not dividing
+    them, a model group with more ranks than a split layer has units."""
     from .model.strategies import StrategyError, check_shard, grid
     try:
-        check_shard(cfg.layer_sizes, grid(nprocs, cfg.parallel, cfg.model_procs)[1])
+        p_data, p_model = grid(nprocs, cfg.parallel, cfg.model_procs)
+        check_shard(cfg.layer_sizes, p_model)
     except StrategyError as e:
         raise PerfmlpError(str(e)) from None
+    return p_data, p_model

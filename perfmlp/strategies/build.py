@@ -12,7 +12,7 @@ from ..config import check_strategy
 from ..mlp import Network
 from ..model.costs import pieces
 from ..model.predict import resolve_comm, staging_memory
-from ..model.strategies import coords, grid, shard_sizes
+from ..model.strategies import coords, shard_sizes
 from .server import SERVER, HostParamServer, NcclParamServer
 from .shard import (SHARD, HostAllreduce, LocalReducer, NcclAllreduce, ShardNetwork, ShardStep, StagedAllreduce,
                     setup_shard)
@@ -28,8 +28,7 @@ def split_groups(world, d: int, m: int):
 
 def backend_parts(cfg, world, xtrain, ytrain, name: str) -> dict:
     """Backend's fields for --parallel model|hybrid or a parameter server; `name`: numpy or cupy."""
-    check_strategy(cfg, world.size)
-    p_data, p_model = grid(world.size, cfg.parallel, cfg.model_procs)
+    p_data, p_model = check_strategy(cfg, world.size)
     comm = resolve_comm(cfg.comm, name)
     d, m = coords(world.rank, p_model)
     max_local = max(pieces(cfg.batch_size, p_data))
