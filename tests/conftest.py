@@ -88,12 +88,14 @@ def run_perfmlp(*args, procs=None, timeout=120, env=None, cwd=None):
 def refusal_line(*args, process: bool, procs: int | None = None) -> str:
     """perfmlp.run's refusal of `args` on `procs` ranks, stripped ("" if none): from the command itself (`process`;
     it must exit 2 and say it once), else found in this process by the checks the run makes before it starts MPI
-    or writes anything."""
+    or writes anything. On several ranks, the launcher's own notice of the exit (Open MPI prints one) is left out."""
     if process:
         r = run_perfmlp(*args, procs=procs, timeout=60)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
         assert r.stderr.count("perfmlp.run: ") == 1, r.stderr   # every rank finds it; said once
-        return r.stderr.strip()
+        if procs is None:
+            return r.stderr.strip()
+        return next(line for line in r.stderr.splitlines() if line.startswith("perfmlp.run: "))
     from perfmlp.errors import PerfmlpError
     from perfmlp.run import check_before_writing, parse
     try:
